@@ -1,0 +1,21 @@
+# napkin_options: the one INTERFACE target that carries warnings, sanitizers and standards.
+# Every napkin library and executable links it, so flags are set in exactly one place.
+add_library(napkin_options INTERFACE)
+add_library(napkin::options ALIAS napkin_options)
+target_compile_features(napkin_options INTERFACE cxx_std_20)
+target_include_directories(napkin_options INTERFACE ${PROJECT_SOURCE_DIR})
+
+set(_napkin_cxx_warnings -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    -Wcast-align -Woverloaded-virtual -Wpedantic -Wimplicit-fallthrough)
+if(NAPKIN_WERROR)
+    list(APPEND _napkin_cxx_warnings -Werror)
+endif()
+target_compile_options(napkin_options INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:${_napkin_cxx_warnings}>)
+
+if(NAPKIN_SANITIZE)
+    set(_napkin_san -fsanitize=address,undefined -fno-omit-frame-pointer
+        -fno-sanitize-recover=undefined)
+    target_compile_options(napkin_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_napkin_san}>)
+    target_link_options(napkin_options INTERFACE -fsanitize=address,undefined)
+endif()

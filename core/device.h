@@ -1,0 +1,38 @@
+// Which compute devices this process can use. napkin links the CUDA libraries when built with
+// CUDA, but they load without a GPU or driver; whether a device exists is decided here, at run
+// time, and every CPU path keeps working when none does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace napkin {
+
+struct DeviceInfo {
+    bool cuda_built = false;  // compiled with the CUDA backend (NAPKIN_CUDA)
+    int cuda_devices = 0;     // cudaGetDeviceCount, 0 when it fails
+    std::string reason;       // why there is no CUDA device, when cuda_devices == 0
+    // Device 0, when there is one.
+    std::string name;
+    int sm_major = 0, sm_minor = 0;
+    std::uint64_t memory_bytes = 0;
+    int multiprocessors = 0;
+    std::string runtime_version;  // "13.0"
+    std::string driver_version;   // "" without a driver
+
+    bool has_cuda() const { return cuda_devices > 0; }
+};
+
+// Never throws; the result is computed once and cached.
+const DeviceInfo& probe_devices();
+
+// One line for logs and `napkin info`: "cuda: NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB), 1 device"
+// or "cuda: none (no CUDA-capable device is detected); using the CPU".
+std::string device_summary(const DeviceInfo& d);
+
+namespace cuda {
+// Implemented in core/cuda/device_cuda.cu when built with CUDA.
+DeviceInfo probe();
+}  // namespace cuda
+
+}  // namespace napkin

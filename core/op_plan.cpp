@@ -1,0 +1,305 @@
+// Builds the op plan of one training step. The kept tensors follow Korthikanti et al. 2022
+// ("Reducing Activation Recomputation in Large Transformer Models", section 4.1) term by term,
+// so that the plan's per-layer total reproduces their closed form (docs/ESTIMATOR.md,
+// "Activations"): with dropout a GPT-2 block keeps 34*s*b*h + 5*a*s^2*b bytes at 2 bytes per
+// element, without dropout 32*s*b*h + 2*a*s^2*b, plus the norms' fp32 statistics.
+#include "core/op_plan.h"
+
+#include <string>
+
+#include "core/check.h"
+
+namespace napkin {
+
+namespace {
+
+struct Dims {
+    std::int64_t B, T, N, C, F, qkv, fc_rows, HD;
+    int NH, KVH;
+};
+
+Dims dims_of(const ModelConfig& c, const PlanInputs& in) {
+    Dims d{};
+    d.B = in.micro_batch;
+    d.T = in.seq_len;
+    d.N = d.B * d.T;
+    d.C = c.d_model;
+    d.F = c.d_ff;
+    d.qkv = c.qkv_dim();
+    d.fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
+    d.HD = c.head_dim();
+    d.NH = c.n_heads;
+    d.KVH = c.n_kv_heads;
+    return d;
+}
+
+PlanOp make_op(std::string_view name, std::string_view param, OpKind kind) {
+    PlanOp op;
+    op.name = name;
+    op.param = param;
+    op.kind = kind;
+    return op;
+}
+
+PlanOp norm_op(std::string_view name, std::string_view param, const ModelConfig& c, const Dims& d,
+               const PrecisionDTypes& pd, bool keep_out, std::string_view out_name,
+               std::string_view mean_name, std::string_view rstd_name) {
+    PlanOp op = make_op(name, param, OpKind::norm);
+    NormShape s{d.N, d.C, c.norm, c.bias, pd.activations, pd.gemm_saved};
+    op.shape = s;
+    op.fwd = norm_forward_cost(s);
+    op.bwd_input = norm_backward_cost(s);
+    if (keep_out) op.keep(out_name, d.N * d.C, pd.gemm_saved);
+    if (c.norm == NormKind::layernorm) op.keep(mean_name, d.N, DType::f32);
+    op.keep(rstd_name, d.N, DType::f32);
+    return op;
+}
+
+PlanOp matmul_op(std::string_view name, std::string_view param, const Dims& d, std::int64_t n,
+                 std::int64_t k, bool bias, DType out, DType weight, bool trainable,
+                 const PrecisionDTypes& pd) {
+    PlanOp op = make_op(name, param, OpKind::matmul);
+    MatmulShape s{d.N, n, k, bias, pd.gemm_compute, out, weight};
+    op.shape = s;
+    op.fwd = matmul_forward_cost(s);
+    op.bwd_input = matmul_backward_input_cost(s);
+    if (trainable) op.bwd_weight = matmul_backward_weight_cost(s, pd.grads);
+    op.model_flops = true;
+    return op;
+}
+
+PlanOp lora_op(std::string_view name, std::string_view param, const Dims& d, std::int64_t n,
+               std::int64_t k, int parts, std::int64_t rank, std::string_view h_name,
+               const PrecisionDTypes& pd) {
+    PlanOp op = make_op(name, param, OpKind::lora);
+    LoraShape s{d.N, n, k, rank, parts, pd.activations, pd.grads};
+    op.shape = s;
+    op.fwd = lora_forward_cost(s);
+    op.bwd_input = lora_backward_input_cost(s);
+    op.bwd_weight = lora_backward_weight_cost(s);
+    op.model_flops = true;
+    op.keep(h_name, d.N * parts * rank, pd.activations);
+    return op;
+}
+
+PlanOp residual_op(std::string_view name, std::string_view out_name, const Dims& d,
+                   const PrecisionDTypes& pd) {
+    PlanOp op = make_op(name, "", OpKind::residual);
+    ResidualShape s{d.N, d.C, pd.activations};
+    op.shape = s;
+    op.fwd = residual_forward_cost(s);
+    op.bwd_input = residual_backward_cost(s);
+    op.keep(out_name, d.N * d.C, pd.activations);
+    return op;
+}
+
+void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
+                 const PrecisionDTypes& pd, std::vector<PlanOp>& block) {
+    const bool adapters = in.finetune != Finetune::full;
+    const bool base_trainable = !adapters;
+    const DType linear_w = in.finetune == Finetune::qlora ? DType::nf4 : pd.weights;
+    const bool dropout = c.dropout > 0.0;
+    const int fc_parts = c.mlp == MlpKind::swiglu ? 2 : 1;
+
+    block.push_back(norm_op("ln_1", "ln_1", c, d, pd, true, "ln_1.out", "ln_1.mean", "ln_1.rstd"));
+
+    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias, pd.activations, linear_w,
+                           base_trainable, pd);
+    qkv.keep("attn.qkv.out", d.N * d.qkv, pd.activations);
+    block.push_back(qkv);
+    if (adapters) {
+        block.push_back(lora_op("attn.qkv.lora", "attn.qkv.lora", d, d.qkv, d.C, 3, in.lora_rank,
+                                "attn.qkv.lora.h", pd));
+    }
+
+    if (c.positions == PositionKind::rope) {
+        PlanOp rope = make_op("attn.rope", "", OpKind::rope);
+        RopeShape s{d.B, d.T, d.NH, d.KVH, d.HD, pd.activations};
+        rope.shape = s;
+        rope.fwd = rope_forward_cost(s);
+        rope.bwd_input = rope_backward_cost(s);
+        block.push_back(rope);
+    }
+
+    PlanOp attn = make_op("attn.core", "", OpKind::attention);
+    AttentionShape as{d.B, d.T, d.NH, d.KVH, d.HD, in.causal_flops, in.attention, pd.activations};
+    attn.shape = as;
+    attn.fwd = attention_forward_cost(as);
+    attn.bwd_input = attention_backward_cost(as);
+    attn.model_flops = true;
+    attn.recompute_flops = attention_backward_recompute_flops(as);
+    const std::int64_t scores = d.B * d.NH * d.T * d.T;
+    if (in.attention == AttentionImpl::naive) {
+        attn.keep("attn.p", scores, pd.activations);  // softmax output
+        if (dropout) {
+            attn.keep("attn.p.mask", scores, DType::i8);
+            attn.keep("attn.p.dropped", scores, pd.activations);  // the matmul with V's input
+        }
+    } else {
+        // Flash regenerates the dropout mask from the RNG state; it keeps the logsumexp.
+        attn.keep("attn.lse", d.B * d.NH * d.T, DType::f32);
+    }
+    attn.keep("attn.out", d.N * d.C, pd.gemm_saved);  // the projection's input
+    block.push_back(attn);
+
+    PlanOp proj = matmul_op("attn.proj", "attn.proj", d, d.C, d.C, c.bias, pd.activations, linear_w,
+                            base_trainable, pd);
+    if (dropout) proj.keep("attn.proj.mask", d.N * d.C, DType::i8);
+    block.push_back(proj);
+    if (adapters) {
+        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.C, 1, in.lora_rank,
+                                "attn.proj.lora.h", pd));
+    }
+    block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
+
+    block.push_back(norm_op("ln_2", "ln_2", c, d, pd, true, "ln_2.out", "ln_2.mean", "ln_2.rstd"));
+
+    PlanOp fc = matmul_op("mlp.fc", "mlp.fc", d, d.fc_rows, d.C, c.bias, pd.activations, linear_w,
+                          base_trainable, pd);
+    fc.keep("mlp.fc.out", d.N * d.fc_rows, pd.activations);
+    block.push_back(fc);
+    if (adapters) {
+        block.push_back(lora_op("mlp.fc.lora", "mlp.fc.lora", d, d.fc_rows, d.C, fc_parts,
+                                in.lora_rank, "mlp.fc.lora.h", pd));
+    }
+
+    PlanOp act = make_op("mlp.act", "", OpKind::activation);
+    ActivationShape acts{d.N, d.F, c.mlp, pd.activations, pd.gemm_saved};
+    act.shape = acts;
+    act.fwd = activation_forward_cost(acts);
+    act.bwd_input = activation_backward_cost(acts);
+    act.keep("mlp.act.out", d.N * d.F, pd.gemm_saved);  // the down projection's input
+    block.push_back(act);
+
+    PlanOp down = matmul_op("mlp.proj", "mlp.proj", d, d.C, d.F, c.bias, pd.activations, linear_w,
+                            base_trainable, pd);
+    if (dropout) down.keep("mlp.proj.mask", d.N * d.C, DType::i8);
+    block.push_back(down);
+    if (adapters) {
+        block.push_back(lora_op("mlp.proj.lora", "mlp.proj.lora", d, d.C, d.F, 1, in.lora_rank,
+                                "mlp.proj.lora.h", pd));
+    }
+    // The block output: the next block's input (and ln_f's), never recomputed.
+    block.push_back(residual_op("mlp.res", "mlp.res.out", d, pd));
+
+    // Activation checkpointing: mark what the backward rebuilds and count the extra forward.
+    if (in.checkpointing == Checkpointing::full) {
+        for (PlanOp& op : block) {
+            if (op.name == "mlp.res") continue;
+            for (int i = 0; i < op.n_saved; ++i) op.saved[static_cast<std::size_t>(i)].recomputed = true;
+            op.recompute_flops += op.fwd.flops;
+        }
+    } else if (in.checkpointing == Checkpointing::selective && in.attention == AttentionImpl::naive) {
+        for (PlanOp& op : block) {
+            if (op.kind != OpKind::attention) continue;
+            for (int i = 0; i < op.n_saved; ++i) {
+                PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
+                if (t.name.starts_with("attn.p")) t.recomputed = true;
+            }
+            // Rebuilding P takes S = Q K^T again (the softmax is not counted as FLOPs).
+            op.recompute_flops += 2ull * d.B * d.NH * d.HD * attention_pairs(as);
+        }
+    }
+}
+
+}  // namespace
+
+void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
+    if (in.micro_batch <= 0) {
+        throw UsageError("--micro-batch: must be a positive integer (got " +
+                         std::to_string(in.micro_batch) + ")");
+    }
+    if (in.seq_len <= 0) {
+        throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(in.seq_len) + ")");
+    }
+    if (c.positions == PositionKind::learned && in.seq_len > c.context_length) {
+        throw UsageError("--seq-len: " + std::to_string(in.seq_len) +
+                         " exceeds the learned position table of " + std::to_string(c.context_length) +
+                         " rows (the model's context length)");
+    }
+    if (in.finetune != Finetune::full && in.lora_rank <= 0) {
+        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
+    }
+    const Dims d = dims_of(c, in);
+    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+    const bool full_ft = in.finetune == Finetune::full;
+
+    out.config = &c;
+    out.in = in;
+    out.n_layers = c.n_layers;
+    out.prologue.clear();
+    out.block.clear();
+    out.epilogue.clear();
+
+    PlanOp emb = make_op("embedding", "wte", OpKind::embedding);
+    EmbeddingShape es{d.B, d.T, d.C, c.positions == PositionKind::learned, pd.activations, pd.grads};
+    emb.shape = es;
+    emb.fwd = embedding_forward_cost(es);
+    if (full_ft) emb.bwd_weight = embedding_backward_cost(es);
+    emb.keep("embedding.out", d.N * d.C, pd.activations);  // block 0's input
+    if (c.dropout > 0.0) emb.keep("embedding.mask", d.N * d.C, DType::i8);
+    out.prologue.push_back(emb);
+
+    build_block(c, in, d, pd, out.block);
+
+    // ln_f's output feeds the head only while the chunked loss runs, but it is alive at the
+    // end of the forward (the activation peak), so it is counted as kept.
+    out.epilogue.push_back(norm_op("ln_f", "ln_f", c, d, pd, true, "ln_f.out", "ln_f.mean", "ln_f.rstd"));
+
+    // Head and loss run fused, chunk by chunk: logits for R rows (fp32), loss and dlogits in
+    // place, then the head's input gradient (kept for the backward) and weight gradient.
+    const std::string_view head_param = c.tied_embeddings ? "wte" : "lm_head";
+    PlanOp head = matmul_op("lm_head", head_param, d, c.padded_vocab_size, d.C, false, DType::f32,
+                            pd.weights, full_ft, pd);
+    head.keep("lm_head.dinp", d.N * d.C, pd.activations);
+    out.epilogue.push_back(head);
+
+    PlanOp loss = make_op("loss", "", OpKind::cross_entropy);
+    const std::int64_t chunk = in.loss_chunk_rows > 0 && in.loss_chunk_rows < d.N ? in.loss_chunk_rows : d.N;
+    CrossEntropyShape cs{d.N, c.vocab_size, c.padded_vocab_size, chunk};
+    loss.shape = cs;
+    loss.fwd = cross_entropy_forward_cost(cs);
+    out.epilogue.push_back(loss);
+}
+
+OpPlan build_op_plan(const ModelConfig& cfg, const PlanInputs& in) {
+    OpPlan plan;
+    build_op_plan(cfg, in, plan);
+    return plan;
+}
+
+PlanTotals plan_totals(const OpPlan& plan) {
+    PlanTotals t;
+    auto add_ops = [&](const std::vector<PlanOp>& ops, std::uint64_t times, bool is_block) {
+        for (const PlanOp& op : ops) {
+            const std::uint64_t fwd = op.fwd.flops * times;
+            const std::uint64_t bwd = (op.bwd_input.flops + op.bwd_weight.flops) * times;
+            if (op.model_flops) {
+                t.model_flops_fwd += fwd;
+                t.model_flops_bwd += bwd;
+            } else {
+                t.other_flops += fwd + bwd;
+            }
+            t.recompute_flops += op.recompute_flops * times;
+            for (std::uint64_t w : {op.fwd.workspace_bytes, op.bwd_input.workspace_bytes,
+                                    op.bwd_weight.workspace_bytes}) {
+                if (w > t.max_workspace_bytes) t.max_workspace_bytes = w;
+            }
+            for (int i = 0; i < op.n_saved; ++i) {
+                const PlanTensor& s = op.saved[static_cast<std::size_t>(i)];
+                if (s.recomputed) {
+                    if (is_block) t.block_recomputed_bytes += s.bytes();
+                } else {
+                    t.kept_bytes += s.bytes() * times;
+                    if (is_block) t.block_kept_bytes += s.bytes();
+                }
+            }
+        }
+    };
+    add_ops(plan.prologue, 1, false);
+    add_ops(plan.block, static_cast<std::uint64_t>(plan.n_layers), true);
+    add_ops(plan.epilogue, 1, false);
+    return t;
+}
+
+}  // namespace napkin

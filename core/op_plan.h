@@ -1,0 +1,141 @@
+// The op plan: the ordered ops of one training step (one micro-batch) of a model config under a
+// recipe. It is the single description that the estimator's detailed model sums and that the
+// engine executes, so predicted and measured can be compared op by op.
+//
+// Layout: prologue (embedding), a block that repeats n_layers times (norm, qkv, [rope],
+// attention, projection, residual, norm, fc, activation, projection, residual, plus LoRA
+// adapters when fine-tuning), epilogue (final norm, head, loss). Inside a block, op and tensor
+// names are relative ("attn.qkv"); the engine prefixes "h.<layer>.".
+//
+// What is kept for backward: each op lists the tensors it *produces* that a backward needs
+// (its `saved` list), so every kept tensor is counted exactly once. The block input is kept
+// by the op that produced it (the embedding, or the previous block's last residual).
+// Activation checkpointing marks tensors `recomputed`: they are not kept through the forward
+// but rebuilt, one block at a time, during the backward (docs/ESTIMATOR.md, "Activations").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/model_config.h"
+#include "core/recipe.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cost.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/lora.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/residual.h"
+#include "kernels/rope.h"
+
+namespace napkin {
+
+enum class OpKind : std::uint8_t {
+    embedding,
+    norm,
+    matmul,
+    rope,
+    attention,
+    activation,
+    residual,
+    lora,
+    cross_entropy,
+};
+inline constexpr std::array kOpKindNames = {
+    EnumName<OpKind>{OpKind::embedding, "embedding"},
+    EnumName<OpKind>{OpKind::norm, "norm"},
+    EnumName<OpKind>{OpKind::matmul, "matmul"},
+    EnumName<OpKind>{OpKind::rope, "rope"},
+    EnumName<OpKind>{OpKind::attention, "attention"},
+    EnumName<OpKind>{OpKind::activation, "activation"},
+    EnumName<OpKind>{OpKind::residual, "residual"},
+    EnumName<OpKind>{OpKind::lora, "lora"},
+    EnumName<OpKind>{OpKind::cross_entropy, "cross_entropy"},
+};
+
+// A tensor kept from an op's forward for some backward.
+struct PlanTensor {
+    std::string_view name;  // "attn.qkv.out"
+    std::int64_t numel = 0;
+    DType dtype = DType::f32;
+    bool recomputed = false;  // rebuilt during backward (checkpointing), not kept through forward
+    std::uint64_t bytes() const { return storage_bytes(dtype, static_cast<std::uint64_t>(numel)); }
+};
+
+using OpShape = std::variant<EmbeddingShape, NormShape, MatmulShape, RopeShape, AttentionShape,
+                             ActivationShape, ResidualShape, LoraShape, CrossEntropyShape>;
+
+struct PlanOp {
+    std::string_view name;   // "attn.qkv" (relative inside the block)
+    std::string_view param;  // parameter prefix it reads ("attn.qkv", "wte"), empty if none
+    OpKind kind = OpKind::matmul;
+    OpShape shape;
+    KernelCost fwd;
+    KernelCost bwd_input;   // gradients with respect to the op's inputs
+    KernelCost bwd_weight;  // gradients with respect to its parameters (none when frozen)
+    // FLOPs counted in model FLOPs (MFU): matmuls, attention's two products, LoRA adapters.
+    bool model_flops = false;
+    // Extra hardware FLOPs in backward: re-running this op's forward under checkpointing, and
+    // flash attention's recomputation of S inside its backward kernel.
+    std::uint64_t recompute_flops = 0;
+    std::array<PlanTensor, 5> saved{};
+    int n_saved = 0;
+
+    void keep(std::string_view tensor, std::int64_t numel, DType dt) {
+        saved[static_cast<std::size_t>(n_saved++)] = PlanTensor{tensor, numel, dt, false};
+    }
+};
+
+struct PlanInputs {
+    std::int64_t micro_batch = 1;  // B
+    std::int64_t seq_len = 0;      // T
+    Precision precision = Precision::bf16_amp;
+    OptimizerKind optimizer = OptimizerKind::adamw;  // only its gradient dtype matters here
+    bool grads_fp32 = false;
+    Checkpointing checkpointing = Checkpointing::none;
+    AttentionImpl attention = AttentionImpl::flash;
+    Finetune finetune = Finetune::full;
+    std::int64_t lora_rank = 0;
+    std::int64_t loss_chunk_rows = 1024;  // rows of fp32 logits alive at once (0: all B*T)
+    // Attention FLOPs count only the (query, key) pairs the causal mask keeps (llm.c, recent
+    // Megatron); false counts all T*T pairs as PaLM's MFU definition does.
+    bool causal_flops = true;
+};
+
+struct OpPlan {
+    const ModelConfig* config = nullptr;
+    PlanInputs in;
+    std::vector<PlanOp> prologue;
+    std::vector<PlanOp> block;  // one transformer block; repeats config->n_layers times
+    std::vector<PlanOp> epilogue;
+    int n_layers = 0;
+};
+
+// Builds the plan into `out`, reusing its vectors' capacity (the estimator's sweep builds
+// millions of plans). The config must outlive the plan. Throws UsageError on a bad shape.
+void build_op_plan(const ModelConfig& cfg, const PlanInputs& in, OpPlan& out);
+OpPlan build_op_plan(const ModelConfig& cfg, const PlanInputs& in);
+
+// Sums over the plan (block ops counted n_layers times). All FLOPs per micro-batch step.
+struct PlanTotals {
+    std::uint64_t model_flops_fwd = 0;  // matmul-class forward FLOPs
+    std::uint64_t model_flops_bwd = 0;  // their backward (input + weight gradients)
+    std::uint64_t other_flops = 0;      // elementwise work, forward + backward
+    std::uint64_t recompute_flops = 0;  // checkpointing and flash recompute
+    std::uint64_t kept_bytes = 0;       // activations kept through the forward (all layers)
+    std::uint64_t block_kept_bytes = 0;        // of which one block
+    std::uint64_t block_recomputed_bytes = 0;  // one block's recomputed tensors (backward only)
+    std::uint64_t max_workspace_bytes = 0;     // largest per-call scratch
+    std::uint64_t model_flops() const { return model_flops_fwd + model_flops_bwd; }
+    // Peak activation bytes: everything kept plus one block rebuilt during its backward.
+    std::uint64_t activation_peak_bytes() const { return kept_bytes + block_recomputed_bytes; }
+};
+
+PlanTotals plan_totals(const OpPlan& plan);
+
+}  // namespace napkin

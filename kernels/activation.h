@@ -1,0 +1,41 @@
+// activation: the MLP nonlinearity.
+//   gelu   (tanh approximation): inp (N, F) -> out (N, F)
+//   swiglu: inp (N, 2F) = [gate | up] -> out (N, F) = silu(gate) * up
+// FLOPs per output element: gelu forward 8, backward 14; swiglu forward 5, backward 10.
+// Backward needs inp (the fc matmul's kept output).
+#pragma once
+
+#include "core/model_config.h"
+#include "kernels/cost.h"
+
+namespace napkin {
+
+struct ActivationShape {
+    std::int64_t N = 0;  // rows: B*T
+    std::int64_t F = 0;  // output features
+    MlpKind kind = MlpKind::gelu;
+    DType dt = DType::f32;
+    DType out = DType::f32;  // the kept output may be narrower (fp8 under fp8-amp)
+};
+
+inline std::int64_t activation_in_cols(const ActivationShape& s) {
+    return s.kind == MlpKind::swiglu ? 2 * s.F : s.F;
+}
+
+inline KernelCost activation_forward_cost(const ActivationShape& s) {
+    KernelCost c;
+    c.flops = (s.kind == MlpKind::gelu ? 8ull : 5ull) * s.N * s.F;
+    c.bytes_read = nbytes(s.dt, s.N * activation_in_cols(s));
+    c.bytes_written = nbytes(s.out, s.N * s.F);
+    return c;
+}
+
+inline KernelCost activation_backward_cost(const ActivationShape& s) {
+    KernelCost c;
+    c.flops = (s.kind == MlpKind::gelu ? 14ull : 10ull) * s.N * s.F;
+    c.bytes_read = nbytes(s.dt, s.N * activation_in_cols(s)) + nbytes(s.dt, s.N * s.F);
+    c.bytes_written = nbytes(s.dt, s.N * activation_in_cols(s));
+    return c;
+}
+
+}  // namespace napkin

@@ -1,0 +1,51 @@
+// matmul: out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)], row-major, fp32 accumulate.
+// Weights are stored (out_features, in_features) as nn.Linear does. Backward:
+//   dinp (M, K)   = dout (M, N) @ weight (N, K)            2*M*N*K FLOPs
+//   dweight (N, K) += dout^T (N, M) @ inp (M, K)           2*M*N*K FLOPs
+//   dbias (N)     += sum over M of dout                    M*N FLOPs
+// Keeps for backward: inp (owned by the op that produced it, see core/op_plan.h).
+// CPU reference (OpenBLAS) and CUDA (cuBLASLt) implementations arrive with the engine.
+#pragma once
+
+#include "kernels/cost.h"
+
+namespace napkin {
+
+struct MatmulShape {
+    std::int64_t M = 0;  // rows: tokens (B*T)
+    std::int64_t N = 0;  // output features
+    std::int64_t K = 0;  // input features
+    bool bias = false;
+    DType in = DType::f32;      // dtype of inp and weight as the GEMM reads them
+    DType out = DType::f32;     // dtype of out
+    DType weight = DType::f32;  // dtype the weight is stored in (nf4 under QLoRA)
+};
+
+inline KernelCost matmul_forward_cost(const MatmulShape& s) {
+    KernelCost c;
+    c.flops = 2ull * s.M * s.N * s.K + (s.bias ? 1ull * s.M * s.N : 0);
+    c.bytes_read = nbytes(s.in, s.M * s.K) + nbytes(s.weight, s.N * s.K) +
+                   (s.bias ? nbytes(s.in, s.N) : 0);
+    c.bytes_written = nbytes(s.out, s.M * s.N);
+    return c;
+}
+
+// Gradient with respect to the input only (all that a frozen weight needs).
+inline KernelCost matmul_backward_input_cost(const MatmulShape& s) {
+    KernelCost c;
+    c.flops = 2ull * s.M * s.N * s.K;
+    c.bytes_read = nbytes(s.out, s.M * s.N) + nbytes(s.weight, s.N * s.K);
+    c.bytes_written = nbytes(s.in, s.M * s.K);
+    return c;
+}
+
+// Gradient with respect to the weight (and bias), accumulated.
+inline KernelCost matmul_backward_weight_cost(const MatmulShape& s, DType grad) {
+    KernelCost c;
+    c.flops = 2ull * s.M * s.N * s.K + (s.bias ? 1ull * s.M * s.N : 0);
+    c.bytes_read = nbytes(s.out, s.M * s.N) + nbytes(s.in, s.M * s.K) + nbytes(grad, s.N * s.K);
+    c.bytes_written = nbytes(grad, s.N * s.K) + (s.bias ? 2 * nbytes(grad, s.N) : 0);
+    return c;
+}
+
+}  // namespace napkin

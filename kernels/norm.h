@@ -1,0 +1,43 @@
+// norm: LayerNorm or RMSNorm over the last dimension, statistics in fp32.
+//   inp (N, C) -> out (N, C); layernorm keeps mean (N) and rstd (N), rmsnorm keeps rstd (N).
+// FLOPs per element: layernorm forward 7 (mean 1, variance 2, normalize 2, affine 2),
+// backward 14; rmsnorm forward 4, backward 9 (approximate counts, not tensor-core work).
+// Backward reads inp, which is the producing op's kept output (core/op_plan.h).
+#pragma once
+
+#include "core/model_config.h"
+#include "kernels/cost.h"
+
+namespace napkin {
+
+struct NormShape {
+    std::int64_t N = 0;  // rows: B*T
+    std::int64_t C = 0;
+    NormKind kind = NormKind::layernorm;
+    bool bias = true;
+    DType in = DType::f32;   // inp and weight
+    DType out = DType::f32;
+};
+
+inline std::int64_t norm_stats_per_row(NormKind k) { return k == NormKind::layernorm ? 2 : 1; }
+
+inline KernelCost norm_forward_cost(const NormShape& s) {
+    KernelCost c;
+    const std::uint64_t per_elem = s.kind == NormKind::layernorm ? 7 : 4;
+    c.flops = per_elem * s.N * s.C;
+    c.bytes_read = nbytes(s.in, s.N * s.C) + nbytes(s.in, s.C) * (s.bias ? 2 : 1);
+    c.bytes_written = nbytes(s.out, s.N * s.C) + nbytes(DType::f32, s.N * norm_stats_per_row(s.kind));
+    return c;
+}
+
+inline KernelCost norm_backward_cost(const NormShape& s) {
+    KernelCost c;
+    const std::uint64_t per_elem = s.kind == NormKind::layernorm ? 14 : 9;
+    c.flops = per_elem * s.N * s.C;
+    c.bytes_read = nbytes(s.in, s.N * s.C) + nbytes(s.out, s.N * s.C) +
+                   nbytes(DType::f32, s.N * norm_stats_per_row(s.kind)) + nbytes(s.in, s.C);
+    c.bytes_written = nbytes(s.in, s.N * s.C) + nbytes(DType::f32, s.C) * (s.bias ? 2 : 1);
+    return c;
+}
+
+}  // namespace napkin
