@@ -1,0 +1,284 @@
+// The estimator's arithmetic. Model-state memory follows the ZeRO paper's accounting per
+// recipe (napkin_formulas.h); activations and FLOPs come from the op plan (core/op_plan.h);
+// docs/ESTIMATOR.md walks through every term.
+#include "estimator/estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+
+namespace napkin {
+
+namespace {
+
+// cuBLAS(Lt) workspace napkin's CUDA backend allocates (NVIDIA recommends 32 MiB on Hopper).
+constexpr double kGemmWorkspaceBytes = 32.0 * (1 << 20);
+
+double shard(double count, bool sharded, int gpus) {
+    return sharded ? std::ceil(count / gpus) : count;
+}
+
+// Adapter parameters of one block: one adapter on each of the block's linear layers (QLoRA
+// targets all of them; q, k, v and SwiGLU's gate and up each get their own).
+double lora_params_per_layer(const ModelConfig& c, std::int64_t r) {
+    const std::int64_t C = c.d_model, F = c.d_ff;
+    const int fc_parts = c.mlp == MlpKind::swiglu ? 2 : 1;
+    const std::int64_t fc_rows = fc_parts * F;
+    return static_cast<double>(lora_params(LoraShape{0, c.qkv_dim(), C, r, 3}) +
+                               lora_params(LoraShape{0, C, C, r, 1}) +
+                               lora_params(LoraShape{0, fc_rows, C, r, fc_parts}) +
+                               lora_params(LoraShape{0, C, F, r, 1}));
+}
+
+double bytes_of(DType t) { return dtype_bits(t) / 8.0; }
+
+}  // namespace
+
+std::int64_t default_seq_len(const ModelConfig& cfg) { return std::min<std::int64_t>(cfg.context_length, 8192); }
+
+ModelConfig napkin_shape(double n_params, std::int64_t seq_len) {
+    // 12 L C^2 = N with C = 128 L  =>  L = cbrt(N / (12 * 128^2)).
+    const double layers = std::cbrt(n_params / (12.0 * 128.0 * 128.0));
+    ModelConfig c;
+    c.name = "napkin";
+    c.n_layers = std::max(1, static_cast<int>(std::lround(layers)));
+    c.d_model = 128 * c.n_layers;
+    c.n_heads = c.n_layers;  // head dim 128
+    c.n_kv_heads = c.n_heads;
+    c.d_ff = 4 * c.d_model;
+    c.vocab_size = 32000;
+    c.padded_vocab_size = 32000;
+    c.context_length = seq_len;
+    c.norm = NormKind::layernorm;
+    c.positions = PositionKind::rope;  // no position table to size
+    c.mlp = MlpKind::gelu;
+    c.bias = false;
+    c.tied_embeddings = true;
+    return c;
+}
+
+void validate(const EstimateInputs& in) {
+    auto positive = [](double v, const char* flag) {
+        if (!(v > 0)) throw UsageError(std::string(flag) + ": must be positive (got " + std::to_string(v) + ")");
+    };
+    if (in.params_only) positive(in.params, "--params");
+    if (in.seq_len < 0) positive(static_cast<double>(in.seq_len), "--seq-len");
+    positive(static_cast<double>(in.micro_batch), "--micro-batch");
+    positive(static_cast<double>(in.grad_accum), "--grad-accum");
+    positive(in.gpus, "--gpus");
+    positive(in.gpus_per_node, "gpus per node");
+    if (in.tokens < 0) positive(in.tokens, "--tokens");
+    if (in.zero < 0 || in.zero > 3) {
+        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
+    }
+    if (!(in.mfu > 0 && in.mfu <= 1)) {
+        throw UsageError("--mfu: must be in (0, 1] (got " + std::to_string(in.mfu) + ")");
+    }
+    if (in.finetune != Finetune::full && in.lora_rank <= 0) {
+        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
+    }
+    if (in.peak_flops_per_s < 0) positive(in.peak_flops_per_s, "--peak-tflops");
+    positive(in.gpu_memory_bytes, "--gpu-mem-gb");
+    if (in.measured_tokens_per_s < 0) positive(in.measured_tokens_per_s, "--measured-tokens-per-s");
+}
+
+void Estimator::run(const EstimateInputs& in, Estimate& e) {
+    validate(in);
+    e = Estimate{};
+    const int W = in.gpus;
+    std::uint32_t notes = 0;
+
+    // The model: the config, or napkin mode's derived shape (cached between calls).
+    std::int64_t T = in.seq_len;
+    const ModelConfig* cfg = &in.model;
+    if (in.params_only) {
+        if (T == 0) {
+            T = 2048;
+            notes |= kNoteSeqLenDefault;
+        }
+        if (shape_params_ != in.params || shape_seq_ != T) {
+            shape_ = napkin_shape(in.params, T);
+            shape_params_ = in.params;
+            shape_seq_ = T;
+        }
+        cfg = &shape_;
+        notes |= kNoteParamsOnlyShape | kNoteParamsOnlyFlops;
+    } else {
+        validate(in.model);
+        if (T == 0) {
+            T = default_seq_len(in.model);
+            notes |= kNoteSeqLenDefault;
+        }
+        if (T > in.model.context_length) notes |= kNoteSeqBeyondContext;
+    }
+    const ModelConfig& c = *cfg;
+    e.seq_len = T;
+    e.n_layers = c.n_layers;
+    e.d_model = c.d_model;
+
+    PlanInputs pin;
+    pin.micro_batch = in.micro_batch;
+    pin.seq_len = T;
+    pin.precision = in.precision;
+    pin.optimizer = in.optimizer;
+    pin.grads_fp32 = in.grads_fp32;
+    pin.checkpointing = in.checkpointing;
+    pin.attention = in.attention;
+    pin.finetune = in.finetune;
+    pin.lora_rank = in.lora_rank;
+    pin.loss_chunk_rows = in.loss_chunk_rows;
+    pin.causal_flops = in.causal_attention_flops;
+    build_op_plan(c, pin, plan_);
+    const PlanTotals pt = plan_totals(plan_);
+    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+
+    // Parameters.
+    e.params = count_params(c);
+    const double n_total = in.params_only ? in.params : static_cast<double>(e.params.total);
+    const double n_alloc = in.params_only ? in.params : static_cast<double>(e.params.allocated);
+    e.total_params = n_total;
+    const bool adapters = in.finetune != Finetune::full;
+    const double lora_layer = adapters ? lora_params_per_layer(c, in.lora_rank) : 0.0;
+    e.lora_params = lora_layer * c.n_layers;
+    e.trainable_params = adapters ? e.lora_params : n_total;
+    e.frozen_params = adapters ? n_total : 0.0;
+    e.tokens = in.tokens > 0 ? in.tokens : 20.0 * n_total;
+    if (in.tokens <= 0) notes |= kNoteTokensDefault;
+
+    // Model states per GPU (ZeRO paper section 5, per recipe).
+    const formulas::BytesPerParam bpp = formulas::bytes_per_param(in.precision, in.optimizer, in.grads_fp32);
+    e.bytes_per_param = bpp;
+    const double wb = bpp.weights;
+    const double train_alloc = adapters ? e.lora_params : n_alloc;
+    // Frozen base (LoRA/QLoRA): block linear weights in the working dtype or NF4, the rest
+    // (embeddings, norms, biases, head) in the working dtype.
+    const double frozen_linear = adapters ? (in.params_only ? n_alloc : static_cast<double>(c.n_layers) *
+                                                                            static_cast<double>(e.params.linear_per_layer))
+                                          : 0.0;
+    const double frozen_other = adapters ? n_alloc - frozen_linear : 0.0;
+    const double linear_bytes = in.finetune == Finetune::qlora ? formulas::kNf4BitsPerParam / 8.0 : wb;
+    const bool z1 = in.zero >= 1, z2 = in.zero >= 2, z3 = in.zero >= 3;
+    if (in.zero > 0 && W == 1) notes |= kNoteZeroOneGpu;
+
+    MemoryBytes gpu;
+    gpu.weights = shard(train_alloc, z3, W) * wb + shard(frozen_linear, z3, W) * linear_bytes +
+                  shard(frozen_other, z3, W) * wb;
+    gpu.master = shard(train_alloc, z1, W) * bpp.master;
+    gpu.grads = shard(train_alloc, z2, W) * bpp.grads;
+    gpu.optimizer = shard(train_alloc, z1, W) * bpp.optimizer;
+
+    // One FSDP unit (a block, or the embedding / head) in its stored dtypes.
+    const double layer_params = in.params_only ? n_alloc / c.n_layers : static_cast<double>(e.params.per_layer);
+    const double layer_linear = in.params_only ? layer_params : static_cast<double>(e.params.linear_per_layer);
+    const double layer_bytes = adapters ? layer_linear * linear_bytes + (layer_params - layer_linear) * wb +
+                                              lora_layer * wb
+                                        : layer_params * wb;
+    const double emb_bytes =
+        in.params_only ? 0.0 : static_cast<double>(c.padded_vocab_size * c.d_model) * wb;
+    const double unit_bytes = std::max(layer_bytes, emb_bytes);
+
+    MemoryBytes cpu;
+    if (in.offload != Offload::none) {
+        cpu.master = gpu.master;
+        cpu.optimizer = gpu.optimizer;
+        cpu.grads = shard(train_alloc, z2, W) * 4.0;  // fp32 copy the CPU optimizer steps with
+        gpu.master = 0;
+        gpu.optimizer = 0;
+    }
+    if (in.offload == Offload::optimizer_params) {
+        cpu.weights = gpu.weights;
+        gpu.weights = 0;  // resident nothing; the units in flight are in temporaries
+        const double layer_trainable = adapters ? lora_layer : layer_params;
+        gpu.grads = 2.0 * layer_trainable * bpp.grads;
+    }
+
+    // Activations: both views, per micro-batch (data parallelism does not shard them).
+    formulas::LayerActivationTerms terms{};
+    terms.s = static_cast<double>(T);
+    terms.b = static_cast<double>(in.micro_batch);
+    terms.h = static_cast<double>(c.d_model);
+    terms.a = c.n_heads;
+    terms.qkv_width = static_cast<double>(c.qkv_dim());
+    terms.ff_width = static_cast<double>(c.d_ff);
+    terms.fc_width = static_cast<double>(c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff);
+    terms.p = bytes_of(pd.activations);
+    terms.dropout = c.dropout > 0;
+    const bool flash = in.attention == AttentionImpl::flash;
+    if (flash && in.checkpointing == Checkpointing::selective) notes |= kNoteSelectiveFlash;
+    e.act_closed_form_layer_bytes = formulas::korthikanti_layer_bytes(terms, in.checkpointing, flash);
+    const double sbh = terms.s * terms.b * terms.h;
+    // Outside the blocks: the embedding output (and its dropout mask), and at the output the
+    // final norm's output and the head's input gradient (the logits are chunked, not kept).
+    e.act_closed_form_bytes = c.n_layers * e.act_closed_form_layer_bytes +
+                              sbh * (terms.p + (terms.dropout ? 1.0 : 0.0)) + 2.0 * terms.p * sbh;
+    e.act_detailed_kept_bytes = static_cast<double>(pt.kept_bytes);
+    e.act_detailed_bytes = static_cast<double>(pt.activation_peak_bytes());
+    e.act_detailed_layer_bytes = static_cast<double>(pt.block_kept_bytes + pt.block_recomputed_bytes);
+
+    TemporaryBytes tmp;
+    const double tokens_mb = static_cast<double>(in.micro_batch * T);
+    const double widest = static_cast<double>(std::max({c.qkv_dim(), terms.fc_width > 0 ? static_cast<std::int64_t>(terms.fc_width) : 0, c.d_ff}));
+    tmp.activation_grads = tokens_mb * (2.0 * c.d_model + widest) * terms.p;
+    tmp.op_workspace = static_cast<double>(pt.max_workspace_bytes);
+    if ((z3 && W > 1) || in.offload == Offload::optimizer_params) tmp.param_gather = 2.0 * unit_bytes;
+    if (in.finetune == Finetune::qlora) tmp.dequant = widest * static_cast<double>(c.d_model) * 2.0;
+    tmp.gemm_workspace = kGemmWorkspaceBytes;
+
+    if (in.ignore_activations) {
+        notes |= kNoteActivationsIgnored;
+    } else {
+        gpu.activations = e.act_detailed_bytes;
+        e.temporaries = tmp;
+        gpu.temporaries = tmp.total();
+    }
+    e.gpu = gpu;
+    e.cpu = cpu;
+    e.gpu_capacity_bytes = in.gpu_memory_bytes;
+    e.cpu_capacity_bytes = in.cpu_memory_bytes;
+    e.fits_gpu = gpu.total() <= in.gpu_memory_bytes;
+    e.cpu_node_bytes = cpu.total() * std::min(W, in.gpus_per_node);
+    e.fits_cpu = cpu.total() == 0 || in.cpu_memory_bytes <= 0 || e.cpu_node_bytes <= in.cpu_memory_bytes;
+    if (!e.fits_cpu) notes |= kNoteCpuDoesNotFit;
+
+    // FLOPs.
+    const double per_mb = tokens_mb;
+    e.flops_6n_per_token = formulas::training_flops_per_token_6n(n_total);
+    e.flops_matmul_per_token = 6.0 * static_cast<double>(e.params.matmul);
+    e.flops_attention_per_token = formulas::attention_flops_per_token(
+        c.n_layers, static_cast<double>(T), static_cast<double>(c.d_model), in.causal_attention_flops);
+    e.other_flops_per_token = static_cast<double>(pt.other_flops) / per_mb;
+    const double recompute_per_token = static_cast<double>(pt.recompute_flops) / per_mb;
+    if (in.params_only) {
+        e.flops_matmul_per_token = e.flops_6n_per_token;
+        e.model_flops_per_token = e.flops_6n_per_token;  // the lecture's napkin: 6N, nothing else
+    } else {
+        e.model_flops_per_token = static_cast<double>(pt.model_flops()) / per_mb;
+    }
+    e.hardware_flops_per_token = e.model_flops_per_token + recompute_per_token;
+    e.tokens_per_step = per_mb * static_cast<double>(in.grad_accum) * W;
+    e.model_flops_per_step = e.model_flops_per_token * e.tokens_per_step;
+    e.hardware_flops_per_step = e.hardware_flops_per_token * e.tokens_per_step;
+    e.run_flops_6nd = e.flops_6n_per_token * e.tokens;
+    e.run_model_flops = e.model_flops_per_token * e.tokens;
+    e.steps = std::ceil(e.tokens / e.tokens_per_step);
+
+    // Time.
+    e.peak_flops_per_s = in.peak_flops_per_s;
+    if (in.precision == Precision::fp32) notes |= kNoteFp32Peak;
+    if (in.peak_flops_per_s > 0) {
+        e.step_seconds = formulas::training_seconds(e.model_flops_per_step, W, in.peak_flops_per_s, in.mfu);
+        e.run_seconds = formulas::training_seconds(e.run_model_flops, W, in.peak_flops_per_s, in.mfu);
+        e.hfu = in.mfu * e.hardware_flops_per_token / e.model_flops_per_token;
+        if (in.measured_tokens_per_s > 0) {
+            e.measured_mfu = formulas::mfu_from_throughput(in.measured_tokens_per_s, e.model_flops_per_token,
+                                                           W, in.peak_flops_per_s);
+        }
+    } else {
+        notes |= kNoteNoPeak;
+    }
+    e.notes = notes;
+}
+
+}  // namespace napkin

@@ -1,0 +1,184 @@
+// The estimator: memory per GPU, FLOPs and time of a training run, from a model config (or a
+// bare parameter count), a recipe and the hardware. It reports the closed-form napkin view
+// (napkin_formulas.h) and the detailed view summed from the op plan side by side.
+//
+// Units everywhere: bytes, FLOPs, seconds. GB = 1e9 bytes and GiB = 2^30 bytes only when
+// printed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/model_config.h"
+#include "core/op_plan.h"
+#include "core/recipe.h"
+#include "estimator/napkin_formulas.h"
+
+namespace napkin {
+
+struct EstimateInputs {
+    // The model: a full config, or (napkin mode) only a parameter count, from which a dense
+    // GPT-like shape is derived for the activation terms (napkin_shape()).
+    ModelConfig model;
+    bool params_only = false;
+    double params = 0;  // --params N (params_only)
+
+    // Data.
+    std::int64_t seq_len = 0;  // T; 0 means the default (min(context, 8192), 2048 with --params)
+    std::int64_t micro_batch = 1;  // B
+    std::int64_t grad_accum = 1;   // G
+    double tokens = 0;             // D; 0 means 20 N (Chinchilla, Hoffmann et al. 2022)
+
+    // Recipe.
+    Precision precision = Precision::bf16_amp;
+    OptimizerKind optimizer = OptimizerKind::adamw;
+    bool grads_fp32 = false;  // fp32 gradients beside the fp32 master (18 instead of 16 B/param)
+    Checkpointing checkpointing = Checkpointing::none;
+    AttentionImpl attention = AttentionImpl::flash;
+    bool causal_attention_flops = true;  // 6LTC (causal) vs 12LTC (PaLM) per token
+    std::int64_t loss_chunk_rows = 1024;
+
+    // Parallelism.
+    int gpus = 1;  // W, data-parallel
+    int zero = 0;  // 0..3
+    Offload offload = Offload::none;
+    int gpus_per_node = 8;  // for host memory: offloaded states of a node's GPUs share its RAM
+
+    // Fine-tuning.
+    Finetune finetune = Finetune::full;
+    std::int64_t lora_rank = 64;
+
+    // Hardware.
+    double peak_flops_per_s = 0;   // of the GEMM dtype; 0 = none known (no time estimate)
+    double gpu_memory_bytes = 0;   // capacity per GPU
+    double cpu_memory_bytes = 0;   // host memory per node
+    double mfu = 0.5;
+
+    // Measured.
+    double measured_tokens_per_s = 0;  // whole job; 0 = not given
+
+    bool ignore_activations = false;  // model states only (weights, grads, optimizer), as the lectures count
+};
+
+// Things the estimate wants the reader to know; printed as notes, listed in JSON.
+enum Note : std::uint32_t {
+    kNoteParamsOnlyShape = 1u << 0,      // activations from a derived shape
+    kNoteParamsOnlyFlops = 1u << 1,      // 6N only, no attention term
+    kNoteTokensDefault = 1u << 2,        // D = 20 N
+    kNoteNoPeak = 1u << 3,               // no peak for the GEMM dtype: no time estimate
+    kNoteSelectiveFlash = 1u << 4,       // selective recompute is what flash already does
+    kNoteActivationsIgnored = 1u << 5,   // --ignore-activations
+    kNoteSeqBeyondContext = 1u << 6,     // RoPE model run past its context length
+    kNoteZeroOneGpu = 1u << 7,           // ZeRO over one GPU shards nothing
+    kNoteCpuDoesNotFit = 1u << 8,        // offloaded states exceed host memory
+    kNoteFp32Peak = 1u << 9,             // fp32 recipe counted at the non-tensor-core fp32 peak
+    kNoteSeqLenDefault = 1u << 10,       // T was not given
+};
+
+struct MemoryBytes {
+    double weights = 0;
+    double master = 0;
+    double grads = 0;
+    double optimizer = 0;
+    double activations = 0;
+    double temporaries = 0;
+    double model_states() const { return weights + master + grads + optimizer; }
+    double total() const { return model_states() + activations + temporaries; }
+};
+
+// Temporaries, itemized (all included in MemoryBytes::temporaries).
+struct TemporaryBytes {
+    double activation_grads = 0;  // gradient buffers of the backward in flight
+    double op_workspace = 0;      // largest per-op scratch: loss chunk logits, naive scores
+    double param_gather = 0;      // ZeRO-3 / offloaded parameters gathered for 2 units
+    double dequant = 0;           // QLoRA: one linear weight dequantized to bf16
+    double gemm_workspace = 0;    // cuBLAS(Lt) workspace
+    double total() const { return activation_grads + op_workspace + param_gather + dequant + gemm_workspace; }
+};
+
+struct Estimate {
+    // Parameters.
+    ParamCounts params;          // of the config (napkin mode: of the derived shape)
+    double total_params = 0;     // published count (napkin mode: N)
+    double trainable_params = 0;
+    double frozen_params = 0;
+    double lora_params = 0;
+    std::int64_t seq_len = 0;    // T used
+    int n_layers = 0;            // L and C of the model (napkin mode: of the derived shape)
+    std::int64_t d_model = 0;
+    double tokens = 0;           // D used
+    formulas::BytesPerParam bytes_per_param;  // of the trainable parameters under the recipe
+
+    // Memory per GPU, and per node's host RAM for offloaded states.
+    MemoryBytes gpu;
+    MemoryBytes cpu;  // per GPU's share; cpu_node_bytes sums a node
+    TemporaryBytes temporaries;
+    double cpu_node_bytes = 0;
+    double gpu_capacity_bytes = 0;
+    double cpu_capacity_bytes = 0;
+    bool fits_gpu = false;
+    bool fits_cpu = true;
+    bool fits() const { return fits_gpu && fits_cpu; }
+
+    // Activations per GPU for one micro-batch, both views.
+    double act_closed_form_bytes = 0;   // Korthikanti (generalized), all layers + embedding
+    double act_closed_form_layer_bytes = 0;
+    double act_detailed_bytes = 0;      // op plan: kept + one block rebuilt in backward
+    double act_detailed_kept_bytes = 0;  // op plan: kept through the forward
+    double act_detailed_layer_bytes = 0;  // op plan: one block, kept or rebuilt
+
+    // FLOPs.
+    double flops_6n_per_token = 0;             // 6 N (N = total params)
+    double flops_matmul_per_token = 0;         // 6 N_matmul (linear layers and head)
+    double flops_attention_per_token = 0;      // closed form (6 or 12) L T C
+    double model_flops_per_token = 0;          // the op plan's model FLOPs per token (MFU basis)
+    double hardware_flops_per_token = 0;       // plus recomputation
+    double other_flops_per_token = 0;          // elementwise work (not in MFU)
+    double tokens_per_step = 0;                // B T G W
+    double model_flops_per_step = 0;           // all GPUs
+    double hardware_flops_per_step = 0;
+    double run_flops_6nd = 0;
+    double run_model_flops = 0;
+
+    // Time (0 when no peak is known).
+    double peak_flops_per_s = 0;
+    double step_seconds = 0;
+    double run_seconds = 0;
+    double steps = 0;
+    double hfu = 0;  // hardware FLOPs utilization the assumed MFU implies
+    double measured_mfu = 0;
+
+    std::uint32_t notes = 0;
+};
+
+// The default T for a config: min(context, 8192).
+std::int64_t default_seq_len(const ModelConfig& cfg);
+
+// A dense GPT-like shape of about N parameters, for napkin mode: L layers with d_model = 128 L
+// (Kaplan et al.'s aspect ratio), 128-wide heads, d_ff = 4 C, 12 L C^2 = N.
+ModelConfig napkin_shape(double n_params, std::int64_t seq_len);
+
+// Reusable: keeps the op plan and the derived config between calls, so a sweep allocates
+// nothing per estimate.
+class Estimator {
+public:
+    // Throws UsageError on inconsistent inputs (zero GPUs, ZeRO stage 4, MFU outside (0, 1]...).
+    void run(const EstimateInputs& in, Estimate& out);
+    Estimate run(const EstimateInputs& in) {
+        Estimate e;
+        run(in, e);
+        return e;
+    }
+    const OpPlan& plan() const { return plan_; }
+
+private:
+    OpPlan plan_;
+    ModelConfig shape_;  // napkin mode's derived config
+    double shape_params_ = -1;
+    std::int64_t shape_seq_ = -1;
+};
+
+// Validates the inputs that do not depend on the model (flags): throws UsageError.
+void validate(const EstimateInputs& in);
+
+}  // namespace napkin

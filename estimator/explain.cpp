@@ -1,0 +1,132 @@
+// --explain: each formula the estimate used, with its numbers substituted and its source.
+// The same derivations, in prose, are in docs/ESTIMATOR.md.
+#include <cstdio>
+#include <sstream>
+
+#include "estimator/report.h"
+
+namespace napkin {
+
+namespace {
+
+std::string num(double x) {
+    char buf[48];
+    if (x != 0 && (x >= 1e7 || x < 1e-2)) std::snprintf(buf, sizeof buf, "%.4g", x);
+    else std::snprintf(buf, sizeof buf, "%.6g", x);
+    return buf;
+}
+
+std::string gb(double bytes) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.3f GB", bytes / 1e9);
+    return buf;
+}
+
+}  // namespace
+
+std::string format_explain(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    std::ostringstream os;
+    const auto& b = e.bytes_per_param;
+    const int W = in.gpus;
+    const double T = static_cast<double>(e.seq_len);
+    const double L = e.n_layers;
+    const double C = static_cast<double>(e.d_model);
+
+    os << "How napkin got these numbers (" << ctx.model_source << "). Sources: docs/ESTIMATOR.md.\n\n";
+
+    os << "1. Parameters\n";
+    if (in.params_only) {
+        os << "   N = " << num(e.total_params) << " (given by --params)\n";
+    } else {
+        os << "   N = token embedding V*C + position table + L * per-layer + final norm [+ untied head]\n"
+           << "     = " << num(static_cast<double>(e.params.token_embedding)) << " + "
+           << num(static_cast<double>(e.params.position_embedding)) << " + " << L << " * "
+           << num(static_cast<double>(e.params.per_layer)) << " + " << num(static_cast<double>(e.params.final_norm))
+           << " + " << num(static_cast<double>(e.params.head)) << " = " << num(e.total_params) << "\n"
+           << "   (core/model_config.cpp; the presets' counts equal the published ones, tests pin them)\n";
+    }
+    if (in.finetune != Finetune::full) {
+        os << "   trainable = LoRA adapters r*(parts*K + N) on each block linear (Hu et al. 2021), r = "
+           << in.lora_rank << ": " << num(e.lora_params) << "; the base " << num(e.frozen_params) << " is frozen\n";
+    }
+
+    os << "\n2. Bytes per trainable parameter ("
+       << enum_name(kPrecisionNames, in.precision) << ", " << enum_name(kOptimizerNames, in.optimizer) << ")\n"
+       << "   weights " << num(b.weights) << " + master " << num(b.master) << " + gradients " << num(b.grads)
+       << " + optimizer " << num(b.optimizer) << " = " << num(b.total()) << " bytes\n"
+       << "   (lecture: fp32 AdamW = 4 + 4 + 8 = 16; ZeRO paper sec. 3.1: mixed precision 2 + 2 + K, K = 12;\n"
+       << "    --grads-fp32 keeps fp32 gradients beside the master copy: 2 + 4 + 4 + 8 = 18, as Megatron does)\n";
+    if (in.optimizer == OptimizerKind::adamw_8bit) {
+        os << "   8-bit AdamW: 2 moments x (1 byte + 4 bytes / 2048-element block) (Dettmers et al. 2022)\n";
+    }
+    if (in.finetune == Finetune::qlora) {
+        os << "   QLoRA base linears: NF4 with double quantization = 4 + 8/64 + 32/(64*256) = "
+           << num(formulas::kNf4BitsPerParam) << " bits per weight (Dettmers et al. 2023, sec. 3)\n";
+    }
+
+    os << "\n3. Model states per GPU: ZeRO stage " << in.zero << " over W = " << W
+       << " GPUs (Rajbhandari et al. 2020, fig. 1)\n"
+       << "   stage 0: (w + g + s) Psi; 1: (w + g) Psi + s Psi/W; 2: w Psi + (g + s) Psi/W; 3: (w + g + s) Psi/W\n"
+       << "   (s = master + optimizer bytes)\n"
+       << "   weights " << gb(e.gpu.weights) << ", master " << gb(e.gpu.master) << ", gradients " << gb(e.gpu.grads)
+       << ", optimizer " << gb(e.gpu.optimizer) << " = " << gb(e.gpu.model_states()) << "\n";
+    if (in.offload != Offload::none) {
+        os << "   offload " << enum_name(kOffloadNames, in.offload)
+           << " (ZeRO-Offload, Ren et al. 2021): master and optimizer state, with an fp32 gradient copy, live in\n"
+           << "   host memory" << (in.offload == Offload::optimizer_params ? "; so do the weights, gathered two units at a time" : "")
+           << ": " << gb(e.cpu.total()) << " per GPU, " << gb(e.cpu_node_bytes) << " per node of "
+           << std::min(W, in.gpus_per_node) << " GPUs\n";
+    }
+
+    os << "\n4. Activations for one micro-batch (B = " << in.micro_batch << ", T = " << e.seq_len << ")\n"
+       << "   closed form, Korthikanti et al. 2022 sec. 4.1, per layer with p bytes per element:\n"
+       << "     none:      s*b*h*(p*(5 + qkv/h + fc/h + ff/h) + 2*dropout) + a*s^2*b*(p + dropout*(1 + p))\n"
+       << "     selective: s*b*h*(p*(5 + qkv/h + fc/h + ff/h) + 2*dropout)   (also flash attention)\n"
+       << "     full:      s*b*h*p\n"
+       << "     (for GPT-2 widths at p = 2 with dropout: 34 s*b*h + 5 a*s^2*b, the paper's formula)\n"
+       << "     = " << gb(e.act_closed_form_layer_bytes) << " per layer; x L = " << L
+       << " + embedding output s*b*h*(p + dropout) + output layer 2*s*b*h*p = " << gb(e.act_closed_form_bytes) << "\n"
+       << "   op plan (core/op_plan.cpp): every tensor each op keeps, in its dtype = " << gb(e.act_detailed_kept_bytes)
+       << " kept;\n     + one block rebuilt during its backward (checkpointing) = " << gb(e.act_detailed_bytes) << "\n"
+       << "     (the plan adds the norms' fp32 statistics, flash's logsumexp and LoRA's adapter inputs, and\n"
+       << "      keeps the model's real dtypes, fp8 GEMM inputs included)\n";
+    if (in.ignore_activations) os << "   --ignore-activations: not counted in the total\n";
+
+    os << "\n5. FLOPs per token\n"
+       << "   6N = 6 * " << num(e.total_params) << " = " << num(e.flops_6n_per_token)
+       << "   (Kaplan et al. 2020: forward 2N, backward 4N)\n";
+    if (!in.params_only) {
+        os << "   attention = " << (in.causal_attention_flops ? "6" : "12") << " * L * T * C = "
+           << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * " << T << " * " << C << " = "
+           << num(e.flops_attention_per_token)
+           << (in.causal_attention_flops ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
+                                         : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n")
+           << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact T(T+1)/2 pairs + biases\n"
+           << "     = " << num(e.flops_matmul_per_token) << " + ... = " << num(e.model_flops_per_token)
+           << "   (N_matmul = " << num(static_cast<double>(e.params.matmul)) << ": the linear layers and the head)\n";
+    }
+    os << "   hardware FLOPs = model + recomputation (checkpointing, flash's backward) = "
+       << num(e.hardware_flops_per_token) << "\n";
+
+    os << "\n6. The run\n"
+       << "   D = " << num(e.tokens) << " tokens; 6ND = " << num(e.run_flops_6nd) << " FLOPs; model FLOPs = "
+       << num(e.model_flops_per_token) << " * D = " << num(e.run_model_flops) << "\n";
+    if (e.peak_flops_per_s > 0) {
+        os << "   time = FLOPs / (W * peak * MFU) = " << num(e.run_model_flops) << " / (" << W << " * "
+           << num(e.peak_flops_per_s) << " * " << in.mfu << ") = " << num(e.run_seconds) << " s = "
+           << num(e.run_seconds / 86400.0) << " days\n"
+           << "   (the lecture's question 1: 6 * 70e9 * 15e12 / (1024 * 989.5e12 * 0.5) / 86400 = 143.9 days)\n"
+           << "   per step: " << num(e.model_flops_per_step) << " FLOPs over " << W << " GPUs = " << num(e.step_seconds)
+           << " s\n";
+        if (in.measured_tokens_per_s > 0) {
+            os << "   measured MFU = tokens/s * FLOPs/token / (W * peak) = " << num(in.measured_tokens_per_s) << " * "
+               << num(e.model_flops_per_token) << " / (" << W << " * " << num(e.peak_flops_per_s)
+               << ") = " << num(e.measured_mfu) << "   (PaLM appendix B)\n";
+        }
+    } else {
+        os << "   no peak FLOP/s known for this GPU and recipe: no time\n";
+    }
+    return os.str();
+}
+
+}  // namespace napkin

@@ -1,0 +1,338 @@
+// The human-readable table and the JSON document of an estimate.
+#include "estimator/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/config_json.h"
+#include "core/dtype.h"
+
+namespace napkin {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kGiB = 1073741824.0;
+constexpr double kSecondsPerDay = 86400.0;
+
+std::string printf_string(const char* fmt, double a) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, a);
+    return buf;
+}
+
+std::string fmt_duration(double s) {
+    if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
+    if (s < 1) return printf_string("%.1f ms", s * 1e3);
+    if (s < 120) return printf_string("%.2f s", s);
+    if (s < 7200) return printf_string("%.1f min", s / 60);
+    if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
+    return printf_string("%.1f days", s / kSecondsPerDay);
+}
+
+std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
+
+nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+std::string fmt_count(double n) {
+    const long long v = std::llround(n);
+    std::string digits = std::to_string(v < 0 ? -v : v);
+    std::string out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return v < 0 ? "-" + out : out;
+}
+
+std::string fmt_sci(double x) { return printf_string("%.3g", x); }
+
+std::string fmt_bytes(double bytes) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f GB (%.2f GiB)", bytes / kGB, bytes / kGiB);
+    return buf;
+}
+
+std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e) {
+    std::vector<std::string> out;
+    const auto has = [&](Note n) { return (e.notes & n) != 0; };
+    if (has(kNoteParamsOnlyFlops)) {
+        out.push_back("--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
+                      "needs a shape, so it is left out");
+    }
+    if (has(kNoteParamsOnlyShape)) {
+        out.push_back("--params: activations and temporaries use a derived dense shape of about N "
+                      "parameters: L = " + std::to_string(e.n_layers) + ", d_model = 128 L = " +
+                      std::to_string(e.d_model) + ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
+    }
+    if (has(kNoteSeqLenDefault)) {
+        out.push_back("--seq-len not given: T = " + std::to_string(e.seq_len) +
+                      (in.params_only ? "" : " (the model's context, at most 8192)"));
+    }
+    if (has(kNoteTokensDefault)) {
+        out.push_back("--tokens not given: D = 20 N = " + fmt_sci(e.tokens) +
+                      " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
+    }
+    if (has(kNoteNoPeak)) {
+        out.push_back("no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate "
+                      "(pick another --precision or give --peak-tflops)");
+    }
+    if (has(kNoteFp32Peak)) {
+        out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
+                      "TF32 GEMMs would run faster (--peak-tflops to override)");
+    }
+    if (has(kNoteSelectiveFlash)) {
+        out.push_back("selective recomputation with flash attention: flash already keeps no attention "
+                      "scores, so nothing more is recomputed");
+    }
+    if (has(kNoteActivationsIgnored)) {
+        out.push_back("--ignore-activations: memory counts model states only (weights, master, "
+                      "gradients, optimizer), as the lectures do");
+    }
+    if (has(kNoteSeqBeyondContext)) {
+        out.push_back("--seq-len " + std::to_string(e.seq_len) + " exceeds the model's context length " +
+                      std::to_string(in.model.context_length));
+    }
+    if (has(kNoteZeroOneGpu)) out.push_back("--zero over one GPU shards nothing");
+    if (has(kNoteCpuDoesNotFit)) {
+        out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
+                      fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");
+    }
+    return out;
+}
+
+std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    std::ostringstream os;
+    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+    char line[256];
+    auto row = [&](const char* label, double bytes) {
+        std::snprintf(line, sizeof line, "  %-28s %10.3f %10.3f\n", label, bytes / kGB, bytes / kGiB);
+        os << line;
+    };
+
+    os << "napkin estimate: " << ctx.model_source << ", " << enum_name(kPrecisionNames, in.precision) << ", "
+       << enum_name(kOptimizerNames, in.optimizer) << ", " << enum_name(kAttentionNames, in.attention)
+       << " attention, checkpointing " << enum_name(kCheckpointingNames, in.checkpointing);
+    if (in.finetune != Finetune::full) {
+        os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
+    }
+    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
+       << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
+    if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
+    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << printf_string("%.2f", in.mfu)
+       << "\n\n";
+
+    os << "parameters\n";
+    std::snprintf(line, sizeof line, "  %-16s %20s\n", "total", fmt_count(e.total_params).c_str());
+    os << line;
+    if (!in.params_only) {
+        const double emb = static_cast<double>(e.params.token_embedding + e.params.position_embedding + e.params.head);
+        std::snprintf(line, sizeof line, "  %-16s %20s\n  %-16s %20s\n", "embedding", fmt_count(emb).c_str(),
+                      "non-embedding", fmt_count(static_cast<double>(e.params.non_embedding)).c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-16s %20s\n", "trainable", fmt_count(e.trainable_params).c_str());
+    os << line;
+    if (e.frozen_params > 0) {
+        std::snprintf(line, sizeof line, "  %-16s %20s  (%s)\n", "frozen", fmt_count(e.frozen_params).c_str(),
+                      in.finetune == Finetune::qlora ? "block linears in NF4, the rest in the working dtype"
+                                                     : "in the working dtype");
+        os << line;
+    }
+
+    const auto& b = e.bytes_per_param;
+    std::snprintf(line, sizeof line,
+                  "\nbytes per trainable parameter: weights %.3g + master %.3g + gradients %.3g + optimizer %.3g = %.4g\n",
+                  b.weights, b.master, b.grads, b.optimizer, b.total());
+    os << line;
+
+    os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    row(("weights (" + dtype_label(pd.weights) + (in.finetune == Finetune::qlora ? "/nf4" : "") + ")").c_str(), e.gpu.weights);
+    row("master weights (fp32)", e.gpu.master);
+    row(("gradients (" + dtype_label(pd.grads) + ")").c_str(), e.gpu.grads);
+    row(("optimizer (" + std::to_string(optimizer_state_count(in.optimizer)) + " x " +
+         dtype_label(pd.optimizer_state) + ")").c_str(),
+        e.gpu.optimizer);
+    row("activations", e.gpu.activations);
+    row("temporaries", e.gpu.temporaries);
+    if (e.gpu.temporaries > 0) {
+        const auto& t = e.temporaries;
+        if (t.activation_grads > 0) row("  activation gradients", t.activation_grads);
+        if (t.op_workspace > 0) row("  op workspace (loss chunk)", t.op_workspace);
+        if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
+        if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
+        if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
+    }
+    row("total", e.gpu.total());
+    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
+                  e.gpu_capacity_bytes / kGB, 100.0 * e.gpu.total() / e.gpu_capacity_bytes);
+    os << line;
+    if (e.cpu.total() > 0) {
+        os << "host memory for offloaded states, per GPU\n";
+        row("weights", e.cpu.weights);
+        row("master weights (fp32)", e.cpu.master);
+        row("gradients (fp32)", e.cpu.grads);
+        row("optimizer", e.cpu.optimizer);
+        row("per node", e.cpu_node_bytes);
+        std::snprintf(line, sizeof line, "  => %s the node's %.0f GB\n", e.fits_cpu ? "fits" : "DOES NOT FIT",
+                      e.cpu_capacity_bytes / kGB);
+        os << line;
+    }
+
+    os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
+    row("closed form (Korthikanti)", e.act_closed_form_bytes);
+    row("op plan, kept in forward", e.act_detailed_kept_bytes);
+    row("op plan, peak in backward", e.act_detailed_bytes);
+
+    os << "\nFLOPs per token\n";
+    std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
+    os << line;
+    if (!in.params_only) {
+        std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "6 N_matmul (linear layers + head)",
+                      fmt_sci(e.flops_matmul_per_token).c_str(),
+                      in.causal_attention_flops ? "attention 6LTC (causal)" : "attention 12LTC (PaLM)",
+                      fmt_sci(e.flops_attention_per_token).c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "model FLOPs (MFU basis)",
+                  fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
+                  fmt_sci(e.hardware_flops_per_token).c_str());
+    os << line;
+    os << "per step: " << fmt_count(e.tokens_per_step) << " tokens (B T G W), " << fmt_sci(e.model_flops_per_step)
+       << " model FLOPs\n";
+    os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd) << " FLOPs, model FLOPs "
+       << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps) << " steps\n";
+
+    if (e.peak_flops_per_s > 0) {
+        os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
+           << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
+        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds) << " ("
+           << printf_string("%.1f", e.run_seconds / kSecondsPerDay) << " days)\n";
+        if (in.measured_tokens_per_s > 0) {
+            os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
+               << printf_string("%.3f", e.measured_mfu) << "\n";
+        }
+    }
+    if (ctx.solved != nullptr) {
+        os << "\nsolve " << ctx.solve << ": ";
+        if (ctx.solved->value <= 0) {
+            os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
+               << " per GPU)\n";
+        } else if (ctx.solve == "max-params") {
+            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value) << ")\n";
+        } else {
+            os << "micro-batch " << fmt_count(ctx.solved->value) << "\n";
+        }
+    }
+    const auto notes = note_texts(in, e);
+    if (!notes.empty()) {
+        os << "\nnotes\n";
+        for (const auto& n : notes) os << "  - " << n << "\n";
+    }
+    return os.str();
+}
+
+nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    using nlohmann::json;
+    json j;
+    j["schema"] = "napkin-estimate/1";
+    json inputs;
+    if (in.params_only) {
+        inputs["model"] = json{{"params", in.params}};
+    } else {
+        inputs["model"] = model_config_to_json(in.model);
+    }
+    inputs["model_source"] = ctx.model_source;
+    inputs["seq_len"] = e.seq_len;
+    inputs["micro_batch"] = in.micro_batch;
+    inputs["grad_accum"] = in.grad_accum;
+    inputs["tokens"] = e.tokens;
+    inputs["precision"] = enum_name(kPrecisionNames, in.precision);
+    inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
+    inputs["grads_fp32"] = in.grads_fp32;
+    inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
+    inputs["attention"] = enum_name(kAttentionNames, in.attention);
+    inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
+    inputs["gpus"] = in.gpus;
+    inputs["zero"] = in.zero;
+    inputs["offload"] = enum_name(kOffloadNames, in.offload);
+    inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
+    inputs["lora_rank"] = in.finetune == Finetune::full ? json(nullptr) : json(in.lora_rank);
+    inputs["gpu"] = ctx.gpu;
+    inputs["peak_flops_per_s"] = in.peak_flops_per_s;
+    inputs["gpu_memory_bytes"] = in.gpu_memory_bytes;
+    inputs["cpu_memory_bytes"] = in.cpu_memory_bytes;
+    inputs["mfu"] = in.mfu;
+    inputs["ignore_activations"] = in.ignore_activations;
+    j["inputs"] = inputs;
+
+    j["params"] = {
+        {"total", e.total_params},
+        {"embedding", in.params_only ? json(nullptr)
+                                     : json(e.params.token_embedding + e.params.position_embedding + e.params.head)},
+        {"non_embedding", in.params_only ? json(nullptr) : json(e.params.non_embedding)},
+        {"matmul", in.params_only ? json(nullptr) : json(e.params.matmul)},
+        {"allocated", in.params_only ? json(nullptr) : json(e.params.allocated)},
+        {"trainable", e.trainable_params},
+        {"frozen", e.frozen_params},
+        {"lora", e.lora_params},
+    };
+    const auto& b = e.bytes_per_param;
+    j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},
+                            {"optimizer", b.optimizer}, {"total", b.total()}};
+    auto mem = [](const MemoryBytes& m) {
+        return json{{"weights", m.weights},         {"master", m.master},
+                    {"grads", m.grads},             {"optimizer", m.optimizer},
+                    {"activations", m.activations}, {"temporaries", m.temporaries},
+                    {"model_states", m.model_states()}, {"total", m.total()}};
+    };
+    json gpu = mem(e.gpu);
+    gpu["capacity"] = e.gpu_capacity_bytes;
+    gpu["fits"] = e.fits_gpu;
+    const auto& t = e.temporaries;
+    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads}, {"op_workspace", t.op_workspace},
+                                 {"param_gather", t.param_gather},         {"dequant", t.dequant},
+                                 {"gemm_workspace", t.gemm_workspace}};
+    json cpu = mem(e.cpu);
+    cpu["node_total"] = e.cpu_node_bytes;
+    cpu["capacity"] = e.cpu_capacity_bytes;
+    cpu["fits"] = e.fits_cpu;
+    j["memory"] = {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
+    j["activations"] = {{"closed_form", e.act_closed_form_bytes},
+                        {"closed_form_layer", e.act_closed_form_layer_bytes},
+                        {"detailed_peak", e.act_detailed_bytes},
+                        {"detailed_kept", e.act_detailed_kept_bytes},
+                        {"detailed_layer", e.act_detailed_layer_bytes}};
+    j["flops"] = {
+        {"per_token",
+         {{"six_n", e.flops_6n_per_token},
+          {"matmul", e.flops_matmul_per_token},
+          {"attention", e.flops_attention_per_token},
+          {"model", e.model_flops_per_token},
+          {"hardware", e.hardware_flops_per_token},
+          {"other", e.other_flops_per_token}}},
+        {"per_step", {{"tokens", e.tokens_per_step}, {"model", e.model_flops_per_step}, {"hardware", e.hardware_flops_per_step}}},
+        {"run", {{"tokens", e.tokens}, {"six_nd", e.run_flops_6nd}, {"model", e.run_model_flops}, {"steps", e.steps}}},
+    };
+    const bool timed = e.peak_flops_per_s > 0;
+    j["time"] = {{"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
+                 {"mfu", in.mfu},
+                 {"step_seconds", null_if_zero(e.step_seconds, timed)},
+                 {"run_seconds", null_if_zero(e.run_seconds, timed)},
+                 {"run_days", null_if_zero(e.run_seconds / kSecondsPerDay, timed)},
+                 {"hfu", null_if_zero(e.hfu, timed)}};
+    j["measured"] = in.measured_tokens_per_s > 0
+                        ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
+                        : json(nullptr);
+    if (ctx.solved != nullptr) {
+        j["solve"] = {{"kind", ctx.solve}, {"value", ctx.solved->value}, {"evaluations", ctx.solved->evaluations}};
+    }
+    j["fits"] = e.fits();
+    j["notes"] = note_texts(in, e);
+    return j;
+}
+
+}  // namespace napkin

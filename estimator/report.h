@@ -1,0 +1,34 @@
+// Presenting an estimate: the human table, the --json document (keys documented in
+// docs/ESTIMATOR.md, "JSON output") and the --explain derivation with numbers substituted.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "estimator/estimate.h"
+#include "estimator/solver.h"
+
+namespace napkin {
+
+struct ReportContext {
+    std::string model_source;  // "preset gpt2", "config cfg.json", "--params", "flags"
+    std::string gpu;           // "h100-sxm" or "custom"
+    std::string gpu_full_name;
+    std::string solve;         // "", "max-params", "max-micro-batch"
+    const SolveResult* solved = nullptr;
+};
+
+// The notes set in `e.notes`, as sentences.
+std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e);
+
+std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx);
+nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx);
+std::string format_explain(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx);
+
+// Formatting shared by the CLI and the viewer.
+std::string fmt_count(double n);      // 124,439,808
+std::string fmt_sci(double x);        // 6.30e+24
+std::string fmt_bytes(double bytes);  // "12.35 GB (11.50 GiB)"
+
+}  // namespace napkin

@@ -1,0 +1,25 @@
+// Inverse questions: the largest model, or the largest micro-batch, that fits the memory.
+// Both search over the estimator itself (so every memory term counts, or only model states
+// with ignore_activations) by doubling then bisection on integers.
+#pragma once
+
+#include <cstdint>
+
+#include "estimator/estimate.h"
+
+namespace napkin {
+
+struct SolveResult {
+    double value = 0;  // parameters, or micro-batch; 0 when even the smallest does not fit
+    Estimate at;       // the estimate at `value` (at the smallest candidate when value is 0)
+    int evaluations = 0;
+};
+
+// Largest N (napkin mode: a dense model known by its size) whose estimate fits. The lecture's
+// "largest model on 8 x 80 GB with fp32 AdamW" is this with ignore_activations and ZeRO-3.
+SolveResult solve_max_params(const EstimateInputs& base, Estimator& est);
+
+// Largest B for the given model and recipe.
+SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
+
+}  // namespace napkin
