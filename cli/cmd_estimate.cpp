@@ -1,0 +1,352 @@
+// napkin estimate: the analytic estimator's command line. The flag names are the public
+// interface (docs/ESTIMATOR.md); keep them.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/config_json.h"
+#include "core/model_config.h"
+#include "estimator/estimate.h"
+#include "estimator/hardware.h"
+#include "estimator/report.h"
+#include "estimator/solver.h"
+
+namespace napkin::cli {
+
+namespace {
+
+struct EstimateFlags {
+    std::string model, config;
+    double params = 0;
+    // Shape flags.
+    int layers = 0, heads = 0, kv_heads = 0;
+    std::int64_t d_model = 0, d_ff = 0, vocab = 50257, context = 0;
+    std::string norm = "layernorm", mlp = "gelu", positions = "learned";
+    bool no_bias = false, untied = false;
+    double dropout = -1;
+    // Data.
+    std::int64_t seq_len = 0, micro_batch = 1, grad_accum = 1, loss_chunk = 1024;
+    double tokens = 0;
+    // Recipe.
+    std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none", attention = "flash";
+    std::string attention_flops = "causal";
+    bool grads_fp32 = false;
+    // Parallel.
+    int gpus = 1, zero = 0;
+    std::string offload = "none";
+    // Fine-tuning.
+    std::string finetune = "full";
+    std::int64_t lora_rank = 64;
+    // Hardware.
+    std::string gpu = "h100-sxm";
+    double peak_tflops = 0, gpu_mem_gb = 0, cpu_mem_gb = 256, mfu = 0.5;
+    double measured_tokens_per_s = 0;
+    std::string solve;
+    bool json = false, explain = false, ignore_activations = false;
+    bool list_models = false, list_gpus = false;
+};
+
+void list_models(bool as_json) {
+    nlohmann::json out = nlohmann::json::array();
+    if (!as_json) {
+        std::printf("%-12s %16s %4s %6s %4s %4s %6s %7s %7s  %s\n", "name", "params", "L", "C", "NH", "KVH", "F", "V",
+                    "context", "published count");
+    }
+    for (const auto& src : preset_sources()) {
+        const ModelConfig& c = preset_or_throw(src.name);
+        const ParamCounts p = count_params(c);
+        if (as_json) {
+            nlohmann::json j = model_config_to_json(c);
+            j["params"] = p.total;
+            j["published_params"] = src.published_params;
+            j["source"] = src.source;
+            out.push_back(j);
+        } else {
+            std::printf("%-12s %16s %4d %6lld %4d %4d %6lld %7lld %7lld  %s\n", src.name,
+                        fmt_count(static_cast<double>(p.total)).c_str(), c.n_layers, static_cast<long long>(c.d_model),
+                        c.n_heads, c.n_kv_heads, static_cast<long long>(c.d_ff),
+                        static_cast<long long>(c.vocab_size), static_cast<long long>(c.context_length), src.source);
+        }
+    }
+    if (as_json) std::cout << out.dump(2) << "\n";
+}
+
+void list_gpus(bool as_json) {
+    nlohmann::json out = nlohmann::json::array();
+    if (!as_json) {
+        std::printf("dense peak TFLOP/s (no sparsity); memory GB = 1e9 bytes; sources in docs/HARDWARE.md\n");
+        std::printf("%-10s %-30s %7s %7s %7s %7s %7s %7s %6s %6s\n", "name", "part", "fp32", "tf32", "bf16", "fp16",
+                    "fp8", "int8", "GB", "TB/s");
+    }
+    for (const auto& g : gpu_table()) {
+        if (as_json) {
+            out.push_back({{"name", g.name},
+                           {"full_name", g.full_name},
+                           {"tflops", {{"fp32", g.tflops_fp32}, {"tf32", g.tflops_tf32}, {"bf16", g.tflops_bf16},
+                                       {"fp16", g.tflops_fp16}, {"fp8", g.tflops_fp8}, {"int8", g.tflops_int8}}},
+                           {"memory_gb", g.memory_gb},
+                           {"bandwidth_tb_per_s", g.bandwidth_tbs},
+                           {"source", g.source}});
+        } else {
+            std::printf("%-10s %-30s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %6.0f %6.3f\n", std::string(g.name).c_str(),
+                        std::string(g.full_name).c_str(), g.tflops_fp32, g.tflops_tf32, g.tflops_bf16, g.tflops_fp16,
+                        g.tflops_fp8, g.tflops_int8, g.memory_gb, g.bandwidth_tbs);
+        }
+    }
+    if (as_json) std::cout << out.dump(2) << "\n";
+}
+
+ModelConfig shape_from_flags(const EstimateFlags& f) {
+    if (f.layers == 0 || f.d_model == 0 || f.heads == 0) {
+        throw UsageError("a model needs --model, --config, --params, or all of --layers, --d-model and --heads");
+    }
+    ModelConfig c;
+    c.name = "custom";
+    c.n_layers = f.layers;
+    c.d_model = f.d_model;
+    c.n_heads = f.heads;
+    c.n_kv_heads = f.kv_heads > 0 ? f.kv_heads : f.heads;
+    c.d_ff = f.d_ff > 0 ? f.d_ff : 4 * f.d_model;
+    c.vocab_size = f.vocab;
+    c.padded_vocab_size = pad_vocab(f.vocab);
+    c.context_length = f.context > 0 ? f.context : (f.seq_len > 0 ? f.seq_len : 2048);
+    c.norm = parse_enum(kNormNames, f.norm, "--norm");
+    c.mlp = parse_enum(kMlpNames, f.mlp, "--mlp");
+    c.positions = parse_enum(kPositionNames, f.positions, "--positions");
+    c.bias = !f.no_bias;
+    c.tied_embeddings = !f.untied;
+    // Report flag-level errors by flag name before the estimator sees the shape.
+    if (f.layers < 0) throw UsageError("--layers: must be a positive integer");
+    if (f.kv_heads < 0) throw UsageError("--kv-heads: must be a positive integer");
+    if (f.d_ff < 0) throw UsageError("--d-ff: must be a positive integer");
+    validate(c);
+    return c;
+}
+
+void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
+    if (f.list_models) return list_models(f.json);
+    if (f.list_gpus) return list_gpus(f.json);
+    if (f.json && f.explain) throw UsageError("--json and --explain: pick one");
+
+    EstimateInputs in;
+    ReportContext ctx;
+    const bool shape_flags = cmd.count("--layers") + cmd.count("--d-model") + cmd.count("--heads") > 0;
+    const int model_sources = (cmd.count("--model") > 0) + (cmd.count("--config") > 0) + (cmd.count("--params") > 0) +
+                              (shape_flags ? 1 : 0);
+    if (model_sources > 1) {
+        throw UsageError("give one model: --model, --config, --params, or --layers/--d-model/--heads");
+    }
+    if (f.solve == "max-params") {
+        if (model_sources > 0) {
+            throw UsageError("--solve max-params searches over model size: drop --model/--config/--params/--layers");
+        }
+        ctx.model_source = "napkin shape (solving for N)";
+    } else if (cmd.count("--params") > 0) {
+        in.params_only = true;
+        in.params = f.params;
+        ctx.model_source = "--params " + fmt_sci(f.params);
+    } else if (cmd.count("--config") > 0) {
+        in.model = load_model_config(f.config);
+        ctx.model_source = "config " + f.config;
+    } else if (shape_flags) {
+        in.model = shape_from_flags(f);
+        ctx.model_source = "custom shape";
+    } else {
+        in.model = preset_or_throw(f.model);
+        ctx.model_source = "preset " + f.model;
+    }
+    if (f.dropout >= 0) {
+        if (in.params_only) throw UsageError("--dropout needs a model shape, not --params");
+        in.model.dropout = f.dropout;
+    }
+
+    in.seq_len = f.seq_len;
+    if (cmd.count("--seq-len") > 0 && f.seq_len <= 0) {
+        throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(f.seq_len) + ")");
+    }
+    in.micro_batch = f.micro_batch;
+    in.grad_accum = f.grad_accum;
+    in.tokens = f.tokens;
+    if (cmd.count("--tokens") > 0 && !(f.tokens > 0)) {
+        throw UsageError("--tokens: must be positive (got " + std::to_string(f.tokens) + ")");
+    }
+    if (cmd.count("--params") > 0 && !(f.params > 0)) {
+        throw UsageError("--params: must be positive (got " + std::to_string(f.params) + ")");
+    }
+    in.loss_chunk_rows = f.loss_chunk;
+    if (f.loss_chunk < 0) throw UsageError("--loss-chunk: must be 0 (all rows) or positive");
+    in.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
+    in.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
+    in.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
+    in.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    if (f.attention_flops != "causal" && f.attention_flops != "full") {
+        throw UsageError("--attention-flops: unknown value '" + f.attention_flops + "' (expected causal|full)");
+    }
+    in.causal_attention_flops = f.attention_flops == "causal";
+    in.grads_fp32 = f.grads_fp32;
+    in.gpus = f.gpus;
+    in.zero = f.zero;
+    in.offload = parse_enum(kOffloadNames, f.offload, "--offload");
+    in.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
+    in.lora_rank = f.lora_rank;
+    in.mfu = f.mfu;
+    in.measured_tokens_per_s = f.measured_tokens_per_s;
+    in.ignore_activations = f.ignore_activations;
+
+    // Hardware: a table entry, overridden field by field.
+    const GpuSpec& gpu = gpu_or_throw(f.gpu);
+    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+    ctx.gpu = std::string(gpu.name);
+    ctx.gpu_full_name = std::string(gpu.full_name);
+    in.peak_flops_per_s = gpu.peak_tflops(pd.gemm_compute) * 1e12;
+    in.gpu_memory_bytes = gpu.memory_gb * 1e9;
+    if (cmd.count("--peak-tflops") > 0) {
+        if (!(f.peak_tflops > 0)) throw UsageError("--peak-tflops: must be positive");
+        in.peak_flops_per_s = f.peak_tflops * 1e12;
+        ctx.gpu += " (peak overridden)";
+    }
+    if (cmd.count("--gpu-mem-gb") > 0) {
+        if (!(f.gpu_mem_gb > 0)) throw UsageError("--gpu-mem-gb: must be positive");
+        in.gpu_memory_bytes = f.gpu_mem_gb * 1e9;
+        ctx.gpu += " (memory overridden)";
+    }
+    if (!(f.cpu_mem_gb > 0)) throw UsageError("--cpu-mem-gb: must be positive");
+    in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
+
+    Estimator est;
+    Estimate e;
+    SolveResult solved;
+    if (f.solve.empty()) {
+        e = est.run(in);
+    } else if (f.solve == "max-params") {
+        solved = solve_max_params(in, est);
+        in.params_only = true;
+        in.params = solved.value > 0 ? solved.value : 1e6;
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
+    } else if (f.solve == "max-micro-batch") {
+        solved = solve_max_micro_batch(in, est);
+        in.micro_batch = solved.value > 0 ? static_cast<std::int64_t>(solved.value) : 1;
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
+    } else {
+        throw UsageError("--solve: unknown value '" + f.solve + "' (expected max-params|max-micro-batch)");
+    }
+
+    if (f.json) {
+        std::cout << to_json(in, e, ctx).dump(2) << "\n";
+    } else if (f.explain) {
+        std::cout << format_text(in, e, ctx) << "\n" << format_explain(in, e, ctx);
+    } else {
+        std::cout << format_text(in, e, ctx);
+    }
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app) {
+    auto f = std::make_shared<EstimateFlags>();
+    CLI::App* cmd = app.add_subcommand(
+        "estimate",
+        "Napkin math for a training run: parameters, memory per GPU by category, FLOPs, time and MFU.\n"
+        "Units: GB = 1e9 bytes, GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s. Formulas: docs/ESTIMATOR.md.");
+    cmd->footer(
+        "Examples:\n"
+        "  napkin estimate --model gpt2 --seq-len 1024 --micro-batch 16\n"
+        "  napkin estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5\n"
+        "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations\n"
+        "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
+        "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
+
+    auto g = "Model";
+    cmd->add_option("--model", f->model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
+    f->model = "gpt2";
+    cmd->add_option("--config", f->config, "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, llama)")
+        ->group(g);
+    cmd->add_option("--params", f->params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
+    cmd->add_option("--layers", f->layers, "Custom shape: layers L")->group(g);
+    cmd->add_option("--d-model", f->d_model, "Custom shape: d_model C")->group(g);
+    cmd->add_option("--heads", f->heads, "Custom shape: attention heads")->group(g);
+    cmd->add_option("--kv-heads", f->kv_heads, "Custom shape: kv heads (default: heads; GQA/MQA when fewer)")->group(g);
+    cmd->add_option("--d-ff", f->d_ff, "Custom shape: MLP width (default 4 d_model)")->group(g);
+    cmd->add_option("--vocab", f->vocab, "Custom shape: vocabulary (padded to a multiple of 128)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--context", f->context, "Custom shape: context length (default: --seq-len, or 2048)")->group(g);
+    cmd->add_option("--norm", f->norm, "Custom shape: layernorm|rmsnorm")->group(g)->capture_default_str();
+    cmd->add_option("--mlp", f->mlp, "Custom shape: gelu|swiglu")->group(g)->capture_default_str();
+    cmd->add_option("--positions", f->positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
+    cmd->add_flag("--no-bias", f->no_bias, "Custom shape: no biases")->group(g);
+    cmd->add_flag("--untied", f->untied, "Custom shape: separate output head")->group(g);
+    cmd->add_option("--dropout", f->dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
+        ->group(g);
+
+    g = "Data";
+    cmd->add_option("--seq-len", f->seq_len, "Sequence length T (default min(context, 8192); 2048 with --params)")
+        ->group(g);
+    cmd->add_option("--micro-batch", f->micro_batch, "Micro-batch B per GPU")->group(g)->capture_default_str();
+    cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")->group(g)->capture_default_str();
+    cmd->add_option("--tokens", f->tokens, "Training tokens D (default 20 N, Chinchilla)")->group(g);
+    cmd->add_option("--loss-chunk", f->loss_chunk, "Rows of fp32 logits alive at once in the chunked loss (0: all)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Recipe";
+    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")->group(g)->capture_default_str();
+    cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_flag("--grads-fp32", f->grads_fp32,
+                  "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, Megatron) instead of "
+                  "half-precision ones (16, ZeRO paper)")
+        ->group(g);
+    cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->group(g)->capture_default_str();
+    cmd->add_option("--attention", f->attention, "naive|flash")->group(g)->capture_default_str();
+    cmd->add_option("--attention-flops", f->attention_flops,
+                    "causal (6LTC per token, llm.c/Megatron) | full (12LTC, PaLM's MFU)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Parallel";
+    cmd->add_option("--gpus", f->gpus, "Data-parallel GPUs W")->group(g)->capture_default_str();
+    cmd->add_option("--zero", f->zero, "ZeRO stage 0|1|2|3 (3 = FSDP)")->group(g)->capture_default_str();
+    cmd->add_option("--offload", f->offload, "none|optimizer|optimizer+params (to host memory)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Fine-tuning";
+    cmd->add_option("--finetune", f->finetune, "full|lora|qlora")->group(g)->capture_default_str();
+    cmd->add_option("--lora-rank", f->lora_rank, "LoRA rank r")->group(g)->capture_default_str();
+
+    g = "Hardware";
+    cmd->add_option("--gpu", f->gpu, "GPU from the table (--list-gpus)")->group(g)->capture_default_str();
+    cmd->add_option("--peak-tflops", f->peak_tflops, "Override the peak dense TFLOP/s of the recipe's GEMM dtype")
+        ->group(g);
+    cmd->add_option("--gpu-mem-gb", f->gpu_mem_gb, "Override GPU memory, GB (1e9 bytes)")->group(g);
+    cmd->add_option("--cpu-mem-gb", f->cpu_mem_gb, "Host memory per node for offloaded states, GB")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--mfu", f->mfu, "Assumed model FLOPs utilization")->group(g)->capture_default_str();
+    cmd->add_option("--measured-tokens-per-s", f->measured_tokens_per_s,
+                    "A measured throughput (whole job): prints the MFU it means")
+        ->group(g);
+
+    g = "Output";
+    cmd->add_option("--solve", f->solve, "max-params|max-micro-batch: the largest that fits")->group(g);
+    cmd->add_flag("--json", f->json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
+    cmd->add_flag("--explain", f->explain, "Every formula with its numbers and its source")->group(g);
+    cmd->add_flag("--ignore-activations", f->ignore_activations,
+                  "Count model states only (weights, master, gradients, optimizer), as the lectures do")
+        ->group(g);
+    cmd->add_flag("--list-models", f->list_models, "List the presets and exit")->group(g);
+    cmd->add_flag("--list-gpus", f->list_gpus, "List the GPU table and exit")->group(g);
+
+    cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
+}
+
+}  // namespace napkin::cli

@@ -1,0 +1,12 @@
+// Each subcommand registers itself on the app and runs from its callback. Errors propagate as
+// napkin::UsageError (exit 2) or InputError (exit 1) to main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace napkin::cli {
+
+void add_estimate_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace napkin::cli
