@@ -1,0 +1,160 @@
+// napkin's command line as a user meets it: exit codes, one-line errors, JSON that parses.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#ifndef NAPKIN_BINARY
+#error "NAPKIN_BINARY must name the napkin executable"
+#endif
+
+namespace {
+
+struct CliRun {
+    int rc = -1;
+    std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+CliRun napkin(const std::string& args) {
+    // CTest runs each test in its own process, in parallel: name the files by process.
+    static int calls = 0;
+    const std::string stem = testing::TempDir() + "/napkin_cli_" + std::to_string(getpid()) + "_" +
+                             std::to_string(calls++);
+    const std::string out = stem + ".out", err = stem + ".err";
+    const std::string cmd = std::string(NAPKIN_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const int status = std::system(cmd.c_str());
+    CliRun r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    std::remove(out.c_str());
+    std::remove(err.c_str());
+    return r;
+}
+
+std::string data(const char* name) { return std::string(NAPKIN_TEST_DATA) + "/" + name; }
+
+// A usage error: exit 2, nothing on stdout, exactly one line on stderr containing `needle`.
+void expect_usage_error(const std::string& args, const std::string& needle) {
+    SCOPED_TRACE(args);
+    const CliRun r = napkin(args);
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(Cli, DefaultEstimateRuns) {
+    const CliRun r = napkin("estimate");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("memory per GPU"), std::string::npos);
+    EXPECT_NE(r.out.find("124,439,808"), std::string::npos);  // gpt2 is the default model
+}
+
+TEST(Cli, HelpAndVersion) {
+    const CliRun help = napkin("estimate --help");
+    EXPECT_EQ(help.rc, 0);
+    for (const char* flag : {"--model", "--config", "--params", "--seq-len", "--micro-batch", "--grad-accum", "--tokens",
+                             "--precision", "--optimizer", "--checkpointing", "--attention", "--gpus", "--zero",
+                             "--offload", "--finetune", "--lora-rank", "--gpu", "--peak-tflops", "--gpu-mem-gb",
+                             "--mfu", "--measured-tokens-per-s", "--solve", "--json", "--explain",
+                             "--ignore-activations", "--list-models", "--list-gpus"}) {
+        EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+    }
+    EXPECT_EQ(napkin("--version").rc, 0);
+}
+
+TEST(Cli, JsonIsOneDocumentWithStableKeys) {
+    const CliRun r = napkin("estimate --model llama3-8b --seq-len 8192 --gpus 8 --zero 3 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["schema"], "napkin-estimate/1");
+    EXPECT_EQ(j["params"]["total"], 8030261248.0);
+    for (const char* k : {"weights", "master", "grads", "optimizer", "activations", "temporaries", "total", "fits"}) {
+        EXPECT_TRUE(j["memory"]["gpu"].contains(k)) << k;
+    }
+    EXPECT_TRUE(j["flops"]["per_token"].contains("model"));
+    EXPECT_TRUE(j["time"]["run_days"].is_number());
+    EXPECT_TRUE(j["fits"].is_boolean());
+}
+
+TEST(Cli, NapkinQuestionOneOnTheCommandLine) {
+    const CliRun r = napkin("estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NEAR(nlohmann::json::parse(r.out)["time"]["run_days"].get<double>(), 143.9, 0.05);
+}
+
+TEST(Cli, SolveMaxParams) {
+    const CliRun r = napkin("estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["solve"]["value"].get<double>(), 40e9);
+}
+
+TEST(Cli, ExplainNamesSources) {
+    const CliRun r = napkin("estimate --model gpt2 --explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char* s : {"Korthikanti", "Rajbhandari", "Kaplan", "6 * L * T * C"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s;
+    }
+}
+
+TEST(Cli, Lists) {
+    const CliRun m = napkin("estimate --list-models");
+    EXPECT_EQ(m.rc, 0);
+    EXPECT_NE(m.out.find("llama3-405b"), std::string::npos);
+    const CliRun g = napkin("estimate --list-gpus --json");
+    EXPECT_EQ(g.rc, 0);
+    EXPECT_GE(nlohmann::json::parse(g.out).size(), 11u);
+}
+
+TEST(Cli, ConfigFileLoads) {
+    const CliRun r = napkin("estimate --config " + data("hf_llama2_7b_config.json") + " --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["params"]["total"], 6738415616.0);
+}
+
+TEST(Cli, BadInputIsOneLineAndExitTwo) {
+    expect_usage_error("estimate --model gpt5", "unknown preset 'gpt5' (expected tiny|gpt2|");
+    expect_usage_error("estimate --gpu h1000", "unknown GPU 'h1000' (expected h100-sxm|");
+    expect_usage_error("estimate --layers 12 --d-model 768 --heads 7", "heads (7) must divide d-model (768)");
+    expect_usage_error("estimate --layers 12 --d-model 768 --heads 12 --kv-heads 5", "kv-heads (5) must divide heads (12)");
+    expect_usage_error("estimate --layers 0 --d-model 768 --heads 12", "layers");
+    expect_usage_error("estimate --layers 12 --d-model -768 --heads 12", "d-model");
+    expect_usage_error("estimate --micro-batch 0", "--micro-batch");
+    expect_usage_error("estimate --seq-len -5", "--seq-len");
+    expect_usage_error("estimate --gpus 0", "--gpus");
+    expect_usage_error("estimate --params -1", "--params");
+    expect_usage_error("estimate --precision fp64", "--precision: unknown value 'fp64' (expected fp32|fp16-amp|");
+    expect_usage_error("estimate --optimizer lion", "--optimizer: unknown value 'lion'");
+    expect_usage_error("estimate --checkpointing some", "--checkpointing: unknown value 'some'");
+    expect_usage_error("estimate --attention sparse", "--attention: unknown value 'sparse'");
+    expect_usage_error("estimate --offload disk", "--offload: unknown value 'disk'");
+    expect_usage_error("estimate --finetune adapter", "--finetune: unknown value 'adapter'");
+    expect_usage_error("estimate --zero 4", "--zero");
+    expect_usage_error("estimate --solve min-loss", "--solve: unknown value 'min-loss'");
+    expect_usage_error("estimate --mfu 2", "--mfu");
+    expect_usage_error("estimate --micro-batch abc", "--micro-batch");
+    expect_usage_error("estimate --no-such-flag", "no-such-flag");
+    expect_usage_error("estimate --model gpt2 --params 1e9", "give one model");
+    expect_usage_error("estimate --config " + data("bad_not_json.json"), "bad_not_json.json");
+    expect_usage_error("estimate --config " + data("bad_field_type.json"), "n_layer");
+    expect_usage_error("estimate --config " + data("bad_heads.json"), "bad_heads.json");
+    expect_usage_error("estimate --config /nonexistent/cfg.json", "/nonexistent/cfg.json");
+}
+
+}  // namespace
