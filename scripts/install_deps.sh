@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages napkin needs, only those that are missing.
+#   scripts/install_deps.sh            build + tests (the default)
+#   scripts/install_deps.sh --viewer   also the ImGui viewer's packages
+# Runs apt-get as root, or through sudo when not root.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev)
+for arg in "$@"; do
+    case "$arg" in
+        --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev xvfb) ;;
+        --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+        -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+        *) echo "install_deps.sh: unknown option '$arg' (expected --viewer or --mpi)" >&2; exit 2 ;;
+    esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install_deps.sh: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install_deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
