@@ -209,8 +209,11 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     if (e.peak_flops_per_s > 0) {
         os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
            << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
-        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds) << " ("
-           << printf_string("%.1f", e.run_seconds / kSecondsPerDay) << " days)\n";
+        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
+        if (e.run_seconds < 2 * kSecondsPerDay) {
+            os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+        }
+        os << "\n";
         if (in.measured_tokens_per_s > 0) {
             os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
                << printf_string("%.3f", e.measured_mfu) << "\n";
