@@ -16,6 +16,7 @@ void add_info_command(CLI::App& app) {
         if (d.cuda_built) {
             std::printf("cuda runtime %s, driver %s\n", d.runtime_version.c_str(),
                         d.driver_version.empty() ? "none" : d.driver_version.c_str());
+            std::printf("libraries: %s\n", d.libraries.c_str());
         }
         std::printf("%s\n", device_summary(d).c_str());
     });

@@ -19,6 +19,9 @@ struct DeviceInfo {
     int multiprocessors = 0;
     std::string runtime_version;  // "13.0"
     std::string driver_version;   // "" without a driver
+    // Versions reported by the linked CUDA libraries (cuBLAS, cuBLASLt, CUPTI, NCCL); each
+    // query works without a GPU, which shows the libraries load on any machine.
+    std::string libraries;
 
     bool has_cuda() const { return cuda_devices > 0; }
 };
