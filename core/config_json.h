@@ -13,13 +13,16 @@
 
 namespace napkin {
 
-// Reads and validates a config file. `source` defaults to the path in error messages.
+// Reads, parses and validates a config file; errors name `path`. Throws UsageError for a file
+// that cannot be opened, is not JSON, or holds a bad or missing field.
 ModelConfig load_model_config(const std::string& path);
 
-// Parses an already-read document; `source` names it in errors.
+// Parses an already-read document (format detected from "format" or "model_type") and runs
+// validate(); `source` prefixes every error and its stem is the name when the document has none.
 ModelConfig model_config_from_json(const nlohmann::json& doc, const std::string& source);
 
-// napkin's own format, which model_config_from_json reads back unchanged.
+// napkin's own format with every key written ("format": "napkin-model");
+// model_config_from_json reads it back to an identical config.
 nlohmann::json model_config_to_json(const ModelConfig& cfg);
 
 }  // namespace napkin

@@ -31,6 +31,20 @@ void validate(const ModelConfig& c) {
     require_positive(c.n_heads, "heads");
     require_positive(c.n_kv_heads, "kv-heads");
     require_positive(c.d_ff, "d-ff");
+    // Upper bounds keep every parameter and activation count far inside int64 (the largest
+    // presets are L = 126, C = 16384, V = 128256, context 131072).
+    auto require_at_most = [](std::int64_t value, std::int64_t limit, const char* field) {
+        if (value > limit) {
+            throw UsageError(std::string(field) + ": " + std::to_string(value) + " is beyond napkin's limit of " +
+                             std::to_string(limit));
+        }
+    };
+    require_at_most(c.vocab_size, 1 << 24, "vocab");
+    require_at_most(c.padded_vocab_size, (1 << 24) + 128, "padded vocab");
+    require_at_most(c.context_length, 1 << 24, "context length");
+    require_at_most(c.n_layers, 1 << 12, "layers");
+    require_at_most(c.d_model, 1 << 18, "d-model");
+    require_at_most(c.d_ff, 1 << 20, "d-ff");
     if (c.padded_vocab_size < c.vocab_size) {
         throw UsageError("padded vocab (" + std::to_string(c.padded_vocab_size) +
                          ") must be at least vocab (" + std::to_string(c.vocab_size) + ")");

@@ -217,6 +217,14 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
                          " exceeds the learned position table of " + std::to_string(c.context_length) +
                          " rows (the model's context length)");
     }
+    // Keep every count inside int64: the largest tensor is naive attention's (B, NH, T, T).
+    const double biggest = static_cast<double>(in.micro_batch) * c.n_heads * static_cast<double>(in.seq_len) *
+                           static_cast<double>(in.seq_len) * 8.0;
+    if (biggest > 4e18 || static_cast<double>(in.micro_batch) * static_cast<double>(in.seq_len) *
+                                  static_cast<double>(c.padded_vocab_size) > 4e18) {
+        throw UsageError("--micro-batch x --seq-len: " + std::to_string(in.micro_batch) + " x " +
+                         std::to_string(in.seq_len) + " is too large to count in 64-bit integers");
+    }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     }

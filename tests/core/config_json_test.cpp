@@ -1,7 +1,11 @@
+// Config files: the published Hugging Face configs load to the published parameter counts,
+// napkin's format round-trips every preset, and every error is one line naming file and field.
 #include "core/config_json.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/check.h"
 
@@ -12,20 +16,46 @@
 namespace napkin {
 namespace {
 
-std::string data(const char* name) { return std::string(NAPKIN_TEST_DATA) + "/" + name; }
+using nlohmann::json;
 
+std::string data(const char* name) {
+    return std::string(NAPKIN_TEST_DATA) + "/" + name;
+}
+
+// Every field but the name.
 bool same_shape(const ModelConfig& a, const ModelConfig& b) {
     return a.vocab_size == b.vocab_size && a.padded_vocab_size == b.padded_vocab_size &&
-           a.context_length == b.context_length && a.n_layers == b.n_layers && a.d_model == b.d_model &&
-           a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads && a.d_ff == b.d_ff && a.norm == b.norm &&
-           a.positions == b.positions && a.mlp == b.mlp && a.bias == b.bias &&
-           a.tied_embeddings == b.tied_embeddings && a.dropout == b.dropout;
+           a.context_length == b.context_length && a.n_layers == b.n_layers &&
+           a.d_model == b.d_model && a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads &&
+           a.d_ff == b.d_ff && a.norm == b.norm && a.positions == b.positions && a.mlp == b.mlp &&
+           a.bias == b.bias && a.tied_embeddings == b.tied_embeddings && a.dropout == b.dropout;
 }
+
+// The message of the UsageError that `fn` throws, or a test failure.
+template <class Fn>
+std::string usage_error(Fn&& fn) {
+    try {
+        fn();
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "expected a UsageError";
+    return {};
+}
+
+std::string from_json_error(const json& doc) {
+    return usage_error([&] { model_config_from_json(doc, "cfg.json"); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face config.json
 
 TEST(ConfigJson, HuggingFaceGpt2) {
     const ModelConfig c = load_model_config(data("hf_gpt2_config.json"));
     EXPECT_EQ(count_params(c).total, 124439808);
     EXPECT_TRUE(same_shape(c, preset_or_throw("gpt2")));
+    EXPECT_EQ(c.name, "hf_gpt2_config");  // no _name_or_path in the published file
+    EXPECT_EQ(c.dropout, 0.0);            // resid_pdrop 0.1 is not read
 }
 
 TEST(ConfigJson, HuggingFaceLlama) {
@@ -37,74 +67,213 @@ TEST(ConfigJson, HuggingFaceLlama) {
     EXPECT_EQ(count_params(l3).total, 8030261248);
     EXPECT_EQ(l3.n_kv_heads, 8);
     EXPECT_EQ(l3.name, "hf_llama3_8b_config");  // no _name_or_path: the file stem
+    EXPECT_TRUE(same_shape(l3, preset_or_throw("llama3-8b")));
 }
+
+json hf_gpt2() {
+    return {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024},
+            {"n_layer", 12},        {"n_embd", 768},       {"n_head", 12}};
+}
+
+json hf_llama() {
+    return {{"model_type", "llama"},     {"vocab_size", 32000}, {"max_position_embeddings", 4096},
+            {"num_hidden_layers", 32},   {"hidden_size", 4096}, {"num_attention_heads", 32},
+            {"intermediate_size", 11008}};
+}
+
+TEST(ConfigJson, HuggingFaceGpt2Defaults) {
+    json doc = hf_gpt2();
+    doc["n_inner"] = nullptr;  // as transformers writes the default
+    ModelConfig c = model_config_from_json(doc, "dir/my-gpt2.json");
+    EXPECT_EQ(c.d_ff, 4 * 768);
+    EXPECT_TRUE(c.tied_embeddings);
+    EXPECT_EQ(c.name, "my-gpt2");
+
+    doc["n_inner"] = 2048;
+    doc["tie_word_embeddings"] = false;
+    doc.erase("n_positions");
+    doc["n_ctx"] = 512;
+    doc["_name_or_path"] = "";  // a model built from a bare config: fall back to the stem
+    c = model_config_from_json(doc, "my-gpt2.json");
+    EXPECT_EQ(c.d_ff, 2048);
+    EXPECT_FALSE(c.tied_embeddings);
+    EXPECT_EQ(c.context_length, 512);
+    EXPECT_EQ(c.name, "my-gpt2");
+
+    doc["name_or_path"] = "someone/gpt2-small";
+    EXPECT_EQ(model_config_from_json(doc, "x.json").name, "someone/gpt2-small");
+}
+
+TEST(ConfigJson, HuggingFaceLlamaDefaultsAndBias) {
+    json doc = hf_llama();
+    ModelConfig c = model_config_from_json(doc, "l.json");
+    EXPECT_EQ(c.n_kv_heads, 32);
+    EXPECT_FALSE(c.tied_embeddings);
+    EXPECT_FALSE(c.bias);
+    EXPECT_EQ(c.norm, NormKind::rmsnorm);
+    EXPECT_EQ(c.positions, PositionKind::rope);
+    EXPECT_EQ(c.mlp, MlpKind::swiglu);
+
+    doc["attention_bias"] = true;
+    doc["mlp_bias"] = true;
+    doc["head_dim"] = 128;
+    EXPECT_TRUE(model_config_from_json(doc, "l.json").bias);
+
+    doc["mlp_bias"] = false;
+    std::string msg = from_json_error(doc);
+    EXPECT_NE(msg.find("cfg.json: field 'attention_bias'"), std::string::npos) << msg;
+    doc["attention_bias"] = false;
+    doc["mlp_bias"] = true;
+    msg = from_json_error(doc);
+    EXPECT_NE(msg.find("cfg.json: field 'mlp_bias'"), std::string::npos) << msg;
+
+    doc["mlp_bias"] = false;
+    doc["head_dim"] = 256;
+    msg = from_json_error(doc);
+    EXPECT_NE(msg.find("cfg.json: field 'head_dim'"), std::string::npos) << msg;
+}
+
+// ---------------------------------------------------------------------------------------------
+// napkin's format
 
 TEST(ConfigJson, NapkinFormatRoundTripsEveryPreset) {
     for (const auto& p : model_presets()) {
-        const ModelConfig back = model_config_from_json(model_config_to_json(p), "mem");
+        const json doc = model_config_to_json(p);
+        EXPECT_EQ(doc.at("format"), "napkin-model");
+        const ModelConfig back = model_config_from_json(doc, "mem");
         EXPECT_TRUE(same_shape(back, p)) << p.name;
         EXPECT_EQ(back.name, p.name);
+        // And through text, as a file would carry it.
+        const ModelConfig reparsed = model_config_from_json(json::parse(doc.dump()), "mem");
+        EXPECT_TRUE(same_shape(reparsed, p)) << p.name;
     }
+    ModelConfig odd = preset_or_throw("llama3-8b");
+    odd.name = "odd";
+    odd.dropout = 0.1;
+    odd.padded_vocab_size = 131072;
+    odd.tied_embeddings = true;
+    const ModelConfig back =
+        model_config_from_json(json::parse(model_config_to_json(odd).dump()), "m");
+    EXPECT_TRUE(same_shape(back, odd));
+
     const ModelConfig tiny = load_model_config(data("napkin_tiny.json"));
     EXPECT_TRUE(same_shape(tiny, preset_or_throw("tiny")));
+    EXPECT_EQ(tiny.name, "tiny");
 }
 
-// Each error: a UsageError, one line, naming the source and (where there is one) the field.
-void expect_error(const std::string& path, const std::string& needle) {
-    SCOPED_TRACE(path);
-    try {
-        load_model_config(path);
-        ADD_FAILURE() << "expected UsageError containing " << needle;
-    } catch (const UsageError& e) {
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find(path), std::string::npos) << msg;
-        EXPECT_NE(msg.find(needle), std::string::npos) << msg;
-        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+TEST(ConfigJson, NapkinFormatOptionalKeys) {
+    json doc = model_config_to_json(preset_or_throw("llama3-8b"));
+    for (const char* key : {"name", "padded_vocab_size", "n_kv_heads", "dropout"})
+        doc.erase(key);
+    const ModelConfig c = model_config_from_json(doc, "configs/mine.json");
+    EXPECT_EQ(c.name, "mine");
+    EXPECT_EQ(c.padded_vocab_size, pad_vocab(128256));
+    EXPECT_EQ(c.n_kv_heads, c.n_heads);
+    EXPECT_EQ(c.dropout, 0.0);
+
+    // bias and tied_embeddings have no default: either would be wrong for one family.
+    for (const char* key : {"bias", "tied_embeddings", "norm", "d_ff"}) {
+        json missing = model_config_to_json(preset_or_throw("gpt2"));
+        missing.erase(key);
+        EXPECT_EQ(from_json_error(missing), std::string("cfg.json: missing field '") + key + "'");
     }
+}
+
+TEST(ConfigJson, NapkinFormatRejectsUnknownKeys) {
+    json doc = model_config_to_json(preset_or_throw("llama3-8b"));
+    doc.erase("n_kv_heads");
+    doc["n_kv_head"] = 8;  // a typo would otherwise silently mean MHA
+    const std::string msg = from_json_error(doc);
+    EXPECT_NE(msg.find("cfg.json: unknown field 'n_kv_head' (expected "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("n_kv_heads"), std::string::npos) << msg;
+
+    // One entry of `estimate --list-models --json` loads as it is.
+    json listed = model_config_to_json(preset_or_throw("gpt2"));
+    listed["params"] = 124439808;
+    listed["published_params"] = 124439808;
+    listed["source"] = "openai-community/gpt2";
+    EXPECT_TRUE(same_shape(model_config_from_json(listed, "m"), preset_or_throw("gpt2")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+// A UsageError, one line, naming the file and containing `needle`.
+void expect_file_error(const std::string& path, const std::string& needle) {
+    SCOPED_TRACE(path);
+    const std::string msg = usage_error([&] { load_model_config(path); });
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
 TEST(ConfigJson, FileErrorsNameTheFileAndField) {
-    expect_error(data("bad_not_json.json"), "not valid JSON");
-    expect_error(data("bad_field_type.json"), "field 'n_layer': expected a positive integer (got \"twelve\")");
-    expect_error(data("bad_heads.json"), "heads (7) must divide d-model (768)");
-    expect_error(data("does_not_exist.json"), "cannot open");
+    expect_file_error(data("bad_not_json.json"),
+                      ": not valid JSON: parse error at line 5, column 1");
+    expect_file_error(data("bad_field_type.json"),
+                      "field 'n_layer': expected a positive integer (got \"twelve\")");
+    expect_file_error(data("bad_heads.json"), "heads (7) must divide d-model (768)");
+    expect_file_error(data("does_not_exist.json"), ": cannot open (No such file or directory)");
+    expect_file_error(std::string(NAPKIN_TEST_DATA), ": cannot open (Is a directory)");
 }
 
 TEST(ConfigJson, FieldErrors) {
-    using nlohmann::json;
-    json base = model_config_to_json(preset_or_throw("gpt2"));
-    auto expect_field_error = [&](const char* key, json value, const std::string& needle) {
+    const json base = model_config_to_json(preset_or_throw("gpt2"));
+    auto expect_field_error = [&](const char* key, const json& value, const std::string& needle) {
+        SCOPED_TRACE(std::string(key) + " = " + value.dump());
         json doc = base;
         doc[key] = value;
-        try {
-            model_config_from_json(doc, "cfg.json");
-            ADD_FAILURE() << "expected an error for " << key;
-        } catch (const UsageError& e) {
-            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-        }
+        const std::string msg = from_json_error(doc);
+        EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     };
-    expect_field_error("n_layers", 12.5, "cfg.json: field 'n_layers': expected a positive integer (got 12.5)");
-    expect_field_error("d_model", -768, "field 'd_model': expected a positive integer");
-    expect_field_error("norm", "batchnorm", "field 'norm': unknown value 'batchnorm' (expected layernorm|rmsnorm)");
-    expect_field_error("bias", "yes", "field 'bias': expected true or false");
-    expect_field_error("dropout", 1.5, "field 'dropout'");
-    expect_field_error("format", "other", "field 'format'");
-    json missing = base;
-    missing.erase("d_model");
-    EXPECT_THROW(
-        {
-            try {
-                model_config_from_json(missing, "cfg.json");
-            } catch (const UsageError& e) {
-                EXPECT_STREQ(e.what(), "cfg.json: missing field 'd_model'");
-                throw;
-            }
-        },
-        UsageError);
-    json hf = {{"model_type", "bert"}};
-    EXPECT_THROW(model_config_from_json(hf, "cfg.json"), UsageError);
-    EXPECT_THROW(model_config_from_json(json::array(), "cfg.json"), UsageError);
-    EXPECT_THROW(model_config_from_json(json::object(), "cfg.json"), UsageError);
+    const std::string positive = "expected a positive integer (got ";
+    expect_field_error("n_layers", 12.5, "cfg.json: field 'n_layers': " + positive + "12.5)");
+    expect_field_error("n_layers", 12.0, "cfg.json: field 'n_layers': " + positive + "12.0)");
+    expect_field_error("n_layers", "12", "cfg.json: field 'n_layers': " + positive + "\"12\")");
+    expect_field_error("n_layers", true, "cfg.json: field 'n_layers': " + positive + "true)");
+    expect_field_error("n_layers", 2000000, "cfg.json: field 'n_layers': expected at most");
+    expect_field_error("d_model", -768, "cfg.json: field 'd_model': " + positive + "-768)");
+    expect_field_error("d_model", 0, "cfg.json: field 'd_model': " + positive + "0)");
+    expect_field_error("vocab_size", 18446744073709551615ull,
+                       "cfg.json: field 'vocab_size': expected a positive integer below 2^63");
+    expect_field_error("norm", "batchnorm",
+                       "cfg.json: field 'norm': unknown value 'batchnorm' (expected "
+                       "layernorm|rmsnorm)");
+    expect_field_error("positions", "alibi", "field 'positions': unknown value 'alibi'");
+    expect_field_error("mlp", 1, "field 'mlp': expected a string (got 1)");
+    expect_field_error("bias", "yes",
+                       "cfg.json: field 'bias': expected true or false (got \"yes\")");
+    expect_field_error("tied_embeddings", 1, "field 'tied_embeddings': expected true or false");
+    expect_field_error("dropout", 1.5, "cfg.json: field 'dropout': expected a number in [0, 1)");
+    expect_field_error("dropout", "0.1", "field 'dropout': expected a number in [0, 1)");
+    expect_field_error("format", "other", "cfg.json: field 'format': unknown value 'other'");
+    expect_field_error("name", 3, "cfg.json: field 'name': expected a string (got 3)");
+
+    // validate()'s errors come back prefixed with the source.
+    json kv = base;
+    kv["n_kv_heads"] = 5;
+    EXPECT_EQ(from_json_error(kv), "cfg.json: kv-heads (5) must divide heads (12)");
+    json padded = base;
+    padded["padded_vocab_size"] = 50000;
+    EXPECT_EQ(from_json_error(padded).rfind("cfg.json: padded vocab (50000)", 0), 0u);
+
+    json hf = hf_gpt2();
+    hf["n_head"] = 12.0;
+    EXPECT_EQ(from_json_error(hf), "cfg.json: field 'n_head': " + positive + "12.0)");
+    hf = hf_gpt2();
+    hf.erase("n_embd");
+    EXPECT_EQ(from_json_error(hf), "cfg.json: missing field 'n_embd'");
+    hf = hf_gpt2();
+    hf.erase("n_positions");
+    EXPECT_EQ(from_json_error(hf), "cfg.json: missing field 'n_ctx'");
+
+    EXPECT_EQ(from_json_error({{"model_type", "bert"}}),
+              "cfg.json: field 'model_type': unknown value 'bert' (expected gpt2|llama)");
+    const std::string neither = from_json_error(json::object());
+    EXPECT_NE(neither.find("'format'"), std::string::npos) << neither;
+    EXPECT_NE(neither.find("'model_type'"), std::string::npos) << neither;
+    EXPECT_EQ(from_json_error(json::array()), "cfg.json: expected a JSON object (got array)");
 }
 
 }  // namespace

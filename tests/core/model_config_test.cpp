@@ -75,6 +75,7 @@ TEST(ModelConfig, ValidateRejectsBadShapes) {
     expect_error([](ModelConfig& c) { c.vocab_size = 0; }, "vocab");
     expect_error([](ModelConfig& c) { c.padded_vocab_size = 100; }, "padded vocab");
     expect_error([](ModelConfig& c) { c.dropout = 1.0; }, "dropout");
+    expect_error([](ModelConfig& c) { c.d_model = std::int64_t{1} << 40; }, "d-model: 1099511627776 is beyond");
 }
 
 TEST(ModelConfig, PadVocab) {
