@@ -4,7 +4,8 @@
 //   dweight (N, K) += dout^T (N, M) @ inp (M, K)           2*M*N*K FLOPs
 //   dbias (N)     += sum over M of dout                    M*N FLOPs
 // Keeps for backward: inp (owned by the op that produced it, see core/op_plan.h).
-// CPU reference (OpenBLAS) and CUDA (cuBLASLt) implementations arrive with the engine.
+// CPU: OpenBLAS sgemm (kernels/cpu/matmul.cpp); 16-bit storage is widened to fp32 in a
+// caller-provided scratch first. CUDA (cuBLASLt) arrives with the CUDA backend.
 #pragma once
 
 #include "kernels/cost.h"
@@ -47,5 +48,23 @@ inline KernelCost matmul_backward_weight_cost(const MatmulShape& s, DType grad) 
     c.bytes_written = nbytes(grad, s.N * s.K) + (s.bias ? 2 * nbytes(grad, s.N) : 0);
     return c;
 }
+
+namespace cpu {
+
+// Floats of scratch the 16-bit paths need (0 for float): inp, weight and out widened.
+std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K);
+
+// out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M, std::int64_t N,
+                    std::int64_t K, float* scratch);
+
+// dinp (M, K) += dout @ weight; dweight (N, K) += dout^T @ inp; dbias (N) += column sums of
+// dout. dinp, dweight and dbias may each be null (not needed, or frozen).
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+
+}  // namespace cpu
 
 }  // namespace napkin

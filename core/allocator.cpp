@@ -1,0 +1,109 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "core/check.h"
+
+namespace napkin {
+
+void* HostMemory::allocate(std::size_t bytes) {
+    constexpr std::size_t kAlign = 64;
+    const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+}
+
+void HostMemory::deallocate(void* ptr, std::size_t) noexcept { std::free(ptr); }
+
+AccountingAllocator::AccountingAllocator(RawMemory& raw) : raw_(raw), start_(std::chrono::steady_clock::now()) {
+    names_.emplace_back("");  // id 0: unnamed
+}
+
+AccountingAllocator::~AccountingAllocator() = default;
+
+std::int64_t AccountingAllocator::now_ns() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::uint32_t AccountingAllocator::intern(std::string_view name) {
+    auto it = name_ids_.find(std::string(name));
+    if (it != name_ids_.end()) return it->second;
+    const auto id = static_cast<std::uint32_t>(names_.size());
+    names_.emplace_back(name);
+    name_ids_.emplace(std::string(name), id);
+    return id;
+}
+
+MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory category, std::size_t bytes) {
+    MemBlock b;
+    b.category = category;
+    if (bytes == 0) return b;
+    void* p = raw_.allocate(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    b.ptr = p;
+    b.bytes = bytes;
+    b.name_id = intern(name);
+    const auto c = static_cast<std::size_t>(category);
+    const auto n = static_cast<std::int64_t>(bytes);
+    current_[c] += n;
+    if (current_[c] > peak_[c]) peak_[c] = current_[c];
+    current_total_ += n;
+    if (current_total_ > peak_total_) peak_total_ = current_total_;
+    ++live_;
+    if (record_events_) {
+        events_.push_back(MemEvent{now_ns(), n, reinterpret_cast<std::uint64_t>(p), b.name_id, category});
+    }
+    return b;
+}
+
+void AccountingAllocator::free(MemBlock& b) noexcept {
+    if (b.ptr == nullptr) return;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto c = static_cast<std::size_t>(b.category);
+        const auto n = static_cast<std::int64_t>(b.bytes);
+        current_[c] -= n;
+        current_total_ -= n;
+        --live_;
+        if (record_events_) {
+            events_.push_back(MemEvent{now_ns(), -n, reinterpret_cast<std::uint64_t>(b.ptr), b.name_id, b.category});
+        }
+    }
+    raw_.deallocate(b.ptr, b.bytes);
+    b = MemBlock{};
+}
+
+std::int64_t AccountingAllocator::current_bytes(MemCategory c) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_[static_cast<std::size_t>(c)];
+}
+
+std::int64_t AccountingAllocator::peak_bytes(MemCategory c) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_[static_cast<std::size_t>(c)];
+}
+
+std::int64_t AccountingAllocator::current_total_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_total_;
+}
+
+std::int64_t AccountingAllocator::peak_total_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_total_;
+}
+
+std::int64_t AccountingAllocator::live_blocks() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_;
+}
+
+void AccountingAllocator::reset_peaks() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = current_;
+    peak_total_ = current_total_;
+}
+
+}  // namespace napkin

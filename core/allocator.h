@@ -1,0 +1,127 @@
+// The accounting allocator: every byte the engine allocates carries a category and a name, and
+// every allocation and free is recorded with a timestamp. It keeps current and peak bytes per
+// category (and the peak of the total, which is not the sum of the per-category peaks), so a
+// run's measured memory can be compared with the estimator's prediction category by category,
+// and the profiler can write the events as a memory snapshot.
+//
+// The raw memory comes from a backend (host memory here; the CUDA backend supplies device
+// memory through the same interface).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/enum_names.h"
+
+namespace napkin {
+
+enum class MemCategory : std::uint8_t {
+    parameters,       // working weights (and frozen base weights)
+    master_weights,   // fp32 master copies under mixed precision
+    gradients,
+    optimizer_state,
+    activations,      // tensors kept for backward
+    temporaries,      // workspace, activation gradients, scratch
+    communication,    // collective buffers
+    data,             // token batches
+};
+inline constexpr std::size_t kMemCategoryCount = 8;
+inline constexpr std::array kMemCategoryNames = {
+    EnumName<MemCategory>{MemCategory::parameters, "parameters"},
+    EnumName<MemCategory>{MemCategory::master_weights, "master_weights"},
+    EnumName<MemCategory>{MemCategory::gradients, "gradients"},
+    EnumName<MemCategory>{MemCategory::optimizer_state, "optimizer_state"},
+    EnumName<MemCategory>{MemCategory::activations, "activations"},
+    EnumName<MemCategory>{MemCategory::temporaries, "temporaries"},
+    EnumName<MemCategory>{MemCategory::communication, "communication"},
+    EnumName<MemCategory>{MemCategory::data, "data"},
+};
+
+enum class DeviceKind : std::uint8_t { cpu, cuda };
+inline constexpr std::array kDeviceKindNames = {EnumName<DeviceKind>{DeviceKind::cpu, "cpu"},
+                                                EnumName<DeviceKind>{DeviceKind::cuda, "cuda"}};
+
+// Where raw bytes come from. Implementations: HostMemory (below), the CUDA backend's device
+// memory.
+class RawMemory {
+public:
+    virtual ~RawMemory() = default;
+    virtual void* allocate(std::size_t bytes) = 0;  // throws std::bad_alloc on failure
+    virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+    virtual DeviceKind device() const = 0;
+};
+
+// 64-byte aligned host memory (one cache line, full AVX-512 vectors).
+class HostMemory final : public RawMemory {
+public:
+    void* allocate(std::size_t bytes) override;
+    void deallocate(void* ptr, std::size_t bytes) noexcept override;
+    DeviceKind device() const override { return DeviceKind::cpu; }
+};
+
+// One allocation or free. bytes > 0 allocates, < 0 frees.
+struct MemEvent {
+    std::int64_t t_ns = 0;  // since the allocator was created
+    std::int64_t bytes = 0;
+    std::uint64_t address = 0;
+    std::uint32_t name_id = 0;  // index into AccountingAllocator::names()
+    MemCategory category = MemCategory::temporaries;
+};
+
+struct MemBlock {
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+    MemCategory category = MemCategory::temporaries;
+    std::uint32_t name_id = 0;
+};
+
+class AccountingAllocator {
+public:
+    explicit AccountingAllocator(RawMemory& raw);
+    ~AccountingAllocator();
+    AccountingAllocator(const AccountingAllocator&) = delete;
+    AccountingAllocator& operator=(const AccountingAllocator&) = delete;
+
+    // Zero-byte requests return a block with a null pointer and record nothing.
+    MemBlock allocate(std::string_view name, MemCategory category, std::size_t bytes);
+    void free(MemBlock& block) noexcept;  // resets the block; freeing an empty block is a no-op
+
+    std::int64_t current_bytes(MemCategory c) const;
+    std::int64_t peak_bytes(MemCategory c) const;
+    std::int64_t current_total_bytes() const;
+    std::int64_t peak_total_bytes() const;  // the largest total ever held at one time
+    std::int64_t live_blocks() const;
+    // Starts a new peak window (e.g. per training step): peaks become the current values.
+    void reset_peaks();
+
+    void set_record_events(bool on) { record_events_ = on; }
+    const std::vector<MemEvent>& events() const { return events_; }
+    const std::vector<std::string>& names() const { return names_; }
+    DeviceKind device() const { return raw_.device(); }
+
+private:
+    std::uint32_t intern(std::string_view name);
+    std::int64_t now_ns() const;
+
+    RawMemory& raw_;
+    mutable std::mutex mutex_;
+    std::chrono::steady_clock::time_point start_;
+    std::array<std::int64_t, kMemCategoryCount> current_{};
+    std::array<std::int64_t, kMemCategoryCount> peak_{};
+    std::int64_t current_total_ = 0;
+    std::int64_t peak_total_ = 0;
+    std::int64_t live_ = 0;
+    bool record_events_ = true;
+    std::vector<MemEvent> events_;
+    std::vector<std::string> names_;
+    std::unordered_map<std::string, std::uint32_t> name_ids_;
+};
+
+}  // namespace napkin

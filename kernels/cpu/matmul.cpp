@@ -1,0 +1,128 @@
+// matmul on the CPU: OpenBLAS sgemm for the products (row-major, fp32 accumulate); 16-bit
+// storage is widened into the caller's scratch, multiplied in fp32 and narrowed back.
+#include <cblas.h>
+
+#include <type_traits>
+
+#include "core/half.h"
+#include "kernels/matmul.h"
+
+namespace napkin::cpu {
+
+namespace {
+
+template <class T>
+void widen(float* dst, const T* src, std::int64_t n) {
+#pragma omp parallel for if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// dst += src (narrowing the sum back to T).
+template <class T>
+void accumulate(T* dst, const float* src, std::int64_t n) {
+#pragma omp parallel for if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = from_float<T>(to_float(dst[i]) + src[i]);
+}
+
+// out (M, N) = beta * out + a (M, K) @ b (N, K)^T
+void gemm_nt(float* out, const float* a, const float* b, std::int64_t M, std::int64_t N, std::int64_t K, float beta) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(M), static_cast<blasint>(N),
+                static_cast<blasint>(K), 1.0f, a, static_cast<blasint>(K), b, static_cast<blasint>(K), beta, out,
+                static_cast<blasint>(N));
+}
+
+// dinp (M, K) = beta * dinp + dout (M, N) @ weight (N, K)
+void gemm_nn(float* out, const float* a, const float* b, std::int64_t M, std::int64_t N, std::int64_t K, float beta) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(K),
+                static_cast<blasint>(N), 1.0f, a, static_cast<blasint>(N), b, static_cast<blasint>(K), beta, out,
+                static_cast<blasint>(K));
+}
+
+// dweight (N, K) = beta * dweight + dout^T (N, M) @ inp (M, K)
+void gemm_tn(float* out, const float* dout, const float* inp, std::int64_t M, std::int64_t N, std::int64_t K,
+             float beta) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(N), static_cast<blasint>(K),
+                static_cast<blasint>(M), 1.0f, dout, static_cast<blasint>(N), inp, static_cast<blasint>(K), beta, out,
+                static_cast<blasint>(K));
+}
+
+template <class T>
+void bias_sums(T* dbias, const T* dout, std::int64_t M, std::int64_t N) {
+#pragma omp parallel for if (M * N > 65536)
+    for (std::int64_t n = 0; n < N; ++n) {
+        float sum = 0.0f;
+        for (std::int64_t m = 0; m < M; ++m) sum += to_float(dout[m * N + n]);
+        dbias[n] = from_float<T>(to_float(dbias[n]) + sum);
+    }
+}
+
+}  // namespace
+
+std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) { return M * K + N * K + M * N; }
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M, std::int64_t N,
+                    std::int64_t K, float* scratch) {
+    if constexpr (std::is_same_v<T, float>) {
+        (void)scratch;
+        gemm_nt(out, inp, weight, M, N, K, 0.0f);
+        if (bias != nullptr) {
+#pragma omp parallel for if (M * N > 65536)
+            for (std::int64_t m = 0; m < M; ++m) {
+                for (std::int64_t n = 0; n < N; ++n) out[m * N + n] += bias[n];
+            }
+        }
+    } else {
+        float* a = scratch;
+        float* b = a + M * K;
+        float* c = b + N * K;
+        widen(a, inp, M * K);
+        widen(b, weight, N * K);
+        gemm_nt(c, a, b, M, N, K, 0.0f);
+#pragma omp parallel for if (M * N > 65536)
+        for (std::int64_t m = 0; m < M; ++m) {
+            for (std::int64_t n = 0; n < N; ++n) {
+                out[m * N + n] = from_float<T>(c[m * N + n] + (bias != nullptr ? to_float(bias[n]) : 0.0f));
+            }
+        }
+    }
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, std::int64_t M,
+                     std::int64_t N, std::int64_t K, float* scratch) {
+    if constexpr (std::is_same_v<T, float>) {
+        (void)scratch;
+        if (dinp != nullptr) gemm_nn(dinp, dout, weight, M, N, K, 1.0f);
+        if (dweight != nullptr) gemm_tn(dweight, dout, inp, M, N, K, 1.0f);
+    } else {
+        // Scratch: dout widened (M*N), then the operand (weight N*K or inp M*K), then the product.
+        float* g = scratch;
+        widen(g, dout, M * N);
+        float* operand = g + M * N;
+        if (dinp != nullptr) {
+            float* product = operand + N * K;
+            widen(operand, weight, N * K);
+            gemm_nn(product, g, operand, M, N, K, 0.0f);
+            accumulate(dinp, product, M * K);
+        }
+        if (dweight != nullptr) {
+            float* product = operand + M * K;
+            widen(operand, inp, M * K);
+            gemm_tn(product, g, operand, M, N, K, 0.0f);
+            accumulate(dweight, product, N * K);
+        }
+    }
+    if (dbias != nullptr) bias_sums(dbias, dout, M, N);
+}
+
+#define NAPKIN_INSTANTIATE_MATMUL(T)                                                                   \
+    template void matmul_forward<T>(T*, const T*, const T*, const T*, std::int64_t, std::int64_t,    \
+                                    std::int64_t, float*);                                           \
+    template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t,         \
+                                     std::int64_t, std::int64_t, float*);
+NAPKIN_INSTANTIATE_MATMUL(float)
+NAPKIN_INSTANTIATE_MATMUL(bf16_t)
+NAPKIN_INSTANTIATE_MATMUL(f16_t)
+
+}  // namespace napkin::cpu

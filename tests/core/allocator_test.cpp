@@ -1,0 +1,107 @@
+#include "core/allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace napkin {
+namespace {
+
+TEST(AccountingAllocator, CurrentAndPeakPerCategory) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    MemBlock w = a.allocate("h.0.attn.qkv", MemCategory::parameters, 1000);
+    MemBlock act = a.allocate("h.0.attn.qkv.out", MemCategory::activations, 300);
+    EXPECT_EQ(a.current_bytes(MemCategory::parameters), 1000);
+    EXPECT_EQ(a.current_bytes(MemCategory::activations), 300);
+    EXPECT_EQ(a.current_total_bytes(), 1300);
+    a.free(act);
+    EXPECT_EQ(act.ptr, nullptr);
+    MemBlock tmp = a.allocate("scratch", MemCategory::temporaries, 200);
+    EXPECT_EQ(a.peak_bytes(MemCategory::activations), 300);
+    EXPECT_EQ(a.current_bytes(MemCategory::activations), 0);
+    EXPECT_EQ(a.peak_total_bytes(), 1300);  // 1000 + 300, not 1000 + 300 + 200
+    EXPECT_EQ(a.live_blocks(), 2);
+    a.free(tmp);
+    a.free(w);
+    a.free(w);  // a freed block is empty: no-op
+    EXPECT_EQ(a.current_total_bytes(), 0);
+    EXPECT_EQ(a.live_blocks(), 0);
+    a.reset_peaks();
+    EXPECT_EQ(a.peak_total_bytes(), 0);
+}
+
+TEST(AccountingAllocator, EventsRecordEveryAllocAndFree) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    MemBlock x = a.allocate("x", MemCategory::gradients, 64);
+    MemBlock y = a.allocate("y", MemCategory::gradients, 128);
+    MemBlock z = a.allocate("x", MemCategory::gradients, 0);  // zero bytes: nothing recorded
+    a.free(x);
+    a.free(y);
+    a.free(z);
+    ASSERT_EQ(a.events().size(), 4u);
+    EXPECT_EQ(a.events()[0].bytes, 64);
+    EXPECT_EQ(a.events()[2].bytes, -64);
+    EXPECT_EQ(a.names()[a.events()[0].name_id], "x");
+    EXPECT_EQ(a.events()[0].name_id, a.events()[2].name_id);
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < a.events().size(); ++i) {
+        sum += a.events()[i].bytes;
+        if (i > 0) {
+            EXPECT_GE(a.events()[i].t_ns, a.events()[i - 1].t_ns);
+        }
+    }
+    EXPECT_EQ(sum, 0);
+}
+
+TEST(AccountingAllocator, RandomSequenceBalances) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    std::mt19937 rng(std::random_device{}());
+    std::vector<MemBlock> live;
+    std::int64_t expected = 0, expected_peak = 0;
+    for (int i = 0; i < 2000; ++i) {
+        if (live.empty() || rng() % 3 != 0) {
+            const std::size_t n = 1 + rng() % 4096;
+            live.push_back(a.allocate("b", static_cast<MemCategory>(rng() % kMemCategoryCount), n));
+            std::memset(live.back().ptr, 0xab, n);  // the memory is real and writable
+            expected += static_cast<std::int64_t>(n);
+            expected_peak = std::max(expected_peak, expected);
+        } else {
+            const std::size_t k = rng() % live.size();
+            expected -= static_cast<std::int64_t>(live[k].bytes);
+            a.free(live[k]);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        ASSERT_EQ(a.current_total_bytes(), expected);
+    }
+    EXPECT_EQ(a.peak_total_bytes(), expected_peak);
+    for (auto& b : live) a.free(b);
+    EXPECT_EQ(a.current_total_bytes(), 0);
+}
+
+TEST(Tensor, OwnsAccountedStorage) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    {
+        Tensor t(a, "wte", MemCategory::parameters, DType::bf16, {256, 128});
+        EXPECT_EQ(t.numel(), 256 * 128);
+        EXPECT_EQ(t.bytes(), 256u * 128 * 2);
+        EXPECT_EQ(a.current_bytes(MemCategory::parameters), 256 * 128 * 2);
+        Tensor moved = std::move(t);
+        EXPECT_TRUE(t.empty());
+        EXPECT_EQ(a.live_blocks(), 1);
+        Tensor nf4(a, "q", MemCategory::parameters, DType::nf4, {3});  // 1.5 bytes -> 2
+        EXPECT_EQ(nf4.bytes(), 2u);
+    }
+    EXPECT_EQ(a.current_total_bytes(), 0);
+    EXPECT_EQ(a.live_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace napkin
