@@ -26,4 +26,24 @@ inline KernelCost cross_entropy_forward_cost(const CrossEntropyShape& s) {
     return c;
 }
 
+namespace cpu {
+
+// Floats of scratch head_cross_entropy needs: the logits chunk, plus (16-bit storage) the
+// head weight and its gradient widened to fp32 and a widened chunk of x and dx.
+std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C, std::int64_t Vp, bool widen);
+
+// The head and the loss, fused and chunked, forward and backward in one pass:
+//   for each chunk of R rows: logits (R, Vp) fp32 = x (R, C) @ w (Vp, C)^T
+//     losses[m] = logsumexp(logits[m, :V]) - logits[m, targets[m]]     (columns >= V: padding)
+//     dlogits   = (softmax(logits[m, :V]) - onehot(targets[m])) * dloss  (padding columns: 0)
+//     dx (R, C) = dlogits @ w            (overwritten: the head's input gradient)
+//     dw (Vp, C) += dlogits^T @ x        (skipped when dw is null: a frozen head)
+// targets must lie in [0, V) (checked). Returns the mean of losses over the M rows.
+template <class T>
+float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, const std::int32_t* targets,
+                         std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk,
+                         float dloss, float* scratch);
+
+}  // namespace cpu
+
 }  // namespace napkin
