@@ -38,4 +38,30 @@ inline KernelCost activation_backward_cost(const ActivationShape& s) {
     return c;
 }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/activation.cpp, tested in tests/kernels/activation_test.cpp),
+// templated on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
+// Backward ACCUMULATES (+=) into dinp (callers zero it).
+
+// out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new; out may be inp.
+template <class T>
+void gelu_forward(T* out, const T* inp, std::int64_t n);
+
+// dinp (n) += gelu'(inp) * dout
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+
+// out (N, F) = silu(gate) * up with each row of inp (N, 2F) laid out [gate (F) | up (F)];
+// silu(g) = g * sigmoid(g).
+template <class T>
+void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F);
+
+// dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)], dout (N, F);
+// silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
+template <class T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F);
+
+}  // namespace cpu
+
 }  // namespace napkin

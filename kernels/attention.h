@@ -67,4 +67,63 @@ inline std::uint64_t attention_backward_recompute_flops(const AttentionShape& s)
     return 2ull * s.B * s.NH * s.HD * attention_pairs(s);
 }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/attention.cpp, tested in tests/kernels/attention_test.cpp), templated
+// on the storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence
+// length here); all arithmetic in fp32.
+//
+// Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token [q heads (NH*HD) | k heads (KVH*HD) |
+// v heads (KVH*HD)]; out (B, T, NH*HD) holds the heads side by side. Query head h reads kv head
+// h / (NH / KVH). Scores s_ij = q_i . k_j / sqrt(HD) for keys j <= i (causal mask).
+// Backward kernels ACCUMULATE (+=) into dqkv (B, T, (NH + 2*KVH) * HD), like llm.c: callers zero
+// it. Each element gets its whole gradient summed in fp32 and added once (one rounding to Elem).
+// Threads split rows or key blocks, each output element has one writer and every sum runs in a
+// fixed order, so results are bitwise identical run to run whatever the thread count.
+// Preconditions (NAPKIN_ASSERT): B, T >= 0; KVH >= 1 divides NH; 1 <= HD <= kAttentionMaxHeadDim.
+
+// Per-row fp32 accumulators live on the stack, sized for this head dimension.
+inline constexpr std::int64_t kAttentionMaxHeadDim = 256;
+
+// Naive: out (B, T, NH*HD) = P V with P (B, NH, T, T) = softmax(masked S), kept for backward in
+// Elem (the activation dtype, as the op plan counts it). Every element of P is written: zero
+// above the diagonal. out is computed from the fp32 probabilities before P is rounded. Each
+// thread allocates one (T) fp32 row of scores per call.
+template <class Elem>
+void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD);
+
+// Floats of scratch attention_naive_backward needs: dS (B, NH, T, T) in fp32, the workspace
+// attention_backward_cost counts for the naive path.
+std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T, int NH);
+
+// dqkv += gradient of L given dout (B, T, NH*HD), from the kept P (B, NH, T, T). Two passes:
+// query rows (dP, dS into scratch, dq), then key rows (dk, dv summed over the query heads of
+// their group). D_i = sum_j P_ij dP_ij.
+template <class Elem>
+void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
+                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD);
+
+// Flash-style: per query row, keys in blocks of 64 with an online max and sum (no T*T buffer).
+// Keeps out and lse (B, NH, T) fp32: lse_i = log sum_{j<=i} exp(s_ij), natural log of the
+// scaled scores.
+template <class Elem>
+void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD);
+
+// dqkv += gradient of L given dout (B, T, NH*HD), from out, qkv and lse; p_ij = exp(s_ij - lse_i)
+// recomputed from S, D_i = dout_i . out_i, dS = p (dP - D). Deterministic without atomics, it
+// takes two passes: dk, dv per (b, kv head, block of 32 keys) over the query heads of the group,
+// then dq per query row. Both passes recompute S and the second recomputes dP, so the CPU does
+// 14 * B * NH * HD * pairs FLOPs: the 8 of attention_backward_cost plus 6 of recompute (three
+// times attention_backward_recompute_flops, which counts a single-pass kernel). Stack only: no
+// allocation.
+template <class Elem>
+void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD);
+
+}  // namespace cpu
+
 }  // namespace napkin

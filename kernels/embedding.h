@@ -28,4 +28,29 @@ inline KernelCost embedding_backward_cost(const EmbeddingShape& s) {
             tables * nbytes(s.grad, n), 0};
 }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/embedding.cpp, tested in tests/kernels/embedding_test.cpp),
+// templated on the storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is
+// the sequence length here), arithmetic in fp32. Preconditions the kernels cannot check (they
+// are not given Vp or ctx): every token in [0, Vp), and T <= ctx.
+
+// out (B, T, C) = wte (Vp, C)[tokens (B, T)] [+ wpe (ctx, C)[t]]; wpe null without learned
+// positions (rotary models).
+template <class Elem>
+void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
+                       std::int64_t B, std::int64_t T, std::int64_t C);
+
+// Scatter-add, ACCUMULATING (callers zero): dwte (Vp, C) row tokens[b, t] += dout (B, T, C) row
+// (b, t); dwpe (ctx, C) row t += sum over b of dout (b, t) (dwpe may be null). Deterministic:
+// each output row is summed in a fixed order whatever the thread count. float: threads own
+// column slices of every row. 16-bit: a token's row is owned by its first position, which sums
+// all of that token's positions in fp32 and rounds once (O((B*T)^2) integer compares, small
+// beside a training step's matmuls at CPU sizes).
+template <class Elem>
+void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
+                        std::int64_t B, std::int64_t T, std::int64_t C);
+
+}  // namespace cpu
+
 }  // namespace napkin

@@ -65,6 +65,10 @@ template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
 
+// Measures this machine's fp32 GEMM throughput (best of `reps` n x n x n sgemm calls, FLOP/s):
+// the CPU "peak" that training MFU is quoted against.
+double sgemm_peak_flops(int n = 512, int reps = 5);
+
 }  // namespace cpu
 
 }  // namespace napkin

@@ -40,4 +40,36 @@ inline KernelCost norm_backward_cost(const NormShape& s) {
     return c;
 }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/norm.cpp, tested in tests/kernels/norm_test.cpp), templated on the
+// storage type T (float, bf16_t, f16_t from core/half.h); all arithmetic and row statistics in
+// fp32. Backward ACCUMULATES (+=) into dinp and the parameter gradients (callers zero them);
+// parameter gradients are summed over the N rows in fp32 and added into T once per call.
+
+// out (N, C) = (inp (N, C) - mean) * rstd * weight (C) [+ bias (C)]; bias may be null.
+// Writes mean (N) and rstd (N) = 1 / sqrt(var + eps) (biased variance), kept for backward.
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, std::int64_t N, std::int64_t C, float eps = 1e-5f);
+
+// dinp (N, C) += dL/dinp; dweight (C) += sum over rows of dout * xhat; dbias (C) += sum of dout.
+// xhat is recomputed from inp, mean and rstd. dweight and dbias may be null (frozen).
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C);
+
+// out (N, C) = inp (N, C) * rstd * weight (C); writes rstd (N) = 1 / sqrt(mean(inp^2) + eps).
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
+                     std::int64_t C, float eps = 1e-5f);
+
+// dinp (N, C) += rstd * (dout * weight - xhat * mean(dout * weight * xhat)), xhat = inp * rstd;
+// dweight (C) += sum over rows of dout * xhat (may be null: frozen).
+template <class T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, std::int64_t N, std::int64_t C);
+
+}  // namespace cpu
+
 }  // namespace napkin

@@ -21,4 +21,20 @@ inline KernelCost residual_backward_cost(const ResidualShape& s) {
     return {static_cast<std::uint64_t>(s.N * s.C), 2 * nbytes(s.dt, s.N * s.C), nbytes(s.dt, s.N * s.C), 0};
 }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/residual.cpp, tested in tests/kernels/residual_test.cpp), templated
+// on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
+
+// out (n) = a (n) + b (n); out may be a or b (the residual stream updated in place).
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, std::int64_t n);
+
+// da (n) += dout (n); db (n) += dout (n). ACCUMULATES (callers zero). Each dout element is read
+// once before either update, so dout may be da or db.
+template <class T>
+void residual_backward(T* da, T* db, const T* dout, std::int64_t n);
+
+}  // namespace cpu
+
 }  // namespace napkin

@@ -22,4 +22,32 @@ inline KernelCost rope_forward_cost(const RopeShape& s) {
 
 inline KernelCost rope_backward_cost(const RopeShape& s) { return rope_forward_cost(s); }
 
+namespace cpu {
+
+// CPU kernels (kernels/cpu/rope.cpp, tested in tests/kernels/rope_test.cpp), templated on the
+// storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
+// here).
+//
+// Convention: Hugging Face Llama's rotate_half. Within each head of HD (even) elements, element
+// i pairs with element i + HD/2 (not the interleaved (2i, 2i+1) pairs of GPT-J / Meta's
+// original code; the FLOP count is the same), and for i in [0, HD/2), at position
+// pos = t + pos_offset with angle a = pos * theta^(-2i/HD):
+//   x'[i]        = x[i] cos a - x[i + HD/2] sin a
+//   x'[i + HD/2] = x[i + HD/2] cos a + x[i] sin a
+// Angles are computed in double (exact enough for any position), the rotation in fp32.
+// Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token the NH query heads, the KVH key heads
+// and the KVH value heads; q and k are rotated in place, v is untouched.
+template <class Elem>
+void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
+                  float theta = 10000.0f, std::int64_t pos_offset = 0);
+
+// dqkv (B, T, (NH + 2*KVH) * HD): the gradient of the q and k heads rotated in place by the
+// negative angle (the transpose of the forward rotation); the v part is untouched. Unlike the
+// other backward kernels this transforms, it does not accumulate.
+template <class Elem>
+void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
+                   float theta = 10000.0f, std::int64_t pos_offset = 0);
+
+}  // namespace cpu
+
 }  // namespace napkin

@@ -2,7 +2,10 @@
 // storage is widened into the caller's scratch, multiplied in fp32 and narrowed back.
 #include <cblas.h>
 
+#include <algorithm>
+#include <chrono>
 #include <type_traits>
+#include <vector>
 
 #include "core/half.h"
 #include "kernels/matmul.h"
@@ -114,6 +117,18 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
         }
     }
     if (dbias != nullptr) bias_sums(dbias, dout, M, N);
+}
+
+double sgemm_peak_flops(int n, int reps) {
+    std::vector<float> a(static_cast<std::size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size());
+    double best = 0.0;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        gemm_nt(c.data(), a.data(), b.data(), n, n, n, 0.0f);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * n * n * static_cast<double>(n) / s);
+    }
+    return best;
 }
 
 #define NAPKIN_INSTANTIATE_MATMUL(T)                                                                   \

@@ -1,0 +1,95 @@
+// GELU (tanh approximation) and SwiGLU on the CPU (declared in kernels/activation.h):
+// elementwise, OpenMP over elements (gelu) or rows (swiglu) once the work pays for threads.
+#include "kernels/activation.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/half.h"
+
+namespace napkin::cpu {
+
+namespace {
+
+constexpr std::int64_t kParallelMin =
+    1 << 15;  // elements below which threads cost more than they save
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}  // exp overflow gives 0, not NaN
+
+}  // namespace
+
+template <class T>
+void gelu_forward(T* out, const T* inp, std::int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float x = to_float(inp[i]);
+        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+        out[i] = from_float<T>(0.5f * x * (1.0f + std::tanh(u)));
+    }
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float x = to_float(inp[i]);
+        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+        const float t = std::tanh(u);
+        const float sech2 = 1.0f - t * t;
+        const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+        const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du_dx;
+        dinp[i] = from_float<T>(to_float(dinp[i]) + local * to_float(dout[i]));
+    }
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
+    NAPKIN_ASSERT(N >= 0 && F >= 0, "swiglu_forward: N " << N << ", F " << F);
+#pragma omp parallel for if (N * F > kParallelMin)
+    for (std::int64_t n = 0; n < N; ++n) {
+        const T* gate = inp + n * 2 * F;  // (F)
+        const T* up = gate + F;           // (F)
+        T* y = out + n * F;               // (F)
+        for (std::int64_t f = 0; f < F; ++f) {
+            const float g = to_float(gate[f]);
+            y[f] = from_float<T>(g * sigmoid(g) * to_float(up[f]));
+        }
+    }
+}
+
+template <class T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F) {
+    NAPKIN_ASSERT(N >= 0 && F >= 0, "swiglu_backward: N " << N << ", F " << F);
+#pragma omp parallel for if (N * F > kParallelMin)
+    for (std::int64_t n = 0; n < N; ++n) {
+        const T* gate = inp + n * 2 * F;  // (F)
+        const T* up = gate + F;           // (F)
+        const T* dy = dout + n * F;       // (F)
+        T* dgate = dinp + n * 2 * F;      // (F)
+        T* dup = dgate + F;               // (F)
+        for (std::int64_t f = 0; f < F; ++f) {
+            const float g = to_float(gate[f]);
+            const float sg = sigmoid(g);
+            const float d = to_float(dy[f]);
+            const float dsilu = sg * (1.0f + g * (1.0f - sg));
+            dgate[f] = from_float<T>(to_float(dgate[f]) + d * to_float(up[f]) * dsilu);
+            dup[f] = from_float<T>(to_float(dup[f]) + d * g * sg);
+        }
+    }
+}
+
+#define NAPKIN_ACTIVATION_INSTANTIATE(T)                                       \
+    template void gelu_forward<T>(T*, const T*, std::int64_t);                 \
+    template void gelu_backward<T>(T*, const T*, const T*, std::int64_t);      \
+    template void swiglu_forward<T>(T*, const T*, std::int64_t, std::int64_t); \
+    template void swiglu_backward<T>(T*, const T*, const T*, std::int64_t, std::int64_t);
+NAPKIN_ACTIVATION_INSTANTIATE(float)
+NAPKIN_ACTIVATION_INSTANTIATE(bf16_t)
+NAPKIN_ACTIVATION_INSTANTIATE(f16_t)
+#undef NAPKIN_ACTIVATION_INSTANTIATE
+
+}  // namespace napkin::cpu
