@@ -8,5 +8,6 @@ namespace napkin::cli {
 
 void add_estimate_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace napkin::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.fallthrough(false);
     napkin::cli::add_estimate_command(app);
+    napkin::cli::add_train_command(app);
     napkin::cli::add_info_command(app);
     try {
         app.parse(argc, argv);

@@ -1,18 +1,47 @@
 #include "core/device.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
+
+#if defined(NAPKIN_HAVE_CUDA)
+#include "core/cuda/cuda_plugin.h"
+#endif
 
 namespace napkin {
 
 const DeviceInfo& probe_devices() {
     static const DeviceInfo info = [] {
-#if defined(NAPKIN_HAVE_CUDA)
-        return cuda::probe();
-#else
         DeviceInfo d;
+#if defined(NAPKIN_HAVE_CUDA)
+        d.cuda_built = true;
+        void* lib = dlopen(NAPKIN_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+        if (lib == nullptr) {
+            const char* err = dlerror();
+            d.reason = std::string("cannot load the CUDA backend: ") + (err != nullptr ? err : NAPKIN_CUDA_PLUGIN);
+            return d;
+        }
+        auto probe = reinterpret_cast<int (*)(NapkinCudaProbe*)>(dlsym(lib, kNapkinCudaProbeSymbol));
+        if (probe == nullptr) {
+            d.reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " lacks " + kNapkinCudaProbeSymbol;
+            return d;
+        }
+        NapkinCudaProbe p{};
+        probe(&p);  // the library stays loaded for the process's lifetime
+        d.cuda_devices = p.cuda_devices;
+        d.reason = p.reason;
+        d.name = p.name;
+        d.sm_major = p.sm_major;
+        d.sm_minor = p.sm_minor;
+        d.memory_bytes = p.memory_bytes;
+        d.multiprocessors = p.multiprocessors;
+        d.runtime_version = p.runtime_version;
+        d.driver_version = p.driver_version;
+        d.libraries = p.libraries;
+#else
         d.reason = "napkin was built without CUDA (NAPKIN_CUDA=OFF or no nvcc at configure time)";
-        return d;
 #endif
+        return d;
     }();
     return info;
 }

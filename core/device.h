@@ -33,9 +33,4 @@ const DeviceInfo& probe_devices();
 // or "cuda: none (no CUDA-capable device is detected); using the CPU".
 std::string device_summary(const DeviceInfo& d);
 
-namespace cuda {
-// Implemented in core/cuda/device_cuda.cu when built with CUDA.
-DeviceInfo probe();
-}  // namespace cuda
-
 }  // namespace napkin

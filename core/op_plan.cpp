@@ -300,6 +300,7 @@ PlanTotals plan_totals(const OpPlan& plan) {
                 } else {
                     t.kept_bytes += s.bytes() * times;
                     if (is_block) t.block_kept_bytes += s.bytes();
+                    if (&ops == &plan.epilogue) t.epilogue_kept_bytes += s.bytes();
                 }
             }
         }

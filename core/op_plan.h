@@ -130,10 +130,16 @@ struct PlanTotals {
     std::uint64_t kept_bytes = 0;       // activations kept through the forward (all layers)
     std::uint64_t block_kept_bytes = 0;        // of which one block
     std::uint64_t block_recomputed_bytes = 0;  // one block's recomputed tensors (backward only)
+    std::uint64_t epilogue_kept_bytes = 0;     // freed once the head's backward is done
     std::uint64_t max_workspace_bytes = 0;     // largest per-call scratch
     std::uint64_t model_flops() const { return model_flops_fwd + model_flops_bwd; }
-    // Peak activation bytes: everything kept plus one block rebuilt during its backward.
-    std::uint64_t activation_peak_bytes() const { return kept_bytes + block_recomputed_bytes; }
+    // Peak activation bytes: everything kept at the end of the forward, or, when the last block
+    // is rebuilt for its backward (checkpointing), everything kept but the epilogue's (already
+    // consumed) plus that block's recomputed tensors, whichever is larger.
+    std::uint64_t activation_peak_bytes() const {
+        const std::uint64_t rebuilding = kept_bytes - epilogue_kept_bytes + block_recomputed_bytes;
+        return rebuilding > kept_bytes ? rebuilding : kept_bytes;
+    }
 };
 
 PlanTotals plan_totals(const OpPlan& plan);

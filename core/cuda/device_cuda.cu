@@ -7,11 +7,14 @@
 #include <nccl.h>
 #include <nvtx3/nvToolsExt.h>
 
-#include "core/device.h"
+#include <cstdio>
+#include <cstring>
+#include <string>
 
-namespace napkin::cuda {
+#include "core/cuda/cuda_plugin.h"
 
 namespace {
+
 std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
 std::string library_versions() {
@@ -33,42 +36,44 @@ std::string library_versions() {
     out += ", NVTX3";
     return out;
 }
+
+void copy(char* dst, std::size_t n, const std::string& src) { std::snprintf(dst, n, "%s", src.c_str()); }
+
 }  // namespace
 
-DeviceInfo probe() {
-    DeviceInfo d;
-    d.cuda_built = true;
+extern "C" int napkin_cuda_probe(NapkinCudaProbe* d) {
+    std::memset(d, 0, sizeof *d);
     nvtxRangePushA("napkin::cuda::probe");  // a no-op unless a tool (nsys) is attached
-    d.libraries = library_versions();
+    copy(d->libraries, sizeof d->libraries, library_versions());
     nvtxRangePop();
     int runtime = 0;
-    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) d.runtime_version = version_text(runtime);
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) copy(d->runtime_version, sizeof d->runtime_version, version_text(runtime));
     int driver = 0;
-    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) d.driver_version = version_text(driver);
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+        copy(d->driver_version, sizeof d->driver_version, version_text(driver));
+    }
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
-        d.reason = cudaGetErrorString(err);
+        copy(d->reason, sizeof d->reason, cudaGetErrorString(err));
         cudaGetLastError();  // clear the sticky error so later calls start clean
-        return d;
+        return 1;
     }
     if (count == 0) {
-        d.reason = "no CUDA device";
-        return d;
+        copy(d->reason, sizeof d->reason, "no CUDA device");
+        return 1;
     }
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-        d.reason = "cudaGetDeviceProperties failed";
+        copy(d->reason, sizeof d->reason, "cudaGetDeviceProperties failed");
         cudaGetLastError();
-        return d;
+        return 1;
     }
-    d.cuda_devices = count;
-    d.name = prop.name;
-    d.sm_major = prop.major;
-    d.sm_minor = prop.minor;
-    d.memory_bytes = prop.totalGlobalMem;
-    d.multiprocessors = prop.multiProcessorCount;
-    return d;
+    d->cuda_devices = count;
+    copy(d->name, sizeof d->name, prop.name);
+    d->sm_major = prop.major;
+    d->sm_minor = prop.minor;
+    d->memory_bytes = prop.totalGlobalMem;
+    d->multiprocessors = prop.multiProcessorCount;
+    return 1;
 }
-
-}  // namespace napkin::cuda

@@ -1,0 +1,237 @@
+// napkin train: trains a GPT on the CPU engine, one progress line per step, and writes
+// RUN_DIR/report.json with the estimator's prediction for this exact run beside what was
+// measured. Flag names follow napkin estimate where they mean the same.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/config_json.h"
+#include "core/device.h"
+#include "core/engine/trainer.h"
+#include "estimator/estimate.h"
+#include "kernels/matmul.h"
+
+namespace napkin::cli {
+
+namespace {
+
+struct TrainFlags {
+    std::string model = "tiny", config, data, out = "runs/latest", device = "auto";
+    int steps = 200, grad_accum = 1, warmup = 10;
+    std::int64_t micro_batch = 8, seq_len = 64;
+    std::string precision = "fp32", optimizer = "adamw", checkpointing = "none", attention = "flash";
+    float lr = 3e-3f, weight_decay = 0.1f, grad_clip = 1.0f;
+    std::uint64_t seed = 1337;
+    bool quiet = false;
+};
+
+std::string mb(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MB", bytes / 1e6);
+    return buf;
+}
+
+double peak_rss_bytes() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+// Writes `text` to `path` through a temporary file and a rename: never half-written.
+void write_atomically(const std::filesystem::path& path, const std::string& text) {
+    const std::filesystem::path tmp = path.string() + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) throw InputError(tmp.string() + ": cannot write");
+        f << text;
+        f.flush();
+        if (!f) throw InputError(tmp.string() + ": write failed");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
+}
+
+void prepare_out_dir(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw UsageError("--out: cannot create '" + dir.string() + "' (" + ec.message() + ")");
+    const std::filesystem::path probe = dir / ".napkin-write-test";
+    std::ofstream f(probe);
+    if (!f) throw UsageError("--out: '" + dir.string() + "' is not writable");
+    f.close();
+    std::filesystem::remove(probe, ec);
+}
+
+void run_train(const TrainFlags& f, const CLI::App& cmd) {
+    TrainOptions o;
+    if (cmd.count("--config") > 0) {
+        if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
+        o.model = load_model_config(f.config);
+    } else {
+        o.model = preset_or_throw(f.model);
+    }
+    if (f.device == "cuda") {
+        const DeviceInfo& d = probe_devices();
+        throw UsageError("--device cuda: the CUDA engine is not built yet (" + device_summary(d) + ")");
+    }
+    if (f.device != "cpu" && f.device != "auto") {
+        throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
+    }
+    if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
+    if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
+    if (!(f.lr > 0)) throw UsageError("--lr: must be positive");
+    o.plan.micro_batch = f.micro_batch;
+    o.plan.seq_len = f.seq_len;
+    o.plan.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
+    o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
+    o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
+    o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    o.steps = f.steps;
+    o.grad_accum = f.grad_accum;
+    o.seed = f.seed;
+    o.data = f.data;
+    o.optimizer.lr = f.lr;
+    o.optimizer.warmup_steps = std::min(f.warmup, f.steps);
+    o.optimizer.total_steps = f.steps;
+    o.optimizer.weight_decay = f.weight_decay;
+    o.optimizer.grad_clip = f.grad_clip;
+    const std::filesystem::path out_dir(f.out);
+    prepare_out_dir(out_dir);
+
+    Trainer trainer(o);
+    const double peak = cpu::sgemm_peak_flops();
+
+    // The estimator's prediction for exactly this run (one "GPU": this process).
+    EstimateInputs ei;
+    ei.model = o.model;
+    ei.seq_len = o.plan.seq_len;
+    ei.micro_batch = o.plan.micro_batch;
+    ei.grad_accum = o.grad_accum;
+    ei.tokens = static_cast<double>(o.steps) * static_cast<double>(o.plan.micro_batch * o.plan.seq_len * o.grad_accum);
+    ei.precision = o.plan.precision;
+    ei.optimizer = o.plan.optimizer;
+    ei.checkpointing = o.plan.checkpointing;
+    ei.attention = o.plan.attention;
+    ei.peak_flops_per_s = peak;
+    ei.gpu_memory_bytes = 1e15;
+    const Estimate pred = Estimator{}.run(ei);
+
+    std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),
+                std::to_string(count_params(o.model).total).c_str(), f.precision.c_str(), f.optimizer.c_str(),
+                static_cast<long long>(o.plan.micro_batch), static_cast<long long>(o.plan.seq_len), o.grad_accum,
+                o.steps, trainer.data().describe().c_str());
+    std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
+
+    nlohmann::json steps = nlohmann::json::array();
+    std::array<std::int64_t, kMemCategoryCount> peaks{};
+    std::int64_t peak_total = 0;
+    double total_seconds = 0, total_tokens = 0, total_flops = 0;
+    for (int s = 0; s < o.steps; ++s) {
+        const StepRecord r = trainer.step();
+        total_seconds += r.seconds;
+        total_tokens += r.tokens;
+        total_flops += r.model_flops;
+        for (std::size_t c = 0; c < kMemCategoryCount; ++c) peaks[c] = std::max(peaks[c], r.peak_bytes[c]);
+        peak_total = std::max(peak_total, r.peak_total_bytes);
+        const double flops_per_s = r.model_flops / r.seconds;
+        if (!f.quiet) {
+            std::printf("step %4d/%d | loss %.4f | lr %.2e | %7.0f tok/s | %6.2f GFLOP/s MFU %4.1f%% | act %s peak %s | %.0f ms%s\n",
+                        s + 1, o.steps, static_cast<double>(r.loss), static_cast<double>(r.lr), r.tokens / r.seconds,
+                        flops_per_s / 1e9, 100 * flops_per_s / peak,
+                        mb(static_cast<double>(r.peak_bytes[static_cast<std::size_t>(MemCategory::activations)])).c_str(),
+                        mb(static_cast<double>(r.peak_total_bytes)).c_str(), r.seconds * 1e3,
+                        r.skipped ? " (skipped: fp16 overflow)" : "");
+            std::fflush(stdout);
+        }
+        steps.push_back({{"step", r.step},
+                         {"loss", r.loss},
+                         {"lr", r.lr},
+                         {"grad_norm", r.grad_norm},
+                         {"loss_scale", r.loss_scale},
+                         {"skipped", r.skipped},
+                         {"seconds", r.seconds}});
+    }
+
+    nlohmann::json measured_peaks, predicted;
+    for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
+        measured_peaks[std::string(enum_name(kMemCategoryNames, static_cast<MemCategory>(c)))] = peaks[c];
+    }
+    predicted = {{"parameters", pred.gpu.weights},         {"master_weights", pred.gpu.master},
+                 {"gradients", pred.gpu.grads},            {"optimizer_state", pred.gpu.optimizer},
+                 {"activations", pred.gpu.activations},    {"temporaries", pred.gpu.temporaries},
+                 {"model_flops_per_step", pred.model_flops_per_step}};
+    nlohmann::json report = {
+        {"schema", "napkin-train-report/1"},
+        {"model", model_config_to_json(o.model)},
+        {"run",
+         {{"steps", o.steps}, {"micro_batch", o.plan.micro_batch}, {"seq_len", o.plan.seq_len},
+          {"grad_accum", o.grad_accum}, {"precision", f.precision}, {"optimizer", f.optimizer},
+          {"checkpointing", f.checkpointing}, {"attention", f.attention}, {"lr", f.lr}, {"seed", f.seed},
+          {"data", trainer.data().describe()}, {"device", "cpu"}}},
+        {"predicted", predicted},
+        {"measured",
+         {{"peak_bytes", measured_peaks},
+          {"peak_total_bytes", peak_total},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"seconds", total_seconds},
+          {"tokens_per_s", total_tokens / total_seconds},
+          {"model_flops_per_s", total_flops / total_seconds},
+          {"sgemm_peak_flops_per_s", peak},
+          {"mfu", total_flops / total_seconds / peak}}},
+        {"steps", steps},
+    };
+    if (o.data.empty()) report["run"]["data_entropy_nats"] = SyntheticCorpus::entropy_nats();
+    write_atomically(out_dir / "report.json", report.dump(2) + "\n");
+
+    const double first = steps.front()["loss"].get<double>(), last = steps.back()["loss"].get<double>();
+    std::printf("done: %d steps in %.1f s, %.0f tok/s, %.2f GFLOP/s (MFU %.1f%%), loss %.4f -> %.4f", o.steps,
+                total_seconds, total_tokens / total_seconds, total_flops / total_seconds / 1e9,
+                100 * total_flops / total_seconds / peak, first, last);
+    if (o.data.empty()) std::printf(" (ln V = %.4f, corpus entropy %.4f)", std::log(256.0), SyntheticCorpus::entropy_nats());
+    std::printf("\n  memory peaks: parameters %s, gradients %s, optimizer %s, activations %s (predicted %s), total %s, RSS %s\n",
+                mb(static_cast<double>(peaks[0])).c_str(), mb(static_cast<double>(peaks[2])).c_str(),
+                mb(static_cast<double>(peaks[3])).c_str(), mb(static_cast<double>(peaks[4])).c_str(),
+                mb(pred.gpu.activations).c_str(), mb(static_cast<double>(peak_total)).c_str(),
+                mb(peak_rss_bytes()).c_str());
+    std::printf("  report: %s\n", (out_dir / "report.json").string().c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+    auto f = std::make_shared<TrainFlags>();
+    CLI::App* cmd = app.add_subcommand(
+        "train", "Train a GPT on the CPU engine with measured memory and FLOPs (RUN_DIR/report.json)");
+    cmd->footer("With no arguments: the tiny preset on the built-in synthetic corpus, 200 steps.");
+    cmd->add_option("--model", f->model, "Preset (napkin estimate --list-models)")->capture_default_str();
+    cmd->add_option("--config", f->config, "Model config JSON (napkin format or Hugging Face gpt2/llama)");
+    cmd->add_option("--data", f->data, "Training data: llm.c .bin tokens, or any file as bytes (default: synthetic)");
+    cmd->add_option("--steps", f->steps, "Optimizer steps")->capture_default_str();
+    cmd->add_option("--micro-batch", f->micro_batch, "Micro-batch B")->capture_default_str();
+    cmd->add_option("--seq-len", f->seq_len, "Sequence length T")->capture_default_str();
+    cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")->capture_default_str();
+    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16")->capture_default_str();
+    cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw")->capture_default_str();
+    cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->capture_default_str();
+    cmd->add_option("--attention", f->attention, "naive|flash")->capture_default_str();
+    cmd->add_option("--lr", f->lr, "Peak learning rate (warmup, then cosine to 10%)")->capture_default_str();
+    cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
+    cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();
+    cmd->add_option("--grad-clip", f->grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
+    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")->capture_default_str();
+    cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
+    cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
+    cmd->add_flag("--quiet", f->quiet, "No per-step lines");
+    cmd->callback([f, cmd] { run_train(*f, *cmd); });
+}
+
+}  // namespace napkin::cli

@@ -1,0 +1,463 @@
+// The GPT engine on the CPU backend. Forward walks the plan's ops in order; backward walks
+// them in reverse. Each op's kept tensors are allocated from the plan's own list (name, numel,
+// dtype), so the activations the allocator measures are, by construction, the ones the
+// estimator's detailed view sums.
+#include "core/engine/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string_view>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/residual.h"
+#include "kernels/rope.h"
+
+namespace napkin {
+
+namespace {
+
+template <class T>
+constexpr DType storage_dtype() {
+    if constexpr (std::is_same_v<T, float>) return DType::f32;
+    else if constexpr (std::is_same_v<T, bf16_t>) return DType::bf16;
+    else return DType::f16;
+}
+
+// The tensors one op keeps, allocated from the plan's list; looked up by plan name.
+struct KeptTensors {
+    std::vector<std::pair<std::string_view, Tensor>> items;
+
+    Tensor& get(std::string_view name) {
+        for (auto& [n, t] : items) {
+            if (n == name) return t;
+        }
+        NAPKIN_ASSERT(false, "no kept tensor '" << name << "'");
+        throw;  // unreachable
+    }
+    void keep(AccountingAllocator& alloc, const std::string& prefix, const PlanOp& op, bool recomputed_only) {
+        for (int i = 0; i < op.n_saved; ++i) {
+            const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
+            if (recomputed_only && !t.recomputed) continue;
+            items.emplace_back(t.name, Tensor(alloc, prefix + std::string(t.name), MemCategory::activations, t.dtype,
+                                              {t.numel}));
+        }
+    }
+    void release_recomputed(const std::vector<PlanOp>& ops) {
+        for (const PlanOp& op : ops) {
+            for (int i = 0; i < op.n_saved; ++i) {
+                const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
+                if (!t.recomputed) continue;
+                auto it = std::find_if(items.begin(), items.end(), [&](auto& p) { return p.first == t.name; });
+                if (it != items.end()) items.erase(it);
+            }
+        }
+    }
+};
+
+struct LayerParams {
+    ParamSlot *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
+              *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr,
+              *down_w = nullptr, *down_b = nullptr;
+};
+
+template <class T>
+class GptCpu final : public Gpt {
+public:
+    GptCpu(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc, std::uint64_t seed)
+        : cfg_(cfg), alloc_(alloc) {
+        build_op_plan(cfg_, in, plan_);
+        const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+        NAPKIN_ASSERT(pd.weights == storage_dtype<T>() && pd.grads == storage_dtype<T>(),
+                      "engine storage does not match the recipe");
+        allocate_params(pd.has_master);
+        init_params(seed);
+        B_ = in.micro_batch;
+        T_ = in.seq_len;
+        N_ = B_ * T_;
+        allocate_buffers();
+    }
+
+    std::vector<ParamSlot>& params() override { return params_; }
+    const OpPlan& plan() const override { return plan_; }
+    DType storage() const override { return storage_dtype<T>(); }
+
+    void zero_grads() override {
+        for (auto& p : params_) std::memset(p.grad.raw(), 0, p.grad.bytes());
+    }
+
+    void get_param(std::size_t i, float* out) const override { widen(params_[i].weight, out); }
+    void get_grad(std::size_t i, float* out) const override { widen(params_[i].grad, out); }
+    void set_param(std::size_t i, const float* values) override {
+        ParamSlot& p = params_[i];
+        T* w = p.weight.data<T>();
+        for (std::int64_t k = 0; k < p.numel; ++k) w[k] = from_float<T>(values[k]);
+        if (!p.master.empty()) std::memcpy(p.master.raw(), values, static_cast<std::size_t>(p.numel) * sizeof(float));
+    }
+
+    float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
+        for (std::int64_t i = 0; i < N_; ++i) {
+            if (inputs[i] < 0 || inputs[i] >= cfg_.vocab_size) {
+                throw UsageError("token id " + std::to_string(inputs[i]) + " is outside the vocabulary [0, " +
+                                 std::to_string(cfg_.vocab_size) + ")");
+            }
+        }
+        const int L = cfg_.n_layers;
+        const bool full_ckpt = plan_.in.checkpointing == Checkpointing::full;
+
+        // Forward: prologue, blocks, epilogue. Recomputed tensors (checkpointing) are freed as
+        // soon as their block is done and rebuilt in the backward.
+        prologue_.items.clear();
+        prologue_.keep(alloc_, "", plan_.prologue.front(), false);
+        cpu::embedding_forward<T>(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
+                                  p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        layers_.clear();
+        layers_.resize(static_cast<std::size_t>(L));
+        for (int l = 0; l < L; ++l) {
+            block_forward(l, false);
+            if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) {
+                layers_[static_cast<std::size_t>(l)].release_recomputed(plan_.block);
+            }
+        }
+        epilogue_.items.clear();
+        for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);
+        const T* last = block_output(L - 1);
+        norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
+        ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
+        const float loss = cpu::head_cross_entropy<T>(
+            losses_.data(), epilogue_.get("lm_head.dinp").template data<T>(), head->grad.template data<T>(),
+            epilogue_.get("ln_f.out").template data<T>(), head->weight.template data<T>(), targets, N_, cfg_.d_model,
+            cfg_.vocab_size, cfg_.padded_vocab_size, loss_chunk_, dloss / static_cast<float>(N_),
+            ce_scratch_.template data<float>());
+
+        // Backward.
+        T* dres = dres_.template data<T>();
+        std::memset(dres_.raw(), 0, dres_.bytes());
+        norm_backward(epilogue_, "ln_f", dres, epilogue_.get("lm_head.dinp").template data<T>(), last, p_lnf_w_,
+                      p_lnf_b_);
+        epilogue_.items.clear();
+        for (int l = L - 1; l >= 0; --l) {
+            if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) block_forward(l, true);
+            block_backward(l);
+            layers_[static_cast<std::size_t>(l)].items.clear();
+        }
+        cpu::embedding_backward<T>(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
+                                   dres, inputs, B_, T_, cfg_.d_model);
+        prologue_.items.clear();
+        return loss;
+    }
+
+private:
+    void widen(const Tensor& t, float* out) const {
+        const T* d = t.data<T>();
+        for (std::int64_t k = 0; k < t.numel(); ++k) out[k] = to_float(d[k]);
+    }
+
+    void allocate_params(bool master) {
+        for (const ParamTensor& pt : param_tensors(cfg_)) {
+            ParamSlot s;
+            s.name = pt.name;
+            s.numel = pt.numel();
+            s.decay = pt.shape.size() >= 2;
+            s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, storage_dtype<T>(), {s.numel});
+            s.grad = Tensor(alloc_, pt.name + ".grad", MemCategory::gradients, storage_dtype<T>(), {s.numel});
+            if (master) s.master = Tensor(alloc_, pt.name + ".master", MemCategory::master_weights, DType::f32, {s.numel});
+            params_.push_back(std::move(s));
+        }
+        auto find = [&](const std::string& name) -> ParamSlot* {
+            for (auto& p : params_) {
+                if (p.name == name) return &p;
+            }
+            return nullptr;
+        };
+        p_wte_ = find("wte");
+        p_wpe_ = find("wpe");
+        p_lnf_w_ = find("ln_f.weight");
+        p_lnf_b_ = find("ln_f.bias");
+        p_head_ = find("lm_head");
+        for (int l = 0; l < cfg_.n_layers; ++l) {
+            const std::string h = "h." + std::to_string(l) + ".";
+            LayerParams lp;
+            lp.ln1_w = find(h + "ln_1.weight");
+            lp.ln1_b = find(h + "ln_1.bias");
+            lp.qkv_w = find(h + "attn.qkv.weight");
+            lp.qkv_b = find(h + "attn.qkv.bias");
+            lp.proj_w = find(h + "attn.proj.weight");
+            lp.proj_b = find(h + "attn.proj.bias");
+            lp.ln2_w = find(h + "ln_2.weight");
+            lp.ln2_b = find(h + "ln_2.bias");
+            lp.fc_w = find(h + "mlp.fc.weight");
+            lp.fc_b = find(h + "mlp.fc.bias");
+            lp.down_w = find(h + "mlp.proj.weight");
+            lp.down_b = find(h + "mlp.proj.bias");
+            layer_params_.push_back(lp);
+        }
+    }
+
+    // GPT-2's initialization: N(0, 0.02) for matrices, 0.02 / sqrt(2 L) for the projections
+    // into the residual stream, zero biases, unit norm weights; padded vocabulary rows zero.
+    void init_params(std::uint64_t seed) {
+        std::mt19937_64 rng(seed);
+        std::vector<float> buf;
+        const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layers));
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            ParamSlot& p = params_[i];
+            buf.assign(static_cast<std::size_t>(p.numel), 0.0f);
+            const bool is_norm = p.name.find("ln_") != std::string::npos;
+            const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+            if (is_norm && !is_bias) {
+                std::fill(buf.begin(), buf.end(), 1.0f);
+            } else if (p.decay) {
+                const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
+                                      p.name.find("mlp.proj.weight") != std::string::npos;
+                std::normal_distribution<float> nd(0.0f, residual ? residual_std : 0.02f);
+                std::int64_t rows_used = p.numel;
+                if (p.name == "wte" || p.name == "lm_head") rows_used = cfg_.vocab_size * cfg_.d_model;
+                for (std::int64_t k = 0; k < rows_used; ++k) buf[static_cast<std::size_t>(k)] = nd(rng);
+            }
+            set_param(i, buf.data());
+        }
+    }
+
+    void allocate_buffers() {
+        const std::int64_t C = cfg_.d_model;
+        const std::int64_t fc_rows = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
+        const std::int64_t narrow = std::max(C, cfg_.d_ff);
+        const std::int64_t wide = std::max(cfg_.qkv_dim(), fc_rows);
+        const DType dt = storage_dtype<T>();
+        dres_ = Tensor(alloc_, "grad.residual", MemCategory::temporaries, dt, {N_ * C});
+        dnarrow_ = Tensor(alloc_, "grad.narrow", MemCategory::temporaries, dt, {N_ * narrow});
+        dwide_ = Tensor(alloc_, "grad.wide", MemCategory::temporaries, dt, {N_ * wide});
+        branch_ = Tensor(alloc_, "branch.out", MemCategory::temporaries, dt, {N_ * C});
+        loss_chunk_ = plan_.in.loss_chunk_rows > 0 ? std::min(plan_.in.loss_chunk_rows, N_) : N_;
+        const bool is16 = !std::is_same_v<T, float>;
+        ce_scratch_ = Tensor(alloc_, "loss.scratch", MemCategory::temporaries, DType::f32,
+                             {cpu::head_cross_entropy_scratch_floats(loss_chunk_, C, cfg_.padded_vocab_size, is16)});
+        std::int64_t mm = 0;
+        if (is16) {
+            for (const PlanOp& op : plan_.block) {
+                if (op.kind != OpKind::matmul) continue;
+                const auto& s = std::get<MatmulShape>(op.shape);
+                mm = std::max(mm, cpu::matmul_scratch_floats(s.M, s.N, s.K));
+            }
+        }
+        mm_scratch_ = Tensor(alloc_, "matmul.scratch", MemCategory::temporaries, DType::f32, {mm});
+        if (plan_.in.attention == AttentionImpl::naive) {
+            attn_scratch_ = Tensor(alloc_, "attention.scratch", MemCategory::temporaries, DType::f32,
+                                   {cpu::attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
+        }
+        losses_.assign(static_cast<std::size_t>(N_), 0.0f);
+    }
+
+    const T* block_input(int l) {
+        if (l == 0) return prologue_.get("embedding.out").template data<T>();
+        return layers_[static_cast<std::size_t>(l - 1)].get("mlp.res.out").template data<T>();
+    }
+    const T* block_output(int l) { return layers_[static_cast<std::size_t>(l)].get("mlp.res.out").template data<T>(); }
+
+    void norm_forward(KeptTensors& kept, std::string_view name, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const std::string n(name);
+        T* out = kept.get(n + ".out").template data<T>();
+        float* rstd = kept.get(n + ".rstd").template data<float>();
+        if (cfg_.norm == NormKind::layernorm) {
+            cpu::layernorm_forward<T>(out, kept.get(n + ".mean").template data<float>(), rstd, inp,
+                                      w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
+                                      N_, cfg_.d_model);
+        } else {
+            cpu::rmsnorm_forward<T>(out, rstd, inp, w->weight.template data<T>(), N_, cfg_.d_model);
+        }
+    }
+
+    void norm_backward(KeptTensors& kept, std::string_view name, T* dinp, const T* dout, const T* inp, ParamSlot* w,
+                       ParamSlot* b) {
+        const std::string n(name);
+        const float* rstd = kept.get(n + ".rstd").template data<float>();
+        if (cfg_.norm == NormKind::layernorm) {
+            cpu::layernorm_backward<T>(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr,
+                                       dout, inp, w->weight.template data<T>(), kept.get(n + ".mean").template data<float>(),
+                                       rstd, N_, cfg_.d_model);
+        } else {
+            cpu::rmsnorm_backward<T>(dinp, w->grad.template data<T>(), dout, inp, w->weight.template data<T>(), rstd, N_,
+                                     cfg_.d_model);
+        }
+    }
+
+    void matmul(const PlanOp& op, T* out, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const auto& s = std::get<MatmulShape>(op.shape);
+        cpu::matmul_forward<T>(out, inp, w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
+                               s.M, s.N, s.K, mm_scratch_.template data<float>());
+    }
+
+    void matmul_back(const PlanOp& op, T* dinp, const T* dout, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const auto& s = std::get<MatmulShape>(op.shape);
+        cpu::matmul_backward<T>(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr, dout,
+                                inp, w->weight.template data<T>(), s.M, s.N, s.K, mm_scratch_.template data<float>());
+    }
+
+    // Runs block l's forward. recompute: only the tensors checkpointing dropped are allocated
+    // (the rest are still kept), and the ops whose outputs are all kept are skipped.
+    void block_forward(int l, bool recompute) {
+        KeptTensors& kt = layers_[static_cast<std::size_t>(l)];
+        const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+        const std::string prefix = "h." + std::to_string(l) + ".";
+        const std::int64_t C = cfg_.d_model;
+        const T* x = block_input(l);
+        const bool full = plan_.in.checkpointing == Checkpointing::full;
+        for (const PlanOp& op : plan_.block) {
+            if (recompute) {
+                // Rebuild what checkpointing dropped: ops with recomputed outputs, and under full
+                // recomputation the ops that keep nothing (rope, projections) in between.
+                bool rebuilds = full && op.n_saved == 0;
+                for (int i = 0; i < op.n_saved; ++i) rebuilds |= op.saved[static_cast<std::size_t>(i)].recomputed;
+                if (!rebuilds) continue;
+            }
+            kt.keep(alloc_, prefix, op, recompute);
+            const std::string_view n = op.name;
+            if (n == "ln_1") {
+                norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
+            } else if (n == "attn.qkv") {
+                matmul(op, kt.get("attn.qkv.out").template data<T>(), kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+            } else if (n == "attn.rope") {
+                cpu::rope_forward<T>(kt.get("attn.qkv.out").template data<T>(), B_, T_, cfg_.n_heads, cfg_.n_kv_heads,
+                                     cfg_.head_dim());
+            } else if (n == "attn.core") {
+                if (recompute && !op.saved[static_cast<std::size_t>(op.n_saved - 1)].recomputed) {
+                    // Selective: only the probabilities are rebuilt; attn.out is still kept.
+                    attention_forward(kt, op, true);
+                } else {
+                    attention_forward(kt, op, false);
+                }
+            } else if (n == "attn.proj") {
+                matmul(op, branch_.template data<T>(), kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+            } else if (n == "attn.res") {
+                cpu::residual_forward<T>(kt.get("attn.res.out").template data<T>(), x, branch_.template data<T>(), N_ * C);
+            } else if (n == "ln_2") {
+                norm_forward(kt, "ln_2", kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
+            } else if (n == "mlp.fc") {
+                matmul(op, kt.get("mlp.fc.out").template data<T>(), kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+            } else if (n == "mlp.act") {
+                T* out = kt.get("mlp.act.out").template data<T>();
+                const T* inp = kt.get("mlp.fc.out").template data<T>();
+                if (cfg_.mlp == MlpKind::gelu) cpu::gelu_forward<T>(out, inp, N_ * cfg_.d_ff);
+                else cpu::swiglu_forward<T>(out, inp, N_, cfg_.d_ff);
+            } else if (n == "mlp.proj") {
+                matmul(op, branch_.template data<T>(), kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+            } else if (n == "mlp.res") {
+                cpu::residual_forward<T>(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
+                                         branch_.template data<T>(), N_ * C);
+            } else {
+                throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+        }
+    }
+
+    void attention_forward(KeptTensors& kt, const PlanOp& op, bool probabilities_only) {
+        const auto& s = std::get<AttentionShape>(op.shape);
+        const T* qkv = kt.get("attn.qkv.out").template data<T>();
+        if (s.impl == AttentionImpl::naive) {
+            // Rebuilding P alone still produces an output; write it to scratch.
+            T* out = probabilities_only ? branch_.template data<T>() : kt.get("attn.out").template data<T>();
+            cpu::attention_naive_forward<T>(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+        } else {
+            cpu::attention_flash_forward<T>(kt.get("attn.out").template data<T>(), kt.get("attn.lse").template data<float>(),
+                                            qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+        }
+    }
+
+    void block_backward(int l) {
+        KeptTensors& kt = layers_[static_cast<std::size_t>(l)];
+        const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+        const std::int64_t C = cfg_.d_model;
+        const T* x = block_input(l);
+        T* dres = dres_.template data<T>();
+        T* dnarrow = dnarrow_.template data<T>();
+        T* dwide = dwide_.template data<T>();
+        auto zero = [](T* p, std::int64_t n) { std::memset(static_cast<void*>(p), 0, static_cast<std::size_t>(n) * sizeof(T)); };
+        for (auto it = plan_.block.rbegin(); it != plan_.block.rend(); ++it) {
+            const PlanOp& op = *it;
+            const std::string_view n = op.name;
+            if (n == "mlp.res" || n == "attn.res") {
+                // The branch's gradient is the residual stream's: dres is read by the branch below.
+            } else if (n == "mlp.proj") {
+                zero(dnarrow, N_ * cfg_.d_ff);
+                matmul_back(op, dnarrow, dres, kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+            } else if (n == "mlp.act") {
+                const std::int64_t cols = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
+                zero(dwide, N_ * cols);
+                const T* inp = kt.get("mlp.fc.out").template data<T>();
+                if (cfg_.mlp == MlpKind::gelu) cpu::gelu_backward<T>(dwide, inp, dnarrow, N_ * cfg_.d_ff);
+                else cpu::swiglu_backward<T>(dwide, inp, dnarrow, N_, cfg_.d_ff);
+            } else if (n == "mlp.fc") {
+                zero(dnarrow, N_ * C);
+                matmul_back(op, dnarrow, dwide, kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+            } else if (n == "ln_2") {
+                norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
+            } else if (n == "attn.proj") {
+                zero(dnarrow, N_ * C);
+                matmul_back(op, dnarrow, dres, kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+            } else if (n == "attn.core") {
+                const auto& s = std::get<AttentionShape>(op.shape);
+                zero(dwide, N_ * cfg_.qkv_dim());
+                const T* qkv = kt.get("attn.qkv.out").template data<T>();
+                if (s.impl == AttentionImpl::naive) {
+                    cpu::attention_naive_backward<T>(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
+                                                     kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                } else {
+                    cpu::attention_flash_backward<T>(dwide, dnarrow, kt.get("attn.out").template data<T>(), qkv,
+                                                     kt.get("attn.lse").template data<float>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                }
+            } else if (n == "attn.rope") {
+                cpu::rope_backward<T>(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
+            } else if (n == "attn.qkv") {
+                zero(dnarrow, N_ * C);
+                matmul_back(op, dnarrow, dwide, kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+            } else if (n == "ln_1") {
+                norm_backward(kt, "ln_1", dres, dnarrow, x, lp.ln1_w, lp.ln1_b);
+            } else {
+                throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+        }
+    }
+
+    ModelConfig cfg_;
+    AccountingAllocator& alloc_;
+    OpPlan plan_;
+    std::int64_t B_ = 0, T_ = 0, N_ = 0, loss_chunk_ = 0;
+    std::vector<ParamSlot> params_;
+    std::vector<LayerParams> layer_params_;
+    ParamSlot *p_wte_ = nullptr, *p_wpe_ = nullptr, *p_lnf_w_ = nullptr, *p_lnf_b_ = nullptr, *p_head_ = nullptr;
+    KeptTensors prologue_, epilogue_;
+    std::vector<KeptTensors> layers_;
+    Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
+    std::vector<float> losses_;
+};
+
+}  // namespace
+
+std::unique_ptr<Gpt> Gpt::create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
+                                  std::uint64_t seed) {
+    if (in.finetune != Finetune::full) throw UsageError("--finetune: the engine trains full models only (for now)");
+    if (in.precision == Precision::fp8_amp) throw UsageError("--precision fp8-amp: not supported by the CPU engine");
+    if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
+    if (in.optimizer == OptimizerKind::adamw_8bit) throw UsageError("--optimizer adamw-8bit: not supported by the engine (for now)");
+    if (cfg.dropout > 0) throw UsageError("dropout: the engine trains without dropout (for now)");
+    validate(cfg);
+    switch (in.precision) {
+        case Precision::fp32: return std::make_unique<GptCpu<float>>(cfg, in, alloc, seed);
+        case Precision::bf16_amp:
+        case Precision::bf16: return std::make_unique<GptCpu<bf16_t>>(cfg, in, alloc, seed);
+        case Precision::fp16_amp: return std::make_unique<GptCpu<f16_t>>(cfg, in, alloc, seed);
+        case Precision::fp8_amp: break;
+    }
+    throw UsageError("--precision: not supported by the engine");
+}
+
+}  // namespace napkin

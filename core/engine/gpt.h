@@ -1,0 +1,59 @@
+// The reference GPT engine: forward and backward written out (no autograd), executing the op
+// plan (core/op_plan.h) op by op on a backend's kernels. Every tensor it allocates goes through
+// the accounting allocator with the category and name the estimator uses, so measured memory
+// can be compared with the prediction category by category:
+//   parameters / master_weights / gradients  one tensor per parameter (param_tensors())
+//   activations   exactly the tensors the plan's ops keep (and, under checkpointing, rebuild)
+//   temporaries   gradient buffers of the backward, the head/loss chunk, GEMM scratch
+// The working storage type follows the precision recipe: fp32, bf16 (bf16-amp, pure bf16) or
+// fp16 (fp16-amp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/model_config.h"
+#include "core/op_plan.h"
+#include "core/tensor.h"
+
+namespace napkin {
+
+// One parameter tensor with its gradient and (mixed precision) its fp32 master copy.
+struct ParamSlot {
+    std::string name;  // "h.3.attn.qkv.weight"
+    std::int64_t numel = 0;
+    bool decay = false;  // weight decay applies (matrices, not biases and norms)
+    Tensor weight;       // working copy, recipe dtype
+    Tensor grad;         // recipe gradient dtype
+    Tensor master;       // fp32, only under mixed precision
+};
+
+class Gpt {
+public:
+    // Throws UsageError for what the engine does not run yet (LoRA, fp8, dropout, fp32 gradients
+    // beside a 16-bit model).
+    static std::unique_ptr<Gpt> create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
+                                       std::uint64_t seed);
+    virtual ~Gpt() = default;
+
+    // One micro-batch: forward, loss and backward; parameter gradients ACCUMULATE (the caller
+    // zeroes them per step). dloss scales the gradient of the mean loss (1/G for accumulation,
+    // times the loss scale under fp16). inputs, targets: (B, T) token ids. Returns the mean loss.
+    virtual float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) = 0;
+
+    virtual std::vector<ParamSlot>& params() = 0;
+    virtual void zero_grads() = 0;
+    // Copies master weights into the working copies (after an optimizer step).
+    virtual const OpPlan& plan() const = 0;
+    virtual DType storage() const = 0;
+
+    // Reads/writes one parameter's values as fp32 (tests, checkpoints, weight import).
+    virtual void get_param(std::size_t i, float* out) const = 0;
+    virtual void set_param(std::size_t i, const float* values) = 0;
+    virtual void get_grad(std::size_t i, float* out) const = 0;
+};
+
+}  // namespace napkin

@@ -1,0 +1,56 @@
+// Optimizers over the engine's parameters: SGD, momentum, AdaGrad, RMSprop, Adam, AdamW. Their
+// state is allocated as optimizer_state (fp32, or bf16 under pure bf16) so its memory is
+// measured. Mixed precision updates the fp32 master copy and rounds it into the working weights.
+// Also: decoupled weight decay (AdamW) or L2 (the others), clipping by global gradient norm,
+// warmup + cosine learning-rate schedule.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/engine/gpt.h"
+#include "core/recipe.h"
+
+namespace napkin {
+
+struct OptimizerConfig {
+    OptimizerKind kind = OptimizerKind::adamw;
+    float lr = 1e-3f;          // peak learning rate
+    float min_lr_frac = 0.1f;  // cosine decays to lr * min_lr_frac
+    int warmup_steps = 0;
+    int total_steps = 1;
+    float beta1 = 0.9f;  // Adam, and momentum's coefficient
+    float beta2 = 0.95f;
+    float eps = 1e-8f;
+    float weight_decay = 0.1f;  // on matrices only (ParamSlot::decay)
+    float grad_clip = 1.0f;     // global norm; 0 disables
+};
+
+// The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_frac.
+float learning_rate(const OptimizerConfig& c, int step);
+
+struct StepStats {
+    float lr = 0;
+    float grad_norm = 0;  // of the unscaled gradients, before clipping
+    bool skipped = false;  // non-finite gradients (fp16 overflow): no update
+};
+
+class Optimizer {
+public:
+    Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype);
+
+    // One update from the accumulated gradients, which are first multiplied by grad_scale
+    // (1 / loss scale under fp16). Skips the update when the gradients are not finite.
+    StepStats step(int step_index, float grad_scale);
+
+private:
+    OptimizerConfig cfg_;
+    Gpt& model_;
+    DType state_dtype_;
+    std::vector<Tensor> m_, v_;  // per parameter; v_ unused by one-state optimizers
+    std::vector<float> grad_buf_, master_buf_;
+    int t_ = 0;  // Adam's bias-correction step count (updates actually applied)
+};
+
+}  // namespace napkin

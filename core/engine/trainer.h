@@ -1,0 +1,76 @@
+// The training loop: data, micro-batches with gradient accumulation, the optimizer step, fp16
+// dynamic loss scaling, and per-step measurements (loss, time, FLOPs, memory by category).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/engine/data.h"
+#include "core/engine/gpt.h"
+#include "core/engine/optimizer.h"
+#include "core/model_config.h"
+#include "core/op_plan.h"
+
+namespace napkin {
+
+struct TrainOptions {
+    ModelConfig model;
+    PlanInputs plan;  // B, T, recipe
+    OptimizerConfig optimizer;
+    int steps = 1;
+    int grad_accum = 1;
+    std::uint64_t seed = 1337;
+    std::string data;  // empty: the synthetic corpus
+    // fp16 dynamic loss scaling: start, halve on overflow (skipping the step), double after
+    // this many good steps in a row.
+    float loss_scale_init = 65536.0f;
+    int loss_scale_window = 200;
+};
+
+struct StepRecord {
+    int step = 0;
+    float loss = 0;
+    float lr = 0;
+    float grad_norm = 0;
+    float loss_scale = 1;
+    bool skipped = false;
+    double seconds = 0;
+    double tokens = 0;
+    double model_flops = 0;     // the plan's model FLOPs for this step
+    double hardware_flops = 0;  // plus recomputation
+    std::array<std::int64_t, kMemCategoryCount> current_bytes{};
+    std::array<std::int64_t, kMemCategoryCount> peak_bytes{};
+    std::int64_t peak_total_bytes = 0;
+};
+
+class Trainer {
+public:
+    // Builds the model, optimizer and data source; throws UsageError/InputError on bad input.
+    explicit Trainer(const TrainOptions& opts);
+    StepRecord step();  // one optimizer step (G micro-batches)
+    int steps_done() const { return step_; }
+
+    AccountingAllocator& allocator() { return alloc_; }
+    Gpt& model() { return *model_; }
+    TokenSource& data() { return *data_; }
+    const TrainOptions& options() const { return opts_; }
+
+private:
+    TrainOptions opts_;
+    HostMemory host_;
+    AccountingAllocator alloc_;
+    std::unique_ptr<Gpt> model_;
+    std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<TokenSource> data_;
+    Tensor inputs_, targets_;
+    int step_ = 0;
+    float loss_scale_ = 1.0f;
+    int good_steps_ = 0;
+    double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
+};
+
+}  // namespace napkin

@@ -1,0 +1,219 @@
+// The whole model: finite-difference gradient check per architecture variant, equal gradients
+// across checkpointing modes and attention implementations, the step-0 loss, and measured
+// memory per category against the estimator's prediction.
+#include "core/engine/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/engine/data.h"
+#include "core/engine/trainer.h"
+#include "estimator/estimate.h"
+
+namespace napkin {
+namespace {
+
+ModelConfig small_config(NormKind norm, PositionKind pos, MlpKind mlp, int kv_heads, bool bias) {
+    ModelConfig c;
+    c.name = "test";
+    c.vocab_size = 37;
+    c.padded_vocab_size = 40;
+    c.context_length = 16;
+    c.n_layers = 2;
+    c.d_model = 16;
+    c.n_heads = 4;
+    c.n_kv_heads = kv_heads;
+    c.d_ff = 24;
+    c.norm = norm;
+    c.positions = pos;
+    c.mlp = mlp;
+    c.bias = bias;
+    c.tied_embeddings = pos == PositionKind::learned;  // cover both
+    return c;
+}
+
+PlanInputs plan_inputs(std::int64_t B, std::int64_t T, Checkpointing ck, AttentionImpl att) {
+    PlanInputs in;
+    in.micro_batch = B;
+    in.seq_len = T;
+    in.precision = Precision::fp32;
+    in.checkpointing = ck;
+    in.attention = att;
+    in.loss_chunk_rows = 5;  // several chunks
+    return in;
+}
+
+struct Batch {
+    std::vector<std::int32_t> inputs, targets;
+};
+
+Batch random_batch(std::int64_t n, std::int64_t vocab, unsigned seed) {
+    std::mt19937 rng(seed);
+    Batch b;
+    for (std::int64_t i = 0; i < n; ++i) {
+        b.inputs.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
+        b.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
+    }
+    return b;
+}
+
+std::vector<std::vector<float>> all_grads(Gpt& m) {
+    std::vector<std::vector<float>> g;
+    for (std::size_t i = 0; i < m.params().size(); ++i) {
+        g.emplace_back(static_cast<std::size_t>(m.params()[i].numel));
+        m.get_grad(i, g.back().data());
+    }
+    return g;
+}
+
+// Perturbs sampled entries of every parameter and compares (L(w+h) - L(w-h)) / 2h with the
+// backward's gradient (a fourth-order stencil in double over the fp32 loss).
+void gradient_check(const ModelConfig& cfg, AttentionImpl att, unsigned seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " norm " << static_cast<int>(cfg.norm) << " pos "
+                                    << static_cast<int>(cfg.positions) << " mlp " << static_cast<int>(cfg.mlp)
+                                    << " kv " << cfg.n_kv_heads << " attention " << static_cast<int>(att));
+    HostMemory host;
+    AccountingAllocator alloc(host);
+    const std::int64_t B = 2, T = 7;
+    auto m = Gpt::create(cfg, plan_inputs(B, T, Checkpointing::none, att), alloc, seed);
+    const Batch batch = random_batch(B * T, cfg.vocab_size, seed);
+    m->zero_grads();
+    m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
+    const auto grads = all_grads(*m);
+    std::mt19937 rng(seed);
+    const float h = 1e-2f;
+    int checked = 0;
+    for (std::size_t i = 0; i < m->params().size(); ++i) {
+        const ParamSlot& p = m->params()[i];
+        std::vector<float> w(static_cast<std::size_t>(p.numel));
+        m->get_param(i, w.data());
+        for (int trial = 0; trial < 4; ++trial) {
+            std::int64_t k = static_cast<std::int64_t>(rng() % static_cast<unsigned>(p.numel));
+            if (p.name == "wte" || p.name == "lm_head") k %= cfg.vocab_size * cfg.d_model;  // not a padding row
+            const float saved = w[static_cast<std::size_t>(k)];
+            auto loss_at = [&](float delta) {
+                w[static_cast<std::size_t>(k)] = saved + delta;
+                m->set_param(i, w.data());
+                m->zero_grads();
+                return static_cast<double>(m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f));
+            };
+            // Fourth-order central difference: truncation O(h^4), so h can be large enough that
+            // float rounding of the loss stays far below the tolerance.
+            const double fd = (-loss_at(2 * h) + 8 * loss_at(h) - 8 * loss_at(-h) + loss_at(-2 * h)) / (12.0 * h);
+            w[static_cast<std::size_t>(k)] = saved;
+            m->set_param(i, w.data());
+            const double g = grads[i][static_cast<std::size_t>(k)];
+            EXPECT_NEAR(g, fd, 2e-4 + 0.03 * std::fabs(fd)) << p.name << "[" << k << "]";
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 20);
+}
+
+TEST(GptGradients, FiniteDifferencesEveryVariant) {
+    const unsigned seed = std::random_device{}();
+    gradient_check(small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
+                   AttentionImpl::naive, seed);
+    gradient_check(small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
+                   AttentionImpl::flash, seed + 1);
+    gradient_check(small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false),
+                   AttentionImpl::flash, seed + 2);
+    gradient_check(small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 1, false),
+                   AttentionImpl::naive, seed + 3);
+}
+
+TEST(GptGradients, CheckpointingAndAttentionGiveTheSameGradients) {
+    const unsigned seed = std::random_device{}();
+    for (auto cfg : {small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
+                     small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)}) {
+        const Batch batch = random_batch(2 * 9, cfg.vocab_size, seed);
+        std::vector<std::vector<float>> reference;
+        float reference_loss = 0;
+        for (auto att : {AttentionImpl::naive, AttentionImpl::flash}) {
+            for (auto ck : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
+                SCOPED_TRACE(testing::Message() << "attention " << static_cast<int>(att) << " ckpt " << static_cast<int>(ck));
+                HostMemory host;
+                AccountingAllocator alloc(host);
+                auto m = Gpt::create(cfg, plan_inputs(2, 9, ck, att), alloc, seed);
+                m->zero_grads();
+                const float loss = m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
+                const auto g = all_grads(*m);
+                if (reference.empty()) {
+                    reference = g;
+                    reference_loss = loss;
+                    continue;
+                }
+                EXPECT_NEAR(loss, reference_loss, 1e-5);
+                for (std::size_t i = 0; i < g.size(); ++i) {
+                    for (std::size_t k = 0; k < g[i].size(); ++k) {
+                        ASSERT_NEAR(g[i][k], reference[i][k], 1e-5 + 1e-3 * std::fabs(reference[i][k]))
+                            << m->params()[i].name << "[" << k << "]";
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(GptTraining, StepZeroLossIsLnVocab) {
+    HostMemory host;
+    AccountingAllocator alloc(host);
+    ModelConfig cfg = preset_or_throw("tiny");
+    auto m = Gpt::create(cfg, plan_inputs(4, 64, Checkpointing::none, AttentionImpl::flash), alloc, 42);
+    SyntheticCorpus data(42);
+    std::vector<std::int32_t> in(256), tg(256);
+    data.next_batch(in.data(), tg.data(), 4, 64);
+    const float loss = m->forward_backward(in.data(), tg.data(), 1.0f);
+    EXPECT_NEAR(loss / std::log(256.0), 1.0, 0.01);
+}
+
+// Measured bytes per category equal the estimator's prediction: exactly for the model states,
+// within 5% for activations, over precision x optimizer x checkpointing.
+TEST(GptMemory, MeasuredMatchesEstimator) {
+    for (auto precision : {Precision::fp32, Precision::bf16_amp, Precision::bf16, Precision::fp16_amp}) {
+        for (auto opt : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adamw}) {
+            for (auto ck : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
+                for (auto att : {AttentionImpl::naive, AttentionImpl::flash}) {
+                    SCOPED_TRACE(testing::Message() << enum_name(kPrecisionNames, precision) << " "
+                                                    << enum_name(kOptimizerNames, opt) << " ckpt "
+                                                    << static_cast<int>(ck) << " attention " << static_cast<int>(att));
+                    TrainOptions o;
+                    o.model = preset_or_throw("tiny");
+                    o.plan.micro_batch = 2;
+                    o.plan.seq_len = 32;
+                    o.plan.precision = precision;
+                    o.plan.optimizer = opt;
+                    o.plan.checkpointing = ck;
+                    o.plan.attention = att;
+                    o.steps = 1;
+                    Trainer trainer(o);
+                    const StepRecord r = trainer.step();
+
+                    EstimateInputs ei;
+                    ei.model = o.model;
+                    ei.seq_len = 32;
+                    ei.micro_batch = 2;
+                    ei.precision = precision;
+                    ei.optimizer = opt;
+                    ei.checkpointing = ck;
+                    ei.attention = att;
+                    ei.peak_flops_per_s = 1e12;
+                    ei.gpu_memory_bytes = 1e12;
+                    const Estimate e = Estimator{}.run(ei);
+                    auto peak = [&](MemCategory c) { return static_cast<double>(r.peak_bytes[static_cast<std::size_t>(c)]); };
+                    EXPECT_EQ(peak(MemCategory::parameters), e.gpu.weights);
+                    EXPECT_EQ(peak(MemCategory::master_weights), e.gpu.master);
+                    EXPECT_EQ(peak(MemCategory::gradients), e.gpu.grads);
+                    EXPECT_EQ(peak(MemCategory::optimizer_state), e.gpu.optimizer);
+                    EXPECT_NEAR(peak(MemCategory::activations) / e.gpu.activations, 1.0, 0.05);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace napkin
