@@ -1,6 +1,10 @@
 // napkin: memory and FLOP accounting for transformer training.
 // Exit codes: 0 success, 1 unusable input file or failure at run time, 2 usage error.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -9,7 +13,23 @@
 #include "cli/version.h"
 #include "core/check.h"
 
+namespace {
+
+// libgomp's threads spin while they wait for work by default; when anything else holds a core
+// (OpenBLAS's inner loops, another process on a shared 2-core machine) a spinning team can be
+// several times slower than one thread. Training asks for passive waiting. libgomp reads the
+// variable when it loads, before main, so the process re-executes itself once to apply it.
+void use_passive_openmp_waits(int argc, char** argv) {
+    if (argc < 2 || std::strcmp(argv[1], "train") != 0 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    // execv only returns on failure: go on with the default policy.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    use_passive_openmp_waits(argc, argv);
     CLI::App app{"napkin " NAPKIN_VERSION ": memory and FLOP accounting for transformer training"};
     app.set_version_flag("--version", "napkin " NAPKIN_VERSION " (CUDA " NAPKIN_BUILD_CUDA ")");
     app.require_subcommand(1);

@@ -5,7 +5,7 @@
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev)
+packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev)
 for arg in "$@"; do
     case "$arg" in
         --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev xvfb) ;;
