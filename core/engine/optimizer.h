@@ -44,6 +44,14 @@ public:
     // (1 / loss scale under fp16). Skips the update when the gradients are not finite.
     StepStats step(int step_index, float grad_scale);
 
+    // The state, for checkpoints: per parameter (in Gpt::params() order) its first and second
+    // moments (empty tensors where the optimizer keeps fewer), and Adam's update count.
+    std::vector<Tensor>& first_moments() { return m_; }
+    std::vector<Tensor>& second_moments() { return v_; }
+    int update_count() const { return t_; }
+    void set_update_count(int t) { t_ = t; }
+    const OptimizerConfig& config() const { return cfg_; }
+
 private:
     OptimizerConfig cfg_;
     Gpt& model_;

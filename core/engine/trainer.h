@@ -55,6 +55,15 @@ public:
     int steps_done() const { return step_; }
 
     AccountingAllocator& allocator() { return alloc_; }
+    Optimizer& optimizer() { return *optimizer_; }
+    float loss_scale() const { return loss_scale_; }
+    int good_steps() const { return good_steps_; }
+    // Restores the loop's own state from a checkpoint (core/engine/checkpoint.h).
+    void restore_loop_state(int steps_done, float loss_scale, int good_steps) {
+        step_ = steps_done;
+        loss_scale_ = loss_scale;
+        good_steps_ = good_steps;
+    }
     Gpt& model() { return *model_; }
     TokenSource& data() { return *data_; }
     const TrainOptions& options() const { return opts_; }
