@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/cli/cli_util.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,35 +18,6 @@
 #endif
 
 namespace {
-
-struct CliRun {
-    int rc = -1;
-    std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-CliRun napkin(const std::string& args) {
-    // CTest runs each test in its own process, in parallel: name the files by process.
-    static int calls = 0;
-    const std::string stem = testing::TempDir() + "/napkin_cli_" + std::to_string(getpid()) + "_" +
-                             std::to_string(calls++);
-    const std::string out = stem + ".out", err = stem + ".err";
-    const std::string cmd = std::string(NAPKIN_BINARY) + " " + args + " >" + out + " 2>" + err;
-    const int status = std::system(cmd.c_str());
-    CliRun r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    std::remove(out.c_str());
-    std::remove(err.c_str());
-    return r;
-}
 
 std::string data(const char* name) { return std::string(NAPKIN_TEST_DATA) + "/" + name; }
 

@@ -1,0 +1,114 @@
+// napkin train as a user meets it: a short run writes a report whose measured model states equal
+// the prediction; bad input is refused with one line and nothing half-written.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "tests/cli/cli_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+    const fs::path d = fs::path(testing::TempDir()) / ("napkin_train_" + name + "_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    return d;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
+}
+
+// llm.c's token file: a 256 x int32 header (magic, version, count) and uint16 tokens.
+void write_bin(const fs::path& p, const std::vector<std::uint16_t>& tokens, std::int32_t magic = 20240520) {
+    std::int32_t header[256] = {};
+    header[0] = magic;
+    header[1] = 1;
+    header[2] = static_cast<std::int32_t>(tokens.size());
+    std::ofstream f(p, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header), sizeof header);
+    f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+TEST(TrainCli, ShortRunWritesReport) {
+    const fs::path out = fresh_dir("short");
+    const CliRun r = napkin("train --steps 3 --micro-batch 2 --seq-len 32 --precision bf16-amp --quiet --out " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = read_json(out / "report.json");
+    EXPECT_EQ(j["schema"], "napkin-train-report/1");
+    ASSERT_EQ(j["steps"].size(), 3u);
+    for (const auto& s : j["steps"]) EXPECT_TRUE(std::isfinite(s["loss"].get<double>()));
+    for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state"}) {
+        EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>()) << k;
+    }
+    EXPECT_NEAR(j["measured"]["peak_bytes"]["activations"].get<double>() / j["predicted"]["activations"].get<double>(), 1.0,
+                0.05);
+    EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
+}
+
+TEST(TrainCli, TrainsOnTextAndBinFiles) {
+    const fs::path dir = fresh_dir("data");
+    fs::create_directories(dir);
+    {
+        std::ofstream f(dir / "text.txt");
+        for (int i = 0; i < 200; ++i) f << "to be or not to be, that is the question. ";
+    }
+    std::vector<std::uint16_t> tokens;
+    for (int i = 0; i < 5000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 7) % 256));
+    write_bin(dir / "tokens.bin", tokens);
+    for (const char* file : {"text.txt", "tokens.bin"}) {
+        const CliRun r = napkin("train --steps 2 --micro-batch 2 --seq-len 16 --quiet --data " + (dir / file).string() +
+                                " --out " + (dir / "run").string());
+        EXPECT_EQ(r.rc, 0) << file << ": " << r.err;
+    }
+}
+
+void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
+    SCOPED_TRACE(args);
+    const CliRun r = napkin(args + " --quiet --out " + out.string());
+    EXPECT_EQ(r.rc, rc);
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
+}
+
+TEST(TrainCli, BadInput) {
+    const fs::path dir = fresh_dir("bad");
+    fs::create_directories(dir);
+    const fs::path out = dir / "run";
+    expect_error("train --data /nonexistent/tokens.bin", 1, "/nonexistent/tokens.bin", out);
+    std::vector<std::uint16_t> big = {1, 2, 300, 4};
+    for (int i = 0; i < 500; ++i) big.push_back(5);
+    write_bin(dir / "big.bin", big);
+    expect_error("train --data " + (dir / "big.bin").string(), 1, "do not fit the model's vocabulary", out);
+    write_bin(dir / "magic.bin", {1, 2, 3}, 12345);
+    expect_error("train --data " + (dir / "magic.bin").string(), 1, "bad magic", out);
+    {
+        write_bin(dir / "short.bin", std::vector<std::uint16_t>(100, 3));
+        fs::resize_file(dir / "short.bin", fs::file_size(dir / "short.bin") - 10);
+    }
+    expect_error("train --data " + (dir / "short.bin").string(), 1, "truncated", out);
+    {
+        std::ofstream f(dir / "tiny.txt");
+        f << "abc";
+    }
+    expect_error("train --data " + (dir / "tiny.txt").string(), 1, "fewer than one sequence", out);
+    expect_error("train --seq-len 500", 2, "exceeds the model's context length 128", out);
+    expect_error("train --precision fp8-amp", 2, "fp8-amp", out);
+    expect_error("train --model nope", 2, "unknown preset 'nope'", out);
+    expect_error("train --steps 0", 2, "--steps", out);
+    expect_error("train --device tpu", 2, "--device", out);
+    const CliRun r = napkin("train --steps 1 --quiet --out /proc/napkin-cannot-write");
+    EXPECT_EQ(r.rc, 2);
+    EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
+}
+
+}  // namespace
