@@ -1,5 +1,6 @@
 #include "core/engine/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -7,19 +8,6 @@
 #include "core/half.h"
 
 namespace napkin {
-
-namespace {
-
-float load(const Tensor& t, std::int64_t i) {
-    return t.dtype() == DType::bf16 ? to_float(t.data<bf16_t>()[i]) : t.data<float>()[i];
-}
-
-void store(Tensor& t, std::int64_t i, float v) {
-    if (t.dtype() == DType::bf16) t.data<bf16_t>()[i] = bf16_t(v);
-    else t.data<float>()[i] = v;
-}
-
-}  // namespace
 
 float learning_rate(const OptimizerConfig& c, int step) {
     if (step < c.warmup_steps) return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
@@ -46,6 +34,92 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
     }
 }
 
+namespace {
+
+// Values of a tensor as fp32: the tensor's own memory when it is fp32, else a widened copy.
+const float* as_f32(const Tensor& t, std::vector<float>& buf) {
+    if (t.dtype() == DType::f32) return t.data<float>();
+    buf.resize(static_cast<std::size_t>(t.numel()));
+    if (t.dtype() == DType::bf16) {
+        const bf16_t* p = t.data<bf16_t>();
+        for (std::int64_t i = 0; i < t.numel(); ++i) buf[static_cast<std::size_t>(i)] = to_float(p[i]);
+    } else {
+        const f16_t* p = t.data<f16_t>();
+        for (std::int64_t i = 0; i < t.numel(); ++i) buf[static_cast<std::size_t>(i)] = to_float(p[i]);
+    }
+    return buf.data();
+}
+
+void round_into(Tensor& t, const float* src) {
+    const std::int64_t n = t.numel();
+    if (t.dtype() == DType::bf16) {
+        bf16_t* p = t.data<bf16_t>();
+#pragma omp parallel for if (n > 65536)
+        for (std::int64_t i = 0; i < n; ++i) p[i] = bf16_t(src[i]);
+    } else if (t.dtype() == DType::f16) {
+        f16_t* p = t.data<f16_t>();
+#pragma omp parallel for if (n > 65536)
+        for (std::int64_t i = 0; i < n; ++i) p[i] = f16_t(src[i]);
+    }
+}
+
+struct Hyper {
+    OptimizerKind kind;
+    float lr, b1, b2, eps, wd, bc1, bc2, scale;
+};
+
+// One parameter's update, w and g fp32, moments in S (float or bf16_t).
+template <class S>
+void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_t n) {
+#pragma omp parallel for if (n > 16384)
+    for (std::int64_t k = 0; k < n; ++k) {
+        float g = grad[k] * h.scale;
+        float wk = w[k];
+        switch (h.kind) {
+            case OptimizerKind::sgd:
+                wk -= h.lr * (g + h.wd * wk);
+                break;
+            case OptimizerKind::momentum: {
+                g += h.wd * wk;
+                const float mk = h.b1 * to_float(m[k]) + g;
+                m[k] = from_float<S>(mk);
+                wk -= h.lr * mk;
+                break;
+            }
+            case OptimizerKind::adagrad: {
+                g += h.wd * wk;
+                const float sk = to_float(m[k]) + g * g;
+                m[k] = from_float<S>(sk);
+                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
+                break;
+            }
+            case OptimizerKind::rmsprop: {
+                g += h.wd * wk;
+                const float sk = h.b2 * to_float(m[k]) + (1 - h.b2) * g * g;
+                m[k] = from_float<S>(sk);
+                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
+                break;
+            }
+            case OptimizerKind::adam:
+            case OptimizerKind::adamw:
+            case OptimizerKind::adamw_8bit: {
+                const bool decoupled = h.kind != OptimizerKind::adam;
+                if (!decoupled) g += h.wd * wk;
+                const float mk = h.b1 * to_float(m[k]) + (1 - h.b1) * g;
+                const float vk = h.b2 * to_float(v[k]) + (1 - h.b2) * g * g;
+                m[k] = from_float<S>(mk);
+                v[k] = from_float<S>(vk);
+                const float step = (mk / h.bc1) / (std::sqrt(vk / h.bc2) + h.eps);
+                wk -= h.lr * (step + (decoupled ? h.wd * wk : 0.0f));
+                break;
+            }
+        }
+        w[k] = wk;
+    }
+}
+
+}  // namespace
+
 StepStats Optimizer::step(int step_index, float grad_scale) {
     StepStats st;
     st.lr = learning_rate(cfg_, step_index);
@@ -53,10 +127,21 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
 
     // Global norm of the unscaled gradients (fp64 sum).
     double sumsq = 0.0;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-        grad_buf_.resize(static_cast<std::size_t>(params[i].numel));
-        model_.get_grad(i, grad_buf_.data());
-        for (float g : grad_buf_) sumsq += static_cast<double>(g) * g;
+    for (ParamSlot& p : params) {
+        const float* g = as_f32(p.grad, grad_buf_);
+        const std::int64_t n = p.numel;
+        // Fixed blocks summed in order: the norm (and so clipping) is bitwise the same for any
+        // thread count, which resume-from-checkpoint relies on.
+        constexpr std::int64_t kBlocks = 64;
+        double parts[kBlocks] = {};
+        const std::int64_t per = (n + kBlocks - 1) / kBlocks;
+#pragma omp parallel for if (n > 65536)
+        for (std::int64_t b = 0; b < kBlocks; ++b) {
+            double acc = 0.0;
+            for (std::int64_t k = b * per; k < std::min(n, (b + 1) * per); ++k) acc += static_cast<double>(g[k]) * g[k];
+            parts[b] = acc;
+        }
+        for (double part : parts) sumsq += part;
     }
     const double norm = std::sqrt(sumsq) * grad_scale;
     st.grad_norm = static_cast<float>(norm);
@@ -65,69 +150,37 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
         return st;
     }
     const float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? static_cast<float>(cfg_.grad_clip / norm) : 1.0f;
-    const float scale = grad_scale * clip;
     ++t_;
-    const float b1 = cfg_.beta1, b2 = cfg_.beta2;
-    const float bc1 = 1.0f - std::pow(b1, static_cast<float>(t_));
-    const float bc2 = 1.0f - std::pow(b2, static_cast<float>(t_));
+    Hyper h{cfg_.kind, st.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, 0.0f,
+            1.0f - std::pow(cfg_.beta1, static_cast<float>(t_)), 1.0f - std::pow(cfg_.beta2, static_cast<float>(t_)),
+            grad_scale * clip};
     const int states = optimizer_state_count(cfg_.kind);
 
     for (std::size_t i = 0; i < params.size(); ++i) {
         ParamSlot& p = params[i];
-        const std::int64_t n = p.numel;
-        grad_buf_.resize(static_cast<std::size_t>(n));
-        master_buf_.resize(static_cast<std::size_t>(n));
-        model_.get_grad(i, grad_buf_.data());
-        if (!p.master.empty()) std::memcpy(master_buf_.data(), p.master.raw(), static_cast<std::size_t>(n) * sizeof(float));
-        else model_.get_param(i, master_buf_.data());
-        const float wd = p.decay ? cfg_.weight_decay : 0.0f;
+        h.wd = p.decay ? cfg_.weight_decay : 0.0f;
+        const float* g = as_f32(p.grad, grad_buf_);
+        // The fp32 values the update applies to: the master copy, the fp32 weights themselves,
+        // or (pure bf16) a widened copy rounded back afterwards.
+        float* w = nullptr;
+        if (!p.master.empty()) {
+            w = p.master.data<float>();
+        } else if (p.weight.dtype() == DType::f32) {
+            w = p.weight.data<float>();
+        } else {
+            as_f32(p.weight, master_buf_);
+            w = master_buf_.data();
+        }
         Tensor* m = states >= 1 ? &m_[i] : nullptr;
         Tensor* v = states >= 2 ? &v_[i] : nullptr;
-        for (std::int64_t k = 0; k < n; ++k) {
-            float g = grad_buf_[static_cast<std::size_t>(k)] * scale;
-            float w = master_buf_[static_cast<std::size_t>(k)];
-            switch (cfg_.kind) {
-                case OptimizerKind::sgd:
-                    w -= st.lr * (g + wd * w);
-                    break;
-                case OptimizerKind::momentum: {
-                    g += wd * w;
-                    const float mk = b1 * load(*m, k) + g;
-                    store(*m, k, mk);
-                    w -= st.lr * mk;
-                    break;
-                }
-                case OptimizerKind::adagrad: {
-                    g += wd * w;
-                    const float sk = load(*m, k) + g * g;
-                    store(*m, k, sk);
-                    w -= st.lr * g / (std::sqrt(sk) + cfg_.eps);
-                    break;
-                }
-                case OptimizerKind::rmsprop: {
-                    g += wd * w;
-                    const float sk = b2 * load(*m, k) + (1 - b2) * g * g;
-                    store(*m, k, sk);
-                    w -= st.lr * g / (std::sqrt(sk) + cfg_.eps);
-                    break;
-                }
-                case OptimizerKind::adam:
-                case OptimizerKind::adamw:
-                case OptimizerKind::adamw_8bit: {
-                    const bool decoupled = cfg_.kind != OptimizerKind::adam;
-                    if (!decoupled) g += wd * w;
-                    const float mk = b1 * load(*m, k) + (1 - b1) * g;
-                    const float vk = b2 * load(*v, k) + (1 - b2) * g * g;
-                    store(*m, k, mk);
-                    store(*v, k, vk);
-                    const float update = (mk / bc1) / (std::sqrt(vk / bc2) + cfg_.eps);
-                    w -= st.lr * (update + (decoupled ? wd * w : 0.0f));
-                    break;
-                }
-            }
-            master_buf_[static_cast<std::size_t>(k)] = w;
+        if (state_dtype_ == DType::bf16) {
+            update<bf16_t>(h, w, g, m != nullptr ? m->data<bf16_t>() : nullptr, v != nullptr ? v->data<bf16_t>() : nullptr,
+                           p.numel);
+        } else {
+            update<float>(h, w, g, m != nullptr ? m->data<float>() : nullptr, v != nullptr ? v->data<float>() : nullptr,
+                          p.numel);
         }
-        model_.set_param(i, master_buf_.data());
+        if (p.weight.dtype() != DType::f32) round_into(p.weight, w);
     }
     return st;
 }
