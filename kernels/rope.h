@@ -1,5 +1,5 @@
 // rope: rotary position embedding applied in place to q (B, T, NH, HD) and k (B, T, KVH, HD)
-// inside the packed qkv buffer. Each (even, odd) pair is rotated: 6 FLOPs per pair, 3 per
+// inside the packed qkv buffer. Each pair (i, i + HD/2) is rotated (rotate-half): 6 FLOPs per pair, 3 per
 // element; backward rotates by the negative angle (same count). Keeps nothing: the angles
 // are recomputed from positions.
 #pragma once

@@ -12,6 +12,7 @@
 #include "core/engine/data.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "tests/engine/reference_gpt.h"
 
 namespace napkin {
 namespace {
@@ -69,8 +70,9 @@ std::vector<std::vector<float>> all_grads(Gpt& m) {
     return g;
 }
 
-// Perturbs sampled entries of every parameter and compares (L(w+h) - L(w-h)) / 2h with the
-// backward's gradient (a fourth-order stencil in double over the fp32 loss).
+// The engine's loss against an independent double-precision forward (reference_gpt.h), and its
+// gradients against central finite differences of that double-precision reference, sampled
+// entries of every parameter tensor.
 void gradient_check(const ModelConfig& cfg, AttentionImpl att, unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " norm " << static_cast<int>(cfg.norm) << " pos "
                                     << static_cast<int>(cfg.positions) << " mlp " << static_cast<int>(cfg.mlp)
@@ -79,34 +81,43 @@ void gradient_check(const ModelConfig& cfg, AttentionImpl att, unsigned seed) {
     AccountingAllocator alloc(host);
     const std::int64_t B = 2, T = 7;
     auto m = Gpt::create(cfg, plan_inputs(B, T, Checkpointing::none, att), alloc, seed);
-    const Batch batch = random_batch(B * T, cfg.vocab_size, seed);
-    m->zero_grads();
-    m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
-    const auto grads = all_grads(*m);
-    std::mt19937 rng(seed);
-    const float h = 1e-2f;
-    int checked = 0;
+    // Larger weights than GPT-2's init so every path (attention scores, norms) is exercised.
+    std::mt19937 init(seed);
+    std::normal_distribution<float> nd(0.0f, 0.3f);
+    test::Params ref_params;
     for (std::size_t i = 0; i < m->params().size(); ++i) {
         const ParamSlot& p = m->params()[i];
         std::vector<float> w(static_cast<std::size_t>(p.numel));
         m->get_param(i, w.data());
+        for (auto& v : w) v += nd(init);
+        m->set_param(i, w.data());
+        ref_params[p.name] = std::vector<double>(w.begin(), w.end());
+    }
+    const Batch batch = random_batch(B * T, cfg.vocab_size, seed);
+    m->zero_grads();
+    const double loss = m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
+    const test::ReferenceGpt ref(cfg);
+    const double ref_loss = ref.loss(ref_params, batch.inputs, batch.targets, B, T);
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * (1 + std::fabs(ref_loss)));
+    const auto grads = all_grads(*m);
+    std::mt19937 rng(seed);
+    const double h = 1e-5;
+    int checked = 0;
+    for (std::size_t i = 0; i < m->params().size(); ++i) {
+        const ParamSlot& p = m->params()[i];
         for (int trial = 0; trial < 4; ++trial) {
             std::int64_t k = static_cast<std::int64_t>(rng() % static_cast<unsigned>(p.numel));
             if (p.name == "wte" || p.name == "lm_head") k %= cfg.vocab_size * cfg.d_model;  // not a padding row
-            const float saved = w[static_cast<std::size_t>(k)];
-            auto loss_at = [&](float delta) {
-                w[static_cast<std::size_t>(k)] = saved + delta;
-                m->set_param(i, w.data());
-                m->zero_grads();
-                return static_cast<double>(m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f));
-            };
-            // Fourth-order central difference: truncation O(h^4), so h can be large enough that
-            // float rounding of the loss stays far below the tolerance.
-            const double fd = (-loss_at(2 * h) + 8 * loss_at(h) - 8 * loss_at(-h) + loss_at(-2 * h)) / (12.0 * h);
-            w[static_cast<std::size_t>(k)] = saved;
-            m->set_param(i, w.data());
+            test::Params probe = ref_params;
+            double& w = probe[p.name][static_cast<std::size_t>(k)];
+            const double saved = w;
+            w = saved + h;
+            const double up = ref.loss(probe, batch.inputs, batch.targets, B, T);
+            w = saved - h;
+            const double down = ref.loss(probe, batch.inputs, batch.targets, B, T);
+            const double fd = (up - down) / (2 * h);
             const double g = grads[i][static_cast<std::size_t>(k)];
-            EXPECT_NEAR(g, fd, 2e-4 + 0.03 * std::fabs(fd)) << p.name << "[" << k << "]";
+            EXPECT_NEAR(g, fd, 2e-5 + 1e-3 * std::fabs(fd)) << p.name << "[" << k << "]";
             ++checked;
         }
     }

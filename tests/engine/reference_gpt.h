@@ -1,0 +1,179 @@
+// A double-precision GPT forward, written as plainly as possible and independently of the
+// engine and its kernels: the reference the engine's loss is checked against and the function
+// the whole-model finite-difference gradient check differentiates (tests/engine/gpt_test.cpp).
+// Parameters are read by the engine's names (param_tensors()), widened to double.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/model_config.h"
+
+namespace napkin::test {
+
+using Params = std::map<std::string, std::vector<double>>;
+
+class ReferenceGpt {
+public:
+    explicit ReferenceGpt(const ModelConfig& c) : c_(c) {}
+
+    // Mean cross-entropy over the B*T positions.
+    double loss(const Params& p, const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
+                std::int64_t B, std::int64_t T) const {
+        const std::int64_t C = c_.d_model, N = B * T;
+        std::vector<double> x(static_cast<std::size_t>(N * C));
+        const auto& wte = p.at("wte");
+        for (std::int64_t b = 0; b < B; ++b) {
+            for (std::int64_t t = 0; t < T; ++t) {
+                const std::int64_t row = b * T + t, tok = inputs[static_cast<std::size_t>(row)];
+                for (std::int64_t k = 0; k < C; ++k) {
+                    double v = wte[static_cast<std::size_t>(tok * C + k)];
+                    if (c_.positions == PositionKind::learned) v += p.at("wpe")[static_cast<std::size_t>(t * C + k)];
+                    x[static_cast<std::size_t>(row * C + k)] = v;
+                }
+            }
+        }
+        for (int l = 0; l < c_.n_layers; ++l) {
+            const std::string h = "h." + std::to_string(l) + ".";
+            const auto n1 = norm(p, h + "ln_1", x, N);
+            auto qkv = linear(p, h + "attn.qkv", n1, N, C, c_.qkv_dim());
+            if (c_.positions == PositionKind::rope) rope(qkv, B, T);
+            const auto att = attention(qkv, B, T);
+            const auto y = linear(p, h + "attn.proj", att, N, C, C);
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
+            const auto n2 = norm(p, h + "ln_2", x, N);
+            const std::int64_t fc_rows = c_.mlp == MlpKind::swiglu ? 2 * c_.d_ff : c_.d_ff;
+            const auto fc = linear(p, h + "mlp.fc", n2, N, C, fc_rows);
+            std::vector<double> a(static_cast<std::size_t>(N * c_.d_ff));
+            for (std::int64_t r = 0; r < N; ++r) {
+                for (std::int64_t j = 0; j < c_.d_ff; ++j) {
+                    if (c_.mlp == MlpKind::gelu) {
+                        const double u = fc[static_cast<std::size_t>(r * fc_rows + j)];
+                        a[static_cast<std::size_t>(r * c_.d_ff + j)] =
+                            0.5 * u * (1 + std::tanh(std::sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+                    } else {
+                        const double g = fc[static_cast<std::size_t>(r * fc_rows + j)];
+                        const double up = fc[static_cast<std::size_t>(r * fc_rows + c_.d_ff + j)];
+                        a[static_cast<std::size_t>(r * c_.d_ff + j)] = g / (1 + std::exp(-g)) * up;
+                    }
+                }
+            }
+            const auto y2 = linear(p, h + "mlp.proj", a, N, c_.d_ff, C);
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] += y2[i];
+        }
+        const auto xf = norm(p, "ln_f", x, N);
+        const auto& head = c_.tied_embeddings ? p.at("wte") : p.at("lm_head");
+        double total = 0;
+        for (std::int64_t r = 0; r < N; ++r) {
+            std::vector<double> logits(static_cast<std::size_t>(c_.vocab_size));
+            double maxv = -1e300;
+            for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
+                double s = 0;
+                for (std::int64_t k = 0; k < C; ++k) s += xf[static_cast<std::size_t>(r * C + k)] * head[static_cast<std::size_t>(v * C + k)];
+                logits[static_cast<std::size_t>(v)] = s;
+                maxv = std::max(maxv, s);
+            }
+            double sum = 0;
+            for (double lg : logits) sum += std::exp(lg - maxv);
+            total += maxv + std::log(sum) - logits[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
+        }
+        return total / static_cast<double>(N);
+    }
+
+private:
+    std::vector<double> norm(const Params& p, const std::string& name, const std::vector<double>& x, std::int64_t N) const {
+        const std::int64_t C = c_.d_model;
+        const auto& w = p.at(name + ".weight");
+        const bool has_bias = p.count(name + ".bias") > 0;
+        std::vector<double> out(x.size());
+        for (std::int64_t r = 0; r < N; ++r) {
+            const double* row = &x[static_cast<std::size_t>(r * C)];
+            double mean = 0, var = 0;
+            if (c_.norm == NormKind::layernorm) {
+                for (std::int64_t k = 0; k < C; ++k) mean += row[k] / static_cast<double>(C);
+            }
+            for (std::int64_t k = 0; k < C; ++k) var += (row[k] - mean) * (row[k] - mean) / static_cast<double>(C);
+            const double rstd = 1 / std::sqrt(var + 1e-5);
+            for (std::int64_t k = 0; k < C; ++k) {
+                double v = (row[k] - mean) * rstd * w[static_cast<std::size_t>(k)];
+                if (has_bias) v += p.at(name + ".bias")[static_cast<std::size_t>(k)];
+                out[static_cast<std::size_t>(r * C + k)] = v;
+            }
+        }
+        return out;
+    }
+
+    std::vector<double> linear(const Params& p, const std::string& name, const std::vector<double>& x, std::int64_t N,
+                               std::int64_t K, std::int64_t M) const {
+        const auto& w = p.at(name + ".weight");
+        const bool has_bias = p.count(name + ".bias") > 0;
+        std::vector<double> out(static_cast<std::size_t>(N * M));
+        for (std::int64_t r = 0; r < N; ++r) {
+            for (std::int64_t j = 0; j < M; ++j) {
+                double s = has_bias ? p.at(name + ".bias")[static_cast<std::size_t>(j)] : 0.0;
+                for (std::int64_t k = 0; k < K; ++k) s += x[static_cast<std::size_t>(r * K + k)] * w[static_cast<std::size_t>(j * K + k)];
+                out[static_cast<std::size_t>(r * M + j)] = s;
+            }
+        }
+        return out;
+    }
+
+    // Hugging Face Llama's rotate_half convention: element i pairs with i + HD/2.
+    void rope(std::vector<double>& qkv, std::int64_t B, std::int64_t T) const {
+        const std::int64_t HD = c_.head_dim(), W = c_.qkv_dim();
+        for (std::int64_t b = 0; b < B; ++b) {
+            for (std::int64_t t = 0; t < T; ++t) {
+                for (int h = 0; h < c_.n_heads + c_.n_kv_heads; ++h) {
+                    double* v = &qkv[static_cast<std::size_t>((b * T + t) * W + h * HD)];
+                    for (std::int64_t i = 0; i < HD / 2; ++i) {
+                        const double angle = static_cast<double>(t) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(HD));
+                        const double x0 = v[i], x1 = v[i + HD / 2];
+                        v[i] = x0 * std::cos(angle) - x1 * std::sin(angle);
+                        v[i + HD / 2] = x1 * std::cos(angle) + x0 * std::sin(angle);
+                    }
+                }
+            }
+        }
+    }
+
+    std::vector<double> attention(const std::vector<double>& qkv, std::int64_t B, std::int64_t T) const {
+        const std::int64_t HD = c_.head_dim(), C = c_.d_model, W = c_.qkv_dim();
+        const int group = c_.n_heads / c_.n_kv_heads;
+        std::vector<double> out(static_cast<std::size_t>(B * T * C));
+        for (std::int64_t b = 0; b < B; ++b) {
+            for (int h = 0; h < c_.n_heads; ++h) {
+                const std::int64_t kh = h / group;
+                for (std::int64_t t = 0; t < T; ++t) {
+                    const double* q = &qkv[static_cast<std::size_t>((b * T + t) * W + h * HD)];
+                    std::vector<double> s(static_cast<std::size_t>(t + 1));
+                    double maxv = -1e300;
+                    for (std::int64_t u = 0; u <= t; ++u) {
+                        const double* k = &qkv[static_cast<std::size_t>((b * T + u) * W + C + kh * HD)];
+                        double d = 0;
+                        for (std::int64_t i = 0; i < HD; ++i) d += q[i] * k[i];
+                        s[static_cast<std::size_t>(u)] = d / std::sqrt(static_cast<double>(HD));
+                        maxv = std::max(maxv, s[static_cast<std::size_t>(u)]);
+                    }
+                    double sum = 0;
+                    for (double& e : s) sum += (e = std::exp(e - maxv));
+                    for (std::int64_t i = 0; i < HD; ++i) {
+                        double acc = 0;
+                        for (std::int64_t u = 0; u <= t; ++u) {
+                            const double* v = &qkv[static_cast<std::size_t>((b * T + u) * W + C + c_.kv_dim() + kh * HD)];
+                            acc += s[static_cast<std::size_t>(u)] / sum * v[i];
+                        }
+                        out[static_cast<std::size_t>((b * T + t) * C + h * HD + i)] = acc;
+                    }
+                }
+            }
+        }
+        return out;
+    }
+
+    ModelConfig c_;
+};
+
+}  // namespace napkin::test
