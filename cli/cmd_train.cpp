@@ -144,11 +144,17 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
         peak_total = std::max(peak_total, r.peak_total_bytes);
         const double flops_per_s = r.model_flops / r.seconds;
         if (!f.quiet) {
-            std::printf("step %4d/%d | loss %.4f | lr %.2e | %7.0f tok/s | %6.2f GFLOP/s MFU %4.1f%% | act %s peak %s | %.0f ms%s\n",
+            // Memory by category in MB: current/peak where they differ within a step.
+            auto cur = [&](MemCategory c) { return static_cast<double>(r.current_bytes[static_cast<std::size_t>(c)]) / 1e6; };
+            auto pk = [&](MemCategory c) { return static_cast<double>(r.peak_bytes[static_cast<std::size_t>(c)]) / 1e6; };
+            std::printf("step %4d/%d | loss %.4f | lr %.2e | %7.0f tok/s | %6.2f GFLOP/s MFU %4.1f%% | MB params %.1f "
+                        "master %.1f grads %.1f opt %.1f act %.1f/%.1f tmp %.1f/%.1f total %.1f/%.1f | %.0f ms%s\n",
                         s + 1, o.steps, static_cast<double>(r.loss), static_cast<double>(r.lr), r.tokens / r.seconds,
-                        flops_per_s / 1e9, 100 * flops_per_s / peak,
-                        mb(static_cast<double>(r.peak_bytes[static_cast<std::size_t>(MemCategory::activations)])).c_str(),
-                        mb(static_cast<double>(r.peak_total_bytes)).c_str(), r.seconds * 1e3,
+                        flops_per_s / 1e9, 100 * flops_per_s / peak, cur(MemCategory::parameters),
+                        cur(MemCategory::master_weights), cur(MemCategory::gradients), cur(MemCategory::optimizer_state),
+                        cur(MemCategory::activations), pk(MemCategory::activations), cur(MemCategory::temporaries),
+                        pk(MemCategory::temporaries), static_cast<double>(trainer.allocator().current_total_bytes()) / 1e6,
+                        static_cast<double>(r.peak_total_bytes) / 1e6, r.seconds * 1e3,
                         r.skipped ? " (skipped: fp16 overflow)" : "");
             std::fflush(stdout);
         }
