@@ -86,6 +86,12 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     if (f.device != "cpu" && f.device != "auto") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
+    if (f.device == "auto") {
+        // One line on what was found; the engine runs on the CPU until the CUDA backend lands.
+        const DeviceInfo& d = probe_devices();
+        std::printf("%s%s\n", device_summary(d).c_str(),
+                    d.has_cuda() ? "; the CUDA engine is not built yet, using the CPU" : "");
+    }
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
     if (!(f.lr > 0)) throw UsageError("--lr: must be positive");
