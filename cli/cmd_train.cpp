@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
+#include "core/engine/checkpoint.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
 #include "kernels/matmul.h"
@@ -30,6 +31,9 @@ struct TrainFlags {
     std::string precision = "fp32", optimizer = "adamw", checkpointing = "none", attention = "flash";
     float lr = 3e-3f, weight_decay = 0.1f, grad_clip = 1.0f;
     std::uint64_t seed = 1337;
+    int save_every = 0;
+    int stop_after = 0;
+    std::string resume;
     bool quiet = false;
 };
 
@@ -71,26 +75,13 @@ void prepare_out_dir(const std::filesystem::path& dir) {
     std::filesystem::remove(probe, ec);
 }
 
-void run_train(const TrainFlags& f, const CLI::App& cmd) {
+TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     TrainOptions o;
     if (cmd.count("--config") > 0) {
         if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
         o.model = load_model_config(f.config);
     } else {
         o.model = preset_or_throw(f.model);
-    }
-    if (f.device == "cuda") {
-        const DeviceInfo& d = probe_devices();
-        throw UsageError("--device cuda: the CUDA engine is not built yet (" + device_summary(d) + ")");
-    }
-    if (f.device != "cpu" && f.device != "auto") {
-        throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
-    }
-    if (f.device == "auto") {
-        // One line on what was found; the engine runs on the CPU until the CUDA backend lands.
-        const DeviceInfo& d = probe_devices();
-        std::printf("%s%s\n", device_summary(d).c_str(),
-                    d.has_cuda() ? "; the CUDA engine is not built yet, using the CPU" : "");
     }
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
@@ -110,10 +101,55 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     o.optimizer.total_steps = f.steps;
     o.optimizer.weight_decay = f.weight_decay;
     o.optimizer.grad_clip = f.grad_clip;
-    const std::filesystem::path out_dir(f.out);
+    return o;
+}
+
+void run_train(const TrainFlags& f, const CLI::App& cmd) {
+    if (f.device == "cuda") {
+        const DeviceInfo& d = probe_devices();
+        throw UsageError("--device cuda: the CUDA engine is not built yet (" + device_summary(d) + ")");
+    }
+    if (f.device != "cpu" && f.device != "auto") {
+        throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
+    }
+    if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
+
+    // A resumed run takes every option from its checkpoint, so it continues bit for bit.
+    TrainOptions o;
+    std::filesystem::path checkpoint_in;
+    if (!f.resume.empty()) {
+        for (const char* flag : {"--model", "--config", "--data", "--micro-batch", "--seq-len", "--grad-accum",
+                                 "--precision", "--optimizer", "--checkpointing", "--attention", "--lr", "--warmup",
+                                 "--weight-decay", "--grad-clip", "--seed", "--steps"}) {
+            if (cmd.count(flag) > 0) {
+                throw UsageError(std::string("--resume continues a run with its own options; drop ") + flag);
+            }
+        }
+        checkpoint_in = std::filesystem::path(f.resume) / kCheckpointFileName;
+        if (!std::filesystem::exists(checkpoint_in)) {
+            throw UsageError("--resume: no checkpoint at '" + checkpoint_in.string() + "'");
+        }
+        o = read_checkpoint_info(checkpoint_in.string()).options;
+    } else {
+        o = options_from_flags(f, cmd);
+    }
+    if (f.device == "auto") {
+        // One line on what was found; the engine runs on the CPU until the CUDA backend lands.
+        const DeviceInfo& d = probe_devices();
+        std::printf("%s%s\n", device_summary(d).c_str(),
+                    d.has_cuda() ? "; the CUDA engine is not built yet, using the CPU" : "");
+    }
+    const std::filesystem::path out_dir(!f.resume.empty() && cmd.count("--out") == 0 ? f.resume : f.out);
     prepare_out_dir(out_dir);
 
     Trainer trainer(o);
+    if (!checkpoint_in.empty()) {
+        load_checkpoint(checkpoint_in.string(), trainer);
+        std::printf("resumed %s at step %d of %d\n", checkpoint_in.string().c_str(), trainer.steps_done(), o.steps);
+    }
+    const std::string precision(enum_name(kPrecisionNames, o.plan.precision));
+    const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
+    const std::filesystem::path checkpoint_out = out_dir / kCheckpointFileName;
     const double peak = cpu::sgemm_peak_flops();
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
@@ -132,7 +168,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     const Estimate pred = Estimator{}.run(ei);
 
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),
-                std::to_string(count_params(o.model).total).c_str(), f.precision.c_str(), f.optimizer.c_str(),
+                std::to_string(count_params(o.model).total).c_str(), precision.c_str(), optimizer.c_str(),
                 static_cast<long long>(o.plan.micro_batch), static_cast<long long>(o.plan.seq_len), o.grad_accum,
                 o.steps, trainer.data().describe().c_str());
     std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
@@ -141,7 +177,15 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     std::array<std::int64_t, kMemCategoryCount> peaks{};
     std::int64_t peak_total = 0;
     double total_seconds = 0, total_tokens = 0, total_flops = 0;
-    for (int s = 0; s < o.steps; ++s) {
+    const int first_step = trainer.steps_done();
+    if (first_step >= o.steps) throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) + " steps");
+    if (f.stop_after < 0) throw UsageError("--stop-after: must be positive");
+    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+    if (last_step <= first_step) {
+        throw UsageError("--stop-after " + std::to_string(f.stop_after) + ": the run is already at step " +
+                         std::to_string(first_step));
+    }
+    for (int s = first_step; s < last_step; ++s) {
         const StepRecord r = trainer.step();
         total_seconds += r.seconds;
         total_tokens += r.tokens;
@@ -171,7 +215,11 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                          {"loss_scale", r.loss_scale},
                          {"skipped", r.skipped},
                          {"seconds", r.seconds}});
+        if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
+            save_checkpoint(checkpoint_out.string(), trainer);
+        }
     }
+    save_checkpoint(checkpoint_out.string(), trainer);
 
     nlohmann::json measured_peaks, predicted;
     for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
@@ -186,8 +234,10 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
         {"model", model_config_to_json(o.model)},
         {"run",
          {{"steps", o.steps}, {"micro_batch", o.plan.micro_batch}, {"seq_len", o.plan.seq_len},
-          {"grad_accum", o.grad_accum}, {"precision", f.precision}, {"optimizer", f.optimizer},
-          {"checkpointing", f.checkpointing}, {"attention", f.attention}, {"lr", f.lr}, {"seed", f.seed},
+          {"grad_accum", o.grad_accum}, {"precision", precision}, {"optimizer", optimizer},
+          {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
+          {"attention", enum_name(kAttentionNames, o.plan.attention)}, {"lr", o.optimizer.lr}, {"seed", o.seed},
+          {"first_step", first_step}, {"checkpoint", checkpoint_out.string()},
           {"data", trainer.data().describe()}, {"device", "cpu"}}},
         {"predicted", predicted},
         {"measured",
@@ -205,7 +255,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     write_atomically(out_dir / "report.json", report.dump(2) + "\n");
 
     const double first = steps.front()["loss"].get<double>(), last = steps.back()["loss"].get<double>();
-    std::printf("done: %d steps in %.1f s, %.0f tok/s, %.2f GFLOP/s (MFU %.1f%%), loss %.4f -> %.4f", o.steps,
+    std::printf("done: steps %d-%d of %d in %.1f s, %.0f tok/s, %.2f GFLOP/s (MFU %.1f%%), loss %.4f -> %.4f",
+                first_step + 1, last_step, o.steps,
                 total_seconds, total_tokens / total_seconds, total_flops / total_seconds / 1e9,
                 100 * total_flops / total_seconds / peak, first, last);
     if (o.data.empty()) std::printf(" (ln V = %.4f, corpus entropy %.4f)", std::log(256.0), SyntheticCorpus::entropy_nats());
@@ -214,7 +265,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                 mb(static_cast<double>(peaks[3])).c_str(), mb(static_cast<double>(peaks[4])).c_str(),
                 mb(pred.gpu.activations).c_str(), mb(static_cast<double>(peak_total)).c_str(),
                 mb(peak_rss_bytes()).c_str());
-    std::printf("  report: %s\n", (out_dir / "report.json").string().c_str());
+    std::printf("  report: %s, checkpoint: %s\n", (out_dir / "report.json").string().c_str(),
+                checkpoint_out.string().c_str());
 }
 
 }  // namespace
@@ -242,6 +294,13 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")->capture_default_str();
     cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
+    cmd->add_option("--save-every", f->save_every,
+                    "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors is always written at the end)")
+        ->capture_default_str();
+    cmd->add_option("--stop-after", f->stop_after,
+                    "Stop after step N of the run and checkpoint it (resume later with --resume)");
+    cmd->add_option("--resume", f->resume,
+                    "Continue the run in RUN_DIR from its checkpoint, with its own options (bitwise identical)");
     cmd->add_flag("--quiet", f->quiet, "No per-step lines");
     cmd->callback([f, cmd] { run_train(*f, *cmd); });
 }

@@ -70,6 +70,35 @@ TEST(TrainCli, TrainsOnTextAndBinFiles) {
     }
 }
 
+// Stop after 3 of 6 steps, resume: steps 4-6 have bitwise the losses of an uninterrupted run.
+TEST(TrainCli, ResumeIsBitwiseIdentical) {
+    const fs::path a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
+    const std::string common = "train --steps 6 --micro-batch 2 --seq-len 32 --precision bf16-amp --quiet";
+    ASSERT_EQ(napkin(common + " --out " + a.string()).rc, 0);
+    ASSERT_EQ(napkin(common + " --stop-after 3 --out " + b.string()).rc, 0);
+    const CliRun r = napkin("train --resume " + b.string() + " --quiet");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto full = read_json(a / "report.json")["steps"];
+    const auto resumed = read_json(b / "report.json")["steps"];
+    ASSERT_EQ(resumed.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(resumed[i]["step"], full[i + 3]["step"]);
+        EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>()) << "step " << i + 4;
+    }
+    // A corrupt checkpoint is refused with one line naming it.
+    const fs::path ckpt = b / "checkpoint.safetensors";
+    {
+        std::fstream f(ckpt, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(static_cast<std::streamoff>(fs::file_size(ckpt) - 5));
+        f.put('\x7f');
+    }
+    const CliRun bad = napkin("train --resume " + b.string() + " --stop-after 5 --quiet");
+    EXPECT_EQ(bad.rc, 1);
+    EXPECT_NE(bad.err.find("checkpoint.safetensors"), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
+    EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
+}
+
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
     const CliRun r = napkin(args + " --quiet --out " + out.string());
