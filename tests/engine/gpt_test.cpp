@@ -228,3 +228,33 @@ TEST(GptMemory, MeasuredMatchesEstimator) {
 
 }  // namespace
 }  // namespace napkin
+
+namespace napkin {
+namespace {
+
+// Measured activation peaks fall in the order the estimator predicts:
+// naive none > naive selective > flash none > full (either attention).
+TEST(GptMemory, ActivationPeaksOrderedAsPredicted) {
+    auto measure = [](Checkpointing ck, AttentionImpl att) {
+        TrainOptions o;
+        o.model = preset_or_throw("tiny");
+        o.plan.micro_batch = 2;
+        o.plan.seq_len = 128;
+        o.plan.checkpointing = ck;
+        o.plan.attention = att;
+        Trainer t(o);
+        return t.step().peak_bytes[static_cast<std::size_t>(MemCategory::activations)];
+    };
+    const auto naive_none = measure(Checkpointing::none, AttentionImpl::naive);
+    const auto naive_selective = measure(Checkpointing::selective, AttentionImpl::naive);
+    const auto flash_none = measure(Checkpointing::none, AttentionImpl::flash);
+    const auto flash_full = measure(Checkpointing::full, AttentionImpl::flash);
+    const auto naive_full = measure(Checkpointing::full, AttentionImpl::naive);
+    EXPECT_GT(naive_none, naive_selective);
+    EXPECT_GT(naive_selective, flash_none);
+    EXPECT_GT(flash_none, flash_full);
+    EXPECT_GT(naive_none, naive_full);
+}
+
+}  // namespace
+}  // namespace napkin
