@@ -105,6 +105,8 @@ public:
     const std::vector<MemEvent>& events() const { return events_; }
     const std::vector<std::string>& names() const { return names_; }
     DeviceKind device() const { return raw_.device(); }
+    // The time base of events()' t_ns, so a profiler can share the clock.
+    std::chrono::steady_clock::time_point start() const { return start_; }
 
 private:
     std::uint32_t intern(std::string_view name);

@@ -1,0 +1,738 @@
+// GPT-2 weights into the engine. Each format becomes one list of copies (file offset, dtype,
+// stored (rows, cols), transpose or not, target parameter), checked in full against the model
+// before anything is written; then the copies run in file order over one of three byte sources
+// (the load strategies). The big buffers are anonymous mappings, not heap blocks, so the peak RSS
+// a strategy adds is what it touches, whatever malloc had cached before, and goes back to the
+// system when the import ends.
+#include "core/engine/weights_import.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/safetensors.h"
+
+namespace napkin {
+
+namespace {
+
+constexpr std::int32_t kLlmcMagic = 20240326;
+constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+    throw InputError(path + ": " + what);
+}
+
+int element_bytes(DType t) {
+    return dtype_bits(t) / 8;
+}
+
+// ---- files and buffers ---------------------------------------------------------------------
+
+class Fd {
+public:
+    explicit Fd(const std::string& path) {
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0) bad(path, std::string("cannot open (") + std::strerror(errno) + ")");
+        struct stat st {};
+        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+            ::close(fd_);
+            bad(path, "not a regular file");
+        }
+        bytes_ = static_cast<std::uint64_t>(st.st_size);
+    }
+    ~Fd() { ::close(fd_); }
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    int get() const { return fd_; }
+    std::uint64_t bytes() const { return bytes_; }
+
+private:
+    int fd_ = -1;
+    std::uint64_t bytes_ = 0;
+};
+
+// Anonymous, page-aligned memory that returns to the system when freed (a heap block of this
+// size might reuse pages already resident and hide the strategy's true footprint).
+class PageBuffer {
+public:
+    PageBuffer() = default;
+    ~PageBuffer() { release(); }
+    PageBuffer(const PageBuffer&) = delete;
+    PageBuffer& operator=(const PageBuffer&) = delete;
+
+    // At least `bytes`, contents undefined. Frees the old mapping before making a larger one.
+    // `populate` faults every page in up front, in one call: for a buffer about to be filled
+    // whole, twice as fast as taking the faults one by one inside read() on the dev VM.
+    unsigned char* ensure(std::size_t bytes, bool populate = false) {
+        if (bytes <= bytes_) return data_;
+        release();
+        const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0);
+        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        data_ = static_cast<unsigned char*>(p);
+        bytes_ = bytes;
+        return data_;
+    }
+    unsigned char* data() const { return data_; }
+    void release() {
+        if (data_ != nullptr) ::munmap(data_, bytes_);
+        data_ = nullptr;
+        bytes_ = 0;
+    }
+
+private:
+    unsigned char* data_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+// Where a copy's bytes come from: the load strategies.
+class ByteSource {
+public:
+    virtual ~ByteSource() = default;
+    // The file's bytes [offset, offset + n), valid until the next call. `dst`, when not null,
+    // holds n bytes the source may read into (and then returns); a source that already holds
+    // the bytes returns its own pointer.
+    virtual const unsigned char* get(std::uint64_t offset, std::size_t n, unsigned char* dst) = 0;
+};
+
+class ReadAllSource final : public ByteSource {
+public:
+    ReadAllSource(int fd, std::uint64_t file_bytes, const std::string& path) {
+        unsigned char* p = buf_.ensure(static_cast<std::size_t>(file_bytes), true);
+        pread_exact(fd, p, static_cast<std::size_t>(file_bytes), 0, path);
+    }
+    const unsigned char* get(std::uint64_t offset, std::size_t, unsigned char*) override {
+        return buf_.data() + offset;
+    }
+
+private:
+    PageBuffer buf_;
+};
+
+class SequentialSource final : public ByteSource {
+public:
+    SequentialSource(int fd, const std::string& path) : fd_(fd), path_(path) {}
+    const unsigned char* get(std::uint64_t offset, std::size_t n, unsigned char* dst) override {
+        unsigned char* p = dst != nullptr ? dst : buf_.ensure(n);
+        pread_exact(fd_, p, n, offset, path_);
+        return p;
+    }
+
+private:
+    int fd_;
+    std::string path_;
+    PageBuffer buf_;  // 16-bit and transposed tensors: grows to the largest
+};
+
+class MmapSource final : public ByteSource {
+public:
+    MmapSource(int fd, std::uint64_t file_bytes, const std::string& path)
+        : bytes_(static_cast<std::size_t>(file_bytes)) {
+        void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) bad(path, std::string("cannot map (") + std::strerror(errno) + ")");
+        base_ = static_cast<const unsigned char*>(p);
+        ::madvise(const_cast<unsigned char*>(base_), bytes_, MADV_SEQUENTIAL);  // advice only
+    }
+    ~MmapSource() override { ::munmap(const_cast<unsigned char*>(base_), bytes_); }
+    MmapSource(const MmapSource&) = delete;
+    MmapSource& operator=(const MmapSource&) = delete;
+    const unsigned char* get(std::uint64_t offset, std::size_t, unsigned char*) override {
+        return base_ + offset;
+    }
+
+private:
+    const unsigned char* base_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+// ---- the copies ------------------------------------------------------------------------------
+
+// One parameter from the file: (rows, cols) elements of `dtype` at `offset`, transposed into
+// (cols, rows) for Conv1D weights; the parameter's elements past rows * cols (wte's padding
+// rows) are zeroed.
+struct Copy {
+    std::size_t param = 0;
+    std::uint64_t offset = 0;  // in the file
+    DType dtype = DType::f32;
+    std::int64_t rows = 0;
+    std::int64_t cols = 0;
+    bool transpose = false;
+    std::size_t count() const { return static_cast<std::size_t>(rows * cols); }
+    std::size_t bytes() const { return count() * static_cast<std::size_t>(element_bytes(dtype)); }
+};
+
+struct ImportPlan {
+    std::string format;
+    std::vector<Copy> copies;
+    std::uint64_t extra_bytes_read = 0;  // read while checking (a tied lm_head)
+};
+
+// src: (rows, cols) in the file, row-major; dst: (cols, rows). Blocks of rows are widened to fp32
+// first so the scattered writes go to a few cache lines at a time.
+void transpose_to_f32(DType dt, const unsigned char* src, std::int64_t rows, std::int64_t cols,
+                      float* dst) {
+    constexpr std::int64_t kBlock = 32;
+    std::vector<float> block(static_cast<std::size_t>(kBlock * cols));
+    const auto row_bytes = static_cast<std::size_t>(cols * element_bytes(dt));
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        const std::int64_t nr = std::min(kBlock, rows - r0);
+        convert_to_f32(dt, src + static_cast<std::size_t>(r0) * row_bytes,
+                       static_cast<std::size_t>(nr * cols), block.data());
+        for (std::int64_t c = 0; c < cols; ++c) {
+            float* d = dst + c * rows + r0;
+            for (std::int64_t r = 0; r < nr; ++r) {
+                d[r] = block[static_cast<std::size_t>(r * cols + c)];
+            }
+        }
+    }
+}
+
+void run_copies(Gpt& model, std::vector<Copy> copies, ByteSource& source) {
+    std::sort(copies.begin(), copies.end(),
+              [](const Copy& a, const Copy& b) { return a.offset < b.offset; });
+    // fp32, as large as the largest parameter so far; pages only count once written, so a copy
+    // that goes straight from the source to the model costs nothing here.
+    PageBuffer staging;
+    for (const Copy& c : copies) {
+        const auto numel = static_cast<std::size_t>(model.params()[c.param].numel);
+        unsigned char* stage = staging.ensure(numel * sizeof(float));
+        auto* dst = reinterpret_cast<float*>(stage);
+        if (c.dtype == DType::f32 && !c.transpose) {
+            // sequential reads straight into the staging buffer; read_all and mmap hand back
+            // their own bytes, used in place when they are the whole, aligned parameter.
+            const unsigned char* p = source.get(c.offset, c.bytes(), stage);
+            if (c.count() == numel && reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0) {
+                model.set_param(c.param, reinterpret_cast<const float*>(p));
+                continue;
+            }
+            if (p != stage) convert_to_f32(DType::f32, p, c.count(), dst);
+        } else if (c.transpose) {
+            const unsigned char* p = source.get(c.offset, c.bytes(), nullptr);
+            transpose_to_f32(c.dtype, p, c.rows, c.cols, dst);
+        } else {
+            convert_to_f32(c.dtype, source.get(c.offset, c.bytes(), nullptr), c.count(), dst);
+        }
+        std::fill(dst + c.count(), dst + numel, 0.0f);
+        model.set_param(c.param, dst);
+    }
+}
+
+// ---- the model ---------------------------------------------------------------------------------
+
+void check_field(const std::string& path, const char* field, std::int64_t file,
+                 std::int64_t model) {
+    if (file != model) {
+        bad(path, "the file has " + std::string(field) + " " + std::to_string(file) +
+                      ", the model " + std::to_string(model));
+    }
+}
+
+// GPT-2's architecture: what both formats can hold.
+void check_gpt2_shaped(const std::string& path, const ModelConfig& m) {
+    auto need = [&](bool ok, const std::string& field, const std::string& has,
+                    const std::string& want) {
+        if (!ok) {
+            bad(path, "GPT-2 weights need a GPT-2-shaped model: " + field + " is " + has +
+                          " (expected " + want + ")");
+        }
+    };
+    need(m.norm == NormKind::layernorm, "norm", std::string(enum_name(kNormNames, m.norm)),
+         "layernorm");
+    need(m.positions == PositionKind::learned, "positions",
+         std::string(enum_name(kPositionNames, m.positions)), "learned");
+    need(m.mlp == MlpKind::gelu, "mlp", std::string(enum_name(kMlpNames, m.mlp)), "gelu");
+    need(m.bias, "bias", "false", "true");
+    need(m.tied_embeddings, "tied_embeddings", "false", "true");
+    need(m.n_kv_heads == m.n_heads, "n_kv_heads", std::to_string(m.n_kv_heads),
+         "n_heads = " + std::to_string(m.n_heads));
+    need(m.d_ff == 4 * m.d_model, "d_ff", std::to_string(m.d_ff),
+         "4 * d_model = " + std::to_string(4 * m.d_model));
+}
+
+std::size_t param_index(const std::unordered_map<std::string, std::size_t>& index,
+                        const std::string& name) {
+    const auto it = index.find(name);
+    NAPKIN_ASSERT(it != index.end(), "the GPT-2-shaped model has no parameter '" << name << "'");
+    return it->second;
+}
+
+std::unordered_map<std::string, std::size_t> param_indices(Gpt& model) {
+    std::unordered_map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < model.params().size(); ++i) {
+        index.emplace(model.params()[i].name, i);
+    }
+    return index;
+}
+
+// Every parameter exactly once, with as many elements as the copy fills or fewer padding rows.
+void check_coverage(Gpt& model, const std::vector<Copy>& copies) {
+    std::vector<int> seen(model.params().size(), 0);
+    for (const Copy& c : copies) {
+        ++seen[c.param];
+        NAPKIN_ASSERT(static_cast<std::int64_t>(c.count()) <= model.params()[c.param].numel,
+                      "copy into '" << model.params()[c.param].name << "' overflows it");
+    }
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        NAPKIN_ASSERT(seen[i] == 1, "parameter '" << model.params()[i].name << "' filled "
+                                                  << seen[i] << " times");
+    }
+}
+
+ModelConfig gpt2_config(std::int64_t ctx, std::int64_t V, std::int64_t Vp, int L, int NH,
+                        std::int64_t C) {
+    ModelConfig c;
+    c.vocab_size = V;
+    c.padded_vocab_size = Vp;
+    c.context_length = ctx;
+    c.n_layers = L;
+    c.d_model = C;
+    c.n_heads = NH;
+    c.n_kv_heads = NH;
+    c.d_ff = 4 * C;
+    for (const ModelConfig& p : model_presets()) {
+        if (p.norm == c.norm && p.positions == c.positions && p.mlp == c.mlp && p.tied_embeddings &&
+            p.bias && p.vocab_size == V && p.padded_vocab_size == Vp && p.context_length == ctx &&
+            p.n_layers == L && p.d_model == C && p.n_heads == NH && p.d_ff == c.d_ff) {
+            c.name = p.name;
+        }
+    }
+    return c;
+}
+
+// ---- llm.c -----------------------------------------------------------------------------------
+
+struct LlmcHeader {
+    int version = 0;
+    DType dtype = DType::f32;
+    std::int64_t maxT = 0, V = 0, L = 0, NH = 0, C = 0, Vp = 0;
+    std::uint64_t param_count = 0;
+};
+
+LlmcHeader read_llmc_header(const std::string& path, const Fd& fd) {
+    if (fd.bytes() < kLlmcHeaderBytes) {
+        bad(path,
+            "too short for llm.c's 1024-byte header (" + std::to_string(fd.bytes()) + " bytes)");
+    }
+    std::int32_t h[256];
+    pread_exact(fd.get(), h, sizeof h, 0, path);
+    if (h[0] != kLlmcMagic) {
+        bad(path, "bad magic " + std::to_string(h[0]) + " (expected llm.c's " +
+                      std::to_string(kLlmcMagic) + ")");
+    }
+    LlmcHeader r;
+    r.version = h[1];
+    if (r.version == 3) {
+        r.dtype = DType::f32;
+    } else if (r.version == 5) {
+        r.dtype = DType::bf16;
+    } else {
+        bad(path, "unsupported llm.c version " + std::to_string(r.version) +
+                      " (expected 3: fp32 or 5: bf16)");
+    }
+    // Bounds keep every size below 2^62 (and each is far beyond any GPT-2).
+    auto field = [&](int slot, const char* name, std::int64_t max) {
+        const std::int64_t v = h[slot];
+        if (v < 1 || v > max) {
+            bad(path, "header field " + std::string(name) + " = " + std::to_string(v) +
+                          " is out of range [1, " + std::to_string(max) + "]");
+        }
+        return v;
+    };
+    r.maxT = field(2, "maxT", std::int64_t{1} << 24);
+    r.V = field(3, "V", std::int64_t{1} << 24);
+    r.L = field(4, "L", std::int64_t{1} << 12);
+    r.NH = field(5, "NH", std::int64_t{1} << 16);
+    r.C = field(6, "C", std::int64_t{1} << 18);
+    r.Vp = field(7, "Vp", std::int64_t{1} << 24);
+    if (r.Vp < r.V) {
+        bad(path, "header has Vp " + std::to_string(r.Vp) + " < V " + std::to_string(r.V));
+    }
+    if (r.C % r.NH != 0) {
+        bad(path,
+            "header has C " + std::to_string(r.C) + " not divisible by NH " + std::to_string(r.NH));
+    }
+    const std::int64_t C = r.C, L = r.L;
+    r.param_count =
+        static_cast<std::uint64_t>(r.Vp * C + r.maxT * C + L * (12 * C * C + 13 * C) + 2 * C);
+    const std::uint64_t expected =
+        kLlmcHeaderBytes + r.param_count * static_cast<std::uint64_t>(element_bytes(r.dtype));
+    if (fd.bytes() < expected) {
+        bad(path, "truncated: expected " + std::to_string(expected) + " bytes, found " +
+                      std::to_string(fd.bytes()));
+    }
+    if (fd.bytes() > expected) {
+        bad(path, "expected " + std::to_string(expected) +
+                      " bytes for the shape in its header, found " + std::to_string(fd.bytes()) +
+                      " (trailing data)");
+    }
+    return r;
+}
+
+ImportPlan plan_llmc(const std::string& path, const Fd& fd, Gpt& model) {
+    const LlmcHeader h = read_llmc_header(path, fd);
+    const ModelConfig& m = *model.plan().config;
+    check_gpt2_shaped(path, m);
+    check_field(path, "n_layers", h.L, m.n_layers);
+    check_field(path, "d_model", h.C, m.d_model);
+    check_field(path, "n_heads", h.NH, m.n_heads);
+    check_field(path, "context_length", h.maxT, m.context_length);
+    check_field(path, "vocab_size", h.V, m.vocab_size);
+
+    const auto index = param_indices(model);
+    const std::int64_t C = h.C;
+    const auto es = static_cast<std::uint64_t>(element_bytes(h.dtype));
+    ImportPlan plan;
+    plan.format = "llm.c";
+    std::uint64_t offset = kLlmcHeaderBytes;
+    auto add = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+        plan.copies.push_back(Copy{param_index(index, name), offset, h.dtype, rows, cols, false});
+    };
+    // The file's Vp rows and the model's may differ: the first min(Vp) rows, the rest zero.
+    add("wte", std::min(h.Vp, m.padded_vocab_size), C);
+    offset += static_cast<std::uint64_t>(h.Vp * C) * es;
+    add("wpe", h.maxT, C);
+    offset += static_cast<std::uint64_t>(h.maxT * C) * es;
+    // Then per kind, all layers: (suffix, rows, cols) in llm.c's order.
+    const struct {
+        const char* suffix;
+        std::int64_t rows, cols;
+    } kinds[] = {
+        {"ln_1.weight", 1, C},       {"ln_1.bias", 1, C},           {"attn.qkv.weight", 3 * C, C},
+        {"attn.qkv.bias", 1, 3 * C}, {"attn.proj.weight", C, C},    {"attn.proj.bias", 1, C},
+        {"ln_2.weight", 1, C},       {"ln_2.bias", 1, C},           {"mlp.fc.weight", 4 * C, C},
+        {"mlp.fc.bias", 1, 4 * C},   {"mlp.proj.weight", C, 4 * C}, {"mlp.proj.bias", 1, C}};
+    for (const auto& k : kinds) {
+        for (std::int64_t l = 0; l < h.L; ++l) {
+            add("h." + std::to_string(l) + "." + k.suffix, k.rows, k.cols);
+            offset += static_cast<std::uint64_t>(k.rows * k.cols) * es;
+        }
+    }
+    add("ln_f.weight", 1, C);
+    offset += static_cast<std::uint64_t>(C) * es;
+    add("ln_f.bias", 1, C);
+    offset += static_cast<std::uint64_t>(C) * es;
+    NAPKIN_ASSERT(offset == fd.bytes(),
+                  "llm.c layout walked to " << offset << " of " << fd.bytes() << " bytes");
+    return plan;
+}
+
+// ---- safetensors -----------------------------------------------------------------------------
+
+struct HfShape {
+    std::string prefix;  // "" or "transformer."
+    std::int64_t V = 0, C = 0, ctx = 0;
+    int L = 0;
+    std::optional<int> NH;  // from __metadata__
+};
+
+const SafetensorsTensor& need_tensor(const SafetensorsFile& st, const std::string& name,
+                                     const std::string& expected) {
+    const SafetensorsTensor* t = st.find(name);
+    if (t == nullptr) {
+        bad(st.path(), "missing tensor '" + name + "' (expected shape " + expected + ")");
+    }
+    return *t;
+}
+
+HfShape read_hf_shape(const SafetensorsFile& st) {
+    HfShape s;
+    if (st.find("wte.weight") == nullptr && st.find("transformer.wte.weight") != nullptr) {
+        s.prefix = "transformer.";
+    }
+    const SafetensorsTensor& wte = need_tensor(st, s.prefix + "wte.weight", "(V, C)");
+    if (wte.shape.size() != 2) {
+        bad(st.path(),
+            "tensor '" + wte.name + "' has shape " + shape_text(wte.shape) + " (expected (V, C))");
+    }
+    s.V = wte.shape[0];
+    s.C = wte.shape[1];
+    const SafetensorsTensor& wpe =
+        need_tensor(st, s.prefix + "wpe.weight", "(ctx, " + std::to_string(s.C) + ")");
+    if (wpe.shape.size() != 2) {
+        bad(st.path(), "tensor '" + wpe.name + "' has shape " + shape_text(wpe.shape) +
+                           " (expected (ctx, " + std::to_string(s.C) + "))");
+    }
+    s.ctx = wpe.shape[0];
+    // L: one past the highest block index.
+    const std::string h = s.prefix + "h.";
+    for (const SafetensorsTensor& t : st.tensors()) {
+        if (t.name.compare(0, h.size(), h) != 0) continue;
+        const std::size_t dot = t.name.find('.', h.size());
+        const std::string digits =
+            t.name.substr(h.size(), dot == std::string::npos ? std::string::npos : dot - h.size());
+        if (digits.empty() || digits.size() > 6 ||
+            !std::all_of(digits.begin(), digits.end(),
+                         [](char ch) { return ch >= '0' && ch <= '9'; })) {
+            continue;
+        }
+        s.L = std::max(s.L, std::stoi(digits) + 1);
+    }
+    if (s.L == 0) bad(st.path(), "no transformer blocks ('" + h + "<l>.*' tensors)");
+    for (const char* key : {"n_head", "num_attention_heads"}) {
+        const auto it = st.metadata().find(key);
+        if (it == st.metadata().end()) continue;
+        int v = 0;
+        try {
+            v = std::stoi(it->second);
+        } catch (const std::exception&) {
+            v = 0;
+        }
+        if (v < 1) {
+            bad(st.path(), "__metadata__ " + std::string(key) + " '" + it->second +
+                               "' is not a positive integer");
+        }
+        s.NH = v;
+        break;
+    }
+    return s;
+}
+
+// Reads both tensors a chunk at a time: the engine ties the head to wte, so a file's separate
+// lm_head must hold the same values.
+std::uint64_t check_tied_head(const SafetensorsFile& st, const SafetensorsTensor& head,
+                              const SafetensorsTensor& wte) {
+    const std::string expected = shape_text(wte.shape);
+    if (head.shape != wte.shape) {
+        bad(st.path(), "tensor '" + head.name + "' has shape " + shape_text(head.shape) +
+                           ", expected " + expected + " (tied to wte)");
+    }
+    const DType hd = st.readable_dtype(head), wd = st.readable_dtype(wte);
+    if (head.begin == wte.begin && head.end == wte.end) return 0;
+    constexpr std::size_t kChunk = std::size_t{1} << 16;  // elements
+    std::vector<unsigned char> raw(kChunk * 4);
+    std::vector<float> a(kChunk), b(kChunk);
+    const auto n = static_cast<std::size_t>(wte.numel());
+    for (std::size_t i = 0; i < n; i += kChunk) {
+        const std::size_t m = std::min(kChunk, n - i);
+        pread_exact(st.fd(), raw.data(), m * static_cast<std::size_t>(element_bytes(hd)),
+                    st.data_start() + head.begin + i * static_cast<std::size_t>(element_bytes(hd)),
+                    st.path());
+        convert_to_f32(hd, raw.data(), m, a.data());
+        pread_exact(st.fd(), raw.data(), m * static_cast<std::size_t>(element_bytes(wd)),
+                    st.data_start() + wte.begin + i * static_cast<std::size_t>(element_bytes(wd)),
+                    st.path());
+        convert_to_f32(wd, raw.data(), m, b.data());
+        for (std::size_t j = 0; j < m; ++j) {
+            if (a[j] != b[j]) {
+                bad(st.path(),
+                    "tensor '" + head.name + "' differs from '" + wte.name + "' at element " +
+                        std::to_string(i + j) +
+                        ": the engine ties the head to the token embedding, as GPT-2 does");
+            }
+        }
+    }
+    return head.bytes() + wte.bytes();
+}
+
+ImportPlan plan_safetensors(const SafetensorsFile& st, Gpt& model) {
+    const std::string& path = st.path();
+    const ModelConfig& m = *model.plan().config;
+    check_gpt2_shaped(path, m);
+    const HfShape s = read_hf_shape(st);
+    check_field(path, "n_layers", s.L, m.n_layers);
+    check_field(path, "d_model", s.C, m.d_model);
+    if (s.NH) check_field(path, "n_heads", *s.NH, m.n_heads);
+    check_field(path, "context_length", s.ctx, m.context_length);
+    check_field(path, "vocab_size", s.V, m.vocab_size);
+
+    const auto index = param_indices(model);
+    const std::int64_t C = s.C;
+    ImportPlan plan;
+    plan.format = "safetensors";
+    // A 1-D file shape is (1, n) for the copy.
+    auto add = [&](const std::string& param, const std::string& file_name,
+                   std::vector<std::int64_t> shape, bool transpose) {
+        const std::string name = s.prefix + file_name;
+        const SafetensorsTensor& t = need_tensor(st, name, shape_text(shape));
+        if (t.shape != shape) {
+            bad(path, "tensor '" + name + "' has shape " + shape_text(t.shape) + ", expected " +
+                          shape_text(shape));
+        }
+        const DType dt = st.readable_dtype(t);
+        const std::int64_t rows = shape.size() == 2 ? shape[0] : 1;
+        plan.copies.push_back(Copy{param_index(index, param), st.data_start() + t.begin, dt, rows,
+                                   shape.back(), transpose});
+    };
+    add("wte", "wte.weight", {s.V, C}, false);  // V rows; the model's rows up to Vp are zeroed
+    add("wpe", "wpe.weight", {s.ctx, C}, false);
+    for (int l = 0; l < m.n_layers; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        add(p + "ln_1.weight", p + "ln_1.weight", {C}, false);
+        add(p + "ln_1.bias", p + "ln_1.bias", {C}, false);
+        add(p + "attn.qkv.weight", p + "attn.c_attn.weight", {C, 3 * C}, true);  // Conv1D (in, out)
+        add(p + "attn.qkv.bias", p + "attn.c_attn.bias", {3 * C}, false);
+        add(p + "attn.proj.weight", p + "attn.c_proj.weight", {C, C}, true);
+        add(p + "attn.proj.bias", p + "attn.c_proj.bias", {C}, false);
+        add(p + "ln_2.weight", p + "ln_2.weight", {C}, false);
+        add(p + "ln_2.bias", p + "ln_2.bias", {C}, false);
+        add(p + "mlp.fc.weight", p + "mlp.c_fc.weight", {C, 4 * C}, true);
+        add(p + "mlp.fc.bias", p + "mlp.c_fc.bias", {4 * C}, false);
+        add(p + "mlp.proj.weight", p + "mlp.c_proj.weight", {4 * C, C}, true);
+        add(p + "mlp.proj.bias", p + "mlp.c_proj.bias", {C}, false);
+    }
+    add("ln_f.weight", "ln_f.weight", {C}, false);
+    add("ln_f.bias", "ln_f.bias", {C}, false);
+    // HF's GPT2LMHeadModel keeps the head at the top level, outside "transformer.".
+    for (const std::string& name : {std::string("lm_head.weight"), s.prefix + "lm_head.weight"}) {
+        if (const SafetensorsTensor* head = st.find(name)) {
+            plan.extra_bytes_read = check_tied_head(st, *head, *st.find(s.prefix + "wte.weight"));
+            break;
+        }
+    }
+    return plan;
+}
+
+// ---- format and measurement ------------------------------------------------------------------
+
+enum class Format { llmc, safetensors };
+
+// llm.c's magic in the first int32, else a safetensors header ('{' after the 8-byte length, or
+// the file's name says so).
+Format detect_format(const std::string& path, const Fd& fd) {
+    unsigned char head[9] = {};
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(fd.bytes(), sizeof head));
+    pread_exact(fd.get(), head, n, 0, path);
+    std::int32_t magic = 0;
+    if (n >= 4) std::memcpy(&magic, head, 4);
+    if (magic == kLlmcMagic) return Format::llmc;
+    const bool named = path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+    if (named || (n == 9 && head[8] == '{')) return Format::safetensors;
+    bad(path, "bad magic " + std::to_string(magic) + ": neither an llm.c checkpoint (magic " +
+                  std::to_string(kLlmcMagic) +
+                  ") nor a safetensors file (JSON header after an 8-byte length)");
+}
+
+// Values in kB from /proc/self/status ("VmRSS:", "VmHWM:").
+std::optional<std::int64_t> status_kb(const char* key) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    const std::size_t klen = std::strlen(key);
+    while (std::getline(in, line)) {
+        if (line.compare(0, klen, key) == 0) {
+            try {
+                return std::stoll(line.substr(klen));
+            } catch (const std::exception&) {
+                return std::nullopt;
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+struct RssProbe {
+    bool reset = false;
+    std::optional<std::int64_t> rss_before_kb;
+};
+
+RssProbe start_rss_probe() {
+    RssProbe p;
+    // "5" resets the peak resident set size (VmHWM) to the current one (Linux >= 4.0).
+    if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+        p.reset = std::fputs("5", f) >= 0;
+        p.reset = (std::fclose(f) == 0) && p.reset;
+    }
+    p.rss_before_kb = status_kb("VmRSS:");
+    return p;
+}
+
+void finish_rss_probe(const RssProbe& p, ImportReport& r) {
+    const auto hwm = status_kb("VmHWM:");
+    r.peak_rss_reset = p.reset;
+    if (!hwm || !p.rss_before_kb) {
+        r.peak_rss_increase_bytes = -1;
+        return;
+    }
+    r.peak_rss_increase_bytes = std::max<std::int64_t>(0, *hwm - *p.rss_before_kb) * 1024;
+}
+
+void execute(Gpt& model, const ImportPlan& plan, int fd, std::uint64_t file_bytes,
+             const std::string& path, LoadStrategy strategy, ImportReport& r) {
+    check_coverage(model, plan.copies);
+    std::uint64_t bytes = plan.extra_bytes_read;
+    for (const Copy& c : plan.copies) {
+        bytes += c.bytes();
+    }
+    switch (strategy) {
+        case LoadStrategy::read_all: {
+            ReadAllSource src(fd, file_bytes, path);
+            run_copies(model, plan.copies, src);
+            break;
+        }
+        case LoadStrategy::sequential: {
+            SequentialSource src(fd, path);
+            run_copies(model, plan.copies, src);
+            break;
+        }
+        case LoadStrategy::mmap: {
+            MmapSource src(fd, file_bytes, path);
+            run_copies(model, plan.copies, src);
+            break;
+        }
+    }
+    r.format = plan.format;
+    r.tensors = static_cast<std::int64_t>(plan.copies.size());
+    r.bytes_read = static_cast<std::int64_t>(bytes);
+}
+
+}  // namespace
+
+ModelConfig gpt2_config_from_weights(const std::string& path) {
+    const Fd fd(path);
+    if (detect_format(path, fd) == Format::llmc) {
+        const LlmcHeader h = read_llmc_header(path, fd);
+        return gpt2_config(h.maxT, h.V, h.Vp, static_cast<int>(h.L), static_cast<int>(h.NH), h.C);
+    }
+    const SafetensorsFile st(path);
+    const HfShape s = read_hf_shape(st);
+    int heads = 0;
+    if (s.NH) {
+        heads = *s.NH;
+    } else if (s.C % 64 == 0) {
+        heads = static_cast<int>(s.C / 64);  // GPT-2's head size, at every size
+    } else {
+        bad(path, "cannot infer the number of heads: d_model " + std::to_string(s.C) +
+                      " is not a multiple of GPT-2's head size 64 and __metadata__ has no n_head");
+    }
+    if (s.C % heads != 0) {
+        bad(path, "__metadata__ n_head " + std::to_string(heads) + " does not divide d_model " +
+                      std::to_string(s.C));
+    }
+    return gpt2_config(s.ctx, s.V, pad_vocab(s.V), s.L, heads, s.C);
+}
+
+ImportReport import_gpt2_weights(const std::string& path, Gpt& model, LoadStrategy strategy) {
+    const RssProbe probe = start_rss_probe();
+    const auto t0 = std::chrono::steady_clock::now();
+    ImportReport r;
+    {
+        const Fd fd(path);
+        if (detect_format(path, fd) == Format::llmc) {
+            const ImportPlan plan = plan_llmc(path, fd, model);
+            execute(model, plan, fd.get(), fd.bytes(), path, strategy, r);
+        } else {
+            const SafetensorsFile st(path);
+            const ImportPlan plan = plan_safetensors(st, model);
+            execute(model, plan, st.fd(), st.file_bytes(), path, strategy, r);
+        }
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    finish_rss_probe(probe, r);
+    return r;
+}
+
+}  // namespace napkin

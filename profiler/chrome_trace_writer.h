@@ -1,0 +1,126 @@
+// ChromeTraceWriter: streams profiler events into `trace.json` in the Chrome Trace Event format
+// (JSON object form), which ui.perfetto.dev and chrome://tracing open:
+//
+//   {"displayTimeUnit":"ns","traceEvents":[ {event}, {event}, ... ],"otherData":{...}}
+//
+// Each event is one nlohmann object dumped on its own line as it arrives; only the array
+// punctuation is written by hand. Conventions (docs/FORMATS.md): "ts"/"dur" are microseconds
+// since the run start as doubles keeping the nanoseconds ("ts":12.345); "pid" is the run,
+// "tid" the track id; ranges are complete events ("ph":"X") whose args carry flops, bytes and,
+// when the duration is positive, achieved GFLOP/s, GB/s and arithmetic intensity.
+//
+// Files appear whole or not at all: the writer streams into `path + ".tmp"` and renames it onto
+// `path` in close(). A writer destroyed without close() (an exception unwinding a failed run)
+// removes the temporary and leaves nothing at `path`.
+//
+// Errors never throw once constructed: a failed open or write is kept in error() and turns the
+// remaining writes into no-ops; close() reports it. Not thread-safe: one thread writes (drain
+// the Recorder with take() and hand the events over).
+// Tests: tests/profiler/chrome_trace_writer_test.cpp (written traces are parsed back).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "profiler/event.h"
+
+namespace napkin::profiler {
+
+// A file written under a temporary name and renamed into place by commit(); used by every
+// profiler writer. Uncommitted, its destructor removes the temporary.
+class AtomicFile {
+public:
+    explicit AtomicFile(std::filesystem::path path);  // opens path + ".tmp"; see ok()
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    bool ok() const { return error_.empty(); }
+    const std::string& error() const { return error_; }
+    const std::filesystem::path& path() const { return path_; }
+    const std::filesystem::path& tmp_path() const { return tmp_path_; }
+    std::uint64_t bytes_written() const { return bytes_written_; }
+
+    void write(std::string_view text) noexcept;  // a no-op once an error occurred
+    void flush() noexcept;
+    WriteResult commit() noexcept;  // flush, close, rename; a second call reports the first
+
+private:
+    void fail(const std::string& what, int err) noexcept;
+    void discard() noexcept;
+
+    std::filesystem::path path_;
+    std::filesystem::path tmp_path_;
+    std::FILE* file_ = nullptr;
+    std::string error_;
+    std::uint64_t bytes_written_ = 0;
+    bool committed_ = false;
+};
+
+struct ChromeTraceOptions {
+    int pid = 1;  // the run; several runs can share a viewer
+    std::string process_name = "napkin";
+    int process_sort_index = 0;
+    nlohmann::json other_data = nlohmann::json::object();  // run metadata, kept in "otherData"
+};
+
+class ChromeTraceWriter {
+public:
+    // Opens the temporary file and writes the header and the process metadata.
+    explicit ChromeTraceWriter(std::filesystem::path path, ChromeTraceOptions options = {});
+    ChromeTraceWriter(const ChromeTraceWriter&) = delete;
+    ChromeTraceWriter& operator=(const ChromeTraceWriter&) = delete;
+
+    bool ok() const { return file_.ok(); }
+    const std::string& error() const { return file_.error(); }
+    std::uint64_t events_written() const { return events_written_; }
+    std::uint64_t events_failed() const { return events_failed_; }
+
+    // Names a track ("thread_name" and "thread_sort_index" metadata). Metadata may come
+    // anywhere in the file: writing recorder.tracks() just before close() picks up tracks
+    // added or renamed during the run (the CUDA backend naming the device).
+    void write_track(const Track& track);
+    void write_tracks(const std::vector<Track>& tracks);
+
+    void write(const Event& event);
+    void write(const std::vector<Event>& events);
+    void write_range(const RangeEvent& e);
+    void write_counter(const CounterEvent& e);
+    void write_instant(const InstantEvent& e);
+    void write_flow(const FlowEvent& e);
+
+    // Adds (or replaces) a key of "otherData", written at close(): the run's config, the
+    // recorder's dropped-event count ("dropped_events").
+    void set_other_data(const std::string& key, nlohmann::json value);
+
+    void flush() { file_.flush(); }
+    // Closes the array and the object, and renames the file into place.
+    WriteResult close();
+
+private:
+    void write_object(const nlohmann::ordered_json& event);
+
+    AtomicFile file_;
+    ChromeTraceOptions options_;
+    std::uint64_t events_written_ = 0;
+    std::uint64_t events_failed_ = 0;  // lost to an exception while serializing (out of memory)
+    bool closed_ = false;
+    WriteResult close_result_;
+};
+
+// Microseconds since the run start, the trace's unit: 12345 ns -> 12.345.
+inline double trace_us(std::int64_t ns) {
+    return static_cast<double>(ns) / 1000.0;
+}
+
+// The args of a range as the trace shows them: flops, bytes, the derived rates, then the
+// free-form args. Shared with anything else that writes ranges (the report, the viewer's tests).
+nlohmann::ordered_json range_args(const RangeEvent& e);
+
+}  // namespace napkin::profiler
