@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/trainer.h"
+#include "core/engine/weights_import.h"
 #include "estimator/estimate.h"
 #include "kernels/matmul.h"
 
@@ -33,6 +34,7 @@ struct TrainFlags {
     std::uint64_t seed = 1337;
     int save_every = 0;
     int stop_after = 0;
+    std::string init_from, load_strategy = "sequential";
     std::string resume;
     bool quiet = false;
 };
@@ -80,6 +82,8 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     if (cmd.count("--config") > 0) {
         if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
         o.model = load_model_config(f.config);
+    } else if (!f.init_from.empty() && cmd.count("--model") == 0) {
+        o.model = gpt2_config_from_weights(f.init_from);  // the shape the weights have
     } else {
         o.model = preset_or_throw(f.model);
     }
@@ -143,6 +147,20 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     prepare_out_dir(out_dir);
 
     Trainer trainer(o);
+    nlohmann::json init = nullptr;
+    if (!f.init_from.empty()) {
+        if (!f.resume.empty()) throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
+        const LoadStrategy strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+        const ImportReport ir = import_gpt2_weights(f.init_from, trainer.model(), strategy);
+        std::printf("init: %s (%s, %lld tensors, %.1f MB in %.2f s, %s, peak RSS +%.1f MB%s)\n", f.init_from.c_str(),
+                    ir.format.c_str(), static_cast<long long>(ir.tensors), static_cast<double>(ir.bytes_read) / 1e6,
+                    ir.seconds, f.load_strategy.c_str(), static_cast<double>(ir.peak_rss_increase_bytes) / 1e6,
+                    ir.peak_rss_reset ? "" : ", upper bound");
+        init = {{"path", f.init_from},       {"format", ir.format},
+                {"strategy", f.load_strategy}, {"tensors", ir.tensors},
+                {"bytes_read", ir.bytes_read}, {"seconds", ir.seconds},
+                {"peak_rss_increase_bytes", ir.peak_rss_increase_bytes}, {"peak_rss_reset", ir.peak_rss_reset}};
+    }
     if (!checkpoint_in.empty()) {
         load_checkpoint(checkpoint_in.string(), trainer);
         std::printf("resumed %s at step %d of %d\n", checkpoint_in.string().c_str(), trainer.steps_done(), o.steps);
@@ -239,6 +257,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
           {"attention", enum_name(kAttentionNames, o.plan.attention)}, {"lr", o.optimizer.lr}, {"seed", o.seed},
           {"first_step", first_step}, {"checkpoint", checkpoint_out.string()},
           {"data", trainer.data().describe()}, {"device", "cpu"}}},
+        {"init", init},
         {"predicted", predicted},
         {"measured",
          {{"peak_bytes", measured_peaks},
@@ -296,6 +315,12 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
     cmd->add_option("--save-every", f->save_every,
                     "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors is always written at the end)")
+        ->capture_default_str();
+    cmd->add_option("--init-from", f->init_from,
+                    "Start from GPT-2 weights: an llm.c checkpoint (gpt2_124M.bin) or a Hugging Face "
+                    "model.safetensors; the model shape comes from the file unless --model is given");
+    cmd->add_option("--load-strategy", f->load_strategy,
+                    "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is reported)")
         ->capture_default_str();
     cmd->add_option("--stop-after", f->stop_after,
                     "Stop after step N of the run and checkpoint it (resume later with --resume)");

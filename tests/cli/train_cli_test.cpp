@@ -99,6 +99,47 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
 }
 
+// An llm.c checkpoint (magic 20240326, version 3, fp32) of a tiny GPT-2-shaped model.
+void write_llmc_checkpoint(const fs::path& p) {
+    const std::int32_t maxT = 64, V = 256, L = 2, NH = 4, C = 64, Vp = 256;
+    std::int32_t header[256] = {};
+    header[0] = 20240326;
+    header[1] = 3;
+    header[2] = maxT;
+    header[3] = V;
+    header[4] = L;
+    header[5] = NH;
+    header[6] = C;
+    header[7] = Vp;
+    const std::int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+    const std::int64_t count = Vp * C + maxT * C + L * per_layer + 2 * C;
+    std::vector<float> values(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.02f * static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
+    std::ofstream f(p, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header), sizeof header);
+    f.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+}
+
+TEST(TrainCli, InitFromLlmcCheckpoint) {
+    const fs::path dir = fresh_dir("init");
+    fs::create_directories(dir);
+    write_llmc_checkpoint(dir / "gpt2_tiny.bin");
+    for (const char* strategy : {"read-all", "sequential", "mmap"}) {
+        const CliRun r = napkin("train --init-from " + (dir / "gpt2_tiny.bin").string() + " --load-strategy " + strategy +
+                                " --steps 2 --micro-batch 2 --seq-len 32 --quiet --out " + (dir / "run").string());
+        ASSERT_EQ(r.rc, 0) << strategy << ": " << r.err;
+        const auto j = read_json(dir / "run" / "report.json");
+        EXPECT_EQ(j["init"]["format"], "llm.c");
+        EXPECT_EQ(j["init"]["strategy"], strategy);
+        EXPECT_EQ(j["model"]["n_layers"], 2);
+        EXPECT_EQ(j["model"]["d_model"], 64);
+    }
+    const CliRun bad = napkin("train --init-from " + (dir / "gpt2_tiny.bin").string() + " --load-strategy lazy --quiet --out " +
+                              (dir / "run2").string());
+    EXPECT_EQ(bad.rc, 2);
+    EXPECT_NE(bad.err.find("--load-strategy"), std::string::npos) << bad.err;
+}
+
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
     const CliRun r = napkin(args + " --quiet --out " + out.string());
