@@ -18,6 +18,8 @@
 #include "core/engine/checkpoint.h"
 #include "core/engine/trainer.h"
 #include "core/engine/weights_import.h"
+#include "profiler/chrome_trace_writer.h"
+#include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
 #include "kernels/matmul.h"
 
@@ -35,6 +37,7 @@ struct TrainFlags {
     int save_every = 0;
     int stop_after = 0;
     std::string init_from, load_strategy = "sequential";
+    std::string profile = "off";
     std::string resume;
     bool quiet = false;
 };
@@ -165,6 +168,19 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
         load_checkpoint(checkpoint_in.string(), trainer);
         std::printf("resumed %s at step %d of %d\n", checkpoint_in.string().c_str(), trainer.steps_done(), o.steps);
     }
+    // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
+    // memory counters, and a memory snapshot (docs/FORMATS.md).
+    if (f.profile != "off" && f.profile != "all") {
+        throw UsageError("--profile: unknown value '" + f.profile + "' (expected off|all)");
+    }
+    std::unique_ptr<profiler::Recorder> recorder;
+    std::unique_ptr<profiler::ChromeTraceWriter> trace;
+    if (f.profile == "all") {
+        recorder = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
+        trace = std::make_unique<profiler::ChromeTraceWriter>(out_dir / "trace.json");
+        if (!trace->ok()) throw InputError(trace->error());
+        trainer.set_recorder(recorder.get());
+    }
     const std::string precision(enum_name(kPrecisionNames, o.plan.precision));
     const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
     const std::filesystem::path checkpoint_out = out_dir / kCheckpointFileName;
@@ -233,11 +249,24 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                          {"loss_scale", r.loss_scale},
                          {"skipped", r.skipped},
                          {"seconds", r.seconds}});
+        if (trace != nullptr) trace->write(recorder->take());
         if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
             save_checkpoint(checkpoint_out.string(), trainer);
         }
     }
     save_checkpoint(checkpoint_out.string(), trainer);
+    if (trace != nullptr) {
+        trainer.set_recorder(nullptr);
+        for (const profiler::CounterEvent& c : profiler::memory_counter_events(trainer.allocator().events())) {
+            trace->write_counter(c);
+        }
+        trace->write_tracks(recorder->tracks());
+        trace->set_other_data("dropped_events", recorder->dropped());
+        const profiler::WriteResult tr = trace->close();
+        if (!tr) throw InputError(tr.error);
+        const profiler::WriteResult mr = profiler::write_memory_snapshot(trainer.allocator(), out_dir / "memory.json");
+        if (!mr) throw InputError(mr.error);
+    }
 
     nlohmann::json measured_peaks, predicted;
     for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
@@ -321,6 +350,9 @@ void add_train_command(CLI::App& app) {
                     "model.safetensors; the model shape comes from the file unless --model is given");
     cmd->add_option("--load-strategy", f->load_strategy,
                     "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is reported)")
+        ->capture_default_str();
+    cmd->add_option("--profile", f->profile,
+                    "off|all: write RUN_DIR/trace.json (Perfetto / chrome://tracing) and memory.json")
         ->capture_default_str();
     cmd->add_option("--stop-after", f->stop_after,
                     "Stop after step N of the run and checkpoint it (resume later with --resume)");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string_view>
 
@@ -20,6 +21,7 @@
 #include "kernels/norm.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
+#include "profiler/host_range.h"
 
 namespace napkin {
 
@@ -89,6 +91,7 @@ public:
     std::vector<ParamSlot>& params() override { return params_; }
     const OpPlan& plan() const override { return plan_; }
     DType storage() const override { return storage_dtype<T>(); }
+    void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
 
     void zero_grads() override {
         for (auto& p : params_) std::memset(p.grad.raw(), 0, p.grad.bytes());
@@ -115,13 +118,20 @@ public:
 
         // Forward: prologue, blocks, epilogue. Recomputed tensors (checkpointing) are freed as
         // soon as their block is done and rebuilt in the backward.
+        std::optional<profiler::ScopedRange> phase;
+        if (rec_ != nullptr) phase.emplace(rec_, "forward", profiler::Category::forward);
         prologue_.items.clear();
         prologue_.keep(alloc_, "", plan_.prologue.front(), false);
+        std::optional<profiler::ScopedRange> r_emb;
+        op_range(r_emb, "embedding", plan_.prologue.front().fwd);
         cpu::embedding_forward<T>(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
                                   p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        r_emb.reset();
         layers_.clear();
         layers_.resize(static_cast<std::size_t>(L));
         for (int l = 0; l < L; ++l) {
+            std::optional<profiler::ScopedRange> layer;
+            if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l), profiler::Category::layer);
             block_forward(l, false);
             if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) {
                 layers_[static_cast<std::size_t>(l)].release_recomputed(plan_.block);
@@ -130,7 +140,15 @@ public:
         epilogue_.items.clear();
         for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);
         const T* last = block_output(L - 1);
+        std::optional<profiler::ScopedRange> r_ep;
+        op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
         norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
+        r_ep.reset();
+        KernelCost head_cost = plan_.epilogue[1].fwd;
+        head_cost += plan_.epilogue[1].bwd_input;
+        head_cost += plan_.epilogue[1].bwd_weight;
+        head_cost += plan_.epilogue[2].fwd;
+        op_range(r_ep, "lm_head+loss (fused forward and backward)", head_cost);
         ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
         const float loss = cpu::head_cross_entropy<T>(
             losses_.data(), epilogue_.get("lm_head.dinp").template data<T>(), head->grad.template data<T>(),
@@ -138,17 +156,25 @@ public:
             cfg_.vocab_size, cfg_.padded_vocab_size, loss_chunk_, dloss / static_cast<float>(N_),
             ce_scratch_.template data<float>());
 
+        r_ep.reset();
         // Backward.
+        phase.reset();
+        if (rec_ != nullptr) phase.emplace(rec_, "backward", profiler::Category::backward);
         T* dres = dres_.template data<T>();
         std::memset(dres_.raw(), 0, dres_.bytes());
+        op_range(r_ep, "ln_f backward", plan_.epilogue[0].bwd_input);
         norm_backward(epilogue_, "ln_f", dres, epilogue_.get("lm_head.dinp").template data<T>(), last, p_lnf_w_,
                       p_lnf_b_);
+        r_ep.reset();
         epilogue_.items.clear();
         for (int l = L - 1; l >= 0; --l) {
+            std::optional<profiler::ScopedRange> layer;
+            if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l) + " backward", profiler::Category::layer);
             if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) block_forward(l, true);
             block_backward(l);
             layers_[static_cast<std::size_t>(l)].items.clear();
         }
+        op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
         cpu::embedding_backward<T>(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
                                    dres, inputs, B_, T_, cfg_.d_model);
         prologue_.items.clear();
@@ -156,6 +182,13 @@ public:
     }
 
 private:
+    // An op range when recording; the name is built only then.
+    std::optional<profiler::ScopedRange>& op_range(std::optional<profiler::ScopedRange>& r, std::string_view name,
+                                                   const KernelCost& cost) {
+        if (rec_ != nullptr) r.emplace(rec_, name, profiler::Category::op, cost);
+        return r;
+    }
+
     void widen(const Tensor& t, float* out) const {
         const T* d = t.data<T>();
         for (std::int64_t k = 0; k < t.numel(); ++k) out[k] = to_float(d[k]);
@@ -321,6 +354,11 @@ private:
             }
             kt.keep(alloc_, prefix, op, recompute);
             const std::string_view n = op.name;
+            std::optional<profiler::ScopedRange> range;
+            if (rec_ != nullptr) {
+                range.emplace(rec_, prefix + std::string(n) + (recompute ? " (recompute)" : ""), profiler::Category::op,
+                              op.fwd);
+            }
             if (n == "ln_1") {
                 norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
             } else if (n == "attn.qkv") {
@@ -384,6 +422,13 @@ private:
         for (auto it = plan_.block.rbegin(); it != plan_.block.rend(); ++it) {
             const PlanOp& op = *it;
             const std::string_view n = op.name;
+            std::optional<profiler::ScopedRange> range;
+            if (rec_ != nullptr) {
+                KernelCost cost = op.bwd_input;
+                cost += op.bwd_weight;
+                range.emplace(rec_, "h." + std::to_string(l) + "." + std::string(n) + " backward", profiler::Category::op,
+                              cost);
+            }
             if (n == "mlp.res" || n == "attn.res") {
                 // The branch's gradient is the residual stream's: dres is read by the branch below.
             } else if (n == "mlp.proj") {
@@ -438,6 +483,7 @@ private:
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
     std::vector<float> losses_;
+    profiler::Recorder* rec_ = nullptr;
 };
 
 }  // namespace

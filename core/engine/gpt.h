@@ -21,6 +21,10 @@
 
 namespace napkin {
 
+namespace profiler {
+class Recorder;
+}
+
 // One parameter tensor with its gradient and (mixed precision) its fp32 master copy.
 struct ParamSlot {
     std::string name;  // "h.3.attn.qkv.weight"
@@ -49,6 +53,9 @@ public:
     // Copies master weights into the working copies (after an optimizer step).
     virtual const OpPlan& plan() const = 0;
     virtual DType storage() const = 0;
+    // Records forward, backward, layer and op ranges (with each op's analytic cost) into
+    // `recorder`; null (the default) records nothing.
+    virtual void set_recorder(profiler::Recorder* recorder) = 0;
 
     // Reads/writes one parameter's values as fp32 (tests, checkpoints, weight import).
     virtual void get_param(std::size_t i, float* out) const = 0;

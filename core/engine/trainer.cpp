@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/check.h"
+#include "profiler/host_range.h"
 
 namespace napkin {
 
@@ -40,6 +42,8 @@ StepRecord Trainer::step() {
     StepRecord r;
     r.step = step_;
     alloc_.reset_peaks();
+    std::optional<profiler::ScopedRange> step_range;
+    if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
     const auto t0 = std::chrono::steady_clock::now();
     model_->zero_grads();
     double loss_sum = 0.0;
@@ -47,10 +51,17 @@ StepRecord Trainer::step() {
     for (int micro = 0; micro < opts_.grad_accum; ++micro) {
         auto* in = static_cast<std::int32_t*>(inputs_.raw());
         auto* tg = static_cast<std::int32_t*>(targets_.raw());
-        data_->next_batch(in, tg, B, T);
+        {
+            std::optional<profiler::ScopedRange> data_range;
+            if (rec_ != nullptr) data_range.emplace(rec_, "data", profiler::Category::op);
+            data_->next_batch(in, tg, B, T);
+        }
         loss_sum += model_->forward_backward(in, tg, loss_scale_ / static_cast<float>(opts_.grad_accum));
     }
+    std::optional<profiler::ScopedRange> opt_range;
+    if (rec_ != nullptr) opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer);
     const StepStats st = optimizer_->step(step_, 1.0f / loss_scale_);
+    opt_range.reset();
     if (opts_.plan.precision == Precision::fp16_amp) {
         if (st.skipped) {
             loss_scale_ = std::max(1.0f, loss_scale_ / 2);

@@ -56,6 +56,11 @@ public:
 
     AccountingAllocator& allocator() { return alloc_; }
     Optimizer& optimizer() { return *optimizer_; }
+    // Profiling: step and optimizer ranges here, forward/backward/layer/op ranges in the model.
+    void set_recorder(profiler::Recorder* recorder) {
+        rec_ = recorder;
+        model_->set_recorder(recorder);
+    }
     float loss_scale() const { return loss_scale_; }
     int good_steps() const { return good_steps_; }
     // Restores the loop's own state from a checkpoint (core/engine/checkpoint.h).
@@ -79,6 +84,7 @@ private:
     int step_ = 0;
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;
+    profiler::Recorder* rec_ = nullptr;
     double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
 };
 

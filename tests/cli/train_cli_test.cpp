@@ -9,6 +9,7 @@
 #include <fstream>
 #include <vector>
 
+#include "profiler/trace_check.h"
 #include "tests/cli/cli_util.h"
 
 namespace {
@@ -97,6 +98,30 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_NE(bad.err.find("checkpoint.safetensors"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
+}
+
+// --profile all writes a valid Chrome trace with step, phase, layer and op ranges carrying
+// their analytic FLOPs, memory counters, and a memory snapshot.
+TEST(TrainCli, ProfileWritesAValidTrace) {
+    const fs::path out = fresh_dir("profile");
+    const CliRun r = napkin("train --steps 2 --micro-batch 2 --seq-len 32 --profile all --quiet --out " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto check = napkin::profiler::check_trace_file(out / "trace.json");
+    for (const auto& p : check.problems) ADD_FAILURE() << p;
+    EXPECT_GT(check.phase_counts.at("X"), 50u);
+    EXPECT_GT(check.phase_counts.at("C"), 10u);
+    const auto trace = read_json(out / "trace.json");
+    bool qkv_with_flops = false;
+    for (const auto& e : trace["traceEvents"]) {
+        if (e.value("name", "") == "h.0.attn.qkv" && e.contains("args") && e["args"].value("flops", 0.0) > 0) {
+            qkv_with_flops = true;
+        }
+    }
+    EXPECT_TRUE(qkv_with_flops);
+    const auto mem = read_json(out / "memory.json");
+    EXPECT_EQ(mem["schema"], "napkin-memory/1");
+    EXPECT_FALSE(fs::exists(out / "trace.json.tmp"));
+    EXPECT_EQ(napkin("train --steps 1 --profile some --quiet --out " + out.string()).rc, 2);
 }
 
 // An llm.c checkpoint (magic 20240326, version 3, fp32) of a tiny GPT-2-shaped model.
