@@ -258,3 +258,36 @@ TEST(GptMemory, ActivationPeaksOrderedAsPredicted) {
 
 }  // namespace
 }  // namespace napkin
+
+namespace napkin {
+namespace {
+
+// fp16-amp's dynamic loss scaling: an overflowing step is skipped and the scale halved; a run
+// of good steps doubles it.
+TEST(GptTraining, Fp16DynamicLossScaling) {
+    TrainOptions o;
+    o.model = preset_or_throw("tiny");
+    o.plan.micro_batch = 2;
+    o.plan.seq_len = 32;
+    o.plan.precision = Precision::fp16_amp;
+    o.steps = 8;
+    o.loss_scale_init = 1e30f;  // fp16 gradients overflow to inf at this scale
+    o.loss_scale_window = 2;
+    Trainer overflow(o);
+    const StepRecord r0 = overflow.step();
+    EXPECT_TRUE(r0.skipped);
+    EXPECT_EQ(r0.loss_scale, 5e29f);
+
+    o.loss_scale_init = 1024.0f;
+    Trainer good(o);
+    const StepRecord a = good.step();
+    const StepRecord b = good.step();
+    EXPECT_FALSE(a.skipped);
+    EXPECT_FALSE(b.skipped);
+    EXPECT_EQ(a.loss_scale, 1024.0f);
+    EXPECT_EQ(b.loss_scale, 2048.0f);  // doubled after 2 good steps
+    EXPECT_TRUE(std::isfinite(b.loss));
+}
+
+}  // namespace
+}  // namespace napkin
