@@ -7,7 +7,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <vector>
 
 #include "core/check.h"
 
@@ -139,6 +142,11 @@ public:
     }
 
 private:
+public:
+    // Whether one more sequence of T tokens (and its shifted target) fits from the position.
+    bool has_room(std::uint64_t T) const { return pos_ + T + 1 <= count_; }
+
+private:
     std::int32_t token(std::uint64_t i) const {
         return tokens16_ != nullptr ? static_cast<std::int32_t>(tokens16_[i]) : static_cast<std::int32_t>(base_[i]);
     }
@@ -176,6 +184,58 @@ private:
 
 }  // namespace
 
-std::unique_ptr<TokenSource> open_token_source(const std::string& path) { return std::make_unique<MappedTokens>(path); }
+// Several llm.c shards read as one stream: shard after shard, then around again. A sequence
+// never spans two shards (llm.c's loader does the same), so each shard is its own document.
+class ShardSequence final : public TokenSource {
+public:
+    ShardSequence(std::string dir, std::vector<std::string> paths) : dir_(std::move(dir)) {
+        for (const auto& p : paths) shards_.push_back(std::make_unique<MappedTokens>(p));
+        for (const auto& s : shards_) vocab_ = std::max(vocab_, s->vocab_size());
+    }
+    void next_batch(std::int32_t* inputs, std::int32_t* targets, std::int64_t B, std::int64_t T) override {
+        for (std::int64_t b = 0; b < B; ++b) {
+            MappedTokens& s = *shards_[shard_];
+            const std::uint64_t before = s.position();
+            s.next_batch(inputs + b * T, targets + b * T, 1, T);
+            // The shard wrapped (or is exhausted next time): move on to the next shard.
+            if (s.position() <= before || !s.has_room(static_cast<std::uint64_t>(T))) {
+                s.set_position(0);
+                shard_ = (shard_ + 1) % shards_.size();
+            }
+        }
+    }
+    std::int64_t vocab_size() const override { return vocab_; }
+    // Position: shard index in the high 16 bits, token offset in the low 48.
+    std::uint64_t position() const override { return (static_cast<std::uint64_t>(shard_) << 48) | shards_[shard_]->position(); }
+    void set_position(std::uint64_t pos) override {
+        shard_ = static_cast<std::size_t>(pos >> 48) % shards_.size();
+        shards_[shard_]->set_position(pos & ((std::uint64_t{1} << 48) - 1));
+    }
+    std::string describe() const override {
+        return dir_ + " (" + std::to_string(shards_.size()) + " llm.c .bin shards)";
+    }
+
+private:
+    std::string dir_;
+    std::vector<std::unique_ptr<MappedTokens>> shards_;
+    std::size_t shard_ = 0;
+    std::int64_t vocab_ = 0;
+};
+
+std::unique_ptr<TokenSource> open_token_source(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        std::vector<std::string> shards;
+        for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+            if (e.is_regular_file() && e.path().extension() == ".bin") shards.push_back(e.path().string());
+        }
+        if (ec) throw InputError(path + ": cannot list (" + ec.message() + ")");
+        if (shards.empty()) throw InputError(path + ": a folder with no .bin token shards");
+        std::sort(shards.begin(), shards.end());
+        if (shards.size() > 65535) throw InputError(path + ": more than 65535 shards");
+        return std::make_unique<ShardSequence>(path, std::move(shards));
+    }
+    return std::make_unique<MappedTokens>(path);
+}
 
 }  // namespace napkin

@@ -44,7 +44,8 @@ private:
     std::int32_t successor_[256][4];
 };
 
-// Opens PATH: a .bin file in llm.c's format, else any file as bytes. Throws InputError naming
+// Opens PATH: a folder of llm.c .bin shards (read in name order, one after another), a .bin
+// file in llm.c's format, else any file as bytes. Throws InputError naming
 // the file when it is missing, unreadable, too short for one batch, or a malformed .bin.
 std::unique_ptr<TokenSource> open_token_source(const std::string& path);
 
