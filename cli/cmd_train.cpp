@@ -170,16 +170,39 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     }
     // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
     // memory counters, and a memory snapshot (docs/FORMATS.md).
-    if (f.profile != "off" && f.profile != "all") {
-        throw UsageError("--profile: unknown value '" + f.profile + "' (expected off|all)");
+    // off | all | steps:N-M (1-based, inclusive: the steps as the progress lines number them).
+    int profile_first = 0, profile_last = -1;
+    if (f.profile == "all") {
+        profile_first = 1;
+        profile_last = o.steps;
+    } else if (f.profile.rfind("steps:", 0) == 0) {
+        const std::string range = f.profile.substr(6);
+        const auto dash = range.find('-');
+        try {
+            std::size_t used = 0;
+            profile_first = std::stoi(range.substr(0, dash), &used);
+            if (used != (dash == std::string::npos ? range.size() : dash)) throw std::invalid_argument("trailing");
+            profile_last = profile_first;
+            if (dash != std::string::npos) {
+                const std::string hi = range.substr(dash + 1);
+                profile_last = std::stoi(hi, &used);
+                if (used != hi.size()) throw std::invalid_argument("trailing");
+            }
+        } catch (const std::exception&) {
+            throw UsageError("--profile: '" + f.profile + "' is not off, all or steps:N-M");
+        }
+        if (profile_first < 1 || profile_last < profile_first) {
+            throw UsageError("--profile: " + f.profile + " must name steps N <= M, counted from 1");
+        }
+    } else if (f.profile != "off") {
+        throw UsageError("--profile: unknown value '" + f.profile + "' (expected off|all|steps:N-M)");
     }
     std::unique_ptr<profiler::Recorder> recorder;
     std::unique_ptr<profiler::ChromeTraceWriter> trace;
-    if (f.profile == "all") {
+    if (profile_last >= profile_first) {
         recorder = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
         trace = std::make_unique<profiler::ChromeTraceWriter>(out_dir / "trace.json");
         if (!trace->ok()) throw InputError(trace->error());
-        trainer.set_recorder(recorder.get());
     }
     const std::string precision(enum_name(kPrecisionNames, o.plan.precision));
     const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
@@ -220,6 +243,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                          std::to_string(first_step));
     }
     for (int s = first_step; s < last_step; ++s) {
+        if (recorder != nullptr) trainer.set_recorder(s + 1 >= profile_first && s + 1 <= profile_last ? recorder.get() : nullptr);
         const StepRecord r = trainer.step();
         total_seconds += r.seconds;
         total_tokens += r.tokens;
@@ -352,7 +376,8 @@ void add_train_command(CLI::App& app) {
                     "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is reported)")
         ->capture_default_str();
     cmd->add_option("--profile", f->profile,
-                    "off|all: write RUN_DIR/trace.json (Perfetto / chrome://tracing) and memory.json")
+                    "off|all|steps:N-M: write RUN_DIR/trace.json (Perfetto / chrome://tracing) of those steps, "
+                    "and memory.json")
         ->capture_default_str();
     cmd->add_option("--stop-after", f->stop_after,
                     "Stop after step N of the run and checkpoint it (resume later with --resume)");

@@ -122,6 +122,21 @@ TEST(TrainCli, ProfileWritesAValidTrace) {
     EXPECT_EQ(mem["schema"], "napkin-memory/1");
     EXPECT_FALSE(fs::exists(out / "trace.json.tmp"));
     EXPECT_EQ(napkin("train --steps 1 --profile some --quiet --out " + out.string()).rc, 2);
+    EXPECT_EQ(napkin("train --steps 1 --profile steps:3-2 --quiet --out " + out.string()).rc, 2);
+    EXPECT_EQ(napkin("train --steps 1 --profile steps:x --quiet --out " + out.string()).rc, 2);
+
+    // A window: only step 2 of 3 is traced.
+    const fs::path win = fresh_dir("profile_window");
+    ASSERT_EQ(napkin("train --steps 3 --micro-batch 2 --seq-len 32 --profile steps:2-2 --quiet --out " + win.string()).rc, 0);
+    int step_ranges = 0;
+    const auto window_trace = read_json(win / "trace.json");
+    for (const auto& e : window_trace["traceEvents"]) {
+        if (e.value("cat", "") == "step") {
+            ++step_ranges;
+            EXPECT_EQ(e["name"], "step 1");  // the engine counts from 0
+        }
+    }
+    EXPECT_EQ(step_ranges, 1);
 }
 
 // An llm.c checkpoint (magic 20240326, version 3, fp32) of a tiny GPT-2-shaped model.
