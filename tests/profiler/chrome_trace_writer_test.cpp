@@ -15,6 +15,7 @@
 
 #include "profiler/host_range.h"
 #include "profiler/trace_check.h"
+#include "tests/profiler/temp_dir.h"
 
 namespace napkin::profiler {
 namespace {
@@ -22,25 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A fresh folder per test (ctest runs tests in parallel), removed afterwards.
-class TempDir {
-public:
-    TempDir() {
-        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        path_ = fs::temp_directory_path() /
-                ("napkin_profiler_" + std::string(info->test_suite_name()) + "_" + info->name() +
-                 "_" + std::to_string(std::random_device{}()));
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
+using test::TempDir;
 
 json read_json(const fs::path& path) {
     std::ifstream in(path);

@@ -14,6 +14,7 @@
 
 #include "profiler/chrome_trace_writer.h"
 #include "profiler/trace_check.h"
+#include "tests/profiler/temp_dir.h"
 
 namespace napkin::profiler {
 namespace {
@@ -21,24 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-class TempDir {
-public:
-    TempDir() {
-        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        path_ = fs::temp_directory_path() /
-                ("napkin_profiler_" + std::string(info->test_suite_name()) + "_" + info->name() +
-                 "_" + std::to_string(std::random_device{}()));
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const fs::path& path() const { return path_; }
-
-private:
-    fs::path path_;
-};
+using test::TempDir;
 
 // A step in miniature. Totals after each event:
 //   wte 1000 | qkv.out 300 -> 1300 | fc.out 500 -> 1800 | free qkv.out -> 1500 |
