@@ -22,6 +22,8 @@
 #include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
 #include "kernels/matmul.h"
+#include "kernels/stream.h"
+#include "profiler/step_profile.h"
 
 namespace napkin::cli {
 
@@ -208,6 +210,9 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
     const std::filesystem::path checkpoint_out = out_dir / kCheckpointFileName;
     const double peak = cpu::sgemm_peak_flops();
+    // The roofline of the per-op predictions: this process's sgemm rate and stream bandwidth.
+    const double bandwidth = recorder != nullptr ? cpu::stream_copy_bandwidth() : 0.0;
+    profiler::StepProfile profile(profiler::Roofline{peak, bandwidth});
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
     EstimateInputs ei;
@@ -233,7 +238,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     nlohmann::json steps = nlohmann::json::array();
     std::array<std::int64_t, kMemCategoryCount> peaks{};
     std::int64_t peak_total = 0;
-    double total_seconds = 0, total_tokens = 0, total_flops = 0;
+    double total_seconds = 0, total_tokens = 0, total_flops = 0, total_hardware_flops = 0;
     const int first_step = trainer.steps_done();
     if (first_step >= o.steps) throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) + " steps");
     if (f.stop_after < 0) throw UsageError("--stop-after: must be positive");
@@ -272,8 +277,16 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                          {"grad_norm", r.grad_norm},
                          {"loss_scale", r.loss_scale},
                          {"skipped", r.skipped},
-                         {"seconds", r.seconds}});
-        if (trace != nullptr) trace->write(recorder->take());
+                         {"seconds", r.seconds},
+                         {"tokens_per_s", r.tokens / r.seconds},
+                         {"mfu", r.model_flops / r.seconds / peak},
+                         {"hfu", r.hardware_flops / r.seconds / peak}});
+        total_hardware_flops += r.hardware_flops;
+        if (trace != nullptr) {
+            std::vector<profiler::Event> events = recorder->take();
+            profile.add(events);
+            trace->write(events);
+        }
         if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
             save_checkpoint(checkpoint_out.string(), trainer);
         }
@@ -299,7 +312,16 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     predicted = {{"parameters", pred.gpu.weights},         {"master_weights", pred.gpu.master},
                  {"gradients", pred.gpu.grads},            {"optimizer_state", pred.gpu.optimizer},
                  {"activations", pred.gpu.activations},    {"temporaries", pred.gpu.temporaries},
-                 {"model_flops_per_step", pred.model_flops_per_step}};
+                 {"model_flops_per_step", pred.model_flops_per_step},
+                 {"hardware_flops_per_step", pred.hardware_flops_per_step},
+                 // The lectures' closed forms beside the detailed numbers above: 6N + attention
+                 // FLOPs per token, bytes per parameter times N, Korthikanti's activations.
+                 {"closed_form",
+                  {{"model_flops_per_step",
+                    (pred.flops_6n_per_token + pred.flops_attention_per_token) * pred.tokens_per_step},
+                   {"model_state_bytes", pred.bytes_per_param.total() * pred.total_params},
+                   {"bytes_per_param", pred.bytes_per_param.total()},
+                   {"activations", pred.act_closed_form_bytes}}}};
     nlohmann::json report = {
         {"schema", "napkin-train-report/1"},
         {"model", model_config_to_json(o.model)},
@@ -319,11 +341,15 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
           {"seconds", total_seconds},
           {"tokens_per_s", total_tokens / total_seconds},
           {"model_flops_per_s", total_flops / total_seconds},
+          {"hardware_flops_per_s", total_hardware_flops / total_seconds},
           {"sgemm_peak_flops_per_s", peak},
-          {"mfu", total_flops / total_seconds / peak}}},
+          {"mfu", total_flops / total_seconds / peak},
+          {"hfu", total_hardware_flops / total_seconds / peak}}},
         {"steps", steps},
     };
     if (o.data.empty()) report["run"]["data_entropy_nats"] = SyntheticCorpus::entropy_nats();
+    // Per-op and per-kernel time against the roofline, from the profiled steps (null when off).
+    report["profile"] = recorder != nullptr ? profile.to_json() : nlohmann::json();
     write_atomically(out_dir / "report.json", report.dump(2) + "\n");
 
     const double first = steps.front()["loss"].get<double>(), last = steps.back()["loss"].get<double>();
@@ -339,6 +365,14 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                 mb(peak_rss_bytes()).c_str());
     std::printf("  report: %s, checkpoint: %s\n", (out_dir / "report.json").string().c_str(),
                 checkpoint_out.string().c_str());
+    if (recorder != nullptr && !profile.steps().empty()) {
+        double lowest = 1.0;
+        for (const profiler::StepTiming& st : profile.steps()) lowest = std::min(lowest, st.coverage());
+        std::printf("  profile: %zu steps in %s (Perfetto: ui.perfetto.dev), op ranges cover >= %.1f%% of each; "
+                    "per-op table: napkin report %s\n",
+                    profile.steps().size(), (out_dir / "trace.json").string().c_str(), 100 * lowest,
+                    out_dir.string().c_str());
+    }
 }
 
 }  // namespace

@@ -208,6 +208,9 @@ public:
         }
     }
 
+    // A fresh id for a flow (launch -> kernel), unique in the run.
+    std::uint64_t next_flow_id() noexcept { return flow_ids_.fetch_add(1) + 1; }
+
     // Counts an event its producer could not even build (out of memory).
     void record_drop() noexcept { dropped_.fetch_add(1); }
 
@@ -235,6 +238,7 @@ private:
     std::vector<Event> events_;
     std::vector<Track> tracks_;
     std::atomic<std::uint64_t> dropped_{0};
+    std::atomic<std::uint64_t> flow_ids_{0};
 };
 
 }  // namespace napkin::profiler

@@ -110,5 +110,18 @@ private:
     std::optional<RangeEvent> event_;  // engaged while a profiled range is open
 };
 
+// Opens `r` as a kernel range on the device track and joins it to the range open on the host
+// track (the op that made the call) with a launch flow. A CPU kernel is timed on the host this
+// way, so CPU and GPU traces share one structure. No-op with a null recorder.
+inline void begin_kernel(std::optional<ScopedRange>& r, Recorder* recorder, std::string_view name,
+                         const KernelCost& cost) noexcept {
+    if (recorder == nullptr) return;
+    r.emplace(recorder, name, Category::kernel, cost, kDeviceTrack);
+    const std::int64_t t = recorder->now_ns();
+    const std::uint64_t id = recorder->next_flow_id();
+    recorder->flow("launch", FlowPhase::start, id, kHostTrack, t);
+    recorder->flow("launch", FlowPhase::end, id, kDeviceTrack, t);
+}
+
 }  // inline namespace with_nvtx / without_nvtx
 }  // namespace napkin::profiler

@@ -71,6 +71,31 @@ struct LayerParams {
               *down_w = nullptr, *down_b = nullptr;
 };
 
+// The CPU kernel an op runs, named as in kernels/ (the device track's event names, which the
+// CUDA backend's kernels share).
+std::string_view kernel_name(const PlanOp& op, bool backward, const ModelConfig& cfg) {
+    switch (op.kind) {
+        case OpKind::embedding: return backward ? "embedding_backward" : "embedding_forward";
+        case OpKind::norm:
+            if (cfg.norm == NormKind::layernorm) return backward ? "layernorm_backward" : "layernorm_forward";
+            return backward ? "rmsnorm_backward" : "rmsnorm_forward";
+        case OpKind::matmul: return backward ? "matmul_backward" : "matmul_forward";
+        case OpKind::rope: return backward ? "rope_backward" : "rope_forward";
+        case OpKind::attention: {
+            const bool naive = std::get<AttentionShape>(op.shape).impl == AttentionImpl::naive;
+            if (naive) return backward ? "attention_naive_backward" : "attention_naive_forward";
+            return backward ? "attention_flash_backward" : "attention_flash_forward";
+        }
+        case OpKind::activation:
+            if (cfg.mlp == MlpKind::gelu) return backward ? "gelu_backward" : "gelu_forward";
+            return backward ? "swiglu_backward" : "swiglu_forward";
+        case OpKind::residual: return backward ? "residual_backward" : "residual_forward";
+        case OpKind::lora: return backward ? "lora_backward" : "lora_forward";
+        case OpKind::cross_entropy: return "head_cross_entropy";
+    }
+    return "kernel";
+}
+
 template <class T>
 class GptCpu final : public Gpt {
 public:
@@ -94,6 +119,13 @@ public:
     void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
 
     void zero_grads() override {
+        std::optional<profiler::ScopedRange> r, k;
+        if (rec_ != nullptr) {
+            KernelCost cost;
+            for (const auto& p : params_) cost.bytes_written += p.grad.bytes();
+            op_range(r, "zero_grads", cost);
+            kernel_range(k, "memset", cost);
+        }
         for (auto& p : params_) std::memset(p.grad.raw(), 0, p.grad.bytes());
     }
 
@@ -122,10 +154,12 @@ public:
         if (rec_ != nullptr) phase.emplace(rec_, "forward", profiler::Category::forward);
         prologue_.items.clear();
         prologue_.keep(alloc_, "", plan_.prologue.front(), false);
-        std::optional<profiler::ScopedRange> r_emb;
+        std::optional<profiler::ScopedRange> r_emb, k;
         op_range(r_emb, "embedding", plan_.prologue.front().fwd);
+        kernel_range(k, kernel_name(plan_.prologue.front(), false, cfg_), plan_.prologue.front().fwd);
         cpu::embedding_forward<T>(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
                                   p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        k.reset();
         r_emb.reset();
         layers_.clear();
         layers_.resize(static_cast<std::size_t>(L));
@@ -142,29 +176,36 @@ public:
         const T* last = block_output(L - 1);
         std::optional<profiler::ScopedRange> r_ep;
         op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
+        kernel_range(k, kernel_name(plan_.epilogue[0], false, cfg_), plan_.epilogue[0].fwd);
         norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
+        k.reset();
         r_ep.reset();
         KernelCost head_cost = plan_.epilogue[1].fwd;
         head_cost += plan_.epilogue[1].bwd_input;
         head_cost += plan_.epilogue[1].bwd_weight;
         head_cost += plan_.epilogue[2].fwd;
         op_range(r_ep, "lm_head+loss (fused forward and backward)", head_cost);
+        kernel_range(k, "head_cross_entropy", head_cost);
         ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
         const float loss = cpu::head_cross_entropy<T>(
             losses_.data(), epilogue_.get("lm_head.dinp").template data<T>(), head->grad.template data<T>(),
             epilogue_.get("ln_f.out").template data<T>(), head->weight.template data<T>(), targets, N_, cfg_.d_model,
             cfg_.vocab_size, cfg_.padded_vocab_size, loss_chunk_, dloss / static_cast<float>(N_),
             ce_scratch_.template data<float>());
-
+        k.reset();
         r_ep.reset();
         // Backward.
         phase.reset();
         if (rec_ != nullptr) phase.emplace(rec_, "backward", profiler::Category::backward);
         T* dres = dres_.template data<T>();
-        std::memset(dres_.raw(), 0, dres_.bytes());
-        op_range(r_ep, "ln_f backward", plan_.epilogue[0].bwd_input);
+        KernelCost lnf_cost = plan_.epilogue[0].bwd_input;
+        lnf_cost += plan_.epilogue[0].bwd_weight;
+        op_range(r_ep, "ln_f backward", lnf_cost);
+        zero(dres, N_ * cfg_.d_model);
+        kernel_range(k, kernel_name(plan_.epilogue[0], true, cfg_), lnf_cost);
         norm_backward(epilogue_, "ln_f", dres, epilogue_.get("lm_head.dinp").template data<T>(), last, p_lnf_w_,
                       p_lnf_b_);
+        k.reset();
         r_ep.reset();
         epilogue_.items.clear();
         for (int l = L - 1; l >= 0; --l) {
@@ -175,8 +216,10 @@ public:
             layers_[static_cast<std::size_t>(l)].items.clear();
         }
         op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
+        kernel_range(k, kernel_name(plan_.prologue.front(), true, cfg_), plan_.prologue.front().bwd_weight);
         cpu::embedding_backward<T>(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
                                    dres, inputs, B_, T_, cfg_.d_model);
+        k.reset();
         prologue_.items.clear();
         return loss;
     }
@@ -187,6 +230,22 @@ private:
                                                    const KernelCost& cost) {
         if (rec_ != nullptr) r.emplace(rec_, name, profiler::Category::op, cost);
         return r;
+    }
+
+    // One kernel call on the device track, joined to the op that made it by a flow. On the CPU
+    // the "launch" is the call itself; the structure matches a GPU trace (host op, launch
+    // flow, kernel on the device), so the report, export and viewer read both alike.
+    void kernel_range(std::optional<profiler::ScopedRange>& r, std::string_view name, const KernelCost& cost) {
+        profiler::begin_kernel(r, rec_, name, cost);
+    }
+
+    // Zeroes a gradient buffer: a memset kernel of its own on the device track.
+    template <class U>
+    void zero(U* p, std::int64_t n) {
+        const auto bytes = static_cast<std::size_t>(n) * sizeof(U);
+        std::optional<profiler::ScopedRange> k;
+        kernel_range(k, "memset", KernelCost{0, 0, bytes, 0});
+        std::memset(static_cast<void*>(p), 0, bytes);
     }
 
     void widen(const Tensor& t, float* out) const {
@@ -354,10 +413,11 @@ private:
             }
             kt.keep(alloc_, prefix, op, recompute);
             const std::string_view n = op.name;
-            std::optional<profiler::ScopedRange> range;
+            std::optional<profiler::ScopedRange> range, kernel;
             if (rec_ != nullptr) {
                 range.emplace(rec_, prefix + std::string(n) + (recompute ? " (recompute)" : ""), profiler::Category::op,
                               op.fwd);
+                kernel_range(kernel, kernel_name(op, false, cfg_), op.fwd);
             }
             if (n == "ln_1") {
                 norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
@@ -418,39 +478,46 @@ private:
         T* dres = dres_.template data<T>();
         T* dnarrow = dnarrow_.template data<T>();
         T* dwide = dwide_.template data<T>();
-        auto zero = [](T* p, std::int64_t n) { std::memset(static_cast<void*>(p), 0, static_cast<std::size_t>(n) * sizeof(T)); };
         for (auto it = plan_.block.rbegin(); it != plan_.block.rend(); ++it) {
             const PlanOp& op = *it;
             const std::string_view n = op.name;
-            std::optional<profiler::ScopedRange> range;
+            std::optional<profiler::ScopedRange> range, kernel;
+            KernelCost cost = op.bwd_input;
+            cost += op.bwd_weight;
             if (rec_ != nullptr) {
-                KernelCost cost = op.bwd_input;
-                cost += op.bwd_weight;
                 range.emplace(rec_, "h." + std::to_string(l) + "." + std::string(n) + " backward", profiler::Category::op,
                               cost);
             }
+            // The op's kernel starts here (after the memsets that clear its outputs).
+            auto launch = [&] { kernel_range(kernel, kernel_name(op, true, cfg_), cost); };
             if (n == "mlp.res" || n == "attn.res") {
                 // The branch's gradient is the residual stream's: dres is read by the branch below.
             } else if (n == "mlp.proj") {
                 zero(dnarrow, N_ * cfg_.d_ff);
+                launch();
                 matmul_back(op, dnarrow, dres, kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
             } else if (n == "mlp.act") {
                 const std::int64_t cols = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
                 zero(dwide, N_ * cols);
+                launch();
                 const T* inp = kt.get("mlp.fc.out").template data<T>();
                 if (cfg_.mlp == MlpKind::gelu) cpu::gelu_backward<T>(dwide, inp, dnarrow, N_ * cfg_.d_ff);
                 else cpu::swiglu_backward<T>(dwide, inp, dnarrow, N_, cfg_.d_ff);
             } else if (n == "mlp.fc") {
                 zero(dnarrow, N_ * C);
+                launch();
                 matmul_back(op, dnarrow, dwide, kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
             } else if (n == "ln_2") {
+                launch();
                 norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
             } else if (n == "attn.proj") {
                 zero(dnarrow, N_ * C);
+                launch();
                 matmul_back(op, dnarrow, dres, kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
             } else if (n == "attn.core") {
                 const auto& s = std::get<AttentionShape>(op.shape);
                 zero(dwide, N_ * cfg_.qkv_dim());
+                launch();
                 const T* qkv = kt.get("attn.qkv.out").template data<T>();
                 if (s.impl == AttentionImpl::naive) {
                     cpu::attention_naive_backward<T>(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
@@ -460,11 +527,14 @@ private:
                                                      kt.get("attn.lse").template data<float>(), s.B, s.T, s.NH, s.KVH, s.HD);
                 }
             } else if (n == "attn.rope") {
+                launch();
                 cpu::rope_backward<T>(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
             } else if (n == "attn.qkv") {
                 zero(dnarrow, N_ * C);
+                launch();
                 matmul_back(op, dnarrow, dwide, kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
             } else if (n == "ln_1") {
+                launch();
                 norm_backward(kt, "ln_1", dres, dnarrow, x, lp.ln1_w, lp.ln1_b);
             } else {
                 throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");

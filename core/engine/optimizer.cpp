@@ -185,4 +185,38 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
     return st;
 }
 
+namespace {
+
+// Floating-point operations per element of one update, counted from update() above (each
+// add, multiply, divide and sqrt is one; weight decay counted for every element), plus 2 for
+// the global-norm pass (square, add).
+std::uint64_t update_flops_per_element(OptimizerKind kind) {
+    switch (kind) {
+        case OptimizerKind::sgd: return 5 + 2;
+        case OptimizerKind::momentum: return 7 + 2;
+        case OptimizerKind::adagrad: return 10 + 2;
+        case OptimizerKind::rmsprop: return 12 + 2;
+        case OptimizerKind::adam:
+        case OptimizerKind::adamw:
+        case OptimizerKind::adamw_8bit: return 17 + 2;
+    }
+    return 0;
+}
+
+}  // namespace
+
+KernelCost Optimizer::step_cost() const {
+    KernelCost c;
+    const auto states = static_cast<std::uint64_t>(optimizer_state_count(cfg_.kind));
+    for (const ParamSlot& p : model_.params()) {
+        const auto n = static_cast<std::uint64_t>(p.numel);
+        c.flops += n * update_flops_per_element(cfg_.kind);
+        const std::uint64_t grad = p.grad.bytes(), weight = p.weight.bytes();
+        const std::uint64_t state = states * storage_bytes(state_dtype_, n);
+        c.bytes_read += 2 * grad + state + (p.master.empty() ? weight : p.master.bytes());
+        c.bytes_written += state + weight + (p.master.empty() ? 0 : p.master.bytes());
+    }
+    return c;
+}
+
 }  // namespace napkin

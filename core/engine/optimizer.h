@@ -11,6 +11,7 @@
 #include "core/allocator.h"
 #include "core/engine/gpt.h"
 #include "core/recipe.h"
+#include "kernels/cost.h"
 
 namespace napkin {
 
@@ -49,6 +50,11 @@ public:
     std::vector<Tensor>& first_moments() { return m_; }
     std::vector<Tensor>& second_moments() { return v_; }
     int update_count() const { return t_; }
+    // The work of one step (the profiler's optimizer range, the report's roofline): the global
+    // norm pass over the gradients plus the update, FLOPs counted per element as the update
+    // code does them (adamw: 19), bytes as the compulsory traffic of gradients, weights, master
+    // copy and state.
+    KernelCost step_cost() const;
     void set_update_count(int t) { t_ = t; }
     const OptimizerConfig& config() const { return cfg_; }
 

@@ -36,6 +36,8 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts), alloc_(host_) {
     const PlanTotals t = plan_totals(model_->plan());
     model_flops_per_micro_ = static_cast<double>(t.model_flops());
     hardware_flops_per_micro_ = static_cast<double>(t.model_flops() + t.recompute_flops);
+    optimizer_cost_ = optimizer_->step_cost();
+    kernel_name_ = std::string(enum_name(kOptimizerNames, opts_.plan.optimizer)) + "_update";
 }
 
 StepRecord Trainer::step() {
@@ -58,9 +60,13 @@ StepRecord Trainer::step() {
         }
         loss_sum += model_->forward_backward(in, tg, loss_scale_ / static_cast<float>(opts_.grad_accum));
     }
-    std::optional<profiler::ScopedRange> opt_range;
-    if (rec_ != nullptr) opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer);
+    std::optional<profiler::ScopedRange> opt_range, opt_kernel;
+    if (rec_ != nullptr) {
+        opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
+        profiler::begin_kernel(opt_kernel, rec_, kernel_name_, optimizer_cost_);
+    }
     const StepStats st = optimizer_->step(step_, 1.0f / loss_scale_);
+    opt_kernel.reset();
     opt_range.reset();
     if (opts_.plan.precision == Precision::fp16_amp) {
         if (st.skipped) {

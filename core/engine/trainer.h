@@ -86,6 +86,8 @@ private:
     int good_steps_ = 0;
     profiler::Recorder* rec_ = nullptr;
     double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
+    KernelCost optimizer_cost_;  // one update, for the profiler
+    std::string kernel_name_;    // "adamw_update": the optimizer's kernel on the device track
 };
 
 }  // namespace napkin

@@ -1,0 +1,117 @@
+// The profiler's cost: the same training steps with profiling off and on, in one process,
+// alternated (off, on, off, on, ...) so that drift on a shared machine hits both alike. "On"
+// pays everything `napkin train --profile all` pays per step: the ranges, kernel events and
+// flows, draining the recorder, folding the events into the report's per-op table, and
+// streaming them into a Chrome trace on disk. Medians over pairs; never run as a test.
+//   OMP_WAIT_POLICY=passive profiler_overhead [--model tiny] [--pairs N] [-B 8] [-T 64]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine/trainer.h"
+#include "profiler/chrome_trace_writer.h"
+#include "profiler/step_profile.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Row {
+    std::string model;
+    std::int64_t B, T;
+    double off_ms, on_ms, events_per_step;
+};
+
+Row measure(const std::string& preset, std::int64_t B, std::int64_t T, int pairs) {
+    napkin::TrainOptions o;
+    o.model = napkin::preset_or_throw(preset);
+    o.plan.micro_batch = B;
+    o.plan.seq_len = T;
+    o.plan.precision = napkin::Precision::fp32;
+    o.steps = 2 * pairs + 2;
+    napkin::Trainer trainer(o);
+    const std::filesystem::path trace_path =
+        std::filesystem::temp_directory_path() / ("napkin_overhead_" + std::to_string(getpid()) + ".json");
+    napkin::profiler::Recorder recorder(napkin::profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
+    napkin::profiler::ChromeTraceWriter trace(trace_path);
+    napkin::profiler::StepProfile profile;
+    trainer.step();  // warmup, off: first touch of every buffer
+    trainer.set_recorder(&recorder);
+    trainer.step();  // warmup, on: the recorder's buffer grows once
+    trace.write(recorder.take());
+
+    std::vector<double> off, on;
+    double events = 0;
+    for (int p = 0; p < pairs; ++p) {
+        trainer.set_recorder(nullptr);
+        off.push_back(trainer.step().seconds);
+
+        const auto t0 = std::chrono::steady_clock::now();
+        trainer.set_recorder(&recorder);
+        trainer.step();
+        std::vector<napkin::profiler::Event> ev = recorder.take();
+        profile.add(ev);
+        trace.write(ev);
+        on.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        events += static_cast<double>(ev.size());
+    }
+    trainer.set_recorder(nullptr);
+    trace.close();
+    std::filesystem::remove(trace_path);
+    if (recorder.dropped() != 0) std::fprintf(stderr, "profiler_overhead: %llu events dropped\n",
+                                              static_cast<unsigned long long>(recorder.dropped()));
+    return {preset, B, T, median(off) * 1e3, median(on) * 1e3, events / pairs};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> models;
+    int pairs = 15;
+    std::int64_t B = 8, T = 64;
+    for (int i = 1; i < argc; ++i) {
+        const bool has = i + 1 < argc;
+        if (std::strcmp(argv[i], "--model") == 0 && has) models.emplace_back(argv[++i]);
+        else if (std::strcmp(argv[i], "--pairs") == 0 && has) pairs = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "-B") == 0 && has) B = std::atoll(argv[++i]);
+        else if (std::strcmp(argv[i], "-T") == 0 && has) T = std::atoll(argv[++i]);
+        else {
+            std::fprintf(stderr, "usage: profiler_overhead [--model PRESET]... [--pairs N] [-B N] [-T N]\n");
+            return 2;
+        }
+    }
+    if (pairs <= 0 || B <= 0 || T <= 0) {
+        std::fprintf(stderr, "profiler_overhead: --pairs, -B and -T must be positive\n");
+        return 2;
+    }
+    if (models.empty()) models = {"tiny", "gpt2"};
+    std::printf("profiler overhead: step time with profiling off vs on (ranges, kernel events, flows, per-op\n"
+                "table, trace streamed to disk), alternated in one process, median of %d pairs, %u hardware threads\n\n",
+                pairs, std::thread::hardware_concurrency());
+    std::printf("%-8s %4s %5s %12s %12s %10s %14s\n", "model", "B", "T", "off ms", "on ms", "overhead", "events/step");
+    for (const std::string& m : models) {
+        try {
+            const Row r = measure(m, B, T, pairs);
+            std::printf("%-8s %4lld %5lld %12.2f %12.2f %9.2f%% %14.0f\n", r.model.c_str(), static_cast<long long>(r.B),
+                        static_cast<long long>(r.T), r.off_ms, r.on_ms, 100 * (r.on_ms / r.off_ms - 1), r.events_per_step);
+            std::fflush(stdout);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "profiler_overhead: %s: %s\n", m.c_str(), e.what());
+            return 1;
+        }
+    }
+    return 0;
+}

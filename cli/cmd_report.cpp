@@ -1,0 +1,228 @@
+// napkin report RUN_DIR...: predicted against measured for one or several training runs, side
+// by side in the terminal (or as JSON): memory by category, the closed-form numbers beside the
+// detailed ones, step time against the roofline, tokens/s, MFU and HFU, and for profiled runs
+// the ops that took the time.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "profiler/run_folder.h"
+
+namespace napkin::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using profiler::number_field;
+using profiler::string_field;
+
+struct ReportFlags {
+    std::vector<std::string> runs;
+    int top = 12;
+    bool json = false;
+};
+
+// Memory categories as report.json names them, in the order the table shows them.
+constexpr const char* kCategories[] = {"parameters", "master_weights", "gradients", "optimizer_state", "activations",
+                                       "temporaries"};
+
+// An optional number: null when the report predates the field (or the run was not profiled).
+json optional_number(const json& doc, std::string_view path, const fs::path& file) {
+    const json* at = &doc;
+    std::size_t start = 0;
+    while (true) {
+        const std::size_t dot = path.find('.', start);
+        const std::string key(path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+        if (!at->is_object() || !at->contains(key) || (*at)[key].is_null()) return nullptr;
+        at = &(*at)[key];
+        if (dot == std::string_view::npos) break;
+        start = dot + 1;
+    }
+    if (!at->is_number()) throw InputError(file.string() + ": field '" + std::string(path) + "' is not a number");
+    return *at;
+}
+
+// The numbers the table and --json show for one run, read and type-checked once.
+json summarize(const profiler::RunReport& run) {
+    const json& r = run.report;
+    const fs::path& f = run.file;
+    json s;
+    s["dir"] = run.dir.string();
+    s["label"] = run.label;
+    s["model"] = string_field(r, "model.name", f);
+    auto integer = [&](std::string_view path) { return static_cast<std::int64_t>(number_field(r, path, f)); };
+    s["n_layers"] = integer("model.n_layers");
+    s["d_model"] = integer("model.d_model");
+    for (const char* k : {"device", "precision", "optimizer", "checkpointing", "attention"}) {
+        s[k] = string_field(r, std::string("run.") + k, f);
+    }
+    for (const char* k : {"micro_batch", "seq_len", "grad_accum", "steps"}) s[k] = integer(std::string("run.") + k);
+    for (const char* c : kCategories) {
+        s["memory"][c] = {{"predicted", number_field(r, std::string("predicted.") + c, f)},
+                          {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
+    }
+    s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
+    s["closed_form"] = {{"model_state_bytes", optional_number(r, "predicted.closed_form.model_state_bytes", f)},
+                        {"bytes_per_param", optional_number(r, "predicted.closed_form.bytes_per_param", f)},
+                        {"activations", optional_number(r, "predicted.closed_form.activations", f)},
+                        {"model_flops_per_step", optional_number(r, "predicted.closed_form.model_flops_per_step", f)}};
+    s["model_flops_per_step"] = number_field(r, "predicted.model_flops_per_step", f);
+
+    const json& steps = profiler::field(r, "steps", f);
+    if (!steps.is_array() || steps.empty()) throw InputError(f.string() + ": field 'steps' is not a non-empty array");
+    std::vector<double> secs;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        secs.push_back(number_field(steps[i], "seconds", f.string() + " steps[" + std::to_string(i) + "]"));
+    }
+    std::sort(secs.begin(), secs.end());
+    s["step_seconds_median"] = secs.size() % 2 ? secs[secs.size() / 2] : 0.5 * (secs[secs.size() / 2 - 1] + secs[secs.size() / 2]);
+    s["loss_first"] = number_field(steps.front(), "loss", f.string() + " steps[0]");
+    s["loss_last"] = number_field(steps.back(), "loss", f.string() + " steps[last]");
+    s["tokens_per_s"] = number_field(r, "measured.tokens_per_s", f);
+    s["mfu"] = number_field(r, "measured.mfu", f);
+    s["hfu"] = optional_number(r, "measured.hfu", f);
+    s["peak_flops_per_s"] = number_field(r, "measured.sgemm_peak_flops_per_s", f);
+
+    s["roofline_step_seconds"] = nullptr;
+    s["op_coverage_min"] = nullptr;
+    s["ops"] = json::array();
+    if (r.contains("profile") && !r["profile"].is_null()) {
+        const json& p = r["profile"];
+        const json& psteps = profiler::field(p, "steps", f);
+        if (!psteps.is_array()) throw InputError(f.string() + ": field 'profile.steps' is not an array");
+        double roof = 0, cov = 1;
+        for (const json& st : psteps) {
+            roof += number_field(st, "roofline_seconds", f);
+            cov = std::min(cov, number_field(st, "op_coverage", f));
+        }
+        if (!psteps.empty()) {
+            s["roofline_step_seconds"] = roof / static_cast<double>(psteps.size());
+            s["op_coverage_min"] = cov;
+        }
+        const json& ops = profiler::field(p, "ops", f);
+        if (!ops.is_array()) throw InputError(f.string() + ": field 'profile.ops' is not an array");
+        for (const json& o : ops) {
+            s["ops"].push_back({{"name", string_field(o, "name", f)},
+                                {"calls_per_step", number_field(o, "calls_per_step", f)},
+                                {"seconds_per_step", number_field(o, "seconds_per_step", f)},
+                                {"roofline_seconds_per_step", number_field(o, "roofline_seconds_per_step", f)},
+                                {"share_of_step", number_field(o, "share_of_step", f)},
+                                {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)}});
+        }
+    }
+    return s;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+std::string mb(const json& v) { return v.is_null() ? "-" : fmt("%.2f", v.get<double>() / 1e6); }
+std::string pct(const json& v) { return v.is_null() ? "-" : fmt("%.1f%%", 100 * v.get<double>()); }
+std::string ms(const json& v) { return v.is_null() ? "-" : fmt("%.2f ms", v.get<double>() * 1e3); }
+
+void print_table(const std::vector<json>& runs, int top) {
+    constexpr int kLabel = 30;
+    int width = 16;
+    for (const json& r : runs) width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);
+    auto row = [&](const std::string& label, auto cell) {
+        std::printf("%-*s", kLabel, label.c_str());
+        for (const json& r : runs) std::printf("%*s", width, cell(r).c_str());
+        std::printf("\n");
+    };
+    auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    row("run", [&](const json& r) { return r["label"].get<std::string>(); });
+    row("model", [&](const json& r) {
+        return str(r["model"]) + " L" + str(r["n_layers"]) + " C" + str(r["d_model"]);
+    });
+    row("device", [&](const json& r) { return str(r["device"]); });
+    row("precision", [&](const json& r) { return str(r["precision"]); });
+    row("optimizer", [&](const json& r) { return str(r["optimizer"]); });
+    row("checkpointing", [&](const json& r) { return str(r["checkpointing"]); });
+    row("attention", [&](const json& r) { return str(r["attention"]); });
+    row("B x T x G", [&](const json& r) { return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]); });
+    row("steps", [&](const json& r) { return str(r["steps"]); });
+    std::printf("\nmemory, MB: predicted / measured peak\n");
+    for (const char* c : kCategories) {
+        row(std::string("  ") + c, [&](const json& r) {
+            const json& m = r["memory"][c];
+            return mb(m["predicted"]) + " / " + mb(m["measured"]);
+        });
+    }
+    row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });
+    row("  closed form: model states", [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
+    row("    bytes per parameter", [&](const json& r) {
+        const json& b = r["closed_form"]["bytes_per_param"];
+        return b.is_null() ? std::string("-") : fmt("%.0f", b.get<double>());
+    });
+    row("  closed form: activations", [&](const json& r) { return mb(r["closed_form"]["activations"]); });
+    std::printf("\ntime and throughput\n");
+    row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
+    row("  step roofline (profiled)", [&](const json& r) { return ms(r["roofline_step_seconds"]); });
+    row("  op ranges cover (min)", [&](const json& r) { return pct(r["op_coverage_min"]); });
+    row("  tokens/s", [&](const json& r) { return fmt("%.0f", r["tokens_per_s"].get<double>()); });
+    row("  model GFLOP/step", [&](const json& r) { return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9); });
+    row("    closed form (6N + attn)", [&](const json& r) {
+        const json& v = r["closed_form"]["model_flops_per_step"];
+        return v.is_null() ? std::string("-") : fmt("%.3f", v.get<double>() / 1e9);
+    });
+    row("  peak GFLOP/s (MFU basis)", [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
+    row("  MFU", [&](const json& r) { return pct(r["mfu"]); });
+    row("  HFU", [&](const json& r) { return pct(r["hfu"]); });
+    row("loss first -> last", [&](const json& r) {
+        return fmt("%.3f", r["loss_first"].get<double>()) + " -> " + fmt("%.3f", r["loss_last"].get<double>());
+    });
+
+    if (top <= 0) return;
+    for (const json& r : runs) {
+        if (r["ops"].empty()) continue;
+        std::printf("\nops of %s, per step (top %d by time; predicted = roofline max(FLOPs/peak, bytes/bandwidth))\n",
+                    r["label"].get<std::string>().c_str(), top);
+        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls", "measured", "share", "predicted", "x pred",
+                    "GFLOP/s");
+        int n = 0;
+        for (const json& o : r["ops"]) {
+            if (n++ >= top) break;
+            const double meas = o["seconds_per_step"].get<double>(), roof = o["roofline_seconds_per_step"].get<double>();
+            std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n", o["name"].get<std::string>().c_str(),
+                        o["calls_per_step"].get<double>(), ms(meas).c_str(), pct(o["share_of_step"]).c_str(),
+                        ms(roof).c_str(), roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-",
+                        o["achieved_flops_per_s"].get<double>() / 1e9);
+        }
+    }
+}
+
+void run_report(const ReportFlags& f) {
+    std::vector<json> runs;
+    for (const std::string& dir : f.runs) runs.push_back(summarize(profiler::load_run_report(dir)));
+    if (f.json) {
+        std::printf("%s\n", json{{"schema", "napkin-report/1"}, {"runs", runs}}.dump(2).c_str());
+        return;
+    }
+    print_table(runs, f.top);
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+    auto f = std::make_shared<ReportFlags>();
+    CLI::App* cmd = app.add_subcommand(
+        "report", "Predicted vs measured for napkin train runs, side by side (memory, FLOPs, time, MFU, ops)");
+    cmd->add_option("runs", f->runs, "Run folders (napkin train --out) or their report.json files")->required();
+    cmd->add_option("--top", f->top, "Ops listed per profiled run (0: none)")->capture_default_str()->check(
+        CLI::NonNegativeNumber);
+    cmd->add_flag("--json", f->json, "Print the numbers as JSON (schema napkin-report/1) instead of a table");
+    cmd->footer("Errors (exit 1): a missing folder, malformed or truncated JSON, a report from another format version.");
+    cmd->callback([f] { run_report(*f); });
+}
+
+}  // namespace napkin::cli

@@ -1,0 +1,112 @@
+#include "profiler/step_profile.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace napkin::profiler {
+
+double Roofline::seconds(std::uint64_t flops, std::uint64_t bytes) const {
+    const double compute = flops_per_s > 0 ? static_cast<double>(flops) / flops_per_s : 0.0;
+    const double memory = bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0;
+    return std::max(compute, memory);
+}
+
+std::string StepProfile::op_key(const std::string& name) {
+    // "h.<digits>." prefix.
+    if (name.size() < 4 || name[0] != 'h' || name[1] != '.') return name;
+    std::size_t i = 2;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    if (i == 2 || i >= name.size() || name[i] != '.') return name;
+    return name.substr(i + 1);
+}
+
+void StepProfile::add(const std::vector<Event>& events) {
+    // This batch's steps first: ranges are recorded when they end, so a step follows its ops.
+    const std::size_t first_step = steps_.size();
+    for (const Event& e : events) {
+        const auto* r = std::get_if<RangeEvent>(&e);
+        if (r == nullptr || r->category != Category::step) continue;
+        steps_.push_back(StepTiming{r->name, r->start_ns, r->dur_ns, 0, 0, 0.0});
+    }
+    auto step_of = [&](const RangeEvent& r) -> StepTiming* {
+        for (std::size_t i = first_step; i < steps_.size(); ++i) {
+            StepTiming& s = steps_[i];
+            if (r.start_ns >= s.start_ns && r.start_ns + r.dur_ns <= s.start_ns + s.dur_ns) return &s;
+        }
+        return nullptr;
+    };
+    for (const Event& e : events) {
+        const auto* r = std::get_if<RangeEvent>(&e);
+        if (r == nullptr) continue;
+        const bool is_op = r->track == kHostTrack && (r->category == Category::op || r->category == Category::optimizer);
+        const bool is_kernel = r->category == Category::kernel;
+        if (!is_op && !is_kernel) continue;
+        const std::string key = is_op ? op_key(r->name) : r->name;
+        WorkStats& w = (is_op ? ops_ : kernels_)[key];
+        if (w.calls == 0) {
+            w.name = key;
+            w.category = r->category;
+        }
+        const double roof = roofline_.seconds(r->flops, r->bytes);
+        ++w.calls;
+        w.total_ns += r->dur_ns;
+        w.flops += r->flops;
+        w.bytes += r->bytes;
+        w.roofline_seconds += roof;
+        if (StepTiming* s = step_of(*r)) {
+            if (is_op) {
+                s->op_ns += r->dur_ns;
+                s->roofline_seconds += roof;
+            } else {
+                s->kernel_ns += r->dur_ns;
+            }
+        }
+    }
+}
+
+std::vector<WorkStats> StepProfile::sorted(const std::map<std::string, WorkStats>& rows) {
+    std::vector<WorkStats> out;
+    out.reserve(rows.size());
+    for (const auto& [key, w] : rows) out.push_back(w);
+    std::stable_sort(out.begin(), out.end(), [](const WorkStats& a, const WorkStats& b) { return a.total_ns > b.total_ns; });
+    return out;
+}
+
+nlohmann::json StepProfile::to_json() const {
+    const double n_steps = steps_.empty() ? 1.0 : static_cast<double>(steps_.size());
+    double step_seconds = 0;
+    nlohmann::json steps = nlohmann::json::array();
+    for (const StepTiming& s : steps_) {
+        step_seconds += static_cast<double>(s.dur_ns) * 1e-9;
+        steps.push_back({{"name", s.name},
+                         {"seconds", static_cast<double>(s.dur_ns) * 1e-9},
+                         {"op_seconds", static_cast<double>(s.op_ns) * 1e-9},
+                         {"op_coverage", s.coverage()},
+                         {"kernel_seconds", static_cast<double>(s.kernel_ns) * 1e-9},
+                         {"roofline_seconds", s.roofline_seconds}});
+    }
+    auto rows = [&](const std::vector<WorkStats>& list) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const WorkStats& w : list) {
+            const double seconds = static_cast<double>(w.total_ns) * 1e-9;
+            out.push_back({{"name", w.name},
+                           {"category", std::string(enum_name(kCategoryNames, w.category))},
+                           {"calls_per_step", static_cast<double>(w.calls) / n_steps},
+                           {"seconds_per_step", seconds / n_steps},
+                           {"roofline_seconds_per_step", w.roofline_seconds / n_steps},
+                           {"flops_per_step", static_cast<double>(w.flops) / n_steps},
+                           {"bytes_per_step", static_cast<double>(w.bytes) / n_steps},
+                           {"achieved_flops_per_s", seconds > 0 ? static_cast<double>(w.flops) / seconds : 0.0},
+                           {"achieved_bytes_per_s", seconds > 0 ? static_cast<double>(w.bytes) / seconds : 0.0},
+                           {"share_of_step", step_seconds > 0 ? seconds / step_seconds : 0.0}});
+        }
+        return out;
+    };
+    return {{"steps_profiled", steps_.size()},
+            {"roofline", {{"peak_flops_per_s", roofline_.flops_per_s}, {"peak_bytes_per_s", roofline_.bytes_per_s}}},
+            {"steps", steps},
+            {"ops", rows(ops())},
+            {"kernels", rows(kernels())}};
+}
+
+}  // namespace napkin::profiler

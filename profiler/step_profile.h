@@ -1,0 +1,87 @@
+// StepProfile: folds a profiled run's events into what report.json says about time, per op
+// (the plan's ops, summed over layers), per kernel, and per step (wall time, and how much of it
+// the op ranges account for). Each op and kernel also gets a roofline lower bound on its time,
+// max(FLOPs / peak FLOP/s, bytes / peak bandwidth), from the cost its event carries, which is
+// the prediction the measured time is compared with.
+//
+// Pure: events in, numbers out (tests/profiler/step_profile_test.cpp feeds synthetic events).
+// Feed it the recorder's events once a step (before they go to the trace writer); a batch may
+// hold any number of whole steps.
+//
+// Names: an op range "h.3.attn.qkv backward" is counted as "attn.qkv backward" (the layer
+// prefix "h.<n>." is stripped), so a row is one op of the block over all layers. Op ranges are
+// the host track's ranges of category op and optimizer; they never nest, so their sum over a
+// step is the step time they account for. Kernels are the device track's ranges.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "profiler/event.h"
+
+namespace napkin::profiler {
+
+// The machine's ceilings, for the roofline. CPU runs measure both in the process (sgemm,
+// stream copy); GPU runs take them from the hardware table or a measured GEMM peak.
+struct Roofline {
+    double flops_per_s = 0;  // 0: unknown
+    double bytes_per_s = 0;  // 0: unknown
+    // The lower bound on the time of work with `flops` and `bytes`; 0 when neither is known.
+    double seconds(std::uint64_t flops, std::uint64_t bytes) const;
+};
+
+// One op or kernel name, over every profiled step.
+struct WorkStats {
+    std::string name;      // "attn.qkv backward", "matmul_forward"
+    Category category = Category::op;
+    std::uint64_t calls = 0;
+    std::int64_t total_ns = 0;
+    std::uint64_t flops = 0;   // sum over calls of the analytic cost
+    std::uint64_t bytes = 0;
+    double roofline_seconds = 0;  // sum over calls
+};
+
+struct StepTiming {
+    std::string name;  // "step 12"
+    std::int64_t start_ns = 0;
+    std::int64_t dur_ns = 0;
+    std::int64_t op_ns = 0;      // inside op and optimizer ranges
+    std::int64_t kernel_ns = 0;  // inside device-track kernels
+    double roofline_seconds = 0;  // sum of the ops' rooflines
+    double coverage() const { return dur_ns > 0 ? static_cast<double>(op_ns) / static_cast<double>(dur_ns) : 0.0; }
+};
+
+class StepProfile {
+public:
+    explicit StepProfile(Roofline roofline = {}) : roofline_(roofline) {}
+
+    // Adds a batch of events. Ranges outside every step range of the batch (a checkpoint save)
+    // count toward their op and kernel rows but toward no step.
+    void add(const std::vector<Event>& events);
+
+    // Rows by descending total time.
+    std::vector<WorkStats> ops() const { return sorted(ops_); }
+    std::vector<WorkStats> kernels() const { return sorted(kernels_); }
+    const std::vector<StepTiming>& steps() const { return steps_; }
+    const Roofline& roofline() const { return roofline_; }
+
+    // report.json's "profile" section (docs/FORMATS.md): the steps, and the ops and kernels
+    // per step (averaged over the profiled steps) with their roofline and achieved rates.
+    nlohmann::json to_json() const;
+
+    // "h.3.attn.qkv backward" -> "attn.qkv backward"; other names unchanged.
+    static std::string op_key(const std::string& range_name);
+
+private:
+    static std::vector<WorkStats> sorted(const std::map<std::string, WorkStats>& rows);
+
+    Roofline roofline_;
+    std::map<std::string, WorkStats> ops_, kernels_;
+    std::vector<StepTiming> steps_;
+};
+
+}  // namespace napkin::profiler

@@ -1,0 +1,177 @@
+// napkin report and napkin export on real profiled CPU runs: the tables, the merged trace, the
+// op coverage of each step, and every kind of bad input refused with one line.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "profiler/trace_check.h"
+#include "tests/cli/cli_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+    const fs::path d = fs::path(testing::TempDir()) / ("napkin_report_" + name + "_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    return d;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
+}
+
+int lines(const std::string& s) {
+    int n = 0;
+    for (char c : s) n += c == '\n';
+    return n;
+}
+
+// Two profiled runs that differ in recipe, made once for the suite.
+class ReportCli : public testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        root_ = new fs::path(fresh_dir("runs"));
+        const std::string common = " --device cpu --steps 3 --profile all --quiet --out ";
+        ASSERT_EQ(napkin("train" + common + (*root_ / "fp32").string()).rc, 0);
+        ASSERT_EQ(napkin("train --precision bf16-amp --checkpointing full" + common + (*root_ / "bf16-full").string()).rc, 0);
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(*root_);
+        delete root_;
+    }
+    static fs::path run(const std::string& name) { return *root_ / name; }
+    static fs::path* root_;
+};
+fs::path* ReportCli::root_ = nullptr;
+
+// The acceptance bar of the profiler: on the CPU, op ranges account for >= 95% of each step.
+TEST_F(ReportCli, OpRangesCoverEachStep) {
+    for (const char* name : {"fp32", "bf16-full"}) {
+        const auto report = read_json(run(name) / "report.json");
+        ASSERT_EQ(report["profile"]["steps"].size(), 3u);
+        for (const auto& s : report["profile"]["steps"]) {
+            EXPECT_GE(s["op_coverage"].get<double>(), 0.95) << name << " " << s["name"];
+            EXPECT_GT(s["roofline_seconds"].get<double>(), 0.0);
+            EXPECT_LE(s["kernel_seconds"].get<double>(), s["op_seconds"].get<double>() * 1.000001);
+        }
+        // Per-step MFU and HFU; HFU counts recomputation, so it is higher under checkpointing.
+        for (const auto& s : report["steps"]) {
+            EXPECT_GT(s["mfu"].get<double>(), 0.0);
+            if (std::string(name) == "bf16-full") {
+                EXPECT_GT(s["hfu"].get<double>(), s["mfu"].get<double>());
+            }
+        }
+        EXPECT_GT(report["predicted"]["closed_form"]["model_flops_per_step"].get<double>(), 0.0);
+    }
+}
+
+TEST_F(ReportCli, TableSideBySide) {
+    const CliRun r = napkin("report " + run("fp32").string() + " " + run("bf16-full").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char* s : {"fp32", "bf16-full", "bf16-amp", "activations", "closed form", "MFU", "HFU",
+                          "ops of fp32", "ops of bf16-full", "attn.qkv", "(recompute)"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+    const CliRun j = napkin("report --json " + run("fp32").string() + " " + run("bf16-full").string());
+    ASSERT_EQ(j.rc, 0) << j.err;
+    const auto doc = nlohmann::json::parse(j.out);
+    EXPECT_EQ(doc["schema"], "napkin-report/1");
+    ASSERT_EQ(doc["runs"].size(), 2u);
+    for (const auto& run : doc["runs"]) {
+        EXPECT_EQ(run["memory"]["parameters"]["predicted"], run["memory"]["parameters"]["measured"]);
+        EXPECT_FALSE(run["ops"].empty());
+    }
+    EXPECT_EQ(napkin("report --top 0 " + run("fp32").string()).out.find("ops of"), std::string::npos);
+}
+
+TEST_F(ReportCli, ExportMergesRunsAsProcesses) {
+    const fs::path out = fresh_dir("merged.json");
+    const CliRun r = napkin("export " + run("fp32").string() + " " + run("bf16-full").string() + " -o " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto check = napkin::profiler::check_trace_file(out);
+    for (const auto& p : check.problems) ADD_FAILURE() << p;
+    const auto trace = read_json(out);
+    std::set<int> pids;
+    std::set<std::string> names;
+    std::set<std::uint64_t> starts;
+    std::size_t flows = 0;
+    for (const auto& e : trace["traceEvents"]) {
+        pids.insert(e["pid"].get<int>());
+        if (e["ph"] == "M" && e["name"] == "process_name") names.insert(e["args"]["name"].get<std::string>());
+        if (e["ph"] == "s") {
+            starts.insert(e["id"].get<std::uint64_t>());
+            ++flows;
+        }
+    }
+    EXPECT_EQ(pids, (std::set<int>{1, 2}));
+    EXPECT_EQ(names, (std::set<std::string>{"fp32: napkin", "bf16-full: napkin"}));
+    EXPECT_GT(flows, 100u);
+    EXPECT_EQ(starts.size(), flows);  // flow ids stay unique across runs
+    EXPECT_EQ(trace["otherData"]["schema"], "napkin-trace/1");
+    EXPECT_EQ(trace["otherData"]["merged_from"].size(), 2u);
+}
+
+TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
+    const fs::path bad = fresh_dir("bad");
+    fs::create_directories(bad);
+    const fs::path out = bad / "merged.json";
+    auto expect_error = [&](const std::string& args, int rc, const std::string& needle) {
+        const CliRun r = napkin(args);
+        EXPECT_EQ(r.rc, rc) << args << "\n" << r.err;
+        EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
+        EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
+        EXPECT_FALSE(fs::exists(out)) << args;
+        EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << args;
+    };
+    expect_error("report", 2, "runs is required");
+    expect_error("report " + (bad / "missing").string(), 1, "no such folder");
+    expect_error("report " + bad.string(), 1, "report.json: no such file");
+    expect_error("export " + run("fp32").string(), 2, "--out is required");
+    expect_error("export " + (bad / "missing").string() + " -o " + out.string(), 1, "no such folder");
+
+    // Truncated, malformed and future-version copies of a real run.
+    const std::string report = [&] {
+        std::ifstream f(run("fp32") / "report.json");
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    }();
+    const std::string trace = [&] {
+        std::ifstream f(run("fp32") / "trace.json");
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    }();
+    auto make = [&](const std::string& name, const std::string& rep, const std::string& tr) {
+        const fs::path d = bad / name;
+        fs::create_directories(d);
+        std::ofstream(d / "report.json") << rep;
+        std::ofstream(d / "trace.json") << tr;
+        return d.string();
+    };
+    const std::string truncated = make("truncated", report.substr(0, report.size() / 2), trace.substr(0, trace.size() / 2));
+    expect_error("report " + truncated, 1, "not valid JSON");
+    expect_error("export " + run("fp32").string() + " " + truncated + " -o " + out.string(), 1, "not valid JSON");
+    const std::string garbage = make("garbage", "{\"schema\": napkin}", "not json at all");
+    expect_error("report " + garbage, 1, "not valid JSON");
+    expect_error("export " + garbage + " -o " + out.string(), 1, "not valid JSON");
+    auto future = [](std::string s, const std::string& from, const std::string& to) {
+        s.replace(s.find(from), from.size(), to);
+        return s;
+    };
+    const std::string v9 = make("v9", future(report, "napkin-train-report/1", "napkin-train-report/9"),
+                                future(trace, "napkin-trace/1", "napkin-trace/9"));
+    expect_error("report " + v9, 1, "napkin-train-report/9 is not supported");
+    expect_error("export " + v9 + " -o " + out.string(), 1, "napkin-trace/9 is not supported");
+    const std::string wrong_type = make("wrong_type", future(report, "\"tokens_per_s\":", "\"tokens_per_s\": \"fast\", \"x\":"), trace);
+    expect_error("report " + wrong_type, 1, "field 'measured.tokens_per_s' is not a number");
+    // A run without a trace cannot be exported.
+    const fs::path plain = bad / "plain";
+    ASSERT_EQ(napkin("train --device cpu --steps 1 --quiet --out " + plain.string()).rc, 0);
+    expect_error("export " + plain.string() + " -o " + out.string(), 1, "--profile");
+    fs::remove_all(bad);
+}
+
+}  // namespace

@@ -1,0 +1,95 @@
+// run_folder: every way a run folder can be unusable gives one InputError naming the file and
+// what was expected.
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "profiler/run_folder.h"
+#include "tests/profiler/temp_dir.h"
+
+namespace p = napkin::profiler;
+namespace fs = std::filesystem;
+using napkin::profiler::test::TempDir;
+
+namespace {
+
+void write(const fs::path& f, const std::string& text) {
+    std::ofstream out(f, std::ios::binary);
+    out << text;
+}
+
+// The message of the InputError `fn` throws (fails the test when it throws nothing).
+template <class Fn>
+std::string error_of(Fn fn) {
+    try {
+        fn();
+    } catch (const napkin::InputError& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "no InputError";
+    return "";
+}
+
+}  // namespace
+
+TEST(RunFolder, LoadsAReport) {
+    TempDir d;
+    write(d.path() / "report.json", R"({"schema": "napkin-train-report/1", "measured": {"seconds": 1.5}})");
+    const p::RunReport r = p::load_run_report(d.path());
+    EXPECT_EQ(r.file, d.path() / "report.json");
+    EXPECT_EQ(r.label, d.path().filename().string());
+    EXPECT_EQ(p::number_field(r.report, "measured.seconds", r.file), 1.5);
+    // The file itself works too.
+    EXPECT_EQ(p::load_run_report(d.path() / "report.json").dir, d.path());
+}
+
+TEST(RunFolder, BadInputNamesTheFileAndTheProblem) {
+    TempDir d;
+    const fs::path missing = d.path() / "nope";
+    EXPECT_EQ(error_of([&] { p::load_run_report(missing); }), missing.string() + ": no such folder");
+    EXPECT_NE(error_of([&] { p::load_run_report(d.path()); }).find("report.json: no such file"), std::string::npos);
+
+    const fs::path f = d.path() / "report.json";
+    write(f, "");
+    EXPECT_EQ(error_of([&] { p::load_run_report(d.path()); }), f.string() + ": empty file, expected JSON");
+    write(f, R"({"schema": "napkin-train-report/1", "measured": {"sec)");  // truncated
+    std::string e = error_of([&] { p::load_run_report(d.path()); });
+    EXPECT_EQ(e.rfind(f.string() + ": not valid JSON (", 0), 0u) << e;
+    EXPECT_NE(e.find("line 1"), std::string::npos) << e;
+    write(f, "{\"schema\": nan}");
+    EXPECT_NE(error_of([&] { p::load_run_report(d.path()); }).find("not valid JSON"), std::string::npos);
+    write(f, "[1, 2]");
+    EXPECT_EQ(error_of([&] { p::load_run_report(d.path()); }), f.string() + ": expected a JSON object");
+    write(f, R"({"measured": {}})");
+    EXPECT_NE(error_of([&] { p::load_run_report(d.path()); }).find("not a napkin-train-report file"), std::string::npos);
+    write(f, R"({"schema": "napkin-train-report/9"})");
+    EXPECT_EQ(error_of([&] { p::load_run_report(d.path()); }),
+              f.string() + ": format napkin-train-report/9 is not supported (this napkin reads napkin-train-report/1)");
+    write(f, R"({"schema": "napkin-trace/1"})");
+    EXPECT_NE(error_of([&] { p::load_run_report(d.path()); }).find("is not a napkin-train-report file"),
+              std::string::npos);
+    // Deep nesting is refused by the parser's depth limit or parsed; never a crash.
+    write(f, std::string(100000, '[') + std::string(100000, ']'));
+    EXPECT_FALSE(error_of([&] { p::load_run_report(d.path()); }).empty());
+}
+
+TEST(RunFolder, FieldsAreTypeChecked) {
+    const nlohmann::json doc = {{"a", {{"b", "text"}, {"n", 2}}}};
+    const fs::path f = "r.json";
+    EXPECT_EQ(p::number_field(doc, "a.n", f), 2.0);
+    EXPECT_EQ(p::string_field(doc, "a.b", f), "text");
+    EXPECT_EQ(error_of([&] { p::number_field(doc, "a.b", f); }), "r.json: field 'a.b' is not a number");
+    EXPECT_EQ(error_of([&] { p::string_field(doc, "a.n", f); }), "r.json: field 'a.n' is not a string");
+    EXPECT_EQ(error_of([&] { p::field(doc, "a.c", f); }), "r.json: field 'a.c' is missing");
+    EXPECT_EQ(error_of([&] { p::field(doc, "a.b.c", f); }), "r.json: field 'a.b.c' is missing");
+}
+
+TEST(RunFolder, TracePath) {
+    TempDir d;
+    EXPECT_NE(error_of([&] { p::run_trace_path(d.path()); }).find("--profile"), std::string::npos);
+    write(d.path() / "trace.json", "{}");
+    EXPECT_EQ(p::run_trace_path(d.path()), d.path() / "trace.json");
+    EXPECT_EQ(p::run_trace_path(d.path() / "trace.json"), d.path() / "trace.json");
+}

@@ -1,0 +1,106 @@
+// StepProfile on synthetic events: op rows summed over layers, kernels, step coverage, the
+// roofline, and the JSON section report.json carries.
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "profiler/step_profile.h"
+
+namespace p = napkin::profiler;
+
+namespace {
+
+p::RangeEvent range(std::string name, p::Category cat, std::int64_t start, std::int64_t dur, std::uint64_t flops = 0,
+                    std::uint64_t bytes = 0, p::TrackId track = p::kHostTrack) {
+    p::RangeEvent r;
+    r.name = std::move(name);
+    r.category = cat;
+    r.track = track;
+    r.start_ns = start;
+    r.dur_ns = dur;
+    r.flops = flops;
+    r.bytes = bytes;
+    return r;
+}
+
+// One step of 1000 ns: two layers' qkv (100 ns each), a backward op, the optimizer, a layer
+// range (not an op: ignored), and kernels on the device track.
+std::vector<p::Event> one_step(std::int64_t t0, const std::string& name) {
+    std::vector<p::Event> ev;
+    ev.push_back(range("h.0.attn.qkv", p::Category::op, t0 + 10, 100, 2000, 100));
+    ev.push_back(range("matmul_forward", p::Category::kernel, t0 + 12, 95, 2000, 100, p::kDeviceTrack));
+    ev.push_back(range("h.1.attn.qkv", p::Category::op, t0 + 120, 100, 2000, 100));
+    ev.push_back(range("matmul_forward", p::Category::kernel, t0 + 122, 95, 2000, 100, p::kDeviceTrack));
+    ev.push_back(range("h.1", p::Category::layer, t0 + 115, 110));
+    ev.push_back(range("h.1.attn.qkv backward", p::Category::op, t0 + 300, 400, 4000, 200));
+    ev.push_back(range("optimizer", p::Category::optimizer, t0 + 750, 200, 0, 1000));
+    ev.push_back(range(name, p::Category::step, t0, 1000));
+    return ev;
+}
+
+}  // namespace
+
+TEST(StepProfile, OpKeyStripsTheLayerPrefix) {
+    EXPECT_EQ(p::StepProfile::op_key("h.12.attn.qkv backward"), "attn.qkv backward");
+    EXPECT_EQ(p::StepProfile::op_key("h.0.ln_1 (recompute)"), "ln_1 (recompute)");
+    EXPECT_EQ(p::StepProfile::op_key("ln_f"), "ln_f");
+    EXPECT_EQ(p::StepProfile::op_key("h.x.attn"), "h.x.attn");
+    EXPECT_EQ(p::StepProfile::op_key("h.3"), "h.3");
+    EXPECT_EQ(p::StepProfile::op_key("h."), "h.");
+}
+
+TEST(StepProfile, SumsOpsKernelsAndSteps) {
+    p::StepProfile sp(p::Roofline{1e12, 1e10});  // 1 TFLOP/s, 10 GB/s
+    sp.add(one_step(0, "step 0"));
+    sp.add(one_step(5000, "step 1"));
+
+    ASSERT_EQ(sp.steps().size(), 2u);
+    for (const auto& s : sp.steps()) {
+        EXPECT_EQ(s.dur_ns, 1000);
+        EXPECT_EQ(s.op_ns, 100 + 100 + 400 + 200);
+        EXPECT_DOUBLE_EQ(s.coverage(), 0.8);
+        EXPECT_EQ(s.kernel_ns, 190);
+    }
+
+    const auto ops = sp.ops();
+    ASSERT_EQ(ops.size(), 3u);  // qkv (both layers), qkv backward, optimizer
+    EXPECT_EQ(ops[0].name, "attn.qkv backward");  // 800 ns over the run, first by total time
+    const auto qkv = std::find_if(ops.begin(), ops.end(), [](const p::WorkStats& w) { return w.name == "attn.qkv"; });
+    ASSERT_NE(qkv, ops.end());
+    EXPECT_EQ(qkv->calls, 4u);
+    EXPECT_EQ(qkv->total_ns, 400);
+    EXPECT_EQ(qkv->flops, 8000u);
+    // Roofline per call: max(2000 / 1e12, 100 / 1e10) = 1e-8 s (bandwidth-bound).
+    EXPECT_NEAR(qkv->roofline_seconds, 4e-8, 1e-20);
+
+    const auto kernels = sp.kernels();
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0].name, "matmul_forward");
+    EXPECT_EQ(kernels[0].calls, 4u);
+
+    const nlohmann::json j = sp.to_json();
+    EXPECT_EQ(j["steps_profiled"], 2);
+    EXPECT_EQ(j["steps"].size(), 2u);
+    EXPECT_DOUBLE_EQ(j["steps"][0]["op_coverage"].get<double>(), 0.8);
+    const auto& row = j["ops"][0];
+    EXPECT_EQ(row["name"], "attn.qkv backward");
+    EXPECT_EQ(row["category"], "op");
+    EXPECT_DOUBLE_EQ(row["calls_per_step"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(row["seconds_per_step"].get<double>(), 400e-9);
+    EXPECT_DOUBLE_EQ(row["flops_per_step"].get<double>(), 4000.0);
+    EXPECT_DOUBLE_EQ(row["achieved_flops_per_s"].get<double>(), 4000.0 / 400e-9);
+    EXPECT_DOUBLE_EQ(row["share_of_step"].get<double>(), 0.4);
+}
+
+TEST(StepProfile, RangesOutsideAStepCountOnlyTowardTheirRows) {
+    p::StepProfile sp;
+    std::vector<p::Event> ev;
+    ev.push_back(range("data", p::Category::op, 0, 50));
+    sp.add(ev);
+    EXPECT_TRUE(sp.steps().empty());
+    ASSERT_EQ(sp.ops().size(), 1u);
+    EXPECT_EQ(sp.ops()[0].total_ns, 50);
+    EXPECT_EQ(sp.ops()[0].roofline_seconds, 0.0);  // no roofline known
+    const nlohmann::json j = sp.to_json();
+    EXPECT_EQ(j["ops"][0]["share_of_step"], 0.0);
+}
