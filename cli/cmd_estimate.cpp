@@ -11,6 +11,7 @@
 #include "core/model_config.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
+#include "estimator/links.h"
 #include "estimator/report.h"
 #include "estimator/solver.h"
 
@@ -44,9 +45,11 @@ struct EstimateFlags {
     std::string gpu = "h100-sxm";
     double peak_tflops = 0, gpu_mem_gb = 0, cpu_mem_gb = 256, mfu = 0.5;
     double measured_tokens_per_s = 0;
+    std::string link;
+    double link_gbps = 0;
     std::string solve;
     bool json = false, explain = false, ignore_activations = false;
-    bool list_models = false, list_gpus = false;
+    bool list_models = false, list_gpus = false, list_links = false;
 };
 
 void list_models(bool as_json) {
@@ -99,6 +102,24 @@ void list_gpus(bool as_json) {
     if (as_json) std::cout << out.dump(2) << "\n";
 }
 
+void list_links(bool as_json) {
+    nlohmann::json out = nlohmann::json::array();
+    if (!as_json) {
+        std::printf("bandwidth per GPU, one direction; Gb/s = 1e9 bits/s, GB/s = 1e9 bytes/s; sources in docs/HARDWARE.md\n");
+        std::printf("%-8s %-58s %8s %8s\n", "name", "link", "Gb/s", "GB/s");
+    }
+    for (const auto& l : link_table()) {
+        if (as_json) {
+            out.push_back({{"name", l.name}, {"full_name", l.full_name}, {"gbit_per_s", l.gbit_per_s},
+                           {"bytes_per_s", l.bytes_per_s()}, {"source", l.source}});
+        } else {
+            std::printf("%-8s %-58s %8.1f %8.2f\n", std::string(l.name).c_str(), std::string(l.full_name).c_str(),
+                        l.gbit_per_s, l.bytes_per_s() / 1e9);
+        }
+    }
+    if (as_json) std::cout << out.dump(2) << "\n";
+}
+
 ModelConfig shape_from_flags(const EstimateFlags& f) {
     if (f.layers == 0 || f.d_model == 0 || f.heads == 0) {
         throw UsageError("a model needs --model, --config, --params, or all of --layers, --d-model and --heads");
@@ -129,6 +150,7 @@ ModelConfig shape_from_flags(const EstimateFlags& f) {
 void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     if (f.list_models) return list_models(f.json);
     if (f.list_gpus) return list_gpus(f.json);
+    if (f.list_links) return list_links(f.json);
     if (f.json && f.explain) throw UsageError("--json and --explain: pick one");
 
     EstimateInputs in;
@@ -215,6 +237,16 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     }
     if (!(f.cpu_mem_gb > 0)) throw UsageError("--cpu-mem-gb: must be positive");
     in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
+    if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
+    if (cmd.count("--link") > 0) {
+        const LinkSpec& l = link_or_throw(f.link);
+        in.link_bytes_per_s = l.bytes_per_s();
+        ctx.link = std::string(l.name);
+    } else if (cmd.count("--link-gbps") > 0) {
+        if (!(f.link_gbps > 0)) throw UsageError("--link-gbps: must be positive (got " + std::to_string(f.link_gbps) + ")");
+        in.link_bytes_per_s = f.link_gbps * 1e9 / 8;
+        ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
+    }
 
     Estimator est;
     Estimate e;
@@ -260,6 +292,7 @@ void add_estimate_command(CLI::App& app) {
         "  napkin estimate --model gpt2 --seq-len 1024 --micro-batch 16\n"
         "  napkin estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5\n"
         "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations\n"
+        "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
         "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
 
@@ -335,6 +368,12 @@ void add_estimate_command(CLI::App& app) {
     cmd->add_option("--measured-tokens-per-s", f->measured_tokens_per_s,
                     "A measured throughput (whole job): prints the MFU it means")
         ->group(g);
+    cmd->add_option("--link", f->link,
+                    "Data-parallel link from the table (--list-links): time of the step's collectives")
+        ->group(g);
+    cmd->add_option("--link-gbps", f->link_gbps,
+                    "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
+        ->group(g);
 
     g = "Output";
     cmd->add_option("--solve", f->solve, "max-params|max-micro-batch: the largest that fits")->group(g);
@@ -345,6 +384,7 @@ void add_estimate_command(CLI::App& app) {
         ->group(g);
     cmd->add_flag("--list-models", f->list_models, "List the presets and exit")->group(g);
     cmd->add_flag("--list-gpus", f->list_gpus, "List the GPU table and exit")->group(g);
+    cmd->add_flag("--list-links", f->list_links, "List the link table (NVLink, InfiniBand, PCIe) and exit")->group(g);
 
     cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
 }

@@ -91,6 +91,18 @@ json summarize(const profiler::RunReport& run) {
     s["hfu"] = optional_number(r, "measured.hfu", f);
     s["peak_flops_per_s"] = number_field(r, "measured.sgemm_peak_flops_per_s", f);
 
+    // Data parallelism (napkin train --zero under mpirun): this rank's share and its traffic.
+    s["world"] = 1;
+    s["zero"] = nullptr;
+    s["comm_sent_predicted"] = nullptr;
+    s["comm_sent_measured"] = nullptr;
+    if (r.contains("communication") && !r["communication"].is_null()) {
+        s["world"] = integer("communication.world");
+        s["zero"] = integer("communication.zero");
+        s["comm_sent_predicted"] = number_field(r, "communication.predicted_per_step.sent_bytes", f);
+        s["comm_sent_measured"] = number_field(r, "communication.measured_per_step.state_sent_bytes", f);
+    }
+
     s["roofline_step_seconds"] = nullptr;
     s["op_coverage_min"] = nullptr;
     s["ops"] = json::array();
@@ -151,6 +163,9 @@ void print_table(const std::vector<json>& runs, int top) {
     row("attention", [&](const json& r) { return str(r["attention"]); });
     row("B x T x G", [&](const json& r) { return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]); });
     row("steps", [&](const json& r) { return str(r["steps"]); });
+    row("ranks, ZeRO stage", [&](const json& r) {
+        return str(r["world"]) + ", " + (r["zero"].is_null() ? std::string("-") : str(r["zero"]));
+    });
     std::printf("\nmemory, MB: predicted / measured peak\n");
     for (const char* c : kCategories) {
         row(std::string("  ") + c, [&](const json& r) {
@@ -165,6 +180,10 @@ void print_table(const std::vector<json>& runs, int top) {
         return b.is_null() ? std::string("-") : fmt("%.0f", b.get<double>());
     });
     row("  closed form: activations", [&](const json& r) { return mb(r["closed_form"]["activations"]); });
+    row("communication MB/step/rank", [&](const json& r) {
+        return r["comm_sent_predicted"].is_null() ? std::string("-")
+                                                  : mb(r["comm_sent_predicted"]) + " / " + mb(r["comm_sent_measured"]);
+    });
     std::printf("\ntime and throughput\n");
     row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
     row("  step roofline (profiled)", [&](const json& r) { return ms(r["roofline_step_seconds"]); });

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -42,6 +43,7 @@ struct TrainFlags {
     std::string profile = "off";
     std::string resume;
     bool quiet = false;
+    int zero = 0;
 };
 
 std::string mb(double bytes) {
@@ -113,7 +115,7 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     return o;
 }
 
-void run_train(const TrainFlags& f, const CLI::App& cmd) {
+void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     if (f.device == "cuda") {
         const DeviceInfo& d = probe_devices();
         throw UsageError("--device cuda: the CUDA engine is not built yet (" + device_summary(d) + ")");
@@ -148,10 +150,15 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
         std::printf("%s%s\n", device_summary(d).c_str(),
                     d.has_cuda() ? "; the CUDA engine is not built yet, using the CPU" : "");
     }
-    const std::filesystem::path out_dir(!f.resume.empty() && cmd.count("--out") == 0 ? f.resume : f.out);
+    // Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>.
+    const bool parallel = comm.world_size() > 1 || f.zero > 0;
+    check_parallel_flags(cmd, parallel);
+    o.zero = f.zero;
+    const std::filesystem::path out_dir =
+        rank_out_dir(!f.resume.empty() && cmd.count("--out") == 0 ? f.resume : f.out, comm);
     prepare_out_dir(out_dir);
 
-    Trainer trainer(o);
+    Trainer trainer(o, &comm, parallel ? build_id() : std::string());
     nlohmann::json init = nullptr;
     if (!f.init_from.empty()) {
         if (!f.resume.empty()) throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
@@ -225,6 +232,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     ei.optimizer = o.plan.optimizer;
     ei.checkpointing = o.plan.checkpointing;
     ei.attention = o.plan.attention;
+    ei.gpus = comm.world_size();
+    ei.zero = o.zero;
     ei.peak_flops_per_s = peak;
     ei.gpu_memory_bytes = 1e15;
     const Estimate pred = Estimator{}.run(ei);
@@ -234,6 +243,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                 static_cast<long long>(o.plan.micro_batch), static_cast<long long>(o.plan.seq_len), o.grad_accum,
                 o.steps, trainer.data().describe().c_str());
     std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
+    if (parallel) print_parallel_summary(trainer, pred);
 
     nlohmann::json steps = nlohmann::json::array();
     std::array<std::int64_t, kMemCategoryCount> peaks{};
@@ -281,6 +291,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                          {"tokens_per_s", r.tokens / r.seconds},
                          {"mfu", r.model_flops / r.seconds / peak},
                          {"hfu", r.hardware_flops / r.seconds / peak}});
+        if (parallel) add_step_communication(steps.back(), r);
         total_hardware_flops += r.hardware_flops;
         if (trace != nullptr) {
             std::vector<profiler::Event> events = recorder->take();
@@ -291,7 +302,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
             save_checkpoint(checkpoint_out.string(), trainer);
         }
     }
-    save_checkpoint(checkpoint_out.string(), trainer);
+    if (!parallel) save_checkpoint(checkpoint_out.string(), trainer);
     if (trace != nullptr) {
         trainer.set_recorder(nullptr);
         for (const profiler::CounterEvent& c : profiler::memory_counter_events(trainer.allocator().events())) {
@@ -319,7 +330,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                  {"closed_form",
                   {{"model_flops_per_step",
                     (pred.flops_6n_per_token + pred.flops_attention_per_token) * pred.tokens_per_step},
-                   {"model_state_bytes", pred.bytes_per_param.total() * pred.total_params},
+                   {"model_state_bytes",  // ZeRO paper, figure 1: sharded over the ranks by stage
+                    formulas::zero_model_state_bytes(pred.bytes_per_param, pred.total_params, ei.zero, ei.gpus)},
                    {"bytes_per_param", pred.bytes_per_param.total()},
                    {"activations", pred.act_closed_form_bytes}}}};
     nlohmann::json report = {
@@ -350,6 +362,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
     if (o.data.empty()) report["run"]["data_entropy_nats"] = SyntheticCorpus::entropy_nats();
     // Per-op and per-kernel time against the roofline, from the profiled steps (null when off).
     report["profile"] = recorder != nullptr ? profile.to_json() : nlohmann::json();
+    if (parallel) report["communication"] = communication_report(trainer, pred, steps);
     write_atomically(out_dir / "report.json", report.dump(2) + "\n");
 
     const double first = steps.front()["loss"].get<double>(), last = steps.back()["loss"].get<double>();
@@ -364,7 +377,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd) {
                 mb(pred.gpu.activations).c_str(), mb(static_cast<double>(peak_total)).c_str(),
                 mb(peak_rss_bytes()).c_str());
     std::printf("  report: %s, checkpoint: %s\n", (out_dir / "report.json").string().c_str(),
-                checkpoint_out.string().c_str());
+                parallel ? "none (not written under data parallelism yet)" : checkpoint_out.string().c_str());
     if (recorder != nullptr && !profile.steps().empty()) {
         double lowest = 1.0;
         for (const profiler::StepTiming& st : profile.steps()) lowest = std::min(lowest, st.coverage());
@@ -418,7 +431,11 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--resume", f->resume,
                     "Continue the run in RUN_DIR from its checkpoint, with its own options (bitwise identical)");
     cmd->add_flag("--quiet", f->quiet, "No per-step lines");
-    cmd->callback([f, cmd] { run_train(*f, *cmd); });
+    cmd->add_option("--zero", f->zero,
+                    "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks come from the "
+                    "launcher: mpirun -n N napkin train --zero S ... (N ranks x --grad-accum G = one rank x G N)")
+        ->capture_default_str();
+    cmd->callback([f, cmd] { run_with_ranks([&](Communicator& comm) { run_train(*f, *cmd, comm); }); });
 }
 
 }  // namespace napkin::cli

@@ -30,6 +30,19 @@ public:
         }
         block_ = alloc.allocate(name_, category, storage_bytes(dtype, static_cast<std::uint64_t>(numel_)));
     }
+    // A view of `numel` elements at `ptr`, inside storage another tensor owns (the ZeRO engine's
+    // flat unit buffers): it frees nothing and the allocator does not count it again.
+    static Tensor view(std::string name, DType dtype, void* ptr, std::int64_t numel) {
+        Tensor t;
+        t.name_ = std::move(name);
+        t.dtype_ = dtype;
+        t.shape_[0] = numel;
+        t.rank_ = 1;
+        t.numel_ = numel;
+        t.block_.ptr = ptr;
+        t.block_.bytes = storage_bytes(dtype, static_cast<std::uint64_t>(numel));
+        return t;
+    }
     ~Tensor() { release(); }
     Tensor(Tensor&& o) noexcept { *this = std::move(o); }
     Tensor& operator=(Tensor&& o) noexcept {
@@ -71,6 +84,7 @@ public:
     // Frees the storage now (a tensor that is no longer needed mid-step).
     void release() {
         if (alloc_ != nullptr) alloc_->free(block_);
+        else block_ = MemBlock{};  // a view (or nothing): forget the pointer
         numel_ = 0;
     }
 

@@ -82,6 +82,7 @@ void validate(const EstimateInputs& in) {
     if (in.peak_flops_per_s < 0) positive(in.peak_flops_per_s, "--peak-tflops");
     positive(in.gpu_memory_bytes, "--gpu-mem-gb");
     if (in.measured_tokens_per_s < 0) positive(in.measured_tokens_per_s, "--measured-tokens-per-s");
+    if (in.link_bytes_per_s < 0) positive(in.link_bytes_per_s, "--link-gbps");
 }
 
 void Estimator::run(const EstimateInputs& in, Estimate& e) {
@@ -168,6 +169,17 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     gpu.master = shard(train_alloc, z1, W) * bpp.master;
     gpu.grads = shard(train_alloc, z2, W) * bpp.grads;
     gpu.optimizer = shard(train_alloc, z1, W) * bpp.optimizer;
+    // A full model's states as the data-parallel engine lays them out (core/comm/shard_layout.h):
+    // flat units padded to a multiple of W, so the numbers are the engine's to the byte.
+    const ShardLayout layout = in.params_only || adapters ? shard_layout_flat(static_cast<std::int64_t>(train_alloc), W)
+                                                          : shard_layout(c, W);
+    if (!in.params_only && !adapters) {
+        const auto P = static_cast<double>(layout.padded()), S = static_cast<double>(layout.shard());
+        gpu.weights = (z3 ? S : z1 ? P : n_alloc) * wb;
+        gpu.master = (z1 ? S : n_alloc) * bpp.master;
+        gpu.grads = (z2 ? S : P) * bpp.grads;
+        gpu.optimizer = (z1 ? S : n_alloc) * bpp.optimizer;
+    }
 
     // One FSDP unit (a block, or the embedding / head) in its stored dtypes.
     const double layer_params = in.params_only ? n_alloc / c.n_layers : static_cast<double>(e.params.per_layer);
@@ -235,6 +247,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     }
     e.gpu = gpu;
     e.cpu = cpu;
+    e.comm = estimate_communication(layout, in.zero, in.grad_accum, pd.grads, pd.weights, in.link_bytes_per_s);
     e.gpu_capacity_bytes = in.gpu_memory_bytes;
     e.cpu_capacity_bytes = in.cpu_memory_bytes;
     e.fits_gpu = gpu.total() <= in.gpu_memory_bytes;

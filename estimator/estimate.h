@@ -12,6 +12,7 @@
 #include "core/model_config.h"
 #include "core/op_plan.h"
 #include "core/recipe.h"
+#include "estimator/communication.h"
 #include "estimator/napkin_formulas.h"
 
 namespace napkin {
@@ -53,6 +54,7 @@ struct EstimateInputs {
     double gpu_memory_bytes = 0;   // capacity per GPU
     double cpu_memory_bytes = 0;   // host memory per node
     double mfu = 0.5;
+    double link_bytes_per_s = 0;  // data-parallel link, one direction (estimator/links.h); 0 = no time
 
     // Measured.
     double measured_tokens_per_s = 0;  // whole job; 0 = not given
@@ -147,6 +149,9 @@ struct Estimate {
     double steps = 0;
     double hfu = 0;  // hardware FLOPs utilization the assumed MFU implies
     double measured_mfu = 0;
+
+    // Data-parallel communication per step per rank (estimator/communication.h).
+    CommunicationEstimate comm;
 
     std::uint32_t notes = 0;
 };

@@ -35,6 +35,67 @@ std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
 nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
+// Data-parallel traffic per step per rank (estimator/communication.h).
+std::string format_communication(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    const CommunicationEstimate& c = e.comm;
+    std::ostringstream os;
+    char line[256];
+    os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero << ", G=" << in.grad_accum
+       << ")\n";
+    for (const CommLine& l : c.lines) {
+        std::snprintf(line, sizeof line, "  %-11s %-15s %-5s %8.0f calls %16s elements %12.4f GB sent\n",
+                      l.what.c_str(), std::string(enum_name(kCollectiveNames, l.op)).c_str(),
+                      std::string(dtype_name(l.dtype)).c_str(), l.calls, fmt_count(l.elements).c_str(),
+                      l.sent_bytes / kGB);
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
+                  c.sent_bytes / kGB, c.received_bytes / kGB, c.zero == 3 ? "3 psi" : "2 psi",
+                  fmt_count(c.paper_volume_elements).c_str());
+    os << line;
+    if (c.padding > 0) os << "; padding " << fmt_count(c.padding) << " elements";
+    os << "\n";
+    if (c.link_bytes_per_s > 0) {
+        std::snprintf(line, sizeof line, "  on %s (%.1f GB/s per direction): %s per step", ctx.link.c_str(),
+                      c.link_bytes_per_s / kGB, fmt_duration(c.seconds).c_str());
+        os << line;
+        if (e.step_seconds > 0) {
+            os << " (" << printf_string("%.0f", 100.0 * c.seconds / e.step_seconds) << "% of the compute step)";
+        }
+        os << "\n";
+    } else {
+        os << "  no link given: --link (napkin estimate --list-links) or --link-gbps for a time\n";
+    }
+    return os.str();
+}
+
+nlohmann::json communication_json(const CommunicationEstimate& c, const ReportContext& ctx) {
+    using nlohmann::json;
+    json lines = json::array();
+    for (const CommLine& l : c.lines) {
+        lines.push_back({{"what", l.what},
+                         {"op", enum_name(kCollectiveNames, l.op)},
+                         {"dtype", dtype_name(l.dtype)},
+                         {"calls", l.calls},
+                         {"elements", l.elements},
+                         {"sent_bytes", l.sent_bytes},
+                         {"received_bytes", l.received_bytes}});
+    }
+    const bool timed = c.link_bytes_per_s > 0;
+    return json{{"world", c.world},
+                {"zero", c.zero},
+                {"psi", c.psi},
+                {"padding_elements", c.padding},
+                {"paper_volume_elements", c.paper_volume_elements},
+                {"collectives", lines},
+                {"elements", c.elements},
+                {"sent_bytes", c.sent_bytes},
+                {"received_bytes", c.received_bytes},
+                {"link", ctx.link.empty() ? json(nullptr) : json(ctx.link)},
+                {"link_bytes_per_s", null_if_zero(c.link_bytes_per_s, timed)},
+                {"seconds", null_if_zero(c.seconds, timed)}};
+}
+
 }  // namespace
 
 std::string fmt_count(double n) {
@@ -181,6 +242,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
                       e.cpu_capacity_bytes / kGB);
         os << line;
     }
+
+    if (e.comm.world > 1) os << format_communication(in, e, ctx);
 
     os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
     row("closed form (Korthikanti)", e.act_closed_form_bytes);
@@ -333,6 +396,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     if (ctx.solved != nullptr) {
         j["solve"] = {{"kind", ctx.solve}, {"value", ctx.solved->value}, {"evaluations", ctx.solved->evaluations}};
     }
+    j["communication"] = communication_json(e.comm, ctx);
     j["fits"] = e.fits();
     j["notes"] = note_texts(in, e);
     return j;

@@ -15,6 +15,7 @@ struct ReportContext {
     std::string model_source;  // "preset gpt2", "config cfg.json", "--params", "flags"
     std::string gpu;           // "h100-sxm" or "custom"
     std::string gpu_full_name;
+    std::string link;          // "nvlink4", "--link-gbps 400", "" when none was given
     std::string solve;         // "", "max-params", "max-micro-batch"
     const SolveResult* solved = nullptr;
 };

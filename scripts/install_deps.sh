@@ -5,11 +5,13 @@
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev)
+# OpenMPI: the data-parallel engine's CPU ranks and their tests (mpirun -n 2, 4; docs/ZERO.md).
+packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev
+          libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
     case "$arg" in
         --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev xvfb) ;;
-        --mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+        --mpi) ;;  # in the default set now; kept so older instructions still work
         -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
         *) echo "install_deps.sh: unknown option '$arg' (expected --viewer or --mpi)" >&2; exit 2 ;;
     esac

@@ -117,6 +117,7 @@ public:
     const OpPlan& plan() const override { return plan_; }
     DType storage() const override { return storage_dtype<T>(); }
     void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
+    void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
 
     void zero_grads() override {
         std::optional<profiler::ScopedRange> r, k;
@@ -155,18 +156,23 @@ public:
         prologue_.items.clear();
         prologue_.keep(alloc_, "", plan_.prologue.front(), false);
         std::optional<profiler::ScopedRange> r_emb, k;
+        const int head_unit = L + 1;  // units: 0 embeddings, 1 + l block l, L + 1 head (GptHooks)
+        hook_enter(0, false);
         op_range(r_emb, "embedding", plan_.prologue.front().fwd);
         kernel_range(k, kernel_name(plan_.prologue.front(), false, cfg_), plan_.prologue.front().fwd);
         cpu::embedding_forward<T>(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
                                   p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
         k.reset();
         r_emb.reset();
+        hook_leave(0, false);
         layers_.clear();
         layers_.resize(static_cast<std::size_t>(L));
         for (int l = 0; l < L; ++l) {
             std::optional<profiler::ScopedRange> layer;
             if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l), profiler::Category::layer);
+            hook_enter(l + 1, false);
             block_forward(l, false);
+            hook_leave(l + 1, false);
             if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) {
                 layers_[static_cast<std::size_t>(l)].release_recomputed(plan_.block);
             }
@@ -175,6 +181,9 @@ public:
         for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);
         const T* last = block_output(L - 1);
         std::optional<profiler::ScopedRange> r_ep;
+        // The head region runs forward and backward fused; a tied head reads and writes wte.
+        hook_enter(head_unit, true);
+        if (p_head_ == nullptr) hook_enter(0, true);
         op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
         kernel_range(k, kernel_name(plan_.epilogue[0], false, cfg_), plan_.epilogue[0].fwd);
         norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
@@ -207,24 +216,38 @@ public:
                       p_lnf_b_);
         k.reset();
         r_ep.reset();
+        if (p_head_ == nullptr) hook_leave(0, true);
+        hook_leave(head_unit, true);
         epilogue_.items.clear();
         for (int l = L - 1; l >= 0; --l) {
             std::optional<profiler::ScopedRange> layer;
             if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l) + " backward", profiler::Category::layer);
+            hook_enter(l + 1, true);
             if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) block_forward(l, true);
             block_backward(l);
+            hook_leave(l + 1, true);
             layers_[static_cast<std::size_t>(l)].items.clear();
         }
+        hook_enter(0, true);
         op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
         kernel_range(k, kernel_name(plan_.prologue.front(), true, cfg_), plan_.prologue.front().bwd_weight);
         cpu::embedding_backward<T>(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
                                    dres, inputs, B_, T_, cfg_.d_model);
         k.reset();
+        r_emb.reset();
+        hook_leave(0, true);
         prologue_.items.clear();
         return loss;
     }
 
 private:
+    void hook_enter(int unit, bool backward) {
+        if (hooks_ != nullptr) hooks_->enter(unit, backward);
+    }
+    void hook_leave(int unit, bool backward) {
+        if (hooks_ != nullptr) hooks_->leave(unit, backward);
+    }
+
     // An op range when recording; the name is built only then.
     std::optional<profiler::ScopedRange>& op_range(std::optional<profiler::ScopedRange>& r, std::string_view name,
                                                    const KernelCost& cost) {
@@ -554,6 +577,7 @@ private:
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
     std::vector<float> losses_;
     profiler::Recorder* rec_ = nullptr;
+    GptHooks* hooks_ = nullptr;
 };
 
 }  // namespace

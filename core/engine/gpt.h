@@ -35,6 +35,17 @@ struct ParamSlot {
     Tensor master;       // fp32, only under mixed precision
 };
 
+// Called around every region of a micro-batch that reads a unit's parameters (units as in
+// core/comm/shard_layout.h: 0 the embeddings, 1 + l block l, L + 1 the head); backward regions
+// (and the fused head) also write the unit's gradients. The ZeRO engine gathers and frees
+// parameters and gradient buckets here (core/engine/zero.h); with no hooks nothing happens.
+class GptHooks {
+public:
+    virtual ~GptHooks() = default;
+    virtual void enter(int unit, bool backward) = 0;
+    virtual void leave(int unit, bool backward) = 0;
+};
+
 class Gpt {
 public:
     // Throws UsageError for what the engine does not run yet (LoRA, fp8, dropout, fp32 gradients
@@ -56,6 +67,7 @@ public:
     // Records forward, backward, layer and op ranges (with each op's analytic cost) into
     // `recorder`; null (the default) records nothing.
     virtual void set_recorder(profiler::Recorder* recorder) = 0;
+    virtual void set_hooks(GptHooks* hooks) = 0;
 
     // Reads/writes one parameter's values as fp32 (tests, checkpoints, weight import).
     virtual void get_param(std::size_t i, float* out) const = 0;

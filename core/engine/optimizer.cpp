@@ -63,10 +63,7 @@ void round_into(Tensor& t, const float* src) {
     }
 }
 
-struct Hyper {
-    OptimizerKind kind;
-    float lr, b1, b2, eps, wd, bc1, bc2, scale;
-};
+using Hyper = UpdateHyper;
 
 // One parameter's update, w and g fp32, moments in S (float or bf16_t).
 template <class S>
@@ -119,6 +116,13 @@ void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_
 }
 
 }  // namespace
+
+void optimizer_update(const UpdateHyper& h, float* w, const float* grad, float* m, float* v, std::int64_t n) {
+    update<float>(h, w, grad, m, v, n);
+}
+void optimizer_update(const UpdateHyper& h, float* w, const float* grad, bf16_t* m, bf16_t* v, std::int64_t n) {
+    update<bf16_t>(h, w, grad, m, v, n);
+}
 
 StepStats Optimizer::step(int step_index, float grad_scale) {
     StepStats st;

@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/engine/gpt.h"
+#include "core/half.h"
 #include "core/recipe.h"
 #include "kernels/cost.h"
 
@@ -30,6 +31,16 @@ struct OptimizerConfig {
 
 // The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_frac.
 float learning_rate(const OptimizerConfig& c, int step);
+
+// One update of n contiguous fp32 values from fp32 gradients (multiplied by scale first), the
+// moments in fp32 or bf16 (null where the optimizer keeps fewer). Optimizer::step applies it
+// per parameter; the ZeRO engine (core/engine/zero.h) per shard.
+struct UpdateHyper {
+    OptimizerKind kind;
+    float lr, b1, b2, eps, wd, bc1, bc2, scale;  // bc1, bc2: Adam's bias corrections 1 - beta^t
+};
+void optimizer_update(const UpdateHyper& h, float* w, const float* grad, float* m, float* v, std::int64_t n);
+void optimizer_update(const UpdateHyper& h, float* w, const float* grad, bf16_t* m, bf16_t* v, std::int64_t n);
 
 struct StepStats {
     float lr = 0;

@@ -4,12 +4,49 @@
 #include <cmath>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "core/check.h"
+#include "core/config_json.h"
 #include "profiler/host_range.h"
 
 namespace napkin {
 
-Trainer::Trainer(const TrainOptions& opts) : opts_(opts), alloc_(host_) {
+namespace {
+
+// Everything that must be equal on every rank of a data-parallel run, as text.
+std::string run_description(const TrainOptions& o, int world, const std::string& build_id) {
+    const auto& q = o.optimizer;
+    nlohmann::json j = {{"model", model_config_to_json(o.model)},
+                        {"micro_batch", o.plan.micro_batch}, {"seq_len", o.plan.seq_len},
+                        {"precision", enum_name(kPrecisionNames, o.plan.precision)},
+                        {"optimizer", enum_name(kOptimizerNames, o.plan.optimizer)},
+                        {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
+                        {"attention", enum_name(kAttentionNames, o.plan.attention)},
+                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"world", world},
+                        {"seed", o.seed}, {"data", o.data},
+                        {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
+                                 q.weight_decay, q.grad_clip}},
+                        {"loss_scale", {o.loss_scale_init, o.loss_scale_window}},
+                        {"build", build_id}};
+    return j.dump();
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id)
+    : opts_(opts), alloc_(host_) {
+    if (opts_.zero < 0 || opts_.zero > 3) {
+        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(opts_.zero) + ")");
+    }
+    comm_ = comm;
+    if (comm_ == nullptr && opts_.zero > 0) {
+        own_comm_ = make_single_communicator();
+        comm_ = own_comm_.get();
+    }
+    const bool parallel = comm_ != nullptr && (comm_->world_size() > 1 || opts_.zero > 0);
+    // First, before anything can fail differently on different ranks: the same run everywhere?
+    if (parallel) check_same_run(*comm_, run_description(opts_, comm_->world_size(), build_id));
     if (opts_.steps <= 0) throw UsageError("--steps: must be a positive integer (got " + std::to_string(opts_.steps) + ")");
     if (opts_.grad_accum <= 0) {
         throw UsageError("--grad-accum: must be a positive integer (got " + std::to_string(opts_.grad_accum) + ")");
@@ -28,7 +65,10 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts), alloc_(host_) {
     model_ = Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
-    optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state);
+    if (parallel) zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd);
+    if (zero_ == nullptr || zero_->stage() == 0) {
+        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state);
+    }
     const std::int64_t n = opts_.plan.micro_batch * opts_.plan.seq_len;
     inputs_ = Tensor(alloc_, "batch.inputs", MemCategory::data, DType::f32, {n});  // int32, same size
     targets_ = Tensor(alloc_, "batch.targets", MemCategory::data, DType::f32, {n});
@@ -36,7 +76,7 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts), alloc_(host_) {
     const PlanTotals t = plan_totals(model_->plan());
     model_flops_per_micro_ = static_cast<double>(t.model_flops());
     hardware_flops_per_micro_ = static_cast<double>(t.model_flops() + t.recompute_flops);
-    optimizer_cost_ = optimizer_->step_cost();
+    if (optimizer_ != nullptr) optimizer_cost_ = optimizer_->step_cost();
     kernel_name_ = std::string(enum_name(kOptimizerNames, opts_.plan.optimizer)) + "_update";
 }
 
@@ -47,10 +87,17 @@ StepRecord Trainer::step() {
     std::optional<profiler::ScopedRange> step_range;
     if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
     const auto t0 = std::chrono::steady_clock::now();
-    model_->zero_grads();
+    const CommCounters comm0 = comm_ != nullptr ? comm_->counters() : CommCounters{};
+    const CommCounters state0 = zero_ != nullptr ? zero_->state_traffic() : CommCounters{};
+    if (zero_ != nullptr) zero_->zero_grads();
+    else model_->zero_grads();
     double loss_sum = 0.0;
     const std::int64_t B = opts_.plan.micro_batch, T = opts_.plan.seq_len;
-    for (int micro = 0; micro < opts_.grad_accum; ++micro) {
+    // Data parallelism: the global batch is W G micro-batches in the data's order; rank r runs
+    // micro-batches r G .. r G + G - 1 (every rank reads them all, to stay in step).
+    const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
+    const float dloss = loss_scale_ / static_cast<float>(opts_.grad_accum * world);
+    for (int micro = 0; micro < opts_.grad_accum * world; ++micro) {
         auto* in = static_cast<std::int32_t*>(inputs_.raw());
         auto* tg = static_cast<std::int32_t*>(targets_.raw());
         {
@@ -58,14 +105,17 @@ StepRecord Trainer::step() {
             if (rec_ != nullptr) data_range.emplace(rec_, "data", profiler::Category::op);
             data_->next_batch(in, tg, B, T);
         }
-        loss_sum += model_->forward_backward(in, tg, loss_scale_ / static_cast<float>(opts_.grad_accum));
+        if (micro / opts_.grad_accum != rank) continue;
+        loss_sum += model_->forward_backward(in, tg, dloss);
     }
+    if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
     std::optional<profiler::ScopedRange> opt_range, opt_kernel;
     if (rec_ != nullptr) {
         opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
         profiler::begin_kernel(opt_kernel, rec_, kernel_name_, optimizer_cost_);
     }
-    const StepStats st = optimizer_->step(step_, 1.0f / loss_scale_);
+    const StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
+                                          : optimizer_->step(step_, 1.0f / loss_scale_);
     opt_kernel.reset();
     opt_range.reset();
     if (opts_.plan.precision == Precision::fp16_amp) {
@@ -80,7 +130,14 @@ StepRecord Trainer::step() {
         throw InputError("step " + std::to_string(step_) + ": the gradients are not finite (NaN or inf); training stopped");
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.loss = static_cast<float>(loss_sum / opts_.grad_accum);
+    r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));
+    if (zero_ != nullptr) {
+        const CommCounters all = comm_->counters() - comm0, state = zero_->state_traffic() - state0;
+        r.comm_sent_bytes = all.total_sent();
+        r.comm_received_bytes = all.total_received();
+        r.comm_state_sent_bytes = state.total_sent();
+        r.comm_state_received_bytes = state.total_received();
+    }
     r.lr = st.lr;
     r.grad_norm = st.grad_norm;
     r.skipped = st.skipped;

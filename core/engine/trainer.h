@@ -12,6 +12,7 @@
 #include "core/engine/data.h"
 #include "core/engine/gpt.h"
 #include "core/engine/optimizer.h"
+#include "core/engine/zero.h"
 #include "core/model_config.h"
 #include "core/op_plan.h"
 
@@ -22,7 +23,9 @@ struct TrainOptions {
     PlanInputs plan;  // B, T, recipe
     OptimizerConfig optimizer;
     int steps = 1;
-    int grad_accum = 1;
+    int grad_accum = 1;  // micro-batches per rank per step
+    // ZeRO stage under data parallelism (core/engine/zero.h); ranks come from the communicator.
+    int zero = 0;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
     // fp16 dynamic loss scaling: start, halve on overflow (skipping the step), double after
@@ -45,21 +48,34 @@ struct StepRecord {
     std::array<std::int64_t, kMemCategoryCount> current_bytes{};
     std::array<std::int64_t, kMemCategoryCount> peak_bytes{};
     std::int64_t peak_total_bytes = 0;
+    // This step's traffic of this rank: parameter and gradient collectives (what the estimator
+    // predicts), and everything including the loss and gradient-norm scalars.
+    std::uint64_t comm_state_sent_bytes = 0, comm_state_received_bytes = 0;
+    std::uint64_t comm_sent_bytes = 0, comm_received_bytes = 0;
 };
 
 class Trainer {
 public:
     // Builds the model, optimizer and data source; throws UsageError/InputError on bad input.
-    explicit Trainer(const TrainOptions& opts);
+    // With a communicator of several ranks (or opts.zero > 0) the run is data-parallel: the ranks
+    // check at start-up that they share options and `build_id` (check_same_run), each trains on
+    // its own slice of every global batch, and the ZeRO engine reduces and shards.
+    explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "");
     StepRecord step();  // one optimizer step (G micro-batches)
     int steps_done() const { return step_; }
 
     AccountingAllocator& allocator() { return alloc_; }
-    Optimizer& optimizer() { return *optimizer_; }
+    Optimizer& optimizer() {
+        NAPKIN_ASSERT(optimizer_ != nullptr, "ZeRO stages 1-3 shard the optimizer: no whole one");
+        return *optimizer_;
+    }
+    ZeroEngine* zero() { return zero_.get(); }  // null without data parallelism
+    Communicator* comm() { return comm_; }
     // Profiling: step and optimizer ranges here, forward/backward/layer/op ranges in the model.
     void set_recorder(profiler::Recorder* recorder) {
         rec_ = recorder;
         model_->set_recorder(recorder);
+        if (comm_ != nullptr) comm_->set_recorder(recorder);
     }
     float loss_scale() const { return loss_scale_; }
     int good_steps() const { return good_steps_; }
@@ -78,7 +94,10 @@ private:
     HostMemory host_;
     AccountingAllocator alloc_;
     std::unique_ptr<Gpt> model_;
-    std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
+    std::unique_ptr<Communicator> own_comm_;  // a world-size-1 one when none was given
+    Communicator* comm_ = nullptr;
+    std::unique_ptr<ZeroEngine> zero_;  // after model_: unhooks it first
     std::unique_ptr<TokenSource> data_;
     Tensor inputs_, targets_;
     int step_ = 0;

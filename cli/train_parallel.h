@@ -1,0 +1,48 @@
+// napkin train under an MPI launcher (mpirun -n N napkin train --zero S ...): the glue between
+// the command line and the data-parallel engine (core/engine/zero.h), kept out of
+// cmd_train.cpp. docs/ZERO.md.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/comm/comm.h"
+#include "core/engine/trainer.h"
+#include "estimator/estimate.h"
+
+namespace napkin::cli {
+
+// Starts the communicator the launcher's environment asks for and runs `body` with it. An
+// error on one rank of several ends the whole job at once (MPI_Abort, after printing it with
+// the rank), because the other ranks would wait for it in their next collective forever. A
+// mismatch found by the start-up handshake is known to every rank: they all exit cleanly.
+void run_with_ranks(const std::function<void(Communicator&)>& body);
+
+// Flags that data parallelism does not support yet: UsageError naming the flag.
+void check_parallel_flags(const CLI::App& cmd, bool parallel);
+
+// RUN_DIR for rank 0, RUN_DIR/rank<r> for the others (each writes its own report and trace).
+// Ranks other than 0 also stop printing to stdout: rank 0 speaks for the job.
+std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communicator& comm);
+
+// One line under the header: ranks, backend, stage, predicted traffic per step.
+void print_parallel_summary(Trainer& trainer, const Estimate& predicted);
+
+// This step's traffic into its report entry.
+void add_step_communication(nlohmann::json& step, const StepRecord& r);
+
+// What must match on every rank besides the options: napkin's version and a hash of this
+// executable's bytes (two builds of one version differ).
+std::string build_id();
+
+// report.json's "communication": backend, rank, world, stage, this rank's measured bytes per
+// step (parameter/gradient collectives, and all traffic including scalars) beside the
+// estimator's prediction for the same run.
+nlohmann::json communication_report(Trainer& trainer, const Estimate& predicted,
+                                    const nlohmann::json& steps);
+
+}  // namespace napkin::cli

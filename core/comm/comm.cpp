@@ -1,0 +1,254 @@
+#include "core/comm/comm.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "core/check.h"
+#include "profiler/event.h"
+
+#if defined(NAPKIN_HAVE_MPI)
+#include "core/comm/comm_mpi_plugin.h"
+#endif
+
+namespace napkin {
+
+std::uint64_t CommCounters::total_sent() const {
+    std::uint64_t s = 0;
+    for (auto b : sent_bytes)
+        s += b;
+    return s;
+}
+std::uint64_t CommCounters::total_received() const {
+    std::uint64_t s = 0;
+    for (auto b : received_bytes)
+        s += b;
+    return s;
+}
+CommCounters CommCounters::operator-(const CommCounters& o) const {
+    CommCounters d;
+    for (std::size_t i = 0; i < kCollectiveCount; ++i) {
+        d.calls[i] = calls[i] - o.calls[i];
+        d.sent_bytes[i] = sent_bytes[i] - o.sent_bytes[i];
+        d.received_bytes[i] = received_bytes[i] - o.received_bytes[i];
+    }
+    return d;
+}
+
+namespace {
+
+std::uint64_t wire_bytes(DType t) {
+    NAPKIN_ASSERT(t == DType::f32 || t == DType::f16 || t == DType::bf16,
+                  "collectives take fp32, fp16 or bf16 buffers, not " << dtype_name(t));
+    return storage_bytes(t, 1);
+}
+
+}  // namespace
+
+template <class F>
+void Communicator::run(Collective op, std::string_view what, std::uint64_t elements,
+                       std::uint64_t element_bytes, int root, F&& call) {
+    const RingTraffic t = ring_traffic(op, elements, element_bytes, world_, rank_, root);
+    const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
+    call();
+    const auto i = static_cast<std::size_t>(op);
+    ++counters_.calls[i];
+    counters_.sent_bytes[i] += t.sent_bytes;
+    counters_.received_bytes[i] += t.received_bytes;
+    if (rec_ != nullptr) {
+        profiler::RangeEvent e;
+        e.name = enum_name(kCollectiveNames, op);
+        if (!what.empty()) e.name.append(1, ' ').append(what);
+        e.category = profiler::Category::op;
+        e.start_ns = t0;
+        e.dur_ns = rec_->now_ns() - t0;
+        e.bytes = t.sent_bytes + t.received_bytes;
+        e.args = {{"elements", static_cast<std::int64_t>(elements)},
+                  {"sent_bytes", static_cast<std::int64_t>(t.sent_bytes)},
+                  {"received_bytes", static_cast<std::int64_t>(t.received_bytes)},
+                  {"world", static_cast<std::int64_t>(world_)}};
+        rec_->record(std::move(e));
+    }
+}
+
+void Communicator::all_reduce(void* buf, std::uint64_t count, DType dtype, std::string_view what) {
+    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
+    run(Collective::all_reduce, what, count, wire_bytes(dtype), 0,
+        [&] { do_all_reduce(buf, count, w); });
+}
+void Communicator::all_reduce(double* values, std::uint64_t count, std::string_view what) {
+    run(Collective::all_reduce, what, count, 8, 0,
+        [&] { do_all_reduce(values, count, Wire::f64); });
+}
+void Communicator::reduce_scatter(void* buf, std::uint64_t shard, DType dtype,
+                                  std::string_view what) {
+    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
+    const std::uint64_t n = shard * static_cast<std::uint64_t>(world_);
+    run(Collective::reduce_scatter, what, n, wire_bytes(dtype), 0,
+        [&] { do_reduce_scatter(buf, shard, w); });
+}
+void Communicator::all_gather(void* buf, std::uint64_t shard, DType dtype, std::string_view what) {
+    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
+    const std::uint64_t n = shard * static_cast<std::uint64_t>(world_);
+    run(Collective::all_gather, what, n, wire_bytes(dtype), 0,
+        [&] { do_all_gather(buf, shard, w); });
+}
+void Communicator::broadcast(void* buf, std::uint64_t bytes, int root, std::string_view what) {
+    NAPKIN_ASSERT(root >= 0 && root < world_,
+                  "broadcast root " << root << " outside [0, " << world_ << ")");
+    run(Collective::broadcast, what, bytes, 1, root, [&] { do_broadcast(buf, bytes, root); });
+}
+void Communicator::barrier() {
+    run(Collective::barrier, {}, 0, 0, 0, [&] { do_barrier(); });
+}
+
+namespace {
+
+class SingleCommunicator final : public Communicator {
+public:
+    SingleCommunicator() : Communicator(0, 1, 0) {}
+    std::string backend() const override { return "single process"; }
+    [[noreturn]] void abort(int exit_code) override { std::_Exit(exit_code); }
+
+protected:
+    // One rank: the sum is the buffer, its chunk is the buffer, it is its own root.
+    void do_all_reduce(void*, std::uint64_t, Wire) override {}
+    void do_reduce_scatter(void*, std::uint64_t, Wire) override {}
+    void do_all_gather(void*, std::uint64_t, Wire) override {}
+    void do_broadcast(void*, std::uint64_t, int) override {}
+    void do_barrier() override {}
+};
+
+int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end != '\0' || x < 0 || x > 1 << 24)
+        throw UsageError(std::string(name) + ": not a rank or size ('" + v + "')");
+    return static_cast<int>(x);
+}
+
+#if defined(NAPKIN_HAVE_MPI)
+class MpiCommunicator final : public Communicator {
+public:
+    MpiCommunicator(const NapkinMpiApi& api, int rank, int world, int local_rank)
+        : Communicator(rank, world, local_rank), api_(api) {}
+    ~MpiCommunicator() override {
+        char err[kNapkinMpiErrBytes] = {};
+        api_.finalize(err);  // a failure here has nobody left to tell
+    }
+    std::string backend() const override {
+        return std::string("mpi (") + api_.library_version() + ")";
+    }
+    [[noreturn]] void abort(int exit_code) override {
+        api_.abort(exit_code);
+        std::_Exit(exit_code);
+    }
+
+protected:
+    void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
+        check(api_.all_reduce(buf, count, type(t), err_));
+    }
+    void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
+        check(api_.reduce_scatter(buf, shard, type(t), err_));
+    }
+    void do_all_gather(void* buf, std::uint64_t shard, Wire t) override {
+        check(api_.all_gather(buf, shard, type(t), err_));
+    }
+    void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
+        check(api_.broadcast(buf, bytes, root, err_));
+    }
+    void do_barrier() override { check(api_.barrier(err_)); }
+
+private:
+    static int type(Wire t) {
+        switch (t) {
+            case Wire::f32:
+                return napkin_mpi_f32;
+            case Wire::f16:
+                return napkin_mpi_f16;
+            case Wire::bf16:
+                return napkin_mpi_bf16;
+            case Wire::f64:
+                return napkin_mpi_f64;
+        }
+        return napkin_mpi_f32;
+    }
+    void check(int rc) const {
+        if (rc != 0) throw CommError("rank " + std::to_string(rank()) + ": " + err_);
+    }
+    NapkinMpiApi api_;
+    mutable char err_[kNapkinMpiErrBytes] = {};
+};
+#endif
+
+}  // namespace
+
+LaunchEnv launch_env() {
+    LaunchEnv e;
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+        e.launcher = "Open MPI";
+        e.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+        e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+        e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    } else if (std::getenv("PMI_SIZE") != nullptr) {
+        e.launcher = "PMI";
+        e.world = env_int("PMI_SIZE", 1);
+        e.rank = env_int("PMI_RANK", 0);
+        e.local_rank = env_int("MPI_LOCALRANKID", 0);
+    }
+    if (e.world < 1 || e.rank >= e.world) {
+        throw UsageError(e.launcher + " environment: rank " + std::to_string(e.rank) +
+                         " of world size " + std::to_string(e.world));
+    }
+    return e;
+}
+
+bool mpi_built() {
+#if defined(NAPKIN_HAVE_MPI)
+    return true;
+#else
+    return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_single_communicator() {
+    return std::make_unique<SingleCommunicator>();
+}
+
+std::unique_ptr<Communicator> make_communicator() {
+    const LaunchEnv env = launch_env();
+    if (env.world == 1) return make_single_communicator();
+#if defined(NAPKIN_HAVE_MPI)
+    // RTLD_GLOBAL: Open MPI's components (mca_*.so) resolve libmpi's symbols globally.
+    void* lib = dlopen(NAPKIN_MPI_PLUGIN, RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+        const char* err = dlerror();
+        throw CommError(std::string("cannot load the MPI backend: ") +
+                        (err != nullptr ? err : NAPKIN_MPI_PLUGIN));
+    }
+    auto get = reinterpret_cast<int (*)(NapkinMpiApi*)>(dlsym(lib, kNapkinMpiApiSymbol));
+    NapkinMpiApi api{};
+    if (get == nullptr || get(&api) != kNapkinMpiAbi) {
+        throw CommError(std::string("the MPI backend ") + NAPKIN_MPI_PLUGIN + " has another ABI");
+    }
+    char err[kNapkinMpiErrBytes] = {};
+    int rank = 0, world = 0;
+    if (api.init(&rank, &world, err) != 0) throw CommError(err);
+    if (rank != env.rank || world != env.world) {
+        api.abort(1);
+        throw CommError("MPI reports rank " + std::to_string(rank) + " of " +
+                        std::to_string(world) + ", the " + env.launcher + " environment rank " +
+                        std::to_string(env.rank) + " of " + std::to_string(env.world));
+    }
+    return std::make_unique<MpiCommunicator>(api, rank, world, env.local_rank);
+#else
+    throw UsageError(
+        env.launcher + " started " + std::to_string(env.world) +
+        " ranks, but napkin was built without MPI (install libopenmpi-dev and reconfigure)");
+#endif
+}
+
+}  // namespace napkin

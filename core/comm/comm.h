@@ -1,0 +1,108 @@
+// The communication interface of data parallelism: the five collectives napkin's ZeRO engine
+// needs, over buffers of fp32, fp16 or bf16 (and fp64 scalars), with the backend behind it:
+//   world size 1   no launcher: every collective is a no-op (and counts no bytes)
+//   MPI            CPU ranks under mpirun (libnapkin_comm_mpi.so, loaded only then)
+//   NCCL           one rank per GPU in CUDA builds (not built yet)
+// Rank, world size and local rank come from the launcher's environment (OMPI_COMM_WORLD_*,
+// PMI_*). Every collective is a profiler range carrying its bytes, and each rank counts what
+// it sends and receives by the ring algorithm (core/comm/collective.h), the same formula the
+// estimator predicts with. Collectives are blocking; buffers are host memory.
+// Failures throw CommError naming the collective and MPI's reason. docs/ZERO.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "core/comm/collective.h"
+#include "core/dtype.h"
+
+namespace napkin {
+
+namespace profiler {
+class Recorder;
+}
+
+class CommError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct CommCounters {
+    std::array<std::uint64_t, kCollectiveCount> calls{};
+    std::array<std::uint64_t, kCollectiveCount> sent_bytes{};
+    std::array<std::uint64_t, kCollectiveCount> received_bytes{};
+    std::uint64_t total_sent() const;
+    std::uint64_t total_received() const;
+    CommCounters operator-(const CommCounters& o) const;
+};
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+
+    int rank() const { return rank_; }
+    int world_size() const { return world_; }
+    int local_rank() const { return local_rank_; }
+    virtual std::string backend() const = 0;  // "single", "mpi (Open MPI v4.1.4)"
+
+    // Sum over ranks, in place: count elements of `dtype` (fp32, fp16 or bf16).
+    void all_reduce(void* buf, std::uint64_t count, DType dtype, std::string_view what = {});
+    void all_reduce(double* values, std::uint64_t count,
+                    std::string_view what = {});  // fp64 scalars
+    // buf: world_size() * shard elements. Afterwards chunk rank() (elements [rank shard,
+    // (rank + 1) shard)) holds the sum over ranks of that chunk; the other chunks are scratch.
+    void reduce_scatter(void* buf, std::uint64_t shard, DType dtype, std::string_view what = {});
+    // buf: world_size() * shard elements with this rank's chunk in place; afterwards every chunk.
+    void all_gather(void* buf, std::uint64_t shard, DType dtype, std::string_view what = {});
+    void broadcast(void* buf, std::uint64_t bytes, int root, std::string_view what = {});
+    void barrier();
+
+    const CommCounters& counters() const { return counters_; }
+    // Each collective becomes a range "all_gather h.3" with its bytes as args; null: none.
+    void set_recorder(profiler::Recorder* recorder) { rec_ = recorder; }
+    // Ends the job now on every rank (MPI_Abort): for an error on one rank, which the others,
+    // blocked in a collective, would otherwise wait for forever.
+    [[noreturn]] virtual void abort(int exit_code) = 0;
+
+protected:
+    Communicator(int rank, int world, int local_rank)
+        : rank_(rank), world_(world), local_rank_(local_rank) {}
+    enum class Wire : std::uint8_t { f32, f16, bf16, f64 };
+    virtual void do_all_reduce(void* buf, std::uint64_t count, Wire t) = 0;
+    virtual void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) = 0;
+    virtual void do_all_gather(void* buf, std::uint64_t shard, Wire t) = 0;
+    virtual void do_broadcast(void* buf, std::uint64_t bytes, int root) = 0;
+    virtual void do_barrier() = 0;
+
+private:
+    template <class F>
+    void run(Collective op, std::string_view what, std::uint64_t elements,
+             std::uint64_t element_bytes, int root, F&& call);
+
+    int rank_, world_, local_rank_;
+    CommCounters counters_;
+    profiler::Recorder* rec_ = nullptr;
+};
+
+// What the launcher's environment says: OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK} (Open MPI),
+// PMI_{SIZE,RANK} and MPI_LOCALRANKID (MPICH, Intel MPI). Size 1 and no launcher alike are one
+// process.
+struct LaunchEnv {
+    int world = 1, rank = 0, local_rank = 0;
+    std::string launcher;  // "Open MPI", "PMI", "" (none)
+};
+LaunchEnv launch_env();
+
+// The communicator the environment asks for: world size 1 without a launcher, else MPI.
+// Throws UsageError when a launcher started several ranks but napkin was built without MPI,
+// and CommError when MPI cannot start or reports a rank or size other than the environment's.
+std::unique_ptr<Communicator> make_communicator();
+std::unique_ptr<Communicator> make_single_communicator();
+bool mpi_built();
+
+}  // namespace napkin

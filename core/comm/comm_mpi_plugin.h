@@ -1,0 +1,42 @@
+// The C boundary of libnapkin_comm_mpi.so, the MPI backend of core/comm/comm.h. napkin loads it
+// with dlopen only when an MPI launcher started the process (OMPI_COMM_WORLD_SIZE or PMI_SIZE
+// set), so `napkin estimate` and a plain `napkin train` never map libmpi and its dependencies.
+// Every call returns 0 on success, else writes a one-line reason into err (kNapkinMpiErrBytes)
+// and returns the MPI error code.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+inline constexpr int kNapkinMpiAbi = 1;
+inline constexpr int kNapkinMpiErrBytes = 512;
+
+enum NapkinMpiType : int {
+    napkin_mpi_f32 = 0,
+    napkin_mpi_f16 = 1,
+    napkin_mpi_bf16 = 2,
+    napkin_mpi_f64 = 3
+};
+
+struct NapkinMpiApi {
+    int abi;
+    int (*init)(int* rank, int* size, char* err);
+    int (*finalize)(char* err);
+    void (*abort)(int code);
+    // In place, sum over ranks.
+    int (*all_reduce)(void* buf, std::uint64_t count, int type, char* err);
+    // buf holds size * shard elements; afterwards chunk `rank` holds the sum over ranks.
+    int (*reduce_scatter)(void* buf, std::uint64_t shard, int type, char* err);
+    // buf holds size * shard elements with this rank's chunk in place; afterwards all chunks.
+    int (*all_gather)(void* buf, std::uint64_t shard, int type, char* err);
+    int (*broadcast)(void* buf, std::uint64_t bytes, int root, char* err);
+    int (*barrier)(char* err);
+    const char* (*library_version)();
+};
+
+// Fills *out; returns kNapkinMpiAbi.
+int napkin_mpi_api(NapkinMpiApi* out);
+inline constexpr const char* kNapkinMpiApiSymbol = "napkin_mpi_api";
+
+}  // extern "C"

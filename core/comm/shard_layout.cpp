@@ -1,0 +1,96 @@
+#include "core/comm/shard_layout.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace napkin {
+
+namespace {
+
+void finish(ShardUnit& u, int world) {
+    u.shard = (u.numel + world - 1) / world;
+    u.padded = u.shard * world;
+}
+
+}  // namespace
+
+std::int64_t ShardLayout::numel() const {
+    std::int64_t s = 0;
+    for (const ShardUnit& u : units)
+        s += u.numel;
+    return s;
+}
+std::int64_t ShardLayout::padded() const {
+    std::int64_t s = 0;
+    for (const ShardUnit& u : units)
+        s += u.padded;
+    return s;
+}
+std::int64_t ShardLayout::shard() const {
+    std::int64_t s = 0;
+    for (const ShardUnit& u : units)
+        s += u.shard;
+    return s;
+}
+std::int64_t ShardLayout::gathered_per_micro_batch() const {
+    std::int64_t s = 0;
+    for (const ShardUnit& u : units)
+        s += u.gathers_per_micro_batch * u.padded;
+    return s;
+}
+std::int64_t ShardLayout::max_padded() const {
+    std::int64_t m = 0;
+    for (const ShardUnit& u : units)
+        m = std::max(m, u.padded);
+    return m;
+}
+
+ShardLayout shard_layout(const ModelConfig& cfg, int world) {
+    if (world < 1)
+        throw UsageError("world size: must be at least 1 (got " + std::to_string(world) + ")");
+    ShardLayout out;
+    out.world = world;
+    const std::vector<ParamTensor> params = param_tensors(cfg);
+    out.units.resize(static_cast<std::size_t>(cfg.n_layers) + 2);
+    out.units.front().name = "embedding";
+    out.units.front().gathers_per_micro_batch = cfg.tied_embeddings ? 3 : 2;
+    for (int l = 0; l < cfg.n_layers; ++l) {
+        out.units[static_cast<std::size_t>(l) + 1].name = "h." + std::to_string(l);
+        out.units[static_cast<std::size_t>(l) + 1].gathers_per_micro_batch = 2;
+    }
+    out.units.back().name = "head";
+    out.units.back().gathers_per_micro_batch = 1;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const ParamTensor& p = params[i];
+        std::size_t u = 0;
+        if (p.layer >= 0)
+            u = static_cast<std::size_t>(p.layer) + 1;
+        else if (p.name != "wte" && p.name != "wpe")
+            u = out.units.size() - 1;
+        ShardUnit& unit = out.units[u];
+        out.param_unit.push_back(static_cast<int>(u));
+        out.param_offset.push_back(unit.numel);
+        unit.params.push_back(i);
+        unit.numel += p.numel();
+    }
+    for (ShardUnit& u : out.units)
+        finish(u, world);
+    return out;
+}
+
+ShardLayout shard_layout_flat(std::int64_t numel, int world) {
+    if (world < 1)
+        throw UsageError("world size: must be at least 1 (got " + std::to_string(world) + ")");
+    ShardLayout out;
+    out.world = world;
+    ShardUnit u;
+    u.name = "model";
+    u.numel = numel;
+    u.gathers_per_micro_batch = 2;
+    finish(u, world);
+    out.units.push_back(u);
+    return out;
+}
+
+}  // namespace napkin

@@ -1,0 +1,384 @@
+#include "core/engine/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/engine/checkpoint.h"
+#include "core/half.h"
+
+namespace napkin {
+
+void check_same_run(Communicator& comm, const std::string& description) {
+    const std::uint64_t mine = fnv1a64(description.data(), description.size());
+    std::uint64_t root = mine;
+    comm.broadcast(&root, sizeof root, 0, "run hash");
+    double differ = root != mine ? 1.0 : 0.0;
+    comm.all_reduce(&differ, 1, "run check");
+    if (differ == 0) return;
+    char hashes[96];
+    std::snprintf(hashes, sizeof hashes, " (run hash %016llx, rank 0's %016llx)",
+                  static_cast<unsigned long long>(mine), static_cast<unsigned long long>(root));
+    const std::string who = root != mine ? "this rank was"
+                                         : std::to_string(std::lround(differ)) + " of " +
+                                               std::to_string(comm.world_size()) + " ranks were";
+    throw RunMismatchError("rank " + std::to_string(comm.rank()) + " of " +
+                           std::to_string(comm.world_size()) + ": " + who +
+                           " started with other options or another napkin build than rank 0" +
+                           hashes + "; start every rank with the same command and binary");
+}
+
+namespace {
+
+// Copies the part of [offset, offset + n) (in unit elements) that falls in [lo, hi) from a
+// parameter's values to a shard starting at element lo, or back (to_shard false).
+void copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
+                std::int64_t lo, std::int64_t hi, std::size_t esize) {
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
+    if (a >= b) return;
+    std::memcpy(static_cast<char*>(shard) + static_cast<std::size_t>(a - lo) * esize,
+                static_cast<const char*>(param) + static_cast<std::size_t>(a - offset) * esize,
+                static_cast<std::size_t>(b - a) * esize);
+}
+
+// fp32 values of n elements of `dtype` at p: p itself when fp32, else widened into buf.
+float* widened(void* p, DType dtype, std::int64_t n, std::vector<float>& buf) {
+    if (dtype == DType::f32) return static_cast<float*>(p);
+    buf.resize(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) {
+        buf[static_cast<std::size_t>(k)] = dtype == DType::bf16
+                                               ? to_float(static_cast<bf16_t*>(p)[k])
+                                               : to_float(static_cast<f16_t*>(p)[k]);
+    }
+    return buf.data();
+}
+
+void round_to(void* p, DType dtype, const float* src, std::int64_t n) {
+    if (dtype == DType::f32) {
+        if (p != src) std::memcpy(p, src, static_cast<std::size_t>(n) * sizeof(float));
+    } else if (dtype == DType::bf16) {
+        for (std::int64_t k = 0; k < n; ++k)
+            static_cast<bf16_t*>(p)[k] = bf16_t(src[k]);
+    } else {
+        for (std::int64_t k = 0; k < n; ++k)
+            static_cast<f16_t*>(p)[k] = f16_t(src[k]);
+    }
+}
+
+void zero_fill(Tensor& t) {
+    if (!t.empty()) std::memset(t.raw(), 0, t.bytes());
+}
+
+char* at(Tensor& t, std::int64_t element, DType dtype) {
+    return static_cast<char*>(t.raw()) + storage_bytes(dtype, static_cast<std::uint64_t>(element));
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
+                       const OptimizerConfig& opt, const PrecisionDTypes& dtypes)
+    : stage_(stage), comm_(comm), model_(model), alloc_(alloc), opt_(opt), dt_(dtypes) {
+    if (stage < 0 || stage > 3)
+        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
+    NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
+    const ModelConfig& cfg = *model.plan().config;
+    layout_ = shard_layout(cfg, comm.world_size());
+    auto& params = model.params();
+    NAPKIN_ASSERT(layout_.param_unit.size() == params.size(),
+                  "the shard layout does not match the model's parameters");
+    const std::int64_t r = comm.rank();
+    const std::size_t we = storage_bytes(dt_.weights, 1);
+    const int states = optimizer_state_count(opt.kind);
+    units_.resize(layout_.units.size());
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const ShardUnit& su = layout_.units[u];
+        Unit& x = units_[u];
+        const std::string name = "zero." + su.name;
+        const std::int64_t lo = r * su.shard, hi = lo + su.shard;
+        x.backward_regions = u == 0 && cfg.tied_embeddings ? 2 : 1;
+        if (stage_ >= 1 && stage_ <= 2) {
+            x.weights = Tensor(alloc, name, MemCategory::parameters, dt_.weights, {su.padded});
+            zero_fill(x.weights);
+            for (std::size_t i : su.params) {
+                std::memcpy(at(x.weights, layout_.param_offset[i], dt_.weights),
+                            params[i].weight.raw(), static_cast<std::size_t>(params[i].numel) * we);
+            }
+            point_params(u, x.weights.raw());
+        } else if (stage_ == 3) {
+            x.weights =
+                Tensor(alloc, name + ".shard", MemCategory::parameters, dt_.weights, {su.shard});
+            zero_fill(x.weights);
+            for (std::size_t i : su.params) {
+                copy_range(x.weights.raw(), params[i].weight.raw(), layout_.param_offset[i],
+                           params[i].numel, lo, hi, we);
+            }
+            clear_params(u);
+        }
+        if (stage_ <= 1) {
+            x.grads = Tensor(alloc, name + ".grad", MemCategory::gradients, dt_.grads, {su.padded});
+            zero_fill(x.grads);
+            point_grads(u, x.grads.raw());
+        } else {
+            x.grads =
+                Tensor(alloc, name + ".grad.shard", MemCategory::gradients, dt_.grads, {su.shard});
+            zero_fill(x.grads);
+            clear_grads(u);
+        }
+        if (stage_ >= 1) {
+            if (dt_.has_master) {
+                x.master = Tensor(alloc, name + ".master.shard", MemCategory::master_weights,
+                                  DType::f32, {su.shard});
+                zero_fill(x.master);
+                for (std::size_t i : su.params) {
+                    copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
+                               params[i].numel, lo, hi, sizeof(float));
+                    params[i].master = Tensor();
+                }
+            }
+            if (states >= 1) {
+                x.m = Tensor(alloc, name + ".opt.m.shard", MemCategory::optimizer_state,
+                             dt_.optimizer_state, {su.shard});
+                zero_fill(x.m);
+            }
+            if (states >= 2) {
+                x.v = Tensor(alloc, name + ".opt.v.shard", MemCategory::optimizer_state,
+                             dt_.optimizer_state, {su.shard});
+                zero_fill(x.v);
+            }
+        }
+    }
+    if (stage_ >= 2) model_.set_hooks(this);
+}
+
+ZeroEngine::~ZeroEngine() {
+    model_.set_hooks(nullptr);
+}
+
+void ZeroEngine::point_params(std::size_t u, void* base) {
+    auto& params = model_.params();
+    for (std::size_t i : layout_.units[u].params) {
+        params[i].weight = Tensor::view(
+            params[i].name, dt_.weights,
+            static_cast<char*>(base) +
+                storage_bytes(dt_.weights, static_cast<std::uint64_t>(layout_.param_offset[i])),
+            params[i].numel);
+    }
+}
+
+void ZeroEngine::point_grads(std::size_t u, void* base) {
+    auto& params = model_.params();
+    for (std::size_t i : layout_.units[u].params) {
+        params[i].grad = Tensor::view(
+            params[i].name + ".grad", dt_.grads,
+            static_cast<char*>(base) +
+                storage_bytes(dt_.grads, static_cast<std::uint64_t>(layout_.param_offset[i])),
+            params[i].numel);
+    }
+}
+
+void ZeroEngine::clear_params(std::size_t u) {
+    for (std::size_t i : layout_.units[u].params)
+        model_.params()[i].weight = Tensor();
+}
+
+void ZeroEngine::clear_grads(std::size_t u) {
+    for (std::size_t i : layout_.units[u].params)
+        model_.params()[i].grad = Tensor();
+}
+
+template <class F>
+void ZeroEngine::collective(F&& call) {
+    const CommCounters before = comm_.counters();
+    call();
+    const CommCounters d = comm_.counters() - before;
+    for (std::size_t i = 0; i < kCollectiveCount; ++i) {
+        state_traffic_.calls[i] += d.calls[i];
+        state_traffic_.sent_bytes[i] += d.sent_bytes[i];
+        state_traffic_.received_bytes[i] += d.received_bytes[i];
+    }
+}
+
+void ZeroEngine::zero_grads() {
+    for (Unit& x : units_)
+        zero_fill(x.grads);
+}
+
+double ZeroEngine::sum_over_ranks(double value) {
+    comm_.all_reduce(&value, 1, "loss");
+    return value;
+}
+
+void ZeroEngine::enter(int unit, bool backward) {
+    const auto u = static_cast<std::size_t>(unit);
+    Unit& x = units_[u];
+    const ShardUnit& su = layout_.units[u];
+    if (stage_ == 3 && x.users++ == 0) {
+        x.gathered = Tensor(alloc_, "zero." + su.name + ".gathered", MemCategory::communication,
+                            dt_.weights, {su.padded});
+        std::memcpy(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
+                    x.weights.bytes());
+        collective([&] {
+            comm_.all_gather(x.gathered.raw(), static_cast<std::uint64_t>(su.shard), dt_.weights,
+                             su.name);
+        });
+        point_params(u, x.gathered.raw());
+    }
+    if (backward && stage_ >= 2 && x.bucket.empty()) {
+        x.bucket = Tensor(alloc_, "zero." + su.name + ".grad.bucket", MemCategory::communication,
+                          dt_.grads, {su.padded});
+        zero_fill(x.bucket);
+        point_grads(u, x.bucket.raw());
+        x.backward_left = x.backward_regions;
+    }
+}
+
+void ZeroEngine::leave(int unit, bool backward) {
+    const auto u = static_cast<std::size_t>(unit);
+    Unit& x = units_[u];
+    if (stage_ == 3 && --x.users == 0) {
+        clear_params(u);
+        x.gathered.release();
+    }
+    if (backward && stage_ >= 2 && --x.backward_left == 0) reduce_bucket(u);
+}
+
+void ZeroEngine::reduce_bucket(std::size_t u) {
+    Unit& x = units_[u];
+    const ShardUnit& su = layout_.units[u];
+    collective([&] {
+        comm_.reduce_scatter(x.bucket.raw(), static_cast<std::uint64_t>(su.shard), dt_.grads,
+                             "gradients " + su.name);
+    });
+    // Accumulate this micro-batch's reduced chunk into the shard.
+    void* chunk = at(x.bucket, comm_.rank() * su.shard, dt_.grads);
+    if (dt_.grads == DType::f32) {
+        float* g = x.grads.data<float>();
+        const float* c = static_cast<const float*>(chunk);
+        for (std::int64_t k = 0; k < su.shard; ++k)
+            g[k] += c[k];
+    } else {
+        std::vector<float>& acc = weight_buf_;
+        float* g = widened(x.grads.raw(), dt_.grads, su.shard, grad_buf_);
+        acc.assign(g, g + su.shard);
+        const float* c = widened(chunk, dt_.grads, su.shard, grad_buf_);
+        for (std::int64_t k = 0; k < su.shard; ++k)
+            acc[static_cast<std::size_t>(k)] += c[k];
+        round_to(x.grads.raw(), dt_.grads, acc.data(), su.shard);
+    }
+    clear_grads(u);
+    x.bucket.release();
+}
+
+StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimizer) {
+    if (stage_ == 0) {
+        for (std::size_t u = 0; u < units_.size(); ++u) {
+            const ShardUnit& su = layout_.units[u];
+            collective([&] {
+                comm_.all_reduce(units_[u].grads.raw(), static_cast<std::uint64_t>(su.padded),
+                                 dt_.grads, "gradients " + su.name);
+            });
+        }
+        NAPKIN_ASSERT(optimizer != nullptr, "ZeRO-0 steps with the ordinary optimizer");
+        return optimizer->step(step_index, grad_scale);
+    }
+    if (stage_ == 1) {
+        for (std::size_t u = 0; u < units_.size(); ++u) {
+            const ShardUnit& su = layout_.units[u];
+            collective([&] {
+                comm_.reduce_scatter(units_[u].grads.raw(), static_cast<std::uint64_t>(su.shard),
+                                     dt_.grads, "gradients " + su.name);
+            });
+        }
+    }
+    const StepStats st = sharded_step(step_index, grad_scale);
+    if (stage_ <= 2 && !st.skipped) {
+        for (std::size_t u = 0; u < units_.size(); ++u) {
+            const ShardUnit& su = layout_.units[u];
+            collective([&] {
+                comm_.all_gather(units_[u].weights.raw(), static_cast<std::uint64_t>(su.shard),
+                                 dt_.weights, "parameters " + su.name);
+            });
+        }
+    }
+    return st;
+}
+
+StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
+    StepStats st;
+    st.lr = learning_rate(opt_, step_index);
+    const std::int64_t r = comm_.rank();
+    auto& params = model_.params();
+    // This rank's gradient chunk of unit u: inside the whole buffer (stage 1) or the shard.
+    auto grad_chunk = [&](std::size_t u) -> void* {
+        Unit& x = units_[u];
+        return stage_ == 1 ? at(x.grads, r * layout_.units[u].shard, dt_.grads) : x.grads.raw();
+    };
+    auto weight_chunk = [&](std::size_t u) -> char* {
+        Unit& x = units_[u];
+        return stage_ == 3 ? static_cast<char*>(x.weights.raw())
+                           : at(x.weights, r * layout_.units[u].shard, dt_.weights);
+    };
+
+    // Global norm: each rank's sum of squares over its shards (padding is zero), summed.
+    double sumsq = 0.0;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const std::int64_t n = layout_.units[u].shard;
+        const float* g = widened(grad_chunk(u), dt_.grads, n, grad_buf_);
+        double acc = 0.0;
+        for (std::int64_t k = 0; k < n; ++k)
+            acc += static_cast<double>(g[k]) * g[k];
+        sumsq += acc;
+    }
+    comm_.all_reduce(&sumsq, 1, "gradient norm");
+    const double norm = std::sqrt(sumsq) * grad_scale;
+    st.grad_norm = static_cast<float>(norm);
+    if (!std::isfinite(norm)) {
+        st.skipped = true;
+        return st;
+    }
+    const float clip = opt_.grad_clip > 0 && norm > opt_.grad_clip
+                           ? static_cast<float>(opt_.grad_clip / norm)
+                           : 1.0f;
+    ++t_;
+    UpdateHyper h{opt_.kind,
+                  st.lr,
+                  opt_.beta1,
+                  opt_.beta2,
+                  opt_.eps,
+                  0.0f,
+                  1.0f - std::pow(opt_.beta1, static_cast<float>(t_)),
+                  1.0f - std::pow(opt_.beta2, static_cast<float>(t_)),
+                  grad_scale * clip};
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const ShardUnit& su = layout_.units[u];
+        Unit& x = units_[u];
+        const std::int64_t lo = r * su.shard, hi = lo + su.shard;
+        for (std::size_t i : su.params) {
+            const std::int64_t a = std::max(layout_.param_offset[i], lo);
+            const std::int64_t b = std::min(layout_.param_offset[i] + params[i].numel, hi);
+            if (a >= b) continue;
+            const std::int64_t off = a - lo, n = b - a;
+            h.wd = params[i].decay ? opt_.weight_decay : 0.0f;
+            const float* g = widened(static_cast<char*>(grad_chunk(u)) +
+                                         storage_bytes(dt_.grads, static_cast<std::uint64_t>(off)),
+                                     dt_.grads, n, grad_buf_);
+            char* wc =
+                weight_chunk(u) + storage_bytes(dt_.weights, static_cast<std::uint64_t>(off));
+            float* w = dt_.has_master ? x.master.data<float>() + off
+                                      : widened(wc, dt_.weights, n, weight_buf_);
+            if (dt_.optimizer_state == DType::bf16) {
+                optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<bf16_t>() + off,
+                                 x.v.empty() ? nullptr : x.v.data<bf16_t>() + off, n);
+            } else {
+                optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<float>() + off,
+                                 x.v.empty() ? nullptr : x.v.data<float>() + off, n);
+            }
+            round_to(wc, dt_.weights, w, n);
+        }
+    }
+    return st;
+}
+
+}  // namespace napkin

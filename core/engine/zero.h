@@ -1,0 +1,114 @@
+// Data parallelism and ZeRO stages 0-3 over real collectives (core/comm/comm.h), as the ZeRO
+// paper (Rajbhandari et al. 2020) and FSDP define them. Each rank runs its own micro-batches;
+// gradients are summed over ranks, so N ranks with micro-batch B equal one rank accumulating
+// N micro-batches of B. The units, padding and shards are core/comm/shard_layout.h's, which
+// the estimator predicts from, byte for byte. docs/ZERO.md.
+//
+// Memory per rank (categories of the accounting allocator; n the model's elements, P the sum
+// of the padded units, S = P / W the sum of one rank's shards):
+//   stage  parameters  gradients  master, optimizer  communication (transient)
+//   0      n           P (flat)   n                  -
+//   1      P (flat)    P (flat)   S                  -
+//   2      P (flat)    S          S                  a unit's full gradients, from its first
+//                                                    backward write until its reduce-scatter
+//   3      S           S          S                  + a unit's gathered parameters while in use
+// Per step: 0 all-reduces the gradients once (after the last micro-batch, as DDP's no_sync);
+// 1 reduce-scatters them once, steps its shard, all-gathers the parameters; 2 reduce-scatters
+// every micro-batch (its gradients are not kept whole), steps, all-gathers; 3 all-gathers each
+// unit before each region that reads it (GptHooks), frees it after, reduce-scatters each
+// unit's gradients as its backward ends, and steps its shard. Clipping uses the global norm
+// (each rank's sum of squares, all-reduced). Collectives are blocking: nothing overlaps, so
+// there is no prefetch (a unit is gathered when it is needed).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/comm/comm.h"
+#include "core/comm/shard_layout.h"
+#include "core/engine/gpt.h"
+#include "core/engine/optimizer.h"
+#include "core/recipe.h"
+#include "core/tensor.h"
+
+namespace napkin {
+
+// The start-up handshake's failure, thrown on every rank at once.
+class RunMismatchError : public UsageError {
+public:
+    using UsageError::UsageError;
+};
+
+// Start-up handshake: rank 0 broadcasts a hash of `description` (the run's options and the
+// napkin build); every rank compares it with its own. Throws RunMismatchError on every rank
+// when any rank differs, naming how many. Counted in the communicator like any collective.
+void check_same_run(Communicator& comm, const std::string& description);
+
+class ZeroEngine final : public GptHooks {
+public:
+    // Moves the model's parameters, gradients and master copies into the stage's flat and
+    // sharded buffers (the model's own tensors become views or are freed). Throws UsageError
+    // for a stage outside 0..3.
+    ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
+               const OptimizerConfig& opt, const PrecisionDTypes& dtypes);
+    ~ZeroEngine() override;
+
+    int stage() const { return stage_; }
+    const ShardLayout& layout() const { return layout_; }
+    Communicator& comm() { return comm_; }
+
+    void zero_grads();
+    // After the step's micro-batches: reduces the gradients and updates the parameters. Stage
+    // 0 all-reduces and then runs `optimizer` (the ordinary, unsharded one); stages 1-3 step
+    // their own shards and ignore it.
+    StepStats step(int step_index, float grad_scale, Optimizer* optimizer);
+    // Sum of a scalar over ranks (the step's loss).
+    double sum_over_ranks(double value);
+
+    // Bytes of parameter and gradient collectives since the engine started (the handshake and
+    // scalar all-reduces are not in it): what the estimator's communication predicts.
+    const CommCounters& state_traffic() const { return state_traffic_; }
+    int update_count() const { return t_; }
+
+    void enter(int unit, bool backward) override;
+    void leave(int unit, bool backward) override;
+
+private:
+    struct Unit {
+        Tensor weights;   // stage 1-2: the whole padded unit; stage 3: this rank's shard
+        Tensor gathered;  // stage 3: the whole unit while a region uses it (communication)
+        Tensor grads;     // stage 0-1: the whole padded unit; stage 2-3: this rank's shard
+        Tensor bucket;    // stage 2-3: the unit's gradients during backward (communication)
+        Tensor master;    // stages 1-3, mixed precision: fp32 shard
+        Tensor m, v;      // stages 1-3: optimizer moments of the shard
+        int users = 0;    // regions using the gathered parameters now
+        int backward_regions = 0;  // per micro-batch: backward regions that write its gradients
+        int backward_left = 0;
+    };
+    template <class F>
+    void collective(F&& call);  // runs a parameter/gradient collective, counting its traffic
+    void point_params(std::size_t u, void* base);  // slots' weights as views into base
+    void point_grads(std::size_t u, void* base);
+    void clear_params(std::size_t u);
+    void clear_grads(std::size_t u);
+    void reduce_bucket(std::size_t u);
+    StepStats sharded_step(int step_index, float grad_scale);
+
+    int stage_;
+    Communicator& comm_;
+    Gpt& model_;
+    AccountingAllocator& alloc_;
+    OptimizerConfig opt_;
+    PrecisionDTypes dt_;
+    ShardLayout layout_;
+    std::vector<Unit> units_;
+    CommCounters state_traffic_;
+    std::vector<float> grad_buf_, weight_buf_;
+    int t_ = 0;  // Adam's update count (stages 1-3)
+};
+
+}  // namespace napkin

@@ -1,0 +1,59 @@
+// Communication per optimizer step per rank under data parallelism and ZeRO 1/2/3: which
+// collectives run, over how many elements, the bytes one rank sends and receives by the ring
+// algorithm (core/comm/collective.h), and the time they take on a link. The layout (units,
+// padding) is the engine's own (core/comm/shard_layout.h), so a run's measured bytes equal
+// these exactly. docs/ESTIMATOR.md, "Communication", has the formulas.
+//
+// Per step, Ψ parameters over W ranks, G micro-batches per rank; every buffer a whole padded
+// unit (P_u elements, sum P >= Ψ):
+//   ZeRO-0 (DDP)  all-reduce gradients once (DDP skips the sync on all but the last micro-batch)
+//   ZeRO-1        reduce-scatter gradients once, all-gather updated parameters once
+//   ZeRO-2        reduce-scatter gradients every micro-batch (they are not kept whole),
+//                 all-gather updated parameters once
+//   ZeRO-3        all-gather each unit before every region that reads it, reduce-scatter its
+//                 gradients, every micro-batch; no all-gather after the step
+// The ZeRO paper's volume (Rajbhandari et al. 2020, section 7) counts Ψ per reduce-scatter or
+// all-gather and G = 1: 2Ψ for DDP, ZeRO-1 and ZeRO-2, 3Ψ for ZeRO-3. napkin shows it beside
+// the exact ring bytes, which are (W - 1) / W of it per collective (plus padding, G, dtypes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/comm/collective.h"
+#include "core/comm/shard_layout.h"
+#include "core/dtype.h"
+
+namespace napkin {
+
+struct CommLine {
+    std::string what;  // "gradients", "parameters"
+    Collective op = Collective::all_reduce;
+    DType dtype = DType::f32;
+    double calls = 0;     // per step
+    double elements = 0;  // per step, summed over the calls' whole (padded) buffers
+    double sent_bytes = 0;
+    double received_bytes = 0;
+};
+
+struct CommunicationEstimate {
+    int world = 1;
+    int zero = 0;
+    double psi = 0;                    // Ψ: parameter elements, unpadded
+    double padding = 0;                // sum (P_u - n_u): zeros added so units split evenly
+    double paper_volume_elements = 0;  // 2Ψ (ZeRO 0-2) or 3Ψ (ZeRO-3), the paper's count
+    std::vector<CommLine> lines;       // empty with one rank
+    double elements = 0;               // sum of the lines' elements
+    double sent_bytes = 0;             // per rank per step, exact
+    double received_bytes = 0;
+    double link_bytes_per_s = 0;  // 0: no link given, no time
+    double seconds = 0;  // sent_bytes / link: the ring's bandwidth term, no latency, no overlap
+};
+
+// Throws UsageError for a stage outside 0..3, grad_accum < 1 or a negative bandwidth.
+CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero,
+                                             std::int64_t grad_accum, DType grads, DType weights,
+                                             double link_bytes_per_s);
+
+}  // namespace napkin

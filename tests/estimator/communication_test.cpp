@@ -1,0 +1,162 @@
+// Communication per step per rank (estimator/communication.h) against counts made by hand,
+// the shard layout's padding, the ring formula, the ZeRO paper's 2Ψ/3Ψ and the link table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/comm/collective.h"
+#include "core/comm/shard_layout.h"
+#include "core/model_config.h"
+#include "estimator/communication.h"
+#include "estimator/estimate.h"
+#include "estimator/links.h"
+
+namespace napkin {
+namespace {
+
+TEST(RingTraffic, MatchesTheRingAlgorithm) {
+    // 8 elements of 4 bytes over 4 ranks: chunks of 2.
+    EXPECT_EQ(ring_traffic(Collective::all_reduce, 8, 4, 4).sent_bytes, 2u * 3 * 2 * 4);
+    EXPECT_EQ(ring_traffic(Collective::reduce_scatter, 8, 4, 4).received_bytes, 3u * 2 * 4);
+    EXPECT_EQ(ring_traffic(Collective::all_gather, 8, 2, 4).sent_bytes, 3u * 2 * 2);
+    // Uneven: 10 elements over 4 ranks are chunks of ceil(10 / 4) = 3.
+    EXPECT_EQ(ring_traffic(Collective::all_reduce, 10, 1, 4).sent_bytes, 2u * 3 * 3);
+    // Broadcast as a chain from root 1 over 3 ranks: 1 -> 2 -> 0.
+    EXPECT_EQ(ring_traffic(Collective::broadcast, 100, 1, 3, 1, 1).sent_bytes, 100u);
+    EXPECT_EQ(ring_traffic(Collective::broadcast, 100, 1, 3, 1, 1).received_bytes, 0u);
+    EXPECT_EQ(ring_traffic(Collective::broadcast, 100, 1, 3, 0, 1).sent_bytes, 0u);
+    EXPECT_EQ(ring_traffic(Collective::broadcast, 100, 1, 3, 0, 1).received_bytes, 100u);
+    EXPECT_EQ(ring_traffic(Collective::barrier, 0, 0, 8).sent_bytes, 0u);
+    EXPECT_EQ(ring_traffic(Collective::all_reduce, 1000, 4, 1).sent_bytes,
+              0u);  // one rank: nothing
+}
+
+TEST(ShardLayout, UnitsPadToAMultipleOfTheWorld) {
+    const ModelConfig& c = preset_or_throw("tiny");
+    const ShardLayout one = shard_layout(c, 1);
+    EXPECT_EQ(one.numel(), count_params(c).allocated);
+    EXPECT_EQ(one.padded(), one.numel());
+    ASSERT_EQ(one.units.size(), static_cast<std::size_t>(c.n_layers) + 2);
+    EXPECT_EQ(one.units.front().name, "embedding");
+    EXPECT_EQ(one.units.back().name, "head");
+    for (int w : {2, 3, 4, 7}) {
+        const ShardLayout l = shard_layout(c, w);
+        std::int64_t padding = 0;
+        for (const ShardUnit& u : l.units) {
+            EXPECT_EQ(u.padded % w, 0);
+            EXPECT_EQ(u.shard * w, u.padded);
+            EXPECT_LT(u.padded - u.numel, w);
+            EXPECT_GE(u.padded, u.numel);
+            padding += u.padded - u.numel;
+        }
+        EXPECT_EQ(l.padded() - l.numel(), padding);
+        EXPECT_EQ(l.shard() * w, l.padded());
+    }
+    // Every parameter in exactly one unit, back to back.
+    const std::vector<ParamTensor> params = param_tensors(c);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const ShardUnit& u = one.units[static_cast<std::size_t>(one.param_unit[i])];
+        EXPECT_LE(one.param_offset[i] + params[i].numel(), u.numel) << params[i].name;
+    }
+    // ZeRO-3 gathers: blocks twice, the tied embeddings three times, the head once.
+    EXPECT_EQ(one.units[1].gathers_per_micro_batch, 2);
+    EXPECT_EQ(one.units.front().gathers_per_micro_batch, c.tied_embeddings ? 3 : 2);
+    EXPECT_EQ(one.units.back().gathers_per_micro_batch, 1);
+    EXPECT_THROW(shard_layout(c, 0), UsageError);
+}
+
+TEST(Communication, DdpAndZeroStagesByHand) {
+    // One unit of 10 elements over 4 ranks: padded to 12, shards of 3.
+    const ShardLayout l = shard_layout_flat(10, 4);
+    ASSERT_EQ(l.padded(), 12);
+    const std::int64_t G = 3;
+    const CommunicationEstimate z0 = estimate_communication(l, 0, G, DType::bf16, DType::bf16, 0);
+    ASSERT_EQ(z0.lines.size(), 1u);
+    EXPECT_EQ(z0.lines[0].op, Collective::all_reduce);
+    EXPECT_DOUBLE_EQ(z0.sent_bytes, 2.0 * 3 * 3 * 2);  // 2 (W-1) chunk bytes, once per step
+    EXPECT_DOUBLE_EQ(z0.paper_volume_elements, 20);    // 2Ψ
+    EXPECT_DOUBLE_EQ(z0.padding, 2);
+
+    const CommunicationEstimate z1 = estimate_communication(l, 1, G, DType::f32, DType::bf16, 0);
+    EXPECT_DOUBLE_EQ(z1.sent_bytes, 3.0 * 3 * 4 + 3.0 * 3 * 2);  // RS fp32 + AG bf16, once
+
+    const CommunicationEstimate z2 = estimate_communication(l, 2, G, DType::f32, DType::f32, 0);
+    EXPECT_DOUBLE_EQ(z2.lines[0].calls, 3);  // a reduce-scatter per micro-batch
+    EXPECT_DOUBLE_EQ(z2.sent_bytes, 3.0 * (3 * 3 * 4) + 3 * 3 * 4);
+
+    const CommunicationEstimate z3 = estimate_communication(l, 3, G, DType::f32, DType::f32, 0);
+    EXPECT_DOUBLE_EQ(z3.paper_volume_elements, 30);  // 3Ψ
+    // Per micro-batch: 2 gathers + 1 reduce-scatter of the one unit.
+    EXPECT_DOUBLE_EQ(z3.sent_bytes, 3.0 * 3 * (3 * 3 * 4));
+    EXPECT_DOUBLE_EQ(z3.received_bytes, z3.sent_bytes);
+    EXPECT_DOUBLE_EQ(z3.seconds, 0);  // no link
+}
+
+TEST(Communication, PaperVolumeIsTheLimitOfTheRingBytes) {
+    // A large even model, G = 1, fp32 everywhere: ring bytes = (W-1)/W x paper volume x 4.
+    const ShardLayout l = shard_layout_flat(1 << 20, 8);
+    for (int z = 0; z <= 3; ++z) {
+        const CommunicationEstimate c = estimate_communication(l, z, 1, DType::f32, DType::f32, 0);
+        EXPECT_DOUBLE_EQ(c.sent_bytes, c.paper_volume_elements * 4 * 7 / 8) << "ZeRO-" << z;
+    }
+}
+
+TEST(Communication, NoTrafficOnOneRank) {
+    const CommunicationEstimate c =
+        estimate_communication(shard_layout_flat(1000, 1), 3, 4, DType::f32, DType::f32, 1e9);
+    EXPECT_TRUE(c.lines.empty());
+    EXPECT_DOUBLE_EQ(c.sent_bytes, 0);
+    EXPECT_DOUBLE_EQ(c.seconds, 0);
+}
+
+TEST(Communication, TimeFromTheLink) {
+    const LinkSpec& ndr = link_or_throw("ib-ndr");
+    EXPECT_DOUBLE_EQ(ndr.bytes_per_s(), 50e9);
+    EXPECT_DOUBLE_EQ(link_or_throw("nvlink4").bytes_per_s(), 450e9);  // 900 GB/s both directions
+    EXPECT_NEAR(link_or_throw("pcie5").bytes_per_s(), 63.0e9, 0.1e9);
+    const CommunicationEstimate c = estimate_communication(
+        shard_layout_flat(1 << 20, 4), 0, 1, DType::bf16, DType::bf16, ndr.bytes_per_s());
+    EXPECT_DOUBLE_EQ(c.seconds, c.sent_bytes / 50e9);
+    try {
+        link_or_throw("ib-qdr");
+        FAIL();
+    } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("--link"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("nvlink4"), std::string::npos);
+    }
+    for (const LinkSpec& l : link_table()) {
+        EXPECT_GT(l.gbit_per_s, 0) << l.name;
+        EXPECT_FALSE(l.source.empty()) << l.name;
+    }
+}
+
+TEST(Communication, EstimateUsesTheEngineLayout) {
+    // A config's sharded states are the engine's padded units, to the element.
+    EstimateInputs in;
+    in.model = preset_or_throw("gpt2");
+    in.seq_len = 1024;
+    in.gpus = 8;
+    in.gpu_memory_bytes = 80e9;
+    in.precision = Precision::bf16_amp;
+    const ShardLayout l = shard_layout(in.model, 8);
+    Estimator est;
+    for (int z = 0; z <= 3; ++z) {
+        in.zero = z;
+        const Estimate e = est.run(in);
+        const double S = static_cast<double>(l.shard()), P = static_cast<double>(l.padded());
+        const double n = static_cast<double>(count_params(in.model).allocated);
+        EXPECT_DOUBLE_EQ(e.gpu.weights, (z == 3 ? S : z >= 1 ? P : n) * 2) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.grads, (z >= 2 ? S : P) * 2) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.master, (z >= 1 ? S : n) * 4) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.optimizer, (z >= 1 ? S : n) * 8) << z;
+        EXPECT_EQ(e.comm.zero, z);
+        EXPECT_EQ(e.comm.world, 8);
+        EXPECT_GT(e.comm.sent_bytes, 0);
+    }
+    in.link_bytes_per_s = -1;
+    EXPECT_THROW(est.run(in), UsageError);
+}
+
+}  // namespace
+}  // namespace napkin
