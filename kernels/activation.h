@@ -8,6 +8,8 @@
 #include "core/model_config.h"
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct ActivationShape {
@@ -63,5 +65,29 @@ template <class T>
 void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/activation.cu, tested against the CPU in
+// tests/kernels_cuda/activation_test.cpp), same storage types and semantics as the CPU's above
+// (arithmetic in fp32; backward ACCUMULATES into dinp). Device pointers, queued on `stream`.
+
+template <class T>
+void gelu_forward(T* out, const T* inp, std::int64_t n, CUstream_st* stream);  // out, inp (n)
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, CUstream_st* stream);
+// dinp, inp, dout (n)
+
+template <class T>
+void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, CUstream_st* stream);
+// out (N, F), inp (N, 2F) = [gate | up]
+
+template <class T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F,
+                     CUstream_st* stream);
+// dinp (N, 2F), inp (N, 2F), dout (N, F)
+
+}  // namespace cuda
 
 }  // namespace napkin

@@ -13,6 +13,8 @@
 #include "core/recipe.h"
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct AttentionShape {
@@ -125,5 +127,46 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
                               std::int64_t HD);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/attention.cu, tested against the CPU in
+// tests/kernels_cuda/attention_test.cpp): the same layouts, causal mask, GQA/MQA grouping,
+// storage types (fp32 arithmetic throughout) and accumulation semantics as the CPU's above, and
+// the same deterministic two-pass backward (one writer per output element, no atomics). Device
+// pointers, queued on `stream`. Preconditions (NAPKIN_CUDA_REQUIRE): KVH >= 1 divides NH,
+// 1 <= HD <= kAttentionMaxHeadDim.
+//
+// naive: one block per query row; the row's T fp32 scores live in shared memory, so T is at most
+// attention_naive_max_T() (about 50k on an H100).
+// flash: a SIMT tiled kernel (fp32 FMA, not tensor cores): 8 query rows per block (a warp each)
+// over shared-memory tiles of 32 keys, online softmax, lse kept; backward recomputes S.
+
+std::int64_t attention_naive_max_T();
+
+template <class Elem>
+void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream);
+// out (B, T, NH*HD), p (B, NH, T, T), qkv (B, T, (NH + 2*KVH) * HD)
+
+// scratch: attention_naive_backward_scratch_floats(B, T, NH) floats of device memory (dS).
+template <class Elem>
+void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
+                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD, CUstream_st* stream);
+// dqkv (B, T, (NH + 2*KVH) * HD), scratch (B, NH, T, T), dout (B, T, NH*HD), p (B, NH, T, T)
+
+template <class Elem>
+void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream);
+// out (B, T, NH*HD), lse (B, NH, T), qkv (B, T, (NH + 2*KVH) * HD)
+
+template <class Elem>
+void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD, CUstream_st* stream);
+// dqkv (B, T, (NH + 2*KVH) * HD), dout (B, T, NH*HD), out (B, T, NH*HD), lse (B, NH, T)
+
+}  // namespace cuda
 
 }  // namespace napkin

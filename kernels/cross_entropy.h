@@ -6,7 +6,12 @@
 // FLOPs per logit: 5 (max, subtract, exp, sum, scale) forward + gradient together.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/cost.h"
+#include "kernels/matmul.h"
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
 
 namespace napkin {
 
@@ -45,5 +50,31 @@ float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, co
                          float dloss, float* scratch);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// The CUDA twin (kernels/cuda/cross_entropy.cu, tested against the CPU in
+// tests/kernels_cuda/cross_entropy_test.cpp): the same chunked head + loss, forward and backward
+// in one pass, on device pointers queued on `stream`. Per chunk: the logits GEMM (cuBLASLt,
+// fp32 output), one block per row for max, logsumexp, loss and dlogits, then the dx and dw GEMMs.
+// Differences from the CPU, each for the GPU's sake:
+//  - it returns nothing: losses (M) holds the per-row losses on the device; their mean is the
+//    caller's (a copy, or a reduction), so no step waits on the host here;
+//  - 16-bit storage: the GEMMs read dlogits rounded to T (cuBLASLt has no fp32 x bf16 product),
+//    and dw is summed over the chunks in an fp32 buffer and rounded into dw once, as the CPU does;
+//  - a target outside [0, V) cannot throw from a kernel: its row's loss is NaN and its dlogits
+//    are 0 (the CPU throws UsageError; callers validate tokens when loading them).
+// scratch: head_cross_entropy_scratch_bytes(...) bytes of device memory, 256-byte aligned.
+std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int64_t C, std::int64_t Vp,
+                                             DType dt, bool with_dw);
+
+template <class T>
+void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
+                        const std::int32_t* targets, std::int64_t M, std::int64_t C,
+                        std::int64_t V, std::int64_t Vp, std::int64_t chunk, float dloss,
+                        void* scratch, const MatmulContext& ctx, CUstream_st* stream);
+// losses (M), dx (M, C), dw (Vp, C) or null, x (M, C), w (Vp, C), targets (M)
+
+}  // namespace cuda
 
 }  // namespace napkin

@@ -5,6 +5,8 @@
 
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct EmbeddingShape {
@@ -52,5 +54,26 @@ void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int
                         std::int64_t B, std::int64_t T, std::int64_t C);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/embedding.cu, tested against the CPU in
+// tests/kernels_cuda/embedding_test.cpp), same storage types and semantics as the CPU's above.
+// Device pointers (tokens too), queued on `stream`. A token outside [0, Vp) is not detected.
+// Backward is deterministic without atomics, as on the CPU: the first position of each token
+// owns the token's dwte row and sums all of its positions in fp32 (in position order) before
+// one addition into Elem; dwpe rows are summed over b by one block each.
+
+template <class Elem>
+void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
+                       std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream);
+// out (B, T, C), tokens (B, T), wte (Vp, C), wpe (ctx, C) or null
+
+template <class Elem>
+void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
+                        std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream);
+// dwte (Vp, C), dwpe (ctx, C) or null, dout (B, T, C), tokens (B, T)
+
+}  // namespace cuda
 
 }  // namespace napkin

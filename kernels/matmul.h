@@ -8,7 +8,12 @@
 // caller-provided scratch first. CUDA (cuBLASLt) arrives with the CUDA backend.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/cost.h"
+
+struct CUstream_st;      // cudaStream_t and cublasLtHandle_t, without the CUDA headers
+struct cublasLtContext;  // (op headers compile in any build)
 
 namespace napkin {
 
@@ -70,5 +75,53 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 double sgemm_peak_flops(int n = 512, int reps = 5);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/matmul.cu, cuBLASLt; tested against the CPU in
+// tests/kernels_cuda/matmul_test.cpp), on the same storage types and with the same semantics as
+// the CPU's above; fp32 accumulate throughout. Pointers are device memory, the work is queued on
+// `stream` (nullptr: the legacy default stream).
+
+// cuBLASLt state the caller owns: the handle, and a workspace the caller allocates on the device
+// (through the accounting allocator as a temporary, so it shows in the memory breakdown), of
+// workspace_bytes (kMatmulWorkspaceBytes is what cuBLASLt's Hopper kernels want; 0 works, with
+// fewer algorithms). tf32: fp32 GEMMs on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit
+// mantissa inputs); off, fp32 GEMMs are exact fp32 (CUBLAS_COMPUTE_32F).
+struct MatmulContext {
+    cublasLtContext* handle = nullptr;
+    void* workspace = nullptr;
+    std::size_t workspace_bytes = 0;
+    bool tf32 = false;
+};
+inline constexpr std::size_t kMatmulWorkspaceBytes = 32ull << 20;
+
+cublasLtContext* matmul_create_handle();                    // throws CudaError
+void matmul_destroy_handle(cublasLtContext* handle) noexcept;
+
+// out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
+// The bias rides cuBLASLt's BIAS epilogue (a separate kernel where cuBLASLt has no algorithm).
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
+                    std::int64_t N, std::int64_t K, const MatmulContext& ctx, CUstream_st* stream);
+
+// out (M, N) = gelu(pre_gelu), pre_gelu (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]:
+// the fc matmul and GELU fused in cuBLASLt's GELU_AUX_BIAS epilogue (pre_gelu is the AUX output,
+// kept for gelu_backward). pre_gelu may be null (GELU epilogue only). Where cuBLASLt has no
+// fused algorithm (AUX needs N % 8 == 0), a plain GEMM and kernels/cuda/activation.cu's GELU.
+template <class T>
+void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+                         std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                         CUstream_st* stream);
+
+// dinp (M, K) += dout (M, N) @ weight (N, K); dweight (N, K) += dout^T @ inp (M, K);
+// dbias (N) += column sums of dout. Each may be null. Accumulation is cuBLASLt's beta = 1
+// (one rounding of the fp32 result into T, as the CPU's 16-bit path rounds once).
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                     CUstream_st* stream);
+
+}  // namespace cuda
 
 }  // namespace napkin

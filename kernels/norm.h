@@ -8,6 +8,8 @@
 #include "core/model_config.h"
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct NormShape {
@@ -71,5 +73,37 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
                       const float* rstd, std::int64_t N, std::int64_t C);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/norm.cu, tested against the CPU in tests/kernels_cuda/norm_test.cpp),
+// same storage types and semantics as the CPU's above: statistics in fp32, backward ACCUMULATES
+// into dinp, dweight and dbias (each parameter gradient summed over rows in fp32 in a fixed
+// order and added once: deterministic, no atomics). Device pointers, queued on `stream`.
+
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, std::int64_t N, std::int64_t C, CUstream_st* stream,
+                       float eps = 1e-5f);
+// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C) or null
+
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                        CUstream_st* stream);
+// dinp (N, C), dweight (C) or null, dbias (C) or null, dout (N, C), inp (N, C), weight (C),
+// mean (N), rstd (N)
+
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
+                     std::int64_t C, CUstream_st* stream, float eps = 1e-5f);
+// out (N, C), rstd (N), inp (N, C), weight (C)
+
+template <class T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream);
+// dinp (N, C), dweight (C) or null, dout (N, C), inp (N, C), weight (C), rstd (N)
+
+}  // namespace cuda
 
 }  // namespace napkin

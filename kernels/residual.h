@@ -5,6 +5,8 @@
 
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct ResidualShape {
@@ -36,5 +38,21 @@ template <class T>
 void residual_backward(T* da, T* db, const T* dout, std::int64_t n);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/residual.cu, tested against the CPU in
+// tests/kernels_cuda/residual_test.cpp): same storage types, semantics and aliasing as the
+// CPU's above. Device pointers, queued on `stream`.
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, std::int64_t n, CUstream_st* stream);
+// out, a, b (n)
+
+template <class T>
+void residual_backward(T* da, T* db, const T* dout, std::int64_t n, CUstream_st* stream);
+// da, db, dout (n)
+
+}  // namespace cuda
 
 }  // namespace napkin

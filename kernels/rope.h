@@ -6,6 +6,8 @@
 
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
 
 struct RopeShape {
@@ -49,5 +51,23 @@ void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, 
                    float theta = 10000.0f, std::int64_t pos_offset = 0);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// CUDA kernels (kernels/cuda/rope.cu, tested against the CPU in tests/kernels_cuda/rope_test.cpp),
+// same convention and storage types as the CPU's above; angles in double as there. Device
+// pointers, queued on `stream`.
+
+template <class Elem>
+void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
+                  CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
+// qkv (B, T, (NH + 2*KVH) * HD), q and k heads rotated in place
+
+template <class Elem>
+void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
+                   CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
+// dqkv (B, T, (NH + 2*KVH) * HD)
+
+}  // namespace cuda
 
 }  // namespace napkin

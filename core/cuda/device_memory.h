@@ -1,0 +1,46 @@
+// Device memory on the CUDA backend: cudaMalloc/cudaFree behind the caching allocator's backend
+// interface (core/cuda/caching_allocator.h), and cudaMemGetInfo sampling, the driver's view of
+// the whole device (the CUDA context, cuBLAS's and NCCL's own buffers and every other process
+// included), which the report puts beside the allocator's peaks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cuda/caching_allocator.h"
+
+namespace napkin::cuda {
+
+// cudaMalloc on the current device. Out of memory answers nullptr (the caching allocator then
+// releases its pools and retries); any other error throws CudaError.
+class CudaDeviceMemory final : public DeviceMemoryBackend {
+public:
+    void* raw_allocate(std::size_t bytes) override;
+    void raw_free(void* ptr) noexcept override;  // a failing cudaFree is reported on stderr
+    DeviceKind device() const override { return DeviceKind::cuda; }
+};
+
+struct DeviceMemoryInfo {
+    std::uint64_t free_bytes = 0;
+    std::uint64_t total_bytes = 0;
+    std::uint64_t used_bytes() const { return total_bytes - free_bytes; }
+};
+
+// cudaMemGetInfo on the current device (checked).
+DeviceMemoryInfo device_memory_info();
+
+// Keeps the largest device usage seen by sample() (call it at the points of interest: after
+// forward, after backward, after the optimizer step).
+class DeviceMemoryPeak {
+public:
+    DeviceMemoryPeak();  // the first sample is the baseline (context and libraries)
+    void sample();
+    std::uint64_t baseline_used_bytes() const { return baseline_; }
+    std::uint64_t peak_used_bytes() const { return peak_; }
+
+private:
+    std::uint64_t baseline_ = 0;
+    std::uint64_t peak_ = 0;
+};
+
+}  // namespace napkin::cuda

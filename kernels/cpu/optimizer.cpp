@@ -1,0 +1,137 @@
+// Optimizer updates on the CPU (declared in kernels/optimizer.h): the element arithmetic of
+// core/engine/optimizer.cpp's Optimizer::step, per tensor, as the reference for the CUDA twin.
+#include "kernels/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/half.h"
+
+namespace napkin::cpu {
+
+namespace {
+
+float load(const void* p, DType t, std::int64_t k) {
+    switch (t) {
+        case DType::bf16:
+            return to_float(static_cast<const bf16_t*>(p)[k]);
+        case DType::f16:
+            return to_float(static_cast<const f16_t*>(p)[k]);
+        default:
+            return static_cast<const float*>(p)[k];
+    }
+}
+
+void store(void* p, DType t, std::int64_t k, float v) {
+    switch (t) {
+        case DType::bf16:
+            static_cast<bf16_t*>(p)[k] = bf16_t(v);
+            break;
+        case DType::f16:
+            static_cast<f16_t*>(p)[k] = f16_t(v);
+            break;
+        default:
+            static_cast<float*>(p)[k] = v;
+            break;
+    }
+}
+
+void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
+    const float wd = t.weight_decay;
+#pragma omp parallel for if (t.n > 16384)
+    for (std::int64_t k = 0; k < t.n; ++k) {
+        float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+        float wk = t.master[k];
+        switch (h.kind) {
+            case OptimizerKind::sgd:
+                wk -= h.lr * (g + wd * wk);
+                break;
+            case OptimizerKind::momentum: {
+                g += wd * wk;
+                const float mk = h.beta1 * load(t.m, s, k) + g;
+                store(t.m, s, k, mk);
+                wk -= h.lr * mk;
+                break;
+            }
+            case OptimizerKind::adagrad: {
+                g += wd * wk;
+                const float sk = load(t.m, s, k) + g * g;
+                store(t.m, s, k, sk);
+                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
+                break;
+            }
+            case OptimizerKind::rmsprop: {
+                g += wd * wk;
+                const float sk = h.beta2 * load(t.m, s, k) + (1 - h.beta2) * g * g;
+                store(t.m, s, k, sk);
+                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
+                break;
+            }
+            case OptimizerKind::adam:
+            case OptimizerKind::adamw:
+            case OptimizerKind::adamw_8bit: {
+                const bool decoupled = h.kind != OptimizerKind::adam;
+                if (!decoupled) g += wd * wk;
+                const float mk = h.beta1 * load(t.m, s, k) + (1 - h.beta1) * g;
+                const float vk = h.beta2 * load(t.v, s, k) + (1 - h.beta2) * g * g;
+                store(t.m, s, k, mk);
+                store(t.v, s, k, vk);
+                const float step =
+                    (mk / h.bias_correction1) / (std::sqrt(vk / h.bias_correction2) + h.eps);
+                wk -= h.lr * (step + (decoupled ? wd * wk : 0.0f));
+                break;
+            }
+        }
+        t.master[k] = wk;
+        if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
+    }
+}
+
+}  // namespace
+
+void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
+                      DType state_dtype) {
+    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16,
+                  "optimizer_update: state dtype " << dtype_name(state_dtype));
+    for (int i = 0; i < count; ++i)
+        update(h, tensors[i], state_dtype);
+}
+
+double grad_sum_squares(const OptimizerTensor* tensors, int count) {
+    double sumsq = 0.0;
+    for (int i = 0; i < count; ++i) {
+        const OptimizerTensor& t = tensors[i];
+        constexpr std::int64_t kBlocks = 64;
+        double parts[kBlocks] = {};
+        const std::int64_t per = (t.n + kBlocks - 1) / kBlocks;
+#pragma omp parallel for if (t.n > 65536)
+        for (std::int64_t b = 0; b < kBlocks; ++b) {
+            double acc = 0.0;
+            for (std::int64_t k = b * per; k < std::min(t.n, (b + 1) * per); ++k) {
+                const double g = load(t.grad, t.grad_dtype, k);
+                acc += g * g;
+            }
+            parts[b] = acc;
+        }
+        for (double part : parts)
+            sumsq += part;
+    }
+    return sumsq;
+}
+
+bool grad_unscale_check(const OptimizerTensor* tensors, int count, float scale) {
+    bool nonfinite = false;
+    for (int i = 0; i < count; ++i) {
+        const OptimizerTensor& t = tensors[i];
+        void* g = t.grad;
+        for (std::int64_t k = 0; k < t.n; ++k) {
+            const float v = load(g, t.grad_dtype, k) * scale;
+            nonfinite = nonfinite || !std::isfinite(v);
+            store(g, t.grad_dtype, k, v);
+        }
+    }
+    return nonfinite;
+}
+
+}  // namespace napkin::cpu

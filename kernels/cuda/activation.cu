@@ -1,0 +1,118 @@
+// GELU (tanh approximation) and SwiGLU on the GPU (declared in kernels/activation.h; the CPU
+// twin, the spec, is kernels/cpu/activation.cpp): elementwise grid-stride loops, fp32 math.
+#include <cstdint>
+
+#include "kernels/activation.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace napkin::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+__device__ __forceinline__ float sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));  // expf overflow gives 0, not NaN
+}
+
+__device__ __forceinline__ std::int64_t first_index() {
+    return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_stride() {
+    return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+template <class D>
+__global__ void gelu_forward_kernel(D* out, const D* inp, std::int64_t n) {
+    for (std::int64_t i = first_index(); i < n; i += grid_stride())
+        out[i] = from_f32<D>(gelu_tanh(to_f32(inp[i])));
+}
+
+template <class D>
+__global__ void gelu_backward_kernel(D* dinp, const D* inp, const D* dout, std::int64_t n) {
+    for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
+        const float x = to_f32(inp[i]);
+        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+        const float t = tanhf(u);
+        const float sech2 = 1.0f - t * t;
+        const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+        const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du_dx;
+        dinp[i] = from_f32<D>(to_f32(dinp[i]) + local * to_f32(dout[i]));
+    }
+}
+
+// One thread per output element (n, f) of (N, F); inp rows are [gate (F) | up (F)].
+template <class D>
+__global__ void swiglu_forward_kernel(D* out, const D* inp, std::int64_t N, std::int64_t F) {
+    for (std::int64_t i = first_index(); i < N * F; i += grid_stride()) {
+        const std::int64_t n = i / F, f = i % F;
+        const float g = to_f32(inp[n * 2 * F + f]);
+        const float up = to_f32(inp[n * 2 * F + F + f]);
+        out[i] = from_f32<D>(g * sigmoid(g) * up);
+    }
+}
+
+template <class D>
+__global__ void swiglu_backward_kernel(D* dinp, const D* inp, const D* dout, std::int64_t N,
+                                       std::int64_t F) {
+    for (std::int64_t i = first_index(); i < N * F; i += grid_stride()) {
+        const std::int64_t n = i / F, f = i % F;
+        const std::int64_t gi = n * 2 * F + f, ui = gi + F;
+        const float g = to_f32(inp[gi]);
+        const float sg = sigmoid(g);
+        const float d = to_f32(dout[i]);
+        const float dsilu = sg * (1.0f + g * (1.0f - sg));
+        dinp[gi] = from_f32<D>(to_f32(dinp[gi]) + d * to_f32(inp[ui]) * dsilu);
+        dinp[ui] = from_f32<D>(to_f32(dinp[ui]) + d * g * sg);
+    }
+}
+
+}  // namespace
+
+template <class T>
+void gelu_forward(T* out, const T* inp, std::int64_t n, CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_forward: n " << n);
+    if (n == 0) return;
+    gelu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), n);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_backward: n " << n);
+    if (n == 0) return;
+    gelu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp), dev(dout),
+                                                                     n);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_forward: N " << N << ", F " << F);
+    if (N * F == 0) return;
+    swiglu_forward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), N, F);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F,
+                     CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_backward: N " << N << ", F " << F);
+    if (N * F == 0) return;
+    swiglu_backward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp),
+                                                                           dev(dout), N, F);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+#define NAPKIN_CUDA_ACTIVATION_INSTANTIATE(T)                                                \
+    template void gelu_forward<T>(T*, const T*, std::int64_t, CUstream_st*);                 \
+    template void gelu_backward<T>(T*, const T*, const T*, std::int64_t, CUstream_st*);      \
+    template void swiglu_forward<T>(T*, const T*, std::int64_t, std::int64_t, CUstream_st*); \
+    template void swiglu_backward<T>(T*, const T*, const T*, std::int64_t, std::int64_t,     \
+                                     CUstream_st*);
+NAPKIN_CUDA_ACTIVATION_INSTANTIATE(float)
+NAPKIN_CUDA_ACTIVATION_INSTANTIATE(bf16_t)
+NAPKIN_CUDA_ACTIVATION_INSTANTIATE(f16_t)
+#undef NAPKIN_CUDA_ACTIVATION_INSTANTIATE
+
+}  // namespace napkin::cuda

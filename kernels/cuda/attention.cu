@@ -1,0 +1,560 @@
+// Causal self-attention on the GPU (declared in kernels/attention.h; the CPU twin, the spec, is
+// kernels/cpu/attention.cpp), both implementations, fp32 arithmetic on any storage type:
+//   naive: one block per query row; the row's scores in shared memory; P (B, NH, T, T) kept.
+//          Backward: dS into scratch per query row (with dq), then one block per key row sums
+//          dk, dv over the group's query heads.
+//   flash: a SIMT tiled kernel: a block of kFlashWarps warps holds kFlashWarps query rows (one
+//          per warp, q in shared memory); key/value tiles of kTile rows are staged in shared
+//          memory as fp32 (rows padded to HD + 1 floats so that lane j reading row j is free of
+//          bank conflicts); lane j scores key j of the tile, the warp keeps the online max and
+//          sum, and each lane accumulates the output dimensions lane, lane + 32, ... in
+//          registers. lse = m + log(sum) is kept.
+//          Backward, deterministic like the CPU's: pass 1, one block per (b, kv head, tile of
+//          kTile keys), each warp owning kKeysPerWarp keys' dk, dv in registers, walks the
+//          group's query heads and the query tiles that see the keys (lane i scores query i);
+//          pass 2, the forward's layout again for dq. S and dP are recomputed in both passes.
+// Softmax scale 1/sqrt(HD); scores, probabilities and sums in fp32 throughout.
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace napkin::cuda {
+
+namespace {
+
+constexpr std::int64_t kMaxHD = cpu::kAttentionMaxHeadDim;
+constexpr int kTile = 32;                          // keys (or queries) per shared-memory tile
+constexpr int kFlashWarps = 8;                     // query rows per forward / dq block
+constexpr int kKeysPerWarp = kTile / kFlashWarps;  // dk, dv pass: 4 keys per warp
+constexpr int kDimsPerLane = static_cast<int>((kMaxHD + kWarpSize - 1) / kWarpSize);  // 8
+constexpr int kNaiveBlock = 128;
+// Dynamic shared memory above which a kernel opts in (48 KiB without, static included: a
+// margin for the kernels' own static arrays).
+constexpr std::size_t kOptInAbove = 40 * 1024;
+
+struct Layout {
+    std::int64_t T = 0, HD = 0;
+    int NH = 0, KVH = 0, group = 0;
+    std::int64_t qkv_row = 0;  // (NH + 2*KVH) * HD
+    std::int64_t out_row = 0;  // NH * HD
+    float scale = 0.0f;
+
+    __device__ std::int64_t q(std::int64_t b, std::int64_t t, int h) const {
+        return (b * T + t) * qkv_row + h * HD;
+    }
+    __device__ std::int64_t k(std::int64_t b, std::int64_t t, int g) const {
+        return (b * T + t) * qkv_row + (NH + g) * HD;
+    }
+    __device__ std::int64_t v(std::int64_t b, std::int64_t t, int g) const {
+        return (b * T + t) * qkv_row + (NH + KVH + g) * HD;
+    }
+    __device__ std::int64_t o(std::int64_t b, std::int64_t t, int h) const {
+        return (b * T + t) * out_row + h * HD;
+    }
+    __device__ std::int64_t row(std::int64_t b, int h, std::int64_t t) const {
+        return (b * NH + h) * T + t;
+    }
+};
+
+Layout make_layout(const char* op, std::int64_t B, std::int64_t T, int NH, int KVH,
+                   std::int64_t HD) {
+    NAPKIN_CUDA_REQUIRE(B >= 0 && T >= 0, op << ": B " << B << ", T " << T);
+    NAPKIN_CUDA_REQUIRE(NH >= 1 && KVH >= 1 && NH % KVH == 0,
+                        op << ": KVH " << KVH << " must divide NH " << NH);
+    NAPKIN_CUDA_REQUIRE(HD >= 1 && HD <= kMaxHD,
+                        op << ": HD " << HD << " outside [1, " << kMaxHD << "]");
+    Layout l;
+    l.T = T;
+    l.HD = HD;
+    l.NH = NH;
+    l.KVH = KVH;
+    l.group = NH / KVH;
+    l.qkv_row = (NH + 2ll * KVH) * HD;
+    l.out_row = NH * HD;
+    l.scale = 1.0f / sqrtf(static_cast<float>(HD));
+    return l;
+}
+
+int max_smem_optin() {
+    int device = 0, bytes = 0;
+    NAPKIN_CUDA_CHECK(cudaGetDevice(&device));
+    NAPKIN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (an opt-in past 48 KiB with static).
+template <class Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
+    if (bytes <= kOptInAbove) return;
+    const int max_bytes = max_smem_optin();
+    NAPKIN_CUDA_REQUIRE(
+        bytes <= static_cast<std::size_t>(max_bytes),
+        op << ": needs " << bytes << " bytes of shared memory, the device allows " << max_bytes);
+    NAPKIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+}
+
+template <class D>
+__device__ float dot_global(const float* a, const D* b, std::int64_t n) {
+    float s = 0.0f;
+    for (std::int64_t i = 0; i < n; ++i)
+        s += a[i] * to_f32(b[i]);
+    return s;
+}
+
+// dst (rows, ld) fp32 <- rows [t0, t0 + rows) of one head of the packed buffer (b, t, offset),
+// zeros past T. The whole block calls it.
+template <class D>
+__device__ void load_tile(float* dst, int ld, const D* src, std::int64_t row_stride, std::int64_t b,
+                          std::int64_t T, std::int64_t t0, int rows, std::int64_t offset,
+                          std::int64_t HD) {
+    for (std::int64_t idx = threadIdx.x; idx < rows * HD; idx += blockDim.x) {
+        const std::int64_t r = idx / HD, d = idx % HD;
+        const std::int64_t t = t0 + r;
+        dst[r * ld + d] = t < T ? to_f32(src[(b * T + t) * row_stride + offset + d]) : 0.0f;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// naive
+
+// Block r = (b, h, t). Shared: scores (T) then q (HD).
+template <class D>
+__global__ void attention_naive_forward_kernel(D* out, D* p, const D* qkv, Layout l) {
+    extern __shared__ float smem[];
+    __shared__ float red[kWarpSize];
+    const std::int64_t r = blockIdx.x;
+    const std::int64_t b = r / (l.NH * l.T);
+    const int h = static_cast<int>(r / l.T % l.NH);
+    const std::int64_t t = r % l.T;
+    const int g = h / l.group;
+    float* s = smem;        // (T)
+    float* q = smem + l.T;  // (HD)
+    for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x)
+        q[d] = to_f32(qkv[l.q(b, t, h) + d]);
+    __syncthreads();
+    float mx = -INFINITY;
+    for (std::int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        s[j] = dot_global(q, qkv + l.k(b, j, g), l.HD) * l.scale;
+        mx = fmaxf(mx, s[j]);
+    }
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (std::int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    const float inv = 1.0f / block_sum(sum, red);  // the syncs inside publish s
+    D* prow = p + l.row(b, h, t) * l.T;            // (T)
+    for (std::int64_t j = threadIdx.x; j < l.T; j += blockDim.x)
+        prow[j] = from_f32<D>(j <= t ? s[j] * inv : 0.0f);
+    for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x) {
+        float acc = 0.0f;
+        for (std::int64_t j = 0; j <= t; ++j)
+            acc += s[j] * inv * to_f32(qkv[l.v(b, j, g) + d]);
+        out[l.o(b, t, h) + d] = from_f32<D>(acc);
+    }
+}
+
+// Pass 1, block r = (b, h, t): dP_j = dout_t . v_j, D = sum_j P_j dP_j, dS_j = P_j (dP_j - D)
+// scale into scratch row (b, h, t), dq_t += sum_j dS_j k_j. Shared: dS (T) then dout row (HD).
+template <class D>
+__global__ void attention_naive_backward_query_kernel(D* dqkv, float* scratch, const D* dout,
+                                                      const D* qkv, const D* p, Layout l) {
+    extern __shared__ float smem[];
+    __shared__ float red[kWarpSize];
+    const std::int64_t r = blockIdx.x;
+    const std::int64_t b = r / (l.NH * l.T);
+    const int h = static_cast<int>(r / l.T % l.NH);
+    const std::int64_t t = r % l.T;
+    const int g = h / l.group;
+    float* ds = smem;        // (T)
+    float* go = smem + l.T;  // (HD)
+    for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x)
+        go[d] = to_f32(dout[l.o(b, t, h) + d]);
+    __syncthreads();
+    const D* prow = p + l.row(b, h, t) * l.T;  // (T)
+    float dsum = 0.0f;
+    for (std::int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        ds[j] = dot_global(go, qkv + l.v(b, j, g), l.HD);
+        dsum += to_f32(prow[j]) * ds[j];
+    }
+    const float Dt = block_sum(dsum, red);
+    float* srow = scratch + l.row(b, h, t) * l.T;  // (T)
+    for (std::int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
+        ds[j] = to_f32(prow[j]) * (ds[j] - Dt) * l.scale;
+        srow[j] = ds[j];
+    }
+    __syncthreads();
+    for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x) {
+        float acc = 0.0f;
+        for (std::int64_t j = 0; j <= t; ++j)
+            acc += ds[j] * to_f32(qkv[l.k(b, j, g) + d]);
+        const std::int64_t at = l.q(b, t, h) + d;
+        dqkv[at] = from_f32<D>(to_f32(dqkv[at]) + acc);
+    }
+}
+
+// Pass 2, block r = (b, g, j), a thread per dimension: dk_j += sum dS_tj q_t,
+// dv_j += sum P_tj dout_t over the group's query heads and the queries t >= j.
+template <class D>
+__global__ void attention_naive_backward_key_kernel(D* dqkv, const float* scratch, const D* dout,
+                                                    const D* qkv, const D* p, Layout l) {
+    const std::int64_t r = blockIdx.x;
+    const std::int64_t b = r / (l.KVH * l.T);
+    const int g = static_cast<int>(r / l.T % l.KVH);
+    const std::int64_t j = r % l.T;
+    for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x) {
+        float dk = 0.0f, dv = 0.0f;
+        for (int h = g * l.group; h < (g + 1) * l.group; ++h) {
+            for (std::int64_t t = j; t < l.T; ++t) {
+                const std::int64_t at = l.row(b, h, t) * l.T + j;
+                dk += scratch[at] * to_f32(qkv[l.q(b, t, h) + d]);
+                dv += to_f32(p[at]) * to_f32(dout[l.o(b, t, h) + d]);
+            }
+        }
+        const std::int64_t kd = l.k(b, j, g) + d, vd = l.v(b, j, g) + d;
+        dqkv[kd] = from_f32<D>(to_f32(dqkv[kd]) + dk);
+        dqkv[vd] = from_f32<D>(to_f32(dqkv[vd]) + dv);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// flash
+
+__device__ __forceinline__ float dot_shared(const float* a, const float* b, std::int64_t n) {
+    float s = 0.0f;
+    for (std::int64_t d = 0; d < n; ++d)
+        s += a[d] * b[d];
+    return s;
+}
+
+// Grid (ceil(T / kFlashWarps), B * NH); warp w of block x holds query row x * kFlashWarps + w.
+// Shared (floats): K and V tiles (kTile, HD + 1) each, then the warps' q rows (kFlashWarps, HD).
+template <class D>
+__global__ void attention_flash_forward_kernel(D* out, float* lse, const D* qkv, Layout l) {
+    extern __shared__ float smem[];
+    const int ld = static_cast<int>(l.HD) + 1;
+    float* ks = smem;             // (kTile, ld)
+    float* vs = ks + kTile * ld;  // (kTile, ld)
+    float* qs = vs + kTile * ld;  // (kFlashWarps, HD)
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const std::int64_t b = blockIdx.y / l.NH;
+    const int h = static_cast<int>(blockIdx.y % l.NH);
+    const int g = h / l.group;
+    const std::int64_t i0 = blockIdx.x * static_cast<std::int64_t>(kFlashWarps);
+    const std::int64_t i = i0 + warp;
+    const bool active = i < l.T;                               // warp-uniform
+    const std::int64_t last = min(i0 + kFlashWarps, l.T) - 1;  // the block's last query row
+    float* q = qs + warp * l.HD;                               // (HD)
+    if (active) {
+        for (std::int64_t d = lane; d < l.HD; d += kWarpSize)
+            q[d] = to_f32(qkv[l.q(b, i, h) + d]);
+    }
+    __syncwarp();
+    float m = -INFINITY;           // running max of the scaled scores
+    float sum = 0.0f;              // running sum of exp(s - m)
+    float acc[kDimsPerLane] = {};  // dims lane + 32 k: sum of exp(s - m) v
+    for (std::int64_t j0 = 0; j0 <= last; j0 += kTile) {
+        __syncthreads();  // the previous tiles are no longer read
+        load_tile(ks, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + g) * l.HD, l.HD);
+        load_tile(vs, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + l.KVH + g) * l.HD, l.HD);
+        __syncthreads();
+        if (!active || j0 > i) continue;
+        const int visible = static_cast<int>(min(static_cast<std::int64_t>(kTile), i + 1 - j0));
+        float s = -INFINITY;
+        if (lane < visible) s = dot_shared(q, ks + lane * ld, l.HD) * l.scale;
+        const float m_new = fmaxf(m, warp_max(s));  // finite: key j0 <= i is visible
+        const float correction = expf(m - m_new);   // 0 on the first tile (m = -inf)
+        const float e = lane < visible ? expf(s - m_new) : 0.0f;
+        sum = sum * correction + warp_sum(e);
+#pragma unroll
+        for (int k = 0; k < kDimsPerLane; ++k)
+            acc[k] *= correction;
+        for (int jj = 0; jj < visible; ++jj) {
+            const float pj = __shfl_sync(0xffffffffu, e, jj);
+            const float* vr = vs + jj * ld;  // (HD)
+#pragma unroll
+            for (int k = 0; k < kDimsPerLane; ++k) {
+                const int d = lane + k * kWarpSize;
+                if (d < l.HD) acc[k] += pj * vr[d];
+            }
+        }
+        m = m_new;
+    }
+    if (!active) return;
+    const float inv = 1.0f / sum;  // sum >= 1: the max term is exp(0)
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+        const int d = lane + k * kWarpSize;
+        if (d < l.HD) out[l.o(b, i, h) + d] = from_f32<D>(acc[k] * inv);
+    }
+    if (lane == 0) lse[l.row(b, h, i)] = m + logf(sum);
+}
+
+// Pass 1: dk, dv. Grid (ceil(T / kTile), B * KVH); block x owns keys [x * kTile, + kTile), warp w
+// the kKeysPerWarp keys from x * kTile + w * kKeysPerWarp, their dk, dv in registers (dims
+// lane + 32 k). Shared (floats): K, V, Q and dout tiles (kTile, HD + 1) each.
+template <class D>
+__global__ void attention_flash_backward_key_kernel(D* dqkv, const D* dout, const D* out,
+                                                    const D* qkv, const float* lse, Layout l) {
+    extern __shared__ float smem[];
+    __shared__ float lse_s[kTile];
+    __shared__ float d_s[kTile];  // D_i = dout_i . out_i
+    const int ld = static_cast<int>(l.HD) + 1;
+    float* ks = smem;              // (kTile, ld)
+    float* vs = ks + kTile * ld;   // (kTile, ld)
+    float* qs = vs + kTile * ld;   // (kTile, ld)
+    float* gos = qs + kTile * ld;  // (kTile, ld)
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const std::int64_t b = blockIdx.y / l.KVH;
+    const int g = static_cast<int>(blockIdx.y % l.KVH);
+    const std::int64_t j0 = blockIdx.x * static_cast<std::int64_t>(kTile);
+    load_tile(ks, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + g) * l.HD, l.HD);
+    load_tile(vs, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + l.KVH + g) * l.HD, l.HD);
+    float dk[kKeysPerWarp][kDimsPerLane] = {};
+    float dv[kKeysPerWarp][kDimsPerLane] = {};
+    for (int h = g * l.group; h < (g + 1) * l.group; ++h) {
+        for (std::int64_t i0 = j0; i0 < l.T;
+             i0 += kTile) {   // queries before j0 see none of the keys
+            __syncthreads();  // the previous query tile is no longer read
+            load_tile(qs, ld, qkv, l.qkv_row, b, l.T, i0, kTile, h * l.HD, l.HD);
+            load_tile(gos, ld, dout, l.out_row, b, l.T, i0, kTile, h * l.HD, l.HD);
+            if (threadIdx.x < kTile) {
+                const std::int64_t i = i0 + threadIdx.x;
+                lse_s[threadIdx.x] = i < l.T ? lse[l.row(b, h, i)] : 0.0f;
+            }
+            __syncthreads();
+            for (int rr = warp; rr < kTile; rr += kFlashWarps) {
+                const std::int64_t i = i0 + rr;
+                float part = 0.0f;
+                if (i < l.T) {
+                    for (std::int64_t d = lane; d < l.HD; d += kWarpSize)
+                        part += gos[rr * ld + d] * to_f32(out[l.o(b, i, h) + d]);
+                }
+                part = warp_sum(part);
+                if (lane == 0) d_s[rr] = part;
+            }
+            __syncthreads();
+            const std::int64_t qi = i0 + lane;  // lane i scores query i of the tile
+            const float* qrow = qs + lane * ld;
+            const float* grow = gos + lane * ld;
+#pragma unroll
+            for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+                const int jl = warp * kKeysPerWarp + kk;
+                const std::int64_t j = j0 + jl;
+                float p = 0.0f, ds = 0.0f;
+                if (j < l.T && qi < l.T && qi >= j) {
+                    p = expf(dot_shared(qrow, ks + jl * ld, l.HD) * l.scale - lse_s[lane]);
+                    const float dp = dot_shared(grow, vs + jl * ld, l.HD);
+                    ds = p * (dp - d_s[lane]) * l.scale;
+                }
+                for (int qq = 0; qq < kTile; ++qq) {
+                    const float pq = __shfl_sync(0xffffffffu, p, qq);
+                    const float dsq = __shfl_sync(0xffffffffu, ds, qq);
+                    if (pq == 0.0f && dsq == 0.0f) continue;  // masked (uniform across the warp)
+#pragma unroll
+                    for (int k = 0; k < kDimsPerLane; ++k) {
+                        const int d = lane + k * kWarpSize;
+                        if (d < l.HD) {
+                            dv[kk][k] += pq * gos[qq * ld + d];
+                            dk[kk][k] += dsq * qs[qq * ld + d];
+                        }
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+        const std::int64_t j = j0 + warp * kKeysPerWarp + kk;
+        if (j >= l.T) continue;
+#pragma unroll
+        for (int k = 0; k < kDimsPerLane; ++k) {
+            const int d = lane + k * kWarpSize;
+            if (d >= l.HD) continue;
+            const std::int64_t kd = l.k(b, j, g) + d, vd = l.v(b, j, g) + d;
+            dqkv[kd] = from_f32<D>(to_f32(dqkv[kd]) + dk[kk][k]);
+            dqkv[vd] = from_f32<D>(to_f32(dqkv[vd]) + dv[kk][k]);
+        }
+    }
+}
+
+// Pass 2: dq, the forward's layout. Shared (floats): K and V tiles (kTile, HD + 1), then the
+// warps' q rows and dout rows (kFlashWarps, HD) each.
+template <class D>
+__global__ void attention_flash_backward_query_kernel(D* dqkv, const D* dout, const D* out,
+                                                      const D* qkv, const float* lse, Layout l) {
+    extern __shared__ float smem[];
+    const int ld = static_cast<int>(l.HD) + 1;
+    float* ks = smem;                      // (kTile, ld)
+    float* vs = ks + kTile * ld;           // (kTile, ld)
+    float* qs = vs + kTile * ld;           // (kFlashWarps, HD)
+    float* gos = qs + kFlashWarps * l.HD;  // (kFlashWarps, HD)
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const std::int64_t b = blockIdx.y / l.NH;
+    const int h = static_cast<int>(blockIdx.y % l.NH);
+    const int g = h / l.group;
+    const std::int64_t i0 = blockIdx.x * static_cast<std::int64_t>(kFlashWarps);
+    const std::int64_t i = i0 + warp;
+    const bool active = i < l.T;
+    const std::int64_t last = min(i0 + kFlashWarps, l.T) - 1;
+    float* q = qs + warp * l.HD;    // (HD)
+    float* go = gos + warp * l.HD;  // (HD)
+    float Di = 0.0f, L = 0.0f;
+    if (active) {
+        float part = 0.0f;
+        for (std::int64_t d = lane; d < l.HD; d += kWarpSize) {
+            q[d] = to_f32(qkv[l.q(b, i, h) + d]);
+            go[d] = to_f32(dout[l.o(b, i, h) + d]);
+            part += go[d] * to_f32(out[l.o(b, i, h) + d]);
+        }
+        Di = warp_sum(part);
+        L = lse[l.row(b, h, i)];
+    }
+    __syncwarp();
+    float dq[kDimsPerLane] = {};
+    for (std::int64_t j0 = 0; j0 <= last; j0 += kTile) {
+        __syncthreads();
+        load_tile(ks, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + g) * l.HD, l.HD);
+        load_tile(vs, ld, qkv, l.qkv_row, b, l.T, j0, kTile, (l.NH + l.KVH + g) * l.HD, l.HD);
+        __syncthreads();
+        if (!active || j0 > i) continue;
+        const int visible = static_cast<int>(min(static_cast<std::int64_t>(kTile), i + 1 - j0));
+        float ds = 0.0f;
+        if (lane < visible) {
+            const float p = expf(dot_shared(q, ks + lane * ld, l.HD) * l.scale - L);
+            const float dp = dot_shared(go, vs + lane * ld, l.HD);
+            ds = p * (dp - Di) * l.scale;
+        }
+        for (int jj = 0; jj < visible; ++jj) {
+            const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+            const float* kr = ks + jj * ld;  // (HD)
+#pragma unroll
+            for (int k = 0; k < kDimsPerLane; ++k) {
+                const int d = lane + k * kWarpSize;
+                if (d < l.HD) dq[k] += dsj * kr[d];
+            }
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+        const int d = lane + k * kWarpSize;
+        if (d < l.HD) {
+            const std::int64_t at = l.q(b, i, h) + d;
+            dqkv[at] = from_f32<D>(to_f32(dqkv[at]) + dq[k]);
+        }
+    }
+}
+
+std::size_t flash_tile_floats(std::int64_t HD) {
+    return static_cast<std::size_t>(kTile) * (HD + 1);
+}
+
+void require_grid_y(const char* op, std::int64_t y) {
+    NAPKIN_CUDA_REQUIRE(y <= 65535, op << ": " << y << " heads exceed gridDim.y (65535)");
+}
+
+}  // namespace
+
+std::int64_t attention_naive_max_T() {
+    return (max_smem_optin() - kMaxHD * 4 - kWarpSize * 4) / 4;  // q row and the reduction scratch
+}
+
+template <class Elem>
+void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+    const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
+    const std::int64_t rows = B * NH * T;
+    if (rows == 0) return;
+    NAPKIN_CUDA_REQUIRE(rows <= kMaxGridX, "attention_naive_forward: " << rows << " rows");
+    const std::size_t smem = static_cast<std::size_t>(T + HD) * sizeof(float);
+    auto kernel = attention_naive_forward_kernel<device_t<Elem>>;
+    allow_smem(kernel, smem, "attention_naive_forward (T too long for the naive path)");
+    kernel<<<static_cast<unsigned>(rows), kNaiveBlock, smem, stream>>>(dev(out), dev(p), dev(qkv),
+                                                                       l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Elem>
+void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
+                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD, CUstream_st* stream) {
+    const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
+    const std::int64_t rows = B * NH * T;
+    if (rows == 0) return;
+    NAPKIN_CUDA_REQUIRE(rows <= kMaxGridX, "attention_naive_backward: " << rows << " rows");
+    const std::size_t smem = static_cast<std::size_t>(T + HD) * sizeof(float);
+    auto query_kernel = attention_naive_backward_query_kernel<device_t<Elem>>;
+    allow_smem(query_kernel, smem, "attention_naive_backward (T too long for the naive path)");
+    query_kernel<<<static_cast<unsigned>(rows), kNaiveBlock, smem, stream>>>(
+        dev(dqkv), scratch, dev(dout), dev(qkv), dev(p), l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    const std::int64_t keys = B * KVH * T;
+    attention_naive_backward_key_kernel<<<static_cast<unsigned>(keys), block_for_row(HD, 256), 0,
+                                          stream>>>(dev(dqkv), scratch, dev(dout), dev(qkv), dev(p),
+                                                    l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Elem>
+void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+    const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
+    if (B * T == 0) return;
+    require_grid_y("attention_flash_forward", B * NH);
+    const std::size_t smem = (2 * flash_tile_floats(HD) + kFlashWarps * HD) * sizeof(float);
+    auto kernel = attention_flash_forward_kernel<device_t<Elem>>;
+    allow_smem(kernel, smem, "attention_flash_forward");
+    const dim3 grid(static_cast<unsigned>((T + kFlashWarps - 1) / kFlashWarps),
+                    static_cast<unsigned>(B * NH));
+    kernel<<<grid, kFlashWarps * kWarpSize, smem, stream>>>(dev(out), lse, dev(qkv), l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Elem>
+void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD, CUstream_st* stream) {
+    const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
+    if (B * T == 0) return;
+    require_grid_y("attention_flash_backward", B * NH);
+    const std::size_t key_smem = 4 * flash_tile_floats(HD) * sizeof(float);
+    auto key_kernel = attention_flash_backward_key_kernel<device_t<Elem>>;
+    allow_smem(key_kernel, key_smem, "attention_flash_backward");
+    const dim3 key_grid(static_cast<unsigned>((T + kTile - 1) / kTile),
+                        static_cast<unsigned>(B * KVH));
+    key_kernel<<<key_grid, kFlashWarps * kWarpSize, key_smem, stream>>>(dev(dqkv), dev(dout),
+                                                                        dev(out), dev(qkv), lse, l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    const std::size_t query_smem =
+        (2 * flash_tile_floats(HD) + 2 * kFlashWarps * HD) * sizeof(float);
+    auto query_kernel = attention_flash_backward_query_kernel<device_t<Elem>>;
+    allow_smem(query_kernel, query_smem, "attention_flash_backward");
+    const dim3 query_grid(static_cast<unsigned>((T + kFlashWarps - 1) / kFlashWarps),
+                          static_cast<unsigned>(B * NH));
+    query_kernel<<<query_grid, kFlashWarps * kWarpSize, query_smem, stream>>>(
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+#define NAPKIN_CUDA_ATTENTION_INSTANTIATE(E)                                                      \
+    template void attention_naive_forward<E>(E*, E*, const E*, std::int64_t, std::int64_t, int,   \
+                                             int, std::int64_t, CUstream_st*);                    \
+    template void attention_naive_backward<E>(E*, float*, const E*, const E*, const E*,           \
+                                              std::int64_t, std::int64_t, int, int, std::int64_t, \
+                                              CUstream_st*);                                      \
+    template void attention_flash_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t,    \
+                                             int, int, std::int64_t, CUstream_st*);               \
+    template void attention_flash_backward<E>(E*, const E*, const E*, const E*, const float*,     \
+                                              std::int64_t, std::int64_t, int, int, std::int64_t, \
+                                              CUstream_st*);
+NAPKIN_CUDA_ATTENTION_INSTANTIATE(float)
+NAPKIN_CUDA_ATTENTION_INSTANTIATE(bf16_t)
+NAPKIN_CUDA_ATTENTION_INSTANTIATE(f16_t)
+#undef NAPKIN_CUDA_ATTENTION_INSTANTIATE
+
+}  // namespace napkin::cuda

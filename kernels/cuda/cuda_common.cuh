@@ -1,0 +1,146 @@
+// Shared by the CUDA kernels (kernels/cuda/<op>.cu): the mapping from napkin's storage types to
+// CUDA's, conversions, warp and block reductions, launch sizes. Not a public header.
+//
+// Storage types: the op headers declare the CUDA kernels as templates on napkin's storage types
+// (float, bf16_t, f16_t from core/half.h), exactly as the CPU kernels are declared, so a caller
+// passes the same pointers to either backend. nvcc compiles in C++17 and core/half.h needs C++20,
+// so this header only forward-declares bf16_t and f16_t; a kernel reinterprets the pointers as
+// __nv_bfloat16 / __half, which have the same 2-byte layout (bf16: the high half of an fp32;
+// f16: IEEE binary16). Explicit instantiations with the incomplete types are valid (only
+// pointers to them are used) and mangle to the same names the tests call.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+
+namespace napkin {
+struct bf16_t;
+struct f16_t;
+}  // namespace napkin
+
+namespace napkin::cuda {
+
+template <class T>
+struct DeviceType {
+    using type = float;
+};
+template <>
+struct DeviceType<bf16_t> {
+    using type = __nv_bfloat16;
+};
+template <>
+struct DeviceType<f16_t> {
+    using type = __half;
+};
+template <class T>
+using device_t = typename DeviceType<T>::type;
+
+template <class T>
+device_t<T>* dev(T* p) {
+    return reinterpret_cast<device_t<T>*>(p);
+}
+template <class T>
+const device_t<T>* dev(const T* p) {
+    return reinterpret_cast<const device_t<T>*>(p);
+}
+
+__device__ __forceinline__ float to_f32(float x) {
+    return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+    return __half2float(x);
+}
+
+// Round to nearest even, as core/half.h does on the CPU.
+template <class D>
+__device__ __forceinline__ D from_f32(float f);
+template <>
+__device__ __forceinline__ float from_f32<float>(float f) {
+    return f;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float f) {
+    return __float2bfloat16_rn(f);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float f) {
+    return __float2half_rn(f);
+}
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds 32 floats; the call synchronizes, so it may be reused right after.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int warps = blockDim.x / kWarpSize;
+    v = warp_sum(v);
+    __syncthreads();  // shared may still be read by a previous reduction
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < warps ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    const int warps = blockDim.x / kWarpSize;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < warps ? shared[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// GPT-2's gelu (tanh approximation), as kernels/cpu/activation.cpp.
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// Blocks for a grid-stride loop over n elements: enough to fill the device, never more than
+// the elements need (gridDim.x may go to 2^31 - 1; 1 << 20 blocks of 256 is plenty).
+inline unsigned grid_for(std::int64_t n, int block) {
+    const std::int64_t blocks = (n + block - 1) / block;
+    return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, 1 << 20));
+}
+
+// Threads for a block that walks one row of C elements: a multiple of 32 in [32, 1024].
+inline int block_for_row(std::int64_t C, int max_threads = 1024) {
+    const std::int64_t want = (C + kWarpSize - 1) / kWarpSize * kWarpSize;
+    return static_cast<int>(std::clamp<std::int64_t>(want, kWarpSize, max_threads));
+}
+
+// gridDim.y and gridDim.z are at most 65535; gridDim.x up to 2^31 - 1.
+inline constexpr std::int64_t kMaxGridX = 2147483647;
+
+}  // namespace napkin::cuda

@@ -1,0 +1,321 @@
+// matmul on the GPU through cuBLASLt (declared in kernels/matmul.h; the CPU twin is
+// kernels/cpu/matmul.cpp): row-major products mapped onto column-major cuBLASLt calls (derived
+// below), bias and GELU fused as cuBLASLt epilogues where it has an algorithm, the bias gradient
+// as a deterministic column-sum kernel.
+#include <cublasLt.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/matmul.h"
+
+namespace napkin::cuda {
+
+namespace {
+
+// Largest power of two (at most 256) dividing the address: cuBLASLt's heuristic assumes
+// 256-byte aligned operands unless told otherwise, and an algorithm chosen for a stronger
+// alignment than the pointers have fails or faults.
+std::uint32_t alignment_of(const void* p) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::uint32_t align = 256;
+    while (align > 1 && a % align != 0)
+        align /= 2;
+    return align;
+}
+
+// RAII for the descriptors of one call.
+struct LtDescriptors {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtDescriptors() {
+        if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+        if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+        if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+        if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+        if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
+    NAPKIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+}
+
+template <class V>
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& value) {
+    NAPKIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+}
+
+}  // namespace
+
+bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool may_decline) {
+    NAPKIN_CUDA_REQUIRE(ctx.handle != nullptr, "matmul: MatmulContext without a cuBLASLt handle");
+    NAPKIN_CUDA_REQUIRE(c.m >= 0 && c.n >= 0 && c.k >= 0,
+                        "gemm: m " << c.m << ", n " << c.n << ", k " << c.k);
+    if (c.m == 0 || c.n == 0) return true;
+    if (c.k == 0) {
+        NAPKIN_CUDA_REQUIRE(c.beta == 1.0f && c.epilogue == CUBLASLT_EPILOGUE_DEFAULT,
+                            "gemm: k = 0 is only supported as an accumulation of nothing");
+        return true;
+    }
+    const bool all_fp32 = c.ab_type == CUDA_R_32F && c.d_type == CUDA_R_32F;
+    const cublasComputeType_t compute =
+        all_fp32 && ctx.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LtDescriptors l;
+    NAPKIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&l.op, compute, CUDA_R_32F));
+    const cublasOperation_t ta = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    set_desc(l.op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+    set_desc(l.op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+    if (c.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        set_desc(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, c.epilogue);
+        if (c.bias != nullptr) set_desc(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+        if (c.aux != nullptr) {
+            set_desc(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+            set_desc(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
+        }
+    }
+    // Stored shapes (column-major rows x cols): A is (k, m) under op T, else (m, k).
+    const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, c.ab_type, u(c.trans_a ? c.k : c.m),
+                                                   u(c.trans_a ? c.m : c.k), c.lda));
+    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, c.ab_type, u(c.trans_b ? c.n : c.k),
+                                                   u(c.trans_b ? c.k : c.n), c.ldb));
+    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.d, c.d_type, u(c.m), u(c.n), c.ldd));
+
+    NAPKIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&l.pref));
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+             static_cast<std::uint64_t>(ctx.workspace != nullptr ? ctx.workspace_bytes : 0));
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(c.a));
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(c.b));
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c.d));
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(c.d));
+
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, l.op, l.a, l.b, l.d, l.d,
+                                                             l.pref, 1, &heuristic, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        if (may_decline) return false;  // a real failure throws from the caller's unfused call
+        NAPKIN_CUBLAS_CHECK(st);
+        NAPKIN_CUDA_REQUIRE(false, "cuBLASLt has no algorithm for m "
+                                       << c.m << ", n " << c.n << ", k " << c.k << ", epilogue "
+                                       << c.epilogue);
+    }
+    NAPKIN_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, l.op, &c.alpha, c.a, l.a, c.b, l.b, &c.beta, c.d,
+                                       l.d, c.d, l.d, &heuristic.algo, ctx.workspace,
+                                       ctx.workspace != nullptr ? ctx.workspace_bytes : 0, stream));
+    return true;
+}
+
+// out (M, N) = inp (M, K) @ weight (N, K)^T, row-major. Column-major view: out^T (N, M), ld N,
+// = weight^T... spelled out: out^T = (inp @ weight^T)^T = weight @ inp^T, an (N, K) @ (K, M)
+// product. weight's bytes are the column-major (K, N) matrix with ld K, so op T yields
+// weight (N, K); inp's bytes are the column-major (K, M) matrix inp^T with ld K, op N.
+// So A = weight (T, lda K), B = inp (N, ldb K), D (N, M) ldd N: m = N, n = M, k = K. A bias of
+// length N is then per row of D, as cuBLASLt's BIAS epilogue applies it.
+GemmCall gemm_nt(void* out, const void* inp, const void* weight, std::int64_t M, std::int64_t N,
+                 std::int64_t K, cudaDataType_t ab, cudaDataType_t d, float beta) {
+    GemmCall c;
+    c.trans_a = true;
+    c.trans_b = false;
+    c.m = N, c.n = M, c.k = K;
+    c.a = weight, c.lda = K;
+    c.b = inp, c.ldb = K;
+    c.d = out, c.ldd = N;
+    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    return c;
+}
+
+// dinp (M, K) = dout (M, N) @ weight (N, K). Column-major: dinp^T (K, M), ld K,
+// = weight^T (K, N) @ dout^T (N, M). weight's bytes are the column-major (K, N) matrix weight^T
+// with ld K: op N. dout's bytes are the column-major (N, M) matrix dout^T with ld N: op N.
+// A = weight (N, lda K), B = dout (N, ldb N), D (K, M) ldd K: m = K, n = M, k = N.
+GemmCall gemm_nn(void* dinp, const void* dout, const void* weight, std::int64_t M, std::int64_t N,
+                 std::int64_t K, cudaDataType_t ab, cudaDataType_t d, float beta) {
+    GemmCall c;
+    c.trans_a = false;
+    c.trans_b = false;
+    c.m = K, c.n = M, c.k = N;
+    c.a = weight, c.lda = K;
+    c.b = dout, c.ldb = N;
+    c.d = dinp, c.ldd = K;
+    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    return c;
+}
+
+// dweight (N, K) = dout (M, N)^T @ inp (M, K). Column-major: dweight^T (K, N), ld K,
+// = inp^T (K, M) @ dout (M, N). inp's bytes are the column-major (K, M) matrix inp^T with ld K:
+// op N. dout's bytes are the column-major (N, M) matrix dout^T with ld N: op T gives (M, N).
+// A = inp (N, lda K), B = dout (T, ldb N), D (K, N) ldd K: m = K, n = N, k = M.
+GemmCall gemm_tn(void* dweight, const void* dout, const void* inp, std::int64_t M, std::int64_t N,
+                 std::int64_t K, cudaDataType_t ab, cudaDataType_t d, float beta) {
+    GemmCall c;
+    c.trans_a = false;
+    c.trans_b = true;
+    c.m = K, c.n = N, c.k = M;
+    c.a = inp, c.lda = K;
+    c.b = dout, c.ldb = N;
+    c.d = dweight, c.ldd = K;
+    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    return c;
+}
+
+namespace {
+
+// The unfused path, in two kernels around a plain GEMM so that every value is rounded to T
+// exactly where the CPU rounds it: out (M, N) = bias broadcast first (the GEMM then accumulates
+// onto it with beta = 1: one rounding of x @ w^T + bias, as the CPU's fp32 sum then narrowing),
+// and afterwards, for GELU, pre_gelu = out (when kept) and out = gelu(out).
+template <class D>
+__global__ void matmul_forward_bias_kernel(D* out, const D* bias, std::int64_t M, std::int64_t N) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+         i < M * N; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+        out[i] = bias != nullptr ? bias[i % N] : from_f32<D>(0.0f);
+}
+
+template <class D>
+__global__ void matmul_forward_gelu_kernel(D* out, D* pre_gelu, std::int64_t n) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+        if (pre_gelu != nullptr) pre_gelu[i] = out[i];
+        out[i] = from_f32<D>(gelu_tanh(to_f32(out[i])));
+    }
+}
+
+// dbias (N) += sum over the M rows of dout (M, N). Block (32, 16): threadIdx.x a column of the
+// block's 32, threadIdx.y a stride of rows; the 16 partial sums are added in a fixed order, so
+// each element has one writer and the same result run to run.
+constexpr int kBiasCols = 32;
+constexpr int kBiasRows = 16;
+
+template <class D>
+__global__ void matmul_backward_bias_kernel(D* dbias, const D* dout, std::int64_t M,
+                                            std::int64_t N) {
+    __shared__ float partial[kBiasRows][kBiasCols];
+    const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kBiasCols) + threadIdx.x;
+    float sum = 0.0f;
+    if (col < N) {
+        for (std::int64_t m = threadIdx.y; m < M; m += kBiasRows)
+            sum += to_f32(dout[m * N + col]);
+    }
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < N) {
+        float total = 0.0f;
+        for (int r = 0; r < kBiasRows; ++r)
+            total += partial[r][threadIdx.x];
+        dbias[col] = from_f32<D>(to_f32(dbias[col]) + total);
+    }
+}
+
+template <class T>
+void forward_impl(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, std::int64_t M,
+                  std::int64_t N, std::int64_t K, bool gelu, const MatmulContext& ctx,
+                  cudaStream_t stream) {
+    NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0,
+                        "matmul_forward: M " << M << ", N " << N << ", K " << K);
+    if (M == 0 || N == 0) return;
+    constexpr cudaDataType_t type = cuda_data_type<T>();
+    GemmCall c = gemm_nt(out, inp, weight, M, N, K, type, type, 0.0f);
+    if (K > 0) {
+        // The fused path: BIAS / GELU / GELU_AUX, each with or without the bias.
+        const bool aux = gelu && pre_gelu != nullptr;
+        if (gelu) {
+            c.epilogue =
+                aux ? (bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                       : CUBLASLT_EPILOGUE_GELU_AUX)
+                    : (bias != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+        } else if (bias != nullptr) {
+            c.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        }
+        c.bias = bias;
+        // AUX (pre_gelu) is column-major (N, M) like D, leading dimension N, which cuBLASLt wants
+        // divisible by 8: otherwise go unfused.
+        if (aux) {
+            c.aux = pre_gelu;
+            c.aux_ld = N;
+        }
+        const bool fusable = c.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (!aux || N % 8 == 0);
+        if (fusable && gemm(ctx, c, stream, /*may_decline=*/true)) return;
+        c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        c.bias = nullptr;
+        c.aux = nullptr;
+        c.aux_ld = 0;
+    }
+    constexpr int kBlock = 256;
+    if (bias != nullptr || K == 0) {  // out = bias (or the empty sum, 0), then accumulate
+        matmul_forward_bias_kernel<<<grid_for(M * N, kBlock), kBlock, 0, stream>>>(dev(out),
+                                                                                   dev(bias), M, N);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+        c.beta = 1.0f;
+    }
+    if (K > 0) gemm(ctx, c, stream);
+    if (!gelu) return;
+    matmul_forward_gelu_kernel<<<grid_for(M * N, kBlock), kBlock, 0, stream>>>(
+        dev(out), dev(pre_gelu), M * N);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+cublasLtContext* matmul_create_handle() {
+    cublasLtHandle_t h = nullptr;
+    NAPKIN_CUBLAS_CHECK(cublasLtCreate(&h));
+    return h;
+}
+
+void matmul_destroy_handle(cublasLtContext* handle) noexcept {
+    if (handle != nullptr) cublasLtDestroy(handle);
+}
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
+                    std::int64_t N, std::int64_t K, const MatmulContext& ctx, CUstream_st* stream) {
+    forward_impl<T>(out, nullptr, inp, weight, bias, M, N, K, false, ctx, stream);
+}
+
+template <class T>
+void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+                         std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                         CUstream_st* stream) {
+    forward_impl<T>(out, pre_gelu, inp, weight, bias, M, N, K, true, ctx, stream);
+}
+
+template <class T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                     CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0,
+                        "matmul_backward: M " << M << ", N " << N << ", K " << K);
+    constexpr cudaDataType_t type = cuda_data_type<T>();
+    if (dinp != nullptr) gemm(ctx, gemm_nn(dinp, dout, weight, M, N, K, type, type, 1.0f), stream);
+    if (dweight != nullptr)
+        gemm(ctx, gemm_tn(dweight, dout, inp, M, N, K, type, type, 1.0f), stream);
+    if (dbias != nullptr && N > 0) {
+        const dim3 block(kBiasCols, kBiasRows);
+        const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);
+        matmul_backward_bias_kernel<<<grid, block, 0, stream>>>(dev(dbias), dev(dout), M, N);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+    }
+}
+
+#define NAPKIN_CUDA_MATMUL_INSTANTIATE(T)                                                         \
+    template void matmul_forward<T>(T*, const T*, const T*, const T*, std::int64_t, std::int64_t, \
+                                    std::int64_t, const MatmulContext&, CUstream_st*);            \
+    template void matmul_gelu_forward<T>(T*, T*, const T*, const T*, const T*, std::int64_t,      \
+                                         std::int64_t, std::int64_t, const MatmulContext&,        \
+                                         CUstream_st*);                                           \
+    template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t,      \
+                                     std::int64_t, std::int64_t, const MatmulContext&,            \
+                                     CUstream_st*);
+NAPKIN_CUDA_MATMUL_INSTANTIATE(float)
+NAPKIN_CUDA_MATMUL_INSTANTIATE(bf16_t)
+NAPKIN_CUDA_MATMUL_INSTANTIATE(f16_t)
+#undef NAPKIN_CUDA_MATMUL_INSTANTIATE
+
+}  // namespace napkin::cuda

@@ -1,0 +1,87 @@
+// optimizer: one update of a parameter's fp32 values from its gradient, for every optimizer the
+// engine offers (SGD, momentum, AdaGrad, RMSprop, Adam, AdamW), plus the two passes around it:
+// the global gradient norm (clipping) and, for fp16 loss scaling, the unscale + inf/NaN check.
+// The update is the engine's (core/engine/optimizer.cpp, Optimizer::step), element for element:
+//   g = grad * grad_scale (1 / loss scale, times the clip factor)
+//   adamw: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+//          w -= lr ((m / bc1) / (sqrt(v / bc2) + eps) + wd w)          (wd: decoupled)
+//   adam: as adamw with wd folded into g (L2); sgd, momentum, adagrad, rmsprop likewise L2.
+// Per element the update reads grad, w and the states and writes w and the states (and the
+// rounded working copy under mixed precision); Optimizer::step_cost counts it.
+// CPU: kernels/cpu/optimizer.cpp (the reference the CUDA twin is tested against);
+// CUDA: kernels/cuda/optimizer.cu, multi-tensor (up to 32 parameters per launch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/recipe.h"
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
+namespace napkin {
+
+struct OptimizerHyper {
+    OptimizerKind kind = OptimizerKind::adamw;
+    float lr = 0.0f;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float bias_correction1 = 1.0f;  // 1 - beta1^t (Adam family)
+    float bias_correction2 = 1.0f;  // 1 - beta2^t
+    float grad_scale = 1.0f;        // every gradient is multiplied by this first
+};
+
+// One parameter. The states m and v are in the state dtype of the call (f32 or bf16) and null
+// where the optimizer keeps fewer (sgd none, momentum/adagrad/rmsprop m only).
+struct OptimizerTensor {
+    float* master = nullptr;  // (n) fp32 values updated in place: master copy or fp32 weights
+    void* grad = nullptr;     // (n) in grad_dtype (f32, bf16, f16); only the unscale writes it
+    void* m = nullptr;        // (n) first state
+    void* v = nullptr;        // (n) second state
+    void* weight = nullptr;   // (n) working copy in weight_dtype to round the result into,
+                              //     null when master is the weight itself
+    std::int64_t n = 0;
+    float weight_decay = 0.0f;  // 0 for parameters without decay (ParamSlot::decay)
+    DType grad_dtype = DType::f32;
+    DType weight_dtype = DType::f32;
+};
+
+namespace cpu {
+
+// The update of each tensor (host pointers), the engine's arithmetic.
+void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
+                      DType state_dtype);
+
+// Sum of squares of every gradient in fp64, each tensor summed in 64 fixed blocks then in
+// order (the engine's scheme): multiply by grad_scale after the sqrt for the norm.
+double grad_sum_squares(const OptimizerTensor* tensors, int count);
+
+// grad *= scale in place for every tensor; returns true when any gradient is inf or NaN.
+bool grad_unscale_check(const OptimizerTensor* tensors, int count, float scale);
+
+}  // namespace cpu
+
+namespace cuda {
+
+// The same on device pointers (the OptimizerTensor array itself is host memory), queued on
+// `stream`. Tensors go 32 to a launch in the kernel's parameters (no descriptor upload).
+
+void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
+                      DType state_dtype, CUstream_st* stream);
+
+// *sumsq (a device double) = the sum of squares of every gradient, summed in fp64 in a fixed
+// order (per tensor kGradNormBlocks partial sums, then one block adds them): deterministic.
+// scratch: grad_sum_squares_scratch_bytes(count) bytes of device memory.
+inline constexpr int kGradNormBlocks = 256;
+std::size_t grad_sum_squares_scratch_bytes(int count);
+void grad_sum_squares(double* sumsq, const OptimizerTensor* tensors, int count, void* scratch,
+                      CUstream_st* stream);
+
+// grad *= scale in place; *found_nonfinite (a device int) is set to 1 when any gradient is inf
+// or NaN, and left alone otherwise (the caller zeroes it before the first call of a step).
+void grad_unscale_check(int* found_nonfinite, const OptimizerTensor* tensors, int count,
+                        float scale, CUstream_st* stream);
+
+}  // namespace cuda
+
+}  // namespace napkin

@@ -1,0 +1,114 @@
+// Shared by the CUDA kernel tests (tests/kernels_cuda/<op>_test.cpp), a harness in the manner
+// of ggml's test-backend-ops: each test draws fresh random inputs (seed in a SCOPED_TRACE),
+// runs the CPU kernel (napkin::cpu, the spec) and its CUDA twin on the same values, and compares
+// element by element with the per-dtype tolerances of tests/kernels/kernel_test_util.h (NaN and
+// inf never pass). Outputs the kernel overwrites are poisoned first (every byte 0xff: NaN in
+// fp32, bf16 and fp16), so an element the kernel forgets to write fails; outputs it accumulates
+// into start from the same random values on both sides.
+// Every test starts with NAPKIN_SKIP_WITHOUT_GPU(): without a device it skips with the reason.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/half.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace napkin::test {
+
+// Empty when a CUDA device is usable, else why not (cudaGetDeviceCount's answer).
+inline const std::string& cuda_unavailable_reason() {
+    static const std::string reason = [] {
+        int n = 0;
+        const cudaError_t err = cudaGetDeviceCount(&n);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            return std::string(cudaGetErrorString(err));
+        }
+        return n > 0 ? std::string() : std::string("no CUDA device");
+    }();
+    return reason;
+}
+
+#define NAPKIN_SKIP_WITHOUT_GPU()                                                           \
+    do {                                                                                    \
+        if (!::napkin::test::cuda_unavailable_reason().empty()) {                           \
+            GTEST_SKIP() << "no CUDA device (" << ::napkin::test::cuda_unavailable_reason() \
+                         << "): the CUDA kernels are compiled but not run";                 \
+        }                                                                                   \
+    } while (0)
+
+// Device memory for n elements of T (at least one, so pointers are never null).
+template <class T>
+class DeviceBuffer {
+public:
+    explicit DeviceBuffer(std::size_t n) : n_(n) {
+        void* p = nullptr;
+        NAPKIN_CUDA_CHECK(cudaMalloc(&p, bytes_of(n)));
+        ptr_ = static_cast<T*>(p);
+    }
+    explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+    ~DeviceBuffer() { cudaFree(ptr_); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    T* get() const { return ptr_; }
+    std::size_t size() const { return n_; }
+
+    void upload(const std::vector<T>& host) {
+        ASSERT_EQ(host.size(), n_);
+        NAPKIN_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    // Waits for all queued work (and surfaces a kernel fault here, checked).
+    std::vector<T> download() const {
+        NAPKIN_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<T> host(n_);
+        NAPKIN_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+        return host;
+    }
+    // Every byte 0xff: a quiet NaN in fp32, bf16 and fp16.
+    void poison() { NAPKIN_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes_of(n_))); }
+
+private:
+    static std::size_t bytes_of(std::size_t n) { return (n > 0 ? n : 1) * sizeof(T); }
+    T* ptr_ = nullptr;
+    std::size_t n_ = 0;
+};
+
+template <class T>
+std::vector<T> random_storage(std::mt19937& rng, std::int64_t n, double stddev = 1.0) {
+    return to_storage<T>(random_normal(rng, n, 0.0, stddev));
+}
+
+// The GPU's values against the CPU's, both as the storage type holds them.
+template <class T>
+void expect_match(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
+                  Tolerance tol) {
+    expect_close(what, as_seen(gpu), as_seen(cpu), tol);
+}
+
+inline void sync_and_check() {
+    NAPKIN_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// "f32 (3, 7)" for SCOPED_TRACE.
+template <class T, class... Dims>
+std::string case_name(Dims... dims) {
+    std::string s = std::string(dtype_name<T>()) + " (";
+    bool first = true;
+    for (std::int64_t d : {static_cast<std::int64_t>(dims)...}) {
+        s += (first ? "" : ", ") + std::to_string(d);
+        first = false;
+    }
+    return s + ")";
+}
+
+using StorageTypes = ::testing::Types<float, bf16_t, f16_t>;
+
+}  // namespace napkin::test
