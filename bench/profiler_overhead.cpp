@@ -2,7 +2,8 @@
 // alternated (off, on, off, on, ...) so that drift on a shared machine hits both alike. "On"
 // pays everything `napkin train --profile all` pays per step: the ranges, kernel events and
 // flows, draining the recorder, folding the events into the report's per-op table, and
-// streaming them into a Chrome trace on disk. Medians over pairs; never run as a test.
+// streaming them into a Chrome trace on disk. Both sides are timed the same way (around the
+// whole step, outside the trainer). Medians over pairs; never run as a test.
 //   OMP_WAIT_POLICY=passive profiler_overhead [--model tiny] [--pairs N] [-B 8] [-T 64]
 #include <unistd.h>
 
@@ -55,18 +56,32 @@ Row measure(const std::string& preset, std::int64_t B, std::int64_t T, int pairs
 
     std::vector<double> off, on;
     double events = 0;
-    for (int p = 0; p < pairs; ++p) {
+    auto step_off = [&] {
         trainer.set_recorder(nullptr);
-        off.push_back(trainer.step().seconds);
-
         const auto t0 = std::chrono::steady_clock::now();
+        trainer.step();
+        off.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
+    auto step_on = [&] {
         trainer.set_recorder(&recorder);
+        const auto t0 = std::chrono::steady_clock::now();
         trainer.step();
         std::vector<napkin::profiler::Event> ev = recorder.take();
         profile.add(ev);
         trace.write(ev);
         on.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         events += static_cast<double>(ev.size());
+    };
+    // Pairs alternate their order (off-on, on-off, ...): whatever a step leaves behind for the
+    // next one (cold caches after the trace write, sleeping threads) falls on both sides.
+    for (int p = 0; p < pairs; ++p) {
+        if (p % 2 == 0) {
+            step_off();
+            step_on();
+        } else {
+            step_on();
+            step_off();
+        }
     }
     trainer.set_recorder(nullptr);
     trace.close();
