@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages napkin needs, only those that are missing.
 #   scripts/install_deps.sh            build + tests (the default)
-#   scripts/install_deps.sh --viewer   also the ImGui viewer's packages
+#   scripts/install_deps.sh --viewer   also the ImGui viewer's packages (and Xvfb, Mesa, clang for its tests)
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
 # OpenMPI: the data-parallel engine's CPU ranks and their tests (mpirun -n 2, 4; docs/ZERO.md).
+# simdjson: the viewer's trace loader (viewer/run_data), built and unit-tested in every build.
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin libsimdjson-dev)
 for arg in "$@"; do
     case "$arg" in
-        --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev xvfb) ;;
+        --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core
+                            clang libclang-rt-14-dev) ;;  # llvmpipe for headless GL; clang for libFuzzer
         --mpi) ;;  # in the default set now; kept so older instructions still work
         -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
         *) echo "install_deps.sh: unknown option '$arg' (expected --viewer or --mpi)" >&2; exit 2 ;;

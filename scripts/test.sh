@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything and runs the tests that need no GPU or display
-# (labels unit and slow; gpu tests run too and skip themselves without a device).
+# Installs what is missing, builds everything (the viewer included) and runs the tests: labels
+# unit and slow (gpu tests run too and skip themselves without a device), then the viewer's gui
+# tests under Xvfb with Mesa's llvmpipe, then the viewer's trace loader under libFuzzer for 45 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON >/dev/null
+scripts/install_deps.sh --viewer
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" -LE gui
+xvfb-run -a ctest --test-dir build --output-on-failure -j"$(nproc)" -L gui
+
+# libFuzzer needs clang: the loader's fuzz target is a small project of its own (tests/viewer/fuzz).
+cmake -S tests/viewer/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j"$(nproc)"
+mkdir -p build-fuzz/corpus
+if ! build-fuzz/run_data_fuzz -max_total_time=45 -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+        build-fuzz/corpus tests/viewer/fuzz/corpus >build-fuzz/fuzz.log 2>&1; then
+    tail -n 60 build-fuzz/fuzz.log
+    echo "test.sh: the trace loader's fuzz target failed (build-fuzz/fuzz.log)" >&2
+    exit 1
+fi
+grep -E "^Done [0-9]+ runs" build-fuzz/fuzz.log || true

@@ -1,0 +1,73 @@
+// The panels. Each draws one view of the loaded runs into the current ImGui window, one file per
+// panel (view_<name>.cpp); they read RunData and never load or change it. What a panel keeps
+// between frames (zoom, selection, sort order, the estimator's inputs) is its state struct here,
+// so the app, the tests and the benchmark can set it directly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "estimator/estimate.h"
+#include "viewer/run_data.h"
+
+namespace napkin::viewer {
+
+enum class ViewId : std::uint8_t { timeline, memory, kernels, compare, estimate };
+inline constexpr std::array<std::string_view, 5> kViewNames = {"timeline", "memory", "kernels",
+                                                               "compare", "estimate"};
+
+struct TimelineState {
+    double t0_ns = 0, t1_ns = 0;  // the visible window; t1 <= t0 means "fit all" next frame
+    double scroll_y = 0;
+    char find[128] = {};
+    std::string find_applied;                // the text `matches` was computed for
+    std::vector<std::vector<char>> matches;  // per run, per name id: the name contains the text
+    int find_run = -1;                       // the last match jumped to
+    std::uint32_t find_event = kNone;
+    int selected_run = -1;  // clicked event (its args stay shown)
+    std::uint32_t selected_event = kNone;
+    bool dragging = false;
+    // Drawing counters of the last frame (the benchmark prints them).
+    std::int64_t drawn_boxes = 0, merged_boxes = 0;
+};
+
+struct MemoryState {
+    int selected_run = -1;  // the run whose live set is listed
+    std::int64_t selected_t_ns = 0;
+    std::vector<LiveBlock> live;
+};
+
+struct KernelsState {
+    int run = 0;
+    int scope = 0;  // StatScope
+    bool stats_valid = false;
+    bool resort = false;
+    int stats_run = -1, stats_scope = -1;
+    KernelStats stats;
+};
+
+struct CompareState {
+    int unused = 0;
+};
+
+struct EstimateState {
+    bool initialized = false;
+    int model = 0, gpu = 0;
+    int precision = 2, optimizer = 5, checkpointing = 0, attention = 1, offload = 0, finetune = 0;
+    int seq_len = 2048, micro_batch = 8, grad_accum = 1, gpus = 8, zero = 0;
+    float mfu = 0.5f;
+    Estimate result;
+    EstimateInputs inputs;
+    std::string error;
+};
+
+void draw_timeline(TimelineState& state, const std::vector<RunData>& runs);
+void draw_memory(MemoryState& state, const std::vector<RunData>& runs);
+void draw_kernels(KernelsState& state, const std::vector<RunData>& runs);
+void draw_compare(CompareState& state, const std::vector<RunData>& runs);
+void draw_estimate(EstimateState& state, const std::vector<RunData>& runs);
+
+}  // namespace napkin::viewer

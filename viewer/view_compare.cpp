@@ -1,0 +1,220 @@
+// Compare: runs side by side (precision, checkpointing, attention, ZeRO stage...). Predicted vs
+// measured bytes per memory category, step time, tokens/s and MFU as bars, and a table of the
+// settings and results with the rows that differ marked.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <imgui.h>
+
+#include "viewer/view.h"
+#include "viewer/widgets.h"
+
+namespace napkin::viewer {
+
+namespace {
+
+constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
+                                       "optimizer_state", "activations",    "temporaries"};
+
+double get(const std::map<std::string, double>& m, const char* key) {
+    auto it = m.find(key);
+    return it == m.end() ? 0.0 : it->second;
+}
+
+std::string run_tag(std::size_t i) {
+    return std::string(1, static_cast<char>('A' + static_cast<int>(i % 26)));
+}
+
+// Grouped bars: per category, per run, predicted (outline) and measured (filled).
+void draw_memory_bars(const std::vector<const RunData*>& rs, ImVec2 size) {
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const ImVec2 p0 = ImGui::GetCursorScreenPos();
+    ImGui::Dummy(size);
+    const float left = 70.0f, bottom = 34.0f, top = 24.0f;
+    const ImVec2 a(p0.x + left, p0.y + top), b(p0.x + size.x - 8, p0.y + size.y - bottom);
+    double y_max = 1;
+    for (const RunData* r : rs) {
+        for (const char* c : kCategories) {
+            y_max = std::max({y_max, get(r->report.predicted, c), get(r->report.measured_peak, c)});
+        }
+    }
+    y_max *= 1.1;
+    auto Y = [&](double v) { return b.y - static_cast<float>(v / y_max) * (b.y - a.y); };
+    dl->AddRectFilled(a, b, IM_COL32(28, 28, 34, 255));
+    dl->AddText(ImVec2(a.x, p0.y + 2), IM_COL32(210, 220, 255, 255),
+                "memory by category: predicted (outline) vs measured peak (filled), per run");
+    for (int i = 0; i <= 4; ++i) {
+        const double v = y_max * i / 4.0;
+        dl->AddLine(ImVec2(a.x, Y(v)), ImVec2(b.x, Y(v)), IM_COL32(60, 60, 70, 255));
+        dl->AddText(ImVec2(p0.x + 2, Y(v) - 7), IM_COL32(170, 170, 180, 255),
+                    fmt_bytes_short(v).c_str());
+    }
+    const std::size_t groups = std::size(kCategories);
+    const float group_w = (b.x - a.x) / static_cast<float>(groups);
+    const float bar_w = std::min(
+        36.0f, (group_w - 16.0f) / static_cast<float>(std::max<std::size_t>(1, rs.size())));
+    for (std::size_t g = 0; g < groups; ++g) {
+        const char* cat = kCategories[g];
+        const float gx = a.x + group_w * static_cast<float>(g) + 8.0f;
+        const ImU32 col = memory_category_color(cat);
+        for (std::size_t r = 0; r < rs.size(); ++r) {
+            const float x0 = gx + bar_w * static_cast<float>(r), x1 = x0 + bar_w - 4.0f;
+            const double meas = get(rs[r]->report.measured_peak, cat),
+                         pred = get(rs[r]->report.predicted, cat);
+            dl->AddRectFilled(ImVec2(x0, Y(meas)), ImVec2(x1, b.y), col);
+            dl->AddRect(ImVec2(x0 - 1, Y(pred)), ImVec2(x1 + 1, b.y), IM_COL32(255, 255, 255, 230),
+                        0, 0, 1.5f);
+            dl->AddText(ImVec2(x0 + 0.5f * (x1 - x0) - 4, b.y + 2), IM_COL32(200, 200, 210, 255),
+                        run_tag(r).c_str());
+            if (ImGui::IsMouseHoveringRect(ImVec2(x0, a.y), ImVec2(x1, b.y))) {
+                tooltip_text(rs[r]->label + " " + cat + "\npredicted " + fmt_bytes_short(pred) +
+                             "\nmeasured peak " + fmt_bytes_short(meas));
+            }
+        }
+        dl->AddText(ImVec2(gx, b.y + 16), IM_COL32(220, 220, 225, 255), cat);
+    }
+}
+
+// One horizontal bar per run for a scalar.
+void draw_scalar_bars(const char* title, const std::vector<const RunData*>& rs,
+                      const std::vector<double>& values, const std::vector<std::string>& labels,
+                      ImVec2 size) {
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const ImVec2 p0 = ImGui::GetCursorScreenPos();
+    ImGui::Dummy(size);
+    dl->AddText(p0, IM_COL32(210, 220, 255, 255), title);
+    double vmax = 0;
+    for (double v : values)
+        vmax = std::max(vmax, std::isfinite(v) ? v : 0.0);
+    if (vmax <= 0) vmax = 1;
+    const float row =
+        std::min(22.0f, (size.y - 20.0f) / static_cast<float>(std::max<std::size_t>(1, rs.size())));
+    for (std::size_t r = 0; r < rs.size(); ++r) {
+        const float y = p0.y + 20.0f + row * static_cast<float>(r);
+        const float x0 = p0.x + 22.0f;
+        const float w = (size.x - 30.0f) *
+                        static_cast<float>((std::isfinite(values[r]) ? values[r] : 0.0) / vmax);
+        dl->AddText(ImVec2(p0.x + 4, y + 2), IM_COL32(200, 200, 210, 255), run_tag(r).c_str());
+        dl->AddRectFilled(ImVec2(x0, y + 2), ImVec2(x0 + std::max(w, 1.0f), y + row - 2),
+                          IM_COL32(90, 140, 210, 255));
+        dl->AddText(ImVec2(x0 + 4, y + 3), IM_COL32(255, 255, 255, 255), labels[r].c_str());
+    }
+}
+
+}  // namespace
+
+void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
+    std::vector<const RunData*> rs;
+    for (const RunData& r : runs) {
+        if (r.has_report) rs.push_back(&r);
+    }
+    if (rs.empty()) {
+        empty_state(
+            "Nothing to compare: no report.json loaded. Open two or more run folders written by "
+            "`napkin train --profile all --out DIR` (say one fp32, one bf16-amp with "
+            "--checkpointing full).");
+        return;
+    }
+    const ImVec2 avail = ImGui::GetContentRegionAvail();
+    const float top_h = std::max(220.0f, avail.y * 0.45f);
+    draw_memory_bars(rs, ImVec2(avail.x * 0.62f, top_h));
+    ImGui::SameLine();
+    ImGui::BeginGroup();
+    const float side_w = avail.x * 0.36f;
+    const float each_h = top_h / 3.0f - 4.0f;
+    std::vector<double> step, tps, mfu;
+    std::vector<std::string> step_l, tps_l, mfu_l;
+    char buf[64];
+    for (const RunData* r : rs) {
+        step.push_back(r->report.median_step_seconds());
+        step_l.push_back(std::isfinite(step.back()) ? fmt_duration_ns(step.back() * 1e9) : "-");
+        tps.push_back(r->report.measured_value("tokens_per_s"));
+        std::snprintf(buf, sizeof buf, "%.0f tok/s", tps.back());
+        tps_l.push_back(std::isfinite(tps.back()) ? buf : "-");
+        mfu.push_back(r->report.measured_value("mfu"));
+        std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * mfu.back());
+        mfu_l.push_back(std::isfinite(mfu.back()) ? buf : "-");
+    }
+    draw_scalar_bars("step time (median)", rs, step, step_l, ImVec2(side_w, each_h));
+    draw_scalar_bars("tokens/s", rs, tps, tps_l, ImVec2(side_w, each_h));
+    draw_scalar_bars("MFU (model FLOP/s / peak)", rs, mfu, mfu_l, ImVec2(side_w, each_h));
+    ImGui::EndGroup();
+
+    // The table: settings first, then results; rows whose values differ between runs are marked.
+    struct Row {
+        std::string key;
+        std::vector<std::string> values;
+    };
+    std::vector<Row> rows;
+    auto add = [&](const std::string& key, auto value_of) {
+        Row row{key, {}};
+        for (const RunData* r : rs)
+            row.values.push_back(value_of(*r));
+        rows.push_back(std::move(row));
+    };
+    add("model", [](const RunData& r) { return r.report.model_name; });
+    for (const char* k : {"precision", "checkpointing", "attention", "optimizer", "zero", "gpus",
+                          "micro_batch", "seq_len", "grad_accum", "steps", "device"}) {
+        bool present = false;
+        for (const RunData* r : rs)
+            present = present || !r->report.run_value(k).empty();
+        if (present) add(k, [k](const RunData& r) { return r.report.run_value(k); });
+    }
+    add("predicted total",
+        [](const RunData& r) { return fmt_bytes_short(r.report.predicted_total_bytes()); });
+    add("measured peak", [](const RunData& r) {
+        return fmt_bytes_short(r.report.measured_value("peak_total_bytes"));
+    });
+    for (const char* c : kCategories) {
+        add(std::string(c) + " pred / meas", [c](const RunData& r) {
+            return fmt_bytes_short(get(r.report.predicted, c)) + " / " +
+                   fmt_bytes_short(get(r.report.measured_peak, c));
+        });
+    }
+    add("step time (median)", [](const RunData& r) {
+        const double s = r.report.median_step_seconds();
+        return std::isfinite(s) ? fmt_duration_ns(s * 1e9) : std::string("-");
+    });
+    add("tokens/s", [](const RunData& r) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.0f", r.report.measured_value("tokens_per_s"));
+        return std::string(b);
+    });
+    add("MFU", [](const RunData& r) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.2f%%", 100.0 * r.report.measured_value("mfu"));
+        return std::string(b);
+    });
+    const int columns = static_cast<int>(rs.size()) + 1;
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders |
+                                  ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchSame;
+    if (columns > 64 ||
+        !ImGui::BeginTable("compare", columns, flags, ImGui::GetContentRegionAvail()))
+        return;
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn("");
+    for (std::size_t r = 0; r < rs.size(); ++r)
+        ImGui::TableSetupColumn((run_tag(r) + ": " + rs[r]->label).c_str());
+    ImGui::TableHeadersRow();
+    for (const Row& row : rows) {
+        const bool differs =
+            std::any_of(row.values.begin(), row.values.end(),
+                        [&](const std::string& v) { return v != row.values.front(); });
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        if (differs) {
+            ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.3f, 1.0f), "%s *", row.key.c_str());
+        } else {
+            ImGui::TextUnformatted(row.key.c_str());
+        }
+        for (const std::string& v : row.values) {
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(v.empty() ? "-" : v.c_str());
+        }
+    }
+    ImGui::EndTable();
+}
+
+}  // namespace napkin::viewer
