@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
 
@@ -65,54 +67,28 @@ void round_into(Tensor& t, const float* src) {
 
 using Hyper = UpdateHyper;
 
-// One parameter's update, w and g fp32, moments in S (float or bf16_t).
+// One parameter's update, w and g fp32, moments in S (float or bf16_t): the optimizer kernel
+// (kernels/cpu/optimizer.cpp), the one statement of the arithmetic that its CUDA twin is
+// tested against.
 template <class S>
 void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_t n) {
-#pragma omp parallel for if (n > 16384)
-    for (std::int64_t k = 0; k < n; ++k) {
-        float g = grad[k] * h.scale;
-        float wk = w[k];
-        switch (h.kind) {
-            case OptimizerKind::sgd:
-                wk -= h.lr * (g + h.wd * wk);
-                break;
-            case OptimizerKind::momentum: {
-                g += h.wd * wk;
-                const float mk = h.b1 * to_float(m[k]) + g;
-                m[k] = from_float<S>(mk);
-                wk -= h.lr * mk;
-                break;
-            }
-            case OptimizerKind::adagrad: {
-                g += h.wd * wk;
-                const float sk = to_float(m[k]) + g * g;
-                m[k] = from_float<S>(sk);
-                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
-                break;
-            }
-            case OptimizerKind::rmsprop: {
-                g += h.wd * wk;
-                const float sk = h.b2 * to_float(m[k]) + (1 - h.b2) * g * g;
-                m[k] = from_float<S>(sk);
-                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
-                break;
-            }
-            case OptimizerKind::adam:
-            case OptimizerKind::adamw:
-            case OptimizerKind::adamw_8bit: {
-                const bool decoupled = h.kind != OptimizerKind::adam;
-                if (!decoupled) g += h.wd * wk;
-                const float mk = h.b1 * to_float(m[k]) + (1 - h.b1) * g;
-                const float vk = h.b2 * to_float(v[k]) + (1 - h.b2) * g * g;
-                m[k] = from_float<S>(mk);
-                v[k] = from_float<S>(vk);
-                const float step = (mk / h.bc1) / (std::sqrt(vk / h.bc2) + h.eps);
-                wk -= h.lr * (step + (decoupled ? h.wd * wk : 0.0f));
-                break;
-            }
-        }
-        w[k] = wk;
-    }
+    OptimizerHyper kh;
+    kh.kind = h.kind;
+    kh.lr = h.lr;
+    kh.beta1 = h.b1;
+    kh.beta2 = h.b2;
+    kh.eps = h.eps;
+    kh.bias_correction1 = h.bc1;
+    kh.bias_correction2 = h.bc2;
+    kh.grad_scale = h.scale;
+    OptimizerTensor t;
+    t.master = w;
+    t.grad = const_cast<float*>(grad);  // read only: the update writes w and the states
+    t.m = m;
+    t.v = v;
+    t.n = n;
+    t.weight_decay = h.wd;
+    cpu::optimizer_update(kh, &t, 1, std::is_same_v<S, float> ? DType::f32 : DType::bf16);
 }
 
 }  // namespace
