@@ -1,5 +1,6 @@
 #include "viewer/app.h"
 
+#include <cmath>
 #include <string>
 
 #include <imgui.h>
@@ -27,10 +28,15 @@ void App::draw_header() {
         ImGui::TextDisabled("%s", parts.empty() ? "(nothing loaded)" : parts.c_str());
         if (r.has_report) {
             ImGui::SameLine();
-            const std::string desc = r.report.model_name + " " + r.report.run_value("precision") +
-                                     ", checkpointing " + r.report.run_value("checkpointing") +
-                                     ", attention " + r.report.run_value("attention") + ", " +
-                                     r.report.run_value("device");
+            std::string desc = r.report.model_name + " " + r.report.run_value("precision") +
+                               ", checkpointing " + r.report.run_value("checkpointing") +
+                               ", attention " + r.report.run_value("attention") + ", " +
+                               r.report.run_value("device");
+            const double zero = r.report.comm_value("zero"), world = r.report.comm_value("world");
+            if (std::fabs(zero) < 1e9 && std::fabs(world) < 1e9) {  // false for NaN
+                desc += ", ZeRO-" + std::to_string(static_cast<int>(zero)) + " x " +
+                        std::to_string(static_cast<int>(world)) + " ranks";
+            }
             ImGui::TextDisabled("| %s", desc.c_str());
         }
         for (const std::string& e : r.errors)

@@ -78,11 +78,17 @@ struct Lane {
     std::int64_t events = 0;
 };
 
+// The device's own view of its memory on GPU runs (cudaMemGetInfo: total - free, sampled by the
+// engine), written as the counter "device memory" with the series "used" (docs/FORMATS.md).
+inline constexpr std::string_view kDeviceMemoryCounter = "device memory";
+inline constexpr std::string_view kDeviceMemoryUsedKey = "used";
+
 // One counter series: the samples of one key of one counter ("memory" / "activations").
 struct CounterSeries {
     std::string pid, name, key;
     std::vector<std::int64_t> t_ns;
     std::vector<double> values;
+    double min_value = 0, max_value = 0;  // over the samples (0 and 0 without samples)
 };
 
 struct TraceData {
@@ -99,6 +105,8 @@ struct TraceData {
     std::vector<std::string> warnings;  // at most a few, then a count
 
     bool empty() const { return events.empty() && counters.empty(); }
+    // The series `key` of counter `name` (any pid), or nullptr.
+    const CounterSeries* counter(std::string_view name, std::string_view key) const;
     // Innermost event of `lane` containing t (start <= t < end), or kNone.
     std::uint32_t event_at(std::uint32_t lane, std::int64_t t_ns) const;
     // Innermost event with category `cat_name` on any non-device lane containing t, or kNone.
@@ -151,8 +159,15 @@ struct ReportData {
     std::map<std::string, double> measured_peak;           // by category, bytes
     std::map<std::string, double> measured;                // scalars: mfu, tokens_per_s, ...
     std::vector<double> step_seconds;
+    // "communication" (data-parallel runs, napkin train --zero under mpirun; docs/ZERO.md): its
+    // numbers by dotted path, two levels deep ("world", "zero", "rank",
+    // "measured_per_step.state_sent_bytes", "predicted_per_step.sent_bytes"); empty otherwise.
+    std::map<std::string, double> communication;
+    std::string comm_backend;
+    std::vector<double> comm_seconds;  // steps[].comm_seconds: time in collectives per step
 
     std::string run_value(std::string_view key) const;  // "" when absent
+    double comm_value(std::string_view key) const;      // NaN when absent
     double measured_value(std::string_view key) const;  // NaN when absent
     double predicted_total_bytes() const;               // sum of the predicted categories
     double median_step_seconds() const;                 // NaN without steps
@@ -186,6 +201,17 @@ std::string parse_memory(std::string_view json, MemoryData& out);
 std::string parse_report(std::string_view json, ReportData& out);
 // The memory chart from the trace's "memory" counters (runs without memory.json).
 bool memory_from_counters(const TraceData& trace, MemoryData& out);
+
+// The compare view's table for runs with a report: settings (model, precision, checkpointing,
+// attention, ZeRO stage, world size, ...), then results (bytes per category predicted / measured,
+// bytes communicated per step, step time, tokens/s, MFU). A row none of the runs has is left
+// out; `differs` marks the rows whose values are not all equal.
+struct CompareRow {
+    std::string key;
+    std::vector<std::string> values;  // one per run, "-" when absent
+    bool differs = false;
+};
+std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs);
 
 // Aggregates for the kernel table.
 enum class StatScope : std::uint8_t { kernels, ops, all };

@@ -178,6 +178,11 @@ void index_trace(TraceData& out_, const std::unordered_map<std::string, ProcessI
             s.t_ns = std::move(t);
             s.values = std::move(v);
         }
+        if (!s.values.empty()) {
+            const auto [lo, hi] = std::minmax_element(s.values.begin(), s.values.end());
+            s.min_value = *lo;
+            s.max_value = *hi;
+        }
         if (out_.events.empty() && !s.t_ns.empty()) {
             out_.t_min_ns = std::min(out_.t_min_ns, s.t_ns.front());
             out_.t_max_ns = std::max(out_.t_max_ns, s.t_ns.back());
@@ -195,6 +200,13 @@ std::uint32_t StringTable::intern(std::string_view s) {
     strings_.emplace_back(s);
     ids_.emplace(strings_.back(), id);
     return id;
+}
+
+const CounterSeries* TraceData::counter(std::string_view name, std::string_view key) const {
+    for (const CounterSeries& s : counters) {
+        if (s.name == name && s.key == key && !s.t_ns.empty()) return &s;
+    }
+    return nullptr;
 }
 
 std::uint32_t TraceData::event_at(std::uint32_t lane, std::int64_t t_ns) const {

@@ -238,6 +238,33 @@ std::string parse_report_document(simdjson::dom::element root, ReportData& out) 
             }
         }
     }
+    simdjson::dom::object comm;
+    if (!root["communication"].get_object().get(comm)) {
+        for (simdjson::dom::key_value_pair kv : comm) {
+            double v = 0;
+            simdjson::dom::object sub;
+            std::string_view text;
+            if (json::number(kv.value, v) && std::isfinite(v)) {
+                out.communication[std::string(kv.key)] = v;
+            } else if (kv.key == "backend" && !kv.value.get_string().get(text)) {
+                out.comm_backend = std::string(text);
+            } else if (!kv.value.get_object().get(sub)) {
+                for (simdjson::dom::key_value_pair p : sub) {
+                    if (json::number(p.value, v) && std::isfinite(v))
+                        out.communication[std::string(kv.key) + "." + std::string(p.key)] = v;
+                }
+            }
+        }
+    }
+    if (!root["steps"].get_array().get(steps)) {
+        for (simdjson::dom::element s : steps) {
+            double v = 0;
+            if (s.type() == simdjson::dom::element_type::OBJECT &&
+                json::number(s["comm_seconds"], v) && std::isfinite(v)) {
+                out.comm_seconds.push_back(v);
+            }
+        }
+    }
     if (out.run.empty() && out.predicted.empty() && out.measured.empty()) {
         return "no \"run\", \"predicted\" or \"measured\" (not a napkin run report)";
     }
@@ -254,6 +281,11 @@ std::string ReportData::run_value(std::string_view key) const {
 double ReportData::measured_value(std::string_view key) const {
     auto it = measured.find(std::string(key));
     return it == measured.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+}
+
+double ReportData::comm_value(std::string_view key) const {
+    auto it = communication.find(std::string(key));
+    return it == communication.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
 }
 
 double ReportData::predicted_total_bytes() const {

@@ -31,13 +31,32 @@ struct TimelineState {
     std::uint32_t selected_event = kNone;
     bool dragging = false;
     // Drawing counters of the last frame (the benchmark prints them).
-    std::int64_t drawn_boxes = 0, merged_boxes = 0;
+    std::int64_t drawn_boxes = 0, merged_boxes = 0, counter_rects = 0;
+};
+
+// One memory chart's columns, kept until its width, time range or data change: per column of
+// kMemoryColumnPx pixels, the sample drawn (the largest total among those in the column, else the
+// last one before it: a peak is never lost) and the device's largest "used" in it. A frame then
+// costs O(columns x categories), whatever the number of samples.
+struct MemoryChartCache {
+    const MemoryData* memory = nullptr;
+    const CounterSeries* device = nullptr;
+    std::size_t samples = 0;
+    int columns = 0;
+    double t0 = 0, t1 = 0;
+    std::vector<std::uint32_t> sample;  // per column; kNone before the first sample
+    std::vector<double> device_used;    // per column; NaN before the first device sample
+    double device_max = 0;
+    std::size_t peak_index = 0;  // the sample at the peak (the legend's values)
 };
 
 struct MemoryState {
     int selected_run = -1;  // the run whose live set is listed
     std::int64_t selected_t_ns = 0;
     std::vector<LiveBlock> live;
+    std::vector<MemoryChartCache> charts;  // by run index
+    std::vector<float> bands;              // scratch: x0, y_top, y_bottom per category
+    std::int64_t drawn_rects = 0;  // band rects of the last frame (the benchmark prints them)
 };
 
 struct KernelsState {

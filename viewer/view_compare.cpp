@@ -1,6 +1,7 @@
 // Compare: runs side by side (precision, checkpointing, attention, ZeRO stage...). Predicted vs
-// measured bytes per memory category, step time, tokens/s and MFU as bars, and a table of the
-// settings and results with the rows that differ marked.
+// measured bytes per memory category, step time, tokens/s, MFU and (data-parallel runs) bytes
+// sent per step as bars, and the table of settings and results (compare_table, run_compare.cpp)
+// with the rows that differ marked.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -118,12 +119,17 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
         return;
     }
     const ImVec2 avail = ImGui::GetContentRegionAvail();
-    const float top_h = std::max(220.0f, avail.y * 0.45f);
+    const bool parallel = std::any_of(
+        rs.begin(), rs.end(), [](const RunData* r) { return !r->report.communication.empty(); });
+    // Tall enough for a 16-pixel row per run in each scalar chart, up to 60% of the view.
+    const float charts = parallel ? 4.0f : 3.0f;
+    const float wanted = charts * (24.0f + 16.0f * static_cast<float>(rs.size()));
+    const float top_h = std::max({220.0f, avail.y * 0.45f, std::min(wanted, avail.y * 0.6f)});
     draw_memory_bars(rs, ImVec2(avail.x * 0.62f, top_h));
     ImGui::SameLine();
     ImGui::BeginGroup();
     const float side_w = avail.x * 0.36f;
-    const float each_h = top_h / 3.0f - 4.0f;
+    const float each_h = top_h / charts - 4.0f;
     std::vector<double> step, tps, mfu;
     std::vector<std::string> step_l, tps_l, mfu_l;
     char buf[64];
@@ -140,53 +146,30 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     draw_scalar_bars("step time (median)", rs, step, step_l, ImVec2(side_w, each_h));
     draw_scalar_bars("tokens/s", rs, tps, tps_l, ImVec2(side_w, each_h));
     draw_scalar_bars("MFU (model FLOP/s / peak)", rs, mfu, mfu_l, ImVec2(side_w, each_h));
+    if (parallel) {
+        // ZeRO's traffic: the optimizer state's collectives per step, as measured on the rank.
+        std::vector<double> sent;
+        std::vector<std::string> sent_l;
+        for (const RunData* r : rs) {
+            sent.push_back(r->report.comm_value("measured_per_step.state_sent_bytes"));
+            auto int_text = [](double v) {
+                return std::isfinite(v) && std::fabs(v) < 1e15
+                           ? std::to_string(static_cast<long long>(v))
+                           : std::string("?");
+            };
+            sent_l.push_back(std::isfinite(sent.back())
+                                 ? fmt_bytes_short(sent.back()) + ", ZeRO-" +
+                                       int_text(r->report.comm_value("zero")) + " x" +
+                                       int_text(r->report.comm_value("world"))
+                                 : "- (1 process)");
+        }
+        draw_scalar_bars("bytes sent per step (ZeRO, this rank)", rs, sent, sent_l,
+                         ImVec2(side_w, each_h));
+    }
     ImGui::EndGroup();
 
-    // The table: settings first, then results; rows whose values differ between runs are marked.
-    struct Row {
-        std::string key;
-        std::vector<std::string> values;
-    };
-    std::vector<Row> rows;
-    auto add = [&](const std::string& key, auto value_of) {
-        Row row{key, {}};
-        for (const RunData* r : rs)
-            row.values.push_back(value_of(*r));
-        rows.push_back(std::move(row));
-    };
-    add("model", [](const RunData& r) { return r.report.model_name; });
-    for (const char* k : {"precision", "checkpointing", "attention", "optimizer", "zero", "gpus",
-                          "micro_batch", "seq_len", "grad_accum", "steps", "device"}) {
-        bool present = false;
-        for (const RunData* r : rs)
-            present = present || !r->report.run_value(k).empty();
-        if (present) add(k, [k](const RunData& r) { return r.report.run_value(k); });
-    }
-    add("predicted total",
-        [](const RunData& r) { return fmt_bytes_short(r.report.predicted_total_bytes()); });
-    add("measured peak", [](const RunData& r) {
-        return fmt_bytes_short(r.report.measured_value("peak_total_bytes"));
-    });
-    for (const char* c : kCategories) {
-        add(std::string(c) + " pred / meas", [c](const RunData& r) {
-            return fmt_bytes_short(get(r.report.predicted, c)) + " / " +
-                   fmt_bytes_short(get(r.report.measured_peak, c));
-        });
-    }
-    add("step time (median)", [](const RunData& r) {
-        const double s = r.report.median_step_seconds();
-        return std::isfinite(s) ? fmt_duration_ns(s * 1e9) : std::string("-");
-    });
-    add("tokens/s", [](const RunData& r) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%.0f", r.report.measured_value("tokens_per_s"));
-        return std::string(b);
-    });
-    add("MFU", [](const RunData& r) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%.2f%%", 100.0 * r.report.measured_value("mfu"));
-        return std::string(b);
-    });
+    // The table (compare_table, run_compare.cpp): settings, then results; rows that differ marked.
+    const std::vector<CompareRow> rows = compare_table(rs);
     const int columns = static_cast<int>(rs.size()) + 1;
     const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders |
                                   ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchSame;
@@ -198,20 +181,17 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     for (std::size_t r = 0; r < rs.size(); ++r)
         ImGui::TableSetupColumn((run_tag(r) + ": " + rs[r]->label).c_str());
     ImGui::TableHeadersRow();
-    for (const Row& row : rows) {
-        const bool differs =
-            std::any_of(row.values.begin(), row.values.end(),
-                        [&](const std::string& v) { return v != row.values.front(); });
+    for (const CompareRow& row : rows) {
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
-        if (differs) {
+        if (row.differs) {
             ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.3f, 1.0f), "%s *", row.key.c_str());
         } else {
             ImGui::TextUnformatted(row.key.c_str());
         }
         for (const std::string& v : row.values) {
             ImGui::TableNextColumn();
-            ImGui::TextUnformatted(v.empty() ? "-" : v.c_str());
+            ImGui::TextUnformatted(v.c_str());
         }
     }
     ImGui::EndTable();

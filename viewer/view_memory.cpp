@@ -1,8 +1,11 @@
 // Memory: bytes held by category, stacked over time, one chart per run; the peak marked, the
 // predicted peak (report.json) as a line, the process's or device's own total beside the
 // allocator's. A click lists the blocks live at that time with the op that allocated them.
-// The chart draws one column per pixel, taking the sample with the largest total in it, so
-// a peak is never lost to downsampling.
+// The chart draws one column per two pixels, taking the sample with the largest total in it, so
+// a peak is never lost to downsampling; the columns are cached (MemoryChartCache) until the
+// chart's width or data change, and the bands drawn opaque (widgets.h): the frame cost is the
+// fill, and that is what llvmpipe under Xvfb runs short of. On GPU runs the trace's "device
+// memory" counter (cudaMemGetInfo) is drawn as a line over the allocator's bands.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +36,66 @@ OtherTotal other_total(const RunData& run) {
     return {nullptr, 0};
 }
 
+constexpr int kColumnPx = 2;  // one chart column per this many pixels
+
+// The columns of one chart (see MemoryChartCache), recomputed only when they would change.
+const MemoryChartCache& chart_columns(MemoryState& s, int run_index, const RunData& run,
+                                      int columns, double t0, double t1) {
+    if (s.charts.size() <= static_cast<std::size_t>(run_index)) s.charts.resize(run_index + 1u);
+    MemoryChartCache& c = s.charts[static_cast<std::size_t>(run_index)];
+    const MemoryData& m = run.memory;
+    const CounterSeries* device =
+        run.has_trace ? run.trace.counter(kDeviceMemoryCounter, kDeviceMemoryUsedKey) : nullptr;
+    if (c.memory == &m && c.device == device && c.samples == m.t_ns.size() &&
+        c.columns == columns && c.t0 == t0 && c.t1 == t1) {
+        return c;
+    }
+    c.memory = &m;
+    c.device = device;
+    c.samples = m.t_ns.size();
+    c.columns = columns;
+    c.t0 = t0;
+    c.t1 = t1;
+    c.sample.assign(static_cast<std::size_t>(columns), kNone);
+    std::size_t i = 0, carried = SIZE_MAX;
+    for (int col = 0; col < columns; ++col) {
+        const double tc1 = t0 + (t1 - t0) * (col + 1) / columns;
+        std::size_t best = carried;
+        while (i < m.t_ns.size() && static_cast<double>(m.t_ns[i]) < tc1) {
+            if (best == SIZE_MAX || best == carried || m.total[i] > m.total[best]) best = i;
+            carried = i;
+            ++i;
+        }
+        if (best != SIZE_MAX)
+            c.sample[static_cast<std::size_t>(col)] = static_cast<std::uint32_t>(best);
+    }
+    c.peak_index = 0;
+    for (std::size_t k = 0; k < m.t_ns.size(); ++k) {
+        if (m.t_ns[k] == m.peak_t_ns) c.peak_index = k;
+    }
+    c.device_used.assign(device != nullptr ? static_cast<std::size_t>(columns) : 0u, NAN);
+    c.device_max = 0;
+    if (device != nullptr) {
+        std::size_t j = 0;
+        double last = NAN;
+        for (int col = 0; col < columns; ++col) {
+            const double tc1 = t0 + (t1 - t0) * (col + 1) / columns;
+            double v = last;
+            bool any = false;
+            while (j < device->t_ns.size() && static_cast<double>(device->t_ns[j]) < tc1) {
+                v = any ? std::max(v, device->values[j]) : device->values[j];
+                any = true;
+                last = device->values[j];
+                ++j;
+            }
+            c.device_used[static_cast<std::size_t>(col)] = v;
+        }
+        for (double v : device->values)
+            c.device_max = std::max(c.device_max, v);
+    }
+    return c;
+}
+
 void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) {
     const MemoryData& m = run.memory;
     ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -51,9 +114,11 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     }
     t0 = std::min(t0, 0.0);
     if (t1 <= t0) t1 = t0 + 1000.0;
+    const int columns = std::max(1, static_cast<int>(b.x - a.x) / kColumnPx);
+    const MemoryChartCache& cache = chart_columns(s, run_index, run, columns, t0, t1);
     const double predicted = run.has_report ? run.report.predicted_total_bytes() : 0.0;
     const OtherTotal other = other_total(run);
-    double y_max = std::max(m.peak_bytes, predicted);
+    double y_max = std::max({m.peak_bytes, predicted, cache.device_max});
     const bool other_on_chart = other.label != nullptr && other.bytes < 1.5 * y_max;
     if (other_on_chart) y_max = std::max(y_max, other.bytes);
     y_max = std::max(1.0, y_max * 1.08);
@@ -79,56 +144,71 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     dl->AddText(ImVec2(b.x - ImGui::CalcTextSize(t_end.c_str()).x, b.y + 2),
                 IM_COL32(150, 150, 160, 255), t_end.c_str());
 
-    // One column per kColumnPx pixels: the sample with the largest total among those in the
-    // column, or the state carried in from the left when none falls in it. A category's band is
-    // extended while its top and bottom stay on the same pixels, so a flat band is one rect
-    // (software rasterizers pay per triangle and per tile it spans).
-    constexpr int kColumnPx = 2;
-    const int columns = std::max(1, static_cast<int>(b.x - a.x) / kColumnPx);
-    std::size_t i = 0;
-    std::vector<ImU32> colors(nc);
+    // The bands, from the cached columns. A category's band is extended while its top and bottom
+    // stay on the same pixels, so a flat band is one rect (software rasterizers pay per triangle
+    // and per tile it spans); drawn opaque (begin_opaque_fills) since they never overlap.
+    s.bands.assign(3 * nc, 0.0f);  // x0 (< 0: no open band), y_top, y_bottom
     for (std::size_t c = 0; c < nc; ++c)
-        colors[c] = memory_category_color(m.categories[c]);
-    struct Band {
-        float x0 = 0, y_top = 0, y_bottom = 0;
-        bool open = false;
-    };
-    std::vector<Band> bands(nc);
+        s.bands[3 * c] = -1.0f;
+    begin_opaque_fills(dl);
     auto close = [&](std::size_t c, float x1) {
-        if (bands[c].open && bands[c].y_top < bands[c].y_bottom) {
-            dl->AddRectFilled(ImVec2(bands[c].x0, bands[c].y_top), ImVec2(x1, bands[c].y_bottom),
-                              colors[c]);
+        float* band = &s.bands[3 * c];
+        if (band[0] >= 0.0f && band[1] < band[2]) {
+            dl->AddRectFilled(ImVec2(band[0], band[1]), ImVec2(x1, band[2]),
+                              memory_category_color(m.categories[c]));
+            ++s.drawn_rects;
         }
-        bands[c].open = false;
+        band[0] = -1.0f;
     };
-    std::size_t carried = SIZE_MAX;
     for (int col = 0; col < columns; ++col) {
-        const double tc1 = t0 + (t1 - t0) * (col + 1) / columns;
-        std::size_t best = carried;
-        while (i < m.t_ns.size() && static_cast<double>(m.t_ns[i]) < tc1) {
-            if (best == SIZE_MAX || best == carried || m.total[i] > m.total[best]) best = i;
-            carried = i;
-            ++i;
-        }
+        const std::uint32_t k = cache.sample[static_cast<std::size_t>(col)];
+        if (k == kNone) continue;
         const float x = a.x + static_cast<float>(col * kColumnPx);
-        if (best == SIZE_MAX) continue;
         double below = 0;
         for (std::size_t c = 0; c < nc; ++c) {
-            const double v = std::max(0.0, m.by_category[best * nc + c]);
+            const double v = std::max(0.0, m.by_category[k * nc + c]);
             const float y_bottom = std::round(Y(below)), y_top = std::round(Y(below + v));
             below += v;
-            Band& band = bands[c];
-            if (band.open && band.y_top == y_top && band.y_bottom == y_bottom) continue;
+            float* band = &s.bands[3 * c];
+            if (band[0] >= 0.0f && band[1] == y_top && band[2] == y_bottom) continue;
             close(c, x);
-            band = Band{x, y_top, y_bottom, true};
+            band[0] = x;
+            band[1] = y_top;
+            band[2] = y_bottom;
         }
     }
     for (std::size_t c = 0; c < nc; ++c)
         close(c, a.x + static_cast<float>(columns * kColumnPx));
+    end_opaque_fills(dl);
+
+    // The device's own total over time (cudaMemGetInfo, GPU runs): a step line, one point per
+    // column where it changes.
+    char buf[200];
+    if (cache.device != nullptr) {
+        const ImU32 col = IM_COL32(120, 200, 255, 255);
+        float last_y = -1.0f;
+        for (int c = 0; c < columns; ++c) {
+            const double v = cache.device_used[static_cast<std::size_t>(c)];
+            if (!std::isfinite(v)) continue;
+            const float x = a.x + static_cast<float>(c * kColumnPx), y = std::round(Y(v));
+            if (y == last_y) continue;
+            if (last_y >= 0.0f) dl->PathLineTo(ImVec2(x, last_y));
+            dl->PathLineTo(ImVec2(x, y));
+            last_y = y;
+        }
+        if (last_y >= 0.0f) {
+            dl->PathLineTo(ImVec2(a.x + static_cast<float>(columns * kColumnPx), last_y));
+            dl->PathStroke(col, 0, 2.0f);
+        }
+        std::snprintf(buf, sizeof buf, "device used (cudaMemGetInfo), peak %s",
+                      fmt_bytes_short(cache.device_max).c_str());
+        // Right-aligned, where the legend (top left) is not.
+        dl->AddText(ImVec2(b.x - ImGui::CalcTextSize(buf).x - 4, Y(cache.device_max) - 15), col,
+                    buf);
+    }
     // The peak, the prediction, the other total.
     const float px = X(static_cast<double>(m.peak_t_ns));
     dl->AddLine(ImVec2(px, a.y), ImVec2(px, b.y), IM_COL32(255, 255, 255, 200), 1.5f);
-    char buf[160];
     std::snprintf(buf, sizeof buf, "peak %s at %s", fmt_bytes_short(m.peak_bytes).c_str(),
                   fmt_duration_ns(static_cast<double>(m.peak_t_ns)).c_str());
     const float tw = ImGui::CalcTextSize(buf).x;
@@ -158,18 +238,16 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     }
     // Legend: the categories that hold anything at the peak.
     float lx = a.x + 8, ly = a.y + 6;
-    std::size_t peak_i = 0;
-    for (std::size_t k = 0; k < m.t_ns.size(); ++k) {
-        if (m.t_ns[k] == m.peak_t_ns) peak_i = k;
-    }
+    const std::size_t peak_i = cache.peak_index;
     int legend_rows = 0;
     float legend_w = 0;
     for (std::size_t c = 0; c < nc; ++c) {
         const double v = m.by_category[peak_i * nc + c];
         if (v <= 0) continue;
         ++legend_rows;
-        legend_w = std::max(
-            legend_w, ImGui::CalcTextSize((m.categories[c] + " " + fmt_bytes_short(v)).c_str()).x);
+        std::snprintf(buf, sizeof buf, "%s %s", m.categories[c].c_str(),
+                      fmt_bytes_short(v).c_str());
+        legend_w = std::max(legend_w, ImGui::CalcTextSize(buf).x);
     }
     dl->AddRectFilled(ImVec2(lx - 4, ly - 2),
                       ImVec2(lx + legend_w + 20, ly + 16.0f * static_cast<float>(legend_rows) + 2),
@@ -177,9 +255,11 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     for (std::size_t c = 0; c < nc; ++c) {
         const double v = m.by_category[peak_i * nc + c];
         if (v <= 0) continue;
-        const std::string label = m.categories[c] + " " + fmt_bytes_short(v);
-        dl->AddRectFilled(ImVec2(lx, ly + 2), ImVec2(lx + 10, ly + 12), colors[c]);
-        dl->AddText(ImVec2(lx + 14, ly), IM_COL32(220, 220, 225, 255), label.c_str());
+        std::snprintf(buf, sizeof buf, "%s %s", m.categories[c].c_str(),
+                      fmt_bytes_short(v).c_str());
+        dl->AddRectFilled(ImVec2(lx, ly + 2), ImVec2(lx + 10, ly + 12),
+                          memory_category_color(m.categories[c]));
+        dl->AddText(ImVec2(lx + 14, ly), IM_COL32(220, 220, 225, 255), buf);
         ly += 16;
     }
     if (s.selected_run == run_index) {
@@ -199,6 +279,16 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
                 if (m.by_category[k * nc + c] > 0)
                     tip +=
                         m.categories[c] + " " + fmt_bytes_short(m.by_category[k * nc + c]) + "\n";
+            }
+            if (cache.device != nullptr) {
+                const auto& dt = cache.device->t_ns;
+                auto d = std::upper_bound(dt.begin(), dt.end(), std::llround(t));
+                if (d != dt.begin()) {
+                    tip += "device used " +
+                           fmt_bytes_short(
+                               cache.device->values[static_cast<std::size_t>(d - dt.begin() - 1)]) +
+                           "\n";
+                }
             }
             tip += m.rows.empty() ? "(no allocation list: the trace's counters only)"
                                   : "click: list the live blocks";
@@ -262,6 +352,7 @@ void draw_live_table(const MemoryState& s, const std::vector<RunData>& runs) {
 }  // namespace
 
 void draw_memory(MemoryState& s, const std::vector<RunData>& runs) {
+    s.drawn_rects = 0;
     std::vector<int> shown;
     for (std::size_t r = 0; r < runs.size(); ++r) {
         if (runs[r].has_memory && !runs[r].memory.empty()) shown.push_back(static_cast<int>(r));

@@ -1,7 +1,8 @@
 // Timeline: one lane per (process, thread/stream) of every run, ranges nested by depth, time on
 // a shared axis from each run's start. Boxes narrower than kMinBoxPx are merged into one grey
 // box by skipping ahead with a binary search (the events of one depth level are start-sorted
-// and do not overlap), so a frame costs O(pixels x levels), not O(events).
+// and do not overlap), so a frame costs O(pixels x levels), not O(events). A run's counters
+// follow its lanes as step charts (timeline_counters.cpp).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include <imgui.h>
 
+#include "viewer/timeline_counters.h"
 #include "viewer/view.h"
 #include "viewer/widgets.h"
 
@@ -31,14 +33,7 @@ struct Hit {
     double merged_t0 = 0, merged_t1 = 0;
 };
 
-struct Mapping {
-    double t0, t1;
-    float x0, x1;
-    float x(double t) const { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * (x1 - x0); }
-    double t(float px) const {
-        return t0 + static_cast<double>(px - x0) / static_cast<double>(x1 - x0) * (t1 - t0);
-    }
-};
+using Mapping = TimeAxis;
 
 float lane_height(const Lane& l) {
     return static_cast<float>(std::max<std::size_t>(1, l.levels.size())) * kRowPx + kLaneGapPx;
@@ -276,7 +271,7 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
     bool any = false;
     double t_min = 0, t_max = 0;
     for (const RunData& r : runs) {
-        if (!r.has_trace || r.trace.events.empty()) continue;
+        if (!r.has_trace || r.trace.empty()) continue;
         t_min = any ? std::min(t_min, static_cast<double>(r.trace.t_min_ns))
                     : static_cast<double>(r.trace.t_min_ns);
         t_max = any ? std::max(t_max, static_cast<double>(r.trace.t_max_ns))
@@ -332,12 +327,14 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
     Hit hit;
     s.drawn_boxes = 0;
     s.merged_boxes = 0;
+    s.counter_rects = 0;
+    std::string counter_tip;
     std::vector<std::vector<float>> lane_y(runs.size());
     float y = origin.y;
     dl->PushClipRect(win_pos, ImVec2(win_pos.x + win_size.x, win_pos.y + win_size.y), true);
     for (std::size_t r = 0; r < runs.size(); ++r) {
         const RunData& run = runs[r];
-        if (!run.has_trace || run.trace.lanes.empty()) continue;
+        if (!run.has_trace || run.trace.empty()) continue;
         dl->AddRectFilled(ImVec2(win_pos.x, y), ImVec2(win_pos.x + win_size.x, y + kRunHeaderPx),
                           IM_COL32(45, 50, 65, 255));
         dl->AddText(ImVec2(win_pos.x + 4, y + 3), IM_COL32(200, 220, 255, 255), run.label.c_str());
@@ -372,6 +369,14 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
                 dl->PopClipRect();
             }
             y += h;
+        }
+        const float counters_h = counter_lanes_height(run.trace);
+        if (counters_h > 0) {
+            std::string tip =
+                draw_counter_lanes(dl, s, run, m, win_pos.x, kGutterPx - 4, y, win_pos.y,
+                                   win_pos.y + win_size.y, hovered ? mouse : ImVec2(-1, -1));
+            if (!tip.empty()) counter_tip = std::move(tip);
+            y += counters_h;
         }
     }
     const float content_h = y - origin.y;
@@ -460,7 +465,9 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
         s.t0_ns = t_min - pad;
         s.t1_ns = t_max + pad;
     }
-    if (hovered && hit.run >= 0) {
+    if (hovered && !counter_tip.empty()) {
+        tooltip_text(counter_tip);
+    } else if (hovered && hit.run >= 0) {
         if (hit.event != kNone) {
             tooltip_text(event_details(runs[hit.run], runs[hit.run].trace.events[hit.event]));
         } else if (hit.merged > 0) {

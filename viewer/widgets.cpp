@@ -1,7 +1,10 @@
 #include "viewer/widgets.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+
+#include <GL/gl.h>
 
 namespace napkin::viewer {
 
@@ -27,12 +30,6 @@ Rgb hashed_rgb(std::string_view s, float sat, float val) {
 
 ImU32 to_u32(Rgb c, float alpha) {
     return IM_COL32(c.r, c.g, c.b, static_cast<int>(alpha * 255.0f + 0.5f));
-}
-
-std::string format(const char* fmt, double v, const char* unit) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, v, unit);
-    return buf;
 }
 
 }  // namespace
@@ -81,43 +78,31 @@ ImU32 with_alpha(ImU32 color, float alpha) {
     return (color & ~IM_COL32_A_MASK) | (a << IM_COL32_A_SHIFT);
 }
 
-std::string fmt_duration_ns(double ns) {
-    if (std::fabs(ns) < 0.5) ns = 0;  // no "-0 ns"
-    const double a = std::fabs(ns);
-    if (a < 1e3) return format("%.0f %s", ns, "ns");
-    if (a < 1e6) return format("%.3g %s", ns / 1e3, "us");
-    if (a < 1e9) return format("%.3g %s", ns / 1e6, "ms");
-    return format("%.4g %s", ns / 1e9, "s");
+namespace {
+
+// The callbacks run inside ImGui_ImplOpenGL3_RenderDrawData; the command's texture is the atlas.
+void set_atlas_filter(const ImDrawCmd* cmd, GLint filter) {
+    glBindTexture(GL_TEXTURE_2D,
+                  static_cast<GLuint>(reinterpret_cast<std::intptr_t>(cmd->TextureId)));
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, filter);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, filter);
 }
 
-std::string fmt_bytes_short(double bytes) {
-    const double a = std::fabs(bytes);
-    if (a < 1e3) return format("%.0f %s", bytes, "B");
-    if (a < 1e6) return format("%.3g %s", bytes / 1e3, "kB");
-    if (a < 1e9) return format("%.3g %s", bytes / 1e6, "MB");
-    if (a < 1e12) return format("%.3g %s", bytes / 1e9, "GB");
-    return format("%.3g %s", bytes / 1e12, "TB");
+}  // namespace
+
+void begin_opaque_fills(ImDrawList* dl) {
+    dl->AddCallback(
+        [](const ImDrawList*, const ImDrawCmd* cmd) {
+            glDisable(GL_BLEND);
+            set_atlas_filter(cmd, GL_NEAREST);
+        },
+        nullptr);
 }
 
-std::string fmt_flops(double flops) {
-    const double a = std::fabs(flops);
-    if (a < 1e6) return format("%.4g %s", flops / 1e3, "kFLOP");
-    if (a < 1e9) return format("%.4g %s", flops / 1e6, "MFLOP");
-    if (a < 1e12) return format("%.4g %s", flops / 1e9, "GFLOP");
-    return format("%.4g %s", flops / 1e12, "TFLOP");
-}
-
-std::string fmt_rate(double per_s, const char* unit) {
-    const double a = std::fabs(per_s);
-    char buf[64];
-    if (a < 1e9) {
-        std::snprintf(buf, sizeof buf, "%.3g M%s/s", per_s / 1e6, unit);
-    } else if (a < 1e12) {
-        std::snprintf(buf, sizeof buf, "%.3g G%s/s", per_s / 1e9, unit);
-    } else {
-        std::snprintf(buf, sizeof buf, "%.3g T%s/s", per_s / 1e12, unit);
-    }
-    return buf;
+void end_opaque_fills(ImDrawList* dl) {
+    dl->AddCallback(
+        [](const ImDrawList*, const ImDrawCmd* cmd) { set_atlas_filter(cmd, GL_LINEAR); }, nullptr);
+    dl->AddCallback(ImDrawCallback_ResetRenderState, nullptr);  // blending back on
 }
 
 void empty_state(const char* message) {

@@ -1,4 +1,5 @@
-// Reusable drawing helpers shared by the panels: colours, number formats, empty states, bars.
+// Reusable drawing helpers shared by the panels: colours, empty states, opaque fills; the number
+// formats (viewer/format.h) come with them.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,8 @@
 #include <string_view>
 
 #include <imgui.h>
+
+#include "viewer/format.h"
 
 namespace napkin::viewer {
 
@@ -20,10 +23,14 @@ ImU32 memory_category_color(std::string_view category, float alpha = 1.0f);
 ImU32 event_color(std::string_view category, std::string_view name);
 ImU32 with_alpha(ImU32 color, float alpha);
 
-std::string fmt_duration_ns(double ns);     // "850 ns", "12.3 us", "4.56 ms", "1.234 s"
-std::string fmt_bytes_short(double bytes);  // "1.78 MB", "12.4 GB" (decimal, as napkin prints)
-std::string fmt_flops(double flops);        // "1.36 GFLOP"
-std::string fmt_rate(double per_s, const char* unit);  // "16.9 GFLOP/s"
+// Large opaque fills (chart bands, counter steps) between these two: blending off and ImGui's
+// atlas sampled nearest. Under a software rasterizer (llvmpipe under Xvfb) a frame's cost is its
+// pixels, and each pixel of an ImGui rect pays a bilinear fetch of the atlas's white texel and a
+// read-modify-write of the framebuffer; neither changes an opaque colour. Only opaque rects and
+// lines between them: no text (glyphs need the blend). Draw-list callbacks: the OpenGL3 backend
+// runs them in order, and the end resets its render state.
+void begin_opaque_fills(ImDrawList* dl);
+void end_opaque_fills(ImDrawList* dl);
 
 // A centred grey message filling the panel: what is missing and how to get it.
 void empty_state(const char* message);

@@ -18,6 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kCpuTiny = fs::path(NAPKIN_SOURCE_DIR) / "traces" / "cpu-tiny";
+const fs::path kTestData = fs::path(NAPKIN_SOURCE_DIR) / "tests" / "viewer" / "data";
 
 std::string slurp(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
@@ -205,6 +206,160 @@ TEST(RunData, ReadsOtherToolsTraces) {
     ASSERT_EQ(k.rows.size(), 1u);
     EXPECT_EQ(k.rows[0].name, "sm90_gemm");
     EXPECT_EQ(k.rows[0].total_ns, 8250);
+}
+
+// tests/viewer/data/pytorch_profiler_trace.json: hand-written in the layout of torch.profiler's
+// Chrome trace export (Kineto's output_json.cpp), not recorded from a run: two training steps of a
+// two-layer MLP on one GPU with record_shapes, profile_memory and with_stack. Numeric and string
+// pids ("Spans", "Traces", ""), fractional-microsecond ts, ac2g (launch -> kernel) and fwdbwd
+// flows, "[memory]" instants, nested arrays in args, metadata the viewer does not use.
+TEST(RunData, LoadsAPyTorchProfilerTrace) {
+    const RunData run = load_run(kTestData / "pytorch_profiler_trace.json");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    EXPECT_TRUE(run.warnings.empty()) << run.warnings.front();
+    ASSERT_TRUE(run.has_trace);
+    EXPECT_FALSE(run.has_memory);  // "[memory]" instants are not napkin's memory counters
+    const TraceData& t = run.trace;
+    EXPECT_EQ(t.skipped_events, 0);
+    EXPECT_EQ(t.schema, "");
+    const std::uint32_t main = lane_named(t, "thread 12345 (python3)");
+    const std::uint32_t autograd = lane_named(t, "thread 12399 (pt_autograd_0)");
+    const std::uint32_t stream = lane_named(t, "stream 7 ");
+    ASSERT_NE(main, kNone);
+    ASSERT_NE(autograd, kNone);
+    ASSERT_NE(stream, kNone);
+    EXPECT_FALSE(t.lanes[main].device);
+    EXPECT_FALSE(t.lanes[autograd].device);
+    EXPECT_TRUE(t.lanes[stream].device);
+    EXPECT_EQ(t.lanes[main].process_name, "python3");
+    EXPECT_LT(main, stream);  // process_sort_index: the CPU process (12345) before GPU 0 (16777216)
+    // ProfilerStep, python frames, ops nested in ops, cudaLaunchKernel innermost.
+    EXPECT_GE(t.lanes[main].levels.size(), 5u);
+    // The string pids get lanes of their own.
+    bool spans = false;
+    for (const Lane& l : t.lanes)
+        spans = spans || (l.pid == "Spans" && l.name == "PyTorch Profiler");
+    EXPECT_TRUE(spans);
+    // Every launch reaches its kernel, memcpy or memset (22 ac2g pairs), and each of the 4
+    // backward functions of each of the 2 steps its forward op (8 fwdbwd pairs).
+    EXPECT_EQ(t.flows, 30);
+    std::int64_t kernels = 0, bound = 0;
+    for (std::uint32_t i = 0; i < t.events.size(); ++i) {
+        const Event& e = t.events[i];
+        if (t.cat_of(e) != "kernel") continue;
+        ++kernels;
+        ASSERT_NE(e.flow_peer, kNone);
+        EXPECT_EQ(t.name_of(t.events[e.flow_peer]), "cudaLaunchKernel");
+        EXPECT_LT(t.events[e.flow_peer].start_ns, e.start_ns);
+        ++bound;
+        ASSERT_NE(e.args, kNone);
+        EXPECT_NE(t.args[e.args].other.find("grid: [...]"), std::string::npos);
+    }
+    EXPECT_EQ(kernels, 18);
+    EXPECT_EQ(bound, kernels);
+    // Fractional microseconds survive: the first memcpy lasts 21.500 us.
+    bool memcpy = false;
+    for (const Event& e : t.events) {
+        if (t.cat_of(e) == "gpu_memcpy") {
+            memcpy = true;
+            EXPECT_EQ(e.dur_ns, 21500);
+            ASSERT_NE(e.args, kNone);
+            EXPECT_EQ(t.args[e.args].bytes, 64.0 * 512 * 4);
+        }
+    }
+    EXPECT_TRUE(memcpy);
+    // "[memory]" instants sit on the thread that allocated.
+    std::int64_t memory_marks = 0;
+    for (const Event& e : t.events) {
+        if (e.instant && t.name_of(e) == "[memory]") {
+            ++memory_marks;
+            EXPECT_EQ(e.lane, main);
+        }
+    }
+    EXPECT_EQ(memory_marks, 10);
+    const KernelStats k = kernel_stats(t, StatScope::kernels);
+    ASSERT_FALSE(k.rows.empty());
+    EXPECT_GT(k.step_total_ns, 0);
+    const KernelStats ops = kernel_stats(t, StatScope::all);
+    EXPECT_FALSE(ops.rows.empty());
+}
+
+// tests/viewer/data/napkin_gpu_trace.json: napkin's own format as a CUDA run writes it, with the
+// "device memory" counter (cudaMemGetInfo's used bytes) beside the allocator's "memory" counters.
+TEST(RunData, DeviceMemoryCounterIsFound) {
+    const RunData run = load_run(kTestData / "napkin_gpu_trace.json");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ASSERT_TRUE(run.has_trace && run.has_memory);
+    EXPECT_TRUE(run.memory.from_counters);
+    EXPECT_EQ(run.memory.category_count(), 8u);  // "device memory" is not a category
+    const CounterSeries* device = run.trace.counter(kDeviceMemoryCounter, kDeviceMemoryUsedKey);
+    ASSERT_NE(device, nullptr);
+    EXPECT_EQ(device->t_ns.size(), run.memory.t_ns.size());
+    // The device sees the context and the allocator's reserve on top of the allocator's bytes.
+    EXPECT_GT(device->max_value, run.memory.peak_bytes);
+    EXPECT_EQ(run.trace.counter(kDeviceMemoryCounter, "nope"), nullptr);
+    EXPECT_EQ(run.trace.counter("memory", "activations")->min_value, 0.0);
+    EXPECT_EQ(run.trace.flows, 36);
+}
+
+const CompareRow* row_named(const std::vector<CompareRow>& rows, const std::string& key) {
+    for (const CompareRow& r : rows) {
+        if (r.key == key) return &r;
+    }
+    return nullptr;
+}
+
+// tests/viewer/data/zero/stage{0,1,3}: rank 0's report.json of a two-rank run at ZeRO stages 0,
+// 1 and 3 (the structure of a real `napkin train --zero` report, the numbers set for world 2), and
+// traces/cpu-tiny, a single-process run. The compare table puts them side by side.
+TEST(RunData, CompareTableShowsZeroStagesSideBySide) {
+    std::vector<RunData> runs;
+    for (const char* stage : {"stage0", "stage1", "stage3"})
+        runs.push_back(load_run(kTestData / "zero" / stage));
+    runs.push_back(load_run(kCpuTiny));
+    std::vector<const RunData*> rs;
+    for (const RunData& r : runs) {
+        ASSERT_TRUE(r.errors.empty()) << r.errors.front();
+        ASSERT_TRUE(r.has_report);
+        rs.push_back(&r);
+    }
+    EXPECT_EQ(runs[0].report.comm_value("zero"), 0);
+    EXPECT_EQ(runs[2].report.comm_value("world"), 2);
+    EXPECT_EQ(runs[2].report.comm_backend, "mpi");
+    EXPECT_EQ(runs[0].report.comm_seconds.size(), runs[0].report.step_seconds.size());
+    EXPECT_TRUE(runs[3].report.communication.empty());
+    EXPECT_TRUE(std::isnan(runs[3].report.comm_value("zero")));
+
+    const std::vector<CompareRow> rows = compare_table(rs);
+    const CompareRow* stage = row_named(rows, "ZeRO stage");
+    ASSERT_NE(stage, nullptr);
+    EXPECT_EQ(stage->values, (std::vector<std::string>{"0", "1", "3", "none (1 process)"}));
+    EXPECT_TRUE(stage->differs);
+    const CompareRow* world = row_named(rows, "world size");
+    ASSERT_NE(world, nullptr);
+    EXPECT_EQ(world->values, (std::vector<std::string>{"2", "2", "2", "1"}));
+    const CompareRow* sent = row_named(rows, "sent / step, pred / meas");
+    ASSERT_NE(sent, nullptr);
+    EXPECT_EQ(sent->values[0], "1.78 MB / 1.78 MB");  // P fp32 bytes: ring all-reduce, N = 2
+    EXPECT_EQ(sent->values[2], "2.68 MB / 2.68 MB");  // stage 3 gathers the parameters twice
+    EXPECT_EQ(sent->values[3], "-");
+    const CompareRow* comm_time = row_named(rows, "in collectives / step");
+    ASSERT_NE(comm_time, nullptr);
+    EXPECT_NE(comm_time->values[0].find("%"), std::string::npos) << comm_time->values[0];
+    const CompareRow* opt = row_named(rows, "optimizer_state pred / meas");
+    ASSERT_NE(opt, nullptr);
+    EXPECT_TRUE(opt->differs);  // sharded from stage 1
+    EXPECT_NE(row_named(rows, "communication (meas)"), nullptr);
+    const CompareRow* precision = row_named(rows, "precision");
+    ASSERT_NE(precision, nullptr);
+    EXPECT_FALSE(precision->differs);
+
+    // Without data-parallel runs there are no ZeRO rows at all.
+    const std::vector<CompareRow> single = compare_table({&runs[3]});
+    EXPECT_EQ(row_named(single, "ZeRO stage"), nullptr);
+    EXPECT_EQ(row_named(single, "sent / step, pred / meas"), nullptr);
+    for (const CompareRow& r : single)
+        EXPECT_FALSE(r.differs) << r.key;
 }
 
 TEST(RunData, BeginEndPairsAndBareArrays) {

@@ -210,5 +210,104 @@ TEST_F(ViewerGui, BadFlagsAreUsageErrors) {
     EXPECT_NE(size.err.find("--size"), std::string::npos) << size.err;
 }
 
+// Single trace files from tests/viewer/data (no training needed): another tool's trace in every
+// view, counter lanes on the timeline, the device's own total in the memory view.
+class ViewerGuiFiles : public testing::Test {
+protected:
+    void SetUp() override {
+        if (std::getenv("DISPLAY") == nullptr)
+            GTEST_SKIP() << "no DISPLAY: run the gui tests under xvfb-run -a";
+        dir_ = fs::temp_directory_path() / ("napkin_viewer_gui_files_" + std::to_string(getpid()));
+        fs::create_directories(dir_);
+    }
+    void TearDown() override {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    // Renders `view` of one file at 1280x720; the exit status and the RGB pixels.
+    std::vector<unsigned char> render(const std::string& view, const std::string& file, int& rc) {
+        const fs::path png = dir_ / (view + ".png");
+        const fs::path err = dir_ / "stderr";
+        const std::string cmd = std::string(NAPKIN_BINARY) + " view --screenshot " + png.string() +
+                                " --view " + view + " --size 1280x720 " + (kData / file).string() +
+                                " >/dev/null 2>" + err.string();
+        const int status = std::system(cmd.c_str());
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        stderr_ = slurp(err);
+        int w = 0, h = 0, channels = 0;
+        unsigned char* data = stbi_load(png.c_str(), &w, &h, &channels, 3);
+        if (data == nullptr) return {};
+        std::vector<unsigned char> out(data, data + static_cast<std::size_t>(w) * h * 3);
+        stbi_image_free(data);
+        return out;
+    }
+    static std::size_t count_colour(const std::vector<unsigned char>& rgb, Rgb c) {
+        std::size_t n = 0;
+        for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
+            n += rgb[i] == c.r && rgb[i + 1] == c.g && rgb[i + 2] == c.b ? 1 : 0;
+        return n;
+    }
+    static std::size_t distinct_colours(const std::vector<unsigned char>& rgb) {
+        std::set<std::uint32_t> seen;
+        for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
+            seen.insert((std::uint32_t{rgb[i]} << 16) | (std::uint32_t{rgb[i + 1]} << 8) |
+                        rgb[i + 2]);
+        return seen.size();
+    }
+
+    const fs::path kData = fs::path(NAPKIN_SOURCE_DIR) / "tests" / "viewer" / "data";
+    fs::path dir_;
+    std::string stderr_;
+};
+
+// torch.profiler's export (hand-written in Kineto's layout): every view renders it, those that
+// need napkin's files with their empty state.
+TEST_F(ViewerGuiFiles, APyTorchProfilerTraceRendersInEveryView) {
+    for (const char* view : {"timeline", "memory", "kernels", "compare", "estimate"}) {
+        int rc = -1;
+        const auto rgb = render(view, "pytorch_profiler_trace.json", rc);
+        EXPECT_EQ(rc, 0) << view << ": " << stderr_;
+        ASSERT_EQ(rgb.size(), 1280u * 720u * 3u) << view;
+        EXPECT_GT(distinct_colours(rgb), 10u) << view;  // at least the header's text
+        if (std::string(view) == "timeline" || std::string(view) == "kernels") {
+            EXPECT_GT(distinct_colours(rgb), 40u) << view;
+        }
+    }
+}
+
+// The trace's counters are lanes under the run's tracks: napkin's memory categories in their
+// colours, drawn opaque so the colours are exact.
+TEST_F(ViewerGuiFiles, CounterLanesAreDrawnOnTheTimeline) {
+    int rc = -1;
+    const auto rgb = render("timeline", "napkin_gpu_trace.json", rc);
+    EXPECT_EQ(rc, 0) << stderr_;
+    for (const char* category : {"parameters", "optimizer_state", "activations"}) {
+        EXPECT_GE(count_colour(rgb, memory_category_rgb(category)), 2000u)
+            << category << " counter lane missing";
+    }
+}
+
+// The device's own "used" bytes (the "device memory" counter) as a line over the bands.
+TEST_F(ViewerGuiFiles, TheMemoryViewDrawsTheDeviceTotal) {
+    int rc = -1;
+    const auto rgb = render("memory", "napkin_gpu_trace.json", rc);
+    EXPECT_EQ(rc, 0) << stderr_;
+    EXPECT_GE(count_colour(rgb, Rgb{120, 200, 255}), 1000u) << "no device line";
+    EXPECT_GE(count_colour(rgb, memory_category_rgb("activations")), 2000u);
+}
+
+// Runs of different ZeRO stages side by side: the compare view renders them, with the bars of
+// bytes sent per step (drawn only for data-parallel runs) in their colour.
+TEST_F(ViewerGuiFiles, CompareShowsZeroStages) {
+    int rc = -1;
+    const std::string zero = (kData / "zero").string();
+    const auto rgb = render("compare", "zero/stage0 " + zero + "/stage1 " + zero + "/stage3", rc);
+    EXPECT_EQ(rc, 0) << stderr_;
+    EXPECT_GT(distinct_colours(rgb), 40u);
+    EXPECT_GE(count_colour(rgb, memory_category_rgb("optimizer_state")), 100u);
+    // The scalar bars (step time, tokens/s, MFU, bytes sent): 4 charts x 3 runs.
+    EXPECT_GE(count_colour(rgb, Rgb{90, 140, 210}), 4u * 3u * 100u);
+}
+
 }  // namespace
 }  // namespace napkin::viewer

@@ -22,6 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (std::uint32_t lane = 0; lane < run.trace.lanes.size() && lane < 8; ++lane)
             run.trace.event_at(lane, mid);
         run.trace.host_event_at(mid, "op");
+        run.trace.counter(kDeviceMemoryCounter, kDeviceMemoryUsedKey);
     }
     if (run.has_memory) {
         run.live_at(run.memory.peak_t_ns);
@@ -31,6 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         run.report.predicted_total_bytes();
         run.report.median_step_seconds();
         run.peak_flops_per_s();
+        run.report.comm_value("zero");
+        const RunData single;
+        compare_table({&run, &single});
     }
     return 0;
 }
