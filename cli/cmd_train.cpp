@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/train_checkpoint.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -22,6 +23,7 @@
 #include "profiler/chrome_trace_writer.h"
 #include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
+#include "estimator/hardware.h"
 #include "kernels/matmul.h"
 #include "kernels/stream.h"
 #include "profiler/step_profile.h"
@@ -56,6 +58,27 @@ double peak_rss_bytes() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+// The hardware table's entry (estimator/hardware.h) for the GPU cudaGetDeviceProperties names
+// ("NVIDIA H100 80GB HBM3"), or null when it is not there.
+const GpuSpec* gpu_spec_for(const std::string& name) {
+    auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    if (has("H100")) return find_gpu(has("PCIe") ? "h100-pcie" : "h100-sxm");
+    if (has("H200")) return find_gpu("h200");
+    if (has("A100")) return find_gpu(has("40GB") ? "a100-40gb" : "a100-80gb");
+    if (has("B200")) return find_gpu("b200");
+    return nullptr;
+}
+
+// The dtype a recipe's GEMMs run in, for the datasheet peak MFU is quoted against.
+DType gemm_dtype(Precision p) {
+    switch (p) {
+        case Precision::bf16_amp:
+        case Precision::bf16: return DType::bf16;
+        case Precision::fp16_amp: return DType::f16;
+        default: return DType::f32;
+    }
 }
 
 // Writes `text` to `path` through a temporary file and a rename: never half-written.
@@ -116,18 +139,17 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
 }
 
 void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
-    if (f.device == "cuda") {
-        const DeviceInfo& d = probe_devices();
-        throw UsageError("--device cuda: the CUDA engine is not built yet (" + device_summary(d) + ")");
-    }
-    if (f.device != "cpu" && f.device != "auto") {
+    if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
     if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
 
     // A resumed run takes every option from its checkpoint, so it continues bit for bit.
+    // Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>,
+    // and checkpoints are sharded (RUN_DIR/checkpoints/).
+    const bool parallel = comm.world_size() > 1 || f.zero > 0;
     TrainOptions o;
-    std::filesystem::path checkpoint_in;
+    ResumeSource resume;
     if (!f.resume.empty()) {
         for (const char* flag : {"--model", "--config", "--data", "--micro-batch", "--seq-len", "--grad-accum",
                                  "--precision", "--optimizer", "--checkpointing", "--attention", "--lr", "--warmup",
@@ -136,34 +158,44 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                 throw UsageError(std::string("--resume continues a run with its own options; drop ") + flag);
             }
         }
-        checkpoint_in = std::filesystem::path(f.resume) / kCheckpointFileName;
-        if (!std::filesystem::exists(checkpoint_in)) {
-            throw UsageError("--resume: no checkpoint at '" + checkpoint_in.string() + "'");
-        }
-        o = read_checkpoint_info(checkpoint_in.string()).options;
+        resume = find_resume_source(f.resume, parallel, comm, f.zero);
+        o = resume.options;
     } else {
         o = options_from_flags(f, cmd);
     }
+    // --device auto: the GPU when the CUDA engine can run here and the run needs nothing it lacks
+    // yet (checkpoints, data parallelism), else the CPU; one line on what was found.
+    o.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+    const bool needs_cpu = parallel || !f.resume.empty() || f.save_every > 0 || f.stop_after > 0;
     if (f.device == "auto") {
-        // One line on what was found; the engine runs on the CPU until the CUDA backend lands.
         const DeviceInfo& d = probe_devices();
+        std::string reason;
+        const bool gpu = cuda_engine_api(&reason) != nullptr;
+        if (gpu && !needs_cpu) o.device = DeviceKind::cuda;
         std::printf("%s%s\n", device_summary(d).c_str(),
-                    d.has_cuda() ? "; the CUDA engine is not built yet, using the CPU" : "");
+                    !gpu ? "" : needs_cpu ? "; checkpoints and data parallelism run on the CPU only: using the CPU"
+                                          : "; training on the GPU");
+    } else if (o.device == DeviceKind::cuda && needs_cpu) {
+        throw UsageError("--device cuda: --resume, --save-every, --stop-after and data parallelism run on the CPU "
+                         "only (for now)");
     }
-    // Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>.
-    const bool parallel = comm.world_size() > 1 || f.zero > 0;
-    check_parallel_flags(cmd, parallel);
     o.zero = f.zero;
-    const std::filesystem::path out_dir =
-        rank_out_dir(!f.resume.empty() && cmd.count("--out") == 0 ? f.resume : f.out, comm);
+    const std::filesystem::path run_dir =
+        !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
+    const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
     prepare_out_dir(out_dir);
 
-    Trainer trainer(o, &comm, parallel ? build_id() : std::string());
-    nlohmann::json init = nullptr;
+    // --init-from: the weights go into the model before the ZeRO engine shards it.
+    ImportReport ir;
+    std::function<void(Gpt&)> init_weights;
     if (!f.init_from.empty()) {
         if (!f.resume.empty()) throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
         const LoadStrategy strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
-        const ImportReport ir = import_gpt2_weights(f.init_from, trainer.model(), strategy);
+        init_weights = [&ir, &f, strategy](Gpt& model) { ir = import_gpt2_weights(f.init_from, model, strategy); };
+    }
+    Trainer trainer(o, &comm, parallel ? build_id() : std::string(), init_weights);
+    nlohmann::json init = nullptr;
+    if (!f.init_from.empty()) {
         std::printf("init: %s (%s, %lld tensors, %.1f MB in %.2f s, %s, peak RSS +%.1f MB%s)\n", f.init_from.c_str(),
                     ir.format.c_str(), static_cast<long long>(ir.tensors), static_cast<double>(ir.bytes_read) / 1e6,
                     ir.seconds, f.load_strategy.c_str(), static_cast<double>(ir.peak_rss_increase_bytes) / 1e6,
@@ -173,9 +205,10 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                 {"bytes_read", ir.bytes_read}, {"seconds", ir.seconds},
                 {"peak_rss_increase_bytes", ir.peak_rss_increase_bytes}, {"peak_rss_reset", ir.peak_rss_reset}};
     }
-    if (!checkpoint_in.empty()) {
-        load_checkpoint(checkpoint_in.string(), trainer);
-        std::printf("resumed %s at step %d of %d\n", checkpoint_in.string().c_str(), trainer.steps_done(), o.steps);
+    if (!f.resume.empty()) {
+        load_resume_source(resume, trainer);
+        const std::string from = resume.manifest ? resume.manifest->dir.string() : resume.file.string();
+        std::printf("resumed %s at step %d of %d\n", from.c_str(), trainer.steps_done(), o.steps);
     }
     // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
     // memory counters, and a memory snapshot (docs/FORMATS.md).
@@ -215,10 +248,21 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     }
     const std::string precision(enum_name(kPrecisionNames, o.plan.precision));
     const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
-    const std::filesystem::path checkpoint_out = out_dir / kCheckpointFileName;
-    const double peak = cpu::sgemm_peak_flops();
-    // The roofline of the per-op predictions: this process's sgemm rate and stream bandwidth.
-    const double bandwidth = recorder != nullptr ? cpu::stream_copy_bandwidth() : 0.0;
+    // On CUDA no checkpoint is written yet (core/engine/checkpoint.cpp reads host memory).
+    const bool on_gpu = trainer.device() != nullptr;
+    std::string checkpoint_out =
+        parallel || on_gpu ? std::string("none") : (run_dir / kCheckpointFileName).string();
+    // MFU's denominator and the roofline of the per-op predictions: on the CPU this process's
+    // sgemm rate and stream bandwidth, on a GPU its datasheet peak and bandwidth.
+    const GpuSpec* gpu_spec = on_gpu ? gpu_spec_for(trainer.device()->name()) : nullptr;
+    if (on_gpu && gpu_spec == nullptr) {
+        std::printf("  %s: not in the hardware table; MFU is against this CPU's sgemm peak\n",
+                    trainer.device()->name().c_str());
+    }
+    const double peak = gpu_spec != nullptr ? gpu_spec->peak_tflops(gemm_dtype(o.plan.precision)) * 1e12
+                                            : cpu::sgemm_peak_flops();
+    const double bandwidth = gpu_spec != nullptr ? gpu_spec->bandwidth_tbs * 1e12
+                             : recorder != nullptr ? cpu::stream_copy_bandwidth() : 0.0;
     profiler::StepProfile profile(profiler::Roofline{peak, bandwidth});
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
@@ -236,13 +280,19 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     ei.zero = o.zero;
     ei.peak_flops_per_s = peak;
     ei.gpu_memory_bytes = 1e15;
+    ei.engine = on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
     const Estimate pred = Estimator{}.run(ei);
 
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),
                 std::to_string(count_params(o.model).total).c_str(), precision.c_str(), optimizer.c_str(),
                 static_cast<long long>(o.plan.micro_batch), static_cast<long long>(o.plan.seq_len), o.grad_accum,
                 o.steps, trainer.data().describe().c_str());
-    std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
+    if (gpu_spec != nullptr) {
+        std::printf("  cuda: %s, datasheet peak %.1f TFLOP/s (%s); MFU below is against it\n",
+                    trainer.device()->name().c_str(), peak / 1e12, std::string(gpu_spec->name).c_str());
+    } else {
+        std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
+    }
     if (parallel) print_parallel_summary(trainer, pred);
 
     nlohmann::json steps = nlohmann::json::array();
@@ -258,6 +308,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                          std::to_string(first_step));
     }
     for (int s = first_step; s < last_step; ++s) {
+        inject_test_fault(comm.rank(), s);
         if (recorder != nullptr) trainer.set_recorder(s + 1 >= profile_first && s + 1 <= profile_last ? recorder.get() : nullptr);
         const StepRecord r = trainer.step();
         total_seconds += r.seconds;
@@ -299,10 +350,10 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
             trace->write(events);
         }
         if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
-            save_checkpoint(checkpoint_out.string(), trainer);
+            checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
         }
     }
-    if (!parallel) save_checkpoint(checkpoint_out.string(), trainer);
+    if (!on_gpu) checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
     if (trace != nullptr) {
         trainer.set_recorder(nullptr);
         for (const profiler::CounterEvent& c : profiler::memory_counter_events(trainer.allocator().events())) {
@@ -342,8 +393,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
           {"grad_accum", o.grad_accum}, {"precision", precision}, {"optimizer", optimizer},
           {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
           {"attention", enum_name(kAttentionNames, o.plan.attention)}, {"lr", o.optimizer.lr}, {"seed", o.seed},
-          {"first_step", first_step}, {"checkpoint", checkpoint_out.string()},
-          {"data", trainer.data().describe()}, {"device", "cpu"}}},
+          {"first_step", first_step}, {"checkpoint", checkpoint_out},
+          {"data", trainer.data().describe()}, {"device", on_gpu ? "cuda: " + trainer.device()->name() : std::string("cpu")}}},
         {"init", init},
         {"predicted", predicted},
         {"measured",
@@ -377,7 +428,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                 mb(pred.gpu.activations).c_str(), mb(static_cast<double>(peak_total)).c_str(),
                 mb(peak_rss_bytes()).c_str());
     std::printf("  report: %s, checkpoint: %s\n", (out_dir / "report.json").string().c_str(),
-                parallel ? "none (not written under data parallelism yet)" : checkpoint_out.string().c_str());
+                checkpoint_out.c_str());
     if (recorder != nullptr && !profile.steps().empty()) {
         double lowest = 1.0;
         for (const profiler::StepTiming& st : profile.steps()) lowest = std::min(lowest, st.coverage());
@@ -414,7 +465,8 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
     cmd->add_option("--save-every", f->save_every,
-                    "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors is always written at the end)")
+                    "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors, or with data parallelism "
+                    "RUN_DIR/checkpoints/step-N/, is always written at the end)")
         ->capture_default_str();
     cmd->add_option("--init-from", f->init_from,
                     "Start from GPT-2 weights: an llm.c checkpoint (gpt2_124M.bin) or a Hugging Face "
@@ -429,7 +481,8 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--stop-after", f->stop_after,
                     "Stop after step N of the run and checkpoint it (resume later with --resume)");
     cmd->add_option("--resume", f->resume,
-                    "Continue the run in RUN_DIR from its checkpoint, with its own options (bitwise identical)");
+                    "Continue the run in RUN_DIR from its checkpoint, with its own options (bitwise identical); "
+                    "or from a checkpoint file (napkin ckpt consolidate's, any world size and stage)");
     cmd->add_flag("--quiet", f->quiet, "No per-step lines");
     cmd->add_option("--zero", f->zero,
                     "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks come from the "

@@ -5,22 +5,40 @@
 #include <cstdio>
 
 #if defined(NAPKIN_HAVE_CUDA)
+#include "core/cuda/cuda_engine_api.h"
 #include "core/cuda/cuda_plugin.h"
 #endif
 
 namespace napkin {
+
+namespace {
+
+#if defined(NAPKIN_HAVE_CUDA)
+// The plugin, loaded once for the process's lifetime; null with *err set when it does not load.
+void* plugin(std::string* err) {
+    static std::string load_error;
+    static void* const lib = [] {
+        void* h = dlopen(NAPKIN_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+        if (h == nullptr) {
+            const char* e = dlerror();
+            load_error = std::string("cannot load the CUDA backend: ") + (e != nullptr ? e : NAPKIN_CUDA_PLUGIN);
+        }
+        return h;
+    }();
+    if (lib == nullptr && err != nullptr) *err = load_error;
+    return lib;
+}
+#endif
+
+}  // namespace
 
 const DeviceInfo& probe_devices() {
     static const DeviceInfo info = [] {
         DeviceInfo d;
 #if defined(NAPKIN_HAVE_CUDA)
         d.cuda_built = true;
-        void* lib = dlopen(NAPKIN_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-        if (lib == nullptr) {
-            const char* err = dlerror();
-            d.reason = std::string("cannot load the CUDA backend: ") + (err != nullptr ? err : NAPKIN_CUDA_PLUGIN);
-            return d;
-        }
+        void* lib = plugin(&d.reason);
+        if (lib == nullptr) return d;
         auto probe = reinterpret_cast<int (*)(NapkinCudaProbe*)>(dlsym(lib, kNapkinCudaProbeSymbol));
         if (probe == nullptr) {
             d.reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " lacks " + kNapkinCudaProbeSymbol;
@@ -44,6 +62,29 @@ const DeviceInfo& probe_devices() {
         return d;
     }();
     return info;
+}
+
+const CudaEngineApi* cuda_engine_api(std::string* reason) {
+    const DeviceInfo& d = probe_devices();
+    if (!d.has_cuda()) {
+        *reason = d.reason;
+        return nullptr;
+    }
+#if defined(NAPKIN_HAVE_CUDA)
+    auto entry = reinterpret_cast<const CudaEngineApi* (*)()>(dlsym(plugin(reason), kNapkinCudaEngineApiSymbol));
+    if (entry == nullptr) {
+        *reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " lacks " + kNapkinCudaEngineApiSymbol;
+        return nullptr;
+    }
+    const CudaEngineApi* api = entry();
+    if (api->version != kNapkinCudaEngineApiVersion || api->size != sizeof(CudaEngineApi)) {
+        *reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " comes from another build (rebuild napkin_cuda)";
+        return nullptr;
+    }
+    return api;
+#else
+    return nullptr;  // unreachable: has_cuda() is false without CUDA
+#endif
 }
 
 std::string device_summary(const DeviceInfo& d) {

@@ -29,6 +29,12 @@ struct DeviceInfo {
 // Never throws; the result is computed once and cached.
 const DeviceInfo& probe_devices();
 
+struct CudaEngineApi;  // core/cuda/cuda_engine_api.h
+// The training engine's table of the CUDA backend (kernels and runtime calls) from the loaded
+// plugin, or null with *reason saying why: built without CUDA, the plugin does not load, no
+// device, or a plugin from another build (version or size mismatch). Never throws.
+const CudaEngineApi* cuda_engine_api(std::string* reason);
+
 // One line for logs and `napkin info`: "cuda: NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB), 1 device"
 // or "cuda: none (no CUDA-capable device is detected); using the CPU".
 std::string device_summary(const DeviceInfo& d);

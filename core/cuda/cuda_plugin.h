@@ -6,6 +6,10 @@
 
 #include <cstdint>
 
+namespace napkin {
+struct CudaEngineApi;  // core/cuda/cuda_engine_api.h
+}
+
 extern "C" {
 
 struct NapkinCudaProbe {
@@ -23,5 +27,11 @@ struct NapkinCudaProbe {
 // Fills *out; never fails (a machine without a driver is a normal answer). Returns 1.
 int napkin_cuda_probe(NapkinCudaProbe* out);
 inline constexpr const char* kNapkinCudaProbeSymbol = "napkin_cuda_probe";
+
+// The training engine's table of kernels and runtime calls (core/cuda/cuda_engine_api.h), a
+// C++ struct behind a C symbol: napkin and the plugin come from one build (same compiler, same
+// headers and STL), which the table's version and size fields check. Never null.
+const napkin::CudaEngineApi* napkin_cuda_engine_api();
+inline constexpr const char* kNapkinCudaEngineApiSymbol = "napkin_cuda_engine_api";
 
 }  // extern "C"

@@ -48,15 +48,17 @@ public:
 
 class Gpt {
 public:
-    // Throws UsageError for what the engine does not run yet (LoRA, fp8, dropout, fp32 gradients
-    // beside a 16-bit model).
+    // The model on the CPU (GptImpl<CpuKernels>, core/engine/gpt_impl.h); on CUDA see
+    // EngineDevice::create_gpt. Throws UsageError for what the engine does not run yet (LoRA,
+    // fp8, dropout, fp32 gradients beside a 16-bit model).
     static std::unique_ptr<Gpt> create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
                                        std::uint64_t seed);
     virtual ~Gpt() = default;
 
     // One micro-batch: forward, loss and backward; parameter gradients ACCUMULATE (the caller
     // zeroes them per step). dloss scales the gradient of the mean loss (1/G for accumulation,
-    // times the loss scale under fp16). inputs, targets: (B, T) token ids. Returns the mean loss.
+    // times the loss scale under fp16). inputs, targets: (B, T) token ids in the model's memory
+    // (host on the CPU, device on CUDA: core/engine/engine_device.h). Returns the mean loss.
     virtual float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) = 0;
 
     virtual std::vector<ParamSlot>& params() = 0;

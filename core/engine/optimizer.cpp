@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "core/engine/engine_device.h"
 #include "core/half.h"
 #include "kernels/optimizer.h"
 
@@ -20,19 +21,28 @@ float learning_rate(const OptimizerConfig& c, int step) {
     return min_lr + (c.lr - min_lr) * cosine;
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype)
-    : cfg_(cfg), model_(model), state_dtype_(state_dtype) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
+                     EngineDevice* device)
+    : cfg_(cfg), model_(model), alloc_(alloc), device_(device), state_dtype_(state_dtype) {
     NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16, "optimizer state dtype");
+    NAPKIN_ASSERT((device == nullptr) == (alloc.device() == DeviceKind::cpu), "optimizer: allocator and device disagree");
     const int states = optimizer_state_count(cfg.kind);
+    auto zero = [&](Tensor& t) {
+        if (device_ != nullptr) device_->zero(t.raw(), t.bytes());
+        else std::memset(t.raw(), 0, t.bytes());
+    };
     for (const ParamSlot& p : model.params()) {
         if (states >= 1) {
             m_.emplace_back(alloc, p.name + ".opt.m", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
-            std::memset(m_.back().raw(), 0, m_.back().bytes());
+            zero(m_.back());
         }
         if (states >= 2) {
             v_.emplace_back(alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
-            std::memset(v_.back().raw(), 0, v_.back().bytes());
+            zero(v_.back());
         }
+        // The device kernel updates fp32 values in place: a master copy or fp32 weights.
+        NAPKIN_ASSERT(device_ == nullptr || !p.master.empty() || p.weight.dtype() == DType::f32,
+                      "optimizer on a device: " << p.name << " has neither fp32 weights nor a master copy");
     }
 }
 
@@ -67,11 +77,7 @@ void round_into(Tensor& t, const float* src) {
 
 using Hyper = UpdateHyper;
 
-// One parameter's update, w and g fp32, moments in S (float or bf16_t): the optimizer kernel
-// (kernels/cpu/optimizer.cpp), the one statement of the arithmetic that its CUDA twin is
-// tested against.
-template <class S>
-void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_t n) {
+OptimizerHyper kernel_hyper(const Hyper& h) {
     OptimizerHyper kh;
     kh.kind = h.kind;
     kh.lr = h.lr;
@@ -81,6 +87,15 @@ void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_
     kh.bias_correction1 = h.bc1;
     kh.bias_correction2 = h.bc2;
     kh.grad_scale = h.scale;
+    return kh;
+}
+
+// One parameter's update, w and g fp32, moments in S (float or bf16_t): the optimizer kernel
+// (kernels/cpu/optimizer.cpp), the one statement of the arithmetic that its CUDA twin is
+// tested against.
+template <class S>
+void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_t n) {
+    const OptimizerHyper kh = kernel_hyper(h);
     OptimizerTensor t;
     t.master = w;
     t.grad = const_cast<float*>(grad);  // read only: the update writes w and the states
@@ -100,12 +115,8 @@ void optimizer_update(const UpdateHyper& h, float* w, const float* grad, bf16_t*
     update<bf16_t>(h, w, grad, m, v, n);
 }
 
-StepStats Optimizer::step(int step_index, float grad_scale) {
-    StepStats st;
-    st.lr = learning_rate(cfg_, step_index);
+double Optimizer::host_grad_sum_squares() {
     auto& params = model_.params();
-
-    // Global norm of the unscaled gradients (fp64 sum).
     double sumsq = 0.0;
     for (ParamSlot& p : params) {
         const float* g = as_f32(p.grad, grad_buf_);
@@ -123,6 +134,44 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
         }
         for (double part : parts) sumsq += part;
     }
+    return sumsq;
+}
+
+std::vector<OptimizerTensor> Optimizer::device_tensors() const {
+    const auto& params = model_.params();
+    const int states = optimizer_state_count(cfg_.kind);
+    std::vector<OptimizerTensor> ts(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const ParamSlot& p = params[i];
+        OptimizerTensor& t = ts[i];
+        const bool master = !p.master.empty();
+        t.master = const_cast<float*>(master ? p.master.data<float>() : p.weight.data<float>());
+        t.grad = const_cast<void*>(p.grad.raw());
+        t.grad_dtype = p.grad.dtype();
+        t.m = states >= 1 ? const_cast<void*>(m_[i].raw()) : nullptr;
+        t.v = states >= 2 ? const_cast<void*>(v_[i].raw()) : nullptr;
+        t.weight = master ? const_cast<void*>(p.weight.raw()) : nullptr;
+        t.weight_dtype = p.weight.dtype();
+        t.n = p.numel;
+        t.weight_decay = p.decay ? cfg_.weight_decay : 0.0f;
+    }
+    return ts;
+}
+
+StepStats Optimizer::step(int step_index, float grad_scale) {
+    StepStats st;
+    st.lr = learning_rate(cfg_, step_index);
+    auto& params = model_.params();
+
+    // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.
+    std::vector<OptimizerTensor> dev;
+    double sumsq = 0.0;
+    if (device_ != nullptr) {
+        dev = device_tensors();
+        sumsq = device_->grad_sum_squares(dev.data(), static_cast<int>(dev.size()), alloc_);
+    } else {
+        sumsq = host_grad_sum_squares();
+    }
     const double norm = std::sqrt(sumsq) * grad_scale;
     st.grad_norm = static_cast<float>(norm);
     if (!std::isfinite(norm)) {
@@ -134,6 +183,11 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
     Hyper h{cfg_.kind, st.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, 0.0f,
             1.0f - std::pow(cfg_.beta1, static_cast<float>(t_)), 1.0f - std::pow(cfg_.beta2, static_cast<float>(t_)),
             grad_scale * clip};
+    if (device_ != nullptr) {
+        // One multi-tensor update: per-tensor weight decay rides in each OptimizerTensor.
+        device_->optimizer_update(kernel_hyper(h), dev.data(), static_cast<int>(dev.size()), state_dtype_);
+        return st;
+    }
     const int states = optimizer_state_count(cfg_.kind);
 
     for (std::size_t i = 0; i < params.size(); ++i) {

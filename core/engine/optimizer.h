@@ -3,6 +3,9 @@
 // measured. Mixed precision updates the fp32 master copy and rounds it into the working weights.
 // Also: decoupled weight decay (AdamW) or L2 (the others), clipping by global gradient norm,
 // warmup + cosine learning-rate schedule.
+// On a device (EngineDevice, core/engine/engine_device.h) the state lives in device memory and
+// the two passes (global norm, update) run as the multi-tensor kernels of kernels/optimizer.h;
+// the schedule, clipping and bias corrections are this file's on either side.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +16,11 @@
 #include "core/half.h"
 #include "core/recipe.h"
 #include "kernels/cost.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
+
+class EngineDevice;
 
 struct OptimizerConfig {
     OptimizerKind kind = OptimizerKind::adamw;
@@ -50,7 +56,9 @@ struct StepStats {
 
 class Optimizer {
 public:
-    Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype);
+    // device: where the model's tensors live; null for host memory (the CPU).
+    Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
+              EngineDevice* device = nullptr);
 
     // One update from the accumulated gradients, which are first multiplied by grad_scale
     // (1 / loss scale under fp16). Skips the update when the gradients are not finite.
@@ -70,8 +78,15 @@ public:
     const OptimizerConfig& config() const { return cfg_; }
 
 private:
+    double host_grad_sum_squares();
+    // The device's tensors for the kernels: gradients, fp32 values to update, states, and the
+    // working copy to round into under mixed precision.
+    std::vector<OptimizerTensor> device_tensors() const;
+
     OptimizerConfig cfg_;
     Gpt& model_;
+    AccountingAllocator& alloc_;
+    EngineDevice* device_ = nullptr;
     DType state_dtype_;
     std::vector<Tensor> m_, v_;  // per parameter; v_ unused by one-state optimizers
     std::vector<float> grad_buf_, master_buf_;

@@ -34,8 +34,11 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 
 }  // namespace
 
-Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id)
-    : opts_(opts), alloc_(host_) {
+Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id,
+                 const std::function<void(Gpt&)>& init_weights)
+    : opts_(opts),
+      device_(open_engine_device(opts.device)),
+      alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)) {
     if (opts_.zero < 0 || opts_.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(opts_.zero) + ")");
     }
@@ -47,6 +50,9 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     const bool parallel = comm_ != nullptr && (comm_->world_size() > 1 || opts_.zero > 0);
     // First, before anything can fail differently on different ranks: the same run everywhere?
     if (parallel) check_same_run(*comm_, run_description(opts_, comm_->world_size(), build_id));
+    if (parallel && device_ != nullptr) {
+        throw UsageError("--device cuda: data parallelism (--zero, several ranks) runs on the CPU only (for now)");
+    }
     if (opts_.steps <= 0) throw UsageError("--steps: must be a positive integer (got " + std::to_string(opts_.steps) + ")");
     if (opts_.grad_accum <= 0) {
         throw UsageError("--grad-accum: must be a positive integer (got " + std::to_string(opts_.grad_accum) + ")");
@@ -62,16 +68,19 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                          std::to_string(data_->vocab_size() - 1) + " do not fit the model's vocabulary of " +
                          std::to_string(opts_.model.vocab_size));
     }
-    model_ = Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
+    model_ = device_ != nullptr ? device_->create_gpt(opts_.model, opts_.plan, alloc_, opts_.seed)
+                                : Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
+    if (init_weights) init_weights(*model_);
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd);
     if (zero_ == nullptr || zero_->stage() == 0) {
-        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state);
+        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state, device_.get());
     }
     const std::int64_t n = opts_.plan.micro_batch * opts_.plan.seq_len;
     inputs_ = Tensor(alloc_, "batch.inputs", MemCategory::data, DType::f32, {n});  // int32, same size
     targets_ = Tensor(alloc_, "batch.targets", MemCategory::data, DType::f32, {n});
+    if (device_ != nullptr) host_batch_.resize(static_cast<std::size_t>(2 * n));
     if (opts_.plan.precision == Precision::fp16_amp) loss_scale_ = opts_.loss_scale_init;
     const PlanTotals t = plan_totals(model_->plan());
     model_flops_per_micro_ = static_cast<double>(t.model_flops());
@@ -98,14 +107,22 @@ StepRecord Trainer::step() {
     const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
     const float dloss = loss_scale_ / static_cast<float>(opts_.grad_accum * world);
     for (int micro = 0; micro < opts_.grad_accum * world; ++micro) {
-        auto* in = static_cast<std::int32_t*>(inputs_.raw());
-        auto* tg = static_cast<std::int32_t*>(targets_.raw());
+        // On a device the batch is read into host memory, then copied to the model's.
+        auto* in = device_ != nullptr ? host_batch_.data() : static_cast<std::int32_t*>(inputs_.raw());
+        auto* tg = device_ != nullptr ? host_batch_.data() + B * T : static_cast<std::int32_t*>(targets_.raw());
         {
             std::optional<profiler::ScopedRange> data_range;
             if (rec_ != nullptr) data_range.emplace(rec_, "data", profiler::Category::op);
             data_->next_batch(in, tg, B, T);
         }
         if (micro / opts_.grad_accum != rank) continue;
+        if (device_ != nullptr) {
+            const auto bytes = static_cast<std::size_t>(B * T) * sizeof(std::int32_t);
+            device_->copy_to_device(inputs_.raw(), in, bytes);
+            device_->copy_to_device(targets_.raw(), tg, bytes);
+            in = static_cast<std::int32_t*>(inputs_.raw());
+            tg = static_cast<std::int32_t*>(targets_.raw());
+        }
         loss_sum += model_->forward_backward(in, tg, dloss);
     }
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
@@ -129,6 +146,7 @@ StepRecord Trainer::step() {
     } else if (st.skipped) {
         throw InputError("step " + std::to_string(step_) + ": the gradients are not finite (NaN or inf); training stopped");
     }
+    if (device_ != nullptr) device_->synchronize();  // launches are asynchronous: the step ends on the device
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));
     if (zero_ != nullptr) {
@@ -137,6 +155,7 @@ StepRecord Trainer::step() {
         r.comm_received_bytes = all.total_received();
         r.comm_state_sent_bytes = state.total_sent();
         r.comm_state_received_bytes = state.total_received();
+        r.comm_seconds = static_cast<double>(all.total_ns()) * 1e-9;
     }
     r.lr = st.lr;
     r.grad_norm = st.grad_norm;

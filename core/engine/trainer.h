@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/engine/data.h"
+#include "core/engine/engine_device.h"
 #include "core/engine/gpt.h"
 #include "core/engine/optimizer.h"
 #include "core/engine/zero.h"
@@ -28,6 +29,8 @@ struct TrainOptions {
     int zero = 0;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
+    // Where tensors live and kernels run: cpu, or cuda (device 0, core/engine/engine_device.h).
+    DeviceKind device = DeviceKind::cpu;
     // fp16 dynamic loss scaling: start, halve on overflow (skipping the step), double after
     // this many good steps in a row.
     float loss_scale_init = 65536.0f;
@@ -52,6 +55,7 @@ struct StepRecord {
     // predicts), and everything including the loss and gradient-norm scalars.
     std::uint64_t comm_state_sent_bytes = 0, comm_state_received_bytes = 0;
     std::uint64_t comm_sent_bytes = 0, comm_received_bytes = 0;
+    double comm_seconds = 0;  // inside this rank's collectives, waiting for the others included
 };
 
 class Trainer {
@@ -60,7 +64,10 @@ public:
     // With a communicator of several ranks (or opts.zero > 0) the run is data-parallel: the ranks
     // check at start-up that they share options and `build_id` (check_same_run), each trains on
     // its own slice of every global batch, and the ZeRO engine reduces and shards.
-    explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "");
+    // `init_weights`, when given, runs on the freshly initialized model before the ZeRO engine
+    // shards it (napkin train --init-from).
+    explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "",
+                     const std::function<void(Gpt&)>& init_weights = {});
     StepRecord step();  // one optimizer step (G micro-batches)
     int steps_done() const { return step_; }
 
@@ -86,12 +93,14 @@ public:
         good_steps_ = good_steps;
     }
     Gpt& model() { return *model_; }
+    EngineDevice* device() { return device_.get(); }  // null on the CPU
     TokenSource& data() { return *data_; }
     const TrainOptions& options() const { return opts_; }
 
 private:
     TrainOptions opts_;
     HostMemory host_;
+    std::unique_ptr<EngineDevice> device_;  // null on the CPU; declared before alloc_, which uses its memory
     AccountingAllocator alloc_;
     std::unique_ptr<Gpt> model_;
     std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
@@ -100,6 +109,7 @@ private:
     std::unique_ptr<ZeroEngine> zero_;  // after model_: unhooks it first
     std::unique_ptr<TokenSource> data_;
     Tensor inputs_, targets_;
+    std::vector<std::int32_t> host_batch_;  // on a device: inputs and targets on the host before the copy
     int step_ = 0;
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;

@@ -13,28 +13,12 @@
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
 #include "tests/engine/reference_gpt.h"
+#include "tests/engine/test_util.h"
 
 namespace napkin {
 namespace {
 
-ModelConfig small_config(NormKind norm, PositionKind pos, MlpKind mlp, int kv_heads, bool bias) {
-    ModelConfig c;
-    c.name = "test";
-    c.vocab_size = 37;
-    c.padded_vocab_size = 40;
-    c.context_length = 16;
-    c.n_layers = 2;
-    c.d_model = 16;
-    c.n_heads = 4;
-    c.n_kv_heads = kv_heads;
-    c.d_ff = 24;
-    c.norm = norm;
-    c.positions = pos;
-    c.mlp = mlp;
-    c.bias = bias;
-    c.tied_embeddings = pos == PositionKind::learned;  // cover both
-    return c;
-}
+using test::small_config;
 
 PlanInputs plan_inputs(std::int64_t B, std::int64_t T, Checkpointing ck, AttentionImpl att) {
     PlanInputs in;

@@ -1,0 +1,137 @@
+// Fills the engine's table of the CUDA backend (core/cuda/cuda_engine_api.h): the cuda::
+// kernels of kernels/cuda/ per storage type, and the few runtime calls the engine needs
+// (device, stream, caching device memory, copies). Compiled by the host compiler into
+// libnapkin_cuda.so; depends on nothing of napkin_core.
+#include "core/cuda/cuda_engine_api.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+
+#include "core/cuda/caching_allocator.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_plugin.h"
+#include "core/cuda/device_memory.h"
+
+namespace napkin {
+
+namespace {
+
+template <class T>
+CudaKernelTable<T> kernel_table() {
+    CudaKernelTable<T> k;
+    k.embedding_forward = &cuda::embedding_forward<T>;
+    k.embedding_backward = &cuda::embedding_backward<T>;
+    k.layernorm_forward = &cuda::layernorm_forward<T>;
+    k.layernorm_backward = &cuda::layernorm_backward<T>;
+    k.rmsnorm_forward = &cuda::rmsnorm_forward<T>;
+    k.rmsnorm_backward = &cuda::rmsnorm_backward<T>;
+    k.matmul_forward = &cuda::matmul_forward<T>;
+    k.matmul_backward = &cuda::matmul_backward<T>;
+    k.rope_forward = &cuda::rope_forward<T>;
+    k.rope_backward = &cuda::rope_backward<T>;
+    k.attention_naive_forward = &cuda::attention_naive_forward<T>;
+    k.attention_naive_backward = &cuda::attention_naive_backward<T>;
+    k.attention_flash_forward = &cuda::attention_flash_forward<T>;
+    k.attention_flash_backward = &cuda::attention_flash_backward<T>;
+    k.gelu_forward = &cuda::gelu_forward<T>;
+    k.gelu_backward = &cuda::gelu_backward<T>;
+    k.swiglu_forward = &cuda::swiglu_forward<T>;
+    k.swiglu_backward = &cuda::swiglu_backward<T>;
+    k.residual_forward = &cuda::residual_forward<T>;
+    k.residual_backward = &cuda::residual_backward<T>;
+    k.head_cross_entropy = &cuda::head_cross_entropy<T>;
+    return k;
+}
+
+// The accounting allocator's raw memory on the device: the caching allocator over cudaMalloc.
+class CachingDeviceMemory final : public RawMemory {
+public:
+    void* allocate(std::size_t bytes) override { return cache_.allocate(bytes); }
+    void deallocate(void* ptr, std::size_t bytes) noexcept override {
+        cache_.deallocate(ptr, bytes);
+    }
+    DeviceKind device() const override { return DeviceKind::cuda; }
+
+private:
+    cuda::CudaDeviceMemory backend_;
+    CachingAllocator cache_{backend_};
+};
+
+void select_device(char* name, std::size_t name_bytes) {
+    NAPKIN_CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::snprintf(name, name_bytes, "%s", prop.name);
+}
+
+CUstream_st* stream_create() {
+    cudaStream_t s = nullptr;
+    NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+
+void stream_destroy(CUstream_st* stream) noexcept {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+void stream_synchronize(CUstream_st* stream) {
+    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+RawMemory* memory_create() {
+    return new CachingDeviceMemory();
+}
+void memory_destroy(RawMemory* memory) noexcept {
+    delete memory;
+}
+
+void copy_to_device(void* dst, const void* host_src, std::size_t bytes, CUstream_st* stream) {
+    if (bytes == 0) return;
+    NAPKIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void copy_to_host(void* host_dst, const void* src, std::size_t bytes, CUstream_st* stream) {
+    if (bytes == 0) return;
+    NAPKIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void memset_zero(void* dst, std::size_t bytes, CUstream_st* stream) {
+    if (bytes == 0) return;
+    NAPKIN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
+}
+
+CudaEngineApi make_api() {
+    CudaEngineApi a;
+    a.f32 = kernel_table<float>();
+    a.bf16 = kernel_table<bf16_t>();
+    a.f16 = kernel_table<f16_t>();
+    a.select_device = &select_device;
+    a.stream_create = &stream_create;
+    a.stream_destroy = &stream_destroy;
+    a.stream_synchronize = &stream_synchronize;
+    a.memory_create = &memory_create;
+    a.memory_destroy = &memory_destroy;
+    a.copy_to_device = &copy_to_device;
+    a.copy_to_host = &copy_to_host;
+    a.memset_zero = &memset_zero;
+    a.matmul_create_handle = &cuda::matmul_create_handle;
+    a.matmul_destroy_handle = &cuda::matmul_destroy_handle;
+    a.head_cross_entropy_scratch_bytes = &cuda::head_cross_entropy_scratch_bytes;
+    a.optimizer_update = &cuda::optimizer_update;
+    a.grad_sum_squares_scratch_bytes = &cuda::grad_sum_squares_scratch_bytes;
+    a.grad_sum_squares = &cuda::grad_sum_squares;
+    a.grad_unscale_check = &cuda::grad_unscale_check;
+    return a;
+}
+
+}  // namespace
+
+}  // namespace napkin
+
+extern "C" const napkin::CudaEngineApi* napkin_cuda_engine_api() {
+    static const napkin::CudaEngineApi api = napkin::make_api();
+    return &api;
+}

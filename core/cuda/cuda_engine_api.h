@@ -1,0 +1,115 @@
+// The training engine's view of libnapkin_cuda.so: one table of function pointers, filled in
+// the plugin (core/cuda/cuda_engine_api.cpp) and read by the engine's CUDA backend
+// (core/engine/cuda_kernels.h, core/engine/cuda_device.cpp) through the extern "C" entry
+// napkin_cuda_engine_api (core/cuda/cuda_plugin.h).
+//
+// Why a table and not a Gpt made inside the plugin: the orchestration (core/engine/gpt_impl.h)
+// needs napkin_core and napkin_profiler (the accounting allocator, the op plan, host ranges);
+// the plugin must resolve alone (docs/CUDA.md: `nm -u libnapkin_cuda.so | grep napkin` is
+// empty), so a Gpt inside it would carry a second copy of both libraries and of their state.
+// Instead the one orchestration lives in napkin_engine, compiled in every build, and only the
+// kernels cross the boundary.
+//
+// The pointers have C++ signatures (napkin's own types, templates instantiated in the plugin):
+// both sides are built by the same compiler against the same headers and STL in one CMake
+// build, which the version and size fields check at load time. Every function may throw
+// napkin::cuda::CudaError (a std::runtime_error) or napkin::InternalError; exceptions cross
+// the boundary like any C++ call in one process.
+//
+// Pointers are device memory unless named host; work is queued on the stream argument.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/allocator.h"
+#include "core/half.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/optimizer.h"
+#include "kernels/residual.h"
+#include "kernels/rope.h"
+
+namespace napkin {
+
+// The cuda:: kernels of one storage type T (float, bf16_t, f16_t), named as in kernels/<op>.h.
+template <class T>
+struct CudaKernelTable {
+    decltype(&cuda::embedding_forward<T>) embedding_forward = nullptr;
+    decltype(&cuda::embedding_backward<T>) embedding_backward = nullptr;
+    decltype(&cuda::layernorm_forward<T>) layernorm_forward = nullptr;
+    decltype(&cuda::layernorm_backward<T>) layernorm_backward = nullptr;
+    decltype(&cuda::rmsnorm_forward<T>) rmsnorm_forward = nullptr;
+    decltype(&cuda::rmsnorm_backward<T>) rmsnorm_backward = nullptr;
+    decltype(&cuda::matmul_forward<T>) matmul_forward = nullptr;
+    decltype(&cuda::matmul_backward<T>) matmul_backward = nullptr;
+    decltype(&cuda::rope_forward<T>) rope_forward = nullptr;
+    decltype(&cuda::rope_backward<T>) rope_backward = nullptr;
+    decltype(&cuda::attention_naive_forward<T>) attention_naive_forward = nullptr;
+    decltype(&cuda::attention_naive_backward<T>) attention_naive_backward = nullptr;
+    decltype(&cuda::attention_flash_forward<T>) attention_flash_forward = nullptr;
+    decltype(&cuda::attention_flash_backward<T>) attention_flash_backward = nullptr;
+    decltype(&cuda::gelu_forward<T>) gelu_forward = nullptr;
+    decltype(&cuda::gelu_backward<T>) gelu_backward = nullptr;
+    decltype(&cuda::swiglu_forward<T>) swiglu_forward = nullptr;
+    decltype(&cuda::swiglu_backward<T>) swiglu_backward = nullptr;
+    decltype(&cuda::residual_forward<T>) residual_forward = nullptr;
+    decltype(&cuda::residual_backward<T>) residual_backward = nullptr;
+    decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
+};
+
+inline constexpr int kNapkinCudaEngineApiVersion = 1;
+
+struct CudaEngineApi {
+    int version = kNapkinCudaEngineApiVersion;
+    std::size_t size = sizeof(CudaEngineApi);  // a stale plugin from another build differs
+
+    CudaKernelTable<float> f32;
+    CudaKernelTable<bf16_t> bf16;
+    CudaKernelTable<f16_t> f16;
+
+    // Device 0 made current; its name (host buffer of name_bytes). Throws CudaError.
+    void (*select_device)(char* name, std::size_t name_bytes) = nullptr;
+    CUstream_st* (*stream_create)() = nullptr;  // a non-blocking stream
+    void (*stream_destroy)(CUstream_st* stream) noexcept = nullptr;
+    void (*stream_synchronize)(CUstream_st* stream) = nullptr;
+    // The caching allocator over cudaMalloc (core/cuda/caching_allocator.h), for the accounting
+    // allocator to sit on. memory_destroy returns its cached blocks.
+    RawMemory* (*memory_create)() = nullptr;
+    void (*memory_destroy)(RawMemory* memory) noexcept = nullptr;
+    // Copies queued on `stream`; both wait for the copy (and so for the work queued before it)
+    // before returning, so the host buffer can be reused or read at once.
+    void (*copy_to_device)(void* dst, const void* host_src, std::size_t bytes,
+                           CUstream_st* stream) = nullptr;
+    void (*copy_to_host)(void* host_dst, const void* src, std::size_t bytes,
+                         CUstream_st* stream) = nullptr;
+    void (*memset_zero)(void* dst, std::size_t bytes,
+                        CUstream_st* stream) = nullptr;  // queued only
+
+    decltype(&cuda::matmul_create_handle) matmul_create_handle = nullptr;
+    decltype(&cuda::matmul_destroy_handle) matmul_destroy_handle = nullptr;
+    decltype(&cuda::head_cross_entropy_scratch_bytes) head_cross_entropy_scratch_bytes = nullptr;
+
+    decltype(&cuda::optimizer_update) optimizer_update = nullptr;
+    decltype(&cuda::grad_sum_squares_scratch_bytes) grad_sum_squares_scratch_bytes = nullptr;
+    decltype(&cuda::grad_sum_squares) grad_sum_squares = nullptr;
+    decltype(&cuda::grad_unscale_check) grad_unscale_check = nullptr;
+};
+
+// The table for storage type T.
+template <class T>
+const CudaKernelTable<T>& cuda_kernel_table(const CudaEngineApi& api) {
+    if constexpr (std::is_same_v<T, float>)
+        return api.f32;
+    else if constexpr (std::is_same_v<T, bf16_t>)
+        return api.bf16;
+    else
+        return api.f16;
+}
+
+}  // namespace napkin

@@ -1,0 +1,175 @@
+// The engine's CPU backend: the kernel calls of core/engine/gpt_impl.h forwarded to napkin::cpu
+// (kernels/<op>.h), name for name, plus the handful of memory operations the orchestration does
+// besides kernels (zeroing, parameter values in and out as fp32, the token check). Its twin is
+// core/engine/cuda_kernels.h; a backend adapts differing signatures (scratch, streams,
+// workspaces) here, never in the orchestration.
+// Every pointer is host memory. Shapes as in kernels/<op>.h.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "core/op_plan.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/residual.h"
+#include "kernels/rope.h"
+
+namespace napkin {
+
+template <class T>
+struct CpuKernels {
+    using Elem = T;
+    static constexpr DeviceKind kDevice = DeviceKind::cpu;
+    // Kernels run on the calling thread, so timing the call times the kernel: the engine
+    // writes a device track of its own (profiler::begin_kernel).
+    static constexpr bool kHostTimedKernels = true;
+
+    // ---- scratch the orchestration allocates as temporaries, in floats
+    // The 16-bit matmuls widen inp, weight and out to fp32 (0 for float): the largest block GEMM.
+    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
+        std::int64_t mm = 0;
+        if constexpr (!std::is_same_v<T, float>) {
+            for (const PlanOp& op : block) {
+                if (op.kind != OpKind::matmul) continue;
+                const auto& s = std::get<MatmulShape>(op.shape);
+                mm = std::max(mm, cpu::matmul_scratch_floats(s.M, s.N, s.K));
+            }
+        }
+        return mm;
+    }
+    std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
+                                                   std::int64_t Vp) const {
+        return cpu::head_cross_entropy_scratch_floats(chunk, C, Vp, !std::is_same_v<T, float>);
+    }
+    std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T_,
+                                                         int NH) const {
+        return cpu::attention_naive_backward_scratch_floats(B, T_, NH);
+    }
+    // The per-row losses of head_cross_entropy (N): host memory outside the accounting, as always.
+    void bind_losses(AccountingAllocator&, std::int64_t N) {
+        losses_.assign(static_cast<std::size_t>(N), 0.0f);
+    }
+    float* losses() { return losses_.data(); }
+
+    // ---- memory
+    void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+    // dst (n) in T = src (n) host fp32, rounded; out (n) host fp32 = src (n) in T.
+    void store_floats(T* dst, const float* src, std::int64_t n) {
+        for (std::int64_t k = 0; k < n; ++k)
+            dst[k] = from_float<T>(src[k]);
+    }
+    void load_floats(float* out, const T* src, std::int64_t n) const {
+        for (std::int64_t k = 0; k < n; ++k)
+            out[k] = to_float(src[k]);
+    }
+    void copy_from_host(void* dst, const void* src, std::size_t bytes) {
+        std::memcpy(dst, src, bytes);
+    }
+    // tokens (n) must lie in [0, V).
+    void check_tokens(const std::int32_t* tokens, std::int64_t n, std::int64_t V) const {
+        for (std::int64_t i = 0; i < n; ++i) {
+            if (tokens[i] < 0 || tokens[i] >= V) {
+                throw UsageError("token id " + std::to_string(tokens[i]) +
+                                 " is outside the vocabulary [0, " + std::to_string(V) + ")");
+            }
+        }
+    }
+
+    // ---- kernels (kernels/<op>.h, namespace cpu)
+    void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
+                           std::int64_t B, std::int64_t T_, std::int64_t C) {
+        cpu::embedding_forward<T>(out, tokens, wte, wpe, B, T_, C);
+    }
+    void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
+                            std::int64_t B, std::int64_t T_, std::int64_t C) {
+        cpu::embedding_backward<T>(dwte, dwpe, dout, tokens, B, T_, C);
+    }
+    void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                           const T* bias, std::int64_t N, std::int64_t C) {
+        cpu::layernorm_forward<T>(out, mean, rstd, inp, weight, bias, N, C);
+    }
+    void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                            const T* weight, const float* mean, const float* rstd, std::int64_t N,
+                            std::int64_t C) {
+        cpu::layernorm_backward<T>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    }
+    void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
+                         std::int64_t C) {
+        cpu::rmsnorm_forward<T>(out, rstd, inp, weight, N, C);
+    }
+    void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                          const float* rstd, std::int64_t N, std::int64_t C) {
+        cpu::rmsnorm_backward<T>(dinp, dweight, dout, inp, weight, rstd, N, C);
+    }
+    void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
+                        std::int64_t N, std::int64_t K, float* scratch) {
+        cpu::matmul_forward<T>(out, inp, weight, bias, M, N, K, scratch);
+    }
+    void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                         const T* weight, std::int64_t M, std::int64_t N, std::int64_t K,
+                         float* scratch) {
+        cpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch);
+    }
+    void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
+        cpu::rope_forward<T>(qkv, B, T_, NH, KVH, HD);
+    }
+    void rope_backward(T* dqkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
+        cpu::rope_backward<T>(dqkv, B, T_, NH, KVH, HD);
+    }
+    void attention_naive_forward(T* out, T* p, const T* qkv, std::int64_t B, std::int64_t T_,
+                                 int NH, int KVH, std::int64_t HD) {
+        cpu::attention_naive_forward<T>(out, p, qkv, B, T_, NH, KVH, HD);
+    }
+    void attention_naive_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* p,
+                                  std::int64_t B, std::int64_t T_, int NH, int KVH,
+                                  std::int64_t HD) {
+        cpu::attention_naive_backward<T>(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD);
+    }
+    void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
+                                 int NH, int KVH, std::int64_t HD) {
+        cpu::attention_flash_forward<T>(out, lse, qkv, B, T_, NH, KVH, HD);
+    }
+    void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
+                                  const float* lse, std::int64_t B, std::int64_t T_, int NH,
+                                  int KVH, std::int64_t HD) {
+        cpu::attention_flash_backward<T>(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD);
+    }
+    void gelu_forward(T* out, const T* inp, std::int64_t n) { cpu::gelu_forward<T>(out, inp, n); }
+    void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+        cpu::gelu_backward<T>(dinp, inp, dout, n);
+    }
+    void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
+        cpu::swiglu_forward<T>(out, inp, N, F);
+    }
+    void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F) {
+        cpu::swiglu_backward<T>(dinp, inp, dout, N, F);
+    }
+    void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
+        cpu::residual_forward<T>(out, a, b, n);
+    }
+    // Returns the mean loss over the M rows.
+    float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
+                             const std::int32_t* targets, std::int64_t M, std::int64_t C,
+                             std::int64_t V, std::int64_t Vp, std::int64_t chunk, float dloss,
+                             float* scratch) {
+        return cpu::head_cross_entropy<T>(losses, dx, dw, x, w, targets, M, C, V, Vp, chunk, dloss,
+                                          scratch);
+    }
+
+private:
+    std::vector<float> losses_;
+};
+
+}  // namespace napkin

@@ -1,0 +1,127 @@
+// The CUDA engine device (core/engine/engine_device.h): device 0, one non-blocking stream and one
+// cuBLASLt handle shared by the model's kernels and the optimizer's (so stream order is the
+// only ordering needed), the caching device allocator under the accounting allocator, and the
+// GptImpl instantiations over CudaKernels. Everything CUDA goes through the plugin's table
+// (core/cuda/cuda_engine_api.h): this file includes no CUDA header and compiles in every build.
+#include <cstring>
+
+#include "core/cuda/cuda_engine_api.h"
+#include "core/device.h"
+#include "core/engine/cuda_kernels.h"
+#include "core/engine/engine_device.h"
+#include "core/engine/gpt_impl.h"
+#include "core/tensor.h"
+
+namespace napkin {
+
+namespace {
+
+class CudaEngineDevice final : public EngineDevice {
+public:
+    explicit CudaEngineDevice(const CudaEngineApi& api) : api_(api) {
+        char name[256] = {};
+        api_.select_device(name, sizeof name);
+        name_ = name;
+        stream_ = api_.stream_create();
+        try {
+            handle_ = api_.matmul_create_handle();
+            memory_ = api_.memory_create();
+        } catch (...) {
+            api_.matmul_destroy_handle(handle_);
+            api_.stream_destroy(stream_);
+            throw;
+        }
+    }
+    ~CudaEngineDevice() override {
+        // Every tensor is gone by now (the trainer destroys the model and the allocator first);
+        // queued work may still read them, so wait before returning the memory.
+        try {
+            api_.stream_synchronize(stream_);
+        } catch (const std::exception&) {  // a destructor cannot throw; the error was the run's
+        }
+        api_.memory_destroy(memory_);
+        api_.matmul_destroy_handle(handle_);
+        api_.stream_destroy(stream_);
+    }
+    CudaEngineDevice(const CudaEngineDevice&) = delete;
+    CudaEngineDevice& operator=(const CudaEngineDevice&) = delete;
+
+    DeviceKind kind() const override { return DeviceKind::cuda; }
+    const std::string& name() const override { return name_; }
+    RawMemory& memory() override { return *memory_; }
+
+    std::unique_ptr<Gpt> create_gpt(const ModelConfig& cfg, const PlanInputs& in,
+                                    AccountingAllocator& alloc, std::uint64_t seed) override {
+        check_engine_support(cfg, in);
+        NAPKIN_ASSERT(alloc.device() == DeviceKind::cuda,
+                      "the CUDA model needs an allocator over device memory");
+        switch (in.precision) {
+            case Precision::fp32:
+                return make<float>(cfg, in, alloc, seed);
+            case Precision::bf16_amp:
+                return make<bf16_t>(cfg, in, alloc, seed);
+            case Precision::fp16_amp:
+                return make<f16_t>(cfg, in, alloc, seed);
+            case Precision::bf16:
+                // The CPU widens bf16 weights into a host fp32 buffer for the update; the CUDA
+                // optimizer kernel updates an fp32 master in place and has no such buffer yet.
+                throw UsageError(
+                    "--precision bf16: not on --device cuda yet (pure bf16 updates need an fp32 "
+                    "copy the CUDA optimizer does not keep); use bf16-amp");
+            case Precision::fp8_amp:
+                break;
+        }
+        throw UsageError("--precision: not supported by the engine");
+    }
+
+    void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {
+        api_.copy_to_device(dst, host_src, bytes, stream_);
+    }
+    void zero(void* dst, std::size_t bytes) override { api_.memset_zero(dst, bytes, stream_); }
+    void synchronize() override { api_.stream_synchronize(stream_); }
+
+    double grad_sum_squares(const OptimizerTensor* tensors, int count,
+                            AccountingAllocator& alloc) override {
+        // scratch: the result (one double, padded to 256 bytes) then the per-block partials.
+        constexpr std::size_t kResultBytes = 256;
+        const std::size_t bytes = kResultBytes + api_.grad_sum_squares_scratch_bytes(count);
+        Tensor scratch(alloc, "optimizer.grad_norm.scratch", MemCategory::temporaries, DType::i8,
+                       {static_cast<std::int64_t>(bytes)});
+        auto* base = static_cast<unsigned char*>(scratch.raw());
+        api_.grad_sum_squares(reinterpret_cast<double*>(base), tensors, count, base + kResultBytes,
+                              stream_);
+        double sumsq = 0.0;
+        api_.copy_to_host(&sumsq, base, sizeof sumsq, stream_);
+        return sumsq;
+    }
+    void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
+                          DType state_dtype) override {
+        api_.optimizer_update(h, tensors, count, state_dtype, stream_);
+    }
+
+private:
+    template <class T>
+    std::unique_ptr<Gpt> make(const ModelConfig& cfg, const PlanInputs& in,
+                              AccountingAllocator& alloc, std::uint64_t seed) {
+        return std::make_unique<GptImpl<CudaKernels<T>>>(cfg, in, alloc, seed,
+                                                         CudaKernels<T>(api_, stream_, handle_));
+    }
+
+    const CudaEngineApi& api_;
+    std::string name_;
+    CUstream_st* stream_ = nullptr;
+    cublasLtContext* handle_ = nullptr;
+    RawMemory* memory_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind) {
+    if (kind == DeviceKind::cpu) return nullptr;
+    std::string reason;
+    const CudaEngineApi* api = cuda_engine_api(&reason);
+    if (api == nullptr) throw UsageError("--device cuda: no CUDA device (" + reason + ")");
+    return std::make_unique<CudaEngineDevice>(*api);
+}
+
+}  // namespace napkin

@@ -1,0 +1,200 @@
+// The engine's CUDA backend: the kernel calls of core/engine/gpt_impl.h, with the CPU backend's
+// names and signatures (core/engine/cpu_kernels.h), forwarded to napkin::cuda through the
+// plugin's table (core/cuda/cuda_engine_api.h) with the engine's stream and cuBLASLt handle.
+// Where the CUDA signature differs it is adapted here:
+//   matmul_*            the float* scratch is the cuBLASLt workspace (kMatmulWorkspaceBytes)
+//   head_cross_entropy  per-row losses stay on the device; the mean is taken on the host after
+//                       one copy (a synchronization per micro-batch, as llm.c's)
+//   check_tokens        a no-op: tokens are device memory; the trainer checks the token
+//                       source's vocabulary, and the loss of an out-of-range target is NaN
+// Every pointer is device memory except where named host. Shapes as in kernels/<op>.h.
+// Compiled in every build (no CUDA header): only running it needs the plugin.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cuda/cuda_engine_api.h"
+#include "core/half.h"
+#include "core/op_plan.h"
+#include "core/tensor.h"
+
+namespace napkin {
+
+template <class T>
+struct CudaKernels {
+    using Elem = T;
+    static constexpr DeviceKind kDevice = DeviceKind::cuda;
+    // Launches are asynchronous: host timing of a call is not the kernel's time. Kernel events
+    // need CUPTI (docs/CUDA.md, "Profiling"); the host keeps op ranges only.
+    static constexpr bool kHostTimedKernels = false;
+
+    CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
+        : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), handle_(handle) {}
+
+    // ---- scratch the orchestration allocates as temporaries, in floats
+    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>&) const {
+        return static_cast<std::int64_t>(cuda::kMatmulWorkspaceBytes / sizeof(float));
+    }
+    std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
+                                                   std::int64_t Vp) const {
+        const std::size_t bytes =
+            api_->head_cross_entropy_scratch_bytes(chunk, C, Vp, dtype(), true);
+        return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+    }
+    std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T_,
+                                                         int NH) const {
+        return cpu::attention_naive_backward_scratch_floats(B, T_,
+                                                            NH);  // the same dS (B, NH, T, T)
+    }
+    // The per-row losses (N) on the device, a temporary.
+    void bind_losses(AccountingAllocator& alloc, std::int64_t N) {
+        losses_ = Tensor(alloc, "loss.rows", MemCategory::temporaries, DType::f32, {N});
+        host_losses_.assign(static_cast<std::size_t>(N), 0.0f);
+    }
+    float* losses() { return losses_.data<float>(); }
+
+    // ---- memory
+    void zero(void* p, std::size_t bytes) { api_->memset_zero(p, bytes, stream_); }
+    // dst (n) in T = src (n) host fp32, rounded on the host and copied (waits).
+    void store_floats(T* dst, const float* src, std::int64_t n) {
+        std::vector<T> host(static_cast<std::size_t>(n));
+        for (std::int64_t k = 0; k < n; ++k)
+            host[static_cast<std::size_t>(k)] = from_float<T>(src[k]);
+        api_->copy_to_device(dst, host.data(), host.size() * sizeof(T), stream_);
+    }
+    // out (n) host fp32 = src (n) in T (waits for the work queued before).
+    void load_floats(float* out, const T* src, std::int64_t n) const {
+        std::vector<T> host(static_cast<std::size_t>(n));
+        api_->copy_to_host(host.data(), src, host.size() * sizeof(T), stream_);
+        for (std::int64_t k = 0; k < n; ++k)
+            out[k] = to_float(host[static_cast<std::size_t>(k)]);
+    }
+    void copy_from_host(void* dst, const void* src, std::size_t bytes) {
+        api_->copy_to_device(dst, src, bytes, stream_);
+    }
+    void check_tokens(const std::int32_t*, std::int64_t, std::int64_t) const {}
+
+    // ---- kernels (kernels/<op>.h, namespace cuda)
+    void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
+                           std::int64_t B, std::int64_t T_, std::int64_t C) {
+        k_->embedding_forward(out, tokens, wte, wpe, B, T_, C, stream_);
+    }
+    void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
+                            std::int64_t B, std::int64_t T_, std::int64_t C) {
+        k_->embedding_backward(dwte, dwpe, dout, tokens, B, T_, C, stream_);
+    }
+    void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                           const T* bias, std::int64_t N, std::int64_t C) {
+        k_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_, 1e-5f);
+    }
+    void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                            const T* weight, const float* mean, const float* rstd, std::int64_t N,
+                            std::int64_t C) {
+        k_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+    }
+    void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
+                         std::int64_t C) {
+        k_->rmsnorm_forward(out, rstd, inp, weight, N, C, stream_, 1e-5f);
+    }
+    void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                          const float* rstd, std::int64_t N, std::int64_t C) {
+        k_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, stream_);
+    }
+    void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
+                        std::int64_t N, std::int64_t K, float* workspace) {
+        workspace_ = workspace;
+        k_->matmul_forward(out, inp, weight, bias, M, N, K, context(workspace), stream_);
+    }
+    void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                         const T* weight, std::int64_t M, std::int64_t N, std::int64_t K,
+                         float* workspace) {
+        k_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, N, K, context(workspace),
+                            stream_);
+    }
+    void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
+        k_->rope_forward(qkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);
+    }
+    void rope_backward(T* dqkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
+        k_->rope_backward(dqkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);
+    }
+    void attention_naive_forward(T* out, T* p, const T* qkv, std::int64_t B, std::int64_t T_,
+                                 int NH, int KVH, std::int64_t HD) {
+        k_->attention_naive_forward(out, p, qkv, B, T_, NH, KVH, HD, stream_);
+    }
+    void attention_naive_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* p,
+                                  std::int64_t B, std::int64_t T_, int NH, int KVH,
+                                  std::int64_t HD) {
+        k_->attention_naive_backward(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, stream_);
+    }
+    void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
+                                 int NH, int KVH, std::int64_t HD) {
+        k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_);
+    }
+    void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
+                                  const float* lse, std::int64_t B, std::int64_t T_, int NH,
+                                  int KVH, std::int64_t HD) {
+        k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_);
+    }
+    void gelu_forward(T* out, const T* inp, std::int64_t n) {
+        k_->gelu_forward(out, inp, n, stream_);
+    }
+    void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+        k_->gelu_backward(dinp, inp, dout, n, stream_);
+    }
+    void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
+        k_->swiglu_forward(out, inp, N, F, stream_);
+    }
+    void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F) {
+        k_->swiglu_backward(dinp, inp, dout, N, F, stream_);
+    }
+    void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
+        k_->residual_forward(out, a, b, n, stream_);
+    }
+    // Returns the mean loss over the M rows: losses (M) copied to the host (waits) and summed in
+    // fp64 in row order.
+    float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
+                             const std::int32_t* targets, std::int64_t M, std::int64_t C,
+                             std::int64_t V, std::int64_t Vp, std::int64_t chunk, float dloss,
+                             float* scratch) {
+        k_->head_cross_entropy(losses, dx, dw, x, w, targets, M, C, V, Vp, chunk, dloss, scratch,
+                               context(workspace_), stream_);
+        host_losses_.resize(static_cast<std::size_t>(M));
+        api_->copy_to_host(host_losses_.data(), losses, host_losses_.size() * sizeof(float),
+                           stream_);
+        double total = 0.0;
+        for (float l : host_losses_)
+            total += l;
+        return static_cast<float>(total / static_cast<double>(M));
+    }
+
+private:
+    static constexpr DType dtype() {
+        if constexpr (std::is_same_v<T, float>)
+            return DType::f32;
+        else if constexpr (std::is_same_v<T, bf16_t>)
+            return DType::bf16;
+        else
+            return DType::f16;
+    }
+    // The cuBLASLt workspace is the orchestration's matmul scratch, which lives as long as the
+    // model; the cross-entropy's GEMMs reuse the one the forward's matmuls were given.
+    cuda::MatmulContext context(float* workspace) const {
+        cuda::MatmulContext c;
+        c.handle = handle_;
+        c.workspace = workspace;
+        c.workspace_bytes = workspace != nullptr ? cuda::kMatmulWorkspaceBytes : 0;
+        return c;
+    }
+
+    const CudaEngineApi* api_;
+    const CudaKernelTable<T>* k_;
+    CUstream_st* stream_;
+    cublasLtContext* handle_;
+    float* workspace_ = nullptr;
+    Tensor losses_;
+    std::vector<float> host_losses_;
+};
+
+}  // namespace napkin

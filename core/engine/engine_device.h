@@ -1,0 +1,55 @@
+// The device a training run's tensors live on, for everything the trainer and the optimizer do
+// besides the model's own kernels: the raw memory under the accounting allocator, the model
+// built over this device's kernels, copies of the token batch in, the optimizer's passes
+// (global gradient norm, update) with the multi-tensor kernels of kernels/optimizer.h.
+//
+// The CPU needs none of it: a null EngineDevice* means host memory and the CPU code paths,
+// which stay exactly as they were. The one implementation is CUDA's (core/engine/cuda_device.cpp,
+// over the plugin's table core/cuda/cuda_engine_api.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/allocator.h"
+#include "core/engine/gpt.h"
+#include "core/model_config.h"
+#include "core/op_plan.h"
+#include "kernels/optimizer.h"
+
+namespace napkin {
+
+class EngineDevice {
+public:
+    virtual ~EngineDevice() = default;
+
+    virtual DeviceKind kind() const = 0;
+    virtual const std::string& name() const = 0;  // "NVIDIA H100 80GB HBM3"
+    // Raw memory for the run's accounting allocator; outlives every tensor of the run.
+    virtual RawMemory& memory() = 0;
+    // The model on this device (Gpt::create's checks and initialization; the same weights as
+    // the CPU engine's for the same seed).
+    virtual std::unique_ptr<Gpt> create_gpt(const ModelConfig& cfg, const PlanInputs& in,
+                                            AccountingAllocator& alloc, std::uint64_t seed) = 0;
+
+    // dst (device) = host_src, bytes; returns when the copy is done (host_src may be reused).
+    virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+    virtual void zero(void* dst, std::size_t bytes) = 0;  // queued
+    virtual void synchronize() = 0;                       // waits for everything queued
+
+    // The optimizer's passes over every parameter at once (tensors: host array of device
+    // pointers, kernels/optimizer.h). grad_sum_squares waits for its result; scratch is
+    // allocated from `alloc` as a temporary.
+    virtual double grad_sum_squares(const OptimizerTensor* tensors, int count,
+                                    AccountingAllocator& alloc) = 0;
+    virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
+                                  int count, DType state_dtype) = 0;
+};
+
+// The device for `kind`: null for the CPU; for CUDA device 0 through the plugin, or UsageError
+// "--device cuda: no CUDA device (<reason>)" when the build has no CUDA or no device is present.
+std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind);
+
+}  // namespace napkin

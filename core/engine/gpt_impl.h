@@ -1,0 +1,600 @@
+// The GPT engine's one orchestration, over a kernel backend: forward walks the plan's ops in
+// order, backward walks them in reverse. Each op's kept tensors are allocated from the plan's own
+// list (name, numel, dtype), so the activations the allocator measures are, by construction, the
+// ones the estimator's detailed view sums.
+//
+// GptImpl<Kernels> is instantiated with CpuKernels<T> (core/engine/cpu_kernels.h, in gpt.cpp)
+// and CudaKernels<T> (core/engine/cuda_kernels.h, in cuda_device.cpp). A backend struct has the
+// kernels' names and the CPU's signatures (llm.c: the CPU is the specification and the CUDA
+// code mirrors it name for name), plus the memory operations besides kernels (zero, parameter
+// values in and out as fp32, the token check, scratch sizes); nothing here knows the device.
+// Tensors live where the allocator's raw memory puts them: host memory or device memory.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+#include "core/engine/gpt.h"
+#include "core/half.h"
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/residual.h"
+#include "kernels/rope.h"
+#include "profiler/host_range.h"
+
+namespace napkin {
+
+// Throws UsageError for what the engine does not run yet (LoRA, fp8, dropout, fp32 gradients
+// beside a 16-bit model), on any backend; validates the model config.
+void check_engine_support(const ModelConfig& cfg, const PlanInputs& in);
+
+namespace gpt_detail {
+
+template <class T>
+constexpr DType storage_dtype() {
+    if constexpr (std::is_same_v<T, float>) return DType::f32;
+    else if constexpr (std::is_same_v<T, bf16_t>) return DType::bf16;
+    else return DType::f16;
+}
+
+// The tensors one op keeps, allocated from the plan's list; looked up by plan name.
+struct KeptTensors {
+    std::vector<std::pair<std::string_view, Tensor>> items;
+
+    Tensor& get(std::string_view name) {
+        for (auto& [n, t] : items) {
+            if (n == name) return t;
+        }
+        NAPKIN_ASSERT(false, "no kept tensor '" << name << "'");
+        throw;  // unreachable
+    }
+    void keep(AccountingAllocator& alloc, const std::string& prefix, const PlanOp& op, bool recomputed_only) {
+        for (int i = 0; i < op.n_saved; ++i) {
+            const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
+            if (recomputed_only && !t.recomputed) continue;
+            items.emplace_back(t.name, Tensor(alloc, prefix + std::string(t.name), MemCategory::activations, t.dtype,
+                                              {t.numel}));
+        }
+    }
+    void release_recomputed(const std::vector<PlanOp>& ops) {
+        for (const PlanOp& op : ops) {
+            for (int i = 0; i < op.n_saved; ++i) {
+                const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
+                if (!t.recomputed) continue;
+                auto it = std::find_if(items.begin(), items.end(), [&](auto& p) { return p.first == t.name; });
+                if (it != items.end()) items.erase(it);
+            }
+        }
+    }
+};
+
+struct LayerParams {
+    ParamSlot *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr, *proj_w = nullptr,
+              *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr, *fc_w = nullptr, *fc_b = nullptr,
+              *down_w = nullptr, *down_b = nullptr;
+};
+
+// The CPU kernel an op runs, named as in kernels/ (the device track's event names, which the
+// CUDA backend's kernels share).
+inline std::string_view kernel_name(const PlanOp& op, bool backward, const ModelConfig& cfg) {
+    switch (op.kind) {
+        case OpKind::embedding: return backward ? "embedding_backward" : "embedding_forward";
+        case OpKind::norm:
+            if (cfg.norm == NormKind::layernorm) return backward ? "layernorm_backward" : "layernorm_forward";
+            return backward ? "rmsnorm_backward" : "rmsnorm_forward";
+        case OpKind::matmul: return backward ? "matmul_backward" : "matmul_forward";
+        case OpKind::rope: return backward ? "rope_backward" : "rope_forward";
+        case OpKind::attention: {
+            const bool naive = std::get<AttentionShape>(op.shape).impl == AttentionImpl::naive;
+            if (naive) return backward ? "attention_naive_backward" : "attention_naive_forward";
+            return backward ? "attention_flash_backward" : "attention_flash_forward";
+        }
+        case OpKind::activation:
+            if (cfg.mlp == MlpKind::gelu) return backward ? "gelu_backward" : "gelu_forward";
+            return backward ? "swiglu_backward" : "swiglu_forward";
+        case OpKind::residual: return backward ? "residual_backward" : "residual_forward";
+        case OpKind::lora: return backward ? "lora_backward" : "lora_forward";
+        case OpKind::cross_entropy: return "head_cross_entropy";
+    }
+    return "kernel";
+}
+
+}  // namespace gpt_detail
+
+// The engine over one backend's kernels (Kernels: CpuKernels<T> or CudaKernels<T>, T the
+// storage type); everything device-specific is a call on k_.
+template <class Kernels>
+class GptImpl final : public Gpt {
+    using T = typename Kernels::Elem;
+    using KeptTensors = gpt_detail::KeptTensors;
+    using LayerParams = gpt_detail::LayerParams;
+
+public:
+    GptImpl(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc, std::uint64_t seed,
+            Kernels kernels = Kernels())
+        : cfg_(cfg), alloc_(alloc), k_(std::move(kernels)) {
+        build_op_plan(cfg_, in, plan_);
+        const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+        NAPKIN_ASSERT(pd.weights == gpt_detail::storage_dtype<T>() && pd.grads == gpt_detail::storage_dtype<T>(),
+                      "engine storage does not match the recipe");
+        allocate_params(pd.has_master);
+        init_params(seed);
+        B_ = in.micro_batch;
+        T_ = in.seq_len;
+        N_ = B_ * T_;
+        allocate_buffers();
+    }
+
+    std::vector<ParamSlot>& params() override { return params_; }
+    const OpPlan& plan() const override { return plan_; }
+    DType storage() const override { return gpt_detail::storage_dtype<T>(); }
+    void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
+    void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
+
+    void zero_grads() override {
+        std::optional<profiler::ScopedRange> r, k;
+        if (rec_ != nullptr) {
+            KernelCost cost;
+            for (const auto& p : params_) cost.bytes_written += p.grad.bytes();
+            op_range(r, "zero_grads", cost);
+            kernel_range(k, "memset", cost);
+        }
+        for (auto& p : params_) k_.zero(p.grad.raw(), p.grad.bytes());
+    }
+
+    void get_param(std::size_t i, float* out) const override {
+        k_.load_floats(out, params_[i].weight.template data<T>(), params_[i].weight.numel());
+    }
+    void get_grad(std::size_t i, float* out) const override {
+        k_.load_floats(out, params_[i].grad.template data<T>(), params_[i].grad.numel());
+    }
+    void set_param(std::size_t i, const float* values) override {
+        ParamSlot& p = params_[i];
+        k_.store_floats(p.weight.template data<T>(), values, p.numel);
+        if (!p.master.empty()) k_.copy_from_host(p.master.raw(), values, static_cast<std::size_t>(p.numel) * sizeof(float));
+    }
+
+    float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
+        k_.check_tokens(inputs, N_, cfg_.vocab_size);
+        const int L = cfg_.n_layers;
+        const bool full_ckpt = plan_.in.checkpointing == Checkpointing::full;
+
+        // Forward: prologue, blocks, epilogue. Recomputed tensors (checkpointing) are freed as
+        // soon as their block is done and rebuilt in the backward.
+        std::optional<profiler::ScopedRange> phase;
+        if (rec_ != nullptr) phase.emplace(rec_, "forward", profiler::Category::forward);
+        prologue_.items.clear();
+        prologue_.keep(alloc_, "", plan_.prologue.front(), false);
+        std::optional<profiler::ScopedRange> r_emb, k;
+        const int head_unit = L + 1;  // units: 0 embeddings, 1 + l block l, L + 1 head (GptHooks)
+        hook_enter(0, false);
+        op_range(r_emb, "embedding", plan_.prologue.front().fwd);
+        kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), false, cfg_), plan_.prologue.front().fwd);
+        k_.embedding_forward(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
+                                  p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        k.reset();
+        r_emb.reset();
+        hook_leave(0, false);
+        layers_.clear();
+        layers_.resize(static_cast<std::size_t>(L));
+        for (int l = 0; l < L; ++l) {
+            std::optional<profiler::ScopedRange> layer;
+            if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l), profiler::Category::layer);
+            hook_enter(l + 1, false);
+            block_forward(l, false);
+            hook_leave(l + 1, false);
+            if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) {
+                layers_[static_cast<std::size_t>(l)].release_recomputed(plan_.block);
+            }
+        }
+        epilogue_.items.clear();
+        for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);
+        const T* last = block_output(L - 1);
+        std::optional<profiler::ScopedRange> r_ep;
+        // The head region runs forward and backward fused; a tied head reads and writes wte.
+        hook_enter(head_unit, true);
+        if (p_head_ == nullptr) hook_enter(0, true);
+        op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
+        kernel_range(k, gpt_detail::kernel_name(plan_.epilogue[0], false, cfg_), plan_.epilogue[0].fwd);
+        norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
+        k.reset();
+        r_ep.reset();
+        KernelCost head_cost = plan_.epilogue[1].fwd;
+        head_cost += plan_.epilogue[1].bwd_input;
+        head_cost += plan_.epilogue[1].bwd_weight;
+        head_cost += plan_.epilogue[2].fwd;
+        op_range(r_ep, "lm_head+loss (fused forward and backward)", head_cost);
+        kernel_range(k, "head_cross_entropy", head_cost);
+        ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
+        const float loss = k_.head_cross_entropy(
+            k_.losses(), epilogue_.get("lm_head.dinp").template data<T>(), head->grad.template data<T>(),
+            epilogue_.get("ln_f.out").template data<T>(), head->weight.template data<T>(), targets, N_, cfg_.d_model,
+            cfg_.vocab_size, cfg_.padded_vocab_size, loss_chunk_, dloss / static_cast<float>(N_),
+            ce_scratch_.template data<float>());
+        k.reset();
+        r_ep.reset();
+        // Backward.
+        phase.reset();
+        if (rec_ != nullptr) phase.emplace(rec_, "backward", profiler::Category::backward);
+        T* dres = dres_.template data<T>();
+        KernelCost lnf_cost = plan_.epilogue[0].bwd_input;
+        lnf_cost += plan_.epilogue[0].bwd_weight;
+        op_range(r_ep, "ln_f backward", lnf_cost);
+        zero(dres, N_ * cfg_.d_model);
+        kernel_range(k, gpt_detail::kernel_name(plan_.epilogue[0], true, cfg_), lnf_cost);
+        norm_backward(epilogue_, "ln_f", dres, epilogue_.get("lm_head.dinp").template data<T>(), last, p_lnf_w_,
+                      p_lnf_b_);
+        k.reset();
+        r_ep.reset();
+        if (p_head_ == nullptr) hook_leave(0, true);
+        hook_leave(head_unit, true);
+        epilogue_.items.clear();
+        for (int l = L - 1; l >= 0; --l) {
+            std::optional<profiler::ScopedRange> layer;
+            if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l) + " backward", profiler::Category::layer);
+            hook_enter(l + 1, true);
+            if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) block_forward(l, true);
+            block_backward(l);
+            hook_leave(l + 1, true);
+            layers_[static_cast<std::size_t>(l)].items.clear();
+        }
+        hook_enter(0, true);
+        op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
+        kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), true, cfg_), plan_.prologue.front().bwd_weight);
+        k_.embedding_backward(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
+                                   dres, inputs, B_, T_, cfg_.d_model);
+        k.reset();
+        r_emb.reset();
+        hook_leave(0, true);
+        prologue_.items.clear();
+        return loss;
+    }
+
+private:
+    void hook_enter(int unit, bool backward) {
+        if (hooks_ != nullptr) hooks_->enter(unit, backward);
+    }
+    void hook_leave(int unit, bool backward) {
+        if (hooks_ != nullptr) hooks_->leave(unit, backward);
+    }
+
+    // An op range when recording; the name is built only then.
+    std::optional<profiler::ScopedRange>& op_range(std::optional<profiler::ScopedRange>& r, std::string_view name,
+                                                   const KernelCost& cost) {
+        if (rec_ != nullptr) r.emplace(rec_, name, profiler::Category::op, cost);
+        return r;
+    }
+
+    // One kernel call on the device track, joined to the op that made it by a flow. On the CPU
+    // the "launch" is the call itself; the structure matches a GPU trace (host op, launch
+    // flow, kernel on the device), so the report, export and viewer read both alike.
+    void kernel_range(std::optional<profiler::ScopedRange>& r, std::string_view name, const KernelCost& cost) {
+        if constexpr (Kernels::kHostTimedKernels) {
+            profiler::begin_kernel(r, rec_, name, cost);
+        } else {
+            // TODO(cuda profiling): kernel events come from CUPTI, which napkin cannot reach yet
+            // (docs/CUDA.md, "Profiling"); the host keeps the op ranges only.
+            (void)r;
+            (void)name;
+            (void)cost;
+        }
+    }
+
+    // Zeroes a gradient buffer: a memset kernel of its own on the device track.
+    template <class U>
+    void zero(U* p, std::int64_t n) {
+        const auto bytes = static_cast<std::size_t>(n) * sizeof(U);
+        std::optional<profiler::ScopedRange> k;
+        kernel_range(k, "memset", KernelCost{0, 0, bytes, 0});
+        k_.zero(static_cast<void*>(p), bytes);
+    }
+
+    void allocate_params(bool master) {
+        for (const ParamTensor& pt : param_tensors(cfg_)) {
+            ParamSlot s;
+            s.name = pt.name;
+            s.numel = pt.numel();
+            s.decay = pt.shape.size() >= 2;
+            s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, gpt_detail::storage_dtype<T>(), {s.numel});
+            s.grad = Tensor(alloc_, pt.name + ".grad", MemCategory::gradients, gpt_detail::storage_dtype<T>(), {s.numel});
+            if (master) s.master = Tensor(alloc_, pt.name + ".master", MemCategory::master_weights, DType::f32, {s.numel});
+            params_.push_back(std::move(s));
+        }
+        auto find = [&](const std::string& name) -> ParamSlot* {
+            for (auto& p : params_) {
+                if (p.name == name) return &p;
+            }
+            return nullptr;
+        };
+        p_wte_ = find("wte");
+        p_wpe_ = find("wpe");
+        p_lnf_w_ = find("ln_f.weight");
+        p_lnf_b_ = find("ln_f.bias");
+        p_head_ = find("lm_head");
+        for (int l = 0; l < cfg_.n_layers; ++l) {
+            const std::string h = "h." + std::to_string(l) + ".";
+            LayerParams lp;
+            lp.ln1_w = find(h + "ln_1.weight");
+            lp.ln1_b = find(h + "ln_1.bias");
+            lp.qkv_w = find(h + "attn.qkv.weight");
+            lp.qkv_b = find(h + "attn.qkv.bias");
+            lp.proj_w = find(h + "attn.proj.weight");
+            lp.proj_b = find(h + "attn.proj.bias");
+            lp.ln2_w = find(h + "ln_2.weight");
+            lp.ln2_b = find(h + "ln_2.bias");
+            lp.fc_w = find(h + "mlp.fc.weight");
+            lp.fc_b = find(h + "mlp.fc.bias");
+            lp.down_w = find(h + "mlp.proj.weight");
+            lp.down_b = find(h + "mlp.proj.bias");
+            layer_params_.push_back(lp);
+        }
+    }
+
+    // GPT-2's initialization: N(0, 0.02) for matrices, 0.02 / sqrt(2 L) for the projections
+    // into the residual stream, zero biases, unit norm weights; padded vocabulary rows zero.
+    void init_params(std::uint64_t seed) {
+        std::mt19937_64 rng(seed);
+        std::vector<float> buf;
+        const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layers));
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            ParamSlot& p = params_[i];
+            buf.assign(static_cast<std::size_t>(p.numel), 0.0f);
+            const bool is_norm = p.name.find("ln_") != std::string::npos;
+            const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+            if (is_norm && !is_bias) {
+                std::fill(buf.begin(), buf.end(), 1.0f);
+            } else if (p.decay) {
+                const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
+                                      p.name.find("mlp.proj.weight") != std::string::npos;
+                std::normal_distribution<float> nd(0.0f, residual ? residual_std : 0.02f);
+                std::int64_t rows_used = p.numel;
+                if (p.name == "wte" || p.name == "lm_head") rows_used = cfg_.vocab_size * cfg_.d_model;
+                for (std::int64_t k = 0; k < rows_used; ++k) buf[static_cast<std::size_t>(k)] = nd(rng);
+            }
+            set_param(i, buf.data());
+        }
+    }
+
+    void allocate_buffers() {
+        const std::int64_t C = cfg_.d_model;
+        const std::int64_t fc_rows = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
+        const std::int64_t narrow = std::max(C, cfg_.d_ff);
+        const std::int64_t wide = std::max(cfg_.qkv_dim(), fc_rows);
+        const DType dt = gpt_detail::storage_dtype<T>();
+        dres_ = Tensor(alloc_, "grad.residual", MemCategory::temporaries, dt, {N_ * C});
+        dnarrow_ = Tensor(alloc_, "grad.narrow", MemCategory::temporaries, dt, {N_ * narrow});
+        dwide_ = Tensor(alloc_, "grad.wide", MemCategory::temporaries, dt, {N_ * wide});
+        branch_ = Tensor(alloc_, "branch.out", MemCategory::temporaries, dt, {N_ * C});
+        loss_chunk_ = plan_.in.loss_chunk_rows > 0 ? std::min(plan_.in.loss_chunk_rows, N_) : N_;
+        ce_scratch_ = Tensor(alloc_, "loss.scratch", MemCategory::temporaries, DType::f32,
+                             {k_.head_cross_entropy_scratch_floats(loss_chunk_, C, cfg_.padded_vocab_size)});
+        const std::int64_t mm = k_.matmul_scratch_floats(plan_.block);
+        mm_scratch_ = Tensor(alloc_, "matmul.scratch", MemCategory::temporaries, DType::f32, {mm});
+        if (plan_.in.attention == AttentionImpl::naive) {
+            attn_scratch_ = Tensor(alloc_, "attention.scratch", MemCategory::temporaries, DType::f32,
+                                   {k_.attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
+        }
+        k_.bind_losses(alloc_, N_);
+    }
+
+    const T* block_input(int l) {
+        if (l == 0) return prologue_.get("embedding.out").template data<T>();
+        return layers_[static_cast<std::size_t>(l - 1)].get("mlp.res.out").template data<T>();
+    }
+    const T* block_output(int l) { return layers_[static_cast<std::size_t>(l)].get("mlp.res.out").template data<T>(); }
+
+    void norm_forward(KeptTensors& kept, std::string_view name, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const std::string n(name);
+        T* out = kept.get(n + ".out").template data<T>();
+        float* rstd = kept.get(n + ".rstd").template data<float>();
+        if (cfg_.norm == NormKind::layernorm) {
+            k_.layernorm_forward(out, kept.get(n + ".mean").template data<float>(), rstd, inp,
+                                      w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
+                                      N_, cfg_.d_model);
+        } else {
+            k_.rmsnorm_forward(out, rstd, inp, w->weight.template data<T>(), N_, cfg_.d_model);
+        }
+    }
+
+    void norm_backward(KeptTensors& kept, std::string_view name, T* dinp, const T* dout, const T* inp, ParamSlot* w,
+                       ParamSlot* b) {
+        const std::string n(name);
+        const float* rstd = kept.get(n + ".rstd").template data<float>();
+        if (cfg_.norm == NormKind::layernorm) {
+            k_.layernorm_backward(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr,
+                                       dout, inp, w->weight.template data<T>(), kept.get(n + ".mean").template data<float>(),
+                                       rstd, N_, cfg_.d_model);
+        } else {
+            k_.rmsnorm_backward(dinp, w->grad.template data<T>(), dout, inp, w->weight.template data<T>(), rstd, N_,
+                                     cfg_.d_model);
+        }
+    }
+
+    void matmul(const PlanOp& op, T* out, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const auto& s = std::get<MatmulShape>(op.shape);
+        k_.matmul_forward(out, inp, w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
+                               s.M, s.N, s.K, mm_scratch_.template data<float>());
+    }
+
+    void matmul_back(const PlanOp& op, T* dinp, const T* dout, const T* inp, ParamSlot* w, ParamSlot* b) {
+        const auto& s = std::get<MatmulShape>(op.shape);
+        k_.matmul_backward(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr, dout,
+                                inp, w->weight.template data<T>(), s.M, s.N, s.K, mm_scratch_.template data<float>());
+    }
+
+    // Runs block l's forward. recompute: only the tensors checkpointing dropped are allocated
+    // (the rest are still kept), and the ops whose outputs are all kept are skipped.
+    void block_forward(int l, bool recompute) {
+        KeptTensors& kt = layers_[static_cast<std::size_t>(l)];
+        const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+        const std::string prefix = "h." + std::to_string(l) + ".";
+        const std::int64_t C = cfg_.d_model;
+        const T* x = block_input(l);
+        const bool full = plan_.in.checkpointing == Checkpointing::full;
+        for (const PlanOp& op : plan_.block) {
+            if (recompute) {
+                // Rebuild what checkpointing dropped: ops with recomputed outputs, and under full
+                // recomputation the ops that keep nothing (rope, projections) in between.
+                bool rebuilds = full && op.n_saved == 0;
+                for (int i = 0; i < op.n_saved; ++i) rebuilds |= op.saved[static_cast<std::size_t>(i)].recomputed;
+                if (!rebuilds) continue;
+            }
+            kt.keep(alloc_, prefix, op, recompute);
+            const std::string_view n = op.name;
+            std::optional<profiler::ScopedRange> range, kernel;
+            if (rec_ != nullptr) {
+                range.emplace(rec_, prefix + std::string(n) + (recompute ? " (recompute)" : ""), profiler::Category::op,
+                              op.fwd);
+                kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
+            }
+            if (n == "ln_1") {
+                norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
+            } else if (n == "attn.qkv") {
+                matmul(op, kt.get("attn.qkv.out").template data<T>(), kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+            } else if (n == "attn.rope") {
+                k_.rope_forward(kt.get("attn.qkv.out").template data<T>(), B_, T_, cfg_.n_heads, cfg_.n_kv_heads,
+                                     cfg_.head_dim());
+            } else if (n == "attn.core") {
+                if (recompute && !op.saved[static_cast<std::size_t>(op.n_saved - 1)].recomputed) {
+                    // Selective: only the probabilities are rebuilt; attn.out is still kept.
+                    attention_forward(kt, op, true);
+                } else {
+                    attention_forward(kt, op, false);
+                }
+            } else if (n == "attn.proj") {
+                matmul(op, branch_.template data<T>(), kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+            } else if (n == "attn.res") {
+                k_.residual_forward(kt.get("attn.res.out").template data<T>(), x, branch_.template data<T>(), N_ * C);
+            } else if (n == "ln_2") {
+                norm_forward(kt, "ln_2", kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
+            } else if (n == "mlp.fc") {
+                matmul(op, kt.get("mlp.fc.out").template data<T>(), kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+            } else if (n == "mlp.act") {
+                T* out = kt.get("mlp.act.out").template data<T>();
+                const T* inp = kt.get("mlp.fc.out").template data<T>();
+                if (cfg_.mlp == MlpKind::gelu) k_.gelu_forward(out, inp, N_ * cfg_.d_ff);
+                else k_.swiglu_forward(out, inp, N_, cfg_.d_ff);
+            } else if (n == "mlp.proj") {
+                matmul(op, branch_.template data<T>(), kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+            } else if (n == "mlp.res") {
+                k_.residual_forward(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
+                                         branch_.template data<T>(), N_ * C);
+            } else {
+                throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+        }
+    }
+
+    void attention_forward(KeptTensors& kt, const PlanOp& op, bool probabilities_only) {
+        const auto& s = std::get<AttentionShape>(op.shape);
+        const T* qkv = kt.get("attn.qkv.out").template data<T>();
+        if (s.impl == AttentionImpl::naive) {
+            // Rebuilding P alone still produces an output; write it to scratch.
+            T* out = probabilities_only ? branch_.template data<T>() : kt.get("attn.out").template data<T>();
+            k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+        } else {
+            k_.attention_flash_forward(kt.get("attn.out").template data<T>(), kt.get("attn.lse").template data<float>(),
+                                            qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+        }
+    }
+
+    void block_backward(int l) {
+        KeptTensors& kt = layers_[static_cast<std::size_t>(l)];
+        const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+        const std::int64_t C = cfg_.d_model;
+        const T* x = block_input(l);
+        T* dres = dres_.template data<T>();
+        T* dnarrow = dnarrow_.template data<T>();
+        T* dwide = dwide_.template data<T>();
+        for (auto it = plan_.block.rbegin(); it != plan_.block.rend(); ++it) {
+            const PlanOp& op = *it;
+            const std::string_view n = op.name;
+            std::optional<profiler::ScopedRange> range, kernel;
+            KernelCost cost = op.bwd_input;
+            cost += op.bwd_weight;
+            if (rec_ != nullptr) {
+                range.emplace(rec_, "h." + std::to_string(l) + "." + std::string(n) + " backward", profiler::Category::op,
+                              cost);
+            }
+            // The op's kernel starts here (after the memsets that clear its outputs).
+            auto launch = [&] { kernel_range(kernel, gpt_detail::kernel_name(op, true, cfg_), cost); };
+            if (n == "mlp.res" || n == "attn.res") {
+                // The branch's gradient is the residual stream's: dres is read by the branch below.
+            } else if (n == "mlp.proj") {
+                zero(dnarrow, N_ * cfg_.d_ff);
+                launch();
+                matmul_back(op, dnarrow, dres, kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+            } else if (n == "mlp.act") {
+                const std::int64_t cols = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
+                zero(dwide, N_ * cols);
+                launch();
+                const T* inp = kt.get("mlp.fc.out").template data<T>();
+                if (cfg_.mlp == MlpKind::gelu) k_.gelu_backward(dwide, inp, dnarrow, N_ * cfg_.d_ff);
+                else k_.swiglu_backward(dwide, inp, dnarrow, N_, cfg_.d_ff);
+            } else if (n == "mlp.fc") {
+                zero(dnarrow, N_ * C);
+                launch();
+                matmul_back(op, dnarrow, dwide, kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+            } else if (n == "ln_2") {
+                launch();
+                norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
+            } else if (n == "attn.proj") {
+                zero(dnarrow, N_ * C);
+                launch();
+                matmul_back(op, dnarrow, dres, kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+            } else if (n == "attn.core") {
+                const auto& s = std::get<AttentionShape>(op.shape);
+                zero(dwide, N_ * cfg_.qkv_dim());
+                launch();
+                const T* qkv = kt.get("attn.qkv.out").template data<T>();
+                if (s.impl == AttentionImpl::naive) {
+                    k_.attention_naive_backward(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
+                                                     kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                } else {
+                    k_.attention_flash_backward(dwide, dnarrow, kt.get("attn.out").template data<T>(), qkv,
+                                                     kt.get("attn.lse").template data<float>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                }
+            } else if (n == "attn.rope") {
+                launch();
+                k_.rope_backward(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
+            } else if (n == "attn.qkv") {
+                zero(dnarrow, N_ * C);
+                launch();
+                matmul_back(op, dnarrow, dwide, kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+            } else if (n == "ln_1") {
+                launch();
+                norm_backward(kt, "ln_1", dres, dnarrow, x, lp.ln1_w, lp.ln1_b);
+            } else {
+                throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+        }
+    }
+
+    ModelConfig cfg_;
+    AccountingAllocator& alloc_;
+    Kernels k_;
+    OpPlan plan_;
+    std::int64_t B_ = 0, T_ = 0, N_ = 0, loss_chunk_ = 0;
+    std::vector<ParamSlot> params_;
+    std::vector<LayerParams> layer_params_;
+    ParamSlot *p_wte_ = nullptr, *p_wpe_ = nullptr, *p_lnf_w_ = nullptr, *p_lnf_b_ = nullptr, *p_head_ = nullptr;
+    KeptTensors prologue_, epilogue_;
+    std::vector<KeptTensors> layers_;
+    Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
+    profiler::Recorder* rec_ = nullptr;
+    GptHooks* hooks_ = nullptr;
+};
+
+}  // namespace napkin

@@ -1,0 +1,217 @@
+// The CUDA engine against the CPU engine (label gpu): the whole model's loss and every parameter
+// gradient on the same weights and batch, per recipe and architecture (fp32 tight, 16-bit
+// looser), and a 50-step run whose loss curve follows the CPU's. The model is the one
+// orchestration (core/engine/gpt_impl.h) over each backend's kernels, so a mismatch is a CUDA
+// kernel or a backend adapter (core/engine/cuda_kernels.h), never a second copy of the model.
+// Without a device every test skips with the reason, except the one checking that reason's
+// error; without CUDA in the build the same (the file includes no CUDA header).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device.h"
+#include "core/engine/engine_device.h"
+#include "core/engine/gpt.h"
+#include "core/engine/trainer.h"
+#include "core/model_config.h"
+#include "core/tensor.h"
+#include "tests/engine/test_util.h"
+
+namespace napkin {
+namespace {
+
+using test::small_config;
+
+// Empty when the CUDA engine can run here, else why not.
+std::string cuda_engine_unavailable() {
+    std::string reason;
+    return cuda_engine_api(&reason) != nullptr ? std::string() : reason;
+}
+
+#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                 \
+    do {                                                                  \
+        const std::string napkin_reason_ = cuda_engine_unavailable();     \
+        if (!napkin_reason_.empty()) {                                    \
+            GTEST_SKIP() << "no CUDA device (" << napkin_reason_          \
+                         << "): the CUDA engine is compiled but not run"; \
+        }                                                                 \
+    } while (0)
+
+
+struct Case {
+    const char* name;
+    Precision precision;
+    AttentionImpl attention;
+    Checkpointing checkpointing;
+    bool llama;  // rmsnorm, rotary, swiglu, GQA, no bias, untied head; else GPT-2's
+    // |cuda - cpu| <= atol + rtol * max|cpu| per tensor; the loss within loss_rtol.
+    double atol, rtol, loss_rtol;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+    *os << c.name;
+}
+
+class GptCudaVsCpu : public testing::TestWithParam<Case> {};
+
+// Loss and every gradient of one micro-batch, CUDA against CPU, from the same seed (the weights
+// are drawn on the host and set through set_param on both).
+TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    const Case& c = GetParam();
+    const ModelConfig cfg =
+        c.llama ? small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)
+                : small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
+    PlanInputs in;
+    in.micro_batch = 3;
+    in.seq_len = 13;  // odd shapes: M = 39 rows
+    in.precision = c.precision;
+    in.attention = c.attention;
+    in.checkpointing = c.checkpointing;
+    in.loss_chunk_rows = 10;  // several chunks, the last one short
+    const std::int64_t n = in.micro_batch * in.seq_len;
+    std::mt19937 rng(7);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(2 * n));
+    for (auto& t : tokens)
+        t = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab_size));
+    const float dloss = 0.5f;
+
+    HostMemory host;
+    AccountingAllocator host_alloc(host);
+    auto cpu = Gpt::create(cfg, in, host_alloc, 1234);
+    cpu->zero_grads();
+    const float cpu_loss = cpu->forward_backward(tokens.data(), tokens.data() + n, dloss);
+
+    auto device = open_engine_device(DeviceKind::cuda);
+    AccountingAllocator dev_alloc(device->memory());
+    {
+        auto gpu = device->create_gpt(cfg, in, dev_alloc, 1234);
+        Tensor batch(dev_alloc, "batch", MemCategory::data, DType::f32,
+                     {2 * n});  // int32, same size
+        device->copy_to_device(batch.raw(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+        gpu->zero_grads();
+        const auto* dev_tokens = static_cast<const std::int32_t*>(batch.raw());
+        const float gpu_loss = gpu->forward_backward(dev_tokens, dev_tokens + n, dloss);
+        EXPECT_NEAR(gpu_loss, cpu_loss, c.loss_rtol * std::abs(cpu_loss)) << "loss";
+
+        ASSERT_EQ(gpu->params().size(), cpu->params().size());
+        for (std::size_t i = 0; i < cpu->params().size(); ++i) {
+            const ParamSlot& p = cpu->params()[i];
+            SCOPED_TRACE(p.name);
+            std::vector<float> w_cpu(static_cast<std::size_t>(p.numel)), w_gpu(w_cpu.size());
+            cpu->get_param(i, w_cpu.data());
+            gpu->get_param(i, w_gpu.data());
+            EXPECT_EQ(w_cpu, w_gpu) << "the initial weights differ";
+            std::vector<float> g_cpu(w_cpu.size()), g_gpu(w_cpu.size());
+            cpu->get_grad(i, g_cpu.data());
+            gpu->get_grad(i, g_gpu.data());
+            double scale = 0.0;
+            for (float g : g_cpu)
+                scale = std::max(scale, static_cast<double>(std::abs(g)));
+            const double tol = c.atol + c.rtol * scale;
+            int bad = 0;
+            for (std::size_t k = 0; k < g_cpu.size(); ++k) {
+                const double d = std::abs(static_cast<double>(g_gpu[k]) - g_cpu[k]);
+                if (!(d <= tol)) {  // NaN fails
+                    if (bad++ < 5)
+                        ADD_FAILURE()
+                            << "grad[" << k << "] cuda " << g_gpu[k] << " cpu " << g_cpu[k];
+                }
+            }
+            EXPECT_EQ(bad, 0) << bad << " of " << g_cpu.size()
+                              << " gradient elements off by more than " << tol;
+        }
+        // Measured memory compares with the CPU's category by category: the same tensors, plus
+        // the CUDA scratch (cuBLASLt workspace, loss rows) among the temporaries.
+        for (MemCategory m :
+             {MemCategory::parameters, MemCategory::master_weights, MemCategory::gradients}) {
+            EXPECT_EQ(dev_alloc.peak_bytes(m), host_alloc.peak_bytes(m))
+                << enum_name(kMemCategoryNames, m);
+        }
+    }
+    EXPECT_EQ(dev_alloc.live_blocks(), 0);
+}
+
+const Case kCases[] = {
+    {"fp32_flash_gpt2", Precision::fp32, AttentionImpl::flash, Checkpointing::none, false, 1e-6,
+     1e-3, 1e-5},
+    {"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, Checkpointing::none, false, 1e-6,
+     1e-3, 1e-5},
+    {"fp32_flash_llama", Precision::fp32, AttentionImpl::flash, Checkpointing::none, true, 1e-6,
+     1e-3, 1e-5},
+    {"fp32_full_checkpointing", Precision::fp32, AttentionImpl::flash, Checkpointing::full, false,
+     1e-6, 1e-3, 1e-5},
+    {"bf16amp_flash_gpt2", Precision::bf16_amp, AttentionImpl::flash, Checkpointing::none, false,
+     1e-4, 5e-2, 1e-2},
+    {"bf16amp_naive_llama", Precision::bf16_amp, AttentionImpl::naive, Checkpointing::none, true,
+     1e-4, 5e-2, 1e-2},
+    {"fp16amp_flash_gpt2", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none, false,
+     1e-5, 2e-2, 5e-3},
+};
+INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<Case>& i) {
+                             return std::string(i.param.name);
+                         });
+
+TrainOptions tiny_run(Precision precision, DeviceKind device) {
+    TrainOptions o;
+    o.model = preset_or_throw("tiny");
+    o.plan.micro_batch = 4;
+    o.plan.seq_len = 64;
+    o.plan.precision = precision;
+    o.device = device;
+    o.steps = 50;
+    o.optimizer.lr = 3e-3f;
+    o.optimizer.warmup_steps = 5;
+    o.optimizer.total_steps = 50;
+    return o;
+}
+
+// 50 optimizer steps on the synthetic corpus: the CUDA loss curve follows the CPU's step by
+// step (the gap may grow as rounding differences compound, within a few percent) and learns.
+void follow_cpu(Precision precision, double rtol) {
+    Trainer cpu(tiny_run(precision, DeviceKind::cpu));
+    Trainer gpu(tiny_run(precision, DeviceKind::cuda));
+    std::vector<float> cpu_loss, gpu_loss;
+    for (int s = 0; s < 50; ++s) {
+        cpu_loss.push_back(cpu.step().loss);
+        gpu_loss.push_back(gpu.step().loss);
+        EXPECT_NEAR(gpu_loss.back(), cpu_loss.back(), rtol * cpu_loss.back()) << "step " << s;
+    }
+    EXPECT_LT(gpu_loss.back(), gpu_loss.front() - 0.5f) << "the CUDA run did not learn";
+}
+
+TEST(GptCudaTraining, Fp32FiftyStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    follow_cpu(Precision::fp32, 1e-2);
+}
+
+TEST(GptCudaTraining, Bf16AmpFiftyStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    follow_cpu(Precision::bf16_amp, 5e-2);
+}
+
+// The one test that runs everywhere: without a usable device, asking for one is a one-line
+// usage error naming the reason.
+TEST(GptCudaDevice, NoDeviceIsAUsageError) {
+    const std::string reason = cuda_engine_unavailable();
+    if (reason.empty()) GTEST_SKIP() << "a CUDA device is present: nothing to refuse";
+    try {
+        open_engine_device(DeviceKind::cuda);
+        FAIL() << "open_engine_device(cuda) succeeded without a device";
+    } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), "--device cuda: no CUDA device (" + reason + ")");
+    }
+}
+
+TEST(GptCudaDevice, CpuNeedsNoDevice) {
+    EXPECT_EQ(open_engine_device(DeviceKind::cpu), nullptr);
+}
+
+}  // namespace
+}  // namespace napkin
