@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     app.fallthrough(false);
     napkin::cli::add_estimate_command(app);
     napkin::cli::add_train_command(app);
+    napkin::cli::add_ckpt_command(app);
     napkin::cli::add_report_command(app);
     napkin::cli::add_export_command(app);
     napkin::cli::add_info_command(app);

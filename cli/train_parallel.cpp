@@ -1,5 +1,8 @@
 #include "cli/train_parallel.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -26,17 +29,6 @@ void run_with_ranks(const std::function<void(Communicator&)>& body) {
     }
 }
 
-void check_parallel_flags(const CLI::App& cmd, bool parallel) {
-    if (!parallel) return;
-    for (const char* flag : {"--resume", "--save-every", "--stop-after", "--init-from"}) {
-        if (cmd.count(flag) > 0) {
-            throw UsageError(
-                std::string(flag) +
-                ": not supported with data parallelism (--zero, or several ranks) yet");
-        }
-    }
-}
-
 std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communicator& comm) {
     if (comm.rank() == 0) return run_dir;
     if (std::freopen("/dev/null", "w", stdout) == nullptr)
@@ -59,6 +51,7 @@ void add_step_communication(nlohmann::json& step, const StepRecord& r) {
     step["comm_state_received_bytes"] = r.comm_state_received_bytes;
     step["comm_sent_bytes"] = r.comm_sent_bytes;
     step["comm_received_bytes"] = r.comm_received_bytes;
+    step["comm_seconds"] = r.comm_seconds;
 }
 
 std::string build_id() {
@@ -112,7 +105,16 @@ nlohmann::json communication_report(Trainer& trainer, const Estimate& predicted,
                          {"sent_bytes", l.sent_bytes},
                          {"received_bytes", l.received_bytes}});
     }
+    // The run clock's zero (trace.json ts 0, memory.json t 0) on the steady clock, which ranks on
+    // one host share: napkin export lines the ranks' traces up by it.
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    const std::int64_t clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             trainer.allocator().start().time_since_epoch())
+                                             .count();
     return {{"backend", comm->backend()},
+            {"host", std::string(host)},
+            {"clock_origin_ns", clock_origin_ns},
             {"rank", comm->rank()},
             {"local_rank", comm->local_rank()},
             {"world", comm->world_size()},
@@ -127,7 +129,8 @@ nlohmann::json communication_report(Trainer& trainer, const Estimate& predicted,
             {"measured_total",
              {{"by_op", by_op},
               {"sent_bytes", c.total_sent()},
-              {"received_bytes", c.total_received()}}},
+              {"received_bytes", c.total_received()},
+              {"seconds", static_cast<double>(c.total_ns()) * 1e-9}}},
             {"predicted_per_step",
              {{"sent_bytes", predicted.comm.sent_bytes},
               {"received_bytes", predicted.comm.received_bytes},

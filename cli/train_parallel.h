@@ -22,9 +22,6 @@ namespace napkin::cli {
 // mismatch found by the start-up handshake is known to every rank: they all exit cleanly.
 void run_with_ranks(const std::function<void(Communicator&)>& body);
 
-// Flags that data parallelism does not support yet: UsageError naming the flag.
-void check_parallel_flags(const CLI::App& cmd, bool parallel);
-
 // RUN_DIR for rank 0, RUN_DIR/rank<r> for the others (each writes its own report and trace).
 // Ranks other than 0 also stop printing to stdout: rank 0 speaks for the job.
 std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communicator& comm);

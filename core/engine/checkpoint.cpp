@@ -1,505 +1,55 @@
 #include "core/engine/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <bit>
-#include <cerrno>
-#include <charconv>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <limits>
-#include <map>
-#include <memory>
-#include <optional>
 #include <set>
-#include <string_view>
-#include <system_error>
-#include <type_traits>
-#include <utility>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/config_json.h"
-#include "core/half.h"
+#include "core/engine/checkpoint_file.h"
+#include "core/engine/checkpoint_state.h"
 
 namespace napkin {
-
-// Tensors go to the file as they lie in memory; safetensors is little-endian.
-static_assert(std::endian::native == std::endian::little,
-              "checkpoints assume a little-endian host");
-
-std::uint64_t fnv1a64(const void* data, std::size_t bytes, std::uint64_t hash) {
-    constexpr std::uint64_t kPrime = 0x100000001b3ull;
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (std::size_t i = 0; i < bytes; ++i) {
-        hash ^= p[i];
-        hash *= kPrime;
-    }
-    return hash;
-}
 
 namespace {
 
 using json = nlohmann::json;
-using ojson = nlohmann::ordered_json;  // keeps the header in file order, for people reading it
 
-constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the safetensors library's own limit
-constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
-constexpr std::string_view kChecksumPrefix = "fnv1a64:";
-
-[[noreturn]] void bad(const std::string& path, const std::string& what) {
-    throw InputError(path + ": " + what);
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (const std::int64_t d : shape)
+        n *= d;
+    return n;
 }
 
-std::string errno_text(int err) {
-    return std::generic_category().message(err);
-}
-
-std::string hex64(std::uint64_t v) {
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return buf;
-}
-
-struct FileCloser {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-// The element types napkin stores, by their safetensors names.
-constexpr std::array kSafetensorsDTypes = {EnumName<DType>{DType::f32, "F32"},
-                                           EnumName<DType>{DType::bf16, "BF16"},
-                                           EnumName<DType>{DType::f16, "F16"}};
-
-std::string safetensors_dtype(DType t) {
-    return std::string(enum_name(kSafetensorsDTypes, t));
-}
-
-std::uint64_t tensor_bytes(const Tensor& t) {
-    return storage_bytes(t.dtype(), static_cast<std::uint64_t>(t.numel()));
-}
-
-std::string dims_text(const std::vector<std::int64_t>& shape) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i)
-        s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
-
-// One tensor of the checkpoint: where it lives in the trainer, and its shape in the file.
+// One tensor of a whole-state checkpoint and the part of it this process holds.
 struct Entry {
     std::string name;
-    Tensor* tensor = nullptr;
     std::vector<std::int64_t> shape;
-    bool moment = false;  // optimizer state (restored by a byte copy)
+    HeldState held;
 };
 
-// Every tensor a checkpoint of `t` holds, in file order: 4-byte types first, so that every
-// tensor starts aligned to its element size (the data section starts 8-byte aligned), as the
-// safetensors library orders its own files.
+// Every tensor a checkpoint of `t` holds, per parameter (Gpt::params() order): its weights,
+// master, first and second moments where the recipe keeps them.
 std::vector<Entry> entries_of(Trainer& t) {
     std::vector<ParamSlot>& params = t.model().params();
     const std::vector<ParamTensor> shapes = param_tensors(t.options().model);
-    std::vector<Tensor>& m = t.optimizer().first_moments();
-    std::vector<Tensor>& v = t.optimizer().second_moments();
     NAPKIN_ASSERT(shapes.size() == params.size(), "checkpoint: " << params.size() << " parameters, "
                                                                  << shapes.size()
                                                                  << " in param_tensors()");
-    NAPKIN_ASSERT(m.empty() || m.size() == params.size(),
-                  "checkpoint: first moments do not match the parameters");
-    NAPKIN_ASSERT(v.empty() || v.size() == params.size(),
-                  "checkpoint: second moments do not match the parameters");
     std::vector<Entry> out;
     for (std::size_t i = 0; i < params.size(); ++i) {
-        ParamSlot& p = params[i];
-        NAPKIN_ASSERT(shapes[i].name == p.name && shapes[i].numel() == p.numel,
-                      "checkpoint: parameter " << i << " is " << p.name << ", param_tensors() says "
-                                               << shapes[i].name);
-        NAPKIN_ASSERT(safetensors_dtype(p.weight.dtype()) != "?",
-                      "checkpoint: no safetensors dtype for " << dtype_name(p.weight.dtype()));
-        out.push_back({p.name, &p.weight, shapes[i].shape});
-        if (!p.master.empty()) out.push_back({p.name + ".master", &p.master, shapes[i].shape});
-        if (!m.empty()) out.push_back({p.name + ".opt.m", &m[i], shapes[i].shape, true});
-        if (!v.empty()) out.push_back({p.name + ".opt.v", &v[i], shapes[i].shape, true});
+        NAPKIN_ASSERT(shapes[i].name == params[i].name && shapes[i].numel() == params[i].numel,
+                      "checkpoint: parameter " << i << " is " << params[i].name
+                                               << ", param_tensors() says " << shapes[i].name);
+        for (const StateKind kind : kStateKinds) {
+            const HeldState h = held_state(t, i, kind);
+            if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, h});
+        }
     }
-    std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
-        return dtype_bits(a.tensor->dtype()) > dtype_bits(b.tensor->dtype());
-    });
     return out;
-}
-
-template <class E, std::size_t N>
-std::string name_of(const std::array<EnumName<E>, N>& table, E value) {
-    return std::string(enum_name(table, value));
-}
-
-// ---- metadata: safetensors keeps a map of strings to strings, so numbers go as text ----
-
-// Every metadata key but "format", each named once: MetaWriter writes them, MetaReader reads
-// them back, so a key cannot be saved and then forgotten.
-template <class V>
-void visit_metadata(V& v, CheckpointInfo& info) {
-    TrainOptions& o = info.options;
-    OptimizerConfig& oc = o.optimizer;
-    v.model("model", o.model);
-    v.enumeration("precision", o.plan.precision, kPrecisionNames);
-    v.enumeration("optimizer", o.plan.optimizer, kOptimizerNames);
-    v.number("step", info.steps_done, 0);
-    v.number("update_count", info.update_count, 0);
-    v.number("data_position", info.data_position, 0);
-    v.number("loss_scale", info.loss_scale);
-    v.number("good_steps", info.good_steps, 0);
-    v.number("seed", o.seed, 0);
-    v.number("micro_batch", o.plan.micro_batch, 1);
-    v.number("seq_len", o.plan.seq_len, 1);
-    v.number("grad_accum", o.grad_accum, 1);
-    v.number("steps", o.steps, 1);
-    v.text("data", o.data);
-    v.enumeration("checkpointing", o.plan.checkpointing, kCheckpointingNames);
-    v.enumeration("attention", o.plan.attention, kAttentionNames);
-    v.boolean("grads_fp32", o.plan.grads_fp32);
-    v.number("loss_chunk_rows", o.plan.loss_chunk_rows, 0);
-    v.number("lr", oc.lr);
-    v.number("min_lr_frac", oc.min_lr_frac);
-    v.number("warmup_steps", oc.warmup_steps, 0);
-    v.number("total_steps", oc.total_steps, 0);
-    v.number("beta1", oc.beta1);
-    v.number("beta2", oc.beta2);
-    v.number("eps", oc.eps);
-    v.number("weight_decay", oc.weight_decay);
-    v.number("grad_clip", oc.grad_clip);
-    v.number("loss_scale_init", o.loss_scale_init);
-    v.number("loss_scale_window", o.loss_scale_window, 1);
-    v.number("data_bytes", info.data_bytes, 0);
-    v.checksum("checksum", info.checksum);
-}
-
-class MetaWriter {
-public:
-    explicit MetaWriter(ojson& meta) : meta_(meta) {}
-    void model(const char* key, const ModelConfig& c) {
-        meta_[key] = model_config_to_json(c).dump();
-    }
-    template <class E, std::size_t N>
-    void enumeration(const char* key, E value, const std::array<EnumName<E>, N>& table) {
-        meta_[key] = name_of(table, value);
-    }
-    template <class N>
-    void number(const char* key, N value, std::type_identity_t<N> /*min*/ = {}) {
-        if constexpr (std::is_floating_point_v<N>) {
-            char buf[32];  // the shortest text that reads back to the same value
-            meta_[key] = std::string(buf, std::to_chars(buf, buf + sizeof buf, value).ptr);
-        } else {
-            meta_[key] = std::to_string(value);
-        }
-    }
-    void text(const char* key, const std::string& value) { meta_[key] = value; }
-    void boolean(const char* key, bool value) { meta_[key] = value ? "true" : "false"; }
-    void checksum(const char* key, std::uint64_t value) {
-        meta_[key] = std::string(kChecksumPrefix) + hex64(value);
-    }
-
-private:
-    ojson& meta_;
-};
-
-// Each failure names the key.
-class MetaReader {
-public:
-    MetaReader(const ojson& meta, const std::string& path) : meta_(meta), path_(path) {}
-
-    void model(const char* key, ModelConfig& out) const {
-        json doc;
-        try {
-            doc = json::parse(get(key));
-        } catch (const json::parse_error&) {
-            fail(key, " is not valid JSON");
-        }
-        try {
-            out = model_config_from_json(doc, path_ + " (metadata key '" + key + "')");
-        } catch (const UsageError& e) {
-            throw InputError(e.what());
-        }
-    }
-
-    template <class E, std::size_t N>
-    void enumeration(const char* key, E& out, const std::array<EnumName<E>, N>& table) const {
-        const std::string& s = get(key);
-        const auto v = find_enum(table, s);
-        if (!v) fail(key, ": unknown value '" + s + "' (expected " + enum_choices(table) + ")");
-        out = *v;
-    }
-
-    // The whole text must parse: an integer >= min_value, or any float.
-    template <class N>
-    void number(const char* key, N& out,
-                std::type_identity_t<N> min_value = std::numeric_limits<N>::lowest()) const {
-        const std::string& s = get(key);
-        const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-        if (ec != std::errc{} || ptr != s.data() + s.size() || s.empty() || out < min_value) {
-            const std::string want = std::is_integral_v<N>
-                                         ? "an integer >= " + std::to_string(min_value)
-                                         : std::string("a number");
-            fail(key, ": expected " + want + " (got \"" + s + "\")");
-        }
-    }
-
-    void text(const char* key, std::string& out) const { out = get(key); }
-
-    void boolean(const char* key, bool& out) const {
-        const std::string& s = get(key);
-        if (s != "true" && s != "false") fail(key, ": expected true or false (got \"" + s + "\")");
-        out = s == "true";
-    }
-
-    void checksum(const char* key, std::uint64_t& out) const {
-        const std::string& s = get(key);
-        const char* first = s.data() + kChecksumPrefix.size();
-        const char* last = s.data() + s.size();
-        const bool prefixed =
-            s.size() == kChecksumPrefix.size() + 16 && s.starts_with(kChecksumPrefix);
-        if (!prefixed || std::from_chars(first, last, out, 16).ptr != last) {
-            fail(key, ": expected fnv1a64: and 16 hex digits (got \"" + s + "\")");
-        }
-    }
-
-private:
-    [[noreturn]] void fail(const char* key, const std::string& what) const {
-        bad(path_, std::string("metadata key '") + key + "'" + what);
-    }
-
-    const std::string& get(const char* key) const {
-        const auto it = meta_.find(key);
-        if (it == meta_.end()) fail(key, " missing");
-        if (!it->is_string()) fail(key, ": expected a string");
-        return it->get_ref<const std::string&>();
-    }
-
-    const ojson& meta_;
-    const std::string& path_;
-};
-
-ojson metadata_of(Trainer& t, std::uint64_t data_bytes, std::uint64_t checksum) {
-    CheckpointInfo info;
-    info.options = t.options();
-    info.options.optimizer = t.optimizer().config();
-    info.steps_done = t.steps_done();
-    info.update_count = t.optimizer().update_count();
-    info.data_position = t.data().position();
-    info.loss_scale = t.loss_scale();
-    info.good_steps = t.good_steps();
-    info.data_bytes = data_bytes;
-    info.checksum = checksum;
-    ojson meta = ojson::object();
-    meta["format"] = kCheckpointFormat;
-    MetaWriter w(meta);
-    visit_metadata(w, info);
-    return meta;
-}
-
-CheckpointInfo parse_metadata(const ojson& meta, const std::string& path) {
-    CheckpointInfo info;
-    MetaReader r(meta, path);
-    visit_metadata(r, info);
-    info.options.optimizer.kind = info.options.plan.optimizer;
-    return info;
-}
-
-// The JSON header, space-padded to a multiple of 8 bytes (as the safetensors library pads it).
-std::string header_text(const ojson& metadata, const std::vector<Entry>& entries) {
-    ojson h = ojson::object();
-    h["__metadata__"] = metadata;
-    std::uint64_t offset = 0;
-    for (const Entry& e : entries) {
-        const std::uint64_t n = tensor_bytes(*e.tensor);
-        h[e.name] = {{"dtype", safetensors_dtype(e.tensor->dtype())},
-                     {"shape", e.shape},
-                     {"data_offsets", ojson::array({offset, offset + n})}};
-        offset += n;
-    }
-    std::string text = h.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    return text;
-}
-
-// Makes the rename itself durable (best effort: some file systems refuse to fsync a folder).
-void sync_parent_folder(const std::string& path) {
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    const std::string folder = parent.empty() ? "." : parent.string();
-    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
-}
-
-// ---- reading ----
-
-struct FileTensor {
-    DType dtype = DType::f32;
-    std::vector<std::int64_t> shape;
-    std::uint64_t begin = 0, end = 0;  // in the data section
-};
-
-struct Parsed {
-    CheckpointInfo info;
-    std::map<std::string, FileTensor> tensors;
-    std::uint64_t data_start = 0;  // file offset of the data section
-};
-
-File open_for_reading(const std::string& path, std::uint64_t& file_bytes) {
-    File f(std::fopen(path.c_str(), "rb"));
-    if (!f) {
-        const int err = errno;
-        bad(path, "cannot open (" + errno_text(err) + ")");
-    }
-    struct stat st {};
-    if (::fstat(::fileno(f.get()), &st) != 0) {
-        const int err = errno;
-        bad(path, "cannot stat (" + errno_text(err) + ")");
-    }
-    if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
-    file_bytes = static_cast<std::uint64_t>(st.st_size);
-    return f;
-}
-
-void read_at(std::FILE* f, const std::string& path, std::uint64_t offset, void* out,
-             std::size_t n) {
-    if (::fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0 || std::fread(out, 1, n, f) != n) {
-        const int err = errno;
-        const std::string why =
-            std::ferror(f) != 0 ? errno_text(err) : std::string("unexpected end of file");
-        bad(path, "read failed at byte " + std::to_string(offset) + " (" + why + ")");
-    }
-}
-
-FileTensor parse_tensor(const std::string& name, const ojson& v, std::uint64_t data_bytes,
-                        const std::string& path) {
-    const std::string what = "tensor '" + name + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets")) {
-        bad(path, what + "expected an object with dtype, shape and data_offsets");
-    }
-    FileTensor t;
-    const ojson& dt = v["dtype"];
-    const auto dtype = dt.is_string()
-                           ? find_enum(kSafetensorsDTypes, dt.get_ref<const std::string&>())
-                           : std::nullopt;
-    if (!dtype)
-        bad(path, what + "dtype " + dt.dump() + " is not one napkin stores (F32, BF16, F16)");
-    t.dtype = *dtype;
-    const ojson& shape = v["shape"];
-    if (!shape.is_array() || shape.size() > 8)
-        bad(path, what + "shape: expected an array of at most 8 sizes");
-    std::uint64_t numel = 1;
-    for (const ojson& d : shape) {
-        if (!d.is_number_unsigned() || d.get<std::uint64_t>() > data_bytes) {
-            bad(path, what + "shape: " + d.dump() + " is not a size that fits the file");
-        }
-        const std::uint64_t dim = d.get<std::uint64_t>();
-        t.shape.push_back(static_cast<std::int64_t>(dim));
-        // Saturates past the data section's size (which then fails the span check below)
-        // rather than overflowing.
-        numel = dim != 0 && numel > (data_bytes + 1) / dim ? data_bytes + 1 : numel * dim;
-    }
-    const ojson& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned() || off[0].get<std::uint64_t>() > off[1].get<std::uint64_t>() ||
-        off[1].get<std::uint64_t>() > data_bytes) {
-        bad(path, what + "data_offsets " + off.dump() + " do not lie within the " +
-                      std::to_string(data_bytes) + "-byte data section");
-    }
-    t.begin = off[0].get<std::uint64_t>();
-    t.end = off[1].get<std::uint64_t>();
-    if (t.end - t.begin != storage_bytes(t.dtype, numel)) {
-        bad(path, what + "data_offsets span " + std::to_string(t.end - t.begin) + " bytes, but " +
-                      safetensors_dtype(t.dtype) + " " + dims_text(t.shape) + " needs " +
-                      std::to_string(storage_bytes(t.dtype, numel)));
-    }
-    return t;
-}
-
-// Everything but the checksum: the structure, the metadata, and the sizes (truncation).
-Parsed parse_file(std::FILE* f, std::uint64_t file_bytes, const std::string& path) {
-    if (file_bytes < 8) {
-        bad(path, "truncated or not a checkpoint: " + std::to_string(file_bytes) +
-                      " bytes, shorter than the 8-byte safetensors header length");
-    }
-    unsigned char len[8];
-    read_at(f, path, 0, len, sizeof len);
-    std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i)
-        n = (n << 8) | len[i];
-    if (n > kMaxHeaderBytes) {
-        bad(path, "not a safetensors file (header length " + std::to_string(n) +
-                      " bytes is implausible)");
-    }
-    if (8 + n > file_bytes) {
-        bad(path, "truncated: the header needs " + std::to_string(n) + " bytes, " +
-                      std::to_string(file_bytes - 8) + " follow its length");
-    }
-    std::string text(n, '\0');
-    read_at(f, path, 8, text.data(), text.size());
-    ojson h;
-    try {
-        h = ojson::parse(text);
-    } catch (const ojson::parse_error& e) {
-        std::string msg = e.what();
-        const auto pos = msg.find("parse error");
-        if (pos != std::string::npos) msg = msg.substr(pos);
-        std::replace(msg.begin(), msg.end(), '\n', ' ');
-        bad(path, "header is not valid JSON: " + msg);
-    }
-    if (!h.is_object()) bad(path, "header is not a JSON object");
-    const auto meta = h.find("__metadata__");
-    if (meta == h.end() || !meta->is_object())
-        bad(path, "not a napkin checkpoint (no __metadata__ in the header)");
-    const auto format = meta->find("format");
-    if (format == meta->end() || !format->is_string() ||
-        format->get_ref<const std::string&>() != kCheckpointFormat) {
-        bad(path, "not a napkin checkpoint (format " +
-                      (format == meta->end() ? std::string("missing") : format->dump()) +
-                      ", expected \"" + kCheckpointFormat + "\")");
-    }
-
-    Parsed p;
-    p.info = parse_metadata(*meta, path);
-    p.data_start = 8 + n;
-    const std::uint64_t present = file_bytes - p.data_start, expected = p.info.data_bytes;
-    if (present < expected) {
-        bad(path, "truncated: the data section has " + std::to_string(present) + " of its " +
-                      std::to_string(expected) + " bytes");
-    }
-    if (present > expected) {
-        bad(path, "size mismatch: " + std::to_string(present - expected) + " bytes past the " +
-                      std::to_string(expected) + "-byte data section");
-    }
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
-    for (const auto& [name, v] : h.items()) {
-        if (name == "__metadata__") continue;
-        FileTensor t = parse_tensor(name, v, expected, path);
-        spans.emplace_back(t.begin, t.end);
-        p.tensors.emplace(name, std::move(t));
-    }
-    // As the safetensors library requires: the tensors tile the data section, no gap, no overlap.
-    std::sort(spans.begin(), spans.end());
-    std::uint64_t at = 0;
-    for (const auto& [begin, end] : spans) {
-        if (begin != at)
-            bad(path, "tensor data_offsets leave a gap or overlap at byte " + std::to_string(at));
-        at = end;
-    }
-    if (at != expected) {
-        bad(path, "the tensors cover " + std::to_string(at) + " bytes of the " +
-                      std::to_string(expected) + "-byte data section");
-    }
-    p.info.tensor_count = p.tensors.size();
-    return p;
 }
 
 // "n_layers 2 (checkpoint) vs 3 (trainer), d_model ...", or empty when the shapes agree.
@@ -519,167 +69,82 @@ std::string model_differences(const ModelConfig& saved, const ModelConfig& train
 void check_compatible(const TrainOptions& saved, const TrainOptions& trainer,
                       const std::string& path) {
     const std::string diff = model_differences(saved.model, trainer.model);
-    if (!diff.empty()) bad(path, "model differs from the trainer's: " + diff);
+    if (!diff.empty()) checkpoint_error(path, "model differs from the trainer's: " + diff);
     auto same = [&](const char* what, const std::string& a, const std::string& b) {
         if (a != b)
-            bad(path,
-                std::string(what) + " differs: " + a + " (checkpoint) vs " + b + " (trainer)");
+            checkpoint_error(path, std::string(what) + " differs: " + a + " (checkpoint) vs " + b +
+                                       " (trainer)");
     };
-    same("precision", name_of(kPrecisionNames, saved.plan.precision),
-         name_of(kPrecisionNames, trainer.plan.precision));
-    same("optimizer", name_of(kOptimizerNames, saved.plan.optimizer),
-         name_of(kOptimizerNames, trainer.plan.optimizer));
+    same("precision", std::string(enum_name(kPrecisionNames, saved.plan.precision)),
+         std::string(enum_name(kPrecisionNames, trainer.plan.precision)));
+    same("optimizer", std::string(enum_name(kOptimizerNames, saved.plan.optimizer)),
+         std::string(enum_name(kOptimizerNames, trainer.plan.optimizer)));
 }
 
-void check_tensors(const Parsed& p, const std::vector<Entry>& entries, const std::string& path) {
+void check_tensors(const CheckpointReader& r, const std::vector<Entry>& entries,
+                   const std::string& path) {
     for (const Entry& e : entries) {
-        const auto it = p.tensors.find(e.name);
-        if (it == p.tensors.end()) bad(path, "tensor '" + e.name + "' missing");
-        const FileTensor& ft = it->second;
-        if (ft.dtype != e.tensor->dtype()) {
-            bad(path, "tensor '" + e.name + "': dtype " + safetensors_dtype(ft.dtype) +
-                          ", the trainer's is " + safetensors_dtype(e.tensor->dtype()));
+        const CheckpointFileTensor* ft = r.find(e.name);
+        if (ft == nullptr) checkpoint_error(path, "tensor '" + e.name + "' missing");
+        if (ft->dtype != e.held.dtype) {
+            checkpoint_error(path, "tensor '" + e.name + "': dtype " +
+                                       safetensors_dtype_name(ft->dtype) + ", the trainer's is " +
+                                       safetensors_dtype_name(e.held.dtype));
         }
-        if (ft.shape != e.shape) {
-            bad(path, "tensor '" + e.name + "': shape " + dims_text(ft.shape) +
-                          ", the trainer's is " + dims_text(e.shape));
+        if (ft->shape != e.shape) {
+            checkpoint_error(path, "tensor '" + e.name + "': shape " + dims_text(ft->shape) +
+                                       ", the trainer's is " + dims_text(e.shape));
         }
     }
-    if (p.tensors.size() != entries.size()) {
+    if (r.tensors().size() != entries.size()) {
         std::set<std::string> expected;
         for (const Entry& e : entries)
             expected.insert(e.name);
-        for (const auto& kv : p.tensors) {
+        for (const auto& kv : r.tensors()) {
             if (expected.count(kv.first) == 0) {
-                bad(path, "unexpected tensor '" + kv.first +
-                              "' (no parameter, master copy or moment of this trainer)");
+                checkpoint_error(path,
+                                 "unexpected tensor '" + kv.first +
+                                     "' (no parameter, master copy or moment of this trainer)");
             }
         }
-    }
-}
-
-void verify_checksum(std::FILE* f, const Parsed& p, const std::string& path) {
-    std::vector<unsigned char> buf(kChunkBytes);
-    std::uint64_t hash = kFnv1a64Basis;
-    for (std::uint64_t done = 0; done < p.info.data_bytes;) {
-        const std::size_t n = static_cast<std::size_t>(
-            std::min<std::uint64_t>(kChunkBytes, p.info.data_bytes - done));
-        read_at(f, path, p.data_start + done, buf.data(), n);
-        hash = fnv1a64(buf.data(), n, hash);
-        done += n;
-    }
-    if (hash != p.info.checksum) {
-        bad(path, "checksum mismatch: the data section hashes to " + std::string(kChecksumPrefix) +
-                      hex64(hash) + ", the header records " + std::string(kChecksumPrefix) +
-                      hex64(p.info.checksum) + " (the file is corrupt)");
-    }
-}
-
-// The file's bytes of one tensor, elements of type T, as fp32.
-template <class T>
-void widen(const std::vector<unsigned char>& bytes, std::vector<float>& out) {
-    out.resize(bytes.size() / sizeof(T));
-    for (std::size_t k = 0; k < out.size(); ++k) {
-        T x;
-        std::memcpy(&x, bytes.data() + sizeof(T) * k, sizeof(T));
-        out[k] = to_float(x);
     }
 }
 
 }  // namespace
 
 void save_checkpoint(const std::string& path, Trainer& t) {
-    const std::vector<Entry> entries = entries_of(t);
-    std::uint64_t data_bytes = 0, hash = kFnv1a64Basis;
-    for (const Entry& e : entries) {
-        const std::uint64_t n = tensor_bytes(*e.tensor);
-        hash = fnv1a64(e.tensor->raw(), static_cast<std::size_t>(n), hash);
-        data_bytes += n;
+    std::vector<CheckpointTensor> tensors;
+    for (const Entry& e : entries_of(t)) {
+        NAPKIN_ASSERT(e.held.first == 0 && e.held.count == numel_of(e.shape),
+                      "save_checkpoint: this process holds only part of "
+                          << e.name << " (sharded runs write zero_checkpoint.h's shards)");
+        tensors.push_back({e.name, e.held.dtype, e.shape, e.held.data});
     }
-    const std::string header = header_text(metadata_of(t, data_bytes, hash), entries);
-
-    const std::string tmp = path + ".tmp";
-    int err = 0;
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) {
-        err = errno;
-        bad(path, "cannot write the checkpoint (" + tmp + ": " + errno_text(err) + ")");
-    }
-    auto put = [&](const void* p, std::size_t n) {
-        if (err == 0 && std::fwrite(p, 1, n, f) != n) err = errno != 0 ? errno : EIO;
-    };
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i)
-        len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-    put(len, sizeof len);
-    put(header.data(), header.size());
-    for (const Entry& e : entries)
-        put(e.tensor->raw(), static_cast<std::size_t>(tensor_bytes(*e.tensor)));
-    if (err == 0 && std::fflush(f) != 0) err = errno;
-    if (err == 0 && ::fsync(::fileno(f)) != 0) err = errno;
-    if (std::fclose(f) != 0 && err == 0) err = errno;
-    if (err != 0) {
-        std::remove(tmp.c_str());
-        bad(path, "cannot write the checkpoint (" + tmp + ": " + errno_text(err) + ")");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        err = errno;
-        std::remove(tmp.c_str());
-        bad(path, "cannot rename " + tmp + " into place (" + errno_text(err) + ")");
-    }
-    sync_parent_folder(path);
+    write_checkpoint_file(path, kCheckpointFormat, checkpoint_info_of(t), {}, std::move(tensors));
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
-    std::uint64_t file_bytes = 0;
-    const File f = open_for_reading(path, file_bytes);
-    return parse_file(f.get(), file_bytes, path).info;
+    return CheckpointReader(path, kCheckpointFormat).info();
 }
 
 void load_checkpoint(const std::string& path, Trainer& t) {
-    std::uint64_t file_bytes = 0;
-    const File f = open_for_reading(path, file_bytes);
-    const Parsed p = parse_file(f.get(), file_bytes, path);
-    check_compatible(p.info.options, t.options(), path);
+    const CheckpointReader r(path, kCheckpointFormat);
+    check_compatible(r.info().options, t.options(), path);
     const std::vector<Entry> entries = entries_of(t);
-    check_tensors(p, entries, path);
-    verify_checksum(f.get(), p, path);
+    check_tensors(r, entries, path);
+    r.verify_checksum();
 
-    // Every check has passed: from here on the trainer's state is replaced.
-    Gpt& model = t.model();
-    std::vector<ParamSlot>& params = model.params();
-    std::vector<unsigned char> weight_bytes;
-    std::vector<float> values;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-        ParamSlot& slot = params[i];
-        const FileTensor& w = p.tensors.at(slot.name);
-        weight_bytes.resize(static_cast<std::size_t>(w.end - w.begin));
-        read_at(f.get(), path, p.data_start + w.begin, weight_bytes.data(), weight_bytes.size());
-        if (!slot.master.empty()) {
-            const FileTensor& m = p.tensors.at(slot.name + ".master");
-            values.resize(static_cast<std::size_t>(slot.numel));
-            read_at(f.get(), path, p.data_start + m.begin, values.data(),
-                    static_cast<std::size_t>(m.end - m.begin));
-        } else {
-            if (w.dtype == DType::f32) widen<float>(weight_bytes, values);
-            if (w.dtype == DType::bf16) widen<bf16_t>(weight_bytes, values);
-            if (w.dtype == DType::f16) widen<f16_t>(weight_bytes, values);
-        }
-        // set_param writes the master exactly and the working copy as its rounding, which is
-        // what the optimizer left there; the saved working bytes then go over it so that even a
-        // working copy that is not its master's rounding comes back bit for bit.
-        model.set_param(i, values.data());
-        std::memcpy(slot.weight.raw(), weight_bytes.data(), weight_bytes.size());
-    }
+    // Every check has passed: from here on the trainer's state is replaced, each tensor by the
+    // file's bytes of the elements this process holds (all of them, or a rank's shard).
     for (const Entry& e : entries) {
-        if (!e.moment) continue;
-        const FileTensor& ft = p.tensors.at(e.name);
-        read_at(f.get(), path, p.data_start + ft.begin, e.tensor->raw(),
-                static_cast<std::size_t>(ft.end - ft.begin));
+        if (e.held.count == 0) continue;
+        const DType dt = e.held.dtype;
+        r.read(
+            *r.find(e.name), storage_bytes(dt, static_cast<std::uint64_t>(e.held.first)),
+            e.held.data,
+            static_cast<std::size_t>(storage_bytes(dt, static_cast<std::uint64_t>(e.held.count))));
     }
-    t.optimizer().set_update_count(p.info.update_count);
-    t.data().set_position(p.info.data_position);
-    t.restore_loop_state(p.info.steps_done, p.info.loss_scale, p.info.good_steps);
+    restore_checkpoint_state(t, r.info());
 }
 
 }  // namespace napkin

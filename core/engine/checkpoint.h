@@ -10,7 +10,12 @@
 //   "<name>.opt.m"   optimizer first moment, "<name>.opt.v" second (where the optimizer keeps them)
 // Metadata: the run's options (model config JSON, recipe, optimizer hyperparameters), the loop
 // state (step, update count, data position, loss scale) and an FNV-1a 64 checksum over the
-// data section with its size. Tests: tests/engine/checkpoint_test.cpp.
+// data section with its size (the container: checkpoint_file.h).
+// The same file serves every way of training: load_checkpoint() restores it into one process or
+// into a rank of a ZeRO run of any stage and world size (each rank taking the elements it keeps),
+// and zero_checkpoint.h's consolidate_checkpoint() writes one from a sharded checkpoint. Its
+// options describe one process: W ranks resuming it run grad_accum / W micro-batches each.
+// Tests: tests/engine/checkpoint_test.cpp, tests/engine/zero_checkpoint_test.cpp.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +49,8 @@ struct CheckpointInfo {
 void save_checkpoint(const std::string& path, Trainer& t);
 
 // Restores weights, master copies, optimizer moments and update count, the data position and
-// the loop state (steps done, loss scale, good steps). Every check runs before any state is
+// the loop state (steps done, loss scale, good steps), into a trainer of one process or of any
+// ZeRO stage (the elements this rank keeps). Every check runs before any state is
 // touched; each failure is an InputError naming PATH: missing or unreadable file, too short,
 // header not JSON, not a napkin checkpoint, truncated, checksum mismatch (corrupt), a model
 // config, precision or optimizer other than the trainer's (naming what differs), a tensor

@@ -200,6 +200,21 @@ void ZeroEngine::collective(F&& call) {
     }
 }
 
+Tensor& ZeroEngine::unit_state(std::size_t unit, State s) {
+    Unit& x = units_.at(unit);
+    switch (s) {
+        case State::weights:
+            return x.weights;
+        case State::master:
+            return x.master;
+        case State::first_moment:
+            return x.m;
+        case State::second_moment:
+            return x.v;
+    }
+    return x.weights;
+}
+
 void ZeroEngine::zero_grads() {
     for (Unit& x : units_)
         zero_fill(x.grads);

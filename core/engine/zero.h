@@ -73,6 +73,15 @@ public:
     // scalar all-reduces are not in it): what the estimator's communication predicts.
     const CommCounters& state_traffic() const { return state_traffic_; }
     int update_count() const { return t_; }
+    void set_update_count(int t) { t_ = t; }  // a checkpoint's (core/engine/zero_checkpoint.h)
+    const PrecisionDTypes& dtypes() const { return dt_; }
+
+    // A unit's model state as this rank keeps it between steps, for checkpoints: weights (stage
+    // 1-2: the whole padded unit P_u; stage 3: the shard S_u; stage 0: none, the model's own
+    // tensors hold them), and at stages 1-3 the shards of the fp32 master copy and the optimizer
+    // moments (empty where the recipe keeps none).
+    enum class State { weights, master, first_moment, second_moment };
+    Tensor& unit_state(std::size_t unit, State s);
 
     void enter(int unit, bool backward) override;
     void leave(int unit, bool backward) override;

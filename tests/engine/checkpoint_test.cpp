@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/engine/trainer.h"
+#include "tests/engine/test_util.h"
 
 namespace napkin {
 namespace {
@@ -100,27 +101,11 @@ void edit_header(const fs::path& p, F&& edit) {
     write_bytes(p, serialize_safetensors(f.header, f.data));
 }
 
-// The InputError `fn` throws (a failure when it throws nothing or something else). Every
-// message is one line.
 template <class F>
 std::string input_error(F&& fn) {
-    try {
-        fn();
-    } catch (const InputError& e) {
-        const std::string msg = e.what();
-        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-        return msg;
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << "expected InputError, got: " << e.what();
-        return {};
-    }
-    ADD_FAILURE() << "expected InputError, nothing thrown";
-    return {};
+    return test::error_of<InputError>(fn);
 }
-
-void expect_contains(const std::string& msg, const std::string& part) {
-    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-}
+using test::expect_contains;
 
 // Every byte of state a checkpoint holds.
 std::string state_bytes(Trainer& t) {

@@ -1,0 +1,48 @@
+// napkin train's checkpoints: where --resume continues from, and what the run writes. One
+// process writes RUN_DIR/checkpoint.safetensors (core/engine/checkpoint.h); a data-parallel run
+// writes sharded checkpoints under RUN_DIR/checkpoints/ (core/engine/zero_checkpoint.h).
+// docs/ZERO.md, "Checkpoints".
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/comm/comm.h"
+#include "core/engine/trainer.h"
+#include "core/engine/zero_checkpoint.h"
+
+namespace napkin::cli {
+
+// What --resume PATH continues: a whole-state checkpoint file (PATH itself, or
+// RUN_DIR/checkpoint.safetensors), or a data-parallel run's last complete sharded checkpoint.
+struct ResumeSource {
+    std::filesystem::path file;        // a whole-state checkpoint, or empty
+    std::optional<Manifest> manifest;  // a sharded checkpoint, or none
+    std::filesystem::path run_dir;     // where the run goes on writing unless --out says otherwise
+    TrainOptions options;              // the run's options, for this process's world size
+};
+
+// PATH a file: a whole-state checkpoint, which any world size and stage can load (a run of W
+// ranks accumulates its G / W micro-batches each). PATH a folder: with data parallelism its last
+// complete sharded checkpoint (the same world size and stage, else a UsageError pointing at
+// napkin ckpt consolidate), or else its checkpoint.safetensors; without, its
+// checkpoint.safetensors. UsageError when there is none.
+ResumeSource find_resume_source(const std::string& path, bool parallel, Communicator& comm,
+                                int zero);
+
+// Restores the trainer from the source (InputError naming the file on any problem).
+void load_resume_source(const ResumeSource& source, Trainer& trainer);
+
+// Writes the run's checkpoint: RUN_DIR/checkpoint.safetensors for one process, a sharded
+// checkpoint under RUN_DIR/checkpoints/ (collective) with data parallelism. Returns its path.
+std::string save_run_checkpoint(const std::filesystem::path& run_dir, Trainer& trainer,
+                                bool parallel);
+
+// Test-only fault injection (tests/comm/zero_mpi_test.cpp), read from the environment:
+//   NAPKIN_TEST_KILL_RANK_AT_STEP=R:S  rank R raises SIGKILL once S steps are done
+//   NAPKIN_TEST_HANG_RANK_AT_STEP=R:S  rank R sleeps forever once S steps are done
+// Called before each step. Not for users: it kills or hangs the run on purpose.
+void inject_test_fault(int rank, int steps_done);
+
+}  // namespace napkin::cli

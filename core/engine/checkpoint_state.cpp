@@ -1,0 +1,109 @@
+#include "core/engine/checkpoint_state.h"
+
+#include <algorithm>
+
+namespace napkin {
+
+const char* state_suffix(StateKind kind) {
+    switch (kind) {
+        case StateKind::weights:
+            return "";
+        case StateKind::master:
+            return ".master";
+        case StateKind::first_moment:
+            return ".opt.m";
+        case StateKind::second_moment:
+            return ".opt.v";
+    }
+    return "";
+}
+
+bool kept_whole(int stage, StateKind kind) {
+    return stage == 0 || (kind == StateKind::weights && stage <= 2);
+}
+
+namespace {
+
+HeldState whole(Tensor& x, std::int64_t numel) {
+    if (x.empty()) return {};
+    return {true, x.dtype(), static_cast<char*>(x.raw()), 0, numel};
+}
+
+Tensor* moment(Trainer& t, std::size_t param, StateKind kind) {
+    std::vector<Tensor>& m = kind == StateKind::first_moment ? t.optimizer().first_moments()
+                                                             : t.optimizer().second_moments();
+    return m.empty() ? nullptr : &m.at(param);
+}
+
+}  // namespace
+
+HeldState held_state(Trainer& t, std::size_t param, StateKind kind) {
+    ParamSlot& p = t.model().params().at(param);
+    ZeroEngine* z = t.zero();
+    if (z == nullptr || kept_whole(z->stage(), kind)) {
+        // One process, stage 0, or stage 1-2 weights: the model's tensor (at stages 1-2 a view
+        // into the engine's whole unit) or the ordinary optimizer's moment.
+        switch (kind) {
+            case StateKind::weights:
+                return whole(p.weight, p.numel);
+            case StateKind::master:
+                return whole(p.master, p.numel);
+            default: {
+                Tensor* m = moment(t, param, kind);
+                return m == nullptr ? HeldState{} : whole(*m, p.numel);
+            }
+        }
+    }
+    const ShardLayout& layout = z->layout();
+    const auto u = static_cast<std::size_t>(layout.param_unit[param]);
+    const ShardUnit& su = layout.units[u];
+    Tensor& x = z->unit_state(u, kind);
+    if (x.empty()) return {};
+    const std::int64_t lo = z->comm().rank() * su.shard, hi = lo + su.shard;
+    const std::int64_t offset = layout.param_offset[param];
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + p.numel, hi);
+    HeldState h{true, x.dtype(), nullptr, 0, 0};
+    if (a < b) {
+        h.data = static_cast<char*>(x.raw()) +
+                 storage_bytes(x.dtype(), static_cast<std::uint64_t>(a - lo));
+        h.first = a - offset;
+        h.count = b - a;
+    }
+    return h;
+}
+
+int update_count(Trainer& t) {
+    ZeroEngine* z = t.zero();
+    return z != nullptr && z->stage() >= 1 ? z->update_count() : t.optimizer().update_count();
+}
+
+void set_update_count(Trainer& t, int count) {
+    ZeroEngine* z = t.zero();
+    if (z != nullptr && z->stage() >= 1)
+        z->set_update_count(count);
+    else
+        t.optimizer().set_update_count(count);
+}
+
+CheckpointInfo checkpoint_info_of(Trainer& t) {
+    CheckpointInfo info;
+    info.options = t.options();
+    // The ordinary optimizer's own configuration where there is one (ZeRO 1-3 step with the
+    // run's).
+    ZeroEngine* z = t.zero();
+    if (z == nullptr || z->stage() == 0) info.options.optimizer = t.optimizer().config();
+    info.steps_done = t.steps_done();
+    info.update_count = update_count(t);
+    info.data_position = t.data().position();
+    info.loss_scale = t.loss_scale();
+    info.good_steps = t.good_steps();
+    return info;
+}
+
+void restore_checkpoint_state(Trainer& t, const CheckpointInfo& info) {
+    set_update_count(t, info.update_count);
+    t.data().set_position(info.data_position);
+    t.restore_loop_state(info.steps_done, info.loss_scale, info.good_steps);
+}
+
+}  // namespace napkin

@@ -1,0 +1,465 @@
+#include "core/engine/zero_checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/comm/shard_layout.h"
+#include "core/engine/checkpoint_file.h"
+#include "core/engine/checkpoint_state.h"
+
+namespace napkin {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr const char* kStepPrefix = "step-";
+
+const char* kind_name(StateKind kind) {
+    switch (kind) {
+        case StateKind::weights:
+            return "weights";
+        case StateKind::master:
+            return "master";
+        case StateKind::first_moment:
+            return "opt.m";
+        case StateKind::second_moment:
+            return "opt.v";
+    }
+    return "?";
+}
+
+std::string step_folder_name(int step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%08d", kStepPrefix, step);
+    return buf;
+}
+
+// The step of a folder named step-<digits>, or -1.
+int step_of_folder(const std::string& name) {
+    if (!name.starts_with(kStepPrefix) || name.size() == std::strlen(kStepPrefix)) return -1;
+    int step = -1;
+    const char* first = name.data() + std::strlen(kStepPrefix);
+    const auto [ptr, ec] = std::from_chars(first, name.data() + name.size(), step);
+    return ec == std::errc{} && ptr == name.data() + name.size() && step >= 0 ? step : -1;
+}
+
+std::uint64_t options_hash(const TrainOptions& o) {
+    const std::string text = checkpoint_options_text(o);
+    return fnv1a64(text.data(), text.size());
+}
+
+// One unit's state of one kind as this rank keeps it: the whole padded unit or its shard.
+struct Piece {
+    std::string name;  // "h.3.opt.m"
+    std::size_t unit = 0;
+    StateKind kind = StateKind::weights;
+    DType dtype = DType::f32;
+    std::int64_t lo = 0, elements = 0;  // [lo, lo + elements) of the padded unit
+    std::uint64_t bytes() const {
+        return storage_bytes(dtype, static_cast<std::uint64_t>(elements));
+    }
+};
+
+// Every piece of trainer t, by unit then kind (the kinds the recipe keeps).
+std::vector<Piece> pieces_of(Trainer& t) {
+    ZeroEngine* z = t.zero();
+    NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
+    const ShardLayout& layout = z->layout();
+    std::vector<Piece> out;
+    for (const StateKind kind : kStateKinds) {
+        const HeldState h = held_state(t, 0, kind);
+        if (!h.present) continue;
+        for (std::size_t u = 0; u < layout.units.size(); ++u) {
+            const ShardUnit& su = layout.units[u];
+            const bool whole = kept_whole(z->stage(), kind);
+            out.push_back({su.name + "." + kind_name(kind), u, kind, h.dtype,
+                           whole ? 0 : z->comm().rank() * su.shard, whole ? su.padded : su.shard});
+        }
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Piece& a, const Piece& b) { return a.unit < b.unit; });
+    return out;
+}
+
+// Copies a piece between the trainer's state and a buffer laid out as the piece (to_buffer), or
+// back. At stage 0 the state lives in per-parameter tensors; at stages 1-3 the engine's unit
+// tensor is the piece itself.
+void copy_piece(Trainer& t, const Piece& p, char* buf, bool to_buffer) {
+    ZeroEngine& z = *t.zero();
+    if (z.stage() >= 1) {
+        Tensor& x = z.unit_state(p.unit, p.kind);
+        NAPKIN_ASSERT(x.bytes() == p.bytes(), "checkpoint piece " << p.name << " is " << x.bytes()
+                                                                  << " bytes, expected "
+                                                                  << p.bytes());
+        if (to_buffer)
+            std::memcpy(buf, x.raw(), x.bytes());
+        else
+            std::memcpy(x.raw(), buf, x.bytes());
+        return;
+    }
+    const ShardLayout& layout = z.layout();
+    if (to_buffer) std::memset(buf, 0, static_cast<std::size_t>(p.bytes()));  // the padding
+    for (const std::size_t i : layout.units[p.unit].params) {
+        const HeldState h = held_state(t, i, p.kind);
+        const std::int64_t at = layout.param_offset[i] + h.first - p.lo;
+        NAPKIN_ASSERT(at >= 0 && at + h.count <= p.elements,
+                      "checkpoint piece " << p.name << " does not hold parameter " << i);
+        char* b = buf + storage_bytes(p.dtype, static_cast<std::uint64_t>(at));
+        const auto n =
+            static_cast<std::size_t>(storage_bytes(p.dtype, static_cast<std::uint64_t>(h.count)));
+        if (to_buffer)
+            std::memcpy(b, h.data, n);
+        else
+            std::memcpy(h.data, b, n);
+    }
+}
+
+fs::path shard_path(const Manifest& m, int rank) {
+    return m.dir / m.shards.at(static_cast<std::size_t>(rank)).file;
+}
+
+// Opens rank's shard and checks it against the manifest: its rank, world and stage, its size and
+// its checksum as recorded (the data itself is hashed by verify_checksum()).
+CheckpointReader open_shard(const Manifest& m, int rank) {
+    const std::string path = shard_path(m, rank).string();
+    CheckpointReader r(path, kShardFormat);
+    const ManifestShard& s = m.shards.at(static_cast<std::size_t>(rank));
+    auto expect = [&](const char* key, std::int64_t want) {
+        const std::int64_t got = r.meta_int(key, 0);
+        if (got != want) {
+            checkpoint_error(path, std::string("metadata key '") + key + "' is " +
+                                       std::to_string(got) + ", the manifest says " +
+                                       std::to_string(want));
+        }
+    };
+    expect("rank", rank);
+    expect("world", m.world);
+    expect("zero", m.zero);
+    if (r.info().steps_done != m.step) {
+        checkpoint_error(path, "step " + std::to_string(r.info().steps_done) +
+                                   ", the manifest's is " + std::to_string(m.step));
+    }
+    if (r.file_bytes() != s.file_bytes || r.info().checksum != s.checksum) {
+        checkpoint_error(path, "does not match the manifest (" + std::to_string(r.file_bytes()) +
+                                   " bytes, " + checksum_text(r.info().checksum) +
+                                   "; the manifest records " + std::to_string(s.file_bytes) +
+                                   " bytes, " + checksum_text(s.checksum) + ")");
+    }
+    if (options_hash(r.info().options) != m.options_hash) {
+        checkpoint_error(path, "its run options do not hash to the manifest's options_hash");
+    }
+    return r;
+}
+
+void check_piece(const CheckpointReader& r, const std::string& name, DType dtype,
+                 std::int64_t elements) {
+    const CheckpointFileTensor* ft = r.find(name);
+    if (ft == nullptr) checkpoint_error(r.path(), "tensor '" + name + "' missing");
+    if (ft->dtype != dtype || ft->shape != std::vector<std::int64_t>{elements}) {
+        checkpoint_error(r.path(), "tensor '" + name + "': " + safetensors_dtype_name(ft->dtype) +
+                                       " " + dims_text(ft->shape) + ", expected " +
+                                       safetensors_dtype_name(dtype) + " [" +
+                                       std::to_string(elements) + "]");
+    }
+}
+
+template <class T>
+T field(const json& j, const char* key, const std::string& path) {
+    const auto it = j.find(key);
+    if (it == j.end()) checkpoint_error(path, std::string("field '") + key + "' missing");
+    try {
+        return it->get<T>();
+    } catch (const json::exception&) {
+        checkpoint_error(path, std::string("field '") + key + "': unexpected value " + it->dump());
+    }
+}
+
+std::uint64_t parse_checksum(const std::string& text, const std::string& path) {
+    std::uint64_t v = 0;
+    const std::string prefix = "fnv1a64:";
+    const char* last = text.data() + text.size();
+    if (text.size() != prefix.size() + 16 || !text.starts_with(prefix) ||
+        std::from_chars(text.data() + prefix.size(), last, v, 16).ptr != last) {
+        checkpoint_error(path, "checksum \"" + text + "\": expected fnv1a64: and 16 hex digits");
+    }
+    return v;
+}
+
+}  // namespace
+
+fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
+    ZeroEngine* z = t.zero();
+    NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
+    Communicator& comm = z->comm();
+    const CheckpointInfo info = checkpoint_info_of(t);
+    const fs::path root = run_dir / kShardedCheckpointsDir;
+    const fs::path dir = root / step_folder_name(info.steps_done);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+        checkpoint_error(dir.string(),
+                         "cannot create the checkpoint folder (" + ec.message() + ")");
+    // A manifest left in this folder by an earlier run would name the shards about to be
+    // replaced: it goes before any rank writes.
+    if (comm.rank() == 0) fs::remove(dir / kManifestFileName, ec);
+    comm.barrier();
+
+    // Stage 0 keeps its state in per-parameter tensors: pack each unit; stages 1-3 write the
+    // engine's unit tensors as they are.
+    const std::vector<Piece> pieces = pieces_of(t);
+    std::vector<std::vector<char>> packed(pieces.size());
+    std::vector<CheckpointTensor> tensors;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+        const Piece& p = pieces[k];
+        const void* data = nullptr;
+        if (z->stage() >= 1) {
+            data = z->unit_state(p.unit, p.kind).raw();
+        } else {
+            packed[k].resize(static_cast<std::size_t>(p.bytes()));
+            copy_piece(t, p, packed[k].data(), true);
+            data = packed[k].data();
+        }
+        tensors.push_back({p.name, p.dtype, {p.elements}, data});
+    }
+    const int rank = comm.rank(), world = comm.world_size();
+    const std::string file = "rank" + std::to_string(rank) + ".safetensors";
+    const WrittenCheckpoint w = write_checkpoint_file((dir / file).string(), kShardFormat, info,
+                                                      {{"rank", std::to_string(rank)},
+                                                       {"world", std::to_string(world)},
+                                                       {"zero", std::to_string(z->stage())}},
+                                                      std::move(tensors));
+
+    // Every rank has written and renamed its shard; rank 0 learns their sizes and checksums.
+    comm.barrier();
+    std::vector<ManifestShard> shards(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+        std::uint64_t sent[2] = {w.file_bytes, w.checksum};
+        comm.broadcast(sent, sizeof sent, r, "checkpoint");
+        shards[static_cast<std::size_t>(r)] = {r, "rank" + std::to_string(r) + ".safetensors",
+                                               sent[0], sent[1]};
+    }
+    if (rank != 0) return dir;
+
+    const ShardLayout& layout = z->layout();
+    ojson units = ojson::array();
+    for (const ShardUnit& su : layout.units) {
+        units.push_back(
+            {{"name", su.name}, {"numel", su.numel}, {"padded", su.padded}, {"shard", su.shard}});
+    }
+    ojson states = ojson::object();
+    for (const StateKind kind : kStateKinds) {
+        if (held_state(t, 0, kind).present)
+            states[kind_name(kind)] = kept_whole(z->stage(), kind) ? "whole" : "shard";
+    }
+    ojson files = ojson::array();
+    for (const ManifestShard& s : shards) {
+        files.push_back({{"rank", s.rank},
+                         {"file", s.file},
+                         {"bytes", s.file_bytes},
+                         {"checksum", checksum_text(s.checksum)}});
+    }
+    const ojson manifest = {{"format", kManifestFormat},
+                            {"step", info.steps_done},
+                            {"world", world},
+                            {"zero", z->stage()},
+                            {"options_hash", checksum_text(options_hash(info.options))},
+                            {"layout", {{"units", units}, {"states", states}}},
+                            {"shards", files}};
+    write_text_file_durably((dir / kManifestFileName).string(), manifest.dump(2) + "\n");
+
+    // The new checkpoint is complete: the others (older ones, a half-written one, those of an
+    // earlier run in the same folder) go.
+    for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+        if (e.path() != dir && step_of_folder(e.path().filename().string()) >= 0)
+            fs::remove_all(e.path(), ec);
+    }
+    return dir;
+}
+
+Manifest read_manifest(const fs::path& manifest_path) {
+    const std::string path = manifest_path.string();
+    std::ifstream f(manifest_path);
+    if (!f) checkpoint_error(path, "cannot open");
+    json j;
+    try {
+        j = json::parse(f);
+    } catch (const json::parse_error& e) {
+        std::string msg = e.what();
+        std::replace(msg.begin(), msg.end(), '\n', ' ');
+        checkpoint_error(path, "not valid JSON: " + msg);
+    }
+    if (!j.is_object()) checkpoint_error(path, "expected a JSON object");
+    const std::string format = field<std::string>(j, "format", path);
+    if (format != kManifestFormat) {
+        checkpoint_error(path, "format \"" + format + "\", expected \"" + kManifestFormat + "\"");
+    }
+    Manifest m;
+    m.dir = manifest_path.parent_path();
+    m.step = field<int>(j, "step", path);
+    m.world = field<int>(j, "world", path);
+    m.zero = field<int>(j, "zero", path);
+    m.options_hash = parse_checksum(field<std::string>(j, "options_hash", path), path);
+    if (m.step < 0 || m.world < 1 || m.zero < 0 || m.zero > 3) {
+        checkpoint_error(path, "step " + std::to_string(m.step) + ", world " +
+                                   std::to_string(m.world) + ", zero " + std::to_string(m.zero) +
+                                   ": expected step >= 0, world >= 1, zero 0..3");
+    }
+    const json shards = field<json>(j, "shards", path);
+    if (!shards.is_array() || shards.size() != static_cast<std::size_t>(m.world)) {
+        checkpoint_error(path, "field 'shards': expected an array of " + std::to_string(m.world) +
+                                   " shards, one per rank");
+    }
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+        ManifestShard s;
+        s.rank = field<int>(shards[r], "rank", path);
+        s.file = field<std::string>(shards[r], "file", path);
+        s.file_bytes = field<std::uint64_t>(shards[r], "bytes", path);
+        s.checksum = parse_checksum(field<std::string>(shards[r], "checksum", path), path);
+        if (s.rank != static_cast<int>(r) || s.file.empty() ||
+            s.file.find('/') != std::string::npos || s.file == "." || s.file == "..") {
+            checkpoint_error(path, "shard " + std::to_string(r) + ": expected rank " +
+                                       std::to_string(r) +
+                                       " and a file name within the step folder");
+        }
+        m.shards.push_back(std::move(s));
+    }
+    return m;
+}
+
+std::optional<Manifest> last_complete_checkpoint(const fs::path& run_dir) {
+    std::error_code ec;
+    int best = -1;
+    fs::path best_dir;
+    for (const fs::directory_entry& e :
+         fs::directory_iterator(run_dir / kShardedCheckpointsDir, ec)) {
+        const int step = step_of_folder(e.path().filename().string());
+        if (step > best && fs::is_regular_file(e.path() / kManifestFileName)) {
+            best = step;
+            best_dir = e.path();
+        }
+    }
+    if (best < 0) return std::nullopt;
+    return read_manifest(best_dir / kManifestFileName);
+}
+
+CheckpointInfo read_shard_info(const Manifest& m, int rank) {
+    return open_shard(m, rank).info();
+}
+
+void check_resumable(const Manifest& m, int world, int zero) {
+    if (m.world == world && m.zero == zero) return;
+    const fs::path run_dir = m.dir.parent_path().parent_path();
+    throw UsageError("--resume: " + m.dir.string() + " was written by " + std::to_string(m.world) +
+                     " rank" + (m.world == 1 ? "" : "s") + " at ZeRO-" + std::to_string(m.zero) +
+                     ", this run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
+                     " at ZeRO-" + std::to_string(zero) + "; run `napkin ckpt consolidate " +
+                     run_dir.string() + "` and resume from the file it writes (--resume " +
+                     (run_dir / kCheckpointFileName).string() + ")");
+}
+
+void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
+    ZeroEngine* z = t.zero();
+    NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
+    check_resumable(m, z->comm().world_size(), z->stage());
+    const CheckpointReader r = open_shard(m, z->comm().rank());
+    const std::string saved = checkpoint_options_text(r.info().options);
+    if (saved != checkpoint_options_text(checkpoint_info_of(t).options)) {
+        checkpoint_error(r.path(), "was written with other run options than this trainer's");
+    }
+    const std::vector<Piece> pieces = pieces_of(t);
+    for (const Piece& p : pieces)
+        check_piece(r, p.name, p.dtype, p.elements);
+    if (r.tensors().size() != pieces.size()) {
+        checkpoint_error(r.path(), std::to_string(r.tensors().size()) +
+                                       " tensors, this trainer's shard has " +
+                                       std::to_string(pieces.size()));
+    }
+    r.verify_checksum();
+
+    // Every check has passed: the trainer's state is replaced.
+    std::vector<char> buf;
+    for (const Piece& p : pieces) {
+        buf.resize(static_cast<std::size_t>(p.bytes()));
+        r.read(*r.find(p.name), 0, buf.data(), buf.size());
+        copy_piece(t, p, buf.data(), false);
+    }
+    restore_checkpoint_state(t, r.info());
+}
+
+CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_path) {
+    std::vector<CheckpointReader> readers;
+    for (int rank = 0; rank < m.world; ++rank) {
+        readers.push_back(open_shard(m, rank));
+        readers.back().verify_checksum();
+    }
+    CheckpointInfo info = readers[0].info();
+    const ModelConfig& cfg = info.options.model;
+    const ShardLayout layout = shard_layout(cfg, m.world);
+    const std::vector<ParamTensor> shapes = param_tensors(cfg);
+    NAPKIN_ASSERT(shapes.size() == layout.param_unit.size(), "layout and parameters disagree");
+
+    // Each unit's state whole (P_u elements): rank 0's copy where the stage kept it whole, else
+    // the ranks' shards back to back.
+    std::vector<CheckpointTensor> tensors;
+    std::vector<std::vector<char>> flats;
+    std::vector<std::pair<StateKind, DType>> kinds;
+    for (const StateKind kind : kStateKinds) {
+        const CheckpointFileTensor* ft =
+            readers[0].find(layout.units[0].name + "." + kind_name(kind));
+        if (ft != nullptr) kinds.emplace_back(kind, ft->dtype);
+    }
+    flats.reserve(layout.units.size() * kinds.size());
+    std::vector<std::vector<const char*>> unit_data(layout.units.size());
+    for (std::size_t u = 0; u < layout.units.size(); ++u) {
+        const ShardUnit& su = layout.units[u];
+        for (const auto& [kind, dtype] : kinds) {
+            const std::string name = su.name + "." + kind_name(kind);
+            std::vector<char>& flat = flats.emplace_back(static_cast<std::size_t>(
+                storage_bytes(dtype, static_cast<std::uint64_t>(su.padded))));
+            if (kept_whole(m.zero, kind)) {
+                check_piece(readers[0], name, dtype, su.padded);
+                readers[0].read(*readers[0].find(name), 0, flat.data(), flat.size());
+            } else {
+                const std::size_t shard_bytes = flat.size() / static_cast<std::size_t>(m.world);
+                for (int rank = 0; rank < m.world; ++rank) {
+                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
+                    check_piece(r, name, dtype, su.shard);
+                    r.read(*r.find(name), 0,
+                           flat.data() + static_cast<std::size_t>(rank) * shard_bytes, shard_bytes);
+                }
+            }
+            unit_data[u].push_back(flat.data());
+        }
+    }
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const auto u = static_cast<std::size_t>(layout.param_unit[i]);
+        for (std::size_t k = 0; k < kinds.size(); ++k) {
+            const auto [kind, dtype] = kinds[k];
+            tensors.push_back(
+                {shapes[i].name + state_suffix(kind), dtype, shapes[i].shape,
+                 unit_data[u][k] +
+                     storage_bytes(dtype, static_cast<std::uint64_t>(layout.param_offset[i]))});
+        }
+    }
+    // One process with the same global batch: it accumulates what the ranks did together.
+    info.options.grad_accum *= m.world;
+    const WrittenCheckpoint w =
+        write_checkpoint_file(out_path, kCheckpointFormat, info, {}, std::move(tensors));
+    info.data_bytes = w.data_bytes;
+    info.checksum = w.checksum;
+    info.tensor_count = shapes.size() * kinds.size();
+    return info;
+}
+
+}  // namespace napkin

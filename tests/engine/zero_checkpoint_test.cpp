@@ -1,0 +1,245 @@
+// Sharded checkpoints in one process (world size 1, ZeRO 1-3 sharding over one rank): a
+// resumed trainer repeats the uninterrupted one bit for bit, the manifest is complete and
+// matches its shards, a step folder without a manifest is ignored, damaged shards are refused
+// naming the file, another world size or stage is refused pointing at napkin ckpt consolidate,
+// and the consolidated file loads into a trainer of any stage (or none). Several ranks:
+// tests/comm/zero_mpi_test.cpp (mpirun, labelled slow).
+#include "core/engine/zero_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/engine/checkpoint.h"
+#include "core/engine/trainer.h"
+#include "tests/engine/test_util.h"
+
+namespace napkin {
+namespace {
+
+namespace fs = std::filesystem;
+
+TrainOptions tiny_options(Precision p, int zero) {
+    TrainOptions o;
+    o.model = preset_or_throw("tiny");
+    o.plan.micro_batch = 2;
+    o.plan.seq_len = 16;
+    o.plan.precision = p;
+    o.steps = 6;
+    o.grad_accum = 2;
+    o.optimizer.warmup_steps = 2;
+    o.optimizer.total_steps = 6;
+    o.optimizer.grad_clip = 0.5f;
+    o.zero = zero;
+    return o;
+}
+
+fs::path scratch_dir() {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    for (char& c : name) {
+        if (c == '/') c = '_';
+    }
+    const fs::path dir = fs::path(testing::TempDir()) / ("napkin_zckpt_" + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+}
+
+// Steps 4..6 of an uninterrupted run, with a sharded checkpoint after step 3 in `dir`.
+std::vector<StepRecord> run_and_checkpoint(const TrainOptions& o, const fs::path& dir) {
+    Trainer a(o);
+    for (int s = 0; s < 3; ++s)
+        a.step();
+    save_sharded_checkpoint(dir, a);
+    std::vector<StepRecord> ref;
+    for (int s = 0; s < 3; ++s)
+        ref.push_back(a.step());
+    return ref;
+}
+
+void expect_same_steps(Trainer& b, const std::vector<StepRecord>& ref) {
+    ASSERT_EQ(b.steps_done(), 3);
+    for (const StepRecord& want : ref) {
+        const StepRecord r = b.step();
+        EXPECT_EQ(r.step, want.step);
+        EXPECT_EQ(r.loss, want.loss) << "step " << r.step;
+        EXPECT_EQ(r.grad_norm, want.grad_norm) << "step " << r.step;
+        EXPECT_EQ(r.lr, want.lr);
+    }
+}
+
+using test::error_of;
+using test::expect_contains;
+
+class ShardedResume : public testing::TestWithParam<std::tuple<int, Precision>> {};
+
+TEST_P(ShardedResume, RepeatsTheUninterruptedRunBitForBit) {
+    const auto [zero, precision] = GetParam();
+    const TrainOptions o = tiny_options(precision, zero);
+    const fs::path dir = scratch_dir();
+    const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
+
+    const std::optional<Manifest> m = last_complete_checkpoint(dir);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->step, 3);
+    EXPECT_EQ(m->world, 1);
+    EXPECT_EQ(m->zero, zero);
+    ASSERT_EQ(m->shards.size(), 1u);
+    EXPECT_EQ(m->dir, dir / "checkpoints" / "step-00000003");
+    EXPECT_EQ(fs::file_size(m->dir / m->shards[0].file), m->shards[0].file_bytes);
+    EXPECT_FALSE(fs::exists(m->dir / "manifest.json.tmp"));
+
+    const CheckpointInfo info = read_shard_info(*m, 0);
+    EXPECT_EQ(info.options.grad_accum, 2);
+    TrainOptions resumed = info.options;
+    resumed.zero = zero;
+    Trainer b(resumed);
+    load_sharded_checkpoint(*m, b);
+    expect_same_steps(b, ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ShardedResume,
+                         testing::Combine(testing::Values(1, 2, 3),
+                                          testing::Values(Precision::fp32, Precision::bf16_amp)),
+                         [](const auto& p) {
+                             std::string n =
+                                 "zero" + std::to_string(std::get<0>(p.param)) + "_" +
+                                 std::string(enum_name(kPrecisionNames, std::get<1>(p.param)));
+                             for (char& c : n) {
+                                 if (c == '-') c = '_';
+                             }
+                             return n;
+                         });
+
+TEST(ShardedCheckpoint, ManifestNamesEveryShard) {
+    const fs::path dir = scratch_dir();
+    Trainer t(tiny_options(Precision::bf16_amp, 3));
+    t.step();
+    const fs::path step_dir = save_sharded_checkpoint(dir, t);
+    std::ifstream f(step_dir / "manifest.json");
+    const nlohmann::json j = nlohmann::json::parse(f);
+    EXPECT_EQ(j["format"], "napkin-checkpoint-manifest/1");
+    EXPECT_EQ(j["step"], 1);
+    EXPECT_EQ(j["world"], 1);
+    EXPECT_EQ(j["zero"], 3);
+    EXPECT_TRUE(j["options_hash"].get<std::string>().starts_with("fnv1a64:"));
+    EXPECT_EQ(j["layout"]["units"].size(), 4u);  // embedding, h.0, h.1, head
+    EXPECT_EQ(j["layout"]["units"][1]["name"], "h.0");
+    EXPECT_EQ(j["layout"]["states"]["weights"], "shard");
+    EXPECT_EQ(j["layout"]["states"]["master"], "shard");
+    ASSERT_EQ(j["shards"].size(), 1u);
+    EXPECT_EQ(j["shards"][0]["file"], "rank0.safetensors");
+    EXPECT_EQ(j["shards"][0]["bytes"].get<std::uint64_t>(),
+              fs::file_size(step_dir / "rank0.safetensors"));
+}
+
+TEST(ShardedCheckpoint, AHalfWrittenCheckpointIsIgnored) {
+    const TrainOptions o = tiny_options(Precision::fp32, 2);
+    const fs::path dir = scratch_dir();
+    const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
+    // A later checkpoint whose rank died before the manifest: its shard is there, no manifest.
+    const fs::path partial = dir / "checkpoints" / "step-00000005";
+    fs::create_directories(partial);
+    fs::copy_file(dir / "checkpoints" / "step-00000003" / "rank0.safetensors",
+                  partial / "rank0.safetensors");
+    std::ofstream(partial / "manifest.json.tmp") << "{\"format\": ";
+    const std::optional<Manifest> m = last_complete_checkpoint(dir);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->step, 3);
+    Trainer b(o);
+    load_sharded_checkpoint(*m, b);
+    expect_same_steps(b, ref);
+
+    // The next complete checkpoint removes the leftovers.
+    save_sharded_checkpoint(dir, b);
+    EXPECT_FALSE(fs::exists(partial));
+    EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step-00000003"));
+    EXPECT_EQ(last_complete_checkpoint(dir)->step, 6);
+    EXPECT_FALSE(last_complete_checkpoint(scratch_dir()).has_value());
+}
+
+TEST(ShardedCheckpoint, AnotherWorldSizeOrStageIsRefused) {
+    const fs::path dir = scratch_dir();
+    Trainer t(tiny_options(Precision::fp32, 3));
+    t.step();
+    save_sharded_checkpoint(dir, t);
+    const Manifest m = *last_complete_checkpoint(dir);
+    check_resumable(m, 1, 3);
+    const std::string msg = error_of<UsageError>([&] { check_resumable(m, 2, 1); });
+    expect_contains(msg, "1 rank at ZeRO-3, this run has 2 ranks at ZeRO-1");
+    expect_contains(msg, "napkin ckpt consolidate " + dir.string());
+    Trainer other(tiny_options(Precision::fp32, 2));
+    expect_contains(error_of<UsageError>([&] { load_sharded_checkpoint(m, other); }),
+                    "this run has 1 rank at ZeRO-2");
+}
+
+TEST(ShardedCheckpoint, DamagedShardsAreRefusedNamingTheFile) {
+    const fs::path dir = scratch_dir();
+    const TrainOptions o = tiny_options(Precision::fp32, 1);
+    Trainer t(o);
+    t.step();
+    const fs::path step_dir = save_sharded_checkpoint(dir, t);
+    const fs::path shard = step_dir / "rank0.safetensors";
+    const Manifest m = *last_complete_checkpoint(dir);
+    Trainer b(o);
+    {  // one byte of the data flipped: the checksum no longer matches
+        std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 3));
+        f.put('\x55');
+    }
+    std::string msg = error_of<InputError>([&] { load_sharded_checkpoint(m, b); });
+    expect_contains(msg, shard.string());
+    expect_contains(msg, "checksum mismatch");
+    EXPECT_EQ(b.steps_done(), 0);
+    fs::resize_file(shard, fs::file_size(shard) - 8);
+    expect_contains(error_of<InputError>([&] { load_sharded_checkpoint(m, b); }), "truncated");
+    fs::remove(shard);
+    expect_contains(error_of<InputError>([&] { load_sharded_checkpoint(m, b); }), "cannot open");
+    std::ofstream(step_dir / "manifest.json") << "{\"format\": \"napkin-checkpoint-manifest/1\"}";
+    msg = error_of<InputError>([&] { last_complete_checkpoint(dir); });
+    expect_contains(msg, "manifest.json");
+    expect_contains(msg, "field 'step' missing");
+}
+
+// The consolidated file is an ordinary checkpoint: one process, and every stage, continue from
+// it bit for bit (world size 1 everywhere, so the sums run in the same order... but for the
+// norm at stages 1-3, compared to the plain trainer within rounding).
+TEST(ShardedCheckpoint, ConsolidatedFileResumesAtAnyStage) {
+    const fs::path dir = scratch_dir();
+    const TrainOptions o = tiny_options(Precision::bf16_amp, 3);
+    const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
+    const fs::path file = dir / "consolidated.safetensors";
+    const CheckpointInfo written =
+        consolidate_checkpoint(*last_complete_checkpoint(dir), file.string());
+    EXPECT_EQ(written.steps_done, 3);
+    const CheckpointInfo info = read_checkpoint_info(file.string());
+    EXPECT_EQ(info.steps_done, 3);
+    EXPECT_EQ(info.options.grad_accum, 2);  // world 1: the ranks' own
+    EXPECT_EQ(info.tensor_count, 4 * param_tensors(o.model).size());
+    for (int zero = 0; zero <= 3; ++zero) {
+        SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+        TrainOptions r = info.options;
+        r.zero = zero;
+        Trainer b(r);
+        load_checkpoint(file.string(), b);
+        if (zero == 3) {
+            expect_same_steps(b, ref);
+            continue;
+        }
+        for (const StepRecord& want : ref) {
+            const StepRecord got = b.step();
+            // Stage 3 reduced each micro-batch's bf16 gradients before adding them up.
+            EXPECT_NEAR(got.loss, want.loss, 2e-3 * want.loss) << "step " << got.step;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace napkin
