@@ -1,7 +1,9 @@
 // napkin report RUN_DIR...: predicted against measured for one or several training runs, side
 // by side in the terminal (or as JSON): memory by category, the closed-form numbers beside the
 // detailed ones, step time against the roofline, tokens/s, MFU and HFU, and for profiled runs
-// the ops that took the time.
+// the ops that took the time. A data-parallel run (mpirun -n W napkin train --zero S) is read
+// rank by rank (RUN_DIR, RUN_DIR/rank<r>): its column shows rank 0, and a table per run shows
+// every rank's memory, bytes communicated, step time, tokens/s and time in collectives.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -27,12 +29,21 @@ using profiler::string_field;
 struct ReportFlags {
     std::vector<std::string> runs;
     int top = 12;
+    int warmup = 0;
     bool json = false;
 };
 
 // Memory categories as report.json names them, in the order the table shows them.
-constexpr const char* kCategories[] = {"parameters", "master_weights", "gradients", "optimizer_state", "activations",
-                                       "temporaries"};
+constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
+                                       "optimizer_state", "activations",    "temporaries"};
+// Measured only: the estimator has no category of its own for ZeRO's buckets and gathered units.
+constexpr const char* kCommunication = "communication";
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // An optional number: null when the report predates the field (or the run was not profiled).
 json optional_number(const json& doc, std::string_view path, const fs::path& file) {
@@ -40,50 +51,72 @@ json optional_number(const json& doc, std::string_view path, const fs::path& fil
     std::size_t start = 0;
     while (true) {
         const std::size_t dot = path.find('.', start);
-        const std::string key(path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+        const std::string key(path.substr(
+            start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
         if (!at->is_object() || !at->contains(key) || (*at)[key].is_null()) return nullptr;
         at = &(*at)[key];
         if (dot == std::string_view::npos) break;
         start = dot + 1;
     }
-    if (!at->is_number()) throw InputError(file.string() + ": field '" + std::string(path) + "' is not a number");
+    if (!at->is_number())
+        throw InputError(file.string() + ": field '" + std::string(path) + "' is not a number");
     return *at;
 }
 
+// Field `key` of every step after the first `warmup` (UsageError when none is left).
+std::vector<double> step_numbers(const profiler::RunReport& run, const char* key, int warmup) {
+    const json& steps = profiler::field(run.report, "steps", run.file);
+    if (!steps.is_array() || steps.empty()) {
+        throw InputError(run.file.string() + ": field 'steps' is not a non-empty array");
+    }
+    if (static_cast<std::size_t>(warmup) >= steps.size()) {
+        throw UsageError("--warmup " + std::to_string(warmup) + ": leaves no step of " +
+                         run.file.string() + " (" + std::to_string(steps.size()) + " steps)");
+    }
+    std::vector<double> v;
+    for (std::size_t i = static_cast<std::size_t>(warmup); i < steps.size(); ++i) {
+        v.push_back(
+            number_field(steps[i], key, run.file.string() + " steps[" + std::to_string(i) + "]"));
+    }
+    return v;
+}
+
 // The numbers the table and --json show for one run, read and type-checked once.
-json summarize(const profiler::RunReport& run) {
+json summarize(const profiler::RunReport& run, int warmup) {
     const json& r = run.report;
     const fs::path& f = run.file;
     json s;
     s["dir"] = run.dir.string();
     s["label"] = run.label;
     s["model"] = string_field(r, "model.name", f);
-    auto integer = [&](std::string_view path) { return static_cast<std::int64_t>(number_field(r, path, f)); };
+    auto integer = [&](std::string_view path) {
+        return static_cast<std::int64_t>(number_field(r, path, f));
+    };
     s["n_layers"] = integer("model.n_layers");
     s["d_model"] = integer("model.d_model");
     for (const char* k : {"device", "precision", "optimizer", "checkpointing", "attention"}) {
         s[k] = string_field(r, std::string("run.") + k, f);
     }
-    for (const char* k : {"micro_batch", "seq_len", "grad_accum", "steps"}) s[k] = integer(std::string("run.") + k);
+    for (const char* k : {"micro_batch", "seq_len", "grad_accum", "steps"})
+        s[k] = integer(std::string("run.") + k);
     for (const char* c : kCategories) {
-        s["memory"][c] = {{"predicted", number_field(r, std::string("predicted.") + c, f)},
-                          {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
+        s["memory"][c] = {
+            {"predicted", number_field(r, std::string("predicted.") + c, f)},
+            {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
     }
     s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
-    s["closed_form"] = {{"model_state_bytes", optional_number(r, "predicted.closed_form.model_state_bytes", f)},
-                        {"bytes_per_param", optional_number(r, "predicted.closed_form.bytes_per_param", f)},
-                        {"activations", optional_number(r, "predicted.closed_form.activations", f)},
-                        {"model_flops_per_step", optional_number(r, "predicted.closed_form.model_flops_per_step", f)}};
+    s["closed_form"] = {
+        {"model_state_bytes", optional_number(r, "predicted.closed_form.model_state_bytes", f)},
+        {"bytes_per_param", optional_number(r, "predicted.closed_form.bytes_per_param", f)},
+        {"activations", optional_number(r, "predicted.closed_form.activations", f)},
+        {"model_flops_per_step",
+         optional_number(r, "predicted.closed_form.model_flops_per_step", f)}};
     s["model_flops_per_step"] = number_field(r, "predicted.model_flops_per_step", f);
 
     const json& steps = profiler::field(r, "steps", f);
-    if (!steps.is_array() || steps.empty()) throw InputError(f.string() + ": field 'steps' is not a non-empty array");
-    std::vector<double> secs;
-    for (std::size_t i = 0; i < steps.size(); ++i) {
-        secs.push_back(number_field(steps[i], "seconds", f.string() + " steps[" + std::to_string(i) + "]"));
-    }
-    std::sort(secs.begin(), secs.end());
-    s["step_seconds_median"] = secs.size() % 2 ? secs[secs.size() / 2] : 0.5 * (secs[secs.size() / 2 - 1] + secs[secs.size() / 2]);
+    if (!steps.is_array() || steps.empty())
+        throw InputError(f.string() + ": field 'steps' is not a non-empty array");
+    s["step_seconds_median"] = median(step_numbers(run, "seconds", warmup));
     s["loss_first"] = number_field(steps.front(), "loss", f.string() + " steps[0]");
     s["loss_last"] = number_field(steps.back(), "loss", f.string() + " steps[last]");
     s["tokens_per_s"] = number_field(r, "measured.tokens_per_s", f);
@@ -99,8 +132,10 @@ json summarize(const profiler::RunReport& run) {
     if (r.contains("communication") && !r["communication"].is_null()) {
         s["world"] = integer("communication.world");
         s["zero"] = integer("communication.zero");
-        s["comm_sent_predicted"] = number_field(r, "communication.predicted_per_step.sent_bytes", f);
-        s["comm_sent_measured"] = number_field(r, "communication.measured_per_step.state_sent_bytes", f);
+        s["comm_sent_predicted"] =
+            number_field(r, "communication.predicted_per_step.sent_bytes", f);
+        s["comm_sent_measured"] =
+            number_field(r, "communication.measured_per_step.state_sent_bytes", f);
     }
 
     s["roofline_step_seconds"] = nullptr;
@@ -109,7 +144,8 @@ json summarize(const profiler::RunReport& run) {
     if (r.contains("profile") && !r["profile"].is_null()) {
         const json& p = r["profile"];
         const json& psteps = profiler::field(p, "steps", f);
-        if (!psteps.is_array()) throw InputError(f.string() + ": field 'profile.steps' is not an array");
+        if (!psteps.is_array())
+            throw InputError(f.string() + ": field 'profile.steps' is not an array");
         double roof = 0, cov = 1;
         for (const json& st : psteps) {
             roof += number_field(st, "roofline_seconds", f);
@@ -122,14 +158,130 @@ json summarize(const profiler::RunReport& run) {
         const json& ops = profiler::field(p, "ops", f);
         if (!ops.is_array()) throw InputError(f.string() + ": field 'profile.ops' is not an array");
         for (const json& o : ops) {
-            s["ops"].push_back({{"name", string_field(o, "name", f)},
-                                {"calls_per_step", number_field(o, "calls_per_step", f)},
-                                {"seconds_per_step", number_field(o, "seconds_per_step", f)},
-                                {"roofline_seconds_per_step", number_field(o, "roofline_seconds_per_step", f)},
-                                {"share_of_step", number_field(o, "share_of_step", f)},
-                                {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)}});
+            s["ops"].push_back(
+                {{"name", string_field(o, "name", f)},
+                 {"calls_per_step", number_field(o, "calls_per_step", f)},
+                 {"seconds_per_step", number_field(o, "seconds_per_step", f)},
+                 {"roofline_seconds_per_step", number_field(o, "roofline_seconds_per_step", f)},
+                 {"share_of_step", number_field(o, "share_of_step", f)},
+                 {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)}});
         }
     }
+    return s;
+}
+
+// One rank of a run, as the per-rank table and --json's `ranks` show it.
+json rank_summary(const profiler::RunReport& run, int warmup) {
+    const json& r = run.report;
+    const fs::path& f = run.file;
+    json s;
+    s["rank"] = run.rank;
+    s["label"] = run.label;
+    s["dir"] = run.dir.string();
+    for (const char* c : kCategories) {
+        s["memory"][c] = {
+            {"predicted", number_field(r, std::string("predicted.") + c, f)},
+            {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
+    }
+    s["memory"][kCommunication] = {
+        {"predicted", nullptr},
+        {"measured", optional_number(r, std::string("measured.peak_bytes.") + kCommunication, f)}};
+    s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
+    const std::vector<double> secs = step_numbers(run, "seconds", warmup);
+    s["steps_counted"] = secs.size();
+    s["step_seconds_median"] = median(secs);
+    s["tokens_per_s_median"] = median(step_numbers(run, "tokens_per_s", warmup));
+    s["communication"] = nullptr;
+    if (run.zero < 0) return s;
+    // Bytes per step of the parameter and gradient collectives (what the estimator predicts), and
+    // of everything (the loss and gradient-norm scalars too).
+    auto pair = [&](const char* predicted, const char* measured) {
+        return json{{"predicted", number_field(r, predicted, f)},
+                    {"measured", number_field(r, measured, f)}};
+    };
+    json c;
+    c["sent_bytes_per_step"] = pair("communication.predicted_per_step.sent_bytes",
+                                    "communication.measured_per_step.state_sent_bytes");
+    c["received_bytes_per_step"] = pair("communication.predicted_per_step.received_bytes",
+                                        "communication.measured_per_step.state_received_bytes");
+    c["all_sent_bytes_per_step"] = number_field(r, "communication.measured_per_step.sent_bytes", f);
+    c["all_received_bytes_per_step"] =
+        number_field(r, "communication.measured_per_step.received_bytes", f);
+    // Time inside the collectives (blocking: waiting for the other ranks included); reports
+    // written before napkin timed them have no steps[].comm_seconds.
+    c["seconds_per_step_median"] = nullptr;
+    c["share_of_step"] = nullptr;
+    const json& steps = r["steps"];
+    if (steps[static_cast<std::size_t>(warmup)].contains("comm_seconds")) {
+        const std::vector<double> comm = step_numbers(run, "comm_seconds", warmup);
+        double in_comm = 0, total = 0;
+        for (std::size_t i = 0; i < comm.size(); ++i) {
+            in_comm += comm[i];
+            total += secs[i];
+        }
+        c["seconds_per_step_median"] = median(comm);
+        c["share_of_step"] = total > 0 ? in_comm / total : 0.0;
+    }
+    s["communication"] = c;
+    return s;
+}
+
+// The run as a whole. Every step ends in collectives that wait for the slowest rank, so a step
+// takes the longest of the ranks' times, and the run's tokens/s is all ranks' tokens over it.
+json all_ranks_summary(const profiler::RunRanks& run, const std::vector<json>& ranks, int warmup) {
+    std::vector<double> step_max, tokens;
+    const profiler::RunReport& first = run.ranks.front();
+    for (const profiler::RunReport& rr : run.ranks) {
+        const std::vector<double> secs = step_numbers(rr, "seconds", warmup);
+        const std::vector<double> rate = step_numbers(rr, "tokens_per_s", warmup);
+        if (step_max.empty()) {
+            step_max.assign(secs.size(), 0.0);
+            tokens.assign(secs.size(), 0.0);
+        } else if (secs.size() != step_max.size()) {
+            throw InputError(rr.file.string() + ": " + std::to_string(secs.size() + warmup) +
+                             " steps, but " + first.file.string() + " has " +
+                             std::to_string(step_max.size() + warmup));
+        }
+        for (std::size_t i = 0; i < secs.size(); ++i) {
+            step_max[i] = std::max(step_max[i], secs[i]);
+            tokens[i] += rate[i] * secs[i];
+        }
+    }
+    std::vector<double> rate(step_max.size());
+    for (std::size_t i = 0; i < rate.size(); ++i)
+        rate[i] = step_max[i] > 0 ? tokens[i] / step_max[i] : 0.0;
+    json s;
+    s["ranks"] = ranks.size();
+    s["step_seconds_median"] = median(step_max);
+    s["tokens_per_s_median"] = median(rate);
+    double peak = 0, share_sum = 0, share_max = 0;
+    bool shares = true;
+    for (const json& r : ranks) {
+        peak = std::max(peak, r["peak_total_bytes"].get<double>());
+        const json& c = r["communication"];
+        if (c.is_null() || c["share_of_step"].is_null()) {
+            shares = false;
+            continue;
+        }
+        share_sum += c["share_of_step"].get<double>();
+        share_max = std::max(share_max, c["share_of_step"].get<double>());
+    }
+    s["peak_total_bytes_max"] = peak;
+    s["comm_share_mean"] = shares ? json(share_sum / static_cast<double>(ranks.size())) : json();
+    s["comm_share_max"] = shares ? json(share_max) : json();
+    return s;
+}
+
+// A run folder's entry in the table and in --json: rank 0's numbers (the whole run when it is
+// one process), every rank's, and the run's as a whole.
+json summarize_run(const profiler::RunRanks& run, int warmup) {
+    json s = summarize(run.ranks.front(), warmup);
+    s["label"] = run.ranks.size() > 1 ? run.label : run.ranks.front().label;
+    std::vector<json> each;
+    for (const profiler::RunReport& rr : run.ranks)
+        each.push_back(rank_summary(rr, warmup));
+    s["all_ranks"] = all_ranks_summary(run, each, warmup);
+    s["ranks"] = each;
     return s;
 }
 
@@ -138,17 +290,70 @@ std::string fmt(const char* f, double v) {
     std::snprintf(buf, sizeof buf, f, v);
     return buf;
 }
-std::string mb(const json& v) { return v.is_null() ? "-" : fmt("%.2f", v.get<double>() / 1e6); }
-std::string pct(const json& v) { return v.is_null() ? "-" : fmt("%.1f%%", 100 * v.get<double>()); }
-std::string ms(const json& v) { return v.is_null() ? "-" : fmt("%.2f ms", v.get<double>() * 1e3); }
+std::string mb(const json& v) {
+    return v.is_null() ? "-" : fmt("%.2f", v.get<double>() / 1e6);
+}
+std::string pct(const json& v) {
+    return v.is_null() ? "-" : fmt("%.1f%%", 100 * v.get<double>());
+}
+std::string ms(const json& v) {
+    return v.is_null() ? "-" : fmt("%.2f ms", v.get<double>() * 1e3);
+}
+
+// Every rank of a data-parallel run, one column each.
+void print_ranks(const json& run) {
+    const json& ranks = run["ranks"];
+    const json& all = run["all_ranks"];
+    std::printf("\nranks of %s: %zu ranks, ZeRO-%s; MB per rank, predicted / measured peak\n",
+                run["label"].get<std::string>().c_str(), ranks.size(),
+                run["zero"].is_null() ? "-" : run["zero"].dump().c_str());
+    constexpr int kLabel = 30;
+    constexpr int kWidth = 22;
+    auto row = [&](const std::string& label, auto cell) {
+        std::printf("%-*s", kLabel, label.c_str());
+        for (const json& r : ranks)
+            std::printf("%*s", kWidth, cell(r).c_str());
+        std::printf("\n");
+    };
+    auto both = [](const json& v) { return mb(v["predicted"]) + " / " + mb(v["measured"]); };
+    row("", [](const json& r) { return "rank " + r["rank"].dump(); });
+    for (const char* c : kCategories) {
+        row(std::string("  ") + c, [&](const json& r) { return both(r["memory"][c]); });
+    }
+    row("  communication", [&](const json& r) { return both(r["memory"][kCommunication]); });
+    row("  total (measured peak)", [](const json& r) { return mb(r["peak_total_bytes"]); });
+    auto comm = [&](const json& r, const char* key) {
+        const json& c = r["communication"];
+        return c.is_null() ? std::string("-") : both(c[key]);
+    };
+    row("sent MB/step (ring)", [&](const json& r) { return comm(r, "sent_bytes_per_step"); });
+    row("received MB/step (ring)",
+        [&](const json& r) { return comm(r, "received_bytes_per_step"); });
+    row("step (median)", [](const json& r) { return ms(r["step_seconds_median"]); });
+    row("tokens/s of the rank (median)",
+        [](const json& r) { return fmt("%.0f", r["tokens_per_s_median"].get<double>()); });
+    row("time in collectives (median)", [](const json& r) {
+        const json& c = r["communication"];
+        if (c.is_null() || c["seconds_per_step_median"].is_null()) return std::string("-");
+        return ms(c["seconds_per_step_median"]) + " " + pct(c["share_of_step"]);
+    });
+    std::printf(
+        "all %zu ranks: step %s (the slowest rank's, median), %.0f tokens/s, peak %s MB on the "
+        "largest rank, time in collectives %s of the step (mean over ranks)\n",
+        ranks.size(), ms(all["step_seconds_median"]).c_str(),
+        all["tokens_per_s_median"].get<double>(), mb(all["peak_total_bytes_max"]).c_str(),
+        pct(all["comm_share_mean"]).c_str());
+}
 
 void print_table(const std::vector<json>& runs, int top) {
     constexpr int kLabel = 30;
     int width = 16;
-    for (const json& r : runs) width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);
+    for (const json& r : runs)
+        width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);
     auto row = [&](const std::string& label, auto cell) {
         std::printf("%-*s", kLabel, label.c_str());
-        for (const json& r : runs) std::printf("%*s", width, cell(r).c_str());
+        for (const json& r : runs)
+            std::printf("%*s", width, cell(r).c_str());
         std::printf("\n");
     };
     auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
@@ -161,7 +366,9 @@ void print_table(const std::vector<json>& runs, int top) {
     row("optimizer", [&](const json& r) { return str(r["optimizer"]); });
     row("checkpointing", [&](const json& r) { return str(r["checkpointing"]); });
     row("attention", [&](const json& r) { return str(r["attention"]); });
-    row("B x T x G", [&](const json& r) { return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]); });
+    row("B x T x G", [&](const json& r) {
+        return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]);
+    });
     row("steps", [&](const json& r) { return str(r["steps"]); });
     row("ranks, ZeRO stage", [&](const json& r) {
         return str(r["world"]) + ", " + (r["zero"].is_null() ? std::string("-") : str(r["zero"]));
@@ -173,48 +380,69 @@ void print_table(const std::vector<json>& runs, int top) {
             return mb(m["predicted"]) + " / " + mb(m["measured"]);
         });
     }
+    row("  communication (measured)",
+        [&](const json& r) { return mb(r["ranks"][0]["memory"][kCommunication]["measured"]); });
     row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });
-    row("  closed form: model states", [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
+    row("  closed form: model states",
+        [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
     row("    bytes per parameter", [&](const json& r) {
         const json& b = r["closed_form"]["bytes_per_param"];
         return b.is_null() ? std::string("-") : fmt("%.0f", b.get<double>());
     });
-    row("  closed form: activations", [&](const json& r) { return mb(r["closed_form"]["activations"]); });
+    row("  closed form: activations",
+        [&](const json& r) { return mb(r["closed_form"]["activations"]); });
     row("communication MB/step/rank", [&](const json& r) {
-        return r["comm_sent_predicted"].is_null() ? std::string("-")
-                                                  : mb(r["comm_sent_predicted"]) + " / " + mb(r["comm_sent_measured"]);
+        return r["comm_sent_predicted"].is_null()
+                   ? std::string("-")
+                   : mb(r["comm_sent_predicted"]) + " / " + mb(r["comm_sent_measured"]);
     });
     std::printf("\ntime and throughput\n");
     row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
-    row("  step roofline (profiled)", [&](const json& r) { return ms(r["roofline_step_seconds"]); });
+    row("  step roofline (profiled)",
+        [&](const json& r) { return ms(r["roofline_step_seconds"]); });
     row("  op ranges cover (min)", [&](const json& r) { return pct(r["op_coverage_min"]); });
     row("  tokens/s", [&](const json& r) { return fmt("%.0f", r["tokens_per_s"].get<double>()); });
-    row("  model GFLOP/step", [&](const json& r) { return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9); });
+    row("  tokens/s, all ranks (median)", [&](const json& r) {
+        return fmt("%.0f", r["all_ranks"]["tokens_per_s_median"].get<double>());
+    });
+    row("  time in collectives (mean)",
+        [&](const json& r) { return pct(r["all_ranks"]["comm_share_mean"]); });
+    row("  model GFLOP/step",
+        [&](const json& r) { return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9); });
     row("    closed form (6N + attn)", [&](const json& r) {
         const json& v = r["closed_form"]["model_flops_per_step"];
         return v.is_null() ? std::string("-") : fmt("%.3f", v.get<double>() / 1e9);
     });
-    row("  peak GFLOP/s (MFU basis)", [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
+    row("  peak GFLOP/s (MFU basis)",
+        [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
     row("  MFU", [&](const json& r) { return pct(r["mfu"]); });
     row("  HFU", [&](const json& r) { return pct(r["hfu"]); });
     row("loss first -> last", [&](const json& r) {
-        return fmt("%.3f", r["loss_first"].get<double>()) + " -> " + fmt("%.3f", r["loss_last"].get<double>());
+        return fmt("%.3f", r["loss_first"].get<double>()) + " -> " +
+               fmt("%.3f", r["loss_last"].get<double>());
     });
 
+    for (const json& r : runs) {
+        if (r["ranks"].size() > 1) print_ranks(r);
+    }
     if (top <= 0) return;
     for (const json& r : runs) {
         if (r["ops"].empty()) continue;
-        std::printf("\nops of %s, per step (top %d by time; predicted = roofline max(FLOPs/peak, bytes/bandwidth))\n",
-                    r["label"].get<std::string>().c_str(), top);
-        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls", "measured", "share", "predicted", "x pred",
-                    "GFLOP/s");
+        std::printf(
+            "\nops of %s, per step (top %d by time; predicted = roofline max(FLOPs/peak, "
+            "bytes/bandwidth))\n",
+            r["label"].get<std::string>().c_str(), top);
+        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls", "measured", "share",
+                    "predicted", "x pred", "GFLOP/s");
         int n = 0;
         for (const json& o : r["ops"]) {
             if (n++ >= top) break;
-            const double meas = o["seconds_per_step"].get<double>(), roof = o["roofline_seconds_per_step"].get<double>();
-            std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n", o["name"].get<std::string>().c_str(),
-                        o["calls_per_step"].get<double>(), ms(meas).c_str(), pct(o["share_of_step"]).c_str(),
-                        ms(roof).c_str(), roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-",
+            const double meas = o["seconds_per_step"].get<double>(),
+                         roof = o["roofline_seconds_per_step"].get<double>();
+            std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n",
+                        o["name"].get<std::string>().c_str(), o["calls_per_step"].get<double>(),
+                        ms(meas).c_str(), pct(o["share_of_step"]).c_str(), ms(roof).c_str(),
+                        roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-",
                         o["achieved_flops_per_s"].get<double>() / 1e9);
         }
     }
@@ -222,7 +450,8 @@ void print_table(const std::vector<json>& runs, int top) {
 
 void run_report(const ReportFlags& f) {
     std::vector<json> runs;
-    for (const std::string& dir : f.runs) runs.push_back(summarize(profiler::load_run_report(dir)));
+    for (const std::string& dir : f.runs)
+        runs.push_back(summarize_run(profiler::load_run_ranks(dir), f.warmup));
     if (f.json) {
         std::printf("%s\n", json{{"schema", "napkin-report/1"}, {"runs", runs}}.dump(2).c_str());
         return;
@@ -234,13 +463,28 @@ void run_report(const ReportFlags& f) {
 
 void add_report_command(CLI::App& app) {
     auto f = std::make_shared<ReportFlags>();
-    CLI::App* cmd = app.add_subcommand(
-        "report", "Predicted vs measured for napkin train runs, side by side (memory, FLOPs, time, MFU, ops)");
-    cmd->add_option("runs", f->runs, "Run folders (napkin train --out) or their report.json files")->required();
-    cmd->add_option("--top", f->top, "Ops listed per profiled run (0: none)")->capture_default_str()->check(
-        CLI::NonNegativeNumber);
-    cmd->add_flag("--json", f->json, "Print the numbers as JSON (schema napkin-report/1) instead of a table");
-    cmd->footer("Errors (exit 1): a missing folder, malformed or truncated JSON, a report from another format version.");
+    CLI::App* cmd = app.add_subcommand("report",
+                                       "Predicted vs measured for napkin train runs, side by side "
+                                       "(memory, FLOPs, time, MFU, ops)");
+    cmd->add_option("runs", f->runs, "Run folders (napkin train --out) or their report.json files")
+        ->required();
+    cmd->add_option("--top", f->top, "Ops listed per profiled run (0: none)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--warmup", f->warmup,
+                    "Steps left out of the medians (step time, tokens/s, collectives)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_flag("--json", f->json,
+                  "Print the numbers as JSON (schema napkin-report/1) instead of a table");
+    cmd->footer(
+        "A data-parallel run (mpirun -n W napkin train --zero S --out RUN_DIR) is read rank by "
+        "rank: RUN_DIR "
+        "and RUN_DIR/rank1 .. rank<W-1>.\nErrors (exit 1): a missing folder or rank folder, ranks "
+        "that "
+        "disagree on the world size or stage, malformed or truncated JSON, a report from another "
+        "format "
+        "version.");
     cmd->callback([f] { run_report(*f); });
 }
 

@@ -6,12 +6,19 @@
 //   runs/a/report.json: format napkin-train-report/9 is not supported (this napkin reads
 //   napkin-train-report/1)
 //   runs/a/report.json: field 'measured.seconds' is not a number
-// Tests: tests/profiler/run_folder_test.cpp.
+//   runs/z3/rank1/report.json: field 'communication.world' is 4, but rank 0 (runs/z3/report.json)
+//   says 2
+// A data-parallel run (mpirun -n W napkin train --zero S --out RUN_DIR) is W folders: rank 0
+// writes RUN_DIR, rank r RUN_DIR/rank<r> (docs/ZERO.md); load_run_ranks reads them all.
+// Tests: tests/profiler/run_folder_test.cpp, tests/cli/report_ranks_test.cpp.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,22 +34,50 @@ nlohmann::json read_json_file(const std::filesystem::path& file);
 // Checks `schema` ("name/version") against the one this build reads. `schema` is the
 // document's "schema" field (report, memory) or "otherData.schema" (trace); absent or of
 // another name means it is not that kind of file at all.
-void check_schema(const nlohmann::json* schema, const std::filesystem::path& file, std::string_view expected);
+void check_schema(const nlohmann::json* schema, const std::filesystem::path& file,
+                  std::string_view expected);
 
 // The field at a dotted path ("measured.peak_bytes.activations"), or InputError naming it.
-const nlohmann::json& field(const nlohmann::json& doc, std::string_view path, const std::filesystem::path& file);
-double number_field(const nlohmann::json& doc, std::string_view path, const std::filesystem::path& file);
-std::string string_field(const nlohmann::json& doc, std::string_view path, const std::filesystem::path& file);
+const nlohmann::json& field(const nlohmann::json& doc, std::string_view path,
+                            const std::filesystem::path& file);
+double number_field(const nlohmann::json& doc, std::string_view path,
+                    const std::filesystem::path& file);
+std::string string_field(const nlohmann::json& doc, std::string_view path,
+                         const std::filesystem::path& file);
 
 struct RunReport {
     std::filesystem::path dir;   // the run folder
     std::filesystem::path file;  // its report.json
     std::string label;           // the folder's name, for table headers and trace processes
     nlohmann::json report;       // schema checked
+    // From report.json's `communication` (absent: one process, rank 0 of 1).
+    int rank = 0;
+    int world = 1;
+    int zero = -1;  // ZeRO stage, -1 without data parallelism
+    // The run clock's zero on the steady clock and the host it was read on (reports from
+    // before napkin wrote them: none).
+    std::optional<std::int64_t> clock_origin_ns;
+    std::string host;
 };
 
 // `path` is a run folder or a report.json inside one.
 RunReport load_run_report(const std::filesystem::path& path);
+
+// Every rank of a run. `path` names a run folder or its report.json; when that is rank 0 of W > 1
+// ranks, ranks 1..W-1 are read from <folder>/rank<r> and must agree with it (world size, stage,
+// their own rank number), and a folder rank<W> (left from a larger run) is refused. A path to
+// rank r > 0's folder gives that rank alone. InputError naming the file on any disagreement.
+struct RunRanks {
+    std::filesystem::path dir;  // rank 0's folder (or the one rank's)
+    std::string label;          // its name, for table headers and trace processes
+    int world = 1;
+    int zero = -1;
+    std::vector<RunReport> ranks;  // in rank order; ranks.size() == world unless one rank was named
+};
+RunRanks load_run_ranks(const std::filesystem::path& path);
+
+// "z3 rank 1/4": a rank's name in tables and merged traces; the run's label when world is 1.
+std::string rank_label(const std::string& run_label, int rank, int world);
 
 // The trace.json of a run folder (or `path` itself when it is a file); InputError when the
 // folder has none (the run was not profiled).

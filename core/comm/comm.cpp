@@ -26,9 +26,16 @@ std::uint64_t CommCounters::total_received() const {
         s += b;
     return s;
 }
+std::int64_t CommCounters::total_ns() const {
+    std::int64_t s = 0;
+    for (auto t : ns)
+        s += t;
+    return s;
+}
 CommCounters CommCounters::operator-(const CommCounters& o) const {
     CommCounters d;
     for (std::size_t i = 0; i < kCollectiveCount; ++i) {
+        d.ns[i] = ns[i] - o.ns[i];
         d.calls[i] = calls[i] - o.calls[i];
         d.sent_bytes[i] = sent_bytes[i] - o.sent_bytes[i];
         d.received_bytes[i] = received_bytes[i] - o.received_bytes[i];
@@ -51,8 +58,12 @@ void Communicator::run(Collective op, std::string_view what, std::uint64_t eleme
                        std::uint64_t element_bytes, int root, F&& call) {
     const RingTraffic t = ring_traffic(op, elements, element_bytes, world_, rank_, root);
     const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
+    const auto wall0 = std::chrono::steady_clock::now();
     call();
     const auto i = static_cast<std::size_t>(op);
+    counters_.ns[i] += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - wall0)
+                           .count();
     ++counters_.calls[i];
     counters_.sent_bytes[i] += t.sent_bytes;
     counters_.received_bytes[i] += t.received_bytes;

@@ -34,8 +34,11 @@ struct CommCounters {
     std::array<std::uint64_t, kCollectiveCount> calls{};
     std::array<std::uint64_t, kCollectiveCount> sent_bytes{};
     std::array<std::uint64_t, kCollectiveCount> received_bytes{};
+    // Wall time inside the collectives: blocking calls, so it includes waiting for slower ranks.
+    std::array<std::int64_t, kCollectiveCount> ns{};
     std::uint64_t total_sent() const;
     std::uint64_t total_received() const;
+    std::int64_t total_ns() const;
     CommCounters operator-(const CommCounters& o) const;
 };
 
