@@ -8,13 +8,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/matmul.h"
 
 namespace napkin {
 
 namespace {
-
-// cuBLAS(Lt) workspace napkin's CUDA backend allocates (NVIDIA recommends 32 MiB on Hopper).
-constexpr double kGemmWorkspaceBytes = 32.0 * (1 << 20);
 
 double shard(double count, bool sharded, int gpus) {
     return sharded ? std::ceil(count / gpus) : count;
@@ -229,14 +229,37 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     e.act_detailed_bytes = static_cast<double>(pt.activation_peak_bytes());
     e.act_detailed_layer_bytes = static_cast<double>(pt.block_kept_bytes + pt.block_recomputed_bytes);
 
+    // Temporaries: the buffers the engine allocates once and keeps (core/engine/gpt_impl.h,
+    // allocate_buffers), so the measured peak equals this to the byte (TrainCli test).
     TemporaryBytes tmp;
-    const double tokens_mb = static_cast<double>(in.micro_batch * T);
-    const double widest = static_cast<double>(std::max({c.qkv_dim(), terms.fc_width > 0 ? static_cast<std::int64_t>(terms.fc_width) : 0, c.d_ff}));
-    tmp.activation_grads = tokens_mb * (2.0 * c.d_model + widest) * terms.p;
-    tmp.op_workspace = static_cast<double>(pt.max_workspace_bytes);
+    const std::int64_t tokens_mb = in.micro_batch * T;
+    const std::int64_t fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
+    const std::int64_t narrow = std::max(c.d_model, c.d_ff), wide = std::max(c.qkv_dim(), fc_rows);
+    const double widest = static_cast<double>(std::max({c.qkv_dim(), fc_rows, c.d_ff}));
+    // dres and branch (N, C), dnarrow (N, max(C, F)), dwide (N, max(3C or QKV, F or 2F)).
+    tmp.activation_grads = static_cast<double>(tokens_mb * (2 * c.d_model + narrow + wide)) * terms.p;
+    const bool cpu_engine = in.engine == EstimateInputs::Engine::cpu;
+    const bool wide16 = pd.activations != DType::f32;  // 16-bit storage: the CPU widens to fp32
+    const std::int64_t chunk = in.loss_chunk_rows > 0 ? std::min(in.loss_chunk_rows, tokens_mb) : tokens_mb;
+    tmp.op_workspace = 4.0 * static_cast<double>(cpu::head_cross_entropy_scratch_floats(
+                                 chunk, c.d_model, c.padded_vocab_size, cpu_engine && wide16));
+    if (in.attention == AttentionImpl::naive)
+        tmp.attention_workspace =
+            4.0 * static_cast<double>(cpu::attention_naive_backward_scratch_floats(in.micro_batch, T, c.n_heads));
     if ((z3 && W > 1) || in.offload == Offload::optimizer_params) tmp.param_gather = 2.0 * unit_bytes;
     if (in.finetune == Finetune::qlora) tmp.dequant = widest * static_cast<double>(c.d_model) * 2.0;
-    tmp.gemm_workspace = kGemmWorkspaceBytes;
+    if (!cpu_engine) {
+        tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes);  // 32 MiB, kernels/matmul.h
+        tmp.op_workspace += 4.0 * static_cast<double>(tokens_mb);  // the per-row losses, fp32
+    } else if (wide16) {
+        std::int64_t mm = 0;  // the largest block GEMM, its three operands widened
+        for (const PlanOp& op : plan_.block) {
+            if (op.kind != OpKind::matmul) continue;
+            const auto& s = std::get<MatmulShape>(op.shape);
+            mm = std::max(mm, cpu::matmul_scratch_floats(s.M, s.N, s.K));
+        }
+        tmp.gemm_workspace = 4.0 * static_cast<double>(mm);
+    }
 
     if (in.ignore_activations) {
         notes |= kNoteActivationsIgnored;

@@ -60,6 +60,11 @@ struct EstimateInputs {
     double measured_tokens_per_s = 0;  // whole job; 0 = not given
 
     bool ignore_activations = false;  // model states only (weights, grads, optimizer), as the lectures count
+
+    // Whose scratch the temporaries count: a GPU's (cuBLASLt workspace; the default, and what
+    // every napkin question assumes) or napkin train's CPU engine (fp32 widening scratch for
+    // its 16-bit GEMMs and loss chunk, no GEMM workspace). docs/ESTIMATOR.md section 5.
+    enum class Engine : std::uint8_t { cuda, cpu } engine = Engine::cuda;
 };
 
 // Things the estimate wants the reader to know; printed as notes, listed in JSON.
@@ -89,13 +94,17 @@ struct MemoryBytes {
 };
 
 // Temporaries, itemized (all included in MemoryBytes::temporaries).
+// The engine allocates each once, at start, and keeps it (core/engine/gpt_impl.h), so they add.
 struct TemporaryBytes {
-    double activation_grads = 0;  // gradient buffers of the backward in flight
-    double op_workspace = 0;      // largest per-op scratch: loss chunk logits, naive scores
-    double param_gather = 0;      // ZeRO-3 / offloaded parameters gathered for 2 units
-    double dequant = 0;           // QLoRA: one linear weight dequantized to bf16
-    double gemm_workspace = 0;    // cuBLAS(Lt) workspace
-    double total() const { return activation_grads + op_workspace + param_gather + dequant + gemm_workspace; }
+    double activation_grads = 0;     // the backward's gradient buffers: residual, branch, narrow, wide
+    double op_workspace = 0;         // the loss chunk: logits (CPU 16-bit: widened head operands; GPU: row losses)
+    double attention_workspace = 0;  // naive attention's dS (B, NH, T, T) fp32; 0 with flash
+    double param_gather = 0;         // ZeRO-3 / offloaded parameters gathered for 2 units
+    double dequant = 0;              // QLoRA: one linear weight dequantized to bf16
+    double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
+    double total() const {
+        return activation_grads + op_workspace + attention_workspace + param_gather + dequant + gemm_workspace;
+    }
 };
 
 struct Estimate {

@@ -223,6 +223,7 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
         const auto& t = e.temporaries;
         if (t.activation_grads > 0) row("  activation gradients", t.activation_grads);
         if (t.op_workspace > 0) row("  op workspace (loss chunk)", t.op_workspace);
+        if (t.attention_workspace > 0) row("  naive attention dS", t.attention_workspace);
         if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
         if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
         if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
@@ -360,8 +361,8 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     gpu["fits"] = e.fits_gpu;
     const auto& t = e.temporaries;
     gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads}, {"op_workspace", t.op_workspace},
-                                 {"param_gather", t.param_gather},         {"dequant", t.dequant},
-                                 {"gemm_workspace", t.gemm_workspace}};
+                                 {"attention_workspace", t.attention_workspace}, {"param_gather", t.param_gather},
+                                 {"dequant", t.dequant}, {"gemm_workspace", t.gemm_workspace}};
     json cpu = mem(e.cpu);
     cpu["node_total"] = e.cpu_node_bytes;
     cpu["capacity"] = e.cpu_capacity_bytes;

@@ -97,7 +97,7 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
 
 // Floats of scratch attention_naive_backward needs: dS (B, NH, T, T) in fp32, the workspace
 // attention_backward_cost counts for the naive path.
-std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T, int NH);
+inline std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T, int NH) { return B * NH * T * T; }
 
 // dqkv += gradient of L given dout (B, T, NH*HD), from the kept P (B, NH, T, T). Two passes:
 // query rows (dP, dS into scratch, dq), then key rows (dk, dv summed over the query heads of

@@ -35,7 +35,10 @@ namespace cpu {
 
 // Floats of scratch head_cross_entropy needs: the logits chunk, plus (16-bit storage) the
 // head weight and its gradient widened to fp32 and a widened chunk of x and dx.
-std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C, std::int64_t Vp, bool widen);
+inline std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C, std::int64_t Vp, bool widen) {
+    const std::int64_t logits = chunk * Vp;
+    return widen ? logits + 2 * Vp * C + 2 * chunk * C : logits;
+}
 
 // The head and the loss, fused and chunked, forward and backward in one pass:
 //   for each chunk of R rows: logits (R, Vp) fp32 = x (R, C) @ w (Vp, C)^T

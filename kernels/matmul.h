@@ -57,7 +57,7 @@ inline KernelCost matmul_backward_weight_cost(const MatmulShape& s, DType grad) 
 namespace cpu {
 
 // Floats of scratch the 16-bit paths need (0 for float): inp, weight and out widened.
-std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K);
+inline std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) { return M * K + N * K + M * N; }
 
 // out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
 template <class T>

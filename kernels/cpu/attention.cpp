@@ -162,10 +162,6 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
     }
 }
 
-std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T, int NH) {
-    return B * NH * T * T;
-}
-
 template <class Elem>
 void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
                               const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,

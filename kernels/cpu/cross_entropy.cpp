@@ -25,11 +25,6 @@ blasint bi(std::int64_t v) { return static_cast<blasint>(v); }
 
 }  // namespace
 
-std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C, std::int64_t Vp, bool widen_16bit) {
-    const std::int64_t logits = chunk * Vp;
-    return widen_16bit ? logits + 2 * Vp * C + 2 * chunk * C : logits;
-}
-
 template <class T>
 float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, const std::int32_t* targets,
                          std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk,

@@ -61,8 +61,6 @@ void bias_sums(T* dbias, const T* dout, std::int64_t M, std::int64_t N) {
 
 }  // namespace
 
-std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) { return M * K + N * K + M * N; }
-
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M, std::int64_t N,
                     std::int64_t K, float* scratch) {

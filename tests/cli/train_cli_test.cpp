@@ -54,6 +54,21 @@ TEST(TrainCli, ShortRunWritesReport) {
     EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
 }
 
+// The engine allocates its temporaries once (gradient buffers, loss chunk, naive attention's dS,
+// the CPU's widening scratch for 16-bit GEMMs); the estimator predicts them to the byte.
+TEST(TrainCli, TemporariesMatchThePredictionExactly) {
+    for (const char* recipe : {"--precision fp32 --attention flash", "--precision bf16-amp --attention flash",
+                               "--precision fp16-amp --attention naive", "--precision bf16 --attention naive",
+                               "--precision fp32 --attention naive --micro-batch 3 --seq-len 24"}) {
+        const fs::path out = fresh_dir("temporaries");
+        const CliRun r = napkin(std::string("train --device cpu --steps 1 --quiet ") + recipe + " --out " + out.string());
+        ASSERT_EQ(r.rc, 0) << recipe << ": " << r.err;
+        const auto j = read_json(out / "report.json");
+        EXPECT_EQ(j["measured"]["peak_bytes"]["temporaries"].get<double>(), j["predicted"]["temporaries"].get<double>())
+            << recipe;
+    }
+}
+
 TEST(TrainCli, TrainsOnTextAndBinFiles) {
     const fs::path dir = fresh_dir("data");
     fs::create_directories(dir);
@@ -98,6 +113,52 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_NE(bad.err.find("checkpoint.safetensors"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
+}
+
+// One process sharding over itself (--zero 2, no launcher) writes sharded checkpoints: resumed,
+// steps 4-6 are bitwise those of an uninterrupted run; `napkin ckpt consolidate` makes one file
+// that a plain run continues from; a resume at another stage is refused pointing at it.
+TEST(TrainCli, ShardedCheckpointsInOneProcess) {
+    const fs::path a = fresh_dir("zfull"), b = fresh_dir("zpart"), c = fresh_dir("zplain");
+    const std::string common = "train --steps 6 --micro-batch 2 --seq-len 32 --quiet --zero 2";
+    ASSERT_EQ(napkin(common + " --out " + a.string()).rc, 0);
+    const CliRun stop = napkin(common + " --save-every 2 --stop-after 3 --out " + b.string());
+    ASSERT_EQ(stop.rc, 0) << stop.err;
+    EXPECT_TRUE(fs::exists(b / "checkpoints" / "step-00000003" / "manifest.json"));
+    EXPECT_FALSE(fs::exists(b / "checkpoints" / "step-00000002"));
+    EXPECT_FALSE(fs::exists(b / "checkpoint.safetensors"));
+
+    const CliRun other = napkin("train --zero 3 --quiet --resume " + b.string());
+    EXPECT_EQ(other.rc, 2);
+    EXPECT_NE(other.err.find("1 rank at ZeRO-2, this run has 1 rank at ZeRO-3"), std::string::npos) << other.err;
+    EXPECT_NE(other.err.find("napkin ckpt consolidate"), std::string::npos) << other.err;
+    const CliRun plain = napkin("train --quiet --resume " + b.string());
+    EXPECT_EQ(plain.rc, 2);
+    EXPECT_NE(plain.err.find("napkin ckpt consolidate"), std::string::npos) << plain.err;
+
+    const fs::path file = c / "whole.safetensors";
+    fs::create_directories(c);
+    const CliRun cons = napkin("ckpt consolidate " + b.string() + " -o " + file.string());
+    ASSERT_EQ(cons.rc, 0) << cons.err;
+    const CliRun r = napkin("train --zero 2 --quiet --resume " + b.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const CliRun p = napkin("train --quiet --resume " + file.string());
+    ASSERT_EQ(p.rc, 0) << p.err;
+    const auto full = read_json(a / "report.json")["steps"];
+    for (const fs::path& dir : {b, c}) {
+        const auto resumed = read_json(dir / "report.json")["steps"];
+        ASSERT_EQ(resumed.size(), 3u) << dir;
+        for (std::size_t i = 0; i < 3; ++i) {
+            const double want = full[i + 3]["loss"].get<double>(), got = resumed[i]["loss"].get<double>();
+            if (dir == b) EXPECT_EQ(got, want) << "step " << i + 4;
+            else EXPECT_NEAR(got, want, 1e-5 * want) << "plain, step " << i + 4;  // the norm's sum order
+        }
+    }
+    EXPECT_TRUE(fs::exists(c / "checkpoint.safetensors"));
+
+    EXPECT_EQ(napkin("ckpt consolidate " + (a / "nope").string()).rc, 2);
+    EXPECT_EQ(napkin("ckpt consolidate " + c.string()).rc, 2);  // no sharded checkpoint there
+    EXPECT_EQ(napkin("ckpt").rc, 2);
 }
 
 // --profile all writes a valid Chrome trace with step, phase, layer and op ranges carrying
