@@ -2,7 +2,7 @@
 // needs, over buffers of fp32, fp16 or bf16 (and fp64 scalars), with the backend behind it:
 //   world size 1   no launcher: every collective is a no-op (and counts no bytes)
 //   MPI            CPU ranks under mpirun (libnapkin_comm_mpi.so, loaded only then)
-//   NCCL           one rank per GPU in CUDA builds (not built yet)
+//   NCCL           one rank per GPU, bootstrapped by one of the above (core/comm/comm_nccl.h)
 // Rank, world size and local rank come from the launcher's environment (OMPI_COMM_WORLD_*,
 // PMI_*). Every collective is a profiler range carrying its bytes, and each rank counts what
 // it sends and receives by the ring algorithm (core/comm/collective.h), the same formula the

@@ -124,6 +124,16 @@ CudaEngineApi make_api() {
     a.grad_sum_squares_scratch_bytes = &cuda::grad_sum_squares_scratch_bytes;
     a.grad_sum_squares = &cuda::grad_sum_squares;
     a.grad_unscale_check = &cuda::grad_unscale_check;
+    a.nccl_version = &cuda::nccl_version;
+    a.nccl_unique_id = &cuda::nccl_unique_id;
+    a.nccl_set_device = &cuda::nccl_set_device;
+    a.nccl_init = &cuda::nccl_init;
+    a.nccl_destroy = &cuda::nccl_destroy;
+    a.nccl_abort = &cuda::nccl_abort;
+    a.nccl_all_reduce = &cuda::nccl_all_reduce;
+    a.nccl_reduce_scatter = &cuda::nccl_reduce_scatter;
+    a.nccl_all_gather = &cuda::nccl_all_gather;
+    a.nccl_broadcast = &cuda::nccl_broadcast;
     return a;
 }
 

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/cuda/nccl_ops.h"
 #include "core/half.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -63,7 +64,7 @@ struct CudaKernelTable {
     decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 1;
+inline constexpr int kNapkinCudaEngineApiVersion = 2;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -99,6 +100,18 @@ struct CudaEngineApi {
     decltype(&cuda::grad_sum_squares_scratch_bytes) grad_sum_squares_scratch_bytes = nullptr;
     decltype(&cuda::grad_sum_squares) grad_sum_squares = nullptr;
     decltype(&cuda::grad_unscale_check) grad_unscale_check = nullptr;
+
+    // NCCL, for the data-parallel communicator (core/comm/comm_nccl.h; core/cuda/nccl_ops.h).
+    decltype(&cuda::nccl_version) nccl_version = nullptr;
+    decltype(&cuda::nccl_unique_id) nccl_unique_id = nullptr;
+    decltype(&cuda::nccl_set_device) nccl_set_device = nullptr;
+    decltype(&cuda::nccl_init) nccl_init = nullptr;
+    decltype(&cuda::nccl_destroy) nccl_destroy = nullptr;
+    decltype(&cuda::nccl_abort) nccl_abort = nullptr;
+    decltype(&cuda::nccl_all_reduce) nccl_all_reduce = nullptr;
+    decltype(&cuda::nccl_reduce_scatter) nccl_reduce_scatter = nullptr;
+    decltype(&cuda::nccl_all_gather) nccl_all_gather = nullptr;
+    decltype(&cuda::nccl_broadcast) nccl_broadcast = nullptr;
 };
 
 // The table for storage type T.

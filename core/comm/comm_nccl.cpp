@@ -1,0 +1,95 @@
+// NcclCommunicator: core/comm/comm_nccl.h over the CUDA plugin's NCCL calls.
+#include "core/comm/comm_nccl.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_engine_api.h"
+#include "core/device.h"
+
+namespace napkin {
+
+namespace {
+
+class NcclCommunicator final : public Communicator {
+public:
+    NcclCommunicator(Communicator& bootstrap, const CudaEngineApi& api)
+        : Communicator(bootstrap.rank(), bootstrap.world_size(), bootstrap.local_rank()),
+          bootstrap_(bootstrap),
+          api_(api) {
+        api_.nccl_set_device(local_rank());
+        unsigned char id[cuda::kNcclIdBytes] = {};
+        if (rank() == 0) api_.nccl_unique_id(id);
+        bootstrap_.broadcast(id, sizeof id, 0, "nccl unique id");
+        comm_ = api_.nccl_init(world_size(), rank(), id);
+        stream_ = api_.stream_create();
+        memory_ = api_.memory_create();
+        barrier_buf_ = memory_->allocate(kBarrierBytes);
+        api_.memset_zero(barrier_buf_, kBarrierBytes, stream_);
+        backend_ = "nccl (" + api_.nccl_version() + ")";
+    }
+    ~NcclCommunicator() override {
+        if (barrier_buf_ != nullptr) memory_->deallocate(barrier_buf_, kBarrierBytes);
+        api_.memory_destroy(memory_);
+        api_.stream_destroy(stream_);
+        api_.nccl_destroy(comm_);
+    }
+
+    std::string backend() const override { return backend_; }
+
+    [[noreturn]] void abort(int exit_code) override {
+        api_.nccl_abort(comm_);  // releases collectives in flight before the launcher's abort
+        bootstrap_.abort(exit_code);
+        std::abort();  // not reached: the bootstrap's abort ends the process
+    }
+
+protected:
+    void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
+        api_.nccl_all_reduce(comm_, buf, count, type(t), stream_);
+    }
+    void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
+        api_.nccl_reduce_scatter(comm_, buf, shard, type(t), rank(), stream_);
+    }
+    void do_all_gather(void* buf, std::uint64_t shard, Wire t) override {
+        api_.nccl_all_gather(comm_, buf, shard, type(t), rank(), stream_);
+    }
+    void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
+        api_.nccl_broadcast(comm_, buf, bytes, root, stream_);
+    }
+    // NCCL has no barrier: an all-reduce of one float every rank must join.
+    void do_barrier() override { api_.nccl_all_reduce(comm_, barrier_buf_, 1, cuda::NcclType::f32, stream_); }
+
+private:
+    static constexpr std::size_t kBarrierBytes = 256;
+
+    static cuda::NcclType type(Wire t) {
+        switch (t) {
+            case Wire::f32: return cuda::NcclType::f32;
+            case Wire::f16: return cuda::NcclType::f16;
+            case Wire::bf16: return cuda::NcclType::bf16;
+            case Wire::f64: return cuda::NcclType::f64;
+        }
+        NAPKIN_ASSERT(false, "unknown wire type " << static_cast<int>(t));
+        return cuda::NcclType::f32;
+    }
+
+    Communicator& bootstrap_;
+    const CudaEngineApi& api_;
+    cuda::NcclComm* comm_ = nullptr;
+    CUstream_st* stream_ = nullptr;
+    RawMemory* memory_ = nullptr;
+    void* barrier_buf_ = nullptr;
+    std::string backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
+    std::string reason;
+    const CudaEngineApi* api = cuda_engine_api(&reason);
+    if (api == nullptr) throw UsageError("NCCL: no CUDA device (" + reason + ")");
+    return std::make_unique<NcclCommunicator>(bootstrap, *api);
+}
+
+}  // namespace napkin

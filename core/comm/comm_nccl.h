@@ -1,0 +1,22 @@
+// The NCCL backend of the communication interface (core/comm/comm.h): one rank per GPU, the
+// same five collectives over device buffers, counted and profiled like the MPI backend's (the
+// bytes by the ring algorithm, which NCCL's rings follow). The NCCL calls live in the CUDA
+// plugin (core/cuda/nccl_ops.h), so napkin never links NCCL and every build compiles this.
+//
+// Bootstrap: NCCL needs a unique id known to every rank. Rank 0 makes it and `bootstrap`
+// (the launcher's communicator: MPI under mpirun, the single communicator at world size 1)
+// broadcasts it; the NCCL communicator takes the bootstrap's rank, world size and local rank,
+// and the GPU of its local rank. `bootstrap` must outlive it (abort() goes through it too).
+// Buffers are device memory; every collective waits for its result before returning.
+// Throws UsageError "NCCL: no CUDA device (<reason>)" without a device or a CUDA build.
+#pragma once
+
+#include <memory>
+
+#include "core/comm/comm.h"
+
+namespace napkin {
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap);
+
+}  // namespace napkin

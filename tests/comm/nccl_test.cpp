@@ -1,0 +1,86 @@
+// The NCCL backend at world size 1 on one GPU (label gpu): every collective goes through NCCL
+// on device buffers, leaves them as a one-rank sum leaves them, and is counted like the other
+// backends (one call each, no bytes on a one-rank ring). Without a device the GPU test skips
+// and the refusal is checked instead. Several ranks need one GPU each: docs/ZERO.md.
+#include "core/comm/comm_nccl.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cuda/cuda_engine_api.h"
+#include "core/device.h"
+
+namespace napkin {
+namespace {
+
+TEST(Nccl, WorldOneCollectivesGoThroughNccl) {
+    std::string reason;
+    const CudaEngineApi* api = cuda_engine_api(&reason);
+    if (api == nullptr) GTEST_SKIP() << "no CUDA device (" << reason << "): the NCCL backend is compiled but not run";
+    std::unique_ptr<Communicator> boot = make_single_communicator();
+    std::unique_ptr<Communicator> comm = make_nccl_communicator(*boot);
+    EXPECT_EQ(comm->backend().rfind("nccl (NCCL ", 0), 0u) << comm->backend();
+    EXPECT_EQ(comm->world_size(), 1);
+    EXPECT_EQ(comm->rank(), 0);
+
+    RawMemory* mem = api->memory_create();
+    CUstream_st* stream = api->stream_create();
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    const std::uint64_t n = 1000 + rng() % 100;  // odd sizes
+    std::vector<float> want(n);
+    for (float& v : want) v = u(rng);
+    const std::size_t bytes = n * sizeof(float);
+    void* d = mem->allocate(bytes);
+    api->copy_to_device(d, want.data(), bytes, stream);
+
+    comm->all_reduce(d, n, DType::f32, "test");
+    comm->reduce_scatter(d, n, DType::f32, "test");
+    comm->all_gather(d, n, DType::f32, "test");
+    comm->broadcast(d, bytes, 0, "test");
+    comm->barrier();
+    std::vector<float> got(n, -1.0f);
+    api->copy_to_host(got.data(), d, bytes, stream);
+    EXPECT_EQ(got, want);  // a one-rank sum, scatter, gather and broadcast change nothing
+
+    std::vector<double> scalars = {0.5, -1e300, 3.0};
+    void* ds = mem->allocate(scalars.size() * sizeof(double));
+    api->copy_to_device(ds, scalars.data(), scalars.size() * sizeof(double), stream);
+    comm->all_reduce(static_cast<double*>(ds), scalars.size(), "scalars");
+    std::vector<double> back(scalars.size());
+    api->copy_to_host(back.data(), ds, back.size() * sizeof(double), stream);
+    EXPECT_EQ(back, scalars);
+
+    const CommCounters& c = comm->counters();
+    EXPECT_EQ(c.calls[static_cast<std::size_t>(Collective::all_reduce)], 2u);
+    EXPECT_EQ(c.calls[static_cast<std::size_t>(Collective::reduce_scatter)], 1u);
+    EXPECT_EQ(c.calls[static_cast<std::size_t>(Collective::all_gather)], 1u);
+    EXPECT_EQ(c.total_sent(), 0u);
+    EXPECT_EQ(c.total_received(), 0u);
+
+    mem->deallocate(ds, scalars.size() * sizeof(double));
+    mem->deallocate(d, bytes);
+    api->stream_destroy(stream);
+    api->memory_destroy(mem);
+}
+
+TEST(Nccl, WithoutADeviceItIsRefusedInOneLine) {
+    std::string reason;
+    if (cuda_engine_api(&reason) != nullptr) GTEST_SKIP() << "a CUDA device is present: nothing to refuse";
+    std::unique_ptr<Communicator> boot = make_single_communicator();
+    try {
+        make_nccl_communicator(*boot);
+        ADD_FAILURE() << "no error without a device";
+    } catch (const UsageError& e) {
+        const std::string msg = e.what();
+        EXPECT_EQ(msg.rfind("NCCL: no CUDA device (", 0), 0u) << msg;
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+}
+
+}  // namespace
+}  // namespace napkin
