@@ -3,6 +3,7 @@
 // measured. Flag names follow napkin estimate where they mean the same.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "core/config_json.h"
 #include "core/device.h"
 #include "core/engine/checkpoint.h"
+#include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"
 #include "core/engine/weights_import.h"
 #include "profiler/chrome_trace_writer.h"
@@ -307,6 +309,10 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--stop-after " + std::to_string(f.stop_after) + ": the run is already at step " +
                          std::to_string(first_step));
     }
+    // On a GPU, the driver's view of the device beside the allocator's: sampled after each step
+    // (the peak of it, and a "device memory" counter in the trace; docs/FORMATS.md).
+    EngineDevice::MemoryUse device_baseline, device_peak;
+    if (on_gpu) device_baseline = device_peak = trainer.device()->memory_use();
     for (int s = first_step; s < last_step; ++s) {
         inject_test_fault(comm.rank(), s);
         if (recorder != nullptr) trainer.set_recorder(s + 1 >= profile_first && s + 1 <= profile_last ? recorder.get() : nullptr);
@@ -344,6 +350,15 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                          {"hfu", r.hardware_flops / r.seconds / peak}});
         if (parallel) add_step_communication(steps.back(), r);
         total_hardware_flops += r.hardware_flops;
+        if (on_gpu) {
+            const EngineDevice::MemoryUse m = trainer.device()->memory_use();
+            device_peak.used_bytes = std::max(device_peak.used_bytes, m.used_bytes);
+            if (trace != nullptr && s + 1 >= profile_first && s + 1 <= profile_last) {
+                recorder->record(profiler::CounterEvent{"device memory", recorder->now_ns(),
+                                                        {{"used", static_cast<double>(m.used_bytes)},
+                                                         {"total", static_cast<double>(m.total_bytes)}}});
+            }
+        }
         if (trace != nullptr) {
             std::vector<profiler::Event> events = recorder->take();
             profile.add(events);
@@ -411,6 +426,11 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         {"steps", steps},
     };
     if (o.data.empty()) report["run"]["data_entropy_nats"] = SyntheticCorpus::entropy_nats();
+    if (on_gpu) {  // cudaMemGetInfo: before the first step (context, libraries, model) and at peak
+        report["measured"]["device_memory"] = {{"baseline_used_bytes", device_baseline.used_bytes},
+                                               {"peak_used_bytes", device_peak.used_bytes},
+                                               {"total_bytes", device_peak.total_bytes}};
+    }
     // Per-op and per-kernel time against the roofline, from the profiled steps (null when off).
     report["profile"] = recorder != nullptr ? profile.to_json() : nlohmann::json();
     if (parallel) report["communication"] = communication_report(trainer, pred, steps);

@@ -103,6 +103,12 @@ void memset_zero(void* dst, std::size_t bytes, CUstream_st* stream) {
     NAPKIN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
 }
 
+void memory_info(std::uint64_t* free_bytes, std::uint64_t* total_bytes) {
+    const cuda::DeviceMemoryInfo m = cuda::device_memory_info();
+    *free_bytes = m.free_bytes;
+    *total_bytes = m.total_bytes;
+}
+
 CudaEngineApi make_api() {
     CudaEngineApi a;
     a.f32 = kernel_table<float>();
@@ -117,6 +123,7 @@ CudaEngineApi make_api() {
     a.copy_to_device = &copy_to_device;
     a.copy_to_host = &copy_to_host;
     a.memset_zero = &memset_zero;
+    a.memory_info = &memory_info;
     a.matmul_create_handle = &cuda::matmul_create_handle;
     a.matmul_destroy_handle = &cuda::matmul_destroy_handle;
     a.head_cross_entropy_scratch_bytes = &cuda::head_cross_entropy_scratch_bytes;

@@ -91,6 +91,8 @@ struct CudaEngineApi {
                          CUstream_st* stream) = nullptr;
     void (*memset_zero)(void* dst, std::size_t bytes,
                         CUstream_st* stream) = nullptr;  // queued only
+    // cudaMemGetInfo on the current device (host outputs), checked.
+    void (*memory_info)(std::uint64_t* free_bytes, std::uint64_t* total_bytes) = nullptr;
 
     decltype(&cuda::matmul_create_handle) matmul_create_handle = nullptr;
     decltype(&cuda::matmul_destroy_handle) matmul_destroy_handle = nullptr;

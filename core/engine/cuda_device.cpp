@@ -79,6 +79,11 @@ public:
     }
     void zero(void* dst, std::size_t bytes) override { api_.memset_zero(dst, bytes, stream_); }
     void synchronize() override { api_.stream_synchronize(stream_); }
+    MemoryUse memory_use() override {
+        std::uint64_t free = 0, total = 0;
+        api_.memory_info(&free, &total);
+        return {total - free, total};
+    }
 
     double grad_sum_squares(const OptimizerTensor* tensors, int count,
                             AccountingAllocator& alloc) override {

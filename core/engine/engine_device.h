@@ -38,6 +38,12 @@ public:
     virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
     virtual void zero(void* dst, std::size_t bytes) = 0;  // queued
     virtual void synchronize() = 0;                       // waits for everything queued
+    // The driver's view of the whole device (cudaMemGetInfo): bytes in use by anyone (this
+    // context, its libraries, other processes) and the capacity.
+    struct MemoryUse {
+        std::uint64_t used_bytes = 0, total_bytes = 0;
+    };
+    virtual MemoryUse memory_use() = 0;
 
     // The optimizer's passes over every parameter at once (tensors: host array of device
     // pointers, kernels/optimizer.h). grad_sum_squares waits for its result; scratch is
