@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,7 @@ struct TrainFlags {
     std::string resume;
     bool quiet = false;
     int zero = 0;
+    double comm_timeout = 600;  // seconds; 0: wait forever
 };
 
 std::string mb(double bytes) {
@@ -141,6 +143,11 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
 }
 
 void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
+    // Checked first: the start-up handshake is already a collective.
+    if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
+        throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
+    }
+    comm.set_timeout_s(f.comm_timeout);
     if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
@@ -507,6 +514,10 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--zero", f->zero,
                     "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks come from the "
                     "launcher: mpirun -n N napkin train --zero S ... (N ranks x --grad-accum G = one rank x G N)")
+        ->capture_default_str();
+    cmd->add_option("--comm-timeout", f->comm_timeout,
+                    "Seconds one collective may wait for the other ranks before the job ends with an error "
+                    "naming it (a rank stuck or gone); 0: wait forever. Only under a launcher")
         ->capture_default_str();
     cmd->callback([f, cmd] { run_with_ranks([&](Communicator& comm) { run_train(*f, *cmd, comm); }); });
 }

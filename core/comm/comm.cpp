@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/check.h"
@@ -157,21 +158,28 @@ public:
         api_.abort(exit_code);
         std::_Exit(exit_code);
     }
+    void set_timeout_s(double seconds) override {
+        Communicator::set_timeout_s(seconds);
+        api_.set_timeout(timeout_s());
+    }
 
 protected:
     void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
-        check(api_.all_reduce(buf, count, type(t), err_));
+        check(api_.all_reduce(buf, count, type(t), err_), Collective::all_reduce,
+              count * element_bytes(t));
     }
     void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
-        check(api_.reduce_scatter(buf, shard, type(t), err_));
+        check(api_.reduce_scatter(buf, shard, type(t), err_), Collective::reduce_scatter,
+              shard * static_cast<std::uint64_t>(world_size()) * element_bytes(t));
     }
     void do_all_gather(void* buf, std::uint64_t shard, Wire t) override {
-        check(api_.all_gather(buf, shard, type(t), err_));
+        check(api_.all_gather(buf, shard, type(t), err_), Collective::all_gather,
+              shard * static_cast<std::uint64_t>(world_size()) * element_bytes(t));
     }
     void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
-        check(api_.broadcast(buf, bytes, root, err_));
+        check(api_.broadcast(buf, bytes, root, err_), Collective::broadcast, bytes);
     }
-    void do_barrier() override { check(api_.barrier(err_)); }
+    void do_barrier() override { check(api_.barrier(err_), Collective::barrier, 0); }
 
 private:
     static int type(Wire t) {
@@ -187,7 +195,27 @@ private:
         }
         return napkin_mpi_f32;
     }
-    void check(int rc) const {
+    static std::uint64_t element_bytes(Wire t) {
+        return t == Wire::f64 ? 8 : t == Wire::f32 ? 4 : 2;
+    }
+    // A timeout ends the job here rather than throwing: the collective is still pending and MPI
+    // may yet write into its buffer, which unwinding would free.
+    void check(int rc, Collective op, std::uint64_t bytes) {
+        if (rc == kNapkinMpiTimedOut) {
+            char size[48] = {};
+            if (bytes >= 1000000)
+                std::snprintf(size, sizeof size, " of %.1f MB", static_cast<double>(bytes) / 1e6);
+            else if (bytes > 0)
+                std::snprintf(size, sizeof size, " of %llu bytes",
+                              static_cast<unsigned long long>(bytes));
+            std::fprintf(stderr,
+                         "napkin: rank %d of %d: error: %s%s did not complete within %g s "
+                         "(--comm-timeout); another rank is stuck or gone; ending every rank\n",
+                         rank(), world_size(), std::string(enum_name(kCollectiveNames, op)).c_str(),
+                         size, timeout_s());
+            std::fflush(stderr);
+            abort(1);
+        }
         if (rc != 0) throw CommError("rank " + std::to_string(rank()) + ": " + err_);
     }
     NapkinMpiApi api_;

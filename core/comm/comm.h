@@ -6,8 +6,10 @@
 // Rank, world size and local rank come from the launcher's environment (OMPI_COMM_WORLD_*,
 // PMI_*). Every collective is a profiler range carrying its bytes, and each rank counts what
 // it sends and receives by the ring algorithm (core/comm/collective.h), the same formula the
-// estimator predicts with. Collectives are blocking; buffers are host memory.
-// Failures throw CommError naming the collective and MPI's reason. docs/ZERO.md.
+// estimator predicts with. Collectives return when done; buffers are host memory.
+// Failures throw CommError naming the collective and MPI's reason. A collective still waiting
+// for another rank after the timeout (set_timeout_s) means that rank is stuck or gone: the
+// backend prints one line and ends the job. docs/ZERO.md.
 #pragma once
 
 #include <array>
@@ -71,6 +73,12 @@ public:
     // Ends the job now on every rank (MPI_Abort): for an error on one rank, which the others,
     // blocked in a collective, would otherwise wait for forever.
     [[noreturn]] virtual void abort(int exit_code) = 0;
+    // How long one collective may wait for the other ranks (0: forever, the default). Past it
+    // the MPI backend prints "napkin: rank R of W: error: all_reduce of 1.8 MB did not complete
+    // within S s (--comm-timeout); ..." to stderr and calls abort(1), without unwinding: MPI
+    // still owns the collective's buffer. World size 1 has nothing to wait for.
+    virtual void set_timeout_s(double seconds) { timeout_s_ = seconds > 0 ? seconds : 0; }
+    double timeout_s() const { return timeout_s_; }
 
 protected:
     Communicator(int rank, int world, int local_rank)
@@ -90,6 +98,7 @@ private:
     int rank_, world_, local_rank_;
     CommCounters counters_;
     profiler::Recorder* rec_ = nullptr;
+    double timeout_s_ = 0;
 };
 
 // What the launcher's environment says: OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK} (Open MPI),

@@ -2,15 +2,17 @@
 // with dlopen only when an MPI launcher started the process (OMPI_COMM_WORLD_SIZE or PMI_SIZE
 // set), so `napkin estimate` and a plain `napkin train` never map libmpi and its dependencies.
 // Every call returns 0 on success, else writes a one-line reason into err (kNapkinMpiErrBytes)
-// and returns the MPI error code.
+// and returns the MPI error code, or kNapkinMpiTimedOut when a collective did not complete
+// within the timeout (set_timeout; its request is left pending: the caller ends the job).
 #pragma once
 
 #include <cstdint>
 
 extern "C" {
 
-inline constexpr int kNapkinMpiAbi = 1;
+inline constexpr int kNapkinMpiAbi = 2;
 inline constexpr int kNapkinMpiErrBytes = 512;
+inline constexpr int kNapkinMpiTimedOut = -1;  // MPI's error codes are positive
 
 enum NapkinMpiType : int {
     napkin_mpi_f32 = 0,
@@ -24,6 +26,9 @@ struct NapkinMpiApi {
     int (*init)(int* rank, int* size, char* err);
     int (*finalize)(char* err);
     void (*abort)(int code);
+    // Each collective below is started nonblocking and polled until done or `seconds` have
+    // passed (then kNapkinMpiTimedOut); 0, the default: wait forever.
+    void (*set_timeout)(double seconds);
     // In place, sum over ranks.
     int (*all_reduce)(void* buf, std::uint64_t count, int type, char* err);
     // buf holds size * shard elements; afterwards chunk `rank` holds the sum over ranks.

@@ -277,6 +277,12 @@ TEST(TrainCli, BadInput) {
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
     expect_error("train --device tpu", 2, "--device", out);
+    expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
+    expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
+    expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);
+    // One process has no collective to wait for: any valid timeout is accepted and unused.
+    const CliRun t = napkin("train --steps 1 --quiet --comm-timeout 0.5 --out " + (dir / "t").string());
+    EXPECT_EQ(t.rc, 0) << t.err;
     const CliRun r = napkin("train --steps 1 --quiet --out /proc/napkin-cannot-write");
     EXPECT_EQ(r.rc, 2);
     EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;

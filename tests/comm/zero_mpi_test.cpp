@@ -3,7 +3,8 @@
 // losses step for step, peak bytes of parameters, master weights, gradients and optimizer
 // state equal to the estimator's prediction exactly, and bytes sent/received equal to the
 // predicted communication exactly. Also: ranks started with different options are refused,
-// a rank killed mid-run ends the job within a bounded time, and sharded checkpoints resume bit
+// a rank killed mid-run ends the job within a bounded time, so does a hung rank (after
+// --comm-timeout), and sharded checkpoints resume bit
 // for bit (after a killed rank too) and consolidate into a file any world size continues from.
 // Skips without mpirun or without the MPI backend. Labelled slow; not run under the sanitizers
 // (docs/ZERO.md).
@@ -167,6 +168,34 @@ TEST(ZeroMpi, KilledRankEndsTheJob) {
     EXPECT_NE(r.out.find("mpirun status"), std::string::npos) << r.out << r.err;
     EXPECT_EQ(r.out.find("mpirun status 0"), std::string::npos) << r.out << r.err;
     EXPECT_NE(r.err.find("exited on signal 9"), std::string::npos) << r.err;
+}
+
+// Rank 1 hangs without dying (test-only fault injection: it sleeps forever once 2 steps are
+// done, outside any collective). Rank 0's next collective outlasts --comm-timeout 3: it prints
+// one line naming the collective and ends the job, well within 60 s and non-zero. `timeout 120`
+// guards the test itself should the timeout not work.
+TEST(ZeroMpi, HungRankEndsTheJobAfterTheCommTimeout) {
+    SKIP_WITHOUT_MPI();
+    const fs::path out = fresh_dir("hung");
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliRun r =
+        shell(kMpiEnv + "timeout 120 " + NAPKIN_MPIEXEC +
+              " -n 2 --oversubscribe -x NAPKIN_TEST_HANG_RANK_AT_STEP=1:2 " + NAPKIN_BINARY +
+              " train --steps 6 --micro-batch 2 --seq-len 32 --quiet --zero 2 "
+              "--comm-timeout 3 --out " +
+              out.string());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, 60.0) << r.out << r.err;
+    EXPECT_GE(seconds, 3.0) << r.out << r.err;
+    EXPECT_NE(r.rc, 0) << r.out << r.err;
+    EXPECT_NE(r.rc, 124) << "timeout 120 ended it, not --comm-timeout: " << r.out << r.err;
+    EXPECT_NE(r.err.find("napkin: rank 0 of 2: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(" did not complete within 3 s (--comm-timeout); another rank is stuck "
+                         "or gone; ending every rank\n"),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(out / "report.json"));
 }
 
 // ---- Sharded checkpoints (docs/ZERO.md, "Checkpoints") ----
