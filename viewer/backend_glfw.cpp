@@ -1,5 +1,6 @@
 #include "viewer/backend_glfw.h"
 
+#include <cfloat>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -80,6 +81,26 @@ void load_fonts() {
     io.Fonts->AddFontDefault();
 }
 
+// After the GLFW backend's NewFrame (which sets the pointer and buttons from the window) and
+// before ImGui's: ImGui 1.86 reads the io fields directly (no input event queue yet).
+void apply_input(ImGuiIO& io, const FrameInput& in) {
+    io.MousePos = in.mouse_x >= 0.0f && in.mouse_y >= 0.0f ? ImVec2(in.mouse_x, in.mouse_y)
+                                                           : ImVec2(-FLT_MAX, -FLT_MAX);
+    for (bool& down : io.MouseDown)
+        down = false;
+    io.MouseDown[ImGuiMouseButton_Left] = in.left_down;
+    io.MouseWheel = in.wheel;
+    io.MouseWheelH = 0.0f;
+    for (bool& down : io.KeysDown)
+        down = false;
+    for (int k : in.keys_down) {
+        if (k >= 0 && k < IM_ARRAYSIZE(io.KeysDown)) io.KeysDown[k] = true;
+    }
+    io.KeyShift = in.shift;
+    io.KeyCtrl = io.KeyAlt = io.KeySuper = false;
+    if (!in.text.empty()) io.AddInputCharactersUTF8(in.text.c_str());
+}
+
 }  // namespace
 
 GlfwBackend::GlfwBackend(const WindowOptions& options)
@@ -152,11 +173,12 @@ bool GlfwBackend::should_close() const {
     return glfwWindowShouldClose(window_) != 0;
 }
 
-void GlfwBackend::frame(const std::function<void()>& draw) {
+void GlfwBackend::frame(const std::function<void()>& draw, const FrameInput* input) {
     glfwPollEvents();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
     ImGuiIO& io = ImGui::GetIO();
+    if (input != nullptr) apply_input(io, *input);
     int fb_w = width_, fb_h = height_;
     if (headless_) {
         io.DisplaySize = ImVec2(static_cast<float>(width_), static_cast<float>(height_));

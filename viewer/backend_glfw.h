@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 struct GLFWwindow;
 
@@ -18,6 +19,20 @@ struct WindowOptions {
     int height = 900;
     bool headless = false;  // hidden window, offscreen framebuffer, no vsync
     std::string title = "napkin view";
+};
+
+// One frame's input given instead of the window's (scripted input: the viewer's input tests).
+// It replaces, for that frame, what the platform reported: the pointer, the buttons held, the
+// wheel, the keys held and the text typed. Keys are the platform's codes as ImGui 1.86 indexes
+// io.KeysDown with them (GLFW_KEY_*: a letter is its upper-case ASCII, 'F'; Enter is
+// GLFW_KEY_ENTER). A click is two frames: one with the button held, one without.
+struct FrameInput {
+    float mouse_x = -1.0f, mouse_y = -1.0f;  // pixels from the top left; negative: no pointer
+    bool left_down = false;
+    float wheel = 0.0f;  // notches, > 0 away from the user (zoom in)
+    bool shift = false;
+    std::vector<int> keys_down;
+    std::string text;  // UTF-8 characters typed
 };
 
 class GlfwBackend {
@@ -31,7 +46,8 @@ public:
     bool should_close() const;
     // Polls input, builds one ImGui frame with `draw`, renders it and (windowed) swaps. Headless
     // frames end with glFinish, so the time a frame takes includes the rasterization.
-    void frame(const std::function<void()>& draw);
+    // With `input`, that input replaces the window's for this frame.
+    void frame(const std::function<void()>& draw, const FrameInput* input = nullptr);
     // Headless only: writes the last frame as an RGB PNG (stb_image_write). "" or an error.
     std::string save_png(const std::filesystem::path& path) const;
     // Headless only: the last frame's pixels, RGB, top row first.

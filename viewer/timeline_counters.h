@@ -14,16 +14,6 @@
 
 namespace napkin::viewer {
 
-// Time <-> pixels on the timeline: [t0, t1] ns onto [x0, x1].
-struct TimeAxis {
-    double t0, t1;
-    float x0, x1;
-    float x(double t) const { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * (x1 - x0); }
-    double t(float px) const {
-        return t0 + static_cast<double>(px - x0) / static_cast<double>(x1 - x0) * (t1 - t0);
-    }
-};
-
 inline constexpr float kCounterLanePx = 28.0f;
 inline constexpr int kCounterColumnPx = 2;
 

@@ -19,6 +19,18 @@ enum class ViewId : std::uint8_t { timeline, memory, kernels, compare, estimate 
 inline constexpr std::array<std::string_view, 5> kViewNames = {"timeline", "memory", "kernels",
                                                                "compare", "estimate"};
 
+// Time <-> pixels on the timeline: [t0, t1] ns onto screen x [x0, x1].
+struct TimeAxis {
+    double t0 = 0, t1 = 0;
+    float x0 = 0, x1 = 0;
+    float x(double t) const { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * (x1 - x0); }
+    double t(float px) const {
+        return t0 + static_cast<double>(px - x0) / static_cast<double>(x1 - x0) * (t1 - t0);
+    }
+};
+
+inline constexpr float kTimelineRowPx = 18.0f;  // one depth level of a lane
+
 struct TimelineState {
     double t0_ns = 0, t1_ns = 0;  // the visible window; t1 <= t0 means "fit all" next frame
     double scroll_y = 0;
@@ -30,6 +42,16 @@ struct TimelineState {
     int selected_run = -1;  // clicked event (its args stay shown)
     std::uint32_t selected_event = kNone;
     bool dragging = false;
+    // The last frame as drawn: its time axis, each run's lane tops (screen y, by lane; < 0: not
+    // drawn), the find box's centre, and the range under the pointer with the args shown for it
+    // (hovered_event kNone and hover_text "" when none). Input is applied after drawing, so
+    // t0_ns/t1_ns may already differ from axis.t0/t1. The input tests aim the pointer with these.
+    TimeAxis axis;
+    std::vector<std::vector<float>> lane_y;
+    float find_x = 0, find_y = 0;
+    int hovered_run = -1;
+    std::uint32_t hovered_event = kNone;
+    std::string hover_text;
     // Drawing counters of the last frame (the benchmark prints them).
     std::int64_t drawn_boxes = 0, merged_boxes = 0, counter_rects = 0;
 };
@@ -48,6 +70,8 @@ struct MemoryChartCache {
     std::vector<double> device_used;    // per column; NaN before the first device sample
     double device_max = 0;
     std::size_t peak_index = 0;  // the sample at the peak (the legend's values)
+    // The plot area on screen in the last frame: t0 at x0, t1 at x1 (the input tests aim with it).
+    float plot_x0 = 0, plot_x1 = 0, plot_y0 = 0, plot_y1 = 0;
 };
 
 struct MemoryState {

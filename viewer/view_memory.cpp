@@ -116,6 +116,11 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     if (t1 <= t0) t1 = t0 + 1000.0;
     const int columns = std::max(1, static_cast<int>(b.x - a.x) / kColumnPx);
     const MemoryChartCache& cache = chart_columns(s, run_index, run, columns, t0, t1);
+    MemoryChartCache& plot = s.charts[static_cast<std::size_t>(run_index)];
+    plot.plot_x0 = a.x;
+    plot.plot_x1 = b.x;
+    plot.plot_y0 = a.y;
+    plot.plot_y1 = b.y;
     const double predicted = run.has_report ? run.report.predicted_total_bytes() : 0.0;
     const OtherTotal other = other_total(run);
     double y_max = std::max({m.peak_bytes, predicted, cache.device_max});

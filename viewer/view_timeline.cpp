@@ -20,7 +20,7 @@ namespace napkin::viewer {
 namespace {
 
 constexpr float kGutterPx = 190.0f;  // lane labels
-constexpr float kRowPx = 18.0f;
+constexpr float kRowPx = kTimelineRowPx;
 constexpr float kLaneGapPx = 6.0f;
 constexpr float kRunHeaderPx = 20.0f;
 constexpr float kRulerPx = 22.0f;
@@ -296,6 +296,8 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
     ImGui::SetNextItemWidth(220);
     const bool enter = ImGui::InputTextWithHint("##find", "find by name", s.find, sizeof s.find,
                                                 ImGuiInputTextFlags_EnterReturnsTrue);
+    s.find_x = 0.5f * (ImGui::GetItemRectMin().x + ImGui::GetItemRectMax().x);
+    s.find_y = 0.5f * (ImGui::GetItemRectMin().y + ImGui::GetItemRectMax().y);
     update_matches(s, runs);
     ImGui::SameLine();
     if ((ImGui::Button("Next match") || enter) && s.find[0] != 0) find_next(s, runs);
@@ -313,6 +315,7 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
     const float width = ImGui::GetContentRegionAvail().x;
     Mapping m{s.t0_ns, s.t1_ns, ruler_pos.x + kGutterPx, ruler_pos.x + width - 14.0f};
     if (m.x1 - m.x0 < 50.0f) m.x1 = m.x0 + 50.0f;
+    s.axis = m;
     draw_ruler(ImGui::GetWindowDrawList(), m, ruler_pos, kRulerPx);
     ImGui::Dummy(ImVec2(width, kRulerPx));
 
@@ -329,7 +332,8 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
     s.merged_boxes = 0;
     s.counter_rects = 0;
     std::string counter_tip;
-    std::vector<std::vector<float>> lane_y(runs.size());
+    std::vector<std::vector<float>>& lane_y = s.lane_y;
+    lane_y.resize(runs.size());
     float y = origin.y;
     dl->PushClipRect(win_pos, ImVec2(win_pos.x + win_size.x, win_pos.y + win_size.y), true);
     for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -339,7 +343,7 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
                           IM_COL32(45, 50, 65, 255));
         dl->AddText(ImVec2(win_pos.x + 4, y + 3), IM_COL32(200, 220, 255, 255), run.label.c_str());
         y += kRunHeaderPx;
-        lane_y[r].resize(run.trace.lanes.size(), -1.0f);
+        lane_y[r].assign(run.trace.lanes.size(), -1.0f);
         for (std::uint32_t li = 0; li < run.trace.lanes.size(); ++li) {
             const Lane& lane = run.trace.lanes[li];
             if (lane.events == 0) continue;
@@ -465,16 +469,21 @@ void draw_timeline(TimelineState& s, const std::vector<RunData>& runs) {
         s.t0_ns = t_min - pad;
         s.t1_ns = t_max + pad;
     }
+    s.hovered_run = hovered ? hit.run : -1;
+    s.hovered_event = hovered && hit.run >= 0 ? hit.event : kNone;
+    s.hover_text.clear();
     if (hovered && !counter_tip.empty()) {
-        tooltip_text(counter_tip);
+        s.hover_text = std::move(counter_tip);
     } else if (hovered && hit.run >= 0) {
         if (hit.event != kNone) {
-            tooltip_text(event_details(runs[hit.run], runs[hit.run].trace.events[hit.event]));
+            s.hover_text = event_details(runs[hit.run], runs[hit.run].trace.events[hit.event]);
         } else if (hit.merged > 0) {
-            tooltip_text(std::to_string(hit.merged) + " events merged (" +
-                         fmt_duration_ns(hit.merged_t1 - hit.merged_t0) + "): zoom in to see them");
+            s.hover_text = std::to_string(hit.merged) + " events merged (" +
+                           fmt_duration_ns(hit.merged_t1 - hit.merged_t0) +
+                           "): zoom in to see them";
         }
     }
+    if (!s.hover_text.empty()) tooltip_text(s.hover_text);
     ImGui::EndChild();
 
     // Status line: the selected event stays described here.

@@ -1,0 +1,354 @@
+// The viewer's interaction, driven headless with scripted input: the App of napkin-view on
+// traces/cpu-tiny in a hidden 1280x720 window, each frame given a FrameInput (pointer, left
+// button, wheel, keys, text) instead of the window's, and the effect read back from the views'
+// state, not from pixels: the timeline's visible window after a wheel, a drag, F; the range hovered
+// and its args; the range a click selects; the match find + Enter jumps to; the blocks a click on
+// the memory chart lists. The pointer is aimed with the layout the views record each frame
+// (TimelineState::axis and lane_y, MemoryChartCache::plot_*). Needs a display (label gui: CI runs
+// it under xvfb-run -a with Mesa's llvmpipe); skips without one.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
+
+#include "viewer/app.h"
+#include "viewer/backend_glfw.h"
+#include "viewer/format.h"
+#include "viewer/run_data.h"
+
+namespace napkin::viewer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ViewerInput : public testing::Test {
+protected:
+    void SetUp() override {
+        if (std::getenv("DISPLAY") == nullptr)
+            GTEST_SKIP() << "no DISPLAY: run the gui tests under xvfb-run -a";
+        std::vector<RunData> runs;
+        runs.push_back(load_run(fs::path(NAPKIN_SOURCE_DIR) / "traces" / "cpu-tiny"));
+        ASSERT_TRUE(runs[0].errors.empty()) << runs[0].errors.front();
+        ASSERT_TRUE(runs[0].has_trace && runs[0].has_memory);
+        WindowOptions opt;
+        opt.width = 1280;
+        opt.height = 720;
+        opt.headless = true;
+        backend_ = std::make_unique<GlfwBackend>(opt);
+        app_ = std::make_unique<App>(std::move(runs));
+        idle(2);
+    }
+
+    const RunData& run() const { return app_->runs()[0]; }
+    TimelineState& tl() { return app_->timeline(); }
+
+    void frame(const FrameInput& in) {
+        backend_->frame([&] { app_->draw(); }, &in);
+        pointer_ = in;
+        pointer_.wheel = 0.0f;
+        pointer_.keys_down.clear();
+        pointer_.text.clear();
+    }
+    // Frames with the pointer where it was, nothing pressed.
+    void idle(int n = 1) {
+        for (int i = 0; i < n; ++i)
+            frame(pointer_);
+    }
+    void move_to(float x, float y) {
+        FrameInput in;
+        in.mouse_x = x;
+        in.mouse_y = y;
+        frame(in);
+    }
+    // Moves there (one frame), presses (one frame) and releases (one frame).
+    void click(float x, float y) {
+        move_to(x, y);
+        FrameInput in = pointer_;
+        in.left_down = true;
+        frame(in);
+        in.left_down = false;
+        frame(in);
+    }
+    void press_key(int key) {
+        FrameInput in = pointer_;
+        in.keys_down = {key};
+        frame(in);
+        idle();
+    }
+    void type(const std::string& text) {
+        FrameInput in = pointer_;
+        in.text = text;
+        frame(in);
+    }
+
+    // A point inside the lanes: the middle of the first depth level of the run's first lane.
+    float lanes_y() {
+        for (float y : tl().lane_y[0]) {
+            if (y >= 0) return y + 0.5f * kTimelineRowPx;
+        }
+        ADD_FAILURE() << "no lane drawn";
+        return 0;
+    }
+    // The first event named `name` (start order).
+    std::uint32_t event_named(const std::string& name) {
+        const TraceData& t = run().trace;
+        for (std::uint32_t i = 0; i < t.events.size(); ++i) {
+            if (t.name_of(t.events[i]) == name) return i;
+        }
+        ADD_FAILURE() << "no event " << name;
+        return 0;
+    }
+    // Shows [t0, t1] (a view the timeline's own keys could reach) and draws it.
+    void show(double t0, double t1) {
+        tl().t0_ns = t0;
+        tl().t1_ns = t1;
+        idle();
+    }
+    // The middle of the event's box on screen.
+    void event_centre(std::uint32_t e, float& x, float& y) {
+        const Event& ev = run().trace.events[e];
+        x = tl().axis.x(0.5 * static_cast<double>(ev.start_ns + ev.end_ns()));
+        y = tl().lane_y[0][ev.lane] + (static_cast<float>(ev.depth) + 0.5f) * kTimelineRowPx;
+    }
+    double pixel_ns() const {
+        const TimeAxis& a = app_->timeline().axis;
+        return (a.t1 - a.t0) / static_cast<double>(a.x1 - a.x0);
+    }
+
+    std::unique_ptr<GlfwBackend> backend_;
+    std::unique_ptr<App> app_;
+    FrameInput pointer_;
+};
+
+TEST_F(ViewerInput, TheTimelineFitsTheWholeTraceFirst) {
+    const double pad = 0.01 * static_cast<double>(run().trace.t_max_ns - run().trace.t_min_ns);
+    EXPECT_DOUBLE_EQ(tl().t0_ns, static_cast<double>(run().trace.t_min_ns) - pad);
+    EXPECT_DOUBLE_EQ(tl().t1_ns, static_cast<double>(run().trace.t_max_ns) + pad);
+    EXPECT_GT(tl().axis.x1 - tl().axis.x0, 800.0f);
+    EXPECT_GT(tl().drawn_boxes, 0);
+}
+
+TEST_F(ViewerInput, WheelUpZoomsAroundThePointer) {
+    const float x = tl().axis.x0 + 0.3f * (tl().axis.x1 - tl().axis.x0);
+    const float y = lanes_y();
+    move_to(x, y);
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t_pointer = tl().axis.t(x);
+    FrameInput in = pointer_;
+    in.wheel = 1.0f;
+    frame(in);
+    EXPECT_GT(tl().t0_ns, t0) << "left edge must move right";
+    EXPECT_LT(tl().t1_ns, t1) << "right edge must move left";
+    EXPECT_NEAR(tl().t1_ns - tl().t0_ns, 0.8 * (t1 - t0), 1e-6 * (t1 - t0));
+    idle();  // drawn with the new window
+    EXPECT_NEAR(tl().axis.x(t_pointer), x, 1.0f) << "the time under the pointer stays there";
+    // Down zooms back out.
+    in.wheel = -1.0f;
+    frame(in);
+    EXPECT_NEAR(tl().t0_ns, t0, 1e-6 * (t1 - t0));
+    EXPECT_NEAR(tl().t1_ns, t1, 1e-6 * (t1 - t0));
+}
+
+TEST_F(ViewerInput, ShiftWheelScrollsLanesWithoutZooming) {
+    move_to(tl().axis.x0 + 100.0f, lanes_y());
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    FrameInput in = pointer_;
+    in.wheel = 1.0f;
+    in.shift = true;
+    frame(in);
+    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+}
+
+TEST_F(ViewerInput, DragPansByThePointersTravel) {
+    const float x = tl().axis.x0 + 400.0f, y = lanes_y();
+    move_to(x, y);
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double ns_per_px = pixel_ns();
+    const int selected_before = tl().selected_run;
+    FrameInput in = pointer_;
+    in.left_down = true;
+    frame(in);  // press
+    in.mouse_x = x + 60.0f;
+    frame(in);
+    in.mouse_x = x + 150.0f;
+    frame(in);
+    in.left_down = false;
+    frame(in);  // release: a drag, not a click
+    // Dragged right by 150 px: the content follows the pointer, the window moves back in time.
+    EXPECT_NEAR(tl().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+    EXPECT_NEAR(tl().t1_ns, t1 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+    EXPECT_FALSE(tl().dragging);
+    EXPECT_EQ(tl().selected_run, selected_before) << "a drag must not select";
+    // Moving after the release no longer pans.
+    move_to(x, y);
+    EXPECT_NEAR(tl().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+}
+
+TEST_F(ViewerInput, FRestoresTheWholeTrace) {
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    move_to(tl().axis.x0 + 200.0f, lanes_y());
+    FrameInput in = pointer_;
+    in.wheel = 3.0f;
+    frame(in);
+    press_key('D');  // and pan a little
+    ASSERT_GT(tl().t0_ns, t0 + 1.0);
+    press_key(GLFW_KEY_F);
+    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+}
+
+TEST_F(ViewerInput, HoverShowsTheRangesArgs) {
+    const std::uint32_t e = event_named("h.0.attn.qkv");
+    const Event& ev = run().trace.events[e];
+    ASSERT_NE(ev.args, kNone);
+    const double flops = run().trace.args[ev.args].flops;
+    ASSERT_GT(flops, 0.0);
+    show(static_cast<double>(ev.start_ns) - static_cast<double>(ev.dur_ns),
+         static_cast<double>(ev.end_ns()) + static_cast<double>(ev.dur_ns));
+    float x = 0, y = 0;
+    event_centre(e, x, y);
+    move_to(x, y);
+    EXPECT_EQ(tl().hovered_run, 0);
+    EXPECT_EQ(tl().hovered_event, e);
+    EXPECT_NE(tl().hover_text.find("h.0.attn.qkv"), std::string::npos) << tl().hover_text;
+    EXPECT_NE(tl().hover_text.find("FLOPs " + fmt_flops(flops)), std::string::npos)
+        << tl().hover_text;
+    EXPECT_NE(tl().hover_text.find("TFLOP/s"), std::string::npos) << tl().hover_text;
+    // Off every range (the gutter): nothing hovered.
+    move_to(tl().axis.x0 - 50.0f, y);
+    EXPECT_EQ(tl().hovered_event, kNone);
+    EXPECT_TRUE(tl().hover_text.empty()) << tl().hover_text;
+}
+
+TEST_F(ViewerInput, AClickSelectsTheRange) {
+    const std::uint32_t e = event_named("h.1.mlp.fc");
+    const Event& ev = run().trace.events[e];
+    show(static_cast<double>(ev.start_ns) - static_cast<double>(ev.dur_ns),
+         static_cast<double>(ev.end_ns()) + static_cast<double>(ev.dur_ns));
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    float x = 0, y = 0;
+    event_centre(e, x, y);
+    click(x, y);
+    EXPECT_EQ(tl().selected_run, 0);
+    EXPECT_EQ(tl().selected_event, e);
+    EXPECT_DOUBLE_EQ(tl().t0_ns, t0) << "a click does not pan";
+    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+    // Its parent, one level up, is selected instead by a click there.
+    click(x, y - kTimelineRowPx);
+    ASSERT_NE(tl().selected_event, kNone);
+    EXPECT_EQ(run().trace.events[tl().selected_event].depth + 1, ev.depth);
+}
+
+TEST_F(ViewerInput, FindAndEnterJumpToTheNextMatch) {
+    click(tl().find_x, tl().find_y);
+    type("attn.proj b");
+    press_key(GLFW_KEY_ENTER);
+    EXPECT_EQ(tl().find_applied, "attn.proj b");
+    // The first match in time: "h.0.attn.proj backward" of the first step.
+    const TraceData& t = run().trace;
+    std::uint32_t first = kNone;
+    for (std::uint32_t i = 0; i < t.events.size(); ++i) {
+        if (t.name_of(t.events[i]).find("attn.proj b") != std::string::npos &&
+            (first == kNone || t.events[i].start_ns < t.events[first].start_ns))
+            first = i;
+    }
+    ASSERT_NE(first, kNone);
+    ASSERT_EQ(tl().selected_run, 0);
+    ASSERT_EQ(tl().selected_event, first);
+    EXPECT_EQ(t.name_of(t.events[first]), "h.1.attn.proj backward");  // backward runs h.1 first
+    const Event& ev = t.events[first];
+    EXPECT_LT(tl().t0_ns, static_cast<double>(ev.start_ns));
+    EXPECT_GT(tl().t1_ns, static_cast<double>(ev.end_ns()));
+    EXPECT_LT(tl().t1_ns - tl().t0_ns, 10.0 * static_cast<double>(ev.dur_ns) + 3000.0)
+        << "zoomed onto the match";
+    // Enter again: the next match, later in time.
+    click(tl().find_x, tl().find_y);
+    press_key(GLFW_KEY_ENTER);
+    ASSERT_NE(tl().selected_event, kNone);
+    EXPECT_NE(tl().selected_event, first);
+    EXPECT_GT(t.events[tl().selected_event].start_ns, ev.start_ns);
+    EXPECT_NE(t.name_of(t.events[tl().selected_event]).find("attn.proj b"), std::string::npos);
+}
+
+// Keys typed into the find box are text, not the timeline's W/A/S/D/F (a key press is both a key
+// and a character on a real keyboard).
+TEST_F(ViewerInput, TypingInTheFindBoxDoesNotPanOrFit) {
+    move_to(tl().axis.x0 + 200.0f, lanes_y());
+    FrameInput in = pointer_;
+    in.wheel = 2.0f;
+    frame(in);
+    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    click(tl().find_x, tl().find_y);
+    for (const char* k : {"d", "f"}) {
+        in = pointer_;
+        in.keys_down = {std::toupper(k[0])};
+        in.text = k;
+        frame(in);
+        idle();
+    }
+    EXPECT_EQ(tl().find_applied, "df");
+    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+}
+
+TEST_F(ViewerInput, AClickOnTheMemoryChartListsTheLiveBlocks) {
+    app_->select(ViewId::memory);
+    idle(2);
+    ASSERT_EQ(app_->current(), ViewId::memory);
+    const MemoryState& mem = app_->memory();
+    ASSERT_GE(mem.charts.size(), 1u);
+    const MemoryChartCache& c = mem.charts[0];
+    ASSERT_GT(c.plot_x1 - c.plot_x0, 500.0f);
+    // At the peak: the parameters (wte, the token embedding, among them) are live.
+    const double t_peak = static_cast<double>(run().memory.peak_t_ns);
+    const float x = c.plot_x0 + static_cast<float>((t_peak - c.t0) / (c.t1 - c.t0)) *
+                                    (c.plot_x1 - c.plot_x0);
+    const double ns_per_px = (c.t1 - c.t0) / static_cast<double>(c.plot_x1 - c.plot_x0);
+    click(x, 0.5f * (c.plot_y0 + c.plot_y1));
+    ASSERT_EQ(mem.selected_run, 0);
+    EXPECT_NEAR(static_cast<double>(mem.selected_t_ns), t_peak, 1.0 * ns_per_px);
+    ASSERT_FALSE(mem.live.empty());
+    // wte's size from memory.json's own rows.
+    const MemoryData& m = run().memory;
+    std::int64_t wte_bytes = 0;
+    for (const MemoryRow& r : m.rows) {
+        if (m.names[r.name] == "wte" && r.bytes_delta > 0) {
+            wte_bytes = r.bytes_delta;
+            break;
+        }
+    }
+    ASSERT_GT(wte_bytes, 0);
+    bool found = false;
+    std::int64_t parameters = 0;
+    for (const LiveBlock& b : mem.live) {
+        if (b.name == "wte") {
+            found = true;
+            EXPECT_EQ(b.category, "parameters");
+            EXPECT_EQ(b.bytes, wte_bytes);
+        }
+        if (b.category == "parameters") parameters += b.bytes;
+    }
+    EXPECT_TRUE(found) << "wte not among the " << mem.live.size() << " live blocks";
+    // Every parameter is live then: their bytes are the peak's parameters category.
+    std::size_t pc = 0;
+    while (pc < m.categories.size() && m.categories[pc] != "parameters")
+        ++pc;
+    ASSERT_LT(pc, m.categories.size());
+    std::size_t peak_i = 0;
+    for (std::size_t i = 0; i < m.t_ns.size(); ++i) {
+        if (m.t_ns[i] == m.peak_t_ns) peak_i = i;
+    }
+    EXPECT_EQ(static_cast<double>(parameters), m.by_category[peak_i * m.category_count() + pc]);
+}
+
+}  // namespace
+}  // namespace napkin::viewer
