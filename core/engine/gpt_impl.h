@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -195,18 +196,15 @@ public:
             hook_enter(l + 1, false);
             block_forward(l, false);
             hook_leave(l + 1, false);
-            if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) {
-                layers_[static_cast<std::size_t>(l)].release_recomputed(plan_.block);
-            }
         }
         epilogue_.items.clear();
-        for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);
         const T* last = block_output(L - 1);
         std::optional<profiler::ScopedRange> r_ep;
         // The head region runs forward and backward fused; a tied head reads and writes wte.
         hook_enter(head_unit, true);
         if (p_head_ == nullptr) hook_enter(0, true);
         op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
+        for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);  // inside ln_f's range
         kernel_range(k, gpt_detail::kernel_name(plan_.epilogue[0], false, cfg_), plan_.epilogue[0].fwd);
         norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
         k.reset();
@@ -246,9 +244,8 @@ public:
             if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l) + " backward", profiler::Category::layer);
             hook_enter(l + 1, true);
             if (full_ckpt || plan_.in.checkpointing == Checkpointing::selective) block_forward(l, true);
-            block_backward(l);
+            block_backward(l);  // frees the layer's activations at its end
             hook_leave(l + 1, true);
-            layers_[static_cast<std::size_t>(l)].items.clear();
         }
         hook_enter(0, true);
         op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
@@ -451,14 +448,14 @@ private:
                 for (int i = 0; i < op.n_saved; ++i) rebuilds |= op.saved[static_cast<std::size_t>(i)].recomputed;
                 if (!rebuilds) continue;
             }
-            kt.keep(alloc_, prefix, op, recompute);
             const std::string_view n = op.name;
             std::optional<profiler::ScopedRange> range, kernel;
             if (rec_ != nullptr) {
                 range.emplace(rec_, prefix + std::string(n) + (recompute ? " (recompute)" : ""), profiler::Category::op,
                               op.fwd);
-                kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
             }
+            kt.keep(alloc_, prefix, op, recompute);  // the op allocates what it keeps: inside its range
+            if (rec_ != nullptr) kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
             if (n == "ln_1") {
                 norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
             } else if (n == "attn.qkv") {
@@ -493,6 +490,12 @@ private:
                                          branch_.template data<T>(), N_ * C);
             } else {
                 throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+            // Checkpointing drops what backward rebuilds once the block's last op has run; the
+            // frees are that op's work (its range), not time between ops.
+            if (!recompute && &op == &plan_.block.back() && plan_.in.checkpointing != Checkpointing::none) {
+                kernel.reset();
+                kt.release_recomputed(plan_.block);
             }
         }
     }
@@ -578,6 +581,12 @@ private:
                 norm_backward(kt, "ln_1", dres, dnarrow, x, lp.ln1_w, lp.ln1_b);
             } else {
                 throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
+            }
+            // After the block's first op the layer's activations are dead: freeing them is that
+            // op's work (its range), not time between ops.
+            if (std::next(it) == plan_.block.rend()) {
+                kernel.reset();
+                kt.items.clear();
             }
         }
     }
