@@ -43,17 +43,8 @@ TrainOptions tiny_options(Precision precision, OptimizerKind optimizer) {
     return o;
 }
 
-// A fresh, empty folder per test.
 fs::path scratch_dir() {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "." + info->name();
-    for (char& c : name) {
-        if (c == '/') c = '_';
-    }
-    const fs::path dir = fs::path(testing::TempDir()) / ("napkin_ckpt_" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir;
+    return test::scratch_dir("napkin_ckpt_");
 }
 
 std::string read_bytes(const fs::path& p) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "core/model_config.h"
@@ -49,6 +50,19 @@ std::string error_of(F&& fn) {
     }
     ADD_FAILURE() << "nothing thrown";
     return {};
+}
+
+// A fresh, empty folder per test: TempDir()/<prefix><suite>.<test>.
+inline std::filesystem::path scratch_dir(const std::string& prefix) {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    for (char& c : name) {
+        if (c == '/') c = '_';
+    }
+    const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / (prefix + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
 }
 
 inline void expect_contains(const std::string& msg, const std::string& part) {

@@ -41,15 +41,7 @@ TrainOptions tiny_options(Precision p, int zero) {
 }
 
 fs::path scratch_dir() {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "." + info->name();
-    for (char& c : name) {
-        if (c == '/') c = '_';
-    }
-    const fs::path dir = fs::path(testing::TempDir()) / ("napkin_zckpt_" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    return dir;
+    return test::scratch_dir("napkin_zckpt_");
 }
 
 // Steps 4..6 of an uninterrupted run, with a sharded checkpoint after step 3 in `dir`.
