@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
         }
     }
 #else
-    std::printf("\nframes: not measured (configure with -DNAPKIN_VIEWER=ON)\n");
+    std::printf("\nframes: not measured (configure with -DNAPKIN_VIEWER=ON; --frames %d ignored)\n", frames);
 #endif
     std::error_code ec;
     fs::remove_all(dir, ec);

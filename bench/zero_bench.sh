@@ -9,7 +9,11 @@
 #
 #   bench/zero_bench.sh                       # tiny, B=4 T=64, 8 micro-batches per step, 8 steps
 #   bench/zero_bench.sh --model tiny --micro-batch 4 --seq-len 64 --global 8 --steps 8 --warmup 2 \
-#       --ranks "1 2 4" --stages "0 1 2 3" --napkin build/cli/napkin --out /tmp/zero_bench
+#       --ranks "1 2 4" --stages "0 1 2 3" --overlap "off on" --napkin build/cli/napkin --out /tmp/zero_bench
+#
+# --overlap "off on" runs each configuration both ways (napkin train --overlap: gradient
+# collectives started as each unit's backward ends, ZeRO-3 gathers prefetched), back to back, so
+# the share of the step spent waiting on communication can be compared on the same machine state.
 #
 # One rank runs without a launcher (`napkin train --zero S`, world size 1); N > 1 under
 # `mpirun -n N --oversubscribe`. Each rank gets max(1, nproc / N) OpenMP threads; ranks beyond
@@ -25,6 +29,7 @@ steps=8
 warmup=2
 ranks_list="1 2 4"
 stages_list="0 1 2 3"
+overlap_list="on"
 out=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,8 +42,9 @@ while [ $# -gt 0 ]; do
         --warmup) warmup="$2"; shift 2 ;;
         --ranks) ranks_list="$2"; shift 2 ;;
         --stages) stages_list="$2"; shift 2 ;;
+        --overlap) overlap_list="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "zero_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -68,6 +74,12 @@ for n in $ranks_list; do
         exit 2
     fi
 done
+for o in $overlap_list; do
+    if [ "$o" != on ] && [ "$o" != off ]; then
+        echo "zero_bench.sh: --overlap: expected on, off or \"off on\" (got '$o')" >&2
+        exit 2
+    fi
+done
 if [ -z "$out" ]; then out="$(mktemp -d "${TMPDIR:-/tmp}/zero_bench.XXXXXX")"; fi
 mkdir -p "$out"
 cores=$(nproc)
@@ -79,19 +91,22 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ */
 echo "runs in $out"
 echo
 
-printf '%5s %5s %7s %9s %9s %8s %21s %11s %9s %s\n' ranks stage threads tokens/s "step ms" "in comm" \
-       "sent MB/step/rank" "states MB" "peak MB" ""
-printf '%5s %5s %7s %9s %9s %8s %21s %11s %9s\n' "" "" "" "" "" "" "measured / predicted" "per rank" "per rank"
+printf '%5s %5s %7s %7s %9s %9s %8s %21s %11s %9s %s\n' ranks stage overlap threads tokens/s "step ms" \
+       "in comm" "sent MB/step/rank" "states MB" "peak MB" ""
+printf '%5s %5s %7s %7s %9s %9s %8s %21s %11s %9s\n' "" "" "" "" "" "" "" "measured / predicted" "per rank" \
+       "per rank"
 for n in $ranks_list; do
     threads=$((cores / n))
     [ "$threads" -lt 1 ] && threads=1
     note=""
     [ "$n" -gt "$cores" ] && note="oversubscribed ($n ranks on $cores cores)"
     for stage in $stages_list; do
-        run="$out/n${n}_z${stage}"
+      for overlap in $overlap_list; do
+        run="$out/n${n}_z${stage}_overlap_${overlap}"
         rm -rf "$run"
         args=(train --model "$model" --micro-batch "$micro_batch" --seq-len "$seq_len"
-              --grad-accum $((global / n)) --steps "$steps" --zero "$stage" --quiet --out "$run")
+              --grad-accum $((global / n)) --steps "$steps" --zero "$stage" --overlap "$overlap" --quiet
+              --out "$run")
         log="$run.log"
         if [ "$n" -eq 1 ]; then
             OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$napkin" "${args[@]}" >"$log" 2>&1 ||
@@ -103,14 +118,15 @@ for n in $ranks_list; do
                 >"$log" 2>&1 || { echo "zero_bench.sh: $n ranks, ZeRO-$stage failed; see $log" >&2; exit 1; }
         fi
         "$napkin" report --json --warmup "$warmup" "$run" >"$run.report.json"
-        jq -r --arg n "$n" --arg stage "$stage" --arg threads "$threads" --arg note "$note" '
+        jq -r --arg n "$n" --arg stage "$stage" --arg overlap "$overlap" --arg threads "$threads" \
+              --arg note "$note" '
             def mb: if . == null then "-" else (. / 1e6 * 1000 | round / 1000 | tostring) end;
             def pct: if . == null then "-" else ((. * 1000 | round) / 10 | tostring) + "%" end;
             .runs[0] as $r
             | ($r.ranks | map(.communication) | if any(. == null) then null else . end) as $c
             | ($r.ranks | map([.memory.parameters, .memory.master_weights, .memory.gradients,
                                .memory.optimizer_state] | map(.measured) | add) | max) as $states
-            | [$n, $stage, $threads,
+            | [$n, $stage, $overlap, $threads,
                ($r.all_ranks.tokens_per_s_median | round | tostring),
                ($r.all_ranks.step_seconds_median * 1e5 | round / 100 | tostring),
                ($r.all_ranks.comm_share_mean | pct),
@@ -119,14 +135,16 @@ for n in $ranks_list; do
                     ($c | map(.sent_bytes_per_step.predicted) | max | mb)) end),
                ($states | mb), ($r.all_ranks.peak_total_bytes_max | mb), $note]
             | @tsv' "$run.report.json" |
-            while IFS=$'\t' read -r c1 c2 c3 c4 c5 c6 c7 c8 c9 c10; do
-                printf '%5s %5s %7s %9s %9s %8s %21s %11s %9s %s\n' "$c1" "$c2" "$c3" "$c4" "$c5" "$c6" "$c7" \
-                       "$c8" "$c9" "$c10"
+            while IFS=$'\t' read -r c1 c2 c3 c4 c5 c6 c7 c8 c9 c10 c11; do
+                printf '%5s %5s %7s %7s %9s %9s %8s %21s %11s %9s %s\n' "$c1" "$c2" "$c3" "$c4" "$c5" "$c6" \
+                       "$c7" "$c8" "$c9" "$c10" "$c11"
             done
+      done
     done
 done
 echo
-echo "tokens/s: all ranks' tokens per step over the slowest rank's step time (median); in comm: time inside"
-echo "collectives over step time (blocking calls: waiting for other ranks counts), mean over ranks; bytes:"
+echo "tokens/s: all ranks' tokens per step over the slowest rank's step time (median); in comm: time the step"
+echo "spends in collectives (blocking calls, and the start and wait of overlapped ones: the exposed time;"
+echo "waiting for other ranks counts) over step time, mean over ranks; overlap: napkin train --overlap; bytes:"
 echo "parameter and gradient collectives by the ring formula; MB = 10^6 bytes. load average after:" \
      "$(cut -d' ' -f1-3 /proc/loadavg)"

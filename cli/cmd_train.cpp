@@ -50,6 +50,7 @@ struct TrainFlags {
     bool quiet = false;
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
+    std::string overlap = "on";
 };
 
 std::string mb(double bytes) {
@@ -189,6 +190,10 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                          "only (for now)");
     }
     o.zero = f.zero;
+    if (f.overlap != "on" && f.overlap != "off") {
+        throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected on|off)");
+    }
+    o.overlap = f.overlap == "on";
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
@@ -514,6 +519,10 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--zero", f->zero,
                     "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks come from the "
                     "launcher: mpirun -n N napkin train --zero S ... (N ranks x --grad-accum G = one rank x G N)")
+        ->capture_default_str();
+    cmd->add_option("--overlap", f->overlap,
+                    "on|off: start each unit's gradient collective as its backward ends and prefetch ZeRO-3's "
+                    "parameter gathers, overlapping communication with computation (the same results bit for bit)")
         ->capture_default_str();
     cmd->add_option("--comm-timeout", f->comm_timeout,
                     "Seconds one collective may wait for the other ranks before the job ends with an error "

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +55,30 @@ std::uint64_t wire_bytes(DType t) {
 
 }  // namespace
 
+Communicator::Wire Communicator::wire(DType dtype) {
+    wire_bytes(dtype);  // checks the type
+    return dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
+}
+
+void Communicator::record_range(std::string name, std::int64_t t0, Collective op,
+                                std::uint64_t elements, const RingTraffic& t,
+                                std::int64_t in_flight_ns) {
+    if (rec_ == nullptr) return;
+    profiler::RangeEvent e;
+    e.name = std::move(name);
+    e.category = profiler::Category::op;
+    e.start_ns = t0;
+    e.dur_ns = rec_->now_ns() - t0;
+    e.bytes = t.sent_bytes + t.received_bytes;
+    e.args = {{"elements", static_cast<std::int64_t>(elements)},
+              {"sent_bytes", static_cast<std::int64_t>(t.sent_bytes)},
+              {"received_bytes", static_cast<std::int64_t>(t.received_bytes)},
+              {"world", static_cast<std::int64_t>(world_)}};
+    if (in_flight_ns >= 0) e.args.push_back({"in_flight_ns", in_flight_ns});
+    e.args.push_back({"collective", std::string(enum_name(kCollectiveNames, op))});
+    rec_->record(std::move(e));
+}
+
 template <class F>
 void Communicator::run(Collective op, std::string_view what, std::uint64_t elements,
                        std::uint64_t element_bytes, int root, F&& call) {
@@ -68,26 +93,14 @@ void Communicator::run(Collective op, std::string_view what, std::uint64_t eleme
     ++counters_.calls[i];
     counters_.sent_bytes[i] += t.sent_bytes;
     counters_.received_bytes[i] += t.received_bytes;
-    if (rec_ != nullptr) {
-        profiler::RangeEvent e;
-        e.name = enum_name(kCollectiveNames, op);
-        if (!what.empty()) e.name.append(1, ' ').append(what);
-        e.category = profiler::Category::op;
-        e.start_ns = t0;
-        e.dur_ns = rec_->now_ns() - t0;
-        e.bytes = t.sent_bytes + t.received_bytes;
-        e.args = {{"elements", static_cast<std::int64_t>(elements)},
-                  {"sent_bytes", static_cast<std::int64_t>(t.sent_bytes)},
-                  {"received_bytes", static_cast<std::int64_t>(t.received_bytes)},
-                  {"world", static_cast<std::int64_t>(world_)}};
-        rec_->record(std::move(e));
-    }
+    std::string name(enum_name(kCollectiveNames, op));
+    if (!what.empty()) name.append(1, ' ').append(what);
+    record_range(std::move(name), t0, op, elements, t, -1);
 }
 
 void Communicator::all_reduce(void* buf, std::uint64_t count, DType dtype, std::string_view what) {
-    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
     run(Collective::all_reduce, what, count, wire_bytes(dtype), 0,
-        [&] { do_all_reduce(buf, count, w); });
+        [&] { do_all_reduce(buf, count, wire(dtype)); });
 }
 void Communicator::all_reduce(double* values, std::uint64_t count, std::string_view what) {
     run(Collective::all_reduce, what, count, 8, 0,
@@ -95,16 +108,14 @@ void Communicator::all_reduce(double* values, std::uint64_t count, std::string_v
 }
 void Communicator::reduce_scatter(void* buf, std::uint64_t shard, DType dtype,
                                   std::string_view what) {
-    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
     const std::uint64_t n = shard * static_cast<std::uint64_t>(world_);
     run(Collective::reduce_scatter, what, n, wire_bytes(dtype), 0,
-        [&] { do_reduce_scatter(buf, shard, w); });
+        [&] { do_reduce_scatter(buf, shard, wire(dtype)); });
 }
 void Communicator::all_gather(void* buf, std::uint64_t shard, DType dtype, std::string_view what) {
-    const Wire w = dtype == DType::f32 ? Wire::f32 : dtype == DType::f16 ? Wire::f16 : Wire::bf16;
     const std::uint64_t n = shard * static_cast<std::uint64_t>(world_);
     run(Collective::all_gather, what, n, wire_bytes(dtype), 0,
-        [&] { do_all_gather(buf, shard, w); });
+        [&] { do_all_gather(buf, shard, wire(dtype)); });
 }
 void Communicator::broadcast(void* buf, std::uint64_t bytes, int root, std::string_view what) {
     NAPKIN_ASSERT(root >= 0 && root < world_,
@@ -113,6 +124,100 @@ void Communicator::broadcast(void* buf, std::uint64_t bytes, int root, std::stri
 }
 void Communicator::barrier() {
     run(Collective::barrier, {}, 0, 0, 0, [&] { do_barrier(); });
+}
+
+std::uint64_t Communicator::do_start(Collective op, void* buf, std::uint64_t n, Wire t) {
+    switch (op) {
+        case Collective::all_reduce:
+            do_all_reduce(buf, n, t);
+            return 0;
+        case Collective::reduce_scatter:
+            do_reduce_scatter(buf, n, t);
+            return 0;
+        case Collective::all_gather:
+            do_all_gather(buf, n, t);
+            return 0;
+        case Collective::broadcast:
+        case Collective::barrier:
+            break;
+    }
+    NAPKIN_ASSERT(false, "no nonblocking " << enum_name(kCollectiveNames, op));
+    return 0;
+}
+bool Communicator::do_test(std::uint64_t) {
+    return true;
+}
+void Communicator::do_wait(std::uint64_t) {}
+
+Communicator::Ticket Communicator::start(Collective op, std::string_view what, void* buf,
+                                         std::uint64_t n, std::uint64_t elements, DType dtype) {
+    const RingTraffic t = ring_traffic(op, elements, wire_bytes(dtype), world_, rank_, 0);
+    const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
+    const auto wall0 = std::chrono::steady_clock::now();
+    Started s;
+    s.handle = do_start(op, buf, n, wire(dtype));
+    const auto i = static_cast<std::size_t>(op);
+    counters_.ns[i] += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - wall0)
+                           .count();
+    ++counters_.calls[i];
+    counters_.sent_bytes[i] += t.sent_bytes;
+    counters_.received_bytes[i] += t.received_bytes;
+    s.ticket = ++last_ticket_;
+    s.op = op;
+    s.name = std::string(enum_name(kCollectiveNames, op));
+    if (!what.empty()) s.name.append(1, ' ').append(what);
+    s.elements = elements;
+    s.traffic = t;
+    s.start_ns = t0;
+    if (s.handle == 0) s.done_ns = rec_ != nullptr ? rec_->now_ns() : 0;
+    record_range("start " + s.name, t0, op, elements, t, -1);
+    started_.push_back(std::move(s));
+    return started_.back().ticket;
+}
+
+Communicator::Ticket Communicator::start_all_reduce(void* buf, std::uint64_t count, DType dtype,
+                                                    std::string_view what) {
+    return start(Collective::all_reduce, what, buf, count, count, dtype);
+}
+Communicator::Ticket Communicator::start_reduce_scatter(void* buf, std::uint64_t shard,
+                                                        DType dtype, std::string_view what) {
+    return start(Collective::reduce_scatter, what, buf, shard,
+                 shard * static_cast<std::uint64_t>(world_), dtype);
+}
+Communicator::Ticket Communicator::start_all_gather(void* buf, std::uint64_t shard, DType dtype,
+                                                    std::string_view what) {
+    return start(Collective::all_gather, what, buf, shard,
+                 shard * static_cast<std::uint64_t>(world_), dtype);
+}
+
+void Communicator::progress() {
+    for (Started& s : started_) {
+        if (s.handle != 0 && do_test(s.handle)) {
+            s.handle = 0;
+            s.done_ns = rec_ != nullptr ? rec_->now_ns() : 0;
+        }
+    }
+}
+
+void Communicator::wait(Ticket ticket) {
+    auto it = std::find_if(started_.begin(), started_.end(),
+                           [&](const Started& s) { return s.ticket == ticket; });
+    NAPKIN_ASSERT(it != started_.end(), "wait for collective " << ticket << ", not in flight");
+    const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
+    const auto wall0 = std::chrono::steady_clock::now();
+    if (it->handle != 0) {
+        do_wait(it->handle);
+        it->handle = 0;
+        it->done_ns = rec_ != nullptr ? rec_->now_ns() : 0;
+    }
+    counters_.ns[static_cast<std::size_t>(it->op)] +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                             wall0)
+            .count();
+    record_range("wait " + it->name, t0, it->op, it->elements, RingTraffic{},
+                 it->done_ns - it->start_ns);
+    started_.erase(it);
 }
 
 namespace {
@@ -180,8 +285,54 @@ protected:
         check(api_.broadcast(buf, bytes, root, err_), Collective::broadcast, bytes);
     }
     void do_barrier() override { check(api_.barrier(err_), Collective::barrier, 0); }
+    std::uint64_t do_start(Collective op, void* buf, std::uint64_t n, Wire t) override {
+        const int c = op == Collective::all_reduce       ? napkin_mpi_all_reduce
+                      : op == Collective::reduce_scatter ? napkin_mpi_reduce_scatter
+                                                         : napkin_mpi_all_gather;
+        NAPKIN_ASSERT(op == Collective::all_reduce || op == Collective::reduce_scatter ||
+                          op == Collective::all_gather,
+                      "no nonblocking " << enum_name(kCollectiveNames, op));
+        std::uint64_t handle = 0;
+        check(api_.start(c, buf, n, type(t), &handle, err_), op, 0);
+        NAPKIN_ASSERT(handle != 0, "the MPI backend started a collective without a handle");
+        handles_.push_back({handle, op, op == Collective::all_reduce ? n : n * static_cast<std::uint64_t>(world_size()), t});
+        return handle;
+    }
+    bool do_test(std::uint64_t handle) override {
+        int done = 0;
+        const Handle h = find(handle);
+        check(api_.test(handle, &done, err_), h.op, h.elements * element_bytes(h.wire));
+        if (done != 0) forget(handle);
+        return done != 0;
+    }
+    void do_wait(std::uint64_t handle) override {
+        const Handle h = find(handle);
+        check(api_.wait(handle, err_), h.op, h.elements * element_bytes(h.wire));
+        forget(handle);
+    }
 
 private:
+    // What a started collective is, for the timeout's message.
+    struct Handle {
+        std::uint64_t id = 0;
+        Collective op = Collective::all_reduce;
+        std::uint64_t elements = 0;
+        Wire wire = Wire::f32;
+    };
+    Handle find(std::uint64_t id) const {
+        for (const Handle& h : handles_) {
+            if (h.id == id) return h;
+        }
+        NAPKIN_ASSERT(false, "no started collective " << id);
+        return {};
+    }
+    void forget(std::uint64_t id) {
+        handles_.erase(std::remove_if(handles_.begin(), handles_.end(),
+                                      [&](const Handle& h) { return h.id == id; }),
+                       handles_.end());
+    }
+    std::vector<Handle> handles_;
+
     static int type(Wire t) {
         switch (t) {
             case Wire::f32:

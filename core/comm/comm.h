@@ -6,7 +6,8 @@
 // Rank, world size and local rank come from the launcher's environment (OMPI_COMM_WORLD_*,
 // PMI_*). Every collective is a profiler range carrying its bytes, and each rank counts what
 // it sends and receives by the ring algorithm (core/comm/collective.h), the same formula the
-// estimator predicts with. Collectives return when done; buffers are host memory.
+// estimator predicts with. Collectives return when done, or are started and waited for
+// (start_*, wait: overlap with computation); buffers are host memory.
 // Failures throw CommError naming the collective and MPI's reason. A collective still waiting
 // for another rank after the timeout (set_timeout_s) means that rank is stuck or gone: the
 // backend prints one line and ends the job. docs/ZERO.md.
@@ -17,6 +18,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/comm/collective.h"
 #include "core/dtype.h"
@@ -67,6 +69,26 @@ public:
     void broadcast(void* buf, std::uint64_t bytes, int root, std::string_view what = {});
     void barrier();
 
+    // Nonblocking collectives, to overlap communication with computation. start_*() begins one
+    // and returns a ticket at once; the buffer belongs to the collective until wait(ticket)
+    // returns. Every rank must start the same collectives in the same order (MPI's rule and
+    // NCCL's); waits may come in any order. Open MPI advances a started collective only inside
+    // its calls, so progress() (a test of each one, cheap) is worth calling between pieces of
+    // work. Bytes are counted at the start; the time counted is the start's and the wait's: what
+    // the caller was held up by ("exposed" communication). The profiler gets a range for the
+    // start and one for the wait ("wait all_reduce gradients h.3"). Backends without
+    // nonblocking collectives (world size 1, NCCL for now) complete them at the start.
+    using Ticket = std::uint64_t;
+    Ticket start_all_reduce(void* buf, std::uint64_t count, DType dtype,
+                            std::string_view what = {});
+    Ticket start_reduce_scatter(void* buf, std::uint64_t shard, DType dtype,
+                                std::string_view what = {});
+    Ticket start_all_gather(void* buf, std::uint64_t shard, DType dtype,
+                            std::string_view what = {});
+    void wait(Ticket ticket);
+    void progress();
+    std::size_t in_flight() const { return started_.size(); }
+
     const CommCounters& counters() const { return counters_; }
     // Each collective becomes a range "all_gather h.3" with its bytes as args; null: none.
     void set_recorder(profiler::Recorder* recorder) { rec_ = recorder; }
@@ -89,8 +111,30 @@ protected:
     virtual void do_all_gather(void* buf, std::uint64_t shard, Wire t) = 0;
     virtual void do_broadcast(void* buf, std::uint64_t bytes, int root) = 0;
     virtual void do_barrier() = 0;
+    // Nonblocking, for start_*(): `n` is the count of an all-reduce, the shard of the others.
+    // Returns the backend's handle of the started collective, or 0 when it is complete already
+    // (the default: the blocking call). do_test returns true once the collective completed
+    // (the handle is then finished); do_wait returns when it has.
+    virtual std::uint64_t do_start(Collective op, void* buf, std::uint64_t n, Wire t);
+    virtual bool do_test(std::uint64_t handle);
+    virtual void do_wait(std::uint64_t handle);
+    static Wire wire(DType dtype);
 
 private:
+    struct Started {
+        Ticket ticket = 0;
+        std::uint64_t handle = 0;  // the backend's; 0 once complete
+        Collective op = Collective::all_reduce;
+        std::string name;          // "all_reduce gradients h.3"
+        std::uint64_t elements = 0;
+        RingTraffic traffic;
+        std::int64_t start_ns = 0, done_ns = -1;  // recorder time; done_ns once seen complete
+    };
+    Ticket start(Collective op, std::string_view what, void* buf, std::uint64_t n,
+                 std::uint64_t elements, DType dtype);
+    void record_range(std::string name, std::int64_t t0, Collective op, std::uint64_t elements,
+                      const RingTraffic& t, std::int64_t in_flight_ns);
+
     template <class F>
     void run(Collective op, std::string_view what, std::uint64_t elements,
              std::uint64_t element_bytes, int root, F&& call);
@@ -99,6 +143,8 @@ private:
     CommCounters counters_;
     profiler::Recorder* rec_ = nullptr;
     double timeout_s_ = 0;
+    std::vector<Started> started_;
+    Ticket last_ticket_ = 0;
 };
 
 // What the launcher's environment says: OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK} (Open MPI),

@@ -10,9 +10,15 @@
 
 extern "C" {
 
-inline constexpr int kNapkinMpiAbi = 2;
+inline constexpr int kNapkinMpiAbi = 3;
 inline constexpr int kNapkinMpiErrBytes = 512;
 inline constexpr int kNapkinMpiTimedOut = -1;  // MPI's error codes are positive
+
+enum NapkinMpiCollective : int {
+    napkin_mpi_all_reduce = 0,
+    napkin_mpi_reduce_scatter = 1,
+    napkin_mpi_all_gather = 2
+};
 
 enum NapkinMpiType : int {
     napkin_mpi_f32 = 0,
@@ -38,6 +44,16 @@ struct NapkinMpiApi {
     int (*broadcast)(void* buf, std::uint64_t bytes, int root, char* err);
     int (*barrier)(char* err);
     const char* (*library_version)();
+
+    // Nonblocking, for overlap: start() begins one of the collectives above (n: count for the
+    // all-reduce, shard for the others) and writes a handle (> 0) into *handle; test() sets
+    // *done to 1 once it completed (the handle is then gone) and drives its progress (Open MPI
+    // advances nonblocking collectives only inside MPI calls); wait() completes it, polling up
+    // to the timeout counted from the wait (then kNapkinMpiTimedOut, handle still pending).
+    int (*start)(int collective, void* buf, std::uint64_t n, int type, std::uint64_t* handle,
+                 char* err);
+    int (*test)(std::uint64_t handle, int* done, char* err);
+    int (*wait)(std::uint64_t handle, char* err);
 };
 
 // Fills *out; returns kNapkinMpiAbi.

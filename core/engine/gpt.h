@@ -39,6 +39,9 @@ struct ParamSlot {
 // core/comm/shard_layout.h: 0 the embeddings, 1 + l block l, L + 1 the head); backward regions
 // (and the fused head) also write the unit's gradients. The ZeRO engine gathers and frees
 // parameters and gradient buckets here (core/engine/zero.h); with no hooks nothing happens.
+// Regions come in this order in every micro-batch (the ZeRO engine prefetches by it):
+// (0, forward), (1, forward) ... (L, forward), (L + 1, backward) (with (0, backward) inside it
+// when the head is tied to the embeddings), (L, backward) ... (1, backward), (0, backward).
 class GptHooks {
 public:
     virtual ~GptHooks() = default;

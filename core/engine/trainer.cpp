@@ -23,7 +23,7 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
                         {"optimizer", enum_name(kOptimizerNames, o.plan.optimizer)},
                         {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
                         {"attention", enum_name(kAttentionNames, o.plan.attention)},
-                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"world", world},
+                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap}, {"world", world},
                         {"seed", o.seed}, {"data", o.data},
                         {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
                                  q.weight_decay, q.grad_clip}},
@@ -73,7 +73,10 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     if (init_weights) init_weights(*model_);
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
-    if (parallel) zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd);
+    if (parallel) {
+        zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd,
+                                             opts_.overlap);
+    }
     if (zero_ == nullptr || zero_->stage() == 0) {
         optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state, device_.get());
     }
@@ -116,6 +119,7 @@ StepRecord Trainer::step() {
             data_->next_batch(in, tg, B, T);
         }
         if (micro / opts_.grad_accum != rank) continue;
+        if (zero_ != nullptr) zero_->begin_micro_batch(micro % opts_.grad_accum == opts_.grad_accum - 1);
         if (device_ != nullptr) {
             const auto bytes = static_cast<std::size_t>(B * T) * sizeof(std::int32_t);
             device_->copy_to_device(inputs_.raw(), in, bytes);

@@ -27,6 +27,9 @@ struct TrainOptions {
     int grad_accum = 1;  // micro-batches per rank per step
     // ZeRO stage under data parallelism (core/engine/zero.h); ranks come from the communicator.
     int zero = 0;
+    // Overlap gradient collectives with the backward and prefetch ZeRO-3's gathers (the same
+    // results bit for bit; off: every collective where its result is first needed).
+    bool overlap = true;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, core/engine/engine_device.h).

@@ -78,8 +78,14 @@ char* at(Tensor& t, std::int64_t element, DType dtype) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
-                       const OptimizerConfig& opt, const PrecisionDTypes& dtypes)
-    : stage_(stage), comm_(comm), model_(model), alloc_(alloc), opt_(opt), dt_(dtypes) {
+                       const OptimizerConfig& opt, const PrecisionDTypes& dtypes, bool overlap)
+    : stage_(stage),
+      comm_(comm),
+      model_(model),
+      alloc_(alloc),
+      opt_(opt),
+      dt_(dtypes),
+      overlap_(overlap && comm.world_size() > 1) {
     if (stage < 0 || stage > 3)
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
     NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
@@ -149,7 +155,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             }
         }
     }
-    if (stage_ >= 2) model_.set_hooks(this);
+    if (stage_ >= 2 || overlap_) model_.set_hooks(this);
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -225,27 +231,43 @@ double ZeroEngine::sum_over_ranks(double value) {
     return value;
 }
 
+namespace {
+
+// The unit of the region after (unit, backward) in GptHooks' order (core/engine/gpt.h), -1
+// after the last; L the number of blocks. (A tied head's nested (0, backward) is not followed by
+// (-1): it prefetches nothing, which is all this is used for.)
+int next_unit(int unit, bool backward, int L) {
+    if (!backward) return unit < L ? unit + 1 : L + 1;
+    return unit - 1;
+}
+
+}  // namespace
+
 void ZeroEngine::enter(int unit, bool backward) {
     const auto u = static_cast<std::size_t>(unit);
     Unit& x = units_[u];
     const ShardUnit& su = layout_.units[u];
+    if (comm_.in_flight() > 0) comm_.progress();
     if (stage_ == 3 && x.users++ == 0) {
-        x.gathered = Tensor(alloc_, "zero." + su.name + ".gathered", MemCategory::communication,
-                            dt_.weights, {su.padded});
-        std::memcpy(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
-                    x.weights.bytes());
-        collective([&] {
-            comm_.all_gather(x.gathered.raw(), static_cast<std::uint64_t>(su.shard), dt_.weights,
-                             su.name);
-        });
+        gather(u, true);
         point_params(u, x.gathered.raw());
+        const int n = overlap_ ? next_unit(unit, backward, static_cast<int>(units_.size()) - 2) : -1;
+        if (n >= 0) {
+            const auto un = static_cast<std::size_t>(n);
+            if (units_[un].users == 0 && units_[un].gathered.empty()) gather(un, false);
+        }
     }
-    if (backward && stage_ >= 2 && x.bucket.empty()) {
+    if (!backward) return;
+    if (x.backward_left == 0) x.backward_left = x.backward_regions;
+    if (stage_ < 2) return;
+    // The previous micro-batch's bucket of this unit still being reduced (a tied embedding's,
+    // met again at the head): finish it before this micro-batch's gradients start.
+    if (x.reduce != 0) finish_bucket(u);
+    if (x.bucket.empty()) {
         x.bucket = Tensor(alloc_, "zero." + su.name + ".grad.bucket", MemCategory::communication,
                           dt_.grads, {su.padded});
         zero_fill(x.bucket);
         point_grads(u, x.bucket.raw());
-        x.backward_left = x.backward_regions;
     }
 }
 
@@ -256,16 +278,74 @@ void ZeroEngine::leave(int unit, bool backward) {
         clear_params(u);
         x.gathered.release();
     }
-    if (backward && stage_ >= 2 && --x.backward_left == 0) reduce_bucket(u);
+    if (backward && --x.backward_left == 0) backward_done(u);
+    if (comm_.in_flight() > 0) comm_.progress();
 }
 
-void ZeroEngine::reduce_bucket(std::size_t u) {
+void ZeroEngine::gather(std::size_t u, bool wait) {
     Unit& x = units_[u];
     const ShardUnit& su = layout_.units[u];
+    if (x.gathered.empty()) {
+        x.gathered = Tensor(alloc_, "zero." + su.name + ".gathered", MemCategory::communication,
+                            dt_.weights, {su.padded});
+        std::memcpy(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
+                    x.weights.bytes());
+        const auto shard = static_cast<std::uint64_t>(su.shard);
+        collective([&] {
+            if (wait) comm_.all_gather(x.gathered.raw(), shard, dt_.weights, su.name);
+            else x.gather = comm_.start_all_gather(x.gathered.raw(), shard, dt_.weights, su.name);
+        });
+    } else if (wait && x.gather != 0) {
+        comm_.wait(x.gather);
+        x.gather = 0;
+    }
+}
+
+void ZeroEngine::backward_done(std::size_t u) {
+    Unit& x = units_[u];
+    const ShardUnit& su = layout_.units[u];
+    const std::string what = "gradients " + su.name;
+    if (stage_ >= 2) {
+        clear_grads(u);  // the bucket is the collective's now
+        if (!overlap_) {
+            collective([&] {
+                comm_.reduce_scatter(x.bucket.raw(), static_cast<std::uint64_t>(su.shard),
+                                     dt_.grads, what);
+            });
+            accumulate_bucket(u);
+            return;
+        }
+        collective([&] {
+            x.reduce = comm_.start_reduce_scatter(x.bucket.raw(),
+                                                  static_cast<std::uint64_t>(su.shard), dt_.grads,
+                                                  what);
+        });
+        if (bucket_in_flight_ >= 0) finish_bucket(static_cast<std::size_t>(bucket_in_flight_));
+        bucket_in_flight_ = static_cast<int>(u);
+        return;
+    }
+    if (!overlap_ || !last_micro_) return;  // reduced in step()
     collective([&] {
-        comm_.reduce_scatter(x.bucket.raw(), static_cast<std::uint64_t>(su.shard), dt_.grads,
-                             "gradients " + su.name);
+        x.reduce = stage_ == 0 ? comm_.start_all_reduce(x.grads.raw(),
+                                                        static_cast<std::uint64_t>(su.padded),
+                                                        dt_.grads, what)
+                               : comm_.start_reduce_scatter(x.grads.raw(),
+                                                            static_cast<std::uint64_t>(su.shard),
+                                                            dt_.grads, what);
     });
+}
+
+void ZeroEngine::finish_bucket(std::size_t u) {
+    Unit& x = units_[u];
+    comm_.wait(x.reduce);
+    x.reduce = 0;
+    if (bucket_in_flight_ == static_cast<int>(u)) bucket_in_flight_ = -1;
+    accumulate_bucket(u);
+}
+
+void ZeroEngine::accumulate_bucket(std::size_t u) {
+    Unit& x = units_[u];
+    const ShardUnit& su = layout_.units[u];
     // Accumulate this micro-batch's reduced chunk into the shard.
     void* chunk = at(x.bucket, comm_.rank() * su.shard, dt_.grads);
     if (dt_.grads == DType::f32) {
@@ -282,30 +362,38 @@ void ZeroEngine::reduce_bucket(std::size_t u) {
             acc[static_cast<std::size_t>(k)] += c[k];
         round_to(x.grads.raw(), dt_.grads, acc.data(), su.shard);
     }
-    clear_grads(u);
     x.bucket.release();
 }
 
 StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimizer) {
-    if (stage_ == 0) {
+    last_micro_ = false;
+    if (stage_ >= 2 && bucket_in_flight_ >= 0)
+        finish_bucket(static_cast<std::size_t>(bucket_in_flight_));
+    if (stage_ <= 1) {
+        // Each unit's gradient collective: waited for when it was started in the backward,
+        // else run now.
         for (std::size_t u = 0; u < units_.size(); ++u) {
+            Unit& x = units_[u];
             const ShardUnit& su = layout_.units[u];
+            if (x.reduce != 0) {
+                comm_.wait(x.reduce);
+                x.reduce = 0;
+                continue;
+            }
             collective([&] {
-                comm_.all_reduce(units_[u].grads.raw(), static_cast<std::uint64_t>(su.padded),
-                                 dt_.grads, "gradients " + su.name);
+                if (stage_ == 0) {
+                    comm_.all_reduce(x.grads.raw(), static_cast<std::uint64_t>(su.padded),
+                                     dt_.grads, "gradients " + su.name);
+                } else {
+                    comm_.reduce_scatter(x.grads.raw(), static_cast<std::uint64_t>(su.shard),
+                                         dt_.grads, "gradients " + su.name);
+                }
             });
         }
+    }
+    if (stage_ == 0) {
         NAPKIN_ASSERT(optimizer != nullptr, "ZeRO-0 steps with the ordinary optimizer");
         return optimizer->step(step_index, grad_scale);
-    }
-    if (stage_ == 1) {
-        for (std::size_t u = 0; u < units_.size(); ++u) {
-            const ShardUnit& su = layout_.units[u];
-            collective([&] {
-                comm_.reduce_scatter(units_[u].grads.raw(), static_cast<std::uint64_t>(su.shard),
-                                     dt_.grads, "gradients " + su.name);
-            });
-        }
     }
     const StepStats st = sharded_step(step_index, grad_scale);
     if (stage_ <= 2 && !st.skipped) {

@@ -12,13 +12,23 @@
 //   2      P (flat)    S          S                  a unit's full gradients, from its first
 //                                                    backward write until its reduce-scatter
 //   3      S           S          S                  + a unit's gathered parameters while in use
-// Per step: 0 all-reduces the gradients once (after the last micro-batch, as DDP's no_sync);
+// Per step: 0 all-reduces the gradients once (in the last micro-batch, as DDP's no_sync);
 // 1 reduce-scatters them once, steps its shard, all-gathers the parameters; 2 reduce-scatters
 // every micro-batch (its gradients are not kept whole), steps, all-gathers; 3 all-gathers each
 // unit before each region that reads it (GptHooks), frees it after, reduce-scatters each
 // unit's gradients as its backward ends, and steps its shard. Clipping uses the global norm
-// (each rank's sum of squares, all-reduced). Collectives are blocking: nothing overlaps, so
-// there is no prefetch (a unit is gathered when it is needed).
+// (each rank's sum of squares, all-reduced).
+//
+// Overlap (on with several ranks unless the engine is built with overlap = false; the results
+// are bit for bit the same either way, only the time and the communication memory differ): a unit's gradient collective is started as soon as
+// its backward ends and waited for only when its result is needed, so it runs beside the
+// backward of the units before it (stage 0-1: in the last micro-batch, waited for in step();
+// stage 2-3: every micro-batch, a bucket waited for when the next one is started, the last at
+// the next micro-batch's backward or in step()). Stage 3 prefetches: entering a region starts
+// the all-gather of the next region's unit (regions come in GptHooks' order), so at most two
+// units' gathered parameters, and two gradient buckets, are alive at once (three with tied
+// embeddings, whose unit 0 is also live around the head). The hooks drive MPI's progress
+// (Communicator::progress) between regions.
 #pragma once
 
 #include <cstdint>
@@ -54,14 +64,19 @@ public:
     // sharded buffers (the model's own tensors become views or are freed). Throws UsageError
     // for a stage outside 0..3.
     ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
-               const OptimizerConfig& opt, const PrecisionDTypes& dtypes);
+               const OptimizerConfig& opt, const PrecisionDTypes& dtypes, bool overlap = true);
     ~ZeroEngine() override;
 
     int stage() const { return stage_; }
     const ShardLayout& layout() const { return layout_; }
     Communicator& comm() { return comm_; }
 
+    bool overlap() const { return overlap_; }  // false at world size 1: nothing to overlap
+
     void zero_grads();
+    // Before each of this rank's micro-batches: whether it is the step's last (stages 0-1 start
+    // their gradient collectives during its backward; without the call they run in step()).
+    void begin_micro_batch(bool last) { last_micro_ = last; }
     // After the step's micro-batches: reduces the gradients and updates the parameters. Stage
     // 0 all-reduces and then runs `optimizer` (the ordinary, unsharded one); stages 1-3 step
     // their own shards and ignore it.
@@ -97,6 +112,8 @@ private:
         int users = 0;    // regions using the gathered parameters now
         int backward_regions = 0;  // per micro-batch: backward regions that write its gradients
         int backward_left = 0;
+        Communicator::Ticket gather = 0;  // stage 3: the all-gather into `gathered` in flight
+        Communicator::Ticket reduce = 0;  // the gradient collective in flight (grads or bucket)
     };
     template <class F>
     void collective(F&& call);  // runs a parameter/gradient collective, counting its traffic
@@ -104,7 +121,10 @@ private:
     void point_grads(std::size_t u, void* base);
     void clear_params(std::size_t u);
     void clear_grads(std::size_t u);
-    void reduce_bucket(std::size_t u);
+    void backward_done(std::size_t u);  // the unit's gradients of this micro-batch are complete
+    void gather(std::size_t u, bool wait);  // stage 3: gathered + all-gather (started or done)
+    void finish_bucket(std::size_t u);      // stage 2-3: waits for the bucket's reduction, then
+    void accumulate_bucket(std::size_t u);  // adds its chunk into the shard, frees the bucket
     StepStats sharded_step(int step_index, float grad_scale);
 
     int stage_;
@@ -118,6 +138,9 @@ private:
     CommCounters state_traffic_;
     std::vector<float> grad_buf_, weight_buf_;
     int t_ = 0;  // Adam's update count (stages 1-3)
+    bool overlap_ = true;
+    bool last_micro_ = false;
+    int bucket_in_flight_ = -1;  // stage 2-3: the unit whose bucket is being reduced
 };
 
 }  // namespace napkin
