@@ -17,6 +17,10 @@ constexpr std::uint64_t kCorrelationFlowBase = std::uint64_t{1} << 40;
 // (cudaMemcpy's API record has a memcpy, cudaMalloc has nothing) would otherwise pile up.
 constexpr std::size_t kMaxPending = 1 << 20;
 
+// The shortest span over which ClockSync fits a rate (1 ms: a clock read's jitter of ~100 ns is
+// then 1e-4 of it).
+constexpr double kMinFitNs = 1e6;
+
 std::string demangle(const std::string& name) {
     int status = 0;
     std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
@@ -34,18 +38,21 @@ void ClockSync::add_pair(std::uint64_t cupti_ns, std::int64_t run_ns) {
     if (pairs_.size() >= 2) {
         const auto& a = pairs_.front();
         const auto& b = pairs_.back();
-        const double dc = static_cast<double>(b.first) - static_cast<double>(a.first);
+        // Differences in integers first: CUPTI's clock reads ~1.7e18 ns (the Unix epoch), where
+        // a double steps by 256 ns.
+        const double dc = static_cast<double>(static_cast<std::int64_t>(b.first - a.first));
         const double dr = static_cast<double>(b.second - a.second);
-        // A rate far from 1 means a bad pair (a clock jump): keep the last good one.
-        if (dc > 0 && dr / dc > 0.99 && dr / dc < 1.01) rate_ = dr / dc;
+        // Pairs closer than kMinFitNs would fit the reads' own jitter, not the clocks' drift;
+        // a rate far from 1 means a bad pair (a clock jump): keep the last good one.
+        if (dc >= kMinFitNs && dr / dc > 0.99 && dr / dc < 1.01) rate_ = dr / dc;
     }
 }
 
 std::int64_t ClockSync::to_run_ns(std::uint64_t cupti_ns) const {
     if (pairs_.empty()) return static_cast<std::int64_t>(cupti_ns);
     const auto& a = pairs_.front();
-    const double dc = static_cast<double>(cupti_ns) - static_cast<double>(a.first);
-    return a.second + static_cast<std::int64_t>(dc * rate_);
+    const auto dc = static_cast<std::int64_t>(cupti_ns - a.first);  // exact, either sign
+    return a.second + static_cast<std::int64_t>(static_cast<double>(dc) * rate_);
 }
 
 void CuptiTranslator::register_external(std::uint64_t external_id, std::string name, const KernelCost& cost) {
@@ -71,6 +78,37 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
     for (const GpuActivity& a : batch) {
         if (a.kind == GpuActivityKind::external_correlation) corr_to_external_[a.correlation_id] = a.external_id;
     }
+    auto is_device = [](const GpuActivity& a) {
+        return a.kind == GpuActivityKind::kernel || a.kind == GpuActivityKind::memcpy ||
+               a.kind == GpuActivityKind::memset;
+    };
+    auto registered = [&](const GpuActivity& a) -> const Registered* {
+        auto ext = corr_to_external_.find(a.correlation_id);
+        if (ext == corr_to_external_.end()) return nullptr;
+        auto reg = external_.find(ext->second);
+        return reg != external_.end() ? &reg->second : nullptr;
+    };
+    // The device records of each engine call in this batch: their count and summed duration,
+    // so that each gets its share of the call's cost.
+    struct Group {
+        std::uint64_t records = 0, left = 0;
+        double dur = 0;
+        std::uint64_t flops_left = 0, bytes_left = 0;
+    };
+    std::map<std::uint64_t, Group> groups;
+    for (const GpuActivity& a : batch) {
+        if (!is_device(a)) continue;
+        if (const Registered* reg = registered(a)) {
+            Group& g = groups[corr_to_external_[a.correlation_id]];
+            if (g.records == 0) {
+                g.flops_left = reg->cost.flops;
+                g.bytes_left = reg->cost.bytes();
+            }
+            ++g.records;
+            ++g.left;
+            g.dur += static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
+        }
+    }
     auto flow_pair = [&](std::uint32_t corr, std::int64_t launch_ns, TrackId kernel_track, std::int64_t kernel_ns) {
         const std::uint64_t id = kCorrelationFlowBase + corr;
         recorder_.flow("launch", FlowPhase::start, id, api_track(), launch_ns);
@@ -83,29 +121,28 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
         RangeEvent r;
         r.start_ns = start;
         r.dur_ns = end - start;
-        if (a.kind == GpuActivityKind::runtime || a.kind == GpuActivityKind::synchronization) {
+        if (!is_device(a)) {  // runtime, driver, synchronization: host side
+            const bool launch = a.kind == GpuActivityKind::runtime || a.kind == GpuActivityKind::driver;
             r.name = a.name;
-            r.category = a.kind == GpuActivityKind::runtime ? Category::launch : Category::marker;
+            r.category = launch ? Category::launch : Category::marker;
             r.track = api_track();
-            if (a.kind == GpuActivityKind::synchronization) {
+            if (!launch) {
                 // Synchronization spans the API call that waited: a track of its own keeps nesting.
                 if (sync_track_ == 0) sync_track_ = recorder_.add_track("cuda sync", 3);
                 r.track = sync_track_;
             }
             r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
             r.args.push_back(Arg{"host_thread", static_cast<std::int64_t>(a.host_thread)});
+            if (a.kind == GpuActivityKind::driver) r.args.push_back(Arg{"api", std::string("driver")});
             recorder_.record(std::move(r));
-            if (a.kind != GpuActivityKind::runtime) continue;
+            if (!launch) continue;
             const std::int64_t mid = start + (end - start) / 2;  // inside the launch range
             auto waiting = kernel_waiting_.find(a.correlation_id);
             if (waiting != kernel_waiting_.end()) {
                 flow_pair(a.correlation_id, mid, waiting->second.second, waiting->second.first);
                 kernel_waiting_.erase(waiting);
             } else {
-                if (launch_at_.size() >= kMaxPending) {
-                    unmatched_ += launch_at_.size();
-                    launch_at_.clear();
-                }
+                if (launch_at_.size() >= kMaxPending) launch_at_.clear();  // launched nothing
                 launch_at_[a.correlation_id] = mid;
             }
             continue;
@@ -115,34 +152,40 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
         r.category = Category::kernel;
         r.args.push_back(Arg{"stream", static_cast<std::int64_t>(a.stream)});
         r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
+        const std::string own = a.kind == GpuActivityKind::kernel ? demangle(a.name) : a.name;
+        r.name = own;
+        if (a.kind != GpuActivityKind::kernel) r.bytes = a.bytes;
+        if (const Registered* reg = registered(a)) {
+            Group& g = groups[corr_to_external_[a.correlation_id]];
+            const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
+            const double share = g.dur > 0 ? d / g.dur : 1.0 / static_cast<double>(g.records);
+            --g.left;
+            const auto part = [&](std::uint64_t total, std::uint64_t& left) {
+                std::uint64_t p = g.left == 0 ? left : static_cast<std::uint64_t>(static_cast<double>(total) * share);
+                if (p > left) p = left;
+                left -= p;
+                return p;
+            };
+            r.name = reg->name;
+            r.flops = part(reg->cost.flops, g.flops_left);
+            r.bytes = part(reg->cost.bytes(), g.bytes_left);
+            r.args.push_back(Arg{"kernel", own});
+            r.args.push_back(Arg{"cost_split", static_cast<std::int64_t>(g.records)});
+            ++tagged_;
+        }
         if (a.kind == GpuActivityKind::kernel) {
             ++kernels_;
-            const std::string real = demangle(a.name);
-            r.name = real;
-            auto ext = corr_to_external_.find(a.correlation_id);
-            if (ext != corr_to_external_.end()) {
-                auto reg = external_.find(ext->second);
-                if (reg != external_.end()) {
-                    r.name = reg->second.name;
-                    r.flops = reg->second.cost.flops;
-                    r.bytes = reg->second.cost.bytes();
-                    r.args.push_back(Arg{"kernel", real});
-                }
-            }
             r.args.push_back(Arg{"grid", dims(a.grid)});
             r.args.push_back(Arg{"block", dims(a.block)});
             r.args.push_back(Arg{"registers", static_cast<std::int64_t>(a.registers)});
             r.args.push_back(Arg{"shared_bytes", static_cast<std::int64_t>(a.shared_bytes)});
-        } else {
-            r.name = a.name;
-            r.bytes = a.bytes;
         }
         const TrackId track = r.track;
         recorder_.record(std::move(r));
         auto launch = launch_at_.find(a.correlation_id);
         if (launch != launch_at_.end()) {
             flow_pair(a.correlation_id, launch->second, track, start + (end - start) / 2);
-            launch_at_.erase(launch);
+            launch_at_.erase(launch);  // one record per launch (no CUDA graphs in the engine)
         } else if (a.correlation_id != 0) {
             if (kernel_waiting_.size() >= kMaxPending) {
                 unmatched_ += kernel_waiting_.size();
@@ -151,6 +194,12 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
             kernel_waiting_[a.correlation_id] = {start + (end - start) / 2, track};
         }
     }
+}
+
+void CuptiTranslator::finish() {
+    unmatched_ += kernel_waiting_.size();
+    kernel_waiting_.clear();
+    launch_at_.clear();
 }
 
 }  // namespace napkin::profiler

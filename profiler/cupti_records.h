@@ -10,10 +10,15 @@
 //    launch ranges on a "cuda api" track; synchronization records become ranges there too;
 //  - each launch and the kernel it launched share CUPTI's correlation id: a flow starts at the
 //    launch and ends at the kernel (the trace's launch -> kernel arrows);
+//  - runtime and driver API calls both count as launches (cuBLASLt launches through the driver);
 //  - a kernel carries its analytic FLOPs and bytes when the engine registered them: the engine
 //    pushes an external correlation id around each kernel call (cuptiActivityPushExternalCorrelationId)
 //    and registers the id's name and KernelCost here; CUPTI's external-correlation records map
-//    correlation ids to those ids;
+//    correlation ids to those ids. The event takes the engine's name ("matmul_backward", the
+//    CPU's device track's) with CUPTI's in arg "kernel". One engine call may run several
+//    kernels (a backward matmul is two or three GEMMs): their share of the call's cost is in
+//    proportion to their durations, so the shares add up to the cost exactly and each kernel
+//    shows the call's achieved FLOP/s (arg "cost_split" says how many shared it);
 //  - GPU timestamps (CUPTI's clock, ns) move to the run's clock through a ClockSync, a linear
 //    map fitted from pairs of (cuptiGetTimestamp, steady_clock) taken at start and at each flush;
 //  - records the collector lost (CUPTI's dropped count, buffers refused at the cap) are counted,
@@ -29,31 +34,9 @@
 
 #include "kernels/cost.h"
 #include "profiler/event.h"
+#include "profiler/gpu_activity.h"
 
 namespace napkin::profiler {
-
-enum class GpuActivityKind : std::uint8_t {
-    kernel,
-    memcpy,
-    memset,
-    runtime,          // a CUDA runtime API call on a host thread
-    synchronization,  // cudaStreamSynchronize, cudaEventSynchronize, ...
-    external_correlation,  // correlation_id -> external_id
-};
-
-// One CUPTI record, reduced to what the trace shows. Timestamps are CUPTI's (ns, its clock).
-struct GpuActivity {
-    GpuActivityKind kind = GpuActivityKind::kernel;
-    std::string name;  // kernel name, "cudaLaunchKernel", "memcpy HtoD"
-    std::uint64_t start_ns = 0, end_ns = 0;
-    std::uint32_t correlation_id = 0;
-    std::uint64_t external_id = 0;  // external_correlation records only
-    std::uint32_t device = 0, stream = 0;
-    std::uint32_t host_thread = 0;  // runtime and synchronization records
-    std::int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
-    std::int32_t shared_bytes = 0, registers = 0;
-    std::uint64_t bytes = 0;  // memcpy, memset
-};
 
 // CUPTI's clock to the run's: t_run = host_at_sync + (t_cupti - cupti_at_sync) * rate, the rate
 // fitted between the first and the latest pair (1 until there are two pairs).
@@ -86,7 +69,11 @@ public:
     void count_lost(std::uint64_t n) { lost_ += n; }
     std::uint64_t lost() const { return lost_; }
     std::uint64_t kernels() const { return kernels_; }
+    std::uint64_t tagged() const { return tagged_; }  // device records with the engine's name and cost
     std::uint64_t unmatched_flows() const { return unmatched_; }
+
+    // The end of collection: kernels whose launch never came are counted as unmatched.
+    void finish();
 
 private:
     TrackId stream_track(std::uint32_t device, std::uint32_t stream);
@@ -105,7 +92,7 @@ private:
     std::map<std::uint32_t, std::int64_t> launch_at_;  // correlation id -> launch time (run ns), flow started
     // Kernels seen before their launch: correlation id -> (time inside the kernel, its track).
     std::map<std::uint32_t, std::pair<std::int64_t, TrackId>> kernel_waiting_;
-    std::uint64_t lost_ = 0, kernels_ = 0, unmatched_ = 0;
+    std::uint64_t lost_ = 0, kernels_ = 0, tagged_ = 0, unmatched_ = 0;
 };
 
 }  // namespace napkin::profiler

@@ -25,3 +25,47 @@ void end_range(std::optional<RangeEvent>& slot, Recorder& recorder) noexcept {
 }
 
 }  // namespace napkin::profiler::detail
+
+#if defined(NAPKIN_HAVE_NVTX)
+#include <nvtx3/nvToolsExt.h>
+
+namespace napkin::profiler::detail {
+
+namespace {
+
+// The "napkin" domain, its categories named after profiler::Category (ids from 1: NVTX's 0 is
+// "no category"). Made on first use; without a tool attached NVTX3 returns at once.
+nvtxDomainHandle_t napkin_domain() noexcept {
+    static const nvtxDomainHandle_t domain = [] {
+        nvtxDomainHandle_t d = nvtxDomainCreateA("napkin");
+        for (const auto& c : kCategoryNames) {
+            nvtxDomainNameCategoryA(d, static_cast<std::uint32_t>(c.value) + 1, c.name.data());
+        }
+        return d;
+    }();
+    return domain;
+}
+
+}  // namespace
+
+void nvtx_push(std::string_view name, Category category) noexcept {
+    // NVTX wants a NUL-terminated string and copies it at once.
+    char buf[128];
+    const std::size_t n = name.size() < sizeof buf - 1 ? name.size() : sizeof buf - 1;
+    name.copy(buf, n);
+    buf[n] = '\0';
+    nvtxEventAttributes_t a{};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.category = static_cast<std::uint32_t>(category) + 1;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = buf;
+    nvtxDomainRangePushEx(napkin_domain(), &a);
+}
+
+void nvtx_pop() noexcept {
+    nvtxDomainRangePop(napkin_domain());
+}
+
+}  // namespace napkin::profiler::detail
+#endif

@@ -68,6 +68,18 @@ TEST(ClockSync, MapsCuptiTimeOntoTheRunClock) {
     EXPECT_EQ(c.to_run_ns(1'500'000), 100 + 500'050);
 }
 
+// CUPTI's clock counts from the Unix epoch (~1.7e18 ns), where a double steps by 256 ns: the
+// map keeps nanoseconds exact there, and pairs too close together fit no rate.
+TEST(ClockSync, ExactAtEpochScaleTimestamps) {
+    p::ClockSync c;
+    const std::uint64_t epoch = 1'700'000'000'123'456'789ull;
+    c.add_pair(epoch, 1000);
+    c.add_pair(epoch + 5000, 1000 + 4990);  // 5 us apart: jitter, not drift; rate stays 1
+    EXPECT_EQ(c.to_run_ns(epoch + 10'001), 11'001);
+    EXPECT_EQ(c.to_run_ns(epoch + 10'001) - c.to_run_ns(epoch + 1), 10'000);
+    EXPECT_EQ(c.to_run_ns(epoch - 1), 999);  // before the first pair
+}
+
 TEST(CuptiTranslator, KernelsFlowsAndCosts) {
     p::Recorder rec;
     p::CuptiTranslator tr(rec);
@@ -145,4 +157,93 @@ TEST(CuptiTranslator, WritesAValidTrace) {
     EXPECT_EQ(check.count("X"), 101u);
     EXPECT_EQ(check.count("s"), 50u);
     EXPECT_EQ(check.count("f"), 50u);
+}
+
+// One engine call that ran three kernels (a backward matmul: dinp and dweight GEMMs, a bias
+// reduction): each gets the call's name, a share of its cost in proportion to its duration,
+// and the shares add up to the cost exactly.
+TEST(CuptiTranslator, SplitsACallsCostOverItsKernels) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    tr.clock().add_pair(0, 0);
+    napkin::KernelCost cost;
+    cost.flops = 1'000'001;  // odd: the last share takes the remainder
+    cost.bytes_read = 3000;
+    tr.register_external(7, "matmul_backward", cost);
+    tr.add({launch(1, 0, 10), external(1, 7), launch(2, 20, 30), external(2, 7), launch(3, 40, 50),
+            external(3, 7), kernel(1, 100, 200), kernel(2, 200, 400), kernel(3, 400, 500)});
+    const auto ranges = of<p::RangeEvent>(rec.take());
+    std::uint64_t flops = 0, bytes = 0;
+    int calls = 0;
+    for (const auto& r : ranges) {
+        if (r.name != "matmul_backward") continue;
+        ++calls;
+        flops += r.flops;
+        bytes += r.bytes;
+        // The same achieved rate on each: flops / duration within rounding.
+        EXPECT_NEAR(static_cast<double>(r.flops) / static_cast<double>(r.dur_ns), 1'000'001.0 / 400.0, 1.0);
+        bool split = false, own = false;
+        for (const auto& a : r.args) {
+            split |= a.key == "cost_split" && std::get<std::int64_t>(a.value) == 3;
+            own |= a.key == "kernel" && std::get<std::string>(a.value).rfind("matmul_forward_kernel(", 0) == 0;
+        }
+        EXPECT_TRUE(split);
+        EXPECT_TRUE(own);
+    }
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(flops, cost.flops);
+    EXPECT_EQ(bytes, cost.bytes());
+    EXPECT_EQ(tr.tagged(), 3u);
+}
+
+// cuBLASLt launches through the driver API: a driver record is a launch like a runtime one.
+TEST(CuptiTranslator, DriverLaunchesStartFlows) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    p::GpuActivity drv = launch(5, 100, 200);
+    drv.kind = p::GpuActivityKind::driver;
+    drv.name = "cuLaunchKernelEx";
+    tr.add({drv, kernel(5, 300, 400)});
+    const auto ev = rec.take();
+    EXPECT_EQ(of<p::FlowEvent>(ev).size(), 2u);
+    const auto ranges = of<p::RangeEvent>(ev);
+    ASSERT_EQ(ranges.size(), 2u);
+    const auto api = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.name == "cuLaunchKernelEx"; });
+    ASSERT_NE(api, ranges.end());
+    EXPECT_EQ(api->category, p::Category::launch);
+    tr.finish();
+    EXPECT_EQ(tr.unmatched_flows(), 0u);
+}
+
+// Memsets and copies inside an engine call take its name and cost too (the engine's "memset").
+TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    napkin::KernelCost cost;
+    cost.bytes_written = 4096;
+    tr.register_external(3, "memset", cost);
+    p::GpuActivity set;
+    set.kind = p::GpuActivityKind::memset;
+    set.name = "memset";
+    set.correlation_id = 9;
+    set.start_ns = 50;
+    set.end_ns = 60;
+    set.bytes = 4096;
+    tr.add({launch(9, 10, 20), external(9, 3), set});
+    const auto ranges = of<p::RangeEvent>(rec.take());
+    const auto m = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.category == p::Category::kernel; });
+    ASSERT_NE(m, ranges.end());
+    EXPECT_EQ(m->name, "memset");
+    EXPECT_EQ(m->bytes, 4096u);
+    EXPECT_EQ(m->flops, 0u);
+}
+
+// A kernel whose launch never comes is counted when collection ends, never silent.
+TEST(CuptiTranslator, CountsKernelsWithoutALaunchAtTheEnd) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    tr.add({kernel(11, 100, 200), kernel(12, 300, 400), launch(12, 250, 260)});
+    EXPECT_EQ(tr.unmatched_flows(), 0u);  // 11's launch may still come in a later batch
+    tr.finish();
+    EXPECT_EQ(tr.unmatched_flows(), 1u);
 }
