@@ -1,6 +1,6 @@
 // Fills the engine's table of the CUDA backend (core/cuda/cuda_engine_api.h): the cuda::
 // kernels of kernels/cuda/ per storage type, and the few runtime calls the engine needs
-// (device, stream, caching device memory, copies). Compiled by the host compiler into
+// (device, stream, caching device memory, copies), and the CUPTI activity entries. Compiled by the host compiler into
 // libnapkin_cuda.so; depends on nothing of napkin_core.
 #include "core/cuda/cuda_engine_api.h"
 
@@ -141,6 +141,13 @@ CudaEngineApi make_api() {
     a.nccl_reduce_scatter = &cuda::nccl_reduce_scatter;
     a.nccl_all_gather = &cuda::nccl_all_gather;
     a.nccl_broadcast = &cuda::nccl_broadcast;
+    // GPU activity (CUPTI)
+    a.activity_enable = &cuda::activity_enable;
+    a.activity_disable = &cuda::activity_disable;
+    a.activity_push_external = &cuda::activity_push_external;
+    a.activity_pop_external = &cuda::activity_pop_external;
+    a.activity_timestamp = &cuda::activity_timestamp;
+    a.activity_flush = &cuda::activity_flush;
     return a;
 }
 

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/cuda/cupti_activity.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
 #include "kernels/activation.h"
@@ -35,6 +36,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
+#include "profiler/gpu_activity.h"
 
 namespace napkin {
 
@@ -64,7 +66,7 @@ struct CudaKernelTable {
     decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 2;
+inline constexpr int kNapkinCudaEngineApiVersion = 3;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -114,6 +116,17 @@ struct CudaEngineApi {
     decltype(&cuda::nccl_reduce_scatter) nccl_reduce_scatter = nullptr;
     decltype(&cuda::nccl_all_gather) nccl_all_gather = nullptr;
     decltype(&cuda::nccl_broadcast) nccl_broadcast = nullptr;
+
+    // ---- GPU activity (CUPTI) for the profiler: core/cuda/cupti_activity.h ----------------
+    // Plain records (profiler/gpu_activity.h) come back; no CUPTI type crosses. napkin's side,
+    // the translation into trace events, is profiler/cupti_collector.h. All noexcept: failures
+    // are counted in the stats, never thrown.
+    decltype(&cuda::activity_enable) activity_enable = nullptr;
+    decltype(&cuda::activity_disable) activity_disable = nullptr;
+    decltype(&cuda::activity_push_external) activity_push_external = nullptr;
+    decltype(&cuda::activity_pop_external) activity_pop_external = nullptr;
+    decltype(&cuda::activity_timestamp) activity_timestamp = nullptr;
+    decltype(&cuda::activity_flush) activity_flush = nullptr;
 };
 
 // The table for storage type T.
