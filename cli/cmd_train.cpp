@@ -24,6 +24,7 @@
 #include "core/engine/trainer.h"
 #include "core/engine/weights_import.h"
 #include "profiler/chrome_trace_writer.h"
+#include "profiler/cupti_collector.h"
 #include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
@@ -325,10 +326,40 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     // (the peak of it, and a "device memory" counter in the trace; docs/FORMATS.md).
     EngineDevice::MemoryUse device_baseline, device_peak;
     if (on_gpu) device_baseline = device_peak = trainer.device()->memory_use();
+    // On a GPU the trace's kernels are the device's own records (CUPTI, through the plugin:
+    // profiler/cupti_collector.h), collected over the profiled steps only and flushed after
+    // each of them, once the step has synchronized: never inside a timed step.
+    std::unique_ptr<profiler::GpuActivitySource> gpu_source;
+    std::unique_ptr<profiler::CuptiCollector> gpu_activity;
+    nlohmann::json gpu_summary;  // null on the CPU
     for (int s = first_step; s < last_step; ++s) {
         inject_test_fault(comm.rank(), s);
-        if (recorder != nullptr) trainer.set_recorder(s + 1 >= profile_first && s + 1 <= profile_last ? recorder.get() : nullptr);
+        const bool profiled = recorder != nullptr && s + 1 >= profile_first && s + 1 <= profile_last;
+        if (recorder != nullptr) trainer.set_recorder(profiled ? recorder.get() : nullptr);
+        if (on_gpu && profiled && gpu_source == nullptr) {
+            gpu_source = trainer.device()->activity_source();
+            if (gpu_source != nullptr) {
+                gpu_activity = std::make_unique<profiler::CuptiCollector>(*recorder, *gpu_source);
+                if (!gpu_activity->active()) {
+                    std::fprintf(stderr, "napkin: profiler: no GPU activity in the trace (%s); host ranges only\n",
+                                 gpu_activity->error().c_str());
+                    gpu_summary = {{"error", gpu_activity->error()}};
+                    gpu_activity.reset();
+                }
+            }
+        }
+        trainer.set_kernel_tagger(profiled ? gpu_activity.get() : nullptr);
         const StepRecord r = trainer.step();
+        if (gpu_activity != nullptr && profiled) {
+            if (s + 1 == profile_last || s + 1 == last_step) {
+                trainer.set_kernel_tagger(nullptr);
+                gpu_activity->finish();
+                gpu_summary = gpu_activity->summary();
+                gpu_activity.reset();  // disables collection: the steps after run without it
+            } else {
+                gpu_activity->flush(true);
+            }
+        }
         total_seconds += r.seconds;
         total_tokens += r.tokens;
         total_flops += r.model_flops;
@@ -388,6 +419,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         }
         trace->write_tracks(recorder->tracks());
         trace->set_other_data("dropped_events", recorder->dropped());
+        if (!gpu_summary.is_null()) trace->set_other_data("gpu_activity", gpu_summary);
         const profiler::WriteResult tr = trace->close();
         if (!tr) throw InputError(tr.error);
         const profiler::WriteResult mr = profiler::write_memory_snapshot(trainer.allocator(), out_dir / "memory.json");
@@ -445,6 +477,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     }
     // Per-op and per-kernel time against the roofline, from the profiled steps (null when off).
     report["profile"] = recorder != nullptr ? profile.to_json() : nlohmann::json();
+    if (!gpu_summary.is_null()) report["profile"]["gpu_activity"] = gpu_summary;
     if (parallel) report["communication"] = communication_report(trainer, pred, steps);
     write_atomically(out_dir / "report.json", report.dump(2) + "\n");
 
@@ -468,6 +501,13 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                     "per-op table: napkin report %s\n",
                     profile.steps().size(), (out_dir / "trace.json").string().c_str(), 100 * lowest,
                     out_dir.string().c_str());
+    }
+    if (gpu_summary.contains("kernels")) {
+        const auto n = [&](const char* key) { return gpu_summary[key].get<unsigned long long>(); };
+        std::printf("  gpu activity: %llu kernels (%llu records with the engine's cost), %llu records dropped, "
+                    "%llu buffers refused, %llu CUPTI failures, %llu kernels without a launch\n",
+                    n("kernels"), n("tagged"), n("dropped_records"), n("buffers_refused"), n("cupti_failures"),
+                    n("unmatched_flows"));
     }
 }
 

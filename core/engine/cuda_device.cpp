@@ -16,6 +16,34 @@ namespace napkin {
 
 namespace {
 
+// CUPTI activity through the plugin's table: napkin's side gets plain records only.
+class PluginActivitySource final : public profiler::GpuActivitySource {
+public:
+    explicit PluginActivitySource(const CudaEngineApi& api) : api_(api) {}
+    bool enable(std::string* error) noexcept override {
+        char buf[256] = {};
+        if (api_.activity_enable(buf, sizeof buf)) return true;
+        if (error != nullptr) {
+            try {
+                *error = buf;
+            } catch (...) {
+            }
+        }
+        return false;
+    }
+    void disable() noexcept override { api_.activity_disable(); }
+    void push_external(std::uint64_t id) noexcept override { api_.activity_push_external(id); }
+    void pop_external() noexcept override { api_.activity_pop_external(); }
+    std::uint64_t timestamp_ns() noexcept override { return api_.activity_timestamp(); }
+    void flush(bool wait, std::vector<profiler::GpuActivity>* out,
+               profiler::GpuActivityStats* stats) noexcept override {
+        api_.activity_flush(wait, out, stats);
+    }
+
+private:
+    const CudaEngineApi& api_;
+};
+
 class CudaEngineDevice final : public EngineDevice {
 public:
     explicit CudaEngineDevice(const CudaEngineApi& api) : api_(api) {
@@ -102,6 +130,9 @@ public:
     void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                           DType state_dtype) override {
         api_.optimizer_update(h, tensors, count, state_dtype, stream_);
+    }
+    std::unique_ptr<profiler::GpuActivitySource> activity_source() override {
+        return std::make_unique<PluginActivitySource>(api_);
     }
 
 private:

@@ -18,6 +18,7 @@
 #include "core/model_config.h"
 #include "core/op_plan.h"
 #include "kernels/optimizer.h"
+#include "profiler/cupti_collector.h"
 
 namespace napkin {
 
@@ -52,6 +53,10 @@ public:
                                     AccountingAllocator& alloc) = 0;
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
+
+    // The device's own activity for the profiler (CUPTI through the plugin's table on CUDA):
+    // kernels, copies, API calls (profiler/cupti_collector.h). Null when there is none.
+    virtual std::unique_ptr<profiler::GpuActivitySource> activity_source() { return nullptr; }
 };
 
 // The device for `kind`: null for the CPU; for CUDA device 0 through the plugin, or UsageError

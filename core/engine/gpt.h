@@ -23,6 +23,7 @@ namespace napkin {
 
 namespace profiler {
 class Recorder;
+class KernelTagger;
 }
 
 // One parameter tensor with its gradient and (mixed precision) its fp32 master copy.
@@ -72,6 +73,9 @@ public:
     // Records forward, backward, layer and op ranges (with each op's analytic cost) into
     // `recorder`; null (the default) records nothing.
     virtual void set_recorder(profiler::Recorder* recorder) = 0;
+    // GPU profiling: each kernel call's launches tagged with its name and analytic cost
+    // (profiler/host_range.h, KernelTagger); null (the default) tags nothing.
+    virtual void set_kernel_tagger(profiler::KernelTagger*) {}
     virtual void set_hooks(GptHooks* hooks) = 0;
 
     // Reads/writes one parameter's values as fp32 (tests, checkpoints, weight import).

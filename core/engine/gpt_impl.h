@@ -142,10 +142,12 @@ public:
     const OpPlan& plan() const override { return plan_; }
     DType storage() const override { return gpt_detail::storage_dtype<T>(); }
     void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
+    void set_kernel_tagger(profiler::KernelTagger* tagger) override { tagger_ = tagger; }
     void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
 
     void zero_grads() override {
-        std::optional<profiler::ScopedRange> r, k;
+        std::optional<profiler::ScopedRange> r;
+        profiler::KernelScope k;
         if (rec_ != nullptr) {
             KernelCost cost;
             for (const auto& p : params_) cost.bytes_written += p.grad.bytes();
@@ -178,7 +180,8 @@ public:
         if (rec_ != nullptr) phase.emplace(rec_, "forward", profiler::Category::forward);
         prologue_.items.clear();
         prologue_.keep(alloc_, "", plan_.prologue.front(), false);
-        std::optional<profiler::ScopedRange> r_emb, k;
+        std::optional<profiler::ScopedRange> r_emb;
+        profiler::KernelScope k;
         const int head_unit = L + 1;  // units: 0 embeddings, 1 + l block l, L + 1 head (GptHooks)
         hook_enter(0, false);
         op_range(r_emb, "embedding", plan_.prologue.front().fwd);
@@ -274,18 +277,16 @@ private:
         return r;
     }
 
-    // One kernel call on the device track, joined to the op that made it by a flow. On the CPU
-    // the "launch" is the call itself; the structure matches a GPU trace (host op, launch
-    // flow, kernel on the device), so the report, export and viewer read both alike.
-    void kernel_range(std::optional<profiler::ScopedRange>& r, std::string_view name, const KernelCost& cost) {
+    // One kernel call. On the CPU a kernel range on the device track, joined to the op that
+    // made it by a flow: the "launch" is the call itself, so the structure matches a GPU trace
+    // (host op, launch flow, kernel on the device) and the report, export and viewer read both
+    // alike. On a GPU the launches inside are tagged with the name and cost, and the kernels'
+    // events come from the device's records (CUPTI: profiler/cupti_collector.h).
+    void kernel_range(profiler::KernelScope& k, std::string_view name, const KernelCost& cost) {
         if constexpr (Kernels::kHostTimedKernels) {
-            profiler::begin_kernel(r, rec_, name, cost);
+            k.host_timed(rec_, name, cost);
         } else {
-            // TODO(cuda profiling): kernel events come from CUPTI, which napkin cannot reach yet
-            // (docs/CUDA.md, "Profiling"); the host keeps the op ranges only.
-            (void)r;
-            (void)name;
-            (void)cost;
+            k.tagged(tagger_, name, cost);
         }
     }
 
@@ -293,7 +294,7 @@ private:
     template <class U>
     void zero(U* p, std::int64_t n) {
         const auto bytes = static_cast<std::size_t>(n) * sizeof(U);
-        std::optional<profiler::ScopedRange> k;
+        profiler::KernelScope k;
         kernel_range(k, "memset", KernelCost{0, 0, bytes, 0});
         k_.zero(static_cast<void*>(p), bytes);
     }
@@ -449,7 +450,8 @@ private:
                 if (!rebuilds) continue;
             }
             const std::string_view n = op.name;
-            std::optional<profiler::ScopedRange> range, kernel;
+            std::optional<profiler::ScopedRange> range;
+            profiler::KernelScope kernel;
             if (rec_ != nullptr) {
                 range.emplace(rec_, prefix + std::string(n) + (recompute ? " (recompute)" : ""), profiler::Category::op,
                               op.fwd);
@@ -524,7 +526,8 @@ private:
         for (auto it = plan_.block.rbegin(); it != plan_.block.rend(); ++it) {
             const PlanOp& op = *it;
             const std::string_view n = op.name;
-            std::optional<profiler::ScopedRange> range, kernel;
+            std::optional<profiler::ScopedRange> range;
+            profiler::KernelScope kernel;
             KernelCost cost = op.bwd_input;
             cost += op.bwd_weight;
             if (rec_ != nullptr) {
@@ -603,6 +606,7 @@ private:
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
     profiler::Recorder* rec_ = nullptr;
+    profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches
     GptHooks* hooks_ = nullptr;
 };
 

@@ -130,10 +130,13 @@ StepRecord Trainer::step() {
         loss_sum += model_->forward_backward(in, tg, dloss);
     }
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
-    std::optional<profiler::ScopedRange> opt_range, opt_kernel;
+    std::optional<profiler::ScopedRange> opt_range;
+    profiler::KernelScope opt_kernel;
     if (rec_ != nullptr) {
         opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
-        profiler::begin_kernel(opt_kernel, rec_, kernel_name_, optimizer_cost_);
+        // On a device the passes' kernels are the device's records, tagged with the update.
+        if (device_ != nullptr) opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
+        else opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
     }
     const StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
                                           : optimizer_->step(step_, 1.0f / loss_scale_);

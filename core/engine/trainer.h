@@ -87,6 +87,11 @@ public:
         model_->set_recorder(recorder);
         if (comm_ != nullptr) comm_->set_recorder(recorder);
     }
+    // GPU profiling: the CUPTI collector that names the device's kernels (null: none).
+    void set_kernel_tagger(profiler::KernelTagger* tagger) {
+        tagger_ = tagger;
+        model_->set_kernel_tagger(tagger);
+    }
     float loss_scale() const { return loss_scale_; }
     int good_steps() const { return good_steps_; }
     // Restores the loop's own state from a checkpoint (core/engine/checkpoint.h).
@@ -117,6 +122,7 @@ private:
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;
     profiler::Recorder* rec_ = nullptr;
+    profiler::KernelTagger* tagger_ = nullptr;
     double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
     KernelCost optimizer_cost_;  // one update, for the profiler
     std::string kernel_name_;    // "adamw_update": the optimizer's kernel on the device track
