@@ -1,0 +1,137 @@
+// A profiled CUDA training run checked through its trace (label gpu; skips without a device):
+// `napkin train --device cuda --profile` must write the device's own activity (CUPTI, through
+// the plugin): every kernel on a GPU stream track with a launch flow ending on it, the engine's
+// name and analytic cost on every kernel, no record dropped, no kernel without its launch, GPU
+// time on the host ranges' clock (each kernel inside its step), and kernel time that accounts
+// for the step when the GPU is the bottleneck. It includes no CUDA header: it builds everywhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "profiler/trace_check.h"
+#include "tests/profiler/temp_dir.h"
+
+namespace {
+
+std::string cuda_engine_unavailable() {
+    std::string reason;
+    return napkin::cuda_engine_api(&reason) != nullptr ? std::string() : reason;
+}
+
+struct Kernel {
+    double ts = 0, dur = 0;
+    int tid = 0;
+    nlohmann::json args;
+    std::string name;
+};
+
+// Runs napkin train with `flags` into a fresh folder, validates the trace and checks the GPU
+// tracks. min_busy: the least share of each profiled step that kernels must fill.
+void check_profiled_run(const std::string& flags, double min_busy) {
+    napkin::profiler::test::TempDir dir;
+    const std::string cmd = std::string(NAPKIN_BINARY) + " train --device cuda --quiet " + flags + " --out " +
+                            dir.path().string() + " > " + (dir.path() / "log.txt").string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << std::ifstream(dir.path() / "log.txt").rdbuf();
+    const auto trace_path = dir.path() / "trace.json";
+    const auto check = napkin::profiler::check_trace_file(trace_path);
+    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    const nlohmann::json doc = nlohmann::json::parse(std::ifstream(trace_path));
+
+    // What the collector says it lost: nothing.
+    ASSERT_TRUE(doc["otherData"].contains("gpu_activity")) << doc["otherData"].dump();
+    const auto& g = doc["otherData"]["gpu_activity"];
+    EXPECT_EQ(g["dropped_records"], 0) << g.dump();
+    EXPECT_EQ(g["buffers_refused"], 0) << g.dump();
+    EXPECT_EQ(g["cupti_failures"], 0) << g.dump();
+    EXPECT_EQ(g["unmatched_flows"], 0) << g.dump();
+    EXPECT_GT(g["kernels"].get<int>(), 0) << g.dump();
+
+    std::map<int, std::string> threads;
+    for (const auto& e : doc["traceEvents"]) {
+        if (e["ph"] == "M" && e["name"] == "thread_name") threads[e["tid"].get<int>()] = e["args"]["name"];
+    }
+    std::vector<Kernel> kernels;
+    std::vector<std::pair<double, double>> steps;  // ts, dur
+    std::multimap<int, double> flow_ends;           // tid -> ts
+    for (const auto& e : doc["traceEvents"]) {
+        const std::string ph = e.value("ph", "");
+        if (ph == "f") flow_ends.emplace(e["tid"].get<int>(), e["ts"].get<double>());
+        if (ph != "X") continue;
+        if (e.value("cat", "") == "step") steps.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+        const int tid = e["tid"].get<int>();
+        if (e.value("cat", "") != "kernel" || threads[tid].rfind("GPU ", 0) != 0) continue;
+        kernels.push_back({e["ts"].get<double>(), e["dur"].get<double>(), tid, e.value("args", nlohmann::json::object()),
+                           e["name"]});
+    }
+    ASSERT_FALSE(kernels.empty());
+    ASSERT_FALSE(steps.empty());
+    std::set<std::string> untagged, unlaunched;
+    std::uint64_t flops = 0;
+    for (const Kernel& k : kernels) {
+        const bool is_kernel = k.args.contains("grid");  // not a memcpy or memset
+        if (is_kernel && !k.args.contains("cost_split")) untagged.insert(k.name);
+        if (k.args.contains("flops")) flops += k.args["flops"].get<std::uint64_t>();
+        bool launched = false;
+        auto [lo, hi] = flow_ends.equal_range(k.tid);
+        for (auto it = lo; it != hi && !launched; ++it) launched = it->second >= k.ts && it->second <= k.ts + k.dur;
+        if (!launched) unlaunched.insert(k.name);
+    }
+    for (const auto& n : untagged) ADD_FAILURE() << "kernel without the engine's name and cost: " << n;
+    for (const auto& n : unlaunched) ADD_FAILURE() << "kernel without a launch flow: " << n;
+    EXPECT_GT(flops, 0u);
+
+    // The clock: every kernel inside a step (the step range closes after the synchronize), and
+    // per step the kernels' summed time against the step's (one stream: they never overlap).
+    for (const auto& [ts, dur] : steps) {
+        double busy = 0;
+        for (const Kernel& k : kernels) {
+            if (k.ts >= ts && k.ts + k.dur <= ts + dur) busy += k.dur;
+        }
+        EXPECT_LE(busy, dur * 1.001);
+        EXPECT_GE(busy, min_busy * dur) << "kernels fill " << 100 * busy / dur << "% of a " << dur / 1e3
+                                        << " ms step";
+        std::printf("  step at %.3f ms: %.3f ms, kernels %.3f ms (%.1f%%)\n", ts / 1e3, dur / 1e3, busy / 1e3,
+                    100 * busy / dur);
+    }
+    std::size_t outside = 0;
+    for (const Kernel& k : kernels) {
+        bool in = false;
+        for (const auto& [ts, dur] : steps) in |= k.ts >= ts && k.ts + k.dur <= ts + dur;
+        outside += !in;
+    }
+    EXPECT_EQ(outside, 0u) << "kernels outside every step: the GPU clock is off the host's";
+}
+
+}  // namespace
+
+#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                                             \
+    do {                                                                                              \
+        const std::string napkin_reason_ = cuda_engine_unavailable();                                 \
+        if (!napkin_reason_.empty()) {                                                                \
+            GTEST_SKIP() << "no CUDA device (" << napkin_reason_                                      \
+                         << "): the CUPTI profile of a CUDA run is compiled but not run";             \
+        }                                                                                             \
+    } while (0)
+
+// A tiny model: launch-bound, so the kernels fill only part of the step; the structure checks.
+TEST(ProfileCuda, TinyRunHasEveryKernelLaunchedAndCosted) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    check_profiled_run("--steps 3 --profile steps:2-3", 0.0);
+}
+
+// GPT-2 124M at B = 8, T = 1024, bf16-amp: the GPU is the bottleneck, so the kernels' summed
+// time must come within a few percent of the synchronized step's.
+TEST(ProfileCuda, Gpt2KernelTimeAccountsForTheStep) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    check_profiled_run("--model gpt2 --micro-batch 8 --seq-len 1024 --precision bf16-amp --steps 3 --profile steps:2-3",
+                       0.95);
+}
