@@ -175,20 +175,21 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         o = options_from_flags(f, cmd);
     }
     // --device auto: the GPU when the CUDA engine can run here and the run needs nothing it lacks
-    // yet (checkpoints, data parallelism), else the CPU; one line on what was found.
+    // yet (data parallelism, pure bf16), else the CPU; one line on what was found. Checkpoints
+    // are the same file on either device, so a run saved on one resumes on the other.
     o.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-    const bool needs_cpu = parallel || !f.resume.empty() || f.save_every > 0 || f.stop_after > 0;
     if (f.device == "auto") {
         const DeviceInfo& d = probe_devices();
         std::string reason;
         const bool gpu = cuda_engine_api(&reason) != nullptr;
-        if (gpu && !needs_cpu) o.device = DeviceKind::cuda;
+        const char* cpu_only = parallel                                 ? "data parallelism runs"
+                               : o.plan.precision == Precision::bf16 ? "pure bf16 runs"
+                                                                        : nullptr;
+        if (gpu && cpu_only == nullptr) o.device = DeviceKind::cuda;
         std::printf("%s%s\n", device_summary(d).c_str(),
-                    !gpu ? "" : needs_cpu ? "; checkpoints and data parallelism run on the CPU only: using the CPU"
-                                          : "; training on the GPU");
-    } else if (o.device == DeviceKind::cuda && needs_cpu) {
-        throw UsageError("--device cuda: --resume, --save-every, --stop-after and data parallelism run on the CPU "
-                         "only (for now)");
+                    !gpu                 ? ""
+                    : cpu_only != nullptr ? ("; " + std::string(cpu_only) + " on the CPU only: using the CPU").c_str()
+                                         : "; training on the GPU");
     }
     o.zero = f.zero;
     if (f.overlap != "on" && f.overlap != "off") {
@@ -263,10 +264,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     }
     const std::string precision(enum_name(kPrecisionNames, o.plan.precision));
     const std::string optimizer(enum_name(kOptimizerNames, o.plan.optimizer));
-    // On CUDA no checkpoint is written yet (core/engine/checkpoint.cpp reads host memory).
     const bool on_gpu = trainer.device() != nullptr;
-    std::string checkpoint_out =
-        parallel || on_gpu ? std::string("none") : (run_dir / kCheckpointFileName).string();
+    std::string checkpoint_out = parallel ? std::string("none") : (run_dir / kCheckpointFileName).string();
     // MFU's denominator and the roofline of the per-op predictions: on the CPU this process's
     // sgemm rate and stream bandwidth, on a GPU its datasheet peak and bandwidth.
     const GpuSpec* gpu_spec = on_gpu ? gpu_spec_for(trainer.device()->name()) : nullptr;
@@ -411,7 +410,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
             checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
         }
     }
-    if (!on_gpu) checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
+    checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
     if (trace != nullptr) {
         trainer.set_recorder(nullptr);
         for (const profiler::CounterEvent& c : profiler::memory_counter_events(trainer.allocator().events())) {

@@ -113,12 +113,19 @@ void check_tensors(const CheckpointReader& r, const std::vector<Entry>& entries,
 }  // namespace
 
 void save_checkpoint(const std::string& path, Trainer& t) {
+    const std::vector<Entry> entries = entries_of(t);
     std::vector<CheckpointTensor> tensors;
-    for (const Entry& e : entries_of(t)) {
+    // On a device, each tensor's bytes copied to the host (a moved vector keeps its buffer).
+    std::vector<std::vector<char>> staged(entries.size());
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+        const Entry& e = entries[k];
         NAPKIN_ASSERT(e.held.first == 0 && e.held.count == numel_of(e.shape),
                       "save_checkpoint: this process holds only part of "
                           << e.name << " (sharded runs write zero_checkpoint.h's shards)");
-        tensors.push_back({e.name, e.held.dtype, e.shape, e.held.data});
+        const auto bytes = static_cast<std::size_t>(
+            storage_bytes(e.held.dtype, static_cast<std::uint64_t>(e.held.count)));
+        tensors.push_back(
+            {e.name, e.held.dtype, e.shape, state_on_host(t, e.held.data, bytes, staged[k])});
     }
     write_checkpoint_file(path, kCheckpointFormat, checkpoint_info_of(t), {}, std::move(tensors));
 }
@@ -136,13 +143,15 @@ void load_checkpoint(const std::string& path, Trainer& t) {
 
     // Every check has passed: from here on the trainer's state is replaced, each tensor by the
     // file's bytes of the elements this process holds (all of them, or a rank's shard).
+    std::vector<char> buf;
     for (const Entry& e : entries) {
         if (e.held.count == 0) continue;
         const DType dt = e.held.dtype;
-        r.read(
-            *r.find(e.name), storage_bytes(dt, static_cast<std::uint64_t>(e.held.first)),
-            e.held.data,
+        buf.resize(
             static_cast<std::size_t>(storage_bytes(dt, static_cast<std::uint64_t>(e.held.count))));
+        r.read(*r.find(e.name), storage_bytes(dt, static_cast<std::uint64_t>(e.held.first)),
+               buf.data(), buf.size());
+        state_from_host(t, e.held.data, buf.data(), buf.size());
     }
     restore_checkpoint_state(t, r.info());
 }

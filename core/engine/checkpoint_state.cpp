@@ -1,6 +1,7 @@
 #include "core/engine/checkpoint_state.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace napkin {
 
@@ -70,6 +71,23 @@ HeldState held_state(Trainer& t, std::size_t param, StateKind kind) {
         h.count = b - a;
     }
     return h;
+}
+
+const char* state_on_host(Trainer& t, const char* state, std::size_t bytes,
+                          std::vector<char>& staging) {
+    EngineDevice* d = t.device();
+    if (d == nullptr || bytes == 0) return state;
+    staging.resize(bytes);
+    d->copy_to_host(staging.data(), state, bytes);
+    return staging.data();
+}
+
+void state_from_host(Trainer& t, char* state, const char* host, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (EngineDevice* d = t.device())
+        d->copy_to_device(state, host, bytes);
+    else
+        std::memcpy(state, host, bytes);
 }
 
 int update_count(Trainer& t) {

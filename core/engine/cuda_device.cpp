@@ -105,6 +105,9 @@ public:
     void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {
         api_.copy_to_device(dst, host_src, bytes, stream_);
     }
+    void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
+        api_.copy_to_host(host_dst, src, bytes, stream_);
+    }
     void zero(void* dst, std::size_t bytes) override { api_.memset_zero(dst, bytes, stream_); }
     void synchronize() override { api_.stream_synchronize(stream_); }
     MemoryUse memory_use() override {

@@ -37,6 +37,8 @@ public:
 
     // dst (device) = host_src, bytes; returns when the copy is done (host_src may be reused).
     virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+    // host_dst = src (device), bytes; waits for the work queued before it, then for the copy.
+    virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
     virtual void zero(void* dst, std::size_t bytes) = 0;  // queued
     virtual void synchronize() = 0;                       // waits for everything queued
     // The driver's view of the whole device (cudaMemGetInfo): bytes in use by anyone (this

@@ -95,17 +95,23 @@ std::vector<Piece> pieces_of(Trainer& t) {
 // Copies a piece between the trainer's state and a buffer laid out as the piece (to_buffer), or
 // back. At stage 0 the state lives in per-parameter tensors; at stages 1-3 the engine's unit
 // tensor is the piece itself.
+// The state may live on the trainer's device: every byte goes through checkpoint_state.h's
+// state_on_host / state_from_host.
 void copy_piece(Trainer& t, const Piece& p, char* buf, bool to_buffer) {
     ZeroEngine& z = *t.zero();
+    std::vector<char> staging;
+    auto copy = [&](char* host, char* state, std::size_t n) {
+        if (to_buffer)
+            std::memcpy(host, state_on_host(t, state, n, staging), n);
+        else
+            state_from_host(t, state, host, n);
+    };
     if (z.stage() >= 1) {
         Tensor& x = z.unit_state(p.unit, p.kind);
         NAPKIN_ASSERT(x.bytes() == p.bytes(), "checkpoint piece " << p.name << " is " << x.bytes()
                                                                   << " bytes, expected "
                                                                   << p.bytes());
-        if (to_buffer)
-            std::memcpy(buf, x.raw(), x.bytes());
-        else
-            std::memcpy(x.raw(), buf, x.bytes());
+        copy(buf, static_cast<char*>(x.raw()), static_cast<std::size_t>(x.bytes()));
         return;
     }
     const ShardLayout& layout = z.layout();
@@ -118,10 +124,7 @@ void copy_piece(Trainer& t, const Piece& p, char* buf, bool to_buffer) {
         char* b = buf + storage_bytes(p.dtype, static_cast<std::uint64_t>(at));
         const auto n =
             static_cast<std::size_t>(storage_bytes(p.dtype, static_cast<std::uint64_t>(h.count)));
-        if (to_buffer)
-            std::memcpy(b, h.data, n);
-        else
-            std::memcpy(h.data, b, n);
+        copy(b, h.data, n);
     }
 }
 
@@ -216,15 +219,17 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
     comm.barrier();
 
     // Stage 0 keeps its state in per-parameter tensors: pack each unit; stages 1-3 write the
-    // engine's unit tensors as they are.
+    // engine's unit tensors as they are (in host memory), or copied to the host (on a device).
     const std::vector<Piece> pieces = pieces_of(t);
     std::vector<std::vector<char>> packed(pieces.size());
     std::vector<CheckpointTensor> tensors;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
         const Piece& p = pieces[k];
-        const void* data = nullptr;
+        const char* data = nullptr;
         if (z->stage() >= 1) {
-            data = z->unit_state(p.unit, p.kind).raw();
+            Tensor& x = z->unit_state(p.unit, p.kind);
+            data = state_on_host(t, static_cast<const char*>(x.raw()),
+                                 static_cast<std::size_t>(p.bytes()), packed[k]);
         } else {
             packed[k].resize(static_cast<std::size_t>(p.bytes()));
             copy_piece(t, p, packed[k].data(), true);

@@ -21,27 +21,13 @@
 #include "core/model_config.h"
 #include "core/tensor.h"
 #include "tests/engine/test_util.h"
+#include "tests/engine_cuda/cuda_engine_test_util.h"
 
 namespace napkin {
 namespace {
 
+using test::cuda_engine_unavailable;
 using test::small_config;
-
-// Empty when the CUDA engine can run here, else why not.
-std::string cuda_engine_unavailable() {
-    std::string reason;
-    return cuda_engine_api(&reason) != nullptr ? std::string() : reason;
-}
-
-#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                 \
-    do {                                                                  \
-        const std::string napkin_reason_ = cuda_engine_unavailable();     \
-        if (!napkin_reason_.empty()) {                                    \
-            GTEST_SKIP() << "no CUDA device (" << napkin_reason_          \
-                         << "): the CUDA engine is compiled but not run"; \
-        }                                                                 \
-    } while (0)
-
 
 struct Case {
     const char* name;
