@@ -66,6 +66,7 @@ struct Piece {
     StateKind kind = StateKind::weights;
     DType dtype = DType::f32;
     std::int64_t lo = 0, elements = 0;  // [lo, lo + elements) of the padded unit
+    bool whole = false;  // the same on every rank: only rank 0's file holds it
     std::uint64_t bytes() const {
         return storage_bytes(dtype, static_cast<std::uint64_t>(elements));
     }
@@ -84,7 +85,8 @@ std::vector<Piece> pieces_of(Trainer& t) {
             const ShardUnit& su = layout.units[u];
             const bool whole = kept_whole(z->stage(), kind);
             out.push_back({su.name + "." + kind_name(kind), u, kind, h.dtype,
-                           whole ? 0 : z->comm().rank() * su.shard, whole ? su.padded : su.shard});
+                           whole ? 0 : z->comm().rank() * su.shard, whole ? su.padded : su.shard,
+                           whole});
         }
     }
     std::stable_sort(out.begin(), out.end(),
@@ -220,11 +222,16 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
 
     // Stage 0 keeps its state in per-parameter tensors: pack each unit; stages 1-3 write the
     // engine's unit tensors as they are (in host memory), or copied to the host (on a device).
+    // What a stage keeps whole (stage 0: everything, stages 1-2: the weights) is the same on
+    // every rank: rank 0 alone writes it, the others only their shards (at stage 0, none: their
+    // files hold the metadata alone, which the loader checks against the manifest per rank).
+    const int rank = comm.rank(), world = comm.world_size();
     const std::vector<Piece> pieces = pieces_of(t);
     std::vector<std::vector<char>> packed(pieces.size());
     std::vector<CheckpointTensor> tensors;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
         const Piece& p = pieces[k];
+        if (p.whole && rank != 0) continue;
         const char* data = nullptr;
         if (z->stage() >= 1) {
             Tensor& x = z->unit_state(p.unit, p.kind);
@@ -237,7 +244,6 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
         }
         tensors.push_back({p.name, p.dtype, {p.elements}, data});
     }
-    const int rank = comm.rank(), world = comm.world_size();
     const std::string file = "rank" + std::to_string(rank) + ".safetensors";
     const WrittenCheckpoint w = write_checkpoint_file((dir / file).string(), kShardFormat, info,
                                                       {{"rank", std::to_string(rank)},
@@ -279,7 +285,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
                             {"world", world},
                             {"zero", z->stage()},
                             {"options_hash", checksum_text(options_hash(info.options))},
-                            {"layout", {{"units", units}, {"states", states}}},
+                            {"layout", {{"units", units}, {"states", states}, {"whole_in_rank", 0}}},
                             {"shards", files}};
     write_text_file_durably((dir / kManifestFileName).string(), manifest.dump(2) + "\n");
 
@@ -377,26 +383,38 @@ void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
     ZeroEngine* z = t.zero();
     NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
     check_resumable(m, z->comm().world_size(), z->stage());
-    const CheckpointReader r = open_shard(m, z->comm().rank());
+    const int rank = z->comm().rank();
+    const CheckpointReader r = open_shard(m, rank);
     const std::string saved = checkpoint_options_text(r.info().options);
     if (saved != checkpoint_options_text(checkpoint_info_of(t).options)) {
         checkpoint_error(r.path(), "was written with other run options than this trainer's");
     }
+    // The states kept whole are in rank 0's file; this rank's shards in its own.
+    std::optional<CheckpointReader> rank0;
+    if (rank != 0) rank0.emplace(open_shard(m, 0));
+    const CheckpointReader& whole = rank0 ? *rank0 : r;
     const std::vector<Piece> pieces = pieces_of(t);
-    for (const Piece& p : pieces)
-        check_piece(r, p.name, p.dtype, p.elements);
-    if (r.tensors().size() != pieces.size()) {
+    std::size_t own = 0;
+    for (const Piece& p : pieces) {
+        check_piece(p.whole ? whole : r, p.name, p.dtype, p.elements);
+        own += p.whole && rank != 0 ? 0 : 1;
+    }
+    // A shard of rank r > 0 written before whole states went to rank 0 alone holds them too
+    // (the loader reads rank 0's copy, which is the same).
+    if (r.tensors().size() != own && r.tensors().size() != pieces.size()) {
         checkpoint_error(r.path(), std::to_string(r.tensors().size()) +
                                        " tensors, this trainer's shard has " +
-                                       std::to_string(pieces.size()));
+                                       std::to_string(own));
     }
     r.verify_checksum();
+    if (rank0) rank0->verify_checksum();
 
     // Every check has passed: the trainer's state is replaced.
     std::vector<char> buf;
     for (const Piece& p : pieces) {
+        const CheckpointReader& from = p.whole ? whole : r;
         buf.resize(static_cast<std::size_t>(p.bytes()));
-        r.read(*r.find(p.name), 0, buf.data(), buf.size());
+        from.read(*from.find(p.name), 0, buf.data(), buf.size());
         copy_piece(t, p, buf.data(), false);
     }
     restore_checkpoint_state(t, r.info());

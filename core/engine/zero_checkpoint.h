@@ -8,12 +8,14 @@
 //
 // A shard (checkpoint_file.h's container): the run's options and loop state in the metadata
 // with "rank", "world" and "zero"; per unit u of core/comm/shard_layout.h and per state it keeps,
-// one 1-D tensor "<unit>.weights", "<unit>.master", "<unit>.opt.m", "<unit>.opt.v": the whole
-// padded unit (P_u elements, zero padding included) where the stage keeps that state whole
-// (stage 0: all; stages 1-2: the weights), else this rank's shard of S_u elements.
-// Resuming needs the same world size and stage (each rank reads only its own shard); for any
-// other, consolidate_checkpoint() writes one whole-state checkpoint (checkpoint.h) that a run of
-// any world size and stage can load. Tests: tests/engine/zero_checkpoint_test.cpp (world size
+// one 1-D tensor "<unit>.weights", "<unit>.master", "<unit>.opt.m", "<unit>.opt.v": this rank's
+// shard of S_u elements where the stage shards that state; where it keeps it whole (stage 0:
+// all; stages 1-2: the weights) every rank holds the same bytes, and rank 0's file alone holds
+// the whole padded unit (P_u elements, zero padding included). At stage 0 the other ranks' files
+// hold the metadata alone: one copy of the model state on disk, not W.
+// Resuming needs the same world size and stage (each rank reads its own shard, and rank 0's);
+// for any other, consolidate_checkpoint() writes one whole-state checkpoint (checkpoint.h) that
+// a run of any world size and stage can load. Tests: tests/engine/zero_checkpoint_test.cpp (world size
 // 1, every stage), tests/comm/zero_mpi_test.cpp (mpirun, a killed rank).
 #pragma once
 
@@ -69,9 +71,10 @@ CheckpointInfo read_shard_info(const Manifest& m, int rank);
 // naming both world sizes and stages and pointing at `napkin ckpt consolidate`.
 void check_resumable(const Manifest& m, int world, int zero);
 
-// Restores this rank's state from its shard of m: the same world size and stage, and a trainer
-// built with the shard's options. Every check (manifest, size, checksum, tensors) runs before
-// the trainer is touched; each failure is an InputError naming the file.
+// Restores this rank's state from its shard of m (and the states kept whole from rank 0's): the
+// same world size and stage, and a trainer built with the shard's options. Every check
+// (manifest, size, checksum, tensors) runs before the trainer is touched; each failure is an
+// InputError naming the file.
 void load_sharded_checkpoint(const Manifest& m, Trainer& t);
 
 // Reads every shard of m (checking each against the manifest and its checksum) and writes one

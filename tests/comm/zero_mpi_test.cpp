@@ -347,6 +347,40 @@ TEST(ZeroMpi, KilledRankResumesFromTheLastCompleteCheckpoint) {
     EXPECT_TRUE(fs::exists(ckpts / "step-00000006" / "manifest.json"));
 }
 
+// At ZeRO-0 every rank holds the same state: rank 0's shard alone carries it, rank 1's only its
+// metadata, so the checkpoint is about one model state on disk (the single-process file of the
+// same run, plus a few kB of headers), not two. It still resumes bit for bit (ShardedResume
+// above) and consolidates into a file that one process continues from.
+TEST(ZeroMpi, StageZeroCheckpointHoldsOneModelState) {
+    SKIP_WITHOUT_MPI();
+    // One process accumulating the 2 ranks' global batch of 4 micro-batches.
+    const std::string single = "train --steps 6 --micro-batch 2 --seq-len 32 --grad-accum 4 "
+                               "--grad-clip 0.5 --quiet ";
+    const fs::path one = fresh_dir("z0one"), two = fresh_dir("z0two");
+    const CliRun a = napkin(single + "--stop-after 4 --out " + one.string());
+    ASSERT_EQ(a.rc, 0) << a.out << a.err;
+    const CliRun b = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun +
+                           "--zero 0 --stop-after 4 --out " + two.string());
+    ASSERT_EQ(b.rc, 0) << b.out << b.err;
+    const auto whole = static_cast<double>(fs::file_size(one / "checkpoint.safetensors"));
+    const fs::path step = two / "checkpoints" / "step-00000004";
+    const auto rank0 = static_cast<double>(fs::file_size(step / "rank0.safetensors"));
+    const auto rank1 = static_cast<double>(fs::file_size(step / "rank1.safetensors"));
+    EXPECT_LT(rank1, 64e3) << "rank 1 wrote model state";
+    EXPECT_LT(rank0 + rank1, 1.05 * whole) << "more than one model state on disk";
+    EXPECT_GT(rank0, 0.95 * whole) << "rank 0 did not write the model state";
+
+    const fs::path file = two / "whole.safetensors";
+    const CliRun c = napkin("ckpt consolidate " + two.string() + " -o " + file.string());
+    ASSERT_EQ(c.rc, 0) << c.out << c.err;
+    const fs::path cont = fresh_dir("z0cont");
+    const CliRun r = napkin("train --quiet --resume " + file.string() + " --out " + cont.string());
+    ASSERT_EQ(r.rc, 0) << r.out << r.err;
+    const fs::path full = fresh_dir("z0full");
+    ASSERT_EQ(napkin(single + "--out " + full.string()).rc, 0);
+    expect_losses_follow(steps_of(cont), steps_of(full), 4e-6);
+}
+
 // A sharded checkpoint resumes only at its own world size and stage; consolidated into one file
 // it continues at one process (within fp32 reduction-order rounding) and at two ranks of any
 // stage (bitwise at its own stage).
