@@ -1,7 +1,7 @@
 // Checkpoints of CUDA runs (label gpu; docs/CHECKPOINTS.md, docs/CUDA.md): a CUDA run resumed
 // from its own checkpoint repeats the uninterrupted CUDA run bit for bit, a checkpoint moves
 // between the CPU and the GPU (the same file, byte for byte, and training continues within the
-// two backends' rounding), and `napkin train --device cuda` saves, stops and resumes.
+// two backends' rounding). The command line's side: train_cuda_cli_test.cpp.
 // Without a device every test skips with the reason.
 #include <gtest/gtest.h>
 
@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/engine/checkpoint.h"
 #include "core/engine/trainer.h"
 #include "core/model_config.h"
-#include "tests/cli/cli_util.h"
 #include "tests/engine/test_util.h"
 #include "tests/engine_cuda/cuda_engine_test_util.h"
 
@@ -152,37 +149,6 @@ TEST(CheckpointCudaMove, CpuCheckpointContinuesOnCuda) {
 TEST(CheckpointCudaMove, CudaCheckpointContinuesOnCpu) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     move_between(DeviceKind::cuda, DeviceKind::cpu, Precision::fp32, 1e-3);
-}
-
-// The losses of report.json by step.
-std::vector<double> report_losses(const fs::path& run_dir) {
-    std::ifstream f(run_dir / "report.json");
-    const nlohmann::json j = nlohmann::json::parse(f);
-    std::vector<double> out;
-    for (const auto& s : j.at("steps"))
-        out.push_back(s.at("loss").get<double>());
-    return out;
-}
-
-// napkin train --device cuda: --stop-after writes the checkpoint, --resume continues it, and the
-// two halves' losses are the uninterrupted run's.
-TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
-    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    const fs::path dir = scratch_dir();
-    const std::string common = "train --quiet --device cuda --steps 6 --micro-batch 2 --seq-len 32 ";
-    const CliRun whole = napkin(common + "--out " + (dir / "whole").string());
-    ASSERT_EQ(whole.rc, 0) << whole.err;
-    EXPECT_TRUE(fs::exists(dir / "whole" / kCheckpointFileName)) << "no end-of-run checkpoint";
-    const CliRun first = napkin(common + "--stop-after 3 --save-every 2 --out " + (dir / "split").string());
-    ASSERT_EQ(first.rc, 0) << first.err;
-    const std::vector<double> a = report_losses(dir / "split");
-    const CliRun second =
-        napkin("train --quiet --device cuda --resume " + (dir / "split").string());
-    ASSERT_EQ(second.rc, 0) << second.err;
-    const std::vector<double> b = report_losses(dir / "split");
-    std::vector<double> joined = a;
-    joined.insert(joined.end(), b.begin(), b.end());
-    EXPECT_EQ(joined, report_losses(dir / "whole"));
 }
 
 }  // namespace

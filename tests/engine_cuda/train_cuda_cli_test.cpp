@@ -1,0 +1,66 @@
+// `napkin train --device cuda` checkpoints (label gpu): the end-of-run checkpoint is written,
+// --stop-after and --save-every save, --resume continues, and the two halves' losses are the
+// uninterrupted CUDA run's bit for bit. Skips when the binary finds no CUDA device. Kept apart
+// from checkpoint_cuda_test.cpp: cli_util.h's napkin() cannot live beside namespace napkin.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/cli/cli_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+#define SKIP_WITHOUT_CUDA()                                                                  \
+    do {                                                                                     \
+        const CliRun probe_ = napkin("train --quiet --device cuda --steps 1 --micro-batch 1 " \
+                                     "--seq-len 8 --out " + testing::TempDir() +              \
+                                     "/napkin_cuda_probe");                                   \
+        if (probe_.err.find("no CUDA device") != std::string::npos)                          \
+            GTEST_SKIP() << probe_.err;                                                       \
+    } while (0)
+
+fs::path scratch_dir() {
+    const fs::path d = fs::path(testing::TempDir()) / ("napkin_train_cuda_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+}
+
+// The losses of report.json by step.
+std::vector<double> report_losses(const fs::path& run_dir) {
+    std::ifstream f(run_dir / "report.json");
+    const nlohmann::json j = nlohmann::json::parse(f);
+    std::vector<double> out;
+    for (const auto& s : j.at("steps"))
+        out.push_back(s.at("loss").get<double>());
+    return out;
+}
+
+// napkin train --device cuda: --stop-after writes the checkpoint, --resume continues it, and the
+// two halves' losses are the uninterrupted run's.
+TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string common = "train --quiet --device cuda --steps 6 --micro-batch 2 --seq-len 32 ";
+    const CliRun whole = napkin(common + "--out " + (dir / "whole").string());
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    EXPECT_TRUE(fs::exists(dir / "whole" / "checkpoint.safetensors")) << "no end-of-run checkpoint";
+    const CliRun first = napkin(common + "--stop-after 3 --save-every 2 --out " + (dir / "split").string());
+    ASSERT_EQ(first.rc, 0) << first.err;
+    const std::vector<double> a = report_losses(dir / "split");
+    const CliRun second =
+        napkin("train --quiet --device cuda --resume " + (dir / "split").string());
+    ASSERT_EQ(second.rc, 0) << second.err;
+    const std::vector<double> b = report_losses(dir / "split");
+    std::vector<double> joined = a;
+    joined.insert(joined.end(), b.begin(), b.end());
+    EXPECT_EQ(joined, report_losses(dir / "whole"));
+}
+
+}  // namespace
