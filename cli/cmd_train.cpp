@@ -321,6 +321,18 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--stop-after " + std::to_string(f.stop_after) + ": the run is already at step " +
                          std::to_string(first_step));
     }
+    // A run that does not continue this folder's own checkpoint moves an earlier run's aside
+    // before its first step (docs/CHECKPOINTS.md, "A new run in an old folder"): killed before
+    // its first save, it leaves nothing that --resume would take for its own. The other ranks
+    // wait, so that none saves into the folder before rank 0 has moved it.
+    if (comm.rank() == 0 && (f.resume.empty() || !continues_folder(resume, run_dir))) {
+        const std::string note = set_aside_earlier_checkpoints(run_dir);
+        if (!note.empty()) {
+            std::printf("%s\n", note.c_str());
+            std::fflush(stdout);
+        }
+    }
+    if (parallel) comm.barrier();
     // On a GPU, the driver's view of the device beside the allocator's: sampled after each step
     // (the peak of it, and a "device memory" counter in the trace; docs/FORMATS.md).
     EngineDevice::MemoryUse device_baseline, device_peak;

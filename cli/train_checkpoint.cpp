@@ -90,6 +90,33 @@ std::string save_run_checkpoint(const fs::path& run_dir, Trainer& trainer, bool 
     return path.string();
 }
 
+std::string set_aside_earlier_checkpoints(const fs::path& run_dir) {
+    std::string moved;
+    for (const fs::path& p : {run_dir / kCheckpointFileName, run_dir / kShardedCheckpointsDir}) {
+        std::error_code ec;
+        if (!fs::exists(fs::symlink_status(p, ec))) continue;
+        fs::path aside = p;
+        aside += ".previous";
+        fs::remove_all(aside, ec);
+        if (ec) throw InputError(aside.string() + ": cannot remove (" + ec.message() + ")");
+        fs::rename(p, aside, ec);
+        if (ec) {
+            throw InputError(p.string() + ": cannot move an earlier run's checkpoint aside to " +
+                             aside.string() + " (" + ec.message() + ")");
+        }
+        moved += (moved.empty() ? "" : " and ") + p.filename().string() + " to " +
+                 aside.filename().string();
+    }
+    if (moved.empty()) return moved;
+    return "note: " + run_dir.string() + " held an earlier run's checkpoint: moved " + moved +
+           " (this run starts afresh there)";
+}
+
+bool continues_folder(const ResumeSource& source, const fs::path& run_dir) {
+    std::error_code ec;
+    return !source.run_dir.empty() && fs::equivalent(source.run_dir, run_dir, ec);
+}
+
 namespace {
 
 // "R:S" from the environment variable, or nothing.

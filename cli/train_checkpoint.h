@@ -39,6 +39,20 @@ void load_resume_source(const ResumeSource& source, Trainer& trainer);
 std::string save_run_checkpoint(const std::filesystem::path& run_dir, Trainer& trainer,
                                 bool parallel);
 
+// A run that does not continue the checkpoint of its own folder (a fresh run, or a resumed one
+// writing to another folder with --out) first moves any checkpoint already there aside, so that
+// a later --resume of the folder never takes an earlier run's state for this run's:
+//   RUN_DIR/checkpoint.safetensors  ->  RUN_DIR/checkpoint.safetensors.previous
+//   RUN_DIR/checkpoints/            ->  RUN_DIR/checkpoints.previous/
+// each one rename (an older .previous is removed first). Returns the line to print, or empty
+// when there was nothing to move. Called by rank 0 alone, before a collective that precedes the
+// first save. InputError naming the path when a move fails.
+std::string set_aside_earlier_checkpoints(const std::filesystem::path& run_dir);
+
+// Whether resuming from `source` into `run_dir` continues the folder's own checkpoint (the same
+// folder), so that nothing is set aside.
+bool continues_folder(const ResumeSource& source, const std::filesystem::path& run_dir);
+
 // Test-only fault injection (tests/comm/zero_mpi_test.cpp), read from the environment:
 //   NAPKIN_TEST_KILL_RANK_AT_STEP=R:S  rank R raises SIGKILL once S steps are done
 //   NAPKIN_TEST_HANG_RANK_AT_STEP=R:S  rank R sleeps forever once S steps are done

@@ -115,6 +115,49 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
 }
 
+// A new run started in an old run's folder and killed before its first save leaves nothing
+// that --resume would take for its own: the earlier checkpoint was moved aside, whole, when the
+// new run started (docs/CHECKPOINTS.md, "A new run in an old folder"). A run that continues the
+// folder's own checkpoint moves nothing.
+TEST(TrainCli, NewRunInAnOldFolderSetsTheOldCheckpointAside) {
+    const fs::path d = fresh_dir("stale");
+    const std::string common = "train --steps 4 --micro-batch 2 --seq-len 32 --quiet --out " + d.string();
+    ASSERT_EQ(napkin(common + " --stop-after 2").rc, 0);
+    const fs::path ckpt = d / "checkpoint.safetensors", aside = d / "checkpoint.safetensors.previous";
+    const std::string old = slurp(ckpt.string());
+    ASSERT_FALSE(old.empty());
+
+    ::setenv("NAPKIN_TEST_KILL_RANK_AT_STEP", "0:1", 1);  // SIGKILL before step 2
+    const CliRun killed = napkin(common + " --seed 7");
+    ::unsetenv("NAPKIN_TEST_KILL_RANK_AT_STEP");
+    EXPECT_NE(killed.rc, 0);
+    EXPECT_NE(killed.out.find("note: " + d.string() + " held an earlier run's checkpoint: moved "
+                              "checkpoint.safetensors to checkpoint.safetensors.previous"),
+              std::string::npos)
+        << killed.out;
+    EXPECT_FALSE(fs::exists(ckpt));
+    EXPECT_TRUE(slurp(aside.string()) == old) << "the earlier checkpoint was not kept whole";
+    const CliRun stale = napkin("train --quiet --resume " + d.string());
+    EXPECT_EQ(stale.rc, 2);
+    EXPECT_NE(stale.err.find("--resume: no checkpoint at '" + ckpt.string() + "'"), std::string::npos)
+        << stale.err;
+    // The earlier run goes on from the file set aside, into another folder.
+    const fs::path e = fresh_dir("stale_e");
+    const CliRun earlier = napkin("train --quiet --resume " + aside.string() + " --out " + e.string());
+    ASSERT_EQ(earlier.rc, 0) << earlier.err;
+    EXPECT_EQ(read_json(e / "report.json")["steps"].size(), 2u);
+
+    // The new run again, stopped after its first save, then resumed in place: nothing moves.
+    const CliRun mine = napkin(common + " --seed 7 --stop-after 1");
+    ASSERT_EQ(mine.rc, 0) << mine.err;
+    EXPECT_EQ(mine.out.find("note:"), std::string::npos) << mine.out;
+    const CliRun resumed = napkin("train --quiet --resume " + d.string());
+    ASSERT_EQ(resumed.rc, 0) << resumed.err;
+    EXPECT_EQ(resumed.out.find("note:"), std::string::npos) << resumed.out;
+    EXPECT_NE(resumed.out.find("at step 1 of 4"), std::string::npos) << resumed.out;
+    EXPECT_TRUE(slurp(aside.string()) == old);
+}
+
 // One process sharding over itself (--zero 2, no launcher) writes sharded checkpoints: resumed,
 // steps 4-6 are bitwise those of an uninterrupted run; `napkin ckpt consolidate` makes one file
 // that a plain run continues from; a resume at another stage is refused pointing at it.

@@ -381,6 +381,30 @@ TEST(ZeroMpi, StageZeroCheckpointHoldsOneModelState) {
     expect_losses_follow(steps_of(cont), steps_of(full), 4e-6);
 }
 
+// A new 2-rank run started in an old run's folder and killed before its first save: the earlier
+// run's sharded checkpoints were moved aside (RUN_DIR/checkpoints.previous) by rank 0 before any
+// step, so --resume finds no checkpoint rather than the earlier run's.
+TEST(ZeroMpi, NewRunInAnOldFolderSetsTheOldCheckpointsAside) {
+    SKIP_WITHOUT_MPI();
+    const fs::path run = fresh_dir("stale");
+    const std::string two = mpirun(2) + NAPKIN_BINARY + " ";
+    const CliRun a = shell(two + kCkptRun + "--zero 1 --stop-after 2 --out " + run.string());
+    ASSERT_EQ(a.rc, 0) << a.out << a.err;
+    ASSERT_TRUE(fs::exists(run / "checkpoints" / "step-00000002" / "manifest.json"));
+
+    const CliRun k = shell(mpirun(2) + "-x NAPKIN_TEST_KILL_RANK_AT_STEP=1:1 " + NAPKIN_BINARY +
+                           " " + kCkptRun + "--zero 1 --seed 7 --out " + run.string());
+    EXPECT_NE(k.rc, 0) << k.out << k.err;
+    EXPECT_NE(k.out.find("held an earlier run's checkpoint: moved checkpoints to checkpoints.previous"),
+              std::string::npos)
+        << k.out;
+    EXPECT_FALSE(fs::exists(run / "checkpoints"));
+    EXPECT_TRUE(fs::exists(run / "checkpoints.previous" / "step-00000002" / "manifest.json"));
+    const CliRun r = shell(two + "train --quiet --zero 1 --resume " + run.string());
+    EXPECT_NE(r.rc, 0) << r.out << r.err;  // each rank's usage error (exit 2)
+    EXPECT_NE(r.err.find("--resume: no checkpoint at"), std::string::npos) << r.err;
+}
+
 // A sharded checkpoint resumes only at its own world size and stage; consolidated into one file
 // it continues at one process (within fp32 reduction-order rounding) and at two ranks of any
 // stage (bitwise at its own stage).
