@@ -66,7 +66,7 @@ struct Piece {
     StateKind kind = StateKind::weights;
     DType dtype = DType::f32;
     std::int64_t lo = 0, elements = 0;  // [lo, lo + elements) of the padded unit
-    bool whole = false;  // the same on every rank: only rank 0's file holds it
+    bool whole = false;                 // the same on every rank: only rank 0's file holds it
     std::uint64_t bytes() const {
         return storage_bytes(dtype, static_cast<std::uint64_t>(elements));
     }
@@ -280,13 +280,14 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
                          {"bytes", s.file_bytes},
                          {"checksum", checksum_text(s.checksum)}});
     }
-    const ojson manifest = {{"format", kManifestFormat},
-                            {"step", info.steps_done},
-                            {"world", world},
-                            {"zero", z->stage()},
-                            {"options_hash", checksum_text(options_hash(info.options))},
-                            {"layout", {{"units", units}, {"states", states}, {"whole_in_rank", 0}}},
-                            {"shards", files}};
+    const ojson manifest = {
+        {"format", kManifestFormat},
+        {"step", info.steps_done},
+        {"world", world},
+        {"zero", z->stage()},
+        {"options_hash", checksum_text(options_hash(info.options))},
+        {"layout", {{"units", units}, {"states", states}, {"whole_in_rank", 0}}},
+        {"shards", files}};
     write_text_file_durably((dir / kManifestFileName).string(), manifest.dump(2) + "\n");
 
     // The new checkpoint is complete: the others (older ones, a half-written one, those of an
@@ -403,8 +404,7 @@ void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
     // (the loader reads rank 0's copy, which is the same).
     if (r.tensors().size() != own && r.tensors().size() != pieces.size()) {
         checkpoint_error(r.path(), std::to_string(r.tensors().size()) +
-                                       " tensors, this trainer's shard has " +
-                                       std::to_string(own));
+                                       " tensors, this trainer's shard has " + std::to_string(own));
     }
     r.verify_checksum();
     if (rank0) rank0->verify_checksum();

@@ -15,8 +15,8 @@
 // hold the metadata alone: one copy of the model state on disk, not W.
 // Resuming needs the same world size and stage (each rank reads its own shard, and rank 0's);
 // for any other, consolidate_checkpoint() writes one whole-state checkpoint (checkpoint.h) that
-// a run of any world size and stage can load. Tests: tests/engine/zero_checkpoint_test.cpp (world size
-// 1, every stage), tests/comm/zero_mpi_test.cpp (mpirun, a killed rank).
+// a run of any world size and stage can load. Tests: tests/engine/zero_checkpoint_test.cpp (world
+// size 1, every stage), tests/comm/zero_mpi_test.cpp (mpirun, a killed rank).
 #pragma once
 
 #include <cstdint>

@@ -59,7 +59,8 @@ class CheckpointCudaResume : public testing::TestWithParam<Recipe> {};
 // resumed trainer's state saves back to the very file it was loaded from.
 TEST_P(CheckpointCudaResume, RepeatsTheUninterruptedRunBitForBit) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    const TrainOptions o = tiny_options(GetParam().precision, GetParam().optimizer, DeviceKind::cuda);
+    const TrainOptions o =
+        tiny_options(GetParam().precision, GetParam().optimizer, DeviceKind::cuda);
     const fs::path dir = scratch_dir();
     const fs::path path = dir / "ckpt.safetensors";
     Trainer a(o);

@@ -18,11 +18,11 @@ inline std::string cuda_engine_unavailable() {
 
 }  // namespace napkin::test
 
-#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                              \
-    do {                                                                               \
+#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                             \
+    do {                                                                              \
         const std::string napkin_reason_ = ::napkin::test::cuda_engine_unavailable(); \
-        if (!napkin_reason_.empty()) {                                                 \
-            GTEST_SKIP() << "no CUDA device (" << napkin_reason_                       \
-                         << "): the CUDA engine is compiled but not run";              \
-        }                                                                              \
+        if (!napkin_reason_.empty()) {                                                \
+            GTEST_SKIP() << "no CUDA device (" << napkin_reason_                      \
+                         << "): the CUDA engine is compiled but not run";             \
+        }                                                                             \
     } while (0)

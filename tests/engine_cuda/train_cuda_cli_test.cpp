@@ -16,17 +16,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define SKIP_WITHOUT_CUDA()                                                                  \
-    do {                                                                                     \
-        const CliRun probe_ = napkin("train --quiet --device cuda --steps 1 --micro-batch 1 " \
-                                     "--seq-len 8 --out " + testing::TempDir() +              \
-                                     "/napkin_cuda_probe");                                   \
-        if (probe_.err.find("no CUDA device") != std::string::npos)                          \
-            GTEST_SKIP() << probe_.err;                                                       \
+#define SKIP_WITHOUT_CUDA()                                                                     \
+    do {                                                                                        \
+        const CliRun probe_ = napkin(                                                           \
+            "train --quiet --device cuda --steps 1 --micro-batch 1 "                            \
+            "--seq-len 8 --out " +                                                              \
+            testing::TempDir() + "/napkin_cuda_probe");                                         \
+        if (probe_.err.find("no CUDA device") != std::string::npos) GTEST_SKIP() << probe_.err; \
     } while (0)
 
 fs::path scratch_dir() {
-    const fs::path d = fs::path(testing::TempDir()) / ("napkin_train_cuda_" + std::to_string(getpid()));
+    const fs::path d =
+        fs::path(testing::TempDir()) / ("napkin_train_cuda_" + std::to_string(getpid()));
     fs::remove_all(d);
     fs::create_directories(d);
     return d;
@@ -47,11 +48,13 @@ std::vector<double> report_losses(const fs::path& run_dir) {
 TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
     SKIP_WITHOUT_CUDA();
     const fs::path dir = scratch_dir();
-    const std::string common = "train --quiet --device cuda --steps 6 --micro-batch 2 --seq-len 32 ";
+    const std::string common =
+        "train --quiet --device cuda --steps 6 --micro-batch 2 --seq-len 32 ";
     const CliRun whole = napkin(common + "--out " + (dir / "whole").string());
     ASSERT_EQ(whole.rc, 0) << whole.err;
     EXPECT_TRUE(fs::exists(dir / "whole" / "checkpoint.safetensors")) << "no end-of-run checkpoint";
-    const CliRun first = napkin(common + "--stop-after 3 --save-every 2 --out " + (dir / "split").string());
+    const CliRun first =
+        napkin(common + "--stop-after 3 --save-every 2 --out " + (dir / "split").string());
     ASSERT_EQ(first.rc, 0) << first.err;
     const std::vector<double> a = report_losses(dir / "split");
     const CliRun second =
