@@ -1,0 +1,28 @@
+// Accumulate on the CPU (declared in kernels/accumulate.h): elementwise, OpenMP once the work
+// pays for threads. Each element's sum is rounded once, so the result does not depend on the
+// thread count.
+#include "kernels/accumulate.h"
+
+#include "core/half.h"
+
+namespace napkin::cpu {
+
+namespace {
+
+constexpr std::int64_t kParallelMin =
+    1 << 16;  // elements below which threads cost more than they save
+
+}  // namespace
+
+template <class T>
+void accumulate(T* dst, const T* src, std::int64_t n) {
+#pragma omp parallel for if (n > kParallelMin)
+    for (std::int64_t i = 0; i < n; ++i)
+        dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
+}
+
+template void accumulate<float>(float*, const float*, std::int64_t);
+template void accumulate<bf16_t>(bf16_t*, const bf16_t*, std::int64_t);
+template void accumulate<f16_t>(f16_t*, const f16_t*, std::int64_t);
+
+}  // namespace napkin::cpu
