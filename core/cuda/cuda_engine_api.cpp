@@ -41,6 +41,7 @@ CudaKernelTable<T> kernel_table() {
     k.residual_forward = &cuda::residual_forward<T>;
     k.residual_backward = &cuda::residual_backward<T>;
     k.head_cross_entropy = &cuda::head_cross_entropy<T>;
+    k.accumulate = &cuda::accumulate<T>;
     return k;
 }
 
@@ -58,10 +59,10 @@ private:
     CachingAllocator cache_{backend_};
 };
 
-void select_device(char* name, std::size_t name_bytes) {
-    NAPKIN_CUDA_CHECK(cudaSetDevice(0));
+void select_device(int index, char* name, std::size_t name_bytes) {
+    NAPKIN_CUDA_CHECK(cudaSetDevice(index));
     cudaDeviceProp prop{};
-    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
     std::snprintf(name, name_bytes, "%s", prop.name);
 }
 
@@ -103,6 +104,11 @@ void memset_zero(void* dst, std::size_t bytes, CUstream_st* stream) {
     NAPKIN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
 }
 
+void copy_on_device(void* dst, const void* src, std::size_t bytes, CUstream_st* stream) {
+    if (bytes == 0) return;
+    NAPKIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
 void memory_info(std::uint64_t* free_bytes, std::uint64_t* total_bytes) {
     const cuda::DeviceMemoryInfo m = cuda::device_memory_info();
     *free_bytes = m.free_bytes;
@@ -123,6 +129,7 @@ CudaEngineApi make_api() {
     a.copy_to_device = &copy_to_device;
     a.copy_to_host = &copy_to_host;
     a.memset_zero = &memset_zero;
+    a.copy_on_device = &copy_on_device;
     a.memory_info = &memory_info;
     a.matmul_create_handle = &cuda::matmul_create_handle;
     a.matmul_destroy_handle = &cuda::matmul_destroy_handle;

@@ -27,6 +27,7 @@
 #include "core/cuda/cupti_activity.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
+#include "kernels/accumulate.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -64,6 +65,7 @@ struct CudaKernelTable {
     decltype(&cuda::residual_forward<T>) residual_forward = nullptr;
     decltype(&cuda::residual_backward<T>) residual_backward = nullptr;
     decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
+    decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
 };
 
 inline constexpr int kNapkinCudaEngineApiVersion = 3;
@@ -76,8 +78,9 @@ struct CudaEngineApi {
     CudaKernelTable<bf16_t> bf16;
     CudaKernelTable<f16_t> f16;
 
-    // Device 0 made current; its name (host buffer of name_bytes). Throws CudaError.
-    void (*select_device)(char* name, std::size_t name_bytes) = nullptr;
+    // Device `index` made current (a data-parallel rank's local rank, else 0); its name (host
+    // buffer of name_bytes). Throws CudaError.
+    void (*select_device)(int index, char* name, std::size_t name_bytes) = nullptr;
     CUstream_st* (*stream_create)() = nullptr;  // a non-blocking stream
     void (*stream_destroy)(CUstream_st* stream) noexcept = nullptr;
     void (*stream_synchronize)(CUstream_st* stream) = nullptr;
@@ -93,6 +96,9 @@ struct CudaEngineApi {
                          CUstream_st* stream) = nullptr;
     void (*memset_zero)(void* dst, std::size_t bytes,
                         CUstream_st* stream) = nullptr;  // queued only
+    // Device to device, queued only (the ZeRO engine's copies into and out of shards).
+    void (*copy_on_device)(void* dst, const void* src, std::size_t bytes,
+                           CUstream_st* stream) = nullptr;
     // cudaMemGetInfo on the current device (host outputs), checked.
     void (*memory_info)(std::uint64_t* free_bytes, std::uint64_t* total_bytes) = nullptr;
 

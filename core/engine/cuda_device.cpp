@@ -1,4 +1,5 @@
-// The CUDA engine device (core/engine/engine_device.h): device 0, one non-blocking stream and one
+// The CUDA engine device (core/engine/engine_device.h): device `index` (0, or a data-parallel
+// rank's local rank), one non-blocking stream and one
 // cuBLASLt handle shared by the model's kernels and the optimizer's (so stream order is the
 // only ordering needed), the caching device allocator under the accounting allocator, and the
 // GptImpl instantiations over CudaKernels. Everything CUDA goes through the plugin's table
@@ -46,9 +47,9 @@ private:
 
 class CudaEngineDevice final : public EngineDevice {
 public:
-    explicit CudaEngineDevice(const CudaEngineApi& api) : api_(api) {
+    CudaEngineDevice(const CudaEngineApi& api, int index) : api_(api) {
         char name[256] = {};
-        api_.select_device(name, sizeof name);
+        api_.select_device(index, name, sizeof name);
         name_ = name;
         stream_ = api_.stream_create();
         try {
@@ -109,6 +110,25 @@ public:
         api_.copy_to_host(host_dst, src, bytes, stream_);
     }
     void zero(void* dst, std::size_t bytes) override { api_.memset_zero(dst, bytes, stream_); }
+    void copy_on_device(void* dst, const void* src, std::size_t bytes) override {
+        api_.copy_on_device(dst, src, bytes, stream_);
+    }
+    void accumulate(void* dst, const void* src, std::int64_t n, DType dtype) override {
+        switch (dtype) {
+            case DType::f32:
+                return api_.f32.accumulate(static_cast<float*>(dst), static_cast<const float*>(src),
+                                           n, stream_);
+            case DType::bf16:
+                return api_.bf16.accumulate(static_cast<bf16_t*>(dst),
+                                            static_cast<const bf16_t*>(src), n, stream_);
+            case DType::f16:
+                return api_.f16.accumulate(static_cast<f16_t*>(dst), static_cast<const f16_t*>(src),
+                                           n, stream_);
+            default:
+                break;
+        }
+        NAPKIN_ASSERT(false, "accumulate: no kernel for " << dtype_name(dtype));
+    }
     void synchronize() override { api_.stream_synchronize(stream_); }
     MemoryUse memory_use() override {
         std::uint64_t free = 0, total = 0;
@@ -155,12 +175,12 @@ private:
 
 }  // namespace
 
-std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind) {
+std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind, int index) {
     if (kind == DeviceKind::cpu) return nullptr;
     std::string reason;
     const CudaEngineApi* api = cuda_engine_api(&reason);
     if (api == nullptr) throw UsageError("--device cuda: no CUDA device (" + reason + ")");
-    return std::make_unique<CudaEngineDevice>(*api);
+    return std::make_unique<CudaEngineDevice>(*api, index);
 }
 
 }  // namespace napkin

@@ -40,7 +40,11 @@ public:
     // host_dst = src (device), bytes; waits for the work queued before it, then for the copy.
     virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
     virtual void zero(void* dst, std::size_t bytes) = 0;  // queued
-    virtual void synchronize() = 0;                       // waits for everything queued
+    // The ZeRO engine's shard work (core/engine/zero.cpp), queued: dst = src (both device
+    // memory), and dst (n of dtype f32, bf16 or f16) += src, kernels/accumulate.h.
+    virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
+    virtual void accumulate(void* dst, const void* src, std::int64_t n, DType dtype) = 0;
+    virtual void synchronize() = 0;  // waits for everything queued
     // The driver's view of the whole device (cudaMemGetInfo): bytes in use by anyone (this
     // context, its libraries, other processes) and the capacity.
     struct MemoryUse {
@@ -61,8 +65,9 @@ public:
     virtual std::unique_ptr<profiler::GpuActivitySource> activity_source() { return nullptr; }
 };
 
-// The device for `kind`: null for the CPU; for CUDA device 0 through the plugin, or UsageError
-// "--device cuda: no CUDA device (<reason>)" when the build has no CUDA or no device is present.
-std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind);
+// The device for `kind`: null for the CPU; for CUDA device `index` (a data-parallel rank's local
+// rank, else 0) through the plugin, or UsageError "--device cuda: no CUDA device (<reason>)"
+// when the build has no CUDA or no device is present.
+std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind, int index = 0);
 
 }  // namespace napkin
