@@ -175,21 +175,33 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         o = options_from_flags(f, cmd);
     }
     // --device auto: the GPU when the CUDA engine can run here and the run needs nothing it lacks
-    // yet (data parallelism, pure bf16), else the CPU; one line on what was found. Checkpoints
-    // are the same file on either device, so a run saved on one resumes on the other.
+    // yet (pure bf16), else the CPU; one line on what was found. Checkpoints are the same file on
+    // either device, so a run saved on one resumes on the other. Data parallelism runs on either,
+    // on CUDA one rank per GPU over NCCL (docs/ZERO.md): auto takes the GPUs only when this node
+    // has one for each of its ranks, so every rank of the node decides alike.
     o.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
     if (f.device == "auto") {
         const DeviceInfo& d = probe_devices();
         std::string reason;
         const bool gpu = cuda_engine_api(&reason) != nullptr;
-        const char* cpu_only = parallel                                 ? "data parallelism runs"
-                               : o.plan.precision == Precision::bf16 ? "pure bf16 runs"
-                                                                        : nullptr;
-        if (gpu && cpu_only == nullptr) o.device = DeviceKind::cuda;
+        const int node_ranks = launch_env().local_size;
+        std::string cpu_only;
+        if (o.plan.precision == Precision::bf16) cpu_only = "pure bf16 runs on the CPU only";
+        else if (node_ranks > d.cuda_devices) {
+            cpu_only = std::to_string(node_ranks) + " ranks on this node and " + std::to_string(d.cuda_devices) +
+                       " GPU" + (d.cuda_devices == 1 ? "" : "s");
+        }
+        if (gpu && cpu_only.empty()) o.device = DeviceKind::cuda;
         std::printf("%s%s\n", device_summary(d).c_str(),
-                    !gpu                 ? ""
-                    : cpu_only != nullptr ? ("; " + std::string(cpu_only) + " on the CPU only: using the CPU").c_str()
-                                         : "; training on the GPU");
+                    !gpu                ? ""
+                    : !cpu_only.empty() ? ("; " + cpu_only + ": using the CPU").c_str()
+                                        : "; training on the GPU");
+    } else if (o.device == DeviceKind::cuda && comm.local_rank() > 0) {
+        const int gpus = probe_devices().cuda_devices;
+        if (gpus > 0 && comm.local_rank() >= gpus) {
+            throw UsageError("--device cuda: local rank " + std::to_string(comm.local_rank()) + " has no GPU (" +
+                             std::to_string(gpus) + " visible); start at most one rank per GPU on each node");
+        }
     }
     o.zero = f.zero;
     if (f.overlap != "on" && f.overlap != "off") {

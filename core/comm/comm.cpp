@@ -383,11 +383,13 @@ LaunchEnv launch_env() {
         e.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
         e.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
         e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+        e.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", e.world);
     } else if (std::getenv("PMI_SIZE") != nullptr) {
         e.launcher = "PMI";
         e.world = env_int("PMI_SIZE", 1);
         e.rank = env_int("PMI_RANK", 0);
         e.local_rank = env_int("MPI_LOCALRANKID", 0);
+        e.local_size = env_int("MPI_LOCALNRANKS", e.world);
     }
     if (e.world < 1 || e.rank >= e.world) {
         throw UsageError(e.launcher + " environment: rank " + std::to_string(e.rank) +

@@ -152,6 +152,7 @@ private:
 // process.
 struct LaunchEnv {
     int world = 1, rank = 0, local_rank = 0;
+    int local_size = 1;  // ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS)
     std::string launcher;  // "Open MPI", "PMI", "" (none)
 };
 LaunchEnv launch_env();

@@ -30,6 +30,7 @@ public:
         backend_ = "nccl (" + api_.nccl_version() + ")";
     }
     ~NcclCommunicator() override {
+        if (scalars_ != nullptr) memory_->deallocate(scalars_, scalar_bytes_);
         if (barrier_buf_ != nullptr) memory_->deallocate(barrier_buf_, kBarrierBytes);
         api_.memory_destroy(memory_);
         api_.stream_destroy(stream_);
@@ -46,7 +47,20 @@ public:
 
 protected:
     void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
-        api_.nccl_all_reduce(comm_, buf, count, type(t), stream_);
+        if (t != Wire::f64) return api_.nccl_all_reduce(comm_, buf, count, type(t), stream_);
+        // fp64 scalars (a step's loss, the gradient norm's sum of squares) are host values: NCCL
+        // takes device pointers only, so they go through a device buffer of this
+        // communicator's. Both copies wait on stream_, so the host sees the sum on return.
+        const std::size_t bytes = count * sizeof(double);
+        if (bytes > scalar_bytes_) {
+            if (scalars_ != nullptr) memory_->deallocate(scalars_, scalar_bytes_);
+            scalars_ = nullptr;
+            scalars_ = memory_->allocate(bytes);
+            scalar_bytes_ = bytes;
+        }
+        api_.copy_to_device(scalars_, buf, bytes, stream_);
+        api_.nccl_all_reduce(comm_, scalars_, count, cuda::NcclType::f64, stream_);
+        api_.copy_to_host(buf, scalars_, bytes, stream_);
     }
     void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
         api_.nccl_reduce_scatter(comm_, buf, shard, type(t), rank(), stream_);
@@ -80,6 +94,8 @@ private:
     CUstream_st* stream_ = nullptr;
     RawMemory* memory_ = nullptr;
     void* barrier_buf_ = nullptr;
+    void* scalars_ = nullptr;  // the fp64 all-reduce's device copy of the host values
+    std::size_t scalar_bytes_ = 0;
     std::string backend_;
 };
 

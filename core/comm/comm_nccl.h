@@ -7,7 +7,11 @@
 // (the launcher's communicator: MPI under mpirun, the single communicator at world size 1)
 // broadcasts it; the NCCL communicator takes the bootstrap's rank, world size and local rank,
 // and the GPU of its local rank. `bootstrap` must outlive it (abort() goes through it too).
-// Buffers are device memory; every collective waits for its result before returning.
+// Buffers are device memory, except the fp64 scalars of all_reduce(double*), which are host
+// values as on every backend (they pass through a device buffer of the communicator's). Every
+// collective runs on the communicator's own stream and waits for its result before returning;
+// the caller makes sure its own writes to the buffer are done first (the ZeRO engine
+// synchronizes the engine's stream, core/engine/zero.cpp).
 // Throws UsageError "NCCL: no CUDA device (<reason>)" without a device or a CUDA build.
 #pragma once
 

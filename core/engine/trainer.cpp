@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/comm/comm_nccl.h"
 #include "core/config_json.h"
 #include "profiler/host_range.h"
 
@@ -23,8 +24,9 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
                         {"optimizer", enum_name(kOptimizerNames, o.plan.optimizer)},
                         {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
                         {"attention", enum_name(kAttentionNames, o.plan.attention)},
-                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap}, {"world", world},
-                        {"seed", o.seed}, {"data", o.data},
+                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap},
+                        {"world", world}, {"seed", o.seed}, {"data", o.data},
+                        {"device", o.device == DeviceKind::cuda ? "cuda" : "cpu"},
                         {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
                                  q.weight_decay, q.grad_clip}},
                         {"loss_scale", {o.loss_scale_init, o.loss_scale_window}},
@@ -37,7 +39,8 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id,
                  const std::function<void(Gpt&)>& init_weights)
     : opts_(opts),
-      device_(open_engine_device(opts.device)),
+      // Data parallelism on GPUs: one rank per GPU, the local rank's.
+      device_(open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
       alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)) {
     if (opts_.zero < 0 || opts_.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(opts_.zero) + ")");
@@ -50,8 +53,11 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     const bool parallel = comm_ != nullptr && (comm_->world_size() > 1 || opts_.zero > 0);
     // First, before anything can fail differently on different ranks: the same run everywhere?
     if (parallel) check_same_run(*comm_, run_description(opts_, comm_->world_size(), build_id));
+    // On the GPU the collectives go over NCCL, bootstrapped by the launcher's communicator (MPI,
+    // or the single one at world size 1), which keeps serving the handshake above.
     if (parallel && device_ != nullptr) {
-        throw UsageError("--device cuda: data parallelism (--zero, several ranks) runs on the CPU only (for now)");
+        nccl_comm_ = make_nccl_communicator(*comm_);
+        comm_ = nccl_comm_.get();
     }
     if (opts_.steps <= 0) throw UsageError("--steps: must be a positive integer (got " + std::to_string(opts_.steps) + ")");
     if (opts_.grad_accum <= 0) {
@@ -74,7 +80,7 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) {
-        zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd,
+        zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd, device_.get(),
                                              opts_.overlap);
     }
     if (zero_ == nullptr || zero_->stage() == 0) {

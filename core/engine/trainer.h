@@ -66,7 +66,9 @@ public:
     // Builds the model, optimizer and data source; throws UsageError/InputError on bad input.
     // With a communicator of several ranks (or opts.zero > 0) the run is data-parallel: the ranks
     // check at start-up that they share options and `build_id` (check_same_run), each trains on
-    // its own slice of every global batch, and the ZeRO engine reduces and shards.
+    // its own slice of every global batch, and the ZeRO engine reduces and shards. On CUDA the
+    // rank's GPU is its local rank's and the collectives go over NCCL, bootstrapped by `comm`
+    // (comm() is then the NCCL communicator).
     // `init_weights`, when given, runs on the freshly initialized model before the ZeRO engine
     // shards it (napkin train --init-from).
     explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "",
@@ -113,6 +115,7 @@ private:
     std::unique_ptr<Gpt> model_;
     std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
     std::unique_ptr<Communicator> own_comm_;  // a world-size-1 one when none was given
+    std::unique_ptr<Communicator> nccl_comm_;  // on a GPU: NCCL over own_comm_ or the one given
     Communicator* comm_ = nullptr;
     std::unique_ptr<ZeroEngine> zero_;  // after model_: unhooks it first
     std::unique_ptr<TokenSource> data_;

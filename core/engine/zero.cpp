@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
 #include "core/half.h"
+#include "kernels/accumulate.h"
 
 namespace napkin {
 
@@ -31,17 +32,6 @@ void check_same_run(Communicator& comm, const std::string& description) {
 }
 
 namespace {
-
-// Copies the part of [offset, offset + n) (in unit elements) that falls in [lo, hi) from a
-// parameter's values to a shard starting at element lo, or back (to_shard false).
-void copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
-                std::int64_t lo, std::int64_t hi, std::size_t esize) {
-    const std::int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
-    if (a >= b) return;
-    std::memcpy(static_cast<char*>(shard) + static_cast<std::size_t>(a - lo) * esize,
-                static_cast<const char*>(param) + static_cast<std::size_t>(a - offset) * esize,
-                static_cast<std::size_t>(b - a) * esize);
-}
 
 // fp32 values of n elements of `dtype` at p: p itself when fp32, else widened into buf.
 float* widened(void* p, DType dtype, std::int64_t n, std::vector<float>& buf) {
@@ -67,24 +57,48 @@ void round_to(void* p, DType dtype, const float* src, std::int64_t n) {
     }
 }
 
-void zero_fill(Tensor& t) {
-    if (!t.empty()) std::memset(t.raw(), 0, t.bytes());
-}
-
 char* at(Tensor& t, std::int64_t element, DType dtype) {
     return static_cast<char*>(t.raw()) + storage_bytes(dtype, static_cast<std::uint64_t>(element));
 }
 
 }  // namespace
 
+void ZeroEngine::copy_bytes(void* dst, const void* src, std::size_t bytes) {
+    if (dev_ != nullptr)
+        dev_->copy_on_device(dst, src, bytes);
+    else
+        std::memcpy(dst, src, bytes);
+}
+
+// Copies the part of [offset, offset + n) (in unit elements) that falls in [lo, hi) from a
+// parameter's values to a shard starting at element lo.
+void ZeroEngine::copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
+                            std::int64_t lo, std::int64_t hi, std::size_t esize) {
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
+    if (a >= b) return;
+    copy_bytes(static_cast<char*>(shard) + static_cast<std::size_t>(a - lo) * esize,
+               static_cast<const char*>(param) + static_cast<std::size_t>(a - offset) * esize,
+               static_cast<std::size_t>(b - a) * esize);
+}
+
+void ZeroEngine::zero_fill(Tensor& t) {
+    if (t.empty()) return;
+    if (dev_ != nullptr)
+        dev_->zero(t.raw(), t.bytes());
+    else
+        std::memset(t.raw(), 0, t.bytes());
+}
+
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
-                       const OptimizerConfig& opt, const PrecisionDTypes& dtypes, bool overlap)
+                       const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
+                       EngineDevice* device, bool overlap)
     : stage_(stage),
       comm_(comm),
       model_(model),
       alloc_(alloc),
       opt_(opt),
       dt_(dtypes),
+      dev_(device),
       overlap_(overlap && comm.world_size() > 1) {
     if (stage < 0 || stage > 3)
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
@@ -108,8 +122,8 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             x.weights = Tensor(alloc, name, MemCategory::parameters, dt_.weights, {su.padded});
             zero_fill(x.weights);
             for (std::size_t i : su.params) {
-                std::memcpy(at(x.weights, layout_.param_offset[i], dt_.weights),
-                            params[i].weight.raw(), static_cast<std::size_t>(params[i].numel) * we);
+                copy_bytes(at(x.weights, layout_.param_offset[i], dt_.weights),
+                           params[i].weight.raw(), static_cast<std::size_t>(params[i].numel) * we);
             }
             point_params(u, x.weights.raw());
         } else if (stage_ == 3) {
@@ -196,6 +210,14 @@ void ZeroEngine::clear_grads(std::size_t u) {
 
 template <class F>
 void ZeroEngine::collective(F&& call) {
+    // On a device the communicator (NCCL) runs on its own stream and returns when the
+    // collective is done; the engine's kernels and copies are queued on the engine's stream.
+    // Waiting for the engine's stream first is the simplest correct order: every write to the
+    // buffer (backward, a copy into a shard, a zero fill) is done before NCCL reads it, and
+    // anything queued after the blocking call sees its result. Handing NCCL the engine's stream
+    // would overlap more but ties the communicator to one engine. (NCCL's start_* complete at
+    // the start for now, so --overlap changes nothing on a device yet.)
+    if (dev_ != nullptr) dev_->synchronize();
     const CommCounters before = comm_.counters();
     call();
     const CommCounters d = comm_.counters() - before;
@@ -288,8 +310,8 @@ void ZeroEngine::gather(std::size_t u, bool wait) {
     if (x.gathered.empty()) {
         x.gathered = Tensor(alloc_, "zero." + su.name + ".gathered", MemCategory::communication,
                             dt_.weights, {su.padded});
-        std::memcpy(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
-                    x.weights.bytes());
+        copy_bytes(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
+                   x.weights.bytes());
         const auto shard = static_cast<std::uint64_t>(su.shard);
         collective([&] {
             if (wait) comm_.all_gather(x.gathered.raw(), shard, dt_.weights, su.name);
@@ -346,21 +368,16 @@ void ZeroEngine::finish_bucket(std::size_t u) {
 void ZeroEngine::accumulate_bucket(std::size_t u) {
     Unit& x = units_[u];
     const ShardUnit& su = layout_.units[u];
-    // Accumulate this micro-batch's reduced chunk into the shard.
+    // Accumulate this micro-batch's reduced chunk into the shard (fp32 sum, rounded once).
     void* chunk = at(x.bucket, comm_.rank() * su.shard, dt_.grads);
-    if (dt_.grads == DType::f32) {
-        float* g = x.grads.data<float>();
-        const float* c = static_cast<const float*>(chunk);
-        for (std::int64_t k = 0; k < su.shard; ++k)
-            g[k] += c[k];
+    if (dev_ != nullptr) {
+        dev_->accumulate(x.grads.raw(), chunk, su.shard, dt_.grads);
+    } else if (dt_.grads == DType::f32) {
+        cpu::accumulate(x.grads.data<float>(), static_cast<const float*>(chunk), su.shard);
+    } else if (dt_.grads == DType::bf16) {
+        cpu::accumulate(x.grads.data<bf16_t>(), static_cast<const bf16_t*>(chunk), su.shard);
     } else {
-        std::vector<float>& acc = weight_buf_;
-        float* g = widened(x.grads.raw(), dt_.grads, su.shard, grad_buf_);
-        acc.assign(g, g + su.shard);
-        const float* c = widened(chunk, dt_.grads, su.shard, grad_buf_);
-        for (std::int64_t k = 0; k < su.shard; ++k)
-            acc[static_cast<std::size_t>(k)] += c[k];
-        round_to(x.grads.raw(), dt_.grads, acc.data(), su.shard);
+        cpu::accumulate(x.grads.data<f16_t>(), static_cast<const f16_t*>(chunk), su.shard);
     }
     x.bucket.release();
 }
@@ -409,6 +426,7 @@ StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimize
 }
 
 StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
+    if (dev_ != nullptr) return sharded_step_on_device(step_index, grad_scale);
     StepStats st;
     st.lr = learning_rate(opt_, step_index);
     const std::int64_t r = comm_.rank();
@@ -481,6 +499,71 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
             round_to(wc, dt_.weights, w, n);
         }
     }
+    return st;
+}
+
+// The sharded step on the model's device: the same norm, clip and update as sharded_step, as one
+// multi-tensor pass per phase over views into the shards (kernels/optimizer.h). The sum of
+// squares is the kernel's fixed-order fp64 sum, not the host's, so the norm agrees with the
+// CPU's to rounding, not bit for bit.
+StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
+    StepStats st;
+    st.lr = learning_rate(opt_, step_index);
+    const std::int64_t r = comm_.rank();
+    const auto& params = model_.params();
+    NAPKIN_ASSERT(dt_.has_master || dt_.weights == DType::f32,
+                  "the device's sharded step updates fp32 values: a master copy or fp32 weights");
+    std::vector<OptimizerTensor> ts;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const ShardUnit& su = layout_.units[u];
+        Unit& x = units_[u];
+        const std::int64_t lo = r * su.shard, hi = lo + su.shard;
+        char* grads = stage_ == 1 ? at(x.grads, lo, dt_.grads) : static_cast<char*>(x.grads.raw());
+        char* weights =
+            stage_ == 3 ? static_cast<char*>(x.weights.raw()) : at(x.weights, lo, dt_.weights);
+        for (std::size_t i : su.params) {
+            const std::int64_t a = std::max(layout_.param_offset[i], lo);
+            const std::int64_t b = std::min(layout_.param_offset[i] + params[i].numel, hi);
+            if (a >= b) continue;
+            const std::int64_t off = a - lo;
+            const auto soff = static_cast<std::uint64_t>(off);
+            OptimizerTensor t;
+            char* w = weights + storage_bytes(dt_.weights, soff);
+            t.master = dt_.has_master ? x.master.data<float>() + off : reinterpret_cast<float*>(w);
+            t.weight = dt_.has_master ? w : nullptr;
+            t.grad = grads + storage_bytes(dt_.grads, soff);
+            t.m = x.m.empty() ? nullptr : at(x.m, off, dt_.optimizer_state);
+            t.v = x.v.empty() ? nullptr : at(x.v, off, dt_.optimizer_state);
+            t.n = b - a;
+            t.weight_decay = params[i].decay ? opt_.weight_decay : 0.0f;
+            t.grad_dtype = dt_.grads;
+            t.weight_dtype = dt_.weights;
+            ts.push_back(t);
+        }
+    }
+    // Padding is zero and outside every parameter, so the parameters' ranges hold the norm.
+    double sumsq = dev_->grad_sum_squares(ts.data(), static_cast<int>(ts.size()), alloc_);
+    comm_.all_reduce(&sumsq, 1, "gradient norm");  // a host scalar: the communicator's to route
+    const double norm = std::sqrt(sumsq) * grad_scale;
+    st.grad_norm = static_cast<float>(norm);
+    if (!std::isfinite(norm)) {
+        st.skipped = true;
+        return st;
+    }
+    const float clip = opt_.grad_clip > 0 && norm > opt_.grad_clip
+                           ? static_cast<float>(opt_.grad_clip / norm)
+                           : 1.0f;
+    ++t_;
+    OptimizerHyper h;
+    h.kind = opt_.kind;
+    h.lr = st.lr;
+    h.beta1 = opt_.beta1;
+    h.beta2 = opt_.beta2;
+    h.eps = opt_.eps;
+    h.bias_correction1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
+    h.bias_correction2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
+    h.grad_scale = grad_scale * clip;
+    dev_->optimizer_update(h, ts.data(), static_cast<int>(ts.size()), dt_.optimizer_state);
     return st;
 }
 

@@ -20,15 +20,21 @@
 // (each rank's sum of squares, all-reduced).
 //
 // Overlap (on with several ranks unless the engine is built with overlap = false; the results
-// are bit for bit the same either way, only the time and the communication memory differ): a unit's gradient collective is started as soon as
-// its backward ends and waited for only when its result is needed, so it runs beside the
-// backward of the units before it (stage 0-1: in the last micro-batch, waited for in step();
-// stage 2-3: every micro-batch, a bucket waited for when the next one is started, the last at
-// the next micro-batch's backward or in step()). Stage 3 prefetches: entering a region starts
-// the all-gather of the next region's unit (regions come in GptHooks' order), so at most two
-// units' gathered parameters, and two gradient buckets, are alive at once (three with tied
-// embeddings, whose unit 0 is also live around the head). The hooks drive MPI's progress
-// (Communicator::progress) between regions.
+// are bit for bit the same either way, only the time and the communication memory differ): a
+// unit's gradient collective is started as soon as its backward ends and waited for only when
+// its result is needed, so it runs beside the backward of the units before it (stage 0-1: in
+// the last micro-batch, waited for in step(); stage 2-3: every micro-batch, a bucket waited for
+// when the next one is started, the last at the next micro-batch's backward or in step()).
+// Stage 3 prefetches: entering a region starts the all-gather of the next region's unit
+// (regions come in GptHooks' order), so at most two units' gathered parameters, and two
+// gradient buckets, are alive at once (three with tied embeddings, whose unit 0 is also live
+// around the head). The hooks drive MPI's progress (Communicator::progress) between regions.
+//
+// One orchestration for every device: with an EngineDevice (CUDA, over the NCCL communicator)
+// the shard work this engine does itself (copies into and out of shards, zero fills, adding a
+// reduced chunk into the gradient shard, the sharded optimizer step and its sum of squares)
+// goes through the device, queued on the engine's stream; without one (the CPU) it runs on the
+// host exactly as it always has.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +46,7 @@
 #include "core/check.h"
 #include "core/comm/comm.h"
 #include "core/comm/shard_layout.h"
+#include "core/engine/engine_device.h"
 #include "core/engine/gpt.h"
 #include "core/engine/optimizer.h"
 #include "core/recipe.h"
@@ -62,9 +69,11 @@ class ZeroEngine final : public GptHooks {
 public:
     // Moves the model's parameters, gradients and master copies into the stage's flat and
     // sharded buffers (the model's own tensors become views or are freed). Throws UsageError
-    // for a stage outside 0..3.
+    // for a stage outside 0..3. `device`: where the model lives (null: the host); on a device
+    // `comm` must take device buffers (NCCL).
     ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
-               const OptimizerConfig& opt, const PrecisionDTypes& dtypes, bool overlap = true);
+               const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
+               EngineDevice* device = nullptr, bool overlap = true);
     ~ZeroEngine() override;
 
     int stage() const { return stage_; }
@@ -126,6 +135,12 @@ private:
     void finish_bucket(std::size_t u);      // stage 2-3: waits for the bucket's reduction, then
     void accumulate_bucket(std::size_t u);  // adds its chunk into the shard, frees the bucket
     StepStats sharded_step(int step_index, float grad_scale);
+    StepStats sharded_step_on_device(int step_index, float grad_scale);
+    // The shard work on the model's device (dev_) or the host.
+    void copy_bytes(void* dst, const void* src, std::size_t bytes);
+    void copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
+                    std::int64_t lo, std::int64_t hi, std::size_t esize);
+    void zero_fill(Tensor& t);
 
     int stage_;
     Communicator& comm_;
@@ -133,6 +148,7 @@ private:
     AccountingAllocator& alloc_;
     OptimizerConfig opt_;
     PrecisionDTypes dt_;
+    EngineDevice* dev_;  // null: host memory
     ShardLayout layout_;
     std::vector<Unit> units_;
     CommCounters state_traffic_;
