@@ -320,6 +320,20 @@ TEST(TrainCli, BadInput) {
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
     expect_error("train --device tpu", 2, "--device", out);
+    // ZeRO on CUDA runs (over NCCL), but not with checkpoints yet: refused before any device opens.
+    expect_error("train --device cuda --zero 1 --save-every 1", 2,
+                 "--device cuda: --resume, --save-every and --stop-after (checkpoints)", out);
+    {
+        // Without a GPU, ZeRO on CUDA is the device's one-line refusal (with one, it trains).
+        SCOPED_TRACE("--device cuda --zero 2");
+        const CliRun z = napkin("train --device cuda --zero 2 --steps 1 --quiet --out " + out.string());
+        if (z.rc != 0) {
+            EXPECT_EQ(z.rc, 2);
+            EXPECT_EQ(z.err.find('\n'), z.err.size() - 1) << "not one line: " << z.err;
+            EXPECT_NE(z.err.find("--device cuda: no CUDA device ("), std::string::npos) << z.err;
+            EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
+        }
+    }
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);
