@@ -32,7 +32,8 @@ struct TrainOptions {
     bool overlap = true;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
-    // Where tensors live and kernels run: cpu, or cuda (device 0, core/engine/engine_device.h).
+    // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
+    // local rank; core/engine/engine_device.h).
     DeviceKind device = DeviceKind::cpu;
     // fp16 dynamic loss scaling: start, halve on overflow (skipping the step), double after
     // this many good steps in a row.
