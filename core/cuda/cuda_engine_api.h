@@ -68,7 +68,7 @@ struct CudaKernelTable {
     decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 3;
+inline constexpr int kNapkinCudaEngineApiVersion = 4;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
