@@ -29,7 +29,7 @@ steps=8
 warmup=2
 ranks_list="1 2 4"
 stages_list="0 1 2 3"
-overlap_list="on"
+overlap_list="auto"
 out=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -75,8 +75,8 @@ for n in $ranks_list; do
     fi
 done
 for o in $overlap_list; do
-    if [ "$o" != on ] && [ "$o" != off ]; then
-        echo "zero_bench.sh: --overlap: expected on, off or \"off on\" (got '$o')" >&2
+    if [ "$o" != auto ] && [ "$o" != on ] && [ "$o" != off ]; then
+        echo "zero_bench.sh: --overlap: expected auto, on, off or a list such as \"off on\" (got '$o')" >&2
         exit 2
     fi
 done

@@ -51,7 +51,7 @@ struct TrainFlags {
     bool quiet = false;
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
-    std::string overlap = "on";
+    std::string overlap = "auto";
 };
 
 std::string mb(double bytes) {
@@ -204,10 +204,12 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         }
     }
     o.zero = f.zero;
-    if (f.overlap != "on" && f.overlap != "off") {
-        throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected on|off)");
+    if (f.overlap != "auto" && f.overlap != "on" && f.overlap != "off") {
+        throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected auto|on|off)");
     }
-    o.overlap = f.overlap == "on";
+    // auto: on GPUs, where NCCL's stream runs a collective beside the kernels; off on CPU ranks,
+    // whose MPI copies need the rank's own core (docs/ZERO.md measures both on the CPU).
+    o.overlap = f.overlap == "on" || (f.overlap == "auto" && o.device == DeviceKind::cuda);
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
@@ -584,8 +586,9 @@ void add_train_command(CLI::App& app) {
                     "launcher: mpirun -n N napkin train --zero S ... (N ranks x --grad-accum G = one rank x G N)")
         ->capture_default_str();
     cmd->add_option("--overlap", f->overlap,
-                    "on|off: start each unit's gradient collective as its backward ends and prefetch ZeRO-3's "
-                    "parameter gathers, overlapping communication with computation (the same results bit for bit)")
+                    "auto|on|off: start each unit's gradient collective as its backward ends and prefetch ZeRO-3's "
+                    "parameter gathers, overlapping communication with computation (the same results bit for "
+                    "bit); auto: on with GPUs (NCCL), off with CPU ranks (MPI)")
         ->capture_default_str();
     cmd->add_option("--comm-timeout", f->comm_timeout,
                     "Seconds one collective may wait for the other ranks before the job ends with an error "

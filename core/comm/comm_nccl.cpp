@@ -1,8 +1,11 @@
 // NcclCommunicator: core/comm/comm_nccl.h over the CUDA plugin's NCCL calls.
 #include "core/comm/comm_nccl.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_engine_api.h"
@@ -30,6 +33,8 @@ public:
         backend_ = "nccl (" + api_.nccl_version() + ")";
     }
     ~NcclCommunicator() override {
+        for (auto& [id, event] : started_)
+            api_.event_destroy(event);
         if (scalars_ != nullptr) memory_->deallocate(scalars_, scalar_bytes_);
         if (barrier_buf_ != nullptr) memory_->deallocate(barrier_buf_, kBarrierBytes);
         api_.memory_destroy(memory_);
@@ -47,7 +52,10 @@ public:
 
 protected:
     void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
-        if (t != Wire::f64) return api_.nccl_all_reduce(comm_, buf, count, type(t), stream_);
+        if (t != Wire::f64) {
+            api_.nccl_all_reduce(comm_, buf, count, type(t), stream_);
+            return api_.stream_synchronize(stream_);
+        }
         // fp64 scalars (a step's loss, the gradient norm's sum of squares) are host values: NCCL
         // takes device pointers only, so they go through a device buffer of this
         // communicator's. Both copies wait on stream_, so the host sees the sum on return.
@@ -64,18 +72,63 @@ protected:
     }
     void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
         api_.nccl_reduce_scatter(comm_, buf, shard, type(t), rank(), stream_);
+        api_.stream_synchronize(stream_);
     }
     void do_all_gather(void* buf, std::uint64_t shard, Wire t) override {
         api_.nccl_all_gather(comm_, buf, shard, type(t), rank(), stream_);
+        api_.stream_synchronize(stream_);
     }
     void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
         api_.nccl_broadcast(comm_, buf, bytes, root, stream_);
     }
     // NCCL has no barrier: an all-reduce of one float every rank must join.
-    void do_barrier() override { api_.nccl_all_reduce(comm_, barrier_buf_, 1, cuda::NcclType::f32, stream_); }
+    void do_barrier() override {
+        api_.nccl_all_reduce(comm_, barrier_buf_, 1, cuda::NcclType::f32, stream_);
+        api_.stream_synchronize(stream_);
+    }
+    // Started collectives run on this communicator's stream beside the engine's (whose work on
+    // the buffer the caller has waited for: core/engine/zero.cpp), each followed by an event
+    // that test and wait look at; started ones complete in their order on the one stream.
+    std::uint64_t do_start(Collective op, void* buf, std::uint64_t n, Wire t) override {
+        switch (op) {
+            case Collective::all_reduce:
+                api_.nccl_all_reduce(comm_, buf, n, type(t), stream_);
+                break;
+            case Collective::reduce_scatter:
+                api_.nccl_reduce_scatter(comm_, buf, n, type(t), rank(), stream_);
+                break;
+            case Collective::all_gather:
+                api_.nccl_all_gather(comm_, buf, n, type(t), rank(), stream_);
+                break;
+            case Collective::broadcast:
+            case Collective::barrier:
+                NAPKIN_ASSERT(false, "no nonblocking " << enum_name(kCollectiveNames, op));
+        }
+        started_.emplace_back(++last_handle_, api_.event_record(stream_));
+        return last_handle_;
+    }
+    bool do_test(std::uint64_t handle) override {
+        auto it = find(handle);
+        if (!api_.event_done(it->second)) return false;
+        api_.event_destroy(it->second);
+        started_.erase(it);
+        return true;
+    }
+    void do_wait(std::uint64_t handle) override {
+        auto it = find(handle);
+        api_.event_wait(it->second);
+        api_.event_destroy(it->second);
+        started_.erase(it);
+    }
 
 private:
     static constexpr std::size_t kBarrierBytes = 256;
+    using Started = std::vector<std::pair<std::uint64_t, cuda::CompletionEvent*>>;
+    Started::iterator find(std::uint64_t handle) {
+        auto it = std::find_if(started_.begin(), started_.end(), [&](const auto& s) { return s.first == handle; });
+        NAPKIN_ASSERT(it != started_.end(), "no started NCCL collective " << handle);
+        return it;
+    }
 
     static cuda::NcclType type(Wire t) {
         switch (t) {
@@ -96,6 +149,8 @@ private:
     void* barrier_buf_ = nullptr;
     void* scalars_ = nullptr;  // the fp64 all-reduce's device copy of the host values
     std::size_t scalar_bytes_ = 0;
+    Started started_;  // started collectives: handle and completion event
+    std::uint64_t last_handle_ = 0;
     std::string backend_;
 };
 

@@ -9,9 +9,12 @@
 // and the GPU of its local rank. `bootstrap` must outlive it (abort() goes through it too).
 // Buffers are device memory, except the fp64 scalars of all_reduce(double*), which are host
 // values as on every backend (they pass through a device buffer of the communicator's). Every
-// collective runs on the communicator's own stream and waits for its result before returning;
+// collective runs on the communicator's own stream; the blocking ones wait for their result
+// before returning, the started ones (start_*) record an event after themselves, which
+// progress() queries and wait() waits for, so they run beside the engine's kernels. Either way
 // the caller makes sure its own writes to the buffer are done first (the ZeRO engine
-// synchronizes the engine's stream, core/engine/zero.cpp).
+// synchronizes the engine's stream, core/engine/zero.cpp) and leaves a started collective's
+// buffer alone until wait().
 // Throws UsageError "NCCL: no CUDA device (<reason>)" without a device or a CUDA build.
 #pragma once
 

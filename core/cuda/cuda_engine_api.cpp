@@ -148,6 +148,10 @@ CudaEngineApi make_api() {
     a.nccl_reduce_scatter = &cuda::nccl_reduce_scatter;
     a.nccl_all_gather = &cuda::nccl_all_gather;
     a.nccl_broadcast = &cuda::nccl_broadcast;
+    a.event_record = &cuda::event_record;
+    a.event_done = &cuda::event_done;
+    a.event_wait = &cuda::event_wait;
+    a.event_destroy = &cuda::event_destroy;
     // GPU activity (CUPTI)
     a.activity_enable = &cuda::activity_enable;
     a.activity_disable = &cuda::activity_disable;

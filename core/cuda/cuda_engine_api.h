@@ -122,6 +122,10 @@ struct CudaEngineApi {
     decltype(&cuda::nccl_reduce_scatter) nccl_reduce_scatter = nullptr;
     decltype(&cuda::nccl_all_gather) nccl_all_gather = nullptr;
     decltype(&cuda::nccl_broadcast) nccl_broadcast = nullptr;
+    decltype(&cuda::event_record) event_record = nullptr;  // completion of started collectives
+    decltype(&cuda::event_done) event_done = nullptr;
+    decltype(&cuda::event_wait) event_wait = nullptr;
+    decltype(&cuda::event_destroy) event_destroy = nullptr;
 
     // ---- GPU activity (CUPTI) for the profiler: core/cuda/cupti_activity.h ----------------
     // Plain records (profiler/gpu_activity.h) come back; no CUPTI type crosses. napkin's side,

@@ -82,26 +82,50 @@ void nccl_abort(NcclComm* comm) noexcept {
 
 void nccl_all_reduce(NcclComm* comm, void* buf, std::uint64_t count, NcclType type, CUstream_st* stream) {
     NAPKIN_GPU_CHECK(ncclAllReduce(buf, buf, count, nccl_type(type), ncclSum, handle(comm), stream));
-    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void nccl_reduce_scatter(NcclComm* comm, void* buf, std::uint64_t shard, NcclType type, int rank,
                          CUstream_st* stream) {
     void* chunk = static_cast<char*>(buf) + static_cast<std::size_t>(rank) * shard * type_bytes(type);
     NAPKIN_GPU_CHECK(ncclReduceScatter(buf, chunk, shard, nccl_type(type), ncclSum, handle(comm), stream));
-    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void nccl_all_gather(NcclComm* comm, void* buf, std::uint64_t shard, NcclType type, int rank,
                      CUstream_st* stream) {
     const void* chunk = static_cast<const char*>(buf) + static_cast<std::size_t>(rank) * shard * type_bytes(type);
     NAPKIN_GPU_CHECK(ncclAllGather(chunk, buf, shard, nccl_type(type), handle(comm), stream));
-    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void nccl_broadcast(NcclComm* comm, void* buf, std::uint64_t bytes, int root, CUstream_st* stream) {
     NAPKIN_GPU_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, handle(comm), stream));
     NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+CompletionEvent* event_record(CUstream_st* stream) {
+    cudaEvent_t e = nullptr;
+    NAPKIN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    const cudaError_t rc = cudaEventRecord(e, stream);
+    if (rc != cudaSuccess) cudaEventDestroy(e);
+    NAPKIN_CUDA_CHECK(rc);
+    return reinterpret_cast<CompletionEvent*>(e);
+}
+
+bool event_done(CompletionEvent* event) {
+    const cudaError_t rc = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+    if (rc == cudaErrorNotReady) {
+        cudaGetLastError();  // not an error: clear it
+        return false;
+    }
+    NAPKIN_CUDA_CHECK(rc);
+    return true;
+}
+
+void event_wait(CompletionEvent* event) {
+    NAPKIN_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
+}
+
+void event_destroy(CompletionEvent* event) noexcept {
+    if (event != nullptr) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));
 }
 
 }  // namespace napkin::cuda

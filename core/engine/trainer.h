@@ -28,7 +28,8 @@ struct TrainOptions {
     // ZeRO stage under data parallelism (core/engine/zero.h); ranks come from the communicator.
     int zero = 0;
     // Overlap gradient collectives with the backward and prefetch ZeRO-3's gathers (the same
-    // results bit for bit; off: every collective where its result is first needed).
+    // results bit for bit; off: every collective where its result is first needed). napkin
+    // train's --overlap auto turns it on for CUDA runs only.
     bool overlap = true;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus

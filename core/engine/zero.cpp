@@ -215,8 +215,9 @@ void ZeroEngine::collective(F&& call) {
     // Waiting for the engine's stream first is the simplest correct order: every write to the
     // buffer (backward, a copy into a shard, a zero fill) is done before NCCL reads it, and
     // anything queued after the blocking call sees its result. Handing NCCL the engine's stream
-    // would overlap more but ties the communicator to one engine. (NCCL's start_* complete at
-    // the start for now, so --overlap changes nothing on a device yet.)
+    // would overlap more but ties the communicator to one engine. A started collective
+    // (--overlap) then runs on NCCL's stream while the engine's kernels go on; wait() blocks the
+    // host until it is done, before anything reads or frees its buffer.
     if (dev_ != nullptr) dev_->synchronize();
     const CommCounters before = comm_.counters();
     call();

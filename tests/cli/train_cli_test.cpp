@@ -320,7 +320,7 @@ TEST(TrainCli, BadInput) {
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
     expect_error("train --device tpu", 2, "--device", out);
-    expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected on|off)", out);
+    expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected auto|on|off)", out);
     {
         // Without a GPU, ZeRO on CUDA is the device's one-line refusal (with one, it trains).
         SCOPED_TRACE("--device cuda --zero 2");

@@ -69,6 +69,46 @@ TEST(Nccl, WorldOneCollectivesGoThroughNccl) {
     api->memory_destroy(mem);
 }
 
+// Started collectives (--overlap) run on NCCL's stream and complete at wait(): three at once,
+// polled, waited for in reverse order, each leaving its buffer as a one-rank collective does.
+TEST(Nccl, StartedCollectivesCompleteAtWait) {
+    std::string reason;
+    const CudaEngineApi* api = cuda_engine_api(&reason);
+    if (api == nullptr) GTEST_SKIP() << "no CUDA device (" << reason << "): the NCCL backend is compiled but not run";
+    std::unique_ptr<Communicator> boot = make_single_communicator();
+    std::unique_ptr<Communicator> comm = make_nccl_communicator(*boot);
+    RawMemory* mem = api->memory_create();
+    CUstream_st* stream = api->stream_create();
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    const std::uint64_t n = 4096 + rng() % 100;
+    const std::size_t bytes = n * sizeof(float);
+    std::vector<std::vector<float>> want(3, std::vector<float>(n));
+    std::vector<void*> d(3);
+    for (int i = 0; i < 3; ++i) {
+        for (float& v : want[static_cast<std::size_t>(i)]) v = u(rng);
+        d[static_cast<std::size_t>(i)] = mem->allocate(bytes);
+        api->copy_to_device(d[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)].data(), bytes, stream);
+    }
+    const auto a = comm->start_all_reduce(d[0], n, DType::f32, "a");
+    const auto b = comm->start_reduce_scatter(d[1], n, DType::f32, "b");
+    const auto c = comm->start_all_gather(d[2], n, DType::f32, "c");
+    EXPECT_EQ(comm->in_flight(), 3u);
+    comm->progress();
+    comm->wait(c);
+    comm->wait(b);
+    comm->wait(a);
+    EXPECT_EQ(comm->in_flight(), 0u);
+    for (int i = 0; i < 3; ++i) {
+        std::vector<float> got(n, -1.0f);
+        api->copy_to_host(got.data(), d[static_cast<std::size_t>(i)], bytes, stream);
+        EXPECT_EQ(got, want[static_cast<std::size_t>(i)]) << "collective " << i;
+        mem->deallocate(d[static_cast<std::size_t>(i)], bytes);
+    }
+    api->stream_destroy(stream);
+    api->memory_destroy(mem);
+}
+
 TEST(Nccl, WithoutADeviceItIsRefusedInOneLine) {
     std::string reason;
     if (cuda_engine_api(&reason) != nullptr) GTEST_SKIP() << "a CUDA device is present: nothing to refuse";
