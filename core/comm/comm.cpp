@@ -79,13 +79,8 @@ void Communicator::record_range(std::string name, std::int64_t t0, Collective op
     rec_->record(std::move(e));
 }
 
-template <class F>
-void Communicator::run(Collective op, std::string_view what, std::uint64_t elements,
-                       std::uint64_t element_bytes, int root, F&& call) {
-    const RingTraffic t = ring_traffic(op, elements, element_bytes, world_, rank_, root);
-    const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
-    const auto wall0 = std::chrono::steady_clock::now();
-    call();
+void Communicator::count(Collective op, const RingTraffic& t,
+                         std::chrono::steady_clock::time_point wall0) {
     const auto i = static_cast<std::size_t>(op);
     counters_.ns[i] += std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - wall0)
@@ -93,6 +88,16 @@ void Communicator::run(Collective op, std::string_view what, std::uint64_t eleme
     ++counters_.calls[i];
     counters_.sent_bytes[i] += t.sent_bytes;
     counters_.received_bytes[i] += t.received_bytes;
+}
+
+template <class F>
+void Communicator::run(Collective op, std::string_view what, std::uint64_t elements,
+                       std::uint64_t element_bytes, int root, F&& call) {
+    const RingTraffic t = ring_traffic(op, elements, element_bytes, world_, rank_, root);
+    const std::int64_t t0 = rec_ != nullptr ? rec_->now_ns() : 0;
+    const auto wall0 = std::chrono::steady_clock::now();
+    call();
+    count(op, t, wall0);
     std::string name(enum_name(kCollectiveNames, op));
     if (!what.empty()) name.append(1, ' ').append(what);
     record_range(std::move(name), t0, op, elements, t, -1);
@@ -156,13 +161,7 @@ Communicator::Ticket Communicator::start(Collective op, std::string_view what, v
     const auto wall0 = std::chrono::steady_clock::now();
     Started s;
     s.handle = do_start(op, buf, n, wire(dtype));
-    const auto i = static_cast<std::size_t>(op);
-    counters_.ns[i] += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - wall0)
-                           .count();
-    ++counters_.calls[i];
-    counters_.sent_bytes[i] += t.sent_bytes;
-    counters_.received_bytes[i] += t.received_bytes;
+    count(op, t, wall0);
     s.ticket = ++last_ticket_;
     s.op = op;
     s.name = std::string(enum_name(kCollectiveNames, op));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -132,6 +133,8 @@ private:
     };
     Ticket start(Collective op, std::string_view what, void* buf, std::uint64_t n,
                  std::uint64_t elements, DType dtype);
+    // One call of `op` with traffic t, timed from wall0 to now, into the counters.
+    void count(Collective op, const RingTraffic& t, std::chrono::steady_clock::time_point wall0);
     void record_range(std::string name, std::int64_t t0, Collective op, std::uint64_t elements,
                       const RingTraffic& t, std::int64_t in_flight_ns);
 

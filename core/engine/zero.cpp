@@ -426,6 +426,20 @@ StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimize
     return st;
 }
 
+bool ZeroEngine::global_norm(double sumsq, float grad_scale, StepStats& st, float& clip) {
+    comm_.all_reduce(&sumsq, 1, "gradient norm");  // a host scalar: the communicator's to route
+    const double norm = std::sqrt(sumsq) * grad_scale;
+    st.grad_norm = static_cast<float>(norm);
+    if (!std::isfinite(norm)) {
+        st.skipped = true;
+        return false;
+    }
+    clip = opt_.grad_clip > 0 && norm > opt_.grad_clip ? static_cast<float>(opt_.grad_clip / norm)
+                                                       : 1.0f;
+    ++t_;
+    return true;
+}
+
 StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
     if (dev_ != nullptr) return sharded_step_on_device(step_index, grad_scale);
     StepStats st;
@@ -453,17 +467,8 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
             acc += static_cast<double>(g[k]) * g[k];
         sumsq += acc;
     }
-    comm_.all_reduce(&sumsq, 1, "gradient norm");
-    const double norm = std::sqrt(sumsq) * grad_scale;
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {
-        st.skipped = true;
-        return st;
-    }
-    const float clip = opt_.grad_clip > 0 && norm > opt_.grad_clip
-                           ? static_cast<float>(opt_.grad_clip / norm)
-                           : 1.0f;
-    ++t_;
+    float clip = 1.0f;
+    if (!global_norm(sumsq, grad_scale, st, clip)) return st;
     UpdateHyper h{opt_.kind,
                   st.lr,
                   opt_.beta1,
@@ -544,17 +549,8 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
     }
     // Padding is zero and outside every parameter, so the parameters' ranges hold the norm.
     double sumsq = dev_->grad_sum_squares(ts.data(), static_cast<int>(ts.size()), alloc_);
-    comm_.all_reduce(&sumsq, 1, "gradient norm");  // a host scalar: the communicator's to route
-    const double norm = std::sqrt(sumsq) * grad_scale;
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {
-        st.skipped = true;
-        return st;
-    }
-    const float clip = opt_.grad_clip > 0 && norm > opt_.grad_clip
-                           ? static_cast<float>(opt_.grad_clip / norm)
-                           : 1.0f;
-    ++t_;
+    float clip = 1.0f;
+    if (!global_norm(sumsq, grad_scale, st, clip)) return st;
     OptimizerHyper h;
     h.kind = opt_.kind;
     h.lr = st.lr;
