@@ -416,6 +416,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                          {"tokens_per_s", r.tokens / r.seconds},
                          {"mfu", r.model_flops / r.seconds / peak},
                          {"hfu", r.hardware_flops / r.seconds / peak}});
+        if (on_gpu) steps.back()["device_seconds"] = r.device_seconds;
         if (parallel) add_step_communication(steps.back(), r);
         total_hardware_flops += r.hardware_flops;
         if (on_gpu) {

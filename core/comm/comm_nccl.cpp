@@ -104,7 +104,7 @@ protected:
             case Collective::barrier:
                 NAPKIN_ASSERT(false, "no nonblocking " << enum_name(kCollectiveNames, op));
         }
-        started_.emplace_back(++last_handle_, api_.event_record(stream_));
+        started_.emplace_back(++last_handle_, api_.event_record(stream_, false));
         return last_handle_;
     }
     bool do_test(std::uint64_t handle) override {
@@ -123,7 +123,7 @@ protected:
 
 private:
     static constexpr std::size_t kBarrierBytes = 256;
-    using Started = std::vector<std::pair<std::uint64_t, cuda::CompletionEvent*>>;
+    using Started = std::vector<std::pair<std::uint64_t, cuda::CudaEvent*>>;
     Started::iterator find(std::uint64_t handle) {
         auto it = std::find_if(started_.begin(), started_.end(), [&](const auto& s) { return s.first == handle; });
         NAPKIN_ASSERT(it != started_.end(), "no started NCCL collective " << handle);

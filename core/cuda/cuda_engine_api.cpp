@@ -151,6 +151,7 @@ CudaEngineApi make_api() {
     a.event_record = &cuda::event_record;
     a.event_done = &cuda::event_done;
     a.event_wait = &cuda::event_wait;
+    a.event_elapsed_ms = &cuda::event_elapsed_ms;
     a.event_destroy = &cuda::event_destroy;
     // GPU activity (CUPTI)
     a.activity_enable = &cuda::activity_enable;

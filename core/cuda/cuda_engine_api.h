@@ -25,6 +25,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/cupti_activity.h"
+#include "core/cuda/cuda_events.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
 #include "kernels/accumulate.h"
@@ -122,9 +123,11 @@ struct CudaEngineApi {
     decltype(&cuda::nccl_reduce_scatter) nccl_reduce_scatter = nullptr;
     decltype(&cuda::nccl_all_gather) nccl_all_gather = nullptr;
     decltype(&cuda::nccl_broadcast) nccl_broadcast = nullptr;
-    decltype(&cuda::event_record) event_record = nullptr;  // completion of started collectives
+    // CUDA events (core/cuda/cuda_events.h): started collectives' completion, step timing.
+    decltype(&cuda::event_record) event_record = nullptr;
     decltype(&cuda::event_done) event_done = nullptr;
     decltype(&cuda::event_wait) event_wait = nullptr;
+    decltype(&cuda::event_elapsed_ms) event_elapsed_ms = nullptr;
     decltype(&cuda::event_destroy) event_destroy = nullptr;
 
     // ---- GPU activity (CUPTI) for the profiler: core/cuda/cupti_activity.h ----------------

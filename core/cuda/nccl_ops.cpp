@@ -101,31 +101,4 @@ void nccl_broadcast(NcclComm* comm, void* buf, std::uint64_t bytes, int root, CU
     NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-CompletionEvent* event_record(CUstream_st* stream) {
-    cudaEvent_t e = nullptr;
-    NAPKIN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    const cudaError_t rc = cudaEventRecord(e, stream);
-    if (rc != cudaSuccess) cudaEventDestroy(e);
-    NAPKIN_CUDA_CHECK(rc);
-    return reinterpret_cast<CompletionEvent*>(e);
-}
-
-bool event_done(CompletionEvent* event) {
-    const cudaError_t rc = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
-    if (rc == cudaErrorNotReady) {
-        cudaGetLastError();  // not an error: clear it
-        return false;
-    }
-    NAPKIN_CUDA_CHECK(rc);
-    return true;
-}
-
-void event_wait(CompletionEvent* event) {
-    NAPKIN_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
-}
-
-void event_destroy(CompletionEvent* event) noexcept {
-    if (event != nullptr) cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));
-}
-
 }  // namespace napkin::cuda

@@ -3,7 +3,7 @@
 // that napkin itself never links NCCL. One rank per GPU. Buffers are device memory. The
 // all-reduce, reduce-scatter and all-gather only queue the collective on `stream` (the caller
 // synchronizes the stream for the Communicator's blocking calls, or records a completion event
-// for a started one); the broadcast waits for itself. In-place throughout: reduce-scatter leaves the sum of chunk `rank` in that chunk, and
+// for a started one: core/cuda/cuda_events.h); the broadcast waits for itself. In-place throughout: reduce-scatter leaves the sum of chunk `rank` in that chunk, and
 // all-gather reads this rank's chunk from its place in the buffer (NCCL's in-place forms).
 // Failures throw cuda::CudaError("NCCL error <code> (<text>) in <call> at <file>:<line>").
 #pragma once
@@ -37,13 +37,5 @@ void nccl_reduce_scatter(NcclComm* comm, void* buf, std::uint64_t shard, NcclTyp
 void nccl_all_gather(NcclComm* comm, void* buf, std::uint64_t shard, NcclType type, int rank,
                      CUstream_st* stream);
 void nccl_broadcast(NcclComm* comm, void* buf, std::uint64_t bytes, int root, CUstream_st* stream);
-
-// Completion of a started collective: an event recorded on its stream after it (created and
-// recorded at once), queried without blocking, waited for, destroyed once done with.
-struct CompletionEvent;  // cudaEvent_t's struct, opaque here
-CompletionEvent* event_record(CUstream_st* stream);
-bool event_done(CompletionEvent* event);  // cudaEventQuery: true once everything before it ran
-void event_wait(CompletionEvent* event);  // cudaEventSynchronize
-void event_destroy(CompletionEvent* event) noexcept;
 
 }  // namespace napkin::cuda

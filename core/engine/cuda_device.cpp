@@ -68,6 +68,7 @@ public:
             api_.stream_synchronize(stream_);
         } catch (const std::exception&) {  // a destructor cannot throw; the error was the run's
         }
+        api_.event_destroy(timer_start_);
         api_.memory_destroy(memory_);
         api_.matmul_destroy_handle(handle_);
         api_.stream_destroy(stream_);
@@ -130,6 +131,27 @@ public:
         NAPKIN_ASSERT(false, "accumulate: no kernel for " << dtype_name(dtype));
     }
     void synchronize() override { api_.stream_synchronize(stream_); }
+    void timer_start() override {
+        api_.event_destroy(timer_start_);
+        timer_start_ = nullptr;
+        timer_start_ = api_.event_record(stream_, true);
+    }
+    double timer_stop_seconds() override {
+        NAPKIN_ASSERT(timer_start_ != nullptr, "timer_stop_seconds without timer_start");
+        cuda::CudaEvent* end = api_.event_record(stream_, true);
+        double ms = 0;
+        try {
+            api_.event_wait(end);
+            ms = api_.event_elapsed_ms(timer_start_, end);
+        } catch (...) {
+            api_.event_destroy(end);
+            throw;
+        }
+        api_.event_destroy(end);
+        api_.event_destroy(timer_start_);
+        timer_start_ = nullptr;
+        return ms * 1e-3;
+    }
     MemoryUse memory_use() override {
         std::uint64_t free = 0, total = 0;
         api_.memory_info(&free, &total);
@@ -171,6 +193,7 @@ private:
     CUstream_st* stream_ = nullptr;
     cublasLtContext* handle_ = nullptr;
     RawMemory* memory_ = nullptr;
+    cuda::CudaEvent* timer_start_ = nullptr;  // timer_start's, until timer_stop_seconds
 };
 
 }  // namespace

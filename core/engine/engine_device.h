@@ -45,6 +45,11 @@ public:
     virtual void copy_on_device(void* dst, const void* src, std::size_t bytes) = 0;
     virtual void accumulate(void* dst, const void* src, std::int64_t n, DType dtype) = 0;
     virtual void synchronize() = 0;  // waits for everything queued
+    // The device's own time of a stretch of work on the engine's stream (CUDA events):
+    // timer_start marks the stream now; timer_stop_seconds marks it again, waits for that mark
+    // (so everything queued before it has run, as synchronize()) and returns the seconds between.
+    virtual void timer_start() = 0;
+    virtual double timer_stop_seconds() = 0;
     // The driver's view of the whole device (cudaMemGetInfo): bytes in use by anyone (this
     // context, its libraries, other processes) and the capacity.
     struct MemoryUse {

@@ -105,6 +105,7 @@ StepRecord Trainer::step() {
     std::optional<profiler::ScopedRange> step_range;
     if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
     const auto t0 = std::chrono::steady_clock::now();
+    if (device_ != nullptr) device_->timer_start();
     const CommCounters comm0 = comm_ != nullptr ? comm_->counters() : CommCounters{};
     const CommCounters state0 = zero_ != nullptr ? zero_->state_traffic() : CommCounters{};
     if (zero_ != nullptr) zero_->zero_grads();
@@ -159,7 +160,8 @@ StepRecord Trainer::step() {
     } else if (st.skipped) {
         throw InputError("step " + std::to_string(step_) + ": the gradients are not finite (NaN or inf); training stopped");
     }
-    if (device_ != nullptr) device_->synchronize();  // launches are asynchronous: the step ends on the device
+    // Launches are asynchronous: the step ends on the device (the timer's stop waits for it).
+    if (device_ != nullptr) r.device_seconds = device_->timer_stop_seconds();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));
     if (zero_ != nullptr) {

@@ -49,7 +49,8 @@ struct StepRecord {
     float grad_norm = 0;
     float loss_scale = 1;
     bool skipped = false;
-    double seconds = 0;
+    double seconds = 0;         // host wall time of the step (the device's work waited for)
+    double device_seconds = 0;  // on a device: the step's time on its stream (CUDA events); else 0
     double tokens = 0;
     double model_flops = 0;     // the plan's model FLOPs for this step
     double hardware_flops = 0;  // plus recomputation

@@ -61,12 +61,16 @@ void check_profiled_run(const std::string& flags, double min_busy) {
     }
     std::vector<Kernel> kernels;
     std::vector<std::pair<double, double>> steps;  // ts, dur
+    std::vector<int> step_numbers;                 // "step N"
     std::multimap<int, double> flow_ends;           // tid -> ts
     for (const auto& e : doc["traceEvents"]) {
         const std::string ph = e.value("ph", "");
         if (ph == "f") flow_ends.emplace(e["tid"].get<int>(), e["ts"].get<double>());
         if (ph != "X") continue;
-        if (e.value("cat", "") == "step") steps.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+        if (e.value("cat", "") == "step") {
+            steps.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+            step_numbers.push_back(std::stoi(e["name"].get<std::string>().substr(5)));
+        }
         const int tid = e["tid"].get<int>();
         if (e.value("cat", "") != "kernel" || threads[tid].rfind("GPU ", 0) != 0) continue;
         kernels.push_back({e["ts"].get<double>(), e["dur"].get<double>(), tid, e.value("args", nlohmann::json::object()),
@@ -91,7 +95,11 @@ void check_profiled_run(const std::string& flags, double min_busy) {
 
     // The clock: every kernel inside a step (the step range closes after the synchronize), and
     // per step the kernels' summed time against the step's (one stream: they never overlap).
-    for (const auto& [ts, dur] : steps) {
+    // Against the step's own time on the device's stream too (CUDA events, report.json's
+    // steps[].device_seconds): the acceptance's "kernel time within a few % of the step".
+    const nlohmann::json report = nlohmann::json::parse(std::ifstream(dir.path() / "report.json"));
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto [ts, dur] = steps[i];
         double busy = 0;
         for (const Kernel& k : kernels) {
             if (k.ts >= ts && k.ts + k.dur <= ts + dur) busy += k.dur;
@@ -99,8 +107,17 @@ void check_profiled_run(const std::string& flags, double min_busy) {
         EXPECT_LE(busy, dur * 1.001);
         EXPECT_GE(busy, min_busy * dur) << "kernels fill " << 100 * busy / dur << "% of a " << dur / 1e3
                                         << " ms step";
-        std::printf("  step at %.3f ms: %.3f ms, kernels %.3f ms (%.1f%%)\n", ts / 1e3, dur / 1e3, busy / 1e3,
-                    100 * busy / dur);
+        double device_us = 0;
+        for (const auto& st : report["steps"]) {
+            if (st["step"].get<int>() == step_numbers[i]) device_us = st.value("device_seconds", 0.0) * 1e6;
+        }
+        EXPECT_GT(device_us, 0) << "step " << step_numbers[i] << " has no device_seconds in report.json";
+        EXPECT_LE(busy, device_us * 1.001) << "kernels longer than the CUDA-event step";
+        EXPECT_GE(busy, min_busy * device_us) << "kernels fill " << 100 * busy / device_us << "% of the "
+                                              << device_us / 1e3 << " ms CUDA-event step";
+        std::printf("  step %d: %.3f ms on the host, %.3f ms by CUDA events, kernels %.3f ms (%.1f%% / %.1f%%)\n",
+                    step_numbers[i], dur / 1e3, device_us / 1e3, busy / 1e3, 100 * busy / dur,
+                    100 * busy / device_us);
     }
     std::size_t outside = 0;
     for (const Kernel& k : kernels) {

@@ -1,0 +1,23 @@
+// CUDA events through the plugin's table (core/cuda/cuda_engine_api.h), for napkin code that
+// includes no CUDA header: the completion of a collective started on NCCL's stream
+// (core/comm/comm_nccl.cpp), and the device's own time of a training step (two timing events
+// on the engine's stream, core/engine/cuda_device.cpp). Failures throw cuda::CudaError.
+#pragma once
+
+struct CUstream_st;
+
+namespace napkin::cuda {
+
+struct CudaEvent;  // cudaEvent_t's struct, opaque here
+
+// Creates an event and records it on `stream` at once: it completes when everything queued on
+// the stream before it has run. `timing`: the event carries a device timestamp (else it is
+// created with cudaEventDisableTiming, cheaper).
+CudaEvent* event_record(CUstream_st* stream, bool timing);
+bool event_done(CudaEvent* event);  // cudaEventQuery, without blocking
+void event_wait(CudaEvent* event);  // cudaEventSynchronize
+// Milliseconds between two completed timing events (cudaEventElapsedTime, ~0.5 us resolution).
+float event_elapsed_ms(CudaEvent* start, CudaEvent* end);
+void event_destroy(CudaEvent* event) noexcept;
+
+}  // namespace napkin::cuda
