@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Everything napkin checks on a GPU, in few calls (a lent H100/H200 session has about 30 minutes
+# of device time and 10 minutes per command: docs/CUDA.md, "Running on a GPU"):
+#
+#   scripts/gpu_check.sh build        # configure + build the CUDA targets into build-cuda (~5 min)
+#   scripts/gpu_check.sh test         # every gpu-labelled test binary, then compute-sanitizer subsets
+#   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
+#   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
+#   scripts/gpu_check.sh bench        # gemm_bench, then bench/pytorch_gpt2.py when torch is there
+#   scripts/gpu_check.sh all          # all of the above, in that order
+#
+# Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
+# file per step, and one line per step is printed: "PASS name", "FAIL name (rc N, log)" or
+# "SKIP name (why)". A failing step does not stop the others; the exit status is 1 if any failed.
+# CUDA_ARCH (default 90: H100/H200) and JOBS (default nproc) tune the build.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out="${OUT:-/tmp/gpu_check}"
+mkdir -p "$out"
+arch="${CUDA_ARCH:-90}"
+jobs="${JOBS:-$(nproc)}"
+b=build-cuda
+failed=0
+
+step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log
+    local name=$1
+    shift
+    local t0=$SECONDS
+    if "$@" >"$out/$name.log" 2>&1; then
+        echo "PASS $name ($((SECONDS - t0)) s)"
+    else
+        local rc=$?
+        echo "FAIL $name (rc $rc, $((SECONDS - t0)) s; $out/$name.log)"
+        tail -n 15 "$out/$name.log" | sed 's/^/    /'
+        failed=1
+    fi
+}
+
+need_build() {
+    if [ ! -x "$b/cli/napkin" ]; then
+        echo "SKIP $1 (no $b/cli/napkin: run scripts/gpu_check.sh build first)"
+        return 1
+    fi
+}
+
+do_build() {
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
+        >"$out/gpu.txt" 2>&1
+    step configure cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON \
+        -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
+    step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
+        train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
+        device_test gemm_bench
+}
+
+do_test() {
+    need_build test || return 0
+    local t
+    for t in device_test caching_allocator_test kernels_cuda_test engine_cuda_test train_cuda_cli_test \
+             nccl_test profile_cuda_test; do
+        if [ -x "$b/tests/$t" ]; then
+            step "$t" "$b/tests/$t" --gtest_output="xml:$out/$t.xml"
+        else
+            echo "SKIP $t (not built)"
+        fi
+    done
+    if command -v compute-sanitizer >/dev/null; then
+        step memcheck_kernels compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$b/tests/kernels_cuda_test" --gtest_filter='Norm*:Residual*:Accumulate*:Optimizer*'
+        step memcheck_engine compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$b/tests/engine_cuda_test" --gtest_filter='Recipes/*fp32_flash_gpt2'
+        step racecheck_attention compute-sanitizer --tool racecheck --error-exitcode 9 \
+            "$b/tests/kernels_cuda_test" --gtest_filter='Attention*'
+    else
+        echo "SKIP compute-sanitizer (not on PATH)"
+    fi
+}
+
+do_runs() {
+    need_build runs || return 0
+    local n="$b/cli/napkin"
+    step train_cuda_tiny "$n" train --device cuda --steps 20 --out "$out/runs/cuda-tiny"
+    step train_cpu_tiny "$n" train --device cpu --steps 20 --out "$out/runs/cpu-tiny"
+    step train_cuda_gpt2 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --steps 20 --out "$out/runs/cuda-gpt2"
+    local s
+    for s in 1 2 3; do
+        step "train_cuda_zero$s" "$n" train --device cuda --zero "$s" --steps 20 --out "$out/runs/cuda-z$s"
+    done
+    # The losses side by side (first and last step), for the note.
+    if command -v jq >/dev/null; then
+        for r in "$out"/runs/*/report.json; do
+            printf '%-40s %s\n' "$(basename "$(dirname "$r")")" \
+                "$(jq -c '[.steps[0].loss, .steps[-1].loss, .measured.tokens_per_s, .measured.mfu]' "$r")"
+        done >"$out/runs/losses.txt"
+    fi
+}
+
+do_trace() {
+    need_build trace || return 0
+    local gpu dir
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
+          tr '[:upper:]' '[:lower:]')
+    dir="traces/${gpu:-gpu}-gpt2"
+    rm -rf "$dir"
+    step trace_gpt2 "$b/cli/napkin" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --steps 3 --profile steps:2-3 --out "$dir"
+    if [ -f "$dir/report.json" ]; then
+        "$b/cli/napkin" report "$dir" >"$dir/report.txt" 2>&1
+        rm -f "$dir/checkpoint.safetensors"  # hundreds of MB; never committed
+        mkdir -p "$out/traces"
+        cp -r "$dir" "$out/traces/"
+        command -v jq >/dev/null && jq .otherData.gpu_activity "$dir/trace.json" >"$out/gpu_activity.json"
+    fi
+}
+
+do_bench() {
+    need_build bench || return 0
+    step gemm_bench "$b/bench/gemm_bench"
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        step pytorch_gpt2 python3 bench/pytorch_gpt2.py
+    else
+        echo "SKIP pytorch_gpt2 (no torch with CUDA here)"
+    fi
+}
+
+what="${1:-all}"
+case "$what" in
+    build) do_build ;;
+    test) do_test ;;
+    runs) do_runs ;;
+    trace) do_trace ;;
+    bench) do_bench ;;
+    all) do_build; do_test; do_runs; do_trace; do_bench ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|all; see --help)" >&2; exit 2 ;;
+esac
+echo "logs in $out"
+exit $failed
