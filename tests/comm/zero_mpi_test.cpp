@@ -238,15 +238,17 @@ TEST(ZeroMpi, KilledRankEndsTheJob) {
 // done, outside any collective). Rank 0's next collective outlasts --comm-timeout 3: it prints
 // one line naming the collective and ends the job, well within 60 s and non-zero. `timeout 120`
 // guards the test itself should the timeout not work.
-TEST(ZeroMpi, HungRankEndsTheJobAfterTheCommTimeout) {
-    SKIP_WITHOUT_MPI();
-    const fs::path out = fresh_dir("hung");
+// overlap: with --overlap on the healthy rank waits in a started collective's wait(), whose
+// deadline counts from the wait.
+void expect_hung_rank_ends_the_job(const std::string& overlap) {
+    SCOPED_TRACE("--overlap " + overlap);
+    const fs::path out = fresh_dir("hung" + overlap);
     const auto t0 = std::chrono::steady_clock::now();
     const CliRun r =
         shell(kMpiEnv + "timeout 120 " + NAPKIN_MPIEXEC +
               " -n 2 --oversubscribe -x NAPKIN_TEST_HANG_RANK_AT_STEP=1:2 " + NAPKIN_BINARY +
               " train --steps 6 --micro-batch 2 --seq-len 32 --quiet --zero 2 "
-              "--comm-timeout 3 --out " +
+              "--comm-timeout 3 --overlap " + overlap + " --out " +
               out.string());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -260,6 +262,12 @@ TEST(ZeroMpi, HungRankEndsTheJobAfterTheCommTimeout) {
               std::string::npos)
         << r.err;
     EXPECT_FALSE(fs::exists(out / "report.json"));
+}
+
+TEST(ZeroMpi, HungRankEndsTheJobAfterTheCommTimeout) {
+    SKIP_WITHOUT_MPI();
+    expect_hung_rank_ends_the_job("off");
+    expect_hung_rank_ends_the_job("on");
 }
 
 // ---- Sharded checkpoints (docs/ZERO.md, "Checkpoints") ----
