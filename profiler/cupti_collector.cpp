@@ -17,12 +17,13 @@ CuptiCollector::~CuptiCollector() {
 }
 
 void CuptiCollector::clock_pair() noexcept {
-    // The pair's host time is the middle of the read, so the map is off by at most half of it.
+    // The pair's host time is the middle of the read, so the map is off by at most half of it;
+    // the window tells the clock how far to trust the pair.
     const std::int64_t before = recorder_.now_ns();
     const std::uint64_t gpu = source_.timestamp_ns();
     const std::int64_t after = recorder_.now_ns();
     try {
-        translator_.clock().add_pair(gpu, before + (after - before) / 2);
+        translator_.clock().add_pair(gpu, before + (after - before) / 2, after - before);
     } catch (...) {
         ++failures_;
     }

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -17,9 +18,15 @@ constexpr std::uint64_t kCorrelationFlowBase = std::uint64_t{1} << 40;
 // (cudaMemcpy's API record has a memcpy, cudaMalloc has nothing) would otherwise pile up.
 constexpr std::size_t kMaxPending = 1 << 20;
 
-// The shortest span over which ClockSync fits a rate (1 ms: a clock read's jitter of ~100 ns is
-// then 1e-4 of it).
+// The shortest span over which ClockSync fits a rate, and the largest error the pairs' read
+// windows may put on it: the host time of a pair is known to +-half its window, so two pairs
+// dc apart bound the fitted rate's error by (window_a + window_b) / (2 dc). A rate is fitted only
+// when that bound is 1e-5 or less (0.1 ns on a 10 us kernel); until then the rate stays 1.
 constexpr double kMinFitNs = 1e6;
+constexpr double kMaxRateError = 1e-5;
+// Clocks that disagree by more than this (CLOCK_MONOTONIC is slewed by at most 500 ppm; device
+// oscillators drift by a few ppm) have jumped: the pair is not used for a rate.
+constexpr double kMaxDrift = 1e-3;
 
 std::string demangle(const std::string& name) {
     int status = 0;
@@ -33,26 +40,28 @@ std::string dims(const std::int32_t d[3]) {
 
 }  // namespace
 
-void ClockSync::add_pair(std::uint64_t cupti_ns, std::int64_t run_ns) {
-    pairs_.emplace_back(cupti_ns, run_ns);
-    if (pairs_.size() >= 2) {
-        const auto& a = pairs_.front();
-        const auto& b = pairs_.back();
-        // Differences in integers first: CUPTI's clock reads ~1.7e18 ns (the Unix epoch), where
-        // a double steps by 256 ns.
-        const double dc = static_cast<double>(static_cast<std::int64_t>(b.first - a.first));
-        const double dr = static_cast<double>(b.second - a.second);
-        // Pairs closer than kMinFitNs would fit the reads' own jitter, not the clocks' drift;
-        // a rate far from 1 means a bad pair (a clock jump): keep the last good one.
-        if (dc >= kMinFitNs && dr / dc > 0.99 && dr / dc < 1.01) rate_ = dr / dc;
-    }
+void ClockSync::add_pair(std::uint64_t cupti_ns, std::int64_t run_ns, std::int64_t window_ns) {
+    pairs_.push_back(Pair{cupti_ns, run_ns, window_ns > 0 ? window_ns : 0});
+    if (pairs_.size() < 2) return;
+    const Pair& a = pairs_.front();
+    const Pair& b = pairs_.back();
+    // Differences in integers first: CUPTI's clock reads ~1.7e18 ns (the Unix epoch), where a
+    // double steps by 256 ns.
+    const double dc = static_cast<double>(static_cast<std::int64_t>(b.cupti_ns - a.cupti_ns));
+    const double dr = static_cast<double>(b.run_ns - a.run_ns);
+    if (dc < kMinFitNs) return;  // the reads' own jitter, not the clocks' drift
+    const double bound = static_cast<double>(a.window_ns + b.window_ns) / (2.0 * dc);
+    if (bound > kMaxRateError) return;  // keep the last rate that was known well enough
+    const double rate = dr / dc;
+    if (rate < 1.0 - kMaxDrift || rate > 1.0 + kMaxDrift) return;  // a clock jump
+    rate_ = rate;
 }
 
 std::int64_t ClockSync::to_run_ns(std::uint64_t cupti_ns) const {
     if (pairs_.empty()) return static_cast<std::int64_t>(cupti_ns);
-    const auto& a = pairs_.front();
-    const auto dc = static_cast<std::int64_t>(cupti_ns - a.first);  // exact, either sign
-    return a.second + static_cast<std::int64_t>(static_cast<double>(dc) * rate_);
+    const Pair& a = pairs_.front();
+    const auto dc = static_cast<std::int64_t>(cupti_ns - a.cupti_ns);  // exact, either sign
+    return a.run_ns + std::llround(static_cast<double>(dc) * rate_);
 }
 
 void CuptiTranslator::register_external(std::uint64_t external_id, std::string name, const KernelCost& cost) {

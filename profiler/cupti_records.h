@@ -39,15 +39,23 @@
 namespace napkin::profiler {
 
 // CUPTI's clock to the run's: t_run = host_at_sync + (t_cupti - cupti_at_sync) * rate, the rate
-// fitted between the first and the latest pair (1 until there are two pairs).
+// fitted between the first and the latest pair. A pair's run time is the middle of a host read
+// window_ns wide; the rate stays 1 until two pairs are far enough apart for their windows to
+// bound its error to 1e-5 (a slow or preempted read only delays the fit, it never skews it).
 class ClockSync {
 public:
-    void add_pair(std::uint64_t cupti_ns, std::int64_t run_ns);
+    void add_pair(std::uint64_t cupti_ns, std::int64_t run_ns, std::int64_t window_ns = 0);
     std::int64_t to_run_ns(std::uint64_t cupti_ns) const;
     bool ready() const { return !pairs_.empty(); }
+    double rate() const { return rate_; }
 
 private:
-    std::vector<std::pair<std::uint64_t, std::int64_t>> pairs_;
+    struct Pair {
+        std::uint64_t cupti_ns;
+        std::int64_t run_ns;
+        std::int64_t window_ns;
+    };
+    std::vector<Pair> pairs_;
     double rate_ = 1.0;
 };
 

@@ -68,6 +68,25 @@ TEST(ClockSync, MapsCuptiTimeOntoTheRunClock) {
     EXPECT_EQ(c.to_run_ns(1'500'000), 100 + 500'050);
 }
 
+// A pair is only as good as its host read: a read that took 40 us (a preempted thread, a
+// sanitizer) puts 4e-5 of error on a rate fitted over 1 ms, so no rate is fitted from it; the
+// same pairs read in 10 ns fit the drift.
+TEST(ClockSync, SlowReadsFitNoRate) {
+    p::ClockSync slow;
+    slow.add_pair(1'000'000, 0, 40'000);
+    slow.add_pair(2'000'000, 1'000'400, 40'000);  // 4e-4 "fast": the reads' error, not drift
+    EXPECT_EQ(slow.rate(), 1.0);
+    EXPECT_EQ(slow.to_run_ns(1'010'000), 10'000);
+    p::ClockSync quick;
+    quick.add_pair(1'000'000, 0, 10);
+    quick.add_pair(11'000'000, 10'000'050, 10);  // 5e-6 fast over 10 ms, known to 1e-9
+    EXPECT_DOUBLE_EQ(quick.rate(), 1.000005);
+    p::ClockSync jump;
+    jump.add_pair(1'000'000, 0);
+    jump.add_pair(2'000'000, 1'002'000);  // 2e-3: no clock drifts that much, it jumped
+    EXPECT_EQ(jump.rate(), 1.0);
+}
+
 // CUPTI's clock counts from the Unix epoch (~1.7e18 ns), where a double steps by 256 ns: the
 // map keeps nanoseconds exact there, and pairs too close together fit no rate.
 TEST(ClockSync, ExactAtEpochScaleTimestamps) {
