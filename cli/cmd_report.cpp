@@ -105,6 +105,15 @@ json summarize(const profiler::RunReport& run, int warmup) {
             {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
     }
     s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
+    // --offload optimizer: the model states in host memory (absent otherwise).
+    s["host_memory"] = nullptr;
+    if (!optional_number(r, "predicted.host_memory.master_weights", f).is_null()) {
+        for (const char* c : {"master_weights", "gradients", "optimizer_state"}) {
+            s["host_memory"][c] = {
+                {"predicted", number_field(r, std::string("predicted.host_memory.") + c, f)},
+                {"measured", number_field(r, std::string("measured.host_peak_bytes.") + c, f)}};
+        }
+    }
     s["closed_form"] = {
         {"model_state_bytes", optional_number(r, "predicted.closed_form.model_state_bytes", f)},
         {"bytes_per_param", optional_number(r, "predicted.closed_form.bytes_per_param", f)},
@@ -383,6 +392,15 @@ void print_table(const std::vector<json>& runs, int top) {
     row("  communication (measured)",
         [&](const json& r) { return mb(r["ranks"][0]["memory"][kCommunication]["measured"]); });
     row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });
+    if (std::any_of(runs.begin(), runs.end(), [](const json& r) { return !r["host_memory"].is_null(); })) {
+        for (const char* c : {"master_weights", "gradients", "optimizer_state"}) {
+            row(std::string("  host (offloaded) ") + c, [&](const json& r) {
+                if (r["host_memory"].is_null()) return std::string("-");
+                const json& m = r["host_memory"][c];
+                return mb(m["predicted"]) + " / " + mb(m["measured"]);
+            });
+        }
+    }
     row("  closed form: model states",
         [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
     row("    bytes per parameter", [&](const json& r) {

@@ -52,6 +52,7 @@ struct TrainFlags {
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";
+    std::string offload = "none";
 };
 
 std::string mb(double bytes) {
@@ -210,6 +211,14 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     // auto: on GPUs, where NCCL's stream runs a collective beside the kernels; off on CPU ranks,
     // whose MPI copies need the rank's own core (docs/ZERO.md measures both on the CPU).
     o.overlap = f.overlap == "on" || (f.overlap == "auto" && o.device == DeviceKind::cuda);
+    if (f.offload == "optimizer+params") {
+        throw UsageError("--offload optimizer+params: napkin train offloads the optimizer only (none|optimizer); "
+                         "napkin estimate models the parameters too");
+    }
+    if (f.offload != "none" && f.offload != "optimizer") {
+        throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
+    }
+    o.offload_optimizer = f.offload == "optimizer";  // like --overlap, a resumed run may change it
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
@@ -306,6 +315,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     ei.attention = o.plan.attention;
     ei.gpus = comm.world_size();
     ei.zero = o.zero;
+    ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;
     ei.peak_flops_per_s = peak;
     ei.gpu_memory_bytes = 1e15;
     ei.engine = on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
@@ -496,6 +506,16 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         {"steps", steps},
     };
     if (o.data.empty()) report["run"]["data_entropy_nats"] = SyntheticCorpus::entropy_nats();
+    if (o.offload_optimizer) {  // the host's share of the model states, predicted and measured
+        const AccountingAllocator& h = trainer.host_allocator();
+        report["predicted"]["host_memory"] = {{"master_weights", pred.cpu.master},
+                                              {"gradients", pred.cpu.grads},
+                                              {"optimizer_state", pred.cpu.optimizer}};
+        report["measured"]["host_peak_bytes"] = {{"master_weights", h.peak_bytes(MemCategory::master_weights)},
+                                                 {"gradients", h.peak_bytes(MemCategory::gradients)},
+                                                 {"optimizer_state", h.peak_bytes(MemCategory::optimizer_state)}};
+        report["run"]["offload"] = "optimizer";
+    }
     if (on_gpu) {  // cudaMemGetInfo: before the first step (context, libraries, model) and at peak
         report["measured"]["device_memory"] = {{"baseline_used_bytes", device_baseline.used_bytes},
                                                {"peak_used_bytes", device_peak.used_bytes},
@@ -518,6 +538,14 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                 mb(static_cast<double>(peaks[3])).c_str(), mb(static_cast<double>(peaks[4])).c_str(),
                 mb(pred.gpu.activations).c_str(), mb(static_cast<double>(peak_total)).c_str(),
                 mb(peak_rss_bytes()).c_str());
+    if (o.offload_optimizer) {
+        const AccountingAllocator& h = trainer.host_allocator();
+        std::printf("  host memory (offloaded): master %s, gradients %s, optimizer %s (predicted %s)\n",
+                    mb(static_cast<double>(h.peak_bytes(MemCategory::master_weights))).c_str(),
+                    mb(static_cast<double>(h.peak_bytes(MemCategory::gradients))).c_str(),
+                    mb(static_cast<double>(h.peak_bytes(MemCategory::optimizer_state))).c_str(),
+                    mb(pred.cpu.total()).c_str());
+    }
     std::printf("  report: %s, checkpoint: %s\n", (out_dir / "report.json").string().c_str(),
                 checkpoint_out.c_str());
     if (recorder != nullptr && !profile.steps().empty()) {
@@ -590,6 +618,10 @@ void add_train_command(CLI::App& app) {
                     "auto|on|off: start each unit's gradient collective as its backward ends and prefetch ZeRO-3's "
                     "parameter gathers, overlapping communication with computation (the same results bit for "
                     "bit); auto: on with GPUs (NCCL), off with CPU ranks (MPI)")
+        ->capture_default_str();
+    cmd->add_option("--offload", f->offload,
+                    "none|optimizer: keep the fp32 master copy and optimizer state of each rank's shard in host "
+                    "memory and step it there (ZeRO-Offload; --device cuda, --zero 1-3, a mixed-precision recipe)")
         ->capture_default_str();
     cmd->add_option("--comm-timeout", f->comm_timeout,
                     "Seconds one collective may wait for the other ranks before the job ends with an error "

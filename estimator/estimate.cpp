@@ -193,9 +193,12 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
 
     MemoryBytes cpu;
     if (in.offload != Offload::none) {
+        // The host steps the optimizer's shard (stages 1-3; all of it at stage 0) from an fp32
+        // copy of that shard's gradients: napkin train's --offload optimizer (core/engine/zero.h).
         cpu.master = gpu.master;
         cpu.optimizer = gpu.optimizer;
-        cpu.grads = shard(train_alloc, z2, W) * 4.0;  // fp32 copy the CPU optimizer steps with
+        cpu.grads = shard(train_alloc, z1, W) * 4.0;
+        if (!in.params_only && !adapters) cpu.grads = (z1 ? static_cast<double>(layout.shard()) : n_alloc) * 4.0;
         gpu.master = 0;
         gpu.optimizer = 0;
     }

@@ -88,6 +88,11 @@ do_runs() {
     for s in 1 2 3; do
         step "train_cuda_zero$s" "$n" train --device cuda --zero "$s" --steps 20 --out "$out/runs/cuda-z$s"
     done
+    # ZeRO-Offload: the master and Adam's moments on the host, against the same run without it.
+    step train_cuda_zero2_bf16 "$n" train --device cuda --zero 2 --precision bf16-amp --steps 20 \
+        --out "$out/runs/cuda-z2-bf16"
+    step train_cuda_zero2_offload "$n" train --device cuda --zero 2 --precision bf16-amp --offload optimizer \
+        --steps 20 --out "$out/runs/cuda-z2-offload"
     # The losses side by side (first and last step), for the note.
     if command -v jq >/dev/null; then
         for r in "$out"/runs/*/report.json; do

@@ -28,6 +28,7 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 struct Entry {
     std::string name;
     std::vector<std::int64_t> shape;
+    StateKind kind;
     HeldState held;
 };
 
@@ -46,7 +47,7 @@ std::vector<Entry> entries_of(Trainer& t) {
                                                << ", param_tensors() says " << shapes[i].name);
         for (const StateKind kind : kStateKinds) {
             const HeldState h = held_state(t, i, kind);
-            if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, h});
+            if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, kind, h});
         }
     }
     return out;
@@ -125,7 +126,7 @@ void save_checkpoint(const std::string& path, Trainer& t) {
         const auto bytes = static_cast<std::size_t>(
             storage_bytes(e.held.dtype, static_cast<std::uint64_t>(e.held.count)));
         tensors.push_back(
-            {e.name, e.held.dtype, e.shape, state_on_host(t, e.held.data, bytes, staged[k])});
+            {e.name, e.held.dtype, e.shape, state_on_host(t, e.kind, e.held.data, bytes, staged[k])});
     }
     write_checkpoint_file(path, kCheckpointFormat, checkpoint_info_of(t), {}, std::move(tensors));
 }
@@ -151,7 +152,7 @@ void load_checkpoint(const std::string& path, Trainer& t) {
             static_cast<std::size_t>(storage_bytes(dt, static_cast<std::uint64_t>(e.held.count))));
         r.read(*r.find(e.name), storage_bytes(dt, static_cast<std::uint64_t>(e.held.first)),
                buf.data(), buf.size());
-        state_from_host(t, e.held.data, buf.data(), buf.size());
+        state_from_host(t, e.kind, e.held.data, buf.data(), buf.size());
     }
     restore_checkpoint_state(t, r.info());
 }

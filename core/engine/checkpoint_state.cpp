@@ -73,18 +73,29 @@ HeldState held_state(Trainer& t, std::size_t param, StateKind kind) {
     return h;
 }
 
-const char* state_on_host(Trainer& t, const char* state, std::size_t bytes,
+namespace {
+
+// The device holding state `kind`, or null when it is in host memory.
+EngineDevice* device_of(Trainer& t, StateKind kind) {
+    const ZeroEngine* z = t.zero();
+    if (z != nullptr && z->in_host_memory(kind)) return nullptr;
+    return t.device();
+}
+
+}  // namespace
+
+const char* state_on_host(Trainer& t, StateKind kind, const char* state, std::size_t bytes,
                           std::vector<char>& staging) {
-    EngineDevice* d = t.device();
+    EngineDevice* d = device_of(t, kind);
     if (d == nullptr || bytes == 0) return state;
     staging.resize(bytes);
     d->copy_to_host(staging.data(), state, bytes);
     return staging.data();
 }
 
-void state_from_host(Trainer& t, char* state, const char* host, std::size_t bytes) {
+void state_from_host(Trainer& t, StateKind kind, char* state, const char* host, std::size_t bytes) {
     if (bytes == 0) return;
-    if (EngineDevice* d = t.device())
+    if (EngineDevice* d = device_of(t, kind))
         d->copy_to_device(state, host, bytes);
     else
         std::memcpy(state, host, bytes);

@@ -38,14 +38,15 @@ struct HeldState {
 HeldState held_state(Trainer& t, std::size_t param, StateKind kind);
 
 // The one way checkpoints touch a HeldState's bytes (weights, masters, moments): in host memory
-// on the CPU, and through the host on the trainer's EngineDevice (whose copies wait for the work
-// queued before them). The files are the same bytes either way, so a run moves between devices.
-// state_on_host: the `bytes` at `state` readable on the host, `state` itself on the CPU, else a
-// copy made in `staging` (which must outlive the use).
-const char* state_on_host(Trainer& t, const char* state, std::size_t bytes,
+// on the CPU or when the ZeRO engine offloads that kind (ZeroEngine::in_host_memory), else
+// through the host on the trainer's EngineDevice (whose copies wait for the work queued before
+// them). The files are the same bytes either way, so a run moves between devices.
+// state_on_host: the `bytes` of state `kind` at `state` readable on the host, `state` itself in
+// host memory, else a copy made in `staging` (which must outlive the use).
+const char* state_on_host(Trainer& t, StateKind kind, const char* state, std::size_t bytes,
                           std::vector<char>& staging);
-// Writes `bytes` host bytes over the state at `state`.
-void state_from_host(Trainer& t, char* state, const char* host, std::size_t bytes);
+// Writes `bytes` host bytes over the state of `kind` at `state`.
+void state_from_host(Trainer& t, StateKind kind, char* state, const char* host, std::size_t bytes);
 
 // Whether the ZeRO engine at `stage` keeps a kind whole (every rank the same) rather than
 // sharded: stage 0 everything, stages 1-2 the weights.

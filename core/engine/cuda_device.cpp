@@ -6,6 +6,7 @@
 // (core/cuda/cuda_engine_api.h): this file includes no CUDA header and compiles in every build.
 #include <cstring>
 
+#include "core/comm/comm_nccl.h"
 #include "core/cuda/cuda_engine_api.h"
 #include "core/device.h"
 #include "core/engine/cuda_kernels.h"
@@ -175,6 +176,9 @@ public:
     void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                           DType state_dtype) override {
         api_.optimizer_update(h, tensors, count, state_dtype, stream_);
+    }
+    std::unique_ptr<Communicator> collectives(Communicator& bootstrap) override {
+        return make_nccl_communicator(bootstrap);
     }
     std::unique_ptr<profiler::GpuActivitySource> activity_source() override {
         return std::make_unique<PluginActivitySource>(api_);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "core/comm/comm.h"
 #include "core/engine/gpt.h"
 #include "core/model_config.h"
 #include "core/op_plan.h"
@@ -64,6 +65,11 @@ public:
                                     AccountingAllocator& alloc) = 0;
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
+
+    // The collectives between ranks whose tensors live on devices like this one, bootstrapped
+    // by the launcher's communicator: NCCL on CUDA (core/comm/comm_nccl.h). Null: `bootstrap`
+    // itself serves them (a device whose memory the host can read, as tests' stand-ins).
+    virtual std::unique_ptr<Communicator> collectives(Communicator& bootstrap) = 0;
 
     // The device's own activity for the profiler (CUPTI through the plugin's table on CUDA):
     // kernels, copies, API calls (profiler/cupti_collector.h). Null when there is none.

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "core/comm/comm_nccl.h"
 #include "core/config_json.h"
 #include "profiler/host_range.h"
 
@@ -25,6 +24,7 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
                         {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
                         {"attention", enum_name(kAttentionNames, o.plan.attention)},
                         {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap},
+                        {"offload", o.offload_optimizer ? "optimizer" : "none"},
                         {"world", world}, {"seed", o.seed}, {"data", o.data},
                         {"device", o.device == DeviceKind::cuda ? "cuda" : "cpu"},
                         {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
@@ -37,13 +37,29 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id,
-                 const std::function<void(Gpt&)>& init_weights)
+                 const std::function<void(Gpt&)>& init_weights, std::unique_ptr<EngineDevice> device)
     : opts_(opts),
       // Data parallelism on GPUs: one rank per GPU, the local rank's.
-      device_(open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
-      alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)) {
+      device_(device != nullptr ? std::move(device)
+                                : open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
+      alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)),
+      host_alloc_(host_) {
     if (opts_.zero < 0 || opts_.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(opts_.zero) + ")");
+    }
+    if (opts_.offload_optimizer) {  // the ZeRO engine's own checks, before anything is built
+        if (device_ == nullptr) {
+            throw UsageError("--offload optimizer: needs --device cuda (on the CPU the optimizer's "
+                             "state is in host memory already)");
+        }
+        if (opts_.zero < 1) {
+            throw UsageError("--offload optimizer: needs --zero 1, 2 or 3 (the host steps this "
+                             "rank's shard of the optimizer)");
+        }
+        if (!precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false).has_master) {
+            throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
+                             "bf16-amp or fp16-amp): the host steps the fp32 master copy");
+        }
     }
     comm_ = comm;
     if (comm_ == nullptr && opts_.zero > 0) {
@@ -56,8 +72,8 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     // On the GPU the collectives go over NCCL, bootstrapped by the launcher's communicator (MPI,
     // or the single one at world size 1), which keeps serving the handshake above.
     if (parallel && device_ != nullptr) {
-        nccl_comm_ = make_nccl_communicator(*comm_);
-        comm_ = nccl_comm_.get();
+        nccl_comm_ = device_->collectives(*comm_);
+        if (nccl_comm_ != nullptr) comm_ = nccl_comm_.get();
     }
     if (opts_.steps <= 0) throw UsageError("--steps: must be a positive integer (got " + std::to_string(opts_.steps) + ")");
     if (opts_.grad_accum <= 0) {
@@ -81,7 +97,7 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) {
         zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd, device_.get(),
-                                             opts_.overlap);
+                                             opts_.overlap, opts_.offload_optimizer ? &host_alloc_ : nullptr);
     }
     if (zero_ == nullptr || zero_->stage() == 0) {
         optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state, device_.get());

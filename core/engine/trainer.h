@@ -31,6 +31,9 @@ struct TrainOptions {
     // results bit for bit; off: every collective where its result is first needed). napkin
     // train's --overlap auto turns it on for CUDA runs only.
     bool overlap = true;
+    // --offload optimizer: the fp32 master and optimizer moments of each rank's shard, and their
+    // update, in host memory (ZeRO stages 1-3 on a device, mixed precision; core/engine/zero.h).
+    bool offload_optimizer = false;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
@@ -73,13 +76,17 @@ public:
     // rank's GPU is its local rank's and the collectives go over NCCL, bootstrapped by `comm`
     // (comm() is then the NCCL communicator).
     // `init_weights`, when given, runs on the freshly initialized model before the ZeRO engine
-    // shards it (napkin train --init-from).
+    // shards it (napkin train --init-from). `device`, when given, is the device to run on
+    // instead of opening opts.device's (tests: a host-memory stand-in for CUDA).
     explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "",
-                     const std::function<void(Gpt&)>& init_weights = {});
+                     const std::function<void(Gpt&)>& init_weights = {},
+                     std::unique_ptr<EngineDevice> device = nullptr);
     StepRecord step();  // one optimizer step (G micro-batches)
     int steps_done() const { return step_; }
 
     AccountingAllocator& allocator() { return alloc_; }
+    // Host memory of the run's model state: the offloaded optimizer's (empty without --offload).
+    AccountingAllocator& host_allocator() { return host_alloc_; }
     Optimizer& optimizer() {
         NAPKIN_ASSERT(optimizer_ != nullptr, "ZeRO stages 1-3 shard the optimizer: no whole one");
         return *optimizer_;
@@ -115,10 +122,11 @@ private:
     HostMemory host_;
     std::unique_ptr<EngineDevice> device_;  // null on the CPU; declared before alloc_, which uses its memory
     AccountingAllocator alloc_;
+    AccountingAllocator host_alloc_;  // over host_: the offloaded optimizer state
     std::unique_ptr<Gpt> model_;
     std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
     std::unique_ptr<Communicator> own_comm_;  // a world-size-1 one when none was given
-    std::unique_ptr<Communicator> nccl_comm_;  // on a GPU: NCCL over own_comm_ or the one given
+    std::unique_ptr<Communicator> nccl_comm_;  // on a GPU: the device's collectives (NCCL) over own_comm_ or the one given
     Communicator* comm_ = nullptr;
     std::unique_ptr<ZeroEngine> zero_;  // after model_: unhooks it first
     std::unique_ptr<TokenSource> data_;

@@ -61,29 +61,52 @@ char* at(Tensor& t, std::int64_t element, DType dtype) {
     return static_cast<char*>(t.raw()) + storage_bytes(dtype, static_cast<std::uint64_t>(element));
 }
 
+// n elements of `dtype` at the start of p become n fp32 values over the same bytes (p holds
+// 4 n). From the last element down, each write lands on elements already read; every access
+// goes through memcpy, so the compiler sees the two types share the bytes.
+void widen_in_place(void* p, DType dtype, std::int64_t n) {
+    if (dtype == DType::f32) return;
+    auto* b = static_cast<char*>(p);
+    for (std::int64_t k = n; k-- > 0;) {
+        float f = 0;
+        if (dtype == DType::bf16) {
+            bf16_t h;
+            std::memcpy(&h, b + 2 * k, sizeof h);
+            f = to_float(h);
+        } else {
+            f16_t h;
+            std::memcpy(&h, b + 2 * k, sizeof h);
+            f = to_float(h);
+        }
+        std::memcpy(b + 4 * k, &f, sizeof f);
+    }
+}
+
 }  // namespace
 
-void ZeroEngine::copy_bytes(void* dst, const void* src, std::size_t bytes) {
-    if (dev_ != nullptr)
-        dev_->copy_on_device(dst, src, bytes);
-    else
+void ZeroEngine::copy_bytes(void* dst, const void* src, std::size_t bytes, bool to_host) {
+    if (dev_ == nullptr)
         std::memcpy(dst, src, bytes);
+    else if (to_host)
+        dev_->copy_to_host(dst, src, bytes);
+    else
+        dev_->copy_on_device(dst, src, bytes);
 }
 
 // Copies the part of [offset, offset + n) (in unit elements) that falls in [lo, hi) from a
 // parameter's values to a shard starting at element lo.
 void ZeroEngine::copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
-                            std::int64_t lo, std::int64_t hi, std::size_t esize) {
+                            std::int64_t lo, std::int64_t hi, std::size_t esize, bool to_host) {
     const std::int64_t a = std::max(offset, lo), b = std::min(offset + n, hi);
     if (a >= b) return;
     copy_bytes(static_cast<char*>(shard) + static_cast<std::size_t>(a - lo) * esize,
                static_cast<const char*>(param) + static_cast<std::size_t>(a - offset) * esize,
-               static_cast<std::size_t>(b - a) * esize);
+               static_cast<std::size_t>(b - a) * esize, to_host);
 }
 
-void ZeroEngine::zero_fill(Tensor& t) {
+void ZeroEngine::zero_fill(Tensor& t, bool host) {
     if (t.empty()) return;
-    if (dev_ != nullptr)
+    if (dev_ != nullptr && !host)
         dev_->zero(t.raw(), t.bytes());
     else
         std::memset(t.raw(), 0, t.bytes());
@@ -91,7 +114,7 @@ void ZeroEngine::zero_fill(Tensor& t) {
 
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
                        const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
-                       EngineDevice* device, bool overlap)
+                       EngineDevice* device, bool overlap, AccountingAllocator* host_alloc)
     : stage_(stage),
       comm_(comm),
       model_(model),
@@ -99,9 +122,24 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
       opt_(opt),
       dt_(dtypes),
       dev_(device),
+      host_alloc_(host_alloc),
       overlap_(overlap && comm.world_size() > 1) {
     if (stage < 0 || stage > 3)
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
+    if (host_alloc_ != nullptr) {
+        if (dev_ == nullptr) {
+            throw UsageError("--offload optimizer: needs --device cuda (on the CPU the optimizer's "
+                             "state is in host memory already)");
+        }
+        if (stage_ < 1) {
+            throw UsageError("--offload optimizer: needs --zero 1, 2 or 3 (the host steps this "
+                             "rank's shard of the optimizer)");
+        }
+        if (!dt_.has_master) {
+            throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
+                             "bf16-amp or fp16-amp): the host steps the fp32 master copy");
+        }
+    }
     NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
     const ModelConfig& cfg = *model.plan().config;
     layout_ = shard_layout(cfg, comm.world_size());
@@ -147,25 +185,33 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             clear_grads(u);
         }
         if (stage_ >= 1) {
+            // Offload: the optimizer's side in host memory, from the host's allocator.
+            const bool host = offload();
+            AccountingAllocator& sa = host ? *host_alloc_ : alloc;
             if (dt_.has_master) {
-                x.master = Tensor(alloc, name + ".master.shard", MemCategory::master_weights,
+                x.master = Tensor(sa, name + ".master.shard", MemCategory::master_weights,
                                   DType::f32, {su.shard});
-                zero_fill(x.master);
+                zero_fill(x.master, host);
                 for (std::size_t i : su.params) {
                     copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
-                               params[i].numel, lo, hi, sizeof(float));
+                               params[i].numel, lo, hi, sizeof(float), host);
                     params[i].master = Tensor();
                 }
             }
             if (states >= 1) {
-                x.m = Tensor(alloc, name + ".opt.m.shard", MemCategory::optimizer_state,
+                x.m = Tensor(sa, name + ".opt.m.shard", MemCategory::optimizer_state,
                              dt_.optimizer_state, {su.shard});
-                zero_fill(x.m);
+                zero_fill(x.m, host);
             }
             if (states >= 2) {
-                x.v = Tensor(alloc, name + ".opt.v.shard", MemCategory::optimizer_state,
+                x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state,
                              dt_.optimizer_state, {su.shard});
-                zero_fill(x.v);
+                zero_fill(x.v, host);
+            }
+            if (host) {
+                x.host_grads = Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32,
+                                      {su.shard});
+                zero_fill(x.host_grads, true);
             }
         }
     }
@@ -440,15 +486,43 @@ bool ZeroEngine::global_norm(double sumsq, float grad_scale, StepStats& st, floa
     return true;
 }
 
+void ZeroEngine::offload_gradients() {
+    const std::int64_t r = comm_.rank();
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        Unit& x = units_[u];
+        const std::int64_t n = layout_.units[u].shard;
+        const void* chunk = stage_ == 1 ? at(x.grads, r * n, dt_.grads) : x.grads.raw();
+        dev_->copy_to_host(x.host_grads.raw(), chunk,
+                           storage_bytes(dt_.grads, static_cast<std::uint64_t>(n)));
+        widen_in_place(x.host_grads.raw(), dt_.grads, n);
+    }
+}
+
+void ZeroEngine::upload_weights(std::size_t u) {
+    // The unit's gradients are spent: its host buffer carries the new weights (padding too,
+    // which the master keeps at zero) to the device.
+    Unit& x = units_[u];
+    const std::int64_t n = layout_.units[u].shard;
+    char* chunk = stage_ == 3 ? static_cast<char*>(x.weights.raw())
+                              : at(x.weights, comm_.rank() * n, dt_.weights);
+    round_to(x.host_grads.raw(), dt_.weights, x.master.data<float>(), n);
+    dev_->copy_to_device(chunk, x.host_grads.raw(),
+                         storage_bytes(dt_.weights, static_cast<std::uint64_t>(n)));
+}
+
 StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
-    if (dev_ != nullptr) return sharded_step_on_device(step_index, grad_scale);
+    if (dev_ != nullptr && !offload()) return sharded_step_on_device(step_index, grad_scale);
     StepStats st;
     st.lr = learning_rate(opt_, step_index);
     const std::int64_t r = comm_.rank();
     auto& params = model_.params();
+    // Offloaded: the norm and the update read the host's fp32 copy of the gradient shards.
+    if (offload()) offload_gradients();
+    const DType gd = offload() ? DType::f32 : dt_.grads;
     // This rank's gradient chunk of unit u: inside the whole buffer (stage 1) or the shard.
     auto grad_chunk = [&](std::size_t u) -> void* {
         Unit& x = units_[u];
+        if (offload()) return x.host_grads.raw();
         return stage_ == 1 ? at(x.grads, r * layout_.units[u].shard, dt_.grads) : x.grads.raw();
     };
     auto weight_chunk = [&](std::size_t u) -> char* {
@@ -461,7 +535,7 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
     double sumsq = 0.0;
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const std::int64_t n = layout_.units[u].shard;
-        const float* g = widened(grad_chunk(u), dt_.grads, n, grad_buf_);
+        const float* g = widened(grad_chunk(u), gd, n, grad_buf_);
         double acc = 0.0;
         for (std::int64_t k = 0; k < n; ++k)
             acc += static_cast<double>(g[k]) * g[k];
@@ -489,8 +563,8 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
             const std::int64_t off = a - lo, n = b - a;
             h.wd = params[i].decay ? opt_.weight_decay : 0.0f;
             const float* g = widened(static_cast<char*>(grad_chunk(u)) +
-                                         storage_bytes(dt_.grads, static_cast<std::uint64_t>(off)),
-                                     dt_.grads, n, grad_buf_);
+                                         storage_bytes(gd, static_cast<std::uint64_t>(off)),
+                                     gd, n, grad_buf_);
             char* wc =
                 weight_chunk(u) + storage_bytes(dt_.weights, static_cast<std::uint64_t>(off));
             float* w = dt_.has_master ? x.master.data<float>() + off
@@ -502,8 +576,9 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
                 optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<float>() + off,
                                  x.v.empty() ? nullptr : x.v.data<float>() + off, n);
             }
-            round_to(wc, dt_.weights, w, n);
+            if (!offload()) round_to(wc, dt_.weights, w, n);
         }
+        if (offload()) upload_weights(u);
     }
     return st;
 }

@@ -35,6 +35,15 @@
 // reduced chunk into the gradient shard, the sharded optimizer step and its sum of squares)
 // goes through the device, queued on the engine's stream; without one (the CPU) it runs on the
 // host exactly as it always has.
+//
+// Offload (stages 1-3 on a device, mixed precision; ZeRO-Offload, Ren et al. 2021): the fp32
+// master and optimizer moments of this rank's shard live in host memory (a second accounting
+// allocator, `host_alloc`), with an fp32 gradient shard beside them. Each step copies the
+// gradient shard to the host (widened to fp32 in place), computes the norm and the update there
+// with the CPU's code (sharded_step's, bit for bit), and copies the shard's new weights, rounded
+// into the same host buffer, back to the device. Host memory per rank: master S * 4, moments
+// S * 4 each (fp32 states), gradients S * 4; on the device the model states are the weights and
+// the gradients alone.
 #pragma once
 
 #include <cstdint>
@@ -71,9 +80,12 @@ public:
     // sharded buffers (the model's own tensors become views or are freed). Throws UsageError
     // for a stage outside 0..3. `device`: where the model lives (null: the host); on a device
     // `comm` must take device buffers (NCCL).
+    // `host_alloc` (non-null: offload) takes the optimizer's state into host memory: it needs
+    // a device, stage 1-3 and a master copy (UsageError naming --offload otherwise).
     ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
                const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
-               EngineDevice* device = nullptr, bool overlap = true);
+               EngineDevice* device = nullptr, bool overlap = true,
+               AccountingAllocator* host_alloc = nullptr);
     ~ZeroEngine() override;
 
     int stage() const { return stage_; }
@@ -81,6 +93,7 @@ public:
     Communicator& comm() { return comm_; }
 
     bool overlap() const { return overlap_; }  // false at world size 1: nothing to overlap
+    bool offload() const { return host_alloc_ != nullptr; }
 
     void zero_grads();
     // Before each of this rank's micro-batches: whether it is the step's last (stages 0-1 start
@@ -106,6 +119,8 @@ public:
     // moments (empty where the recipe keeps none).
     enum class State { weights, master, first_moment, second_moment };
     Tensor& unit_state(std::size_t unit, State s);
+    // Whether unit_state(u, s) is in host memory while the model is on a device (offload).
+    bool in_host_memory(State s) const { return offload() && s != State::weights; }
 
     void enter(int unit, bool backward) override;
     void leave(int unit, bool backward) override;
@@ -118,6 +133,7 @@ private:
         Tensor bucket;    // stage 2-3: the unit's gradients during backward (communication)
         Tensor master;    // stages 1-3, mixed precision: fp32 shard
         Tensor m, v;      // stages 1-3: optimizer moments of the shard
+        Tensor host_grads;  // offload: the gradient shard in fp32 on the host, then its weights
         int users = 0;    // regions using the gathered parameters now
         int backward_regions = 0;  // per micro-batch: backward regions that write its gradients
         int backward_left = 0;
@@ -139,11 +155,14 @@ private:
     bool global_norm(double sumsq, float grad_scale, StepStats& st, float& clip);
     StepStats sharded_step(int step_index, float grad_scale);
     StepStats sharded_step_on_device(int step_index, float grad_scale);
+    void offload_gradients();            // each unit's gradient shard -> host_grads, fp32
+    void upload_weights(std::size_t u);  // the unit's master shard -> its device weights
     // The shard work on the model's device (dev_) or the host.
-    void copy_bytes(void* dst, const void* src, std::size_t bytes);
+    // to_host: dst is host memory (the offloaded state), src the device's.
+    void copy_bytes(void* dst, const void* src, std::size_t bytes, bool to_host = false);
     void copy_range(void* shard, const void* param, std::int64_t offset, std::int64_t n,
-                    std::int64_t lo, std::int64_t hi, std::size_t esize);
-    void zero_fill(Tensor& t);
+                    std::int64_t lo, std::int64_t hi, std::size_t esize, bool to_host = false);
+    void zero_fill(Tensor& t, bool host = false);  // host: t is in host memory
 
     int stage_;
     Communicator& comm_;
@@ -152,6 +171,7 @@ private:
     OptimizerConfig opt_;
     PrecisionDTypes dt_;
     EngineDevice* dev_;  // null: host memory
+    AccountingAllocator* host_alloc_;  // offload: the optimizer's state; else null
     ShardLayout layout_;
     std::vector<Unit> units_;
     CommCounters state_traffic_;

@@ -104,9 +104,9 @@ void copy_piece(Trainer& t, const Piece& p, char* buf, bool to_buffer) {
     std::vector<char> staging;
     auto copy = [&](char* host, char* state, std::size_t n) {
         if (to_buffer)
-            std::memcpy(host, state_on_host(t, state, n, staging), n);
+            std::memcpy(host, state_on_host(t, p.kind, state, n, staging), n);
         else
-            state_from_host(t, state, host, n);
+            state_from_host(t, p.kind, state, host, n);
     };
     if (z.stage() >= 1) {
         Tensor& x = z.unit_state(p.unit, p.kind);
@@ -235,7 +235,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
         const char* data = nullptr;
         if (z->stage() >= 1) {
             Tensor& x = z->unit_state(p.unit, p.kind);
-            data = state_on_host(t, static_cast<const char*>(x.raw()),
+            data = state_on_host(t, p.kind, static_cast<const char*>(x.raw()),
                                  static_cast<std::size_t>(p.bytes()), packed[k]);
         } else {
             packed[k].resize(static_cast<std::size_t>(p.bytes()));

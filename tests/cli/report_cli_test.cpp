@@ -90,6 +90,25 @@ TEST_F(ReportCli, TableSideBySide) {
     EXPECT_EQ(napkin("report --top 0 " + run("fp32").string()).out.find("ops of"), std::string::npos);
 }
 
+// An offloaded run's report (as napkin train --offload optimizer writes it on a GPU: the host's
+// model states, predicted and measured) gets host rows; the other run's column shows "-".
+TEST_F(ReportCli, OffloadedRunsShowTheirHostMemory) {
+    const fs::path dir = fresh_dir("offloaded");
+    fs::create_directories(dir);
+    fs::copy_file(run("bf16-full") / "report.json", dir / "report.json");
+    auto report = read_json(dir / "report.json");
+    report["predicted"]["host_memory"] = {{"master_weights", 4e6}, {"gradients", 4e6}, {"optimizer_state", 8e6}};
+    report["measured"]["host_peak_bytes"] = {{"master_weights", 4e6}, {"gradients", 4e6}, {"optimizer_state", 8e6}};
+    std::ofstream(dir / "report.json") << report.dump(2);
+    const CliRun r = napkin("report --top 0 " + run("fp32").string() + " " + dir.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char* s : {"host (offloaded) master_weights", "host (offloaded) optimizer_state", "8.00 / 8.00"})
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    const CliRun plain = napkin("report --top 0 " + run("fp32").string());
+    EXPECT_EQ(plain.out.find("host (offloaded)"), std::string::npos) << plain.out;
+    fs::remove_all(dir);
+}
+
 TEST_F(ReportCli, ExportMergesRunsAsProcesses) {
     const fs::path out = fresh_dir("merged.json");
     const CliRun r = napkin("export " + run("fp32").string() + " " + run("bf16-full").string() + " -o " + out.string());

@@ -321,6 +321,9 @@ TEST(TrainCli, BadInput) {
     expect_error("train --steps 0", 2, "--steps", out);
     expect_error("train --device tpu", 2, "--device", out);
     expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected auto|on|off)", out);
+    expect_error("train --offload disk", 2, "--offload: unknown value 'disk' (expected none|optimizer)", out);
+    expect_error("train --offload optimizer+params", 2, "napkin train offloads the optimizer only", out);
+    expect_error("train --device cpu --zero 1 --offload optimizer", 2, "--offload optimizer: needs --device cuda", out);
     {
         // Without a GPU, ZeRO on CUDA is the device's one-line refusal (with one, it trains).
         SCOPED_TRACE("--device cuda --zero 2");
