@@ -32,11 +32,13 @@ template <class D>
 __global__ void gelu_backward_kernel(D* dinp, const D* inp, const D* dout, std::int64_t n) {
     for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
         const float x = to_f32(inp[i]);
+        // As kernels/cpu/activation.cpp: s = sigmoid(2u), 1 - s = e s accurate in both tails.
         const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-        const float t = tanhf(u);
-        const float sech2 = 1.0f - t * t;
+        const float e = expf(fminf(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
+        const float s = 1.0f / (1.0f + e);
+        const float one_minus_s = e * s;
         const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-        const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * du_dx;
+        const float local = s + 2.0f * x * s * one_minus_s * du_dx;
         dinp[i] = from_f32<D>(to_f32(dinp[i]) + local * to_f32(dout[i]));
     }
 }

@@ -118,13 +118,14 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     return warp_max(v);
 }
 
-// GPT-2's gelu (tanh approximation), as kernels/cpu/activation.cpp.
+// GPT-2's gelu (tanh approximation), as kernels/cpu/activation.cpp computes it: x sigmoid(2u),
+// equal to 0.5 x (1 + tanh(u)) without its cancellation for negative x.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
 __device__ __forceinline__ float gelu_tanh(float x) {
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
+    return x / (1.0f + expf(-2.0f * u));  // expf overflow: -0, not NaN
 }
 
 // Blocks for a grid-stride loop over n elements: enough to fill the device, never more than

@@ -144,6 +144,34 @@ TEST(Activation, GeluF16) {
         check_gelu<f16_t>(n, seed);
 }
 
+// For negative x, gelu is tiny and 0.5 x (1 + tanh(u)) cancels: in fp32 it returns 0 from
+// x = -5 down (relative error 1). The kernels' x sigmoid(2u) is the same function without the
+// cancellation; here it must hold fp32's relative accuracy (a few ulps, amplified by exp's
+// argument) on [-9, 0), value and gradient, against the same form in long double.
+TEST(Activation, GeluKeepsItsDigitsForNegativeInputs) {
+    std::vector<float> x;
+    for (float v = -9.0f; v < 0.0f; v += 0.01f) x.push_back(v);
+    const auto n = static_cast<std::int64_t>(x.size());
+    std::vector<float> out(x.size()), dx(x.size(), 0.0f), ones(x.size(), 1.0f);
+    cpu::gelu_forward<float>(out.data(), x.data(), n);
+    cpu::gelu_backward<float>(dx.data(), x.data(), ones.data(), n);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const long double v = x[i];
+        const long double u = static_cast<long double>(kSqrt2OverPi) * (v + 0.044715L * v * v * v);
+        const long double e = std::exp(-2.0L * u), s = 1.0L / (1.0L + e);
+        const long double want = v * s;
+        const long double slope = 2.0L * v * s * (e * s) * static_cast<long double>(kSqrt2OverPi) *
+                                  (1.0L + 3.0L * 0.044715L * v * v);
+        const long double want_dx = s + slope;
+        // Relative to fp32's ulp, widened by |2u| (exp's condition number) and a few roundings;
+        // the gradient's two terms cancel near its root (x = -0.75): relative to their sizes.
+        const double tol = 1e-6 * (4.0 + std::fabs(2.0 * static_cast<double>(u)));
+        EXPECT_NEAR(out[i] / static_cast<double>(want), 1.0, tol) << "x " << x[i];
+        EXPECT_NEAR(dx[i], static_cast<double>(want_dx), 4 * tol * static_cast<double>(s + std::fabs(slope)))
+            << "x " << x[i];
+    }
+}
+
 struct SwigluCase {
     std::int64_t N, F;
 };
