@@ -7,7 +7,7 @@
 #   scripts/same_numbers.sh --a OLD/napkin --b NEW/napkin           # two builds
 #   scripts/same_numbers.sh --a build/cli/napkin --b-flags "--overlap off"   # two flag sets
 #
-# Configurations: 12 single-process recipes (precisions, activation checkpointing, attention,
+# Configurations: 13 single-process recipes (precisions, activation checkpointing, attention,
 # optimizers, gradient accumulation), ZeRO 0-3 at world size 1, and, when mpirun is there,
 # ZeRO 0-3 on 2 ranks. --only SUBSTRING runs the configurations whose name contains it. The
 # peaks of the `communication` category are reported but not compared when --allow-comm-peak
@@ -57,6 +57,7 @@ configs=(
     "momentum-bf16||--optimizer momentum --precision bf16-amp"
     "adam-accum||--optimizer adam --grad-accum 2"
     "rmsprop-bf16||--optimizer rmsprop --precision bf16"
+    "adagrad-fp16||--optimizer adagrad --precision fp16-amp"
 )
 for s in 0 1 2 3; do
     configs+=("zero$s-w1||--zero $s --grad-accum 2")

@@ -1,6 +1,7 @@
 // Optimizer updates on the CPU (declared in kernels/optimizer.h): the element arithmetic of
 // core/engine/optimizer.cpp's Optimizer::step, per tensor, as the reference for the CUDA twin.
 #include "kernels/optimizer.h"
+#include "kernels/optimizer_rule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,48 +42,12 @@ void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
     const float wd = t.weight_decay;
 #pragma omp parallel for if (t.n > 16384)
     for (std::int64_t k = 0; k < t.n; ++k) {
-        float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
-        float wk = t.master[k];
-        switch (h.kind) {
-            case OptimizerKind::sgd:
-                wk -= h.lr * (g + wd * wk);
-                break;
-            case OptimizerKind::momentum: {
-                g += wd * wk;
-                const float mk = h.beta1 * load(t.m, s, k) + g;
-                store(t.m, s, k, mk);
-                wk -= h.lr * mk;
-                break;
-            }
-            case OptimizerKind::adagrad: {
-                g += wd * wk;
-                const float sk = load(t.m, s, k) + g * g;
-                store(t.m, s, k, sk);
-                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
-                break;
-            }
-            case OptimizerKind::rmsprop: {
-                g += wd * wk;
-                const float sk = h.beta2 * load(t.m, s, k) + (1 - h.beta2) * g * g;
-                store(t.m, s, k, sk);
-                wk -= h.lr * g / (std::sqrt(sk) + h.eps);
-                break;
-            }
-            case OptimizerKind::adam:
-            case OptimizerKind::adamw:
-            case OptimizerKind::adamw_8bit: {
-                const bool decoupled = h.kind != OptimizerKind::adam;
-                if (!decoupled) g += wd * wk;
-                const float mk = h.beta1 * load(t.m, s, k) + (1 - h.beta1) * g;
-                const float vk = h.beta2 * load(t.v, s, k) + (1 - h.beta2) * g * g;
-                store(t.m, s, k, mk);
-                store(t.v, s, k, vk);
-                const float step =
-                    (mk / h.bias_correction1) / (std::sqrt(vk / h.bias_correction2) + h.eps);
-                wk -= h.lr * (step + (decoupled ? wd * wk : 0.0f));
-                break;
-            }
-        }
+        const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+        float m = t.m != nullptr ? load(t.m, s, k) : 0.0f;
+        float v = t.v != nullptr ? load(t.v, s, k) : 0.0f;
+        const float wk = optimizer_rule(h, g, t.master[k], wd, m, v);
+        if (t.m != nullptr) store(t.m, s, k, m);
+        if (t.v != nullptr) store(t.v, s, k, v);
         t.master[k] = wk;
         if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
     }
