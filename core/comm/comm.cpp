@@ -131,6 +131,28 @@ void Communicator::barrier() {
     run(Collective::barrier, {}, 0, 0, 0, [&] { do_barrier(); });
 }
 
+void Communicator::end_job(Collective op, std::uint64_t bytes, const std::string& why) {
+    char size[48] = {};
+    if (bytes >= 1000000)
+        std::snprintf(size, sizeof size, " of %.1f MB", static_cast<double>(bytes) / 1e6);
+    else if (bytes > 0)
+        std::snprintf(size, sizeof size, " of %llu bytes", static_cast<unsigned long long>(bytes));
+    std::fprintf(stderr, "napkin: rank %d of %d: error: %s%s %s; ending every rank\n", rank(),
+                 world_size(), std::string(enum_name(kCollectiveNames, op)).c_str(), size,
+                 why.c_str());
+    std::fflush(stderr);
+    abort(1);
+    std::abort();  // not reached: abort() ends the process
+}
+
+void Communicator::ended_by_timeout(Collective op, std::uint64_t bytes) {
+    char why[96];
+    std::snprintf(why, sizeof why,
+                  "did not complete within %g s (--comm-timeout); another rank is stuck or gone",
+                  timeout_s());
+    end_job(op, bytes, why);
+}
+
 std::uint64_t Communicator::do_start(Collective op, void* buf, std::uint64_t n, Wire t) {
     switch (op) {
         case Collective::all_reduce:
@@ -270,15 +292,15 @@ public:
 protected:
     void do_all_reduce(void* buf, std::uint64_t count, Wire t) override {
         check(api_.all_reduce(buf, count, type(t), err_), Collective::all_reduce,
-              count * element_bytes(t));
+              count * wire_size(t));
     }
     void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
         check(api_.reduce_scatter(buf, shard, type(t), err_), Collective::reduce_scatter,
-              shard * static_cast<std::uint64_t>(world_size()) * element_bytes(t));
+              shard * static_cast<std::uint64_t>(world_size()) * wire_size(t));
     }
     void do_all_gather(void* buf, std::uint64_t shard, Wire t) override {
         check(api_.all_gather(buf, shard, type(t), err_), Collective::all_gather,
-              shard * static_cast<std::uint64_t>(world_size()) * element_bytes(t));
+              shard * static_cast<std::uint64_t>(world_size()) * wire_size(t));
     }
     void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
         check(api_.broadcast(buf, bytes, root, err_), Collective::broadcast, bytes);
@@ -300,13 +322,13 @@ protected:
     bool do_test(std::uint64_t handle) override {
         int done = 0;
         const Handle h = find(handle);
-        check(api_.test(handle, &done, err_), h.op, h.elements * element_bytes(h.wire));
+        check(api_.test(handle, &done, err_), h.op, h.elements * wire_size(h.wire));
         if (done != 0) forget(handle);
         return done != 0;
     }
     void do_wait(std::uint64_t handle) override {
         const Handle h = find(handle);
-        check(api_.wait(handle, err_), h.op, h.elements * element_bytes(h.wire));
+        check(api_.wait(handle, err_), h.op, h.elements * wire_size(h.wire));
         forget(handle);
     }
 
@@ -345,27 +367,10 @@ private:
         }
         return napkin_mpi_f32;
     }
-    static std::uint64_t element_bytes(Wire t) {
-        return t == Wire::f64 ? 8 : t == Wire::f32 ? 4 : 2;
-    }
     // A timeout ends the job here rather than throwing: the collective is still pending and MPI
     // may yet write into its buffer, which unwinding would free.
     void check(int rc, Collective op, std::uint64_t bytes) {
-        if (rc == kNapkinMpiTimedOut) {
-            char size[48] = {};
-            if (bytes >= 1000000)
-                std::snprintf(size, sizeof size, " of %.1f MB", static_cast<double>(bytes) / 1e6);
-            else if (bytes > 0)
-                std::snprintf(size, sizeof size, " of %llu bytes",
-                              static_cast<unsigned long long>(bytes));
-            std::fprintf(stderr,
-                         "napkin: rank %d of %d: error: %s%s did not complete within %g s "
-                         "(--comm-timeout); another rank is stuck or gone; ending every rank\n",
-                         rank(), world_size(), std::string(enum_name(kCollectiveNames, op)).c_str(),
-                         size, timeout_s());
-            std::fflush(stderr);
-            abort(1);
-        }
+        if (rc == kNapkinMpiTimedOut) ended_by_timeout(op, bytes);
         if (rc != 0) throw CommError("rank " + std::to_string(rank()) + ": " + err_);
     }
     NapkinMpiApi api_;

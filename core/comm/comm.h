@@ -78,7 +78,7 @@ public:
     // work. Bytes are counted at the start; the time counted is the start's and the wait's: what
     // the caller was held up by ("exposed" communication). The profiler gets a range for the
     // start and one for the wait ("wait all_reduce gradients h.3"). Backends without
-    // nonblocking collectives (world size 1, NCCL for now) complete them at the start.
+    // nonblocking collectives (world size 1) complete them at the start.
     using Ticket = std::uint64_t;
     Ticket start_all_reduce(void* buf, std::uint64_t count, DType dtype,
                             std::string_view what = {});
@@ -97,9 +97,10 @@ public:
     // blocked in a collective, would otherwise wait for forever.
     [[noreturn]] virtual void abort(int exit_code) = 0;
     // How long one collective may wait for the other ranks (0: forever, the default). Past it
-    // the MPI backend prints "napkin: rank R of W: error: all_reduce of 1.8 MB did not complete
-    // within S s (--comm-timeout); ..." to stderr and calls abort(1), without unwinding: MPI
-    // still owns the collective's buffer. World size 1 has nothing to wait for.
+    // the MPI and NCCL backends print "napkin: rank R of W: error: all_reduce of 1.8 MB did not
+    // complete within S s (--comm-timeout); ..." to stderr and call abort(1), without
+    // unwinding: the library still owns the collective's buffer. World size 1 has nothing to
+    // wait for.
     virtual void set_timeout_s(double seconds) { timeout_s_ = seconds > 0 ? seconds : 0; }
     double timeout_s() const { return timeout_s_; }
 
@@ -120,6 +121,14 @@ protected:
     virtual bool do_test(std::uint64_t handle);
     virtual void do_wait(std::uint64_t handle);
     static Wire wire(DType dtype);
+    static std::uint64_t wire_size(Wire t) { return t == Wire::f64 ? 8 : t == Wire::f32 ? 4 : 2; }
+    // Ends the job from inside a collective that cannot finish: one line "napkin: rank R of W:
+    // error: <op> of <size> <why>; ending every rank" to stderr, then abort(1), without
+    // unwinding (the library may still write into the buffer). ended_by_timeout is the
+    // --comm-timeout case ("did not complete within S s (--comm-timeout); another rank is stuck
+    // or gone").
+    [[noreturn]] void end_job(Collective op, std::uint64_t bytes, const std::string& why);
+    [[noreturn]] void ended_by_timeout(Collective op, std::uint64_t bytes);
 
 private:
     struct Started {

@@ -15,6 +15,11 @@
 // the caller makes sure its own writes to the buffer are done first (the ZeRO engine
 // synchronizes the engine's stream, core/engine/zero.cpp) and leaves a started collective's
 // buffer alone until wait().
+// Waits honour set_timeout_s (--comm-timeout): every wait, blocking or started, polls the
+// collective's completion event, and a collective still pending after the timeout, or an
+// asynchronous NCCL error (ncclCommGetAsyncError), ends the job with one line naming it
+// (ncclCommAbort, then the bootstrap's abort), as the MPI backend does. Checked on the CPU
+// against a fake plugin table (tests/comm/comm_nccl_fake_test.cpp); not yet run on GPUs.
 // Throws UsageError "NCCL: no CUDA device (<reason>)" without a device or a CUDA build.
 #pragma once
 
@@ -24,6 +29,11 @@
 
 namespace napkin {
 
+struct CudaEngineApi;  // core/cuda/cuda_engine_api.h
+
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap);
+// The same over a given table of the plugin's calls: the seam for tests, which hand it a fake
+// one (tests/comm/comm_nccl_fake_test.cpp) to check the waits without a GPU.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, const CudaEngineApi& api);
 
 }  // namespace napkin

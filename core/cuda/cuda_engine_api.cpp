@@ -144,6 +144,7 @@ CudaEngineApi make_api() {
     a.nccl_init = &cuda::nccl_init;
     a.nccl_destroy = &cuda::nccl_destroy;
     a.nccl_abort = &cuda::nccl_abort;
+    a.nccl_async_error = &cuda::nccl_async_error;
     a.nccl_all_reduce = &cuda::nccl_all_reduce;
     a.nccl_reduce_scatter = &cuda::nccl_reduce_scatter;
     a.nccl_all_gather = &cuda::nccl_all_gather;

@@ -69,7 +69,7 @@ struct CudaKernelTable {
     decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 4;
+inline constexpr int kNapkinCudaEngineApiVersion = 5;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -119,6 +119,7 @@ struct CudaEngineApi {
     decltype(&cuda::nccl_init) nccl_init = nullptr;
     decltype(&cuda::nccl_destroy) nccl_destroy = nullptr;
     decltype(&cuda::nccl_abort) nccl_abort = nullptr;
+    decltype(&cuda::nccl_async_error) nccl_async_error = nullptr;
     decltype(&cuda::nccl_all_reduce) nccl_all_reduce = nullptr;
     decltype(&cuda::nccl_reduce_scatter) nccl_reduce_scatter = nullptr;
     decltype(&cuda::nccl_all_gather) nccl_all_gather = nullptr;

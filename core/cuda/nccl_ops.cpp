@@ -80,6 +80,14 @@ void nccl_abort(NcclComm* comm) noexcept {
     if (comm != nullptr) ncclCommAbort(handle(comm));
 }
 
+const char* nccl_async_error(NcclComm* comm) noexcept {
+    if (comm == nullptr) return nullptr;
+    ncclResult_t r = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(handle(comm), &r);
+    if (q != ncclSuccess) return ncclGetErrorString(q);
+    return r == ncclSuccess || r == ncclInProgress ? nullptr : ncclGetErrorString(r);
+}
+
 void nccl_all_reduce(NcclComm* comm, void* buf, std::uint64_t count, NcclType type, CUstream_st* stream) {
     NAPKIN_GPU_CHECK(ncclAllReduce(buf, buf, count, nccl_type(type), ncclSum, handle(comm), stream));
 }
@@ -98,7 +106,6 @@ void nccl_all_gather(NcclComm* comm, void* buf, std::uint64_t shard, NcclType ty
 
 void nccl_broadcast(NcclComm* comm, void* buf, std::uint64_t bytes, int root, CUstream_st* stream) {
     NAPKIN_GPU_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, handle(comm), stream));
-    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace napkin::cuda

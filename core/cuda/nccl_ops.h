@@ -1,10 +1,10 @@
 // NCCL collectives for the data-parallel communicator (core/comm/comm_nccl.h), compiled into
 // libnapkin_cuda.so and reached through the engine's table (core/cuda/cuda_engine_api.h), so
-// that napkin itself never links NCCL. One rank per GPU. Buffers are device memory. The
-// all-reduce, reduce-scatter and all-gather only queue the collective on `stream` (the caller
-// synchronizes the stream for the Communicator's blocking calls, or records a completion event
-// for a started one: core/cuda/cuda_events.h); the broadcast waits for itself. In-place throughout: reduce-scatter leaves the sum of chunk `rank` in that chunk, and
-// all-gather reads this rank's chunk from its place in the buffer (NCCL's in-place forms).
+// that napkin itself never links NCCL. One rank per GPU. Buffers are device memory. Every
+// collective only queues itself on `stream`; the communicator records an event after it and
+// waits for that (core/cuda/cuda_events.h), polling nccl_async_error and its --comm-timeout
+// meanwhile. In-place throughout: reduce-scatter leaves the sum of chunk `rank` in that chunk,
+// and all-gather reads this rank's chunk from its place in the buffer (NCCL's in-place forms).
 // Failures throw cuda::CudaError("NCCL error <code> (<text>) in <call> at <file>:<line>").
 #pragma once
 
@@ -27,6 +27,9 @@ void nccl_set_device(int index);             // the rank's GPU (its local rank),
 NcclComm* nccl_init(int world, int rank, const unsigned char* id);
 void nccl_destroy(NcclComm* comm) noexcept;  // ncclCommDestroy
 void nccl_abort(NcclComm* comm) noexcept;    // ncclCommAbort: unblocks pending collectives
+// ncclCommGetAsyncError: null while the communicator is healthy (or an operation is in
+// progress), else NCCL's text for the error (a peer gone, a network failure, ...).
+const char* nccl_async_error(NcclComm* comm) noexcept;
 
 // buf (count) summed over ranks.
 void nccl_all_reduce(NcclComm* comm, void* buf, std::uint64_t count, NcclType type, CUstream_st* stream);
