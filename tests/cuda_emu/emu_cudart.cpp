@@ -1,0 +1,258 @@
+// The CUDA runtime calls the kernels and their tests make, on the CPU (tests/cuda_emu/cuda_emu.h
+// says why): one device, an H100's limits, device memory that is host memory the emulator keeps
+// a table of, and work that is done when it is queued (so every stream is in order and a
+// synchronize only reports errors). Strict where the real runtime is: copies and frees must name
+// memory cudaMalloc returned, and a fault inside a kernel stays for every later call.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "tests/cuda_emu/emu_state.h"
+
+namespace napkin::emu {
+
+namespace {
+
+struct Errors {
+    cudaError_t last = cudaSuccess;
+    cudaError_t sticky = cudaSuccess;
+    std::string message;
+};
+
+std::mutex g_mutex;
+Errors g_errors;
+std::map<const unsigned char*, std::size_t> g_allocations;  // start -> bytes
+std::map<const void*, int> g_dynamic_shared_optin;          // kernel -> bytes it may launch with
+
+// Whether [p, p + bytes) lies inside one allocation.
+bool is_device(const void* p, std::size_t bytes) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    auto it = g_allocations.upper_bound(c);
+    if (it == g_allocations.begin()) return false;
+    --it;
+    return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+cudaError_t fail(cudaError_t e, const std::string& message) {
+    std::fprintf(stderr, "napkin cuda-emu: %s\n", message.c_str());
+    g_errors.last = e;
+    g_errors.message = message;
+    return e;
+}
+
+// What a synchronizing call returns: a kernel's fault, once one happened.
+cudaError_t sticky() {
+    return g_errors.sticky;
+}
+
+cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (sticky() != cudaSuccess) return sticky();
+    if (bytes == 0) return cudaSuccess;
+    const bool dst_dev = is_device(dst, bytes), src_dev = is_device(src, bytes);
+    const bool ok = kind == cudaMemcpyDefault ||
+                    (kind == cudaMemcpyHostToDevice && dst_dev && !src_dev) ||
+                    (kind == cudaMemcpyDeviceToHost && !dst_dev && src_dev) ||
+                    (kind == cudaMemcpyDeviceToDevice && dst_dev && src_dev) ||
+                    (kind == cudaMemcpyHostToHost && !dst_dev && !src_dev);
+    if (!ok)
+        return fail(cudaErrorInvalidValue, "cudaMemcpy of " + std::to_string(bytes) +
+                                               " bytes: the pointers do not match the kind " +
+                                               std::to_string(static_cast<int>(kind)));
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t set(void* dst, int value, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (sticky() != cudaSuccess) return sticky();
+    if (bytes == 0) return cudaSuccess;
+    if (!is_device(dst, bytes))
+        return fail(cudaErrorInvalidValue,
+                    "cudaMemset of " + std::to_string(bytes) + " bytes outside device memory");
+    std::memset(dst, value, bytes);
+    return cudaSuccess;
+}
+
+}  // namespace
+
+void set_error(cudaError_t error, bool is_sticky, const std::string& message) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_errors.last = error;
+    g_errors.message = message;
+    if (is_sticky) g_errors.sticky = error;
+}
+
+int dynamic_shared_limit(const void* kernel) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const auto it = g_dynamic_shared_optin.find(kernel);
+    return it == g_dynamic_shared_optin.end() ? kSharedMemoryPerBlock : it->second;
+}
+
+std::string last_error_message() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_errors.message;
+}
+
+void reset_for_test() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_errors = Errors{};
+    g_dynamic_shared_optin.clear();
+}
+
+}  // namespace napkin::emu
+
+using napkin::emu::g_allocations;
+using napkin::emu::g_errors;
+using napkin::emu::g_mutex;
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+    return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+            *value = napkin::emu::kSharedMemoryPerBlockOptin;
+            return cudaSuccess;
+        case cudaDevAttrMaxSharedMemoryPerBlock:
+            *value = napkin::emu::kSharedMemoryPerBlock;
+            return cudaSuccess;
+        case cudaDevAttrMaxThreadsPerBlock:
+            *value = napkin::emu::kMaxThreadsPerBlock;
+            return cudaSuccess;
+        case cudaDevAttrMultiProcessorCount:
+            *value = napkin::emu::kMultiprocessors;
+            return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMajor:
+            *value = 9;
+            return cudaSuccess;
+        case cudaDevAttrComputeCapabilityMinor:
+            *value = 0;
+            return cudaSuccess;
+        default:
+            std::fprintf(stderr, "napkin cuda-emu: cudaDeviceGetAttribute(%d) is not emulated\n",
+                         static_cast<int>(attr));
+            return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+    if (value < 0 || value > napkin::emu::kSharedMemoryPerBlockOptin)
+        return napkin::emu::fail(cudaErrorInvalidValue,
+                                 "cudaFuncSetAttribute: " + std::to_string(value) +
+                                     " bytes of dynamic shared memory, more than the device has");
+    napkin::emu::g_dynamic_shared_optin[func] = value;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const cudaError_t e = g_errors.last;
+    g_errors.last = g_errors.sticky;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_errors.last;
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+    switch (error) {
+        case cudaSuccess:
+            return "no error";
+        case cudaErrorInvalidValue:
+            return "invalid argument";
+        case cudaErrorMemoryAllocation:
+            return "out of memory";
+        case cudaErrorInvalidConfiguration:
+            return "invalid configuration argument";
+        case cudaErrorInvalidDevice:
+            return "invalid device ordinal";
+        case cudaErrorLaunchFailure:
+            return "unspecified launch failure (emulated; the reason is printed above)";
+        default:
+            return "emulated CUDA error";
+    }
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+    return error == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)";
+}
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    *ptr = nullptr;
+    if (bytes == 0) return cudaSuccess;
+    // Aligned as cudaMalloc's are, and exactly `bytes` long, so AddressSanitizer catches a
+    // kernel that reads one element past the end.
+    void* p = nullptr;
+    if (posix_memalign(&p, 256, bytes) != 0)
+        return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaMalloc failed");
+    std::memset(p, 0xff, bytes);  // not zero: nothing promises cudaMalloc'd memory is
+    g_allocations[static_cast<unsigned char*>(p)] = bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (ptr == nullptr) return cudaSuccess;
+    const auto it = g_allocations.find(static_cast<unsigned char*>(ptr));
+    if (it == g_allocations.end())
+        return napkin::emu::fail(cudaErrorInvalidValue,
+                                 "cudaFree of a pointer cudaMalloc did not return");
+    g_allocations.erase(it);
+    std::free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    return napkin::emu::copy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t /*stream*/) {
+    return napkin::emu::copy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+    return napkin::emu::set(dst, value, bytes);
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t /*stream*/) {
+    return napkin::emu::set(dst, value, bytes);
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return napkin::emu::sticky();
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return napkin::emu::sticky();
+}
+
+}  // extern "C"

@@ -1,0 +1,454 @@
+// The emulator's kernel scheduler (tests/cuda_emu/cuda_emu.h says what it models): a launch runs
+// its blocks one after another on the calling thread, each block's threads as fibers
+// (Boost.Context: a switch is a few register moves, no system call) that run until they reach a
+// barrier. When every runnable fiber waits, the barriers whose threads have all arrived are
+// released, each waiter with its result (the shuffled value, the ballot, the block's predicate).
+// Nothing releasable is a deadlock, reported with who waits where, as is a barrier that threads
+// which have returned can no longer reach.
+#include <sys/mman.h>
+
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "tests/cuda_emu/cuda_emu.h"
+#include "tests/cuda_emu/emu_state.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define NAPKIN_EMU_ASAN 1
+#endif
+
+uint3 threadIdx;
+uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+
+namespace napkin::emu {
+
+namespace {
+
+namespace ctx = boost::context;
+
+// A kernel's locals, plus what AddressSanitizer adds to them; guard page below.
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr int kWarp = 32;
+
+enum class State : std::uint8_t { kReady, kWaiting, kDone };
+
+struct Fiber {
+    ctx::fiber context;  // the thread, where it stopped (empty once it has returned)
+    ctx::fiber caller;   // inside the thread: the scheduler, to go back to
+    char* stack = nullptr;
+    State state = State::kReady;
+    uint3 index{};
+    SyncRequest request;
+    const char* what = nullptr;  // the intrinsic it waits in
+    std::uint64_t result = 0;
+    void* fake_stack = nullptr;  // AddressSanitizer's, across switches
+};
+
+// Fiber stacks, mapped once and reused by every launch: Boost.Context gets them preallocated
+// and gives them back to this no-op allocator. Last freed, first taken: a kernel without
+// barriers runs all its threads on one stack, which stays in cache.
+class StackPool {
+public:
+    char* take() {
+        if (free_.empty()) {
+            void* p = mmap(nullptr, kStackBytes + kPage, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) throw std::bad_alloc();
+            mprotect(p, kPage, PROT_NONE);  // an overflowing kernel stack faults, not corrupts
+            return static_cast<char*>(p) + kPage;
+        }
+        char* s = free_.back();
+        free_.pop_back();
+        return s;
+    }
+    void give(char* stack) { free_.push_back(stack); }
+
+private:
+    static constexpr std::size_t kPage = 4096;
+    std::vector<char*> free_;
+};
+
+struct KeepStack {
+    ctx::stack_context allocate() { throw std::logic_error("cuda-emu: stacks are preallocated"); }
+    void deallocate(ctx::stack_context&) noexcept {}
+};
+
+// The launch being run (one at a time: `g_launch_mutex`).
+struct Run {
+    const char* name = nullptr;
+    const char* file = nullptr;
+    int line = 0;
+    const std::function<void()>* body = nullptr;
+    std::vector<Fiber> fibers;
+    Fiber* current = nullptr;
+    const void* scheduler_stack = nullptr;  // for AddressSanitizer's switch annotations
+    std::size_t scheduler_stack_size = 0;
+    std::vector<unsigned char> dynamic_shared;
+    std::string failure;  // set inside a fiber (an exception) or by the scheduler
+};
+
+std::mutex g_launch_mutex;
+StackPool g_stacks;
+Run g_run;
+std::uint64_t g_launches = 0;
+
+// ---- switching, with AddressSanitizer told about each stack change ----
+
+// From the scheduler: runs `f` until it waits or returns; with `unwind`, destroys a fiber left
+// waiting by a failure instead (Boost.Context unwinds its stack, running its destructors).
+void enter_fiber(Fiber& f, bool unwind = false) {
+    g_run.current = &f;
+    threadIdx = f.index;
+#ifdef NAPKIN_EMU_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
+#endif
+    if (unwind)
+        f.context = ctx::fiber{};
+    else
+        f.context = std::move(f.context).resume();
+#ifdef NAPKIN_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    g_run.current = nullptr;
+}
+
+#ifdef NAPKIN_EMU_ASAN
+// Inside a fiber, once it runs again (or unwinds): back on its own stack.
+struct Resumed {
+    Fiber& f;
+    ~Resumed() { __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr); }
+};
+#endif
+
+// From inside a fiber: back to the scheduler, until it resumes this fiber.
+void leave_fiber(Fiber& f) {
+#ifdef NAPKIN_EMU_ASAN
+    Resumed resumed{f};
+    __sanitizer_start_switch_fiber(&f.fake_stack, g_run.scheduler_stack,
+                                   g_run.scheduler_stack_size);
+#endif
+    f.caller = std::move(f.caller).resume();
+}
+
+// The thread's whole life: the kernel body, then back to the scheduler for good.
+ctx::fiber fiber_main(Fiber& f, ctx::fiber&& scheduler) {
+    f.caller = std::move(scheduler);
+#ifdef NAPKIN_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &g_run.scheduler_stack, &g_run.scheduler_stack_size);
+#endif
+    try {
+        (*g_run.body)();
+    } catch (const ctx::detail::forced_unwind&) {
+#ifdef NAPKIN_EMU_ASAN
+        __sanitizer_start_switch_fiber(nullptr, g_run.scheduler_stack, g_run.scheduler_stack_size);
+#endif
+        throw;  // a failed launch unwinding the fibers it left waiting
+    } catch (const std::exception& e) {
+        if (g_run.failure.empty()) g_run.failure = std::string("threw: ") + e.what();
+    } catch (...) {
+        if (g_run.failure.empty()) g_run.failure = "threw a non-standard exception";
+    }
+    f.state = State::kDone;
+#ifdef NAPKIN_EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, g_run.scheduler_stack, g_run.scheduler_stack_size);
+#endif
+    return std::move(f.caller);
+}
+
+// ---- barriers ----
+
+std::string where(const Fiber& f) {
+    std::ostringstream os;
+    os << "thread (" << f.index.x << ", " << f.index.y << ", " << f.index.z << ")";
+    return os.str();
+}
+
+bool is_warp_kind(Sync k) {
+    return k != Sync::kBlock;
+}
+
+// The block barrier: released when every thread that has not returned waits at it. Returns
+// false when it cannot be released yet; sets the failure when it never can.
+bool release_block_barrier() {
+    std::vector<Fiber*> waiting;
+    std::size_t done = 0, elsewhere = 0;
+    for (Fiber& f : g_run.fibers) {
+        if (f.state == State::kDone)
+            ++done;
+        else if (f.state == State::kWaiting && f.request.kind == Sync::kBlock)
+            waiting.push_back(&f);
+        else
+            ++elsewhere;
+    }
+    if (waiting.empty() || elsewhere > 0) return false;
+    if (done > 0) {
+        g_run.failure = std::to_string(waiting.size()) + " threads wait in " + waiting[0]->what +
+                        " after " + std::to_string(done) + " of the block returned (" +
+                        where(*waiting[0]) + " waits): a barrier not every thread reaches";
+        return false;
+    }
+    std::uint64_t any = 0, all = 1, count = 0;
+    for (const Fiber* f : waiting) {
+        if (f->request.operand != waiting[0]->request.operand) {
+            g_run.failure = std::string("the block's threads wait in different barriers: ") +
+                            waiting[0]->what + " and " + f->what;
+            return false;
+        }
+        any |= f->request.value;
+        all &= f->request.value;
+        count += f->request.value;
+    }
+    for (Fiber* f : waiting) {
+        const int op = f->request.operand;
+        f->result = op == 0 ? any : op == 1 ? all : count;
+        f->state = State::kReady;
+    }
+    return true;
+}
+
+// The value lane `lane` receives from a released warp operation over `lanes` (indices into
+// g_run.fibers by lane, -1 where the warp has no such thread).
+std::uint64_t warp_result(const Fiber& f, int lane, const std::vector<Fiber*>& by_lane) {
+    const SyncRequest& r = f.request;
+    int src = lane;
+    switch (r.kind) {
+        case Sync::kSyncWarp:
+        case Sync::kBlock:
+            return 0;
+        case Sync::kBallot: {
+            std::uint64_t bits = 0;
+            for (int l = 0; l < kWarp; ++l)
+                if (by_lane[l] != nullptr && (r.mask >> l & 1u) && by_lane[l]->request.value != 0)
+                    bits |= 1u << l;
+            return bits;
+        }
+        case Sync::kShflIdx:
+            src = lane / r.width * r.width + (r.operand % r.width + r.width) % r.width;
+            break;
+        case Sync::kShflXor:
+            src = lane ^ r.operand;
+            if (src / r.width > lane / r.width) src = lane;  // a later group: its own value
+            break;
+        case Sync::kShflDown:
+            src = lane % r.width + r.operand >= r.width ? lane : lane + r.operand;
+            break;
+        case Sync::kShflUp:
+            src = lane % r.width < r.operand ? lane : lane - r.operand;
+            break;
+    }
+    if (src < 0 || src >= kWarp || by_lane[src] == nullptr || !(r.mask >> src & 1u)) {
+        g_run.failure = std::string(f.what) + " in " + where(f) + " reads lane " +
+                        std::to_string(src) + ", which is not in its mask or not in the block";
+        return 0;
+    }
+    return by_lane[src]->request.value;
+}
+
+// Each warp whose named lanes all wait at the same warp operation is released.
+bool release_warp_barriers() {
+    const std::size_t n = g_run.fibers.size();
+    bool released = false;
+    for (std::size_t base = 0; base < n; base += kWarp) {
+        std::vector<Fiber*> by_lane(kWarp, nullptr);
+        for (std::size_t i = base; i < std::min(n, base + kWarp); ++i)
+            by_lane[i - base] = &g_run.fibers[i];
+        const Fiber* first = nullptr;
+        for (const Fiber* f : by_lane)
+            if (f != nullptr && f->state == State::kWaiting && is_warp_kind(f->request.kind)) {
+                first = f;
+                break;
+            }
+        if (first == nullptr) continue;
+        const unsigned mask = first->request.mask;
+        bool ready = true;
+        for (int l = 0; l < kWarp && ready; ++l) {
+            const Fiber* f = by_lane[l];
+            if (f == nullptr || !(mask >> l & 1u)) continue;
+            if (f->state == State::kDone) {
+                g_run.failure = std::string(first->what) + " in " + where(*first) + " names lane " +
+                                std::to_string(l) + ", which has returned";
+                return false;
+            }
+            if (f->state != State::kWaiting || !is_warp_kind(f->request.kind))
+                ready = false;
+            else if (f->request.kind != first->request.kind || f->request.mask != mask ||
+                     f->request.width != first->request.width) {
+                g_run.failure = std::string("one warp's lanes wait in different operations: ") +
+                                first->what + " in " + where(*first) + ", " + f->what + " in " +
+                                where(*f);
+                return false;
+            }
+        }
+        if (!ready) continue;
+        const int first_lane = static_cast<int>(first - &g_run.fibers[base]);
+        if (!(mask >> first_lane & 1u)) {
+            g_run.failure = std::string(first->what) + " in " + where(*first) +
+                            " has a mask without its own lane";
+            return false;
+        }
+        std::vector<std::uint64_t> results(kWarp, 0);
+        for (int l = 0; l < kWarp; ++l)
+            if (by_lane[l] != nullptr && (mask >> l & 1u))
+                results[l] = warp_result(*by_lane[l], l, by_lane);
+        if (!g_run.failure.empty()) return false;
+        for (int l = 0; l < kWarp; ++l)
+            if (by_lane[l] != nullptr && (mask >> l & 1u)) {
+                by_lane[l]->result = results[l];
+                by_lane[l]->state = State::kReady;
+            }
+        released = true;
+    }
+    return released;
+}
+
+std::string deadlock_report() {
+    std::ostringstream os;
+    os << "deadlock: every thread waits and no barrier can be released;";
+    int shown = 0;
+    for (const Fiber& f : g_run.fibers)
+        if (f.state == State::kWaiting && shown++ < 4)
+            os << " " << where(f) << " in " << f.what << ";";
+    return os.str();
+}
+
+// A thread's fiber, made when it first runs, on a stack from the pool.
+void start_fiber(Fiber& f) {
+    f.stack = g_stacks.take();
+    ctx::stack_context sctx;
+    sctx.sp = f.stack + kStackBytes;
+    sctx.size = kStackBytes;
+    f.context =
+        ctx::fiber(std::allocator_arg, ctx::preallocated(sctx.sp, sctx.size, sctx), KeepStack{},
+                   [&f](ctx::fiber&& scheduler) { return fiber_main(f, std::move(scheduler)); });
+}
+
+// Runs one block to the end, or until a failure. Returns false on failure.
+bool run_block(std::minstd_rand& rng) {
+    const std::size_t n = g_run.fibers.size();
+    for (Fiber& f : g_run.fibers) {
+        f.state = State::kReady;
+        f.fake_stack = nullptr;
+    }
+    std::vector<std::size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    for (;;) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (std::size_t i : order) {
+            Fiber& f = g_run.fibers[i];
+            if (f.state != State::kReady) continue;
+            if (!f.context) start_fiber(f);
+            enter_fiber(f);
+            if (f.state == State::kDone) g_stacks.give(f.stack);
+            if (!g_run.failure.empty()) return false;
+        }
+        if (std::all_of(g_run.fibers.begin(), g_run.fibers.end(),
+                        [](const Fiber& f) { return f.state == State::kDone; }))
+            return true;
+        const bool warps = release_warp_barriers();
+        if (!g_run.failure.empty()) return false;
+        const bool block = !warps && release_block_barrier();
+        if (!g_run.failure.empty()) return false;
+        if (!warps && !block) {
+            g_run.failure = deadlock_report();
+            return false;
+        }
+    }
+}
+
+std::string config_error(const void* kernel, dim3 grid, dim3 block, std::size_t smem) {
+    const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+    std::ostringstream os;
+    if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64)
+        os << "block (" << block.x << ", " << block.y << ", " << block.z << ") has " << threads
+           << " threads (1 to " << kMaxThreadsPerBlock << ")";
+    else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+             grid.x > 2147483647u)
+        os << "grid (" << grid.x << ", " << grid.y << ", " << grid.z << ") is out of range";
+    else if (smem > static_cast<std::size_t>(dynamic_shared_limit(kernel)))
+        os << smem << " bytes of dynamic shared memory, more than the "
+           << dynamic_shared_limit(kernel)
+           << " this kernel may have (cudaFuncSetAttribute raises the 48 KiB default)";
+    return os.str();
+}
+
+}  // namespace
+
+std::uint64_t sync(const SyncRequest& request, const char* what) {
+    Fiber* f = g_run.current;
+    if (f == nullptr) {
+        std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
+        std::abort();
+    }
+    f->request = request;
+    f->what = what;
+    f->state = State::kWaiting;
+    leave_fiber(*f);
+    return f->result;
+}
+
+void* dynamic_shared_memory() {
+    return g_run.dynamic_shared.data();
+}
+
+void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
+                dim3 block, std::size_t dynamic_smem, const std::function<void()>& body) {
+    std::lock_guard<std::mutex> lock(g_launch_mutex);
+    if (g_run.body != nullptr) {
+        std::fprintf(stderr, "napkin cuda-emu: %s launched from inside a kernel\n", name);
+        std::abort();
+    }
+    const std::string bad = config_error(kernel, grid, block, dynamic_smem);
+    if (!bad.empty()) {
+        const std::string message =
+            std::string(name) + " (" + file + ":" + std::to_string(line) + "): " + bad;
+        std::fprintf(stderr, "napkin cuda-emu: %s\n", message.c_str());
+        set_error(cudaErrorInvalidConfiguration, false, message);
+        return;
+    }
+    g_run = Run{};
+    g_run.name = name, g_run.file = file, g_run.line = line, g_run.body = &body;
+    gridDim = grid;
+    blockDim = block;
+    g_run.fibers.resize(std::size_t{block.x} * block.y * block.z);
+    for (unsigned z = 0, i = 0; z < block.z; ++z)
+        for (unsigned y = 0; y < block.y; ++y)
+            for (unsigned x = 0; x < block.x; ++x, ++i)
+                g_run.fibers[i].index = uint3{x, y, z};
+    std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = uint3{x, y, z};
+                // Shared memory starts as garbage on the GPU: NaN bytes here, so a read before
+                // a write shows.
+                g_run.dynamic_shared.assign(dynamic_smem, 0xff);
+                if (run_block(rng)) continue;
+                std::ostringstream os;
+                os << name << " (" << file << ":" << line << "), block (" << x << ", " << y << ", "
+                   << z << "): " << g_run.failure;
+                std::fprintf(stderr, "napkin cuda-emu: %s\n", os.str().c_str());
+                set_error(cudaErrorLaunchFailure, true, os.str());
+                for (Fiber& f : g_run.fibers)
+                    if (f.context) {
+                        enter_fiber(f, true);
+                        g_stacks.give(f.stack);
+                    }
+                g_run.body = nullptr;
+                return;
+            }
+    g_run.body = nullptr;
+}
+
+}  // namespace napkin::emu

@@ -1,0 +1,167 @@
+// The emulator against itself (tests/cuda_emu/cuda_emu.h): kernels that use each intrinsic
+// compute what a GPU computes, a kernel that races gets caught by the shuffled schedule, and the
+// mistakes a GPU leaves undefined or hangs on (a barrier some threads never reach, a deadlock, a
+// shuffle outside its mask, a bad launch, a copy of the wrong kind) fail with a message that
+// names the kernel, the block and the thread.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/selftest_kernels.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace napkin::emu {
+namespace {
+
+namespace st = selftest;
+
+// Device memory for n ints, freed at scope exit.
+class Ints {
+public:
+    explicit Ints(std::size_t n) : n_(n) {
+        EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(int)), cudaSuccess);
+    }
+    explicit Ints(const std::vector<int>& host) : Ints(host.size()) {
+        EXPECT_EQ(cudaMemcpy(p_, host.data(), n_ * sizeof(int), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+    }
+    ~Ints() { cudaFree(p_); }
+    Ints(const Ints&) = delete;
+    Ints& operator=(const Ints&) = delete;
+    int* get() const { return p_; }
+    std::vector<int> host() const {
+        std::vector<int> h(n_);
+        EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    }
+
+private:
+    std::size_t n_;
+    int* p_ = nullptr;
+};
+
+class CudaEmu : public ::testing::Test {
+protected:
+    void SetUp() override { reset_for_test(); }
+    void TearDown() override { reset_for_test(); }
+};
+
+TEST_F(CudaEmu, BlockReductionWithBarriersIsExact) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> d(-1000, 1000);
+    const int blocks = 5;
+    for (int threads : {4, 64, 256, 1024}) {
+        std::vector<int> in(static_cast<std::size_t>(blocks * threads));
+        for (int& v : in)
+            v = d(rng);
+        Ints in_d(in), out_d(static_cast<std::size_t>(blocks));
+        ASSERT_EQ(st::block_sum(in_d.get(), out_d.get(), blocks, threads), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<int> out = out_d.host();
+        for (int b = 0; b < blocks; ++b) {
+            const auto first = in.begin() + b * threads;
+            EXPECT_EQ(out[static_cast<std::size_t>(b)], std::accumulate(first, first + threads, 0))
+                << threads << " threads, block " << b;
+        }
+    }
+}
+
+TEST_F(CudaEmu, ReductionWithoutBarriersIsCaughtByTheShuffledSchedule) {
+    const int blocks = 8, threads = 256;
+    std::vector<int> in(static_cast<std::size_t>(blocks * threads), 1);
+    Ints in_d(in), out_d(static_cast<std::size_t>(blocks));
+    ASSERT_EQ(st::block_sum_without_barriers(in_d.get(), out_d.get(), blocks, threads),
+              cudaSuccess);
+    int wrong = 0;
+    for (int v : out_d.host())
+        wrong += v != threads;
+    EXPECT_GT(wrong, 0) << "every block summed right without its barriers";
+}
+
+TEST_F(CudaEmu, WarpIntrinsicsMatchTheirDefinitions) {
+    Ints out_d(132);
+    ASSERT_EQ(st::warp_ops(out_d.get()), cudaSuccess);
+    const std::vector<int> out = out_d.host();
+    for (int l = 0; l < 32; ++l) {
+        const int v = l + 1;
+        EXPECT_EQ(out[l], 32 * 33 / 2) << "xor butterfly, lane " << l;
+        EXPECT_EQ(out[32 + l], l + 1 < 32 ? v + 1 : v) << "shfl_down, lane " << l;
+        EXPECT_EQ(out[64 + l], l >= 2 ? v - 2 : v) << "shfl_up, lane " << l;
+        EXPECT_EQ(out[96 + l], l / 8 * 8 + 3 + 1) << "shfl width 8, lane " << l;
+    }
+    EXPECT_EQ(static_cast<unsigned>(out[128]), 0xaaaaaaaau) << "ballot of odd lanes";
+    EXPECT_EQ(out[129], 1) << "any(lane == 31)";
+    EXPECT_EQ(out[130], 0) << "all(lane < 31)";
+    EXPECT_EQ(out[131], 16) << "__syncthreads_count(lane even)";
+}
+
+TEST_F(CudaEmu, BarrierAfterSomeThreadsReturnedFailsTheLaunch) {
+    EXPECT_EQ(st::barrier_after_return(), cudaErrorLaunchFailure);
+    const std::string m = last_error_message();
+    EXPECT_NE(m.find("barrier_after_return_kernel"), std::string::npos) << m;
+    EXPECT_NE(m.find("selftest_kernels.cu"), std::string::npos) << m;
+    EXPECT_NE(m.find("not every thread reaches"), std::string::npos) << m;
+    // Sticky, as a fault in a real context is: every later call reports it.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+}
+
+TEST_F(CudaEmu, DeadlockIsReportedWithWhoWaitsWhere) {
+    EXPECT_EQ(st::deadlock(), cudaErrorLaunchFailure);
+    const std::string m = last_error_message();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("__shfl_sync"), std::string::npos) << m;
+}
+
+TEST_F(CudaEmu, ShuffleFromALaneOutsideTheMaskFails) {
+    Ints out_d(32);
+    EXPECT_EQ(st::shuffle_outside_mask(out_d.get()), cudaErrorLaunchFailure);
+    const std::string m = last_error_message();
+    EXPECT_NE(m.find("reads lane 20"), std::string::npos) << m;
+}
+
+TEST_F(CudaEmu, LaunchConfigurationIsCheckedAndNotSticky) {
+    Ints out_d(1);
+    EXPECT_EQ(st::dynamic_shared(out_d.get(), 2048, 0, false), cudaErrorInvalidConfiguration);
+    EXPECT_NE(last_error_message().find("2048 threads"), std::string::npos) << last_error_message();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a configuration error is cleared once read";
+    // Dynamic shared memory: 48 KiB without asking, more once cudaFuncSetAttribute allows it.
+    EXPECT_EQ(st::dynamic_shared(out_d.get(), 32, 48 * 1024, false), cudaSuccess);
+    EXPECT_EQ(st::dynamic_shared(out_d.get(), 32, 64 * 1024, false), cudaErrorInvalidConfiguration);
+    EXPECT_NE(last_error_message().find("cudaFuncSetAttribute"), std::string::npos)
+        << last_error_message();
+    EXPECT_EQ(st::dynamic_shared(out_d.get(), 32, 64 * 1024, true), cudaSuccess);
+    EXPECT_EQ(out_d.host()[0], 42);
+    EXPECT_NE(st::dynamic_shared(out_d.get(), 32, 300 * 1024, true), cudaSuccess)
+        << "more than the device's 227 KiB";
+}
+
+TEST_F(CudaEmu, CopiesMustNameDeviceMemoryAsTheirKindSays) {
+    Ints dev(4);
+    std::vector<int> host(4, 7);
+    EXPECT_EQ(cudaMemcpy(dev.get(), host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), dev.get(), 16, cudaMemcpyHostToDevice),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cudaMemcpy(dev.get(), host.data(), 32, cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+        << "past the end of the allocation";
+    EXPECT_EQ(cudaMemset(host.data(), 0, 16), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+// Device memory is exactly as long as asked: AddressSanitizer sees a kernel read past its end.
+TEST(CudaEmuDeathTest, ReadPastTheEndIsCaughtUnderAddressSanitizer) {
+    Ints in(std::vector<int>(5, 1)), out(1);
+    EXPECT_DEATH(st::read_past_end(in.get(), 5, out.get()), "heap-buffer-overflow");
+}
+#endif
+
+}  // namespace
+}  // namespace napkin::emu
