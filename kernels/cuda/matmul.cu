@@ -100,7 +100,10 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, l.op, l.a, l.b, l.d, l.d,
                                                              l.pref, 1, &heuristic, &found);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        if (may_decline) return false;  // a real failure throws from the caller's unfused call
+        // Declined: no algorithm for this epilogue, so the caller runs it unfused. Any other
+        // status (a bad layout, an invalid value) is a bug in the call, thrown even here.
+        if (may_decline && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_SUCCESS))
+            return false;
         NAPKIN_CUBLAS_CHECK(st);
         NAPKIN_CUDA_REQUIRE(false, "cuBLASLt has no algorithm for m "
                                        << c.m << ", n " << c.n << ", k " << c.k << ", epilogue "
