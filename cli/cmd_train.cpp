@@ -569,8 +569,9 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
 
 void add_train_command(CLI::App& app) {
     auto f = std::make_shared<TrainFlags>();
-    CLI::App* cmd = app.add_subcommand(
-        "train", "Train a GPT on the CPU engine with measured memory and FLOPs (RUN_DIR/report.json)");
+    CLI::App* cmd = app.add_subcommand("train",
+                                       "Train a GPT on the CPU or a CUDA GPU (--device) with measured "
+                                       "memory and FLOPs (RUN_DIR/report.json)");
     cmd->footer("With no arguments: the tiny preset on the built-in synthetic corpus, 200 steps.");
     cmd->add_option("--model", f->model, "Preset (napkin estimate --list-models)")->capture_default_str();
     cmd->add_option("--config", f->config, "Model config JSON (napkin format or Hugging Face gpt2/llama)");
