@@ -83,15 +83,18 @@ __global__ void grad_sum_squares_partial_kernel(double* partial, TensorList list
     const std::int64_t per = (t.n + kGradNormBlocks - 1) / kGradNormBlocks;
     const std::int64_t begin = blockIdx.x * per;
     const std::int64_t end = min(t.n, begin + per);
+    const std::int64_t slot = (first + static_cast<std::int64_t>(blockIdx.y)) * kGradNormBlocks + blockIdx.x;
+    if (begin >= t.n) {  // past a small tensor's end: the whole block, so no barrier is skipped
+        if (threadIdx.x == 0) partial[slot] = 0.0;
+        return;
+    }
     double acc = 0.0;
     for (std::int64_t k = begin + threadIdx.x; k < end; k += kBlock) {
         const double g = load(t.grad, t.grad_dtype, k);
         acc += g * g;
     }
     const double sum = block_sum_fixed(acc, shared);
-    if (threadIdx.x == 0)
-        partial[(first + static_cast<std::int64_t>(blockIdx.y)) * kGradNormBlocks + blockIdx.x] =
-            sum;
+    if (threadIdx.x == 0) partial[slot] = sum;
 }
 
 __global__ void grad_sum_squares_final_kernel(double* sumsq, const double* partial,
