@@ -19,21 +19,22 @@ std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::t
 
 std::string library_versions() {
     std::string out;
+    const auto add = [&out](const std::string& item) { out += (out.empty() ? "" : ", ") + item; };
     int major = 0, minor = 0, patch = 0;
     if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
         cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
         cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS) {
-        out += "cuBLAS " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+        add("cuBLAS " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch));
     }
-    out += ", cuBLASLt " + std::to_string(cublasLtGetVersion());
+    add("cuBLASLt " + std::to_string(cublasLtGetVersion()));
     uint32_t cupti = 0;
-    if (cuptiGetVersion(&cupti) == CUPTI_SUCCESS) out += ", CUPTI API " + std::to_string(cupti);
+    if (cuptiGetVersion(&cupti) == CUPTI_SUCCESS) add("CUPTI API " + std::to_string(cupti));
     int nccl = 0;
     if (ncclGetVersion(&nccl) == ncclSuccess) {
-        out += ", NCCL " + std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
-               std::to_string(nccl % 100);
+        add("NCCL " + std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+            std::to_string(nccl % 100));
     }
-    out += ", NVTX3";
+    add("NVTX3");
     return out;
 }
 
