@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #if defined(NAPKIN_HAVE_CUDA)
 #include "core/cuda/cuda_engine_api.h"
@@ -14,14 +15,24 @@ namespace napkin {
 namespace {
 
 #if defined(NAPKIN_HAVE_CUDA)
+// The CUDA backend's path: the one this build made, unless NAPKIN_CUDA_PLUGIN names another
+// (the emulated backend of tests/cuda_emu runs the CUDA engine on the CPU through it).
+const std::string& plugin_path() {
+    static const std::string path = [] {
+        const char* env = std::getenv("NAPKIN_CUDA_PLUGIN");
+        return std::string(env != nullptr && *env != '\0' ? env : NAPKIN_CUDA_PLUGIN);
+    }();
+    return path;
+}
+
 // The plugin, loaded once for the process's lifetime; null with *err set when it does not load.
 void* plugin(std::string* err) {
     static std::string load_error;
     static void* const lib = [] {
-        void* h = dlopen(NAPKIN_CUDA_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+        void* h = dlopen(plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL);
         if (h == nullptr) {
             const char* e = dlerror();
-            load_error = std::string("cannot load the CUDA backend: ") + (e != nullptr ? e : NAPKIN_CUDA_PLUGIN);
+            load_error = "cannot load the CUDA backend: " + (e != nullptr ? std::string(e) : plugin_path());
         }
         return h;
     }();
@@ -41,7 +52,7 @@ const DeviceInfo& probe_devices() {
         if (lib == nullptr) return d;
         auto probe = reinterpret_cast<int (*)(NapkinCudaProbe*)>(dlsym(lib, kNapkinCudaProbeSymbol));
         if (probe == nullptr) {
-            d.reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " lacks " + kNapkinCudaProbeSymbol;
+            d.reason = "the CUDA backend " + plugin_path() + " lacks " + kNapkinCudaProbeSymbol;
             return d;
         }
         NapkinCudaProbe p{};
@@ -73,12 +84,12 @@ const CudaEngineApi* cuda_engine_api(std::string* reason) {
 #if defined(NAPKIN_HAVE_CUDA)
     auto entry = reinterpret_cast<const CudaEngineApi* (*)()>(dlsym(plugin(reason), kNapkinCudaEngineApiSymbol));
     if (entry == nullptr) {
-        *reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " lacks " + kNapkinCudaEngineApiSymbol;
+        *reason = "the CUDA backend " + plugin_path() + " lacks " + kNapkinCudaEngineApiSymbol;
         return nullptr;
     }
     const CudaEngineApi* api = entry();
     if (api->version != kNapkinCudaEngineApiVersion || api->size != sizeof(CudaEngineApi)) {
-        *reason = std::string("the CUDA backend ") + NAPKIN_CUDA_PLUGIN + " comes from another build (rebuild napkin_cuda)";
+        *reason = "the CUDA backend " + plugin_path() + " comes from another build (rebuild napkin_cuda)";
         return nullptr;
     }
     return api;
