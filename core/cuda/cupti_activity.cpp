@@ -226,8 +226,10 @@ bool activity_enable(char* error, std::size_t error_bytes) noexcept {
 
 void activity_disable() noexcept {
     if (!g_state.enabled.load()) return;
-    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    // Disable first, then flush (libkineto's order): a record written between the two would
+    // otherwise stay in CUPTI's buffers for the next collection, or never arrive.
     for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
+    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     g_state.enabled = false;
 }
 
