@@ -16,14 +16,18 @@
 // records the preference's alignments, and cublasLtMatmul rejects pointers less aligned than
 // that, as an algorithm chosen for a stronger alignment fails on the GPU.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cupti_runtime_cbid.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
+
+#include "tests/cuda_emu/emu_trace.h"
 
 // Declared opaque by cublasLt.h; the emulation keeps no per-handle state.
 struct cublasLtContext {};
@@ -333,7 +337,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cublasLtMatrixLayout_t b_desc, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c_desc, void* D, cublasLtMatrixLayout_t d_desc,
                               const cublasLtMatmulAlgo_t* algo, void* /*workspace*/,
-                              std::size_t /*workspace_bytes*/, cudaStream_t /*stream*/) {
+                              std::size_t /*workspace_bytes*/, cudaStream_t stream) {
+    // cuBLASLt launches its kernel through the driver; here one traced launch per GEMM.
+    napkin::emu::trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+    const std::uint64_t start = napkin::emu::trace::now();
+    call.returned_at(start);
     const MatmulDesc* op = get(desc);
     const Layout *la = get(a_desc), *lb = get(b_desc), *ld = get(d_desc);
     const cublasStatus_t st = check_problem(handle, op, la, lb, get(c_desc), ld);
@@ -387,7 +395,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
             store(D, ld->type, i + j * ld->ld, v);
         }
     }
+    napkin::emu::trace::kernel(call.correlation(), "cublasLt_emulated_gemm", dim3(1), dim3(1), 0,
+                               stream, start, napkin::emu::trace::now());
     return CUBLAS_STATUS_SUCCESS;
+}
+
+std::size_t cublasLtGetVersion(void) {
+    return CUBLAS_VERSION;  // the header the emulator was built against (cuBLASLt shares it)
+}
+
+// Not the real cuBLAS: no version to report (the device probe then leaves it out).
+cublasStatus_t cublasGetProperty(libraryPropertyType /*type*/, int* /*value*/) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 }  // extern "C"

@@ -70,7 +70,8 @@ void* dynamic_shared_memory();
 // thread, and becomes the error cudaGetLastError and the next synchronizing call return.
 // `kernel` is the kernel's address, for the dynamic shared memory cudaFuncSetAttribute allowed it.
 void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
-                dim3 block, std::size_t dynamic_smem, const std::function<void()>& body);
+                dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+                const std::function<void()>& body);
 
 // A kernel's address, as cudaFuncSetAttribute is given it (the function, or a pointer to it).
 template <class F>
@@ -82,19 +83,21 @@ const void* kernel_address(F* kernel) {
 class Launch {
 public:
     Launch(const char* name, const char* file, int line, const void* kernel, dim3 grid, dim3 block,
-           std::size_t smem = 0, cudaStream_t /*stream*/ = nullptr)
+           std::size_t smem = 0, cudaStream_t stream = nullptr)
         : name_(name),
           file_(file),
           line_(line),
           kernel_(kernel),
           grid_(grid),
           block_(block),
-          smem_(smem) {}
+          smem_(smem),
+          stream_(stream) {}
 
     // Arguments are evaluated and copied once, on the host, as a real launch copies them.
     template <class Kernel, class... Args>
     void operator()(Kernel kernel, Args... args) const {
-        run_kernel(name_, file_, line_, kernel_, grid_, block_, smem_, [&] { kernel(args...); });
+        run_kernel(name_, file_, line_, kernel_, grid_, block_, smem_, stream_,
+                   [&] { kernel(args...); });
     }
 
 private:
@@ -104,6 +107,7 @@ private:
     const void* kernel_;
     dim3 grid_, block_;
     std::size_t smem_;
+    cudaStream_t stream_;
 };
 
 template <class T>

@@ -5,14 +5,20 @@
 // memory cudaMalloc returned, and a fault inside a kernel stays for every later call.
 #include <cuda_runtime_api.h>
 
+#include <cupti_activity.h>
+#include <cupti_runtime_cbid.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/emu_trace.h"
 
 namespace napkin::emu {
 
@@ -79,6 +85,59 @@ cudaError_t set(void* dst, int value, std::size_t bytes) {
     return cudaSuccess;
 }
 
+// Events hold the host time they were recorded at: work queued before them is done by then.
+struct Event {
+    bool timing = true;
+    bool recorded = false;
+    std::uint64_t ns = 0;
+};
+std::set<cudaStream_t> g_streams;
+std::set<cudaEvent_t> g_events;
+
+Event* find_event(cudaEvent_t event, const char* call) {
+    if (g_events.count(event) == 0) {
+        fail(cudaErrorInvalidResourceHandle,
+             std::string(call) + " of an event cudaEventCreate did not return");
+        return nullptr;
+    }
+    return reinterpret_cast<Event*>(event);
+}
+
+cudaError_t traced_copy(unsigned cbid, void* dst, const void* src, std::size_t bytes,
+                        cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+    trace::ApiCall call(cbid);
+    const std::uint64_t start = trace::now();
+    if (async) call.returned_at(start);
+    const cudaError_t e = copy(dst, src, bytes, kind);
+    if (e == cudaSuccess && bytes > 0)
+        trace::memcpy(call.correlation(), kind, bytes, stream, start, trace::now());
+    return e;
+}
+
+cudaError_t traced_set(unsigned cbid, void* dst, int value, std::size_t bytes, cudaStream_t stream,
+                       bool async) {
+    trace::ApiCall call(cbid);
+    const std::uint64_t start = trace::now();
+    if (async) call.returned_at(start);
+    const cudaError_t e = set(dst, value, bytes);
+    if (e == cudaSuccess && bytes > 0)
+        trace::memset(call.correlation(), value, bytes, stream, start, trace::now());
+    return e;
+}
+
+// A synchronizing call: nothing to wait for (the work is done), so only its error and record.
+cudaError_t traced_wait(unsigned cbid, int type, cudaStream_t stream, cudaEvent_t event) {
+    trace::ApiCall call(cbid);
+    const std::uint64_t start = trace::now();
+    cudaError_t e;
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        e = sticky();
+    }
+    trace::synchronize(call.correlation(), type, stream, event, start, trace::now());
+    return e;
+}
+
 }  // namespace
 
 void set_error(cudaError_t error, bool is_sticky, const std::string& message) {
@@ -86,6 +145,11 @@ void set_error(cudaError_t error, bool is_sticky, const std::string& message) {
     g_errors.last = error;
     g_errors.message = message;
     if (is_sticky) g_errors.sticky = error;
+}
+
+bool is_device_memory(const void* p, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return is_device(p, bytes);
 }
 
 int dynamic_shared_limit(const void* kernel) {
@@ -229,30 +293,161 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-    return napkin::emu::copy(dst, src, bytes, kind);
+    return napkin::emu::traced_copy(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, dst, src, bytes,
+                                    kind, nullptr, false);
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t /*stream*/) {
-    return napkin::emu::copy(dst, src, bytes, kind);
+                            cudaStream_t stream) {
+    return napkin::emu::traced_copy(CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, dst, src, bytes,
+                                    kind, stream, true);
 }
 
 cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
-    return napkin::emu::set(dst, value, bytes);
+    return napkin::emu::traced_set(CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020, dst, value, bytes,
+                                   nullptr, false);
 }
 
-cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t /*stream*/) {
-    return napkin::emu::set(dst, value, bytes);
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+    return napkin::emu::traced_set(CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020, dst, value,
+                                   bytes, stream, true);
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    return napkin::emu::traced_wait(CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
+                                    CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE,
+                                    nullptr, nullptr);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    return napkin::emu::traced_wait(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
+                                    CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, stream,
+                                    nullptr);
+}
+
+// ---- devices, versions, memory ----
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    *prop = cudaDeviceProp{};
+    std::snprintf(prop->name, sizeof prop->name, "%s", napkin::emu::kDeviceName);
+    prop->totalGlobalMem = napkin::emu::kGlobalMemoryBytes;
+    prop->sharedMemPerBlock = napkin::emu::kSharedMemoryPerBlock;
+    prop->sharedMemPerBlockOptin = napkin::emu::kSharedMemoryPerBlockOptin;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = napkin::emu::kMaxThreadsPerBlock;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = napkin::emu::kMultiprocessors;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+    *version = CUDART_VERSION;  // the headers the emulator was built against
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+    *version = 0;  // no driver: the probe then prints none
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
     std::lock_guard<std::mutex> lock(g_mutex);
+    std::size_t used = 0;
+    for (const auto& [p, bytes] : g_allocations)
+        used += bytes;
+    *total = napkin::emu::kGlobalMemoryBytes;
+    *free = used < *total ? *total - used : 0;
+    return cudaSuccess;
+}
+
+// ---- streams and events: work is done when it is queued, so both are bookkeeping ----
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned /*flags*/) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto* s = reinterpret_cast<cudaStream_t>(new char(0));
+    napkin::emu::g_streams.insert(s);
+    *stream = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (napkin::emu::g_streams.erase(stream) == 0)
+        return napkin::emu::fail(cudaErrorInvalidResourceHandle,
+                                 "cudaStreamDestroy of a stream cudaStreamCreate did not return");
+    delete reinterpret_cast<char*>(stream);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto* e = new napkin::emu::Event;
+    e->timing = (flags & cudaEventDisableTiming) == 0;
+    *event = reinterpret_cast<cudaEvent_t>(e);
+    napkin::emu::g_events.insert(*event);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (napkin::emu::g_events.erase(event) == 0)
+        return napkin::emu::fail(cudaErrorInvalidResourceHandle,
+                                 "cudaEventDestroy of an event cudaEventCreate did not return");
+    delete reinterpret_cast<napkin::emu::Event*>(event);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    napkin::emu::Event* e = napkin::emu::find_event(event, "cudaEventRecord");
+    if (e == nullptr) return cudaErrorInvalidResourceHandle;
+    e->recorded = true;
+    e->ns = napkin::emu::trace::now();
     return napkin::emu::sticky();
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+cudaError_t cudaEventQuery(cudaEvent_t event) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    return napkin::emu::sticky();
+    if (napkin::emu::find_event(event, "cudaEventQuery") == nullptr)
+        return cudaErrorInvalidResourceHandle;
+    return napkin::emu::sticky();  // recorded work is done work
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        if (napkin::emu::find_event(event, "cudaEventSynchronize") == nullptr)
+            return cudaErrorInvalidResourceHandle;
+    }
+    return napkin::emu::traced_wait(CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020,
+                                    CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE, nullptr,
+                                    event);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const napkin::emu::Event* a = napkin::emu::find_event(start, "cudaEventElapsedTime");
+    const napkin::emu::Event* b = napkin::emu::find_event(end, "cudaEventElapsedTime");
+    if (a == nullptr || b == nullptr) return cudaErrorInvalidResourceHandle;
+    if (!a->timing || !b->timing)
+        return napkin::emu::fail(
+            cudaErrorInvalidResourceHandle,
+            "cudaEventElapsedTime of an event made with cudaEventDisableTiming");
+    if (!a->recorded || !b->recorded)
+        return napkin::emu::fail(cudaErrorInvalidResourceHandle,
+                                 "cudaEventElapsedTime of an event never recorded");
+    *ms = static_cast<float>(static_cast<double>(static_cast<std::int64_t>(b->ns - a->ns)) * 1e-6);
+    return cudaSuccess;
 }
 
 }  // extern "C"

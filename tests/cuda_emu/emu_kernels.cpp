@@ -7,11 +7,15 @@
 // which have returned can no longer reach.
 #include <sys/mman.h>
 
+#include <cupti_runtime_cbid.h>
 #include <boost/context/fiber.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -20,6 +24,7 @@
 
 #include "tests/cuda_emu/cuda_emu.h"
 #include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/emu_trace.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -97,6 +102,45 @@ struct Run {
     std::vector<unsigned char> dynamic_shared;
     std::string failure;  // set inside a fiber (an exception) or by the scheduler
 };
+
+// NAPKIN_EMU_STATS=1: at exit, where the emulator's time went, per launch site (stderr).
+class Stats {
+public:
+    void add(const char* name, const char* file, int line, std::uint64_t blocks,
+             std::uint64_t threads, std::uint64_t ns) {
+        if (!on_) return;
+        std::lock_guard<std::mutex> lock(mutex_);
+        Site& s = sites_[std::string(name) + " (" + file + ":" + std::to_string(line) + ")"];
+        ++s.launches;
+        s.threads += blocks * threads;
+        s.ns += ns;
+    }
+    ~Stats() {
+        if (!on_ || sites_.empty()) return;
+        std::vector<std::pair<std::string, Site>> rows(sites_.begin(), sites_.end());
+        std::sort(rows.begin(), rows.end(),
+                  [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+        std::fprintf(stderr, "napkin cuda-emu: %12s %10s %14s  launch site\n", "seconds",
+                     "launches", "threads");
+        for (const auto& [site, s] : rows)
+            std::fprintf(stderr, "napkin cuda-emu: %12.3f %10llu %14llu  %s\n",
+                         static_cast<double>(s.ns) * 1e-9,
+                         static_cast<unsigned long long>(s.launches),
+                         static_cast<unsigned long long>(s.threads), site.c_str());
+    }
+
+private:
+    struct Site {
+        std::uint64_t launches = 0, threads = 0, ns = 0;
+    };
+    bool on_ = [] {
+        const char* v = std::getenv("NAPKIN_EMU_STATS");
+        return v != nullptr && *v != '\0' && *v != '0';
+    }();
+    std::mutex mutex_;
+    std::map<std::string, Site> sites_;
+};
+Stats g_stats;
 
 std::mutex g_launch_mutex;
 StackPool g_stacks;
@@ -220,7 +264,9 @@ bool release_block_barrier() {
 
 // The value lane `lane` receives from a released warp operation over `lanes` (indices into
 // g_run.fibers by lane, -1 where the warp has no such thread).
-std::uint64_t warp_result(const Fiber& f, int lane, const std::vector<Fiber*>& by_lane) {
+using Lanes = std::array<Fiber*, kWarp>;
+
+std::uint64_t warp_result(const Fiber& f, int lane, const Lanes& by_lane) {
     const SyncRequest& r = f.request;
     int src = lane;
     switch (r.kind) {
@@ -261,7 +307,7 @@ bool release_warp_barriers() {
     const std::size_t n = g_run.fibers.size();
     bool released = false;
     for (std::size_t base = 0; base < n; base += kWarp) {
-        std::vector<Fiber*> by_lane(kWarp, nullptr);
+        Lanes by_lane{};
         for (std::size_t i = base; i < std::min(n, base + kWarp); ++i)
             by_lane[i - base] = &g_run.fibers[i];
         const Fiber* first = nullptr;
@@ -298,7 +344,7 @@ bool release_warp_barriers() {
                             " has a mask without its own lane";
             return false;
         }
-        std::vector<std::uint64_t> results(kWarp, 0);
+        std::array<std::uint64_t, kWarp> results{};
         for (int l = 0; l < kWarp; ++l)
             if (by_lane[l] != nullptr && (mask >> l & 1u))
                 results[l] = warp_result(*by_lane[l], l, by_lane);
@@ -334,18 +380,60 @@ void start_fiber(Fiber& f) {
                    [&f](ctx::fiber&& scheduler) { return fiber_main(f, std::move(scheduler)); });
 }
 
+// The schedule's randomness, seeded per launch so a failure reproduces: splitmix64, and
+// Lemire's multiply-shift for a draw below n (cheap: a round draws once per thread).
+class Rng {
+public:
+    explicit Rng(std::uint64_t seed) : state_(seed) {}
+    std::uint32_t below(std::uint32_t n) {
+        return static_cast<std::uint32_t>((next() >> 32) * n >> 32);
+    }
+    // Fisher-Yates over [first, first + n).
+    template <class T>
+    void shuffle(T* first, std::size_t n) {
+        for (std::size_t i = n; i > 1; --i)
+            std::swap(first[i - 1], first[below(static_cast<std::uint32_t>(i))]);
+    }
+
+private:
+    std::uint64_t next() {
+        std::uint64_t z = (state_ += 0x9e3779b97f4a7c15u);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        return z ^ (z >> 31);
+    }
+    std::uint64_t state_;
+};
+
+// One round's order: the warps shuffled, and each warp's lanes shuffled. Any two threads can
+// run in either order, as on the GPU; a warp's lanes run together, which keeps their stacks
+// warm in cache.
+void round_order(Rng& rng, std::vector<std::uint32_t>& order) {
+    const auto n = static_cast<std::uint32_t>(g_run.fibers.size());
+    const std::uint32_t warps = (n + kWarp - 1) / kWarp;
+    std::array<std::uint32_t, kMaxThreadsPerBlock / kWarp> warp_order;
+    std::iota(warp_order.begin(), warp_order.begin() + warps, 0u);
+    rng.shuffle(warp_order.data(), warps);
+    order.clear();
+    for (std::uint32_t w = 0; w < warps; ++w) {
+        const std::size_t first = order.size();
+        for (std::uint32_t i = warp_order[w] * kWarp; i < std::min(n, (warp_order[w] + 1) * kWarp);
+             ++i)
+            order.push_back(i);
+        rng.shuffle(order.data() + first, order.size() - first);
+    }
+}
+
 // Runs one block to the end, or until a failure. Returns false on failure.
-bool run_block(std::minstd_rand& rng) {
-    const std::size_t n = g_run.fibers.size();
+bool run_block(Rng& rng) {
     for (Fiber& f : g_run.fibers) {
         f.state = State::kReady;
         f.fake_stack = nullptr;
     }
-    std::vector<std::size_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
+    std::vector<std::uint32_t> order;
     for (;;) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (std::size_t i : order) {
+        round_order(rng, order);
+        for (std::uint32_t i : order) {
             Fiber& f = g_run.fibers[i];
             if (f.state != State::kReady) continue;
             if (!f.context) start_fiber(f);
@@ -402,8 +490,11 @@ void* dynamic_shared_memory() {
     return g_run.dynamic_shared.data();
 }
 
-void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
-                dim3 block, std::size_t dynamic_smem, const std::function<void()>& body) {
+namespace {
+
+// run_kernel's work: false when the launch failed (its error set).
+bool launch_blocks(const char* name, const char* file, int line, const void* kernel, dim3 grid,
+                   dim3 block, std::size_t dynamic_smem, const std::function<void()>& body) {
     std::lock_guard<std::mutex> lock(g_launch_mutex);
     if (g_run.body != nullptr) {
         std::fprintf(stderr, "napkin cuda-emu: %s launched from inside a kernel\n", name);
@@ -415,7 +506,7 @@ void run_kernel(const char* name, const char* file, int line, const void* kernel
             std::string(name) + " (" + file + ":" + std::to_string(line) + "): " + bad;
         std::fprintf(stderr, "napkin cuda-emu: %s\n", message.c_str());
         set_error(cudaErrorInvalidConfiguration, false, message);
-        return;
+        return false;
     }
     g_run = Run{};
     g_run.name = name, g_run.file = file, g_run.line = line, g_run.body = &body;
@@ -426,7 +517,7 @@ void run_kernel(const char* name, const char* file, int line, const void* kernel
         for (unsigned y = 0; y < block.y; ++y)
             for (unsigned x = 0; x < block.x; ++x, ++i)
                 g_run.fibers[i].index = uint3{x, y, z};
-    std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
+    Rng rng(++g_launches);
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
@@ -446,9 +537,25 @@ void run_kernel(const char* name, const char* file, int line, const void* kernel
                         g_stacks.give(f.stack);
                     }
                 g_run.body = nullptr;
-                return;
+                return false;
             }
     g_run.body = nullptr;
+    return true;
+}
+
+}  // namespace
+
+void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
+                dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+                const std::function<void()>& body) {
+    trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+    const std::uint64_t start = trace::now();
+    call.returned_at(start);
+    if (!launch_blocks(name, file, line, kernel, grid, block, dynamic_smem, body)) return;
+    const std::uint64_t end = trace::now();
+    trace::kernel(call.correlation(), name, grid, block, dynamic_smem, stream, start, end);
+    g_stats.add(name, file, line, std::uint64_t{grid.x} * grid.y * grid.z,
+                std::uint64_t{block.x} * block.y * block.z, end - start);
 }
 
 }  // namespace napkin::emu

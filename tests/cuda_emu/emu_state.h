@@ -15,6 +15,12 @@ inline constexpr int kMaxThreadsPerBlock = 1024;
 inline constexpr int kSharedMemoryPerBlock = 48 * 1024;        // without opting in
 inline constexpr int kSharedMemoryPerBlockOptin = 227 * 1024;  // cudaFuncSetAttribute's ceiling
 inline constexpr int kMultiprocessors = 132;
+inline constexpr std::size_t kGlobalMemoryBytes = 85'899'345'920;  // 80 GiB, as cudaMemGetInfo says
+inline constexpr const char* kDeviceName = "napkin cuda-emu (CPU; H100 limits)";
+
+// Whether [p, p + bytes) lies inside one cudaMalloc allocation (the emulated NCCL checks its
+// buffers with it).
+bool is_device_memory(const void* p, std::size_t bytes);
 
 // A launch's error. `sticky` ones (a fault inside a kernel) stay for every later call, as a
 // real context's do; the others (a bad configuration) are cleared by cudaGetLastError.

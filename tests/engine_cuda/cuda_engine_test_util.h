@@ -16,7 +16,20 @@ inline std::string cuda_engine_unavailable() {
     return cuda_engine_api(&reason) != nullptr ? std::string() : reason;
 }
 
+// Whether the CUDA device is the CPU emulator (tests/cuda_emu, docs/CUDA.md): the same code
+// runs, about a thousand times slower than on a GPU.
+inline bool cuda_engine_emulated() {
+    return probe_devices().name.rfind("napkin cuda-emu", 0) == 0;
+}
+
 }  // namespace napkin::test
+
+// For tests too long for the emulator (many steps): they run on a GPU only.
+#define NAPKIN_SKIP_ON_EMULATOR(why)                                                     \
+    do {                                                                                 \
+        if (::napkin::test::cuda_engine_emulated())                                      \
+            GTEST_SKIP() << "on the CUDA emulator: " << why << "; runs on a GPU";        \
+    } while (0)
 
 #define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                             \
     do {                                                                              \
