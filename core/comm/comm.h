@@ -67,6 +67,8 @@ public:
     void reduce_scatter(void* buf, std::uint64_t shard, DType dtype, std::string_view what = {});
     // buf: world_size() * shard elements with this rank's chunk in place; afterwards every chunk.
     void all_gather(void* buf, std::uint64_t shard, DType dtype, std::string_view what = {});
+    // bytes of host memory at buf from rank root to every rank (small values: a run hash,
+    // checkpoint sizes; NCCL bounces them through the device).
     void broadcast(void* buf, std::uint64_t bytes, int root, std::string_view what = {});
     void barrier();
 

@@ -65,16 +65,11 @@ protected:
         // takes device pointers only, so they go through a device buffer of this
         // communicator's. The copy back runs once the all-reduce is done (its own wait is then
         // immediate), so the host sees the sum on return.
-        if (bytes > scalar_bytes_) {
-            if (scalars_ != nullptr) memory_->deallocate(scalars_, scalar_bytes_);
-            scalars_ = nullptr;
-            scalars_ = memory_->allocate(bytes);
-            scalar_bytes_ = bytes;
-        }
-        api_.copy_to_device(scalars_, buf, bytes, stream_);
-        api_.nccl_all_reduce(comm_, scalars_, count, cuda::NcclType::f64, stream_);
+        void* d = host_bounce(bytes);
+        api_.copy_to_device(d, buf, bytes, stream_);
+        api_.nccl_all_reduce(comm_, d, count, cuda::NcclType::f64, stream_);
         finish(Collective::all_reduce, bytes);
-        api_.copy_to_host(buf, scalars_, bytes, stream_);
+        api_.copy_to_host(buf, d, bytes, stream_);
     }
     void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) override {
         api_.nccl_reduce_scatter(comm_, buf, shard, type(t), rank(), stream_);
@@ -84,9 +79,14 @@ protected:
         api_.nccl_all_gather(comm_, buf, shard, type(t), rank(), stream_);
         finish(Collective::all_gather, whole_bytes(shard, t));
     }
+    // Host values (a run hash, checkpoint sizes: comm.h), bounced through the device like the
+    // fp64 scalars: NCCL would read a host pointer as a device address.
     void do_broadcast(void* buf, std::uint64_t bytes, int root) override {
-        api_.nccl_broadcast(comm_, buf, bytes, root, stream_);
+        void* d = host_bounce(bytes);
+        api_.copy_to_device(d, buf, bytes, stream_);
+        api_.nccl_broadcast(comm_, d, bytes, root, stream_);
         finish(Collective::broadcast, bytes);
+        api_.copy_to_host(buf, d, bytes, stream_);
     }
     // NCCL has no barrier: an all-reduce of one float every rank must join.
     void do_barrier() override {
@@ -130,6 +130,17 @@ protected:
     }
 
 private:
+    // The device buffer host values go through, grown to `bytes` when needed.
+    void* host_bounce(std::uint64_t bytes) {
+        if (bytes > scalar_bytes_) {
+            if (scalars_ != nullptr) memory_->deallocate(scalars_, scalar_bytes_);
+            scalars_ = nullptr;
+            scalars_ = memory_->allocate(bytes);
+            scalar_bytes_ = bytes;
+        }
+        return scalars_;
+    }
+
     static constexpr std::size_t kBarrierBytes = 256;
     struct Started {
         std::uint64_t handle = 0;

@@ -41,11 +41,17 @@ TEST(Nccl, WorldOneCollectivesGoThroughNccl) {
     comm->all_reduce(d, n, DType::f32, "test");
     comm->reduce_scatter(d, n, DType::f32, "test");
     comm->all_gather(d, n, DType::f32, "test");
-    comm->broadcast(d, bytes, 0, "test");
     comm->barrier();
     std::vector<float> got(n, -1.0f);
     api->copy_to_host(got.data(), d, bytes, stream);
-    EXPECT_EQ(got, want);  // a one-rank sum, scatter, gather and broadcast change nothing
+    EXPECT_EQ(got, want);  // a one-rank sum, scatter and gather change nothing
+
+    // A broadcast carries host values (a run hash, checkpoint sizes): bounced through the device,
+    // since NCCL reads only device memory.
+    std::uint64_t sent[2] = {12345, 0xfeedfacecafebeefull};
+    comm->broadcast(sent, sizeof sent, 0, "test");
+    EXPECT_EQ(sent[0], 12345u);
+    EXPECT_EQ(sent[1], 0xfeedfacecafebeefull);
 
     // fp64 scalars are host values (the loss, the norm), bounced through the device; a second,
     // longer call grows the bounce buffer.
