@@ -66,4 +66,32 @@ TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
     EXPECT_EQ(joined, report_losses(dir / "whole"));
 }
 
+// The data-parallel path of the binary over NCCL at world size 1, with the optimizer offloaded
+// and a sharded checkpoint each step: the run hash and the checkpoint sizes are host values
+// broadcast through NCCL (once read by NCCL as device addresses; found on the emulator), the
+// offloaded step runs on the host, and the resumed run repeats the uninterrupted one.
+TEST(CheckpointCudaCli, ZeroOverNcclWithOffloadSavesAndResumes) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string common =
+        "train --quiet --device cuda --zero 2 --precision bf16-amp --offload optimizer "
+        "--steps 4 --micro-batch 2 --seq-len 32 ";
+    const CliRun whole = napkin(common + "--out " + (dir / "whole").string());
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    const CliRun first =
+        napkin(common + "--stop-after 2 --save-every 1 --out " + (dir / "split").string());
+    ASSERT_EQ(first.rc, 0) << first.err;
+    EXPECT_TRUE(fs::exists(dir / "split" / "checkpoints" / "step-00000002" / "manifest.json"))
+        << "no sharded checkpoint";
+    const std::vector<double> a = report_losses(dir / "split");
+    // A sharded run resumes at its stage; the offload is a placement the resumed run chooses.
+    const CliRun second = napkin("train --quiet --device cuda --zero 2 --offload optimizer --resume " +
+                                 (dir / "split").string());
+    ASSERT_EQ(second.rc, 0) << second.err;
+    std::vector<double> joined = a;
+    const std::vector<double> b = report_losses(dir / "split");
+    joined.insert(joined.end(), b.begin(), b.end());
+    EXPECT_EQ(joined, report_losses(dir / "whole"));
+}
+
 }  // namespace
