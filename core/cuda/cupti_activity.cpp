@@ -257,6 +257,12 @@ void activity_flush(bool wait, std::vector<profiler::GpuActivity>* out,
     if (g_state.enabled.load()) {
         check(cuptiActivityFlushAll(wait ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0),
               "cuptiActivityFlushAll");
+        // Records dropped since the last completed buffer read the count (CUPTI resets it on
+        // each read): when every buffer request was refused, no buffer completes to read it.
+        std::size_t dropped = 0;
+        if (check(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped),
+                  "cuptiActivityGetNumDroppedRecords"))
+            g_state.dropped.fetch_add(dropped);
     }
     try {
         std::lock_guard<std::mutex> lock(g_state.mutex);
