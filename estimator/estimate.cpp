@@ -11,10 +11,34 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
 
 namespace {
+
+// Tensors the CUDA optimizer step's global-norm pass takes (core/engine/optimizer.cpp and
+// zero.cpp): every parameter at ZeRO 0; at stages 1-3 the pieces of parameters inside a rank's
+// shard of each unit, the largest count over the ranks (the ranks differ by a few at most).
+int grad_norm_tensors(const ShardLayout& layout, int zero) {
+    const std::size_t n_params = layout.param_unit.size();
+    if (zero == 0) return static_cast<int>(n_params);
+    int most = 0;
+    for (int r = 0; r < layout.world; ++r) {
+        int count = 0;
+        for (const ShardUnit& su : layout.units) {
+            const std::int64_t lo = r * su.shard, hi = lo + su.shard;
+            for (std::size_t k = 0; k < su.params.size(); ++k) {
+                const std::size_t i = su.params[k];
+                const std::int64_t a = layout.param_offset[i];
+                const std::int64_t b = k + 1 < su.params.size() ? layout.param_offset[su.params[k + 1]] : su.numel;
+                count += std::max(a, lo) < std::min(b, hi) ? 1 : 0;
+            }
+        }
+        most = std::max(most, count);
+    }
+    return most;
+}
 
 double shard(double count, bool sharded, int gpus) {
     return sharded ? std::ceil(count / gpus) : count;
@@ -244,8 +268,13 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const bool cpu_engine = in.engine == EstimateInputs::Engine::cpu;
     const bool wide16 = pd.activations != DType::f32;  // 16-bit storage: the CPU widens to fp32
     const std::int64_t chunk = in.loss_chunk_rows > 0 ? std::min(in.loss_chunk_rows, tokens_mb) : tokens_mb;
-    tmp.op_workspace = 4.0 * static_cast<double>(cpu::head_cross_entropy_scratch_floats(
-                                 chunk, c.d_model, c.padded_vocab_size, cpu_engine && wide16));
+    // The head's scratch: the CPU's (16-bit storage widened to fp32), or the CUDA kernel's
+    // (logits, dlogits in the storage type, dw's fp32 sum), as the engines allocate them.
+    tmp.op_workspace =
+        cpu_engine ? 4.0 * static_cast<double>(cpu::head_cross_entropy_scratch_floats(
+                               chunk, c.d_model, c.padded_vocab_size, wide16))
+                   : static_cast<double>(cuda::head_cross_entropy_scratch_bytes(
+                         chunk, c.d_model, c.padded_vocab_size, pd.activations, true));
     if (in.attention == AttentionImpl::naive)
         tmp.attention_workspace =
             4.0 * static_cast<double>(cpu::attention_naive_backward_scratch_floats(in.micro_batch, T, c.n_heads));
@@ -253,6 +282,12 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     if (in.finetune == Finetune::qlora) tmp.dequant = widest * static_cast<double>(c.d_model) * 2.0;
     if (!cpu_engine) {
         tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes);  // 32 MiB, kernels/matmul.h
+        // The optimizer step's global norm on the device (core/engine/cuda_device.cpp): its
+        // partial sums, one row per tensor the step passes. Offloaded steps run on the host.
+        if (in.offload == Offload::none && !in.params_only && !adapters)
+            tmp.grad_norm_workspace =
+                static_cast<double>(cuda::kGradNormResultBytes +
+                                    cuda::grad_sum_squares_scratch_bytes(grad_norm_tensors(layout, in.zero)));
         tmp.op_workspace += 4.0 * static_cast<double>(tokens_mb);  // the per-row losses, fp32
     } else if (wide16) {
         std::int64_t mm = 0;  // the largest block GEMM, its three operands widened

@@ -102,8 +102,10 @@ struct TemporaryBytes {
     double param_gather = 0;         // ZeRO-3 / offloaded parameters gathered for 2 units
     double dequant = 0;              // QLoRA: one linear weight dequantized to bf16
     double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
+    double grad_norm_workspace = 0;  // the global norm's per-block partial sums (GPU optimizer step)
     double total() const {
-        return activation_grads + op_workspace + attention_workspace + param_gather + dequant + gemm_workspace;
+        return activation_grads + op_workspace + attention_workspace + param_gather + dequant + gemm_workspace +
+               grad_norm_workspace;
     }
 };
 

@@ -227,6 +227,7 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
         if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
         if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
         if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
+        if (t.grad_norm_workspace > 0) row("  global norm partial sums", t.grad_norm_workspace);
     }
     row("total", e.gpu.total());
     std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
@@ -362,7 +363,8 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     const auto& t = e.temporaries;
     gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads}, {"op_workspace", t.op_workspace},
                                  {"attention_workspace", t.attention_workspace}, {"param_gather", t.param_gather},
-                                 {"dequant", t.dequant}, {"gemm_workspace", t.gemm_workspace}};
+                                 {"dequant", t.dequant}, {"gemm_workspace", t.gemm_workspace},
+                                 {"grad_norm_workspace", t.grad_norm_workspace}};
     json cpu = mem(e.cpu);
     cpu["node_total"] = e.cpu_node_bytes;
     cpu["capacity"] = e.cpu_capacity_bytes;

@@ -67,9 +67,25 @@ namespace cuda {
 //    and dw is summed over the chunks in an fp32 buffer and rounded into dw once, as the CPU does;
 //  - a target outside [0, V) cannot throw from a kernel: its row's loss is NaN and its dlogits
 //    are 0 (the CPU throws UsageError; callers validate tokens when loading them).
-// scratch: head_cross_entropy_scratch_bytes(...) bytes of device memory, 256-byte aligned.
-std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int64_t C, std::int64_t Vp,
-                                             DType dt, bool with_dw);
+// scratch: head_cross_entropy_scratch_bytes(...) bytes of device memory, 256-byte aligned: the
+// fp32 logits chunk and, for 16-bit storage, dlogits in T and (with_dw) dw's fp32 sum, each
+// starting on a 256-byte boundary. Inline: the estimator predicts the CUDA engine's scratch
+// with it, to the byte.
+inline constexpr std::size_t kHeadCrossEntropyScratchAlign = 256;
+inline std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int64_t C,
+                                                    std::int64_t Vp, DType dt, bool with_dw) {
+    const auto part = [](std::int64_t elements, std::size_t bytes_each) {
+        const std::size_t b = static_cast<std::size_t>(elements) * bytes_each;
+        return (b + kHeadCrossEntropyScratchAlign - 1) / kHeadCrossEntropyScratchAlign *
+               kHeadCrossEntropyScratchAlign;
+    };
+    std::size_t bytes = part(chunk * Vp, sizeof(float));  // logits
+    if (dt != DType::f32) {
+        bytes += part(chunk * Vp, 2);                     // dlogits in T
+        if (with_dw) bytes += part(Vp * C, sizeof(float));  // dw in fp32
+    }
+    return bytes;
+}
 
 template <class T>
 void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,

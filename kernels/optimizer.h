@@ -71,9 +71,13 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
 
 // *sumsq (a device double) = the sum of squares of every gradient, summed in fp64 in a fixed
 // order (per tensor kGradNormBlocks partial sums, then one block adds them): deterministic.
-// scratch: grad_sum_squares_scratch_bytes(count) bytes of device memory.
+// scratch: grad_sum_squares_scratch_bytes(count) bytes of device memory (inline: the estimator
+// predicts the engine's scratch with it, which adds kGradNormResultBytes for *sumsq in front).
 inline constexpr int kGradNormBlocks = 256;
-std::size_t grad_sum_squares_scratch_bytes(int count);
+inline constexpr std::size_t kGradNormResultBytes = 256;  // the result double, padded
+inline std::size_t grad_sum_squares_scratch_bytes(int count) {
+    return static_cast<std::size_t>(count > 1 ? count : 1) * kGradNormBlocks * sizeof(double);
+}
 void grad_sum_squares(double* sumsq, const OptimizerTensor* tensors, int count, void* scratch,
                       CUstream_st* stream);
 

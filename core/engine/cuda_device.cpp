@@ -162,7 +162,7 @@ public:
     double grad_sum_squares(const OptimizerTensor* tensors, int count,
                             AccountingAllocator& alloc) override {
         // scratch: the result (one double, padded to 256 bytes) then the per-block partials.
-        constexpr std::size_t kResultBytes = 256;
+        constexpr std::size_t kResultBytes = cuda::kGradNormResultBytes;
         const std::size_t bytes = kResultBytes + api_.grad_sum_squares_scratch_bytes(count);
         Tensor scratch(alloc, "optimizer.grad_norm.scratch", MemCategory::temporaries, DType::i8,
                        {static_cast<std::int64_t>(bytes)});

@@ -12,10 +12,9 @@ namespace napkin::cuda {
 namespace {
 
 constexpr int kRowBlock = 512;
-constexpr std::size_t kScratchAlign = 256;
-
-std::size_t align_up(std::size_t bytes) {
-    return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+std::size_t align_up(std::size_t bytes) {  // the layout head_cross_entropy_scratch_bytes counts
+    return (bytes + kHeadCrossEntropyScratchAlign - 1) / kHeadCrossEntropyScratchAlign *
+           kHeadCrossEntropyScratchAlign;
 }
 
 // One block per row of the chunk: logits (R, Vp) fp32 in, losses out, and dlogits
@@ -61,17 +60,6 @@ __global__ void head_cross_entropy_accumulate_kernel(D* dw, const float* dw32, s
 }
 
 }  // namespace
-
-std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int64_t C, std::int64_t Vp,
-                                             DType dt, bool with_dw) {
-    const auto n = [](std::int64_t v) { return static_cast<std::size_t>(v); };
-    std::size_t bytes = align_up(n(chunk * Vp) * sizeof(float));  // logits
-    if (dt != DType::f32) {
-        bytes += align_up(n(chunk * Vp) * 2);                       // dlogits in T
-        if (with_dw) bytes += align_up(n(Vp * C) * sizeof(float));  // dw in fp32
-    }
-    return bytes;
-}
 
 template <class T>
 void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,

@@ -153,10 +153,6 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
     });
 }
 
-std::size_t grad_sum_squares_scratch_bytes(int count) {
-    return static_cast<std::size_t>(std::max(count, 1)) * kGradNormBlocks * sizeof(double);
-}
-
 void grad_sum_squares(double* sumsq, const OptimizerTensor* tensors, int count, void* scratch,
                       CUstream_st* stream) {
     NAPKIN_CUDA_REQUIRE(scratch != nullptr, "grad_sum_squares: scratch is required");
