@@ -4,7 +4,7 @@
 // kernels without a GPU", says what it checks and what only a GPU can.
 //
 // How a .cu file gets here: tests/cuda_emu/rewrite_cu.cmake copies it with each launch
-// `name<<<grid, block, smem, stream>>>(args)` rewritten into a call of napkin::emu::launch, and
+// `name<<<grid, block, smem, stream>>>(args)` rewritten into a call of napkin::emu::Launch, and
 // each `extern __shared__ T name[]` into the launch's dynamic shared buffer; g++ then compiles
 // the copy as C++ with this header included first (-include). The real CUDA headers compile
 // under a host compiler; this header supplies what they leave to nvcc: the built-in variables,
