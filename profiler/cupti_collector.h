@@ -77,7 +77,9 @@ public:
     // The last flush: kernels whose launch never came are counted (unmatched_flows).
     void finish() noexcept;
 
-    std::uint64_t dropped() const { return stats_.dropped_records + stats_.buffers_refused; }
+    // Records lost. A refused buffer request is a cause, not more records: CUPTI counts the
+    // records it could not write for want of that buffer among its dropped ones.
+    std::uint64_t dropped() const { return stats_.dropped_records; }
     std::uint64_t failures() const { return stats_.failures + failures_; }
     std::uint64_t kernels() const { return translator_.kernels(); }
     const CuptiTranslator& translator() const { return translator_; }

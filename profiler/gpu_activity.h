@@ -41,7 +41,8 @@ struct GpuActivity {
 struct GpuActivityStats {
     std::uint64_t records = 0;           // records handed over
     std::uint64_t dropped_records = 0;   // CUPTI's count (cuptiActivityGetNumDroppedRecords)
-    std::uint64_t buffers_refused = 0;   // buffer requests refused at the cap (records lost)
+    std::uint64_t buffers_refused = 0;   // buffer requests refused at the cap (their records are
+                                         // counted in dropped_records)
     std::uint64_t failures = 0;          // CUPTI calls that failed (each warned once on stderr)
 };
 
