@@ -13,7 +13,7 @@ void add_info_command(CLI::App& app) {
         const DeviceInfo& d = probe_devices();
         std::printf("napkin %s\n", NAPKIN_VERSION);
         std::printf("build: CUDA backend %s\n", NAPKIN_BUILD_CUDA);
-        if (d.cuda_built) {
+        if (d.cuda_built && !d.libraries.empty()) {  // empty: the backend did not load (below)
             std::printf("cuda runtime %s, driver %s\n", d.runtime_version.c_str(),
                         d.driver_version.empty() ? "none" : d.driver_version.c_str());
             std::printf("libraries: %s\n", d.libraries.c_str());

@@ -32,6 +32,25 @@ void expect_usage_error(const std::string& args, const std::string& needle) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
+// NAPKIN_CUDA_PLUGIN names another CUDA backend (the emulator's, docs/CUDA.md). One that does not
+// load is reported, not a crash, and asking for the device is then a usage error saying why.
+TEST(Cli, AnUnloadableCudaBackendIsReported) {
+    struct Env {
+        Env() { setenv("NAPKIN_CUDA_PLUGIN", "/nonexistent/libnapkin_cuda.so", 1); }
+        ~Env() { unsetenv("NAPKIN_CUDA_PLUGIN"); }
+    } env;
+    const CliRun info = napkin("info");
+    ASSERT_EQ(info.rc, 0) << info.err;
+    if (info.out.find("CUDA backend on") == std::string::npos)
+        GTEST_SKIP() << "built without CUDA: NAPKIN_CUDA_PLUGIN is not read";
+    EXPECT_NE(info.out.find("cannot load the CUDA backend: /nonexistent/libnapkin_cuda.so"),
+              std::string::npos)
+        << info.out;
+    EXPECT_EQ(info.out.find("libraries:"), std::string::npos) << "versions without a backend: " << info.out;
+    expect_usage_error("train --device cuda --steps 1 --out " + testing::TempDir() + "/napkin_no_backend",
+                       "--device cuda: no CUDA device (cannot load the CUDA backend: /nonexistent");
+}
+
 TEST(Cli, DefaultEstimateRuns) {
     const CliRun r = napkin("estimate");
     EXPECT_EQ(r.rc, 0) << r.err;
