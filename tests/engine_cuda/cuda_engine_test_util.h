@@ -17,7 +17,7 @@ inline std::string cuda_engine_unavailable() {
 }
 
 // Whether the CUDA device is the CPU emulator (tests/cuda_emu, docs/CUDA.md): the same code
-// runs, about a thousand times slower than on a GPU.
+// runs, at the CPU's speed (a tiny-model step takes seconds).
 inline bool cuda_engine_emulated() {
     return probe_devices().name.rfind("napkin cuda-emu", 0) == 0;
 }
