@@ -71,13 +71,13 @@ namespace cuda {
 // fp32 logits chunk and, for 16-bit storage, dlogits in T and (with_dw) dw's fp32 sum, each
 // starting on a 256-byte boundary. Inline: the estimator predicts the CUDA engine's scratch
 // with it, to the byte.
-inline constexpr std::size_t kHeadCrossEntropyScratchAlign = 256;
+inline std::size_t head_cross_entropy_scratch_align(std::size_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
 inline std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int64_t C,
                                                     std::int64_t Vp, DType dt, bool with_dw) {
     const auto part = [](std::int64_t elements, std::size_t bytes_each) {
-        const std::size_t b = static_cast<std::size_t>(elements) * bytes_each;
-        return (b + kHeadCrossEntropyScratchAlign - 1) / kHeadCrossEntropyScratchAlign *
-               kHeadCrossEntropyScratchAlign;
+        return head_cross_entropy_scratch_align(static_cast<std::size_t>(elements) * bytes_each);
     };
     std::size_t bytes = part(chunk * Vp, sizeof(float));  // logits
     if (dt != DType::f32) {

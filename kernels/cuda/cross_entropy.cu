@@ -12,10 +12,6 @@ namespace napkin::cuda {
 namespace {
 
 constexpr int kRowBlock = 512;
-std::size_t align_up(std::size_t bytes) {  // the layout head_cross_entropy_scratch_bytes counts
-    return (bytes + kHeadCrossEntropyScratchAlign - 1) / kHeadCrossEntropyScratchAlign *
-           kHeadCrossEntropyScratchAlign;
-}
 
 // One block per row of the chunk: logits (R, Vp) fp32 in, losses out, and dlogits
 // (softmax - onehot) * dloss over the V real columns, 0 on the padding: in place into logits when
@@ -75,12 +71,12 @@ void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
     constexpr cudaDataType_t type = cuda_data_type<T>();
     auto* base = static_cast<unsigned char*>(scratch);
     float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
-    base += align_up(static_cast<std::size_t>(chunk * Vp) * sizeof(float));
+    base += head_cross_entropy_scratch_align(static_cast<std::size_t>(chunk * Vp) * sizeof(float));
     D* dlogits = nullptr;   // (chunk, Vp), 16-bit storage only
     float* dw32 = nullptr;  // (Vp, C), 16-bit storage with dw only
     if (!kFloat) {
         dlogits = reinterpret_cast<D*>(base);
-        base += align_up(static_cast<std::size_t>(chunk * Vp) * sizeof(D));
+        base += head_cross_entropy_scratch_align(static_cast<std::size_t>(chunk * Vp) * sizeof(D));
         if (dw != nullptr) {
             dw32 = reinterpret_cast<float*>(base);
             NAPKIN_CUDA_CHECK(

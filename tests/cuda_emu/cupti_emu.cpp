@@ -24,15 +24,16 @@
 // state's lock held, so they may call CUPTI.
 //
 // How it differs from CUPTI on a GPU: work is done when it is queued, so a kernel's, copy's or
-// set's record lies inside its call's API record and precedes it in the buffer (on a GPU device
-// records come later); a synchronization record spans its whole call. No driver records (the
-// emulator makes no driver calls; DRIVER can be enabled and stays empty), no other kinds (their
-// enable fails with CUPTI_ERROR_NOT_SUPPORTED), no records of CUPTI's own overhead. Device 0,
-// context 1; stream ids 7 for the legacy default stream and 13 up for others in the order first
-// seen, kept per handle (a destroyed stream's handle, reused, keeps its id); event ids 1 up.
-// Kernel names are the emulator's (the kernel's source name, unmangled), kept for the process's
-// life; registers and static shared memory are 0 (unknown). A memcpy of cudaMemcpyDefault has
-// copy kind UNKNOWN and host memory is kind UNKNOWN (emu_trace.h passes the kind, not the
+// set's record precedes its call's API record in the buffer (on a GPU device records come
+// later); an asynchronous call's API record ends where its work starts, a synchronous one's
+// (cudaMemcpy, cudaMemset) spans it (emu_trace.h); a synchronization record spans its call. No
+// driver records (the emulator makes no driver calls; DRIVER can be enabled and stays empty), no
+// other kinds (their enable fails with CUPTI_ERROR_NOT_SUPPORTED), no records of CUPTI's own
+// overhead. Device 0, context 1; stream ids 7 for the legacy default stream and 13 up for others in
+// the order first seen, kept per handle (a destroyed stream's handle, reused, keeps its id); event
+// ids 1 up. Kernel names are the emulator's (the kernel's source name, unmangled), kept for the
+// process's life; registers and static shared memory are 0 (unknown). A memcpy of cudaMemcpyDefault
+// has copy kind UNKNOWN and host memory is kind UNKNOWN (emu_trace.h passes the kind, not the
 // pointers); a memcpy's correlationId and runtimeCorrelationId are both its runtime call's.
 // returnValue is always 0: emu_trace.h does not pass a call's result. Timestamps
 // (cuptiGetTimestamp) are a monotonic clock in ns, offset to read near the Unix epoch as

@@ -380,59 +380,18 @@ void start_fiber(Fiber& f) {
                    [&f](ctx::fiber&& scheduler) { return fiber_main(f, std::move(scheduler)); });
 }
 
-// The schedule's randomness, seeded per launch so a failure reproduces: splitmix64, and
-// Lemire's multiply-shift for a draw below n (cheap: a round draws once per thread).
-class Rng {
-public:
-    explicit Rng(std::uint64_t seed) : state_(seed) {}
-    std::uint32_t below(std::uint32_t n) {
-        return static_cast<std::uint32_t>((next() >> 32) * n >> 32);
-    }
-    // Fisher-Yates over [first, first + n).
-    template <class T>
-    void shuffle(T* first, std::size_t n) {
-        for (std::size_t i = n; i > 1; --i)
-            std::swap(first[i - 1], first[below(static_cast<std::uint32_t>(i))]);
-    }
-
-private:
-    std::uint64_t next() {
-        std::uint64_t z = (state_ += 0x9e3779b97f4a7c15u);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-        return z ^ (z >> 31);
-    }
-    std::uint64_t state_;
-};
-
-// One round's order: the warps shuffled, and each warp's lanes shuffled. Any two threads can
-// run in either order, as on the GPU; a warp's lanes run together, which keeps their stacks
-// warm in cache.
-void round_order(Rng& rng, std::vector<std::uint32_t>& order) {
-    const auto n = static_cast<std::uint32_t>(g_run.fibers.size());
-    const std::uint32_t warps = (n + kWarp - 1) / kWarp;
-    std::array<std::uint32_t, kMaxThreadsPerBlock / kWarp> warp_order;
-    std::iota(warp_order.begin(), warp_order.begin() + warps, 0u);
-    rng.shuffle(warp_order.data(), warps);
-    order.clear();
-    for (std::uint32_t w = 0; w < warps; ++w) {
-        const std::size_t first = order.size();
-        for (std::uint32_t i = warp_order[w] * kWarp; i < std::min(n, (warp_order[w] + 1) * kWarp);
-             ++i)
-            order.push_back(i);
-        rng.shuffle(order.data() + first, order.size() - first);
-    }
-}
-
 // Runs one block to the end, or until a failure. Returns false on failure.
-bool run_block(Rng& rng) {
+// The order of each round is shuffled, seeded per launch so that a failure reproduces: any two
+// threads run in either order, as the hardware allows.
+bool run_block(std::minstd_rand& rng) {
     for (Fiber& f : g_run.fibers) {
         f.state = State::kReady;
         f.fake_stack = nullptr;
     }
-    std::vector<std::uint32_t> order;
+    std::vector<std::uint32_t> order(g_run.fibers.size());
+    std::iota(order.begin(), order.end(), 0u);
     for (;;) {
-        round_order(rng, order);
+        std::shuffle(order.begin(), order.end(), rng);
         for (std::uint32_t i : order) {
             Fiber& f = g_run.fibers[i];
             if (f.state != State::kReady) continue;
@@ -517,7 +476,7 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
         for (unsigned y = 0; y < block.y; ++y)
             for (unsigned x = 0; x < block.x; ++x, ++i)
                 g_run.fibers[i].index = uint3{x, y, z};
-    Rng rng(++g_launches);
+    std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {

@@ -18,14 +18,11 @@
 
 #include "core/device.h"
 #include "profiler/trace_check.h"
+#include "tests/engine_cuda/cuda_engine_test_util.h"
 #include "tests/profiler/temp_dir.h"
 
 namespace {
 
-std::string cuda_engine_unavailable() {
-    std::string reason;
-    return napkin::cuda_engine_api(&reason) != nullptr ? std::string() : reason;
-}
 
 struct Kernel {
     double ts = 0, dur = 0;
@@ -130,14 +127,6 @@ void check_profiled_run(const std::string& flags, double min_busy) {
 
 }  // namespace
 
-#define NAPKIN_SKIP_WITHOUT_CUDA_ENGINE()                                                             \
-    do {                                                                                              \
-        const std::string napkin_reason_ = cuda_engine_unavailable();                                 \
-        if (!napkin_reason_.empty()) {                                                                \
-            GTEST_SKIP() << "no CUDA device (" << napkin_reason_                                      \
-                         << "): the CUPTI profile of a CUDA run is compiled but not run";             \
-        }                                                                                             \
-    } while (0)
 
 // A tiny model: launch-bound, so the kernels fill only part of the step; the structure checks.
 TEST(ProfileCuda, TinyRunHasEveryKernelLaunchedAndCosted) {
@@ -149,8 +138,7 @@ TEST(ProfileCuda, TinyRunHasEveryKernelLaunchedAndCosted) {
 // time must come within a few percent of the synchronized step's.
 TEST(ProfileCuda, Gpt2KernelTimeAccountsForTheStep) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    if (napkin::probe_devices().name.rfind("napkin cuda-emu", 0) == 0)
-        GTEST_SKIP() << "on the CUDA emulator: GPT-2 steps take hours there; runs on a GPU";
+    NAPKIN_SKIP_ON_EMULATOR("GPT-2 steps take hours there");
     check_profiled_run("--model gpt2 --micro-batch 8 --seq-len 1024 --precision bf16-amp --steps 3 --profile steps:2-3",
                        0.95);
 }
