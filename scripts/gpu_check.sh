@@ -2,7 +2,8 @@
 # Everything napkin checks on a GPU, in few calls (a lent H100/H200 session has about 30 minutes
 # of device time and 10 minutes per command: docs/CUDA.md, "Running on a GPU"):
 #
-#   scripts/gpu_check.sh build        # configure + build the CUDA targets into build-cuda (~5 min)
+#   scripts/gpu_check.sh build        # configure + build the CUDA targets into build-cuda (~5 min),
+#                                     # or unpack .gpu/bundle.tar.gz (scripts/gpu_bundle.sh) if carried
 #   scripts/gpu_check.sh test         # every gpu-labelled test binary, then compute-sanitizer subsets
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
 #   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
@@ -13,6 +14,11 @@
 # file per step, and one line per step is printed: "PASS name", "FAIL name (rc N, log)" or
 # "SKIP name (why)". A failing step does not stop the others; the exit status is 1 if any failed.
 # CUDA_ARCH (default 90: H100/H200) and JOBS (default nproc) tune the build.
+#
+# The GPU machines lack Debian's -dev packages napkin builds against and cannot install any, so
+# the usual way is to build here with scripts/gpu_bundle.sh and carry `.gpu` with each call:
+# every step then unpacks the bundle (once), points the bundle's build root at this copy of
+# the tree, and finds the device's CUDA and NCCL libraries before it runs anything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +43,51 @@ step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log
     fi
 }
 
+# The bundle's binaries hold absolute paths into the checkout they were built in (RPATH,
+# NAPKIN_BINARY, test data): make that path lead here when it is free, as it is on a fresh device.
+use_bundle() {
+    [ -f .gpu/bundle.tar.gz ] || return 0
+    if [ ! -f "$b/MANIFEST" ] || [ .gpu/bundle.tar.gz -nt "$b/MANIFEST" ]; then
+        tar -xzf .gpu/bundle.tar.gz || { echo "FAIL unpack (.gpu/bundle.tar.gz)"; failed=1; return 0; }
+        touch "$b/MANIFEST"
+    fi
+    local root here
+    root=$(sed -n 's/^root //p' "$b/MANIFEST")
+    here=$(pwd -P)
+    if [ -n "$root" ] && [ "$root" != "$here" ]; then
+        if [ ! -e "$root" ]; then
+            mkdir -p "$(dirname "$root")" && ln -s "$here" "$root"
+        elif [ "$(cd "$root" && pwd -P)" != "$here" ]; then
+            echo "FAIL bundle (built in $root, which exists here and is not this tree: rebuild with $b)"
+            failed=1
+        fi
+    fi
+    echo "bundle: $(sed -n 's/^commit //p' "$b/MANIFEST"), nvcc $(sed -n 's/^nvcc //p' "$b/MANIFEST")," \
+         "arch $(sed -n 's/^arch //p' "$b/MANIFEST")"
+}
+
+# CUDA's libraries as the device has them: the toolkit's, CUPTI's, and NCCL's (the toolkit's
+# when it ships it, else the copy PyTorch's wheels bring).
+find_libs() {
+    local d dirs=""
+    [ -d "$b/bundle-lib" ] && dirs="$(pwd -P)/$b/bundle-lib"
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/extras/CUPTI/lib64; do
+        [ -d "$d" ] && dirs="$dirs:$d"
+    done
+    if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' && ! ls /usr/local/cuda/lib*/libnccl.so.2 >/dev/null 2>&1
+    then
+        d=$(find / -xdev -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -n 1)
+        [ -n "$d" ] && dirs="$dirs:$(dirname "$d")"
+    fi
+    export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"  # compute-sanitizer
+    if [ -f "$b/core/libnapkin_cuda.so" ] && ldd "$b/core/libnapkin_cuda.so" | grep -q 'not found'; then
+        echo "FAIL libraries (the CUDA backend cannot load):"
+        ldd "$b/core/libnapkin_cuda.so" | grep 'not found' | sed 's/^/    /'
+        failed=1
+    fi
+}
+
 need_build() {
     if [ ! -x "$b/cli/napkin" ]; then
         echo "SKIP $1 (no $b/cli/napkin: run scripts/gpu_check.sh build first)"
@@ -47,6 +98,10 @@ need_build() {
 do_build() {
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
         >"$out/gpu.txt" 2>&1
+    if [ -f .gpu/bundle.tar.gz ]; then
+        echo "SKIP build (prebuilt: .gpu/bundle.tar.gz)"
+        return 0
+    fi
     step configure cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON \
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
@@ -54,13 +109,27 @@ do_build() {
         device_test gemm_bench
 }
 
+# A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
+counts() {
+    [ -f "$1" ] || return 0
+    local n s f
+    n=$(grep -c '<testcase ' "$1")
+    s=$(grep -c '<skipped' "$1")
+    f=$(grep -c '<failure' "$1")
+    echo "    $n tests: $((n - s)) ran, $s skipped, $f failures"
+}
+
 do_test() {
     need_build test || return 0
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
+        >"$out/gpu.txt" 2>&1
+    "$b/cli/napkin" info 2>&1 | tee "$out/info.txt" | grep -E '^(cuda|libraries)' | sed 's/^/    /'
     local t
     for t in device_test caching_allocator_test kernels_cuda_test engine_cuda_test train_cuda_cli_test \
              nccl_test profile_cuda_test; do
         if [ -x "$b/tests/$t" ]; then
             step "$t" "$b/tests/$t" --gtest_output="xml:$out/$t.xml"
+            counts "$out/$t.xml"
         else
             echo "SKIP $t (not built)"
         fi
@@ -131,6 +200,7 @@ do_bench() {
 }
 
 what="${1:-all}"
+case "$what" in -h|--help) ;; *) use_bundle; find_libs ;; esac
 case "$what" in
     build) do_build ;;
     test) do_test ;;
@@ -138,7 +208,7 @@ case "$what" in
     trace) do_trace ;;
     bench) do_bench ;;
     all) do_build; do_test; do_runs; do_trace; do_bench ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
