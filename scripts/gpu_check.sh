@@ -13,7 +13,8 @@
 # Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
 # file per step, and one line per step is printed: "PASS name", "FAIL name (rc N, log)" or
 # "SKIP name (why)". A failing step does not stop the others; the exit status is 1 if any failed.
-# CUDA_ARCH (default 90: H100/H200) and JOBS (default nproc) tune the build.
+# CUDA_ARCH (default 90: H100/H200) and JOBS (default nproc) tune the build; STEP_TIMEOUT (default
+# 240 s) bounds each step.
 #
 # The GPU machines lack Debian's -dev packages napkin builds against and cannot install any, so
 # the usual way is to build here with scripts/gpu_bundle.sh and carry `.gpu` with each call:
@@ -29,15 +30,22 @@ jobs="${JOBS:-$(nproc)}"
 b=build-cuda
 failed=0
 
+# Each step may take STEP_TIMEOUT seconds (default 240; 0 = no limit), so that one hung or slow
+# step (a collective that never returns, a sanitizer on a large test) cannot use up a whole
+# device call (600 s) and the results of the steps after it.
+step_timeout="${STEP_TIMEOUT:-240}"
+
 step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log
     local name=$1
     shift
     local t0=$SECONDS
-    if "$@" >"$out/$name.log" 2>&1; then
+    if timeout --kill-after=10 "$step_timeout" "$@" >"$out/$name.log" 2>&1; then
         echo "PASS $name ($((SECONDS - t0)) s)"
     else
         local rc=$?
-        echo "FAIL $name (rc $rc, $((SECONDS - t0)) s; $out/$name.log)"
+        local why="rc $rc"
+        [ "$rc" = 124 ] || [ "$rc" = 137 ] && why="timed out after $step_timeout s"
+        echo "FAIL $name ($why, $((SECONDS - t0)) s; $out/$name.log)"
         tail -n 15 "$out/$name.log" | sed 's/^/    /'
         failed=1
     fi
@@ -102,6 +110,7 @@ do_build() {
         echo "SKIP build (prebuilt: .gpu/bundle.tar.gz)"
         return 0
     fi
+    local step_timeout=0  # compiling on the device: as long as it takes
     step configure cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON \
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
@@ -208,7 +217,7 @@ case "$what" in
     trace) do_trace ;;
     bench) do_bench ;;
     all) do_build; do_test; do_runs; do_trace; do_bench ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
