@@ -8,7 +8,9 @@ scripts/install_deps.sh --viewer
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" -LE gui
-xvfb-run -a ctest --test-dir build --output-on-failure -j"$(nproc)" -L gui
+# -noreset: by default Xvfb resets when its last client leaves, and a test connecting during the
+# reset fails to open the display (seen in CI with two gui tests at once).
+xvfb-run -a -s "-screen 0 1280x1024x24 -noreset" ctest --test-dir build --output-on-failure -j"$(nproc)" -L gui
 
 # libFuzzer needs clang: the loader's fuzz target is a small project of its own (tests/viewer/fuzz).
 cmake -S tests/viewer/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
