@@ -175,8 +175,8 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     } else {
         o = options_from_flags(f, cmd);
     }
-    // --device auto: the GPU when the CUDA engine can run here and the run needs nothing it lacks
-    // yet (pure bf16), else the CPU; one line on what was found. Checkpoints are the same file on
+    // --device auto: the GPU when the CUDA engine can run here, else the CPU; one line on what
+    // was found. Checkpoints are the same file on
     // either device, so a run saved on one resumes on the other. Data parallelism runs on either,
     // on CUDA one rank per GPU over NCCL (docs/ZERO.md): auto takes the GPUs only when this node
     // has one for each of its ranks, so every rank of the node decides alike.
@@ -187,8 +187,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         const bool gpu = cuda_engine_api(&reason) != nullptr;
         const int node_ranks = launch_env().local_size;
         std::string cpu_only;
-        if (o.plan.precision == Precision::bf16) cpu_only = "pure bf16 runs on the CPU only";
-        else if (node_ranks > d.cuda_devices) {
+        if (node_ranks > d.cuda_devices) {
             cpu_only = std::to_string(node_ranks) + " ranks on this node and " + std::to_string(d.cuda_devices) +
                        " GPU" + (d.cuda_devices == 1 ? "" : "s");
         }

@@ -34,12 +34,15 @@ struct OptimizerHyper {
 // One parameter. The states m and v are in the state dtype of the call (f32 or bf16) and null
 // where the optimizer keeps fewer (sgd none, momentum/adagrad/rmsprop m only).
 struct OptimizerTensor {
-    float* master = nullptr;  // (n) fp32 values updated in place: master copy or fp32 weights
+    float* master = nullptr;  // (n) fp32 values updated in place: master copy or fp32 weights;
+                              //     null when the weight itself holds the values (pure bf16)
     void* grad = nullptr;     // (n) in grad_dtype (f32, bf16, f16); only the unscale writes it
     void* m = nullptr;        // (n) first state
     void* v = nullptr;        // (n) second state
-    void* weight = nullptr;   // (n) working copy in weight_dtype to round the result into,
-                              //     null when master is the weight itself
+    void* weight = nullptr;   // (n) in weight_dtype: the working copy the result is rounded
+                              //     into (null when master is the fp32 weight itself), or,
+                              //     without a master, the values read widened and written
+                              //     back rounded to nearest even
     std::int64_t n = 0;
     float weight_decay = 0.0f;  // 0 for parameters without decay (ParamSlot::decay)
     DType grad_dtype = DType::f32;

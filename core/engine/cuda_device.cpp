@@ -90,15 +90,10 @@ public:
             case Precision::fp32:
                 return make<float>(cfg, in, alloc, seed);
             case Precision::bf16_amp:
+            case Precision::bf16:  // no master: the optimizer kernel updates the bf16 weights
                 return make<bf16_t>(cfg, in, alloc, seed);
             case Precision::fp16_amp:
                 return make<f16_t>(cfg, in, alloc, seed);
-            case Precision::bf16:
-                // The CPU widens bf16 weights into a host fp32 buffer for the update; the CUDA
-                // optimizer kernel updates an fp32 master in place and has no such buffer yet.
-                throw UsageError(
-                    "--precision bf16: not on --device cuda yet (pure bf16 updates need an fp32 "
-                    "copy the CUDA optimizer does not keep); use bf16-amp");
             case Precision::fp8_amp:
                 break;
         }

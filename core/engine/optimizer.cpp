@@ -40,9 +40,6 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
             v_.emplace_back(alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(v_.back());
         }
-        // The device kernel updates fp32 values in place: a master copy or fp32 weights.
-        NAPKIN_ASSERT(device_ == nullptr || !p.master.empty() || p.weight.dtype() == DType::f32,
-                      "optimizer on a device: " << p.name << " has neither fp32 weights nor a master copy");
     }
 }
 
@@ -144,13 +141,18 @@ std::vector<OptimizerTensor> Optimizer::device_tensors() const {
     for (std::size_t i = 0; i < params.size(); ++i) {
         const ParamSlot& p = params[i];
         OptimizerTensor& t = ts[i];
+        // The fp32 values the update applies to: the master copy, the fp32 weights, or (pure
+        // bf16, no master) none: the kernel reads the bf16 weight and rounds its result back.
         const bool master = !p.master.empty();
-        t.master = const_cast<float*>(master ? p.master.data<float>() : p.weight.data<float>());
+        const bool f32_weight = p.weight.dtype() == DType::f32;
+        t.master = master       ? const_cast<float*>(p.master.data<float>())
+                   : f32_weight ? const_cast<float*>(p.weight.data<float>())
+                                : nullptr;
         t.grad = const_cast<void*>(p.grad.raw());
         t.grad_dtype = p.grad.dtype();
         t.m = states >= 1 ? const_cast<void*>(m_[i].raw()) : nullptr;
         t.v = states >= 2 ? const_cast<void*>(v_[i].raw()) : nullptr;
-        t.weight = master ? const_cast<void*>(p.weight.raw()) : nullptr;
+        t.weight = master || !f32_weight ? const_cast<void*>(p.weight.raw()) : nullptr;
         t.weight_dtype = p.weight.dtype();
         t.n = p.numel;
         t.weight_decay = p.decay ? cfg_.weight_decay : 0.0f;

@@ -592,8 +592,9 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
     st.lr = learning_rate(opt_, step_index);
     const std::int64_t r = comm_.rank();
     const auto& params = model_.params();
-    NAPKIN_ASSERT(dt_.has_master || dt_.weights == DType::f32,
-                  "the device's sharded step updates fp32 values: a master copy or fp32 weights");
+    // The values updated: the master shard, the fp32 weights, or (pure bf16) the bf16 weights
+    // themselves, read widened and rounded back by the kernel.
+    const bool f32_weights = dt_.weights == DType::f32;
     std::vector<OptimizerTensor> ts;
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
@@ -610,8 +611,10 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
             const auto soff = static_cast<std::uint64_t>(off);
             OptimizerTensor t;
             char* w = weights + storage_bytes(dt_.weights, soff);
-            t.master = dt_.has_master ? x.master.data<float>() + off : reinterpret_cast<float*>(w);
-            t.weight = dt_.has_master ? w : nullptr;
+            t.master = dt_.has_master ? x.master.data<float>() + off
+                       : f32_weights  ? reinterpret_cast<float*>(w)
+                                      : nullptr;
+            t.weight = dt_.has_master || !f32_weights ? w : nullptr;
             t.grad = grads + storage_bytes(dt_.grads, soff);
             t.m = x.m.empty() ? nullptr : at(x.m, off, dt_.optimizer_state);
             t.v = x.v.empty() ? nullptr : at(x.v, off, dt_.optimizer_state);

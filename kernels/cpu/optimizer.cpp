@@ -45,10 +45,11 @@ void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
         const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
         float m = t.m != nullptr ? load(t.m, s, k) : 0.0f;
         float v = t.v != nullptr ? load(t.v, s, k) : 0.0f;
-        const float wk = optimizer_rule(h, g, t.master[k], wd, m, v);
+        const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
+        const float wk = optimizer_rule(h, g, w, wd, m, v);
         if (t.m != nullptr) store(t.m, s, k, m);
         if (t.v != nullptr) store(t.v, s, k, v);
-        t.master[k] = wk;
+        if (t.master != nullptr) t.master[k] = wk;
         if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
     }
 }
@@ -59,8 +60,11 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
                       DType state_dtype) {
     NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16,
                   "optimizer_update: state dtype " << dtype_name(state_dtype));
-    for (int i = 0; i < count; ++i)
+    for (int i = 0; i < count; ++i) {
+        NAPKIN_ASSERT(tensors[i].master != nullptr || tensors[i].weight != nullptr,
+                      "optimizer_update: tensor " << i << " has neither a master nor a weight");
         update(h, tensors[i], state_dtype);
+    }
 }
 
 double grad_sum_squares(const OptimizerTensor* tensors, int count) {

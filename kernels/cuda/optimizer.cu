@@ -55,10 +55,11 @@ __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType
         const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
         float m = t.m != nullptr ? load(t.m, s, k) : 0.0f;
         float v = t.v != nullptr ? load(t.v, s, k) : 0.0f;
-        const float wk = optimizer_rule(h, g, t.master[k], wd, m, v);
+        const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
+        const float wk = optimizer_rule(h, g, w, wd, m, v);
         if (t.m != nullptr) store(t.m, s, k, m);
         if (t.v != nullptr) store(t.v, s, k, v);
-        t.master[k] = wk;
+        if (t.master != nullptr) t.master[k] = wk;
         if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
     }
 }
@@ -144,7 +145,12 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
                       DType state_dtype, CUstream_st* stream) {
     NAPKIN_CUDA_REQUIRE(state_dtype == DType::f32 || state_dtype == DType::bf16,
                         "optimizer_update: state dtype " << static_cast<int>(state_dtype));
-    for_each_group(tensors, count, [&](const TensorList& list, int, std::int64_t max_n) {
+    for_each_group(tensors, count, [&](const TensorList& list, int first, std::int64_t max_n) {
+        for (int i = 0; i < list.count; ++i) {
+            NAPKIN_CUDA_REQUIRE(
+                list.t[i].master != nullptr || list.t[i].weight != nullptr,
+                "optimizer_update: tensor " << first + i << " has neither a master nor a weight");
+        }
         if (max_n == 0) return;
         const dim3 grid(std::min(grid_for(max_n, kBlock), kUpdateBlocksMax),
                         static_cast<unsigned>(list.count));

@@ -136,6 +136,8 @@ const Case kCases[] = {
      1e-4, 5e-2, 1e-2},
     {"bf16amp_naive_llama", Precision::bf16_amp, AttentionImpl::naive, Checkpointing::none, true,
      1e-4, 5e-2, 1e-2},
+    {"bf16_flash_gpt2", Precision::bf16, AttentionImpl::flash, Checkpointing::none, false, 1e-4,
+     5e-2, 1e-2},
     {"fp16amp_flash_gpt2", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none, false,
      1e-5, 2e-2, 5e-3},
 };
@@ -182,6 +184,12 @@ TEST(GptCudaTraining, Bf16AmpFiftyStepsFollowCpu) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
     follow_cpu(Precision::bf16_amp, 5e-2);
+}
+
+TEST(GptCudaTraining, PureBf16FiftyStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
+    follow_cpu(Precision::bf16, 5e-2);
 }
 
 // The one test that runs everywhere: without a usable device, asking for one is a one-line

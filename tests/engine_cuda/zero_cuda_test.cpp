@@ -7,6 +7,7 @@
 // CPU's exactly (the same tensors, names and categories). Skips without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <memory>
@@ -162,10 +163,12 @@ TEST_P(ZeroCudaVsCpu, WorldOneOverNcclFollowsTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroCudaVsCpu,
                          testing::Combine(testing::Values(0, 1, 2, 3),
-                                          testing::Values(Precision::fp32, Precision::bf16_amp)),
+                                          testing::Values(Precision::fp32, Precision::bf16_amp,
+                                                          Precision::bf16)),
                          [](const testing::TestParamInfo<std::tuple<int, Precision>>& i) {
-                             return "zero" + std::to_string(std::get<0>(i.param)) + "_" +
-                                    (std::get<1>(i.param) == Precision::fp32 ? "fp32" : "bf16amp");
+                             std::string n(enum_name(kPrecisionNames, std::get<1>(i.param)));
+                             n.erase(std::remove(n.begin(), n.end(), '-'), n.end());
+                             return "zero" + std::to_string(std::get<0>(i.param)) + "_" + n;
                          });
 
 }  // namespace

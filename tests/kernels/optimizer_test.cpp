@@ -164,6 +164,54 @@ TEST(Optimizer, EveryKindMatchesTheDoubleReference) {
     }
 }
 
+// Pure bf16 has no master: the kernel reads the bf16 weight widened and rounds its update back,
+// bit for bit what the update of an fp32 copy followed by one rounding gives.
+TEST(Optimizer, WeightsWithoutAMasterEqualAnUpdatedFp32CopyRoundedOnce) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    const std::int64_t n = 40001;
+    for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::momentum, OptimizerKind::sgd}) {
+        const int states = optimizer_state_count(kind);
+        std::vector<bf16_t> w = test::to_storage<bf16_t>(test::random_normal(rng, n));
+        const std::vector<bf16_t> g = test::to_storage<bf16_t>(test::random_normal(rng, n));
+        std::vector<bf16_t> m(static_cast<std::size_t>(n), bf16_t(0.01f)), v(m);
+        std::vector<float> copy(w.size());
+        for (std::size_t k = 0; k < w.size(); ++k)
+            copy[k] = to_float(w[k]);
+        std::vector<bf16_t> m2(m), v2(v), rounded(w.size());
+        OptimizerHyper h;
+        h.kind = kind;
+        h.lr = 0.05f;
+        h.bias_correction1 = 1.0f - h.beta1;
+        h.bias_correction2 = 1.0f - h.beta2;
+        OptimizerTensor a;  // no master: the weight itself
+        a.grad = const_cast<bf16_t*>(g.data());
+        a.grad_dtype = DType::bf16;
+        a.m = states >= 1 ? m.data() : nullptr;
+        a.v = states >= 2 ? v.data() : nullptr;
+        a.weight = w.data();
+        a.weight_dtype = DType::bf16;
+        a.n = n;
+        a.weight_decay = 0.1f;
+        OptimizerTensor b = a;  // an fp32 copy updated, then rounded into `rounded`
+        b.master = copy.data();
+        b.weight = rounded.data();
+        b.m = states >= 1 ? m2.data() : nullptr;
+        b.v = states >= 2 ? v2.data() : nullptr;
+        cpu::optimizer_update(h, &a, 1, DType::bf16);
+        cpu::optimizer_update(h, &b, 1, DType::bf16);
+        for (std::size_t k = 0; k < w.size(); ++k) {
+            ASSERT_EQ(w[k].bits, rounded[k].bits)
+                << enum_name(kOptimizerNames, kind) << " at " << k;
+        }
+    }
+    OptimizerTensor none;  // neither a master nor a weight: refused
+    none.n = 1;
+    OptimizerHyper h;
+    EXPECT_THROW(cpu::optimizer_update(h, &none, 1, DType::f32), std::exception);
+}
+
 TEST(Optimizer, SumOfSquaresOverTensorsOfEveryGradientType) {
     const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seed " << seed);

@@ -176,6 +176,55 @@ TEST(OptimizerCuda, UpdatesMatchCpuForEveryOptimizerAndDtype) {
     }
 }
 
+// Pure bf16: no master; the bf16 weight itself is read widened and written back rounded.
+TEST(OptimizerCuda, WeightsWithoutAMasterMatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::sgd, OptimizerKind::rmsprop}) {
+        const int states = optimizer_state_count(kind);
+        SCOPED_TRACE(std::string(enum_name(kOptimizerNames, kind)));
+        const int count = 35;
+        std::vector<Param> ps = make_params(rng, count, DType::bf16, DType::bf16, DType::bf16);
+        for (Param& p : ps) {
+            p.weight = random_bytes(rng, DType::bf16, p.n, 0.0, 1.0);
+            p.weight_d->upload(p.weight);
+        }
+        OptimizerHyper h;
+        h.kind = kind;
+        h.lr = 1e-2f;
+        h.bias_correction1 = 1.0f - std::pow(h.beta1, 2.0f);
+        h.bias_correction2 = 1.0f - std::pow(h.beta2, 2.0f);
+        auto dts = device_tensors(ps, states, true);
+        auto hts = host_tensors(ps, states, true);
+        for (std::size_t i = 0; i < ps.size(); ++i) {
+            dts[i].master = nullptr;
+            hts[i].master = nullptr;
+        }
+        cuda::optimizer_update(h, dts.data(), count, DType::bf16, nullptr);
+        cpu::optimizer_update(h, hts.data(), count, DType::bf16);
+        for (int i = 0; i < count; ++i) {
+            Param& p = ps[static_cast<std::size_t>(i)];
+            SCOPED_TRACE("tensor " + std::to_string(i) + " n " + std::to_string(p.n));
+            // The same fp32 arithmetic rounded once to bf16 on both sides: equal but for a
+            // last-place difference of the device's fused multiply-adds.
+            expect_close("weight", values(DType::bf16, p.weight_d->download()),
+                         values(DType::bf16, p.weight), tolerance_for(DType::bf16));
+            if (states >= 1)
+                expect_close("m", values(DType::bf16, p.m_d->download()), values(DType::bf16, p.m),
+                             tolerance_for(DType::bf16));
+        }
+    }
+    // Neither a master nor a weight: refused, not a null dereference on the device.
+    std::vector<Param> ps = make_params(rng, 1, DType::f32, DType::f32, DType::f32);
+    auto dts = device_tensors(ps, 0, false);
+    dts[0].master = nullptr;
+    OptimizerHyper h;
+    h.kind = OptimizerKind::sgd;
+    EXPECT_THROW(cuda::optimizer_update(h, dts.data(), 1, DType::f32, nullptr), std::exception);
+}
+
 TEST(OptimizerCuda, GradSumSquaresAndUnscaleCheckMatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     const unsigned seed = fresh_seed();
