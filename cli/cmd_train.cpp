@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/train_checkpoint.h"
 #include "cli/train_parallel.h"
+#include "cli/train_prediction.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -23,13 +24,13 @@
 #include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"
 #include "core/engine/weights_import.h"
-#include "profiler/chrome_trace_writer.h"
-#include "profiler/cupti_collector.h"
-#include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
 #include "kernels/matmul.h"
 #include "kernels/stream.h"
+#include "profiler/chrome_trace_writer.h"
+#include "profiler/cupti_collector.h"
+#include "profiler/memory_snapshot.h"
 #include "profiler/step_profile.h"
 
 namespace napkin::cli {
@@ -145,7 +146,18 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     return o;
 }
 
+void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::string& oom_hint);
+
 void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
+    std::string oom_hint;  // set as soon as the run's options are known
+    try {
+        train(f, cmd, comm, oom_hint);
+    } catch (const OutOfMemory& e) {
+        throw OutOfMemory(e.what() + oom_hint);
+    }
+}
+
+void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::string& oom_hint) {
     // Checked first: the start-up handshake is already a collective.
     if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
         throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
@@ -218,6 +230,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
     }
     o.offload_optimizer = f.offload == "optimizer";  // like --overlap, a resumed run may change it
+    oom_hint = out_of_memory_hint(o, comm);
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
@@ -302,22 +315,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     profiler::StepProfile profile(profiler::Roofline{peak, bandwidth});
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
-    EstimateInputs ei;
-    ei.model = o.model;
-    ei.seq_len = o.plan.seq_len;
-    ei.micro_batch = o.plan.micro_batch;
-    ei.grad_accum = o.grad_accum;
-    ei.tokens = static_cast<double>(o.steps) * static_cast<double>(o.plan.micro_batch * o.plan.seq_len * o.grad_accum);
-    ei.precision = o.plan.precision;
-    ei.optimizer = o.plan.optimizer;
-    ei.checkpointing = o.plan.checkpointing;
-    ei.attention = o.plan.attention;
-    ei.gpus = comm.world_size();
-    ei.zero = o.zero;
-    ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;
-    ei.peak_flops_per_s = peak;
-    ei.gpu_memory_bytes = 1e15;
-    ei.engine = on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
+    const EstimateInputs ei = estimate_inputs(o, comm, peak);
     const Estimate pred = Estimator{}.run(ei);
 
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),

@@ -1,7 +1,9 @@
 #include "core/allocator.h"
 
 #include <cstdlib>
+#include <iomanip>
 #include <new>
+#include <sstream>
 
 #include "core/check.h"
 
@@ -40,7 +42,12 @@ MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory catego
     MemBlock b;
     b.category = category;
     if (bytes == 0) return b;
-    void* p = raw_.allocate(bytes);
+    void* p = nullptr;
+    try {
+        p = raw_.allocate(bytes);
+    } catch (const std::bad_alloc&) {
+        throw OutOfMemory(out_of_memory_message(name, category, bytes));
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     b.ptr = p;
     b.bytes = bytes;
@@ -56,6 +63,24 @@ MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory catego
         events_.push_back(MemEvent{now_ns(), n, reinterpret_cast<std::uint64_t>(p), b.name_id, category});
     }
     return b;
+}
+
+std::string AccountingAllocator::out_of_memory_message(std::string_view name, MemCategory category,
+                                                       std::size_t bytes) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(2) << "out of "
+       << (raw_.device() == DeviceKind::cuda ? "device" : "host") << " memory allocating " << name
+       << " (" << enum_name(kMemCategoryNames, category) << ", " << static_cast<double>(bytes) / 1e9
+       << " GB) with " << static_cast<double>(current_total_) / 1e9 << " GB live";
+    const char* sep = ": ";
+    for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
+        if (current_[c] == 0) continue;
+        os << sep << enum_name(kMemCategoryNames, static_cast<MemCategory>(c)) << ' '
+           << static_cast<double>(current_[c]) / 1e9;
+        sep = ", ";
+    }
+    return os.str();
 }
 
 void AccountingAllocator::free(MemBlock& b) noexcept {

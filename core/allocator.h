@@ -89,7 +89,9 @@ public:
     AccountingAllocator(const AccountingAllocator&) = delete;
     AccountingAllocator& operator=(const AccountingAllocator&) = delete;
 
-    // Zero-byte requests return a block with a null pointer and record nothing.
+    // Zero-byte requests return a block with a null pointer and record nothing. When the raw
+    // memory refuses (std::bad_alloc), throws OutOfMemory naming the request and the live bytes
+    // by category, and records nothing.
     MemBlock allocate(std::string_view name, MemCategory category, std::size_t bytes);
     void free(MemBlock& block) noexcept;  // resets the block; freeing an empty block is a no-op
 
@@ -110,6 +112,8 @@ public:
 
 private:
     std::uint32_t intern(std::string_view name);
+    std::string out_of_memory_message(std::string_view name, MemCategory category,
+                                      std::size_t bytes) const;
     std::int64_t now_ns() const;
 
     RawMemory& raw_;

@@ -5,6 +5,8 @@
 //    The CLI prints its one-line message and exits 2.
 //  - InputError: a file the user gave cannot be used (missing, truncated, corrupt).
 //    The CLI prints its one-line message and exits 1.
+//  - OutOfMemory: the accounting allocator's raw memory refused a request; the message names
+//    the tensor, its category and size, and what was live. The CLI adds the prediction, exits 1.
 // Only cli/main.cpp and the viewer's open path catch these; library code never exits.
 #pragma once
 
@@ -25,6 +27,11 @@ public:
 };
 
 class InputError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class OutOfMemory : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };

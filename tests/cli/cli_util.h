@@ -29,13 +29,14 @@ std::string slurp(const std::string& path) {
     return ss.str();
 }
 
-CliRun napkin(const std::string& args) {
+// `shell_prefix` goes before the binary in the shell's command line ("ulimit -v 3000000; ").
+CliRun napkin(const std::string& args, const std::string& shell_prefix = "") {
     // CTest runs each test in its own process, in parallel: name the files by process.
     static int calls = 0;
     const std::string stem = testing::TempDir() + "/napkin_cli_" + std::to_string(getpid()) + "_" +
                              std::to_string(calls++);
     const std::string out = stem + ".out", err = stem + ".err";
-    const std::string cmd = std::string(NAPKIN_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const std::string cmd = shell_prefix + NAPKIN_BINARY + " " + args + " >" + out + " 2>" + err;
     const int status = std::system(cmd.c_str());
     CliRun r;
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

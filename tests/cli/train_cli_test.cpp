@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -292,6 +293,28 @@ void expect_error(const std::string& args, int rc, const std::string& needle, co
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
+}
+
+// A run that does not fit ends with one line naming the tensor it could not allocate, what was
+// live, and the estimator's predicted peak for the run, and leaves no report behind.
+TEST(TrainCli, OutOfMemoryNamesTheTensorAndThePrediction) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "ASan reserves terabytes of address space: ulimit -v would stop it first";
+#endif
+    const fs::path out = fresh_dir("oom");
+    // 3 GB of address space; GPT-2 at B=64, T=1024 needs about 44 GB.
+    const CliRun r = napkin(
+        "train --device cpu --model gpt2 --micro-batch 64 --seq-len 1024 --steps 1 --quiet "
+        "--out " +
+            out.string(),
+        "ulimit -v 3000000; ");
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    for (const char* want : {"out of host memory allocating ", " GB live: parameters ",
+                             "the estimator predicts a peak of ", "lower --micro-batch"}) {
+        EXPECT_NE(r.err.find(want), std::string::npos) << want << " in: " << r.err;
+    }
+    EXPECT_FALSE(fs::exists(out / "report.json"));
 }
 
 TEST(TrainCli, BadInput) {

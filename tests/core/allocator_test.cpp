@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <new>
 #include <random>
 #include <vector>
 
+#include "core/check.h"
 #include "core/tensor.h"
 
 namespace napkin {
@@ -33,6 +35,38 @@ TEST(AccountingAllocator, CurrentAndPeakPerCategory) {
     EXPECT_EQ(a.live_blocks(), 0);
     a.reset_peaks();
     EXPECT_EQ(a.peak_total_bytes(), 0);
+}
+
+// Raw memory that refuses any request over a limit, as a full device does.
+class SmallMemory final : public RawMemory {
+public:
+    void* allocate(std::size_t bytes) override {
+        if (bytes > 4096) throw std::bad_alloc();
+        return host_.allocate(bytes);
+    }
+    void deallocate(void* p, std::size_t bytes) noexcept override { host_.deallocate(p, bytes); }
+    DeviceKind device() const override { return DeviceKind::cuda; }
+
+private:
+    HostMemory host_;
+};
+
+TEST(AccountingAllocator, ARefusedRequestIsOutOfMemoryNamingItAndWhatIsLive) {
+    SmallMemory small;
+    AccountingAllocator a(small);
+    MemBlock w = a.allocate("wte", MemCategory::parameters, 4000);
+    try {
+        a.allocate("h.3.attn.qkv.out", MemCategory::activations, 2'500'000'000);
+        FAIL() << "a request over the limit was granted";
+    } catch (const OutOfMemory& e) {
+        EXPECT_STREQ(
+            e.what(),
+            "out of device memory allocating h.3.attn.qkv.out (activations, 2.50 GB) with 0.00 GB "
+            "live: parameters 0.00");
+    }
+    EXPECT_EQ(a.current_total_bytes(), 4000);  // nothing recorded for the refused request
+    EXPECT_EQ(a.live_blocks(), 1);
+    a.free(w);
 }
 
 TEST(AccountingAllocator, EventsRecordEveryAllocAndFree) {
