@@ -7,7 +7,8 @@
 #   scripts/gpu_check.sh test         # every gpu-labelled test binary, then compute-sanitizer subsets
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
 #   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
-#   scripts/gpu_check.sh bench        # gemm_bench, then bench/pytorch_gpt2.py when torch is there
+#   scripts/gpu_check.sh bench        # gemm_bench (and attention_bench where built)
+#   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh all          # all of the above, in that order
 #
 # Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
@@ -201,24 +202,41 @@ do_trace() {
 do_bench() {
     need_build bench || return 0
     step gemm_bench "$b/bench/gemm_bench"
-    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-        step pytorch_gpt2 python3 bench/pytorch_gpt2.py
-    else
-        echo "SKIP pytorch_gpt2 (no torch with CUDA here)"
+    tail -n 25 "$out/gemm_bench.log"
+    if [ -x "$b/bench/attention_bench" ]; then
+        step attention_bench "$b/bench/attention_bench"
+        tail -n 12 "$out/attention_bench.log"
     fi
 }
 
+# The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this
+# GPU (bench/gpt2_vs_pytorch.py). A call of its own: PyTorch's compile takes minutes.
+do_gpt2() {
+    need_build gpt2 || return 0
+    local step_timeout=570 runs=/tmp/gpt2_vs_pytorch
+    step gpt2_vs_pytorch python3 bench/gpt2_vs_pytorch.py --napkin "$b/cli/napkin" \
+        --json "$out/gpt2_vs_pytorch.json" --keep "$runs"
+    tail -n 12 "$out/gpt2_vs_pytorch.log"
+    local r
+    for r in "$runs"/napkin-b*/report.json; do  # the reports, not the checkpoints (GBs)
+        [ -f "$r" ] && mkdir -p "$out/gpt2-runs" && cp "$r" "$out/gpt2-runs/$(basename "$(dirname "$r")").json"
+    done
+}
+
 what="${1:-all}"
-case "$what" in -h|--help) ;; *) use_bundle; find_libs ;; esac
+case "$what" in
+    build|test|runs|trace|bench|gpt2|all) use_bundle; find_libs ;;
+esac
 case "$what" in
     build) do_build ;;
     test) do_test ;;
     runs) do_runs ;;
     trace) do_trace ;;
     bench) do_bench ;;
-    all) do_build; do_test; do_runs; do_trace; do_bench ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|all; see --help)" >&2; exit 2 ;;
+    gpt2) do_gpt2 ;;
+    all) do_build; do_test; do_runs; do_trace; do_bench; do_gpt2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|gpt2|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed
