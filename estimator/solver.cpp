@@ -35,14 +35,13 @@ SolveResult solve_max_params(const EstimateInputs& base, Estimator& est) {
         return est.run(in).fits();
     };
     constexpr double kSmallest = 1e6;  // a million parameters
-    constexpr double kLimit = 1e15;
     ++r.evaluations;
     if (!fits(kSmallest)) {
         in.params = kSmallest;
         r.at = est.run(in);
         return r;
     }
-    r.value = largest_fitting(kSmallest, kLimit, fits, r.evaluations);
+    r.value = largest_fitting(kSmallest, kMaxParams, fits, r.evaluations);
     in.params = r.value;
     r.at = est.run(in);
     return r;

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "core/check.h"
 #include "estimator/hardware.h"
 #include "estimator/solver.h"
@@ -159,6 +163,50 @@ TEST(Validate, RejectsBadFlags) {
     expect_error([](EstimateInputs& in) { in.grad_accum = 0; }, "--grad-accum");
     expect_error([](EstimateInputs& in) { in.finetune = Finetune::lora; in.lora_rank = 0; }, "--lora-rank");
     expect_error([](EstimateInputs& in) { in.model.n_heads = 5; }, "heads (5) must divide d-model");
+}
+
+// Infinite, NaN and absurdly large numbers are refused, not turned into "inf days", a negative
+// parameter count or a silently dropped measurement.
+TEST(Validate, RejectsNumbersThatAreNotFiniteOrTooLarge) {
+    Estimator est;
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+    auto expect_error = [&](auto mutate, const char* needle) {
+        EstimateInputs in = preset_inputs("gpt2");
+        mutate(in);
+        try {
+            est.run(in);
+            ADD_FAILURE() << "expected UsageError containing " << needle;
+        } catch (const UsageError& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(inf); }, "--params");
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(1e30); },
+                 "--params: 1e+30 is beyond");
+    expect_error([&](EstimateInputs& in) { in.tokens = inf; }, "--tokens");
+    expect_error([&](EstimateInputs& in) { in.tokens = nan; }, "--tokens");
+    expect_error([&](EstimateInputs& in) { in.tokens = 1e308; }, "--tokens: 1e+308 is beyond");
+    expect_error([&](EstimateInputs& in) { in.peak_flops_per_s = inf; }, "--peak-tflops");
+    expect_error([&](EstimateInputs& in) { in.gpu_memory_bytes = inf; }, "--gpu-mem-gb");
+    expect_error([&](EstimateInputs& in) { in.cpu_memory_bytes = nan; }, "--cpu-mem-gb");
+    expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = nan; },
+                 "--measured-tokens-per-s");
+    expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = inf; },
+                 "--measured-tokens-per-s");
+    expect_error([&](EstimateInputs& in) { in.link_bytes_per_s = inf; }, "--link-gbps");
+    expect_error([&](EstimateInputs& in) { in.gpus = -1; }, "--gpus: must be positive (got -1)");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.finetune = Finetune::lora;
+            in.lora_rank = std::numeric_limits<std::int64_t>::max();
+        },
+        "--lora-rank");
+    // The largest accepted values still give finite figures.
+    EstimateInputs big = napkin_inputs(kMaxParams);
+    big.tokens = kMaxTokens;
+    const Estimate e = est.run(big);
+    EXPECT_TRUE(std::isfinite(e.run_seconds));
+    EXPECT_TRUE(std::isfinite(e.gpu.total()));
 }
 
 TEST(Notes, NoPeakMeansNoTime) {
