@@ -149,4 +149,57 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
     expect_usage_error("estimate --config /nonexistent/cfg.json", "/nonexistent/cfg.json");
 }
 
+// Numbers that are not finite, and a zero where a measurement was given, are refused rather
+// than printed as "inf days" or dropped without a word.
+TEST(Cli, NumbersMustBeFinite) {
+    expect_usage_error("estimate --params inf", "--params: must be a positive number (got inf)");
+    expect_usage_error("estimate --params 1e308",
+                       "--params: 1e+308 is beyond napkin's limit of 1e+15");
+    expect_usage_error("estimate --tokens inf", "--tokens");
+    expect_usage_error("estimate --tokens 1e308", "--tokens: 1e+308 is beyond");
+    expect_usage_error("estimate --measured-tokens-per-s nan", "--measured-tokens-per-s");
+    expect_usage_error("estimate --measured-tokens-per-s 0", "--measured-tokens-per-s");
+    expect_usage_error("estimate --measured-tokens-per-s inf", "--measured-tokens-per-s");
+    expect_usage_error("estimate --peak-tflops inf", "--peak-tflops");
+    expect_usage_error("estimate --gpu-mem-gb inf", "--gpu-mem-gb");
+    expect_usage_error("estimate --cpu-mem-gb inf", "--cpu-mem-gb");
+    expect_usage_error("estimate --gpus 2 --link-gbps inf", "--link-gbps");
+    expect_usage_error("estimate --gpus -1", "--gpus: must be positive (got -1)");
+    expect_usage_error("estimate --finetune lora --lora-rank 9223372036854775807", "--lora-rank");
+}
+
+// A flag that is given is either used or refused, never dropped: shape flags beside a preset,
+// a given-but-empty shape value, --dropout out of range, --lora-rank without adapters,
+// --grads-fp32 without a master copy, and --micro-batch beside the solver that picks it.
+TEST(Cli, GivenFlagsAreUsedOrRefused) {
+    expect_usage_error("estimate --model gpt2 --vocab 1000", "--vocab: describes a custom shape");
+    expect_usage_error("estimate --model gpt2 --kv-heads 4",
+                       "--kv-heads: describes a custom shape");
+    expect_usage_error("estimate --params 7e9 --norm rmsnorm", "--norm: describes a custom shape");
+    expect_usage_error("estimate --config " + data("hf_gpt2_config.json") + " --untied",
+                       "--untied");
+    expect_usage_error("estimate --solve max-params --context 4096", "--context");
+    expect_usage_error("estimate --layers 2 --d-model 128 --heads 4 --context -5",
+                       "--context: must be a positive integer (got -5)");
+    expect_usage_error("estimate --layers 2 --d-model 128 --heads 4 --d-ff 0",
+                       "--d-ff: must be a positive integer (got 0)");
+    expect_usage_error("estimate --layers 0 --d-model 128 --heads 4",
+                       "--layers: must be a positive integer (got 0)");
+    expect_usage_error("estimate --dropout nan", "--dropout: must be in [0, 1)");
+    expect_usage_error("estimate --dropout -0.5", "--dropout: must be in [0, 1)");
+    expect_usage_error("estimate --solve max-params --dropout 0.1",
+                       "--dropout needs a model shape");
+    expect_usage_error("estimate --lora-rank 8", "--lora-rank: needs --finetune lora or qlora");
+    expect_usage_error("estimate --precision fp32 --grads-fp32",
+                       "--grads-fp32: applies to the mixed-precision");
+    expect_usage_error("estimate --precision bf16 --grads-fp32", "--grads-fp32");
+    expect_usage_error("estimate --solve max-micro-batch --micro-batch 4", "drop --micro-batch");
+    // The same flags where they apply.
+    EXPECT_EQ(napkin("estimate --layers 2 --d-model 128 --heads 4 --vocab 1000 --context 256").rc,
+              0);
+    EXPECT_EQ(napkin("estimate --finetune qlora --lora-rank 8").rc, 0);
+    EXPECT_EQ(napkin("estimate --precision bf16-amp --grads-fp32").rc, 0);
+    EXPECT_EQ(napkin("estimate --dropout 0.1").rc, 0);
+}
+
 }  // namespace
