@@ -195,6 +195,16 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
                       "non-embedding", fmt_count(static_cast<double>(e.params.non_embedding)).c_str());
         os << line;
     }
+    if (!in.params_only && e.params.allocated != e.params.total) {
+        // Memory counts the embedding (and an untied head) padded to Vp rows: said here, so that
+        // bytes per parameter x the total above is not taken for the memory rows below.
+        std::snprintf(line, sizeof line,
+                      "  %-16s %20s  (vocab %s padded to %s; memory counts these)\n", "allocated",
+                      fmt_count(static_cast<double>(e.params.allocated)).c_str(),
+                      fmt_count(static_cast<double>(in.model.vocab_size)).c_str(),
+                      fmt_count(static_cast<double>(in.model.padded_vocab_size)).c_str());
+        os << line;
+    }
     std::snprintf(line, sizeof line, "  %-16s %20s\n", "trainable", fmt_count(e.trainable_params).c_str());
     os << line;
     if (e.frozen_params > 0) {
@@ -206,7 +216,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
 
     const auto& b = e.bytes_per_param;
     std::snprintf(line, sizeof line,
-                  "\nbytes per trainable parameter: weights %.3g + master %.3g + gradients %.3g + optimizer %.3g = %.4g\n",
+                  "\nbytes per trainable parameter: weights %.6g + master %.6g + gradients %.6g + "
+                  "optimizer %.6g = %.6g\n",
                   b.weights, b.master, b.grads, b.optimizer, b.total());
     os << line;
 

@@ -97,6 +97,28 @@ TEST(Cli, SolveMaxParams) {
     EXPECT_EQ(nlohmann::json::parse(r.out)["solve"]["value"].get<double>(), 40e9);
 }
 
+// Memory counts GPT-2's embedding padded to 50,304 rows: the table says so beside the published
+// count, --explain's sum is exact to the parameter, and 8-bit AdamW's absmax bytes are shown.
+TEST(Cli, CountsAddUpByHand) {
+    const CliRun r = napkin("estimate --model gpt2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("allocated                 124,475,904  (vocab 50,257 padded to 50,304"),
+              std::string::npos)
+        << r.out;
+    const CliRun x = napkin("estimate --model gpt2 --explain");
+    ASSERT_EQ(x.rc, 0) << x.err;
+    EXPECT_NE(x.out.find("= 38,597,376 + 786,432 + 12 * 7,087,872 + 1,536 + 0 = 124,439,808"),
+              std::string::npos)
+        << x.out;
+    EXPECT_NE(x.out.find("Psi = 124,475,904 allocated trainable parameters"), std::string::npos)
+        << x.out;
+    const CliRun q = napkin("estimate --optimizer adamw-8bit");
+    ASSERT_EQ(q.rc, 0) << q.err;
+    EXPECT_NE(q.out.find("optimizer 2.00391 = 10.0039"), std::string::npos) << q.out;
+    // No padding, no line: Llama 3's vocabulary is a multiple of 128.
+    EXPECT_EQ(napkin("estimate --model llama3-8b").out.find("allocated"), std::string::npos);
+}
+
 TEST(Cli, ExplainNamesSources) {
     const CliRun r = napkin("estimate --model gpt2 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
