@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/train_checkpoint.h"
+#include "cli/train_out_dir.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -23,13 +24,13 @@
 #include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"
 #include "core/engine/weights_import.h"
-#include "profiler/chrome_trace_writer.h"
-#include "profiler/cupti_collector.h"
-#include "profiler/memory_snapshot.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
 #include "kernels/matmul.h"
 #include "kernels/stream.h"
+#include "profiler/chrome_trace_writer.h"
+#include "profiler/cupti_collector.h"
+#include "profiler/memory_snapshot.h"
 #include "profiler/step_profile.h"
 
 namespace napkin::cli {
@@ -101,17 +102,6 @@ void write_atomically(const std::filesystem::path& path, const std::string& text
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
-}
-
-void prepare_out_dir(const std::filesystem::path& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw UsageError("--out: cannot create '" + dir.string() + "' (" + ec.message() + ")");
-    const std::filesystem::path probe = dir / ".napkin-write-test";
-    std::ofstream f(probe);
-    if (!f) throw UsageError("--out: '" + dir.string() + "' is not writable");
-    f.close();
-    std::filesystem::remove(probe, ec);
 }
 
 TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
@@ -222,7 +212,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
-    prepare_out_dir(out_dir);
+    const OutDir out_dir_guard(out_dir);  // removed again if the run fails before writing to it
 
     // --init-from: the weights go into the model before the ZeRO engine shards it.
     ImportReport ir;

@@ -286,12 +286,16 @@ TEST(TrainCli, InitFromLlmcCheckpoint) {
 
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
+    const bool existed = fs::exists(out);
     const CliRun r = napkin(args + " --quiet --out " + out.string());
     EXPECT_EQ(r.rc, rc);
     ASSERT_FALSE(r.err.empty());
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
+    if (!existed) {
+        EXPECT_FALSE(fs::exists(out)) << "a failed run left an empty run folder";
+    }
 }
 
 TEST(TrainCli, BadInput) {
@@ -334,6 +338,13 @@ TEST(TrainCli, BadInput) {
             EXPECT_NE(z.err.find("--device cuda: no CUDA device ("), std::string::npos) << z.err;
             EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
         }
+    }
+    // Refused after the folder was made: it goes again, parents included.
+    {
+        const fs::path nested = dir / "a" / "b" / "c";
+        const CliRun z = napkin("train --zero 5 --quiet --out " + nested.string());
+        EXPECT_EQ(z.rc, 2) << z.err;
+        EXPECT_FALSE(fs::exists(dir / "a")) << "a refused run left " << (dir / "a");
     }
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
