@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/train_checkpoint.h"
 #include "cli/train_out_dir.h"
 #include "cli/train_parallel.h"
+#include "cli/train_profile.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -116,7 +118,15 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     }
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
-    if (!(f.lr > 0)) throw UsageError("--lr: must be positive");
+    // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
+    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
+    if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
+    if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
+        throw UsageError("--weight-decay: must be 0 (off) or a positive number");
+    }
+    if (!(f.grad_clip >= 0) || !std::isfinite(f.grad_clip)) {
+        throw UsageError("--grad-clip: must be 0 (off) or a positive norm");
+    }
     o.plan.micro_batch = f.micro_batch;
     o.plan.seq_len = f.seq_len;
     o.plan.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
@@ -145,6 +155,16 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
     if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
+    if (cmd.count("--stop-after") > 0 && f.stop_after <= 0) {
+        throw UsageError("--stop-after: must be a positive step number (got " +
+                         std::to_string(f.stop_after) + ")");
+    }
+    const LoadStrategy strategy =
+        parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+    if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {
+        throw UsageError("--load-strategy: applies to --init-from only");
+    }
+    ProfileSteps profile_steps = parse_profile(f.profile);
 
     // A resumed run takes every option from its checkpoint, so it continues bit for bit.
     // Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>,
@@ -218,8 +238,9 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     ImportReport ir;
     std::function<void(Gpt&)> init_weights;
     if (!f.init_from.empty()) {
-        if (!f.resume.empty()) throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
-        const LoadStrategy strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+        if (!f.resume.empty()) {
+            throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
+        }
         init_weights = [&ir, &f, strategy](Gpt& model) { ir = import_gpt2_weights(f.init_from, model, strategy); };
     }
     Trainer trainer(o, &comm, parallel ? build_id() : std::string(), init_weights);
@@ -239,38 +260,31 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         const std::string from = resume.manifest ? resume.manifest->dir.string() : resume.file.string();
         std::printf("resumed %s at step %d of %d\n", from.c_str(), trainer.steps_done(), o.steps);
     }
-    // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
-    // memory counters, and a memory snapshot (docs/FORMATS.md).
-    // off | all | steps:N-M (1-based, inclusive: the steps as the progress lines number them).
-    int profile_first = 0, profile_last = -1;
-    if (f.profile == "all") {
-        profile_first = 1;
-        profile_last = o.steps;
-    } else if (f.profile.rfind("steps:", 0) == 0) {
-        const std::string range = f.profile.substr(6);
-        const auto dash = range.find('-');
-        try {
-            std::size_t used = 0;
-            profile_first = std::stoi(range.substr(0, dash), &used);
-            if (used != (dash == std::string::npos ? range.size() : dash)) throw std::invalid_argument("trailing");
-            profile_last = profile_first;
-            if (dash != std::string::npos) {
-                const std::string hi = range.substr(dash + 1);
-                profile_last = std::stoi(hi, &used);
-                if (used != hi.size()) throw std::invalid_argument("trailing");
-            }
-        } catch (const std::exception&) {
-            throw UsageError("--profile: '" + f.profile + "' is not off, all or steps:N-M");
-        }
-        if (profile_first < 1 || profile_last < profile_first) {
-            throw UsageError("--profile: " + f.profile + " must name steps N <= M, counted from 1");
-        }
-    } else if (f.profile != "off") {
-        throw UsageError("--profile: unknown value '" + f.profile + "' (expected off|all|steps:N-M)");
+    // The steps this process trains: from the checkpoint's (0 for a new run) to --stop-after.
+    const int first_step = trainer.steps_done();
+    if (first_step >= o.steps) {
+        throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) +
+                         " steps");
     }
+    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+    if (last_step <= first_step) {
+        throw UsageError("--stop-after " + std::to_string(f.stop_after) +
+                         ": the run is already at step " + std::to_string(first_step));
+    }
+    // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
+    // memory counters, and a memory snapshot (docs/FORMATS.md), of the steps --profile names
+    // (counted as the progress lines count them). A range that misses every step of this run
+    // would write no trace at all: refused.
+    if (profile_steps.any() &&
+        (profile_steps.first > last_step || profile_steps.last <= first_step)) {
+        throw UsageError("--profile " + f.profile + ": this run trains steps " +
+                         std::to_string(first_step + 1) + "-" + std::to_string(last_step));
+    }
+    profile_steps.last = std::min(profile_steps.last, o.steps);
+    const int profile_first = profile_steps.first, profile_last = profile_steps.last;
     std::unique_ptr<profiler::Recorder> recorder;
     std::unique_ptr<profiler::ChromeTraceWriter> trace;
-    if (profile_last >= profile_first) {
+    if (profile_steps.any()) {
         recorder = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
         trace = std::make_unique<profiler::ChromeTraceWriter>(out_dir / "trace.json");
         if (!trace->ok()) throw InputError(trace->error());
@@ -327,14 +341,6 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     std::array<std::int64_t, kMemCategoryCount> peaks{};
     std::int64_t peak_total = 0;
     double total_seconds = 0, total_tokens = 0, total_flops = 0, total_hardware_flops = 0;
-    const int first_step = trainer.steps_done();
-    if (first_step >= o.steps) throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) + " steps");
-    if (f.stop_after < 0) throw UsageError("--stop-after: must be positive");
-    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
-    if (last_step <= first_step) {
-        throw UsageError("--stop-after " + std::to_string(f.stop_after) + ": the run is already at step " +
-                         std::to_string(first_step));
-    }
     // A run that does not continue this folder's own checkpoint moves an earlier run's aside
     // before its first step (docs/CHECKPOINTS.md, "A new run in an old folder"): killed before
     // its first save, it leaves nothing that --resume would take for its own. The other ranks
@@ -578,7 +584,9 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
     cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();
     cmd->add_option("--grad-clip", f->grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
-    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")->capture_default_str();
+    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")
+        ->capture_default_str()
+        ->check(non_negative_integer());
     cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
     cmd->add_option("--save-every", f->save_every,

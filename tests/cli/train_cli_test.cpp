@@ -323,6 +323,20 @@ TEST(TrainCli, BadInput) {
     expect_error("train --precision fp8-amp", 2, "fp8-amp", out);
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
+    // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.
+    expect_error("train --lr inf", 2, "--lr: must be a positive number", out);
+    expect_error("train --weight-decay nan", 2, "--weight-decay", out);
+    expect_error("train --grad-clip -1", 2, "--grad-clip", out);
+    expect_error("train --grad-clip nan", 2, "--grad-clip", out);
+    expect_error("train --warmup -5", 2, "--warmup", out);
+    expect_error("train --seed -1", 2, "--seed: must be 0 or a positive integer (got '-1')", out);
+    expect_error("train --stop-after 0", 2, "--stop-after: must be a positive step number", out);
+    // Flags that would otherwise have no effect.
+    expect_error("train --load-strategy mmap", 2, "--load-strategy: applies to --init-from only",
+                 out);
+    expect_error("train --load-strategy bogus", 2, "--load-strategy: unknown value 'bogus'", out);
+    expect_error("train --steps 3 --profile steps:5-10", 2,
+                 "--profile steps:5-10: this run trains steps 1-3", out);
     expect_error("train --device tpu", 2, "--device", out);
     expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected auto|on|off)", out);
     expect_error("train --offload disk", 2, "--offload: unknown value 'disk' (expected none|optimizer)", out);
