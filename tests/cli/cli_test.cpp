@@ -164,6 +164,11 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
     expect_usage_error("estimate --mfu 2", "--mfu");
     expect_usage_error("estimate --micro-batch abc", "--micro-batch");
     expect_usage_error("estimate --no-such-flag", "no-such-flag");
+    expect_usage_error("bogus", "unknown command 'bogus' (expected estimate|train|");
+    expect_usage_error("ckpt bogus", "unknown command 'bogus' (expected consolidate");
+    expect_usage_error("", "a command is required (expected estimate|train|");
+    expect_usage_error("ckpt consolidate " + testing::TempDir() + " -o ''",
+                       "-o: name the output file");
     expect_usage_error("estimate --model gpt2 --params 1e9", "give one model");
     expect_usage_error("estimate --config " + data("bad_not_json.json"), "bad_not_json.json");
     expect_usage_error("estimate --config " + data("bad_field_type.json"), "n_layer");
