@@ -528,7 +528,12 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
                 first_step + 1, last_step, o.steps,
                 total_seconds, total_tokens / total_seconds, total_flops / total_seconds / 1e9,
                 100 * total_flops / total_seconds / peak, first, last);
-    if (o.data.empty()) std::printf(" (ln V = %.4f, corpus entropy %.4f)", std::log(256.0), SyntheticCorpus::entropy_nats());
+    // ln V: the loss of a uniform prediction over the model's vocabulary, where training starts.
+    if (o.data.empty()) {
+        std::printf(" (ln V = %.4f, corpus entropy %.4f)",
+                    std::log(static_cast<double>(o.model.vocab_size)),
+                    SyntheticCorpus::entropy_nats());
+    }
     std::printf("\n  memory peaks: parameters %s, gradients %s, optimizer %s, activations %s (predicted %s), total %s, RSS %s\n",
                 mb(static_cast<double>(peaks[0])).c_str(), mb(static_cast<double>(peaks[2])).c_str(),
                 mb(static_cast<double>(peaks[3])).c_str(), mb(static_cast<double>(peaks[4])).c_str(),

@@ -54,6 +54,23 @@ TEST(TrainCli, ShortRunWritesReport) {
     EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
 }
 
+// The done line's ln V is the model's vocabulary's, where the loss starts: ln 1000 for a model
+// of 1000 tokens on the 256-token synthetic corpus, not ln 256.
+TEST(TrainCli, DoneLineNamesTheModelsLnV) {
+    const fs::path dir = fresh_dir("lnv");
+    fs::create_directories(dir);
+    std::ofstream(dir / "v1000.json")
+        << R"({"format": "napkin-model", "name": "v1000", "vocab_size": 1000,
+        "padded_vocab_size": 1024, "context_length": 64, "n_layers": 1, "d_model": 32, "n_heads": 2,
+        "n_kv_heads": 2, "d_ff": 128, "norm": "layernorm", "positions": "learned", "mlp": "gelu",
+        "bias": true, "tied_embeddings": true, "dropout": 0.0})";
+    const CliRun r = napkin("train --steps 1 --quiet --seq-len 16 --micro-batch 2 --config " +
+                            (dir / "v1000.json").string() + " --out " + (dir / "run").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("(ln V = 6.9078, corpus entropy"), std::string::npos) << r.out;
+    fs::remove_all(dir);
+}
+
 // The engine allocates its temporaries once (gradient buffers, loss chunk, naive attention's dS,
 // the CPU's widening scratch for 16-bit GEMMs); the estimator predicts them to the byte.
 TEST(TrainCli, TemporariesMatchThePredictionExactly) {
