@@ -301,9 +301,14 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
                << " per GPU)\n";
         } else if (ctx.solve == "max-params") {
-            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value) << ")\n";
+            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
+               << ")";
         } else {
-            os << "micro-batch " << fmt_count(ctx.solved->value) << "\n";
+            os << "micro-batch " << fmt_count(ctx.solved->value);
+        }
+        if (ctx.solved->value > 0) {
+            os << (ctx.solved->at_limit ? " or more (the search stops there, and it still fits)\n"
+                                        : "\n");
         }
     }
     const auto notes = note_texts(in, e);
@@ -408,7 +413,10 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
                         ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
                         : json(nullptr);
     if (ctx.solved != nullptr) {
-        j["solve"] = {{"kind", ctx.solve}, {"value", ctx.solved->value}, {"evaluations", ctx.solved->evaluations}};
+        j["solve"] = {{"kind", ctx.solve},
+                      {"value", ctx.solved->value},
+                      {"evaluations", ctx.solved->evaluations},
+                      {"at_limit", ctx.solved->at_limit}};
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["fits"] = e.fits();

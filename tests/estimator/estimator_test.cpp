@@ -135,6 +135,28 @@ TEST(Solver, MaxMicroBatchIsTight) {
     EXPECT_FALSE(est.run(in).fits());
 }
 
+// Model states alone do not depend on B: the micro-batch solver would return its search limit
+// as the answer. And an answer that is the limit says so.
+TEST(Solver, LimitsAreNotAnswers) {
+    Estimator est;
+    EstimateInputs in = preset_inputs("gpt2");
+    in.ignore_activations = true;
+    EXPECT_THROW(solve_max_micro_batch(in, est), UsageError);
+    in.ignore_activations = false;
+    EXPECT_FALSE(solve_max_micro_batch(in, est).at_limit);
+    in.gpu_memory_bytes = 1e18;  // an exabyte: every micro-batch up to the limit fits
+    in.seq_len = 8;
+    const SolveResult b = solve_max_micro_batch(in, est);
+    EXPECT_EQ(b.value, 1 << 24);
+    EXPECT_TRUE(b.at_limit);
+    EstimateInputs p = napkin_inputs(0);
+    p.ignore_activations = true;
+    p.gpu_memory_bytes = 1e18;
+    const SolveResult n = solve_max_params(p, est);
+    EXPECT_EQ(n.value, kMaxParams);
+    EXPECT_TRUE(n.at_limit);
+}
+
 TEST(Solver, NothingFits) {
     Estimator est;
     EstimateInputs in = preset_inputs("llama3-405b");
