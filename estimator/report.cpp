@@ -138,8 +138,11 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
                       " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
     }
     if (has(kNoteNoPeak)) {
-        out.push_back("no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate "
-                      "(pick another --precision or give --peak-tflops)");
+        out.push_back(
+            std::string(
+                "no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate") +
+            (in.measured_tokens_per_s > 0 ? " and no MFU for --measured-tokens-per-s" : "") +
+            " (pick another --precision or give --peak-tflops)");
     }
     if (has(kNoteFp32Peak)) {
         out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "

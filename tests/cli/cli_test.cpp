@@ -119,6 +119,16 @@ TEST(Cli, CountsAddUpByHand) {
     EXPECT_EQ(napkin("estimate --model llama3-8b").out.find("allocated"), std::string::npos);
 }
 
+// A measured throughput on a GPU without a peak for the recipe (a T4 has no bf16): the note says
+// the MFU is missing too, instead of dropping the measurement without a word.
+TEST(Cli, MeasuredWithoutAPeakIsNamed) {
+    const CliRun r = napkin("estimate --gpu t4 --measured-tokens-per-s 1000");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("no time estimate and no MFU for --measured-tokens-per-s"),
+              std::string::npos)
+        << r.out;
+}
+
 TEST(Cli, ExplainNamesSources) {
     const CliRun r = napkin("estimate --model gpt2 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
