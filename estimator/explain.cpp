@@ -117,14 +117,29 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
        << "   6N = 6 * " << num(e.total_params) << " = " << num(e.flops_6n_per_token)
        << "   (Kaplan et al. 2020: forward 2N, backward 4N)\n";
     if (!in.params_only) {
-        os << "   attention = " << (in.causal_attention_flops ? "6" : "12") << " * L * T * C = "
-           << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * " << T << " * " << C << " = "
-           << num(e.flops_attention_per_token)
-           << (in.causal_attention_flops ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
-                                         : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n")
-           << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact T(T+1)/2 pairs + biases\n"
-           << "     = " << num(e.flops_matmul_per_token) << " + ... = " << num(e.model_flops_per_token)
-           << "   (N_matmul = " << num(static_cast<double>(e.params.matmul)) << ": the linear layers and the head)\n";
+        os << "   attention = " << (in.causal_attention_flops ? "6" : "12")
+           << " * L * T * C = " << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * "
+           << T << " * " << C << " = " << num(e.flops_attention_per_token)
+           << (in.causal_attention_flops
+                   ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
+                   : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n");
+        if (in.finetune == Finetune::full) {
+            os << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact "
+                  "T(T+1)/2 pairs + biases\n"
+               << "     = " << num(e.flops_matmul_per_token)
+               << " + ... = " << num(e.model_flops_per_token);
+        } else {
+            // A frozen base runs its forward (2) and its input gradients (2), never its weight
+            // gradients: 4 N_matmul, plus the adapters' 6 per parameter.
+            os << "   model FLOPs from the op plan = 4 N_matmul (the frozen base: forward and "
+                  "input gradients, no\n"
+               << "     weight gradients) + the adapters + attention over the exact T(T+1)/2 pairs "
+                  "+ biases\n"
+               << "     = " << num(4.0 * static_cast<double>(e.params.matmul))
+               << " + ... = " << num(e.model_flops_per_token);
+        }
+        os << "   (N_matmul = " << num(static_cast<double>(e.params.matmul))
+           << ": the linear layers and the head)\n";
     }
     os << "   hardware FLOPs = model + recomputation (checkpointing, flash's backward) = "
        << num(e.hardware_flops_per_token) << "\n";

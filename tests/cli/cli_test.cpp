@@ -129,6 +129,16 @@ TEST(Cli, MeasuredWithoutAPeakIsNamed) {
         << r.out;
 }
 
+// A frozen base does no weight-gradient GEMMs: under LoRA --explain's model-FLOPs sum starts from
+// 4 N_matmul, not from 6 N_matmul (a term larger than the sum it is part of).
+TEST(Cli, ExplainLoraFlopsAddUp) {
+    const CliRun r = napkin("estimate --model llama2-7b --finetune qlora --explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("= 4 N_matmul (the frozen base"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("= 2.643e+10 + ... = 3.061e+10"), std::string::npos)
+        << r.out;  // 4 x 6.607e9
+}
+
 TEST(Cli, ExplainNamesSources) {
     const CliRun r = napkin("estimate --model gpt2 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
