@@ -18,6 +18,7 @@
 #include "cli/train_checkpoint.h"
 #include "cli/train_out_dir.h"
 #include "cli/train_parallel.h"
+#include "cli/train_prediction.h"
 #include "cli/train_profile.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -232,6 +233,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
+    check_host_memory(o, comm.world_size(), launch_env().local_size);
     const OutDir out_dir_guard(out_dir);  // removed again if the run fails before writing to it
 
     // --init-from: the weights go into the model before the ZeRO engine shards it.
@@ -307,22 +309,7 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     profiler::StepProfile profile(profiler::Roofline{peak, bandwidth});
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
-    EstimateInputs ei;
-    ei.model = o.model;
-    ei.seq_len = o.plan.seq_len;
-    ei.micro_batch = o.plan.micro_batch;
-    ei.grad_accum = o.grad_accum;
-    ei.tokens = static_cast<double>(o.steps) * static_cast<double>(o.plan.micro_batch * o.plan.seq_len * o.grad_accum);
-    ei.precision = o.plan.precision;
-    ei.optimizer = o.plan.optimizer;
-    ei.checkpointing = o.plan.checkpointing;
-    ei.attention = o.plan.attention;
-    ei.gpus = comm.world_size();
-    ei.zero = o.zero;
-    ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;
-    ei.peak_flops_per_s = peak;
-    ei.gpu_memory_bytes = 1e15;
-    ei.engine = on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
+    const EstimateInputs ei = prediction_inputs(o, comm.world_size(), on_gpu, peak);
     const Estimate pred = Estimator{}.run(ei);
 
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
         return 2;
     } catch (const napkin::InputError& e) {
         std::fprintf(stderr, "napkin: error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(
+            stderr,
+            "napkin: error: out of memory: an allocation failed (napkin estimate predicts a "
+            "run's memory)\n");
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "napkin: %s\n", e.what());

@@ -348,6 +348,9 @@ TEST(TrainCli, BadInput) {
     expect_error("train --warmup -5", 2, "--warmup", out);
     expect_error("train --seed -1", 2, "--seed: must be 0 or a positive integer (got '-1')", out);
     expect_error("train --stop-after 0", 2, "--stop-after: must be a positive step number", out);
+    // More memory than any machine has: refused up front, not std::bad_alloc in the first step.
+    expect_error("train --micro-batch 1000000000000", 2,
+                 "GB by napkin's prediction (B=1000000000000, T=64)", out);
     // Flags that would otherwise have no effect.
     expect_error("train --load-strategy mmap", 2, "--load-strategy: applies to --init-from only",
                  out);

@@ -1,0 +1,21 @@
+// napkin train's prediction: the estimator's inputs for exactly this run (one "GPU": this
+// process), whose estimate report.json puts beside the measurement, and the check that a CPU
+// run fits this machine's memory before it allocates anything.
+#pragma once
+
+#include "core/engine/trainer.h"
+#include "estimator/estimate.h"
+
+namespace napkin::cli {
+
+// `world` ranks of data parallelism; the GPU engine's scratch when `on_gpu`, else the CPU
+// engine's; `peak_flops_per_s` the MFU basis (0: none).
+EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
+                                 double peak_flops_per_s);
+
+// A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
+// memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming
+// the figures instead. Nothing to check for a GPU run (the device reports its own).
+void check_host_memory(const TrainOptions& o, int world, int node_ranks);
+
+}  // namespace napkin::cli
