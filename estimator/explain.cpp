@@ -36,7 +36,9 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
 
     os << "1. Parameters\n";
     if (in.params_only) {
-        os << "   N = " << num(e.total_params) << " (given by --params)\n";
+        os << "   N = " << fmt_count(e.total_params)
+           << (ctx.solve == "max-params" ? " (the largest that fits: --solve max-params)\n"
+                                         : " (given by --params)\n");
     } else {
         // Exact integers, so that the sum can be checked by hand.
         const auto n = [](std::int64_t v) { return fmt_count(static_cast<double>(v)); };

@@ -139,6 +139,17 @@ TEST(Cli, ExplainLoraFlopsAddUp) {
         << r.out;  // 4 x 6.607e9
 }
 
+// The solver's N is found, not given: --explain says where it came from, to the parameter.
+TEST(Cli, ExplainSolvedParams) {
+    const CliRun r = napkin(
+        "estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations "
+        "--explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("N = 40,000,000,000 (the largest that fits: --solve max-params)"),
+              std::string::npos)
+        << r.out;
+}
+
 TEST(Cli, ExplainNamesSources) {
     const CliRun r = napkin("estimate --model gpt2 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
