@@ -328,12 +328,13 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     std::array<std::int64_t, kMemCategoryCount> peaks{};
     std::int64_t peak_total = 0;
     double total_seconds = 0, total_tokens = 0, total_flops = 0, total_hardware_flops = 0;
-    // A run that does not continue this folder's own checkpoint moves an earlier run's aside
-    // before its first step (docs/CHECKPOINTS.md, "A new run in an old folder"): killed before
-    // its first save, it leaves nothing that --resume would take for its own. The other ranks
-    // wait, so that none saves into the folder before rank 0 has moved it.
+    // A run that does not continue this folder's own checkpoint moves an earlier run's aside,
+    // with its report, trace and memory snapshot, before its first step (docs/CHECKPOINTS.md, "A
+    // new run in an old folder"): killed before its first save, it leaves nothing that --resume
+    // would take for its own. The other ranks wait, so that none saves into the folder before rank
+    // 0 has moved it.
     if (comm.rank() == 0 && (f.resume.empty() || !continues_folder(resume, run_dir))) {
-        const std::string note = set_aside_earlier_checkpoints(run_dir);
+        const std::string note = set_aside_earlier_run(run_dir);
         if (!note.empty()) {
             std::printf("%s\n", note.c_str());
             std::fflush(stdout);

@@ -132,6 +132,30 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
 }
 
+// A new run without --profile in the folder of an earlier profiled run: the earlier trace and
+// memory snapshot go aside with its checkpoint and report, so napkin export does not present the
+// earlier run's trace as this run's.
+TEST(TrainCli, NewRunInAnOldFolderSetsTheOldTraceAside) {
+    const fs::path d = fresh_dir("stale_trace");
+    const std::string common =
+        "train --steps 2 --micro-batch 2 --seq-len 32 --quiet --out " + d.string();
+    ASSERT_EQ(napkin(common + " --profile all").rc, 0);
+    ASSERT_TRUE(fs::exists(d / "trace.json"));
+    const CliRun r = napkin(common + " --precision bf16-amp");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("trace.json to trace.json.previous"), std::string::npos) << r.out;
+    for (const char* name : {"trace.json", "memory.json"}) {
+        EXPECT_FALSE(fs::exists(d / name)) << name << " of the earlier run is still there";
+        EXPECT_TRUE(fs::exists(d / (std::string(name) + ".previous"))) << name;
+    }
+    EXPECT_EQ(read_json(d / "report.json")["run"]["precision"], "bf16-amp");
+    EXPECT_EQ(read_json(d / "report.json.previous")["run"]["precision"], "fp32");
+    const CliRun x = napkin("export " + d.string() + " -o " + (d / "x.json").string());
+    EXPECT_EQ(x.rc, 1);
+    EXPECT_NE(x.err.find("--profile"), std::string::npos) << x.err;
+    fs::remove_all(d);
+}
+
 // A new run started in an old run's folder and killed before its first save leaves nothing
 // that --resume would take for its own: the earlier checkpoint was moved aside, whole, when the
 // new run started (docs/CHECKPOINTS.md, "A new run in an old folder"). A run that continues the
