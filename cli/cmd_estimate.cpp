@@ -309,7 +309,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     Estimator est;
     Estimate e;
     SolveResult solved;
-    if (f.solve.empty()) {
+    if (cmd.count("--solve") == 0) {
         e = est.run(in);
     } else if (f.solve == "max-params") {
         solved = solve_max_params(in, est);

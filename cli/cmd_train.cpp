@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -156,6 +157,15 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
     if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
+    // An empty path (a script's unset variable) would read as the flag left out: --resume "" would
+    // start a new run over the folder's checkpoint, --data "" train on the synthetic corpus.
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--resume", f.resume},
+          {"--data", f.data},
+          {"--init-from", f.init_from}}) {
+        if (cmd.count(flag) > 0 && value.empty())
+            throw UsageError(std::string(flag) + ": the path is empty");
+    }
     if (cmd.count("--stop-after") > 0 && f.stop_after <= 0) {
         throw UsageError("--stop-after: must be a positive step number (got " +
                          std::to_string(f.stop_after) + ")");

@@ -252,6 +252,7 @@ TEST(Cli, GivenFlagsAreUsedOrRefused) {
                        "--grads-fp32: applies to the mixed-precision");
     expect_usage_error("estimate --precision bf16 --grads-fp32", "--grads-fp32");
     expect_usage_error("estimate --solve max-micro-batch --micro-batch 4", "drop --micro-batch");
+    expect_usage_error("estimate --solve ''", "--solve: unknown value ''");
     expect_usage_error("estimate --solve max-micro-batch --ignore-activations",
                        "the model states alone do not depend on the micro-batch");
     // The same flags where they apply.

@@ -375,6 +375,10 @@ TEST(TrainCli, BadInput) {
     // More memory than any machine has: refused up front, not std::bad_alloc in the first step.
     expect_error("train --micro-batch 1000000000000", 2,
                  "GB by napkin's prediction (B=1000000000000, T=64)", out);
+    // An empty path is not the flag left out.
+    expect_error("train --resume ''", 2, "--resume: the path is empty", out);
+    expect_error("train --data ''", 2, "--data: the path is empty", out);
+    expect_error("train --init-from ''", 2, "--init-from: the path is empty", out);
     // Flags that would otherwise have no effect.
     expect_error("train --load-strategy mmap", 2, "--load-strategy: applies to --init-from only",
                  out);
