@@ -19,7 +19,11 @@ struct ConsolidateFlags {
     std::string run_dir, out;
 };
 
-void run_consolidate(const ConsolidateFlags& f) {
+void run_consolidate(const ConsolidateFlags& f, const CLI::App& cmd) {
+    if (cmd.count("--out") > 0 && f.out.empty()) {
+        throw UsageError(
+            "-o: name the output file (or leave -o out for RUN_DIR/checkpoint.safetensors)");
+    }
     const std::filesystem::path run_dir(f.run_dir);
     if (!std::filesystem::is_directory(run_dir))
         throw UsageError("ckpt consolidate: '" + f.run_dir + "' is not a run folder");
@@ -52,7 +56,7 @@ void add_ckpt_command(CLI::App& app) {
     cmd->add_option("RUN_DIR", f->run_dir, "The run folder (its checkpoints/step-N/manifest.json)")
         ->required();
     cmd->add_option("-o,--out", f->out, "Output file (default: RUN_DIR/checkpoint.safetensors)");
-    cmd->callback([f] { run_consolidate(*f); });
+    cmd->callback([f, cmd] { run_consolidate(*f, *cmd); });
 }
 
 }  // namespace napkin::cli

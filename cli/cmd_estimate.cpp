@@ -1,9 +1,11 @@
 // napkin estimate: the analytic estimator's command line. The flag names are the public
 // interface (docs/ESTIMATOR.md); keep them.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cli/commands.h"
 #include "core/check.h"
@@ -120,7 +122,39 @@ void list_links(bool as_json) {
     if (as_json) std::cout << out.dump(2) << "\n";
 }
 
-ModelConfig shape_from_flags(const EstimateFlags& f) {
+// The flags that describe a custom shape beside --layers/--d-model/--heads: a preset, a config
+// or --params has its own shape, so there they are refused rather than ignored.
+constexpr const char* kShapeOnlyFlags[] = {"--kv-heads",  "--d-ff",    "--vocab",
+                                           "--context",   "--norm",    "--mlp",
+                                           "--positions", "--no-bias", "--untied"};
+
+std::string number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+// A number flag that is given must be finite and > 0.
+void require_positive(const CLI::App& cmd, const char* flag, double v) {
+    if (cmd.count(flag) > 0 && (!(v > 0) || !std::isfinite(v))) {
+        throw UsageError(std::string(flag) + ": must be a positive number (got " + number(v) + ")");
+    }
+}
+
+ModelConfig shape_from_flags(const EstimateFlags& f, const CLI::App& cmd) {
+    // Report flag-level errors by flag name before the estimator sees the shape; a flag that is
+    // given must hold a value, not fall back to its default.
+    for (const auto& [flag, v] : {std::pair<const char*, std::int64_t>{"--layers", f.layers},
+                                  {"--d-model", f.d_model},
+                                  {"--heads", f.heads},
+                                  {"--kv-heads", f.kv_heads},
+                                  {"--d-ff", f.d_ff},
+                                  {"--context", f.context}}) {
+        if (cmd.count(flag) > 0 && v <= 0) {
+            throw UsageError(std::string(flag) + ": must be a positive integer (got " +
+                             std::to_string(v) + ")");
+        }
+    }
     if (f.layers == 0 || f.d_model == 0 || f.heads == 0) {
         throw UsageError("a model needs --model, --config, --params, or all of --layers, --d-model and --heads");
     }
@@ -139,10 +173,6 @@ ModelConfig shape_from_flags(const EstimateFlags& f) {
     c.positions = parse_enum(kPositionNames, f.positions, "--positions");
     c.bias = !f.no_bias;
     c.tied_embeddings = !f.untied;
-    // Report flag-level errors by flag name before the estimator sees the shape.
-    if (f.layers < 0) throw UsageError("--layers: must be a positive integer");
-    if (f.kv_heads < 0) throw UsageError("--kv-heads: must be a positive integer");
-    if (f.d_ff < 0) throw UsageError("--d-ff: must be a positive integer");
     validate(c);
     return c;
 }
@@ -161,6 +191,25 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     if (model_sources > 1) {
         throw UsageError("give one model: --model, --config, --params, or --layers/--d-model/--heads");
     }
+    if (!shape_flags) {
+        for (const char* flag : kShapeOnlyFlags) {
+            if (cmd.count(flag) > 0) {
+                throw UsageError(
+                    std::string(flag) +
+                    ": describes a custom shape (with --layers, --d-model and --heads); "
+                    "a preset, a config or --params has its own");
+            }
+        }
+    }
+    for (const auto& [flag, v] : {std::pair<const char*, double>{"--params", f.params},
+                                  {"--tokens", f.tokens},
+                                  {"--peak-tflops", f.peak_tflops},
+                                  {"--gpu-mem-gb", f.gpu_mem_gb},
+                                  {"--cpu-mem-gb", f.cpu_mem_gb},
+                                  {"--measured-tokens-per-s", f.measured_tokens_per_s},
+                                  {"--link-gbps", f.link_gbps}}) {
+        require_positive(cmd, flag, v);
+    }
     if (f.solve == "max-params") {
         if (model_sources > 0) {
             throw UsageError("--solve max-params searches over model size: drop --model/--config/--params/--layers");
@@ -174,14 +223,19 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         in.model = load_model_config(f.config);
         ctx.model_source = "config " + f.config;
     } else if (shape_flags) {
-        in.model = shape_from_flags(f);
+        in.model = shape_from_flags(f, cmd);
         ctx.model_source = "custom shape";
     } else {
         in.model = preset_or_throw(f.model);
         ctx.model_source = "preset " + f.model;
     }
-    if (f.dropout >= 0) {
-        if (in.params_only) throw UsageError("--dropout needs a model shape, not --params");
+    if (cmd.count("--dropout") > 0) {
+        if (in.params_only || f.solve == "max-params") {
+            throw UsageError("--dropout needs a model shape (not --params or --solve max-params)");
+        }
+        if (!(f.dropout >= 0 && f.dropout < 1)) {
+            throw UsageError("--dropout: must be in [0, 1) (got " + number(f.dropout) + ")");
+        }
         in.model.dropout = f.dropout;
     }
 
@@ -192,12 +246,6 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     in.micro_batch = f.micro_batch;
     in.grad_accum = f.grad_accum;
     in.tokens = f.tokens;
-    if (cmd.count("--tokens") > 0 && !(f.tokens > 0)) {
-        throw UsageError("--tokens: must be positive (got " + std::to_string(f.tokens) + ")");
-    }
-    if (cmd.count("--params") > 0 && !(f.params > 0)) {
-        throw UsageError("--params: must be positive (got " + std::to_string(f.params) + ")");
-    }
     in.loss_chunk_rows = f.loss_chunk;
     if (f.loss_chunk < 0) throw UsageError("--loss-chunk: must be 0 (all rows) or positive");
     in.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
@@ -214,6 +262,20 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     in.offload = parse_enum(kOffloadNames, f.offload, "--offload");
     in.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
     in.lora_rank = f.lora_rank;
+    if (cmd.count("--lora-rank") > 0 && in.finetune == Finetune::full) {
+        throw UsageError(
+            "--lora-rank: needs --finetune lora or qlora (full fine-tuning has no adapters)");
+    }
+    if (in.grads_fp32 && (in.precision == Precision::fp32 || in.precision == Precision::bf16)) {
+        throw UsageError(
+            "--grads-fp32: applies to the mixed-precision recipes fp16-amp, bf16-amp and fp8-amp "
+            "(got --precision " +
+            std::string(enum_name(kPrecisionNames, in.precision)) + ")");
+    }
+    if (f.solve == "max-micro-batch" && cmd.count("--micro-batch") > 0) {
+        throw UsageError(
+            "--solve max-micro-batch searches over the micro-batch: drop --micro-batch");
+    }
     in.mfu = f.mfu;
     in.measured_tokens_per_s = f.measured_tokens_per_s;
     in.ignore_activations = f.ignore_activations;
@@ -226,16 +288,13 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     in.peak_flops_per_s = gpu.peak_tflops(pd.gemm_compute) * 1e12;
     in.gpu_memory_bytes = gpu.memory_gb * 1e9;
     if (cmd.count("--peak-tflops") > 0) {
-        if (!(f.peak_tflops > 0)) throw UsageError("--peak-tflops: must be positive");
         in.peak_flops_per_s = f.peak_tflops * 1e12;
         ctx.gpu += " (peak overridden)";
     }
     if (cmd.count("--gpu-mem-gb") > 0) {
-        if (!(f.gpu_mem_gb > 0)) throw UsageError("--gpu-mem-gb: must be positive");
         in.gpu_memory_bytes = f.gpu_mem_gb * 1e9;
         ctx.gpu += " (memory overridden)";
     }
-    if (!(f.cpu_mem_gb > 0)) throw UsageError("--cpu-mem-gb: must be positive");
     in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
     if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
     if (cmd.count("--link") > 0) {
@@ -243,7 +302,6 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         in.link_bytes_per_s = l.bytes_per_s();
         ctx.link = std::string(l.name);
     } else if (cmd.count("--link-gbps") > 0) {
-        if (!(f.link_gbps > 0)) throw UsageError("--link-gbps: must be positive (got " + std::to_string(f.link_gbps) + ")");
         in.link_bytes_per_s = f.link_gbps * 1e9 / 8;
         ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
     }
@@ -251,7 +309,7 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     Estimator est;
     Estimate e;
     SolveResult solved;
-    if (f.solve.empty()) {
+    if (cmd.count("--solve") == 0) {
         e = est.run(in);
     } else if (f.solve == "max-params") {
         solved = solve_max_params(in, est);

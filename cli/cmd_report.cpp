@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "profiler/run_folder.h"
 
@@ -488,11 +489,11 @@ void add_report_command(CLI::App& app) {
         ->required();
     cmd->add_option("--top", f->top, "Ops listed per profiled run (0: none)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative_integer());
     cmd->add_option("--warmup", f->warmup,
                     "Steps left out of the medians (step time, tokens/s, collectives)")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative_integer());
     cmd->add_flag("--json", f->json,
                   "Print the numbers as JSON (schema napkin-report/1) instead of a table");
     cmd->footer(

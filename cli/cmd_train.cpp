@@ -10,13 +10,17 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/train_checkpoint.h"
+#include "cli/train_out_dir.h"
 #include "cli/train_parallel.h"
 #include "cli/train_prediction.h"
+#include "cli/train_profile.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -104,17 +108,6 @@ void write_atomically(const std::filesystem::path& path, const std::string& text
     if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
 }
 
-void prepare_out_dir(const std::filesystem::path& dir) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw UsageError("--out: cannot create '" + dir.string() + "' (" + ec.message() + ")");
-    const std::filesystem::path probe = dir / ".napkin-write-test";
-    std::ofstream f(probe);
-    if (!f) throw UsageError("--out: '" + dir.string() + "' is not writable");
-    f.close();
-    std::filesystem::remove(probe, ec);
-}
-
 TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     TrainOptions o;
     if (cmd.count("--config") > 0) {
@@ -127,7 +120,15 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     }
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
-    if (!(f.lr > 0)) throw UsageError("--lr: must be positive");
+    // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
+    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
+    if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
+    if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
+        throw UsageError("--weight-decay: must be 0 (off) or a positive number");
+    }
+    if (!(f.grad_clip >= 0) || !std::isfinite(f.grad_clip)) {
+        throw UsageError("--grad-clip: must be 0 (off) or a positive norm");
+    }
     o.plan.micro_batch = f.micro_batch;
     o.plan.seq_len = f.seq_len;
     o.plan.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
@@ -167,6 +168,25 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
     if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
+    // An empty path (a script's unset variable) would read as the flag left out: --resume "" would
+    // start a new run over the folder's checkpoint, --data "" train on the synthetic corpus.
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--resume", f.resume},
+          {"--data", f.data},
+          {"--init-from", f.init_from}}) {
+        if (cmd.count(flag) > 0 && value.empty())
+            throw UsageError(std::string(flag) + ": the path is empty");
+    }
+    if (cmd.count("--stop-after") > 0 && f.stop_after <= 0) {
+        throw UsageError("--stop-after: must be a positive step number (got " +
+                         std::to_string(f.stop_after) + ")");
+    }
+    const LoadStrategy strategy =
+        parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+    if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {
+        throw UsageError("--load-strategy: applies to --init-from only");
+    }
+    ProfileSteps profile_steps = parse_profile(f.profile);
 
     // A resumed run takes every option from its checkpoint, so it continues bit for bit.
     // Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>,
@@ -230,18 +250,20 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
     }
     o.offload_optimizer = f.offload == "optimizer";  // like --overlap, a resumed run may change it
-    oom_hint = out_of_memory_hint(o, comm);
+    oom_hint = out_of_memory_hint(o, comm.world_size());
     const std::filesystem::path run_dir =
         !f.resume.empty() && cmd.count("--out") == 0 ? resume.run_dir : std::filesystem::path(f.out);
     const std::filesystem::path out_dir = rank_out_dir(run_dir, comm);
-    prepare_out_dir(out_dir);
+    check_host_memory(o, comm.world_size(), launch_env().local_size);
+    const OutDir out_dir_guard(out_dir);  // removed again if the run fails before writing to it
 
     // --init-from: the weights go into the model before the ZeRO engine shards it.
     ImportReport ir;
     std::function<void(Gpt&)> init_weights;
     if (!f.init_from.empty()) {
-        if (!f.resume.empty()) throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
-        const LoadStrategy strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+        if (!f.resume.empty()) {
+            throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
+        }
         init_weights = [&ir, &f, strategy](Gpt& model) { ir = import_gpt2_weights(f.init_from, model, strategy); };
     }
     Trainer trainer(o, &comm, parallel ? build_id() : std::string(), init_weights);
@@ -261,38 +283,31 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         const std::string from = resume.manifest ? resume.manifest->dir.string() : resume.file.string();
         std::printf("resumed %s at step %d of %d\n", from.c_str(), trainer.steps_done(), o.steps);
     }
-    // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
-    // memory counters, and a memory snapshot (docs/FORMATS.md).
-    // off | all | steps:N-M (1-based, inclusive: the steps as the progress lines number them).
-    int profile_first = 0, profile_last = -1;
-    if (f.profile == "all") {
-        profile_first = 1;
-        profile_last = o.steps;
-    } else if (f.profile.rfind("steps:", 0) == 0) {
-        const std::string range = f.profile.substr(6);
-        const auto dash = range.find('-');
-        try {
-            std::size_t used = 0;
-            profile_first = std::stoi(range.substr(0, dash), &used);
-            if (used != (dash == std::string::npos ? range.size() : dash)) throw std::invalid_argument("trailing");
-            profile_last = profile_first;
-            if (dash != std::string::npos) {
-                const std::string hi = range.substr(dash + 1);
-                profile_last = std::stoi(hi, &used);
-                if (used != hi.size()) throw std::invalid_argument("trailing");
-            }
-        } catch (const std::exception&) {
-            throw UsageError("--profile: '" + f.profile + "' is not off, all or steps:N-M");
-        }
-        if (profile_first < 1 || profile_last < profile_first) {
-            throw UsageError("--profile: " + f.profile + " must name steps N <= M, counted from 1");
-        }
-    } else if (f.profile != "off") {
-        throw UsageError("--profile: unknown value '" + f.profile + "' (expected off|all|steps:N-M)");
+    // The steps this process trains: from the checkpoint's (0 for a new run) to --stop-after.
+    const int first_step = trainer.steps_done();
+    if (first_step >= o.steps) {
+        throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) +
+                         " steps");
     }
+    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+    if (last_step <= first_step) {
+        throw UsageError("--stop-after " + std::to_string(f.stop_after) +
+                         ": the run is already at step " + std::to_string(first_step));
+    }
+    // Profiling: a trace of step/forward/backward/layer/op ranges with each op's analytic cost,
+    // memory counters, and a memory snapshot (docs/FORMATS.md), of the steps --profile names
+    // (counted as the progress lines count them). A range that misses every step of this run
+    // would write no trace at all: refused.
+    if (profile_steps.any() &&
+        (profile_steps.first > last_step || profile_steps.last <= first_step)) {
+        throw UsageError("--profile " + f.profile + ": this run trains steps " +
+                         std::to_string(first_step + 1) + "-" + std::to_string(last_step));
+    }
+    profile_steps.last = std::min(profile_steps.last, o.steps);
+    const int profile_first = profile_steps.first, profile_last = profile_steps.last;
     std::unique_ptr<profiler::Recorder> recorder;
     std::unique_ptr<profiler::ChromeTraceWriter> trace;
-    if (profile_last >= profile_first) {
+    if (profile_steps.any()) {
         recorder = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
         trace = std::make_unique<profiler::ChromeTraceWriter>(out_dir / "trace.json");
         if (!trace->ok()) throw InputError(trace->error());
@@ -315,7 +330,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     profiler::StepProfile profile(profiler::Roofline{peak, bandwidth});
 
     // The estimator's prediction for exactly this run (one "GPU": this process).
-    const EstimateInputs ei = estimate_inputs(o, comm, peak);
+    const EstimateInputs ei = prediction_inputs(o, comm.world_size(), on_gpu, peak);
     const Estimate pred = Estimator{}.run(ei);
 
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n", o.model.name.c_str(),
@@ -334,20 +349,13 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     std::array<std::int64_t, kMemCategoryCount> peaks{};
     std::int64_t peak_total = 0;
     double total_seconds = 0, total_tokens = 0, total_flops = 0, total_hardware_flops = 0;
-    const int first_step = trainer.steps_done();
-    if (first_step >= o.steps) throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) + " steps");
-    if (f.stop_after < 0) throw UsageError("--stop-after: must be positive");
-    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
-    if (last_step <= first_step) {
-        throw UsageError("--stop-after " + std::to_string(f.stop_after) + ": the run is already at step " +
-                         std::to_string(first_step));
-    }
-    // A run that does not continue this folder's own checkpoint moves an earlier run's aside
-    // before its first step (docs/CHECKPOINTS.md, "A new run in an old folder"): killed before
-    // its first save, it leaves nothing that --resume would take for its own. The other ranks
-    // wait, so that none saves into the folder before rank 0 has moved it.
+    // A run that does not continue this folder's own checkpoint moves an earlier run's aside,
+    // with its report, trace and memory snapshot, before its first step (docs/CHECKPOINTS.md, "A
+    // new run in an old folder"): killed before its first save, it leaves nothing that --resume
+    // would take for its own. The other ranks wait, so that none saves into the folder before rank
+    // 0 has moved it.
     if (comm.rank() == 0 && (f.resume.empty() || !continues_folder(resume, run_dir))) {
-        const std::string note = set_aside_earlier_checkpoints(run_dir);
+        const std::string note = set_aside_earlier_run(run_dir);
         if (!note.empty()) {
             std::printf("%s\n", note.c_str());
             std::fflush(stdout);
@@ -529,7 +537,12 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                 first_step + 1, last_step, o.steps,
                 total_seconds, total_tokens / total_seconds, total_flops / total_seconds / 1e9,
                 100 * total_flops / total_seconds / peak, first, last);
-    if (o.data.empty()) std::printf(" (ln V = %.4f, corpus entropy %.4f)", std::log(256.0), SyntheticCorpus::entropy_nats());
+    // ln V: the loss of a uniform prediction over the model's vocabulary, where training starts.
+    if (o.data.empty()) {
+        std::printf(" (ln V = %.4f, corpus entropy %.4f)",
+                    std::log(static_cast<double>(o.model.vocab_size)),
+                    SyntheticCorpus::entropy_nats());
+    }
     std::printf("\n  memory peaks: parameters %s, gradients %s, optimizer %s, activations %s (predicted %s), total %s, RSS %s\n",
                 mb(static_cast<double>(peaks[0])).c_str(), mb(static_cast<double>(peaks[2])).c_str(),
                 mb(static_cast<double>(peaks[3])).c_str(), mb(static_cast<double>(peaks[4])).c_str(),
@@ -585,7 +598,9 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
     cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();
     cmd->add_option("--grad-clip", f->grad_clip, "Clip the global gradient norm (0: off)")->capture_default_str();
-    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")->capture_default_str();
+    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")
+        ->capture_default_str()
+        ->check(non_negative_integer());
     cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
     cmd->add_option("--save-every", f->save_every,

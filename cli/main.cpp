@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +29,36 @@ void use_passive_openmp_waits(int argc, char** argv) {
     // execv only returns on failure: go on with the default policy.
 }
 
+// CLI11 answers "napkin bogus", "napkin ckpt bogus" and a bare "napkin" with "A subcommand is
+// required": name the word and the commands instead. Stops at the first option, or at a command
+// without subcommands, whose arguments are CLI11's to judge.
+void check_command_words(const CLI::App& app, int argc, char** argv) {
+    const CLI::App* at = &app;
+    for (int i = 1;; ++i) {
+        if (i < argc && argv[i][0] == '-') return;
+        const std::vector<const CLI::App*> subs =
+            at->get_subcommands([](const CLI::App*) { return true; });
+        if (subs.empty()) return;
+        const CLI::App* next = nullptr;
+        std::string names;
+        for (const CLI::App* s : subs) {
+            if (i < argc && s->get_name() == argv[i]) next = s;
+            names += (names.empty() ? "" : "|") + s->get_name();
+        }
+        const std::string see =
+            at == &app ? "napkin --help" : "napkin " + at->get_name() + " --help";
+        if (i == argc) {
+            throw napkin::UsageError("a command is required (expected " + names + "; see " + see +
+                                     ")");
+        }
+        if (next == nullptr) {
+            throw napkin::UsageError("unknown command '" + std::string(argv[i]) + "' (expected " +
+                                     names + "; see " + see + ")");
+        }
+        at = next;
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -42,6 +75,7 @@ int main(int argc, char** argv) {
     napkin::cli::add_info_command(app);
     napkin::cli::add_view_command(app);
     try {
+        check_command_words(app, argc, argv);
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
@@ -52,6 +86,12 @@ int main(int argc, char** argv) {
         return 2;
     } catch (const napkin::InputError& e) {
         std::fprintf(stderr, "napkin: error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(
+            stderr,
+            "napkin: error: out of memory: an allocation failed (napkin estimate predicts a "
+            "run's memory)\n");
         return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "napkin: %s\n", e.what());

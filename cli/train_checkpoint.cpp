@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
@@ -90,10 +92,25 @@ std::string save_run_checkpoint(const fs::path& run_dir, Trainer& trainer, bool 
     return path.string();
 }
 
-std::string set_aside_earlier_checkpoints(const fs::path& run_dir) {
+std::string set_aside_earlier_run(const fs::path& run_dir) {
+    // The earlier run's checkpoints first, then the files it wrote beside them, rank folders too.
+    std::vector<fs::path> paths = {run_dir / kCheckpointFileName, run_dir / kShardedCheckpointsDir};
+    std::vector<fs::path> dirs = {run_dir};
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(run_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_directory(ec) && name.size() > 4 && name.rfind("rank", 0) == 0 &&
+            name.find_first_not_of("0123456789", 4) == std::string::npos) {
+            dirs.push_back(e.path());
+        }
+    }
+    for (const fs::path& d : dirs) {
+        for (const char* file : {"report.json", "trace.json", "memory.json"})
+            paths.push_back(d / file);
+    }
     std::string moved;
-    for (const fs::path& p : {run_dir / kCheckpointFileName, run_dir / kShardedCheckpointsDir}) {
-        std::error_code ec;
+    bool checkpoint = false;
+    for (const fs::path& p : paths) {
         if (!fs::exists(fs::symlink_status(p, ec))) continue;
         fs::path aside = p;
         aside += ".previous";
@@ -101,14 +118,17 @@ std::string set_aside_earlier_checkpoints(const fs::path& run_dir) {
         if (ec) throw InputError(aside.string() + ": cannot remove (" + ec.message() + ")");
         fs::rename(p, aside, ec);
         if (ec) {
-            throw InputError(p.string() + ": cannot move an earlier run's checkpoint aside to " +
+            throw InputError(p.string() + ": cannot move an earlier run's file aside to " +
                              aside.string() + " (" + ec.message() + ")");
         }
-        moved += (moved.empty() ? "" : " and ") + p.filename().string() + " to " +
-                 aside.filename().string();
+        checkpoint |= p.parent_path() == run_dir && (p.filename() == kCheckpointFileName ||
+                                                     p.filename() == kShardedCheckpointsDir);
+        const fs::path rel = p.lexically_relative(run_dir);
+        moved += (moved.empty() ? "" : ", ") + rel.string() + " to " + rel.string() + ".previous";
     }
     if (moved.empty()) return moved;
-    return "note: " + run_dir.string() + " held an earlier run's checkpoint: moved " + moved +
+    return "note: " + run_dir.string() + " held an earlier run's " +
+           (checkpoint ? "checkpoint" : "files") + ": moved " + moved +
            " (this run starts afresh there)";
 }
 

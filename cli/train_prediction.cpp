@@ -1,40 +1,80 @@
 #include "cli/train_prediction.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <string>
+
+#include "core/check.h"
 
 namespace napkin::cli {
 
-EstimateInputs estimate_inputs(const TrainOptions& o, const Communicator& comm, double peak) {
+EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
+                                 double peak_flops_per_s) {
     EstimateInputs ei;
     ei.model = o.model;
     ei.seq_len = o.plan.seq_len;
     ei.micro_batch = o.plan.micro_batch;
     ei.grad_accum = o.grad_accum;
-    ei.tokens = static_cast<double>(o.steps) *
-                static_cast<double>(o.plan.micro_batch * o.plan.seq_len * o.grad_accum);
+    // D feeds only the run totals, which report.json leaves out: held inside the estimator's limit.
+    ei.tokens = std::min(
+        kMaxTokens, static_cast<double>(o.steps) * static_cast<double>(o.plan.micro_batch) *
+                        static_cast<double>(o.plan.seq_len) * static_cast<double>(o.grad_accum));
     ei.precision = o.plan.precision;
     ei.optimizer = o.plan.optimizer;
     ei.checkpointing = o.plan.checkpointing;
     ei.attention = o.plan.attention;
-    ei.gpus = comm.world_size();
+    ei.gpus = world;
     ei.zero = o.zero;
     ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;
-    ei.peak_flops_per_s = peak;
+    ei.peak_flops_per_s = peak_flops_per_s;
     ei.gpu_memory_bytes = 1e15;
-    ei.engine = o.device == DeviceKind::cuda ? EstimateInputs::Engine::cuda
-                                             : EstimateInputs::Engine::cpu;  // whose scratch
+    ei.engine =
+        on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
     return ei;
 }
 
-std::string out_of_memory_hint(const TrainOptions& o, const Communicator& comm) {
-    const Estimate e = Estimator{}.run(estimate_inputs(o, comm, 1.0));
-    char buf[320];
+void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
+    if (o.device != DeviceKind::cpu) return;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_bytes <= 0) return;
+    const double physical = static_cast<double>(pages) * static_cast<double>(page_bytes);
+    double need = 0;
+    try {
+        need = Estimator{}.run(prediction_inputs(o, world, false, 0)).gpu.total() *
+               std::max(1, node_ranks);
+    } catch (const UsageError&) {
+        return;  // options the engine refuses: the Trainer names them in its own words
+    }
+    if (need <= physical) return;
+    const std::string ranks =
+        node_ranks > 1 ? ", " + std::to_string(node_ranks) + " ranks on this node" : "";
+    char line[320];
     std::snprintf(
-        buf, sizeof buf,
-        "; the estimator predicts a peak of %.2f GB per %s for this run (napkin estimate breaks it "
-        "down): lower --micro-batch, add --checkpointing full%s",
-        e.gpu.total() / 1e9, o.device == DeviceKind::cuda ? "GPU" : "process",
-        o.device == DeviceKind::cuda ? ", or shard the model states over more GPUs (--zero)" : "");
+        line, sizeof line,
+        "the run needs %.3g GB by napkin's prediction (B=%lld, T=%lld%s), more than this machine's "
+        "%.1f "
+        "GB of memory: lower --micro-batch or --seq-len (napkin estimate shows the breakdown)",
+        need / 1e9, static_cast<long long>(o.plan.micro_batch),
+        static_cast<long long>(o.plan.seq_len), ranks.c_str(), physical / 1e9);
+    throw UsageError(line);
+}
+
+std::string out_of_memory_hint(const TrainOptions& o, int world) {
+    const bool gpu = o.device == DeviceKind::cuda;
+    double peak = 0;
+    try {
+        peak = Estimator{}.run(prediction_inputs(o, world, gpu, 0)).gpu.total();
+    } catch (const UsageError&) {
+        return "";  // options the estimator refuses: the error stands alone
+    }
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "; the estimator predicts a peak of %.2f GB per %s for this run (napkin estimate "
+                  "breaks it down): lower --micro-batch, add --checkpointing full%s",
+                  peak / 1e9, gpu ? "GPU" : "process",
+                  gpu ? ", or shard the model states over more GPUs (--zero)" : "");
     return buf;
 }
 

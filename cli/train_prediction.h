@@ -1,21 +1,27 @@
-// The estimator's prediction for a `napkin train` run, built from the run's own options: what
-// report.json's "predicted" holds, and the peak an out-of-memory error is held against.
+// napkin train's prediction: the estimator's inputs for exactly this run (one "GPU": this
+// process), whose estimate report.json puts beside the measurement, the check that a CPU run
+// fits this machine's memory before it allocates anything, and what an out-of-memory error adds.
 #pragma once
 
 #include <string>
 
-#include "core/comm/comm.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
 
 namespace napkin::cli {
 
-// The estimator's inputs for exactly this run, one "GPU" being this process; `peak` is the
-// FLOP/s that MFU and the times divide by.
-EstimateInputs estimate_inputs(const TrainOptions& o, const Communicator& comm, double peak);
+// `world` ranks of data parallelism; the GPU engine's scratch when `on_gpu`, else the CPU
+// engine's; `peak_flops_per_s` the MFU basis (0: none).
+EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
+                                 double peak_flops_per_s);
 
-// What to add to an out-of-memory error: the run's predicted peak per device and the ways to
+// A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
+// memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming
+// the figures instead. Nothing to check for a GPU run (the device reports its own).
+void check_host_memory(const TrainOptions& o, int world, int node_ranks);
+
+// What to add to an OutOfMemory error: the run's predicted peak per device and the ways to
 // lower it ("; the estimator predicts a peak of 81.20 GB per GPU for this run ...").
-std::string out_of_memory_hint(const TrainOptions& o, const Communicator& comm);
+std::string out_of_memory_hint(const TrainOptions& o, int world);
 
 }  // namespace napkin::cli

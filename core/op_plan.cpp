@@ -228,6 +228,23 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     }
+    // The adapters' counts, r (K + N) per linear and B T r per adapter input, stay inside int64:
+    // r is bounded like d_model (model_config.cpp).
+    if (in.finetune != Finetune::full) {
+        constexpr std::int64_t kMaxLoraRank = std::int64_t{1} << 18;
+        if (in.lora_rank > kMaxLoraRank) {
+            throw UsageError("--lora-rank: " + std::to_string(in.lora_rank) +
+                             " is beyond napkin's limit of " + std::to_string(kMaxLoraRank));
+        }
+        if (static_cast<double>(in.micro_batch) * static_cast<double>(in.seq_len) *
+                static_cast<double>(in.lora_rank) >
+            4e18) {
+            throw UsageError(
+                "--micro-batch x --seq-len x --lora-rank: " + std::to_string(in.micro_batch) +
+                " x " + std::to_string(in.seq_len) + " x " + std::to_string(in.lora_rank) +
+                " is too large to count in 64-bit integers");
+        }
+    }
     const Dims d = dims_of(c, in);
     const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
     const bool full_ft = in.finetune == Finetune::full;

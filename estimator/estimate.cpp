@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/check.h"
@@ -84,29 +85,52 @@ ModelConfig napkin_shape(double n_params, std::int64_t seq_len) {
 }
 
 void validate(const EstimateInputs& in) {
-    auto positive = [](double v, const char* flag) {
-        if (!(v > 0)) throw UsageError(std::string(flag) + ": must be positive (got " + std::to_string(v) + ")");
+    // %g: an integer flag reads "(got -1)", not "(got -1.000000)".
+    auto got = [](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
     };
-    if (in.params_only) positive(in.params, "--params");
+    auto positive = [&](double v, const char* flag) {
+        if (!(v > 0) || !std::isfinite(v)) {
+            throw UsageError(std::string(flag) + ": must be positive (got " + got(v) + ")");
+        }
+    };
+    // 0 means "not given" for these; anything else must be finite and positive.
+    auto zero_or_positive = [&](double v, const char* flag) {
+        if (v != 0) positive(v, flag);
+    };
+    auto at_most = [&](double v, double limit, const char* flag, const char* why) {
+        if (v > limit) {
+            throw UsageError(std::string(flag) + ": " + got(v) + " is beyond napkin's limit of " +
+                             got(limit) + " (" + why + ")");
+        }
+    };
+    if (in.params_only) {
+        positive(in.params, "--params");
+        at_most(in.params, kMaxParams, "--params", "the largest model the solver searches");
+    }
     if (in.seq_len < 0) positive(static_cast<double>(in.seq_len), "--seq-len");
     positive(static_cast<double>(in.micro_batch), "--micro-batch");
     positive(static_cast<double>(in.grad_accum), "--grad-accum");
     positive(in.gpus, "--gpus");
     positive(in.gpus_per_node, "gpus per node");
-    if (in.tokens < 0) positive(in.tokens, "--tokens");
+    zero_or_positive(in.tokens, "--tokens");
+    at_most(in.tokens, kMaxTokens, "--tokens", "20 x the largest --params");
     if (in.zero < 0 || in.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
     }
     if (!(in.mfu > 0 && in.mfu <= 1)) {
-        throw UsageError("--mfu: must be in (0, 1] (got " + std::to_string(in.mfu) + ")");
+        throw UsageError("--mfu: must be in (0, 1] (got " + got(in.mfu) + ")");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     }
-    if (in.peak_flops_per_s < 0) positive(in.peak_flops_per_s, "--peak-tflops");
+    zero_or_positive(in.peak_flops_per_s, "--peak-tflops");
     positive(in.gpu_memory_bytes, "--gpu-mem-gb");
-    if (in.measured_tokens_per_s < 0) positive(in.measured_tokens_per_s, "--measured-tokens-per-s");
-    if (in.link_bytes_per_s < 0) positive(in.link_bytes_per_s, "--link-gbps");
+    zero_or_positive(in.cpu_memory_bytes, "--cpu-mem-gb");
+    zero_or_positive(in.measured_tokens_per_s, "--measured-tokens-per-s");
+    zero_or_positive(in.link_bytes_per_s, "--link-gbps");
 }
 
 void Estimator::run(const EstimateInputs& in, Estimate& e) {

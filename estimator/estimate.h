@@ -194,7 +194,13 @@ private:
     std::int64_t shape_seq_ = -1;
 };
 
-// Validates the inputs that do not depend on the model (flags): throws UsageError.
+// The largest --params and --tokens napkin takes: the largest model the solver searches, and
+// the default D = 20 N of that model. Every count and time stays finite below them.
+inline constexpr double kMaxParams = 1e15;
+inline constexpr double kMaxTokens = 20 * kMaxParams;
+
+// Validates the inputs that do not depend on the model (flags): throws UsageError. Every number
+// must be finite; 0 means "not given" where the field says so.
 void validate(const EstimateInputs& in);
 
 }  // namespace napkin

@@ -36,14 +36,26 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
 
     os << "1. Parameters\n";
     if (in.params_only) {
-        os << "   N = " << num(e.total_params) << " (given by --params)\n";
+        os << "   N = " << fmt_count(e.total_params)
+           << (ctx.solve == "max-params" ? " (the largest that fits: --solve max-params)\n"
+                                         : " (given by --params)\n");
     } else {
-        os << "   N = token embedding V*C + position table + L * per-layer + final norm [+ untied head]\n"
-           << "     = " << num(static_cast<double>(e.params.token_embedding)) << " + "
-           << num(static_cast<double>(e.params.position_embedding)) << " + " << L << " * "
-           << num(static_cast<double>(e.params.per_layer)) << " + " << num(static_cast<double>(e.params.final_norm))
-           << " + " << num(static_cast<double>(e.params.head)) << " = " << num(e.total_params) << "\n"
-           << "   (core/model_config.cpp; the presets' counts equal the published ones, tests pin them)\n";
+        // Exact integers, so that the sum can be checked by hand.
+        const auto n = [](std::int64_t v) { return fmt_count(static_cast<double>(v)); };
+        os << "   N = token embedding V*C + position table + L * per-layer + final norm [+ untied "
+              "head]\n"
+           << "     = " << n(e.params.token_embedding) << " + " << n(e.params.position_embedding)
+           << " + " << L << " * " << n(e.params.per_layer) << " + " << n(e.params.final_norm)
+           << " + " << n(e.params.head) << " = " << fmt_count(e.total_params) << "\n"
+           << "   (core/model_config.cpp; the presets' counts equal the published ones, tests pin "
+              "them)\n";
+        if (e.params.allocated != e.params.total) {
+            os << "   allocated: the embedding" << (in.model.tied_embeddings ? "" : " and the head")
+               << " padded to Vp = " << n(in.model.padded_vocab_size)
+               << " rows (V = " << n(in.model.vocab_size)
+               << ", a multiple of 128) = " << n(e.params.allocated)
+               << "; memory below counts these\n";
+        }
     }
     if (in.finetune != Finetune::full) {
         os << "   trainable = LoRA adapters r*(parts*K + N) on each block linear (Hu et al. 2021), r = "
@@ -66,10 +78,21 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
 
     os << "\n3. Model states per GPU: ZeRO stage " << in.zero << " over W = " << W
        << " GPUs (Rajbhandari et al. 2020, fig. 1)\n"
-       << "   stage 0: (w + g + s) Psi; 1: (w + g) Psi + s Psi/W; 2: w Psi + (g + s) Psi/W; 3: (w + g + s) Psi/W\n"
-       << "   (s = master + optimizer bytes)\n"
-       << "   weights " << gb(e.gpu.weights) << ", master " << gb(e.gpu.master) << ", gradients " << gb(e.gpu.grads)
-       << ", optimizer " << gb(e.gpu.optimizer) << " = " << gb(e.gpu.model_states()) << "\n";
+       << "   stage 0: (w + g + s) Psi; 1: (w + g) Psi + s Psi/W; 2: w Psi + (g + s) Psi/W; 3: (w "
+          "+ g + s) Psi/W\n"
+       << "   (s = master + optimizer bytes)\n";
+    // Psi as the memory rows count it: a full model's allocated (padded) parameters, sharded in
+    // units padded to a multiple of W; LoRA's adapters; napkin mode's N.
+    const bool full_model = !in.params_only && in.finetune == Finetune::full;
+    os << "   Psi = "
+       << fmt_count(full_model ? static_cast<double>(e.params.allocated) : e.trainable_params)
+       << (full_model ? " allocated" : "") << " trainable parameters"
+       << (full_model && W > 1 ? ", each unit padded to a multiple of W as the engine shards it"
+                               : "")
+       << "\n"
+       << "   weights " << gb(e.gpu.weights) << ", master " << gb(e.gpu.master) << ", gradients "
+       << gb(e.gpu.grads) << ", optimizer " << gb(e.gpu.optimizer) << " = "
+       << gb(e.gpu.model_states()) << "\n";
     if (in.offload != Offload::none) {
         os << "   offload " << enum_name(kOffloadNames, in.offload)
            << " (ZeRO-Offload, Ren et al. 2021): master and optimizer state, with an fp32 gradient copy, live in\n"
@@ -96,14 +119,29 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
        << "   6N = 6 * " << num(e.total_params) << " = " << num(e.flops_6n_per_token)
        << "   (Kaplan et al. 2020: forward 2N, backward 4N)\n";
     if (!in.params_only) {
-        os << "   attention = " << (in.causal_attention_flops ? "6" : "12") << " * L * T * C = "
-           << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * " << T << " * " << C << " = "
-           << num(e.flops_attention_per_token)
-           << (in.causal_attention_flops ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
-                                         : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n")
-           << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact T(T+1)/2 pairs + biases\n"
-           << "     = " << num(e.flops_matmul_per_token) << " + ... = " << num(e.model_flops_per_token)
-           << "   (N_matmul = " << num(static_cast<double>(e.params.matmul)) << ": the linear layers and the head)\n";
+        os << "   attention = " << (in.causal_attention_flops ? "6" : "12")
+           << " * L * T * C = " << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * "
+           << T << " * " << C << " = " << num(e.flops_attention_per_token)
+           << (in.causal_attention_flops
+                   ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
+                   : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n");
+        if (in.finetune == Finetune::full) {
+            os << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact "
+                  "T(T+1)/2 pairs + biases\n"
+               << "     = " << num(e.flops_matmul_per_token)
+               << " + ... = " << num(e.model_flops_per_token);
+        } else {
+            // A frozen base runs its forward (2) and its input gradients (2), never its weight
+            // gradients: 4 N_matmul, plus the adapters' 6 per parameter.
+            os << "   model FLOPs from the op plan = 4 N_matmul (the frozen base: forward and "
+                  "input gradients, no\n"
+               << "     weight gradients) + the adapters + attention over the exact T(T+1)/2 pairs "
+                  "+ biases\n"
+               << "     = " << num(4.0 * static_cast<double>(e.params.matmul))
+               << " + ... = " << num(e.model_flops_per_token);
+        }
+        os << "   (N_matmul = " << num(static_cast<double>(e.params.matmul))
+           << ": the linear layers and the head)\n";
     }
     os << "   hardware FLOPs = model + recomputation (checkpointing, flash's backward) = "
        << num(e.hardware_flops_per_token) << "\n";

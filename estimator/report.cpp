@@ -138,8 +138,11 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
                       " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
     }
     if (has(kNoteNoPeak)) {
-        out.push_back("no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate "
-                      "(pick another --precision or give --peak-tflops)");
+        out.push_back(
+            std::string(
+                "no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate") +
+            (in.measured_tokens_per_s > 0 ? " and no MFU for --measured-tokens-per-s" : "") +
+            " (pick another --precision or give --peak-tflops)");
     }
     if (has(kNoteFp32Peak)) {
         out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
@@ -195,6 +198,16 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
                       "non-embedding", fmt_count(static_cast<double>(e.params.non_embedding)).c_str());
         os << line;
     }
+    if (!in.params_only && e.params.allocated != e.params.total) {
+        // Memory counts the embedding (and an untied head) padded to Vp rows: said here, so that
+        // bytes per parameter x the total above is not taken for the memory rows below.
+        std::snprintf(line, sizeof line,
+                      "  %-16s %20s  (vocab %s padded to %s; memory counts these)\n", "allocated",
+                      fmt_count(static_cast<double>(e.params.allocated)).c_str(),
+                      fmt_count(static_cast<double>(in.model.vocab_size)).c_str(),
+                      fmt_count(static_cast<double>(in.model.padded_vocab_size)).c_str());
+        os << line;
+    }
     std::snprintf(line, sizeof line, "  %-16s %20s\n", "trainable", fmt_count(e.trainable_params).c_str());
     os << line;
     if (e.frozen_params > 0) {
@@ -206,7 +219,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
 
     const auto& b = e.bytes_per_param;
     std::snprintf(line, sizeof line,
-                  "\nbytes per trainable parameter: weights %.3g + master %.3g + gradients %.3g + optimizer %.3g = %.4g\n",
+                  "\nbytes per trainable parameter: weights %.6g + master %.6g + gradients %.6g + "
+                  "optimizer %.6g = %.6g\n",
                   b.weights, b.master, b.grads, b.optimizer, b.total());
     os << line;
 
@@ -290,9 +304,14 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
                << " per GPU)\n";
         } else if (ctx.solve == "max-params") {
-            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value) << ")\n";
+            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
+               << ")";
         } else {
-            os << "micro-batch " << fmt_count(ctx.solved->value) << "\n";
+            os << "micro-batch " << fmt_count(ctx.solved->value);
+        }
+        if (ctx.solved->value > 0) {
+            os << (ctx.solved->at_limit ? " or more (the search stops there, and it still fits)\n"
+                                        : "\n");
         }
     }
     const auto notes = note_texts(in, e);
@@ -397,7 +416,10 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
                         ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
                         : json(nullptr);
     if (ctx.solved != nullptr) {
-        j["solve"] = {{"kind", ctx.solve}, {"value", ctx.solved->value}, {"evaluations", ctx.solved->evaluations}};
+        j["solve"] = {{"kind", ctx.solve},
+                      {"value", ctx.solved->value},
+                      {"evaluations", ctx.solved->evaluations},
+                      {"at_limit", ctx.solved->at_limit}};
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["fits"] = e.fits();

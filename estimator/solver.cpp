@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/check.h"
+
 namespace napkin {
 
 namespace {
@@ -35,20 +37,26 @@ SolveResult solve_max_params(const EstimateInputs& base, Estimator& est) {
         return est.run(in).fits();
     };
     constexpr double kSmallest = 1e6;  // a million parameters
-    constexpr double kLimit = 1e15;
     ++r.evaluations;
     if (!fits(kSmallest)) {
         in.params = kSmallest;
         r.at = est.run(in);
         return r;
     }
-    r.value = largest_fitting(kSmallest, kLimit, fits, r.evaluations);
+    r.value = largest_fitting(kSmallest, kMaxParams, fits, r.evaluations);
+    r.at_limit = r.value >= kMaxParams;
     in.params = r.value;
     r.at = est.run(in);
     return r;
 }
 
 SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
+    if (base.ignore_activations) {
+        throw UsageError(
+            "--solve max-micro-batch with --ignore-activations: the model states alone do not "
+            "depend on the micro-batch");
+    }
+    constexpr double kLimit = 1 << 24;
     EstimateInputs in = base;
     SolveResult r;
     auto fits = [&](double b) {
@@ -61,7 +69,8 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
         r.at = est.run(in);
         return r;
     }
-    r.value = largest_fitting(1, 1 << 24, fits, r.evaluations);
+    r.value = largest_fitting(1, kLimit, fits, r.evaluations);
+    r.at_limit = r.value >= kLimit;
     in.micro_batch = static_cast<std::int64_t>(r.value);
     r.at = est.run(in);
     return r;

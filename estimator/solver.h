@@ -13,13 +13,15 @@ struct SolveResult {
     double value = 0;  // parameters, or micro-batch; 0 when even the smallest does not fit
     Estimate at;       // the estimate at `value` (at the smallest candidate when value is 0)
     int evaluations = 0;
+    bool at_limit = false;  // `value` is the search's upper limit, which fits: the answer is >= it
 };
 
 // Largest N (napkin mode: a dense model known by its size) whose estimate fits. The lecture's
 // "largest model on 8 x 80 GB with fp32 AdamW" is this with ignore_activations and ZeRO-3.
 SolveResult solve_max_params(const EstimateInputs& base, Estimator& est);
 
-// Largest B for the given model and recipe.
+// Largest B for the given model and recipe, up to 2^24. UsageError with ignore_activations: the
+// model states alone do not depend on B.
 SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
 
 }  // namespace napkin

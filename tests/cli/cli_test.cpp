@@ -97,6 +97,59 @@ TEST(Cli, SolveMaxParams) {
     EXPECT_EQ(nlohmann::json::parse(r.out)["solve"]["value"].get<double>(), 40e9);
 }
 
+// Memory counts GPT-2's embedding padded to 50,304 rows: the table says so beside the published
+// count, --explain's sum is exact to the parameter, and 8-bit AdamW's absmax bytes are shown.
+TEST(Cli, CountsAddUpByHand) {
+    const CliRun r = napkin("estimate --model gpt2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("allocated                 124,475,904  (vocab 50,257 padded to 50,304"),
+              std::string::npos)
+        << r.out;
+    const CliRun x = napkin("estimate --model gpt2 --explain");
+    ASSERT_EQ(x.rc, 0) << x.err;
+    EXPECT_NE(x.out.find("= 38,597,376 + 786,432 + 12 * 7,087,872 + 1,536 + 0 = 124,439,808"),
+              std::string::npos)
+        << x.out;
+    EXPECT_NE(x.out.find("Psi = 124,475,904 allocated trainable parameters"), std::string::npos)
+        << x.out;
+    const CliRun q = napkin("estimate --optimizer adamw-8bit");
+    ASSERT_EQ(q.rc, 0) << q.err;
+    EXPECT_NE(q.out.find("optimizer 2.00391 = 10.0039"), std::string::npos) << q.out;
+    // No padding, no line: Llama 3's vocabulary is a multiple of 128.
+    EXPECT_EQ(napkin("estimate --model llama3-8b").out.find("allocated"), std::string::npos);
+}
+
+// A measured throughput on a GPU without a peak for the recipe (a T4 has no bf16): the note says
+// the MFU is missing too, instead of dropping the measurement without a word.
+TEST(Cli, MeasuredWithoutAPeakIsNamed) {
+    const CliRun r = napkin("estimate --gpu t4 --measured-tokens-per-s 1000");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("no time estimate and no MFU for --measured-tokens-per-s"),
+              std::string::npos)
+        << r.out;
+}
+
+// A frozen base does no weight-gradient GEMMs: under LoRA --explain's model-FLOPs sum starts from
+// 4 N_matmul, not from 6 N_matmul (a term larger than the sum it is part of).
+TEST(Cli, ExplainLoraFlopsAddUp) {
+    const CliRun r = napkin("estimate --model llama2-7b --finetune qlora --explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("= 4 N_matmul (the frozen base"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("= 2.643e+10 + ... = 3.061e+10"), std::string::npos)
+        << r.out;  // 4 x 6.607e9
+}
+
+// The solver's N is found, not given: --explain says where it came from, to the parameter.
+TEST(Cli, ExplainSolvedParams) {
+    const CliRun r = napkin(
+        "estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations "
+        "--explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("N = 40,000,000,000 (the largest that fits: --solve max-params)"),
+              std::string::npos)
+        << r.out;
+}
+
 TEST(Cli, ExplainNamesSources) {
     const CliRun r = napkin("estimate --model gpt2 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
@@ -142,11 +195,72 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
     expect_usage_error("estimate --mfu 2", "--mfu");
     expect_usage_error("estimate --micro-batch abc", "--micro-batch");
     expect_usage_error("estimate --no-such-flag", "no-such-flag");
+    expect_usage_error("bogus", "unknown command 'bogus' (expected estimate|train|");
+    expect_usage_error("ckpt bogus", "unknown command 'bogus' (expected consolidate");
+    expect_usage_error("", "a command is required (expected estimate|train|");
+    expect_usage_error("ckpt consolidate " + testing::TempDir() + " -o ''",
+                       "-o: name the output file");
     expect_usage_error("estimate --model gpt2 --params 1e9", "give one model");
     expect_usage_error("estimate --config " + data("bad_not_json.json"), "bad_not_json.json");
     expect_usage_error("estimate --config " + data("bad_field_type.json"), "n_layer");
     expect_usage_error("estimate --config " + data("bad_heads.json"), "bad_heads.json");
     expect_usage_error("estimate --config /nonexistent/cfg.json", "/nonexistent/cfg.json");
+}
+
+// Numbers that are not finite, and a zero where a measurement was given, are refused rather
+// than printed as "inf days" or dropped without a word.
+TEST(Cli, NumbersMustBeFinite) {
+    expect_usage_error("estimate --params inf", "--params: must be a positive number (got inf)");
+    expect_usage_error("estimate --params 1e308",
+                       "--params: 1e+308 is beyond napkin's limit of 1e+15");
+    expect_usage_error("estimate --tokens inf", "--tokens");
+    expect_usage_error("estimate --tokens 1e308", "--tokens: 1e+308 is beyond");
+    expect_usage_error("estimate --measured-tokens-per-s nan", "--measured-tokens-per-s");
+    expect_usage_error("estimate --measured-tokens-per-s 0", "--measured-tokens-per-s");
+    expect_usage_error("estimate --measured-tokens-per-s inf", "--measured-tokens-per-s");
+    expect_usage_error("estimate --peak-tflops inf", "--peak-tflops");
+    expect_usage_error("estimate --gpu-mem-gb inf", "--gpu-mem-gb");
+    expect_usage_error("estimate --cpu-mem-gb inf", "--cpu-mem-gb");
+    expect_usage_error("estimate --gpus 2 --link-gbps inf", "--link-gbps");
+    expect_usage_error("estimate --gpus -1", "--gpus: must be positive (got -1)");
+    expect_usage_error("estimate --finetune lora --lora-rank 9223372036854775807", "--lora-rank");
+}
+
+// A flag that is given is either used or refused, never dropped: shape flags beside a preset,
+// a given-but-empty shape value, --dropout out of range, --lora-rank without adapters,
+// --grads-fp32 without a master copy, and --micro-batch beside the solver that picks it.
+TEST(Cli, GivenFlagsAreUsedOrRefused) {
+    expect_usage_error("estimate --model gpt2 --vocab 1000", "--vocab: describes a custom shape");
+    expect_usage_error("estimate --model gpt2 --kv-heads 4",
+                       "--kv-heads: describes a custom shape");
+    expect_usage_error("estimate --params 7e9 --norm rmsnorm", "--norm: describes a custom shape");
+    expect_usage_error("estimate --config " + data("hf_gpt2_config.json") + " --untied",
+                       "--untied");
+    expect_usage_error("estimate --solve max-params --context 4096", "--context");
+    expect_usage_error("estimate --layers 2 --d-model 128 --heads 4 --context -5",
+                       "--context: must be a positive integer (got -5)");
+    expect_usage_error("estimate --layers 2 --d-model 128 --heads 4 --d-ff 0",
+                       "--d-ff: must be a positive integer (got 0)");
+    expect_usage_error("estimate --layers 0 --d-model 128 --heads 4",
+                       "--layers: must be a positive integer (got 0)");
+    expect_usage_error("estimate --dropout nan", "--dropout: must be in [0, 1)");
+    expect_usage_error("estimate --dropout -0.5", "--dropout: must be in [0, 1)");
+    expect_usage_error("estimate --solve max-params --dropout 0.1",
+                       "--dropout needs a model shape");
+    expect_usage_error("estimate --lora-rank 8", "--lora-rank: needs --finetune lora or qlora");
+    expect_usage_error("estimate --precision fp32 --grads-fp32",
+                       "--grads-fp32: applies to the mixed-precision");
+    expect_usage_error("estimate --precision bf16 --grads-fp32", "--grads-fp32");
+    expect_usage_error("estimate --solve max-micro-batch --micro-batch 4", "drop --micro-batch");
+    expect_usage_error("estimate --solve ''", "--solve: unknown value ''");
+    expect_usage_error("estimate --solve max-micro-batch --ignore-activations",
+                       "the model states alone do not depend on the micro-batch");
+    // The same flags where they apply.
+    EXPECT_EQ(napkin("estimate --layers 2 --d-model 128 --heads 4 --vocab 1000 --context 256").rc,
+              0);
+    EXPECT_EQ(napkin("estimate --finetune qlora --lora-rank 8").rc, 0);
+    EXPECT_EQ(napkin("estimate --precision bf16-amp --grads-fp32").rc, 0);
+    EXPECT_EQ(napkin("estimate --dropout 0.1").rc, 0);
 }
 
 }  // namespace

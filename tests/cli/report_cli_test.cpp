@@ -151,6 +151,10 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
     expect_error("report", 2, "runs is required");
     expect_error("report " + (bad / "missing").string(), 1, "no such folder");
     expect_error("report " + bad.string(), 1, "report.json: no such file");
+    expect_error("report --warmup -1 " + run("fp32").string(), 2,
+                 "--warmup: must be 0 or a positive integer (got '-1')");
+    expect_error("report --top x " + run("fp32").string(), 2,
+                 "--top: must be 0 or a positive integer");
     expect_error("export " + run("fp32").string(), 2, "--out is required");
     expect_error("export " + (bad / "missing").string() + " -o " + out.string(), 1, "no such folder");
 

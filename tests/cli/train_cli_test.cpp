@@ -55,6 +55,23 @@ TEST(TrainCli, ShortRunWritesReport) {
     EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
 }
 
+// The done line's ln V is the model's vocabulary's, where the loss starts: ln 1000 for a model
+// of 1000 tokens on the 256-token synthetic corpus, not ln 256.
+TEST(TrainCli, DoneLineNamesTheModelsLnV) {
+    const fs::path dir = fresh_dir("lnv");
+    fs::create_directories(dir);
+    std::ofstream(dir / "v1000.json")
+        << R"({"format": "napkin-model", "name": "v1000", "vocab_size": 1000,
+        "padded_vocab_size": 1024, "context_length": 64, "n_layers": 1, "d_model": 32, "n_heads": 2,
+        "n_kv_heads": 2, "d_ff": 128, "norm": "layernorm", "positions": "learned", "mlp": "gelu",
+        "bias": true, "tied_embeddings": true, "dropout": 0.0})";
+    const CliRun r = napkin("train --steps 1 --quiet --seq-len 16 --micro-batch 2 --config " +
+                            (dir / "v1000.json").string() + " --out " + (dir / "run").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("(ln V = 6.9078, corpus entropy"), std::string::npos) << r.out;
+    fs::remove_all(dir);
+}
+
 // The engine allocates its temporaries once (gradient buffers, loss chunk, naive attention's dS,
 // the CPU's widening scratch for 16-bit GEMMs); the estimator predicts them to the byte.
 TEST(TrainCli, TemporariesMatchThePredictionExactly) {
@@ -114,6 +131,30 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     EXPECT_NE(bad.err.find("checkpoint.safetensors"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.err.find('\n'), bad.err.size() - 1) << bad.err;
     EXPECT_EQ(napkin("train --resume " + b.string() + " --lr 1 --quiet").rc, 2);
+}
+
+// A new run without --profile in the folder of an earlier profiled run: the earlier trace and
+// memory snapshot go aside with its checkpoint and report, so napkin export does not present the
+// earlier run's trace as this run's.
+TEST(TrainCli, NewRunInAnOldFolderSetsTheOldTraceAside) {
+    const fs::path d = fresh_dir("stale_trace");
+    const std::string common =
+        "train --steps 2 --micro-batch 2 --seq-len 32 --quiet --out " + d.string();
+    ASSERT_EQ(napkin(common + " --profile all").rc, 0);
+    ASSERT_TRUE(fs::exists(d / "trace.json"));
+    const CliRun r = napkin(common + " --precision bf16-amp");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("trace.json to trace.json.previous"), std::string::npos) << r.out;
+    for (const char* name : {"trace.json", "memory.json"}) {
+        EXPECT_FALSE(fs::exists(d / name)) << name << " of the earlier run is still there";
+        EXPECT_TRUE(fs::exists(d / (std::string(name) + ".previous"))) << name;
+    }
+    EXPECT_EQ(read_json(d / "report.json")["run"]["precision"], "bf16-amp");
+    EXPECT_EQ(read_json(d / "report.json.previous")["run"]["precision"], "fp32");
+    const CliRun x = napkin("export " + d.string() + " -o " + (d / "x.json").string());
+    EXPECT_EQ(x.rc, 1);
+    EXPECT_NE(x.err.find("--profile"), std::string::npos) << x.err;
+    fs::remove_all(d);
 }
 
 // A new run started in an old run's folder and killed before its first save leaves nothing
@@ -287,12 +328,16 @@ TEST(TrainCli, InitFromLlmcCheckpoint) {
 
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
+    const bool existed = fs::exists(out);
     const CliRun r = napkin(args + " --quiet --out " + out.string());
     EXPECT_EQ(r.rc, rc);
     ASSERT_FALSE(r.err.empty());
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
+    if (!existed) {
+        EXPECT_FALSE(fs::exists(out)) << "a failed run left an empty run folder";
+    }
 }
 
 // A run that does not fit ends with one line naming the tensor it could not allocate, what was
@@ -302,9 +347,10 @@ TEST(TrainCli, OutOfMemoryNamesTheTensorAndThePrediction) {
     GTEST_SKIP() << "ASan reserves terabytes of address space: ulimit -v would stop it first";
 #endif
     const fs::path out = fresh_dir("oom");
-    // 3 GB of address space; GPT-2 at B=64, T=1024 needs about 44 GB.
+    // 3 GB of address space; GPT-2 at B=8, T=1024 needs about 7.4 GB (less than the machine
+    // has, or napkin refuses it before allocating: TrainCli.BadInput).
     const CliRun r = napkin(
-        "train --device cpu --model gpt2 --micro-batch 64 --seq-len 1024 --steps 1 --quiet "
+        "train --device cpu --model gpt2 --micro-batch 8 --seq-len 1024 --steps 1 --quiet "
         "--out " +
             out.string(),
         "ulimit -v 3000000; ");
@@ -342,6 +388,27 @@ TEST(TrainCli, BadInput) {
     expect_error("train --precision fp8-amp", 2, "fp8-amp", out);
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
+    // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.
+    expect_error("train --lr inf", 2, "--lr: must be a positive number", out);
+    expect_error("train --weight-decay nan", 2, "--weight-decay", out);
+    expect_error("train --grad-clip -1", 2, "--grad-clip", out);
+    expect_error("train --grad-clip nan", 2, "--grad-clip", out);
+    expect_error("train --warmup -5", 2, "--warmup", out);
+    expect_error("train --seed -1", 2, "--seed: must be 0 or a positive integer (got '-1')", out);
+    expect_error("train --stop-after 0", 2, "--stop-after: must be a positive step number", out);
+    // More memory than any machine has: refused up front, not std::bad_alloc in the first step.
+    expect_error("train --micro-batch 1000000000000", 2,
+                 "GB by napkin's prediction (B=1000000000000, T=64)", out);
+    // An empty path is not the flag left out.
+    expect_error("train --resume ''", 2, "--resume: the path is empty", out);
+    expect_error("train --data ''", 2, "--data: the path is empty", out);
+    expect_error("train --init-from ''", 2, "--init-from: the path is empty", out);
+    // Flags that would otherwise have no effect.
+    expect_error("train --load-strategy mmap", 2, "--load-strategy: applies to --init-from only",
+                 out);
+    expect_error("train --load-strategy bogus", 2, "--load-strategy: unknown value 'bogus'", out);
+    expect_error("train --steps 3 --profile steps:5-10", 2,
+                 "--profile steps:5-10: this run trains steps 1-3", out);
     expect_error("train --device tpu", 2, "--device", out);
     expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected auto|on|off)", out);
     expect_error("train --offload disk", 2, "--offload: unknown value 'disk' (expected none|optimizer)", out);
@@ -357,6 +424,13 @@ TEST(TrainCli, BadInput) {
             EXPECT_NE(z.err.find("--device cuda: no CUDA device ("), std::string::npos) << z.err;
             EXPECT_FALSE(fs::exists(out / "report.json")) << "a failed run left a report";
         }
+    }
+    // Refused after the folder was made: it goes again, parents included.
+    {
+        const fs::path nested = dir / "a" / "b" / "c";
+        const CliRun z = napkin("train --zero 5 --quiet --out " + nested.string());
+        EXPECT_EQ(z.rc, 2) << z.err;
+        EXPECT_FALSE(fs::exists(dir / "a")) << "a refused run left " << (dir / "a");
     }
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);

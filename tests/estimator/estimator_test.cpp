@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "core/check.h"
 #include "estimator/hardware.h"
 #include "estimator/solver.h"
@@ -131,6 +135,28 @@ TEST(Solver, MaxMicroBatchIsTight) {
     EXPECT_FALSE(est.run(in).fits());
 }
 
+// Model states alone do not depend on B: the micro-batch solver would return its search limit
+// as the answer. And an answer that is the limit says so.
+TEST(Solver, LimitsAreNotAnswers) {
+    Estimator est;
+    EstimateInputs in = preset_inputs("gpt2");
+    in.ignore_activations = true;
+    EXPECT_THROW(solve_max_micro_batch(in, est), UsageError);
+    in.ignore_activations = false;
+    EXPECT_FALSE(solve_max_micro_batch(in, est).at_limit);
+    in.gpu_memory_bytes = 1e18;  // an exabyte: every micro-batch up to the limit fits
+    in.seq_len = 8;
+    const SolveResult b = solve_max_micro_batch(in, est);
+    EXPECT_EQ(b.value, 1 << 24);
+    EXPECT_TRUE(b.at_limit);
+    EstimateInputs p = napkin_inputs(0);
+    p.ignore_activations = true;
+    p.gpu_memory_bytes = 1e18;
+    const SolveResult n = solve_max_params(p, est);
+    EXPECT_EQ(n.value, kMaxParams);
+    EXPECT_TRUE(n.at_limit);
+}
+
 TEST(Solver, NothingFits) {
     Estimator est;
     EstimateInputs in = preset_inputs("llama3-405b");
@@ -159,6 +185,50 @@ TEST(Validate, RejectsBadFlags) {
     expect_error([](EstimateInputs& in) { in.grad_accum = 0; }, "--grad-accum");
     expect_error([](EstimateInputs& in) { in.finetune = Finetune::lora; in.lora_rank = 0; }, "--lora-rank");
     expect_error([](EstimateInputs& in) { in.model.n_heads = 5; }, "heads (5) must divide d-model");
+}
+
+// Infinite, NaN and absurdly large numbers are refused, not turned into "inf days", a negative
+// parameter count or a silently dropped measurement.
+TEST(Validate, RejectsNumbersThatAreNotFiniteOrTooLarge) {
+    Estimator est;
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+    auto expect_error = [&](auto mutate, const char* needle) {
+        EstimateInputs in = preset_inputs("gpt2");
+        mutate(in);
+        try {
+            est.run(in);
+            ADD_FAILURE() << "expected UsageError containing " << needle;
+        } catch (const UsageError& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(inf); }, "--params");
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(1e30); },
+                 "--params: 1e+30 is beyond");
+    expect_error([&](EstimateInputs& in) { in.tokens = inf; }, "--tokens");
+    expect_error([&](EstimateInputs& in) { in.tokens = nan; }, "--tokens");
+    expect_error([&](EstimateInputs& in) { in.tokens = 1e308; }, "--tokens: 1e+308 is beyond");
+    expect_error([&](EstimateInputs& in) { in.peak_flops_per_s = inf; }, "--peak-tflops");
+    expect_error([&](EstimateInputs& in) { in.gpu_memory_bytes = inf; }, "--gpu-mem-gb");
+    expect_error([&](EstimateInputs& in) { in.cpu_memory_bytes = nan; }, "--cpu-mem-gb");
+    expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = nan; },
+                 "--measured-tokens-per-s");
+    expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = inf; },
+                 "--measured-tokens-per-s");
+    expect_error([&](EstimateInputs& in) { in.link_bytes_per_s = inf; }, "--link-gbps");
+    expect_error([&](EstimateInputs& in) { in.gpus = -1; }, "--gpus: must be positive (got -1)");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.finetune = Finetune::lora;
+            in.lora_rank = std::numeric_limits<std::int64_t>::max();
+        },
+        "--lora-rank");
+    // The largest accepted values still give finite figures.
+    EstimateInputs big = napkin_inputs(kMaxParams);
+    big.tokens = kMaxTokens;
+    const Estimate e = est.run(big);
+    EXPECT_TRUE(std::isfinite(e.run_seconds));
+    EXPECT_TRUE(std::isfinite(e.gpu.total()));
 }
 
 TEST(Notes, NoPeakMeansNoTime) {

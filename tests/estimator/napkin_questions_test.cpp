@@ -79,6 +79,10 @@ TEST(NapkinQuestions, QloraSeventyBOnTwentyFourGigabyteGpus) {
     const Estimate full = est.run(in);
     EXPECT_FALSE(full.fits());  // the states alone need over a terabyte of host memory
     EXPECT_FALSE(full.fits_cpu);
+    // docs/ESTIMATOR.md: 18 bytes per parameter on the host (2 + 4 + 4 + 8), 1.24 TB for the node's
+    // 2 GPUs, each holding its half (ZeRO-3 shards, units padded to a multiple of 2).
+    EXPECT_NEAR(full.cpu_node_bytes, 18.0 * static_cast<double>(count_params(in.model).allocated),
+                1e3);
 }
 
 // Seed: fine-tuning a 7B model on one 16 GB T4 with QLoRA (Ludwig). The T4 has no bf16, so
