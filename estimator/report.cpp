@@ -216,6 +216,11 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
                                                      : "in the working dtype");
         os << line;
     }
+    if (e.lora_params > 0) {  // trainable + frozen: the base model (total above) plus its adapters
+        std::snprintf(line, sizeof line, "  %-16s %20s  (trainable + frozen)\n", "with adapters",
+                      fmt_count(e.trainable_params + e.frozen_params).c_str());
+        os << line;
+    }
 
     const auto& b = e.bytes_per_param;
     std::snprintf(line, sizeof line,
@@ -359,13 +364,15 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     j["params"] = {
         {"total", e.total_params},
         {"embedding", in.params_only ? json(nullptr)
-                                     : json(e.params.token_embedding + e.params.position_embedding + e.params.head)},
+                                     : json(e.params.token_embedding + e.params.position_embedding +
+                                            e.params.head)},
         {"non_embedding", in.params_only ? json(nullptr) : json(e.params.non_embedding)},
         {"matmul", in.params_only ? json(nullptr) : json(e.params.matmul)},
         {"allocated", in.params_only ? json(nullptr) : json(e.params.allocated)},
         {"trainable", e.trainable_params},
         {"frozen", e.frozen_params},
         {"lora", e.lora_params},
+        {"total_with_adapters", e.total_params + e.lora_params},
     };
     const auto& b = e.bytes_per_param;
     j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},

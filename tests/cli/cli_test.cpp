@@ -117,6 +117,17 @@ TEST(Cli, CountsAddUpByHand) {
     EXPECT_NE(q.out.find("optimizer 2.00391 = 10.0039"), std::string::npos) << q.out;
     // No padding, no line: Llama 3's vocabulary is a multiple of 128.
     EXPECT_EQ(napkin("estimate --model llama3-8b").out.find("allocated"), std::string::npos);
+    // LoRA: trainable (the adapters) + frozen (the base) is the base plus its adapters.
+    const CliRun l = napkin("estimate --model llama2-7b --finetune qlora");
+    ASSERT_EQ(l.rc, 0) << l.err;
+    EXPECT_NE(l.out.find("with adapters           6,898,323,456  (trainable + frozen)"),
+              std::string::npos)
+        << l.out;
+    const CliRun j = napkin("estimate --model llama2-7b --finetune lora --json");
+    ASSERT_EQ(j.rc, 0) << j.err;
+    const auto p = nlohmann::json::parse(j.out)["params"];
+    EXPECT_EQ(p["total_with_adapters"].get<double>(),
+              p["trainable"].get<double>() + p["frozen"].get<double>());
 }
 
 // A measured throughput on a GPU without a peak for the recipe (a T4 has no bf16): the note says
