@@ -307,6 +307,14 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     const int profile_first = profile_steps.first, profile_last = profile_steps.last;
     std::unique_ptr<profiler::Recorder> recorder;
     std::unique_ptr<profiler::ChromeTraceWriter> trace;
+    // The allocator's events feed memory.json and the trace's memory counters only: recorded
+    // from the start (so the snapshot's peak is the run's) to the end of the profiled window,
+    // and not at all without one (at some thousand events a step they would grow without end).
+    for (AccountingAllocator* a : {&trainer.allocator(), &trainer.host_allocator()}) {
+        if (profile_steps.any() && a == &trainer.allocator()) continue;  // the host's feed nothing
+        a->set_record_events(false);
+        a->clear_events();
+    }
     if (profile_steps.any()) {
         recorder = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity, trainer.allocator().start());
         trace = std::make_unique<profiler::ChromeTraceWriter>(out_dir / "trace.json");
@@ -390,6 +398,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         }
         trainer.set_kernel_tagger(profiled ? gpu_activity.get() : nullptr);
         const StepRecord r = trainer.step();
+        if (s + 1 == profile_last) trainer.allocator().set_record_events(false);
         if (gpu_activity != nullptr && profiled) {
             if (s + 1 == profile_last || s + 1 == last_step) {
                 trainer.set_kernel_tagger(nullptr);

@@ -100,6 +100,16 @@ void AccountingAllocator::free(MemBlock& b) noexcept {
     b = MemBlock{};
 }
 
+void AccountingAllocator::set_record_events(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_events_ = on;
+}
+
+void AccountingAllocator::clear_events() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<MemEvent>().swap(events_);
+}
+
 std::int64_t AccountingAllocator::current_bytes(MemCategory c) const {
     std::lock_guard<std::mutex> lock(mutex_);
     return current_[static_cast<std::size_t>(c)];

@@ -103,7 +103,10 @@ public:
     // Starts a new peak window (e.g. per training step): peaks become the current values.
     void reset_peaks();
 
-    void set_record_events(bool on) { record_events_ = on; }
+    // Events are recorded from construction until turned off; a run that is not profiled turns
+    // them off (and drops what it has) so that they do not grow with every step.
+    void set_record_events(bool on);
+    void clear_events();
     const std::vector<MemEvent>& events() const { return events_; }
     const std::vector<std::string>& names() const { return names_; }
     DeviceKind device() const { return raw_.device(); }

@@ -275,14 +275,21 @@ TEST(TrainCli, ProfileWritesAValidTrace) {
     const fs::path win = fresh_dir("profile_window");
     ASSERT_EQ(napkin("train --steps 3 --micro-batch 2 --seq-len 32 --profile steps:2-2 --quiet --out " + win.string()).rc, 0);
     int step_ranges = 0;
+    double window_end_us = 0;
     const auto window_trace = read_json(win / "trace.json");
     for (const auto& e : window_trace["traceEvents"]) {
         if (e.value("cat", "") == "step") {
             ++step_ranges;
             EXPECT_EQ(e["name"], "step 1");  // the engine counts from 0
+            window_end_us = e["ts"].get<double>() + e["dur"].get<double>();
         }
     }
     EXPECT_EQ(step_ranges, 1);
+    // The allocator's events are recorded to the end of the window and not after: step 3's
+    // allocations are not in memory.json (they would grow with every step of a long run).
+    const auto window_mem = read_json(win / "memory.json");
+    ASSERT_FALSE(window_mem["timeline"].empty());
+    EXPECT_LE(window_mem["timeline"].back()[0].get<double>(), window_end_us + 1.0);
 }
 
 // An llm.c checkpoint (magic 20240326, version 3, fp32) of a tiny GPT-2-shaped model.

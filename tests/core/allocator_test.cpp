@@ -69,6 +69,22 @@ TEST(AccountingAllocator, ARefusedRequestIsOutOfMemoryNamingItAndWhatIsLive) {
     a.free(w);
 }
 
+TEST(AccountingAllocator, RecordingOffKeepsTheCountsAndClearDropsTheEvents) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    MemBlock w = a.allocate("wte", MemCategory::parameters, 100);
+    a.set_record_events(false);
+    MemBlock t = a.allocate("tmp", MemCategory::temporaries, 50);
+    EXPECT_EQ(a.events().size(), 1u);  // wte only
+    EXPECT_EQ(a.peak_total_bytes(), 150);
+    a.clear_events();
+    EXPECT_TRUE(a.events().empty());
+    a.free(t);
+    a.free(w);
+    EXPECT_TRUE(a.events().empty());
+    EXPECT_EQ(a.current_total_bytes(), 0);
+}
+
 TEST(AccountingAllocator, EventsRecordEveryAllocAndFree) {
     HostMemory host;
     AccountingAllocator a(host);
