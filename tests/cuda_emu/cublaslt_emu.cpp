@@ -27,6 +27,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/cuda_emu/emu_state.h"
 #include "tests/cuda_emu/emu_trace.h"
 
 // Declared opaque by cublasLt.h; the emulation keeps no per-handle state.
@@ -364,6 +365,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if ((has_bias(e) && !aligned(op->bias, d_bytes)) || (has_aux(e) && !aligned(op->aux, d_bytes)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias or aux not aligned to its element");
 
+    const napkin::emu::DeviceAccess access;
     const std::int64_t m = ld->rows, n = ld->cols;
     const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
     const std::int64_t k = ta ? la->rows : la->cols;

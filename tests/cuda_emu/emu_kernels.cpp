@@ -467,6 +467,7 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
         set_error(cudaErrorInvalidConfiguration, false, message);
         return false;
     }
+    const DeviceAccess access;
     g_run = Run{};
     g_run.name = name, g_run.file = file, g_run.line = line, g_run.body = &body;
     gridDim = grid;

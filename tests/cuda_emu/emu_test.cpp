@@ -155,6 +155,23 @@ TEST_F(CudaEmu, CopiesMustNameDeviceMemoryAsTheirKindSays) {
     EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
 }
 
+// On a GPU the host cannot read device memory through its pointer (a segfault); under the host
+// guard it cannot here either, while copies, sets and kernels still reach it.
+TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
+    set_host_guard(true);
+    {
+        const std::vector<int> values(256, 1);
+        Ints in(values), out(1);
+        EXPECT_EQ(st::block_sum(in.get(), out.get(), 1, 256), cudaSuccess);
+        EXPECT_EQ(out.host(), std::vector<int>{256});
+        EXPECT_EQ(cudaMemset(out.get(), 0, sizeof(int)), cudaSuccess);
+        EXPECT_EQ(out.host(), std::vector<int>{0});
+        const volatile int* host_view = in.get();
+        EXPECT_DEATH((void)host_view[0], "");
+    }
+    set_host_guard(false);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 // Device memory is exactly as long as asked: AddressSanitizer sees a kernel read past its end.
 TEST(CudaEmuDeathTest, ReadPastTheEndIsCaughtUnderAddressSanitizer) {
