@@ -209,6 +209,12 @@ bool activity_enable(char* error, std::size_t error_bytes) noexcept {
     g_state.refused = 0;
     g_state.failures = 0;
     g_state.warned = false;
+    {
+        // What the last collection's final (disable) flush delivered after its owner's last
+        // flush: records of another run, whose external ids the new collector reuses from 1.
+        std::lock_guard<std::mutex> lock(g_state.mutex);
+        g_state.pending.clear();
+    }
     if (!check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
                "cuptiActivityRegisterCallbacks")) {
         g_state.enabled = false;
