@@ -258,8 +258,10 @@ std::uint64_t activity_timestamp() noexcept {
 
 void activity_flush(bool wait, std::vector<profiler::GpuActivity>* out,
                     profiler::GpuActivityStats* stats) noexcept {
-    // Without FORCED CUPTI hands over only full buffers; FORCED also the partly filled ones,
-    // which costs no wait once the device is idle (the trainer flushes after its synchronize).
+    // Without FORCED CUPTI hands over the buffers whose records are all complete (full or not);
+    // FORCED also those holding a record still incomplete (a kernel still running: no end time
+    // yet), so the trainer flushes only after its step has synchronized (cupti_activity.h in
+    // CUDA 13, cuptiActivityFlushAll).
     if (g_state.enabled.load()) {
         check(cuptiActivityFlushAll(wait ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0),
               "cuptiActivityFlushAll");
