@@ -505,6 +505,14 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
 
 }  // namespace
 
+void refuse_host_pointer(const char* name, const char* file, int line, int argument) {
+    std::ostringstream os;
+    os << name << " (" << file << ":" << line << "): argument " << argument
+       << " is a host pointer, which the kernel cannot read on a GPU";
+    std::fprintf(stderr, "napkin cuda-emu: %s\n", os.str().c_str());
+    set_error(cudaErrorIllegalAddress, true, os.str());
+}
+
 void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
                 dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
                 const std::function<void()>& body) {

@@ -155,6 +155,20 @@ TEST_F(CudaEmu, CopiesMustNameDeviceMemoryAsTheirKindSays) {
     EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
 }
 
+// A kernel handed a host pointer reads host memory here and would pass; on a GPU it faults.
+TEST_F(CudaEmu, AHostPointerArgumentFailsTheLaunch) {
+    const std::vector<int> host(32, 1);
+    Ints out(1);
+    EXPECT_EQ(st::block_sum(host.data(), out.get(), 1, 32), cudaErrorIllegalAddress);
+    EXPECT_NE(last_error_message().find("argument 0 is a host pointer"), std::string::npos)
+        << last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress) << "a fault sticks";
+    reset_for_test();
+    Ints in(host);
+    EXPECT_EQ(st::block_sum(in.get(), out.get(), 1, 32), cudaSuccess);
+    EXPECT_EQ(out.host(), std::vector<int>{32});
+}
+
 // On a GPU the host cannot read device memory through its pointer (a segfault); under the host
 // guard it cannot here either, while copies, sets and kernels still reach it.
 TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
