@@ -50,9 +50,9 @@ public:
     virtual void push_external(std::uint64_t id) noexcept = 0;
     virtual void pop_external() noexcept = 0;
     virtual std::uint64_t timestamp_ns() noexcept = 0;  // the records' clock, now
-    // Appends the completed records to *out; wait: also those of buffers not yet full (cheap
-    // once the device is idle: the trainer flushes after the step's synchronize). *stats gets
-    // the totals since enable().
+    // Appends the completed records to *out; wait: a forced flush, every buffer, also one with
+    // a record still incomplete (call it once the device is idle: the trainer flushes after the
+    // step's synchronize). *stats gets the totals since enable().
     virtual void flush(bool wait, std::vector<GpuActivity>* out, GpuActivityStats* stats) noexcept = 0;
 };
 

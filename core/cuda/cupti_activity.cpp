@@ -209,6 +209,12 @@ bool activity_enable(char* error, std::size_t error_bytes) noexcept {
     g_state.refused = 0;
     g_state.failures = 0;
     g_state.warned = false;
+    {
+        // What the last collection's final (disable) flush delivered after its owner's last
+        // flush: records of another run, whose external ids the new collector reuses from 1.
+        std::lock_guard<std::mutex> lock(g_state.mutex);
+        g_state.pending.clear();
+    }
     if (!check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
                "cuptiActivityRegisterCallbacks")) {
         g_state.enabled = false;
@@ -252,8 +258,10 @@ std::uint64_t activity_timestamp() noexcept {
 
 void activity_flush(bool wait, std::vector<profiler::GpuActivity>* out,
                     profiler::GpuActivityStats* stats) noexcept {
-    // Without FORCED CUPTI hands over only full buffers; FORCED also the partly filled ones,
-    // which costs no wait once the device is idle (the trainer flushes after its synchronize).
+    // Without FORCED CUPTI hands over the buffers whose records are all complete (full or not);
+    // FORCED also those holding a record still incomplete (a kernel still running: no end time
+    // yet), so the trainer flushes only after its step has synchronized (cupti_activity.h in
+    // CUDA 13, cuptiActivityFlushAll).
     if (g_state.enabled.load()) {
         check(cuptiActivityFlushAll(wait ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0),
               "cuptiActivityFlushAll");

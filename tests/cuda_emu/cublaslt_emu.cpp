@@ -27,6 +27,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/cuda_emu/emu_state.h"
 #include "tests/cuda_emu/emu_trace.h"
 
 // Declared opaque by cublasLt.h; the emulation keeps no per-handle state.
@@ -204,6 +205,14 @@ bool aligned(const void* p, std::uint64_t bytes) {
     return bytes == 0 || reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
+// Whether the column-major (rows, cols) matrix at p, leading dimension ld, lies inside one
+// cudaMalloc allocation: on a GPU, a host pointer or a layout past an allocation's end faults.
+bool on_device(const void* p, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+               std::size_t element) {
+    const std::int64_t elements = rows == 0 || cols == 0 ? 0 : (cols - 1) * ld + rows;
+    return napkin::emu::is_device_memory(p, static_cast<std::size_t>(elements) * element);
+}
+
 }  // namespace
 
 extern "C" {
@@ -336,8 +345,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void* A, cublasLtMatrixLayout_t a_desc, const void* B,
                               cublasLtMatrixLayout_t b_desc, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c_desc, void* D, cublasLtMatrixLayout_t d_desc,
-                              const cublasLtMatmulAlgo_t* algo, void* /*workspace*/,
-                              std::size_t /*workspace_bytes*/, cudaStream_t stream) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              std::size_t workspace_bytes, cudaStream_t stream) {
     // cuBLASLt launches its kernel through the driver; here one traced launch per GEMM.
     napkin::emu::trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
     const std::uint64_t start = napkin::emu::trace::now();
@@ -363,7 +372,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                           "A, B, C or D less aligned than its element or the algorithm");
     if ((has_bias(e) && !aligned(op->bias, d_bytes)) || (has_aux(e) && !aligned(op->aux, d_bytes)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias or aux not aligned to its element");
+    if (!on_device(A, la->rows, la->cols, la->ld, ab_bytes) ||
+        !on_device(B, lb->rows, lb->cols, lb->ld, ab_bytes) ||
+        !on_device(D, ld->rows, ld->cols, ld->ld, d_bytes) ||
+        (has_bias(e) && !on_device(op->bias, ld->rows, 1, ld->rows, d_bytes)) ||
+        (has_aux(e) && !on_device(op->aux, ld->rows, ld->cols, op->aux_ld, d_bytes)) ||
+        (workspace != nullptr && !napkin::emu::is_device_memory(workspace, workspace_bytes)))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      "A, B, D, bias, aux or workspace not inside one device allocation (a host "
+                      "pointer, or a layout running past the allocation's end)");
 
+    const napkin::emu::DeviceAccess access;
     const std::int64_t m = ld->rows, n = ld->cols;
     const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
     const std::int64_t k = ta ? la->rows : la->cols;

@@ -73,6 +73,22 @@ void run_kernel(const char* name, const char* file, int line, const void* kernel
                 dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
                 const std::function<void()>& body);
 
+// Whether [p, p + bytes) lies inside one cudaMalloc allocation (emu_cudart.cpp).
+bool is_device_memory(const void* p, std::size_t bytes);
+
+// A launch refused before it ran: `argument` (0-based) of the kernel named `name` is a host
+// pointer. A GPU faults when the kernel dereferences it (cudaErrorIllegalAddress, which sticks);
+// here the kernel would read host memory and pass, so the launch fails that way at once.
+void refuse_host_pointer(const char* name, const char* file, int line, int argument);
+
+template <class T>
+bool is_host_pointer(const T& arg) {
+    if constexpr (std::is_pointer_v<T>)
+        return arg != nullptr && !is_device_memory(static_cast<const void*>(arg), 0);
+    else
+        return false;
+}
+
 // A kernel's address, as cudaFuncSetAttribute is given it (the function, or a pointer to it).
 template <class F>
 const void* kernel_address(F* kernel) {
@@ -93,9 +109,14 @@ public:
           smem_(smem),
           stream_(stream) {}
 
-    // Arguments are evaluated and copied once, on the host, as a real launch copies them.
+    // Arguments are evaluated and copied once, on the host, as a real launch copies them. A
+    // pointer among them must be null or device memory (pointers inside a struct argument are
+    // not looked at).
     template <class Kernel, class... Args>
     void operator()(Kernel kernel, Args... args) const {
+        int index = 0, host = -1;
+        ((host < 0 && is_host_pointer(args) ? host = index : 0, ++index), ...);
+        if (host >= 0) return refuse_host_pointer(name_, file_, line_, host);
         run_kernel(name_, file_, line_, kernel_, grid_, block_, smem_, stream_,
                    [&] { kernel(args...); });
     }

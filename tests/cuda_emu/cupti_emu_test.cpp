@@ -313,6 +313,24 @@ TEST(CuptiEmu, NothingIsRecordedWhileDisabled) {
     EXPECT_EQ(of_kind(collection.flush(), GpuActivityKind::kernel).size(), 1u);
 }
 
+// The profiler's collector flushes, then disables: the disable's own flush may still hand over
+// records (another thread's API calls, in a real process), which nobody takes. The next
+// collection in the process must not start with them: its external ids start again at 1.
+TEST(CuptiEmu, ANewCollectionDropsWhatTheLastOneLeftPending) {
+    reset_for_test();
+    char error[256] = "";
+    ASSERT_TRUE(cuda::activity_enable(error, sizeof error)) << error;
+    cuda::activity_push_external(1);
+    launch_block_sum(1, 32);
+    cuda::activity_pop_external();
+    cuda::activity_disable();  // its forced flush delivers the launch, pending from now on
+
+    Collection collection(false);
+    EXPECT_TRUE(collection.flush().empty()) << "records of the previous collection";
+    launch_block_sum(1, 32);
+    EXPECT_EQ(of_kind(collection.flush(), GpuActivityKind::kernel).size(), 1u);
+}
+
 TEST(CuptiEmu, AFlushWithoutWaitKeepsAPartlyFilledBuffer) {
     Collection collection;
     launch_block_sum(1, 32);

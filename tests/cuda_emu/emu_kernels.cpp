@@ -467,6 +467,7 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
         set_error(cudaErrorInvalidConfiguration, false, message);
         return false;
     }
+    const DeviceAccess access;
     g_run = Run{};
     g_run.name = name, g_run.file = file, g_run.line = line, g_run.body = &body;
     gridDim = grid;
@@ -503,6 +504,14 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
 }
 
 }  // namespace
+
+void refuse_host_pointer(const char* name, const char* file, int line, int argument) {
+    std::ostringstream os;
+    os << name << " (" << file << ":" << line << "): argument " << argument
+       << " is a host pointer, which the kernel cannot read on a GPU";
+    std::fprintf(stderr, "napkin cuda-emu: %s\n", os.str().c_str());
+    set_error(cudaErrorIllegalAddress, true, os.str());
+}
 
 void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
                 dim3 block, std::size_t dynamic_smem, cudaStream_t stream,

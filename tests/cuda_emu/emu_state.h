@@ -26,6 +26,23 @@ bool is_device_memory(const void* p, std::size_t bytes);
 // real context's do; the others (a bad configuration) are cleared by cudaGetLastError.
 void set_error(cudaError_t error, bool sticky, const std::string& message);
 
+// The host guard: device memory that host code reads or writes directly (not through a copy) is
+// host memory here, so the emulator would run what a GPU answers with a segfault. With the guard
+// on, cudaMalloc maps allocations inaccessible except while the emulated device works on them (a
+// kernel, a copy, a set, a GEMM, a collective: each holds a DeviceAccess, which opens every
+// guarded allocation until the outermost one ends), so such a host access faults here too. On
+// with NAPKIN_EMU_HOST_GUARD=1, and in the emulated CUDA backend plugin (emu_plugin.cpp) unless
+// that is 0; set_host_guard switches it for allocations made afterwards. Guarded allocations are
+// whole pages, so AddressSanitizer no longer sees a read just past their end.
+void set_host_guard(bool on);
+class DeviceAccess {
+public:
+    DeviceAccess();
+    ~DeviceAccess();
+    DeviceAccess(const DeviceAccess&) = delete;
+    DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
 // The dynamic shared memory `kernel` may launch with: 48 KiB, or more where
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize) allowed it.
 int dynamic_shared_limit(const void* kernel);

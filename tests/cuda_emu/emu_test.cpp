@@ -3,6 +3,7 @@
 // mistakes a GPU leaves undefined or hangs on (a barrier some threads never reach, a deadlock, a
 // shuffle outside its mask, a bad launch, a copy of the wrong kind) fail with a message that
 // names the kernel, the block and the thread.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +154,71 @@ TEST_F(CudaEmu, CopiesMustNameDeviceMemoryAsTheirKindSays) {
         << "past the end of the allocation";
     EXPECT_EQ(cudaMemset(host.data(), 0, 16), cudaErrorInvalidValue);
     EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
+}
+
+// A kernel handed a host pointer reads host memory here and would pass; on a GPU it faults.
+TEST_F(CudaEmu, AHostPointerArgumentFailsTheLaunch) {
+    const std::vector<int> host(32, 1);
+    Ints out(1);
+    EXPECT_EQ(st::block_sum(host.data(), out.get(), 1, 32), cudaErrorIllegalAddress);
+    EXPECT_NE(last_error_message().find("argument 0 is a host pointer"), std::string::npos)
+        << last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress) << "a fault sticks";
+    reset_for_test();
+    Ints in(host);
+    EXPECT_EQ(st::block_sum(in.get(), out.get(), 1, 32), cudaSuccess);
+    EXPECT_EQ(out.host(), std::vector<int>{32});
+}
+
+// The emulated cuBLASLt reads its operands on the CPU; a host pointer, or a layout running past
+// its allocation's end, would pass there and fault on a GPU, so it is refused.
+TEST_F(CudaEmu, GemmOperandsMustLieInDeviceMemory) {
+    cublasLtHandle_t handle = nullptr;
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t square = nullptr, tall = nullptr;
+    ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&square, CUDA_R_32F, 2, 2, 2), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatrixLayoutCreate(&tall, CUDA_R_32F, 2, 2, 3), CUBLAS_STATUS_SUCCESS);
+    float *a = nullptr, *d = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&a), 4 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 4 * sizeof(float)), cudaSuccess);
+    const std::vector<float> ones(4, 1.0f);
+    ASSERT_EQ(cudaMemcpy(a, ones.data(), sizeof(float) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const float alpha = 1.0f, beta = 0.0f;
+    const auto gemm = [&](const float* a_ptr, cublasLtMatrixLayout_t d_layout) {
+        return cublasLtMatmul(handle, op, &alpha, a_ptr, square, a, square, &beta, d, d_layout, d,
+                              d_layout, nullptr, nullptr, 0, nullptr);
+    };
+    EXPECT_EQ(gemm(a, square), CUBLAS_STATUS_SUCCESS);
+    std::vector<float> out(4);
+    ASSERT_EQ(cudaMemcpy(out.data(), d, sizeof(float) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(out, std::vector<float>(4, 2.0f));
+    EXPECT_EQ(gemm(ones.data(), square), CUBLAS_STATUS_INVALID_VALUE) << "A on the host";
+    EXPECT_EQ(gemm(a, tall), CUBLAS_STATUS_INVALID_VALUE) << "D's ld 3: 5 floats of 4";
+    cudaFree(d);
+    cudaFree(a);
+    cublasLtMatrixLayoutDestroy(tall);
+    cublasLtMatrixLayoutDestroy(square);
+    cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(handle);
+}
+
+// On a GPU the host cannot read device memory through its pointer (a segfault); under the host
+// guard it cannot here either, while copies, sets and kernels still reach it.
+TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
+    set_host_guard(true);
+    {
+        const std::vector<int> values(256, 1);
+        Ints in(values), out(1);
+        EXPECT_EQ(st::block_sum(in.get(), out.get(), 1, 256), cudaSuccess);
+        EXPECT_EQ(out.host(), std::vector<int>{256});
+        EXPECT_EQ(cudaMemset(out.get(), 0, sizeof(int)), cudaSuccess);
+        EXPECT_EQ(out.host(), std::vector<int>{0});
+        const volatile int* host_view = in.get();
+        EXPECT_DEATH((void)host_view[0], "");
+    }
+    set_host_guard(false);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

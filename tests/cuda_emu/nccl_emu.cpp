@@ -54,6 +54,7 @@ ncclResult_t copy(const char* op, const void* send, void* recv, std::size_t coun
     if (!napkin::emu::is_device_memory(send, bytes) || !napkin::emu::is_device_memory(recv, bytes))
         return refuse(ncclInvalidArgument, std::string(op) + " of " + std::to_string(bytes) +
                                                " bytes outside device memory");
+    const napkin::emu::DeviceAccess access;
     if (send != recv) std::memmove(recv, send, bytes);
     return ncclSuccess;
 }

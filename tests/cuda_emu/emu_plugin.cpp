@@ -1,0 +1,23 @@
+// Only in the emulated CUDA backend plugin (libnapkin_cuda_emu_plugin.so), which runs the CUDA
+// training engine on the CPU: its host code must never read or write device memory through a
+// pointer (on a GPU that is a segfault), so the host guard (emu_state.h) is on there, unless
+// NAPKIN_EMU_HOST_GUARD=0 asks otherwise or AddressSanitizer runs (its exact-size heap blocks
+// catch a kernel reading past an allocation's end, which the guard's whole pages would hide).
+#include <cstdlib>
+
+#include "tests/cuda_emu/emu_state.h"
+
+namespace {
+
+const bool g_host_guard = [] {
+#if defined(__SANITIZE_ADDRESS__)
+    const bool on = false;
+#else
+    const char* v = std::getenv("NAPKIN_EMU_HOST_GUARD");
+    const bool on = v == nullptr || v[0] != '0';
+#endif
+    napkin::emu::set_host_guard(on);
+    return on;
+}();
+
+}  // namespace
