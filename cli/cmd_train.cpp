@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -21,6 +23,7 @@
 #include "cli/train_parallel.h"
 #include "cli/train_prediction.h"
 #include "cli/train_profile.h"
+#include "cli/train_signal.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -289,7 +292,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         throw UsageError("--resume: the run already finished its " + std::to_string(o.steps) +
                          " steps");
     }
-    const int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
+    int last_step = f.stop_after > 0 ? std::min(o.steps, f.stop_after) : o.steps;
     if (last_step <= first_step) {
         throw UsageError("--stop-after " + std::to_string(f.stop_after) +
                          ": the run is already at step " + std::to_string(first_step));
@@ -380,7 +383,14 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     std::unique_ptr<profiler::GpuActivitySource> gpu_source;
     std::unique_ptr<profiler::CuptiCollector> gpu_activity;
     nlohmann::json gpu_summary;  // null on the CPU
+    // Ctrl-C: the run stops after the step in progress and writes what --stop-after would.
+    std::optional<StopOnSignal> stop;
+    if (!parallel) stop.emplace();
     for (int s = first_step; s < last_step; ++s) {
+        if (stop && stop->requested()) {
+            last_step = s;
+            break;
+        }
         inject_test_fault(comm.rank(), s);
         const bool profiled = recorder != nullptr && s + 1 >= profile_first && s + 1 <= profile_last;
         if (recorder != nullptr) trainer.set_recorder(profiled ? recorder.get() : nullptr);
@@ -460,6 +470,16 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
             checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
         }
+    }
+    if (steps.empty()) {  // interrupted before its first step: nothing to report or resume
+        throw Interrupted("interrupted before the first step; nothing written",
+                          stop ? stop->signal() : SIGINT);
+    }
+    if (gpu_activity != nullptr) {  // interrupted inside the profiled window
+        trainer.set_kernel_tagger(nullptr);
+        gpu_activity->finish();
+        gpu_summary = gpu_activity->summary();
+        gpu_activity.reset();
     }
     checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);
     if (trace != nullptr) {
@@ -581,6 +601,12 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                     "%llu buffers refused, %llu CUPTI failures, %llu kernels without a launch\n",
                     n("kernels"), n("tagged"), n("dropped_records"), n("buffers_refused"), n("cupti_failures"),
                     n("unmatched_flows"));
+    }
+    if (stop && stop->requested()) {
+        std::fflush(stdout);
+        throw Interrupted("interrupted after step " + std::to_string(last_step) + " of " + std::to_string(o.steps) +
+                              "; continue with: napkin train --resume " + run_dir.string(),
+                          stop->signal());
     }
 }
 

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/train_signal.h"
 #include "cli/version.h"
 #include "core/check.h"
 
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "napkin: error: %s\n", e.what());
         return 2;
     } catch (const napkin::InputError& e) {
+        std::fprintf(stderr, "napkin: error: %s\n", e.what());
+        return 1;
+    } catch (const napkin::cli::Interrupted& e) {  // everything written; 130 for Ctrl-C
+        std::fprintf(stderr, "napkin: %s\n", e.what());
+        return e.exit_code();
+    } catch (const napkin::OutOfMemory& e) {
         std::fprintf(stderr, "napkin: error: %s\n", e.what());
         return 1;
     } catch (const std::bad_alloc&) {

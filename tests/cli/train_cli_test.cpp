@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "profiler/trace_check.h"
@@ -368,6 +369,39 @@ TEST(TrainCli, OutOfMemoryNamesTheTensorAndThePrediction) {
         EXPECT_NE(r.err.find(want), std::string::npos) << want << " in: " << r.err;
     }
     EXPECT_FALSE(fs::exists(out / "report.json"));
+}
+
+// Ctrl-C stops after the step in progress: exit 130, the report and a checkpoint of the steps
+// done, and --resume continues from there.
+TEST(TrainCli, InterruptWritesTheReportAndACheckpoint) {
+    const fs::path out = fresh_dir("sigint");
+    fs::create_directories(out.parent_path());
+    const std::string log = out.string() + ".log";
+    // Interrupted once its first step line is out (the handler is in place by then).
+    const std::string script =
+        std::string(NAPKIN_BINARY) + " train --device cpu --steps 100000 --out " + out.string() +
+        " >" + log + " 2>" + log + ".err & p=$!; " + "for i in $(seq 1200); do grep -q '^step ' " +
+        log + " && break; sleep 0.05; done; kill -INT $p; wait $p; exit $?";
+    const int status = std::system(script.c_str());  // sh -c
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    std::ifstream err_file(log + ".err");
+    const std::string err((std::istreambuf_iterator<char>(err_file)),
+                          std::istreambuf_iterator<char>());
+    EXPECT_NE(err.find("napkin: interrupted after step "), std::string::npos) << err;
+    EXPECT_NE(err.find("continue with: napkin train --resume " + out.string()), std::string::npos)
+        << err;
+    ASSERT_TRUE(fs::exists(out / "report.json"));
+    ASSERT_TRUE(fs::exists(out / "checkpoint.safetensors"));
+    const auto steps = read_json(out / "report.json")["steps"];
+    ASSERT_GE(steps.size(), 1u);
+    const std::string next = std::to_string(steps.size() + 2);
+    const CliRun r =
+        napkin("train --resume " + out.string() + " --stop-after " + next + " --quiet");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("done: steps " + std::to_string(steps.size() + 1) + "-" + next),
+              std::string::npos)
+        << r.out;
 }
 
 TEST(TrainCli, BadInput) {
