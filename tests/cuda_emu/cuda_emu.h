@@ -216,6 +216,9 @@ T atomicAdd(T* address, T v) {
     *address = old + v;
     return old;
 }
+// A hint to nvcc's register allocation (crt/host_defines.h defines it for nvcc only).
+#define __launch_bounds__(...)
+
 // CUDA's device overloads of min and max (math_functions.hpp gives nvcc's).
 #define NAPKIN_EMU_MIN_MAX(T) \
     inline T min(T a, T b) {  \
