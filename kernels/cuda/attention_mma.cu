@@ -51,7 +51,7 @@ constexpr int kColFrags = kCols / kFrag;  // 4
 constexpr int kPad = 8;                   // Elem per 16-bit row beyond HD: 16 bytes
 constexpr int kScoreLd = kCols + 4;       // fp32 score rows (floats; WMMA: a multiple of 4)
 constexpr int kProbLd = kCols + kPad;     // 16-bit P / dS rows
-constexpr int kScratchLd = kFrag + 4;     // a warp's 16 x 16 fp32 scratch
+constexpr int kScratchLd = kFrag;  // a warp's 16 x 16 fp32 scratch, unpadded (see kBackwardBlocks)
 constexpr std::int64_t kMaxHD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -59,7 +59,8 @@ constexpr float kRescaleAbove = 8.0f;  // log2 units: the forward moves a row's 
 
 // Blocks per SM each kernel is compiled to fit (__launch_bounds__: at most 65536 / (128 * blocks)
 // registers a thread): what its shared memory allows on an H100 (227 KiB) at the largest HD of
-// its instantiation. Forward: 41, 53, 77 KiB at HD 32, 64, 128; backward: 51.5, 67.5, 99.5 KiB.
+// its instantiation. Forward: 41, 53, 77 KiB at HD 32, 64, 128; backward: 50.5, 66.5, 98.5 KiB
+// (under the 99 KiB of sm_86/89 too).
 template <int kFrags>
 constexpr int kForwardBlocks = kFrags == 8 ? 2 : 4;
 template <int kFrags>
@@ -206,6 +207,20 @@ __device__ void mma_abt(FragC& acc, const D* a, const D* b, int ld, int frags) {
     }
 }
 
+// acc = A B^T as mma_abt does, A given as its fragments (loaded once for all the tiles).
+template <class D, int kFrags>
+__device__ void mma_fragments_bt(FragC& acc, const FragA<D> (&a)[kFrags], const D* b, int ld,
+                                 int frags) {
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) {
+        if (f >= frags) break;
+        FragBCol<D> fb;
+        wmma::load_matrix_sync(fb, b + f * kFrag, ld);
+        wmma::mma_sync(acc, a[f], fb, acc);
+    }
+}
+
 // acc[f] += A X for the 16-column blocks f of X: A (16, 64) row-major with lda, X (64, HD)
 // row-major with ld, only the 16-wide k blocks [lo, hi) (the rest are masked).
 template <class D, int kFrags>
@@ -229,7 +244,7 @@ __device__ void mma_ax(FragC (&acc)[kFrags], const D* a, int lda, const D* x, in
 }
 
 // The lane's 8 elements (row lane % 16, columns 8 (lane / 16) ..) of the 16 x 16 `frag`, through
-// the warp's scratch (16, kScratchLd).
+// the warp's scratch (16, kScratchLd): a row's 8 neighbours, for the stores to global memory.
 __device__ void fragment_row8(float* v, const FragC& frag, float* scratch) {
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
     __syncwarp();
@@ -238,6 +253,18 @@ __device__ void fragment_row8(float* v, const FragC& frag, float* scratch) {
 #pragma unroll
     for (int e = 0; e < 8; ++e)
         v[e] = scratch[(lane % kFrag) * kScratchLd + lane / kFrag * 8 + e];
+}
+
+// The same through the scratch, the lane's elements interleaved: v[e] is element (2 e + lane /
+// 16, lane % 16), so that each read of the warp is 32 consecutive floats (no bank conflict).
+__device__ void fragment_interleaved(float* v, const FragC& frag, float* scratch) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    __syncwarp();
+    wmma::store_matrix_sync(scratch, frag, kScratchLd, wmma::mem_row_major);
+    __syncwarp();
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+        v[e] = scratch[e * kWarpSize + lane];
 }
 
 // Column c of the lane's half (k = 0..31): rotated by the row so that the warp's 32 lanes, 16
@@ -284,6 +311,12 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
         wmma::fill_fragment(acc[f], 0.0f);
+    // The warp's queries as fragments, for every key tile (shared memory then moves only K).
+    __syncthreads();
+    FragA<D> qa[kFrags];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+        if (f < frags) wmma::load_matrix_sync(qa[f], qw + f * kFrag, ld);
 
     for (std::int64_t kt = 0; kt <= qt; ++kt) {
         const std::int64_t j0 = kt * kCols;
@@ -299,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
             min(static_cast<std::int64_t>(kt == qt ? warp + 1 : kColFrags), (l.T - j0 + 15) / 16));
         for (int kk = 0; kk < nsub; ++kk) {
             FragC s;
-            mma_abt<D, kFrags>(s, qw, ks + kk * kFrag * ld, ld, frags);
+            mma_fragments_bt<D, kFrags>(s, qa, ks + kk * kFrag * ld, ld, frags);
             wmma::store_matrix_sync(sw + kk * kFrag, s, kScoreLd, wmma::mem_row_major);
         }
         __syncwarp();
@@ -456,12 +489,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
                 FragC dp;
                 mma_abt<D, kFrags>(dp, vw, gos + qq * kFrag * ld, ld, frags);
                 float v[8];
-                fragment_row8(v, dp, scr);
+                fragment_interleaved(v, dp, scr);
+                const int c = qq * kFrag + r;  // the lane's column: query c, D_c
+                const float Dc = d_s[c];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const int c = qq * kFrag + half * 8 + e;
-                    pw[r * kProbLd + c] =
-                        from_f32<D>(sw[r * kScoreLd + c] * (v[e] - d_s[c]) * l.scale);
+                    const int row = 2 * e + half;  // key j0 + 16 warp + row
+                    pw[row * kProbLd + c] =
+                        from_f32<D>(sw[row * kScoreLd + c] * (v[e] - Dc) * l.scale);
                 }
             }
             __syncwarp();
@@ -530,6 +565,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
         wmma::fill_fragment(dq[f], 0.0f);
+    // The warp's queries and dout rows as fragments, for every key tile.
+    FragA<D> qa[kFrags], ga[kFrags];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) {
+        if (f >= frags) break;
+        wmma::load_matrix_sync(qa[f], qw + f * kFrag, ld);
+        wmma::load_matrix_sync(ga[f], gw + f * kFrag, ld);
+    }
 
     for (std::int64_t kt = 0; kt <= qt; ++kt) {
         const std::int64_t j0 = kt * kCols;
@@ -544,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
             min(static_cast<std::int64_t>(kt == qt ? warp + 1 : kColFrags), (l.T - j0 + 15) / 16));
         for (int kk = 0; kk < nsub; ++kk) {
             FragC s;
-            mma_abt<D, kFrags>(s, qw, ks + kk * kFrag * ld, ld, frags);
+            mma_fragments_bt<D, kFrags>(s, qa, ks + kk * kFrag * ld, ld, frags);
             wmma::store_matrix_sync(sw + kk * kFrag, s, kScoreLd, wmma::mem_row_major);
         }
         __syncwarp();
@@ -558,16 +601,17 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
                 jj <= i && jj < l.T ? exp2f(sw[r * kScoreLd + c] * l.scale_log2 - L) : 0.0f;
         }
         __syncwarp();
-        const float Di = d_s[warp * kFrag + r];
         for (int kk = 0; kk < nsub; ++kk) {
             FragC dp;
-            mma_abt<D, kFrags>(dp, gw, vs + kk * kFrag * ld, ld, frags);
+            mma_fragments_bt<D, kFrags>(dp, ga, vs + kk * kFrag * ld, ld, frags);
             float v[8];
-            fragment_row8(v, dp, scr);
+            fragment_interleaved(v, dp, scr);
+            const int c = kk * kFrag + r;  // the lane's column: key j0 + c
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                const int c = kk * kFrag + half * 8 + e;
-                pw[r * kProbLd + c] = from_f32<D>(sw[r * kScoreLd + c] * (v[e] - Di) * l.scale);
+                const int row = 2 * e + half;  // query i0 + 16 warp + row
+                pw[row * kProbLd + c] = from_f32<D>(sw[row * kScoreLd + c] *
+                                                    (v[e] - d_s[warp * kFrag + row]) * l.scale);
             }
         }
         __syncwarp();
@@ -622,19 +666,19 @@ unsigned mma_grid(const char* op, std::int64_t tiles, std::int64_t heads) {
 // The kernels compiled for HD: 2, 4 or 8 fragments of 16 columns, so that the accumulator
 // arrays stay in registers (their indices known at compile time).
 template <class D>
-auto forward_kernel(std::int64_t HD) {
+auto forward_kernel_for(std::int64_t HD) {
     if (HD <= 32) return attention_flash_mma_forward_kernel<D, 2>;
     if (HD <= 64) return attention_flash_mma_forward_kernel<D, 4>;
     return attention_flash_mma_forward_kernel<D, 8>;
 }
 template <class D>
-auto key_kernel(std::int64_t HD) {
+auto key_kernel_for(std::int64_t HD) {
     if (HD <= 32) return attention_flash_mma_backward_key_kernel<D, 2>;
     if (HD <= 64) return attention_flash_mma_backward_key_kernel<D, 4>;
     return attention_flash_mma_backward_key_kernel<D, 8>;
 }
 template <class D>
-auto query_kernel(std::int64_t HD) {
+auto query_kernel_for(std::int64_t HD) {
     if (HD <= 32) return attention_flash_mma_backward_query_kernel<D, 2>;
     if (HD <= 64) return attention_flash_mma_backward_query_kernel<D, 4>;
     return attention_flash_mma_backward_query_kernel<D, 8>;
@@ -668,7 +712,7 @@ void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::in
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const unsigned grid = mma_grid(op, tiles, B * NH);
     const std::size_t smem = forward_smem_bytes(HD);
-    auto kernel = forward_kernel<device_t<Elem>>(HD);
+    auto kernel = forward_kernel_for<device_t<Elem>>(HD);
     allow_smem(kernel, smem, op);
     kernel<<<grid, kThreads, smem, stream>>>(dev(out), lse, dev(qkv), l);
     NAPKIN_CUDA_CHECK_LAUNCH();
@@ -684,15 +728,15 @@ void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out,
     if (B * T == 0) return;
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const std::size_t smem = backward_smem_bytes(HD);
-    auto keys = key_kernel<device_t<Elem>>(HD);
-    allow_smem(keys, smem, op);
-    keys<<<mma_grid(op, tiles, B * KVH), kThreads, smem, stream>>>(dev(dqkv), dev(dout), dev(out),
-                                                                   dev(qkv), lse, l);
+    auto key_kernel = key_kernel_for<device_t<Elem>>(HD);
+    allow_smem(key_kernel, smem, op);
+    key_kernel<<<mma_grid(op, tiles, B * KVH), kThreads, smem, stream>>>(
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
     NAPKIN_CUDA_CHECK_LAUNCH();
-    auto queries = query_kernel<device_t<Elem>>(HD);
-    allow_smem(queries, smem, op);
-    queries<<<mma_grid(op, tiles, B * NH), kThreads, smem, stream>>>(dev(dqkv), dev(dout), dev(out),
-                                                                     dev(qkv), lse, l);
+    auto query_kernel = query_kernel_for<device_t<Elem>>(HD);
+    allow_smem(query_kernel, smem, op);
+    query_kernel<<<mma_grid(op, tiles, B * NH), kThreads, smem, stream>>>(
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
