@@ -12,8 +12,10 @@
 // tensor-core load reads at once fall in different banks). The accumulator's element-to-lane
 // mapping is unspecified, so a product that feeds row-wise work (the softmax, dS = P (dP - D))
 // goes through an fp32 tile in shared memory, where lane l owns row l % 16 and half l / 16 of
-// the columns (rotated by the row, so that the 32 lanes hit 32 banks), and the result is
-// rounded to Elem in shared memory for the next product.
+// the columns (rotated by the row, so that the 32 lanes hit 32 banks; dP comes back 16 x 16 at a
+// time, element (2 e + l / 16, l % 16) to lane l, 32 consecutive floats per read), and the
+// result is rounded to Elem in shared memory for the next product. The forward and the dq pass
+// hold the warp's 16 query (and dout) rows as fragments for the whole block.
 //
 // Forward, per block (b, h, 64 queries), per key tile: S = Q K^T; the online softmax with a
 // lazily moved row max m: p = 2^(s log2(e) / sqrt(HD) - m) while no score exceeds m by more than
