@@ -10,6 +10,8 @@
 // logsumexp. Both keep out, which is the projection's input anyway.
 #pragma once
 
+#include <initializer_list>
+
 #include "core/recipe.h"
 #include "kernels/cost.h"
 
@@ -139,8 +141,9 @@ namespace cuda {
 //
 // naive: one block per query row; the row's T fp32 scores live in shared memory, so T is at most
 // attention_naive_max_T() (about 50k on an H100).
-// flash: a SIMT tiled kernel (fp32 FMA, not tensor cores): 8 query rows per block (a warp each)
-// over shared-memory tiles of 32 keys, online softmax, lse kept; backward recomputes S.
+// flash: for bf16 and fp16 with HD a multiple of 16 up to 128, tensor cores (attention_flash_mma_*
+// below); otherwise a SIMT tiled kernel (fp32 FMA): 8 query rows per block (a warp each) over
+// shared-memory tiles of 32 keys, online softmax, lse kept; backward recomputes S.
 
 std::int64_t attention_naive_max_T();
 
@@ -166,6 +169,41 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
                               const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
                               std::int64_t HD, CUstream_st* stream);
 // dqkv (B, T, (NH + 2*KVH) * HD), dout (B, T, NH*HD), out (B, T, NH*HD), lse (B, NH, T)
+
+// The two flash implementations behind attention_flash_forward/backward, by name (the tests
+// and bench/attention_bench.cpp run each):
+// simt (attention.cu): the kernels described above, any storage type and HD.
+// mma (attention_mma.cu): tensor cores through WMMA, for bf16 and fp16 storage with HD a multiple
+// of 16 in [16, 128], every pointer 16-byte aligned (rows move as 16-byte vectors):
+// attention_flash_mma_supported<Elem>(HD, pointers) says whether they apply, and the dispatch
+// takes them whenever it does. Blocks of 4 warps own 64 queries (forward, dq) or 64 keys (dk,
+// dv), 16 per warp, and walk tiles of 64 keys (queries) in shared memory: S = Q K^T and O += P V
+// (forward); S, dV += P^T dO, dP = dO V^T, dK += dS^T Q (dk/dv pass) and S, dP, dQ += dS K (dq
+// pass) on tensor cores with fp32 accumulation. The fragments' layout is opaque, so softmax and
+// dS = P (dP - D) run on fp32 tiles in shared memory, and P and dS are rounded to Elem for the
+// next product (where the SIMT kernels keep fp32). Same outputs, masking, GQA grouping, lse and
+// deterministic two-pass backward (one writer per element, no atomics) as the SIMT kernels.
+template <class Elem>
+bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const void*> pointers);
+
+template <class Elem>
+void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
+                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
+                                  CUstream_st* stream);
+template <class Elem>
+void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                                   const float* lse, std::int64_t B, std::int64_t T, int NH,
+                                   int KVH, std::int64_t HD, CUstream_st* stream);
+// Elem: bf16_t, f16_t only; preconditions (NAPKIN_CUDA_REQUIRE): attention_flash_mma_supported.
+template <class Elem>
+void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
+                                 std::int64_t T, int NH, int KVH, std::int64_t HD,
+                                 CUstream_st* stream);
+template <class Elem>
+void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                                  const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
+                                  std::int64_t HD, CUstream_st* stream);
+// Shapes as attention_flash_forward/backward's.
 
 }  // namespace cuda
 

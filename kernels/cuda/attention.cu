@@ -14,7 +14,10 @@
 //          group's query heads and the query tiles that see the keys (lane i scores query i);
 //          pass 2, the forward's layout again for dq. S and dP are recomputed in both passes.
 // Softmax scale 1/sqrt(HD); scores, probabilities and sums in fp32 throughout.
+// attention_flash_forward/backward take the tensor-core kernels of attention_mma.cu instead for
+// bf16 and fp16 storage with HD a multiple of 16 up to 128 (attention_flash_mma_supported).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -29,9 +32,6 @@ constexpr int kFlashWarps = 8;                     // query rows per forward / d
 constexpr int kKeysPerWarp = kTile / kFlashWarps;  // dk, dv pass: 4 keys per warp
 constexpr int kDimsPerLane = static_cast<int>((kMaxHD + kWarpSize - 1) / kWarpSize);  // 8
 constexpr int kNaiveBlock = 128;
-// Dynamic shared memory above which a kernel opts in (48 KiB without, static included: a
-// margin for the kernels' own static arrays).
-constexpr std::size_t kOptInAbove = 40 * 1024;
 
 struct Layout {
     std::int64_t T = 0, HD = 0;
@@ -74,26 +74,6 @@ Layout make_layout(const char* op, std::int64_t B, std::int64_t T, int NH, int K
     l.out_row = NH * HD;
     l.scale = 1.0f / sqrtf(static_cast<float>(HD));
     return l;
-}
-
-int max_smem_optin() {
-    int device = 0, bytes = 0;
-    NAPKIN_CUDA_CHECK(cudaGetDevice(&device));
-    NAPKIN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return bytes;
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory (an opt-in past 48 KiB with static).
-template <class Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
-    if (bytes <= kOptInAbove) return;
-    const int max_bytes = max_smem_optin();
-    NAPKIN_CUDA_REQUIRE(
-        bytes <= static_cast<std::size_t>(max_bytes),
-        op << ": needs " << bytes << " bytes of shared memory, the device allows " << max_bytes);
-    NAPKIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
 }
 
 template <class D>
@@ -501,8 +481,9 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 }
 
 template <class Elem>
-void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
+                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
+                                  CUstream_st* stream) {
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     if (B * T == 0) return;
     require_grid_y("attention_flash_forward", B * NH);
@@ -516,9 +497,9 @@ void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_
 }
 
 template <class Elem>
-void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream) {
+void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                                   const float* lse, std::int64_t B, std::int64_t T, int NH,
+                                   int KVH, std::int64_t HD, CUstream_st* stream) {
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     if (B * T == 0) return;
     require_grid_y("attention_flash_backward", B * NH);
@@ -541,6 +522,29 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
+// The tensor-core kernels (attention_mma.cu) where they apply, the SIMT ones above otherwise.
+template <class Elem>
+void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+    if constexpr (!std::is_same_v<Elem, float>) {
+        if (attention_flash_mma_supported<Elem>(HD, {out, qkv}))
+            return attention_flash_mma_forward(out, lse, qkv, B, T, NH, KVH, HD, stream);
+    }
+    attention_flash_simt_forward(out, lse, qkv, B, T, NH, KVH, HD, stream);
+}
+
+template <class Elem>
+void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
+                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
+                              std::int64_t HD, CUstream_st* stream) {
+    if constexpr (!std::is_same_v<Elem, float>) {
+        if (attention_flash_mma_supported<Elem>(HD, {dqkv, dout, out, qkv}))
+            return attention_flash_mma_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD,
+                                                stream);
+    }
+    attention_flash_simt_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, stream);
+}
+
 #define NAPKIN_CUDA_ATTENTION_INSTANTIATE(E)                                                      \
     template void attention_naive_forward<E>(E*, E*, const E*, std::int64_t, std::int64_t, int,   \
                                              int, std::int64_t, CUstream_st*);                    \
@@ -556,5 +560,16 @@ NAPKIN_CUDA_ATTENTION_INSTANTIATE(float)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(f16_t)
 #undef NAPKIN_CUDA_ATTENTION_INSTANTIATE
+
+#define NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(E)                                                  \
+    template void attention_flash_simt_forward<E>(                                                 \
+        E*, float*, const E*, std::int64_t, std::int64_t, int, int, std::int64_t, CUstream_st*);   \
+    template void attention_flash_simt_backward<E>(E*, const E*, const E*, const E*, const float*, \
+                                                   std::int64_t, std::int64_t, int, int,           \
+                                                   std::int64_t, CUstream_st*);
+NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(float)
+NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(bf16_t)
+NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(f16_t)
+#undef NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE
 
 }  // namespace napkin::cuda

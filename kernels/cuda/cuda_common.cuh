@@ -144,4 +144,30 @@ inline int block_for_row(std::int64_t C, int max_threads = 1024) {
 // gridDim.y and gridDim.z are at most 65535; gridDim.x up to 2^31 - 1.
 inline constexpr std::int64_t kMaxGridX = 2147483647;
 
+// Dynamic shared memory above which a kernel opts in (48 KiB without, static included: a
+// margin for the kernels' own static arrays).
+inline constexpr std::size_t kOptInAbove = 40 * 1024;
+
+// The most dynamic shared memory a block of the current device may opt in to (227 KiB on an
+// H100, 163 KiB on an A100, 99 KiB on sm_86/89).
+inline int max_smem_optin() {
+    int device = 0, bytes = 0;
+    NAPKIN_CUDA_CHECK(cudaGetDevice(&device));
+    NAPKIN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (an opt-in past 48 KiB with static).
+template <class Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
+    if (bytes <= kOptInAbove) return;
+    const int max_bytes = max_smem_optin();
+    NAPKIN_CUDA_REQUIRE(
+        bytes <= static_cast<std::size_t>(max_bytes),
+        op << ": needs " << bytes << " bytes of shared memory, the device allows " << max_bytes);
+    NAPKIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+}
+
 }  // namespace napkin::cuda

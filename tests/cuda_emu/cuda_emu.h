@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <type_traits>
 
 // The built-in variables: set by the scheduler before it switches to a fiber.
@@ -48,6 +49,7 @@ enum class Sync : std::uint8_t {
     kShflUp,    // __shfl_up_sync
     kBallot,    // __ballot_sync, __any_sync, __all_sync
     kSyncWarp,  // __syncwarp
+    kWarpOp,    // a WarpCollective (the WMMA calls): the whole warp, each lane with its own data
 };
 
 struct SyncRequest {
@@ -62,8 +64,27 @@ struct SyncRequest {
 // (the shuffled bits, the ballot, the block's predicate reduction).
 std::uint64_t sync(const SyncRequest& request, const char* what);
 
-// The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for.
+// The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for,
+// aligned to 128 bytes.
 void* dynamic_shared_memory();
+
+// The running launch's number (1, 2, ... per process): seeds what the emulator chooses per
+// launch, the schedule and the WMMA fragment mapping, so that a failure reproduces.
+std::uint64_t launch_number();
+
+// A warp-wide operation on data that each lane holds, such as wmma::mma_sync
+// (tests/cuda_emu/emu_wmma.h): all 32 lanes of a full warp wait with their own op; once all have
+// arrived, the scheduler calls `run` once with the 32 ops in lane order, then releases the
+// lanes. Lanes that wait with a different `run` (another WMMA call, or another type) fail the
+// launch, as a warp's lanes in different shuffles do. `run` returns why the call is invalid
+// (the launch fails with that message), or an empty string.
+struct WarpCollective {
+    using Run = std::string (*)(WarpCollective* const* lanes);
+    Run run = nullptr;
+};
+
+// Waits until the whole warp has called it with ops of the same `run`, which runs then.
+void warp_collective(WarpCollective& op, const char* what);
 
 // Runs `body` as the kernel named `name` (file:line of the launch) over grid x block. A failure
 // (a bad configuration, a deadlock, an exception inside a thread) is printed with the block and
@@ -216,6 +237,9 @@ T atomicAdd(T* address, T v) {
     *address = old + v;
     return old;
 }
+// A hint to nvcc's register allocation (crt/host_defines.h defines it for nvcc only).
+#define __launch_bounds__(...)
+
 // CUDA's device overloads of min and max (math_functions.hpp gives nvcc's).
 #define NAPKIN_EMU_MIN_MAX(T) \
     inline T min(T a, T b) {  \

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -45,6 +47,18 @@ namespace ctx = boost::context;
 // A kernel's locals, plus what AddressSanitizer adds to them; guard page below.
 constexpr std::size_t kStackBytes = 256 * 1024;
 constexpr int kWarp = 32;
+// Dynamic shared memory's alignment: what a kernel may ask of an extern __shared__ array
+// (__align__(128)), more than the 32 bytes a WMMA pointer needs.
+constexpr std::size_t kSharedAlign = 128;
+
+// The launch's dynamic shared memory: exactly as many bytes as asked, so that AddressSanitizer
+// sees a read past its end.
+struct AlignedDelete {
+    void operator()(unsigned char* p) const {
+        ::operator delete (p, std::align_val_t{kSharedAlign});
+    }
+};
+using SharedBytes = std::unique_ptr<unsigned char, AlignedDelete>;
 
 enum class State : std::uint8_t { kReady, kWaiting, kDone };
 
@@ -99,7 +113,7 @@ struct Run {
     Fiber* current = nullptr;
     const void* scheduler_stack = nullptr;  // for AddressSanitizer's switch annotations
     std::size_t scheduler_stack_size = 0;
-    std::vector<unsigned char> dynamic_shared;
+    SharedBytes dynamic_shared;
     std::string failure;  // set inside a fiber (an exception) or by the scheduler
 };
 
@@ -272,6 +286,7 @@ std::uint64_t warp_result(const Fiber& f, int lane, const Lanes& by_lane) {
     switch (r.kind) {
         case Sync::kSyncWarp:
         case Sync::kBlock:
+        case Sync::kWarpOp:  // its results are in the lanes' own data (release_warp_op)
             return 0;
         case Sync::kBallot: {
             std::uint64_t bits = 0;
@@ -300,6 +315,35 @@ std::uint64_t warp_result(const Fiber& f, int lane, const Lanes& by_lane) {
         return 0;
     }
     return by_lane[src]->request.value;
+}
+
+// A warp collective (the WMMA calls) whose lanes all wait: checks that the warp is whole and its
+// lanes agree on the operation, then runs it. Returns false (the failure set) when it is invalid.
+bool release_warp_op(const Lanes& by_lane, std::size_t warp) {
+    const Fiber& first = *by_lane[0];
+    const std::string in_warp = std::string(first.what) + " in warp " + std::to_string(warp) +
+                                " of the block (" + where(first) + ")";
+    std::array<WarpCollective*, kWarp> ops{};
+    for (int l = 0; l < kWarp; ++l) {
+        if (by_lane[l] == nullptr) {
+            g_run.failure = in_warp + ": the warp has " + std::to_string(l) +
+                            " threads; the call needs all 32 lanes of a full warp";
+            return false;
+        }
+        ops[l] = from_bits<WarpCollective*>(by_lane[l]->request.value);
+        if (ops[l]->run != ops[0]->run) {
+            g_run.failure = in_warp + ": lane " + std::to_string(l) + " waits in " +
+                            by_lane[l]->what +
+                            " of other types or arguments; all 32 lanes must make the same call";
+            return false;
+        }
+    }
+    const std::string error = ops[0]->run(ops.data());
+    if (!error.empty()) {
+        g_run.failure = in_warp + ": " + error;
+        return false;
+    }
+    return true;
 }
 
 // Each warp whose named lanes all wait at the same warp operation is released.
@@ -344,6 +388,8 @@ bool release_warp_barriers() {
                             " has a mask without its own lane";
             return false;
         }
+        if (first->request.kind == Sync::kWarpOp && !release_warp_op(by_lane, base / kWarp))
+            return false;
         std::array<std::uint64_t, kWarp> results{};
         for (int l = 0; l < kWarp; ++l)
             if (by_lane[l] != nullptr && (mask >> l & 1u))
@@ -446,7 +492,15 @@ std::uint64_t sync(const SyncRequest& request, const char* what) {
 }
 
 void* dynamic_shared_memory() {
-    return g_run.dynamic_shared.data();
+    return g_run.dynamic_shared.get();
+}
+
+std::uint64_t launch_number() {
+    return g_launches;
+}
+
+void warp_collective(WarpCollective& op, const char* what) {
+    sync({Sync::kWarpOp, 0xffffffffu, to_bits(&op), 0, kWarp}, what);
 }
 
 namespace {
@@ -478,13 +532,16 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
             for (unsigned x = 0; x < block.x; ++x, ++i)
                 g_run.fibers[i].index = uint3{x, y, z};
     std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
+    if (dynamic_smem > 0)
+        g_run.dynamic_shared.reset(static_cast<unsigned char*>(
+            ::operator new (dynamic_smem, std::align_val_t{kSharedAlign})));
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
                 blockIdx = uint3{x, y, z};
                 // Shared memory starts as garbage on the GPU: NaN bytes here, so a read before
                 // a write shows.
-                g_run.dynamic_shared.assign(dynamic_smem, 0xff);
+                if (dynamic_smem > 0) std::memset(g_run.dynamic_shared.get(), 0xff, dynamic_smem);
                 if (run_block(rng)) continue;
                 std::ostringstream os;
                 os << name << " (" << file << ":" << line << "), block (" << x << ", " << y << ", "

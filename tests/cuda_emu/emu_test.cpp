@@ -2,11 +2,15 @@
 // compute what a GPU computes, a kernel that races gets caught by the shuffled schedule, and the
 // mistakes a GPU leaves undefined or hangs on (a barrier some threads never reach, a deadlock, a
 // shuffle outside its mask, a bad launch, a copy of the wrong kind) fail with a message that
-// names the kernel, the block and the thread.
+// names the kernel, the block and the thread. WMMA (tests/cuda_emu/emu_wmma.h): products against
+// a CPU loop, fragment mappings that change per launch, and the invalid calls refused.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -44,6 +48,31 @@ public:
 private:
     std::size_t n_;
     int* p_ = nullptr;
+};
+
+// Device memory for n elements of T, freed at scope exit.
+template <class T>
+class Buffer {
+public:
+    explicit Buffer(std::size_t n) : n_(n) {
+        EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), cudaSuccess);
+    }
+    explicit Buffer(const std::vector<T>& host) : Buffer(host.size()) {
+        EXPECT_EQ(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    ~Buffer() { cudaFree(p_); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    T* get() const { return p_; }
+    std::vector<T> host() const {
+        std::vector<T> h(n_);
+        EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    }
+
+private:
+    std::size_t n_;
+    T* p_ = nullptr;
 };
 
 class CudaEmu : public ::testing::Test {
@@ -219,6 +248,152 @@ TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
         EXPECT_DEATH((void)host_view[0], "");
     }
     set_host_guard(false);
+
+// ---- WMMA ----
+
+// A 16 x 16 matrix stored with leading dimension ld (row- or column-major), of 16-bit values
+// (their bits) or floats, and the values as the CPU reads them.
+struct Matrix16 {
+    std::vector<float> values;  // (16, 16) row-major, exactly as stored
+    std::vector<std::uint16_t> bits;
+    std::vector<float> floats;
+};
+
+Matrix16 random_matrix(std::mt19937& rng, unsigned ld, bool col, bool half) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    Matrix16 m;
+    m.values.resize(256);
+    m.bits.assign(16 * ld, 0xffff);  // NaN in the padding, which no load may read
+    m.floats.assign(16 * ld, std::numeric_limits<float>::quiet_NaN());
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c) {
+            const float v = d(rng);
+            const std::size_t at = col ? c * ld + r : r * ld + c;
+            if (half) {
+                const f16_t h(v);
+                m.values[r * 16 + c] = static_cast<float>(h);
+                m.bits[at] = std::bit_cast<std::uint16_t>(h);
+            } else {
+                const bf16_t b(v);
+                m.values[r * 16 + c] = static_cast<float>(b);
+                m.bits[at] = b.bits;
+            }
+            m.floats[at] = v;
+        }
+    return m;
+}
+
+TEST_F(CudaEmu, WmmaProductMatchesACpuLoop) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    int cases = 0;
+    for (bool half : {false, true})
+        for (int layouts = 0; layouts < 16; ++layouts) {
+            st::WmmaProduct p;
+            p.half = half;
+            p.a_col = layouts & 1, p.b_col = layouts & 2, p.c_col = layouts & 4,
+            p.d_col = layouts & 8;
+            // Leading dimensions past 16 (multiples of 16 bytes, as WMMA requires), odd ones
+            // among them in units of 16 bytes: 24 and 40 halves, 20 floats.
+            p.lda = layouts % 3 == 0 ? 16 : 24;
+            p.ldb = layouts % 2 == 0 ? 40 : 16;
+            p.ldc = 20;
+            p.ldd = layouts % 4 == 0 ? 16 : 28;
+            SCOPED_TRACE(std::string(half ? "f16" : "bf16") + " layouts " +
+                         std::to_string(layouts));
+            const Matrix16 a = random_matrix(rng, p.lda, p.a_col, half);
+            const Matrix16 b = random_matrix(rng, p.ldb, p.b_col, half);
+            const Matrix16 c = random_matrix(rng, p.ldc, p.c_col, half);
+            Buffer<std::uint16_t> a_d(a.bits), b_d(b.bits);
+            Buffer<float> c_d(c.floats), d_d(std::vector<float>(16 * p.ldd, -7.0f));
+            ASSERT_EQ(st::wmma_product(a_d.get(), b_d.get(), c_d.get(), d_d.get(), p), cudaSuccess)
+                << last_error_message();
+            const std::vector<float> d = d_d.host();
+            for (int r = 0; r < 16; ++r)
+                for (int col = 0; col < 16; ++col) {
+                    double want = c.floats[p.c_col ? col * p.ldc + r : r * p.ldc + col];
+                    for (int k = 0; k < 16; ++k)
+                        want += static_cast<double>(a.values[r * 16 + k]) * b.values[k * 16 + col];
+                    const float got = d[p.d_col ? col * p.ldd + r : r * p.ldd + col];
+                    EXPECT_NEAR(got, 2.0 * want, 1e-5 * (1.0 + std::abs(want)))
+                        << "d(" << r << ", " << col << ")";
+                }
+            // The store wrote the 16 x 16 elements and nothing between them.
+            const long untouched = std::count(d.begin(), d.end(), -7.0f);
+            EXPECT_EQ(untouched, static_cast<long>(16 * p.ldd) - 256);
+            ++cases;
+        }
+    EXPECT_EQ(cases, 32);
+}
+
+TEST_F(CudaEmu, WmmaFragmentMappingIsAPermutationDrawnPerLaunch) {
+    std::vector<std::uint16_t> bits(256);
+    std::vector<float> floats(256);
+    for (int e = 0; e < 256; ++e) {
+        const f16_t h(static_cast<float>(e));
+        bits[static_cast<std::size_t>(e)] = std::bit_cast<std::uint16_t>(h);
+        floats[static_cast<std::size_t>(e)] = static_cast<float>(e);
+    }
+    Buffer<std::uint16_t> m(bits);
+    Buffer<float> mf(floats), out(512 + 256);
+    std::vector<std::vector<float>> runs;
+    for (int run = 0; run < 2; ++run) {
+        ASSERT_EQ(st::wmma_fragment_contents(m.get(), mf.get(), out.get()), cudaSuccess)
+            << last_error_message();
+        runs.push_back(out.host());
+        // matrix_a __half: 16 slots per lane, so each element twice; the accumulator's 8: once.
+        std::map<float, int> a_count, acc_count;
+        for (int i = 0; i < 512; ++i)
+            ++a_count[runs.back()[static_cast<std::size_t>(i)]];
+        for (int i = 512; i < 768; ++i)
+            ++acc_count[runs.back()[static_cast<std::size_t>(i)]];
+        ASSERT_EQ(a_count.size(), 256u);
+        ASSERT_EQ(acc_count.size(), 256u);
+        for (const auto& [v, n] : a_count)
+            EXPECT_EQ(n, 2) << "matrix_a element " << v;
+        for (const auto& [v, n] : acc_count)
+            EXPECT_EQ(n, 1) << "accumulator element " << v;
+    }
+    EXPECT_NE(runs[0], runs[1]) << "two launches mapped the fragments alike";
+}
+
+TEST_F(CudaEmu, WmmaKernelRelyingOnAFixedMappingIsCaught) {
+    std::mt19937 rng(7);
+    const Matrix16 a = random_matrix(rng, 16, false, false);
+    const Matrix16 b = random_matrix(rng, 16, false, false);
+    Buffer<std::uint16_t> a_d(a.bits), b_d(b.bits);
+    Buffer<float> d_d(256);
+    ASSERT_EQ(st::wmma_fixed_mapping(a_d.get(), b_d.get(), d_d.get()), cudaSuccess);
+    const std::vector<float> d = d_d.host();
+    int wrong = 0;
+    for (int r = 0; r < 16; ++r)
+        for (int c = 0; c < 16; ++c) {
+            double want = 0.0;
+            for (int k = 0; k < 16; ++k)
+                want += static_cast<double>(a.values[r * 16 + k]) * b.values[k * 16 + c];
+            wrong += !(std::abs(d[static_cast<std::size_t>(r * 16 + c)] - want) <= 1e-4);
+        }
+    EXPECT_GT(wrong, 200) << "the emulator's mapping looks like the one the kernel assumed";
+}
+
+TEST_F(CudaEmu, WmmaInvalidCallsFailTheLaunch) {
+    Buffer<std::uint16_t> m(std::vector<std::uint16_t>(512, 0));
+    const std::pair<st::WmmaMisuse, const char*> cases[] = {
+        {st::WmmaMisuse::kHalfWarp, "which has returned"},
+        {st::WmmaMisuse::kOddLdm, "ldm 17 is not a multiple of 16 bytes"},
+        {st::WmmaMisuse::kMisaligned, "not 256-bit aligned"},
+        {st::WmmaMisuse::kLanesDisagree, "lane 1 passes another pointer"},
+        {st::WmmaMisuse::kSmallBlock, "needs all 32 lanes"},
+        {st::WmmaMisuse::kDifferentCalls, "all 32 lanes must make the same call"},
+    };
+    for (const auto& [how, says] : cases) {
+        reset_for_test();
+        EXPECT_EQ(st::wmma_misuse(m.get(), how), cudaErrorLaunchFailure) << says;
+        const std::string message = last_error_message();
+        EXPECT_NE(message.find("wmma::load_matrix_sync"), std::string::npos) << message;
+        EXPECT_NE(message.find(says), std::string::npos) << message;
+    }
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -9,8 +9,9 @@
 #     it captures by reference, so a kernel chosen into a local function pointer works too;
 #     address: kernel_address(name) where smem is given and not 0, for the limit
 #     cudaFuncSetAttribute set, else nullptr, so a template launched by deduction compiles)
-#   extern __shared__ T name[];
+#   extern __shared__ [__align__(N)] T name[];
 #     -> T* name = static_cast<T*>(::napkin::emu::dynamic_shared_memory());
+#     (the emulator's buffer is 128-byte aligned, enough for any N a kernel asks of it)
 # Line breaks are kept and a #line names the source, so errors and __LINE__ point at the .cu.
 # The output is rewritten only when it changes, so an unchanged kernel is not recompiled.
 cmake_minimum_required(VERSION 3.25)  # policies: while(TRUE), file(COPY_FILE)
@@ -95,8 +96,8 @@ while(TRUE)
 endwhile()
 string(APPEND out "${text}")
 
-string(REGEX REPLACE "extern[ \t]+__shared__[ \t]+([A-Za-z_][A-Za-z0-9_: ]*[A-Za-z0-9_])[ \t]+([A-Za-z_][A-Za-z0-9_]*)\\[\\];"
-       "\\1* \\2 = static_cast<\\1*>(::napkin::emu::dynamic_shared_memory());" out "${out}")
+string(REGEX REPLACE "extern[ \t]+__shared__[ \t]+(__align__\\([0-9]+\\)[ \t]+)?([A-Za-z_][A-Za-z0-9_: ]*[A-Za-z0-9_])[ \t]+([A-Za-z_][A-Za-z0-9_]*)\\[\\];"
+       "\\2* \\3 = static_cast<\\2*>(::napkin::emu::dynamic_shared_memory());" out "${out}")
 if(out MATCHES "extern[ \t]+__shared__")
     message(FATAL_ERROR "${IN}: an extern __shared__ declaration this script cannot rewrite")
 endif()

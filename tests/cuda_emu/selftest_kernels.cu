@@ -2,6 +2,10 @@
 // Compiled only for the emulator: rewrite_cu.cmake turns the launches into emulated ones.
 #include "tests/cuda_emu/selftest_kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
 namespace napkin::emu::selftest {
 
 namespace {
@@ -77,7 +81,122 @@ __global__ void read_past_end_kernel(const int* in, int n, int* out) {
     out[0] = in[n];
 }
 
+namespace wmma = nvcuda::wmma;
+
+template <class T, class LayoutA, class LayoutB>
+__global__ void wmma_product_kernel(const T* a, const T* b, const float* c, float* d,
+                                    WmmaProduct p) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(fa, a, p.lda);
+    wmma::load_matrix_sync(fb, b, p.ldb);
+    wmma::load_matrix_sync(acc, c, p.ldc, p.c_col ? wmma::mem_col_major : wmma::mem_row_major);
+    wmma::mma_sync(acc, fa, fb, acc);
+    for (int i = 0; i < acc.num_elements; ++i)
+        acc.x[i] *= 2.0f;
+    wmma::store_matrix_sync(d, acc, p.ldd, p.d_col ? wmma::mem_col_major : wmma::mem_row_major);
+}
+
+template <class T>
+cudaError_t launch_wmma_product(const T* a, const T* b, const float* c, float* d,
+                                const WmmaProduct& p) {
+    auto kernel = wmma_product_kernel<T, wmma::row_major, wmma::row_major>;
+    if (p.a_col && p.b_col)
+        kernel = wmma_product_kernel<T, wmma::col_major, wmma::col_major>;
+    else if (p.a_col)
+        kernel = wmma_product_kernel<T, wmma::col_major, wmma::row_major>;
+    else if (p.b_col)
+        kernel = wmma_product_kernel<T, wmma::row_major, wmma::col_major>;
+    kernel<<<1, 32>>>(a, b, c, d, p);
+    return cudaGetLastError();
+}
+
+__global__ void wmma_fragment_contents_kernel(const __half* m, const float* mf, float* out) {
+    const int lane = static_cast<int>(threadIdx.x);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(fa, m, 16);
+    wmma::load_matrix_sync(acc, mf, 16, wmma::mem_row_major);
+    for (int i = 0; i < fa.num_elements; ++i)
+        out[lane * fa.num_elements + i] = __half2float(fa.x[i]);
+    for (int i = 0; i < acc.num_elements; ++i)
+        out[512 + lane * acc.num_elements + i] = acc.x[i];
+}
+
+__global__ void wmma_fixed_mapping_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                          float* d) {
+    const int lane = static_cast<int>(threadIdx.x);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::mma_sync(acc, fa, fb, acc);
+    for (int i = 0; i < acc.num_elements; ++i) {
+        const int row = lane / 4 + 8 * (i / 2 % 2);
+        const int col = lane % 4 * 2 + i % 2 + 8 * (i / 4);
+        d[row * 16 + col] = acc.x[i];
+    }
+}
+
+__global__ void wmma_misuse_kernel(const __half* m, WmmaMisuse how) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+    switch (how) {
+        case WmmaMisuse::kHalfWarp:
+            if (lane < 16) wmma::load_matrix_sync(fa, m, 16);
+            break;
+        case WmmaMisuse::kOddLdm:
+            wmma::load_matrix_sync(fa, m, 17);
+            break;
+        case WmmaMisuse::kMisaligned:
+            wmma::load_matrix_sync(fa, m + 8, 16);
+            break;
+        case WmmaMisuse::kLanesDisagree:
+            wmma::load_matrix_sync(fa, m + (lane % 2) * 16 * 16, 16);
+            break;
+        case WmmaMisuse::kSmallBlock:
+            wmma::load_matrix_sync(fa, m, 16);
+            break;
+        case WmmaMisuse::kDifferentCalls:
+            if (lane % 2 == 1)
+                wmma::load_matrix_sync(fb, m, 16);
+            else
+                wmma::load_matrix_sync(fa, m, 16);
+            break;
+    }
+}
+
 }  // namespace
+
+cudaError_t wmma_product(const std::uint16_t* a, const std::uint16_t* b, const float* c, float* d,
+                         const WmmaProduct& p) {
+    if (p.half)
+        return launch_wmma_product(reinterpret_cast<const __half*>(a),
+                                   reinterpret_cast<const __half*>(b), c, d, p);
+    return launch_wmma_product(reinterpret_cast<const __nv_bfloat16*>(a),
+                               reinterpret_cast<const __nv_bfloat16*>(b), c, d, p);
+}
+
+cudaError_t wmma_fragment_contents(const std::uint16_t* m, const float* mf, float* out) {
+    wmma_fragment_contents_kernel<<<1, 32>>>(reinterpret_cast<const __half*>(m), mf, out);
+    return cudaGetLastError();
+}
+
+cudaError_t wmma_fixed_mapping(const std::uint16_t* a, const std::uint16_t* b, float* d) {
+    wmma_fixed_mapping_kernel<<<1, 32>>>(reinterpret_cast<const __nv_bfloat16*>(a),
+                                         reinterpret_cast<const __nv_bfloat16*>(b), d);
+    return cudaGetLastError();
+}
+
+cudaError_t wmma_misuse(const std::uint16_t* m, WmmaMisuse how) {
+    const int threads = how == WmmaMisuse::kSmallBlock ? 16 : 32;
+    wmma_misuse_kernel<<<1, threads>>>(reinterpret_cast<const __half*>(m), how);
+    return cudaGetLastError();
+}
 
 cudaError_t read_past_end(const int* in, int n, int* out) {
     read_past_end_kernel<<<1, 1>>>(in, n, out);

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace napkin::emu::selftest {
 
 // out[b] = sum of in[b * threads .. (b + 1) * threads) by a shared-memory tree with
@@ -36,5 +38,40 @@ cudaError_t dynamic_shared(int* out, int threads, int smem, bool optin);
 
 // out[0] = in[n]: one element past the end of an n-element allocation.
 cudaError_t read_past_end(const int* in, int n, int* out);
+
+// ---- WMMA (tests/cuda_emu/emu_wmma.h); 16-bit matrices are passed as their bits ----
+
+// One warp: d (16, 16) = 2 (a b + c) through wmma: a, b and c loaded (a, b as __half or
+// __nv_bfloat16), mma_sync in place into c's fragment, every element doubled through x[] (the
+// uniform element-wise access CUDA allows), stored to d. Each matrix is row- or column-major
+// with its own leading dimension (elements).
+struct WmmaProduct {
+    bool half = false;  // else bf16
+    bool a_col = false, b_col = false, c_col = false, d_col = false;
+    unsigned lda = 16, ldb = 16, ldc = 16, ldd = 16;
+};
+cudaError_t wmma_product(const std::uint16_t* a, const std::uint16_t* b, const float* c, float* d,
+                         const WmmaProduct& p);
+
+// One warp loads m (16, 16) into a row-major __half matrix_a fragment and a float accumulator
+// (from mf, the same values as floats) and writes what each lane holds: out[lane * 16 + i] =
+// a.x[i] (16 per lane), out[512 + lane * 8 + i] = acc.x[i] (8 per lane).
+cudaError_t wmma_fragment_contents(const std::uint16_t* m, const float* mf, float* out);
+
+// d (16, 16) = a b (bf16, row-major, ld 16) computed with wmma, but written from x[] as if the
+// accumulator's elements sat where sm_80's mma.m16n8k16 puts them: a kernel relying on a
+// mapping CUDA leaves unspecified.
+cudaError_t wmma_fixed_mapping(const std::uint16_t* a, const std::uint16_t* b, float* d);
+
+// Invalid WMMA calls, each loading from m (16, 16 __half, ld 16) in one block.
+enum class WmmaMisuse {
+    kHalfWarp,        // lanes 16..31 return instead of calling
+    kOddLdm,          // ldm 17
+    kMisaligned,      // m + 8: 16-byte aligned only
+    kLanesDisagree,   // odd lanes pass m + 16 * 16
+    kSmallBlock,      // a block of 16 threads
+    kDifferentCalls,  // odd lanes load matrix_b, even lanes matrix_a
+};
+cudaError_t wmma_misuse(const std::uint16_t* m, WmmaMisuse how);
 
 }  // namespace napkin::emu::selftest

@@ -37,6 +37,9 @@ struct Case {
     bool llama;  // rmsnorm, rotary, swiglu, GQA, no bias, untied head; else GPT-2's
     // |cuda - cpu| <= atol + rtol * max|cpu| per tensor; the loss within loss_rtol.
     double atol, rtol, loss_rtol;
+    // d_model 32 over 2 heads: HD 16, which 16-bit flash attention runs on tensor cores
+    // (kernels/cuda/attention_mma.cu); else small_config's HD 4, which takes the SIMT kernels.
+    bool tensor_core_heads = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -50,9 +53,14 @@ class GptCudaVsCpu : public testing::TestWithParam<Case> {};
 TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     const Case& c = GetParam();
-    const ModelConfig cfg =
+    ModelConfig cfg =
         c.llama ? small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)
                 : small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
+    if (c.tensor_core_heads) {
+        cfg.d_model = 32;
+        cfg.n_heads = 2;
+        cfg.n_kv_heads = 2;
+    }
     PlanInputs in;
     in.micro_batch = 3;
     in.seq_len = 13;  // odd shapes: M = 39 rows
@@ -140,6 +148,10 @@ const Case kCases[] = {
      5e-2, 1e-2},
     {"fp16amp_flash_gpt2", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none, false,
      1e-5, 2e-2, 5e-3},
+    {"bf16amp_flash_gpt2_hd16", Precision::bf16_amp, AttentionImpl::flash, Checkpointing::none,
+     false, 1e-4, 5e-2, 1e-2, true},
+    {"fp16amp_flash_gpt2_hd16", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none,
+     false, 1e-5, 2e-2, 5e-3, true},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {

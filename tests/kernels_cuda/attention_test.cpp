@@ -1,10 +1,15 @@
 // Causal attention, naive and flash, forward and backward: the CUDA kernels against the CPU's
 // (kernels/cpu/attention.cpp) with MHA, GQA and MQA layouts, odd sequence lengths (partial
 // tiles), odd head dimensions and the largest one (256). Forward outputs (out, P, lse) are
-// poisoned first; backward accumulates into a pre-filled dqkv.
+// poisoned first; backward accumulates into a pre-filled dqkv. Flash has two implementations:
+// attention_flash_forward/backward (the dispatch) on every case and type, and each by name for
+// bf16 and fp16: the SIMT kernels on the same cases, the tensor-core kernels on the shapes they
+// take (HD a multiple of 16 up to 128), with a bitwise-determinism check of their backward.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "tests/kernels_cuda/cuda_test_util.h"
 
@@ -72,48 +77,153 @@ TYPED_TEST(AttentionCuda, NaiveMatchesCpu) {
     }
 }
 
+// The flash forward and backward `fwd`, `bwd` (the dispatch or one implementation) against the
+// CPU on case c; with `vs_naive`, the GPU's naive forward as well.
+// qkv ~ N(0, stddev^2): larger spreads the scores, so that rows' maxima move by more over the
+// key tiles. The outputs grow with the values (out as stddev, the backward's terms dS q, dS k
+// with dS = P (dout . v - D) as stddev^2), and with them the error of rounding P and dS to 16
+// bits before the tensor cores multiply them: the absolute tolerances grow by those factors.
+template <class E, class Forward, class Backward>
+void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bool vs_naive,
+                 double stddev = 1.0) {
+    SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD) + " qkv stddev " +
+                 std::to_string(stddev));
+    const Tensors n = sizes(c);
+    const auto qkv = random_storage<E>(rng, n.qkv_n, stddev);
+    const auto dout = random_storage<E>(rng, n.out_n);
+    const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
+    std::vector<E> out(static_cast<std::size_t>(n.out_n)), dqkv = dqkv0;
+    std::vector<float> lse(static_cast<std::size_t>(n.heads_T));
+    cpu::attention_flash_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD);
+    cpu::attention_flash_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
+                                  c.T, c.NH, c.KVH, c.HD);
+
+    DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), dqkv_d(dqkv0);
+    DeviceBuffer<float> lse_d(lse.size());
+    out_d.poison();
+    lse_d.poison();
+    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
+    Tolerance out_tol = for_sum_of(tolerance<E>(), c.T + c.HD);
+    out_tol.abs *= stddev;
+    expect_match("out", out_d.download(), out, out_tol);
+    expect_match("lse", lse_d.download(), lse, for_sum_of(Tolerance{1e-5, 1e-5}, c.T + c.HD));
+    // Backward from the CPU's out and lse.
+    out_d.upload(out);
+    lse_d.upload(lse);
+    bwd(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH, c.KVH,
+        c.HD, nullptr);
+    Tolerance dqkv_tol = for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD);
+    dqkv_tol.abs *= stddev * stddev;
+    expect_match("dqkv", dqkv_d.download(), dqkv, dqkv_tol);
+    if (!vs_naive) return;
+
+    // The flash and naive paths agree with each other on the GPU too.
+    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
+    DeviceBuffer<E> naive_out(out.size()), p_d(static_cast<std::size_t>(n.heads_T * c.T));
+    naive_out.poison();
+    cuda::attention_naive_forward(naive_out.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
+                                  c.HD, nullptr);
+    expect_match("flash vs naive out", out_d.download(), naive_out.download(),
+                 for_sum_of(tolerance<E>(), c.T + c.HD));
+}
+
 TYPED_TEST(AttentionCuda, FlashMatchesCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using E = TypeParam;
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases) {
-        SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD));
-        const Tensors n = sizes(c);
-        const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
-        const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
-        std::vector<E> out(static_cast<std::size_t>(n.out_n)), dqkv = dqkv0;
-        std::vector<float> lse(static_cast<std::size_t>(n.heads_T));
-        cpu::attention_flash_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH,
-                                     c.HD);
-        cpu::attention_flash_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(),
-                                      c.B, c.T, c.NH, c.KVH, c.HD);
+    for (const Case& c : kCases)
+        check_flash<E>(rng, c, cuda::attention_flash_forward<E>, cuda::attention_flash_backward<E>,
+                       true);
+}
 
-        DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), dqkv_d(dqkv0);
-        DeviceBuffer<float> lse_d(lse.size());
-        out_d.poison();
-        lse_d.poison();
-        cuda::attention_flash_forward(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
-                                      c.HD, nullptr);
-        expect_match("out", out_d.download(), out, for_sum_of(tolerance<E>(), c.T + c.HD));
-        expect_match("lse", lse_d.download(), lse, for_sum_of(Tolerance{1e-5, 1e-5}, c.T + c.HD));
-        // Backward from the CPU's out and lse.
-        out_d.upload(out);
-        lse_d.upload(lse);
-        cuda::attention_flash_backward(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(),
-                                       lse_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
-        expect_match("dqkv", dqkv_d.download(), dqkv,
-                     for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD));
+// The tensor-core path's shapes: HD 16, 32, 48, 64, 80 and 128 (2, 4 and 8 fragments compiled,
+// used partly); T = 1, within one 64-row tile, exactly one, and past two (tails); MHA, GQA
+// (groups of 2 and 3) and MQA.
+constexpr Case kMmaCases[] = {{1, 1, 2, 1, 64},    {2, 17, 4, 2, 16}, {1, 100, 4, 1, 64},
+                              {1, 130, 2, 2, 128}, {2, 64, 3, 3, 32}, {1, 129, 6, 2, 48},
+                              {1, 33, 2, 1, 80}};
 
-        // The flash and naive paths agree with each other on the GPU too.
-        DeviceBuffer<E> naive_out(out.size()), p_d(static_cast<std::size_t>(n.heads_T * c.T));
-        naive_out.poison();
-        cuda::attention_naive_forward(naive_out.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH,
-                                      c.KVH, c.HD, nullptr);
-        expect_match("flash vs naive out", out_d.download(), naive_out.download(),
-                     for_sum_of(tolerance<E>(), c.T + c.HD));
+template <class T>
+class AttentionFlash16 : public ::testing::Test {};
+using SixteenBitTypes = ::testing::Types<bf16_t, f16_t>;
+TYPED_TEST_SUITE(AttentionFlash16, SixteenBitTypes);
+
+// The SIMT kernels by name: for 16-bit types the dispatch takes them only where the tensor-core
+// path does not apply, so they are held to the CPU here on every case.
+TYPED_TEST(AttentionFlash16, SimtMatchesCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const Case& c : kCases)
+        check_flash<E>(rng, c, cuda::attention_flash_simt_forward<E>,
+                       cuda::attention_flash_simt_backward<E>, false);
+}
+
+TYPED_TEST(AttentionFlash16, TensorCoresMatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const Case& c : kMmaCases) {
+        ASSERT_TRUE(cuda::attention_flash_mma_supported<E>(c.HD, {}));
+        check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
+                       cuda::attention_flash_mma_backward<E>, true);
     }
+    // Scores of standard deviation about 9 (q . k / sqrt(HD) with q, k ~ N(0, 9)): a row's max
+    // climbs by more than 2^8 from tile to tile, which the forward's lazy rescaling of its output
+    // must follow.
+    for (const Case& c : {Case{1, 200, 2, 1, 64}, Case{1, 130, 2, 2, 128}})
+        check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
+                       cuda::attention_flash_mma_backward<E>, false, 3.0);
+}
+
+// One writer per element and fixed orders: two backward runs give the same bits (on the
+// emulator, under two differently shuffled schedules).
+TYPED_TEST(AttentionFlash16, TensorCoreBackwardIsDeterministic) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const Case c{2, 100, 4, 2, 32};
+    const Tensors n = sizes(c);
+    const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
+    const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
+    DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(static_cast<std::size_t>(n.out_n));
+    DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
+    cuda::attention_flash_mma_forward(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
+                                      c.HD, nullptr);
+    std::vector<std::vector<E>> runs;
+    for (int run = 0; run < 2; ++run) {
+        DeviceBuffer<E> dqkv_d(dqkv0);
+        cuda::attention_flash_mma_backward(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(),
+                                           lse_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
+        runs.push_back(dqkv_d.download());
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(E)), 0);
+}
+
+// Which shapes the dispatch sends to the tensor cores, and what the kernels refuse by name
+// (host-side checks: no device needed).
+TYPED_TEST(AttentionFlash16, TensorCoresTakeWhatTheySupport) {
+    using E = TypeParam;
+    alignas(16) static E buffer[16];
+    const void* aligned = buffer;
+    const void* misaligned = buffer + 1;
+    for (std::int64_t hd : {16, 32, 48, 64, 80, 96, 112, 128})
+        EXPECT_TRUE(cuda::attention_flash_mma_supported<E>(hd, {aligned, aligned})) << hd;
+    for (std::int64_t hd : {1, 8, 24, 100, 144, 256})
+        EXPECT_FALSE(cuda::attention_flash_mma_supported<E>(hd, {aligned})) << hd;
+    EXPECT_FALSE(cuda::attention_flash_mma_supported<E>(64, {aligned, misaligned}));
+    EXPECT_FALSE(cuda::attention_flash_mma_supported<float>(64, {aligned}));
+    EXPECT_ANY_THROW(
+        cuda::attention_flash_mma_forward<E>(buffer, nullptr, buffer, 1, 1, 1, 1, 24, nullptr));
 }
 
 }  // namespace
