@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_check.sh build        # configure + build the CUDA targets into build-cuda (~5 min),
 #                                     # or unpack .gpu/bundle.tar.gz (scripts/gpu_bundle.sh) if carried
-#   scripts/gpu_check.sh test         # every gpu-labelled test binary, then compute-sanitizer subsets
+#   scripts/gpu_check.sh test         # every gpu-labelled test binary, with ran/skipped counts
+#   scripts/gpu_check.sh sanitize     # compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
 #   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
 #   scripts/gpu_check.sh bench        # gemm_bench (and attention_bench where built)
@@ -116,7 +117,7 @@ do_build() {
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
-        device_test gemm_bench
+        device_test gemm_bench attention_bench
 }
 
 # A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
@@ -144,16 +145,27 @@ do_test() {
             echo "SKIP $t (not built)"
         fi
     done
-    if command -v compute-sanitizer >/dev/null; then
-        step memcheck_kernels compute-sanitizer --tool memcheck --error-exitcode 9 \
-            "$b/tests/kernels_cuda_test" --gtest_filter='Norm*:Residual*:Accumulate*:Optimizer*'
-        step memcheck_engine compute-sanitizer --tool memcheck --error-exitcode 9 \
-            "$b/tests/engine_cuda_test" --gtest_filter='Recipes/*fp32_flash_gpt2'
-        step racecheck_attention compute-sanitizer --tool racecheck --error-exitcode 9 \
-            "$b/tests/kernels_cuda_test" --gtest_filter='Attention*'
-    else
+}
+
+# compute-sanitizer over the kernels and one engine recipe: its own call, as each run is slow.
+# racecheck and synccheck see what the emulator cannot: shared-memory races between warps and
+# barriers or warp-level calls that not every thread reaches.
+do_sanitize() {
+    need_build sanitize || return 0
+    if ! command -v compute-sanitizer >/dev/null; then
         echo "SKIP compute-sanitizer (not on PATH)"
+        return 0
     fi
+    local k="$b/tests/kernels_cuda_test" cs="compute-sanitizer --error-exitcode 9"
+    step memcheck_kernels $cs --tool memcheck "$k" \
+        --gtest_filter='Norm*:Residual*:Accumulate*:Optimizer*:AttentionFlash16*'
+    step memcheck_engine $cs --tool memcheck "$b/tests/engine_cuda_test" \
+        --gtest_filter='Recipes/*fp32_flash_gpt2:Recipes/*bf16amp_flash_gpt2'
+    step racecheck_kernels $cs --tool racecheck "$k" \
+        --gtest_filter='Attention*:Embedding*:Norm*:CrossEntropy*:Optimizer*'
+    step synccheck_kernels $cs --tool synccheck "$k" \
+        --gtest_filter='Attention*:Embedding*:Norm*:CrossEntropy*:Optimizer*'
+    step initcheck_loss $cs --tool initcheck "$k" --gtest_filter='CrossEntropy*'
 }
 
 do_runs() {
@@ -163,6 +175,8 @@ do_runs() {
     step train_cpu_tiny "$n" train --device cpu --steps 20 --out "$out/runs/cpu-tiny"
     step train_cuda_gpt2 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --steps 20 --out "$out/runs/cuda-gpt2"
+    step train_cuda_pure_bf16 "$n" train --device cuda --precision bf16 --steps 20 --out "$out/runs/cuda-bf16"
+    step train_cpu_pure_bf16 "$n" train --device cpu --precision bf16 --steps 20 --out "$out/runs/cpu-bf16"
     local s
     for s in 1 2 3; do
         step "train_cuda_zero$s" "$n" train --device cuda --zero "$s" --steps 20 --out "$out/runs/cuda-z$s"
@@ -225,18 +239,19 @@ do_gpt2() {
 
 what="${1:-all}"
 case "$what" in
-    build|test|runs|trace|bench|gpt2|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
     test) do_test ;;
+    sanitize) do_sanitize ;;
     runs) do_runs ;;
     trace) do_trace ;;
     bench) do_bench ;;
     gpt2) do_gpt2 ;;
-    all) do_build; do_test; do_runs; do_trace; do_bench; do_gpt2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|runs|trace|bench|gpt2|all; see --help)" >&2; exit 2 ;;
+    all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed
