@@ -9,15 +9,65 @@
 
 namespace napkin {
 
+namespace {
+
+constexpr std::size_t kHostAlign = 64;
+
+std::size_t host_rounded(std::size_t bytes) {
+    return (bytes + kHostAlign - 1) / kHostAlign * kHostAlign;
+}
+
+}  // namespace
+
+HostMemory::~HostMemory() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cache_locked();
+}
+
 void* HostMemory::allocate(std::size_t bytes) {
-    constexpr std::size_t kAlign = 64;
-    const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded);
+    const std::size_t rounded = host_rounded(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(rounded);
+    if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= rounded;
+        return p;
+    }
+    void* p = std::aligned_alloc(kHostAlign, rounded);
+    if (p == nullptr && cached_bytes_ > 0) {  // the cache's blocks may be what is missing
+        release_cache_locked();
+        p = std::aligned_alloc(kHostAlign, rounded);
+    }
     if (p == nullptr) throw std::bad_alloc();
     return p;
 }
 
-void HostMemory::deallocate(void* ptr, std::size_t) noexcept { std::free(ptr); }
+void HostMemory::deallocate(void* ptr, std::size_t bytes) noexcept {
+    if (ptr == nullptr) return;
+    const std::size_t rounded = host_rounded(bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+        free_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+    } catch (...) {  // no room to remember it: give it back instead
+        std::free(ptr);
+    }
+}
+
+std::size_t HostMemory::cached_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_bytes_;
+}
+
+void HostMemory::release_cache_locked() noexcept {
+    for (auto& [size, blocks] : free_) {
+        for (void* p : blocks)
+            std::free(p);
+    }
+    free_.clear();
+    cached_bytes_ = 0;
+}
 
 AccountingAllocator::AccountingAllocator(RawMemory& raw) : raw_(raw), start_(std::chrono::steady_clock::now()) {
     names_.emplace_back("");  // id 0: unnamed

@@ -58,12 +58,30 @@ public:
     virtual DeviceKind device() const = 0;
 };
 
-// 64-byte aligned host memory (one cache line, full AVX-512 vectors).
+// 64-byte aligned host memory (one cache line, full AVX-512 vectors). A freed block is kept for
+// the next request of its rounded size instead of going back to malloc: a training step frees
+// and asks again for the same sizes, and glibc, once large frees have raised its mmap threshold,
+// serves them from a heap that fragments and grows step after step (a tiny model's RSS: 36 MB
+// after 100 steps, 365 MB after 1600). The cache holds at most what was once live at the same
+// time; a request it cannot serve frees the cache and tries malloc again before giving up.
 class HostMemory final : public RawMemory {
 public:
+    HostMemory() = default;
+    ~HostMemory() override;
+    HostMemory(const HostMemory&) = delete;
+    HostMemory& operator=(const HostMemory&) = delete;
+
     void* allocate(std::size_t bytes) override;
     void deallocate(void* ptr, std::size_t bytes) noexcept override;
     DeviceKind device() const override { return DeviceKind::cpu; }
+    std::size_t cached_bytes() const;  // freed and kept for reuse
+
+private:
+    void release_cache_locked() noexcept;
+
+    mutable std::mutex mutex_;
+    std::unordered_map<std::size_t, std::vector<void*>> free_;  // by rounded size
+    std::size_t cached_bytes_ = 0;
 };
 
 // One allocation or free. bytes > 0 allocates, < 0 frees.
