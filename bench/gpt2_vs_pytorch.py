@@ -75,7 +75,7 @@ def napkin_train(args, batch, out):
         "host_step_ms_median": statistics.median(s["seconds"] for s in steps) * 1e3,
         "tokens_per_s": batch * args.seq_len / step_s,
         # The peak report.json divides by: the GPU's dense datasheet rate for the GEMM dtype.
-        "mfu": rep["predicted"]["model_flops_per_step"] / step_s / m["sgemm_peak_flops_per_s"],
+        "mfu": rep["predicted"]["model_flops_per_step"] / step_s / m["peak_flops_per_s"],
         "peak_allocator_bytes": m["peak_total_bytes"],
         "peak_device_bytes": peak_device,
         "last_loss": rep["steps"][-1]["loss"],

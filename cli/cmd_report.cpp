@@ -132,7 +132,11 @@ json summarize(const profiler::RunReport& run, int warmup) {
     s["tokens_per_s"] = number_field(r, "measured.tokens_per_s", f);
     s["mfu"] = number_field(r, "measured.mfu", f);
     s["hfu"] = optional_number(r, "measured.hfu", f);
-    s["peak_flops_per_s"] = number_field(r, "measured.sgemm_peak_flops_per_s", f);
+    // peak_flops_per_s since the CUDA engine (a GPU's is its datasheet's, no sgemm); earlier
+    // reports have only sgemm_peak_flops_per_s.
+    const json peak = optional_number(r, "measured.peak_flops_per_s", f);
+    s["peak_flops_per_s"] =
+        peak.is_null() ? number_field(r, "measured.sgemm_peak_flops_per_s", f) : peak.get<double>();
 
     // Data parallelism (napkin train --zero under mpirun): this rank's share and its traffic.
     s["world"] = 1;

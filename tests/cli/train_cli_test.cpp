@@ -53,6 +53,13 @@ TEST(TrainCli, ShortRunWritesReport) {
     }
     EXPECT_NEAR(j["measured"]["peak_bytes"]["activations"].get<double>() / j["predicted"]["activations"].get<double>(), 1.0,
                 0.05);
+    // MFU's denominator and its source; on the CPU also under the name earlier reports used.
+    const auto& m = j["measured"];
+    EXPECT_GT(m["peak_flops_per_s"].get<double>(), 0.0);
+    EXPECT_EQ(m["peak_source"], "this CPU's sgemm, measured at start");
+    EXPECT_EQ(m["sgemm_peak_flops_per_s"], m["peak_flops_per_s"]);
+    EXPECT_NEAR(m["mfu"].get<double>(),
+                m["model_flops_per_s"].get<double>() / m["peak_flops_per_s"].get<double>(), 1e-12);
     EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
 }
 
