@@ -248,6 +248,7 @@ TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
         EXPECT_DEATH((void)host_view[0], "");
     }
     set_host_guard(false);
+}
 
 // ---- WMMA ----
 
