@@ -138,6 +138,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 void load_checkpoint(const std::string& path, Trainer& t) {
     const CheckpointReader r(path, kCheckpointFormat);
     check_compatible(r.info().options, t.options(), path);
+    check_same_data(r.info(), t, path);
     const std::vector<Entry> entries = entries_of(t);
     check_tensors(r, entries, path);
     r.verify_checksum();

@@ -36,6 +36,7 @@ struct CheckpointInfo {
     int steps_done = 0;
     int update_count = 0;  // the optimizer's (Adam's bias correction)
     std::uint64_t data_position = 0;
+    std::string data_fingerprint;  // TokenSource::fingerprint(); "" in earlier checkpoints
     float loss_scale = 1;
     int good_steps = 0;
     std::uint64_t data_bytes = 0;  // size of the data section

@@ -117,6 +117,7 @@ void visit_metadata(V& v, CheckpointInfo& info) {
     v.number("grad_clip", oc.grad_clip);
     v.number("loss_scale_init", o.loss_scale_init);
     v.number("loss_scale_window", o.loss_scale_window, 1);
+    v.optional_text("data_fingerprint", info.data_fingerprint);  // absent before 2026-11-25
     v.number("data_bytes", info.data_bytes, 0);
     v.checksum("checksum", info.checksum);
 }
@@ -141,6 +142,7 @@ public:
         }
     }
     void text(const char* key, const std::string& value) { meta_[key] = value; }
+    void optional_text(const char* key, const std::string& value) { meta_[key] = value; }
     void boolean(const char* key, bool value) { meta_[key] = value ? "true" : "false"; }
     void checksum(const char* key, std::uint64_t value) {
         meta_[key] = std::string(kChecksumPrefix) + hex64(value);
@@ -192,6 +194,9 @@ public:
     }
 
     void text(const char* key, std::string& out) const { out = get(key); }
+    void optional_text(const char* key, std::string& out) const {
+        out = meta_.contains(key) ? get(key) : std::string();
+    }
 
     void boolean(const char* key, bool& out) const {
         const std::string& s = get(key);

@@ -124,9 +124,21 @@ CheckpointInfo checkpoint_info_of(Trainer& t) {
     info.steps_done = t.steps_done();
     info.update_count = update_count(t);
     info.data_position = t.data().position();
+    info.data_fingerprint = t.data().fingerprint();
     info.loss_scale = t.loss_scale();
     info.good_steps = t.good_steps();
     return info;
+}
+
+void check_same_data(const CheckpointInfo& info, Trainer& t, const std::string& path) {
+    if (info.data_fingerprint.empty()) return;  // the synthetic corpus, or an earlier checkpoint
+    const std::string now = t.data().fingerprint();
+    if (now != info.data_fingerprint) {
+        throw InputError(
+            path + ": the run's data " + info.options.data + " has changed since the checkpoint (" +
+            info.data_fingerprint + "; now " + now +
+            "): its position would point elsewhere, so the resumed run would not be the same run");
+    }
 }
 
 void restore_checkpoint_state(Trainer& t, const CheckpointInfo& info) {

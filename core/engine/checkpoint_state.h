@@ -59,6 +59,9 @@ void set_update_count(Trainer& t, int count);
 // The run's options and loop state as a checkpoint saves them (data_bytes, checksum and
 // tensor_count left 0): steps done, update count, data position, loss scale, good steps.
 CheckpointInfo checkpoint_info_of(Trainer& t);
+// Throws InputError naming PATH when the trainer's data is not what the checkpoint was trained
+// on (TokenSource::fingerprint; skipped when the checkpoint has none). Call before touching state.
+void check_same_data(const CheckpointInfo& info, Trainer& t, const std::string& path);
 // Restores what checkpoint_info_of saved, but the options.
 void restore_checkpoint_state(Trainer& t, const CheckpointInfo& info);
 

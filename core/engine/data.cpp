@@ -5,14 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "core/check.h"
+#include "core/engine/checkpoint.h"  // fnv1a64
 
 namespace napkin {
 
@@ -85,6 +87,12 @@ void SyntheticCorpus::next_batch(std::int32_t* inputs, std::int32_t* targets, st
 
 namespace {
 
+std::string data_fingerprint(std::uint64_t bytes, std::uint64_t hash) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    return std::to_string(bytes) + " bytes, fnv1a64 of the first and last MiB " + hex;
+}
+
 // A memory-mapped file of tokens: bytes (text) or llm.c uint16 shards.
 class MappedTokens final : public TokenSource {
 public:
@@ -140,6 +148,14 @@ public:
     std::string describe() const override {
         return path_ + " (" + std::to_string(count_) + (tokens16_ != nullptr ? " uint16 tokens, llm.c .bin)" : " bytes)");
     }
+    std::string fingerprint() const override { return data_fingerprint(size_, sample_hash()); }
+    // FNV-1a 64 of the first and the last MiB (the whole file when it is shorter than 2 MiB).
+    std::uint64_t sample_hash(std::uint64_t seed = kFnv1a64Basis) const {
+        constexpr std::size_t kEnd = std::size_t{1} << 20;
+        const std::size_t head = std::min(size_, kEnd), tail = std::min(size_ - head, kEnd);
+        return fnv1a64(base_ + size_ - tail, tail, fnv1a64(base_, head, seed));
+    }
+    std::size_t bytes() const { return size_; }
 
 private:
 public:
@@ -210,6 +226,14 @@ public:
     void set_position(std::uint64_t pos) override {
         shard_ = static_cast<std::size_t>(pos >> 48) % shards_.size();
         shards_[shard_]->set_position(pos & ((std::uint64_t{1} << 48) - 1));
+    }
+    std::string fingerprint() const override {  // the shards in order, as one
+        std::uint64_t h = kFnv1a64Basis, bytes = 0;
+        for (const auto& s : shards_) {
+            h = s->sample_hash(h);
+            bytes += s->bytes();
+        }
+        return std::to_string(shards_.size()) + " shards, " + data_fingerprint(bytes, h);
     }
     std::string describe() const override {
         return dir_ + " (" + std::to_string(shards_.size()) + " llm.c .bin shards)";

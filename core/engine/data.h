@@ -22,6 +22,10 @@ public:
     virtual std::uint64_t position() const = 0;
     virtual void set_position(std::uint64_t pos) = 0;
     virtual std::string describe() const = 0;
+    // What a checkpoint's position refers to, compared on resume: "" for the synthetic corpus
+    // (its seed is among the run's options); for files their sizes and an FNV-1a 64 of their first
+    // and last MiB, so a file replaced or grown under a run is caught without reading it whole.
+    virtual std::string fingerprint() const = 0;
 };
 
 // Each token t has 4 possible successors with probabilities 1/2, 1/4, 1/8, 1/8 (which four is
@@ -34,6 +38,7 @@ public:
     std::uint64_t position() const override { return pos_; }
     void set_position(std::uint64_t pos) override { pos_ = pos; }
     std::string describe() const override;
+    std::string fingerprint() const override { return ""; }
     static double entropy_nats();  // 1.75 * ln 2
 
     std::int32_t token_at(std::uint64_t i) const;  // the i-th token of the infinite stream

@@ -408,6 +408,7 @@ void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
     }
     r.verify_checksum();
     if (rank0) rank0->verify_checksum();
+    check_same_data(r.info(), t, r.path());
 
     // Every check has passed: the trainer's state is replaced.
     std::vector<char> buf;

@@ -411,6 +411,30 @@ TEST(TrainCli, InterruptWritesTheReportAndACheckpoint) {
         << r.out;
 }
 
+// A checkpoint's data position means something only in the file it was taken in: a file changed
+// under a stopped run is refused on resume, naming both fingerprints, instead of training on
+// from a position in other tokens.
+TEST(TrainCli, ResumeRefusesDataThatChanged) {
+    const fs::path out = fresh_dir("data_changed");
+    fs::create_directories(out);
+    const fs::path text = out / "corpus.txt";
+    {
+        std::ofstream f(text);
+        for (int i = 0; i < 400; ++i)
+            f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+    }
+    const std::string run = (out / "run").string();
+    const std::string common =
+        "train --steps 6 --micro-batch 2 --seq-len 32 --quiet --data " + text.string();
+    ASSERT_EQ(napkin(common + " --stop-after 2 --out " + run).rc, 0);
+    { std::ofstream(text, std::ios::app) << "one more line\n"; }
+    const CliRun r = napkin("train --resume " + run + " --quiet");
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_NE(r.err.find("has changed since the checkpoint ("), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("bytes, fnv1a64 of the first and last MiB "), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST(TrainCli, BadInput) {
     const fs::path dir = fresh_dir("bad");
     fs::create_directories(dir);
