@@ -210,6 +210,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const double linear_bytes = in.finetune == Finetune::qlora ? formulas::kNf4BitsPerParam / 8.0 : wb;
     const bool z1 = in.zero >= 1, z2 = in.zero >= 2, z3 = in.zero >= 3;
     if (in.zero > 0 && W == 1) notes |= kNoteZeroOneGpu;
+    if (in.link_bytes_per_s > 0 && W == 1) notes |= kNoteLinkOneGpu;
 
     MemoryBytes gpu;
     gpu.weights = shard(train_alloc, z3, W) * wb + shard(frozen_linear, z3, W) * linear_bytes +

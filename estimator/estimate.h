@@ -69,17 +69,18 @@ struct EstimateInputs {
 
 // Things the estimate wants the reader to know; printed as notes, listed in JSON.
 enum Note : std::uint32_t {
-    kNoteParamsOnlyShape = 1u << 0,      // activations from a derived shape
-    kNoteParamsOnlyFlops = 1u << 1,      // 6N only, no attention term
-    kNoteTokensDefault = 1u << 2,        // D = 20 N
-    kNoteNoPeak = 1u << 3,               // no peak for the GEMM dtype: no time estimate
-    kNoteSelectiveFlash = 1u << 4,       // selective recompute is what flash already does
-    kNoteActivationsIgnored = 1u << 5,   // --ignore-activations
-    kNoteSeqBeyondContext = 1u << 6,     // RoPE model run past its context length
-    kNoteZeroOneGpu = 1u << 7,           // ZeRO over one GPU shards nothing
-    kNoteCpuDoesNotFit = 1u << 8,        // offloaded states exceed host memory
-    kNoteFp32Peak = 1u << 9,             // fp32 recipe counted at the non-tensor-core fp32 peak
-    kNoteSeqLenDefault = 1u << 10,       // T was not given
+    kNoteParamsOnlyShape = 1u << 0,     // activations from a derived shape
+    kNoteParamsOnlyFlops = 1u << 1,     // 6N only, no attention term
+    kNoteTokensDefault = 1u << 2,       // D = 20 N
+    kNoteNoPeak = 1u << 3,              // no peak for the GEMM dtype: no time estimate
+    kNoteSelectiveFlash = 1u << 4,      // selective recompute is what flash already does
+    kNoteActivationsIgnored = 1u << 5,  // --ignore-activations
+    kNoteSeqBeyondContext = 1u << 6,    // RoPE model run past its context length
+    kNoteZeroOneGpu = 1u << 7,          // ZeRO over one GPU shards nothing
+    kNoteCpuDoesNotFit = 1u << 8,       // offloaded states exceed host memory
+    kNoteFp32Peak = 1u << 9,            // fp32 recipe counted at the non-tensor-core fp32 peak
+    kNoteSeqLenDefault = 1u << 10,      // T was not given
+    kNoteLinkOneGpu = 1u << 11,         // a link given for one GPU: no traffic to time
 };
 
 struct MemoryBytes {

@@ -161,6 +161,11 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
                       std::to_string(in.model.context_length));
     }
     if (has(kNoteZeroOneGpu)) out.push_back("--zero over one GPU shards nothing");
+    if (has(kNoteLinkOneGpu)) {
+        out.push_back(
+            "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "
+            "time");
+    }
     if (has(kNoteCpuDoesNotFit)) {
         out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
                       fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");

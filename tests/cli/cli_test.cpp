@@ -130,6 +130,15 @@ TEST(Cli, CountsAddUpByHand) {
               p["trainable"].get<double>() + p["frozen"].get<double>());
 }
 
+// A link given for one GPU times nothing: said, not silently dropped.
+TEST(Cli, LinkForOneGpuIsNamed) {
+    const CliRun r = napkin("estimate --link nvlink4");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("one GPU exchanges nothing"), std::string::npos) << r.out;
+    EXPECT_EQ(napkin("estimate --link nvlink4 --gpus 8").out.find("one GPU exchanges nothing"),
+              std::string::npos);
+}
+
 // A measured throughput on a GPU without a peak for the recipe (a T4 has no bf16): the note says
 // the MFU is missing too, instead of dropping the measurement without a word.
 TEST(Cli, MeasuredWithoutAPeakIsNamed) {
