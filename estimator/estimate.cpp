@@ -362,6 +362,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     e.run_flops_6nd = e.flops_6n_per_token * e.tokens;
     e.run_model_flops = e.model_flops_per_token * e.tokens;
     e.steps = std::ceil(e.tokens / e.tokens_per_step);
+    if (e.tokens < e.tokens_per_step) notes |= kNoteRunUnderOneStep;
 
     // Time.
     e.peak_flops_per_s = in.peak_flops_per_s;

@@ -81,6 +81,7 @@ enum Note : std::uint32_t {
     kNoteFp32Peak = 1u << 9,            // fp32 recipe counted at the non-tensor-core fp32 peak
     kNoteSeqLenDefault = 1u << 10,      // T was not given
     kNoteLinkOneGpu = 1u << 11,         // a link given for one GPU: no traffic to time
+    kNoteRunUnderOneStep = 1u << 12,    // D is less than one step's tokens
 };
 
 struct MemoryBytes {

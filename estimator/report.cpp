@@ -161,6 +161,12 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
                       std::to_string(in.model.context_length));
     }
     if (has(kNoteZeroOneGpu)) out.push_back("--zero over one GPU shards nothing");
+    if (has(kNoteRunUnderOneStep)) {
+        out.push_back(
+            "D = " + fmt_sci(e.tokens) + " tokens is less than one step's " +
+            fmt_sci(e.tokens_per_step) +
+            " (B T G W): the run is a fraction of a step, and its time less than the step's");
+    }
     if (has(kNoteLinkOneGpu)) {
         out.push_back(
             "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "

@@ -130,6 +130,14 @@ TEST(Cli, CountsAddUpByHand) {
               p["trainable"].get<double>() + p["frozen"].get<double>());
 }
 
+// A run shorter than one step says so, instead of a step time longer than the run's.
+TEST(Cli, RunUnderOneStepIsNamed) {
+    const CliRun r = napkin("estimate --model gpt2 --grad-accum 100000000");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("the run is a fraction of a step"), std::string::npos) << r.out;
+    EXPECT_EQ(napkin("estimate --model gpt2").out.find("fraction of a step"), std::string::npos);
+}
+
 // A link given for one GPU times nothing: said, not silently dropped.
 TEST(Cli, LinkForOneGpuIsNamed) {
     const CliRun r = napkin("estimate --link nvlink4");
