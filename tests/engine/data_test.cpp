@@ -3,6 +3,7 @@
 #include "core/engine/data.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -29,7 +30,8 @@ void write_shard(const fs::path& p, std::uint16_t base, int n) {
 }
 
 TEST(Data, ShardFolderReadsShardsInOrder) {
-    const fs::path dir = fs::path(testing::TempDir()) / "napkin_shards";
+    const fs::path dir =
+        fs::path(testing::TempDir()) / ("napkin_shards_" + std::to_string(getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     write_shard(dir / "train_000.bin", 10, 21);  // 4 sequences of T = 4 (+1) fit
@@ -57,7 +59,8 @@ TEST(Data, ShardFolderReadsShardsInOrder) {
 }
 
 TEST(Data, EmptyFolderIsRefused) {
-    const fs::path dir = fs::path(testing::TempDir()) / "napkin_no_shards";
+    const fs::path dir =
+        fs::path(testing::TempDir()) / ("napkin_no_shards_" + std::to_string(getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
     EXPECT_THROW(open_token_source(dir.string()), InputError);

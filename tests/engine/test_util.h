@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <exception>
 #include <filesystem>
@@ -52,10 +53,13 @@ std::string error_of(F&& fn) {
     return {};
 }
 
-// A fresh, empty folder per test: TempDir()/<prefix><suite>.<test>.
+// A fresh, empty folder per test and process: TempDir()/<prefix><suite>.<test>.<pid>. The same
+// test can run twice at once: CTest runs the CUDA engine's tests on the GPU and again on the
+// emulator (emu.*), and two checkouts' test runs share TempDir.
 inline std::filesystem::path scratch_dir(const std::string& prefix) {
     const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." +
+                       std::to_string(static_cast<long long>(getpid()));
     for (char& c : name) {
         if (c == '/') c = '_';
     }

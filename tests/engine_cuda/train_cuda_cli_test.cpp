@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
         const CliRun probe_ = napkin(                                                           \
             "train --quiet --device cuda --steps 1 --micro-batch 1 "                            \
             "--seq-len 8 --out " +                                                              \
-            testing::TempDir() + "/napkin_cuda_probe");                                         \
+            testing::TempDir() + "/napkin_cuda_probe_" + std::to_string(getpid()));             \
         if (probe_.err.find("no CUDA device") != std::string::npos) GTEST_SKIP() << probe_.err; \
     } while (0)
 
