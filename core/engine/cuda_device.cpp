@@ -95,7 +95,9 @@ public:
             case Precision::fp16_amp:
                 return make<f16_t>(cfg, in, alloc, seed);
             case Precision::fp8_amp:
-                break;
+                throw UsageError(
+                    "--precision fp8-amp: not supported by the CUDA engine (for now); "
+                    "--device cpu runs it");
         }
         throw UsageError("--precision: not supported by the engine");
     }

@@ -29,6 +29,8 @@ struct CudaKernels {
     // Launches are asynchronous: host timing of a call is not the kernel's time. Kernel events
     // need CUPTI (docs/CUDA.md, "Profiling"); the host keeps op ranges only.
     static constexpr bool kHostTimedKernels = false;
+    // fp8-amp has no CUDA kernels yet (EngineDevice::create_gpt refuses it).
+    static constexpr bool kFp8 = false;
 
     CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
         : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), handle_(handle) {}
