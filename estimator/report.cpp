@@ -245,7 +245,7 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
         if (t.attention_workspace > 0) row("  naive attention dS", t.attention_workspace);
         if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
         if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
-        if (t.fp8_cast > 0) row("  fp8 weight + gradient casts", t.fp8_cast);
+        if (t.fp8_cast > 0) row("  fp8 casts (weight, grad)", t.fp8_cast);
         if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
         if (t.grad_norm_workspace > 0) row("  global norm partial sums", t.grad_norm_workspace);
     }
