@@ -174,6 +174,37 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
                      CUstream_st* stream);
 
+// fp8 GEMMs (fp8-amp; the CPU's above are the spec): cuBLASLt's fp8 kernels, sm_89 and later,
+// with the operands' scale_inv as A/B_SCALE_POINTER (device fp32), fp32 compute, bf16 D, the
+// bias by the BIAS epilogue, accumulation by beta = 1. cuBLASLt documents them for the "TN" form
+// only (A transposed, B not: both operands contiguous along k) and for dimensions and leading
+// dimensions that are multiples of 16 bytes: the forward is TN as it stands; the backward
+// contracts over N (dinp) and over M (dweight), so it first transposes weight8, dout8 and inp8
+// (exact: a per-tensor scale survives a transpose) into `scratch`, of
+// matmul_fp8_backward_scratch_bytes. M, N and K must be multiples of kFp8GemmMultiple.
+inline constexpr std::int64_t kFp8GemmMultiple = 16;
+inline std::size_t matmul_fp8_backward_scratch_bytes(std::int64_t M, std::int64_t N,
+                                                     std::int64_t K) {
+    const auto round = [](std::int64_t b) {
+        return (static_cast<std::size_t>(b) + 255) / 256 * 256;
+    };
+    return round(N * K) + round(M * N) + round(M * K);  // weight^T, dout^T, inp^T
+}
+
+void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                    std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                    CUstream_st* stream);
+// out (M, N), inp (M, K), weight (N, K), bias (N) or null; scales (kFp8ScaleFloats)
+
+void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                     std::int64_t M, std::int64_t N, std::int64_t K, void* scratch,
+                     const MatmulContext& ctx, CUstream_st* stream);
+// dinp (M, K), dweight (N, K), dbias (N), each or null; dout and dout8 (M, N), inp (M, K),
+// weight (N, K); scratch (matmul_fp8_backward_scratch_bytes)
+
 }  // namespace cuda
 
 }  // namespace napkin

@@ -18,15 +18,20 @@
 // order: deterministic on every backend.
 // Cost: 2 FLOPs per element (the |x| comparison and the scaling multiply), the input read and
 // the codes written once, plus the scale pair; dequantize 1 FLOP per element.
-// CPU: kernels/cpu/quantize.cpp, tested in tests/kernels/quantize_test.cpp.
+// CPU: kernels/cpu/quantize.cpp, tested in tests/kernels/quantize_test.cpp. CUDA:
+// kernels/cuda/quantize.cu, tested against the CPU in tests/kernels_cuda/quantize_test.cpp.
 #pragma once
 
 #include <limits>
 
-#include "core/fp8.h"
 #include "kernels/cost.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+
 namespace napkin {
+
+struct f8e4m3_t;  // core/fp8.h (C++20), by pointer only: nvcc includes this header too
+struct f8e5m2_t;
 
 inline constexpr std::int64_t kFp8ScaleFloats = 2;  // scale, scale_inv
 
@@ -73,5 +78,22 @@ template <class T, class Q>
 void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n);
 
 }  // namespace cpu
+
+namespace cuda {
+
+// The same on device pointers (scale too), queued on `stream`; codes and scales bit for bit the
+// CPU's. quantize is four launches: the amax slot (scale[0]) zeroed, the amax (each block's
+// maximum, then one atomicMax per block on the float's bits, which order like the values for
+// non-negative floats: a maximum is the same in any order, so the result is deterministic), the
+// scale pair from it (one thread), the cast (cvt.rn.satfinite on sm_89+).
+template <class Q, class T>
+void quantize(Q* out, float* scale, const T* inp, std::int64_t n, CUstream_st* stream);
+// out (n), scale (kFp8ScaleFloats), inp (n)
+
+template <class T, class Q>
+void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n, CUstream_st* stream);
+// out (n), inp (n), scale (kFp8ScaleFloats)
+
+}  // namespace cuda
 
 }  // namespace napkin

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/fp8.h"
 #include "core/half.h"
 
 namespace napkin::cpu {
