@@ -314,7 +314,18 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
             storage_bytes(DType::f8e5m2, static_cast<std::uint64_t>(cast.grad)) +
             2 * storage_bytes(DType::f32, kFp8ScaleFloats));
     if (!cpu_engine) {
-        tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes);  // 32 MiB, kernels/matmul.h
+        // 32 MiB (kernels/matmul.h), and under fp8-amp the fp8 backward's transposed operands
+        // for the largest block GEMM, as the CUDA engine allocates them
+        // (core/engine/cuda_kernels.h).
+        std::size_t transposes = 0;
+        for (const PlanOp& op : plan_.block) {
+            if (op.kind != OpKind::matmul) continue;
+            const auto& s = std::get<MatmulShape>(op.shape);
+            if (s.in == DType::f8e4m3)
+                transposes =
+                    std::max(transposes, cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
+        }
+        tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes + transposes);
         // The optimizer step's global norm on the device (core/engine/cuda_device.cpp): its
         // partial sums, one row per tensor the step passes. Offloaded steps run on the host.
         if (in.offload == Offload::none && !in.params_only && !adapters)
