@@ -92,6 +92,8 @@ DType gemm_dtype(Precision p) {
         case Precision::bf16_amp:
         case Precision::bf16: return DType::bf16;
         case Precision::fp16_amp: return DType::f16;
+        case Precision::fp8_amp:
+            return DType::f8e4m3;
         default: return DType::f32;
     }
 }
@@ -640,7 +642,8 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--micro-batch", f->micro_batch, "Micro-batch B")->capture_default_str();
     cmd->add_option("--seq-len", f->seq_len, "Sequence length T")->capture_default_str();
     cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")->capture_default_str();
-    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16")->capture_default_str();
+    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")
+        ->capture_default_str();
     cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw")->capture_default_str();
     cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->capture_default_str();
     cmd->add_option("--attention", f->attention, "naive|flash")->capture_default_str();

@@ -5,9 +5,11 @@
 // element, without dropout 32*s*b*h + 2*a*s^2*b, plus the norms' fp32 statistics.
 #include "core/op_plan.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
+#include "kernels/quantize.h"
 
 namespace napkin {
 
@@ -41,17 +43,30 @@ PlanOp make_op(std::string_view name, std::string_view param, OpKind kind) {
     return op;
 }
 
+// A GEMM input, kept by the op that produces it for the GEMM's weight gradient, in
+// pd.gemm_saved; fp8 codes (fp8-amp) carry their scale pair (kernels/quantize.h) as a tensor of
+// their own, so the plan counts every byte the engine keeps.
+void keep_gemm_input(PlanOp& op, std::string_view tensor, std::string_view scale,
+                     std::int64_t numel, const PrecisionDTypes& pd) {
+    op.keep(tensor, numel, pd.gemm_saved);
+    if (pd.gemm_saved == DType::f8e4m3) op.keep(scale, kFp8ScaleFloats, DType::f32);
+}
+
+// The names a norm keeps its tensors under (string literals: the plan holds views of them).
+struct NormNames {
+    std::string_view out, out_scale, mean, rstd;
+};
+
 PlanOp norm_op(std::string_view name, std::string_view param, const ModelConfig& c, const Dims& d,
-               const PrecisionDTypes& pd, bool keep_out, std::string_view out_name,
-               std::string_view mean_name, std::string_view rstd_name) {
+               const PrecisionDTypes& pd, const NormNames& names) {
     PlanOp op = make_op(name, param, OpKind::norm);
     NormShape s{d.N, d.C, c.norm, c.bias, pd.activations, pd.gemm_saved};
     op.shape = s;
     op.fwd = norm_forward_cost(s);
     op.bwd_input = norm_backward_cost(s);
-    if (keep_out) op.keep(out_name, d.N * d.C, pd.gemm_saved);
-    if (c.norm == NormKind::layernorm) op.keep(mean_name, d.N, DType::f32);
-    op.keep(rstd_name, d.N, DType::f32);
+    keep_gemm_input(op, names.out, names.out_scale, d.N * d.C, pd);
+    if (c.norm == NormKind::layernorm) op.keep(names.mean, d.N, DType::f32);
+    op.keep(names.rstd, d.N, DType::f32);
     return op;
 }
 
@@ -101,7 +116,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     const bool dropout = c.dropout > 0.0;
     const int fc_parts = c.mlp == MlpKind::swiglu ? 2 : 1;
 
-    block.push_back(norm_op("ln_1", "ln_1", c, d, pd, true, "ln_1.out", "ln_1.mean", "ln_1.rstd"));
+    block.push_back(norm_op("ln_1", "ln_1", c, d, pd,
+                            {"ln_1.out", "ln_1.out.scale", "ln_1.mean", "ln_1.rstd"}));
 
     PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias, pd.activations, linear_w,
                            base_trainable, pd);
@@ -139,7 +155,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
         // Flash regenerates the dropout mask from the RNG state; it keeps the logsumexp.
         attn.keep("attn.lse", d.B * d.NH * d.T, DType::f32);
     }
-    attn.keep("attn.out", d.N * d.C, pd.gemm_saved);  // the projection's input
+    keep_gemm_input(attn, "attn.out", "attn.out.scale", d.N * d.C, pd);  // the projection's input
     block.push_back(attn);
 
     PlanOp proj = matmul_op("attn.proj", "attn.proj", d, d.C, d.C, c.bias, pd.activations, linear_w,
@@ -152,7 +168,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     }
     block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
 
-    block.push_back(norm_op("ln_2", "ln_2", c, d, pd, true, "ln_2.out", "ln_2.mean", "ln_2.rstd"));
+    block.push_back(norm_op("ln_2", "ln_2", c, d, pd,
+                            {"ln_2.out", "ln_2.out.scale", "ln_2.mean", "ln_2.rstd"}));
 
     PlanOp fc = matmul_op("mlp.fc", "mlp.fc", d, d.fc_rows, d.C, c.bias, pd.activations, linear_w,
                           base_trainable, pd);
@@ -168,7 +185,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     act.shape = acts;
     act.fwd = activation_forward_cost(acts);
     act.bwd_input = activation_backward_cost(acts);
-    act.keep("mlp.act.out", d.N * d.F, pd.gemm_saved);  // the down projection's input
+    keep_gemm_input(act, "mlp.act.out", "mlp.act.out.scale", d.N * d.F,
+                    pd);  // the down projection's input
     block.push_back(act);
 
     PlanOp down = matmul_op("mlp.proj", "mlp.proj", d, d.C, d.F, c.bias, pd.activations, linear_w,
@@ -267,15 +285,23 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
 
     build_block(c, in, d, pd, out.block);
 
+    // The output layer runs in the activations' dtype under every recipe: fp8-amp casts the
+    // blocks' linear layers only (as Transformer Engine's recipe is applied in Megatron-LM and
+    // torchao: the logits, and so the loss, stay out of fp8).
+    PrecisionDTypes head_pd = pd;
+    head_pd.gemm_saved = pd.activations;
+    head_pd.gemm_compute = pd.activations;
+
     // ln_f's output feeds the head only while the chunked loss runs, but it is alive at the
     // end of the forward (the activation peak), so it is counted as kept.
-    out.epilogue.push_back(norm_op("ln_f", "ln_f", c, d, pd, true, "ln_f.out", "ln_f.mean", "ln_f.rstd"));
+    out.epilogue.push_back(
+        norm_op("ln_f", "ln_f", c, d, head_pd, {"ln_f.out", "", "ln_f.mean", "ln_f.rstd"}));
 
     // Head and loss run fused, chunk by chunk: logits for R rows (fp32), loss and dlogits in
     // place, then the head's input gradient (kept for the backward) and weight gradient.
     const std::string_view head_param = c.tied_embeddings ? "wte" : "lm_head";
     PlanOp head = matmul_op("lm_head", head_param, d, c.padded_vocab_size, d.C, false, DType::f32,
-                            pd.weights, full_ft, pd);
+                            pd.weights, full_ft, head_pd);
     head.keep("lm_head.dinp", d.N * d.C, pd.activations);
     out.epilogue.push_back(head);
 
@@ -291,6 +317,18 @@ OpPlan build_op_plan(const ModelConfig& cfg, const PlanInputs& in) {
     OpPlan plan;
     build_op_plan(cfg, in, plan);
     return plan;
+}
+
+Fp8CastNumel fp8_cast_numel(const OpPlan& plan) {
+    Fp8CastNumel n;
+    for (const PlanOp& op : plan.block) {
+        if (op.kind != OpKind::matmul) continue;
+        const auto& s = std::get<MatmulShape>(op.shape);
+        if (s.in != DType::f8e4m3) continue;
+        n.weight = std::max(n.weight, s.N * s.K);
+        n.grad = std::max(n.grad, s.M * s.N);
+    }
+    return n;
 }
 
 PlanTotals plan_totals(const OpPlan& plan) {

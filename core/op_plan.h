@@ -121,6 +121,15 @@ struct OpPlan {
 void build_op_plan(const ModelConfig& cfg, const PlanInputs& in, OpPlan& out);
 OpPlan build_op_plan(const ModelConfig& cfg, const PlanInputs& in);
 
+// fp8-amp: the elements the engine casts to fp8 around one block GEMM at a time, transient
+// temporaries sized for the largest: a weight (N K, E4M3) and an output gradient (M N, E5M2),
+// each with its scale pair (core/engine/gpt_impl.h). Zeros when the GEMMs are not fp8.
+struct Fp8CastNumel {
+    std::int64_t weight = 0;
+    std::int64_t grad = 0;
+};
+Fp8CastNumel fp8_cast_numel(const OpPlan& plan);
+
 // Sums over the plan (block ops counted n_layers times). All FLOPs per micro-batch step.
 struct PlanTotals {
     std::uint64_t model_flops_fwd = 0;  // matmul-class forward FLOPs

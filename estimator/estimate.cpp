@@ -13,6 +13,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 namespace napkin {
 
@@ -305,8 +306,27 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
             4.0 * static_cast<double>(cpu::attention_naive_backward_scratch_floats(in.micro_batch, T, c.n_heads));
     if ((z3 && W > 1) || in.offload == Offload::optimizer_params) tmp.param_gather = 2.0 * unit_bytes;
     if (in.finetune == Finetune::qlora) tmp.dequant = widest * static_cast<double>(c.d_model) * 2.0;
+    // fp8-amp: the block GEMMs' weight (E4M3) and output gradient (E5M2) casts, each with its
+    // scale pair, sized for the largest GEMM (core/engine/gpt_impl.h, allocate_buffers).
+    const Fp8CastNumel cast = fp8_cast_numel(plan_);
+    if (cast.weight > 0)
+        tmp.fp8_cast = static_cast<double>(
+            storage_bytes(DType::f8e4m3, static_cast<std::uint64_t>(cast.weight)) +
+            storage_bytes(DType::f8e5m2, static_cast<std::uint64_t>(cast.grad)) +
+            2 * storage_bytes(DType::f32, kFp8ScaleFloats));
     if (!cpu_engine) {
-        tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes);  // 32 MiB, kernels/matmul.h
+        // 32 MiB (kernels/matmul.h), and under fp8-amp the fp8 backward's transposed operands
+        // for the largest block GEMM, as the CUDA engine allocates them
+        // (core/engine/cuda_kernels.h).
+        std::size_t transposes = 0;
+        for (const PlanOp& op : plan_.block) {
+            if (op.kind != OpKind::matmul) continue;
+            const auto& s = std::get<MatmulShape>(op.shape);
+            if (s.in == DType::f8e4m3)
+                transposes =
+                    std::max(transposes, cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
+        }
+        tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes + transposes);
         // The optimizer step's global norm on the device (core/engine/cuda_device.cpp): its
         // partial sums, one row per tensor the step passes. Offloaded steps run on the host.
         if (in.offload == Offload::none && !in.params_only && !adapters)

@@ -103,11 +103,12 @@ struct TemporaryBytes {
     double attention_workspace = 0;  // naive attention's dS (B, NH, T, T) fp32; 0 with flash
     double param_gather = 0;         // ZeRO-3 / offloaded parameters gathered for 2 units
     double dequant = 0;              // QLoRA: one linear weight dequantized to bf16
+    double fp8_cast = 0;  // fp8-amp: a weight and an output gradient cast to fp8 per GEMM
     double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
     double grad_norm_workspace = 0;  // the global norm's per-block partial sums (GPU optimizer step)
     double total() const {
-        return activation_grads + op_workspace + attention_workspace + param_gather + dequant + gemm_workspace +
-               grad_norm_workspace;
+        return activation_grads + op_workspace + attention_workspace + param_gather + dequant +
+               fp8_cast + gemm_workspace + grad_norm_workspace;
     }
 };
 

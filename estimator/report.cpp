@@ -256,6 +256,7 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
         if (t.attention_workspace > 0) row("  naive attention dS", t.attention_workspace);
         if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
         if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
+        if (t.fp8_cast > 0) row("  fp8 casts (weight, grad)", t.fp8_cast);
         if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
         if (t.grad_norm_workspace > 0) row("  global norm partial sums", t.grad_norm_workspace);
     }
@@ -398,9 +399,13 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     gpu["capacity"] = e.gpu_capacity_bytes;
     gpu["fits"] = e.fits_gpu;
     const auto& t = e.temporaries;
-    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads}, {"op_workspace", t.op_workspace},
-                                 {"attention_workspace", t.attention_workspace}, {"param_gather", t.param_gather},
-                                 {"dequant", t.dequant}, {"gemm_workspace", t.gemm_workspace},
+    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads},
+                                 {"op_workspace", t.op_workspace},
+                                 {"attention_workspace", t.attention_workspace},
+                                 {"param_gather", t.param_gather},
+                                 {"dequant", t.dequant},
+                                 {"fp8_cast", t.fp8_cast},
+                                 {"gemm_workspace", t.gemm_workspace},
                                  {"grad_norm_workspace", t.grad_norm_workspace}};
     json cpu = mem(e.cpu);
     cpu["node_total"] = e.cpu_node_bytes;

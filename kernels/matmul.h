@@ -4,8 +4,10 @@
 //   dweight (N, K) += dout^T (N, M) @ inp (M, K)           2*M*N*K FLOPs
 //   dbias (N)     += sum over M of dout                    M*N FLOPs
 // Keeps for backward: inp (owned by the op that produced it, see core/op_plan.h).
-// CPU: OpenBLAS sgemm (kernels/cpu/matmul.cpp); 16-bit storage is widened to fp32 in a
-// caller-provided scratch first. CUDA (cuBLASLt) arrives with the CUDA backend.
+// CPU: OpenBLAS sgemm (kernels/cpu/matmul.cpp); 16-bit storage and fp8 codes (fp8-amp, with
+// their per-tensor scales) are widened to fp32 in a caller-provided scratch first. CUDA:
+// cuBLASLt (kernels/cuda/matmul.cu). Tests: tests/kernels/matmul_test.cpp (fp8:
+// tests/kernels/matmul_fp8_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,10 @@ struct CUstream_st;      // cudaStream_t and cublasLtHandle_t, without the CUDA 
 struct cublasLtContext;  // (op headers compile in any build)
 
 namespace napkin {
+
+struct bf16_t;  // core/half.h and core/fp8.h (C++20), by pointer only: nvcc includes this too
+struct f8e4m3_t;
+struct f8e5m2_t;
 
 struct MatmulShape {
     std::int64_t M = 0;  // rows: tokens (B*T)
@@ -54,9 +60,34 @@ inline KernelCost matmul_backward_weight_cost(const MatmulShape& s, DType grad) 
     return c;
 }
 
+// The fp8 GEMMs of fp8-amp, as the kernels below run them (the op plan's costs above count the
+// op: its bf16 weight read once): E4M3 inp and weight, an E5M2 output gradient, at 1 byte per
+// element; out, dinp, dweight and bias in s.out's dtype (bf16); the scale pairs' 8 bytes each
+// are left out. Backward: dinp += dout8 @ weight8 and dweight += dout8^T @ inp8, both read and
+// written (accumulated), dbias from the bf16 dout.
+inline KernelCost matmul_fp8_forward_cost(const MatmulShape& s) {
+    KernelCost c;
+    c.flops = 2ull * s.M * s.N * s.K + (s.bias ? 1ull * s.M * s.N : 0);
+    c.bytes_read = nbytes(DType::f8e4m3, s.M * s.K) + nbytes(DType::f8e4m3, s.N * s.K) +
+                   (s.bias ? nbytes(s.out, s.N) : 0);
+    c.bytes_written = nbytes(s.out, s.M * s.N);
+    return c;
+}
+
+inline KernelCost matmul_fp8_backward_cost(const MatmulShape& s) {
+    KernelCost c;
+    c.flops = 4ull * s.M * s.N * s.K + (s.bias ? 1ull * s.M * s.N : 0);
+    c.bytes_read = nbytes(DType::f8e5m2, s.M * s.N) + nbytes(DType::f8e4m3, s.N * s.K) +
+                   nbytes(DType::f8e4m3, s.M * s.K) + nbytes(s.out, s.M * s.K) +
+                   nbytes(s.out, s.N * s.K) + (s.bias ? nbytes(s.out, s.M * s.N + s.N) : 0);
+    c.bytes_written =
+        nbytes(s.out, s.M * s.K) + nbytes(s.out, s.N * s.K) + (s.bias ? nbytes(s.out, s.N) : 0);
+    return c;
+}
+
 namespace cpu {
 
-// Floats of scratch the 16-bit paths need (0 for float): inp, weight and out widened.
+// Floats of scratch the 16-bit and fp8 paths need (0 for float): inp, weight and out widened.
 inline std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) { return M * K + N * K + M * N; }
 
 // out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
@@ -68,6 +99,27 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::i
 // dout. dinp, dweight and dbias may each be null (not needed, or frozen).
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+
+// fp8 GEMMs (fp8-amp): operands are fp8 codes, each with its scale pair (kernels/quantize.h;
+// [1] is scale_inv, the dequantization factor). The codes are widened exactly into fp32 scratch
+// (matmul_scratch_floats, as the 16-bit paths), multiplied by sgemm (products of fp8 values are
+// exact in fp32, the sums accumulate in fp32), and the product is scaled by the two scale_inv
+// multiplied together in fp32: cuBLASLt's D = scale_a * scale_b * (A B) arithmetic.
+// out (M, N) bf16 = (inp (M, K) @ weight (N, K)^T) * (inp_scale[1] * weight_scale[1])
+//                   [+ bias (N)], rounded once. Overwrites out; bias may be null.
+void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                    std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+
+// dinp (M, K) += (dout8 (M, N) @ weight (N, K)) * (dout_scale[1] * weight_scale[1]);
+// dweight (N, K) += (dout8^T @ inp (M, K)) * (dout_scale[1] * inp_scale[1]);
+// dbias (N) += column sums of dout (M, N), the bf16 gradient that dout8 was cast from (as
+// Transformer Engine takes dbias from the high-precision gradient). dinp, dweight and dbias may
+// each be null; dout only when dbias is.
+void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
                      std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
 
 // Measures this machine's fp32 GEMM throughput (best of `reps` n x n x n sgemm calls, FLOP/s):
@@ -121,6 +173,37 @@ template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
                      CUstream_st* stream);
+
+// fp8 GEMMs (fp8-amp; the CPU's above are the spec): cuBLASLt's fp8 kernels, sm_89 and later,
+// with the operands' scale_inv as A/B_SCALE_POINTER (device fp32), fp32 compute, bf16 D, the
+// bias by the BIAS epilogue, accumulation by beta = 1. cuBLASLt documents them for the "TN" form
+// only (A transposed, B not: both operands contiguous along k) and for dimensions and leading
+// dimensions that are multiples of 16 bytes: the forward is TN as it stands; the backward
+// contracts over N (dinp) and over M (dweight), so it first transposes weight8, dout8 and inp8
+// (exact: a per-tensor scale survives a transpose) into `scratch`, of
+// matmul_fp8_backward_scratch_bytes. M, N and K must be multiples of kFp8GemmMultiple.
+inline constexpr std::int64_t kFp8GemmMultiple = 16;
+inline std::size_t matmul_fp8_backward_scratch_bytes(std::int64_t M, std::int64_t N,
+                                                     std::int64_t K) {
+    const auto round = [](std::int64_t b) {
+        return (static_cast<std::size_t>(b) + 255) / 256 * 256;
+    };
+    return round(N * K) + round(M * N) + round(M * K);  // weight^T, dout^T, inp^T
+}
+
+void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                    std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                    CUstream_st* stream);
+// out (M, N), inp (M, K), weight (N, K), bias (N) or null; scales (kFp8ScaleFloats)
+
+void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                     std::int64_t M, std::int64_t N, std::int64_t K, void* scratch,
+                     const MatmulContext& ctx, CUstream_st* stream);
+// dinp (M, K), dweight (N, K), dbias (N), each or null; dout and dout8 (M, N), inp (M, K),
+// weight (N, K); scratch (matmul_fp8_backward_scratch_bytes)
 
 }  // namespace cuda
 

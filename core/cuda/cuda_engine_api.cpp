@@ -59,11 +59,22 @@ private:
     CachingAllocator cache_{backend_};
 };
 
-void select_device(int index, char* name, std::size_t name_bytes) {
+void select_device(int index, char* name, std::size_t name_bytes, int* sm) {
     NAPKIN_CUDA_CHECK(cudaSetDevice(index));
     cudaDeviceProp prop{};
     NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
     std::snprintf(name, name_bytes, "%s", prop.name);
+    *sm = 10 * prop.major + prop.minor;
+}
+
+CudaFp8KernelTable fp8_kernel_table() {
+    CudaFp8KernelTable k;
+    k.quantize_e4m3 = &cuda::quantize<f8e4m3_t, bf16_t>;
+    k.quantize_e5m2 = &cuda::quantize<f8e5m2_t, bf16_t>;
+    k.dequantize_e4m3 = &cuda::dequantize<bf16_t, f8e4m3_t>;
+    k.matmul_forward = &cuda::matmul_forward;
+    k.matmul_backward = &cuda::matmul_backward;
+    return k;
 }
 
 CUstream_st* stream_create() {
@@ -120,6 +131,7 @@ CudaEngineApi make_api() {
     a.f32 = kernel_table<float>();
     a.bf16 = kernel_table<bf16_t>();
     a.f16 = kernel_table<f16_t>();
+    a.fp8 = fp8_kernel_table();
     a.select_device = &select_device;
     a.stream_create = &stream_create;
     a.stream_destroy = &stream_destroy;

@@ -24,8 +24,8 @@
 #include <type_traits>
 
 #include "core/allocator.h"
-#include "core/cuda/cupti_activity.h"
 #include "core/cuda/cuda_events.h"
+#include "core/cuda/cupti_activity.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
 #include "kernels/accumulate.h"
@@ -36,6 +36,7 @@
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
 #include "profiler/gpu_activity.h"
@@ -69,7 +70,22 @@ struct CudaKernelTable {
     decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 5;
+// fp8-amp's kernels, over bf16 storage: kernels/quantize.h and the fp8 overloads of
+// kernels/matmul.h (overloads, so their pointer types are spelled out).
+struct CudaFp8KernelTable {
+    decltype(&cuda::quantize<f8e4m3_t, bf16_t>) quantize_e4m3 = nullptr;
+    decltype(&cuda::quantize<f8e5m2_t, bf16_t>) quantize_e5m2 = nullptr;
+    decltype(&cuda::dequantize<bf16_t, f8e4m3_t>) dequantize_e4m3 = nullptr;
+    void (*matmul_forward)(bf16_t*, const f8e4m3_t*, const float*, const f8e4m3_t*, const float*,
+                           const bf16_t*, std::int64_t, std::int64_t, std::int64_t,
+                           const cuda::MatmulContext&, CUstream_st*) = nullptr;
+    void (*matmul_backward)(bf16_t*, bf16_t*, bf16_t*, const bf16_t*, const f8e5m2_t*, const float*,
+                            const f8e4m3_t*, const float*, const f8e4m3_t*, const float*,
+                            std::int64_t, std::int64_t, std::int64_t, void*,
+                            const cuda::MatmulContext&, CUstream_st*) = nullptr;
+};
+
+inline constexpr int kNapkinCudaEngineApiVersion = 6;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -78,10 +94,12 @@ struct CudaEngineApi {
     CudaKernelTable<float> f32;
     CudaKernelTable<bf16_t> bf16;
     CudaKernelTable<f16_t> f16;
+    CudaFp8KernelTable fp8;
 
     // Device `index` made current (a data-parallel rank's local rank, else 0); its name (host
-    // buffer of name_bytes). Throws CudaError.
-    void (*select_device)(int index, char* name, std::size_t name_bytes) = nullptr;
+    // buffer of name_bytes) and compute capability (host, 10 major + minor: 90 for sm_90).
+    // Throws CudaError.
+    void (*select_device)(int index, char* name, std::size_t name_bytes, int* sm) = nullptr;
     CUstream_st* (*stream_create)() = nullptr;  // a non-blocking stream
     void (*stream_destroy)(CUstream_st* stream) noexcept = nullptr;
     void (*stream_synchronize)(CUstream_st* stream) = nullptr;

@@ -15,6 +15,7 @@
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/op_plan.h"
 #include "kernels/activation.h"
@@ -23,6 +24,7 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
+#include "kernels/quantize.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
 
@@ -35,9 +37,12 @@ struct CpuKernels {
     // Kernels run on the calling thread, so timing the call times the kernel: the engine
     // writes a device track of its own (profiler::begin_kernel).
     static constexpr bool kHostTimedKernels = true;
+    // fp8-amp's kernels (quantize, dequantize, the fp8 GEMMs) over bf16 storage.
+    static constexpr bool kFp8 = std::is_same_v<T, bf16_t>;
 
     // ---- scratch the orchestration allocates as temporaries, in floats
-    // The 16-bit matmuls widen inp, weight and out to fp32 (0 for float): the largest block GEMM.
+    // The 16-bit and fp8 matmuls widen inp, weight and out to fp32 (0 for float): the largest
+    // block GEMM.
     std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
         std::int64_t mm = 0;
         if constexpr (!std::is_same_v<T, float>) {
@@ -121,6 +126,27 @@ struct CpuKernels {
                          const T* weight, std::int64_t M, std::int64_t N, std::int64_t K,
                          float* scratch) {
         cpu::matmul_backward<T>(dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch);
+    }
+    // fp8-amp (kernels/quantize.h, kernels/matmul.h): codes with their scale pairs.
+    template <class Q>
+    void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
+        cpu::quantize<Q, T>(out, scale, inp, n);
+    }
+    template <class Q>
+    void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n) {
+        cpu::dequantize<T, Q>(out, inp, scale, n);
+    }
+    void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                        const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                        std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+        cpu::matmul_forward(out, inp, inp_scale, weight, weight_scale, bias, M, N, K, scratch);
+    }
+    void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                         const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                         const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                         std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+        cpu::matmul_backward(dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
+                             weight_scale, M, N, K, scratch);
     }
     void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         cpu::rope_forward<T>(qkv, B, T_, NH, KVH, HD);

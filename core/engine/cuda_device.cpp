@@ -5,6 +5,8 @@
 // GptImpl instantiations over CudaKernels. Everything CUDA goes through the plugin's table
 // (core/cuda/cuda_engine_api.h): this file includes no CUDA header and compiles in every build.
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "core/comm/comm_nccl.h"
 #include "core/cuda/cuda_engine_api.h"
@@ -50,7 +52,7 @@ class CudaEngineDevice final : public EngineDevice {
 public:
     CudaEngineDevice(const CudaEngineApi& api, int index) : api_(api) {
         char name[256] = {};
-        api_.select_device(index, name, sizeof name);
+        api_.select_device(index, name, sizeof name, &sm_);
         name_ = name;
         stream_ = api_.stream_create();
         try {
@@ -95,7 +97,8 @@ public:
             case Precision::fp16_amp:
                 return make<f16_t>(cfg, in, alloc, seed);
             case Precision::fp8_amp:
-                break;
+                check_fp8(cfg, in);
+                return make<bf16_t>(cfg, in, alloc, seed);  // bf16 storage, fp8 GEMMs
         }
         throw UsageError("--precision: not supported by the engine");
     }
@@ -180,6 +183,31 @@ public:
     }
 
 private:
+    // fp8-amp needs fp8 tensor cores (sm_89: Ada, Hopper and later) and, for cuBLASLt's fp8
+    // kernels, every block GEMM dimension a multiple of 16 (kernels/matmul.h).
+    void check_fp8(const ModelConfig& cfg, const PlanInputs& in) const {
+        if (sm_ < 89) {
+            throw UsageError("--precision fp8-amp: " + name_ + " (sm_" + std::to_string(sm_) +
+                             ") has no fp8 tensor cores (sm_89 or later: Ada, Hopper); "
+                             "--precision bf16-amp runs on it");
+        }
+        const std::int64_t fc_rows = cfg.mlp == MlpKind::swiglu ? 2 * cfg.d_ff : cfg.d_ff;
+        const std::pair<const char*, std::int64_t> dims[] = {
+            {"d_model", cfg.d_model},
+            {"d_ff", cfg.d_ff},
+            {"the MLP's input width", fc_rows},
+            {"the QKV width", cfg.qkv_dim()},
+            {"micro-batch x seq-len", in.micro_batch * in.seq_len}};
+        for (const auto& [what, v] : dims) {
+            if (v % cuda::kFp8GemmMultiple != 0) {
+                throw UsageError("--precision fp8-amp on CUDA: " + std::string(what) + " is " +
+                                 std::to_string(v) +
+                                 ", and cuBLASLt's fp8 GEMMs need multiples of " +
+                                 std::to_string(cuda::kFp8GemmMultiple));
+            }
+        }
+    }
+
     template <class T>
     std::unique_ptr<Gpt> make(const ModelConfig& cfg, const PlanInputs& in,
                               AccountingAllocator& alloc, std::uint64_t seed) {
@@ -189,6 +217,7 @@ private:
 
     const CudaEngineApi& api_;
     std::string name_;
+    int sm_ = 0;  // compute capability, 10 major + minor
     CUstream_st* stream_ = nullptr;
     cublasLtContext* handle_ = nullptr;
     RawMemory* memory_ = nullptr;

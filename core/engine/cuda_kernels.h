@@ -11,11 +11,14 @@
 // Compiled in every build (no CUDA header): only running it needs the plugin.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/cuda/cuda_engine_api.h"
+#include "core/fp8.h"
 #include "core/half.h"
 #include "core/op_plan.h"
 #include "core/tensor.h"
@@ -29,13 +32,28 @@ struct CudaKernels {
     // Launches are asynchronous: host timing of a call is not the kernel's time. Kernel events
     // need CUPTI (docs/CUDA.md, "Profiling"); the host keeps op ranges only.
     static constexpr bool kHostTimedKernels = false;
+    // fp8-amp's kernels (quantize, dequantize, the fp8 GEMMs) over bf16 storage.
+    static constexpr bool kFp8 = std::is_same_v<T, bf16_t>;
 
     CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
         : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), handle_(handle) {}
 
     // ---- scratch the orchestration allocates as temporaries, in floats
-    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>&) const {
-        return static_cast<std::int64_t>(cuda::kMatmulWorkspaceBytes / sizeof(float));
+    // The cuBLASLt workspace, then, when the block's GEMMs are fp8, the fp8 backward's
+    // transposed operands for the largest of them (kernels/matmul.h).
+    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
+        return static_cast<std::int64_t>(matmul_scratch_bytes(block) / sizeof(float));
+    }
+    static std::size_t matmul_scratch_bytes(const std::vector<PlanOp>& block) {
+        std::size_t transposes = 0;
+        for (const PlanOp& op : block) {
+            if (op.kind != OpKind::matmul) continue;
+            const auto& s = std::get<MatmulShape>(op.shape);
+            if (s.in == DType::f8e4m3)
+                transposes =
+                    std::max(transposes, cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
+        }
+        return cuda::kMatmulWorkspaceBytes + transposes;
     }
     std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
                                                    std::int64_t Vp) const {
@@ -112,6 +130,36 @@ struct CudaKernels {
                          float* workspace) {
         k_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, N, K, context(workspace),
                             stream_);
+    }
+    // fp8-amp (kernels/quantize.h, the fp8 overloads of kernels/matmul.h). The scratch is the
+    // cuBLASLt workspace followed by the fp8 backward's transposes (matmul_scratch_floats).
+    template <class Q>
+    void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
+        if constexpr (std::is_same_v<Q, f8e4m3_t>)
+            api_->fp8.quantize_e4m3(out, scale, inp, n, stream_);
+        else
+            api_->fp8.quantize_e5m2(out, scale, inp, n, stream_);
+    }
+    template <class Q>
+    void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n) {
+        static_assert(std::is_same_v<Q, f8e4m3_t>, "the engine dequantizes E4M3 only");
+        api_->fp8.dequantize_e4m3(out, inp, scale, n, stream_);
+    }
+    void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                        const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                        std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+        workspace_ = scratch;
+        api_->fp8.matmul_forward(out, inp, inp_scale, weight, weight_scale, bias, M, N, K,
+                                 context(scratch), stream_);
+    }
+    void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                         const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                         const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                         std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+        void* transposes = reinterpret_cast<char*>(scratch) + cuda::kMatmulWorkspaceBytes;
+        api_->fp8.matmul_backward(dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale,
+                                  weight, weight_scale, M, N, K, transposes, context(scratch),
+                                  stream_);
     }
     void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         k_->rope_forward(qkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);

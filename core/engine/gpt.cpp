@@ -11,8 +11,6 @@ namespace napkin {
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
     if (in.finetune != Finetune::full)
         throw UsageError("--finetune: the engine trains full models only (for now)");
-    if (in.precision == Precision::fp8_amp)
-        throw UsageError("--precision fp8-amp: not supported by the engine (for now)");
     if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
     if (in.optimizer == OptimizerKind::adamw_8bit)
         throw UsageError("--optimizer adamw-8bit: not supported by the engine (for now)");
@@ -28,11 +26,10 @@ std::unique_ptr<Gpt> Gpt::create(const ModelConfig& cfg, const PlanInputs& in,
             return std::make_unique<GptImpl<CpuKernels<float>>>(cfg, in, alloc, seed);
         case Precision::bf16_amp:
         case Precision::bf16:
+        case Precision::fp8_amp:  // bf16 storage, fp8 GEMMs (core/engine/gpt_fp8.h)
             return std::make_unique<GptImpl<CpuKernels<bf16_t>>>(cfg, in, alloc, seed);
         case Precision::fp16_amp:
             return std::make_unique<GptImpl<CpuKernels<f16_t>>>(cfg, in, alloc, seed);
-        case Precision::fp8_amp:
-            break;
     }
     throw UsageError("--precision: not supported by the engine");
 }

@@ -5,8 +5,8 @@
 //   parameters / master_weights / gradients  one tensor per parameter (param_tensors())
 //   activations   exactly the tensors the plan's ops keep (and, under checkpointing, rebuild)
 //   temporaries   gradient buffers of the backward, the head/loss chunk, GEMM scratch
-// The working storage type follows the precision recipe: fp32, bf16 (bf16-amp, pure bf16) or
-// fp16 (fp16-amp).
+// The working storage type follows the precision recipe: fp32, bf16 (bf16-amp, pure bf16,
+// fp8-amp, whose block GEMMs read fp8 copies: core/engine/gpt_fp8.h) or fp16 (fp16-amp).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,7 @@ class Gpt {
 public:
     // The model on the CPU (GptImpl<CpuKernels>, core/engine/gpt_impl.h); on CUDA see
     // EngineDevice::create_gpt. Throws UsageError for what the engine does not run yet (LoRA,
-    // fp8, dropout, fp32 gradients beside a 16-bit model).
+    // dropout, fp32 gradients beside a 16-bit model).
     static std::unique_ptr<Gpt> create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
                                        std::uint64_t seed);
     virtual ~Gpt() = default;

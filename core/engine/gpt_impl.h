@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "core/engine/gpt.h"
+#include "core/engine/gpt_fp8.h"
 #include "core/half.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -37,8 +38,8 @@
 
 namespace napkin {
 
-// Throws UsageError for what the engine does not run yet (LoRA, fp8, dropout, fp32 gradients
-// beside a 16-bit model), on any backend; validates the model config.
+// Throws UsageError for what the engine does not run yet (LoRA, dropout, fp32 gradients beside a
+// 16-bit model, 8-bit optimizers), on any backend; validates the model config.
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in);
 
 namespace gpt_detail {
@@ -209,7 +210,7 @@ public:
         op_range(r_ep, "ln_f", plan_.epilogue[0].fwd);
         for (const PlanOp& op : plan_.epilogue) epilogue_.keep(alloc_, "", op, false);  // inside ln_f's range
         kernel_range(k, gpt_detail::kernel_name(plan_.epilogue[0], false, cfg_), plan_.epilogue[0].fwd);
-        norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_);
+        norm_forward(epilogue_, "ln_f", last, p_lnf_w_, p_lnf_b_, k);
         k.reset();
         r_ep.reset();
         KernelCost head_cost = plan_.epilogue[1].fwd;
@@ -385,6 +386,7 @@ private:
                                    {k_.attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
         }
         k_.bind_losses(alloc_, N_);
+        fp8_.allocate(alloc_, plan_);
     }
 
     const T* block_input(int l) {
@@ -393,9 +395,30 @@ private:
     }
     const T* block_output(int l) { return layers_[static_cast<std::size_t>(l)].get("mlp.res.out").template data<T>(); }
 
-    void norm_forward(KeptTensors& kept, std::string_view name, const T* inp, ParamSlot* w, ParamSlot* b) {
+    // The kernel ranges an fp8 helper opens inside the op in progress.
+    auto ranges(profiler::KernelScope& k) {
+        return [this, &k](std::string_view name, const KernelCost& cost) {
+            kernel_range(k, name, cost);
+        };
+    }
+
+    // Where a producer writes a GEMM input it keeps: the kept tensor itself, or, when the plan
+    // keeps it in fp8 (fp8-amp), dnarrow_ (N x max(C, F), the backward's buffer, free during any
+    // forward, a recomputing one included), from which finish_output casts it.
+    T* output_of(Tensor& kept) {
+        return gpt_detail::is_fp8(kept) ? dnarrow_.template data<T>() : kept.template data<T>();
+    }
+    void finish_output(KeptTensors& kt, const std::string& name, profiler::KernelScope& kernel) {
+        Tensor& kept = kt.get(name);
+        if (gpt_detail::is_fp8(kept))
+            fp8_.cast_output(k_, ranges(kernel), kept, kt.get(name + ".scale"),
+                             dnarrow_.template data<T>());
+    }
+
+    void norm_forward(KeptTensors& kept, std::string_view name, const T* inp, ParamSlot* w,
+                      ParamSlot* b, profiler::KernelScope& kernel) {
         const std::string n(name);
-        T* out = kept.get(n + ".out").template data<T>();
+        T* out = output_of(kept.get(n + ".out"));
         float* rstd = kept.get(n + ".rstd").template data<float>();
         if (cfg_.norm == NormKind::layernorm) {
             k_.layernorm_forward(out, kept.get(n + ".mean").template data<float>(), rstd, inp,
@@ -404,6 +427,7 @@ private:
         } else {
             k_.rmsnorm_forward(out, rstd, inp, w->weight.template data<T>(), N_, cfg_.d_model);
         }
+        finish_output(kept, n + ".out", kernel);
     }
 
     void norm_backward(KeptTensors& kept, std::string_view name, T* dinp, const T* dout, const T* inp, ParamSlot* w,
@@ -420,16 +444,39 @@ private:
         }
     }
 
-    void matmul(const PlanOp& op, T* out, const T* inp, ParamSlot* w, ParamSlot* b) {
+    // A GEMM on the input kept under `inp` (bf16, or fp8 codes with "<inp>.scale": gpt_fp8.h).
+    void matmul(const PlanOp& op, T* out, KeptTensors& kt, std::string_view inp, ParamSlot* w,
+                ParamSlot* b, profiler::KernelScope& kernel) {
         const auto& s = std::get<MatmulShape>(op.shape);
-        k_.matmul_forward(out, inp, w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
-                               s.M, s.N, s.K, mm_scratch_.template data<float>());
+        const Tensor& x = kt.get(inp);
+        const T* bias = b != nullptr ? b->weight.template data<T>() : nullptr;
+        if (gpt_detail::is_fp8(x)) {
+            fp8_.forward(k_, ranges(kernel), s, out, x, kt.get(std::string(inp) + ".scale"),
+                         w->weight.template data<T>(), bias, mm_scratch_.template data<float>());
+            return;
+        }
+        if (rec_ != nullptr) kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
+        k_.matmul_forward(out, x.template data<T>(), w->weight.template data<T>(), bias, s.M, s.N,
+                          s.K, mm_scratch_.template data<float>());
     }
 
-    void matmul_back(const PlanOp& op, T* dinp, const T* dout, const T* inp, ParamSlot* w, ParamSlot* b) {
+    template <class Launch>
+    void matmul_back(const PlanOp& op, T* dinp, const T* dout, KeptTensors& kt,
+                     std::string_view inp, ParamSlot* w, ParamSlot* b,
+                     profiler::KernelScope& kernel, Launch&& launch) {
         const auto& s = std::get<MatmulShape>(op.shape);
-        k_.matmul_backward(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr, dout,
-                                inp, w->weight.template data<T>(), s.M, s.N, s.K, mm_scratch_.template data<float>());
+        const Tensor& x = kt.get(inp);
+        T* dbias = b != nullptr ? b->grad.template data<T>() : nullptr;
+        if (gpt_detail::is_fp8(x)) {
+            fp8_.backward(k_, ranges(kernel), s, dinp, w->grad.template data<T>(), dbias, dout, x,
+                          kt.get(std::string(inp) + ".scale"), w->weight.template data<T>(),
+                          mm_scratch_.template data<float>());
+            return;
+        }
+        launch();
+        k_.matmul_backward(dinp, w->grad.template data<T>(), dbias, dout, x.template data<T>(),
+                           w->weight.template data<T>(), s.M, s.N, s.K,
+                           mm_scratch_.template data<float>());
     }
 
     // Runs block l's forward. recompute: only the tensors checkpointing dropped are allocated
@@ -457,36 +504,40 @@ private:
                               op.fwd);
             }
             kt.keep(alloc_, prefix, op, recompute);  // the op allocates what it keeps: inside its range
-            if (rec_ != nullptr) kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
+            // A GEMM opens its own kernel ranges (fp8-amp casts its weight first).
+            if (rec_ != nullptr && op.kind != OpKind::matmul)
+                kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
             if (n == "ln_1") {
-                norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b);
+                norm_forward(kt, "ln_1", x, lp.ln1_w, lp.ln1_b, kernel);
             } else if (n == "attn.qkv") {
-                matmul(op, kt.get("attn.qkv.out").template data<T>(), kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+                matmul(op, kt.get("attn.qkv.out").template data<T>(), kt, "ln_1.out", lp.qkv_w,
+                       lp.qkv_b, kernel);
             } else if (n == "attn.rope") {
                 k_.rope_forward(kt.get("attn.qkv.out").template data<T>(), B_, T_, cfg_.n_heads, cfg_.n_kv_heads,
                                      cfg_.head_dim());
             } else if (n == "attn.core") {
-                if (recompute && !op.saved[static_cast<std::size_t>(op.n_saved - 1)].recomputed) {
-                    // Selective: only the probabilities are rebuilt; attn.out is still kept.
-                    attention_forward(kt, op, true);
-                } else {
-                    attention_forward(kt, op, false);
-                }
+                // Selective: only the probabilities are rebuilt; attn.out is still kept.
+                attention_forward(kt, op, recompute && !recomputes(op, "attn.out"), kernel);
             } else if (n == "attn.proj") {
-                matmul(op, branch_.template data<T>(), kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+                matmul(op, branch_.template data<T>(), kt, "attn.out", lp.proj_w, lp.proj_b,
+                       kernel);
             } else if (n == "attn.res") {
                 k_.residual_forward(kt.get("attn.res.out").template data<T>(), x, branch_.template data<T>(), N_ * C);
             } else if (n == "ln_2") {
-                norm_forward(kt, "ln_2", kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
+                norm_forward(kt, "ln_2", kt.get("attn.res.out").template data<T>(), lp.ln2_w,
+                             lp.ln2_b, kernel);
             } else if (n == "mlp.fc") {
-                matmul(op, kt.get("mlp.fc.out").template data<T>(), kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+                matmul(op, kt.get("mlp.fc.out").template data<T>(), kt, "ln_2.out", lp.fc_w,
+                       lp.fc_b, kernel);
             } else if (n == "mlp.act") {
-                T* out = kt.get("mlp.act.out").template data<T>();
+                T* out = output_of(kt.get("mlp.act.out"));
                 const T* inp = kt.get("mlp.fc.out").template data<T>();
                 if (cfg_.mlp == MlpKind::gelu) k_.gelu_forward(out, inp, N_ * cfg_.d_ff);
                 else k_.swiglu_forward(out, inp, N_, cfg_.d_ff);
+                finish_output(kt, "mlp.act.out", kernel);
             } else if (n == "mlp.proj") {
-                matmul(op, branch_.template data<T>(), kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+                matmul(op, branch_.template data<T>(), kt, "mlp.act.out", lp.down_w, lp.down_b,
+                       kernel);
             } else if (n == "mlp.res") {
                 k_.residual_forward(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
                                          branch_.template data<T>(), N_ * C);
@@ -502,17 +553,30 @@ private:
         }
     }
 
-    void attention_forward(KeptTensors& kt, const PlanOp& op, bool probabilities_only) {
+    // Whether checkpointing rebuilds the op's kept tensor `name`.
+    static bool recomputes(const PlanOp& op, std::string_view name) {
+        for (int i = 0; i < op.n_saved; ++i) {
+            if (op.saved[static_cast<std::size_t>(i)].name == name)
+                return op.saved[static_cast<std::size_t>(i)].recomputed;
+        }
+        return false;
+    }
+
+    void attention_forward(KeptTensors& kt, const PlanOp& op, bool probabilities_only,
+                           profiler::KernelScope& kernel) {
         const auto& s = std::get<AttentionShape>(op.shape);
         const T* qkv = kt.get("attn.qkv.out").template data<T>();
         if (s.impl == AttentionImpl::naive) {
             // Rebuilding P alone still produces an output; write it to scratch.
-            T* out = probabilities_only ? branch_.template data<T>() : kt.get("attn.out").template data<T>();
+            T* out =
+                probabilities_only ? branch_.template data<T>() : output_of(kt.get("attn.out"));
             k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD);
         } else {
-            k_.attention_flash_forward(kt.get("attn.out").template data<T>(), kt.get("attn.lse").template data<float>(),
-                                            qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+            k_.attention_flash_forward(output_of(kt.get("attn.out")),
+                                       kt.get("attn.lse").template data<float>(), qkv, s.B, s.T,
+                                       s.NH, s.KVH, s.HD);
         }
+        if (!probabilities_only) finish_output(kt, "attn.out", kernel);
     }
 
     void block_backward(int l) {
@@ -540,8 +604,8 @@ private:
                 // The branch's gradient is the residual stream's: dres is read by the branch below.
             } else if (n == "mlp.proj") {
                 zero(dnarrow, N_ * cfg_.d_ff);
-                launch();
-                matmul_back(op, dnarrow, dres, kt.get("mlp.act.out").template data<T>(), lp.down_w, lp.down_b);
+                matmul_back(op, dnarrow, dres, kt, "mlp.act.out", lp.down_w, lp.down_b, kernel,
+                            launch);
             } else if (n == "mlp.act") {
                 const std::int64_t cols = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
                 zero(dwide, N_ * cols);
@@ -551,34 +615,42 @@ private:
                 else k_.swiglu_backward(dwide, inp, dnarrow, N_, cfg_.d_ff);
             } else if (n == "mlp.fc") {
                 zero(dnarrow, N_ * C);
-                launch();
-                matmul_back(op, dnarrow, dwide, kt.get("ln_2.out").template data<T>(), lp.fc_w, lp.fc_b);
+                matmul_back(op, dnarrow, dwide, kt, "ln_2.out", lp.fc_w, lp.fc_b, kernel, launch);
             } else if (n == "ln_2") {
                 launch();
                 norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
             } else if (n == "attn.proj") {
                 zero(dnarrow, N_ * C);
-                launch();
-                matmul_back(op, dnarrow, dres, kt.get("attn.out").template data<T>(), lp.proj_w, lp.proj_b);
+                matmul_back(op, dnarrow, dres, kt, "attn.out", lp.proj_w, lp.proj_b, kernel,
+                            launch);
             } else if (n == "attn.core") {
                 const auto& s = std::get<AttentionShape>(op.shape);
                 zero(dwide, N_ * cfg_.qkv_dim());
-                launch();
                 const T* qkv = kt.get("attn.qkv.out").template data<T>();
                 if (s.impl == AttentionImpl::naive) {
+                    launch();
                     k_.attention_naive_backward(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
                                                      kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD);
                 } else {
-                    k_.attention_flash_backward(dwide, dnarrow, kt.get("attn.out").template data<T>(), qkv,
-                                                     kt.get("attn.lse").template data<float>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                    // Flash reads its output O; fp8-amp keeps it as codes: dequantized into branch_
+                    // (N, C), free during the backward.
+                    const Tensor& o = kt.get("attn.out");
+                    const T* out =
+                        gpt_detail::is_fp8(o)
+                            ? fp8_.dequantized(k_, ranges(kernel), o, kt.get("attn.out.scale"),
+                                               branch_.template data<T>())
+                            : o.template data<T>();
+                    launch();
+                    k_.attention_flash_backward(dwide, dnarrow, out, qkv,
+                                                kt.get("attn.lse").template data<float>(), s.B, s.T,
+                                                s.NH, s.KVH, s.HD);
                 }
             } else if (n == "attn.rope") {
                 launch();
                 k_.rope_backward(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
             } else if (n == "attn.qkv") {
                 zero(dnarrow, N_ * C);
-                launch();
-                matmul_back(op, dnarrow, dwide, kt.get("ln_1.out").template data<T>(), lp.qkv_w, lp.qkv_b);
+                matmul_back(op, dnarrow, dwide, kt, "ln_1.out", lp.qkv_w, lp.qkv_b, kernel, launch);
             } else if (n == "ln_1") {
                 launch();
                 norm_backward(kt, "ln_1", dres, dnarrow, x, lp.ln1_w, lp.ln1_b);
@@ -605,6 +677,7 @@ private:
     KeptTensors prologue_, epilogue_;
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
+    gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches
     GptHooks* hooks_ = nullptr;

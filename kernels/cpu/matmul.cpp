@@ -1,5 +1,6 @@
 // matmul on the CPU: OpenBLAS sgemm for the products (row-major, fp32 accumulate); 16-bit
-// storage is widened into the caller's scratch, multiplied in fp32 and narrowed back.
+// storage and fp8 codes are widened into the caller's scratch, multiplied in fp32 and narrowed
+// back (fp8: after scaling by the operands' scale_inv).
 #include <cblas.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/half.h"
 #include "kernels/matmul.h"
 
@@ -47,6 +49,12 @@ void gemm_tn(float* out, const float* dout, const float* inp, std::int64_t M, st
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(N), static_cast<blasint>(K),
                 static_cast<blasint>(M), 1.0f, dout, static_cast<blasint>(N), inp, static_cast<blasint>(K), beta, out,
                 static_cast<blasint>(K));
+}
+
+void scale_in_place(float* p, float s, std::int64_t n) {
+#pragma omp parallel for if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i)
+        p[i] *= s;
 }
 
 template <class T>
@@ -113,6 +121,50 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
             gemm_tn(product, g, operand, M, N, K, 0.0f);
             accumulate(dweight, product, N * K);
         }
+    }
+    if (dbias != nullptr) bias_sums(dbias, dout, M, N);
+}
+
+void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                    std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+    float* a = scratch;
+    float* b = a + M * K;
+    float* c = b + N * K;
+    widen(a, inp, M * K);
+    widen(b, weight, N * K);
+    gemm_nt(c, a, b, M, N, K, 0.0f);
+    const float s = inp_scale[1] * weight_scale[1];
+#pragma omp parallel for if (M * N > 65536)
+    for (std::int64_t m = 0; m < M; ++m) {
+        for (std::int64_t n = 0; n < N; ++n) {
+            const float bias_n = bias != nullptr ? to_float(bias[n]) : 0.0f;
+            out[m * N + n] = bf16_t(c[m * N + n] * s + bias_n);
+        }
+    }
+}
+
+void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+    // Scratch as the 16-bit path: dout8 widened (M*N), the operand, then the product.
+    float* g = scratch;
+    float* operand = g + M * N;
+    if (dinp != nullptr || dweight != nullptr) widen(g, dout8, M * N);
+    if (dinp != nullptr) {
+        float* product = operand + N * K;
+        widen(operand, weight, N * K);
+        gemm_nn(product, g, operand, M, N, K, 0.0f);
+        scale_in_place(product, dout_scale[1] * weight_scale[1], M * K);
+        accumulate(dinp, product, M * K);
+    }
+    if (dweight != nullptr) {
+        float* product = operand + M * K;
+        widen(operand, inp, M * K);
+        gemm_tn(product, g, operand, M, N, K, 0.0f);
+        scale_in_place(product, dout_scale[1] * inp_scale[1], N * K);
+        accumulate(dweight, product, N * K);
     }
     if (dbias != nullptr) bias_sums(dbias, dout, M, N);
 }

@@ -33,8 +33,13 @@ struct GemmCall {
     std::int64_t ldb = 0;
     void* d = nullptr;
     std::int64_t ldd = 0;
-    cudaDataType_t ab_type = CUDA_R_32F;  // A and B
-    cudaDataType_t d_type = CUDA_R_32F;   // C and D (C is D: accumulation with beta = 1)
+    cudaDataType_t a_type = CUDA_R_32F;
+    cudaDataType_t b_type = CUDA_R_32F;
+    cudaDataType_t d_type = CUDA_R_32F;  // C and D (C is D: accumulation with beta = 1)
+    // fp8 A and B: device pointers to the fp32 factors cuBLASLt multiplies the product by
+    // (A/B_SCALE_POINTER: the operands' scale_inv, kernels/quantize.h); null otherwise.
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
     float alpha = 1.0f, beta = 0.0f;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;  // (m), with the BIAS epilogues
@@ -60,9 +65,17 @@ template <>
 constexpr cudaDataType_t cuda_data_type<f16_t>() {
     return CUDA_R_16F;
 }
+template <>
+constexpr cudaDataType_t cuda_data_type<f8e4m3_t>() {
+    return CUDA_R_8F_E4M3;
+}
+template <>
+constexpr cudaDataType_t cuda_data_type<f8e5m2_t>() {
+    return CUDA_R_8F_E5M2;
+}
 
 // The three row-major products (derivations in matmul.cu), fp32 accumulate, D = C accumulated
-// with `beta`. Types: inputs `ab`, output `d`.
+// with `beta`. Types: inputs `ab` (both A and B), output `d`.
 // out (M, N) = inp (M, K) @ weight (N, K)^T
 GemmCall gemm_nt(void* out, const void* inp, const void* weight, std::int64_t M, std::int64_t N,
                  std::int64_t K, cudaDataType_t ab, cudaDataType_t d, float beta);

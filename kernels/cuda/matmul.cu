@@ -1,7 +1,8 @@
 // matmul on the GPU through cuBLASLt (declared in kernels/matmul.h; the CPU twin is
 // kernels/cpu/matmul.cpp): row-major products mapped onto column-major cuBLASLt calls (derived
 // below), bias and GELU fused as cuBLASLt epilogues where it has an algorithm, the bias gradient
-// as a deterministic column-sum kernel.
+// as a deterministic column-sum kernel; fp8 operands (fp8-amp) through cuBLASLt's fp8 kernels in
+// the TN form they require, transposing the backward's operands first (at the end of the file).
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -62,7 +63,8 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
                             "gemm: k = 0 is only supported as an accumulation of nothing");
         return true;
     }
-    const bool all_fp32 = c.ab_type == CUDA_R_32F && c.d_type == CUDA_R_32F;
+    const bool all_fp32 =
+        c.a_type == CUDA_R_32F && c.b_type == CUDA_R_32F && c.d_type == CUDA_R_32F;
     const cublasComputeType_t compute =
         all_fp32 && ctx.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     LtDescriptors l;
@@ -71,6 +73,8 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
     const cublasOperation_t tb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     set_desc(l.op, CUBLASLT_MATMUL_DESC_TRANSA, ta);
     set_desc(l.op, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+    if (c.a_scale != nullptr) set_desc(l.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, c.a_scale);
+    if (c.b_scale != nullptr) set_desc(l.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, c.b_scale);
     if (c.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         set_desc(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, c.epilogue);
         if (c.bias != nullptr) set_desc(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
@@ -81,9 +85,9 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
     }
     // Stored shapes (column-major rows x cols): A is (k, m) under op T, else (m, k).
     const auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, c.ab_type, u(c.trans_a ? c.k : c.m),
+    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.a, c.a_type, u(c.trans_a ? c.k : c.m),
                                                    u(c.trans_a ? c.m : c.k), c.lda));
-    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, c.ab_type, u(c.trans_b ? c.n : c.k),
+    NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.b, c.b_type, u(c.trans_b ? c.n : c.k),
                                                    u(c.trans_b ? c.k : c.n), c.ldb));
     NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.d, c.d_type, u(c.m), u(c.n), c.ldd));
 
@@ -130,7 +134,7 @@ GemmCall gemm_nt(void* out, const void* inp, const void* weight, std::int64_t M,
     c.a = weight, c.lda = K;
     c.b = inp, c.ldb = K;
     c.d = out, c.ldd = N;
-    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    c.a_type = ab, c.b_type = ab, c.d_type = d, c.beta = beta;
     return c;
 }
 
@@ -147,7 +151,7 @@ GemmCall gemm_nn(void* dinp, const void* dout, const void* weight, std::int64_t 
     c.a = weight, c.lda = K;
     c.b = dout, c.ldb = N;
     c.d = dinp, c.ldd = K;
-    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    c.a_type = ab, c.b_type = ab, c.d_type = d, c.beta = beta;
     return c;
 }
 
@@ -164,7 +168,7 @@ GemmCall gemm_tn(void* dweight, const void* dout, const void* inp, std::int64_t 
     c.a = inp, c.lda = K;
     c.b = dout, c.ldb = N;
     c.d = dweight, c.ldd = K;
-    c.ab_type = ab, c.d_type = d, c.beta = beta;
+    c.a_type = ab, c.b_type = ab, c.d_type = d, c.beta = beta;
     return c;
 }
 
@@ -299,6 +303,120 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     if (dinp != nullptr) gemm(ctx, gemm_nn(dinp, dout, weight, M, N, K, type, type, 1.0f), stream);
     if (dweight != nullptr)
         gemm(ctx, gemm_tn(dweight, dout, inp, M, N, K, type, type, 1.0f), stream);
+    if (dbias != nullptr && N > 0) {
+        const dim3 block(kBiasCols, kBiasRows);
+        const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);
+        matmul_backward_bias_kernel<<<grid, block, 0, stream>>>(dev(dbias), dev(dout), M, N);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+    }
+}
+
+// ---- fp8 (kernels/matmul.h): cuBLASLt's fp8 kernels take the TN form only.
+
+namespace {
+
+// out (C, R) = in (R, C) transposed, one byte per element (fp8 codes): 32 x 32 tiles through
+// shared memory (a padded row against bank conflicts), block (32, 8), each thread 4 rows.
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;
+
+__global__ void transpose_bytes_kernel(std::uint8_t* out, const std::uint8_t* in, std::int64_t R,
+                                       std::int64_t C) {
+    __shared__ std::uint8_t tile[kTile][kTile + 1];
+    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+        const std::int64_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < R && c < C) tile[i][threadIdx.x] = in[r * C + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+        const std::int64_t c = c0 + i, r = r0 + threadIdx.x;
+        if (r < R && c < C) out[c * R + r] = tile[threadIdx.x][i];
+    }
+}
+
+template <class Q>
+Q* transpose(void* out, const Q* in, std::int64_t R, std::int64_t C, cudaStream_t stream) {
+    const dim3 block(kTile, kTileRows);
+    const dim3 grid(static_cast<unsigned>((C + kTile - 1) / kTile),
+                    static_cast<unsigned>((R + kTile - 1) / kTile));
+    transpose_bytes_kernel<<<grid, block, 0, stream>>>(
+        static_cast<std::uint8_t*>(out), reinterpret_cast<const std::uint8_t*>(in), R, C);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    return static_cast<Q*>(out);
+}
+
+void require_fp8_shape(const char* op, std::int64_t M, std::int64_t N, std::int64_t K) {
+    NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0 && M % kFp8GemmMultiple == 0 &&
+                            N % kFp8GemmMultiple == 0 && K % kFp8GemmMultiple == 0,
+                        op << " (fp8): M " << M << ", N " << N << ", K " << K
+                           << " must be multiples of " << kFp8GemmMultiple);
+}
+
+}  // namespace
+
+// TN as it stands: gemm_nt's A is weight under op T, B inp under op N.
+void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
+                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
+                    std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
+                    CUstream_st* stream) {
+    require_fp8_shape("matmul_forward", M, N, K);
+    if (M == 0 || N == 0) return;
+    GemmCall c = gemm_nt(out, inp, weight, M, N, K, CUDA_R_8F_E4M3, CUDA_R_16BF, 0.0f);
+    c.a_scale = weight_scale + 1;  // scale_inv
+    c.b_scale = inp_scale + 1;
+    if (bias != nullptr) {
+        c.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        c.bias = bias;
+    }
+    gemm(ctx, c, stream);
+}
+
+// dinp (M, K) += dout8 @ weight8. Column-major: dinp^T (K, M), ld K, = weight^T (K, N) @
+// dout^T (N, M). TN: A under op T stored (N, K) column-major, contiguous along N: that is the
+// row-major (K, N) matrix weight^T, the transposed copy; B = dout8 as it is, the column-major
+// (N, M) matrix dout^T with ld N under op N. m = K, n = M, k = N.
+// dweight (N, K) += dout8^T @ inp8. Column-major: dweight^T (K, N), ld K, = inp^T (K, M) @
+// dout (M, N). TN: A under op T stored (M, K) column-major: the row-major (K, M) inp^T; B under
+// op N stored (M, N) column-major: the row-major (N, M) dout^T. m = K, n = N, k = M.
+void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
+                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
+                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
+                     std::int64_t M, std::int64_t N, std::int64_t K, void* scratch,
+                     const MatmulContext& ctx, CUstream_st* stream) {
+    require_fp8_shape("matmul_backward", M, N, K);
+    auto* at = static_cast<std::uint8_t*>(scratch);
+    const auto round = [](std::int64_t b) {
+        return (static_cast<std::size_t>(b) + 255) / 256 * 256;
+    };
+    void* weight_t = at;
+    void* dout_t = at + round(N * K);
+    void* inp_t = at + round(N * K) + round(M * N);
+    if (dinp != nullptr && M > 0 && K > 0) {
+        GemmCall c;
+        c.trans_a = true, c.trans_b = false;
+        c.m = K, c.n = M, c.k = N;
+        c.a = transpose(weight_t, weight, N, K, stream), c.lda = N;
+        c.b = dout8, c.ldb = N;
+        c.d = dinp, c.ldd = K;
+        c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
+        c.a_scale = weight_scale + 1, c.b_scale = dout_scale + 1;
+        c.beta = 1.0f;
+        gemm(ctx, c, stream);
+    }
+    if (dweight != nullptr && N > 0 && K > 0) {
+        GemmCall c;
+        c.trans_a = true, c.trans_b = false;
+        c.m = K, c.n = N, c.k = M;
+        c.a = transpose(inp_t, inp, M, K, stream), c.lda = M;
+        c.b = transpose(dout_t, dout8, M, N, stream), c.ldb = M;
+        c.d = dweight, c.ldd = K;
+        c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
+        c.a_scale = inp_scale + 1, c.b_scale = dout_scale + 1;
+        c.beta = 1.0f;
+        gemm(ctx, c, stream);
+    }
     if (dbias != nullptr && N > 0) {
         const dim3 block(kBiasCols, kBiasRows);
         const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);

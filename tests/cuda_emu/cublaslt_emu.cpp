@@ -9,7 +9,13 @@
 // bits) as the tensor cores see it. Work is done when called; streams and the workspace are
 // ignored. Emulated is exactly what matmul.cu uses: A, B fp32/bf16/fp16 (the same type), D fp32
 // or A's type, compute 32F or 32F_FAST_TF32, scale fp32, host alpha/beta, C == D, epilogues
-// DEFAULT, BIAS, GELU[_AUX][_BIAS]. Anything else is refused with a cuBLAS status and a line on
+// DEFAULT, BIAS, GELU[_AUX][_BIAS]; and fp8 A and B as cublasLtMatmul documents its fp8 kernels
+// on Ada and Hopper (E4M3 or E5M2 each, not both E5M2; the "TN" form only, A transposed and B
+// not; compute 32F; every dimension and leading dimension a multiple of 16 bytes, operands
+// 16-byte aligned; A/B_SCALE_POINTER device fp32 factors of the product, which no other types
+// accept), with a bf16, fp16 or fp32 D and the epilogues DEFAULT and BIAS. The product of two
+// fp8 values is exact in fp32, so D = alpha scale_a scale_b sum(a b) is computed as that.
+// Anything else is refused with a cuBLAS status and a line on
 // stderr, never computed approximately: an attribute not listed fails when set, a combination
 // not emulated fails in the heuristic (where a caller that may decline, like matmul.cu's fused
 // paths, falls back: the stderr line is then the only trace). The algorithm the heuristic returns
@@ -19,6 +25,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cupti_runtime_cbid.h>
 
 #include <cmath>
@@ -47,6 +54,8 @@ struct MatmulDesc {
     const void* bias = nullptr;  // (m), D's type
     void* aux = nullptr;         // (m, n), ld aux_ld, D's type
     std::int64_t aux_ld = 0;
+    const void* a_scale = nullptr;  // fp8 A and B: device fp32 factors
+    const void* b_scale = nullptr;
 };
 
 struct Layout {
@@ -99,11 +108,20 @@ bool has_gelu(std::uint32_t e) {
     return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || has_aux(e);
 }
 
+bool is_fp8(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
+
 std::size_t element_bytes(cudaDataType_t t) {
-    return t == CUDA_R_32F ? 4 : 2;
+    return t == CUDA_R_32F ? 4 : is_fp8(t) ? 1 : 2;
 }
 
 float load(const void* p, cudaDataType_t t, std::int64_t i) {
+    if (is_fp8(t)) {
+        const __nv_fp8_storage_t code = static_cast<const __nv_fp8_storage_t*>(p)[i];
+        return __half2float(
+            __half(__nv_cvt_fp8_to_halfraw(code, t == CUDA_R_8F_E4M3 ? __NV_E4M3 : __NV_E5M2)));
+    }
     if (t == CUDA_R_16BF) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     if (t == CUDA_R_16F) return __half2float(static_cast<const __half*>(p)[i]);
     return static_cast<const float*>(p)[i];
@@ -138,6 +156,36 @@ float gelu_tanh(float x) {
     return x / (1.0f + std::exp(-2.0f * u));
 }
 
+// The fp8 kernels' documented requirements (cublasLtMatmul, "FP8"; on Ada and Hopper): A and B
+// each E4M3 or E5M2 but not both E5M2; A transposed and B not ("TN"); compute 32F (no fast TF32
+// with fp8); the tensor-core alignment rules, which for 1-byte operands make every dimension
+// and leading dimension of A and B a multiple of 16, and D's rows and leading dimension 16
+// bytes. D fp8 (with its own scale and amax) exists in the library but is not emulated.
+cublasStatus_t check_fp8(const MatmulDesc* op, const Layout* a, const Layout* b, const Layout* d) {
+    if (!is_fp8(a->type) || !is_fp8(b->type))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "fp8 A with a non-fp8 B, or the reverse");
+    if (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "fp8 A and B both E5M2");
+    if (op->compute != CUBLAS_COMPUTE_32F)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "fp8 with a compute type other than 32F");
+    if (op->trans_a != CUBLAS_OP_T || op->trans_b != CUBLAS_OP_N)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "fp8 GEMM not in the TN form (A transposed, B not), the only one the fp8 "
+                      "kernels take");
+    if (d->type != CUDA_R_16BF && d->type != CUDA_R_16F && d->type != CUDA_R_32F)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "fp8 GEMM with a D other than bf16, fp16, fp32");
+    const std::int64_t k = a->rows, m = a->cols, n = b->cols;  // TN: A (k, m), B (k, n)
+    const auto d_bytes = static_cast<std::int64_t>(element_bytes(d->type));
+    if (m % 16 != 0 || n % 16 != 0 || k % 16 != 0 || a->ld % 16 != 0 || b->ld % 16 != 0 ||
+        (d->ld * d_bytes) % 16 != 0)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "fp8 GEMM with m, n, k or a leading dimension not a multiple of 16");
+    const std::uint32_t e = op->epilogue;
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "fp8 GEMM with an epilogue other than BIAS");
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // Whether the problem is one the emulation implements, and consistent: what the heuristic
 // answers. Pointers are cublasLtMatmul's to check.
 cublasStatus_t check_problem(cublasLtHandle_t handle, const MatmulDesc* op, const Layout* a,
@@ -148,11 +196,18 @@ cublasStatus_t check_problem(cublasLtHandle_t handle, const MatmulDesc* op, cons
     if (op->compute != CUBLAS_COMPUTE_32F && op->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "compute type other than 32F, 32F_FAST_TF32");
     if (op->scale != CUDA_R_32F) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "scale type not fp32");
-    if (a->type != b->type ||
-        (a->type != CUDA_R_32F && a->type != CUDA_R_16BF && a->type != CUDA_R_16F))
-        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A and B not both fp32, bf16 or fp16");
-    if (d->type != CUDA_R_32F && d->type != a->type)
-        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "D neither fp32 nor A's type");
+    if (is_fp8(a->type) || is_fp8(b->type)) {
+        const cublasStatus_t st = check_fp8(op, a, b, d);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    } else {
+        if (a->type != b->type ||
+            (a->type != CUDA_R_32F && a->type != CUDA_R_16BF && a->type != CUDA_R_16F))
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A and B not both fp32, bf16 or fp16");
+        if (d->type != CUDA_R_32F && d->type != a->type)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "D neither fp32 nor A's type");
+        if (op->a_scale != nullptr || op->b_scale != nullptr)
+            return refuse(CUBLAS_STATUS_INVALID_VALUE, "A/B_SCALE_POINTER on non-fp8 A and B");
+    }
     if (op->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a->type != CUDA_R_32F)
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FAST_TF32 needs fp32 A and B");
     if (c->type != d->type || c->rows != d->rows || c->cols != d->cols || c->ld != d->ld)
@@ -267,6 +322,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
             return set(d.aux, buf, bytes);
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
             return set(d.aux_ld, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+            return set(d.a_scale, buf, bytes);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+            return set(d.b_scale, buf, bytes);
         default:
             return refuse(CUBLAS_STATUS_INVALID_VALUE, "matmul attribute not emulated");
     }
@@ -364,9 +423,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (has_aux(e) && op->aux == nullptr)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "AUX epilogue without EPILOGUE_AUX_POINTER");
     const std::size_t ab_bytes = element_bytes(la->type), d_bytes = element_bytes(ld->type);
+    const bool fp8 = is_fp8(la->type);
     const void* operands[4] = {A, B, C, D};
     for (int i = 0; i < 4; ++i)
-        if (!aligned(operands[i], i < 2 ? ab_bytes : d_bytes) ||
+        if (!aligned(operands[i], fp8     ? 16
+                                  : i < 2 ? ab_bytes
+                                          : d_bytes) ||
             (algo != nullptr && !aligned(operands[i], algo->data[i])))
             return refuse(CUBLAS_STATUS_INVALID_VALUE,
                           "A, B, C or D less aligned than its element or the algorithm");
@@ -377,10 +439,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         !on_device(D, ld->rows, ld->cols, ld->ld, d_bytes) ||
         (has_bias(e) && !on_device(op->bias, ld->rows, 1, ld->rows, d_bytes)) ||
         (has_aux(e) && !on_device(op->aux, ld->rows, ld->cols, op->aux_ld, d_bytes)) ||
-        (workspace != nullptr && !napkin::emu::is_device_memory(workspace, workspace_bytes)))
+        (workspace != nullptr && !napkin::emu::is_device_memory(workspace, workspace_bytes)) ||
+        (op->a_scale != nullptr && !napkin::emu::is_device_memory(op->a_scale, sizeof(float))) ||
+        (op->b_scale != nullptr && !napkin::emu::is_device_memory(op->b_scale, sizeof(float))))
         return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                      "A, B, D, bias, aux or workspace not inside one device allocation (a host "
-                      "pointer, or a layout running past the allocation's end)");
+                      "A, B, D, bias, aux, workspace or a scale not inside one device allocation "
+                      "(a host pointer, or a layout running past the allocation's end)");
 
     const napkin::emu::DeviceAccess access;
     const std::int64_t m = ld->rows, n = ld->cols;
@@ -398,7 +462,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         for (std::int64_t p = 0; p < k; ++p)
             b_cols[j * k + p] = input(load(B, lb->type, tb ? j + p * lb->ld : p + j * lb->ld));
 
-    const float alpha_f = *static_cast<const float*>(alpha);
+    // fp8: the product's factor alpha scale_a scale_b (an unset scale is 1).
+    const auto factor = [](const void* p) {
+        return p != nullptr ? *static_cast<const float*>(p) : 1.0f;
+    };
+    const float alpha_f =
+        *static_cast<const float*>(alpha) * factor(op->a_scale) * factor(op->b_scale);
     const float beta_f = *static_cast<const float*>(beta);
     for (std::int64_t j = 0; j < n; ++j) {
         for (std::int64_t i = 0; i < m; ++i) {

@@ -237,6 +237,12 @@ T atomicAdd(T* address, T v) {
     *address = old + v;
     return old;
 }
+template <class T>
+T atomicMax(T* address, T v) {
+    const T old = *address;
+    *address = old < v ? v : old;
+    return old;
+}
 // A hint to nvcc's register allocation (crt/host_defines.h defines it for nvcc only).
 #define __launch_bounds__(...)
 

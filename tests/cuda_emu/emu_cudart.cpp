@@ -409,8 +409,12 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
     prop->maxThreadsDim[2] = 64;
     prop->maxGridSize[0] = 2147483647;
     prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
-    prop->major = 9;
-    prop->minor = 0;
+    // An H100 (sm_90); NAPKIN_EMU_SM=80 makes it report another capability (an A100's), for
+    // the tests of what an older GPU refuses (fp8-amp needs sm_89).
+    const char* sm = std::getenv("NAPKIN_EMU_SM");
+    const int capability = sm != nullptr ? std::atoi(sm) : 90;
+    prop->major = capability / 10;
+    prop->minor = capability % 10;
     prop->multiProcessorCount = napkin::emu::kMultiprocessors;
     return cudaSuccess;
 }

@@ -233,6 +233,100 @@ TEST_F(CudaEmu, GemmOperandsMustLieInDeviceMemory) {
     cublasLtDestroy(handle);
 }
 
+// fp8 GEMMs as cublasLtMatmul documents them for Ada and Hopper: TN only, compute 32F, E4M3 or
+// E5M2 each but not both E5M2, dimensions multiples of 16, the A/B scale factors device fp32
+// multiplying the product (and refused on other types). What the library refuses, refused.
+TEST_F(CudaEmu, Fp8GemmTakesWhatCublasLtDocumentsOnly) {
+    cublasLtHandle_t handle = nullptr;
+    ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
+    constexpr int kN = 32;
+    std::uint8_t *a = nullptr, *b = nullptr;
+    float *d = nullptr, *scales = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&a), kN * kN), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&b), kN * kN), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), kN * kN * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), 2 * sizeof(float)), cudaSuccess);
+    const std::vector<std::uint8_t> ones(kN * kN, 0x38);  // 1.0 in E4M3
+    const std::vector<float> host_scales = {0.5f, 0.25f};
+    ASSERT_EQ(cudaMemcpy(a, ones.data(), ones.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(b, ones.data(), ones.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales, host_scales.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+    struct Case {
+        cudaDataType_t a_type = CUDA_R_8F_E4M3, b_type = CUDA_R_8F_E4M3;
+        cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+        std::uint64_t m = 16, n = 16, k = 16;
+        const float* a_scale = nullptr;
+        const float* b_scale = nullptr;
+    };
+    const auto run = [&](const Case& c) {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+        EXPECT_EQ(cublasLtMatmulDescCreate(&op, c.compute, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &c.ta, sizeof c.ta);
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &c.tb, sizeof c.tb);
+        if (c.a_scale != nullptr)
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c.a_scale,
+                                           sizeof c.a_scale);
+        if (c.b_scale != nullptr)
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c.b_scale,
+                                           sizeof c.b_scale);
+        const bool ta = c.ta == CUBLAS_OP_T, tb = c.tb == CUBLAS_OP_T;
+        cublasLtMatrixLayoutCreate(&la, c.a_type, ta ? c.k : c.m, ta ? c.m : c.k, kN);
+        cublasLtMatrixLayoutCreate(&lb, c.b_type, tb ? c.n : c.k, tb ? c.k : c.n, kN);
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, c.m, c.n, kN);
+        const float alpha = 1.0f, beta = 0.0f;
+        const cublasStatus_t st = cublasLtMatmul(handle, op, &alpha, a, la, b, lb, &beta, d, ld, d,
+                                                 ld, nullptr, nullptr, 0, nullptr);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatmulDescDestroy(op);
+        return st;
+    };
+    Case ok;
+    ok.a_scale = scales;
+    ok.b_scale = scales + 1;
+    ASSERT_EQ(run(ok), CUBLAS_STATUS_SUCCESS);
+    std::vector<float> out(kN * kN);
+    ASSERT_EQ(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(out[0], 16 * 0.5f * 0.25f) << "16 products of 1, times both scales";
+    Case nn = ok;
+    nn.ta = CUBLAS_OP_N;
+    EXPECT_EQ(run(nn), CUBLAS_STATUS_NOT_SUPPORTED) << "NN";
+    Case nt = ok;
+    nt.ta = CUBLAS_OP_N, nt.tb = CUBLAS_OP_T;
+    EXPECT_EQ(run(nt), CUBLAS_STATUS_NOT_SUPPORTED) << "NT";
+    Case e5e5 = ok;
+    e5e5.a_type = e5e5.b_type = CUDA_R_8F_E5M2;
+    EXPECT_EQ(run(e5e5), CUBLAS_STATUS_NOT_SUPPORTED) << "E5M2 x E5M2";
+    Case mixed = ok;
+    mixed.b_type = CUDA_R_8F_E5M2;
+    EXPECT_EQ(run(mixed), CUBLAS_STATUS_SUCCESS) << "E4M3 x E5M2";
+    Case odd = ok;
+    odd.m = 8;
+    EXPECT_EQ(run(odd), CUBLAS_STATUS_NOT_SUPPORTED) << "m = 8";
+    Case odd_k = ok;
+    odd_k.k = 24;
+    EXPECT_EQ(run(odd_k), CUBLAS_STATUS_NOT_SUPPORTED) << "k = 24";
+    Case tf32 = ok;
+    tf32.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    EXPECT_EQ(run(tf32), CUBLAS_STATUS_NOT_SUPPORTED) << "fp8 with FAST_TF32";
+    Case host_scale = ok;
+    host_scale.a_scale = host_scales.data();
+    EXPECT_EQ(run(host_scale), CUBLAS_STATUS_INVALID_VALUE) << "a scale in host memory";
+    Case bf16_scaled = ok;
+    bf16_scaled.a_type = bf16_scaled.b_type = CUDA_R_16BF;
+    bf16_scaled.ta = CUBLAS_OP_N;
+    EXPECT_EQ(run(bf16_scaled), CUBLAS_STATUS_INVALID_VALUE) << "scale pointers on bf16";
+    cudaFree(scales);
+    cudaFree(d);
+    cudaFree(b);
+    cudaFree(a);
+    cublasLtDestroy(handle);
+}
+
 // On a GPU the host cannot read device memory through its pointer (a segfault); under the host
 // guard it cannot here either, while copies, sets and kernels still reach it.
 TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {

@@ -156,6 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointResume,
                                          Recipe{Precision::bf16_amp, OptimizerKind::adamw},
                                          Recipe{Precision::fp16_amp, OptimizerKind::adam},
                                          Recipe{Precision::bf16, OptimizerKind::momentum},
+                                         Recipe{Precision::fp8_amp, OptimizerKind::adamw},
                                          Recipe{Precision::fp32, OptimizerKind::sgd}),
                          [](const testing::TestParamInfo<Recipe>& p) {
                              std::string n =

@@ -168,7 +168,8 @@ TEST(GptTraining, StepZeroLossIsLnVocab) {
 // Measured bytes per category equal the estimator's prediction: exactly for the model states,
 // within 5% for activations, over precision x optimizer x checkpointing.
 TEST(GptMemory, MeasuredMatchesEstimator) {
-    for (auto precision : {Precision::fp32, Precision::bf16_amp, Precision::bf16, Precision::fp16_amp}) {
+    for (auto precision : {Precision::fp32, Precision::bf16_amp, Precision::bf16,
+                           Precision::fp16_amp, Precision::fp8_amp}) {
         for (auto opt : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::adamw}) {
             for (auto ck : {Checkpointing::none, Checkpointing::full, Checkpointing::selective}) {
                 for (auto att : {AttentionImpl::naive, AttentionImpl::flash}) {

@@ -103,7 +103,8 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointCudaResume,
                                          Recipe{Precision::fp16_amp, OptimizerKind::adam},
                                          Recipe{Precision::bf16_amp, OptimizerKind::momentum},
                                          Recipe{Precision::fp32, OptimizerKind::sgd},
-                                         Recipe{Precision::bf16, OptimizerKind::adamw}),
+                                         Recipe{Precision::bf16, OptimizerKind::adamw},
+                                         Recipe{Precision::fp8_amp, OptimizerKind::adamw}),
                          [](const testing::TestParamInfo<Recipe>& p) {
                              std::string n =
                                  std::string(enum_name(kPrecisionNames, p.param.precision)) + "_" +

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct Case {
     // d_model 32 over 2 heads: HD 16, which 16-bit flash attention runs on tensor cores
     // (kernels/cuda/attention_mma.cu); else small_config's HD 4, which takes the SIMT kernels.
     bool tensor_core_heads = false;
+    // fp8-amp: every GEMM dimension a multiple of 16, as cuBLASLt's fp8 kernels need: d_model 32
+    // over 2 heads, d_ff 64, B T = 2 x 16.
+    bool fp8_shapes = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -56,14 +60,15 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     ModelConfig cfg =
         c.llama ? small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)
                 : small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
-    if (c.tensor_core_heads) {
+    if (c.tensor_core_heads || c.fp8_shapes) {
         cfg.d_model = 32;
         cfg.n_heads = 2;
         cfg.n_kv_heads = 2;
     }
+    if (c.fp8_shapes) cfg.d_ff = 64;
     PlanInputs in;
-    in.micro_batch = 3;
-    in.seq_len = 13;  // odd shapes: M = 39 rows
+    in.micro_batch = c.fp8_shapes ? 2 : 3;
+    in.seq_len = c.fp8_shapes ? 16 : 13;  // odd shapes: M = 39 rows (fp8: 32)
     in.precision = c.precision;
     in.attention = c.attention;
     in.checkpointing = c.checkpointing;
@@ -152,6 +157,15 @@ const Case kCases[] = {
      false, 1e-4, 5e-2, 1e-2, true},
     {"fp16amp_flash_gpt2_hd16", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none,
      false, 1e-5, 2e-2, 5e-3, true},
+    // fp8-amp: both sides cast the same bf16 values with the same rule, but the bf16 values
+    // differ in their last bits (other accumulation orders), which moves the odd element across
+    // an fp8 rounding boundary: a 2^-4 (E4M3) or 2^-3 (E5M2) step in one operand element. In a
+    // gradient element that a few products dominate (32 rows here), that is up to ~12% of the
+    // tensor's largest element (h.0.attn.qkv.weight, one element of 3072, on the emulator); 20%.
+    {"fp8amp_flash_gpt2", Precision::fp8_amp, AttentionImpl::flash, Checkpointing::none, false,
+     1e-4, 2e-1, 2e-2, false, true},
+    {"fp8amp_naive_llama_full_checkpointing", Precision::fp8_amp, AttentionImpl::naive,
+     Checkpointing::full, true, 1e-4, 2e-1, 2e-2, false, true},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {
@@ -202,6 +216,53 @@ TEST(GptCudaTraining, PureBf16FiftyStepsFollowCpu) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
     follow_cpu(Precision::bf16, 5e-2);
+}
+
+TEST(GptCudaTraining, Fp8AmpFiftyStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
+    follow_cpu(Precision::fp8_amp, 5e-2);
+}
+
+// fp8-amp on CUDA needs fp8 tensor cores (sm_89 or later) and GEMM dimensions that are multiples
+// of 16; each refusal is one line naming the GPU or the dimension. On the emulator the device
+// reports sm_80 under NAPKIN_EMU_SM=80 (an A100's); on a GPU the refusal is checked where the
+// GPU is older than sm_89.
+TEST(GptCudaDevice, Fp8AmpNeedsSm89AndDimensionsOfSixteen) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    PlanInputs in;
+    in.micro_batch = 2;
+    in.seq_len = 16;
+    in.precision = Precision::fp8_amp;
+    ModelConfig cfg =
+        small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 2, true);
+    cfg.d_model = 32;
+    cfg.n_heads = 2;
+    cfg.d_ff = 64;
+    const bool emulated = test::cuda_engine_emulated();
+    if (emulated || probe_devices().sm_major * 10 + probe_devices().sm_minor < 89) {
+        if (emulated) setenv("NAPKIN_EMU_SM", "80", 1);
+        auto device = open_engine_device(DeviceKind::cuda);
+        AccountingAllocator alloc(device->memory());
+        const std::string msg =
+            test::error_of<UsageError>([&] { device->create_gpt(cfg, in, alloc, 1); });
+        if (emulated) unsetenv("NAPKIN_EMU_SM");
+        test::expect_contains(msg, "--precision fp8-amp: " + device->name() + " (sm_");
+        test::expect_contains(msg, "no fp8 tensor cores");
+        if (!emulated) return;
+    }
+    auto device = open_engine_device(DeviceKind::cuda);
+    AccountingAllocator alloc(device->memory());
+    cfg.d_ff = 24;
+    test::expect_contains(
+        test::error_of<UsageError>([&] { device->create_gpt(cfg, in, alloc, 1); }),
+        "--precision fp8-amp on CUDA: d_ff is 24, and cuBLASLt's fp8 GEMMs need "
+        "multiples of 16");
+    cfg.d_ff = 64;
+    in.seq_len = 13;
+    test::expect_contains(
+        test::error_of<UsageError>([&] { device->create_gpt(cfg, in, alloc, 1); }),
+        "micro-batch x seq-len is 26");
 }
 
 // The one test that runs everywhere: without a usable device, asking for one is a one-line

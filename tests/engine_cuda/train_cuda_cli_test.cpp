@@ -75,7 +75,7 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
     const fs::path dir = scratch_dir();
     for (const char* recipe :
          {"--precision fp32", "--precision bf16-amp", "--precision fp16-amp --attention naive",
-          "--precision bf16", "--zero 1 --precision bf16-amp", "--zero 3",
+          "--precision bf16", "--precision fp8-amp", "--zero 1 --precision bf16-amp", "--zero 3",
           "--zero 2 --precision bf16-amp --offload optimizer"}) {
         const fs::path out = dir / "memory";
         fs::remove_all(out);
