@@ -3,6 +3,7 @@
 // fp8 copies, and it keeps exactly the plan's fp8 tensors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -104,34 +105,58 @@ Grads gradients(const ModelConfig& cfg, Precision p, AttentionImpl att, Checkpoi
 // GEMM's result carries about the rms of its operands' errors (the products' errors are
 // independent and the sums have mixed signs): ~6% for each backward GEMM, dY W or dY^T X. A
 // layer-0 parameter's gradient has passed through up to four such GEMMs after the bf16 head,
-// adding in quadrature to ~12%, on top of the forward's own few percent: measured up to 22%
-// over a dozen seeds on this 16-wide model (few terms per sum, so little averaging). 35% and a
-// cosine above 0.95 leave room for that and no more: a wrong scale or operand is off by 100%
-// or more, with a cosine near 0.
+// adding in quadrature to ~12%, on top of the forward's own few percent.
+//
+// Measured over 10,000 seeds on this 16-wide model the error's median is 4-13% by tensor, but
+// its tail is heavy: a 16-element norm gain whose gradient nearly cancels over the 18 tokens,
+// or a softmax whose top two logits swap, reaches 50-75% about once in a thousand seeds. One
+// seed against a fixed bound is therefore a flaky test. The median over seven fresh seeds is
+// not: it exceeds 35% only if four of the seven do (about 35 p^4 < 1e-9 per tensor), while a
+// wrong scale or operand is off by 100% or more on every seed, with a cosine near 0.
 TEST(GptFp8, GradientsCloseToBf16AmpOnTheSameWeightsAndBatch) {
-    const unsigned seed = std::random_device{}();
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    constexpr int kSeeds = 7;
+    const unsigned base = std::random_device{}();
+    SCOPED_TRACE(testing::Message() << "seeds " << base << " to " << base + kSeeds - 1);
+    const auto median = [](std::vector<double> v) {
+        std::nth_element(v.begin(), v.begin() + kSeeds / 2, v.end());
+        return v[kSeeds / 2];
+    };
     for (const ModelConfig& cfg :
          {small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
           small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)}) {
         for (AttentionImpl att : {AttentionImpl::naive, AttentionImpl::flash}) {
             SCOPED_TRACE(testing::Message() << "norm " << static_cast<int>(cfg.norm)
                                             << " attention " << static_cast<int>(att));
-            const Grads a = gradients(cfg, Precision::fp8_amp, att, Checkpointing::none, seed);
-            const Grads b = gradients(cfg, Precision::bf16_amp, att, Checkpointing::none, seed);
-            EXPECT_NEAR(a.loss / b.loss, 1.0, 0.02);
-            for (std::size_t i = 0; i < a.g.size(); ++i) {
-                double diff = 0, ref = 0, dot = 0, norm_a = 0;
-                for (std::size_t k = 0; k < a.g[i].size(); ++k) {
-                    ASSERT_TRUE(std::isfinite(a.g[i][k])) << a.names[i] << "[" << k << "]";
-                    diff += std::pow(a.g[i][k] - b.g[i][k], 2);
-                    ref += std::pow(b.g[i][k], 2);
-                    dot += static_cast<double>(a.g[i][k]) * b.g[i][k];
-                    norm_a += std::pow(a.g[i][k], 2);
+            std::vector<double> loss_ratio;
+            std::vector<std::vector<double>> rel, cosine;  // [tensor][seed]
+            std::vector<std::string> names;
+            for (unsigned s = base; s != base + kSeeds; ++s) {
+                const Grads a = gradients(cfg, Precision::fp8_amp, att, Checkpointing::none, s);
+                const Grads b = gradients(cfg, Precision::bf16_amp, att, Checkpointing::none, s);
+                loss_ratio.push_back(a.loss / b.loss);
+                rel.resize(a.g.size());
+                cosine.resize(a.g.size());
+                names = a.names;
+                for (std::size_t i = 0; i < a.g.size(); ++i) {
+                    double diff = 0, ref = 0, dot = 0, norm_a = 0;
+                    for (std::size_t k = 0; k < a.g[i].size(); ++k) {
+                        ASSERT_TRUE(std::isfinite(a.g[i][k]))
+                            << "seed " << s << " " << a.names[i] << "[" << k << "]";
+                        diff += std::pow(a.g[i][k] - b.g[i][k], 2);
+                        ref += std::pow(b.g[i][k], 2);
+                        dot += static_cast<double>(a.g[i][k]) * b.g[i][k];
+                        norm_a += std::pow(a.g[i][k], 2);
+                    }
+                    // A tensor whose reference gradient is zero (padding rows only) counts as
+                    // exact, and must then be zero under fp8-amp too.
+                    rel[i].push_back(ref == 0 ? std::sqrt(diff) : std::sqrt(diff / ref));
+                    cosine[i].push_back(ref == 0 ? 1.0 : dot / std::sqrt(ref * norm_a));
                 }
-                if (ref == 0) continue;  // padding rows only
-                EXPECT_LT(std::sqrt(diff / ref), 0.35) << a.names[i];
-                EXPECT_GT(dot / std::sqrt(ref * norm_a), 0.95) << a.names[i];
+            }
+            EXPECT_NEAR(median(loss_ratio), 1.0, 0.02);
+            for (std::size_t i = 0; i < names.size(); ++i) {
+                EXPECT_LT(median(rel[i]), 0.35) << names[i];
+                EXPECT_GT(median(cosine[i]), 0.95) << names[i];
             }
         }
     }
