@@ -95,19 +95,27 @@ inline Tolerance for_sum_of(Tolerance tol, std::int64_t terms) {
 inline constexpr Tolerance kFiniteDifferenceTol = {1e-6, 1e-6};
 
 // Expects got[i] close to want[i] for all i; NaN or inf in got fails. Prints how many elements
-// failed and the first few.
-inline void expect_close(const std::string& what, const Vec& got, const Vec& want, Tolerance tol) {
+// failed and the first few. `slack`, when given, widens element i's bound by slack[i]: for
+// kernels whose error depends on the data, as a bound the test computes for each element.
+inline void expect_close(const std::string& what, const Vec& got, const Vec& want, Tolerance tol,
+                         const Vec* slack = nullptr) {
     ASSERT_EQ(got.size(), want.size()) << what;
+    if (slack != nullptr) {
+        ASSERT_EQ(slack->size(), got.size()) << what;
+    }
     constexpr int kShown = 5;
     std::size_t bad = 0;
     std::string first;
     for (std::size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(got[i] - want[i]);
-        const bool ok = std::isfinite(got[i]) && err <= tol.abs + tol.rel * std::fabs(want[i]);
+        const double extra = slack != nullptr ? (*slack)[i] : 0.0;
+        const bool ok =
+            std::isfinite(got[i]) && err <= tol.abs + tol.rel * std::fabs(want[i]) + extra;
         if (ok) continue;
         if (bad++ < kShown) {
             first += "\n  [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " +
                      std::to_string(want[i]) + " err " + std::to_string(err);
+            if (slack != nullptr) first += " slack " + std::to_string(extra);
         }
     }
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements outside "
@@ -166,22 +174,23 @@ double central_difference(Loss&& loss, Vec& x, std::size_t i, double h = 1e-5) {
 // seen in double) against `prefill` + the reference's analytic gradient `ref` at every element,
 // and against `prefill` + central differences of loss() with respect to x at up to
 // `max_samples` sampled elements, where the analytic reference must agree with the finite
-// differences tightly.
+// differences tightly. `slack` widens each element's bound as in expect_close.
 template <class Loss>
 void expect_gradient(const std::string& what, Loss&& loss, Vec& x, const Vec& got,
                      const Vec& prefill, const Vec& ref, Tolerance tol, std::mt19937& rng,
-                     std::size_t max_samples = 48) {
+                     std::size_t max_samples = 48, const Vec* slack = nullptr) {
     ASSERT_EQ(got.size(), x.size()) << what;
-    expect_close(what + " vs analytic reference", got, plus(prefill, ref), tol);
-    Vec got_s, want_s, ref_s, fd_s;
+    expect_close(what + " vs analytic reference", got, plus(prefill, ref), tol, slack);
+    Vec got_s, want_s, ref_s, fd_s, slack_s;
     for (std::size_t i : sample_indices(rng, x.size(), max_samples)) {
         const double fd = central_difference(loss, x, i);
         got_s.push_back(got[i]);
         want_s.push_back(prefill[i] + fd);
         ref_s.push_back(ref[i]);
         fd_s.push_back(fd);
+        slack_s.push_back(slack != nullptr ? (*slack)[i] : 0.0);
     }
-    expect_close(what + " vs finite differences", got_s, want_s, tol);
+    expect_close(what + " vs finite differences", got_s, want_s, tol, &slack_s);
     expect_close(what + " analytic reference vs finite differences", ref_s, fd_s,
                  kFiniteDifferenceTol);
 }
