@@ -296,6 +296,10 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         ctx.gpu += " (memory overridden)";
     }
     in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
+    if (cmd.count("--cpu-mem-gb") > 0 && in.offload == Offload::none)
+        ctx.flag_notes.push_back(
+            "--cpu-mem-gb: nothing is offloaded (--offload none), so host memory is not "
+            "checked");
     if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
     if (cmd.count("--link") > 0) {
         const LinkSpec& l = link_or_throw(f.link);

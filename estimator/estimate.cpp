@@ -212,6 +212,9 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const bool z1 = in.zero >= 1, z2 = in.zero >= 2, z3 = in.zero >= 3;
     if (in.zero > 0 && W == 1) notes |= kNoteZeroOneGpu;
     if (in.link_bytes_per_s > 0 && W == 1) notes |= kNoteLinkOneGpu;
+    if (in.finetune == Finetune::qlora &&
+        (in.precision == Precision::fp32 || in.precision == Precision::fp8_amp))
+        notes |= kNoteQloraPrecision;
 
     MemoryBytes gpu;
     gpu.weights = shard(train_alloc, z3, W) * wb + shard(frozen_linear, z3, W) * linear_bytes +
@@ -305,7 +308,11 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         tmp.attention_workspace =
             4.0 * static_cast<double>(cpu::attention_naive_backward_scratch_floats(in.micro_batch, T, c.n_heads));
     if ((z3 && W > 1) || in.offload == Offload::optimizer_params) tmp.param_gather = 2.0 * unit_bytes;
-    if (in.finetune == Finetune::qlora) tmp.dequant = widest * static_cast<double>(c.d_model) * 2.0;
+    // QLoRA: one NF4 linear weight at a time dequantized to the working dtype for its GEMM.
+    if (in.finetune == Finetune::qlora)
+        tmp.dequant = static_cast<double>(storage_bytes(
+            pd.weights,
+            static_cast<std::uint64_t>(widest) * static_cast<std::uint64_t>(c.d_model)));
     // fp8-amp: the block GEMMs' weight (E4M3) and output gradient (E5M2) casts, each with its
     // scale pair, sized for the largest GEMM (core/engine/gpt_impl.h, allocate_buffers).
     const Fp8CastNumel cast = fp8_cast_numel(plan_);

@@ -82,6 +82,7 @@ enum Note : std::uint32_t {
     kNoteSeqLenDefault = 1u << 10,      // T was not given
     kNoteLinkOneGpu = 1u << 11,         // a link given for one GPU: no traffic to time
     kNoteRunUnderOneStep = 1u << 12,    // D is less than one step's tokens
+    kNoteQloraPrecision = 1u << 13,     // QLoRA under a recipe other than the paper's 16-bit one
 };
 
 struct MemoryBytes {
@@ -102,7 +103,7 @@ struct TemporaryBytes {
     double op_workspace = 0;         // the loss chunk: logits (CPU 16-bit: widened head operands; GPU: row losses)
     double attention_workspace = 0;  // naive attention's dS (B, NH, T, T) fp32; 0 with flash
     double param_gather = 0;         // ZeRO-3 / offloaded parameters gathered for 2 units
-    double dequant = 0;              // QLoRA: one linear weight dequantized to bf16
+    double dequant = 0;              // QLoRA: one linear weight dequantized to the working dtype
     double fp8_cast = 0;  // fp8-amp: a weight and an output gradient cast to fp8 per GEMM
     double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
     double grad_norm_workspace = 0;  // the global norm's per-block partial sums (GPU optimizer step)

@@ -172,6 +172,15 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
             "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "
             "time");
     }
+    if (has(kNoteQloraPrecision)) {
+        out.push_back(
+            in.precision == Precision::fp32
+                ? "QLoRA under fp32: each NF4 weight is dequantized to fp32 for its GEMM, "
+                  "which runs at the fp32 peak (the QLoRA paper computes in bf16)"
+                : "QLoRA under fp8-amp: each NF4 weight is dequantized to bf16 and cast to "
+                  "E4M3 for its GEMM, two roundings of the frozen base (the QLoRA paper "
+                  "computes in bf16)");
+    }
     if (has(kNoteCpuDoesNotFit)) {
         out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
                       fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");
@@ -331,7 +340,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
                                         : "\n");
         }
     }
-    const auto notes = note_texts(in, e);
+    auto notes = note_texts(in, e);
+    notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
     if (!notes.empty()) {
         os << "\nnotes\n";
         for (const auto& n : notes) os << "  - " << n << "\n";
@@ -446,7 +456,9 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["fits"] = e.fits();
-    j["notes"] = note_texts(in, e);
+    auto notes = note_texts(in, e);
+    notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
+    j["notes"] = notes;
     return j;
 }
 

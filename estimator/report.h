@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ struct ReportContext {
     std::string link;          // "nvlink4", "--link-gbps 400", "" when none was given
     std::string solve;         // "", "max-params", "max-micro-batch"
     const SolveResult* solved = nullptr;
+    std::vector<std::string> flag_notes;  // about flags given that this estimate does not use
 };
 
 // The notes set in `e.notes`, as sentences.

@@ -147,6 +147,18 @@ TEST(Cli, LinkForOneGpuIsNamed) {
               std::string::npos);
 }
 
+// Host memory given with nothing offloaded checks nothing: said, not silently unused.
+TEST(Cli, HostMemoryWithoutOffloadIsNamed) {
+    const CliRun r = napkin("estimate --cpu-mem-gb 64");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("--cpu-mem-gb: nothing is offloaded"), std::string::npos) << r.out;
+    EXPECT_EQ(napkin("estimate --cpu-mem-gb 64 --offload optimizer --json")
+                  .out.find("nothing is offloaded"),
+              std::string::npos);
+    EXPECT_NE(napkin("estimate --cpu-mem-gb 64 --json").out.find("nothing is offloaded"),
+              std::string::npos);
+}
+
 // A measured throughput on a GPU without a peak for the recipe (a T4 has no bf16): the note says
 // the MFU is missing too, instead of dropping the measurement without a word.
 TEST(Cli, MeasuredWithoutAPeakIsNamed) {

@@ -91,6 +91,18 @@ TEST(Lora, TrainableAndFrozen) {
     const double linear = 32.0 * count_params(in.model).linear_per_layer;
     const double other = count_params(in.model).allocated - linear;
     EXPECT_NEAR(q.gpu.weights, linear * formulas::kNf4BitsPerParam / 8 + (other + 159907840) * 2, 1.0);
+    // One linear weight at a time is dequantized for its GEMM, to the working dtype: Llama 2
+    // 7B's widest is the fused gate and up projection, 2 x 11008 rows of 4096, 2 bytes each under
+    // bf16, 4 under fp32,
+    // and only fp32 and fp8 recipes are named as departing from the paper.
+    EXPECT_EQ(q.temporaries.dequant, 2 * 11008.0 * 4096 * 2);
+    EXPECT_FALSE(q.notes & kNoteQloraPrecision);
+    in.precision = Precision::fp32;
+    const Estimate q32 = est.run(in);
+    EXPECT_EQ(q32.temporaries.dequant, 2 * 11008.0 * 4096 * 4);
+    EXPECT_TRUE(q32.notes & kNoteQloraPrecision);
+    in.precision = Precision::fp8_amp;
+    EXPECT_TRUE(est.run(in).notes & kNoteQloraPrecision);
 }
 
 TEST(Flops, Gpt2PerTokenIsSixNPlusAttention) {
