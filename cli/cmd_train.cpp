@@ -467,7 +467,15 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         if (trace != nullptr) {
             std::vector<profiler::Event> events = recorder->take();
             profile.add(events);
+            const std::uint64_t before = trace->bytes_written();
             trace->write(events);
+            // The second profiled step is a steady one (the first also writes the metadata).
+            if (s + 1 == profile_first + 1) {
+                const std::string w =
+                    large_trace_warning(trace->bytes_written(), trace->bytes_written() - before,
+                                        profile_last - (s + 1));
+                if (!w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+            }
         }
         if (f.save_every > 0 && (s + 1) % f.save_every == 0 && s + 1 < last_step) {
             checkpoint_out = save_run_checkpoint(run_dir, trainer, parallel);

@@ -1,5 +1,6 @@
 #include "cli/train_profile.h"
 
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -34,6 +35,19 @@ ProfileSteps parse_profile(const std::string& profile) {
         throw UsageError("--profile: " + profile + " must name steps N <= M, counted from 1");
     }
     return p;
+}
+
+std::string large_trace_warning(std::uint64_t written, std::uint64_t step_bytes, int steps_left) {
+    if (steps_left <= 0) return "";
+    const double total = static_cast<double>(written) +
+                         static_cast<double>(step_bytes) * static_cast<double>(steps_left);
+    if (total <= static_cast<double>(kLargeTraceBytes)) return "";
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "napkin: profiler: the trace will reach about %.1f GB (%.0f kB a step, %d steps "
+                  "to go); --profile steps:N-M keeps a window of the run",
+                  total / 1e9, static_cast<double>(step_bytes) / 1e3, steps_left);
+    return line;
 }
 
 }  // namespace napkin::cli

@@ -81,6 +81,7 @@ public:
     const std::string& error() const { return file_.error(); }
     std::uint64_t events_written() const { return events_written_; }
     std::uint64_t events_failed() const { return events_failed_; }
+    std::uint64_t bytes_written() const { return file_.bytes_written(); }
 
     // Names a track ("thread_name" and "thread_sort_index" metadata). Metadata may come
     // anywhere in the file: writing recorder.tracks() just before close() picks up tracks
