@@ -83,11 +83,13 @@ PlanOp matmul_op(std::string_view name, std::string_view param, const Dims& d, s
     return op;
 }
 
+// n_first: the rows of the first part's B (q of qkv, gate of swiglu's fc); the others share the
+// rest equally.
 PlanOp lora_op(std::string_view name, std::string_view param, const Dims& d, std::int64_t n,
-               std::int64_t k, int parts, std::int64_t rank, std::string_view h_name,
-               const PrecisionDTypes& pd) {
+               std::int64_t k, int parts, std::int64_t n_first, std::int64_t rank,
+               std::string_view h_name, const PrecisionDTypes& pd) {
     PlanOp op = make_op(name, param, OpKind::lora);
-    LoraShape s{d.N, n, k, rank, parts, pd.activations, pd.grads};
+    LoraShape s{d.N, n, k, rank, parts, pd.activations, pd.grads, n_first};
     op.shape = s;
     op.fwd = lora_forward_cost(s);
     op.bwd_input = lora_backward_input_cost(s);
@@ -124,7 +126,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     qkv.keep("attn.qkv.out", d.N * d.qkv, pd.activations);
     block.push_back(qkv);
     if (adapters) {
-        block.push_back(lora_op("attn.qkv.lora", "attn.qkv.lora", d, d.qkv, d.C, 3, in.lora_rank,
+        block.push_back(lora_op("attn.qkv.lora", "attn.qkv.lora", d, d.qkv, d.C, 3, d.NH * d.HD, in.lora_rank,
                                 "attn.qkv.lora.h", pd));
     }
 
@@ -163,7 +165,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     if (dropout) proj.keep("attn.proj.mask", d.N * d.C, DType::i8);
     block.push_back(proj);
     if (adapters) {
-        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.C, 1, in.lora_rank,
+        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.C, 1, d.C, in.lora_rank,
                                 "attn.proj.lora.h", pd));
     }
     block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
@@ -177,7 +179,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     block.push_back(fc);
     if (adapters) {
         block.push_back(lora_op("mlp.fc.lora", "mlp.fc.lora", d, d.fc_rows, d.C, fc_parts,
-                                in.lora_rank, "mlp.fc.lora.h", pd));
+                                d.fc_rows / fc_parts, in.lora_rank, "mlp.fc.lora.h", pd));
     }
 
     PlanOp act = make_op("mlp.act", "", OpKind::activation);
@@ -194,7 +196,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     if (dropout) down.keep("mlp.proj.mask", d.N * d.C, DType::i8);
     block.push_back(down);
     if (adapters) {
-        block.push_back(lora_op("mlp.proj.lora", "mlp.proj.lora", d, d.C, d.F, 1, in.lora_rank,
+        block.push_back(lora_op("mlp.proj.lora", "mlp.proj.lora", d, d.C, d.F, 1, d.C, in.lora_rank,
                                 "mlp.proj.lora.h", pd));
     }
     // The block output: the next block's input (and ln_f's), never recomputed.

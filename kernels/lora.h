@@ -1,13 +1,26 @@
 // lora: low-rank adapters beside a frozen linear layer (Hu et al. 2021):
-//   out (M, N) += scale * (inp (M, K) @ A (r, K)^T) @ B (N, r)^T
+//   out (M, N) += scale * (inp (M, K) @ A (r, K)^T) @ B (N, r)^T,   scale = alpha / r
 // A fused projection (qkv, or swiglu's gate|up) carries `parts` separate adapters, as PEFT
-// puts one on each of q, k, v: each reads the whole input, and their B matrices split N.
+// puts one on each of q, k, v: each reads the whole input, and their B matrices split N's rows
+// (the first part n_first rows, the others the rest in equal shares: q then k, v under GQA;
+// gate then up). Stored stacked: A (parts*r, K), B (N, r); part p's h columns are p*r..p*r+r-1.
 // Adapter parameters r * (parts*K + N). FLOPs: forward 2*M*r*(parts*K + N), input gradient
 // the same, adapter gradients the same. Keeps h = inp @ A^T (M, parts*r) for dB; inp is kept
-// by its producer.
+// by its producer. B starts at zero, so a fresh adapter leaves the model's output unchanged.
+//
+// Rounding (16-bit storage; the CUDA twin's cuBLASLt calls round at the same points):
+//   forward   h = T(inp @ A^T); out_p = T(out_p + scale * h_p @ B_p^T)
+//   backward  dh_p = T(scale * dout_p @ B_p); dB_p = T(dB_p + scale * dout_p^T @ h_p);
+//             dA = T(dA + dh^T @ inp); dinp = T(dinp + dh @ A)
+// Gradients accumulate (+=), as matmul_backward's do.
+// CPU: kernels/cpu/lora.cpp (OpenBLAS sgemm), tests/kernels/lora_test.cpp. CUDA:
+// kernels/cuda/lora.cu (cuBLASLt), tests/kernels_cuda/lora_test.cpp.
 #pragma once
 
 #include "kernels/cost.h"
+#include "kernels/matmul.h"
+
+struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
 
 namespace napkin {
 
@@ -15,11 +28,24 @@ struct LoraShape {
     std::int64_t M = 0, N = 0, K = 0;
     std::int64_t r = 0;
     int parts = 1;
-    DType dt = DType::f32;    // inp, adapters and out
-    DType grad = DType::f32;  // adapter gradients
+    DType dt = DType::f32;     // inp, adapters and out
+    DType grad = DType::f32;   // adapter gradients
+    std::int64_t n_first = 0;  // rows of out in part 0; 0 means N / parts
 };
 
-inline std::int64_t lora_params(const LoraShape& s) { return s.r * (s.parts * s.K + s.N); }
+inline std::int64_t lora_params(const LoraShape& s) {
+    return s.r * (s.parts * s.K + s.N);
+}
+
+// Rows of out that part p writes, and the first of them.
+inline std::int64_t lora_part_rows(const LoraShape& s, int p) {
+    const std::int64_t first = s.n_first > 0 ? s.n_first : s.N / s.parts;
+    if (p == 0) return first;
+    return (s.N - first) / (s.parts - 1);
+}
+inline std::int64_t lora_part_offset(const LoraShape& s, int p) {
+    return p == 0 ? 0 : lora_part_rows(s, 0) + (p - 1) * lora_part_rows(s, 1);
+}
 
 inline KernelCost lora_forward_cost(const LoraShape& s) {
     KernelCost c;
@@ -44,5 +70,48 @@ inline KernelCost lora_backward_weight_cost(const LoraShape& s) {
     c.bytes_written = nbytes(s.grad, lora_params(s));
     return c;
 }
+
+namespace cpu {
+
+// Floats of scratch the 16-bit paths need (0 for float): the backward's, the larger: dout, b,
+// h, inp and a widened to fp32, dh in fp32, and the largest product (db, da or dinp) before it
+// is rounded.
+inline std::int64_t lora_scratch_floats(const LoraShape& s, bool widen) {
+    if (!widen) return 0;
+    const std::int64_t PR = s.parts * s.r;
+    std::int64_t product = s.N * s.r;
+    if (PR * s.K > product) product = PR * s.K;
+    if (s.M * s.K > product) product = s.M * s.K;
+    return s.M * s.N + s.N * s.r + 2 * s.M * PR + s.M * s.K + PR * s.K + product;
+}
+
+// h (M, parts*r) = inp (M, K) @ a (parts*r, K)^T; out (M, N) += scale * h_p @ b_p^T per part,
+// b (N, r). out is read and written; h is overwritten.
+template <class T>
+void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
+                  float scale, float* scratch);
+
+// dh (M, parts*r) = scale * dout_p @ b_p per part (overwritten: the caller's buffer, also the
+// backward's own intermediate on CUDA); db (N, r) += scale * dout_p^T @ h_p;
+// da (parts*r, K) += dh^T @ inp; dinp (M, K) += dh @ a. dinp may be null (nothing upstream).
+template <class T>
+void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
+                   const T* a, const T* b, const LoraShape& s, float scale, float* scratch);
+
+}  // namespace cpu
+
+namespace cuda {
+
+// The CUDA twins (kernels/cuda/lora.cu): the same semantics on device memory, each product one
+// cuBLASLt call (strided by part), fp32 accumulate, queued on `stream`. No scratch.
+template <class T>
+void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
+                  float scale, const MatmulContext& ctx, CUstream_st* stream);
+template <class T>
+void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
+                   const T* a, const T* b, const LoraShape& s, float scale,
+                   const MatmulContext& ctx, CUstream_st* stream);
+
+}  // namespace cuda
 
 }  // namespace napkin
