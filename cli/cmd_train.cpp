@@ -61,6 +61,9 @@ struct TrainFlags {
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";
     std::string offload = "none";
+    std::string finetune = "full";
+    std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's
+    float lora_alpha = 0;  // 0: the rank (a scale of 1)
 };
 
 std::string mb(double bytes) {
@@ -140,6 +143,20 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
     o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
     o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    o.plan.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
+    if (o.plan.finetune == Finetune::full) {
+        for (const char* flag : {"--lora-rank", "--lora-alpha"}) {
+            if (cmd.count(flag) > 0) throw UsageError(std::string(flag) + ": needs --finetune lora or qlora");
+        }
+    } else {
+        if (f.lora_rank <= 0) {
+            throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(f.lora_rank) + ")");
+        }
+        if (cmd.count("--lora-alpha") > 0 && (!(f.lora_alpha > 0) || !std::isfinite(f.lora_alpha)))
+            throw UsageError("--lora-alpha: must be a positive number");
+        o.plan.lora_rank = f.lora_rank;
+        o.plan.lora_alpha = cmd.count("--lora-alpha") > 0 ? f.lora_alpha : static_cast<float>(f.lora_rank);
+    }
     o.steps = f.steps;
     o.grad_accum = f.grad_accum;
     o.seed = f.seed;
@@ -202,7 +219,8 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     if (!f.resume.empty()) {
         for (const char* flag : {"--model", "--config", "--data", "--micro-batch", "--seq-len", "--grad-accum",
                                  "--precision", "--optimizer", "--checkpointing", "--attention", "--lr", "--warmup",
-                                 "--weight-decay", "--grad-clip", "--seed", "--steps"}) {
+                                 "--weight-decay", "--grad-clip", "--seed", "--steps", "--finetune",
+                                 "--lora-rank", "--lora-alpha"}) {
             if (cmd.count(flag) > 0) {
                 throw UsageError(std::string("--resume continues a run with its own options; drop ") + flag);
             }
@@ -655,6 +673,13 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw")->capture_default_str();
     cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->capture_default_str();
     cmd->add_option("--attention", f->attention, "naive|flash")->capture_default_str();
+    cmd->add_option("--finetune", f->finetune,
+                    "full|lora|qlora: train every parameter, or freeze the model and train LoRA adapters "
+                    "on every block linear (qlora: the frozen linears in NF4); usually with --init-from")
+        ->capture_default_str();
+    cmd->add_option("--lora-rank", f->lora_rank, "Adapter rank r (--finetune lora|qlora)")->capture_default_str();
+    cmd->add_option("--lora-alpha", f->lora_alpha,
+                    "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, a scale of 1)");
     cmd->add_option("--lr", f->lr, "Peak learning rate (warmup, then cosine to 10%)")->capture_default_str();
     cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
     cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();

@@ -25,6 +25,8 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.optimizer = o.plan.optimizer;
     ei.checkpointing = o.plan.checkpointing;
     ei.attention = o.plan.attention;
+    ei.finetune = o.plan.finetune;
+    if (o.plan.finetune != Finetune::full) ei.lora_rank = o.plan.lora_rank;
     ei.gpus = world;
     ei.zero = o.zero;
     ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;

@@ -124,4 +124,23 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
     return out;
 }
 
+std::vector<ParamTensor> param_tensors(const ModelConfig& c, std::int64_t r) {
+    std::vector<ParamTensor> out = param_tensors(c);
+    if (r <= 0) return out;
+    const std::int64_t C = c.d_model;
+    auto add = [&](const std::string& prefix, std::int64_t out_f, std::int64_t in_f, int parts,
+                   int layer) {
+        out.push_back(ParamTensor{prefix + ".lora_a", {parts * r, in_f}, layer, false, true});
+        out.push_back(ParamTensor{prefix + ".lora_b", {out_f, r}, layer, false, true});
+    };
+    for (int l = 0; l < c.n_layers; ++l) {
+        const std::string h = "h." + std::to_string(l);
+        add(h + ".attn.qkv", c.qkv_dim(), C, 3, l);
+        add(h + ".attn.proj", C, C, 1, l);
+        add(h + ".mlp.fc", mlp_in_rows(c), C, c.mlp == MlpKind::swiglu ? 2 : 1, l);
+        add(h + ".mlp.proj", C, c.d_ff, 1, l);
+    }
+    return out;
+}
+
 }  // namespace napkin

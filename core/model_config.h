@@ -80,12 +80,20 @@ struct ParamTensor {
     std::vector<std::int64_t> shape;
     int layer = -1;             // block index, -1 outside the blocks
     bool linear_weight = false;  // a matmul weight inside a block (LoRA/QLoRA targets)
+    bool adapter = false;        // a LoRA adapter (lora_a or lora_b), trainable when fine-tuning
     std::int64_t numel() const;
 };
 
 // Every parameter tensor in order; the embedding matrix has Vp rows. Tests check that the
 // sum over this list equals count_params().allocated.
 std::vector<ParamTensor> param_tensors(const ModelConfig& cfg);
+
+// The same followed, when lora_rank > 0, by the LoRA adapters of every block linear (the op
+// plan's lora ops, kernels/lora.h), block by block: "h.<l>.<linear>.lora_a" (parts*r, in) and
+// ".lora_b" (out, r) for attn.qkv (3 parts: q, k, v), attn.proj, mlp.fc (2 under SwiGLU: gate,
+// up) and mlp.proj. The base tensors keep their positions, so a LoRA run's base model is the
+// full run's.
+std::vector<ParamTensor> param_tensors(const ModelConfig& cfg, std::int64_t lora_rank);
 
 // The named presets. find_preset returns nullptr for an unknown name.
 const std::vector<ModelConfig>& model_presets();

@@ -101,6 +101,9 @@ struct PlanInputs {
     AttentionImpl attention = AttentionImpl::flash;
     Finetune finetune = Finetune::full;
     std::int64_t lora_rank = 0;
+    // LoRA's alpha: the adapters' output is scaled by alpha / r (0: alpha = r, a scale of 1).
+    // The engine's only; costs do not depend on it.
+    float lora_alpha = 0.0f;
     std::int64_t loss_chunk_rows = 1024;  // rows of fp32 logits alive at once (0: all B*T)
     // Attention FLOPs count only the (query, key) pairs the causal mask keeps (llm.c, recent
     // Megatron); false counts all T*T pairs as PaLM's MFU definition does.
@@ -129,6 +132,13 @@ struct Fp8CastNumel {
     std::int64_t grad = 0;
 };
 Fp8CastNumel fp8_cast_numel(const OpPlan& plan);
+
+namespace cpu {
+// The CPU engine's GEMM scratch in floats (core/engine/cpu_kernels.h): with 16-bit or fp8
+// storage (`widen`) the largest block matmul's or LoRA adapter's operands widened to fp32
+// (kernels/matmul.h, kernels/lora.h); 0 for fp32, whose GEMMs read the tensors themselves.
+std::int64_t gemm_scratch_floats(const std::vector<PlanOp>& block, bool widen);
+}  // namespace cpu
 
 // Sums over the plan (block ops counted n_layers times). All FLOPs per micro-batch step.
 struct PlanTotals {

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
+#include "kernels/nf4.h"
 #include "kernels/optimizer.h"
 #include "kernels/quantize.h"
 
@@ -216,9 +217,18 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         (in.precision == Precision::fp32 || in.precision == Precision::fp8_amp))
         notes |= kNoteQloraPrecision;
 
+    double frozen_linear_bytes = shard(frozen_linear, z3, W) * linear_bytes;
+    if (in.finetune == Finetune::qlora && !in.params_only) {
+        // NF4 as the engine stores it, tensor by tensor (kernels/nf4.h): codes, then the steps
+        // and absmax codes, each rounded up to whole bytes and blocks.
+        const std::int64_t C = c.d_model, fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
+        const double per_layer = static_cast<double>(
+            nf4_storage_bytes(c.qkv_dim() * C) + nf4_storage_bytes(C * C) +
+            nf4_storage_bytes(fc_rows * C) + nf4_storage_bytes(C * c.d_ff));
+        frozen_linear_bytes = shard(per_layer * c.n_layers, z3, W);
+    }
     MemoryBytes gpu;
-    gpu.weights = shard(train_alloc, z3, W) * wb + shard(frozen_linear, z3, W) * linear_bytes +
-                  shard(frozen_other, z3, W) * wb;
+    gpu.weights = shard(train_alloc, z3, W) * wb + frozen_linear_bytes + shard(frozen_other, z3, W) * wb;
     gpu.master = shard(train_alloc, z1, W) * bpp.master;
     gpu.grads = shard(train_alloc, z2, W) * bpp.grads;
     gpu.optimizer = shard(train_alloc, z1, W) * bpp.optimizer;
@@ -292,8 +302,10 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const std::int64_t fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
     const std::int64_t narrow = std::max(c.d_model, c.d_ff), wide = std::max(c.qkv_dim(), fc_rows);
     const double widest = static_cast<double>(std::max({c.qkv_dim(), fc_rows, c.d_ff}));
-    // dres and branch (N, C), dnarrow (N, max(C, F)), dwide (N, max(3C or QKV, F or 2F)).
+    // dres and branch (N, C), dnarrow (N, max(C, F)), dwide (N, max(3C or QKV, F or 2F)); with
+    // adapters their backward's dh (N, 3r), sized for qkv's three.
     tmp.activation_grads = static_cast<double>(tokens_mb * (2 * c.d_model + narrow + wide)) * terms.p;
+    if (adapters) tmp.activation_grads += static_cast<double>(tokens_mb * 3 * in.lora_rank) * terms.p;
     const bool cpu_engine = in.engine == EstimateInputs::Engine::cpu;
     const bool wide16 = pd.activations != DType::f32;  // 16-bit storage: the CPU widens to fp32
     const std::int64_t chunk = in.loss_chunk_rows > 0 ? std::min(in.loss_chunk_rows, tokens_mb) : tokens_mb;
@@ -335,20 +347,18 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         }
         tmp.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes + transposes);
         // The optimizer step's global norm on the device (core/engine/cuda_device.cpp): its
-        // partial sums, one row per tensor the step passes. Offloaded steps run on the host.
-        if (in.offload == Offload::none && !in.params_only && !adapters)
-            tmp.grad_norm_workspace =
-                static_cast<double>(cuda::kGradNormResultBytes +
-                                    cuda::grad_sum_squares_scratch_bytes(grad_norm_tensors(layout, in.zero)));
+        // partial sums, one row per tensor the step passes (with adapters, the A and B of a
+        // block's four linears: the engine trains them in one process). Offloaded steps run on
+        // the host.
+        if (in.offload == Offload::none && !in.params_only) {
+            const int tensors = adapters ? 8 * c.n_layers : grad_norm_tensors(layout, in.zero);
+            tmp.grad_norm_workspace = static_cast<double>(
+                cuda::kGradNormResultBytes + cuda::grad_sum_squares_scratch_bytes(tensors));
+        }
         tmp.op_workspace += 4.0 * static_cast<double>(tokens_mb);  // the per-row losses, fp32
     } else if (wide16) {
-        std::int64_t mm = 0;  // the largest block GEMM, its three operands widened
-        for (const PlanOp& op : plan_.block) {
-            if (op.kind != OpKind::matmul) continue;
-            const auto& s = std::get<MatmulShape>(op.shape);
-            mm = std::max(mm, cpu::matmul_scratch_floats(s.M, s.N, s.K));
-        }
-        tmp.gemm_workspace = 4.0 * static_cast<double>(mm);
+        // The largest block GEMM or adapter, its operands widened (the CPU engine's scratch).
+        tmp.gemm_workspace = 4.0 * static_cast<double>(cpu::gemm_scratch_floats(plan_.block, true));
     }
 
     if (in.ignore_activations) {

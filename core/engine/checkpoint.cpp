@@ -33,10 +33,14 @@ struct Entry {
 };
 
 // Every tensor a checkpoint of `t` holds, per parameter (Gpt::params() order): its weights,
-// master, first and second moments where the recipe keeps them.
+// master, first and second moments where the recipe keeps them (a frozen parameter: its
+// weights only). A QLoRA NF4 weight is its bytes: "<name>.nf4" (the codes) and
+// "<name>.nf4_state", both I8 (kernels/nf4.h).
 std::vector<Entry> entries_of(Trainer& t) {
     std::vector<ParamSlot>& params = t.model().params();
-    const std::vector<ParamTensor> shapes = param_tensors(t.options().model);
+    const PlanInputs& plan = t.options().plan;
+    const std::vector<ParamTensor> shapes =
+        param_tensors(t.options().model, plan.finetune != Finetune::full ? plan.lora_rank : 0);
     NAPKIN_ASSERT(shapes.size() == params.size(), "checkpoint: " << params.size() << " parameters, "
                                                                  << shapes.size()
                                                                  << " in param_tensors()");
@@ -45,6 +49,17 @@ std::vector<Entry> entries_of(Trainer& t) {
         NAPKIN_ASSERT(shapes[i].name == params[i].name && shapes[i].numel() == params[i].numel,
                       "checkpoint: parameter " << i << " is " << params[i].name
                                                << ", param_tensors() says " << shapes[i].name);
+        if (params[i].weight.dtype() == DType::nf4) {  // frozen: no other state
+            auto bytes = [](Tensor& x) -> Entry {
+                const auto n = static_cast<std::int64_t>(x.bytes());
+                return {"", {n}, StateKind::weights, {true, DType::i8, static_cast<char*>(x.raw()), 0, n}};
+            };
+            out.push_back(bytes(params[i].weight));
+            out.back().name = params[i].name + ".nf4";
+            out.push_back(bytes(params[i].quant));
+            out.back().name = params[i].name + ".nf4_state";
+            continue;
+        }
         for (const StateKind kind : kStateKinds) {
             const HeldState h = held_state(t, i, kind);
             if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, kind, h});
@@ -80,6 +95,12 @@ void check_compatible(const TrainOptions& saved, const TrainOptions& trainer,
          std::string(enum_name(kPrecisionNames, trainer.plan.precision)));
     same("optimizer", std::string(enum_name(kOptimizerNames, saved.plan.optimizer)),
          std::string(enum_name(kOptimizerNames, trainer.plan.optimizer)));
+    same("finetune", std::string(enum_name(kFinetuneNames, saved.plan.finetune)),
+         std::string(enum_name(kFinetuneNames, trainer.plan.finetune)));
+    if (saved.plan.finetune != Finetune::full) {
+        same("lora rank", std::to_string(saved.plan.lora_rank), std::to_string(trainer.plan.lora_rank));
+        same("lora alpha", std::to_string(saved.plan.lora_alpha), std::to_string(trainer.plan.lora_alpha));
+    }
 }
 
 void check_tensors(const CheckpointReader& r, const std::vector<Entry>& entries,

@@ -64,9 +64,10 @@ std::string hex64(std::uint64_t v) {
 }
 
 // The element types napkin stores, by their safetensors names.
-constexpr std::array kSafetensorsDTypes = {EnumName<DType>{DType::f32, "F32"},
-                                           EnumName<DType>{DType::bf16, "BF16"},
-                                           EnumName<DType>{DType::f16, "F16"}};
+// I8 holds bytes: a QLoRA weight's NF4 codes and state (kernels/nf4.h).
+constexpr std::array kSafetensorsDTypes = {
+    EnumName<DType>{DType::f32, "F32"}, EnumName<DType>{DType::bf16, "BF16"},
+    EnumName<DType>{DType::f16, "F16"}, EnumName<DType>{DType::i8, "I8"}};
 
 std::uint64_t tensor_bytes(const CheckpointTensor& t) {
     std::uint64_t n = 1;
@@ -118,6 +119,10 @@ void visit_metadata(V& v, CheckpointInfo& info) {
     v.number("loss_scale_init", o.loss_scale_init);
     v.number("loss_scale_window", o.loss_scale_window, 1);
     v.optional_text("data_fingerprint", info.data_fingerprint);  // absent before 2026-11-25
+    // Absent before 2026-11-26 (full fine-tuning only then).
+    v.optional_enumeration("finetune", o.plan.finetune, kFinetuneNames);
+    v.optional_number("lora_rank", o.plan.lora_rank, 0);
+    v.optional_number("lora_alpha", o.plan.lora_alpha, 0.0f);
     v.number("data_bytes", info.data_bytes, 0);
     v.checksum("checksum", info.checksum);
 }
@@ -143,6 +148,14 @@ public:
     }
     void text(const char* key, const std::string& value) { meta_[key] = value; }
     void optional_text(const char* key, const std::string& value) { meta_[key] = value; }
+    template <class E, std::size_t N>
+    void optional_enumeration(const char* key, E value, const std::array<EnumName<E>, N>& table) {
+        enumeration(key, value, table);
+    }
+    template <class N>
+    void optional_number(const char* key, N value, std::type_identity_t<N> min = {}) {
+        number(key, value, min);
+    }
     void boolean(const char* key, bool value) { meta_[key] = value ? "true" : "false"; }
     void checksum(const char* key, std::uint64_t value) {
         meta_[key] = std::string(kChecksumPrefix) + hex64(value);
@@ -196,6 +209,16 @@ public:
     void text(const char* key, std::string& out) const { out = get(key); }
     void optional_text(const char* key, std::string& out) const {
         out = meta_.contains(key) ? get(key) : std::string();
+    }
+    // Absent: `out` keeps its default.
+    template <class E, std::size_t N>
+    void optional_enumeration(const char* key, E& out,
+                              const std::array<EnumName<E>, N>& table) const {
+        if (meta_.contains(key)) enumeration(key, out, table);
+    }
+    template <class N>
+    void optional_number(const char* key, N& out, std::type_identity_t<N> min_value) const {
+        if (meta_.contains(key)) number(key, out, min_value);
     }
 
     void boolean(const char* key, bool& out) const {
@@ -320,7 +343,7 @@ CheckpointFileTensor parse_tensor(const std::string& name, const ojson& v, std::
                            ? find_enum(kSafetensorsDTypes, dt.get_ref<const std::string&>())
                            : std::nullopt;
     if (!dtype)
-        bad(path, what + "dtype " + dt.dump() + " is not one napkin stores (F32, BF16, F16)");
+        bad(path, what + "dtype " + dt.dump() + " is not one napkin stores (F32, BF16, F16, I8)");
     t.dtype = *dtype;
     const ojson& shape = v["shape"];
     if (!shape.is_array() || shape.size() > 8)

@@ -22,7 +22,9 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
+#include "kernels/nf4.h"
 #include "kernels/norm.h"
 #include "kernels/quantize.h"
 #include "kernels/residual.h"
@@ -41,18 +43,10 @@ struct CpuKernels {
     static constexpr bool kFp8 = std::is_same_v<T, bf16_t>;
 
     // ---- scratch the orchestration allocates as temporaries, in floats
-    // The 16-bit and fp8 matmuls widen inp, weight and out to fp32 (0 for float): the largest
-    // block GEMM.
+    // The 16-bit and fp8 matmuls and LoRA adapters widen their operands to fp32 (0 for float):
+    // the largest of the block's (cpu::gemm_scratch_floats, which the estimator counts too).
     std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
-        std::int64_t mm = 0;
-        if constexpr (!std::is_same_v<T, float>) {
-            for (const PlanOp& op : block) {
-                if (op.kind != OpKind::matmul) continue;
-                const auto& s = std::get<MatmulShape>(op.shape);
-                mm = std::max(mm, cpu::matmul_scratch_floats(s.M, s.N, s.K));
-            }
-        }
-        return mm;
+        return cpu::gemm_scratch_floats(block, !std::is_same_v<T, float>);
     }
     std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
                                                    std::int64_t Vp) const {
@@ -81,6 +75,14 @@ struct CpuKernels {
     }
     void copy_from_host(void* dst, const void* src, std::size_t bytes) {
         std::memcpy(dst, src, bytes);
+    }
+    // NF4 weights (QLoRA, kernels/nf4.h): host fp32 in, quantized; and dequantized back out.
+    void store_nf4(std::uint8_t* codes, std::uint8_t* state, const float* src, std::int64_t n) {
+        cpu::nf4_quantize(codes, state, src, n);
+    }
+    void load_nf4(float* out, const std::uint8_t* codes, const std::uint8_t* state,
+                  std::int64_t n) const {
+        cpu::nf4_dequantize<float>(out, codes, state, n);
     }
     // tokens (n) must lie in [0, V).
     void check_tokens(const std::int32_t* tokens, std::int64_t n, std::int64_t V) const {
@@ -147,6 +149,18 @@ struct CpuKernels {
                          std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
         cpu::matmul_backward(dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
                              weight_scale, M, N, K, scratch);
+    }
+    void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
+                      float scale, float* scratch) {
+        cpu::lora_forward<T>(out, h, inp, a, b, s, scale, scratch);
+    }
+    void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
+                       const T* a, const T* b, const LoraShape& s, float scale, float* scratch) {
+        cpu::lora_backward<T>(dinp, da, db, dh, dout, inp, h, a, b, s, scale, scratch);
+    }
+    void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state,
+                        std::int64_t n) {
+        cpu::nf4_dequantize<T>(out, codes, state, n);
     }
     void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         cpu::rope_forward<T>(qkv, B, T_, NH, KVH, HD);

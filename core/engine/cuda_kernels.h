@@ -161,6 +161,23 @@ struct CudaKernels {
                                   weight, weight_scale, M, N, K, transposes, context(scratch),
                                   stream_);
     }
+    // LoRA and NF4 on CUDA: until their kernels land (kernels/cuda/lora.cu, nf4.cu).
+    void lora_forward(T*, T*, const T*, const T*, const T*, const LoraShape&, float, float*) {
+        throw UsageError("--finetune: LoRA does not run on CUDA yet");
+    }
+    void lora_backward(T*, T*, T*, T*, const T*, const T*, const T*, const T*, const T*,
+                       const LoraShape&, float, float*) {
+        throw UsageError("--finetune: LoRA does not run on CUDA yet");
+    }
+    void nf4_dequantize(T*, const std::uint8_t*, const std::uint8_t*, std::int64_t) {
+        throw UsageError("--finetune qlora: does not run on CUDA yet");
+    }
+    void store_nf4(std::uint8_t*, std::uint8_t*, const float*, std::int64_t) {
+        throw UsageError("--finetune qlora: does not run on CUDA yet");
+    }
+    void load_nf4(float*, const std::uint8_t*, const std::uint8_t*, std::int64_t) const {
+        throw UsageError("--finetune qlora: does not run on CUDA yet");
+    }
     void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         k_->rope_forward(qkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);
     }

@@ -9,8 +9,13 @@
 namespace napkin {
 
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
-    if (in.finetune != Finetune::full)
-        throw UsageError("--finetune: the engine trains full models only (for now)");
+    if (in.finetune != Finetune::full && in.precision == Precision::fp8_amp) {
+        throw UsageError("--finetune " + std::string(enum_name(kFinetuneNames, in.finetune)) +
+                         ": not with --precision fp8-amp in the engine (its adapters would read "
+                         "the fp8 GEMM inputs; use bf16-amp)");
+    }
+    if (in.finetune != Finetune::full && in.lora_rank <= 0)
+        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
     if (in.optimizer == OptimizerKind::adamw_8bit)
         throw UsageError("--optimizer adamw-8bit: not supported by the engine (for now)");

@@ -26,14 +26,20 @@ class Recorder;
 class KernelTagger;
 }
 
-// One parameter tensor with its gradient and (mixed precision) its fp32 master copy.
+// One parameter tensor with its gradient and (mixed precision) its fp32 master copy. When
+// fine-tuning with LoRA/QLoRA only the adapters are trainable: a frozen parameter has neither
+// gradient nor master copy, and under QLoRA a block linear weight is NF4 (kernels/nf4.h): its
+// codes in `weight` (dtype nf4) and its scales in `quant`.
 struct ParamSlot {
     std::string name;  // "h.3.attn.qkv.weight"
     std::int64_t numel = 0;
-    bool decay = false;  // weight decay applies (matrices, not biases and norms)
-    Tensor weight;       // working copy, recipe dtype
-    Tensor grad;         // recipe gradient dtype
-    Tensor master;       // fp32, only under mixed precision
+    bool decay = false;     // weight decay applies (matrices, not biases and norms)
+    bool trainable = true;  // false: frozen (the base model under LoRA/QLoRA)
+    bool adapter = false;   // a LoRA adapter (param_tensors(cfg, r)); weight files do not hold them
+    Tensor weight;          // working copy, recipe dtype (nf4 codes for a QLoRA linear)
+    Tensor grad;            // recipe gradient dtype; empty when frozen
+    Tensor master;          // fp32, only under mixed precision and only when trainable
+    Tensor quant;           // QLoRA: the NF4 state (steps, absmax codes; nf4_state_bytes)
 };
 
 // Called around every region of a micro-batch that reads a unit's parameters (units as in
@@ -53,8 +59,8 @@ public:
 class Gpt {
 public:
     // The model on the CPU (GptImpl<CpuKernels>, core/engine/gpt_impl.h); on CUDA see
-    // EngineDevice::create_gpt. Throws UsageError for what the engine does not run yet (LoRA,
-    // dropout, fp32 gradients beside a 16-bit model).
+    // EngineDevice::create_gpt. Throws UsageError for what the engine does not run yet
+    // (dropout, fp32 gradients beside a 16-bit model, 8-bit optimizers, LoRA under fp8-amp).
     static std::unique_ptr<Gpt> create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
                                        std::uint64_t seed);
     virtual ~Gpt() = default;
@@ -78,7 +84,9 @@ public:
     virtual void set_kernel_tagger(profiler::KernelTagger*) {}
     virtual void set_hooks(GptHooks* hooks) = 0;
 
-    // Reads/writes one parameter's values as fp32 (tests, checkpoints, weight import).
+    // Reads/writes one parameter's values as fp32 (tests, weight import): an NF4 weight is
+    // quantized on the way in and dequantized on the way out. A frozen parameter's gradient
+    // reads as zeros.
     virtual void get_param(std::size_t i, float* out) const = 0;
     virtual void set_param(std::size_t i, const float* values) = 0;
     virtual void get_grad(std::size_t i, float* out) const = 0;

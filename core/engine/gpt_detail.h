@@ -64,10 +64,16 @@ struct KeptTensors {
     }
 };
 
+// A linear layer's LoRA adapter: A (parts*r, in) and B (out, r); null without adapters.
+struct LoraSlots {
+    ParamSlot *a = nullptr, *b = nullptr;
+};
+
 struct LayerParams {
     ParamSlot *ln1_w = nullptr, *ln1_b = nullptr, *qkv_w = nullptr, *qkv_b = nullptr,
               *proj_w = nullptr, *proj_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr,
               *fc_w = nullptr, *fc_b = nullptr, *down_w = nullptr, *down_b = nullptr;
+    LoraSlots qkv_lora, proj_lora, fc_lora, down_lora;
 };
 
 // The CPU kernel an op runs, named as in kernels/ (the device track's event names, which the

@@ -31,7 +31,9 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
+#include "kernels/nf4.h"
 #include "kernels/norm.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
@@ -39,8 +41,9 @@
 
 namespace napkin {
 
-// Throws UsageError for what the engine does not run yet (LoRA, dropout, fp32 gradients beside a
-// 16-bit model, 8-bit optimizers), on any backend; validates the model config.
+// Throws UsageError for what the engine does not run yet (dropout, fp32 gradients beside a
+// 16-bit model, 8-bit optimizers, LoRA under fp8-amp), on any backend; validates the model
+// config.
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in);
 
 // The engine over one backend's kernels (Kernels: CpuKernels<T> or CudaKernels<T>, T the
@@ -59,6 +62,11 @@ public:
         const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
         NAPKIN_ASSERT(pd.weights == gpt_detail::storage_dtype<T>() && pd.grads == gpt_detail::storage_dtype<T>(),
                       "engine storage does not match the recipe");
+        adapters_ = in.finetune != Finetune::full;
+        if (adapters_) {
+            const float alpha = in.lora_alpha > 0 ? in.lora_alpha : static_cast<float>(in.lora_rank);
+            lora_scale_ = alpha / static_cast<float>(in.lora_rank);
+        }
         allocate_params(pd.has_master);
         init_params(seed);
         B_ = in.micro_batch;
@@ -83,17 +91,33 @@ public:
             op_range(r, "zero_grads", cost);
             kernel_range(k, "memset", cost);
         }
-        for (auto& p : params_) k_.zero(p.grad.raw(), p.grad.bytes());
+        for (auto& p : params_) {
+            if (p.trainable) k_.zero(p.grad.raw(), p.grad.bytes());
+        }
     }
 
     void get_param(std::size_t i, float* out) const override {
-        k_.load_floats(out, params_[i].weight.template data<T>(), params_[i].weight.numel());
+        const ParamSlot& p = params_[i];
+        if (p.weight.dtype() == DType::nf4) {
+            k_.load_nf4(out, p.weight.template data<std::uint8_t>(), p.quant.template data<std::uint8_t>(), p.numel);
+            return;
+        }
+        k_.load_floats(out, p.weight.template data<T>(), p.numel);
     }
     void get_grad(std::size_t i, float* out) const override {
-        k_.load_floats(out, params_[i].grad.template data<T>(), params_[i].grad.numel());
+        const ParamSlot& p = params_[i];
+        if (!p.trainable) {
+            std::fill(out, out + p.numel, 0.0f);
+            return;
+        }
+        k_.load_floats(out, p.grad.template data<T>(), p.numel);
     }
     void set_param(std::size_t i, const float* values) override {
         ParamSlot& p = params_[i];
+        if (p.weight.dtype() == DType::nf4) {
+            k_.store_nf4(p.weight.template data<std::uint8_t>(), p.quant.template data<std::uint8_t>(), values, p.numel);
+            return;
+        }
         k_.store_floats(p.weight.template data<T>(), values, p.numel);
         if (!p.master.empty()) k_.copy_from_host(p.master.raw(), values, static_cast<std::size_t>(p.numel) * sizeof(float));
     }
@@ -180,12 +204,16 @@ public:
             hook_leave(l + 1, true);
         }
         hook_enter(0, true);
-        op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
-        kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), true, cfg_), plan_.prologue.front().bwd_weight);
-        k_.embedding_backward(p_wte_->grad.template data<T>(), p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
-                                   dres, inputs, B_, T_, cfg_.d_model);
-        k.reset();
-        r_emb.reset();
+        if (p_wte_->trainable) {  // the embedding has no input gradient: frozen, nothing to do
+            op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
+            kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), true, cfg_),
+                         plan_.prologue.front().bwd_weight);
+            k_.embedding_backward(p_wte_->grad.template data<T>(),
+                                  p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr, dres,
+                                  inputs, B_, T_, cfg_.d_model);
+            k.reset();
+            r_emb.reset();
+        }
         hook_leave(0, true);
         prologue_.items.clear();
         return loss;
@@ -228,15 +256,30 @@ private:
         k_.zero(static_cast<void*>(p), bytes);
     }
 
+    // Every parameter of param_tensors(cfg, r): fine-tuning with adapters freezes the base
+    // (weights only: no gradient, no master copy) and, under QLoRA, stores its block linear
+    // weights in NF4 (codes, then their state; kernels/nf4.h).
     void allocate_params(bool master) {
-        for (const ParamTensor& pt : param_tensors(cfg_)) {
+        const bool nf4 = plan_.in.finetune == Finetune::qlora;
+        for (const ParamTensor& pt : param_tensors(cfg_, adapters_ ? plan_.in.lora_rank : 0)) {
             ParamSlot s;
             s.name = pt.name;
             s.numel = pt.numel();
             s.decay = pt.shape.size() >= 2;
-            s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, gpt_detail::storage_dtype<T>(), {s.numel});
-            s.grad = Tensor(alloc_, pt.name + ".grad", MemCategory::gradients, gpt_detail::storage_dtype<T>(), {s.numel});
-            if (master) s.master = Tensor(alloc_, pt.name + ".master", MemCategory::master_weights, DType::f32, {s.numel});
+            s.trainable = !adapters_ || pt.adapter;
+            s.adapter = pt.adapter;
+            if (nf4 && pt.linear_weight) {
+                s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, DType::nf4, {s.numel});
+                s.quant = Tensor(alloc_, pt.name + ".nf4_state", MemCategory::parameters, DType::i8,
+                                 {static_cast<std::int64_t>(nf4_state_bytes(s.numel))});
+                dequant_numel_ = std::max(dequant_numel_, s.numel);
+            } else {
+                s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, gpt_detail::storage_dtype<T>(), {s.numel});
+            }
+            if (s.trainable) {
+                s.grad = Tensor(alloc_, pt.name + ".grad", MemCategory::gradients, gpt_detail::storage_dtype<T>(), {s.numel});
+                if (master) s.master = Tensor(alloc_, pt.name + ".master", MemCategory::master_weights, DType::f32, {s.numel});
+            }
             params_.push_back(std::move(s));
         }
         auto find = [&](const std::string& name) -> ParamSlot* {
@@ -265,12 +308,19 @@ private:
             lp.fc_b = find(h + "mlp.fc.bias");
             lp.down_w = find(h + "mlp.proj.weight");
             lp.down_b = find(h + "mlp.proj.bias");
+            lp.qkv_lora = {find(h + "attn.qkv.lora_a"), find(h + "attn.qkv.lora_b")};
+            lp.proj_lora = {find(h + "attn.proj.lora_a"), find(h + "attn.proj.lora_b")};
+            lp.fc_lora = {find(h + "mlp.fc.lora_a"), find(h + "mlp.fc.lora_b")};
+            lp.down_lora = {find(h + "mlp.proj.lora_a"), find(h + "mlp.proj.lora_b")};
             layer_params_.push_back(lp);
         }
     }
 
     // GPT-2's initialization: N(0, 0.02) for matrices, 0.02 / sqrt(2 L) for the projections
     // into the residual stream, zero biases, unit norm weights; padded vocabulary rows zero.
+    // LoRA adapters (after every base tensor, so the base is the full run's): A uniform in
+    // +-1/sqrt(in_features) (PEFT's Kaiming-uniform bound), B zero, so the adapted model starts
+    // as the base model.
     void init_params(std::uint64_t seed) {
         std::mt19937_64 rng(seed);
         std::vector<float> buf;
@@ -280,9 +330,15 @@ private:
             buf.assign(static_cast<std::size_t>(p.numel), 0.0f);
             const bool is_norm = p.name.find("ln_") != std::string::npos;
             const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-            if (is_norm && !is_bias) {
+            const bool lora_a = p.name.ends_with(".lora_a"), lora_b = p.name.ends_with(".lora_b");
+            if (lora_a) {
+                const std::int64_t in_features = lora_in_features(p.name);
+                const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+                std::uniform_real_distribution<float> ud(-bound, bound);
+                for (float& v : buf) v = ud(rng);
+            } else if (is_norm && !is_bias) {
                 std::fill(buf.begin(), buf.end(), 1.0f);
-            } else if (p.decay) {
+            } else if (p.decay && !lora_b) {  // B stays zero
                 const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
                                       p.name.find("mlp.proj.weight") != std::string::npos;
                 std::normal_distribution<float> nd(0.0f, residual ? residual_std : 0.02f);
@@ -292,6 +348,11 @@ private:
             }
             set_param(i, buf.data());
         }
+    }
+
+    // in_features of the linear a LoRA A matrix belongs to: d_ff for the down projection.
+    std::int64_t lora_in_features(const std::string& name) const {
+        return name.find(".mlp.proj.") != std::string::npos ? cfg_.d_ff : cfg_.d_model;
     }
 
     void allocate_buffers() {
@@ -312,6 +373,14 @@ private:
         if (plan_.in.attention == AttentionImpl::naive) {
             attn_scratch_ = Tensor(alloc_, "attention.scratch", MemCategory::temporaries, DType::f32,
                                    {k_.attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
+        }
+        if (adapters_) {
+            // The adapters' backward intermediate dh (N, parts*r), for the widest (qkv's 3 parts).
+            lora_dh_ = Tensor(alloc_, "lora.dh", MemCategory::temporaries, dt, {N_ * 3 * plan_.in.lora_rank});
+        }
+        if (dequant_numel_ > 0) {
+            // QLoRA: one NF4 linear weight at a time dequantized for its GEMM.
+            dequant_ = Tensor(alloc_, "nf4.dequantized", MemCategory::temporaries, dt, {dequant_numel_});
         }
         k_.bind_losses(alloc_, N_);
         fp8_.allocate(alloc_, plan_);
@@ -372,6 +441,18 @@ private:
         }
     }
 
+    // A linear weight as the GEMM reads it: the working copy, or (QLoRA) its NF4 codes
+    // dequantized into dequant_, a kernel of its own.
+    const T* weight_of(ParamSlot* w, profiler::KernelScope& kernel) {
+        if (w->weight.dtype() != DType::nf4) return w->weight.template data<T>();
+        if (rec_ != nullptr)
+            kernel_range(kernel, "nf4_dequantize",
+                         nf4_dequantize_cost({w->numel, gpt_detail::storage_dtype<T>()}));
+        k_.nf4_dequantize(dequant_.template data<T>(), w->weight.template data<std::uint8_t>(),
+                          w->quant.template data<std::uint8_t>(), w->numel);
+        return dequant_.template data<T>();
+    }
+
     // A GEMM on the input kept under `inp` (bf16, or fp8 codes with "<inp>.scale": gpt_fp8.h).
     void matmul(const PlanOp& op, T* out, KeptTensors& kt, std::string_view inp, ParamSlot* w,
                 ParamSlot* b, profiler::KernelScope& kernel) {
@@ -383,9 +464,11 @@ private:
                          w->weight.template data<T>(), bias, mm_scratch_.template data<float>());
             return;
         }
-        if (rec_ != nullptr) kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
-        k_.matmul_forward(out, x.template data<T>(), w->weight.template data<T>(), bias, s.M, s.N,
-                          s.K, mm_scratch_.template data<float>());
+        const T* weight = weight_of(w, kernel);
+        if (rec_ != nullptr)
+            kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
+        k_.matmul_forward(out, x.template data<T>(), weight, bias, s.M, s.N, s.K,
+                          mm_scratch_.template data<float>());
     }
 
     template <class Launch>
@@ -401,10 +484,50 @@ private:
                           mm_scratch_.template data<float>());
             return;
         }
+        const T* weight = weight_of(w, kernel);
         launch();
         k_.matmul_backward(dinp, w->grad.template data<T>(), dbias, dout, x.template data<T>(),
-                           w->weight.template data<T>(), s.M, s.N, s.K,
-                           mm_scratch_.template data<float>());
+                           weight, s.M, s.N, s.K, mm_scratch_.template data<float>());
+    }
+
+    // A linear layer's adapter (op "<linear>.lora"): its slots, the input its base GEMM reads,
+    // and the kept tensor the GEMM writes (empty: branch_, a projection into the residual stream,
+    // whose output gradient is then dres_; otherwise dwide_).
+    struct LoraSite {
+        gpt_detail::LoraSlots slots;
+        std::string_view inp, out;
+    };
+    static LoraSite lora_site(const LayerParams& lp, std::string_view op) {
+        if (op == "attn.qkv.lora") return {lp.qkv_lora, "ln_1.out", "attn.qkv.out"};
+        if (op == "attn.proj.lora") return {lp.proj_lora, "attn.out", ""};
+        if (op == "mlp.fc.lora") return {lp.fc_lora, "ln_2.out", "mlp.fc.out"};
+        if (op == "mlp.proj.lora") return {lp.down_lora, "mlp.act.out", ""};
+        throw UsageError("napkin train: the engine cannot run op '" + std::string(op) + "' yet");
+    }
+
+    // The base GEMM's output += scale * (inp @ A^T) @ B^T, keeping h.
+    void lora_forward(const PlanOp& op, const LayerParams& lp, KeptTensors& kt) {
+        const LoraSite site = lora_site(lp, op.name);
+        T* out = site.out.empty() ? branch_.template data<T>() : kt.get(site.out).template data<T>();
+        k_.lora_forward(out, kt.get(std::string(op.name) + ".h").template data<T>(),
+                        kt.get(site.inp).template data<T>(), site.slots.a->weight.template data<T>(),
+                        site.slots.b->weight.template data<T>(), std::get<LoraShape>(op.shape),
+                        lora_scale_, mm_scratch_.template data<float>());
+    }
+
+    // The adapter's gradients from the base GEMM's output gradient, and its share of the input
+    // gradient added into dnarrow_ (N, K), where the base GEMM's backward then adds its own.
+    void lora_backward(const PlanOp& op, const LayerParams& lp, KeptTensors& kt) {
+        const LoraSite site = lora_site(lp, op.name);
+        const auto& s = std::get<LoraShape>(op.shape);
+        T* dinp = dnarrow_.template data<T>();
+        const T* dout = site.out.empty() ? dres_.template data<T>() : dwide_.template data<T>();
+        k_.lora_backward(dinp, site.slots.a->grad.template data<T>(),
+                         site.slots.b->grad.template data<T>(), lora_dh_.template data<T>(), dout,
+                         kt.get(site.inp).template data<T>(),
+                         kt.get(std::string(op.name) + ".h").template data<T>(),
+                         site.slots.a->weight.template data<T>(), site.slots.b->weight.template data<T>(),
+                         s, lora_scale_, mm_scratch_.template data<float>());
     }
 
     // Runs block l's forward. recompute: only the tensors checkpointing dropped are allocated
@@ -469,6 +592,8 @@ private:
             } else if (n == "mlp.res") {
                 k_.residual_forward(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
                                          branch_.template data<T>(), N_ * C);
+            } else if (op.kind == OpKind::lora) {
+                lora_forward(op, lp, kt);
             } else {
                 throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
             }
@@ -530,8 +655,13 @@ private:
             auto launch = [&] { kernel_range(kernel, gpt_detail::kernel_name(op, true, cfg_), cost); };
             if (n == "mlp.res" || n == "attn.res") {
                 // The branch's gradient is the residual stream's: dres is read by the branch below.
+            } else if (op.kind == OpKind::lora) {
+                const auto& s = std::get<LoraShape>(op.shape);
+                zero(dnarrow, s.M * s.K);  // its input gradient starts here
+                launch();
+                lora_backward(op, lp, kt);
             } else if (n == "mlp.proj") {
-                zero(dnarrow, N_ * cfg_.d_ff);
+                if (!adapters_) zero(dnarrow, N_ * cfg_.d_ff);  // else its adapter's backward did
                 matmul_back(op, dnarrow, dres, kt, "mlp.act.out", lp.down_w, lp.down_b, kernel,
                             launch);
             } else if (n == "mlp.act") {
@@ -542,13 +672,13 @@ private:
                 if (cfg_.mlp == MlpKind::gelu) k_.gelu_backward(dwide, inp, dnarrow, N_ * cfg_.d_ff);
                 else k_.swiglu_backward(dwide, inp, dnarrow, N_, cfg_.d_ff);
             } else if (n == "mlp.fc") {
-                zero(dnarrow, N_ * C);
+                if (!adapters_) zero(dnarrow, N_ * C);
                 matmul_back(op, dnarrow, dwide, kt, "ln_2.out", lp.fc_w, lp.fc_b, kernel, launch);
             } else if (n == "ln_2") {
                 launch();
                 norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
             } else if (n == "attn.proj") {
-                zero(dnarrow, N_ * C);
+                if (!adapters_) zero(dnarrow, N_ * C);
                 matmul_back(op, dnarrow, dres, kt, "attn.out", lp.proj_w, lp.proj_b, kernel,
                             launch);
             } else if (n == "attn.core") {
@@ -577,7 +707,7 @@ private:
                 launch();
                 k_.rope_backward(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
             } else if (n == "attn.qkv") {
-                zero(dnarrow, N_ * C);
+                if (!adapters_) zero(dnarrow, N_ * C);
                 matmul_back(op, dnarrow, dwide, kt, "ln_1.out", lp.qkv_w, lp.qkv_b, kernel, launch);
             } else if (n == "ln_1") {
                 launch();
@@ -605,6 +735,10 @@ private:
     KeptTensors prologue_, epilogue_;
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
+    bool adapters_ = false;      // LoRA/QLoRA: the base frozen, adapters trained
+    float lora_scale_ = 1.0f;    // alpha / r
+    Tensor lora_dh_, dequant_;   // the adapters' backward intermediate; QLoRA's dequantized weight
+    std::int64_t dequant_numel_ = 0;  // the largest NF4 weight
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches

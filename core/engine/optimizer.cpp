@@ -32,6 +32,11 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
         else std::memset(t.raw(), 0, t.bytes());
     };
     for (const ParamSlot& p : model.params()) {
+        if (!p.trainable) {  // frozen: no state, an empty slot keeps the indices aligned
+            if (states >= 1) m_.emplace_back();
+            if (states >= 2) v_.emplace_back();
+            continue;
+        }
         if (states >= 1) {
             m_.emplace_back(alloc, p.name + ".opt.m", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(m_.back());
@@ -116,6 +121,7 @@ double Optimizer::host_grad_sum_squares() {
     auto& params = model_.params();
     double sumsq = 0.0;
     for (ParamSlot& p : params) {
+        if (!p.trainable) continue;
         const float* g = as_f32(p.grad, grad_buf_);
         const std::int64_t n = p.numel;
         // Fixed blocks summed in order: the norm (and so clipping) is bitwise the same for any
@@ -137,10 +143,11 @@ double Optimizer::host_grad_sum_squares() {
 std::vector<OptimizerTensor> Optimizer::device_tensors() const {
     const auto& params = model_.params();
     const int states = optimizer_state_count(cfg_.kind);
-    std::vector<OptimizerTensor> ts(params.size());
+    std::vector<OptimizerTensor> ts;
     for (std::size_t i = 0; i < params.size(); ++i) {
         const ParamSlot& p = params[i];
-        OptimizerTensor& t = ts[i];
+        if (!p.trainable) continue;
+        OptimizerTensor& t = ts.emplace_back();
         // The fp32 values the update applies to: the master copy, the fp32 weights, or (pure
         // bf16, no master) none: the kernel reads the bf16 weight and rounds its result back.
         const bool master = !p.master.empty();
@@ -194,6 +201,7 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
 
     for (std::size_t i = 0; i < params.size(); ++i) {
         ParamSlot& p = params[i];
+        if (!p.trainable) continue;
         h.wd = p.decay ? cfg_.weight_decay : 0.0f;
         const float* g = as_f32(p.grad, grad_buf_);
         // The fp32 values the update applies to: the master copy, the fp32 weights themselves,
@@ -245,6 +253,7 @@ KernelCost Optimizer::step_cost() const {
     KernelCost c;
     const auto states = static_cast<std::uint64_t>(optimizer_state_count(cfg_.kind));
     for (const ParamSlot& p : model_.params()) {
+        if (!p.trainable) continue;
         const auto n = static_cast<std::uint64_t>(p.numel);
         c.flops += n * update_flops_per_element(cfg_.kind);
         const std::uint64_t grad = p.grad.bytes(), weight = p.weight.bytes();

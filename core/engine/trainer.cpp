@@ -23,6 +23,8 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
                         {"optimizer", enum_name(kOptimizerNames, o.plan.optimizer)},
                         {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
                         {"attention", enum_name(kAttentionNames, o.plan.attention)},
+                        {"finetune", enum_name(kFinetuneNames, o.plan.finetune)},
+                        {"lora", {o.plan.lora_rank, o.plan.lora_alpha}},
                         {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap},
                         {"offload", o.offload_optimizer ? "optimizer" : "none"},
                         {"world", world}, {"seed", o.seed}, {"data", o.data},
@@ -60,6 +62,12 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
             throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
                              "bf16-amp or fp16-amp): the host steps the fp32 master copy");
         }
+    }
+    if (opts_.plan.finetune != Finetune::full &&
+        (opts_.zero > 0 || (comm != nullptr && comm->world_size() > 1))) {
+        throw UsageError("--finetune " + std::string(enum_name(kFinetuneNames, opts_.plan.finetune)) +
+                         ": data parallelism (--zero, several ranks) does not train adapters yet; "
+                         "run one process with --zero 0");
     }
     comm_ = comm;
     if (comm_ == nullptr && opts_.zero > 0) {

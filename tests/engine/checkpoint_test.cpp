@@ -101,10 +101,13 @@ using test::expect_contains;
 // Every byte of state a checkpoint holds.
 std::string state_bytes(Trainer& t) {
     std::string out;
-    auto add = [&](const Tensor& x) { out.append(static_cast<const char*>(x.raw()), x.bytes()); };
+    auto add = [&](const Tensor& x) {
+        if (!x.empty()) out.append(static_cast<const char*>(x.raw()), x.bytes());
+    };
     for (const ParamSlot& p : t.model().params()) {
         add(p.weight);
-        if (!p.master.empty()) add(p.master);
+        add(p.quant);  // QLoRA's NF4 state
+        add(p.master);
     }
     for (const Tensor& m : t.optimizer().first_moments())
         add(m);
@@ -116,13 +119,19 @@ std::string state_bytes(Trainer& t) {
 struct Recipe {
     Precision precision;
     OptimizerKind optimizer;
+    Finetune finetune = Finetune::full;
 };
 
 class CheckpointResume : public testing::TestWithParam<Recipe> {};
 
 // The acceptance: steps 4..6 after a reload equal those of the uninterrupted run.
 TEST_P(CheckpointResume, RepeatsTheUninterruptedRunBitForBit) {
-    const TrainOptions o = tiny_options(GetParam().precision, GetParam().optimizer);
+    TrainOptions o = tiny_options(GetParam().precision, GetParam().optimizer);
+    o.plan.finetune = GetParam().finetune;
+    if (o.plan.finetune != Finetune::full) {
+        o.plan.lora_rank = 4;
+        o.plan.lora_alpha = 8.0f;
+    }
     const fs::path path = scratch_dir() / "ckpt.safetensors";
     Trainer a(o);
     for (int s = 0; s < 3; ++s)
@@ -157,11 +166,16 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointResume,
                                          Recipe{Precision::fp16_amp, OptimizerKind::adam},
                                          Recipe{Precision::bf16, OptimizerKind::momentum},
                                          Recipe{Precision::fp8_amp, OptimizerKind::adamw},
-                                         Recipe{Precision::fp32, OptimizerKind::sgd}),
+                                         Recipe{Precision::fp32, OptimizerKind::sgd},
+                                         Recipe{Precision::bf16_amp, OptimizerKind::adamw, Finetune::lora},
+                                         Recipe{Precision::fp16_amp, OptimizerKind::adam, Finetune::qlora},
+                                         Recipe{Precision::fp32, OptimizerKind::adamw, Finetune::qlora}),
                          [](const testing::TestParamInfo<Recipe>& p) {
                              std::string n =
                                  std::string(enum_name(kPrecisionNames, p.param.precision)) + "_" +
                                  std::string(enum_name(kOptimizerNames, p.param.optimizer));
+                             if (p.param.finetune != Finetune::full)
+                                 n += "_" + std::string(enum_name(kFinetuneNames, p.param.finetune));
                              for (char& c : n) {
                                  if (c == '-') c = '_';
                              }
@@ -452,6 +466,27 @@ TEST_F(CheckpointRefuses, AnotherOptimizer) {
     Trainer other(tiny_options(Precision::fp32, OptimizerKind::sgd));
     expect_contains(input_error([&] { load_checkpoint(path_.string(), other); }),
                     "optimizer differs: adamw (checkpoint) vs sgd (trainer)");
+}
+
+TEST_F(CheckpointRefuses, AnotherFinetuneOrRank) {
+    TrainOptions o = tiny_options(Precision::fp32, OptimizerKind::adamw);
+    o.plan.finetune = Finetune::lora;
+    o.plan.lora_rank = 4;
+    o.plan.lora_alpha = 4.0f;
+    Trainer lora(o);
+    expect_contains(input_error([&] { load_checkpoint(path_.string(), lora); }),
+                    "finetune differs: full (checkpoint) vs lora (trainer)");
+    // A LoRA checkpoint keeps its recipe; another rank is refused.
+    const fs::path lora_path = scratch_dir() / "lora.safetensors";
+    save_checkpoint(lora_path.string(), lora);
+    const CheckpointInfo info = read_checkpoint_info(lora_path.string());
+    EXPECT_EQ(info.options.plan.finetune, Finetune::lora);
+    EXPECT_EQ(info.options.plan.lora_rank, 4);
+    EXPECT_EQ(info.options.plan.lora_alpha, 4.0f);
+    o.plan.lora_rank = 8;
+    Trainer rank8(o);
+    expect_contains(input_error([&] { load_checkpoint(lora_path.string(), rank8); }),
+                    "lora rank differs: 4 (checkpoint) vs 8 (trainer)");
 }
 
 }  // namespace

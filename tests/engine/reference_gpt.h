@@ -1,7 +1,9 @@
 // A double-precision GPT forward, written as plainly as possible and independently of the
 // engine and its kernels: the reference the engine's loss is checked against and the function
 // the whole-model finite-difference gradient check differentiates (tests/engine/gpt_test.cpp).
-// Parameters are read by the engine's names (param_tensors()), widened to double.
+// Parameters are read by the engine's names (param_tensors()), widened to double. A linear
+// layer with LoRA adapters ("<name>.lora_a", "<name>.lora_b" present) adds
+// lora_scale * (x A_p^T) B_p^T for each of its parts p (q, k, v of qkv; gate, up of SwiGLU's fc).
 #pragma once
 
 #include <cmath>
@@ -18,7 +20,7 @@ using Params = std::map<std::string, std::vector<double>>;
 
 class ReferenceGpt {
 public:
-    explicit ReferenceGpt(const ModelConfig& c) : c_(c) {}
+    explicit ReferenceGpt(const ModelConfig& c, double lora_scale = 0.0) : c_(c), lora_scale_(lora_scale) {}
 
     // Mean cross-entropy over the B*T positions.
     double loss(const Params& p, const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
@@ -118,7 +120,39 @@ private:
                 out[static_cast<std::size_t>(r * M + j)] = s;
             }
         }
+        if (p.count(name + ".lora_a") > 0) add_lora(p, name, x, N, K, M, out);
         return out;
+    }
+
+    // The output rows of each adapter part: q, k, v of qkv; gate, up of SwiGLU's fc; else one.
+    std::vector<std::int64_t> lora_parts(const std::string& name, std::int64_t M) const {
+        if (name.ends_with("attn.qkv")) {
+            const std::int64_t q = static_cast<std::int64_t>(c_.n_heads) * c_.head_dim();
+            return {q, (M - q) / 2, (M - q) / 2};
+        }
+        if (name.ends_with("mlp.fc") && c_.mlp == MlpKind::swiglu) return {M / 2, M / 2};
+        return {M};
+    }
+
+    void add_lora(const Params& p, const std::string& name, const std::vector<double>& x, std::int64_t N,
+                  std::int64_t K, std::int64_t M, std::vector<double>& out) const {
+        const auto& a = p.at(name + ".lora_a");  // (parts r, K)
+        const auto& b = p.at(name + ".lora_b");  // (M, r)
+        const std::vector<std::int64_t> parts = lora_parts(name, M);
+        const auto r = static_cast<std::int64_t>(b.size()) / M;
+        std::int64_t row0 = 0;
+        for (std::size_t part = 0; part < parts.size(); ++part) {
+            for (std::int64_t n = 0; n < N; ++n) {
+                for (std::int64_t q = 0; q < r; ++q) {
+                    double h = 0;
+                    const std::int64_t arow = static_cast<std::int64_t>(part) * r + q;
+                    for (std::int64_t k = 0; k < K; ++k) h += x[static_cast<std::size_t>(n * K + k)] * a[static_cast<std::size_t>(arow * K + k)];
+                    for (std::int64_t j = row0; j < row0 + parts[part]; ++j)
+                        out[static_cast<std::size_t>(n * M + j)] += lora_scale_ * h * b[static_cast<std::size_t>(j * r + q)];
+                }
+            }
+            row0 += parts[part];
+        }
     }
 
     // Hugging Face Llama's rotate_half convention: element i pairs with i + HD/2.
@@ -174,6 +208,7 @@ private:
     }
 
     ModelConfig c_;
+    double lora_scale_ = 0.0;
 };
 
 }  // namespace napkin::test
