@@ -42,6 +42,9 @@ CudaKernelTable<T> kernel_table() {
     k.residual_backward = &cuda::residual_backward<T>;
     k.head_cross_entropy = &cuda::head_cross_entropy<T>;
     k.accumulate = &cuda::accumulate<T>;
+    k.lora_forward = &cuda::lora_forward<T>;
+    k.lora_backward = &cuda::lora_backward<T>;
+    k.nf4_dequantize = &cuda::nf4_dequantize<T>;
     return k;
 }
 

@@ -33,7 +33,9 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/lora.h"
 #include "kernels/matmul.h"
+#include "kernels/nf4.h"
 #include "kernels/norm.h"
 #include "kernels/optimizer.h"
 #include "kernels/quantize.h"
@@ -68,6 +70,11 @@ struct CudaKernelTable {
     decltype(&cuda::residual_backward<T>) residual_backward = nullptr;
     decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
     decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
+    // LoRA / QLoRA fine-tuning: the adapters (kernels/lora.h) and the frozen NF4 weights'
+    // dequantization (kernels/nf4.h; quantized on the host).
+    decltype(&cuda::lora_forward<T>) lora_forward = nullptr;
+    decltype(&cuda::lora_backward<T>) lora_backward = nullptr;
+    decltype(&cuda::nf4_dequantize<T>) nf4_dequantize = nullptr;
 };
 
 // fp8-amp's kernels, over bf16 storage: kernels/quantize.h and the fp8 overloads of
@@ -85,7 +92,7 @@ struct CudaFp8KernelTable {
                             const cuda::MatmulContext&, CUstream_st*) = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 6;
+inline constexpr int kNapkinCudaEngineApiVersion = 7;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;

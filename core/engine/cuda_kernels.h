@@ -7,6 +7,8 @@
 //                       one copy (a synchronization per micro-batch, as llm.c's)
 //   check_tokens        a no-op: tokens are device memory; the trainer checks the token
 //                       source's vocabulary, and the loss of an out-of-range target is NaN
+//   lora_*              the float* scratch is the cuBLASLt workspace, as matmul_*'s
+//   store_nf4, load_nf4 NF4 is quantized and, for reading back, dequantized on the host
 // Every pointer is device memory except where named host. Shapes as in kernels/<op>.h.
 // Compiled in every build (no CUDA header): only running it needs the plugin.
 #pragma once
@@ -22,6 +24,8 @@
 #include "core/half.h"
 #include "core/op_plan.h"
 #include "core/tensor.h"
+#include "kernels/lora.h"
+#include "kernels/nf4.h"
 
 namespace napkin {
 
@@ -88,6 +92,22 @@ struct CudaKernels {
         api_->copy_to_host(host.data(), src, host.size() * sizeof(T), stream_);
         for (std::int64_t k = 0; k < n; ++k)
             out[k] = to_float(host[static_cast<std::size_t>(k)]);
+    }
+    // Host fp32 values quantized on the host (cpu::nf4_quantize) and copied into codes and
+    // state (waits); and back: dequantized to host fp32 (waits for the work queued before).
+    // codes (nf4_code_bytes(n)) and state (nf4_state_bytes(n)) are device memory.
+    void store_nf4(std::uint8_t* codes, std::uint8_t* state, const float* src, std::int64_t n) {
+        std::vector<std::uint8_t> host_codes(nf4_code_bytes(n)), host_state(nf4_state_bytes(n));
+        cpu::nf4_quantize(host_codes.data(), host_state.data(), src, n);
+        api_->copy_to_device(codes, host_codes.data(), host_codes.size(), stream_);
+        api_->copy_to_device(state, host_state.data(), host_state.size(), stream_);
+    }
+    void load_nf4(float* out, const std::uint8_t* codes, const std::uint8_t* state,
+                  std::int64_t n) const {
+        std::vector<std::uint8_t> host_codes(nf4_code_bytes(n)), host_state(nf4_state_bytes(n));
+        api_->copy_to_host(host_codes.data(), codes, host_codes.size(), stream_);
+        api_->copy_to_host(host_state.data(), state, host_state.size(), stream_);
+        cpu::nf4_dequantize<float>(out, host_codes.data(), host_state.data(), n);
     }
     void copy_from_host(void* dst, const void* src, std::size_t bytes) {
         api_->copy_to_device(dst, src, bytes, stream_);
@@ -161,22 +181,22 @@ struct CudaKernels {
                                   weight, weight_scale, M, N, K, transposes, context(scratch),
                                   stream_);
     }
-    // LoRA and NF4 on CUDA: until their kernels land (kernels/cuda/lora.cu, nf4.cu).
-    void lora_forward(T*, T*, const T*, const T*, const T*, const LoraShape&, float, float*) {
-        throw UsageError("--finetune: LoRA does not run on CUDA yet");
+    // LoRA (kernels/lora.h): dh (M, parts*r) in T is the backward's buffer; scratch is the
+    // cuBLASLt workspace, as matmul_*'s.
+    void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
+                      float scale, float* workspace) {
+        k_->lora_forward(out, h, inp, a, b, s, scale, context(workspace), stream_);
     }
-    void lora_backward(T*, T*, T*, T*, const T*, const T*, const T*, const T*, const T*,
-                       const LoraShape&, float, float*) {
-        throw UsageError("--finetune: LoRA does not run on CUDA yet");
+    void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
+                       const T* a, const T* b, const LoraShape& s, float scale, float* workspace) {
+        k_->lora_backward(dinp, da, db, dh, dout, inp, h, a, b, s, scale, context(workspace),
+                          stream_);
     }
-    void nf4_dequantize(T*, const std::uint8_t*, const std::uint8_t*, std::int64_t) {
-        throw UsageError("--finetune qlora: does not run on CUDA yet");
-    }
-    void store_nf4(std::uint8_t*, std::uint8_t*, const float*, std::int64_t) {
-        throw UsageError("--finetune qlora: does not run on CUDA yet");
-    }
-    void load_nf4(float*, const std::uint8_t*, const std::uint8_t*, std::int64_t) const {
-        throw UsageError("--finetune qlora: does not run on CUDA yet");
+    // NF4 (kernels/nf4.h): frozen QLoRA weights; codes (nf4_code_bytes(n)) and state
+    // (nf4_state_bytes(n)) in device memory.
+    void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state,
+                        std::int64_t n) {
+        k_->nf4_dequantize(out, codes, state, n, stream_);
     }
     void rope_forward(T* qkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         k_->rope_forward(qkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);
