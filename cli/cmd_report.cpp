@@ -100,6 +100,15 @@ json summarize(const profiler::RunReport& run, int warmup) {
     }
     for (const char* k : {"micro_batch", "seq_len", "grad_accum", "steps"})
         s[k] = integer(std::string("run.") + k);
+    // LoRA/QLoRA (reports before 2026-11-26 have no key: full fine-tuning).
+    s["finetune"] = "full";
+    if (const json& run_j = r.at("run"); run_j.contains("finetune")) {
+        s["finetune"] = string_field(r, "run.finetune", f);
+        if (s["finetune"] != "full") {
+            s["finetune"] = s["finetune"].get<std::string>() + " r" +
+                            std::to_string(integer("run.lora_rank"));
+        }
+    }
     for (const char* c : kCategories) {
         s["memory"][c] = {
             {"predicted", number_field(r, std::string("predicted.") + c, f)},
@@ -380,6 +389,7 @@ void print_table(const std::vector<json>& runs, int top) {
     row("optimizer", [&](const json& r) { return str(r["optimizer"]); });
     row("checkpointing", [&](const json& r) { return str(r["checkpointing"]); });
     row("attention", [&](const json& r) { return str(r["attention"]); });
+    row("finetune", [&](const json& r) { return str(r["finetune"]); });
     row("B x T x G", [&](const json& r) {
         return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]);
     });

@@ -374,6 +374,16 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     } else {
         std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n", peak / 1e9);
     }
+    if (o.plan.finetune != Finetune::full) {
+        std::int64_t trainable = 0, frozen = 0;
+        for (const ParamSlot& p : trainer.model().params()) (p.trainable ? trainable : frozen) += p.numel;
+        std::printf("  %s: rank %lld, alpha %g (scale %g); %lld adapter params trained, %lld frozen%s\n",
+                    std::string(enum_name(kFinetuneNames, o.plan.finetune)).c_str(),
+                    static_cast<long long>(o.plan.lora_rank), static_cast<double>(o.plan.lora_alpha),
+                    static_cast<double>(o.plan.lora_alpha) / static_cast<double>(o.plan.lora_rank),
+                    static_cast<long long>(trainable), static_cast<long long>(frozen),
+                    o.plan.finetune == Finetune::qlora ? " (block linears in NF4)" : "");
+    }
     if (parallel) print_parallel_summary(trainer, pred);
 
     nlohmann::json steps = nlohmann::json::array();
@@ -524,6 +534,10 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         if (!mr) throw InputError(mr.error);
     }
 
+    const bool adapters = o.plan.finetune != Finetune::full;
+    const double frozen_bytes_per_param = o.plan.finetune == Finetune::qlora
+                                              ? formulas::kNf4BitsPerParam / 8.0
+                                              : pred.bytes_per_param.weights;
     nlohmann::json measured_peaks, predicted;
     for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
         measured_peaks[std::string(enum_name(kMemCategoryNames, static_cast<MemCategory>(c)))] = peaks[c];
@@ -534,12 +548,18 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                  {"model_flops_per_step", pred.model_flops_per_step},
                  {"hardware_flops_per_step", pred.hardware_flops_per_step},
                  // The lectures' closed forms beside the detailed numbers above: 6N + attention
-                 // FLOPs per token, bytes per parameter times N, Korthikanti's activations.
+                 // FLOPs per token, bytes per parameter times N, Korthikanti's activations. With
+                 // adapters: 4N + 6m FLOPs, and the frozen N at its weight bytes (NF4's 4.127
+                 // bits under QLoRA) plus bytes per parameter times the m adapters.
                  {"closed_form",
                   {{"model_flops_per_step",
-                    (pred.flops_6n_per_token + pred.flops_attention_per_token) * pred.tokens_per_step},
+                    (adapters ? pred.flops_adapters_per_token : pred.flops_6n_per_token) *
+                            pred.tokens_per_step +
+                        pred.flops_attention_per_token * pred.tokens_per_step},
                    {"model_state_bytes",  // ZeRO paper, figure 1: sharded over the ranks by stage
-                    formulas::zero_model_state_bytes(pred.bytes_per_param, pred.total_params, ei.zero, ei.gpus)},
+                    (adapters ? pred.frozen_params * frozen_bytes_per_param : 0.0) +
+                        formulas::zero_model_state_bytes(pred.bytes_per_param, pred.trainable_params,
+                                                         ei.zero, ei.gpus)},
                    {"bytes_per_param", pred.bytes_per_param.total()},
                    {"activations", pred.act_closed_form_bytes}}}};
     nlohmann::json report = {
@@ -554,6 +574,9 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
           {"optimizer", optimizer},
           {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
           {"attention", enum_name(kAttentionNames, o.plan.attention)},
+          {"finetune", enum_name(kFinetuneNames, o.plan.finetune)},
+          {"lora_rank", o.plan.finetune == Finetune::full ? nlohmann::json(nullptr) : nlohmann::json(o.plan.lora_rank)},
+          {"lora_alpha", o.plan.finetune == Finetune::full ? nlohmann::json(nullptr) : nlohmann::json(o.plan.lora_alpha)},
           {"lr", o.optimizer.lr},
           {"seed", o.seed},
           {"first_step", first_step},

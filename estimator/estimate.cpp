@@ -381,6 +381,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     // FLOPs.
     const double per_mb = tokens_mb;
     e.flops_6n_per_token = formulas::training_flops_per_token_6n(n_total);
+    if (adapters) e.flops_adapters_per_token = formulas::adapter_training_flops_per_token(n_total, e.lora_params);
     e.flops_matmul_per_token = 6.0 * static_cast<double>(e.params.matmul);
     e.flops_attention_per_token = formulas::attention_flops_per_token(
         c.n_layers, static_cast<double>(T), static_cast<double>(c.d_model), in.causal_attention_flops);

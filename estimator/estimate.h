@@ -146,6 +146,7 @@ struct Estimate {
 
     // FLOPs.
     double flops_6n_per_token = 0;             // 6 N (N = total params)
+    double flops_adapters_per_token = 0;       // LoRA/QLoRA: 4 N + 6 N_adapters; 0 otherwise
     double flops_matmul_per_token = 0;         // 6 N_matmul (linear layers and head)
     double flops_attention_per_token = 0;      // closed form (6 or 12) L T C
     double model_flops_per_token = 0;          // the op plan's model FLOPs per token (MFU basis)

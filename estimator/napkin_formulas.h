@@ -13,6 +13,14 @@ namespace napkin::formulas {
 // section 2.1; the lecture's "6 x parameters x tokens").
 inline double training_flops_per_token_6n(double n_params) { return 6.0 * n_params; }
 
+// Fine-tuning with adapters (LoRA/QLoRA) on a frozen base of N parameters with m adapter
+// parameters: 2N forward and 2N for the input gradients through the frozen weights (no weight
+// gradients), and 6m for the adapters: 4N + 6m (the QLoRA paper's accounting of LoRA's savings:
+// the frozen weights skip the backward's weight-gradient GEMMs).
+inline double adapter_training_flops_per_token(double n_base, double n_adapters) {
+    return 4.0 * n_base + 6.0 * n_adapters;
+}
+
 // The attention score FLOPs per token that 6N leaves out: QK^T and PV are 2 * 2 * T * d_model
 // per layer forward when every pair is counted, times 3 for forward + backward:
 // 12 * L * T * d_model (PaLM, Chowdhery et al. 2022, appendix B). A causal mask keeps half of

@@ -295,6 +295,11 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     os << "\nFLOPs per token\n";
     std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
     os << line;
+    if (e.flops_adapters_per_token > 0) {
+        std::snprintf(line, sizeof line, "  %-34s %12s\n", "4N + 6 N_adapters (frozen base)",
+                      fmt_sci(e.flops_adapters_per_token).c_str());
+        os << line;
+    }
     if (!in.params_only) {
         std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "6 N_matmul (linear layers + head)",
                       fmt_sci(e.flops_matmul_per_token).c_str(),
@@ -430,6 +435,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     j["flops"] = {
         {"per_token",
          {{"six_n", e.flops_6n_per_token},
+          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
           {"matmul", e.flops_matmul_per_token},
           {"attention", e.flops_attention_per_token},
           {"model", e.model_flops_per_token},

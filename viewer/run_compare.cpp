@@ -59,7 +59,7 @@ std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs) {
 
     // Settings.
     add("model", [](const ReportData& r) { return r.model_name; });
-    for (const char* k : {"precision", "checkpointing", "attention", "optimizer", "micro_batch",
+    for (const char* k : {"precision", "checkpointing", "attention", "finetune", "optimizer", "micro_batch",
                           "seq_len", "grad_accum", "steps", "device"}) {
         if (any([k](const ReportData& r) { return !r.run_value(k).empty(); }))
             add(k, [k](const ReportData& r) { return r.run_value(k); });

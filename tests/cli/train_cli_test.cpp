@@ -360,6 +360,44 @@ TEST(TrainCli, InitFromLlmcCheckpoint) {
     EXPECT_NE(bad.err.find("--load-strategy"), std::string::npos) << bad.err;
 }
 
+// Fine-tuning GPT-2 weights with adapters: the first step's loss is the full model's (B starts
+// at zero) under LoRA, near it under QLoRA (the NF4 base), and every memory category equals the
+// prediction in report.json.
+TEST(TrainCli, FinetuneLlmcWeightsWithAdapters) {
+    const fs::path dir = fresh_dir("finetune");
+    fs::create_directories(dir);
+    write_llmc_checkpoint(dir / "gpt2_tiny.bin");
+    auto first_loss = [&](const std::string& flags, const std::string& name) {
+        const fs::path out = dir / name;
+        const CliRun r = napkin("train --init-from " + (dir / "gpt2_tiny.bin").string() +
+                                " --steps 3 --micro-batch 2 --seq-len 32 --precision bf16-amp " + flags +
+                                " --quiet --out " + out.string());
+        EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
+        const auto j = read_json(out / "report.json");
+        for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state",
+                              "activations", "temporaries"}) {
+            EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
+                << flags << ": " << k;
+        }
+        return j;
+    };
+    const auto full = first_loss("", "full");
+    const auto lora = first_loss("--finetune lora --lora-rank 8 --lora-alpha 16", "lora");
+    const auto qlora = first_loss("--finetune qlora --lora-rank 8", "qlora");
+    EXPECT_EQ(lora["run"]["finetune"], "lora");
+    EXPECT_EQ(lora["run"]["lora_rank"], 8);
+    EXPECT_EQ(lora["run"]["lora_alpha"], 16.0);
+    EXPECT_TRUE(full["run"]["lora_rank"].is_null());
+    EXPECT_EQ(lora["steps"][0]["loss"], full["steps"][0]["loss"]);
+    EXPECT_NEAR(qlora["steps"][0]["loss"].get<double>(), full["steps"][0]["loss"].get<double>(), 0.05);
+    // Adapters hold a small share of the weights: far fewer gradient and optimizer bytes.
+    EXPECT_LT(lora["measured"]["peak_bytes"]["optimizer_state"].get<double>(),
+              full["measured"]["peak_bytes"]["optimizer_state"].get<double>() / 4);
+    // QLoRA's frozen linears in NF4: fewer parameter bytes than LoRA's bf16 base.
+    EXPECT_LT(qlora["measured"]["peak_bytes"]["parameters"].get<double>(),
+              lora["measured"]["peak_bytes"]["parameters"].get<double>());
+}
+
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
     const bool existed = fs::exists(out);
@@ -522,6 +560,12 @@ TEST(TrainCli, BadInput) {
         EXPECT_EQ(z.rc, 2) << z.err;
         EXPECT_FALSE(fs::exists(dir / "a")) << "a refused run left " << (dir / "a");
     }
+    expect_error("train --finetune half", 2, "--finetune: unknown value 'half'", out);
+    expect_error("train --lora-rank 8", 2, "--lora-rank: needs --finetune lora or qlora", out);
+    expect_error("train --finetune lora --lora-rank 0", 2, "--lora-rank: must be a positive integer", out);
+    expect_error("train --finetune lora --lora-alpha 0", 2, "--lora-alpha: must be a positive number", out);
+    expect_error("train --finetune qlora --precision fp8-amp", 2, "not with --precision fp8-amp", out);
+    expect_error("train --finetune lora --zero 1", 2, "does not train adapters yet", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);

@@ -44,6 +44,9 @@ struct Case {
     // fp8-amp: every GEMM dimension a multiple of 16, as cuBLASLt's fp8 kernels need: d_model 32
     // over 2 heads, d_ff 64, B T = 2 x 16.
     bool fp8_shapes = false;
+    // LoRA / QLoRA (rank 4, alpha 8): the adapters' B moved off zero on both sides, so every
+    // adapter gradient and the input gradient through the adapters are compared.
+    Finetune finetune = Finetune::full;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -73,6 +76,11 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     in.attention = c.attention;
     in.checkpointing = c.checkpointing;
     in.loss_chunk_rows = 10;  // several chunks, the last one short
+    in.finetune = c.finetune;
+    if (c.finetune != Finetune::full) {
+        in.lora_rank = 4;
+        in.lora_alpha = 8.0f;
+    }
     const std::int64_t n = in.micro_batch * in.seq_len;
     std::mt19937 rng(7);
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(2 * n));
@@ -83,13 +91,23 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     HostMemory host;
     AccountingAllocator host_alloc(host);
     auto cpu = Gpt::create(cfg, in, host_alloc, 1234);
-    cpu->zero_grads();
-    const float cpu_loss = cpu->forward_backward(tokens.data(), tokens.data() + n, dloss);
 
     auto device = open_engine_device(DeviceKind::cuda);
     AccountingAllocator dev_alloc(device->memory());
     {
         auto gpu = device->create_gpt(cfg, in, dev_alloc, 1234);
+        std::normal_distribution<float> nd(0.0f, 0.2f);
+        for (std::size_t i = 0; i < cpu->params().size(); ++i) {
+            if (!cpu->params()[i].adapter) continue;
+            std::vector<float> w(static_cast<std::size_t>(cpu->params()[i].numel));
+            cpu->get_param(i, w.data());
+            for (float& v : w)
+                v += nd(rng);
+            cpu->set_param(i, w.data());
+            gpu->set_param(i, w.data());
+        }
+        cpu->zero_grads();
+        const float cpu_loss = cpu->forward_backward(tokens.data(), tokens.data() + n, dloss);
         Tensor batch(dev_alloc, "batch", MemCategory::data, DType::f32,
                      {2 * n});  // int32, same size
         device->copy_to_device(batch.raw(), tokens.data(), tokens.size() * sizeof(std::int32_t));
@@ -166,6 +184,12 @@ const Case kCases[] = {
      1e-4, 2e-1, 2e-2, false, true},
     {"fp8amp_naive_llama_full_checkpointing", Precision::fp8_amp, AttentionImpl::naive,
      Checkpointing::full, true, 1e-4, 2e-1, 2e-2, false, true},
+    {"fp32_flash_llama_lora", Precision::fp32, AttentionImpl::flash, Checkpointing::none, true,
+     1e-6, 1e-3, 1e-5, false, false, Finetune::lora},
+    {"bf16amp_flash_gpt2_qlora_full_checkpointing", Precision::bf16_amp, AttentionImpl::flash,
+     Checkpointing::full, false, 1e-4, 5e-2, 1e-2, false, false, Finetune::qlora},
+    {"fp16amp_naive_llama_qlora", Precision::fp16_amp, AttentionImpl::naive, Checkpointing::none,
+     true, 1e-5, 2e-2, 5e-3, false, false, Finetune::qlora},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {
