@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "core/check.h"
 #include "core/half.h"
 #include "kernels/lora.h"
 
@@ -81,11 +82,23 @@ const float* as_f32(const T* p, std::int64_t n, float*& scratch) {
     }
 }
 
+// Positive sizes (BLAS refuses a zero leading dimension), one to three parts whose rows tile N.
+void check_shape(const LoraShape& s, const char* op) {
+    const bool parts_ok = s.parts >= 1 && s.parts <= 3 && lora_part_rows(s, 0) > 0 &&
+                          lora_part_rows(s, 0) <= s.N &&
+                          (s.parts == 1 ? lora_part_rows(s, 0) == s.N
+                                        : (s.N - lora_part_rows(s, 0)) % (s.parts - 1) == 0);
+    NAPKIN_ASSERT(s.M >= 0 && s.N > 0 && s.K > 0 && s.r > 0 && parts_ok,
+                  op << ": M " << s.M << ", N " << s.N << ", K " << s.K << ", r " << s.r << ", parts "
+                     << s.parts << ", n_first " << s.n_first);
+}
+
 }  // namespace
 
 template <class T>
 void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
                   float scale, float* scratch) {
+    check_shape(s, "lora_forward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     const float* x = as_f32(inp, M * K, scratch);
     const float* af = as_f32(a, PR * K, scratch);
@@ -112,6 +125,7 @@ void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const Lora
 template <class T>
 void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
                    const T* a, const T* b, const LoraShape& s, float scale, float* scratch) {
+    check_shape(s, "lora_backward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     const float* g = as_f32(dout, M * N, scratch);
     const float* bf = as_f32(b, N * r, scratch);

@@ -209,6 +209,18 @@ TYPED_TEST(Lora, MatchesReferenceAndFiniteDifferences) {
         check_case<TypeParam>(c, seed + k++);
 }
 
+TEST(Lora, RefusesPartsThatDoNotTileTheRows) {
+    LoraShape s = shape_of({2, 10, 3, 2, 3, 5});  // 5 rows, then 5 left for two parts
+    std::vector<float> out(20), h(12), inp(6), a(18), b(20), scratch(1);
+    EXPECT_THROW(cpu::lora_forward<float>(out.data(), h.data(), inp.data(), a.data(), b.data(), s,
+                                          1.0f, scratch.data()),
+                 std::exception);
+    s.parts = 4;
+    EXPECT_THROW(cpu::lora_forward<float>(out.data(), h.data(), inp.data(), a.data(), b.data(), s,
+                                          1.0f, scratch.data()),
+                 std::exception);
+}
+
 TEST(LoraCost, CountsTheAdaptersOnce) {
     const LoraShape s = shape_of({6, 16, 8, 2, 3, 8});
     EXPECT_EQ(lora_params(s), 2 * (3 * 8 + 16));
