@@ -122,7 +122,7 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
         if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
         o.model = load_model_config(f.config);
     } else if (!f.init_from.empty() && cmd.count("--model") == 0) {
-        o.model = gpt2_config_from_weights(f.init_from);  // the shape the weights have
+        o.model = config_from_weights(f.init_from);  // the shape the weights have
     } else {
         o.model = preset_or_throw(f.model);
     }
@@ -287,7 +287,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         if (!f.resume.empty()) {
             throw UsageError("--init-from: a resumed run restores its weights from the checkpoint");
         }
-        init_weights = [&ir, &f, strategy](Gpt& model) { ir = import_gpt2_weights(f.init_from, model, strategy); };
+        init_weights = [&ir, &f, strategy](Gpt& model) { ir = import_weights(f.init_from, model, strategy); };
     }
     Trainer trainer(o, &comm, parallel ? build_id() : std::string(), init_weights);
     nlohmann::json init = nullptr;
@@ -717,8 +717,9 @@ void add_train_command(CLI::App& app) {
                     "RUN_DIR/checkpoints/step-N/, is always written at the end)")
         ->capture_default_str();
     cmd->add_option("--init-from", f->init_from,
-                    "Start from GPT-2 weights: an llm.c checkpoint (gpt2_124M.bin) or a Hugging Face "
-                    "model.safetensors; the model shape comes from the file unless --model is given");
+                    "Start from pretrained weights: an llm.c checkpoint (gpt2_124M.bin), a Hugging Face GPT-2 "
+                    "model.safetensors, or an earlier napkin run's RUN_DIR/checkpoint.safetensors; the model "
+                    "shape comes from the file unless --model is given");
     cmd->add_option("--load-strategy", f->load_strategy,
                     "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is reported)")
         ->capture_default_str();

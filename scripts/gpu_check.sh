@@ -186,6 +186,11 @@ do_runs() {
         --out "$out/runs/cuda-z2-bf16"
     step train_cuda_zero2_offload "$n" train --device cuda --zero 2 --precision bf16-amp --offload optimizer \
         --steps 20 --out "$out/runs/cuda-z2-offload"
+    # LoRA and QLoRA on GPT-2 124M (its frozen linears in NF4 under QLoRA), against the full run.
+    step train_cuda_gpt2_lora "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --finetune lora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-lora"
+    step train_cuda_gpt2_qlora "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --finetune qlora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-qlora"
     # The losses side by side (first and last step), for the note.
     if command -v jq >/dev/null; then
         for r in "$out"/runs/*/report.json; do

@@ -1,235 +1,37 @@
-// GPT-2 weights into the engine. Each format becomes one list of copies (file offset, dtype,
-// stored (rows, cols), transpose or not, target parameter), checked in full against the model
-// before anything is written; then the copies run in file order over one of three byte sources
-// (the load strategies). The big buffers are anonymous mappings, not heap blocks, so the peak RSS
-// a strategy adds is what it touches, whatever malloc had cached before, and goes back to the
-// system when the import ends.
+// Weights into the engine, one planner per format (llm.c, Hugging Face GPT-2, napkin's own
+// checkpoints). Each format becomes one list of copies (file offset, dtype, stored (rows, cols),
+// transpose or not, target parameter), checked in full against the model before anything is
+// written; then the copies run in file order over one of three byte sources (the load
+// strategies, weights_source.h). The big buffers are anonymous mappings, not heap blocks, so the
+// peak RSS a strategy adds is what it touches, whatever malloc had cached before, and goes back
+// to the system when the import ends.
 #include "core/engine/weights_import.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/check.h"
+#include "core/config_json.h"
+#include "core/engine/checkpoint.h"
+#include "core/engine/weights_source.h"
 #include "core/safetensors.h"
 
 namespace napkin {
 
 namespace {
 
+using namespace weights_detail;
+
 constexpr std::int32_t kLlmcMagic = 20240326;
 constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
-
-[[noreturn]] void bad(const std::string& path, const std::string& what) {
-    throw InputError(path + ": " + what);
-}
-
-int element_bytes(DType t) {
-    return dtype_bits(t) / 8;
-}
-
-// ---- files and buffers ---------------------------------------------------------------------
-
-class Fd {
-public:
-    explicit Fd(const std::string& path) {
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) bad(path, std::string("cannot open (") + std::strerror(errno) + ")");
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd_);
-            bad(path, "not a regular file");
-        }
-        bytes_ = static_cast<std::uint64_t>(st.st_size);
-    }
-    ~Fd() { ::close(fd_); }
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-    int get() const { return fd_; }
-    std::uint64_t bytes() const { return bytes_; }
-
-private:
-    int fd_ = -1;
-    std::uint64_t bytes_ = 0;
-};
-
-// Anonymous, page-aligned memory that returns to the system when freed (a heap block of this
-// size might reuse pages already resident and hide the strategy's true footprint).
-class PageBuffer {
-public:
-    PageBuffer() = default;
-    ~PageBuffer() { release(); }
-    PageBuffer(const PageBuffer&) = delete;
-    PageBuffer& operator=(const PageBuffer&) = delete;
-
-    // At least `bytes`, contents undefined. Frees the old mapping before making a larger one.
-    // `populate` faults every page in up front, in one call: for a buffer about to be filled
-    // whole, twice as fast as taking the faults one by one inside read() on the dev VM.
-    unsigned char* ensure(std::size_t bytes, bool populate = false) {
-        if (bytes <= bytes_) return data_;
-        release();
-        const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0);
-        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (p == MAP_FAILED) throw std::bad_alloc();
-        data_ = static_cast<unsigned char*>(p);
-        bytes_ = bytes;
-        return data_;
-    }
-    unsigned char* data() const { return data_; }
-    void release() {
-        if (data_ != nullptr) ::munmap(data_, bytes_);
-        data_ = nullptr;
-        bytes_ = 0;
-    }
-
-private:
-    unsigned char* data_ = nullptr;
-    std::size_t bytes_ = 0;
-};
-
-// Where a copy's bytes come from: the load strategies.
-class ByteSource {
-public:
-    virtual ~ByteSource() = default;
-    // The file's bytes [offset, offset + n), valid until the next call. `dst`, when not null,
-    // holds n bytes the source may read into (and then returns); a source that already holds
-    // the bytes returns its own pointer.
-    virtual const unsigned char* get(std::uint64_t offset, std::size_t n, unsigned char* dst) = 0;
-};
-
-class ReadAllSource final : public ByteSource {
-public:
-    ReadAllSource(int fd, std::uint64_t file_bytes, const std::string& path) {
-        unsigned char* p = buf_.ensure(static_cast<std::size_t>(file_bytes), true);
-        pread_exact(fd, p, static_cast<std::size_t>(file_bytes), 0, path);
-    }
-    const unsigned char* get(std::uint64_t offset, std::size_t, unsigned char*) override {
-        return buf_.data() + offset;
-    }
-
-private:
-    PageBuffer buf_;
-};
-
-class SequentialSource final : public ByteSource {
-public:
-    SequentialSource(int fd, const std::string& path) : fd_(fd), path_(path) {}
-    const unsigned char* get(std::uint64_t offset, std::size_t n, unsigned char* dst) override {
-        unsigned char* p = dst != nullptr ? dst : buf_.ensure(n);
-        pread_exact(fd_, p, n, offset, path_);
-        return p;
-    }
-
-private:
-    int fd_;
-    std::string path_;
-    PageBuffer buf_;  // 16-bit and transposed tensors: grows to the largest
-};
-
-class MmapSource final : public ByteSource {
-public:
-    MmapSource(int fd, std::uint64_t file_bytes, const std::string& path)
-        : bytes_(static_cast<std::size_t>(file_bytes)) {
-        void* p = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) bad(path, std::string("cannot map (") + std::strerror(errno) + ")");
-        base_ = static_cast<const unsigned char*>(p);
-        ::madvise(const_cast<unsigned char*>(base_), bytes_, MADV_SEQUENTIAL);  // advice only
-    }
-    ~MmapSource() override { ::munmap(const_cast<unsigned char*>(base_), bytes_); }
-    MmapSource(const MmapSource&) = delete;
-    MmapSource& operator=(const MmapSource&) = delete;
-    const unsigned char* get(std::uint64_t offset, std::size_t, unsigned char*) override {
-        return base_ + offset;
-    }
-
-private:
-    const unsigned char* base_ = nullptr;
-    std::size_t bytes_ = 0;
-};
-
-// ---- the copies ------------------------------------------------------------------------------
-
-// One parameter from the file: (rows, cols) elements of `dtype` at `offset`, transposed into
-// (cols, rows) for Conv1D weights; the parameter's elements past rows * cols (wte's padding
-// rows) are zeroed.
-struct Copy {
-    std::size_t param = 0;
-    std::uint64_t offset = 0;  // in the file
-    DType dtype = DType::f32;
-    std::int64_t rows = 0;
-    std::int64_t cols = 0;
-    bool transpose = false;
-    std::size_t count() const { return static_cast<std::size_t>(rows * cols); }
-    std::size_t bytes() const { return count() * static_cast<std::size_t>(element_bytes(dtype)); }
-};
-
-struct ImportPlan {
-    std::string format;
-    std::vector<Copy> copies;
-    std::uint64_t extra_bytes_read = 0;  // read while checking (a tied lm_head)
-};
-
-// src: (rows, cols) in the file, row-major; dst: (cols, rows). Blocks of rows are widened to fp32
-// first so the scattered writes go to a few cache lines at a time.
-void transpose_to_f32(DType dt, const unsigned char* src, std::int64_t rows, std::int64_t cols,
-                      float* dst) {
-    constexpr std::int64_t kBlock = 32;
-    std::vector<float> block(static_cast<std::size_t>(kBlock * cols));
-    const auto row_bytes = static_cast<std::size_t>(cols * element_bytes(dt));
-    for (std::int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-        const std::int64_t nr = std::min(kBlock, rows - r0);
-        convert_to_f32(dt, src + static_cast<std::size_t>(r0) * row_bytes,
-                       static_cast<std::size_t>(nr * cols), block.data());
-        for (std::int64_t c = 0; c < cols; ++c) {
-            float* d = dst + c * rows + r0;
-            for (std::int64_t r = 0; r < nr; ++r) {
-                d[r] = block[static_cast<std::size_t>(r * cols + c)];
-            }
-        }
-    }
-}
-
-void run_copies(Gpt& model, std::vector<Copy> copies, ByteSource& source) {
-    std::sort(copies.begin(), copies.end(),
-              [](const Copy& a, const Copy& b) { return a.offset < b.offset; });
-    // fp32, as large as the largest parameter so far; pages only count once written, so a copy
-    // that goes straight from the source to the model costs nothing here.
-    PageBuffer staging;
-    for (const Copy& c : copies) {
-        const auto numel = static_cast<std::size_t>(model.params()[c.param].numel);
-        unsigned char* stage = staging.ensure(numel * sizeof(float));
-        auto* dst = reinterpret_cast<float*>(stage);
-        if (c.dtype == DType::f32 && !c.transpose) {
-            // sequential reads straight into the staging buffer; read_all and mmap hand back
-            // their own bytes, used in place when they are the whole, aligned parameter.
-            const unsigned char* p = source.get(c.offset, c.bytes(), stage);
-            if (c.count() == numel && reinterpret_cast<std::uintptr_t>(p) % alignof(float) == 0) {
-                model.set_param(c.param, reinterpret_cast<const float*>(p));
-                continue;
-            }
-            if (p != stage) convert_to_f32(DType::f32, p, c.count(), dst);
-        } else if (c.transpose) {
-            const unsigned char* p = source.get(c.offset, c.bytes(), nullptr);
-            transpose_to_f32(c.dtype, p, c.rows, c.cols, dst);
-        } else {
-            convert_to_f32(c.dtype, source.get(c.offset, c.bytes(), nullptr), c.count(), dst);
-        }
-        std::fill(dst + c.count(), dst + numel, 0.0f);
-        model.set_param(c.param, dst);
-    }
-}
 
 // ---- the model ---------------------------------------------------------------------------------
 
@@ -263,36 +65,6 @@ void check_gpt2_shaped(const std::string& path, const ModelConfig& m) {
          "4 * d_model = " + std::to_string(4 * m.d_model));
 }
 
-std::size_t param_index(const std::unordered_map<std::string, std::size_t>& index,
-                        const std::string& name) {
-    const auto it = index.find(name);
-    NAPKIN_ASSERT(it != index.end(), "the GPT-2-shaped model has no parameter '" << name << "'");
-    return it->second;
-}
-
-std::unordered_map<std::string, std::size_t> param_indices(Gpt& model) {
-    std::unordered_map<std::string, std::size_t> index;
-    for (std::size_t i = 0; i < model.params().size(); ++i) {
-        index.emplace(model.params()[i].name, i);
-    }
-    return index;
-}
-
-// Every parameter exactly once, with as many elements as the copy fills or fewer padding rows;
-// LoRA adapters never (they keep their initialization: B = 0, the imported model unchanged).
-void check_coverage(Gpt& model, const std::vector<Copy>& copies) {
-    std::vector<int> seen(model.params().size(), 0);
-    for (const Copy& c : copies) {
-        ++seen[c.param];
-        NAPKIN_ASSERT(static_cast<std::int64_t>(c.count()) <= model.params()[c.param].numel,
-                      "copy into '" << model.params()[c.param].name << "' overflows it");
-    }
-    for (std::size_t i = 0; i < seen.size(); ++i) {
-        const int want = model.params()[i].adapter ? 0 : 1;
-        NAPKIN_ASSERT(seen[i] == want, "parameter '" << model.params()[i].name << "' filled "
-                                                     << seen[i] << " times");
-    }
-}
 
 ModelConfig gpt2_config(std::int64_t ctx, std::int64_t V, std::int64_t Vp, int L, int NH,
                         std::int64_t C) {
@@ -598,6 +370,74 @@ ImportPlan plan_safetensors(const SafetensorsFile& st, Gpt& model) {
     return plan;
 }
 
+// ---- napkin checkpoints ----------------------------------------------------------------------
+
+bool is_napkin_checkpoint(const SafetensorsFile& st) {
+    const auto it = st.metadata().find("format");
+    return it != st.metadata().end() && it->second == kCheckpointFormat;
+}
+
+// The model a napkin checkpoint was trained with (its "model" metadata, docs/CHECKPOINTS.md).
+// Only a full model's weights start another run: a fine-tuning checkpoint's adapters are not
+// merged into its frozen base (QLoRA's base is NF4 bytes).
+ModelConfig napkin_checkpoint_config(const SafetensorsFile& st) {
+    const auto& meta = st.metadata();
+    const auto ft = meta.find("finetune");
+    if (ft != meta.end() && ft->second != "full") {
+        bad(st.path(), "a --finetune " + ft->second +
+                           " checkpoint: its adapters are not merged into the base weights; start "
+                           "from the checkpoint of a full run (or --resume this one)");
+    }
+    const auto model = meta.find("model");
+    if (model == meta.end()) bad(st.path(), "metadata key 'model' missing");
+    nlohmann::json doc;
+    try {
+        doc = nlohmann::json::parse(model->second);
+    } catch (const nlohmann::json::parse_error&) {
+        bad(st.path(), "metadata key 'model' is not valid JSON");
+    }
+    try {
+        return model_config_from_json(doc, st.path() + " (metadata key 'model')");
+    } catch (const UsageError& e) {
+        throw InputError(e.what());
+    }
+}
+
+// A napkin checkpoint's weights by the engine's own names and shapes (param_tensors), whatever
+// the architecture; its master copies and moments are left alone. The model must have the
+// checkpoint's shape (its name aside).
+ImportPlan plan_napkin_checkpoint(const SafetensorsFile& st, Gpt& model) {
+    const ModelConfig saved = napkin_checkpoint_config(st);
+    const ModelConfig& m = *model.plan().config;
+    nlohmann::json a = model_config_to_json(saved), b = model_config_to_json(m);
+    a.erase("name");
+    b.erase("name");
+    if (a != b) {
+        std::string diff;
+        for (const auto& [key, value] : a.items()) {
+            if (b.contains(key) && b[key] == value) continue;
+            diff += (diff.empty() ? "" : ", ") + key + " " + value.dump() + " (file) vs " +
+                    (b.contains(key) ? b[key].dump() : "none") + " (model)";
+        }
+        bad(st.path(), "the checkpoint's model differs: " + diff);
+    }
+    ImportPlan plan;
+    plan.format = "napkin checkpoint";
+    for (std::size_t i = 0; i < model.params().size(); ++i) {
+        const ParamSlot& p = model.params()[i];
+        if (p.adapter) continue;  // the fine-tuning run's own, B = 0
+        const SafetensorsTensor* t = st.find(p.name);
+        if (t == nullptr) bad(st.path(), "missing tensor '" + p.name + "'");
+        if (t->numel() != p.numel) {
+            bad(st.path(), "tensor '" + p.name + "' has shape " + shape_text(t->shape) + ", " +
+                               std::to_string(p.numel) + " elements expected");
+        }
+        plan.copies.push_back(
+            Copy{i, st.data_start() + t->begin, st.readable_dtype(*t), 1, p.numel, false});
+    }
+    return plan;
+}
+
 // ---- format and measurement ------------------------------------------------------------------
 
 enum class Format { llmc, safetensors };
@@ -619,87 +459,17 @@ Format detect_format(const std::string& path, const Fd& fd) {
                   ") nor a safetensors file (JSON header after an 8-byte length)");
 }
 
-// Values in kB from /proc/self/status ("VmRSS:", "VmHWM:").
-std::optional<std::int64_t> status_kb(const char* key) {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    const std::size_t klen = std::strlen(key);
-    while (std::getline(in, line)) {
-        if (line.compare(0, klen, key) == 0) {
-            try {
-                return std::stoll(line.substr(klen));
-            } catch (const std::exception&) {
-                return std::nullopt;
-            }
-        }
-    }
-    return std::nullopt;
-}
-
-struct RssProbe {
-    bool reset = false;
-    std::optional<std::int64_t> rss_before_kb;
-};
-
-RssProbe start_rss_probe() {
-    RssProbe p;
-    // "5" resets the peak resident set size (VmHWM) to the current one (Linux >= 4.0).
-    if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
-        p.reset = std::fputs("5", f) >= 0;
-        p.reset = (std::fclose(f) == 0) && p.reset;
-    }
-    p.rss_before_kb = status_kb("VmRSS:");
-    return p;
-}
-
-void finish_rss_probe(const RssProbe& p, ImportReport& r) {
-    const auto hwm = status_kb("VmHWM:");
-    r.peak_rss_reset = p.reset;
-    if (!hwm || !p.rss_before_kb) {
-        r.peak_rss_increase_bytes = -1;
-        return;
-    }
-    r.peak_rss_increase_bytes = std::max<std::int64_t>(0, *hwm - *p.rss_before_kb) * 1024;
-}
-
-void execute(Gpt& model, const ImportPlan& plan, int fd, std::uint64_t file_bytes,
-             const std::string& path, LoadStrategy strategy, ImportReport& r) {
-    check_coverage(model, plan.copies);
-    std::uint64_t bytes = plan.extra_bytes_read;
-    for (const Copy& c : plan.copies) {
-        bytes += c.bytes();
-    }
-    switch (strategy) {
-        case LoadStrategy::read_all: {
-            ReadAllSource src(fd, file_bytes, path);
-            run_copies(model, plan.copies, src);
-            break;
-        }
-        case LoadStrategy::sequential: {
-            SequentialSource src(fd, path);
-            run_copies(model, plan.copies, src);
-            break;
-        }
-        case LoadStrategy::mmap: {
-            MmapSource src(fd, file_bytes, path);
-            run_copies(model, plan.copies, src);
-            break;
-        }
-    }
-    r.format = plan.format;
-    r.tensors = static_cast<std::int64_t>(plan.copies.size());
-    r.bytes_read = static_cast<std::int64_t>(bytes);
-}
 
 }  // namespace
 
-ModelConfig gpt2_config_from_weights(const std::string& path) {
+ModelConfig config_from_weights(const std::string& path) {
     const Fd fd(path);
     if (detect_format(path, fd) == Format::llmc) {
         const LlmcHeader h = read_llmc_header(path, fd);
         return gpt2_config(h.maxT, h.V, h.Vp, static_cast<int>(h.L), static_cast<int>(h.NH), h.C);
     }
     const SafetensorsFile st(path);
+    if (is_napkin_checkpoint(st)) return napkin_checkpoint_config(st);
     const HfShape s = read_hf_shape(st);
     int heads = 0;
     if (s.NH) {
@@ -717,7 +487,7 @@ ModelConfig gpt2_config_from_weights(const std::string& path) {
     return gpt2_config(s.ctx, s.V, pad_vocab(s.V), s.L, heads, s.C);
 }
 
-ImportReport import_gpt2_weights(const std::string& path, Gpt& model, LoadStrategy strategy) {
+ImportReport import_weights(const std::string& path, Gpt& model, LoadStrategy strategy) {
     const RssProbe probe = start_rss_probe();
     const auto t0 = std::chrono::steady_clock::now();
     ImportReport r;
@@ -728,7 +498,8 @@ ImportReport import_gpt2_weights(const std::string& path, Gpt& model, LoadStrate
             execute(model, plan, fd.get(), fd.bytes(), path, strategy, r);
         } else {
             const SafetensorsFile st(path);
-            const ImportPlan plan = plan_safetensors(st, model);
+            const ImportPlan plan = is_napkin_checkpoint(st) ? plan_napkin_checkpoint(st, model)
+                                                             : plan_safetensors(st, model);
             execute(model, plan, st.fd(), st.file_bytes(), path, strategy, r);
         }
     }

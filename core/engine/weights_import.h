@@ -1,4 +1,4 @@
-// Pretrained GPT-2 weights into the engine, from two formats (docs/WEIGHTS.md):
+// Pretrained weights into the engine, from three formats (docs/WEIGHTS.md):
 //  - llm.c's checkpoint (train_gpt2.c write_model, gpt2_124M.bin): 256 int32 header
 //    [magic 20240326, version 3 (fp32) | 5 (bf16), maxT, V, L, NH, C, Vp], then every parameter
 //    back to back, grouped by kind across layers: wte (Vp, C), wpe (maxT, C), ln1w (L, C),
@@ -11,7 +11,13 @@
 //    "h.<l>.attn.c_proj.weight" (C, C), "h.<l>.mlp.c_fc.weight" (C, 4C), "h.<l>.mlp.c_proj.weight"
 //    (4C, C); their biases as is; "ln_f.{weight,bias}". The causal-mask buffers "h.<l>.attn.bias"
 //    and ".masked_bias" are ignored, and "lm_head.weight" too when it equals wte (tied).
-// The token embedding's rows beyond what the file holds (up to the model's Vp) are zeroed.
+//  - napkin's own checkpoint (napkin train's checkpoint.safetensors, docs/CHECKPOINTS.md, its
+//    metadata "format" napkin-checkpoint/1): the weights by napkin's names, of any architecture
+//    the engine runs; masters and moments are ignored. A fine-tuning run's checkpoint is refused
+//    (its adapters are not merged into the base).
+// The token embedding's rows beyond what the file holds (up to the model's Vp) are zeroed. LoRA
+// adapters are never in a file: they keep their initialization (B = 0).
+// The byte sources and copies behind the formats: core/engine/weights_source.h.
 // Tests: tests/engine/weights_import_test.cpp.
 #pragma once
 
@@ -58,18 +64,21 @@ struct ImportReport {
 // safetensors: L from the highest "h.<l>." index, (V, C) from wte, ctx from wpe's rows,
 // Vp = pad_vocab(V), NH from the "__metadata__" key "n_head" (or "num_attention_heads") if
 // present, else C / 64 (GPT-2's head size at every size). The name is the matching preset's
-// ("gpt2", "gpt2-medium", ...) or "custom". InputError naming PATH when the file is neither
-// format or its header is bad.
-ModelConfig gpt2_config_from_weights(const std::string& path);
+// ("gpt2", "gpt2-medium", ...) or "custom". A napkin checkpoint: the config it was trained
+// with, as saved. InputError naming PATH when the file is no format napkin reads or its header is
+// bad.
+ModelConfig config_from_weights(const std::string& path);
 
 // Writes every parameter of `model` from PATH (the format is recognized by its content: llm.c's
-// magic, else a safetensors header). InputError naming PATH: unreadable, neither format, bad
+// magic, else a safetensors header, napkin's when its metadata says so). InputError naming
+// PATH: unreadable, no format napkin reads, bad
 // magic or version, truncated ("truncated: expected N bytes, found M"), a model that is not
 // GPT-2-shaped or does not match the file (naming the field: n_layers, d_model, n_heads,
 // context_length, vocab_size), a tensor missing or of the wrong shape (naming it and the
 // expected shape), a dtype other than F32/F16/BF16, a separate lm_head.weight that differs
-// from wte. Every check runs before the first parameter is written; only a read failing midway
+// from wte, a napkin checkpoint of another model shape (naming the fields) or of a fine-tuning
+// run. Every check runs before the first parameter is written; only a read failing midway
 // (an I/O error) can leave the model partly written.
-ImportReport import_gpt2_weights(const std::string& path, Gpt& model, LoadStrategy strategy);
+ImportReport import_weights(const std::string& path, Gpt& model, LoadStrategy strategy);
 
 }  // namespace napkin

@@ -398,6 +398,34 @@ TEST(TrainCli, FinetuneLlmcWeightsWithAdapters) {
               lora["measured"]["peak_bytes"]["parameters"].get<double>());
 }
 
+// Pretrain, then fine-tune from the run's own checkpoint: the weights carry over (a full and a
+// LoRA run from it start at the same loss, bit for bit), the shape comes from the file, and a
+// fine-tuning run's checkpoint is refused as a starting point.
+TEST(TrainCli, FinetuneANapkinRunsCheckpoint) {
+    const fs::path dir = fresh_dir("pretrain");
+    const CliRun base = napkin("train --steps 20 --micro-batch 2 --seq-len 32 --quiet --out " +
+                               (dir / "base").string());
+    ASSERT_EQ(base.rc, 0) << base.err;
+    const std::string ckpt = (dir / "base" / "checkpoint.safetensors").string();
+    auto run = [&](const std::string& flags, const std::string& name) {
+        const CliRun r = napkin("train --init-from " + ckpt + " --steps 2 --micro-batch 2 --seq-len 32 " +
+                                flags + " --quiet --out " + (dir / name).string());
+        EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
+        return read_json(dir / name / "report.json");
+    };
+    const auto full = run("", "full");
+    const auto lora = run("--finetune lora --lora-rank 4", "lora");
+    EXPECT_EQ(full["init"]["format"], "napkin checkpoint");
+    EXPECT_EQ(lora["model"]["name"], "tiny");
+    EXPECT_EQ(lora["steps"][0]["loss"], full["steps"][0]["loss"]);
+    // Where the base run left off, not at ln 256 = 5.55 (a fresh model's).
+    EXPECT_LT(full["steps"][0]["loss"].get<double>(), 5.0);
+    const CliRun again = napkin("train --init-from " + (dir / "lora" / "checkpoint.safetensors").string() +
+                                " --steps 2 --quiet --out " + (dir / "again").string());
+    EXPECT_EQ(again.rc, 1);
+    EXPECT_NE(again.err.find("adapters are not merged"), std::string::npos) << again.err;
+}
+
 void expect_error(const std::string& args, int rc, const std::string& needle, const fs::path& out) {
     SCOPED_TRACE(args);
     const bool existed = fs::exists(out);

@@ -3,7 +3,8 @@
 // Hugging Face GPT-2 safetensors file (Conv1D (in, out) weights, with and without the
 // "transformer." prefix, F32/BF16/F16, aligned and unaligned data), imported with every load
 // strategy and compared parameter by parameter; the shape read back from each file; the errors,
-// each an InputError naming the file.
+// each an InputError naming the file; and napkin's own checkpoints as the weights of a new run
+// (any architecture, full or with adapters on top), a fine-tuning checkpoint refused.
 #include "core/engine/weights_import.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/engine/checkpoint.h"
+#include "core/engine/trainer.h"
 #include "core/half.h"
 #include "core/safetensors.h"
 
@@ -321,7 +324,7 @@ TEST_F(WeightsImport, LlmcEveryVersionPaddingAndStrategy) {
         for (LoadStrategy s : kStrategies) {
             SCOPED_TRACE(path + " " + std::string(enum_name(kLoadStrategyNames, s)));
             Engine e(cfg);
-            const ImportReport r = import_gpt2_weights(path, *e.model, s);
+            const ImportReport r = import_weights(path, *e.model, s);
             EXPECT_EQ(r.format, "llm.c");
             EXPECT_EQ(r.tensors, static_cast<std::int64_t>(e.model->params().size()));
             expect_weights(e, w, spec.version == 5 ? "BF16" : "F32");
@@ -345,7 +348,7 @@ TEST_F(WeightsImport, SafetensorsTransposesEveryVariantAndStrategy) {
             SCOPED_TRACE(path + " " + spec.dtype + " prefix '" + spec.prefix + "' " +
                          std::string(enum_name(kLoadStrategyNames, s)));
             Engine e(cfg);
-            const ImportReport r = import_gpt2_weights(path, *e.model, s);
+            const ImportReport r = import_weights(path, *e.model, s);
             EXPECT_EQ(r.format, "safetensors");
             expect_weights(e, w, spec.dtype);  // wte rows 50..63 zero
         }
@@ -371,7 +374,7 @@ TEST_F(WeightsImport, BytesReadAndTimePerStrategy) {
         for (const auto& [path, bytes] :
              {std::pair{bin, params * 4}, std::pair{st, st_params * 4}}) {
             Engine e(cfg);
-            const ImportReport r = import_gpt2_weights(path, *e.model, s);
+            const ImportReport r = import_weights(path, *e.model, s);
             EXPECT_EQ(r.bytes_read, bytes)
                 << path;  // the parameters only, not the header or buffers
             EXPECT_TRUE(std::isfinite(r.seconds));
@@ -390,8 +393,8 @@ TEST_F(WeightsImport, PeakRssFollowsTheStrategy) {
     write_llmc(path, cfg, random_weights(cfg, cfg.padded_vocab_size, 14), LlmcSpec{3, 1024});
     const auto file_bytes = static_cast<std::int64_t>(fs::file_size(path));
     Engine e(cfg);
-    const ImportReport all = import_gpt2_weights(path, *e.model, LoadStrategy::read_all);
-    const ImportReport seq = import_gpt2_weights(path, *e.model, LoadStrategy::sequential);
+    const ImportReport all = import_weights(path, *e.model, LoadStrategy::read_all);
+    const ImportReport seq = import_weights(path, *e.model, LoadStrategy::sequential);
     if (all.peak_rss_increase_bytes < 0) GTEST_SKIP() << "/proc/self/status is not readable here";
     EXPECT_GE(all.peak_rss_increase_bytes, file_bytes * 9 / 10);
     if (all.peak_rss_reset) {
@@ -404,7 +407,7 @@ TEST_F(WeightsImport, ConfigFromWeights) {
     const ModelConfig cfg = small_gpt2();
     const std::string bin = file("m.bin");
     write_llmc(bin, cfg, random_weights(cfg, 64, 15), LlmcSpec{5, 64});
-    const ModelConfig a = gpt2_config_from_weights(bin);
+    const ModelConfig a = config_from_weights(bin);
     EXPECT_EQ(a.n_layers, 2);
     EXPECT_EQ(a.d_model, 32);
     EXPECT_EQ(a.n_heads, 4);
@@ -420,7 +423,7 @@ TEST_F(WeightsImport, ConfigFromWeights) {
     const std::string st = file("m.safetensors");
     write_safetensors(st, hf_entries(cfg, w, HfSpec{"F32", "transformer.", false, true}),
                       {{"n_head", "4"}});
-    const ModelConfig b = gpt2_config_from_weights(st);
+    const ModelConfig b = config_from_weights(st);
     EXPECT_EQ(b.n_layers, 2);
     EXPECT_EQ(b.d_model, 32);
     EXPECT_EQ(b.n_heads, 4);
@@ -430,10 +433,10 @@ TEST_F(WeightsImport, ConfigFromWeights) {
 
     // Without metadata the heads are C / 64; C = 32 cannot say.
     write_safetensors(st, hf_entries(cfg, w, HfSpec{}), nullptr);
-    expect_input_error(st, "n_head", [&] { gpt2_config_from_weights(st); });
+    expect_input_error(st, "n_head", [&] { config_from_weights(st); });
     const ModelConfig wide = small_gpt2(1, 128, 2);
     write_safetensors(st, hf_entries(wide, random_weights(wide, 50, 17), HfSpec{}), nullptr);
-    EXPECT_EQ(gpt2_config_from_weights(st).n_heads, 2);
+    EXPECT_EQ(config_from_weights(st).n_heads, 2);
 
     // The preset's name when the shape is GPT-2 small's (a sparse file of the right size).
     const ModelConfig& g = preset_or_throw("gpt2");
@@ -443,7 +446,7 @@ TEST_F(WeightsImport, ConfigFromWeights) {
         std::ofstream(gpt2, std::ios::binary).write(reinterpret_cast<const char*>(h), sizeof h);
     }
     fs::resize_file(gpt2, 1024 + static_cast<std::uintmax_t>(count_params(g).allocated) * 4);
-    EXPECT_EQ(gpt2_config_from_weights(gpt2).name, "gpt2");
+    EXPECT_EQ(config_from_weights(gpt2).name, "gpt2");
 }
 
 TEST_F(WeightsImport, LlmcErrorsNameTheFile) {
@@ -454,10 +457,10 @@ TEST_F(WeightsImport, LlmcErrorsNameTheFile) {
 
     write_llmc(path, cfg, w, LlmcSpec{3, 64, 12345});
     expect_input_error(path, "bad magic 12345",
-                       [&] { import_gpt2_weights(path, *e.model, LoadStrategy::sequential); });
+                       [&] { import_weights(path, *e.model, LoadStrategy::sequential); });
     write_llmc(path, cfg, w, LlmcSpec{4, 64});
     expect_input_error(path, "version 4",
-                       [&] { import_gpt2_weights(path, *e.model, LoadStrategy::sequential); });
+                       [&] { import_weights(path, *e.model, LoadStrategy::sequential); });
 
     write_llmc(path, cfg, w, LlmcSpec{});
     const auto full = fs::file_size(path);
@@ -465,35 +468,35 @@ TEST_F(WeightsImport, LlmcErrorsNameTheFile) {
     const std::string truncated = "truncated: expected " + std::to_string(full) + " bytes, found " +
                                   std::to_string(full - 100);
     expect_input_error(path, truncated,
-                       [&] { import_gpt2_weights(path, *e.model, LoadStrategy::mmap); });
-    expect_input_error(path, truncated, [&] { gpt2_config_from_weights(path); });
+                       [&] { import_weights(path, *e.model, LoadStrategy::mmap); });
+    expect_input_error(path, truncated, [&] { config_from_weights(path); });
 
     // The model must match the file, field by field, and be GPT-2-shaped.
     write_llmc(path, cfg, w, LlmcSpec{});
     Engine deeper(small_gpt2(3));
     expect_input_error(path, "n_layers 2, the model 3",
-                       [&] { import_gpt2_weights(path, *deeper.model, LoadStrategy::read_all); });
+                       [&] { import_weights(path, *deeper.model, LoadStrategy::read_all); });
     Engine other_vocab(small_gpt2(2, 32, 4, 60, 64));
     expect_input_error(path, "vocab_size", [&] {
-        import_gpt2_weights(path, *other_vocab.model, LoadStrategy::read_all);
+        import_weights(path, *other_vocab.model, LoadStrategy::read_all);
     });
     Engine other_heads(small_gpt2(2, 32, 2));
     expect_input_error(path, "n_heads", [&] {
-        import_gpt2_weights(path, *other_heads.model, LoadStrategy::read_all);
+        import_weights(path, *other_heads.model, LoadStrategy::read_all);
     });
     ModelConfig rms = cfg;
     rms.norm = NormKind::rmsnorm;
     Engine rms_model(rms);
     expect_input_error(path, "norm is rmsnorm", [&] {
-        import_gpt2_weights(path, *rms_model.model, LoadStrategy::read_all);
+        import_weights(path, *rms_model.model, LoadStrategy::read_all);
     });
 
     const std::string text = file("notes.txt");
     std::ofstream(text) << "hello, these are not weights";
     expect_input_error(text, "neither an llm.c checkpoint",
-                       [&] { import_gpt2_weights(text, *e.model, LoadStrategy::read_all); });
+                       [&] { import_weights(text, *e.model, LoadStrategy::read_all); });
     expect_input_error(file("absent.bin"), "cannot open",
-                       [&] { gpt2_config_from_weights(file("absent.bin")); });
+                       [&] { config_from_weights(file("absent.bin")); });
 }
 
 TEST_F(WeightsImport, SafetensorsErrorsNameTheFileAndTensor) {
@@ -502,7 +505,7 @@ TEST_F(WeightsImport, SafetensorsErrorsNameTheFileAndTensor) {
     const std::string path = file("m.safetensors");
     Engine e(cfg);
     const std::vector<float> before = e.param("h.0.attn.qkv.weight");
-    auto import = [&] { import_gpt2_weights(path, *e.model, LoadStrategy::sequential); };
+    auto import = [&] { import_weights(path, *e.model, LoadStrategy::sequential); };
 
     auto entries = hf_entries(cfg, w, HfSpec{});
     entry(entries, "h.1.mlp.c_fc.weight").shape = {4 * 32, 32};  // stored (out, in): not Conv1D
@@ -535,7 +538,7 @@ TEST_F(WeightsImport, SafetensorsErrorsNameTheFileAndTensor) {
     Engine longer(small_gpt2(2, 32, 4, 50, 64, 32));
     write_safetensors(path, hf_entries(cfg, w, HfSpec{}), nullptr);
     expect_input_error(path, "context_length 16, the model 32",
-                       [&] { import_gpt2_weights(path, *longer.model, LoadStrategy::mmap); });
+                       [&] { import_weights(path, *longer.model, LoadStrategy::mmap); });
     write_safetensors(path, hf_entries(cfg, w, HfSpec{}), {{"n_head", "8"}});
     expect_input_error(path, "n_heads 8, the model 4", import);
 }
@@ -571,7 +574,7 @@ TEST_F(WeightsImport, SafetensorsHeaderErrors) {
     Engine e(small_gpt2());
     write_raw(path, 1000, ok, 8);
     expect_input_error(path, "goes beyond the file",
-                       [&] { import_gpt2_weights(path, *e.model, LoadStrategy::read_all); });
+                       [&] { import_weights(path, *e.model, LoadStrategy::read_all); });
 }
 
 TEST_F(WeightsImport, SafetensorsReaderReadsEachFloatType) {
@@ -603,6 +606,85 @@ TEST_F(WeightsImport, SafetensorsReaderReadsEachFloatType) {
     std::vector<float> out(2);
     expect_input_error(path, "tensor 'ids' has dtype I64",
                        [&] { f.read_f32(*f.find("ids"), out.data()); });
+}
+
+// napkin's own checkpoint starts another run: its weights exactly (Llama-shaped here, which the
+// GPT-2 formats cannot hold), under full fine-tuning, LoRA and QLoRA (the NF4 base quantized
+// from them); the shape comes from the file. A LoRA run's checkpoint and another shape are
+// refused, naming the file.
+TEST_F(WeightsImport, NapkinCheckpointStartsAnotherRun) {
+    TrainOptions o;
+    o.model.name = "llama-test";
+    o.model.vocab_size = 256;  // the synthetic corpus's bytes
+    o.model.padded_vocab_size = 256;
+    o.model.context_length = 16;
+    o.model.n_layers = 2;
+    o.model.d_model = 64;
+    o.model.n_heads = 4;
+    o.model.n_kv_heads = 2;
+    o.model.d_ff = 96;
+    o.model.norm = NormKind::rmsnorm;
+    o.model.positions = PositionKind::rope;
+    o.model.mlp = MlpKind::swiglu;
+    o.model.bias = false;
+    o.model.tied_embeddings = false;
+    o.plan.micro_batch = 2;
+    o.plan.seq_len = 8;
+    o.steps = 2;
+    const std::string base = file("base.safetensors");
+    Trainer a(o);
+    a.step();
+    a.step();
+    save_checkpoint(base, a);
+    const ModelConfig read = config_from_weights(base);
+    EXPECT_EQ(read.name, "llama-test");
+    EXPECT_EQ(read.n_kv_heads, 2);
+    EXPECT_EQ(read.mlp, MlpKind::swiglu);
+
+    for (const Finetune ft : {Finetune::full, Finetune::lora, Finetune::qlora}) {
+        SCOPED_TRACE(enum_name(kFinetuneNames, ft));
+        TrainOptions f = o;
+        f.seed = 99;  // other random weights, all replaced
+        f.plan.finetune = ft;
+        f.plan.lora_rank = ft == Finetune::full ? 0 : 4;
+        ImportReport report;
+        Trainer b(f, nullptr, "",
+                  [&](Gpt& m) { report = import_weights(base, m, LoadStrategy::sequential); });
+        EXPECT_EQ(report.format, "napkin checkpoint");
+        for (std::size_t i = 0; i < b.model().params().size(); ++i) {
+            const ParamSlot& p = b.model().params()[i];
+            if (p.adapter) continue;
+            std::vector<float> want(static_cast<std::size_t>(p.numel)), got(want.size());
+            a.model().get_param(i, want.data());
+            b.model().get_param(i, got.data());
+            if (p.weight.dtype() == DType::nf4) {
+                // Within half the widest NF4 level gap of a block scale, which is at most the
+                // tensor's largest magnitude plus one 8-bit absmax step (kernels/nf4.h).
+                float top = 0.0f;
+                for (float v : want) top = std::max(top, std::fabs(v));
+                for (std::size_t k = 0; k < got.size(); ++k)
+                    ASSERT_NEAR(got[k], want[k], 0.1520f * top * (1.0f + 1.0f / 255.0f))
+                        << p.name << "[" << k << "]";
+            } else {
+                EXPECT_EQ(got, want) << p.name;
+            }
+        }
+    }
+
+    TrainOptions l = o;
+    l.plan.finetune = Finetune::lora;
+    l.plan.lora_rank = 4;
+    Trainer lora(l);
+    const std::string adapted = file("lora.safetensors");
+    save_checkpoint(adapted, lora);
+    expect_input_error(adapted, "adapters are not merged", [&] { config_from_weights(adapted); });
+    expect_input_error(adapted, "adapters are not merged",
+                       [&] { import_weights(adapted, lora.model(), LoadStrategy::mmap); });
+    TrainOptions wider = o;
+    wider.model.d_model = 32;
+    Trainer other(wider);
+    expect_input_error(base, "the checkpoint's model differs: d_model 64 (file) vs 32 (model)",
+                       [&] { import_weights(base, other.model(), LoadStrategy::read_all); });
 }
 
 }  // namespace
