@@ -26,6 +26,8 @@
 #include "core/engine/gpt.h"
 #include "core/engine/gpt_detail.h"
 #include "core/engine/gpt_fp8.h"
+#include "core/engine/gpt_lora.h"
+#include "core/engine/gpt_params.h"
 #include "core/half.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -63,10 +65,6 @@ public:
         NAPKIN_ASSERT(pd.weights == gpt_detail::storage_dtype<T>() && pd.grads == gpt_detail::storage_dtype<T>(),
                       "engine storage does not match the recipe");
         adapters_ = in.finetune != Finetune::full;
-        if (adapters_) {
-            const float alpha = in.lora_alpha > 0 ? in.lora_alpha : static_cast<float>(in.lora_rank);
-            lora_scale_ = alpha / static_cast<float>(in.lora_rank);
-        }
         allocate_params(pd.has_master);
         init_params(seed);
         B_ = in.micro_batch;
@@ -256,103 +254,26 @@ private:
         k_.zero(static_cast<void*>(p), bytes);
     }
 
-    // Every parameter of param_tensors(cfg, r): fine-tuning with adapters freezes the base
-    // (weights only: no gradient, no master copy) and, under QLoRA, stores its block linear
-    // weights in NF4 (codes, then their state; kernels/nf4.h).
+    // Every parameter as the recipe stores it (gpt_params.h), and the slots the ops read.
     void allocate_params(bool master) {
-        const bool nf4 = plan_.in.finetune == Finetune::qlora;
-        for (const ParamTensor& pt : param_tensors(cfg_, adapters_ ? plan_.in.lora_rank : 0)) {
-            ParamSlot s;
-            s.name = pt.name;
-            s.numel = pt.numel();
-            s.decay = pt.shape.size() >= 2;
-            s.trainable = !adapters_ || pt.adapter;
-            s.adapter = pt.adapter;
-            if (nf4 && pt.linear_weight) {
-                s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, DType::nf4, {s.numel});
-                s.quant = Tensor(alloc_, pt.name + ".nf4_state", MemCategory::parameters, DType::i8,
-                                 {static_cast<std::int64_t>(nf4_state_bytes(s.numel))});
-                dequant_numel_ = std::max(dequant_numel_, s.numel);
-            } else {
-                s.weight = Tensor(alloc_, pt.name, MemCategory::parameters, gpt_detail::storage_dtype<T>(), {s.numel});
-            }
-            if (s.trainable) {
-                s.grad = Tensor(alloc_, pt.name + ".grad", MemCategory::gradients, gpt_detail::storage_dtype<T>(), {s.numel});
-                if (master) s.master = Tensor(alloc_, pt.name + ".master", MemCategory::master_weights, DType::f32, {s.numel});
-            }
-            params_.push_back(std::move(s));
-        }
-        auto find = [&](const std::string& name) -> ParamSlot* {
-            for (auto& p : params_) {
-                if (p.name == name) return &p;
-            }
-            return nullptr;
-        };
-        p_wte_ = find("wte");
-        p_wpe_ = find("wpe");
-        p_lnf_w_ = find("ln_f.weight");
-        p_lnf_b_ = find("ln_f.bias");
-        p_head_ = find("lm_head");
-        for (int l = 0; l < cfg_.n_layers; ++l) {
-            const std::string h = "h." + std::to_string(l) + ".";
-            LayerParams lp;
-            lp.ln1_w = find(h + "ln_1.weight");
-            lp.ln1_b = find(h + "ln_1.bias");
-            lp.qkv_w = find(h + "attn.qkv.weight");
-            lp.qkv_b = find(h + "attn.qkv.bias");
-            lp.proj_w = find(h + "attn.proj.weight");
-            lp.proj_b = find(h + "attn.proj.bias");
-            lp.ln2_w = find(h + "ln_2.weight");
-            lp.ln2_b = find(h + "ln_2.bias");
-            lp.fc_w = find(h + "mlp.fc.weight");
-            lp.fc_b = find(h + "mlp.fc.bias");
-            lp.down_w = find(h + "mlp.proj.weight");
-            lp.down_b = find(h + "mlp.proj.bias");
-            lp.qkv_lora = {find(h + "attn.qkv.lora_a"), find(h + "attn.qkv.lora_b")};
-            lp.proj_lora = {find(h + "attn.proj.lora_a"), find(h + "attn.proj.lora_b")};
-            lp.fc_lora = {find(h + "mlp.fc.lora_a"), find(h + "mlp.fc.lora_b")};
-            lp.down_lora = {find(h + "mlp.proj.lora_a"), find(h + "mlp.proj.lora_b")};
-            layer_params_.push_back(lp);
-        }
+        params_ = gpt_detail::allocate_params(alloc_, cfg_, plan_.in, gpt_detail::storage_dtype<T>(), master);
+        p_wte_ = gpt_detail::find_param(params_, "wte");
+        p_wpe_ = gpt_detail::find_param(params_, "wpe");
+        p_lnf_w_ = gpt_detail::find_param(params_, "ln_f.weight");
+        p_lnf_b_ = gpt_detail::find_param(params_, "ln_f.bias");
+        p_head_ = gpt_detail::find_param(params_, "lm_head");
+        for (int l = 0; l < cfg_.n_layers; ++l) layer_params_.push_back(gpt_detail::layer_params(params_, l));
     }
 
-    // GPT-2's initialization: N(0, 0.02) for matrices, 0.02 / sqrt(2 L) for the projections
-    // into the residual stream, zero biases, unit norm weights; padded vocabulary rows zero.
-    // LoRA adapters (after every base tensor, so the base is the full run's): A uniform in
-    // +-1/sqrt(in_features) (PEFT's Kaiming-uniform bound), B zero, so the adapted model starts
-    // as the base model.
+    // GPT-2's initialization (gpt_params.h), through set_param: rounded into the working copy,
+    // quantized for NF4 weights, exact in the master copy.
     void init_params(std::uint64_t seed) {
         std::mt19937_64 rng(seed);
         std::vector<float> buf;
-        const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layers));
         for (std::size_t i = 0; i < params_.size(); ++i) {
-            ParamSlot& p = params_[i];
-            buf.assign(static_cast<std::size_t>(p.numel), 0.0f);
-            const bool is_norm = p.name.find("ln_") != std::string::npos;
-            const bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-            const bool lora_a = p.name.ends_with(".lora_a"), lora_b = p.name.ends_with(".lora_b");
-            if (lora_a) {
-                const std::int64_t in_features = lora_in_features(p.name);
-                const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
-                std::uniform_real_distribution<float> ud(-bound, bound);
-                for (float& v : buf) v = ud(rng);
-            } else if (is_norm && !is_bias) {
-                std::fill(buf.begin(), buf.end(), 1.0f);
-            } else if (p.decay && !lora_b) {  // B stays zero
-                const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
-                                      p.name.find("mlp.proj.weight") != std::string::npos;
-                std::normal_distribution<float> nd(0.0f, residual ? residual_std : 0.02f);
-                std::int64_t rows_used = p.numel;
-                if (p.name == "wte" || p.name == "lm_head") rows_used = cfg_.vocab_size * cfg_.d_model;
-                for (std::int64_t k = 0; k < rows_used; ++k) buf[static_cast<std::size_t>(k)] = nd(rng);
-            }
+            gpt_detail::initial_values(params_[i], cfg_, rng, buf);
             set_param(i, buf.data());
         }
-    }
-
-    // in_features of the linear a LoRA A matrix belongs to: d_ff for the down projection.
-    std::int64_t lora_in_features(const std::string& name) const {
-        return name.find(".mlp.proj.") != std::string::npos ? cfg_.d_ff : cfg_.d_model;
     }
 
     void allocate_buffers() {
@@ -374,14 +295,7 @@ private:
             attn_scratch_ = Tensor(alloc_, "attention.scratch", MemCategory::temporaries, DType::f32,
                                    {k_.attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
         }
-        if (adapters_) {
-            // The adapters' backward intermediate dh (N, parts*r), for the widest (qkv's 3 parts).
-            lora_dh_ = Tensor(alloc_, "lora.dh", MemCategory::temporaries, dt, {N_ * 3 * plan_.in.lora_rank});
-        }
-        if (dequant_numel_ > 0) {
-            // QLoRA: one NF4 linear weight at a time dequantized for its GEMM.
-            dequant_ = Tensor(alloc_, "nf4.dequantized", MemCategory::temporaries, dt, {dequant_numel_});
-        }
+        lora_.allocate(alloc_, plan_, params_);
         k_.bind_losses(alloc_, N_);
         fp8_.allocate(alloc_, plan_);
     }
@@ -441,18 +355,6 @@ private:
         }
     }
 
-    // A linear weight as the GEMM reads it: the working copy, or (QLoRA) its NF4 codes
-    // dequantized into dequant_, a kernel of its own.
-    const T* weight_of(ParamSlot* w, profiler::KernelScope& kernel) {
-        if (w->weight.dtype() != DType::nf4) return w->weight.template data<T>();
-        if (rec_ != nullptr)
-            kernel_range(kernel, "nf4_dequantize",
-                         nf4_dequantize_cost({w->numel, gpt_detail::storage_dtype<T>()}));
-        k_.nf4_dequantize(dequant_.template data<T>(), w->weight.template data<std::uint8_t>(),
-                          w->quant.template data<std::uint8_t>(), w->numel);
-        return dequant_.template data<T>();
-    }
-
     // A GEMM on the input kept under `inp` (bf16, or fp8 codes with "<inp>.scale": gpt_fp8.h).
     void matmul(const PlanOp& op, T* out, KeptTensors& kt, std::string_view inp, ParamSlot* w,
                 ParamSlot* b, profiler::KernelScope& kernel) {
@@ -464,7 +366,7 @@ private:
                          w->weight.template data<T>(), bias, mm_scratch_.template data<float>());
             return;
         }
-        const T* weight = weight_of(w, kernel);
+        const T* weight = lora_.weight(k_, ranges(kernel), *w);
         if (rec_ != nullptr)
             kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
         k_.matmul_forward(out, x.template data<T>(), weight, bias, s.M, s.N, s.K,
@@ -484,7 +386,7 @@ private:
                           mm_scratch_.template data<float>());
             return;
         }
-        const T* weight = weight_of(w, kernel);
+        const T* weight = lora_.weight(k_, ranges(kernel), *w);
         launch();
         k_.matmul_backward(dinp, w->grad.template data<T>(), dbias, dout, x.template data<T>(),
                            weight, s.M, s.N, s.K, mm_scratch_.template data<float>());
@@ -505,29 +407,24 @@ private:
         throw UsageError("napkin train: the engine cannot run op '" + std::string(op) + "' yet");
     }
 
-    // The base GEMM's output += scale * (inp @ A^T) @ B^T, keeping h.
+    // The base GEMM's output += scale * (inp @ A^T) @ B^T, keeping h (gpt_lora.h).
     void lora_forward(const PlanOp& op, const LayerParams& lp, KeptTensors& kt) {
         const LoraSite site = lora_site(lp, op.name);
         T* out = site.out.empty() ? branch_.template data<T>() : kt.get(site.out).template data<T>();
-        k_.lora_forward(out, kt.get(std::string(op.name) + ".h").template data<T>(),
-                        kt.get(site.inp).template data<T>(), site.slots.a->weight.template data<T>(),
-                        site.slots.b->weight.template data<T>(), std::get<LoraShape>(op.shape),
-                        lora_scale_, mm_scratch_.template data<float>());
+        lora_.forward(k_, op, site.slots, kt.get(site.inp).template data<T>(),
+                      kt.get(std::string(op.name) + ".h").template data<T>(), out,
+                      mm_scratch_.template data<float>());
     }
 
     // The adapter's gradients from the base GEMM's output gradient, and its share of the input
     // gradient added into dnarrow_ (N, K), where the base GEMM's backward then adds its own.
     void lora_backward(const PlanOp& op, const LayerParams& lp, KeptTensors& kt) {
         const LoraSite site = lora_site(lp, op.name);
-        const auto& s = std::get<LoraShape>(op.shape);
-        T* dinp = dnarrow_.template data<T>();
         const T* dout = site.out.empty() ? dres_.template data<T>() : dwide_.template data<T>();
-        k_.lora_backward(dinp, site.slots.a->grad.template data<T>(),
-                         site.slots.b->grad.template data<T>(), lora_dh_.template data<T>(), dout,
-                         kt.get(site.inp).template data<T>(),
-                         kt.get(std::string(op.name) + ".h").template data<T>(),
-                         site.slots.a->weight.template data<T>(), site.slots.b->weight.template data<T>(),
-                         s, lora_scale_, mm_scratch_.template data<float>());
+        lora_.backward(k_, op, site.slots, dnarrow_.template data<T>(), dout,
+                       kt.get(site.inp).template data<T>(),
+                       kt.get(std::string(op.name) + ".h").template data<T>(),
+                       mm_scratch_.template data<float>());
     }
 
     // Runs block l's forward. recompute: only the tensors checkpointing dropped are allocated
@@ -735,10 +632,8 @@ private:
     KeptTensors prologue_, epilogue_;
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
-    bool adapters_ = false;      // LoRA/QLoRA: the base frozen, adapters trained
-    float lora_scale_ = 1.0f;    // alpha / r
-    Tensor lora_dh_, dequant_;   // the adapters' backward intermediate; QLoRA's dequantized weight
-    std::int64_t dequant_numel_ = 0;  // the largest NF4 weight
+    bool adapters_ = false;  // LoRA/QLoRA: the base frozen, adapters trained
+    gpt_detail::Adapters<Kernels> lora_;  // their scale and transients (gpt_lora.h)
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches
