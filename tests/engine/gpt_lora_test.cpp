@@ -19,6 +19,8 @@
 namespace napkin {
 namespace {
 
+using test::Batch;
+using test::random_batch;
 using test::small_config;
 
 PlanInputs lora_inputs(Finetune ft, Precision p, AttentionImpl att, std::int64_t rank,
@@ -33,20 +35,6 @@ PlanInputs lora_inputs(Finetune ft, Precision p, AttentionImpl att, std::int64_t
     in.lora_alpha = alpha;
     in.loss_chunk_rows = 5;
     return in;
-}
-
-struct Batch {
-    std::vector<std::int32_t> inputs, targets;
-};
-
-Batch random_batch(std::int64_t n, std::int64_t vocab, unsigned seed) {
-    std::mt19937 rng(seed);
-    Batch b;
-    for (std::int64_t i = 0; i < n; ++i) {
-        b.inputs.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
-        b.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
-    }
-    return b;
 }
 
 std::vector<float> param_values(const Gpt& m, std::size_t i) {

@@ -18,6 +18,8 @@
 namespace napkin {
 namespace {
 
+using test::Batch;
+using test::random_batch;
 using test::small_config;
 
 PlanInputs plan_inputs(std::int64_t B, std::int64_t T, Checkpointing ck, AttentionImpl att) {
@@ -29,20 +31,6 @@ PlanInputs plan_inputs(std::int64_t B, std::int64_t T, Checkpointing ck, Attenti
     in.attention = att;
     in.loss_chunk_rows = 5;  // several chunks
     return in;
-}
-
-struct Batch {
-    std::vector<std::int32_t> inputs, targets;
-};
-
-Batch random_batch(std::int64_t n, std::int64_t vocab, unsigned seed) {
-    std::mt19937 rng(seed);
-    Batch b;
-    for (std::int64_t i = 0; i < n; ++i) {
-        b.inputs.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
-        b.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
-    }
-    return b;
 }
 
 std::vector<std::vector<float>> all_grads(Gpt& m) {

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "core/model_config.h"
 
@@ -33,6 +36,20 @@ inline ModelConfig small_config(NormKind norm, PositionKind pos, MlpKind mlp, in
     c.bias = bias;
     c.tied_embeddings = pos == PositionKind::learned;
     return c;
+}
+
+// n random input and target tokens in [0, vocab), from `seed`.
+struct Batch {
+    std::vector<std::int32_t> inputs, targets;
+};
+inline Batch random_batch(std::int64_t n, std::int64_t vocab, unsigned seed) {
+    std::mt19937 rng(seed);
+    Batch b;
+    for (std::int64_t i = 0; i < n; ++i) {
+        b.inputs.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
+        b.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab)));
+    }
+    return b;
 }
 
 // The message of the E that `fn` throws (a test failure when it throws nothing or something
