@@ -442,7 +442,7 @@ void print_table(const std::vector<json>& runs, int top) {
         [&](const json& r) { return pct(r["all_ranks"]["comm_share_mean"]); });
     row("  model GFLOP/step",
         [&](const json& r) { return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9); });
-    row("    closed form (6N + attn)", [&](const json& r) {
+    row("    closed form (+ attn)", [&](const json& r) {  // 6N, or 4N + 6m with adapters
         const json& v = r["closed_form"]["model_flops_per_step"];
         return v.is_null() ? std::string("-") : fmt("%.3f", v.get<double>() / 1e9);
     });
