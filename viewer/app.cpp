@@ -32,6 +32,8 @@ void App::draw_header() {
                                ", checkpointing " + r.report.run_value("checkpointing") +
                                ", attention " + r.report.run_value("attention") + ", " +
                                r.report.run_value("device");
+            if (const std::string ft = r.report.run_value("finetune"); !ft.empty() && ft != "full")
+                desc += ", " + ft + " r" + r.report.run_value("lora_rank");
             const double zero = r.report.comm_value("zero"), world = r.report.comm_value("world");
             if (std::fabs(zero) < 1e9 && std::fabs(world) < 1e9) {  // false for NaN
                 desc += ", ZeRO-" + std::to_string(static_cast<int>(zero)) + " x " +
