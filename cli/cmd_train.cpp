@@ -693,7 +693,7 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")->capture_default_str();
     cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")
         ->capture_default_str();
-    cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw")->capture_default_str();
+    cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")->capture_default_str();
     cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->capture_default_str();
     cmd->add_option("--attention", f->attention, "naive|flash")->capture_default_str();
     cmd->add_option("--finetune", f->finetune,

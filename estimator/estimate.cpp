@@ -244,6 +244,17 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         gpu.optimizer = (z1 ? S : n_alloc) * bpp.optimizer;
     }
 
+    // 8-bit optimizer states unsharded (ZeRO-0) with a shape: as the engine stores them, tensor
+    // by tensor, a byte per element and an fp32 absmax per 2048-element block (rounded up).
+    if (in.optimizer == OptimizerKind::adamw_8bit && !in.params_only && !z1) {
+        double bytes = 0;
+        for (const ParamTensor& t : param_tensors(c, adapters ? in.lora_rank : 0)) {
+            if (adapters && !t.adapter) continue;
+            bytes += 2.0 * static_cast<double>(t.numel() + 4 * optimizer_8bit_blocks(t.numel()));
+        }
+        gpu.optimizer = bytes;
+    }
+
     // One FSDP unit (a block, or the embedding / head) in its stored dtypes.
     const double layer_params = in.params_only ? n_alloc / c.n_layers : static_cast<double>(e.params.per_layer);
     const double layer_linear = in.params_only ? layer_params : static_cast<double>(e.params.linear_per_layer);

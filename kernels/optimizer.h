@@ -8,6 +8,12 @@
 //   adam: as adamw with wd folded into g (L2); sgd, momentum, adagrad, rmsprop likewise L2.
 // Per element the update reads grad, w and the states and writes w and the states (and the
 // rounded working copy under mixed precision); Optimizer::step_cost counts it.
+// adamw-8bit is adamw over 8-bit states (Dettmers et al. 2022, "8-bit Optimizers via Block-wise
+// Quantization"): m and v are one byte per element, a code into a dynamic-tree map (signed for
+// m, unsigned for v: kernels/optimizer_rule.h), times one fp32 absmax per block of
+// kOptimizer8bitBlock = 2048 elements (core/recipe.h). Each step dequantizes a block, applies
+// the rule, and quantizes the new m and v against the block's new absmax (nearest code), so a
+// block is read and written once; the arithmetic of the rule is adamw's.
 // CPU: kernels/cpu/optimizer.cpp (the reference the CUDA twin is tested against);
 // CUDA: kernels/cuda/optimizer.cu, multi-tensor (up to 32 parameters per launch).
 #pragma once
@@ -43,15 +49,24 @@ struct OptimizerTensor {
                               //     into (null when master is the fp32 weight itself), or,
                               //     without a master, the values read widened and written
                               //     back rounded to nearest even
+    float* m_absmax = nullptr;  // 8-bit states only: (optimizer_8bit_blocks(n)) block scales of m
+    float* v_absmax = nullptr;  //                    and of v
     std::int64_t n = 0;
     float weight_decay = 0.0f;  // 0 for parameters without decay (ParamSlot::decay)
     DType grad_dtype = DType::f32;
     DType weight_dtype = DType::f32;
 };
 
+// Blocks of an 8-bit state of n elements: one fp32 absmax each.
+inline std::int64_t optimizer_8bit_blocks(std::int64_t n) {
+    return (n + static_cast<std::int64_t>(kOptimizer8bitBlock) - 1) /
+           static_cast<std::int64_t>(kOptimizer8bitBlock);
+}
+
 namespace cpu {
 
-// The update of each tensor (host pointers), the engine's arithmetic.
+// The update of each tensor (host pointers), the engine's arithmetic. state_dtype: f32, bf16,
+// or i8 (8-bit states with their block absmax: adamw-8bit).
 void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                       DType state_dtype);
 

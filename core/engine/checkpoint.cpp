@@ -64,6 +64,19 @@ std::vector<Entry> entries_of(Trainer& t) {
             const HeldState h = held_state(t, i, kind);
             if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, kind, h});
         }
+        // adamw-8bit: each moment's block absmax beside its codes (one process or ZeRO-0).
+        if (t.options().plan.optimizer == OptimizerKind::adamw_8bit && params[i].trainable) {
+            Optimizer& opt = t.optimizer();
+            for (const auto& [kind, scales] :
+                 {std::pair{StateKind::first_moment, &opt.first_moment_absmax()},
+                  std::pair{StateKind::second_moment, &opt.second_moment_absmax()}}) {
+                Tensor& x = scales->at(i);
+                out.push_back({params[i].name + state_suffix(kind) + ".absmax",
+                               {x.numel()},
+                               kind,
+                               {true, DType::f32, static_cast<char*>(x.raw()), 0, x.numel()}});
+            }
+        }
     }
     return out;
 }

@@ -17,8 +17,6 @@ void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
     if (in.finetune != Finetune::full && in.lora_rank <= 0)
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
-    if (in.optimizer == OptimizerKind::adamw_8bit)
-        throw UsageError("--optimizer adamw-8bit: not supported by the engine (for now)");
     if (cfg.dropout > 0) throw UsageError("dropout: the engine trains without dropout (for now)");
     validate(cfg);
 }

@@ -24,7 +24,8 @@ float learning_rate(const OptimizerConfig& c, int step) {
 Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
                      EngineDevice* device)
     : cfg_(cfg), model_(model), alloc_(alloc), device_(device), state_dtype_(state_dtype) {
-    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16, "optimizer state dtype");
+    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
+                  "optimizer state dtype");
     NAPKIN_ASSERT((device == nullptr) == (alloc.device() == DeviceKind::cpu), "optimizer: allocator and device disagree");
     const int states = optimizer_state_count(cfg.kind);
     auto zero = [&](Tensor& t) {
@@ -32,9 +33,14 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
         else std::memset(t.raw(), 0, t.bytes());
     };
     for (const ParamSlot& p : model.params()) {
+        const bool quantized = state_dtype == DType::i8;
         if (!p.trainable) {  // frozen: no state, an empty slot keeps the indices aligned
             if (states >= 1) m_.emplace_back();
             if (states >= 2) v_.emplace_back();
+            if (quantized) {
+                m_absmax_.emplace_back();
+                v_absmax_.emplace_back();
+            }
             continue;
         }
         if (states >= 1) {
@@ -44,6 +50,15 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
         if (states >= 2) {
             v_.emplace_back(alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(v_.back());
+        }
+        if (quantized) {  // 8-bit moments: one fp32 absmax per block each (kernels/optimizer.h)
+            const std::int64_t blocks = optimizer_8bit_blocks(p.numel);
+            m_absmax_.emplace_back(alloc, p.name + ".opt.m.absmax", MemCategory::optimizer_state, DType::f32,
+                                   std::initializer_list<std::int64_t>{blocks});
+            zero(m_absmax_.back());
+            v_absmax_.emplace_back(alloc, p.name + ".opt.v.absmax", MemCategory::optimizer_state, DType::f32,
+                                   std::initializer_list<std::int64_t>{blocks});
+            zero(v_absmax_.back());
         }
     }
 }
@@ -159,6 +174,10 @@ std::vector<OptimizerTensor> Optimizer::device_tensors() const {
         t.grad_dtype = p.grad.dtype();
         t.m = states >= 1 ? const_cast<void*>(m_[i].raw()) : nullptr;
         t.v = states >= 2 ? const_cast<void*>(v_[i].raw()) : nullptr;
+        if (!m_absmax_.empty()) {
+            t.m_absmax = const_cast<float*>(m_absmax_[i].data<float>());
+            t.v_absmax = const_cast<float*>(v_absmax_[i].data<float>());
+        }
         t.weight = master || !f32_weight ? const_cast<void*>(p.weight.raw()) : nullptr;
         t.weight_dtype = p.weight.dtype();
         t.n = p.numel;
@@ -217,7 +236,18 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
         }
         Tensor* m = states >= 1 ? &m_[i] : nullptr;
         Tensor* v = states >= 2 ? &v_[i] : nullptr;
-        if (state_dtype_ == DType::bf16) {
+        if (state_dtype_ == DType::i8) {  // 8-bit moments, blockwise (kernels/optimizer.h)
+            OptimizerTensor t;
+            t.master = w;
+            t.grad = const_cast<float*>(g);  // read only
+            t.m = m->raw();
+            t.v = v->raw();
+            t.m_absmax = m_absmax_[i].data<float>();
+            t.v_absmax = v_absmax_[i].data<float>();
+            t.n = p.numel;
+            t.weight_decay = h.wd;
+            cpu::optimizer_update(kernel_hyper(h), &t, 1, DType::i8);
+        } else if (state_dtype_ == DType::bf16) {
             update<bf16_t>(h, w, g, m != nullptr ? m->data<bf16_t>() : nullptr, v != nullptr ? v->data<bf16_t>() : nullptr,
                            p.numel);
         } else {
@@ -257,7 +287,9 @@ KernelCost Optimizer::step_cost() const {
         const auto n = static_cast<std::uint64_t>(p.numel);
         c.flops += n * update_flops_per_element(cfg_.kind);
         const std::uint64_t grad = p.grad.bytes(), weight = p.weight.bytes();
-        const std::uint64_t state = states * storage_bytes(state_dtype_, n);
+        std::uint64_t state = states * storage_bytes(state_dtype_, n);
+        if (state_dtype_ == DType::i8)  // and their block absmax
+            state += states * storage_bytes(DType::f32, static_cast<std::uint64_t>(optimizer_8bit_blocks(p.numel)));
         c.bytes_read += 2 * grad + state + (p.master.empty() ? weight : p.master.bytes());
         c.bytes_written += state + weight + (p.master.empty() ? 0 : p.master.bytes());
     }

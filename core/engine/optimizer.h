@@ -1,6 +1,7 @@
-// Optimizers over the engine's parameters: SGD, momentum, AdaGrad, RMSprop, Adam, AdamW. Their
-// state is allocated as optimizer_state (fp32, or bf16 under pure bf16) so its memory is
-// measured. Mixed precision updates the fp32 master copy and rounds it into the working weights.
+// Optimizers over the engine's parameters: SGD, momentum, AdaGrad, RMSprop, Adam, AdamW, and
+// AdamW over 8-bit states. Their state is allocated as optimizer_state (fp32, bf16 under pure
+// bf16, or for adamw-8bit one byte per element plus an fp32 absmax per 2048: kernels/optimizer.h)
+// so its memory is measured. Mixed precision updates the fp32 master copy and rounds it into the working weights.
 // Also: decoupled weight decay (AdamW) or L2 (the others), clipping by global gradient norm,
 // warmup + cosine learning-rate schedule.
 // On a device (EngineDevice, core/engine/engine_device.h) the state lives in device memory and
@@ -68,6 +69,10 @@ public:
     // moments (empty tensors where the optimizer keeps fewer), and Adam's update count.
     std::vector<Tensor>& first_moments() { return m_; }
     std::vector<Tensor>& second_moments() { return v_; }
+    // adamw-8bit: the moments' block absmax, per parameter as the moments (empty otherwise).
+    std::vector<Tensor>& first_moment_absmax() { return m_absmax_; }
+    std::vector<Tensor>& second_moment_absmax() { return v_absmax_; }
+    DType state_dtype() const { return state_dtype_; }
     int update_count() const { return t_; }
     // The work of one step (the profiler's optimizer range, the report's roofline): the global
     // norm pass over the gradients plus the update, FLOPs counted per element as the update
@@ -89,6 +94,7 @@ private:
     EngineDevice* device_ = nullptr;
     DType state_dtype_;
     std::vector<Tensor> m_, v_;  // per parameter; v_ unused by one-state optimizers
+    std::vector<Tensor> m_absmax_, v_absmax_;  // adamw-8bit: per parameter, the block scales
     std::vector<float> grad_buf_, master_buf_;
     int t_ = 0;  // Adam's bias-correction step count (updates actually applied)
 };

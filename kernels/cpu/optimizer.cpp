@@ -54,16 +54,59 @@ void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
     }
 }
 
+// 8-bit states, one block of kOptimizer8bitBlock elements at a time: dequantize, the rule in
+// fp32, then the block's new absmax and the nearest codes.
+void update_8bit(const OptimizerHyper& h, const OptimizerTensor& t) {
+    static const DynamicMap m_map = dynamic_map(true), v_map = dynamic_map(false);
+    const float wd = t.weight_decay;
+    const std::int64_t blocks = optimizer_8bit_blocks(t.n);
+    constexpr auto kBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
+    auto* mq = static_cast<std::uint8_t*>(t.m);
+    auto* vq = static_cast<std::uint8_t*>(t.v);
+#pragma omp parallel for if (t.n > 16384)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        float ms[kBlock], vs[kBlock];
+        const std::int64_t k0 = b * kBlock, k1 = std::min(t.n, k0 + kBlock);
+        float m_max = 0.0f, v_max = 0.0f;
+        for (std::int64_t k = k0; k < k1; ++k) {
+            const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+            float m = m_map.value[mq[k]] * t.m_absmax[b];
+            float v = v_map.value[vq[k]] * t.v_absmax[b];
+            const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
+            const float wk = optimizer_rule(h, g, w, wd, m, v);
+            if (t.master != nullptr) t.master[k] = wk;
+            if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
+            ms[k - k0] = m;
+            vs[k - k0] = v;
+            m_max = std::max(m_max, std::fabs(m));
+            v_max = std::max(v_max, v);
+        }
+        t.m_absmax[b] = m_max;
+        t.v_absmax[b] = v_max;
+        for (std::int64_t k = k0; k < k1; ++k) {
+            mq[k] = m_max > 0.0f ? dynamic_quantize(ms[k - k0] / m_max, m_map) : dynamic_quantize(0.0f, m_map);
+            vq[k] = v_max > 0.0f ? dynamic_quantize(vs[k - k0] / v_max, v_map) : 0;
+        }
+    }
+}
+
 }  // namespace
 
 void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                       DType state_dtype) {
-    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16,
+    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
                   "optimizer_update: state dtype " << dtype_name(state_dtype));
     for (int i = 0; i < count; ++i) {
-        NAPKIN_ASSERT(tensors[i].master != nullptr || tensors[i].weight != nullptr,
+        const OptimizerTensor& t = tensors[i];
+        NAPKIN_ASSERT(t.master != nullptr || t.weight != nullptr,
                       "optimizer_update: tensor " << i << " has neither a master nor a weight");
-        update(h, tensors[i], state_dtype);
+        if (state_dtype == DType::i8) {
+            NAPKIN_ASSERT(t.m != nullptr && t.v != nullptr && t.m_absmax != nullptr && t.v_absmax != nullptr,
+                          "optimizer_update: tensor " << i << ": 8-bit states need m, v and their absmax");
+            update_8bit(h, t);
+        } else {
+            update(h, t, state_dtype);
+        }
     }
 }
 
