@@ -113,6 +113,10 @@ std::string state_bytes(Trainer& t) {
         add(m);
     for (const Tensor& v : t.optimizer().second_moments())
         add(v);
+    for (const Tensor& s : t.optimizer().first_moment_absmax())  // adamw-8bit
+        add(s);
+    for (const Tensor& s : t.optimizer().second_moment_absmax())
+        add(s);
     return out;
 }
 
@@ -167,6 +171,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointResume,
                                          Recipe{Precision::bf16, OptimizerKind::momentum},
                                          Recipe{Precision::fp8_amp, OptimizerKind::adamw},
                                          Recipe{Precision::fp32, OptimizerKind::sgd},
+                                         Recipe{Precision::bf16_amp, OptimizerKind::adamw_8bit},
                                          Recipe{Precision::bf16_amp, OptimizerKind::adamw, Finetune::lora},
                                          Recipe{Precision::fp16_amp, OptimizerKind::adam, Finetune::qlora},
                                          Recipe{Precision::fp32, OptimizerKind::adamw, Finetune::qlora}),
