@@ -71,6 +71,19 @@ inline std::uint64_t attention_backward_recompute_flops(const AttentionShape& s)
     return 2ull * s.B * s.NH * s.HD * attention_pairs(s);
 }
 
+// Dropout on the attention probabilities (GPT-2's attn_pdrop; naive path only): P is kept as the
+// softmax gives it, then Pd = dropout(P) (kernels/dropout.h, element index = P's offset, zero
+// above the diagonal), and out = Pd V. The mask and Pd are kept beside P, as Korthikanti counts
+// them (2 + 1 + 2 bytes per (query, key) pair in 16-bit). Backward: dPd = dout V^T,
+// dP = mask ? dPd / (1 - p) : 0 and dS from P as without dropout; dV = Pd^T dout.
+template <class Elem>
+struct AttentionDropout {
+    float p = 0.0f;
+    std::uint64_t seed = 0;        // dropout_site_seed(..., DropoutSite::attention)
+    std::uint8_t* mask = nullptr;  // (B, NH, T, T), written by the forward
+    Elem* dropped = nullptr;       // (B, NH, T, T) Pd, written by the forward
+};
+
 namespace cpu {
 
 // CPU kernels (kernels/cpu/attention.cpp, tested in tests/kernels/attention_test.cpp), templated
@@ -92,10 +105,12 @@ inline constexpr std::int64_t kAttentionMaxHeadDim = 256;
 // Naive: out (B, T, NH*HD) = P V with P (B, NH, T, T) = softmax(masked S), kept for backward in
 // Elem (the activation dtype, as the op plan counts it). Every element of P is written: zero
 // above the diagonal. out is computed from the fp32 probabilities before P is rounded. Each
-// thread allocates one (T) fp32 row of scores per call.
+// thread allocates one (T) fp32 row of scores per call. With `dropout` (null: none),
+// out = Pd V (above).
 template <class Elem>
 void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD);
+                             int NH, int KVH, std::int64_t HD,
+                             const AttentionDropout<Elem>* dropout = nullptr);
 
 // Floats of scratch attention_naive_backward needs: dS (B, NH, T, T) in fp32, the workspace
 // attention_backward_cost counts for the naive path.
@@ -103,11 +118,11 @@ inline std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std:
 
 // dqkv += gradient of L given dout (B, T, NH*HD), from the kept P (B, NH, T, T). Two passes:
 // query rows (dP, dS into scratch, dq), then key rows (dk, dv summed over the query heads of
-// their group). D_i = sum_j P_ij dP_ij.
+// their group). D_i = sum_j P_ij dP_ij. With `dropout`, its kept mask and Pd (the forward's).
 template <class Elem>
 void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
                               const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD);
+                              std::int64_t HD, const AttentionDropout<Elem>* dropout = nullptr);
 
 // Flash-style: per query row, keys in blocks of 64 with an online max and sum (no T*T buffer).
 // Keeps out and lse (B, NH, T) fp32: lse_i = log sum_{j<=i} exp(s_ij), natural log of the

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "kernels/attention.h"
+#include "kernels/dropout.h"
 
 namespace napkin::cpu {
 
@@ -121,9 +122,14 @@ void store(Elem* dst, const float* src, float mul, std::int64_t n) {
 
 template <class Elem>
 void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD) {
+                             int NH, int KVH, std::int64_t HD,
+                             const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
+                  "attention_naive_forward: dropout p " << dropout->p);
+    const std::uint32_t threshold = dropout != nullptr ? dropout_threshold(dropout->p) : 0;
+    const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
     const std::int64_t rows = B * NH * T;
 #pragma omp parallel if (l.parallel())
     {
@@ -149,14 +155,27 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
             }
             const float inv = 1.0f / sum;  // sum >= 1: the max term is exp(0)
             std::fill(acc, acc + HD, 0.0f);
-            Elem* prow = p + l.row(b, h, t) * T;  // (T)
+            const std::int64_t row = l.row(b, h, t) * T;
+            Elem* prow = p + row;  // (T)
             for (std::int64_t j = 0; j <= t; ++j) {
-                const float pj = s[j] * inv;
+                float pj = s[j] * inv;
                 prow[j] = from_float<Elem>(pj);
+                if (dropout != nullptr) {
+                    const auto at = static_cast<std::uint64_t>(row + j);
+                    const bool keep = dropout_keep(dropout->seed, at, threshold);
+                    dropout->mask[at] = keep ? 1 : 0;
+                    pj = keep ? pj * keep_scale : 0.0f;
+                    dropout->dropped[at] = from_float<Elem>(pj);
+                }
                 axpy(acc, pj, qkv + l.v(b, j, g), HD);
             }
-            for (std::int64_t j = t + 1; j < T; ++j)
+            for (std::int64_t j = t + 1; j < T; ++j) {
                 prow[j] = from_float<Elem>(0.0f);
+                if (dropout != nullptr) {
+                    dropout->mask[row + j] = 0;
+                    dropout->dropped[row + j] = from_float<Elem>(0.0f);
+                }
+            }
             store(out + l.o(b, t, h), acc, 1.0f, HD);
         }
     }
@@ -165,9 +184,11 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
 template <class Elem>
 void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
                               const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD) {
+                              std::int64_t HD, const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
+    const Elem* pv = dropout != nullptr ? dropout->dropped : p;  // what multiplied V: Pd or P
 
     // Pass 1, one query row (b, h, t) per iteration: dP_j = dout_t . v_j, D = sum_j P_j dP_j,
     // dS_j = P_j (dP_j - D) * scale into scratch (B, NH, T, T), dq_t += sum_j dS_j k_j.
@@ -183,9 +204,11 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
         load(go, dout + l.o(b, t, h), HD);
         const Elem* prow = p + l.row(b, h, t) * T;  // (T)
         float* ds = scratch + l.row(b, h, t) * T;   // (T) dP, then dS
+        const std::uint8_t* mrow = dropout != nullptr ? dropout->mask + l.row(b, h, t) * T : nullptr;
         float D = 0.0f;
         for (std::int64_t j = 0; j <= t; ++j) {
-            ds[j] = dot(go, qkv + l.v(b, j, g), HD);
+            ds[j] = dot(go, qkv + l.v(b, j, g), HD);  // dP (dPd through the dropout mask)
+            if (mrow != nullptr) ds[j] = mrow[j] != 0 ? ds[j] * keep_scale : 0.0f;
             D += to_float(prow[j]) * ds[j];
         }
         std::fill(dq, dq + HD, 0.0f);
@@ -212,7 +235,7 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
             for (std::int64_t t = j; t < T; ++t) {
                 const std::int64_t at = l.row(b, h, t) * T + j;
                 axpy(dk, scratch[at], qkv + l.q(b, t, h), HD);
-                axpy(dv, to_float(p[at]), dout + l.o(b, t, h), HD);
+                axpy(dv, to_float(pv[at]), dout + l.o(b, t, h), HD);
             }
         }
         add_to(dqkv + l.k(b, j, g), dk, HD);
@@ -346,10 +369,12 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
 
 #define NAPKIN_INSTANTIATE_ATTENTION(Elem)                                                      \
     template void attention_naive_forward<Elem>(Elem*, Elem*, const Elem*, std::int64_t,        \
-                                                std::int64_t, int, int, std::int64_t);          \
+                                                std::int64_t, int, int, std::int64_t,           \
+                                                const AttentionDropout<Elem>*);                 \
     template void attention_naive_backward<Elem>(Elem*, float*, const Elem*, const Elem*,       \
                                                  const Elem*, std::int64_t, std::int64_t, int,  \
-                                                 int, std::int64_t);                            \
+                                                 int, std::int64_t,                             \
+                                                 const AttentionDropout<Elem>*);                \
     template void attention_flash_forward<Elem>(Elem*, float*, const Elem*, std::int64_t,       \
                                                 std::int64_t, int, int, std::int64_t);          \
     template void attention_flash_backward<Elem>(Elem*, const Elem*, const Elem*, const Elem*,  \
