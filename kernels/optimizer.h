@@ -49,12 +49,12 @@ struct OptimizerTensor {
                               //     into (null when master is the fp32 weight itself), or,
                               //     without a master, the values read widened and written
                               //     back rounded to nearest even
-    float* m_absmax = nullptr;  // 8-bit states only: (optimizer_8bit_blocks(n)) block scales of m
-    float* v_absmax = nullptr;  //                    and of v
     std::int64_t n = 0;
     float weight_decay = 0.0f;  // 0 for parameters without decay (ParamSlot::decay)
     DType grad_dtype = DType::f32;
     DType weight_dtype = DType::f32;
+    float* m_absmax = nullptr;  // 8-bit states only: (optimizer_8bit_blocks(n)) block scales of m
+    float* v_absmax = nullptr;  //                    and of v
 };
 
 // Blocks of an 8-bit state of n elements: one fp32 absmax each.
