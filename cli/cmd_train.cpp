@@ -62,6 +62,7 @@ struct TrainFlags {
     std::string overlap = "auto";
     std::string offload = "none";
     std::string finetune = "full";
+    double dropout = -1;  // < 0: the model config's
     std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's
     float lora_alpha = 0;  // 0: the rank (a scale of 1)
 };
@@ -143,6 +144,11 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
     o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
     o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    if (cmd.count("--dropout") > 0) {
+        if (!(f.dropout >= 0.0 && f.dropout < 1.0))
+            throw UsageError("--dropout: must be in [0, 1) (got " + std::to_string(f.dropout) + ")");
+        o.model.dropout = f.dropout;
+    }
     o.plan.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
     if (o.plan.finetune == Finetune::full) {
         for (const char* flag : {"--lora-rank", "--lora-alpha"}) {
@@ -220,7 +226,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         for (const char* flag : {"--model", "--config", "--data", "--micro-batch", "--seq-len", "--grad-accum",
                                  "--precision", "--optimizer", "--checkpointing", "--attention", "--lr", "--warmup",
                                  "--weight-decay", "--grad-clip", "--seed", "--steps", "--finetune",
-                                 "--lora-rank", "--lora-alpha"}) {
+                                 "--lora-rank", "--lora-alpha", "--dropout"}) {
             if (cmd.count(flag) > 0) {
                 throw UsageError(std::string("--resume continues a run with its own options; drop ") + flag);
             }
@@ -703,6 +709,9 @@ void add_train_command(CLI::App& app) {
     cmd->add_option("--lora-rank", f->lora_rank, "Adapter rank r (--finetune lora|qlora)")->capture_default_str();
     cmd->add_option("--lora-alpha", f->lora_alpha,
                     "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, a scale of 1)");
+    cmd->add_option("--dropout", f->dropout,
+                    "Dropout probability on the embeddings, attention probabilities and residual branches "
+                    "(GPT-2's; default: the model config's, 0 for the presets); needs --attention naive");
     cmd->add_option("--lr", f->lr, "Peak learning rate (warmup, then cosine to 10%)")->capture_default_str();
     cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
     cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();

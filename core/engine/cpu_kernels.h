@@ -21,6 +21,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
@@ -169,13 +170,22 @@ struct CpuKernels {
         cpu::rope_backward<T>(dqkv, B, T_, NH, KVH, HD);
     }
     void attention_naive_forward(T* out, T* p, const T* qkv, std::int64_t B, std::int64_t T_,
-                                 int NH, int KVH, std::int64_t HD) {
-        cpu::attention_naive_forward<T>(out, p, qkv, B, T_, NH, KVH, HD);
+                                 int NH, int KVH, std::int64_t HD,
+                                 const AttentionDropout<T>* dropout = nullptr) {
+        cpu::attention_naive_forward<T>(out, p, qkv, B, T_, NH, KVH, HD, dropout);
     }
     void attention_naive_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* p,
                                   std::int64_t B, std::int64_t T_, int NH, int KVH,
-                                  std::int64_t HD) {
-        cpu::attention_naive_backward<T>(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD);
+                                  std::int64_t HD, const AttentionDropout<T>* dropout = nullptr) {
+        cpu::attention_naive_backward<T>(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, dropout);
+    }
+    void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
+                         std::uint64_t seed) {
+        cpu::dropout_forward<T>(out, mask, inp, n, p, seed);
+    }
+    void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n,
+                          float p) {
+        cpu::dropout_backward<T>(dinp, dout, mask, n, p);
     }
     void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
                                  int NH, int KVH, std::int64_t HD) {

@@ -83,6 +83,9 @@ public:
     // (profiler/host_range.h, KernelTagger); null (the default) tags nothing.
     virtual void set_kernel_tagger(profiler::KernelTagger*) {}
     virtual void set_hooks(GptHooks* hooks) = 0;
+    // The seed of the next micro-batches' dropout masks (kernels/dropout.h: each site's seed
+    // derives from it); the trainer sets one per step and micro-batch. No effect without dropout.
+    virtual void set_dropout_seed(std::uint64_t seed) = 0;
 
     // Reads/writes one parameter's values as fp32 (tests, weight import): an NF4 weight is
     // quantized on the way in and dequantized on the way out. A frozen parameter's gradient

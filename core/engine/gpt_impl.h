@@ -25,6 +25,7 @@
 #include "core/check.h"
 #include "core/engine/gpt.h"
 #include "core/engine/gpt_detail.h"
+#include "core/engine/gpt_dropout.h"
 #include "core/engine/gpt_fp8.h"
 #include "core/engine/gpt_lora.h"
 #include "core/engine/gpt_params.h"
@@ -65,6 +66,7 @@ public:
         NAPKIN_ASSERT(pd.weights == gpt_detail::storage_dtype<T>() && pd.grads == gpt_detail::storage_dtype<T>(),
                       "engine storage does not match the recipe");
         adapters_ = in.finetune != Finetune::full;
+        dropout_.configure(cfg.dropout);
         allocate_params(pd.has_master);
         init_params(seed);
         B_ = in.micro_batch;
@@ -79,6 +81,7 @@ public:
     void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
     void set_kernel_tagger(profiler::KernelTagger* tagger) override { tagger_ = tagger; }
     void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
+    void set_dropout_seed(std::uint64_t seed) override { dropout_.set_seed(seed); }
 
     void zero_grads() override {
         std::optional<profiler::ScopedRange> r;
@@ -139,6 +142,10 @@ public:
         kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), false, cfg_), plan_.prologue.front().fwd);
         k_.embedding_forward(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
                                   p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        if (dropout_.on()) {
+            dropout_.forward(k_, ranges(k), prologue_.get("embedding.out").template data<T>(),
+                             prologue_.get("embedding.mask"), N_ * cfg_.d_model, -1, DropoutSite::embedding);
+        }
         k.reset();
         r_emb.reset();
         hook_leave(0, false);
@@ -204,6 +211,8 @@ public:
         hook_enter(0, true);
         if (p_wte_->trainable) {  // the embedding has no input gradient: frozen, nothing to do
             op_range(r_emb, "embedding backward", plan_.prologue.front().bwd_weight);
+            if (dropout_.on())
+                dropout_.backward(k_, ranges(k), dres, dres, prologue_.get("embedding.mask"), N_ * cfg_.d_model);
             kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), true, cfg_),
                          plan_.prologue.front().bwd_weight);
             k_.embedding_backward(p_wte_->grad.template data<T>(),
@@ -420,7 +429,7 @@ private:
     // gradient added into dnarrow_ (N, K), where the base GEMM's backward then adds its own.
     void lora_backward(const PlanOp& op, const LayerParams& lp, KeptTensors& kt) {
         const LoraSite site = lora_site(lp, op.name);
-        const T* dout = site.out.empty() ? dres_.template data<T>() : dwide_.template data<T>();
+        const T* dout = site.out.empty() ? branch_grad() : dwide_.template data<T>();
         lora_.backward(k_, op, site.slots, dnarrow_.template data<T>(), dout,
                        kt.get(site.inp).template data<T>(),
                        kt.get(std::string(op.name) + ".h").template data<T>(),
@@ -465,10 +474,11 @@ private:
                                      cfg_.head_dim());
             } else if (n == "attn.core") {
                 // Selective: only the probabilities are rebuilt; attn.out is still kept.
-                attention_forward(kt, op, recompute && !recomputes(op, "attn.out"), kernel);
+                attention_forward(kt, op, l, recompute && !recomputes(op, "attn.out"), kernel);
             } else if (n == "attn.proj") {
                 matmul(op, branch_.template data<T>(), kt, "attn.out", lp.proj_w, lp.proj_b,
                        kernel);
+                if (!adapters_) branch_dropout(kt, l, kernel, "attn.proj.mask", DropoutSite::attention_residual);
             } else if (n == "attn.res") {
                 k_.residual_forward(kt.get("attn.res.out").template data<T>(), x, branch_.template data<T>(), N_ * C);
             } else if (n == "ln_2") {
@@ -486,11 +496,15 @@ private:
             } else if (n == "mlp.proj") {
                 matmul(op, branch_.template data<T>(), kt, "mlp.act.out", lp.down_w, lp.down_b,
                        kernel);
+                if (!adapters_) branch_dropout(kt, l, kernel, "mlp.proj.mask", DropoutSite::mlp_residual);
             } else if (n == "mlp.res") {
                 k_.residual_forward(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
                                          branch_.template data<T>(), N_ * C);
             } else if (op.kind == OpKind::lora) {
                 lora_forward(op, lp, kt);
+                // A projection's adapter is the branch's last writer: the dropout follows it.
+                if (n == "attn.proj.lora") branch_dropout(kt, l, kernel, "attn.proj.mask", DropoutSite::attention_residual);
+                if (n == "mlp.proj.lora") branch_dropout(kt, l, kernel, "mlp.proj.mask", DropoutSite::mlp_residual);
             } else {
                 throw UsageError("napkin train: the engine cannot run op '" + std::string(n) + "' yet");
             }
@@ -503,6 +517,18 @@ private:
         }
     }
 
+    // The residual branch's dropout (gpt_dropout.h), in place on branch_, its mask kept by the
+    // branch's projection.
+    void branch_dropout(KeptTensors& kt, int l, profiler::KernelScope& kernel, std::string_view mask,
+                        DropoutSite site) {
+        if (dropout_.on())
+            dropout_.forward(k_, ranges(kernel), branch_.template data<T>(), kt.get(mask), N_ * cfg_.d_model, l, site);
+    }
+
+    // The gradient a residual branch's ops read: dres, or with dropout dres through the branch's
+    // mask, which the residual op's backward puts in branch_.
+    T* branch_grad() { return dropout_.on() ? branch_.template data<T>() : dres_.template data<T>(); }
+
     // Whether checkpointing rebuilds the op's kept tensor `name`.
     static bool recomputes(const PlanOp& op, std::string_view name) {
         for (int i = 0; i < op.n_saved; ++i) {
@@ -512,7 +538,7 @@ private:
         return false;
     }
 
-    void attention_forward(KeptTensors& kt, const PlanOp& op, bool probabilities_only,
+    void attention_forward(KeptTensors& kt, const PlanOp& op, int l, bool probabilities_only,
                            profiler::KernelScope& kernel) {
         const auto& s = std::get<AttentionShape>(op.shape);
         const T* qkv = kt.get("attn.qkv.out").template data<T>();
@@ -520,7 +546,9 @@ private:
             // Rebuilding P alone still produces an output; write it to scratch.
             T* out =
                 probabilities_only ? branch_.template data<T>() : output_of(kt.get("attn.out"));
-            k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD);
+            const AttentionDropout<T> drop = dropout_.on() ? dropout_.attention(kt, l) : AttentionDropout<T>{};
+            k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD,
+                                       dropout_.on() ? &drop : nullptr);
         } else {
             k_.attention_flash_forward(output_of(kt.get("attn.out")),
                                        kt.get("attn.lse").template data<float>(), qkv, s.B, s.T,
@@ -551,7 +579,12 @@ private:
             // The op's kernel starts here (after the memsets that clear its outputs).
             auto launch = [&] { kernel_range(kernel, gpt_detail::kernel_name(op, true, cfg_), cost); };
             if (n == "mlp.res" || n == "attn.res") {
-                // The branch's gradient is the residual stream's: dres is read by the branch below.
+                // The branch's gradient is the residual stream's: dres is read by the branch
+                // below, or with dropout dres through the branch's mask, into branch_.
+                if (dropout_.on()) {
+                    dropout_.backward(k_, ranges(kernel), branch_.template data<T>(), dres,
+                                      kt.get(n == "attn.res" ? "attn.proj.mask" : "mlp.proj.mask"), N_ * C);
+                }
             } else if (op.kind == OpKind::lora) {
                 const auto& s = std::get<LoraShape>(op.shape);
                 zero(dnarrow, s.M * s.K);  // its input gradient starts here
@@ -559,7 +592,7 @@ private:
                 lora_backward(op, lp, kt);
             } else if (n == "mlp.proj") {
                 if (!adapters_) zero(dnarrow, N_ * cfg_.d_ff);  // else its adapter's backward did
-                matmul_back(op, dnarrow, dres, kt, "mlp.act.out", lp.down_w, lp.down_b, kernel,
+                matmul_back(op, dnarrow, branch_grad(), kt, "mlp.act.out", lp.down_w, lp.down_b, kernel,
                             launch);
             } else if (n == "mlp.act") {
                 const std::int64_t cols = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
@@ -576,7 +609,7 @@ private:
                 norm_backward(kt, "ln_2", dres, dnarrow, kt.get("attn.res.out").template data<T>(), lp.ln2_w, lp.ln2_b);
             } else if (n == "attn.proj") {
                 if (!adapters_) zero(dnarrow, N_ * C);
-                matmul_back(op, dnarrow, dres, kt, "attn.out", lp.proj_w, lp.proj_b, kernel,
+                matmul_back(op, dnarrow, branch_grad(), kt, "attn.out", lp.proj_w, lp.proj_b, kernel,
                             launch);
             } else if (n == "attn.core") {
                 const auto& s = std::get<AttentionShape>(op.shape);
@@ -584,8 +617,10 @@ private:
                 const T* qkv = kt.get("attn.qkv.out").template data<T>();
                 if (s.impl == AttentionImpl::naive) {
                     launch();
+                    const AttentionDropout<T> drop = dropout_.on() ? dropout_.attention(kt, l) : AttentionDropout<T>{};
                     k_.attention_naive_backward(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
-                                                     kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD);
+                                                kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD,
+                                                dropout_.on() ? &drop : nullptr);
                 } else {
                     // Flash reads its output O; fp8-amp keeps it as codes: dequantized into branch_
                     // (N, C), free during the backward.
@@ -634,6 +669,7 @@ private:
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
     bool adapters_ = false;  // LoRA/QLoRA: the base frozen, adapters trained
     gpt_detail::Adapters<Kernels> lora_;  // their scale and transients (gpt_lora.h)
+    gpt_detail::Dropout<Kernels> dropout_;  // its probability and the micro-batch's seed (gpt_dropout.h)
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches

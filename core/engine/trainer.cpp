@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/config_json.h"
+#include "kernels/dropout.h"
 #include "profiler/host_range.h"
 
 namespace napkin {
@@ -162,6 +163,11 @@ StepRecord Trainer::step() {
             in = static_cast<std::int32_t*>(inputs_.raw());
             tg = static_cast<std::int32_t*>(targets_.raw());
         }
+        // Dropout's masks: one seed per step and global micro-batch (the same on any number of
+        // ranks, and after a resume).
+        model_->set_dropout_seed(dropout_hash(
+            opts_.seed, static_cast<std::uint64_t>(step_) * static_cast<std::uint64_t>(opts_.grad_accum * world) +
+                            static_cast<std::uint64_t>(micro)));
         loss_sum += model_->forward_backward(in, tg, dloss);
     }
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);

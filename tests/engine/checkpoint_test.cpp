@@ -124,6 +124,7 @@ struct Recipe {
     Precision precision;
     OptimizerKind optimizer;
     Finetune finetune = Finetune::full;
+    double dropout = 0.0;  // with naive attention
 };
 
 class CheckpointResume : public testing::TestWithParam<Recipe> {};
@@ -132,6 +133,10 @@ class CheckpointResume : public testing::TestWithParam<Recipe> {};
 TEST_P(CheckpointResume, RepeatsTheUninterruptedRunBitForBit) {
     TrainOptions o = tiny_options(GetParam().precision, GetParam().optimizer);
     o.plan.finetune = GetParam().finetune;
+    if (GetParam().dropout > 0) {
+        o.model.dropout = GetParam().dropout;
+        o.plan.attention = AttentionImpl::naive;
+    }
     if (o.plan.finetune != Finetune::full) {
         o.plan.lora_rank = 4;
         o.plan.lora_alpha = 8.0f;
@@ -172,6 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointResume,
                                          Recipe{Precision::fp8_amp, OptimizerKind::adamw},
                                          Recipe{Precision::fp32, OptimizerKind::sgd},
                                          Recipe{Precision::bf16_amp, OptimizerKind::adamw_8bit},
+                                         Recipe{Precision::fp32, OptimizerKind::adamw, Finetune::full, 0.1},
                                          Recipe{Precision::bf16_amp, OptimizerKind::adamw, Finetune::lora},
                                          Recipe{Precision::fp16_amp, OptimizerKind::adam, Finetune::qlora},
                                          Recipe{Precision::fp32, OptimizerKind::adamw, Finetune::qlora}),
@@ -181,6 +187,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointResume,
                                  std::string(enum_name(kOptimizerNames, p.param.optimizer));
                              if (p.param.finetune != Finetune::full)
                                  n += "_" + std::string(enum_name(kFinetuneNames, p.param.finetune));
+                             if (p.param.dropout > 0) n += "_dropout";
                              for (char& c : n) {
                                  if (c == '-') c = '_';
                              }

@@ -4,6 +4,8 @@
 // Parameters are read by the engine's names (param_tensors()), widened to double. A linear
 // layer with LoRA adapters ("<name>.lora_a", "<name>.lora_b" present) adds
 // lora_scale * (x A_p^T) B_p^T for each of its parts p (q, k, v of qkv; gate, up of SwiGLU's fc).
+// With the config's dropout > 0: the masks of kernels/dropout.h for the micro-batch seed given
+// (set_dropout), on the embedding output, the attention probabilities and both residual branches.
 #pragma once
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "kernels/dropout.h"
 
 namespace napkin::test {
 
@@ -21,6 +24,7 @@ using Params = std::map<std::string, std::vector<double>>;
 class ReferenceGpt {
 public:
     explicit ReferenceGpt(const ModelConfig& c, double lora_scale = 0.0) : c_(c), lora_scale_(lora_scale) {}
+    void set_dropout(std::uint64_t micro_batch_seed) { dropout_seed_ = micro_batch_seed; }
 
     // Mean cross-entropy over the B*T positions.
     double loss(const Params& p, const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
@@ -38,13 +42,15 @@ public:
                 }
             }
         }
+        drop(x, -1, DropoutSite::embedding);
         for (int l = 0; l < c_.n_layers; ++l) {
             const std::string h = "h." + std::to_string(l) + ".";
             const auto n1 = norm(p, h + "ln_1", x, N);
             auto qkv = linear(p, h + "attn.qkv", n1, N, C, c_.qkv_dim());
             if (c_.positions == PositionKind::rope) rope(qkv, B, T);
-            const auto att = attention(qkv, B, T);
-            const auto y = linear(p, h + "attn.proj", att, N, C, C);
+            const auto att = attention(qkv, B, T, l);
+            auto y = linear(p, h + "attn.proj", att, N, C, C);
+            drop(y, l, DropoutSite::attention_residual);
             for (std::size_t i = 0; i < x.size(); ++i) x[i] += y[i];
             const auto n2 = norm(p, h + "ln_2", x, N);
             const std::int64_t fc_rows = c_.mlp == MlpKind::swiglu ? 2 * c_.d_ff : c_.d_ff;
@@ -63,7 +69,8 @@ public:
                     }
                 }
             }
-            const auto y2 = linear(p, h + "mlp.proj", a, N, c_.d_ff, C);
+            auto y2 = linear(p, h + "mlp.proj", a, N, c_.d_ff, C);
+            drop(y2, l, DropoutSite::mlp_residual);
             for (std::size_t i = 0; i < x.size(); ++i) x[i] += y2[i];
         }
         const auto xf = norm(p, "ln_f", x, N);
@@ -173,7 +180,16 @@ private:
         }
     }
 
-    std::vector<double> attention(const std::vector<double>& qkv, std::int64_t B, std::int64_t T) const {
+    // Dropout in place: element i kept by the site's hash, scaled by 1 / (1 - p).
+    void drop(std::vector<double>& v, int layer, DropoutSite site) const {
+        if (c_.dropout <= 0) return;
+        const std::uint64_t seed = dropout_site_seed(dropout_seed_, layer, site);
+        const std::uint32_t threshold = dropout_threshold(static_cast<float>(c_.dropout));
+        const double scale = 1.0 / (1.0 - static_cast<double>(static_cast<float>(c_.dropout)));
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = dropout_keep(seed, i, threshold) ? v[i] * scale : 0.0;
+    }
+
+    std::vector<double> attention(const std::vector<double>& qkv, std::int64_t B, std::int64_t T, int layer) const {
         const std::int64_t HD = c_.head_dim(), C = c_.d_model, W = c_.qkv_dim();
         const int group = c_.n_heads / c_.n_kv_heads;
         std::vector<double> out(static_cast<std::size_t>(B * T * C));
@@ -193,6 +209,16 @@ private:
                     }
                     double sum = 0;
                     for (double& e : s) sum += (e = std::exp(e - maxv));
+                    if (c_.dropout > 0) {  // P (B, NH, T, T): element (b, h, t, u)
+                        const std::uint64_t seed = dropout_site_seed(dropout_seed_, layer, DropoutSite::attention);
+                        const std::uint32_t threshold = dropout_threshold(static_cast<float>(c_.dropout));
+                        const double scale = 1.0 / (1.0 - static_cast<double>(static_cast<float>(c_.dropout)));
+                        for (std::int64_t u = 0; u <= t; ++u) {
+                            const auto at = static_cast<std::uint64_t>(((b * c_.n_heads + h) * T + t) * T + u);
+                            double& e = s[static_cast<std::size_t>(u)];
+                            e = dropout_keep(seed, at, threshold) ? e * scale : 0.0;
+                        }
+                    }
                     for (std::int64_t i = 0; i < HD; ++i) {
                         double acc = 0;
                         for (std::int64_t u = 0; u <= t; ++u) {
@@ -209,6 +235,7 @@ private:
 
     ModelConfig c_;
     double lora_scale_ = 0.0;
+    std::uint64_t dropout_seed_ = 0;
 };
 
 }  // namespace napkin::test
