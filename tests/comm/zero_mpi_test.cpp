@@ -115,9 +115,11 @@ TEST(ZeroMpi, TwoRanksFollowGradientAccumulation) {
     check_stages(2, "", 4e-6);  // fp32 sums in another order: a few ulps
 }
 
-TEST(ZeroMpi, FourRanksWithCheckpointing) {
+// With dropout too: every rank draws the masks of its global micro-batches, as the one rank
+// accumulating them all does (kernels/dropout.h's seeds), and recomputation draws them again.
+TEST(ZeroMpi, FourRanksWithCheckpointingAndDropout) {
     SKIP_WITHOUT_MPI();
-    check_stages(4, "--checkpointing full", 4e-6);
+    check_stages(4, "--checkpointing full --dropout 0.1 --attention naive", 4e-6);
 }
 
 TEST(ZeroMpi, TwoRanksInBf16) {
