@@ -711,7 +711,7 @@ void add_train_command(CLI::App& app) {
                     "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, a scale of 1)");
     cmd->add_option("--dropout", f->dropout,
                     "Dropout probability on the embeddings, attention probabilities and residual branches "
-                    "(GPT-2's; default: the model config's, 0 for the presets); needs --attention naive");
+                    "(GPT-2's; default: the model config's, 0 for the presets)");
     cmd->add_option("--lr", f->lr, "Peak learning rate (warmup, then cosine to 10%)")->capture_default_str();
     cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
     cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")->capture_default_str();

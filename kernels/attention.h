@@ -71,11 +71,13 @@ inline std::uint64_t attention_backward_recompute_flops(const AttentionShape& s)
     return 2ull * s.B * s.NH * s.HD * attention_pairs(s);
 }
 
-// Dropout on the attention probabilities (GPT-2's attn_pdrop; naive path only): P is kept as the
-// softmax gives it, then Pd = dropout(P) (kernels/dropout.h, element index = P's offset, zero
-// above the diagonal), and out = Pd V. The mask and Pd are kept beside P, as Korthikanti counts
-// them (2 + 1 + 2 bytes per (query, key) pair in 16-bit). Backward: dPd = dout V^T,
-// dP = mask ? dPd / (1 - p) : 0 and dS from P as without dropout; dV = Pd^T dout.
+// Dropout on the attention probabilities (GPT-2's attn_pdrop): Pd = dropout(P) after the
+// softmax (kernels/dropout.h, element index = P's offset ((b NH + h) T + i) T + j, so both paths
+// draw the same bits), and out = Pd V. Backward: dPd = dout V^T, dP = mask ? dPd / (1 - p) : 0,
+// dS from P as without dropout (D_i = sum_j P_ij dP_ij = dout_i . out_i still), dV = Pd^T dout.
+// Naive keeps the mask and Pd beside P, as Korthikanti counts them (2 + 1 + 2 bytes per (query,
+// key) pair in 16-bit); flash keeps neither (mask and dropped are unused: null) and draws the
+// bits again in its backward, as FlashAttention does.
 template <class Elem>
 struct AttentionDropout {
     float p = 0.0f;
@@ -129,7 +131,8 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 // scaled scores.
 template <class Elem>
 void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD);
+                             int NH, int KVH, std::int64_t HD,
+                             const AttentionDropout<Elem>* dropout = nullptr);
 
 // dqkv += gradient of L given dout (B, T, NH*HD), from out, qkv and lse; p_ij = exp(s_ij - lse_i)
 // recomputed from S, D_i = dout_i . out_i, dS = p (dP - D). Deterministic without atomics, it
@@ -137,11 +140,12 @@ void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_
 // then dq per query row. Both passes recompute S and the second recomputes dP, so the CPU does
 // 14 * B * NH * HD * pairs FLOPs: the 8 of attention_backward_cost plus 6 of recompute (three
 // times attention_backward_recompute_flops, which counts a single-pass kernel). Stack only: no
-// allocation.
+// allocation. With `dropout` (null: none; the forward's p and seed), dP and dV through the same
+// keep bits, drawn again.
 template <class Elem>
 void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                               const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD);
+                              std::int64_t HD, const AttentionDropout<Elem>* dropout = nullptr);
 
 }  // namespace cpu
 

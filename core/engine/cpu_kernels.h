@@ -188,13 +188,15 @@ struct CpuKernels {
         cpu::dropout_backward<T>(dinp, dout, mask, n, p);
     }
     void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
-                                 int NH, int KVH, std::int64_t HD) {
-        cpu::attention_flash_forward<T>(out, lse, qkv, B, T_, NH, KVH, HD);
+                                 int NH, int KVH, std::int64_t HD,
+                                 const AttentionDropout<T>* dropout = nullptr) {
+        cpu::attention_flash_forward<T>(out, lse, qkv, B, T_, NH, KVH, HD, dropout);
     }
     void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T_, int NH,
-                                  int KVH, std::int64_t HD) {
-        cpu::attention_flash_backward<T>(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD);
+                                  int KVH, std::int64_t HD,
+                                  const AttentionDropout<T>* dropout = nullptr) {
+        cpu::attention_flash_backward<T>(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, dropout);
     }
     void gelu_forward(T* out, const T* inp, std::int64_t n) { cpu::gelu_forward<T>(out, inp, n); }
     void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {

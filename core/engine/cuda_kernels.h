@@ -225,13 +225,24 @@ struct CudaKernels {
     [[noreturn]] static void no_dropout() {
         throw UsageError("--dropout: not on CUDA yet (its kernels are to come); run --device cpu");
     }
+    // Flash attention's dropout: not in the CUDA kernels (SIMT and tensor-core) yet.
     void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
-                                 int NH, int KVH, std::int64_t HD) {
+                                 int NH, int KVH, std::int64_t HD,
+                                 const AttentionDropout<T>* dropout = nullptr) {
+        if (dropout != nullptr) {
+            throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
+                             "naive with --device cuda");
+        }
         k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_);
     }
     void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T_, int NH,
-                                  int KVH, std::int64_t HD) {
+                                  int KVH, std::int64_t HD,
+                                  const AttentionDropout<T>* dropout = nullptr) {
+        if (dropout != nullptr) {
+            throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
+                             "naive with --device cuda");
+        }
         k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_);
     }
     void gelu_forward(T* out, const T* inp, std::int64_t n) {

@@ -17,10 +17,6 @@ void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
     if (in.finetune != Finetune::full && in.lora_rank <= 0)
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
-    if (cfg.dropout > 0 && in.attention != AttentionImpl::naive) {
-        throw UsageError("--dropout: needs --attention naive in the engine (flash attention would "
-                         "draw its mask inside the kernel, which it does not yet)");
-    }
     validate(cfg);
 }
 

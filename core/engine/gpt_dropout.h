@@ -1,8 +1,8 @@
 // Dropout's part of the GPT engine's orchestration (core/engine/gpt_impl.h), where GPT-2 puts
 // it (embd_pdrop, attn_pdrop and resid_pdrop, one probability here: ModelConfig::dropout):
 //   - the embedding output, in place, its mask kept by the embedding op ("embedding.mask");
-//   - the attention probabilities (naive attention: the kernel keeps P, the mask and Pd,
-//     kernels/attention.h);
+//   - the attention probabilities (naive attention keeps P, the mask and Pd; flash keeps nothing
+//     more and draws the bits again in its backward: kernels/attention.h);
 //   - each residual branch (attention and MLP), in place on the branch output once its last
 //     writer is done (the projection, or its LoRA adapter after it), its mask kept by the
 //     projection op ("attn.proj.mask", "mlp.proj.mask"); the backward puts dres through the
@@ -52,6 +52,10 @@ public:
         return {p_, dropout_site_seed(seed_, layer, DropoutSite::attention),
                 kt.get("attn.p.mask").template data<std::uint8_t>(),
                 kt.get("attn.p.dropped").template data<T>()};
+    }
+    // Flash attention's: the same bits, drawn in the kernel, nothing kept.
+    AttentionDropout<T> flash_attention(int layer) const {
+        return {p_, dropout_site_seed(seed_, layer, DropoutSite::attention), nullptr, nullptr};
     }
 
 private:

@@ -550,9 +550,10 @@ private:
             k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD,
                                        dropout_.on() ? &drop : nullptr);
         } else {
+            const AttentionDropout<T> drop = dropout_.flash_attention(l);
             k_.attention_flash_forward(output_of(kt.get("attn.out")),
                                        kt.get("attn.lse").template data<float>(), qkv, s.B, s.T,
-                                       s.NH, s.KVH, s.HD);
+                                       s.NH, s.KVH, s.HD, dropout_.on() ? &drop : nullptr);
         }
         if (!probabilities_only) finish_output(kt, "attn.out", kernel);
     }
@@ -631,9 +632,10 @@ private:
                                                branch_.template data<T>())
                             : o.template data<T>();
                     launch();
+                    const AttentionDropout<T> drop = dropout_.flash_attention(l);
                     k_.attention_flash_backward(dwide, dnarrow, out, qkv,
                                                 kt.get("attn.lse").template data<float>(), s.B, s.T,
-                                                s.NH, s.KVH, s.HD);
+                                                s.NH, s.KVH, s.HD, dropout_.on() ? &drop : nullptr);
                 }
             } else if (n == "attn.rope") {
                 launch();

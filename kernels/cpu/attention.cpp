@@ -248,9 +248,14 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 
 template <class Elem>
 void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD) {
+                             int NH, int KVH, std::int64_t HD,
+                             const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
+                  "attention_flash_forward: dropout p " << dropout->p);
+    const std::uint32_t threshold = dropout != nullptr ? dropout_threshold(dropout->p) : 0;
+    const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
     const std::int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(dynamic, 8) if (l.parallel())
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -279,8 +284,13 @@ void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_
                 acc[d] *= correction;
             for (std::int64_t j = 0; j < n; ++j) {
                 const float e = std::exp(s[j] - m_new);
-                sum += e;
-                axpy(acc, e, qkv + l.v(b, j0 + j, g), HD);
+                sum += e;  // the softmax's own sum: dropout comes after it
+                float w = e;
+                if (dropout != nullptr) {
+                    const auto at = static_cast<std::uint64_t>(l.row(b, h, i) * T + j0 + j);
+                    w = dropout_keep(dropout->seed, at, threshold) ? e * keep_scale : 0.0f;
+                }
+                axpy(acc, w, qkv + l.v(b, j0 + j, g), HD);
             }
             m = m_new;
         }
@@ -292,9 +302,17 @@ void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_
 template <class Elem>
 void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                               const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD) {
+                              std::int64_t HD, const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+    const std::uint32_t threshold = dropout != nullptr ? dropout_threshold(dropout->p) : 0;
+    const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
+    // The keep factor of P_ij (0 or 1 / (1 - p)), the forward's bits drawn again.
+    auto keep = [&](std::int64_t b, int h, std::int64_t i, std::int64_t j) {
+        if (dropout == nullptr) return 1.0f;
+        const auto at = static_cast<std::uint64_t>(l.row(b, h, i) * T + j);
+        return dropout_keep(dropout->seed, at, threshold) ? keep_scale : 0.0f;
+    };
     constexpr std::int64_t KB = kFlashBackwardKeyBlock;
 
     // Pass 1, one (b, kv head g, block of KB keys) per iteration: for every query head of the
@@ -326,10 +344,12 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
                 const std::int64_t visible = std::min(n, i + 1 - j0);
                 for (std::int64_t j = 0; j < visible; ++j) {
                     const float pij = std::exp(dot(q, qkv + l.k(b, j0 + j, g), HD) * scale - L);
-                    const float dp = dot(go, qkv + l.v(b, j0 + j, g), HD);
+                    const float kij = keep(b, h, i, j0 + j);
+                    const float dp = dot(go, qkv + l.v(b, j0 + j, g), HD) * kij;
                     const float ds = pij * (dp - D) * scale;
+                    const float pd = pij * kij;  // what multiplied v_j
                     for (std::int64_t d = 0; d < HD; ++d) {
-                        dv[j][d] += pij * go[d];
+                        dv[j][d] += pd * go[d];
                         dk[j][d] += ds * q[d];
                     }
                 }
@@ -360,7 +380,7 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
         const float L = lse[l.row(b, h, i)];
         for (std::int64_t j = 0; j <= i; ++j) {
             const float pij = std::exp(dot(q, qkv + l.k(b, j, g), HD) * scale - L);
-            const float dp = dot(go, qkv + l.v(b, j, g), HD);
+            const float dp = dot(go, qkv + l.v(b, j, g), HD) * keep(b, h, i, j);
             axpy(dq, pij * (dp - D) * scale, qkv + l.k(b, j, g), HD);
         }
         add_to(dqkv + l.q(b, i, h), dq, HD);
@@ -376,10 +396,11 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
                                                  int, std::int64_t,                             \
                                                  const AttentionDropout<Elem>*);                \
     template void attention_flash_forward<Elem>(Elem*, float*, const Elem*, std::int64_t,       \
-                                                std::int64_t, int, int, std::int64_t);          \
+                                                std::int64_t, int, int, std::int64_t,           \
+                                                const AttentionDropout<Elem>*);                 \
     template void attention_flash_backward<Elem>(Elem*, const Elem*, const Elem*, const Elem*,  \
                                                  const float*, std::int64_t, std::int64_t, int, \
-                                                 int, std::int64_t);
+                                                 int, std::int64_t, const AttentionDropout<Elem>*);
 NAPKIN_INSTANTIATE_ATTENTION(float)
 NAPKIN_INSTANTIATE_ATTENTION(bf16_t)
 NAPKIN_INSTANTIATE_ATTENTION(f16_t)

@@ -596,7 +596,6 @@ TEST(TrainCli, BadInput) {
     expect_error("train --finetune lora --zero 1", 2, "does not train adapters yet", out);
     expect_error("train --optimizer adamw-8bit --zero 2", 2, "do not shard 8-bit states yet", out);
     expect_error("train --dropout 1", 2, "--dropout: must be in [0, 1)", out);
-    expect_error("train --dropout 0.1", 2, "--dropout: needs --attention naive", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);

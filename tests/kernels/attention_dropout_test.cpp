@@ -1,7 +1,8 @@
-// Naive attention with dropout on its probabilities (kernels/attention.h, AttentionDropout)
-// against a double-precision reference written from the definitions with the same keep bits
-// (kernels/dropout.h): P, the mask, Pd and out forward; dqkv against the reference's chain rule
-// and its finite differences (the mask depends on indices only, so L(qkv) stays smooth).
+// Attention with dropout on its probabilities (kernels/attention.h, AttentionDropout), naive and
+// flash, against a double-precision reference written from the definitions with the same keep
+// bits (kernels/dropout.h): naive's P, mask, Pd and out, flash's out (it keeps no mask and draws
+// the bits again); dqkv of both against the reference's chain rule and its finite differences
+// (the mask depends on indices only, so L(qkv) stays smooth).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,13 @@ void check(const Shape& s, float prob, unsigned seed) {
     test::expect_close("Pd", test::as_seen(pd), ref.pd, test::Tolerance{tol.abs * 4, tol.rel});
     test::expect_close("out", test::as_seen(out), ref.out,
                        test::Tolerance{tol.abs * 4, tol.rel * 2});
+    std::vector<T> fout = test::nan_filled<T>(static_cast<std::int64_t>(out.size()));
+    std::vector<float> lse(static_cast<std::size_t>(s.B * s.NH * s.T));
+    const AttentionDropout<T> fd{prob, site, nullptr, nullptr};
+    cpu::attention_flash_forward<T>(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.KVH,
+                                    s.HD, &fd);
+    test::expect_close("flash out", test::as_seen(fout), ref.out,
+                       test::Tolerance{tol.abs * 4, tol.rel * 2});
     if (!std::is_same_v<T, float>) return;  // the 16-bit gradients: attention_test.cpp's bounds
 
     const auto gT = test::to_storage<T>(grad);
@@ -141,11 +149,18 @@ void check(const Shape& s, float prob, unsigned seed) {
     auto loss = [&] { return test::dot(run(s, xv, prob, site).out, grad); };
     test::expect_gradient("dqkv", loss, xv, test::as_seen(dqkv), Vec(xv.size(), 0.0), want_dqkv,
                           test::for_sum_of(test::Tolerance{1e-4, 1e-4}, s.T * s.NH), rng);
+    std::vector<T> fdqkv(qkv.size(), from_float<T>(0.0f));
+    cpu::attention_flash_backward<T>(fdqkv.data(), gT.data(), fout.data(), qkv.data(), lse.data(),
+                                     s.B, s.T, s.NH, s.KVH, s.HD, &fd);
+    test::expect_gradient("flash dqkv", loss, xv, test::as_seen(fdqkv), Vec(xv.size(), 0.0),
+                          want_dqkv, test::for_sum_of(test::Tolerance{1e-4, 1e-4}, s.T * s.NH),
+                          rng);
 }
 
-TEST(AttentionDropout, NaiveMatchesTheReferenceAndItsGradient) {
+TEST(AttentionDropout, NaiveAndFlashMatchTheReferenceAndItsGradient) {
     const unsigned seed = test::fresh_seed();
-    const Shape shapes[] = {{1, 1, 1, 1, 1}, {2, 7, 4, 2, 8}, {1, 13, 2, 1, 5}};
+    // T = 70 spans two of flash's 64-key forward blocks and three 32-key backward blocks.
+    const Shape shapes[] = {{1, 1, 1, 1, 1}, {2, 7, 4, 2, 8}, {1, 13, 2, 1, 5}, {1, 70, 2, 2, 4}};
     unsigned k = 0;
     for (const Shape& s : shapes) {
         for (const float p : {0.0f, 0.1f, 0.5f}) {
