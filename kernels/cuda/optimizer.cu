@@ -3,6 +3,9 @@
 // parameters per launch travel in the kernel's parameter space, blockIdx.y picks the tensor and
 // blockIdx.x strides over its elements. The global norm's sum of squares is deterministic:
 // fixed per-tensor blocks, fp64 partial sums, one final block that adds them in a fixed order.
+// 8-bit states (adamw-8bit, the CPU's update_8bit): one thread block per quantization block of
+// kOptimizer8bitBlock elements, its absmax a block maximum (order-free, so the CPU's bits).
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -13,14 +16,46 @@ namespace napkin::cuda {
 
 namespace {
 
-constexpr int kMaxTensors = 32;  // 32 * 56 bytes of descriptors: well inside 4 KiB of parameters
+// Kernel parameters: 4 KiB before CUDA 12.1 (and on pre-Volta GPUs), so each launch's
+// descriptors stay well inside that (static_asserts below).
+constexpr std::size_t kMaxParamBytes = 4096;
+constexpr int kMaxTensors = 32;      // 32 * 72 bytes of descriptors
+constexpr int kMaxTensors8bit = 16;  // 16 * 72 bytes, beside the two maps' 2056
 constexpr int kBlock = 256;
 constexpr unsigned kUpdateBlocksMax = 1024;  // per tensor; grid-stride beyond
 
-struct TensorList {
-    OptimizerTensor t[kMaxTensors];
+template <int kCount>
+struct TensorGroup {
+    OptimizerTensor t[kCount];
     int count = 0;
 };
+using TensorList = TensorGroup<kMaxTensors>;
+using TensorList8bit = TensorGroup<kMaxTensors8bit>;
+
+// The dynamic-tree maps of 8-bit m (signed) and v (unsigned), built on the host by the CPU's own
+// dynamic_map() so that the values are its bits. They ride in the launch's parameters, beside
+// fewer descriptors (16, not 32, per launch), rather than in __constant__ memory filled once:
+// no state outside the call (which device was filled, and when the copy is visible to another
+// stream), and every launch carries its own maps. Each block copies them to shared memory, where
+// the binary searches of dynamic_quantize read them (divergent reads of the constant bank that
+// holds parameters would serialize).
+struct Maps8bit {
+    DynamicMap m, v;
+};
+
+static_assert(sizeof(OptimizerHyper) + sizeof(TensorList) + sizeof(DType) <= kMaxParamBytes,
+              "optimizer_update_kernel's parameters exceed 4 KiB");
+static_assert(sizeof(OptimizerHyper) + sizeof(TensorList8bit) + sizeof(Maps8bit) <= kMaxParamBytes,
+              "optimizer_update_8bit_kernel's parameters exceed 4 KiB");
+static_assert(sizeof(double*) + sizeof(TensorList) + sizeof(int) <= kMaxParamBytes,
+              "grad_sum_squares_partial_kernel's parameters exceed 4 KiB");
+
+// 8-bit states: kBlock threads per quantization block, each kPer8bit of its elements (strided
+// by kBlock, so a warp's loads are contiguous), its new moments kept in registers until the
+// block's absmax is known.
+constexpr int kPer8bit = static_cast<int>(kOptimizer8bitBlock) / kBlock;
+static_assert(kPer8bit * kBlock == static_cast<int>(kOptimizer8bitBlock),
+              "a quantization block is a whole number of threads' elements");
 
 __device__ __forceinline__ float load(const void* p, DType t, std::int64_t k) {
     switch (t) {
@@ -64,6 +99,78 @@ __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType
     }
 }
 
+// adamw-8bit (the CPU's update_8bit, element for element): for each quantization block b of the
+// tensor blockIdx.y (grid-stride over blocks): dequantize m = m_map[code] * m_absmax[b] (v
+// alike), apply the rule, write w, then the block's new absmax (max |m|, max v; fmaxf ignores a
+// NaN as the CPU's std::max(absmax, x) does), stored by thread 0 after every thread has read the
+// old one (block_max synchronizes), and each new value / absmax quantized to the nearest code
+// (absmax 0: the map's zero). The dequantizing product and the quantizing quotient are
+// __fmul_rn / __fdiv_rn: never fused into a multiply-add, always IEEE-rounded, so that equal
+// states give the CPU's codes; only the rule itself may differ in the last bit (contractions).
+__global__ void optimizer_update_8bit_kernel(OptimizerHyper h, TensorList8bit list, Maps8bit maps) {
+    const OptimizerTensor& t = list.t[blockIdx.y];
+    constexpr auto kQuantBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
+    const std::int64_t blocks = (t.n + kQuantBlock - 1) / kQuantBlock;  // optimizer_8bit_blocks
+    if (static_cast<std::int64_t>(blockIdx.x) >= blocks) return;  // the whole block: no barrier
+    // DynamicMap's default member initializers would be a dynamic initialization, which
+    // __shared__ variables cannot have: raw storage, filled below.
+    __shared__ __align__(16) unsigned char map_bytes[2 * sizeof(DynamicMap)];
+    __shared__ float reduce[kWarpSize];
+    auto* m_map = reinterpret_cast<DynamicMap*>(map_bytes);
+    DynamicMap* v_map = m_map + 1;
+    for (int i = static_cast<int>(threadIdx.x); i < 256; i += static_cast<int>(blockDim.x)) {
+        m_map->value[i] = maps.m.value[i];
+        v_map->value[i] = maps.v.value[i];
+    }
+    if (threadIdx.x == 0) {
+        m_map->size = maps.m.size;
+        v_map->size = maps.v.size;
+    }
+    __syncthreads();
+    const std::uint8_t m_zero = dynamic_quantize(0.0f, *m_map);
+    const float wd = t.weight_decay;
+    auto* mq = static_cast<std::uint8_t*>(t.m);  // (n) codes
+    auto* vq = static_cast<std::uint8_t*>(t.v);  // (n) codes
+    for (std::int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        const std::int64_t k0 = b * kQuantBlock;
+        const float m_scale = t.m_absmax[b], v_scale = t.v_absmax[b];
+        float ms[kPer8bit], vs[kPer8bit];
+        float m_max = 0.0f, v_max = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPer8bit; ++j) {
+            const std::int64_t k = k0 + j * kBlock + threadIdx.x;
+            ms[j] = 0.0f;
+            vs[j] = 0.0f;
+            if (k >= t.n) continue;
+            const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+            float m = __fmul_rn(m_map->value[mq[k]], m_scale);
+            float v = __fmul_rn(v_map->value[vq[k]], v_scale);
+            const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
+            const float wk = optimizer_rule(h, g, w, wd, m, v);
+            if (t.master != nullptr) t.master[k] = wk;
+            if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
+            ms[j] = m;
+            vs[j] = v;
+            m_max = fmaxf(m_max, fabsf(m));
+            v_max = fmaxf(v_max, v);
+        }
+        m_max = block_max(m_max, reduce);
+        v_max = block_max(v_max, reduce);
+        if (threadIdx.x == 0) {
+            t.m_absmax[b] = m_max;
+            t.v_absmax[b] = v_max;
+        }
+#pragma unroll
+        for (int j = 0; j < kPer8bit; ++j) {
+            const std::int64_t k = k0 + j * kBlock + threadIdx.x;
+            if (k >= t.n) continue;
+            mq[k] = m_max > 0.0f ? dynamic_quantize(__fdiv_rn(ms[j], m_max), *m_map) : m_zero;
+            vq[k] =
+                v_max > 0.0f ? dynamic_quantize(__fdiv_rn(vs[j], v_max), *v_map) : std::uint8_t{0};
+        }
+    }
+}
+
 // Tree sum of one value per thread (blockDim.x == kBlock) in a fixed order; thread 0 gets it.
 __device__ double block_sum_fixed(double v, double* shared) {
     shared[threadIdx.x] = v;
@@ -84,7 +191,8 @@ __global__ void grad_sum_squares_partial_kernel(double* partial, TensorList list
     const std::int64_t per = (t.n + kGradNormBlocks - 1) / kGradNormBlocks;
     const std::int64_t begin = blockIdx.x * per;
     const std::int64_t end = min(t.n, begin + per);
-    const std::int64_t slot = (first + static_cast<std::int64_t>(blockIdx.y)) * kGradNormBlocks + blockIdx.x;
+    const std::int64_t slot =
+        (first + static_cast<std::int64_t>(blockIdx.y)) * kGradNormBlocks + blockIdx.x;
     if (begin >= t.n) {  // past a small tensor's end: the whole block, so no barrier is skipped
         if (threadIdx.x == 0) partial[slot] = 0.0;
         return;
@@ -120,14 +228,14 @@ __global__ void grad_unscale_check_kernel(int* found_nonfinite, TensorList list,
     if (bad) *found_nonfinite = 1;  // every writer writes the same value
 }
 
-// Calls launch(list, first) for each group of up to kMaxTensors tensors.
-template <class Launch>
+// Calls launch(list, first, max_n) for each group of up to kCount tensors.
+template <int kCount = kMaxTensors, class Launch>
 void for_each_group(const OptimizerTensor* tensors, int count, Launch&& launch) {
     NAPKIN_CUDA_REQUIRE(count >= 0 && (count == 0 || tensors != nullptr),
                         "optimizer: " << count << " tensors");
-    for (int first = 0; first < count; first += kMaxTensors) {
-        TensorList list;
-        list.count = std::min(kMaxTensors, count - first);
+    for (int first = 0; first < count; first += kCount) {
+        TensorGroup<kCount> list;
+        list.count = std::min(kCount, count - first);
         std::int64_t max_n = 0;
         for (int i = 0; i < list.count; ++i) {
             list.t[i] = tensors[first + i];
@@ -141,10 +249,45 @@ void for_each_group(const OptimizerTensor* tensors, int count, Launch&& launch) 
 
 }  // namespace
 
+namespace {
+
+void optimizer_update_8bit(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
+                           CUstream_st* stream) {
+    static const Maps8bit maps{dynamic_map(true), dynamic_map(false)};
+    for_each_group<kMaxTensors8bit>(
+        tensors, count, [&](const TensorList8bit& list, int first, std::int64_t max_n) {
+            for (int i = 0; i < list.count; ++i) {
+                const OptimizerTensor& t = list.t[i];
+                NAPKIN_CUDA_REQUIRE(t.master != nullptr || t.weight != nullptr,
+                                    "optimizer_update: tensor "
+                                        << first + i << " has neither a master nor a weight");
+                NAPKIN_CUDA_REQUIRE(t.m != nullptr && t.v != nullptr && t.m_absmax != nullptr &&
+                                        t.v_absmax != nullptr,
+                                    "optimizer_update: tensor "
+                                        << first + i
+                                        << ": 8-bit states need m, v and their absmax");
+            }
+            if (max_n == 0) return;
+            const auto blocks = static_cast<std::uint64_t>(optimizer_8bit_blocks(max_n));
+            const dim3 grid(
+                static_cast<unsigned>(std::min<std::uint64_t>(blocks, kUpdateBlocksMax)),
+                static_cast<unsigned>(list.count));
+            optimizer_update_8bit_kernel<<<grid, kBlock, 0, stream>>>(h, list, maps);
+            NAPKIN_CUDA_CHECK_LAUNCH();
+        });
+}
+
+}  // namespace
+
 void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                       DType state_dtype, CUstream_st* stream) {
-    NAPKIN_CUDA_REQUIRE(state_dtype == DType::f32 || state_dtype == DType::bf16,
-                        "optimizer_update: state dtype " << static_cast<int>(state_dtype));
+    NAPKIN_CUDA_REQUIRE(
+        state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
+        "optimizer_update: state dtype " << static_cast<int>(state_dtype));
+    if (state_dtype == DType::i8) {
+        optimizer_update_8bit(h, tensors, count, stream);
+        return;
+    }
     for_each_group(tensors, count, [&](const TensorList& list, int first, std::int64_t max_n) {
         for (int i = 0; i < list.count; ++i) {
             NAPKIN_CUDA_REQUIRE(

@@ -243,6 +243,18 @@ T atomicMax(T* address, T v) {
     *address = old < v ? v : old;
     return old;
 }
+// Products and quotients rounded to nearest even (crt/device_functions.h declares them for nvcc
+// only). CUDA documents that __fmul_rn is never merged into a multiply-add, whatever -fmad says,
+// and that __fdiv_rn is IEEE-rounded, whatever -prec-div says: `volatile` keeps the host
+// compiler from fusing the product into a following add where it targets FMA.
+inline float __fmul_rn(float x, float y) {
+    volatile float r = x * y;
+    return r;
+}
+inline float __fdiv_rn(float x, float y) {
+    volatile float r = x / y;
+    return r;
+}
 // A hint to nvcc's register allocation (crt/host_defines.h defines it for nvcc only).
 #define __launch_bounds__(...)
 

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -130,6 +132,42 @@ TEST_F(CudaEmu, WarpIntrinsicsMatchTheirDefinitions) {
     EXPECT_EQ(out[129], 1) << "any(lane == 31)";
     EXPECT_EQ(out[130], 0) << "all(lane < 31)";
     EXPECT_EQ(out[131], 16) << "__syncthreads_count(lane even)";
+}
+
+// __fmul_rn and __fdiv_rn as CUDA documents them: IEEE products and quotients rounded to nearest
+// even, the product never fused into a following add (a fused a b + c differs on the first
+// values: a b = 1 + 2^-11 + 2^-24 exactly, a tie that rounds to even before c is added).
+TEST_F(CudaEmu, RoundedProductAndQuotientAreIeeeAndNeverFused) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const float e = std::ldexp(1.0f, -12);
+    std::vector<float> a{1 + e, 3.0f, -1.0f, 0.0f}, b{1 + e, 7.0f, 0.0f, 0.0f},
+        c{-(1 + 2 * e), 0.0f, 0.0f, 0.0f};
+    std::uniform_real_distribution<float> d(-4.0f, 4.0f);
+    for (int i = 0; i < 1000; ++i) {
+        a.push_back(d(rng));
+        b.push_back(d(rng));
+        c.push_back(d(rng));
+    }
+    const int n = static_cast<int>(a.size());
+    Buffer<float> a_d(a), b_d(b), c_d(c), out_d(2 * a.size());
+    ASSERT_EQ(st::rounded_arithmetic(a_d.get(), b_d.get(), c_d.get(), out_d.get(), n), cudaSuccess);
+    const std::vector<float> out = out_d.host();
+    EXPECT_EQ(out[0], 0.0f) << "a b + c was fused into one rounding";
+    for (int i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        // In double a product of two floats is exact, a quotient rounded with room to spare
+        // (53 >= 2 * 24 + 2 bits), so one rounding to float is the IEEE float result.
+        const auto product = static_cast<float>(static_cast<double>(a[k]) * b[k]);
+        const auto quotient = static_cast<float>(static_cast<double>(a[k]) / b[k]);
+        EXPECT_EQ(out[2 * k], product + c[k]) << i;
+        if (std::isnan(quotient))
+            EXPECT_TRUE(std::isnan(out[2 * k + 1])) << i;
+        else
+            EXPECT_EQ(out[2 * k + 1], quotient) << i;
+    }
+    EXPECT_EQ(out[5], -std::numeric_limits<float>::infinity()) << "-1 / 0";
 }
 
 TEST_F(CudaEmu, BarrierAfterSomeThreadsReturnedFailsTheLaunch) {

@@ -51,6 +51,14 @@ __global__ void warp_ops_kernel(int* out) {
     }
 }
 
+__global__ void rounded_arithmetic_kernel(const float* a, const float* b, const float* c,
+                                          float* out, int n) {
+    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    out[2 * i] = __fmul_rn(a[i], b[i]) + c[i];
+    out[2 * i + 1] = __fdiv_rn(a[i], b[i]);
+}
+
 __global__ void barrier_after_return_kernel() {
     if (threadIdx.x >= 16) return;
     __syncthreads();
@@ -215,6 +223,11 @@ cudaError_t block_sum_without_barriers(const int* in, int* out, int blocks, int 
 
 cudaError_t warp_ops(int* out) {
     warp_ops_kernel<<<1, 32>>>(out);
+    return cudaGetLastError();
+}
+
+cudaError_t rounded_arithmetic(const float* a, const float* b, const float* c, float* out, int n) {
+    rounded_arithmetic_kernel<<<(n + 127) / 128, 128>>>(a, b, c, out, n);
     return cudaGetLastError();
 }
 

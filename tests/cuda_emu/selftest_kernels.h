@@ -23,6 +23,10 @@ cudaError_t block_sum_without_barriers(const int* in, int* out, int blocks, int 
 // __syncthreads_count(lane even).
 cudaError_t warp_ops(int* out);
 
+// Per element i of n (one thread each): out[2 i] = __fmul_rn(a[i], b[i]) + c[i] (the product
+// rounded on its own, never fused with the add) and out[2 i + 1] = __fdiv_rn(a[i], b[i]).
+cudaError_t rounded_arithmetic(const float* a, const float* b, const float* c, float* out, int n);
+
 // Threads with x >= 16 return; the others then wait in __syncthreads, which they never leave.
 cudaError_t barrier_after_return();
 

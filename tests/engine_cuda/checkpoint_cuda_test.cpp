@@ -104,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointCudaResume,
                                          Recipe{Precision::bf16_amp, OptimizerKind::momentum},
                                          Recipe{Precision::fp32, OptimizerKind::sgd},
                                          Recipe{Precision::bf16, OptimizerKind::adamw},
-                                         Recipe{Precision::fp8_amp, OptimizerKind::adamw}),
+                                         Recipe{Precision::fp8_amp, OptimizerKind::adamw},
+                                         Recipe{Precision::fp32, OptimizerKind::adamw_8bit},
+                                         Recipe{Precision::bf16_amp, OptimizerKind::adamw_8bit}),
                          [](const testing::TestParamInfo<Recipe>& p) {
                              std::string n =
                                  std::string(enum_name(kPrecisionNames, p.param.precision)) + "_" +
@@ -118,8 +120,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointCudaResume,
 // A checkpoint written on `from` is resumed on `to`: the file `to` writes right after loading
 // is the same file, byte for byte (one format on both devices), and the next steps' losses
 // follow those of the run that stays on `from`, within the backends' rounding.
-void move_between(DeviceKind from, DeviceKind to, Precision precision, double loss_rtol) {
-    const TrainOptions o = tiny_options(precision, OptimizerKind::adamw, from);
+void move_between(DeviceKind from, DeviceKind to, Precision precision, double loss_rtol,
+                  OptimizerKind optimizer = OptimizerKind::adamw) {
+    const TrainOptions o = tiny_options(precision, optimizer, from);
     const fs::path dir = scratch_dir();
     const fs::path path = dir / "ckpt.safetensors";
     Trainer a(o);
@@ -152,6 +155,15 @@ TEST(CheckpointCudaMove, CpuCheckpointContinuesOnCuda) {
 TEST(CheckpointCudaMove, CudaCheckpointContinuesOnCpu) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     move_between(DeviceKind::cuda, DeviceKind::cpu, Precision::fp32, 1e-3);
+}
+
+// adamw-8bit's states (codes as I8, block absmax as F32) move in both directions.
+TEST(CheckpointCudaMove, EightBitStatesMoveBothWays) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    move_between(DeviceKind::cpu, DeviceKind::cuda, Precision::fp32, 1e-3,
+                 OptimizerKind::adamw_8bit);
+    move_between(DeviceKind::cuda, DeviceKind::cpu, Precision::bf16_amp, 2e-2,
+                 OptimizerKind::adamw_8bit);
 }
 
 }  // namespace
