@@ -210,13 +210,14 @@ struct CudaKernels {
                                  int NH, int KVH, std::int64_t HD,
                                  const AttentionDropout<T>* dropout = nullptr) {
         if (dropout != nullptr) no_dropout();
-        k_->attention_naive_forward(out, p, qkv, B, T_, NH, KVH, HD, stream_);
+        k_->attention_naive_forward(out, p, qkv, B, T_, NH, KVH, HD, stream_, nullptr);
     }
     void attention_naive_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* p,
                                   std::int64_t B, std::int64_t T_, int NH, int KVH,
                                   std::int64_t HD, const AttentionDropout<T>* dropout = nullptr) {
         if (dropout != nullptr) no_dropout();
-        k_->attention_naive_backward(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, stream_);
+        k_->attention_naive_backward(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, stream_,
+                                     nullptr);
     }
     void dropout_forward(T*, std::uint8_t*, const T*, std::int64_t, float, std::uint64_t) {
         no_dropout();
