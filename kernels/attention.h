@@ -166,16 +166,20 @@ namespace cuda {
 
 std::int64_t attention_naive_max_T();
 
+// dropout (null: none) as the CPU's: a host value whose mask and dropped (B, NH, T, T) are
+// device memory; the forward's mask is the CPU's bit for bit.
 template <class Elem>
 void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream);
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
+                             const AttentionDropout<Elem>* dropout = nullptr);
 // out (B, T, NH*HD), p (B, NH, T, T), qkv (B, T, (NH + 2*KVH) * HD)
 
 // scratch: attention_naive_backward_scratch_floats(B, T, NH) floats of device memory (dS).
 template <class Elem>
 void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
                               const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream);
+                              std::int64_t HD, CUstream_st* stream,
+                              const AttentionDropout<Elem>* dropout = nullptr);
 // dqkv (B, T, (NH + 2*KVH) * HD), scratch (B, NH, T, T), dout (B, T, NH*HD), p (B, NH, T, T)
 
 template <class Elem>

@@ -45,6 +45,8 @@ CudaKernelTable<T> kernel_table() {
     k.lora_forward = &cuda::lora_forward<T>;
     k.lora_backward = &cuda::lora_backward<T>;
     k.nf4_dequantize = &cuda::nf4_dequantize<T>;
+    k.dropout_forward = &cuda::dropout_forward<T>;
+    k.dropout_backward = &cuda::dropout_backward<T>;
     return k;
 }
 

@@ -32,6 +32,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
@@ -58,6 +59,7 @@ struct CudaKernelTable {
     decltype(&cuda::matmul_backward<T>) matmul_backward = nullptr;
     decltype(&cuda::rope_forward<T>) rope_forward = nullptr;
     decltype(&cuda::rope_backward<T>) rope_backward = nullptr;
+    // Naive attention takes its optional dropout (AttentionDropout, null: none) last.
     decltype(&cuda::attention_naive_forward<T>) attention_naive_forward = nullptr;
     decltype(&cuda::attention_naive_backward<T>) attention_naive_backward = nullptr;
     decltype(&cuda::attention_flash_forward<T>) attention_flash_forward = nullptr;
@@ -75,6 +77,9 @@ struct CudaKernelTable {
     decltype(&cuda::lora_forward<T>) lora_forward = nullptr;
     decltype(&cuda::lora_backward<T>) lora_backward = nullptr;
     decltype(&cuda::nf4_dequantize<T>) nf4_dequantize = nullptr;
+    // GPT-2's dropout on the embedding output and the residual branches (kernels/dropout.h).
+    decltype(&cuda::dropout_forward<T>) dropout_forward = nullptr;
+    decltype(&cuda::dropout_backward<T>) dropout_backward = nullptr;
 };
 
 // fp8-amp's kernels, over bf16 storage: kernels/quantize.h and the fp8 overloads of
@@ -92,7 +97,7 @@ struct CudaFp8KernelTable {
                             const cuda::MatmulContext&, CUstream_st*) = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 7;
+inline constexpr int kNapkinCudaEngineApiVersion = 8;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;

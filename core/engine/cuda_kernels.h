@@ -204,26 +204,27 @@ struct CudaKernels {
     void rope_backward(T* dqkv, std::int64_t B, std::int64_t T_, int NH, int KVH, std::int64_t HD) {
         k_->rope_backward(dqkv, B, T_, NH, KVH, HD, stream_, 10000.0f, 0);
     }
-    // Dropout (kernels/dropout.h, and naive attention's): until its CUDA kernels land, a run
-    // with dropout is refused on the first call.
+    // Naive attention with its optional dropout on P (kernels/attention.h; the struct is a host
+    // value, its mask and dropped device memory), and dropout on the embedding output and the
+    // residual branches (kernels/dropout.h): masks bit for bit the CPU's.
     void attention_naive_forward(T* out, T* p, const T* qkv, std::int64_t B, std::int64_t T_,
                                  int NH, int KVH, std::int64_t HD,
                                  const AttentionDropout<T>* dropout = nullptr) {
-        if (dropout != nullptr) no_dropout();
-        k_->attention_naive_forward(out, p, qkv, B, T_, NH, KVH, HD, stream_);
+        k_->attention_naive_forward(out, p, qkv, B, T_, NH, KVH, HD, stream_, dropout);
     }
     void attention_naive_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* p,
                                   std::int64_t B, std::int64_t T_, int NH, int KVH,
                                   std::int64_t HD, const AttentionDropout<T>* dropout = nullptr) {
-        if (dropout != nullptr) no_dropout();
-        k_->attention_naive_backward(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, stream_);
+        k_->attention_naive_backward(dqkv, scratch, dout, qkv, p, B, T_, NH, KVH, HD, stream_,
+                                     dropout);
     }
-    void dropout_forward(T*, std::uint8_t*, const T*, std::int64_t, float, std::uint64_t) {
-        no_dropout();
+    void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
+                         std::uint64_t seed) {
+        k_->dropout_forward(out, mask, inp, n, p, seed, stream_);
     }
-    void dropout_backward(T*, const T*, const std::uint8_t*, std::int64_t, float) { no_dropout(); }
-    [[noreturn]] static void no_dropout() {
-        throw UsageError("--dropout: not on CUDA yet (its kernels are to come); run --device cpu");
+    void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n,
+                          float p) {
+        k_->dropout_backward(dinp, dout, mask, n, p, stream_);
     }
     // Flash attention's dropout: not in the CUDA kernels (SIMT and tensor-core) yet.
     void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,

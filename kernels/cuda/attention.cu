@@ -2,7 +2,8 @@
 // kernels/cpu/attention.cpp), both implementations, fp32 arithmetic on any storage type:
 //   naive: one block per query row; the row's scores in shared memory; P (B, NH, T, T) kept.
 //          Backward: dS into scratch per query row (with dq), then one block per key row sums
-//          dk, dv over the group's query heads.
+//          dk, dv over the group's query heads. Optional dropout on P (AttentionDropout): the
+//          mask and Pd kept beside P, the mask from kernels/dropout.h's hash (the CPU's bits).
 //   flash: a SIMT tiled kernel: a block of kFlashWarps warps holds kFlashWarps query rows (one
 //          per warp, q in shared memory); key/value tiles of kTile rows are staged in shared
 //          memory as fp32 (rows padded to HD + 1 floats so that lane j reading row j is free of
@@ -21,6 +22,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/dropout.h"
 
 namespace napkin::cuda {
 
@@ -100,9 +102,23 @@ __device__ void load_tile(float* dst, int ld, const D* src, std::int64_t row_str
 // ----------------------------------------------------------------------------------------------
 // naive
 
-// Block r = (b, h, t). Shared: scores (T) then q (HD).
+// Naive attention's dropout on the device (AttentionDropout with the host's threshold and scale,
+// computed as the CPU computes them); mask == nullptr: none.
 template <class D>
-__global__ void attention_naive_forward_kernel(D* out, D* p, const D* qkv, Layout l) {
+struct NaiveDropout {
+    std::uint8_t* mask = nullptr;  // (B, NH, T, T)
+    D* dropped = nullptr;          // (B, NH, T, T) Pd
+    std::uint64_t seed = 0;
+    std::uint32_t threshold = 0;
+    float scale = 1.0f;  // 1 / (1 - p)
+};
+
+// Block r = (b, h, t). Shared: scores (T), overwritten by what multiplies V (P, or Pd with
+// dropout), then q (HD). With dropout, element (b, h, t, j) of P is kept when dropout_keep(seed,
+// its offset in P) says so: the CPU's mask and Pd bit for bit; out = Pd V.
+template <class D>
+__global__ void attention_naive_forward_kernel(D* out, D* p, const D* qkv, Layout l,
+                                               NaiveDropout<D> drop) {
     extern __shared__ float smem[];
     __shared__ float red[kWarpSize];
     const std::int64_t r = blockIdx.x;
@@ -127,22 +143,38 @@ __global__ void attention_naive_forward_kernel(D* out, D* p, const D* qkv, Layou
         sum += s[j];
     }
     const float inv = 1.0f / block_sum(sum, red);  // the syncs inside publish s
-    D* prow = p + l.row(b, h, t) * l.T;            // (T)
-    for (std::int64_t j = threadIdx.x; j < l.T; j += blockDim.x)
-        prow[j] = from_f32<D>(j <= t ? s[j] * inv : 0.0f);
+    const std::int64_t row = l.row(b, h, t) * l.T;
+    D* prow = p + row;  // (T)
+    // s_j becomes what multiplies v_j: P_j, or Pd_j with dropout. Each thread its own j.
+    for (std::int64_t j = threadIdx.x; j < l.T; j += blockDim.x) {
+        float pj = j <= t ? s[j] * inv : 0.0f;
+        prow[j] = from_f32<D>(pj);
+        if (drop.mask != nullptr) {
+            const std::int64_t at = row + j;
+            const bool keep =
+                j <= t && dropout_keep(drop.seed, static_cast<std::uint64_t>(at), drop.threshold);
+            drop.mask[at] = keep ? 1 : 0;
+            pj = keep ? pj * drop.scale : 0.0f;
+            drop.dropped[at] = from_f32<D>(pj);
+        }
+        if (j <= t) s[j] = pj;
+    }
+    __syncthreads();
     for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x) {
         float acc = 0.0f;
         for (std::int64_t j = 0; j <= t; ++j)
-            acc += s[j] * inv * to_f32(qkv[l.v(b, j, g) + d]);
+            acc += s[j] * to_f32(qkv[l.v(b, j, g) + d]);
         out[l.o(b, t, h) + d] = from_f32<D>(acc);
     }
 }
 
 // Pass 1, block r = (b, h, t): dP_j = dout_t . v_j, D = sum_j P_j dP_j, dS_j = P_j (dP_j - D)
 // scale into scratch row (b, h, t), dq_t += sum_j dS_j k_j. Shared: dS (T) then dout row (HD).
+// With dropout (mask not null), dout_t . v_j is dPd_j and dP_j = mask_j ? dPd_j keep_scale : 0.
 template <class D>
 __global__ void attention_naive_backward_query_kernel(D* dqkv, float* scratch, const D* dout,
-                                                      const D* qkv, const D* p, Layout l) {
+                                                      const D* qkv, const D* p, Layout l,
+                                                      const std::uint8_t* mask, float keep_scale) {
     extern __shared__ float smem[];
     __shared__ float red[kWarpSize];
     const std::int64_t r = blockIdx.x;
@@ -155,10 +187,12 @@ __global__ void attention_naive_backward_query_kernel(D* dqkv, float* scratch, c
     for (std::int64_t d = threadIdx.x; d < l.HD; d += blockDim.x)
         go[d] = to_f32(dout[l.o(b, t, h) + d]);
     __syncthreads();
-    const D* prow = p + l.row(b, h, t) * l.T;  // (T)
+    const D* prow = p + l.row(b, h, t) * l.T;                                            // (T)
+    const std::uint8_t* mrow = mask != nullptr ? mask + l.row(b, h, t) * l.T : nullptr;  // (T)
     float dsum = 0.0f;
     for (std::int64_t j = threadIdx.x; j <= t; j += blockDim.x) {
         ds[j] = dot_global(go, qkv + l.v(b, j, g), l.HD);
+        if (mrow != nullptr) ds[j] = mrow[j] != 0 ? ds[j] * keep_scale : 0.0f;
         dsum += to_f32(prow[j]) * ds[j];
     }
     const float Dt = block_sum(dsum, red);
@@ -178,10 +212,11 @@ __global__ void attention_naive_backward_query_kernel(D* dqkv, float* scratch, c
 }
 
 // Pass 2, block r = (b, g, j), a thread per dimension: dk_j += sum dS_tj q_t,
-// dv_j += sum P_tj dout_t over the group's query heads and the queries t >= j.
+// dv_j += sum P_tj dout_t over the group's query heads and the queries t >= j. pv is what
+// multiplied V in the forward: P, or Pd with dropout.
 template <class D>
 __global__ void attention_naive_backward_key_kernel(D* dqkv, const float* scratch, const D* dout,
-                                                    const D* qkv, const D* p, Layout l) {
+                                                    const D* qkv, const D* pv, Layout l) {
     const std::int64_t r = blockIdx.x;
     const std::int64_t b = r / (l.KVH * l.T);
     const int g = static_cast<int>(r / l.T % l.KVH);
@@ -192,7 +227,7 @@ __global__ void attention_naive_backward_key_kernel(D* dqkv, const float* scratc
             for (std::int64_t t = j; t < l.T; ++t) {
                 const std::int64_t at = l.row(b, h, t) * l.T + j;
                 dk += scratch[at] * to_f32(qkv[l.q(b, t, h) + d]);
-                dv += to_f32(p[at]) * to_f32(dout[l.o(b, t, h) + d]);
+                dv += to_f32(pv[at]) * to_f32(dout[l.o(b, t, h) + d]);
             }
         }
         const std::int64_t kd = l.k(b, j, g) + d, vd = l.v(b, j, g) + d;
@@ -446,8 +481,21 @@ std::int64_t attention_naive_max_T() {
 
 template <class Elem>
 void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
+                             const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
+    NaiveDropout<device_t<Elem>> drop;
+    if (dropout != nullptr) {
+        NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
+                            "attention_naive_forward: dropout p " << dropout->p);
+        NAPKIN_CUDA_REQUIRE(dropout->mask != nullptr && dropout->dropped != nullptr,
+                            "attention_naive_forward: dropout without its mask or Pd");
+        drop.mask = dropout->mask;
+        drop.dropped = dev(dropout->dropped);
+        drop.seed = dropout->seed;
+        drop.threshold = dropout_threshold(dropout->p);
+        drop.scale = 1.0f / (1.0f - dropout->p);
+    }
     const std::int64_t rows = B * NH * T;
     if (rows == 0) return;
     NAPKIN_CUDA_REQUIRE(rows <= kMaxGridX, "attention_naive_forward: " << rows << " rows");
@@ -455,15 +503,28 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
     auto kernel = attention_naive_forward_kernel<device_t<Elem>>;
     allow_smem(kernel, smem, "attention_naive_forward (T too long for the naive path)");
     kernel<<<static_cast<unsigned>(rows), kNaiveBlock, smem, stream>>>(dev(out), dev(p), dev(qkv),
-                                                                       l);
+                                                                       l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class Elem>
 void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
                               const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream) {
+                              std::int64_t HD, CUstream_st* stream,
+                              const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
+    const std::uint8_t* mask = nullptr;
+    float keep_scale = 1.0f;
+    const Elem* pv = p;  // what multiplied V: P, or Pd with dropout
+    if (dropout != nullptr) {
+        NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
+                            "attention_naive_backward: dropout p " << dropout->p);
+        NAPKIN_CUDA_REQUIRE(dropout->mask != nullptr && dropout->dropped != nullptr,
+                            "attention_naive_backward: dropout without its mask or Pd");
+        mask = dropout->mask;
+        keep_scale = 1.0f / (1.0f - dropout->p);
+        pv = dropout->dropped;
+    }
     const std::int64_t rows = B * NH * T;
     if (rows == 0) return;
     NAPKIN_CUDA_REQUIRE(rows <= kMaxGridX, "attention_naive_backward: " << rows << " rows");
@@ -471,12 +532,12 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
     auto query_kernel = attention_naive_backward_query_kernel<device_t<Elem>>;
     allow_smem(query_kernel, smem, "attention_naive_backward (T too long for the naive path)");
     query_kernel<<<static_cast<unsigned>(rows), kNaiveBlock, smem, stream>>>(
-        dev(dqkv), scratch, dev(dout), dev(qkv), dev(p), l);
+        dev(dqkv), scratch, dev(dout), dev(qkv), dev(p), l, mask, keep_scale);
     NAPKIN_CUDA_CHECK_LAUNCH();
     const std::int64_t keys = B * KVH * T;
     attention_naive_backward_key_kernel<<<static_cast<unsigned>(keys), block_for_row(HD, 256), 0,
-                                          stream>>>(dev(dqkv), scratch, dev(dout), dev(qkv), dev(p),
-                                                    l);
+                                          stream>>>(dev(dqkv), scratch, dev(dout), dev(qkv),
+                                                    dev(pv), l);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
@@ -547,10 +608,11 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
 
 #define NAPKIN_CUDA_ATTENTION_INSTANTIATE(E)                                                      \
     template void attention_naive_forward<E>(E*, E*, const E*, std::int64_t, std::int64_t, int,   \
-                                             int, std::int64_t, CUstream_st*);                    \
+                                             int, std::int64_t, CUstream_st*,                     \
+                                             const AttentionDropout<E>*);                         \
     template void attention_naive_backward<E>(E*, float*, const E*, const E*, const E*,           \
                                               std::int64_t, std::int64_t, int, int, std::int64_t, \
-                                              CUstream_st*);                                      \
+                                              CUstream_st*, const AttentionDropout<E>*);          \
     template void attention_flash_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t,    \
                                              int, int, std::int64_t, CUstream_st*);               \
     template void attention_flash_backward<E>(E*, const E*, const E*, const E*, const float*,     \

@@ -1,6 +1,6 @@
 // The CUDA engine against the CPU engine (label gpu): the whole model's loss and every parameter
-// gradient on the same weights and batch, per recipe and architecture (fp32 tight, 16-bit
-// looser), and a 50-step run whose loss curve follows the CPU's. The model is the one
+// gradient on the same weights, batch and dropout seed, per recipe and architecture (fp32 tight,
+// 16-bit looser), and a 50-step run whose loss curve follows the CPU's. The model is the one
 // orchestration (core/engine/gpt_impl.h) over each backend's kernels, so a mismatch is a CUDA
 // kernel or a backend adapter (core/engine/cuda_kernels.h), never a second copy of the model.
 // Without a device every test skips with the reason, except the one checking that reason's
@@ -47,6 +47,10 @@ struct Case {
     // LoRA / QLoRA (rank 4, alpha 8): the adapters' B moved off zero on both sides, so every
     // adapter gradient and the input gradient through the adapters are compared.
     Finetune finetune = Finetune::full;
+    // GPT-2's dropout (with naive attention: CUDA's flash kernels do not draw it yet): both
+    // models draw their masks from the same micro-batch seed, so the CUDA kernels' masks must be
+    // the CPU's bit for bit.
+    double dropout = 0.0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -69,6 +73,7 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
         cfg.n_kv_heads = 2;
     }
     if (c.fp8_shapes) cfg.d_ff = 64;
+    cfg.dropout = c.dropout;
     PlanInputs in;
     in.micro_batch = c.fp8_shapes ? 2 : 3;
     in.seq_len = c.fp8_shapes ? 16 : 13;  // odd shapes: M = 39 rows (fp8: 32)
@@ -106,6 +111,10 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
             cpu->set_param(i, w.data());
             gpu->set_param(i, w.data());
         }
+        // The trainer's per-step seed, set alike on both (no effect without dropout).
+        const std::uint64_t dropout_seed = 0x5eed5eedull;
+        cpu->set_dropout_seed(dropout_seed);
+        gpu->set_dropout_seed(dropout_seed);
         cpu->zero_grads();
         const float cpu_loss = cpu->forward_backward(tokens.data(), tokens.data() + n, dloss);
         Tensor batch(dev_alloc, "batch", MemCategory::data, DType::f32,
@@ -190,6 +199,12 @@ const Case kCases[] = {
      Checkpointing::full, false, 1e-4, 5e-2, 1e-2, false, false, Finetune::qlora},
     {"fp16amp_naive_llama_qlora", Precision::fp16_amp, AttentionImpl::naive, Checkpointing::none,
      true, 1e-5, 2e-2, 5e-3, false, false, Finetune::qlora},
+    // Dropout 0.1 on the embedding output, the attention probabilities and both residual
+    // branches (kernels/cuda/dropout.cu, the naive attention's mask and Pd).
+    {"fp32_naive_gpt2_dropout", Precision::fp32, AttentionImpl::naive, Checkpointing::none, false,
+     1e-6, 1e-3, 1e-5, false, false, Finetune::full, 0.1},
+    {"bf16amp_naive_gpt2_dropout", Precision::bf16_amp, AttentionImpl::naive, Checkpointing::none,
+     false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.1},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {

@@ -69,7 +69,8 @@ TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
 // The CUDA engine allocates its temporaries once (the cuBLASLt workspace, the loss chunk's
 // scratch with dlogits and dw's fp32 sum, the per-row losses, naive attention's dS) plus the
 // optimizer's global-norm partial sums at each step; the estimator predicts them to the byte,
-// and the model states exactly, for plain, ZeRO, offloaded, LoRA/QLoRA and 8-bit AdamW runs.
+// and the model states exactly, for plain, ZeRO, offloaded, LoRA/QLoRA, 8-bit AdamW and dropout
+// runs.
 TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
     SKIP_WITHOUT_CUDA();
     const fs::path dir = scratch_dir();
@@ -79,7 +80,8 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
           "--zero 2 --precision bf16-amp --offload optimizer",
           "--finetune lora --lora-rank 4 --precision bf16-amp",
           "--finetune qlora --lora-rank 4 --precision fp16-amp --checkpointing full",
-          "--optimizer adamw-8bit --precision bf16-amp"}) {
+          "--optimizer adamw-8bit --precision bf16-amp",
+          "--dropout 0.1 --attention naive --precision bf16-amp"}) {
         const fs::path out = dir / "memory";
         fs::remove_all(out);
         const CliRun r = napkin(std::string("train --quiet --device cuda --steps 1 --micro-batch 2 "

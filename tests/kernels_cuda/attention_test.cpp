@@ -1,10 +1,11 @@
 // Causal attention, naive and flash, forward and backward: the CUDA kernels against the CPU's
 // (kernels/cpu/attention.cpp) with MHA, GQA and MQA layouts, odd sequence lengths (partial
-// tiles), odd head dimensions and the largest one (256). Forward outputs (out, P, lse) are
-// poisoned first; backward accumulates into a pre-filled dqkv. Flash has two implementations:
-// attention_flash_forward/backward (the dispatch) on every case and type, and each by name for
-// bf16 and fp16: the SIMT kernels on the same cases, the tensor-core kernels on the shapes they
-// take (HD a multiple of 16 up to 128), with a bitwise-determinism check of their backward.
+// tiles), odd head dimensions and the largest one (256). Forward outputs (out, P, lse, and the
+// naive dropout's mask and Pd) are poisoned first; backward accumulates into a pre-filled dqkv.
+// Flash has two implementations: attention_flash_forward/backward (the dispatch) on every case and
+// type, and each by name for bf16 and fp16: the SIMT kernels on the same cases, the tensor-core
+// kernels on the shapes they take (HD a multiple of 16 up to 128), with a bitwise-determinism check
+// of their backward.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,91 @@ TYPED_TEST(AttentionCuda, NaiveMatchesCpu) {
                                        p_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
         expect_match("dqkv", dqkv_d.download(), dqkv,
                      for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD));
+    }
+}
+
+// Naive attention with dropout on P (AttentionDropout): the mask byte for byte the CPU's (it
+// depends on indices only), P, Pd and out within the forward's tolerances (Pd and out scaled by
+// 1 / (1 - p)), zeros above the diagonal in P, the mask and Pd exactly, dropped elements of Pd
+// exactly zero; the backward from the CPU's P, mask and Pd, dqkv as without dropout (scaled).
+TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const float prob : {0.1f, 0.5f}) {
+        for (const Case& c : kCases) {
+            SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD) + " p " + std::to_string(prob));
+            const Tensors n = sizes(c);
+            const std::size_t np = static_cast<std::size_t>(n.heads_T * c.T);
+            const auto qkv = random_storage<E>(rng, n.qkv_n),
+                       dout = random_storage<E>(rng, n.out_n);
+            const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
+            std::vector<E> out(static_cast<std::size_t>(n.out_n)), p(np), pd(np), dqkv = dqkv0;
+            std::vector<std::uint8_t> mask(np);
+            std::vector<float> scratch(static_cast<std::size_t>(
+                cpu::attention_naive_backward_scratch_floats(c.B, c.T, c.NH)));
+            const AttentionDropout<E> cpu_drop{prob, rng(), mask.data(), pd.data()};
+            cpu::attention_naive_forward(out.data(), p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH,
+                                         c.HD, &cpu_drop);
+            cpu::attention_naive_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                          p.data(), c.B, c.T, c.NH, c.KVH, c.HD, &cpu_drop);
+
+            DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), p_d(np), pd_d(np),
+                dqkv_d(dqkv0);
+            DeviceBuffer<std::uint8_t> mask_d(np);
+            DeviceBuffer<float> scratch_d(scratch.size());
+            out_d.poison();
+            p_d.poison();
+            pd_d.poison();
+            mask_d.poison();
+            scratch_d.poison();
+            const AttentionDropout<E> drop{prob, cpu_drop.seed, mask_d.get(), pd_d.get()};
+            cuda::attention_naive_forward(out_d.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH,
+                                          c.KVH, c.HD, nullptr, &drop);
+            const double keep_scale = 1.0 / (1.0 - static_cast<double>(prob));
+            Tolerance out_tol = for_sum_of(tolerance<E>(), c.T + c.HD),
+                      pd_tol = for_sum_of(tolerance<E>(), c.HD);
+            out_tol.abs *= keep_scale;
+            pd_tol.abs *= keep_scale;
+            const std::vector<std::uint8_t> mask_gpu = mask_d.download();
+            EXPECT_EQ(mask_gpu, mask) << "mask";
+            const std::vector<E> p_gpu = p_d.download(), pd_gpu = pd_d.download();
+            expect_match("P", p_gpu, p, for_sum_of(tolerance<E>(), c.HD));
+            expect_match("Pd", pd_gpu, pd, pd_tol);
+            expect_match("out", out_d.download(), out, out_tol);
+            std::size_t kept = 0, causal = 0;
+            for (std::size_t at = 0; at < np; ++at) {
+                const bool above =
+                    static_cast<std::int64_t>(at) % c.T > static_cast<std::int64_t>(at) / c.T % c.T;
+                if (above) {
+                    ASSERT_EQ(to_float(p_gpu[at]), 0.0f) << at;
+                    ASSERT_EQ(mask_gpu[at], 0) << at;
+                } else {
+                    ++causal;
+                    kept += mask_gpu[at];
+                }
+                if (mask_gpu[at] == 0) {
+                    ASSERT_EQ(to_float(pd_gpu[at]), 0.0f) << at;
+                }
+            }
+            // Enough elements that a mask of all ones or all zeros would show.
+            if (causal >= 1000) {
+                EXPECT_GT(kept, 0u);
+                EXPECT_LT(kept, causal);
+            }
+
+            // Backward from the CPU's P, mask and Pd, so that only the backward is compared.
+            p_d.upload(p);
+            pd_d.upload(pd);
+            mask_d.upload(mask);
+            cuda::attention_naive_backward(dqkv_d.get(), scratch_d.get(), dout_d.get(), qkv_d.get(),
+                                           p_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, &drop);
+            Tolerance dqkv_tol = for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD);
+            dqkv_tol.abs *= keep_scale;
+            expect_match("dqkv", dqkv_d.download(), dqkv, dqkv_tol);
+        }
     }
 }
 
