@@ -60,7 +60,7 @@ class Gpt {
 public:
     // The model on the CPU (GptImpl<CpuKernels>, core/engine/gpt_impl.h); on CUDA see
     // EngineDevice::create_gpt. Throws UsageError for what the engine does not run yet
-    // (dropout, fp32 gradients beside a 16-bit model, 8-bit optimizers, LoRA under fp8-amp).
+    // (fp32 gradients beside a 16-bit model, LoRA under fp8-amp).
     static std::unique_ptr<Gpt> create(const ModelConfig& cfg, const PlanInputs& in, AccountingAllocator& alloc,
                                        std::uint64_t seed);
     virtual ~Gpt() = default;

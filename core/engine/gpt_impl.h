@@ -44,9 +44,8 @@
 
 namespace napkin {
 
-// Throws UsageError for what the engine does not run yet (dropout, fp32 gradients beside a
-// 16-bit model, 8-bit optimizers, LoRA under fp8-amp), on any backend; validates the model
-// config.
+// Throws UsageError for what the engine does not run yet (fp32 gradients beside a 16-bit model,
+// LoRA under fp8-amp), on any backend; validates the model config.
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in);
 
 // The engine over one backend's kernels (Kernels: CpuKernels<T> or CudaKernels<T>, T the
