@@ -234,7 +234,7 @@ struct CudaKernels {
             throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
                              "naive with --device cuda");
         }
-        k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_);
+        k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_, nullptr);
     }
     void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T_, int NH,
@@ -244,7 +244,8 @@ struct CudaKernels {
             throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
                              "naive with --device cuda");
         }
-        k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_);
+        k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_,
+                                     nullptr);
     }
     void gelu_forward(T* out, const T* inp, std::int64_t n) {
         k_->gelu_forward(out, inp, n, stream_);
