@@ -182,15 +182,21 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
                               const AttentionDropout<Elem>* dropout = nullptr);
 // dqkv (B, T, (NH + 2*KVH) * HD), scratch (B, NH, T, T), dout (B, T, NH*HD), p (B, NH, T, T)
 
+// dropout (null: none) as the CPU's flash kernels take it: a host value of which only p and seed
+// are read (mask and dropped are unused); the forward and both backward passes draw the keep
+// bits of P (B, NH, T, T) in the kernel from its offsets, the CPU's bits. Both implementations
+// below take it.
 template <class Elem>
 void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream);
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
+                             const AttentionDropout<Elem>* dropout = nullptr);
 // out (B, T, NH*HD), lse (B, NH, T), qkv (B, T, (NH + 2*KVH) * HD)
 
 template <class Elem>
 void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                               const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream);
+                              std::int64_t HD, CUstream_st* stream,
+                              const AttentionDropout<Elem>* dropout = nullptr);
 // dqkv (B, T, (NH + 2*KVH) * HD), dout (B, T, NH*HD), out (B, T, NH*HD), lse (B, NH, T)
 
 // The two flash implementations behind attention_flash_forward/backward, by name (the tests
@@ -212,21 +218,27 @@ bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const 
 template <class Elem>
 void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
                                   std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                  CUstream_st* stream);
+                                  CUstream_st* stream,
+                                  const AttentionDropout<Elem>* dropout = nullptr);
 template <class Elem>
 void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                                    const float* lse, std::int64_t B, std::int64_t T, int NH,
-                                   int KVH, std::int64_t HD, CUstream_st* stream);
+                                   int KVH, std::int64_t HD, CUstream_st* stream,
+                                   const AttentionDropout<Elem>* dropout = nullptr);
 // Elem: bf16_t, f16_t only; preconditions (NAPKIN_CUDA_REQUIRE): attention_flash_mma_supported.
+// With dropout, P goes to the tensor cores with its dropped elements zeroed and unscaled, and
+// 1 / (1 - p) multiplies the fp32 results (out, dV) once, so the 16-bit P stays in [0, 2^8].
 template <class Elem>
 void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                 CUstream_st* stream);
+                                 CUstream_st* stream,
+                                 const AttentionDropout<Elem>* dropout = nullptr);
 template <class Elem>
 void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                                  std::int64_t HD, CUstream_st* stream);
-// Shapes as attention_flash_forward/backward's.
+                                  std::int64_t HD, CUstream_st* stream,
+                                  const AttentionDropout<Elem>* dropout = nullptr);
+// Shapes and dropout as attention_flash_forward/backward's.
 
 }  // namespace cuda
 

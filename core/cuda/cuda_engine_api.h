@@ -59,7 +59,7 @@ struct CudaKernelTable {
     decltype(&cuda::matmul_backward<T>) matmul_backward = nullptr;
     decltype(&cuda::rope_forward<T>) rope_forward = nullptr;
     decltype(&cuda::rope_backward<T>) rope_backward = nullptr;
-    // Naive attention takes its optional dropout (AttentionDropout, null: none) last.
+    // Attention, naive and flash, takes its optional dropout (AttentionDropout, null: none) last.
     decltype(&cuda::attention_naive_forward<T>) attention_naive_forward = nullptr;
     decltype(&cuda::attention_naive_backward<T>) attention_naive_backward = nullptr;
     decltype(&cuda::attention_flash_forward<T>) attention_flash_forward = nullptr;
@@ -97,7 +97,7 @@ struct CudaFp8KernelTable {
                             const cuda::MatmulContext&, CUstream_st*) = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 8;
+inline constexpr int kNapkinCudaEngineApiVersion = 9;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;

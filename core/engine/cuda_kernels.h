@@ -226,25 +226,19 @@ struct CudaKernels {
                           float p) {
         k_->dropout_backward(dinp, dout, mask, n, p, stream_);
     }
-    // Flash attention's dropout: not in the CUDA kernels (SIMT and tensor-core) yet.
+    // Flash attention's dropout (p and seed, a host value; nothing kept) is drawn in the kernels,
+    // forward and backward, SIMT and tensor-core alike.
     void attention_flash_forward(T* out, float* lse, const T* qkv, std::int64_t B, std::int64_t T_,
                                  int NH, int KVH, std::int64_t HD,
                                  const AttentionDropout<T>* dropout = nullptr) {
-        if (dropout != nullptr) {
-            throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
-                             "naive with --device cuda");
-        }
-        k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_);
+        k_->attention_flash_forward(out, lse, qkv, B, T_, NH, KVH, HD, stream_, dropout);
     }
     void attention_flash_backward(T* dqkv, const T* dout, const T* out, const T* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T_, int NH,
                                   int KVH, std::int64_t HD,
                                   const AttentionDropout<T>* dropout = nullptr) {
-        if (dropout != nullptr) {
-            throw UsageError("--dropout: flash attention's on CUDA is to come; use --attention "
-                             "naive with --device cuda");
-        }
-        k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_);
+        k_->attention_flash_backward(dqkv, dout, out, qkv, lse, B, T_, NH, KVH, HD, stream_,
+                                     dropout);
     }
     void gelu_forward(T* out, const T* inp, std::int64_t n) {
         k_->gelu_forward(out, inp, n, stream_);

@@ -14,6 +14,9 @@
 //          kTile keys), each warp owning kKeysPerWarp keys' dk, dv in registers, walks the
 //          group's query heads and the query tiles that see the keys (lane i scores query i);
 //          pass 2, the forward's layout again for dq. S and dP are recomputed in both passes.
+//          Optional dropout on P (AttentionDropout's p and seed): the forward's lane j weighs v_j
+//          by e_j = exp(s_j - m) kept and scaled, or 0 (the sum takes e_j undropped); the
+//          backward passes draw the same bits again for dP and dV. Nothing is kept.
 // Softmax scale 1/sqrt(HD); scores, probabilities and sums in fp32 throughout.
 // attention_flash_forward/backward take the tensor-core kernels of attention_mma.cu instead for
 // bf16 and fp16 storage with HD a multiple of 16 up to 128 (attention_flash_mma_supported).
@@ -246,10 +249,39 @@ __device__ __forceinline__ float dot_shared(const float* a, const float* b, std:
     return s;
 }
 
+// Flash attention's dropout on the device (AttentionDropout's p and seed, the threshold and the
+// scale computed on the host as the CPU computes them); on == false: none.
+struct FlashDropout {
+    std::uint64_t seed = 0;
+    std::uint32_t threshold = 0;
+    float scale = 1.0f;  // 1 / (1 - p)
+    bool on = false;
+
+    // The keep factor of P's element at offset `at` of (B, NH, T, T): 0 or 1 / (1 - p).
+    __device__ float factor(std::int64_t at) const {
+        return dropout_keep(seed, static_cast<std::uint64_t>(at), threshold) ? scale : 0.0f;
+    }
+};
+
+template <class Elem>
+FlashDropout flash_dropout(const char* op, const AttentionDropout<Elem>* dropout) {
+    FlashDropout drop;
+    if (dropout == nullptr) return drop;
+    NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
+                        op << ": dropout p " << dropout->p);
+    drop.seed = dropout->seed;
+    drop.threshold = dropout_threshold(dropout->p);
+    drop.scale = 1.0f / (1.0f - dropout->p);
+    drop.on = true;
+    return drop;
+}
+
 // Grid (ceil(T / kFlashWarps), B * NH); warp w of block x holds query row x * kFlashWarps + w.
 // Shared (floats): K and V tiles (kTile, HD + 1) each, then the warps' q rows (kFlashWarps, HD).
+// With dropout, lane j's weight of v_j is e_j kept and scaled, or 0; sum takes e_j as it is.
 template <class D>
-__global__ void attention_flash_forward_kernel(D* out, float* lse, const D* qkv, Layout l) {
+__global__ void attention_flash_forward_kernel(D* out, float* lse, const D* qkv, Layout l,
+                                               FlashDropout drop) {
     extern __shared__ float smem[];
     const int ld = static_cast<int>(l.HD) + 1;
     float* ks = smem;             // (kTile, ld)
@@ -284,12 +316,14 @@ __global__ void attention_flash_forward_kernel(D* out, float* lse, const D* qkv,
         const float m_new = fmaxf(m, warp_max(s));  // finite: key j0 <= i is visible
         const float correction = expf(m - m_new);   // 0 on the first tile (m = -inf)
         const float e = lane < visible ? expf(s - m_new) : 0.0f;
-        sum = sum * correction + warp_sum(e);
+        sum = sum * correction + warp_sum(e);  // the softmax's own sum: dropout comes after it
+        float w = e;                           // what multiplies v_j
+        if (drop.on && lane < visible) w = e * drop.factor(l.row(b, h, i) * l.T + j0 + lane);
 #pragma unroll
         for (int k = 0; k < kDimsPerLane; ++k)
             acc[k] *= correction;
         for (int jj = 0; jj < visible; ++jj) {
-            const float pj = __shfl_sync(0xffffffffu, e, jj);
+            const float pj = __shfl_sync(0xffffffffu, w, jj);
             const float* vr = vs + jj * ld;  // (HD)
 #pragma unroll
             for (int k = 0; k < kDimsPerLane; ++k) {
@@ -311,10 +345,12 @@ __global__ void attention_flash_forward_kernel(D* out, float* lse, const D* qkv,
 
 // Pass 1: dk, dv. Grid (ceil(T / kTile), B * KVH); block x owns keys [x * kTile, + kTile), warp w
 // the kKeysPerWarp keys from x * kTile + w * kKeysPerWarp, their dk, dv in registers (dims
-// lane + 32 k). Shared (floats): K, V, Q and dout tiles (kTile, HD + 1) each.
+// lane + 32 k). Shared (floats): K, V, Q and dout tiles (kTile, HD + 1) each. With dropout,
+// dP_ij = (dout_i . v_j) k_ij and dv_j takes P_ij k_ij, k_ij the keep factor drawn again.
 template <class D>
 __global__ void attention_flash_backward_key_kernel(D* dqkv, const D* dout, const D* out,
-                                                    const D* qkv, const float* lse, Layout l) {
+                                                    const D* qkv, const float* lse, Layout l,
+                                                    FlashDropout drop) {
     extern __shared__ float smem[];
     __shared__ float lse_s[kTile];
     __shared__ float d_s[kTile];  // D_i = dout_i . out_i
@@ -360,11 +396,17 @@ __global__ void attention_flash_backward_key_kernel(D* dqkv, const D* dout, cons
             for (int kk = 0; kk < kKeysPerWarp; ++kk) {
                 const int jl = warp * kKeysPerWarp + kk;
                 const std::int64_t j = j0 + jl;
-                float p = 0.0f, ds = 0.0f;
+                float p = 0.0f, ds = 0.0f;  // p: what multiplied v_j (P, or P k_ij)
                 if (j < l.T && qi < l.T && qi >= j) {
                     p = expf(dot_shared(qrow, ks + jl * ld, l.HD) * l.scale - lse_s[lane]);
-                    const float dp = dot_shared(grow, vs + jl * ld, l.HD);
+                    float dp = dot_shared(grow, vs + jl * ld, l.HD);
+                    float kij = 1.0f;  // the keep factor
+                    if (drop.on) {
+                        kij = drop.factor(l.row(b, h, qi) * l.T + j);
+                        dp *= kij;
+                    }
                     ds = p * (dp - d_s[lane]) * l.scale;
+                    if (drop.on) p *= kij;
                 }
                 for (int qq = 0; qq < kTile; ++qq) {
                     const float pq = __shfl_sync(0xffffffffu, p, qq);
@@ -398,10 +440,11 @@ __global__ void attention_flash_backward_key_kernel(D* dqkv, const D* dout, cons
 }
 
 // Pass 2: dq, the forward's layout. Shared (floats): K and V tiles (kTile, HD + 1), then the
-// warps' q rows and dout rows (kFlashWarps, HD) each.
+// warps' q rows and dout rows (kFlashWarps, HD) each. With dropout, dP through the keep factor.
 template <class D>
 __global__ void attention_flash_backward_query_kernel(D* dqkv, const D* dout, const D* out,
-                                                      const D* qkv, const float* lse, Layout l) {
+                                                      const D* qkv, const float* lse, Layout l,
+                                                      FlashDropout drop) {
     extern __shared__ float smem[];
     const int ld = static_cast<int>(l.HD) + 1;
     float* ks = smem;                      // (kTile, ld)
@@ -441,7 +484,8 @@ __global__ void attention_flash_backward_query_kernel(D* dqkv, const D* dout, co
         float ds = 0.0f;
         if (lane < visible) {
             const float p = expf(dot_shared(q, ks + lane * ld, l.HD) * l.scale - L);
-            const float dp = dot_shared(go, vs + lane * ld, l.HD);
+            float dp = dot_shared(go, vs + lane * ld, l.HD);
+            if (drop.on) dp *= drop.factor(l.row(b, h, i) * l.T + j0 + lane);
             ds = p * (dp - Di) * l.scale;
         }
         for (int jj = 0; jj < visible; ++jj) {
@@ -544,8 +588,9 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 template <class Elem>
 void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
                                   std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                  CUstream_st* stream) {
+                                  CUstream_st* stream, const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
+    const FlashDropout drop = flash_dropout("attention_flash_forward", dropout);
     if (B * T == 0) return;
     require_grid_y("attention_flash_forward", B * NH);
     const std::size_t smem = (2 * flash_tile_floats(HD) + kFlashWarps * HD) * sizeof(float);
@@ -553,15 +598,17 @@ void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::i
     allow_smem(kernel, smem, "attention_flash_forward");
     const dim3 grid(static_cast<unsigned>((T + kFlashWarps - 1) / kFlashWarps),
                     static_cast<unsigned>(B * NH));
-    kernel<<<grid, kFlashWarps * kWarpSize, smem, stream>>>(dev(out), lse, dev(qkv), l);
+    kernel<<<grid, kFlashWarps * kWarpSize, smem, stream>>>(dev(out), lse, dev(qkv), l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class Elem>
 void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                                    const float* lse, std::int64_t B, std::int64_t T, int NH,
-                                   int KVH, std::int64_t HD, CUstream_st* stream) {
+                                   int KVH, std::int64_t HD, CUstream_st* stream,
+                                   const AttentionDropout<Elem>* dropout) {
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
+    const FlashDropout drop = flash_dropout("attention_flash_backward", dropout);
     if (B * T == 0) return;
     require_grid_y("attention_flash_backward", B * NH);
     const std::size_t key_smem = 4 * flash_tile_floats(HD) * sizeof(float);
@@ -569,8 +616,8 @@ void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out
     allow_smem(key_kernel, key_smem, "attention_flash_backward");
     const dim3 key_grid(static_cast<unsigned>((T + kTile - 1) / kTile),
                         static_cast<unsigned>(B * KVH));
-    key_kernel<<<key_grid, kFlashWarps * kWarpSize, key_smem, stream>>>(dev(dqkv), dev(dout),
-                                                                        dev(out), dev(qkv), lse, l);
+    key_kernel<<<key_grid, kFlashWarps * kWarpSize, key_smem, stream>>>(
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
     const std::size_t query_smem =
         (2 * flash_tile_floats(HD) + 2 * kFlashWarps * HD) * sizeof(float);
@@ -579,31 +626,33 @@ void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out
     const dim3 query_grid(static_cast<unsigned>((T + kFlashWarps - 1) / kFlashWarps),
                           static_cast<unsigned>(B * NH));
     query_kernel<<<query_grid, kFlashWarps * kWarpSize, query_smem, stream>>>(
-        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 // The tensor-core kernels (attention_mma.cu) where they apply, the SIMT ones above otherwise.
 template <class Elem>
 void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream) {
+                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
+                             const AttentionDropout<Elem>* dropout) {
     if constexpr (!std::is_same_v<Elem, float>) {
         if (attention_flash_mma_supported<Elem>(HD, {out, qkv}))
-            return attention_flash_mma_forward(out, lse, qkv, B, T, NH, KVH, HD, stream);
+            return attention_flash_mma_forward(out, lse, qkv, B, T, NH, KVH, HD, stream, dropout);
     }
-    attention_flash_simt_forward(out, lse, qkv, B, T, NH, KVH, HD, stream);
+    attention_flash_simt_forward(out, lse, qkv, B, T, NH, KVH, HD, stream, dropout);
 }
 
 template <class Elem>
 void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                               const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream) {
+                              std::int64_t HD, CUstream_st* stream,
+                              const AttentionDropout<Elem>* dropout) {
     if constexpr (!std::is_same_v<Elem, float>) {
         if (attention_flash_mma_supported<Elem>(HD, {dqkv, dout, out, qkv}))
             return attention_flash_mma_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD,
-                                                stream);
+                                                stream, dropout);
     }
-    attention_flash_simt_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, stream);
+    attention_flash_simt_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, stream, dropout);
 }
 
 #define NAPKIN_CUDA_ATTENTION_INSTANTIATE(E)                                                      \
@@ -614,21 +663,23 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
                                               std::int64_t, std::int64_t, int, int, std::int64_t, \
                                               CUstream_st*, const AttentionDropout<E>*);          \
     template void attention_flash_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t,    \
-                                             int, int, std::int64_t, CUstream_st*);               \
+                                             int, int, std::int64_t, CUstream_st*,                \
+                                             const AttentionDropout<E>*);                         \
     template void attention_flash_backward<E>(E*, const E*, const E*, const E*, const float*,     \
                                               std::int64_t, std::int64_t, int, int, std::int64_t, \
-                                              CUstream_st*);
+                                              CUstream_st*, const AttentionDropout<E>*);
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(float)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(f16_t)
 #undef NAPKIN_CUDA_ATTENTION_INSTANTIATE
 
-#define NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(E)                                                  \
-    template void attention_flash_simt_forward<E>(                                                 \
-        E*, float*, const E*, std::int64_t, std::int64_t, int, int, std::int64_t, CUstream_st*);   \
-    template void attention_flash_simt_backward<E>(E*, const E*, const E*, const E*, const float*, \
-                                                   std::int64_t, std::int64_t, int, int,           \
-                                                   std::int64_t, CUstream_st*);
+#define NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(E)                                             \
+    template void attention_flash_simt_forward<E>(E*, float*, const E*, std::int64_t,         \
+                                                  std::int64_t, int, int, std::int64_t,       \
+                                                  CUstream_st*, const AttentionDropout<E>*);  \
+    template void attention_flash_simt_backward<E>(                                           \
+        E*, const E*, const E*, const E*, const float*, std::int64_t, std::int64_t, int, int, \
+        std::int64_t, CUstream_st*, const AttentionDropout<E>*);
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(float)
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(f16_t)

@@ -30,6 +30,18 @@
 // blocks see key tiles up to their own and the warps skip the 16-key blocks past their rows on
 // the diagonal tile; the dk/dv blocks start at the diagonal query tile. Blocks with the most
 // tiles are launched first. Tail rows and keys past T are zero in shared memory and masked.
+//
+// Dropout on P (AttentionDropout's p and seed; nothing kept): the keep bit of (b, h, i, j) is
+// kernels/dropout.h's hash of P's offset ((b NH + h) T + i) T + j, drawn by the lane that computes
+// that element of P in shared memory, where its (query, key) coordinates are known (never from a
+// fragment's opaque layout). Forward: the row sum l takes P undropped; the 16-bit P that
+// multiplies V has its dropped elements zeroed but is not scaled (it stays within 2^8), and
+// out = O (1 / (1 - p)) / l. The lane draws its 32 bits of a tile row into one mask before the
+// softmax loop; the kernel is compiled apart with and without dropout, so that the one without
+// keeps its registers. Backward: dV takes the same zeroed P^T and its 1 / (1 - p) at the store;
+// dP = (dO V^T) k with k = 0 or 1 / (1 - p), which the fp32 P tile carries to the dS loop as P's
+// sign (P >= 0; a dropped P is stored as -P), since that loop reads dP's elements in another
+// lane order.
 #include <mma.h>
 
 #include <cstdint>
@@ -37,6 +49,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/dropout.h"
 
 namespace napkin::cuda {
 
@@ -98,6 +111,20 @@ struct MmaLayout {
     }
     __device__ std::int64_t row(std::int64_t b, int h, std::int64_t t) const {
         return (b * NH + h) * T + t;
+    }
+};
+
+// Dropout on the device (AttentionDropout's p and seed, the threshold and the scale computed on
+// the host as the CPU computes them); on == false: none.
+struct MmaDropout {
+    std::uint64_t seed = 0;
+    std::uint32_t threshold = 0;
+    float scale = 1.0f;  // 1 / (1 - p)
+    bool on = false;
+
+    // Whether P's element at offset `at` of (B, NH, T, T) is kept: the CPU's bit.
+    __device__ bool keep(std::int64_t at) const {
+        return dropout_keep(seed, static_cast<std::uint64_t>(at), threshold);
     }
 };
 
@@ -278,9 +305,11 @@ __device__ int rotated_col(int k, int r, int half) {
 // ---- forward ----
 
 // Grid: (tiles * B * NH) blocks, the last query tiles first. Shared: forward_smem_bytes.
-template <class D, int kFrags>
+// kDropout: P's keep bits drawn (drop), else drop is unused.
+template <class D, int kFrags, bool kDropout>
 __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
-    attention_flash_mma_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l) {
+    attention_flash_mma_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l,
+                                       MmaDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -356,14 +385,28 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
             factor = exp2f(m - tile_max);  // 0 from m = -inf
             m = tile_max;
         }
+        // Dropout: bit k of `kept` cleared where the lane's column rotated_col(k, r, half) is
+        // dropped: one register, drawn before the loop below (drawn inside it, the kernels at
+        // HD <= 64 spilled at sm_90).
+        unsigned kept = ~0u;
+        if (kDropout) {
+            const std::int64_t at = l.row(b, h, i) * l.T + j0;  // P's offset of (i, j0)
+#pragma unroll 1
+            for (int k = 0; k < 32; ++k) {
+                const int c = rotated_col(k, r, half);
+                const std::int64_t j = j0 + c;
+                if (c < cols && j <= i && j < l.T && !drop.keep(at + c)) kept &= ~(1u << k);
+            }
+        }
         float psum = 0.0f;
 #pragma unroll 8
         for (int k = 0; k < 32; ++k) {
             const int c = rotated_col(k, r, half);
             const float s = score(c);
             const float p = s > -INFINITY ? exp2f(s - m) : 0.0f;
-            psum += p;
-            if (c < cols) pw[r * kProbLd + c] = from_f32<D>(p);
+            psum += p;  // the softmax's own sum: dropout comes after it
+            // What multiplies v_j: P, or 0 where dropped (1 / (1 - p) is applied to out).
+            if (c < cols) pw[r * kProbLd + c] = from_f32<D>((kept >> k & 1u) != 0 ? p : 0.0f);
         }
         psum += __shfl_xor_sync(0xffffffffu, psum, 16);
         lsum = lsum * factor + psum;
@@ -386,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
         mma_ax<D, kFrags>(acc, pw, kProbLd, vs, ld, 0, nsub, frags);
     }
     if (w0 >= l.T) return;
-    const float inv = 1.0f / lsum;  // lsum >= 1: the max term is 2^0
+    float inv = 1.0f / lsum;  // lsum >= 1: the max term is 2^0
+    if (kDropout) inv *= drop.scale;
     if (half == 0 && i < l.T) lse[l.row(b, h, i)] = (m + log2f(lsum)) * kLn2;
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) {
@@ -407,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
 template <class D, int kFrags>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
     attention_flash_mma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                            const float* lse, MmaLayout l) {
+                                            const float* lse, MmaLayout l, MmaDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -478,11 +522,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
                 const int c = rotated_col(k, r, half);
                 if (c < lo * kFrag || c >= hi * kFrag) continue;
                 const std::int64_t i = i0 + c;
-                const float p = j <= i && i < l.T && j < l.T
-                                    ? exp2f(sw[r * kScoreLd + c] * l.scale_log2 - lse_s[c])
-                                    : 0.0f;
-                sw[r * kScoreLd + c] = p;
-                pw[r * kProbLd + c] = from_f32<D>(p);
+                const bool seen = j <= i && i < l.T && j < l.T;
+                const float p = seen ? exp2f(sw[r * kScoreLd + c] * l.scale_log2 - lse_s[c]) : 0.0f;
+                // Dropped: 0 into dV, -P for the dS loop below.
+                const bool dropped = drop.on && seen && !drop.keep(l.row(b, h, i) * l.T + j);
+                sw[r * kScoreLd + c] = dropped ? -p : p;
+                pw[r * kProbLd + c] = from_f32<D>(dropped ? 0.0f : p);
             }
             __syncwarp();
             mma_ax<D, kFrags>(dv, pw, kProbLd, gos, ld, lo, hi, frags);
@@ -497,8 +542,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
                     const int row = 2 * e + half;  // key j0 + 16 warp + row
-                    pw[row * kProbLd + c] =
-                        from_f32<D>(sw[row * kScoreLd + c] * (v[e] - Dc) * l.scale);
+                    float pe = sw[row * kScoreLd + c], dpe = v[e];
+                    if (drop.on) {  // dP = (dout . v) k: k = 0 where P was stored negative
+                        dpe *= pe < 0.0f ? 0.0f : drop.scale;
+                        pe = fabsf(pe);
+                    }
+                    pw[row * kProbLd + c] = from_f32<D>(pe * (dpe - Dc) * l.scale);
                 }
             }
             __syncwarp();
@@ -513,6 +562,11 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
         fragment_row8(v, dk[f], scr);
         if (j < l.T) store8(dqkv + l.k(b, j, g) + f * kFrag + half * 8, v, true);
         fragment_row8(v, dv[f], scr);
+        if (drop.on) {  // dV summed the kept P unscaled
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                v[e] *= drop.scale;
+        }
         if (j < l.T) store8(dqkv + l.v(b, j, g) + f * kFrag + half * 8, v, true);
     }
 }
@@ -522,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 template <class D, int kFrags>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
     attention_flash_mma_backward_query_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                              const float* lse, MmaLayout l) {
+                                              const float* lse, MmaLayout l, MmaDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -599,8 +653,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
             const int c = rotated_col(k, r, half);
             if (c >= nsub * kFrag) continue;
             const std::int64_t jj = j0 + c;
-            sw[r * kScoreLd + c] =
-                jj <= i && jj < l.T ? exp2f(sw[r * kScoreLd + c] * l.scale_log2 - L) : 0.0f;
+            const bool seen = jj <= i && jj < l.T;
+            const float p = seen ? exp2f(sw[r * kScoreLd + c] * l.scale_log2 - L) : 0.0f;
+            // Dropped: -P, for the dS loop below.
+            const bool dropped =
+                drop.on && seen && i < l.T && !drop.keep(l.row(b, h, i) * l.T + jj);
+            sw[r * kScoreLd + c] = dropped ? -p : p;
         }
         __syncwarp();
         for (int kk = 0; kk < nsub; ++kk) {
@@ -612,8 +670,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const int row = 2 * e + half;  // query i0 + 16 warp + row
-                pw[row * kProbLd + c] = from_f32<D>(sw[row * kScoreLd + c] *
-                                                    (v[e] - d_s[warp * kFrag + row]) * l.scale);
+                float pe = sw[row * kScoreLd + c], dpe = v[e];
+                if (drop.on) {  // dP = (dout . v) k: k = 0 where P was stored negative
+                    dpe *= pe < 0.0f ? 0.0f : drop.scale;
+                    pe = fabsf(pe);
+                }
+                pw[row * kProbLd + c] = from_f32<D>(pe * (dpe - d_s[warp * kFrag + row]) * l.scale);
             }
         }
         __syncwarp();
@@ -668,10 +730,15 @@ unsigned mma_grid(const char* op, std::int64_t tiles, std::int64_t heads) {
 // The kernels compiled for HD: 2, 4 or 8 fragments of 16 columns, so that the accumulator
 // arrays stay in registers (their indices known at compile time).
 template <class D>
-auto forward_kernel_for(std::int64_t HD) {
-    if (HD <= 32) return attention_flash_mma_forward_kernel<D, 2>;
-    if (HD <= 64) return attention_flash_mma_forward_kernel<D, 4>;
-    return attention_flash_mma_forward_kernel<D, 8>;
+auto forward_kernel_for(std::int64_t HD, bool dropout) {
+    if (dropout) {
+        if (HD <= 32) return attention_flash_mma_forward_kernel<D, 2, true>;
+        if (HD <= 64) return attention_flash_mma_forward_kernel<D, 4, true>;
+        return attention_flash_mma_forward_kernel<D, 8, true>;
+    }
+    if (HD <= 32) return attention_flash_mma_forward_kernel<D, 2, false>;
+    if (HD <= 64) return attention_flash_mma_forward_kernel<D, 4, false>;
+    return attention_flash_mma_forward_kernel<D, 8, false>;
 }
 template <class D>
 auto key_kernel_for(std::int64_t HD) {
@@ -684,6 +751,19 @@ auto query_kernel_for(std::int64_t HD) {
     if (HD <= 32) return attention_flash_mma_backward_query_kernel<D, 2>;
     if (HD <= 64) return attention_flash_mma_backward_query_kernel<D, 4>;
     return attention_flash_mma_backward_query_kernel<D, 8>;
+}
+
+template <class Elem>
+MmaDropout mma_dropout(const char* op, const AttentionDropout<Elem>* dropout) {
+    MmaDropout drop;
+    if (dropout == nullptr) return drop;
+    NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
+                        op << ": dropout p " << dropout->p);
+    drop.seed = dropout->seed;
+    drop.threshold = dropout_threshold(dropout->p);
+    drop.scale = 1.0f / (1.0f - dropout->p);
+    drop.on = true;
+    return drop;
 }
 
 template <class Elem>
@@ -706,39 +786,42 @@ bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const 
 template <class Elem>
 void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                 CUstream_st* stream) {
+                                 CUstream_st* stream, const AttentionDropout<Elem>* dropout) {
     const char* op = "attention_flash_mma_forward";
     require_supported<Elem>(op, HD, {out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
+    const MmaDropout drop = mma_dropout(op, dropout);
     if (B * T == 0) return;
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const unsigned grid = mma_grid(op, tiles, B * NH);
     const std::size_t smem = forward_smem_bytes(HD);
-    auto kernel = forward_kernel_for<device_t<Elem>>(HD);
+    auto kernel = forward_kernel_for<device_t<Elem>>(HD, drop.on);
     allow_smem(kernel, smem, op);
-    kernel<<<grid, kThreads, smem, stream>>>(dev(out), lse, dev(qkv), l);
+    kernel<<<grid, kThreads, smem, stream>>>(dev(out), lse, dev(qkv), l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class Elem>
 void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
                                   const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                                  std::int64_t HD, CUstream_st* stream) {
+                                  std::int64_t HD, CUstream_st* stream,
+                                  const AttentionDropout<Elem>* dropout) {
     const char* op = "attention_flash_mma_backward";
     require_supported<Elem>(op, HD, {dqkv, dout, out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
+    const MmaDropout drop = mma_dropout(op, dropout);
     if (B * T == 0) return;
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const std::size_t smem = backward_smem_bytes(HD);
     auto key_kernel = key_kernel_for<device_t<Elem>>(HD);
     allow_smem(key_kernel, smem, op);
     key_kernel<<<mma_grid(op, tiles, B * KVH), kThreads, smem, stream>>>(
-        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
     auto query_kernel = query_kernel_for<device_t<Elem>>(HD);
     allow_smem(query_kernel, smem, op);
     query_kernel<<<mma_grid(op, tiles, B * NH), kThreads, smem, stream>>>(
-        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l);
+        dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
@@ -748,10 +831,11 @@ template bool attention_flash_mma_supported<float>(std::int64_t,
     template bool attention_flash_mma_supported<E>(std::int64_t,                                   \
                                                    std::initializer_list<const void*>);            \
     template void attention_flash_mma_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t, \
-                                                 int, int, std::int64_t, CUstream_st*);            \
-    template void attention_flash_mma_backward<E>(E*, const E*, const E*, const E*, const float*,  \
-                                                  std::int64_t, std::int64_t, int, int,            \
-                                                  std::int64_t, CUstream_st*);
+                                                 int, int, std::int64_t, CUstream_st*,             \
+                                                 const AttentionDropout<E>*);                      \
+    template void attention_flash_mma_backward<E>(                                                 \
+        E*, const E*, const E*, const E*, const float*, std::int64_t, std::int64_t, int, int,      \
+        std::int64_t, CUstream_st*, const AttentionDropout<E>*);
 NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(f16_t)
 #undef NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE

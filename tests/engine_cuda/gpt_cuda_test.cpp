@@ -47,9 +47,9 @@ struct Case {
     // LoRA / QLoRA (rank 4, alpha 8): the adapters' B moved off zero on both sides, so every
     // adapter gradient and the input gradient through the adapters are compared.
     Finetune finetune = Finetune::full;
-    // GPT-2's dropout (with naive attention: CUDA's flash kernels do not draw it yet): both
-    // models draw their masks from the same micro-batch seed, so the CUDA kernels' masks must be
-    // the CPU's bit for bit.
+    // GPT-2's dropout: both models draw their masks (and flash attention its keep bits, in the
+    // kernels) from the same micro-batch seed, so the CUDA kernels' masks must be the CPU's bit
+    // for bit.
     double dropout = 0.0;
 };
 
@@ -205,6 +205,12 @@ const Case kCases[] = {
      1e-6, 1e-3, 1e-5, false, false, Finetune::full, 0.1},
     {"bf16amp_naive_gpt2_dropout", Precision::bf16_amp, AttentionImpl::naive, Checkpointing::none,
      false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.1},
+    // Flash attention's dropout, its keep bits drawn in the kernels forward and backward: the
+    // SIMT kernels (fp32, HD 4) and the tensor-core ones (bf16-amp, HD 16).
+    {"fp32_flash_gpt2_dropout", Precision::fp32, AttentionImpl::flash, Checkpointing::none, false,
+     1e-6, 1e-3, 1e-5, false, false, Finetune::full, 0.1},
+    {"bf16amp_flash_gpt2_hd16_dropout", Precision::bf16_amp, AttentionImpl::flash,
+     Checkpointing::none, false, 1e-4, 5e-2, 1e-2, true, false, Finetune::full, 0.1},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {

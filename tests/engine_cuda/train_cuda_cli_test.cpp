@@ -81,7 +81,8 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
           "--finetune lora --lora-rank 4 --precision bf16-amp",
           "--finetune qlora --lora-rank 4 --precision fp16-amp --checkpointing full",
           "--optimizer adamw-8bit --precision bf16-amp",
-          "--dropout 0.1 --attention naive --precision bf16-amp"}) {
+          "--dropout 0.1 --attention naive --precision bf16-amp",
+          "--dropout 0.1 --precision bf16-amp"}) {
         const fs::path out = dir / "memory";
         fs::remove_all(out);
         const CliRun r = napkin(std::string("train --quiet --device cuda --steps 1 --micro-batch 2 "

@@ -5,7 +5,8 @@
 // Flash has two implementations: attention_flash_forward/backward (the dispatch) on every case and
 // type, and each by name for bf16 and fp16: the SIMT kernels on the same cases, the tensor-core
 // kernels on the shapes they take (HD a multiple of 16 up to 128), with a bitwise-determinism check
-// of their backward.
+// of their backward; each of the three again with dropout on P against the CPU's flash dropout
+// (the same keep bits, drawn in the kernels) and against the GPU's naive dropout.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -169,48 +170,61 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
 // key tiles. The outputs grow with the values (out as stddev, the backward's terms dS q, dS k
 // with dS = P (dout . v - D) as stddev^2), and with them the error of rounding P and dS to 16
 // bits before the tensor cores multiply them: the absolute tolerances grow by those factors.
+// With `dropout_p` > 0, dropout on P on both sides from one 64-bit seed (its high half set, so a
+// seed cut to 32 bits would draw other bits): the kept terms grow by 1 / (1 - p), and so do the
+// absolute tolerances; the naive forward then draws its mask from the same seed.
 template <class E, class Forward, class Backward>
 void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bool vs_naive,
-                 double stddev = 1.0) {
+                 double stddev = 1.0, float dropout_p = 0.0f) {
     SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD) + " qkv stddev " +
-                 std::to_string(stddev));
+                 std::to_string(stddev) + " dropout " + std::to_string(dropout_p));
     const Tensors n = sizes(c);
     const auto qkv = random_storage<E>(rng, n.qkv_n, stddev);
     const auto dout = random_storage<E>(rng, n.out_n);
     const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
+    const std::uint64_t dropout_seed = (std::uint64_t{rng()} << 32) | rng();
+    const AttentionDropout<E> flash_drop{dropout_p, dropout_seed, nullptr, nullptr};
+    const AttentionDropout<E>* drop = dropout_p > 0.0f ? &flash_drop : nullptr;
+    const double keep_scale = 1.0 / (1.0 - static_cast<double>(dropout_p));
     std::vector<E> out(static_cast<std::size_t>(n.out_n)), dqkv = dqkv0;
     std::vector<float> lse(static_cast<std::size_t>(n.heads_T));
-    cpu::attention_flash_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD);
+    cpu::attention_flash_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD,
+                                 drop);
     cpu::attention_flash_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
-                                  c.T, c.NH, c.KVH, c.HD);
+                                  c.T, c.NH, c.KVH, c.HD, drop);
 
     DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), dqkv_d(dqkv0);
     DeviceBuffer<float> lse_d(lse.size());
     out_d.poison();
     lse_d.poison();
-    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
+    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, drop);
     Tolerance out_tol = for_sum_of(tolerance<E>(), c.T + c.HD);
-    out_tol.abs *= stddev;
+    out_tol.abs *= stddev * keep_scale;
     expect_match("out", out_d.download(), out, out_tol);
     expect_match("lse", lse_d.download(), lse, for_sum_of(Tolerance{1e-5, 1e-5}, c.T + c.HD));
     // Backward from the CPU's out and lse.
     out_d.upload(out);
     lse_d.upload(lse);
     bwd(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH, c.KVH,
-        c.HD, nullptr);
+        c.HD, nullptr, drop);
     Tolerance dqkv_tol = for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD);
-    dqkv_tol.abs *= stddev * stddev;
+    dqkv_tol.abs *= stddev * stddev * keep_scale;
     expect_match("dqkv", dqkv_d.download(), dqkv, dqkv_tol);
     if (!vs_naive) return;
 
-    // The flash and naive paths agree with each other on the GPU too.
-    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
-    DeviceBuffer<E> naive_out(out.size()), p_d(static_cast<std::size_t>(n.heads_T * c.T));
+    // The flash and naive paths agree with each other on the GPU too (with dropout: the same
+    // bits, the naive kernel's from its mask).
+    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, drop);
+    const std::size_t np = static_cast<std::size_t>(n.heads_T * c.T);
+    DeviceBuffer<E> naive_out(out.size()), p_d(np), pd_d(np);
+    DeviceBuffer<std::uint8_t> mask_d(np);
     naive_out.poison();
+    const AttentionDropout<E> naive_drop{dropout_p, dropout_seed, mask_d.get(), pd_d.get()};
     cuda::attention_naive_forward(naive_out.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
-                                  c.HD, nullptr);
-    expect_match("flash vs naive out", out_d.download(), naive_out.download(),
-                 for_sum_of(tolerance<E>(), c.T + c.HD));
+                                  c.HD, nullptr, drop != nullptr ? &naive_drop : nullptr);
+    Tolerance naive_tol = for_sum_of(tolerance<E>(), c.T + c.HD);
+    naive_tol.abs *= keep_scale;
+    expect_match("flash vs naive out", out_d.download(), naive_out.download(), naive_tol);
 }
 
 TYPED_TEST(AttentionCuda, FlashMatchesCpu) {
@@ -222,6 +236,22 @@ TYPED_TEST(AttentionCuda, FlashMatchesCpu) {
     for (const Case& c : kCases)
         check_flash<E>(rng, c, cuda::attention_flash_forward<E>, cuda::attention_flash_backward<E>,
                        true);
+}
+
+// Flash attention with dropout on P through the dispatch (for 16-bit types the tensor cores where
+// HD is a multiple of 16, the SIMT kernels elsewhere; fp32 always SIMT): out, lse and dqkv
+// against the CPU's flash dropout, out against the GPU's naive dropout.
+TYPED_TEST(AttentionCuda, FlashDropoutMatchesCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const float prob : {0.1f, 0.5f}) {
+        for (const Case& c : kCases)
+            check_flash<E>(rng, c, cuda::attention_flash_forward<E>,
+                           cuda::attention_flash_backward<E>, true, 1.0, prob);
+    }
 }
 
 // The tensor-core path's shapes: HD 16, 32, 48, 64, 80 and 128 (2, 4 and 8 fragments compiled,
@@ -249,6 +279,19 @@ TYPED_TEST(AttentionFlash16, SimtMatchesCpu) {
                        cuda::attention_flash_simt_backward<E>, false);
 }
 
+TYPED_TEST(AttentionFlash16, SimtDropoutMatchesCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const float prob : {0.1f, 0.5f}) {
+        for (const Case& c : kCases)
+            check_flash<E>(rng, c, cuda::attention_flash_simt_forward<E>,
+                           cuda::attention_flash_simt_backward<E>, true, 1.0, prob);
+    }
+}
+
 TYPED_TEST(AttentionFlash16, TensorCoresMatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using E = TypeParam;
@@ -268,8 +311,26 @@ TYPED_TEST(AttentionFlash16, TensorCoresMatchCpu) {
                        cuda::attention_flash_mma_backward<E>, false, 3.0);
 }
 
+// With dropout: the keep bits drawn where the kernels hold P's (query, key) coordinates, P zeroed
+// where dropped before the tensor cores and 1 / (1 - p) applied to out and dV in fp32; the
+// spread scores again, so that the lazy rescaling runs with dropped terms.
+TYPED_TEST(AttentionFlash16, TensorCoresDropoutMatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const float prob : {0.1f, 0.5f}) {
+        for (const Case& c : kMmaCases)
+            check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
+                           cuda::attention_flash_mma_backward<E>, true, 1.0, prob);
+        check_flash<E>(rng, Case{1, 200, 2, 1, 64}, cuda::attention_flash_mma_forward<E>,
+                       cuda::attention_flash_mma_backward<E>, false, 3.0, prob);
+    }
+}
+
 // One writer per element and fixed orders: two backward runs give the same bits (on the
-// emulator, under two differently shuffled schedules).
+// emulator, under two differently shuffled schedules), without dropout and with it.
 TYPED_TEST(AttentionFlash16, TensorCoreBackwardIsDeterministic) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using E = TypeParam;
@@ -280,19 +341,26 @@ TYPED_TEST(AttentionFlash16, TensorCoreBackwardIsDeterministic) {
     const Tensors n = sizes(c);
     const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
     const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
-    DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(static_cast<std::size_t>(n.out_n));
-    DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
-    cuda::attention_flash_mma_forward(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
-                                      c.HD, nullptr);
-    std::vector<std::vector<E>> runs;
-    for (int run = 0; run < 2; ++run) {
-        DeviceBuffer<E> dqkv_d(dqkv0);
-        cuda::attention_flash_mma_backward(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(),
-                                           lse_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
-        runs.push_back(dqkv_d.download());
+    const AttentionDropout<E> dropout{0.25f, (std::uint64_t{rng()} << 32) | rng(), nullptr,
+                                      nullptr};
+    for (const AttentionDropout<E>* drop :
+         {static_cast<const AttentionDropout<E>*>(nullptr), &dropout}) {
+        SCOPED_TRACE(drop != nullptr ? "dropout" : "no dropout");
+        DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(static_cast<std::size_t>(n.out_n));
+        DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
+        cuda::attention_flash_mma_forward(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH,
+                                          c.KVH, c.HD, nullptr, drop);
+        std::vector<std::vector<E>> runs;
+        for (int run = 0; run < 2; ++run) {
+            DeviceBuffer<E> dqkv_d(dqkv0);
+            cuda::attention_flash_mma_backward(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(),
+                                               lse_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr,
+                                               drop);
+            runs.push_back(dqkv_d.download());
+        }
+        ASSERT_EQ(runs[0].size(), runs[1].size());
+        EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(E)), 0);
     }
-    ASSERT_EQ(runs[0].size(), runs[1].size());
-    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(E)), 0);
 }
 
 // Which shapes the dispatch sends to the tensor cores, and what the kernels refuse by name
@@ -310,6 +378,26 @@ TYPED_TEST(AttentionFlash16, TensorCoresTakeWhatTheySupport) {
     EXPECT_FALSE(cuda::attention_flash_mma_supported<float>(64, {aligned}));
     EXPECT_ANY_THROW(
         cuda::attention_flash_mma_forward<E>(buffer, nullptr, buffer, 1, 1, 1, 1, 24, nullptr));
+}
+
+// A dropout probability outside [0, 1) is refused by both implementations before any launch
+// (host-side checks: no device needed).
+TYPED_TEST(AttentionFlash16, DropoutOutsideZeroToOneIsRefused) {
+    using E = TypeParam;
+    alignas(16) static E buffer[64];
+    float lse[1] = {};
+    for (const float prob : {1.0f, -0.1f}) {
+        SCOPED_TRACE(prob);
+        const AttentionDropout<E> drop{prob, 1, nullptr, nullptr};
+        EXPECT_ANY_THROW(cuda::attention_flash_mma_forward<E>(buffer, lse, buffer, 1, 1, 1, 1, 16,
+                                                              nullptr, &drop));
+        EXPECT_ANY_THROW(cuda::attention_flash_mma_backward<E>(buffer, buffer, buffer, buffer, lse,
+                                                               1, 1, 1, 1, 16, nullptr, &drop));
+        EXPECT_ANY_THROW(cuda::attention_flash_simt_forward<E>(buffer, lse, buffer, 1, 1, 1, 1, 16,
+                                                               nullptr, &drop));
+        EXPECT_ANY_THROW(cuda::attention_flash_simt_backward<E>(buffer, buffer, buffer, buffer, lse,
+                                                                1, 1, 1, 1, 16, nullptr, &drop));
+    }
 }
 
 }  // namespace
