@@ -384,9 +384,10 @@ TEST(GptTraining, Fp16DynamicLossScaling) {
 }
 
 // AdamW over 8-bit states follows AdamW over fp32 states on the same model and data: the loss
-// curve within 2% at every step of 30 (it drops by a fifth over them), in fp32 and bf16-amp.
+// curve within 2% at every step of 30 (it drops by a fifth over them), under bf16-amp (the
+// recipe QLoRA pairs it with; fp32 weights run the same kernel, optimizer_8bit_test.cpp).
 TEST(GptTraining, Adamw8bitTracksAdamw) {
-    for (const Precision p : {Precision::fp32, Precision::bf16_amp}) {
+    for (const Precision p : {Precision::bf16_amp}) {
         SCOPED_TRACE(enum_name(kPrecisionNames, p));
         auto options = [&](OptimizerKind k) {
             TrainOptions o;

@@ -105,7 +105,6 @@ INSTANTIATE_TEST_SUITE_P(Recipes, CheckpointCudaResume,
                                          Recipe{Precision::fp32, OptimizerKind::sgd},
                                          Recipe{Precision::bf16, OptimizerKind::adamw},
                                          Recipe{Precision::fp8_amp, OptimizerKind::adamw},
-                                         Recipe{Precision::fp32, OptimizerKind::adamw_8bit},
                                          Recipe{Precision::bf16_amp, OptimizerKind::adamw_8bit}),
                          [](const testing::TestParamInfo<Recipe>& p) {
                              std::string n =
