@@ -1,6 +1,9 @@
 #include "estimator/communication.h"
 
+#include <cmath>
+
 #include "core/check.h"
+#include "kernels/nf4.h"
 
 namespace napkin {
 
@@ -25,6 +28,15 @@ CommLine line(const ShardLayout& layout, std::string what, Collective op, DType 
         l.received_bytes += times * static_cast<double>(t.received_bytes);
     }
     return l;
+}
+
+// Adds a line and its traffic to the totals (and the time, with a link).
+void append(CommunicationEstimate& c, const CommLine& l) {
+    c.elements += l.elements;
+    c.sent_bytes += l.sent_bytes;
+    c.received_bytes += l.received_bytes;
+    c.lines.push_back(l);
+    if (c.link_bytes_per_s > 0) c.seconds = c.sent_bytes / c.link_bytes_per_s;
 }
 
 }  // namespace
@@ -75,6 +87,61 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
     }
     if (link_bytes_per_s > 0) c.seconds = c.sent_bytes / link_bytes_per_s;
     return c;
+}
+
+void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg,
+                             const ShardLayout& base, bool qlora, DType weights,
+                             std::int64_t grad_accum) {
+    if (c.zero != 3 || base.world <= 1) return;
+    const std::vector<ParamTensor> tensors = param_tensors(cfg);
+    NAPKIN_ASSERT(tensors.size() == base.param_unit.size(), "the layout is not this model's");
+    const auto G = static_cast<double>(grad_accum);
+    const std::uint64_t wb = storage_bytes(weights, 1);
+    // Per unit: the bytes of its NF4 linears and of the rest, each gathered as its own buffer.
+    CommLine nf4{"frozen base", Collective::all_gather, DType::nf4};
+    CommLine rest{"frozen base", Collective::all_gather, weights};
+    for (const ShardUnit& u : base.units) {
+        std::uint64_t nf4_bytes = 0, rest_bytes = 0;
+        std::int64_t nf4_elems = 0, rest_elems = 0;
+        for (std::size_t i : u.params) {
+            const ParamTensor& t = tensors[i];
+            if (qlora && t.linear_weight) {
+                nf4_bytes += nf4_storage_bytes(t.numel());
+                nf4_elems += t.numel();
+            } else {
+                rest_bytes += static_cast<std::uint64_t>(t.numel()) * wb;
+                rest_elems += t.numel();
+            }
+        }
+        const double times = G * u.gathers_per_micro_batch;
+        auto add = [&](CommLine& l, std::uint64_t bytes, std::int64_t elems) {
+            if (bytes == 0) return;
+            const RingTraffic t = ring_traffic(Collective::all_gather, bytes, 1, base.world);
+            l.calls += times;
+            l.elements += times * static_cast<double>(elems);
+            l.sent_bytes += times * static_cast<double>(t.sent_bytes);
+            l.received_bytes += times * static_cast<double>(t.received_bytes);
+        };
+        add(nf4, nf4_bytes, nf4_elems);
+        add(rest, rest_bytes, rest_elems);
+    }
+    for (CommLine* l : {&nf4, &rest}) {
+        if (l->calls > 0) append(c, *l);
+    }
+}
+
+void add_frozen_base_gathers_flat(CommunicationEstimate& c, int world, double numel,
+                                  double bytes_per_element, DType dtype, std::int64_t grad_accum) {
+    if (c.zero != 3 || world <= 1 || numel <= 0) return;
+    const auto bytes = static_cast<std::uint64_t>(std::ceil(numel * bytes_per_element));
+    const RingTraffic t = ring_traffic(Collective::all_gather, bytes, 1, world);
+    const double times = 2.0 * static_cast<double>(grad_accum);
+    CommLine l{"frozen base", Collective::all_gather, dtype};
+    l.calls = times;
+    l.elements = times * numel;
+    l.sent_bytes = times * static_cast<double>(t.sent_bytes);
+    l.received_bytes = times * static_cast<double>(t.received_bytes);
+    append(c, l);
 }
 
 }  // namespace napkin

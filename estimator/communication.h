@@ -24,6 +24,7 @@
 #include "core/comm/collective.h"
 #include "core/comm/shard_layout.h"
 #include "core/dtype.h"
+#include "core/model_config.h"
 
 namespace napkin {
 
@@ -55,5 +56,22 @@ struct CommunicationEstimate {
 CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero,
                                              std::int64_t grad_accum, DType grads, DType weights,
                                              double link_bytes_per_s);
+
+// Fine-tuning with adapters under ZeRO-3 (FSDP + QLoRA, Answer.AI 2024): the frozen base is
+// sharded like the trainable adapters, so every unit of `base` (the full model's layout,
+// core/comm/shard_layout.h) is all-gathered as often as a trained model's unit is (a block
+// twice per micro-batch), in its stored bytes: the block linears in NF4 (`qlora`, codes and
+// double-quantized scales, kernels/nf4.h) or the working dtype, the rest (embeddings, norms,
+// biases, head) in the working dtype. Adds one line per stored dtype ("frozen base") to `c`
+// and its totals (seconds included); nothing below ZeRO-3 or at one rank (the base is then
+// replicated and never sent). Ψ and the paper's volume stay the trainable parameters'.
+void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg,
+                             const ShardLayout& base, bool qlora, DType weights,
+                             std::int64_t grad_accum);
+// The same for a model known only by its size (napkin estimate --params): one flat unit of
+// `numel` frozen elements of `bytes_per_element` (NF4's 4.127 bits: 0.516) in `dtype`,
+// gathered twice per micro-batch.
+void add_frozen_base_gathers_flat(CommunicationEstimate& c, int world, double numel,
+                                  double bytes_per_element, DType dtype, std::int64_t grad_accum);
 
 }  // namespace napkin

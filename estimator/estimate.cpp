@@ -382,6 +382,13 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     e.gpu = gpu;
     e.cpu = cpu;
     e.comm = estimate_communication(layout, in.zero, in.grad_accum, pd.grads, pd.weights, in.link_bytes_per_s);
+    // ZeRO-3 shards the frozen base too (gpu.weights above), so it is gathered as it is used.
+    if (adapters && !in.params_only)
+        add_frozen_base_gathers(e.comm, c, shard_layout(c, W), in.finetune == Finetune::qlora, pd.weights,
+                                in.grad_accum);
+    else if (adapters)
+        add_frozen_base_gathers_flat(e.comm, W, n_alloc, linear_bytes,
+                                     in.finetune == Finetune::qlora ? DType::nf4 : pd.weights, in.grad_accum);
     e.gpu_capacity_bytes = in.gpu_memory_bytes;
     e.cpu_capacity_bytes = in.cpu_memory_bytes;
     e.fits_gpu = gpu.total() <= in.gpu_memory_bytes;

@@ -11,6 +11,7 @@
 #include "estimator/communication.h"
 #include "estimator/estimate.h"
 #include "estimator/links.h"
+#include "kernels/nf4.h"
 
 namespace napkin {
 namespace {
@@ -156,6 +157,64 @@ TEST(Communication, EstimateUsesTheEngineLayout) {
     }
     in.link_bytes_per_s = -1;
     EXPECT_THROW(est.run(in), UsageError);
+}
+
+TEST(Communication, Zero3GathersTheFrozenBaseOfAnAdapterRun) {
+    // FSDP + QLoRA shards the frozen base too, so it is all-gathered as it is used: a block's
+    // NF4 linears and its other tensors twice per micro-batch, in their stored bytes.
+    EstimateInputs in;
+    in.model = preset_or_throw("gpt2");
+    in.seq_len = 256;
+    in.gpus = 4;
+    in.grad_accum = 3;
+    in.gpu_memory_bytes = 80e9;
+    in.precision = Precision::bf16_amp;
+    in.finetune = Finetune::qlora;
+    in.lora_rank = 8;
+    Estimator est;
+    in.zero = 2;
+    const Estimate z2 = est.run(in);
+    for (const CommLine& l : z2.comm.lines) EXPECT_NE(l.what, "frozen base");  // replicated
+    in.zero = 3;
+    const Estimate z3 = est.run(in);
+    const ModelConfig& c = in.model;
+    const ShardLayout base = shard_layout(c, 4);
+    std::uint64_t layer_nf4 = 0;
+    for (const ParamTensor& t : param_tensors(c))
+        if (t.layer == 0 && t.linear_weight) layer_nf4 += nf4_storage_bytes(t.numel());
+    const CommLine* nf4 = nullptr;
+    const CommLine* rest = nullptr;
+    for (const CommLine& l : z3.comm.lines) {
+        if (l.what != "frozen base") continue;
+        (l.dtype == DType::nf4 ? nf4 : rest) = &l;
+    }
+    ASSERT_NE(nf4, nullptr);
+    ASSERT_NE(rest, nullptr);
+    EXPECT_EQ(rest->dtype, DType::bf16);
+    EXPECT_DOUBLE_EQ(nf4->calls, 3.0 * 2 * c.n_layers);
+    EXPECT_DOUBLE_EQ(nf4->elements, 3.0 * 2 * c.n_layers * static_cast<double>(count_params(c).linear_per_layer));
+    // Each block's NF4 bytes, cut into 4 chunks, 3 of them sent per gather.
+    EXPECT_DOUBLE_EQ(nf4->sent_bytes, 3.0 * 2 * c.n_layers * 3 * static_cast<double>((layer_nf4 + 3) / 4));
+    double gathers = 0;
+    for (const ShardUnit& u : base.units) gathers += 3.0 * u.gathers_per_micro_batch;
+    EXPECT_DOUBLE_EQ(rest->calls, gathers);  // every unit has tensors outside the linears
+    double trainable = 0;
+    for (const CommLine& l : z3.comm.lines) {
+        if (l.what != "frozen base") trainable += l.sent_bytes;
+    }
+    EXPECT_DOUBLE_EQ(z3.comm.sent_bytes, trainable + nf4->sent_bytes + rest->sent_bytes);
+    EXPECT_GT(nf4->sent_bytes, 10 * trainable);  // the base dominates: r = 8 adapters are tiny
+    // Plain LoRA: the linears in the working dtype, one line.
+    in.finetune = Finetune::lora;
+    const Estimate lora = est.run(in);
+    int frozen_lines = 0;
+    for (const CommLine& l : lora.comm.lines) {
+        if (l.what != "frozen base") continue;
+        ++frozen_lines;
+        EXPECT_EQ(l.dtype, DType::bf16);
+        EXPECT_DOUBLE_EQ(l.elements, 3.0 * static_cast<double>(base.gathered_per_micro_batch()));
+    }
+    EXPECT_EQ(frozen_lines, 1);
 }
 
 }  // namespace
