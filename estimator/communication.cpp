@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "kernels/nf4.h"
 
 namespace napkin {
 
@@ -19,6 +18,7 @@ CommLine line(const ShardLayout& layout, std::string what, Collective op, DType 
     l.dtype = dtype;
     const std::uint64_t b = storage_bytes(dtype, 1);
     for (const ShardUnit& u : layout.units) {
+        if (u.padded == 0) continue;  // nothing trained in it: no collective
         const double times = per_unit(u);
         const RingTraffic t =
             ring_traffic(op, static_cast<std::uint64_t>(u.padded), b, layout.world);
@@ -89,44 +89,30 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
     return c;
 }
 
-void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg,
-                             const ShardLayout& base, bool qlora, DType weights,
-                             std::int64_t grad_accum) {
-    if (c.zero != 3 || base.world <= 1) return;
-    const std::vector<ParamTensor> tensors = param_tensors(cfg);
-    NAPKIN_ASSERT(tensors.size() == base.param_unit.size(), "the layout is not this model's");
-    const auto G = static_cast<double>(grad_accum);
+void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg, std::int64_t lora_rank,
+                             bool qlora, DType weights, std::int64_t grad_accum) {
+    if (c.zero != 3 || c.world <= 1) return;
     const std::uint64_t wb = storage_bytes(weights, 1);
-    // Per unit: the bytes of its NF4 linears and of the rest, each gathered as its own buffer.
-    CommLine nf4{"frozen base", Collective::all_gather, DType::nf4};
-    CommLine rest{"frozen base", Collective::all_gather, weights};
-    for (const ShardUnit& u : base.units) {
-        std::uint64_t nf4_bytes = 0, rest_bytes = 0;
-        std::int64_t nf4_elems = 0, rest_elems = 0;
-        for (std::size_t i : u.params) {
-            const ParamTensor& t = tensors[i];
-            if (qlora && t.linear_weight) {
-                nf4_bytes += nf4_storage_bytes(t.numel());
-                nf4_elems += t.numel();
-            } else {
-                rest_bytes += static_cast<std::uint64_t>(t.numel()) * wb;
-                rest_elems += t.numel();
-            }
+    const std::vector<FrozenUnit> frozen = frozen_layout(cfg, c.world, lora_rank, qlora, wb);
+    const ShardLayout full = shard_layout(cfg, c.world);  // how often each unit is gathered
+    const auto G = static_cast<double>(grad_accum);
+    CommLine lines[2] = {{"frozen nf4", Collective::all_gather, weights},
+                         {"frozen base", Collective::all_gather, weights}};
+    for (std::size_t u = 0; u < frozen.size(); ++u) {
+        const double times = G * full.units[u].gathers_per_micro_batch;
+        for (int g = 0; g < 2; ++g) {
+            const FrozenGroup& fg = frozen[u].groups[g];
+            if (fg.padded == 0) continue;
+            const RingTraffic t =
+                ring_traffic(Collective::all_gather, static_cast<std::uint64_t>(fg.padded), wb, c.world);
+            lines[g].calls += times;
+            lines[g].elements += times * static_cast<double>(fg.padded);
+            lines[g].sent_bytes += times * static_cast<double>(t.sent_bytes);
+            lines[g].received_bytes += times * static_cast<double>(t.received_bytes);
         }
-        const double times = G * u.gathers_per_micro_batch;
-        auto add = [&](CommLine& l, std::uint64_t bytes, std::int64_t elems) {
-            if (bytes == 0) return;
-            const RingTraffic t = ring_traffic(Collective::all_gather, bytes, 1, base.world);
-            l.calls += times;
-            l.elements += times * static_cast<double>(elems);
-            l.sent_bytes += times * static_cast<double>(t.sent_bytes);
-            l.received_bytes += times * static_cast<double>(t.received_bytes);
-        };
-        add(nf4, nf4_bytes, nf4_elems);
-        add(rest, rest_bytes, rest_elems);
     }
-    for (CommLine* l : {&nf4, &rest}) {
-        if (l->calls > 0) append(c, *l);
+    for (const CommLine& l : lines) {
+        if (l.calls > 0) append(c, l);
     }
 }
 

@@ -24,8 +24,10 @@ namespace {
 // zero.cpp): every parameter at ZeRO 0; at stages 1-3 the pieces of parameters inside a rank's
 // shard of each unit, the largest count over the ranks (the ranks differ by a few at most).
 int grad_norm_tensors(const ShardLayout& layout, int zero) {
-    const std::size_t n_params = layout.param_unit.size();
-    if (zero == 0) return static_cast<int>(n_params);
+    if (zero == 0) {  // the trained ones (a frozen parameter is in no unit)
+        return static_cast<int>(std::count_if(layout.param_unit.begin(), layout.param_unit.end(),
+                                              [](int u) { return u >= 0; }));
+    }
     int most = 0;
     for (int r = 0; r < layout.world; ++r) {
         int count = 0;
@@ -234,14 +236,22 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     gpu.optimizer = shard(train_alloc, z1, W) * bpp.optimizer;
     // A full model's states as the data-parallel engine lays them out (core/comm/shard_layout.h):
     // flat units padded to a multiple of W, so the numbers are the engine's to the byte.
-    const ShardLayout layout = in.params_only || adapters ? shard_layout_flat(static_cast<std::int64_t>(train_alloc), W)
-                                                          : shard_layout(c, W);
-    if (!in.params_only && !adapters) {
+    // With adapters the units hold the adapters alone; the frozen base is replicated below
+    // ZeRO-3 (and sharded evenly at 3, which the engine does not run yet).
+    const ShardLayout layout = in.params_only ? shard_layout_flat(static_cast<std::int64_t>(train_alloc), W)
+                                              : shard_layout(c, W, adapters ? in.lora_rank : 0);
+    if (!in.params_only) {
         const auto P = static_cast<double>(layout.padded()), S = static_cast<double>(layout.shard());
-        gpu.weights = (z3 ? S : z1 ? P : n_alloc) * wb;
-        gpu.master = (z1 ? S : n_alloc) * bpp.master;
+        gpu.weights = (z3 ? S : z1 ? P : train_alloc) * wb;
+        if (adapters && !z3) gpu.weights += frozen_linear_bytes + frozen_other * wb;
+        if (adapters && z3) {  // the frozen base's shards, as the engine lays them out
+            for (const FrozenUnit& f : frozen_layout(c, W, in.lora_rank, in.finetune == Finetune::qlora,
+                                                     static_cast<std::uint64_t>(wb)))
+                gpu.weights += static_cast<double>(f.groups[0].shard + f.groups[1].shard) * wb;
+        }
+        gpu.master = (z1 ? S : train_alloc) * bpp.master;
         gpu.grads = (z2 ? S : P) * bpp.grads;
-        gpu.optimizer = (z1 ? S : n_alloc) * bpp.optimizer;
+        gpu.optimizer = (z1 ? S : train_alloc) * bpp.optimizer;
     }
 
     // 8-bit optimizer states unsharded (ZeRO-0) with a shape: as the engine stores them, tensor
@@ -272,7 +282,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         cpu.master = gpu.master;
         cpu.optimizer = gpu.optimizer;
         cpu.grads = shard(train_alloc, z1, W) * 4.0;
-        if (!in.params_only && !adapters) cpu.grads = (z1 ? static_cast<double>(layout.shard()) : n_alloc) * 4.0;
+        if (!in.params_only) cpu.grads = (z1 ? static_cast<double>(layout.shard()) : train_alloc) * 4.0;
         gpu.master = 0;
         gpu.optimizer = 0;
     }
@@ -362,7 +372,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         // block's four linears: the engine trains them in one process). Offloaded steps run on
         // the host.
         if (in.offload == Offload::none && !in.params_only) {
-            const int tensors = adapters ? 8 * c.n_layers : grad_norm_tensors(layout, in.zero);
+            const int tensors = grad_norm_tensors(layout, in.zero);
             tmp.grad_norm_workspace = static_cast<double>(
                 cuda::kGradNormResultBytes + cuda::grad_sum_squares_scratch_bytes(tensors));
         }
@@ -384,8 +394,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     e.comm = estimate_communication(layout, in.zero, in.grad_accum, pd.grads, pd.weights, in.link_bytes_per_s);
     // ZeRO-3 shards the frozen base too (gpu.weights above), so it is gathered as it is used.
     if (adapters && !in.params_only)
-        add_frozen_base_gathers(e.comm, c, shard_layout(c, W), in.finetune == Finetune::qlora, pd.weights,
-                                in.grad_accum);
+        add_frozen_base_gathers(e.comm, c, in.lora_rank, in.finetune == Finetune::qlora, pd.weights, in.grad_accum);
     else if (adapters)
         add_frozen_base_gathers_flat(e.comm, W, n_alloc, linear_bytes,
                                      in.finetune == Finetune::qlora ? DType::nf4 : pd.weights, in.grad_accum);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "kernels/nf4.h"
 
 namespace napkin {
 
@@ -46,12 +47,13 @@ std::int64_t ShardLayout::max_padded() const {
     return m;
 }
 
-ShardLayout shard_layout(const ModelConfig& cfg, int world) {
+ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank) {
     if (world < 1)
         throw UsageError("world size: must be at least 1 (got " + std::to_string(world) + ")");
     ShardLayout out;
     out.world = world;
-    const std::vector<ParamTensor> params = param_tensors(cfg);
+    const bool adapters = lora_rank > 0;
+    const std::vector<ParamTensor> params = param_tensors(cfg, lora_rank);
     out.units.resize(static_cast<std::size_t>(cfg.n_layers) + 2);
     out.units.front().name = "embedding";
     out.units.front().gathers_per_micro_batch = cfg.tied_embeddings ? 3 : 2;
@@ -63,6 +65,11 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world) {
     out.units.back().gathers_per_micro_batch = 1;
     for (std::size_t i = 0; i < params.size(); ++i) {
         const ParamTensor& p = params[i];
+        if (adapters && !p.adapter) {  // frozen: replicated, in no unit
+            out.param_unit.push_back(-1);
+            out.param_offset.push_back(-1);
+            continue;
+        }
         std::size_t u = 0;
         if (p.layer >= 0)
             u = static_cast<std::size_t>(p.layer) + 1;
@@ -74,8 +81,46 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world) {
         unit.params.push_back(i);
         unit.numel += p.numel();
     }
-    for (ShardUnit& u : out.units)
+    for (ShardUnit& u : out.units) {
         finish(u, world);
+        if (u.numel == 0) u.gathers_per_micro_batch = 0;
+    }
+    return out;
+}
+
+std::vector<FrozenUnit> frozen_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank,
+                                      bool qlora, std::uint64_t element_bytes) {
+    if (lora_rank < 1) throw UsageError("--lora-rank: must be a positive integer");
+    const ShardLayout units = shard_layout(cfg, world, lora_rank);
+    const std::vector<ParamTensor> params = param_tensors(cfg, lora_rank);
+    // The unit of each frozen tensor is its full model's (shard_layout without adapters).
+    const ShardLayout full = shard_layout(cfg, world);
+    std::vector<FrozenUnit> out(units.units.size());
+    auto add = [&](std::size_t u, std::size_t param, bool state, int group, std::uint64_t bytes) {
+        FrozenGroup& g = out[u].groups[group];
+        g.bytes = (g.bytes + kFrozenBlobAlign - 1) / kFrozenBlobAlign * kFrozenBlobAlign;
+        out[u].blobs.push_back({param, state, group, g.bytes, bytes});
+        g.bytes += bytes;
+    };
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const ParamTensor& p = params[i];
+        if (p.adapter) continue;
+        const auto u = static_cast<std::size_t>(full.param_unit[i]);  // base tensors keep their index
+        if (qlora && p.linear_weight) {
+            add(u, i, false, 0, nf4_code_bytes(p.numel()));
+            add(u, i, true, 0, nf4_state_bytes(p.numel()));
+        } else {
+            add(u, i, false, 1, static_cast<std::uint64_t>(p.numel()) * element_bytes);
+        }
+    }
+    const auto w = static_cast<std::int64_t>(world);
+    for (FrozenUnit& f : out) {
+        for (FrozenGroup& g : f.groups) {
+            const auto e = static_cast<std::int64_t>((g.bytes + element_bytes - 1) / element_bytes);
+            g.shard = (e + w - 1) / w;
+            g.padded = g.shard * w;
+        }
+    }
     return out;
 }
 

@@ -36,7 +36,7 @@ struct ShardUnit {
 struct ShardLayout {
     int world = 1;
     std::vector<ShardUnit> units;
-    std::vector<int> param_unit;             // per parameter: its unit
+    std::vector<int> param_unit;             // per parameter: its unit (-1: frozen, in no unit)
     std::vector<std::int64_t> param_offset;  // per parameter: its first element in the unit
     std::int64_t numel() const;              // sum n_u (= count_params().allocated)
     std::int64_t padded() const;             // sum P_u
@@ -46,7 +46,47 @@ struct ShardLayout {
 };
 
 // The engine's layout for `cfg` over `world` ranks. Throws UsageError when world < 1.
-ShardLayout shard_layout(const ModelConfig& cfg, int world);
+// With lora_rank > 0 (fine-tuning with LoRA/QLoRA): param_tensors(cfg, lora_rank)'s list, whose
+// frozen base is replicated on every rank and never communicated, so the units hold the trained
+// adapters alone: block l's unit "h.<l>" its eight (four linears' A and B), the embedding and
+// head units none (numel 0, no collectives, gathers_per_micro_batch 0). A frozen parameter has
+// param_unit -1 and param_offset -1.
+ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank = 0);
+
+// Fine-tuning under ZeRO-3 (FSDP + QLoRA, Answer.AI 2024): the frozen base is sharded too. Each
+// unit's frozen tensors lie in flat storage of the working dtype (bitsandbytes' quant_storage:
+// NF4 bytes packed into 16-bit elements so that FSDP can shard them), in two groups: group 0
+// the NF4 codes and states of QLoRA's block linears, group 1 the tensors kept in the working
+// dtype (all of them under LoRA). Each tensor ("blob") starts at a multiple of
+// kFrozenBlobAlign bytes (the NF4 state's fp32 steps are read in place); a group of B bytes is
+// E = ceil(B / element) elements padded to P = ceil(E / W) W and split into W shards of S = P /
+// W, gathered whole by every region that reads its unit (gathers_per_micro_batch of the full
+// model's unit), as a trained unit's weights are.
+inline constexpr std::uint64_t kFrozenBlobAlign = 16;
+
+struct FrozenBlob {
+    std::size_t param = 0;     // index into param_tensors(cfg, lora_rank)
+    bool nf4_state = false;    // the NF4 state (else the weight: NF4 codes or working dtype)
+    int group = 1;             // 0: NF4, 1: working dtype
+    std::uint64_t offset = 0;  // bytes, within the group's storage
+    std::uint64_t bytes = 0;
+};
+
+struct FrozenGroup {
+    std::uint64_t bytes = 0;  // B: the blobs and their alignment
+    std::int64_t padded = 0;  // P elements of the working dtype
+    std::int64_t shard = 0;   // S = P / W
+};
+
+struct FrozenUnit {
+    FrozenGroup groups[2];
+    std::vector<FrozenBlob> blobs;
+};
+
+// Per unit of shard_layout(cfg, world, lora_rank), its frozen storage; `element_bytes` the
+// working dtype's size. Throws UsageError when world < 1 or lora_rank < 1.
+std::vector<FrozenUnit> frozen_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank,
+                                      bool qlora, std::uint64_t element_bytes);
 
 // A model known only by its parameter count (napkin estimate --params): one unit of n elements
 // gathered twice per micro-batch, the ZeRO paper's idealization.

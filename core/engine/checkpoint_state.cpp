@@ -56,6 +56,7 @@ HeldState held_state(Trainer& t, std::size_t param, StateKind kind) {
         }
     }
     const ShardLayout& layout = z->layout();
+    if (layout.param_unit[param] < 0) return {};  // frozen: its weights alone, kept whole above
     const auto u = static_cast<std::size_t>(layout.param_unit[param]);
     const ShardUnit& su = layout.units[u];
     Tensor& x = z->unit_state(u, kind);

@@ -142,17 +142,23 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
     }
     NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
     const ModelConfig& cfg = *model.plan().config;
-    layout_ = shard_layout(cfg, comm.world_size());
+    // Fine-tuning: the adapters are the units' state; the frozen base stays in the model's own
+    // tensors on every rank below stage 3 and is sharded at 3 (core/comm/shard_layout.h).
+    const PlanInputs& in = model.plan().in;
+    layout_ = shard_layout(cfg, comm.world_size(), in.finetune != Finetune::full ? in.lora_rank : 0);
     auto& params = model.params();
     NAPKIN_ASSERT(layout_.param_unit.size() == params.size(),
                   "the shard layout does not match the model's parameters");
     const std::int64_t r = comm.rank();
     const std::size_t we = storage_bytes(dt_.weights, 1);
+    if (in.finetune != Finetune::full && stage_ == 3)
+        frozen_ = napkin::frozen_layout(cfg, comm.world_size(), in.lora_rank, in.finetune == Finetune::qlora, we);
     const int states = optimizer_state_count(opt.kind);
     units_.resize(layout_.units.size());
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
         Unit& x = units_[u];
+        if (su.numel == 0) continue;  // nothing trained in it (the embeddings and head of a LoRA run)
         const std::string name = "zero." + su.name;
         const std::int64_t lo = r * su.shard, hi = lo + su.shard;
         x.backward_regions = u == 0 && cfg.tied_embeddings ? 2 : 1;
@@ -215,6 +221,27 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             }
         }
     }
+    // Stage 3, fine-tuning: the frozen base into this rank's shards of each unit's storage
+    // (element ranges [r S, (r + 1) S) of the working dtype, copied as bytes).
+    for (std::size_t u = 0; u < frozen_.size(); ++u) {
+        Unit& x = units_[u];
+        for (int g = 0; g < 2; ++g) {
+            const FrozenGroup& fg = frozen_[u].groups[g];
+            if (fg.padded == 0) continue;
+            x.frozen[g] = Tensor(alloc, "zero." + layout_.units[u].name + (g == 0 ? ".frozen_nf4" : ".frozen") + ".shard",
+                                 MemCategory::parameters, dt_.weights, {fg.shard});
+            zero_fill(x.frozen[g]);
+            const auto lo = static_cast<std::int64_t>(static_cast<std::size_t>(r * fg.shard) * we);
+            const auto hi = lo + static_cast<std::int64_t>(static_cast<std::size_t>(fg.shard) * we);
+            for (const FrozenBlob& b : frozen_[u].blobs) {
+                if (b.group != g) continue;
+                ParamSlot& p = params[b.param];
+                copy_range(x.frozen[g].raw(), (b.nf4_state ? p.quant : p.weight).raw(),
+                           static_cast<std::int64_t>(b.offset), static_cast<std::int64_t>(b.bytes), lo, hi, 1);
+            }
+        }
+        clear_frozen(u);
+    }
     if (stage_ >= 2 || overlap_) model_.set_hooks(this);
 }
 
@@ -247,6 +274,38 @@ void ZeroEngine::point_grads(std::size_t u, void* base) {
 void ZeroEngine::clear_params(std::size_t u) {
     for (std::size_t i : layout_.units[u].params)
         model_.params()[i].weight = Tensor();
+}
+
+void ZeroEngine::point_frozen(std::size_t u) {
+    if (u >= frozen_.size()) return;
+    auto& params = model_.params();
+    Unit& x = units_[u];
+    for (const FrozenBlob& b : frozen_[u].blobs) {
+        ParamSlot& p = params[b.param];
+        char* at_blob = static_cast<char*>(x.frozen_gathered[b.group].raw()) + b.offset;
+        if (b.nf4_state)
+            p.quant = Tensor::view(p.name + ".nf4_state", DType::i8, at_blob, static_cast<std::int64_t>(b.bytes));
+        else
+            p.weight = Tensor::view(p.name, b.group == 0 ? DType::nf4 : dt_.weights, at_blob, p.numel);
+    }
+}
+
+void ZeroEngine::clear_frozen(std::size_t u) {
+    if (u >= frozen_.size()) return;
+    for (const FrozenBlob& b : frozen_[u].blobs) {
+        ParamSlot& p = model_.params()[b.param];
+        (b.nf4_state ? p.quant : p.weight) = Tensor();
+    }
+}
+
+bool ZeroEngine::reads_params(std::size_t u) const {
+    if (layout_.units[u].numel > 0) return true;
+    return u < frozen_.size() && (frozen_[u].groups[0].padded > 0 || frozen_[u].groups[1].padded > 0);
+}
+
+bool ZeroEngine::gathered(std::size_t u) const {
+    const Unit& x = units_[u];
+    return !x.gathered.empty() || !x.frozen_gathered[0].empty() || !x.frozen_gathered[1].empty();
 }
 
 void ZeroEngine::clear_grads(std::size_t u) {
@@ -317,16 +376,18 @@ void ZeroEngine::enter(int unit, bool backward) {
     Unit& x = units_[u];
     const ShardUnit& su = layout_.units[u];
     if (comm_.in_flight() > 0) comm_.progress();
+    if (!reads_params(u)) return;
     if (stage_ == 3 && x.users++ == 0) {
         gather(u, true);
-        point_params(u, x.gathered.raw());
+        if (su.numel > 0) point_params(u, x.gathered.raw());
+        point_frozen(u);
         const int n = overlap_ ? next_unit(unit, backward, static_cast<int>(units_.size()) - 2) : -1;
         if (n >= 0) {
             const auto un = static_cast<std::size_t>(n);
-            if (units_[un].users == 0 && units_[un].gathered.empty()) gather(un, false);
+            if (units_[un].users == 0 && !gathered(un)) gather(un, false);
         }
     }
-    if (!backward) return;
+    if (!backward || su.numel == 0) return;
     if (x.backward_left == 0) x.backward_left = x.backward_regions;
     if (stage_ < 2) return;
     // The previous micro-batch's bucket of this unit still being reduced (a tied embedding's,
@@ -343,30 +404,47 @@ void ZeroEngine::enter(int unit, bool backward) {
 void ZeroEngine::leave(int unit, bool backward) {
     const auto u = static_cast<std::size_t>(unit);
     Unit& x = units_[u];
+    if (!reads_params(u)) {
+        if (comm_.in_flight() > 0) comm_.progress();
+        return;
+    }
     if (stage_ == 3 && --x.users == 0) {
         clear_params(u);
         x.gathered.release();
+        clear_frozen(u);
+        for (Tensor& t : x.frozen_gathered) t.release();
     }
-    if (backward && --x.backward_left == 0) backward_done(u);
+    if (backward && layout_.units[u].numel > 0 && --x.backward_left == 0) backward_done(u);
     if (comm_.in_flight() > 0) comm_.progress();
 }
 
 void ZeroEngine::gather(std::size_t u, bool wait) {
     Unit& x = units_[u];
     const ShardUnit& su = layout_.units[u];
-    if (x.gathered.empty()) {
-        x.gathered = Tensor(alloc_, "zero." + su.name + ".gathered", MemCategory::communication,
-                            dt_.weights, {su.padded});
-        copy_bytes(at(x.gathered, comm_.rank() * su.shard, dt_.weights), x.weights.raw(),
-                   x.weights.bytes());
-        const auto shard = static_cast<std::uint64_t>(su.shard);
-        collective([&] {
-            if (wait) comm_.all_gather(x.gathered.raw(), shard, dt_.weights, su.name);
-            else x.gather = comm_.start_all_gather(x.gathered.raw(), shard, dt_.weights, su.name);
-        });
-    } else if (wait && x.gather != 0) {
-        comm_.wait(x.gather);
-        x.gather = 0;
+    // One buffer: its all-gather started (or run, `wait`) the first time, waited for after.
+    auto one = [&](Tensor& whole, const Tensor& shard, std::int64_t padded, std::int64_t n,
+                   Communicator::Ticket& ticket, const std::string& name) {
+        if (whole.empty()) {
+            whole = Tensor(alloc_, "zero." + name + ".gathered", MemCategory::communication, dt_.weights,
+                           {padded});
+            copy_bytes(at(whole, comm_.rank() * n, dt_.weights), shard.raw(), shard.bytes());
+            const auto count = static_cast<std::uint64_t>(n);
+            collective([&] {
+                if (wait) comm_.all_gather(whole.raw(), count, dt_.weights, name);
+                else ticket = comm_.start_all_gather(whole.raw(), count, dt_.weights, name);
+            });
+        } else if (wait && ticket != 0) {
+            comm_.wait(ticket);
+            ticket = 0;
+        }
+    };
+    if (su.numel > 0) one(x.gathered, x.weights, su.padded, su.shard, x.gather, su.name);
+    if (u >= frozen_.size()) return;
+    for (int g = 0; g < 2; ++g) {
+        const FrozenGroup& fg = frozen_[u].groups[g];
+        if (fg.padded > 0)
+            one(x.frozen_gathered[g], x.frozen[g], fg.padded, fg.shard, x.frozen_gather[g],
+                su.name + (g == 0 ? ".frozen_nf4" : ".frozen"));
     }
 }
 
@@ -439,6 +517,7 @@ StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimize
         for (std::size_t u = 0; u < units_.size(); ++u) {
             Unit& x = units_[u];
             const ShardUnit& su = layout_.units[u];
+            if (su.numel == 0) continue;
             if (x.reduce != 0) {
                 comm_.wait(x.reduce);
                 x.reduce = 0;
@@ -463,6 +542,7 @@ StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimize
     if (stage_ <= 2 && !st.skipped) {
         for (std::size_t u = 0; u < units_.size(); ++u) {
             const ShardUnit& su = layout_.units[u];
+            if (su.numel == 0) continue;
             collective([&] {
                 comm_.all_gather(units_[u].weights.raw(), static_cast<std::uint64_t>(su.shard),
                                  dt_.weights, "parameters " + su.name);
@@ -491,6 +571,7 @@ void ZeroEngine::offload_gradients() {
     for (std::size_t u = 0; u < units_.size(); ++u) {
         Unit& x = units_[u];
         const std::int64_t n = layout_.units[u].shard;
+        if (n == 0) continue;
         const void* chunk = stage_ == 1 ? at(x.grads, r * n, dt_.grads) : x.grads.raw();
         dev_->copy_to_host(x.host_grads.raw(), chunk,
                            storage_bytes(dt_.grads, static_cast<std::uint64_t>(n)));
@@ -535,6 +616,7 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
     double sumsq = 0.0;
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const std::int64_t n = layout_.units[u].shard;
+        if (n == 0) continue;
         const float* g = widened(grad_chunk(u), gd, n, grad_buf_);
         double acc = 0.0;
         for (std::int64_t k = 0; k < n; ++k)
@@ -555,6 +637,7 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
         Unit& x = units_[u];
+        if (su.numel == 0) continue;
         const std::int64_t lo = r * su.shard, hi = lo + su.shard;
         for (std::size_t i : su.params) {
             const std::int64_t a = std::max(layout_.param_offset[i], lo);
@@ -599,6 +682,7 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
         Unit& x = units_[u];
+        if (su.numel == 0) continue;
         const std::int64_t lo = r * su.shard, hi = lo + su.shard;
         char* grads = stage_ == 1 ? at(x.grads, lo, dt_.grads) : static_cast<char*>(x.grads.raw());
         char* weights =

@@ -36,6 +36,13 @@
 // goes through the device, queued on the engine's stream; without one (the CPU) it runs on the
 // host exactly as it always has.
 //
+// Fine-tuning (LoRA/QLoRA): the units hold the adapters (shard_layout with the rank), whose
+// states the stage shards as a full model's. Stages 0-2 keep the frozen base in the model's own
+// tensors on every rank; stage 3 shards it too (FSDP + QLoRA): each unit's frozen tensors move
+// into this rank's shards of the unit's frozen storage (frozen_layout: NF4 bytes packed in the
+// working dtype), all-gathered with the unit's adapters around every region that reads them and
+// freed after, the model's frozen slots pointed into the gathered storage meanwhile.
+//
 // Offload (stages 1-3 on a device, mixed precision; ZeRO-Offload, Ren et al. 2021): the fp32
 // master and optimizer moments of this rank's shard live in host memory (a second accounting
 // allocator, `host_alloc`), with an fp32 gradient shard beside them. Each step copies the
@@ -94,6 +101,10 @@ public:
 
     bool overlap() const { return overlap_; }  // false at world size 1: nothing to overlap
     bool offload() const { return host_alloc_ != nullptr; }
+    // Stage 3 of a fine-tuning run: this rank's shard of unit u's frozen storage, group g
+    // (frozen_layout's; empty where the group is); the layout itself (empty otherwise).
+    const std::vector<FrozenUnit>& frozen_layout() const { return frozen_; }
+    Tensor& frozen_shard(std::size_t u, int g) { return units_.at(u).frozen[g]; }
 
     void zero_grads();
     // Before each of this rank's micro-batches: whether it is the step's last (stages 0-1 start
@@ -134,6 +145,9 @@ private:
         Tensor master;    // stages 1-3, mixed precision: fp32 shard
         Tensor m, v;      // stages 1-3: optimizer moments of the shard
         Tensor host_grads;  // offload: the gradient shard in fp32 on the host, then its weights
+        Tensor frozen[2];           // stage 3, fine-tuning: shards of the frozen storage
+        Tensor frozen_gathered[2];  // the whole groups while a region uses them (communication)
+        Communicator::Ticket frozen_gather[2] = {0, 0};
         int users = 0;    // regions using the gathered parameters now
         int backward_regions = 0;  // per micro-batch: backward regions that write its gradients
         int backward_left = 0;
@@ -145,6 +159,10 @@ private:
     void point_params(std::size_t u, void* base);  // slots' weights as views into base
     void point_grads(std::size_t u, void* base);
     void clear_params(std::size_t u);
+    void point_frozen(std::size_t u);  // stage 3 fine-tuning: frozen slots into the gathered storage
+    void clear_frozen(std::size_t u);
+    bool reads_params(std::size_t u) const;  // whether regions of u read anything this engine holds
+    bool gathered(std::size_t u) const;      // stage 3: a gather of u started or done
     void clear_grads(std::size_t u);
     void backward_done(std::size_t u);  // the unit's gradients of this micro-batch are complete
     void gather(std::size_t u, bool wait);  // stage 3: gathered + all-gather (started or done)
@@ -173,6 +191,7 @@ private:
     EngineDevice* dev_;  // null: host memory
     AccountingAllocator* host_alloc_;  // offload: the optimizer's state; else null
     ShardLayout layout_;
+    std::vector<FrozenUnit> frozen_;  // stage 3 with adapters; else empty
     std::vector<Unit> units_;
     CommCounters state_traffic_;
     std::vector<float> grad_buf_, weight_buf_;

@@ -1,6 +1,7 @@
 #include "core/engine/zero_checkpoint.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -59,30 +60,62 @@ std::uint64_t options_hash(const TrainOptions& o) {
     return fnv1a64(text.data(), text.size());
 }
 
-// One unit's state of one kind as this rank keeps it: the whole padded unit or its shard.
+// One unit's state of one kind as this rank keeps it: the whole padded unit or its shard; or a
+// tensor outside the units (`tensor`), whole and the same on every rank: a frozen parameter's
+// stored bytes (fine-tuning), or the block absmax of an 8-bit moment (adamw-8bit, stage 0).
 struct Piece {
-    std::string name;  // "h.3.opt.m"
+    std::string name;  // "h.3.opt.m"; `tensor`: the whole-state checkpoint's ("wte", "<w>.nf4")
     std::size_t unit = 0;
     StateKind kind = StateKind::weights;
     DType dtype = DType::f32;
     std::int64_t lo = 0, elements = 0;  // [lo, lo + elements) of the padded unit
     bool whole = false;                 // the same on every rank: only rank 0's file holds it
+    Tensor* tensor = nullptr;           // a tensor outside the units, saved whole
     std::uint64_t bytes() const {
         return storage_bytes(dtype, static_cast<std::uint64_t>(elements));
     }
 };
 
-// Every piece of trainer t, by unit then kind (the kinds the recipe keeps).
+// A unit's frozen storage group in a stage-3 shard: "h.0.frozen_nf4", "h.0.frozen".
+const char* frozen_suffix(int group) {
+    return group == 0 ? ".frozen_nf4" : ".frozen";
+}
+
+// The first parameter in a unit (a trained one): whether the recipe keeps a kind is its.
+std::size_t first_trained(const ShardLayout& layout) {
+    for (std::size_t i = 0; i < layout.param_unit.size(); ++i) {
+        if (layout.param_unit[i] >= 0) return i;
+    }
+    NAPKIN_ASSERT(false, "the shard layout trains nothing");
+    return 0;
+}
+
+// A frozen parameter's pieces, as the whole-state checkpoint names them (checkpoint.h): its
+// weights in the working dtype, or its NF4 codes "<name>.nf4" and state "<name>.nf4_state".
+void frozen_pieces(ParamSlot& p, std::vector<Piece>& out) {
+    if (p.weight.dtype() == DType::nf4) {
+        for (auto [suffix, x] : {std::pair{".nf4", &p.weight}, std::pair{".nf4_state", &p.quant}}) {
+            out.push_back({p.name + suffix, 0, StateKind::weights, DType::i8, 0,
+                           static_cast<std::int64_t>(x->bytes()), true, x});
+        }
+        return;
+    }
+    out.push_back({p.name, 0, StateKind::weights, p.weight.dtype(), 0, p.numel, true, &p.weight});
+}
+
+// Every piece of trainer t, by unit then kind (the kinds the recipe keeps), then the frozen
+// parameters' in parameter order.
 std::vector<Piece> pieces_of(Trainer& t) {
     ZeroEngine* z = t.zero();
     NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
     const ShardLayout& layout = z->layout();
     std::vector<Piece> out;
     for (const StateKind kind : kStateKinds) {
-        const HeldState h = held_state(t, 0, kind);
+        const HeldState h = held_state(t, first_trained(layout), kind);
         if (!h.present) continue;
         for (std::size_t u = 0; u < layout.units.size(); ++u) {
             const ShardUnit& su = layout.units[u];
+            if (su.numel == 0) continue;
             const bool whole = kept_whole(z->stage(), kind);
             out.push_back({su.name + "." + kind_name(kind), u, kind, h.dtype,
                            whole ? 0 : z->comm().rank() * su.shard, whole ? su.padded : su.shard,
@@ -91,6 +124,38 @@ std::vector<Piece> pieces_of(Trainer& t) {
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const Piece& a, const Piece& b) { return a.unit < b.unit; });
+    std::vector<ParamSlot>& params = t.model().params();
+    const std::vector<FrozenUnit>& frozen = z->frozen_layout();
+    if (!frozen.empty()) {
+        // Stage 3 shards the frozen base: this rank's shard of each unit's frozen storage.
+        for (std::size_t u = 0; u < frozen.size(); ++u) {
+            for (int g = 0; g < 2; ++g) {
+                const FrozenGroup& fg = frozen[u].groups[g];
+                if (fg.padded == 0) continue;
+                Tensor& x = z->frozen_shard(u, g);
+                out.push_back({layout.units[u].name + frozen_suffix(g), u, StateKind::weights, x.dtype(),
+                               z->comm().rank() * fg.shard, fg.shard, false, &x});
+            }
+        }
+    } else {
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            if (layout.param_unit[i] < 0) frozen_pieces(params[i], out);
+        }
+    }
+    // adamw-8bit (stage 0 only: the stages that shard refuse it): each moment's block absmax,
+    // kept whole by the ordinary optimizer, beside its codes (which are in the units).
+    if (z->stage() == 0 && t.options().plan.optimizer == OptimizerKind::adamw_8bit) {
+        Optimizer& opt = t.optimizer();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            if (layout.param_unit[i] < 0) continue;
+            for (auto [kind, scales] : {std::pair{StateKind::first_moment, &opt.first_moment_absmax()},
+                                        std::pair{StateKind::second_moment, &opt.second_moment_absmax()}}) {
+                Tensor& x = scales->at(i);
+                out.push_back({params[i].name + state_suffix(kind) + ".absmax", 0, kind, DType::f32, 0,
+                               x.numel(), true, &x});
+            }
+        }
+    }
     return out;
 }
 
@@ -108,6 +173,14 @@ void copy_piece(Trainer& t, const Piece& p, char* buf, bool to_buffer) {
         else
             state_from_host(t, p.kind, state, host, n);
     };
+    if (p.tensor != nullptr) {
+        NAPKIN_ASSERT(p.tensor->bytes() == p.bytes(), "checkpoint piece " << p.name << " is "
+                                                                          << p.tensor->bytes()
+                                                                          << " bytes, expected "
+                                                                          << p.bytes());
+        copy(buf, static_cast<char*>(p.tensor->raw()), static_cast<std::size_t>(p.bytes()));
+        return;
+    }
     if (z.stage() >= 1) {
         Tensor& x = z.unit_state(p.unit, p.kind);
         NAPKIN_ASSERT(x.bytes() == p.bytes(), "checkpoint piece " << p.name << " is " << x.bytes()
@@ -233,7 +306,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
         const Piece& p = pieces[k];
         if (p.whole && rank != 0) continue;
         const char* data = nullptr;
-        if (z->stage() >= 1) {
+        if (z->stage() >= 1 && p.tensor == nullptr) {
             Tensor& x = z->unit_state(p.unit, p.kind);
             data = state_on_host(t, p.kind, static_cast<const char*>(x.raw()),
                                  static_cast<std::size_t>(p.bytes()), packed[k]);
@@ -270,7 +343,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
     }
     ojson states = ojson::object();
     for (const StateKind kind : kStateKinds) {
-        if (held_state(t, 0, kind).present)
+        if (held_state(t, first_trained(layout), kind).present)
             states[kind_name(kind)] = kept_whole(z->stage(), kind) ? "whole" : "shard";
     }
     ojson files = ojson::array();
@@ -429,8 +502,10 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
     }
     CheckpointInfo info = readers[0].info();
     const ModelConfig& cfg = info.options.model;
-    const ShardLayout layout = shard_layout(cfg, m.world);
-    const std::vector<ParamTensor> shapes = param_tensors(cfg);
+    const PlanInputs& plan = info.options.plan;
+    const std::int64_t lora_rank = plan.finetune != Finetune::full ? plan.lora_rank : 0;
+    const ShardLayout layout = shard_layout(cfg, m.world, lora_rank);
+    const std::vector<ParamTensor> shapes = param_tensors(cfg, lora_rank);
     NAPKIN_ASSERT(shapes.size() == layout.param_unit.size(), "layout and parameters disagree");
 
     // Each unit's state whole (P_u elements): rank 0's copy where the stage kept it whole, else
@@ -438,15 +513,16 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
     std::vector<CheckpointTensor> tensors;
     std::vector<std::vector<char>> flats;
     std::vector<std::pair<StateKind, DType>> kinds;
+    const ShardUnit& first = layout.units[static_cast<std::size_t>(layout.param_unit[first_trained(layout)])];
     for (const StateKind kind : kStateKinds) {
-        const CheckpointFileTensor* ft =
-            readers[0].find(layout.units[0].name + "." + kind_name(kind));
+        const CheckpointFileTensor* ft = readers[0].find(first.name + "." + kind_name(kind));
         if (ft != nullptr) kinds.emplace_back(kind, ft->dtype);
     }
     flats.reserve(layout.units.size() * kinds.size());
     std::vector<std::vector<const char*>> unit_data(layout.units.size());
     for (std::size_t u = 0; u < layout.units.size(); ++u) {
         const ShardUnit& su = layout.units[u];
+        if (su.numel == 0) continue;
         for (const auto& [kind, dtype] : kinds) {
             const std::string name = su.name + "." + kind_name(kind);
             std::vector<char>& flat = flats.emplace_back(static_cast<std::size_t>(
@@ -466,7 +542,77 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
             unit_data[u].push_back(flat.data());
         }
     }
+    // The tensors outside the units (a fine-tuning run's frozen parameters, adamw-8bit's block
+    // absmax): rank 0's whole copies, under their own names.
+    std::vector<std::vector<char>> frozen;
+    frozen.reserve(2 * shapes.size());  // never reallocated: `tensors` points into it (at most 2
+                                        // per parameter: NF4 codes and state, or two absmax)
+    auto copy_frozen = [&](const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
+        const CheckpointFileTensor* ft = readers[0].find(name);
+        if (ft == nullptr) checkpoint_error(readers[0].path(), "tensor '" + name + "' missing");
+        std::uint64_t n = 1;
+        for (const std::int64_t d : ft->shape) n *= static_cast<std::uint64_t>(d);
+        std::int64_t want = 1;
+        for (const std::int64_t d : shape) want *= d;
+        if (ft->dtype != dtype || ft->shape.size() != 1 || (!shape.empty() && ft->shape[0] != want)) {
+            checkpoint_error(readers[0].path(), "tensor '" + name + "': " + safetensors_dtype_name(ft->dtype) +
+                                                    " " + dims_text(ft->shape) + ", expected 1-D " +
+                                                    safetensors_dtype_name(dtype) +
+                                                    (shape.empty() ? "" : " [" + std::to_string(want) + "]"));
+        }
+        std::vector<char>& bytes = frozen.emplace_back(static_cast<std::size_t>(storage_bytes(dtype, n)));
+        readers[0].read(*ft, 0, bytes.data(), bytes.size());
+        tensors.push_back({name, dtype, shape.empty() ? ft->shape : shape, bytes.data()});
+    };
+    // Stage 3 sharded the frozen base: each unit's storage whole again, the ranks' shards back to
+    // back, and each frozen tensor's blobs cut out of it (frozen_layout, core/comm/shard_layout.h).
+    const DType working = kinds.front().second;
+    std::vector<FrozenUnit> fl;
+    std::vector<std::array<std::vector<char>, 2>> storage;
+    std::vector<std::vector<std::pair<std::size_t, const FrozenBlob*>>> blobs_of(shapes.size());
+    if (m.zero == 3 && lora_rank > 0) {
+        const std::uint64_t eb = storage_bytes(working, 1);
+        fl = frozen_layout(cfg, m.world, lora_rank, plan.finetune == Finetune::qlora, eb);
+        storage.resize(fl.size());
+        for (std::size_t u = 0; u < fl.size(); ++u) {
+            for (int g = 0; g < 2; ++g) {
+                const FrozenGroup& fg = fl[u].groups[g];
+                if (fg.padded == 0) continue;
+                const std::string name = layout.units[u].name + frozen_suffix(g);
+                const std::size_t shard_bytes = static_cast<std::size_t>(fg.shard) * eb;
+                std::vector<char>& flat = storage[u][static_cast<std::size_t>(g)];
+                flat.resize(shard_bytes * static_cast<std::size_t>(m.world));
+                for (int rank = 0; rank < m.world; ++rank) {
+                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
+                    check_piece(r, name, working, fg.shard);
+                    r.read(*r.find(name), 0, flat.data() + static_cast<std::size_t>(rank) * shard_bytes, shard_bytes);
+                }
+            }
+            for (const FrozenBlob& b : fl[u].blobs) blobs_of[b.param].emplace_back(u, &b);
+        }
+    }
     for (std::size_t i = 0; i < shapes.size(); ++i) {
+        if (layout.param_unit[i] < 0 && !fl.empty()) {
+            for (const auto& [u, b] : blobs_of[i]) {
+                const char* data = storage[u][static_cast<std::size_t>(b->group)].data() + b->offset;
+                if (b->group == 1) {
+                    tensors.push_back({shapes[i].name, working, shapes[i].shape, data});
+                } else {
+                    tensors.push_back({shapes[i].name + (b->nf4_state ? ".nf4_state" : ".nf4"), DType::i8,
+                                       {static_cast<std::int64_t>(b->bytes)}, data});
+                }
+            }
+            continue;
+        }
+        if (layout.param_unit[i] < 0) {
+            if (plan.finetune == Finetune::qlora && shapes[i].linear_weight) {
+                copy_frozen(shapes[i].name + ".nf4", DType::i8, {});
+                copy_frozen(shapes[i].name + ".nf4_state", DType::i8, {});
+            } else {
+                copy_frozen(shapes[i].name, working, shapes[i].shape);
+            }
+            continue;
+        }
         const auto u = static_cast<std::size_t>(layout.param_unit[i]);
         for (std::size_t k = 0; k < kinds.size(); ++k) {
             const auto [kind, dtype] = kinds[k];
@@ -475,14 +621,19 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
                  unit_data[u][k] +
                      storage_bytes(dtype, static_cast<std::uint64_t>(layout.param_offset[i]))});
         }
+        if (plan.optimizer == OptimizerKind::adamw_8bit) {
+            for (const StateKind kind : {StateKind::first_moment, StateKind::second_moment})
+                copy_frozen(shapes[i].name + state_suffix(kind) + ".absmax", DType::f32, {});
+        }
     }
     // One process with the same global batch: it accumulates what the ranks did together.
     info.options.grad_accum *= m.world;
+    const std::size_t tensor_count = tensors.size();
     const WrittenCheckpoint w =
         write_checkpoint_file(out_path, kCheckpointFormat, info, {}, std::move(tensors));
     info.data_bytes = w.data_bytes;
     info.checksum = w.checksum;
-    info.tensor_count = shapes.size() * kinds.size();
+    info.tensor_count = tensor_count;
     return info;
 }
 

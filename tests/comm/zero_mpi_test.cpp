@@ -122,6 +122,15 @@ TEST(ZeroMpi, FourRanksWithCheckpointingAndDropout) {
     check_stages(4, "--checkpointing full --dropout 0.1 --attention naive", 4e-6);
 }
 
+// Fine-tuning: the ranks shard the adapters' states (stages 1-3) and, at stage 3, the frozen
+// base too (FSDP + QLoRA: NF4 bytes in bf16 storage, gathered per block); below it the base is
+// whole on every rank.
+TEST(ZeroMpi, TwoRanksFineTuneAdapters) {
+    SKIP_WITHOUT_MPI();
+    check_stages(2, "--finetune lora --lora-rank 4", 4e-6);
+    check_stages(2, "--finetune qlora --lora-rank 4 --precision bf16-amp", 2e-3);
+}
+
 TEST(ZeroMpi, TwoRanksInBf16) {
     SKIP_WITHOUT_MPI();
     // bf16 gradients summed over ranks (a user-defined MPI_Op) round differently from bf16
@@ -317,6 +326,36 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
             << c.out;
         expect_losses_follow(steps_of(part), steps_of(full), 0);
         expect_losses_follow(steps_of(part / "rank1"), steps_of(full / "rank1"), 0);
+    }
+}
+
+// State outside the units: a fine-tuning run's frozen base (NF4 codes and scales) and
+// adamw-8bit's block absmax (stage 0) are saved whole in rank 0's shard. Resumed on 2 ranks the
+// run is bit for bit the uninterrupted one; consolidated, one process continues it.
+TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
+    SKIP_WITHOUT_MPI();
+    for (const auto& [recipe, tol] : {std::pair<std::string, double>{"--finetune qlora --lora-rank 4 "
+                                                                     "--precision bf16-amp --zero 3 ", 2e-3},
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6}}) {
+        SCOPED_TRACE(recipe);
+        const std::string tag = std::to_string(recipe.size());
+        const fs::path full = fresh_dir("afull" + tag), part = fresh_dir("apart" + tag);
+        const CliRun a = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + recipe + "--out " + full.string());
+        ASSERT_EQ(a.rc, 0) << a.out << a.err;
+        const CliRun b = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + recipe +
+                               "--save-every 2 --stop-after 4 --out " + part.string());
+        ASSERT_EQ(b.rc, 0) << b.out << b.err;
+        const fs::path file = fresh_dir("awhole" + tag) += ".safetensors";
+        const CliRun c = napkin("ckpt consolidate " + part.string() + " -o " + file.string());
+        ASSERT_EQ(c.rc, 0) << c.out << c.err;
+        const std::string zero = recipe.substr(recipe.find("--zero"));
+        const CliRun d = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet " + zero + "--resume " + part.string());
+        ASSERT_EQ(d.rc, 0) << d.out << d.err;
+        expect_losses_follow(steps_of(part), steps_of(full), 0);
+        const fs::path one = fresh_dir("aone" + tag);
+        const CliRun e = napkin("train --quiet --resume " + file.string() + " --out " + one.string());
+        ASSERT_EQ(e.rc, 0) << e.out << e.err;
+        expect_losses_follow(steps_of(one), steps_of(full), tol);
     }
 }
 

@@ -290,9 +290,6 @@ TEST(GptLora, WhatTheEngineDoesNotRunIsRefusedInOneLine) {
     TrainOptions o =
         tiny_lora(Finetune::lora, Precision::fp8_amp, Checkpointing::none, AttentionImpl::flash);
     test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "fp8-amp");
-    o = tiny_lora(Finetune::qlora, Precision::bf16_amp, Checkpointing::none, AttentionImpl::flash);
-    o.zero = 1;
-    test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "--zero");
     o = tiny_lora(Finetune::lora, Precision::fp32, Checkpointing::none, AttentionImpl::flash);
     o.plan.lora_rank = 0;
     test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "--lora-rank");

@@ -233,5 +233,53 @@ TEST(ShardedCheckpoint, ConsolidatedFileResumesAtAnyStage) {
     }
 }
 
+// Fine-tuning: the units hold the adapters; the frozen base (NF4 under QLoRA) is saved whole
+// beside them at stages 1-2, and at stage 3 as each rank's shards of the units' frozen storage;
+// the run resumes bit for bit, and the consolidated file is the whole-state checkpoint one
+// process fine-tunes on from (every tensor where the loader looks).
+TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
+    for (const auto& [finetune, zero, precision] :
+         {std::tuple{Finetune::qlora, 1, Precision::bf16_amp}, std::tuple{Finetune::lora, 2, Precision::fp32},
+          std::tuple{Finetune::qlora, 3, Precision::bf16_amp}, std::tuple{Finetune::lora, 3, Precision::fp32}}) {
+        SCOPED_TRACE(std::string(enum_name(kFinetuneNames, finetune)) + " ZeRO-" + std::to_string(zero));
+        TrainOptions o = tiny_options(precision, zero);
+        o.plan.finetune = finetune;
+        o.plan.lora_rank = 4;
+        const fs::path dir = scratch_dir();
+        const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
+        const Manifest m = *last_complete_checkpoint(dir);
+        {
+            Trainer b(o);
+            load_sharded_checkpoint(m, b);
+            expect_same_steps(b, ref);
+        }
+        const fs::path file = dir / "consolidated.safetensors";
+        const CheckpointInfo written = consolidate_checkpoint(m, file.string());
+        const CheckpointInfo info = read_checkpoint_info(file.string());
+        EXPECT_EQ(info.options.plan.finetune, finetune);
+        EXPECT_EQ(info.options.plan.lora_rank, 4);
+        // Frozen: weights (QLoRA's linears: codes and state); adapters: weights, moments, master.
+        std::size_t frozen = 0, linears = 0, adapters = 0;
+        for (const ParamTensor& t : param_tensors(o.model, 4)) {
+            adapters += t.adapter ? 1 : 0;
+            frozen += t.adapter ? 0 : 1;
+            linears += t.linear_weight ? 1 : 0;
+        }
+        const std::size_t adapter_states = precision == Precision::fp32 ? 3 : 4;
+        EXPECT_EQ(written.tensor_count,
+                  frozen + (finetune == Finetune::qlora ? linears : 0) + adapters * adapter_states);
+        TrainOptions r = info.options;
+        r.zero = 0;
+        Trainer c(r);
+        load_checkpoint(file.string(), c);
+        ASSERT_EQ(c.steps_done(), 3);
+        for (const StepRecord& want : ref) {
+            const StepRecord got = c.step();
+            EXPECT_NEAR(got.loss, want.loss, (precision == Precision::fp32 ? 1e-6 : 2e-3) * want.loss)
+                << "step " << got.step;
+        }
+    }
+}
+
 }  // namespace
 }  // namespace napkin

@@ -45,9 +45,12 @@ struct RankResult {
 constexpr int kSteps = 3, kMicro = 2;  // micro-batches per rank per step
 constexpr std::int64_t kB = 1, kT = 16;
 
-std::vector<RankResult> train(int world, int stage, Precision precision, bool on_device, bool offload = false) {
+std::vector<RankResult> train(int world, int stage, Precision precision, bool on_device, bool offload = false,
+                              Finetune finetune = Finetune::full) {
     ModelConfig cfg = preset_or_throw("tiny");
     PlanInputs in;
+    in.finetune = finetune;
+    in.lora_rank = finetune == Finetune::full ? 0 : 4;
     in.micro_batch = kB;
     in.seq_len = kT;
     in.precision = precision;
@@ -110,6 +113,29 @@ std::vector<RankResult> train(int world, int stage, Precision precision, bool on
     return results;
 }
 
+// Each rank of the device run against the host run's: losses and norms within tol (relative;
+// norms 10 tol), the same peak bytes in the model-state categories and activations.
+void expect_device_follows_host(const std::vector<RankResult>& host, const std::vector<RankResult>& dev,
+                                double tol) {
+    ASSERT_EQ(host.size(), dev.size());
+    for (std::size_t r = 0; r < host.size(); ++r) {
+        const RankResult& a = host[r];
+        const RankResult& b = dev[r];
+        EXPECT_GT(b.device_calls, 0) << "the device path was not taken";
+        ASSERT_EQ(a.losses.size(), b.losses.size());
+        for (std::size_t s = 0; s < a.losses.size(); ++s) {
+            EXPECT_TRUE(std::isfinite(b.losses[s]));
+            EXPECT_NEAR(b.losses[s], a.losses[s], tol * std::abs(a.losses[s])) << "rank " << r << " step " << s;
+            EXPECT_NEAR(b.norms[s], a.norms[s], 10 * tol * std::abs(a.norms[s])) << "rank " << r << " step " << s;
+        }
+        for (MemCategory c : {MemCategory::parameters, MemCategory::master_weights, MemCategory::gradients,
+                              MemCategory::optimizer_state, MemCategory::activations}) {
+            EXPECT_EQ(b.peaks[static_cast<std::size_t>(c)], a.peaks[static_cast<std::size_t>(c)])
+                << "rank " << r << " " << enum_name(kMemCategoryNames, c);
+        }
+    }
+}
+
 TEST(ZeroDevicePath, FollowsTheHostPathOnTwoAndThreeRanks) {
     for (Precision p : {Precision::fp32, Precision::bf16_amp}) {
         for (int world : {2, 3}) {
@@ -121,23 +147,7 @@ TEST(ZeroDevicePath, FollowsTheHostPathOnTwoAndThreeRanks) {
                 // The norm's fp64 sum runs in another order (per tensor in 64 blocks on the
                 // device path, element by element on the host's): a few ulps, which the clip
                 // factor carries into the update.
-                const double tol = p == Precision::fp32 ? 2e-5 : 2e-3;
-                for (int r = 0; r < world; ++r) {
-                    const RankResult& a = host[static_cast<std::size_t>(r)];
-                    const RankResult& b = dev[static_cast<std::size_t>(r)];
-                    EXPECT_GT(b.device_calls, 0) << "the device path was not taken";
-                    ASSERT_EQ(a.losses.size(), b.losses.size());
-                    for (std::size_t s = 0; s < a.losses.size(); ++s) {
-                        EXPECT_TRUE(std::isfinite(b.losses[s]));
-                        EXPECT_NEAR(b.losses[s], a.losses[s], tol * std::abs(a.losses[s])) << "rank " << r << " step " << s;
-                        EXPECT_NEAR(b.norms[s], a.norms[s], 10 * tol * std::abs(a.norms[s])) << "rank " << r << " step " << s;
-                    }
-                    for (MemCategory c : {MemCategory::parameters, MemCategory::master_weights, MemCategory::gradients,
-                                          MemCategory::optimizer_state, MemCategory::activations}) {
-                        EXPECT_EQ(b.peaks[static_cast<std::size_t>(c)], a.peaks[static_cast<std::size_t>(c)])
-                            << "rank " << r << " " << enum_name(kMemCategoryNames, c);
-                    }
-                }
+                expect_device_follows_host(host, dev, p == Precision::fp32 ? 2e-5 : 2e-3);
                 // Every rank saw the same global loss.
                 for (int r = 1; r < world; ++r)
                     EXPECT_EQ(dev[static_cast<std::size_t>(r)].losses, dev[0].losses);
@@ -192,6 +202,23 @@ TEST(ZeroDevicePath, OffloadedOptimizerFollowsTheHostPathBitForBit) {
                 EXPECT_EQ(pred.gpu.optimizer, 0);
             }
         }
+    }
+}
+
+// LoRA/QLoRA: the units hold the adapters, and the frozen base stays in the model on every rank
+// (stages 0-2) or is sharded and gathered per region (3); the device path (and offload's, bit for
+// bit) follows the host path as for a full model.
+TEST(ZeroDevicePath, AdaptersFollowTheHostPath) {
+    // QLoRA covers both frozen groups (NF4 linears; embeddings, norms and biases in bf16); 3
+    // ranks, uneven shards; offload at stage 3, whose host step sees the adapters alone.
+    for (int stage = 0; stage <= 3; ++stage) {
+        SCOPED_TRACE("qlora, 3 ranks, ZeRO-" + std::to_string(stage));
+        const auto host = train(3, stage, Precision::bf16_amp, false, false, Finetune::qlora);
+        const auto dev = train(3, stage, Precision::bf16_amp, true, false, Finetune::qlora);
+        expect_device_follows_host(host, dev, 2e-3);
+        if (stage < 3) continue;
+        const auto off = train(3, stage, Precision::bf16_amp, true, true, Finetune::qlora);
+        for (std::size_t r = 0; r < host.size(); ++r) EXPECT_EQ(off[r].losses, host[r].losses) << "rank " << r;
     }
 }
 

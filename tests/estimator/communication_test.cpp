@@ -155,13 +155,62 @@ TEST(Communication, EstimateUsesTheEngineLayout) {
         EXPECT_EQ(e.comm.world, 8);
         EXPECT_GT(e.comm.sent_bytes, 0);
     }
+    // Fine-tuning: the units are the adapters' (the engine's layout, padding and all), the
+    // frozen base whole beside them below ZeRO-3.
+    in.finetune = Finetune::lora;
+    in.lora_rank = 8;
+    const ShardLayout la = shard_layout(in.model, 8, 8);
+    in.zero = 0;
+    const double frozen = Estimator{}.run(in).gpu.weights - static_cast<double>(la.numel()) * 2;
+    for (int z = 0; z <= 2; ++z) {
+        in.zero = z;
+        const Estimate e = est.run(in);
+        const double S = static_cast<double>(la.shard()), P = static_cast<double>(la.padded());
+        const double m = static_cast<double>(la.numel());
+        EXPECT_DOUBLE_EQ(e.gpu.weights, frozen + (z >= 1 ? P : m) * 2) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.grads, (z >= 2 ? S : P) * 2) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.master, (z >= 1 ? S : m) * 4) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.optimizer, (z >= 1 ? S : m) * 8) << z;
+        EXPECT_DOUBLE_EQ(e.comm.psi, m);
+        for (const CommLine& line : e.comm.lines) EXPECT_DOUBLE_EQ(line.calls, 12) << line.what;  // a collective per block, none for the embeddings or head
+    }
     in.link_bytes_per_s = -1;
     EXPECT_THROW(est.run(in), UsageError);
 }
 
+TEST(ShardLayout, AdaptersAloneFillTheUnits) {
+    // LoRA/QLoRA: each block's unit holds its eight adapters; the embeddings, the head and the
+    // frozen base are in no unit and never communicated.
+    const ModelConfig c = preset_or_throw("tiny");
+    const ShardLayout l = shard_layout(c, 3, 4);
+    const std::vector<ParamTensor> params = param_tensors(c, 4);
+    ASSERT_EQ(l.param_unit.size(), params.size());
+    ASSERT_EQ(l.units.size(), static_cast<std::size_t>(c.n_layers) + 2);
+    EXPECT_EQ(l.units.front().numel, 0);
+    EXPECT_EQ(l.units.back().numel, 0);
+    EXPECT_EQ(l.units.front().gathers_per_micro_batch, 0);
+    std::int64_t adapters = 0;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        if (!params[i].adapter) {
+            EXPECT_EQ(l.param_unit[i], -1) << params[i].name;
+            continue;
+        }
+        adapters += params[i].numel();
+        EXPECT_EQ(l.param_unit[i], params[i].layer + 1) << params[i].name;
+    }
+    for (int b = 1; b <= c.n_layers; ++b) {
+        const ShardUnit& u = l.units[static_cast<std::size_t>(b)];
+        EXPECT_EQ(u.params.size(), 8u);
+        EXPECT_EQ(u.padded % 3, 0);
+        EXPECT_LT(u.padded - u.numel, 3);
+    }
+    EXPECT_EQ(l.numel(), adapters);
+}
+
 TEST(Communication, Zero3GathersTheFrozenBaseOfAnAdapterRun) {
-    // FSDP + QLoRA shards the frozen base too, so it is all-gathered as it is used: a block's
-    // NF4 linears and its other tensors twice per micro-batch, in their stored bytes.
+    // FSDP + QLoRA shards the frozen base too, so it is all-gathered as it is used: each unit's
+    // NF4 bytes and its tensors in the working dtype, as two buffers of bf16 storage
+    // (frozen_layout), each as often as a trained unit is gathered; and each rank keeps a shard.
     EstimateInputs in;
     in.model = preset_or_throw("gpt2");
     in.seq_len = 256;
@@ -174,46 +223,63 @@ TEST(Communication, Zero3GathersTheFrozenBaseOfAnAdapterRun) {
     Estimator est;
     in.zero = 2;
     const Estimate z2 = est.run(in);
-    for (const CommLine& l : z2.comm.lines) EXPECT_NE(l.what, "frozen base");  // replicated
+    for (const CommLine& l : z2.comm.lines) EXPECT_EQ(l.what.rfind("frozen", 0), std::string::npos);  // replicated
     in.zero = 3;
     const Estimate z3 = est.run(in);
     const ModelConfig& c = in.model;
-    const ShardLayout base = shard_layout(c, 4);
-    std::uint64_t layer_nf4 = 0;
-    for (const ParamTensor& t : param_tensors(c))
-        if (t.layer == 0 && t.linear_weight) layer_nf4 += nf4_storage_bytes(t.numel());
-    const CommLine* nf4 = nullptr;
-    const CommLine* rest = nullptr;
-    for (const CommLine& l : z3.comm.lines) {
-        if (l.what != "frozen base") continue;
-        (l.dtype == DType::nf4 ? nf4 : rest) = &l;
+    const std::vector<FrozenUnit> fl = frozen_layout(c, 4, 8, true, 2);
+    const ShardLayout full = shard_layout(c, 4);
+    // Block 0: its four linears' codes and states, each 16-byte aligned, in bf16 elements.
+    std::uint64_t nf4 = 0;
+    for (const ParamTensor& t : param_tensors(c)) {
+        if (t.layer != 0 || !t.linear_weight) continue;
+        for (std::uint64_t b : {nf4_code_bytes(t.numel()), nf4_state_bytes(t.numel())})
+            nf4 = (nf4 + 15) / 16 * 16 + b;
     }
-    ASSERT_NE(nf4, nullptr);
-    ASSERT_NE(rest, nullptr);
-    EXPECT_EQ(rest->dtype, DType::bf16);
-    EXPECT_DOUBLE_EQ(nf4->calls, 3.0 * 2 * c.n_layers);
-    EXPECT_DOUBLE_EQ(nf4->elements, 3.0 * 2 * c.n_layers * static_cast<double>(count_params(c).linear_per_layer));
-    // Each block's NF4 bytes, cut into 4 chunks, 3 of them sent per gather.
-    EXPECT_DOUBLE_EQ(nf4->sent_bytes, 3.0 * 2 * c.n_layers * 3 * static_cast<double>((layer_nf4 + 3) / 4));
-    double gathers = 0;
-    for (const ShardUnit& u : base.units) gathers += 3.0 * u.gathers_per_micro_batch;
-    EXPECT_DOUBLE_EQ(rest->calls, gathers);  // every unit has tensors outside the linears
+    EXPECT_EQ(fl[1].groups[0].bytes, nf4);
+    const auto nf4_elements = static_cast<std::int64_t>((nf4 + 1) / 2);
+    EXPECT_EQ(fl[1].groups[0].padded, (nf4_elements + 3) / 4 * 4);
+    EXPECT_EQ(fl[1].groups[0].shard, fl[1].groups[0].padded / 4);
+    EXPECT_EQ(fl[0].groups[0].padded, 0);  // the embeddings are not NF4
+    const CommLine* lines[2] = {nullptr, nullptr};
+    for (const CommLine& l : z3.comm.lines) {
+        if (l.what == "frozen nf4") lines[0] = &l;
+        if (l.what == "frozen base") lines[1] = &l;
+    }
+    ASSERT_NE(lines[0], nullptr);
+    ASSERT_NE(lines[1], nullptr);
+    for (int g = 0; g < 2; ++g) {
+        double calls = 0, elements = 0, sent = 0;
+        for (std::size_t u = 0; u < fl.size(); ++u) {
+            const FrozenGroup& fg = fl[u].groups[g];
+            if (fg.padded == 0) continue;
+            const double times = 3.0 * full.units[u].gathers_per_micro_batch;
+            calls += times;
+            elements += times * static_cast<double>(fg.padded);
+            sent += times * 3 * static_cast<double>(fg.shard) * 2;  // 3 of 4 chunks, 2 bytes each
+        }
+        EXPECT_EQ(lines[g]->dtype, DType::bf16);
+        EXPECT_DOUBLE_EQ(lines[g]->calls, calls) << g;
+        EXPECT_DOUBLE_EQ(lines[g]->elements, elements) << g;
+        EXPECT_DOUBLE_EQ(lines[g]->sent_bytes, sent) << g;
+    }
+    EXPECT_DOUBLE_EQ(lines[0]->calls, 3.0 * 2 * c.n_layers);
     double trainable = 0;
     for (const CommLine& l : z3.comm.lines) {
-        if (l.what != "frozen base") trainable += l.sent_bytes;
+        if (&l != lines[0] && &l != lines[1]) trainable += l.sent_bytes;
     }
-    EXPECT_DOUBLE_EQ(z3.comm.sent_bytes, trainable + nf4->sent_bytes + rest->sent_bytes);
-    EXPECT_GT(nf4->sent_bytes, 10 * trainable);  // the base dominates: r = 8 adapters are tiny
-    // Plain LoRA: the linears in the working dtype, one line.
+    EXPECT_DOUBLE_EQ(z3.comm.sent_bytes, trainable + lines[0]->sent_bytes + lines[1]->sent_bytes);
+    EXPECT_GT(lines[0]->sent_bytes, 10 * trainable);  // the base dominates: r = 8 adapters are tiny
+    // Each rank keeps its shards of the base beside its shard of the adapters.
+    const ShardLayout adapters = shard_layout(c, 4, 8);
+    double frozen_shards = 0;
+    for (const FrozenUnit& f : fl) frozen_shards += static_cast<double>(f.groups[0].shard + f.groups[1].shard) * 2;
+    EXPECT_DOUBLE_EQ(z3.gpu.weights, static_cast<double>(adapters.shard()) * 2 + frozen_shards);
+    // Plain LoRA: everything in the working dtype, one line.
     in.finetune = Finetune::lora;
     const Estimate lora = est.run(in);
     int frozen_lines = 0;
-    for (const CommLine& l : lora.comm.lines) {
-        if (l.what != "frozen base") continue;
-        ++frozen_lines;
-        EXPECT_EQ(l.dtype, DType::bf16);
-        EXPECT_DOUBLE_EQ(l.elements, 3.0 * static_cast<double>(base.gathered_per_micro_batch()));
-    }
+    for (const CommLine& l : lora.comm.lines) frozen_lines += l.what.rfind("frozen", 0) == 0 ? 1 : 0;
     EXPECT_EQ(frozen_lines, 1);
 }
 
