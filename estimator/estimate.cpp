@@ -33,10 +33,8 @@ int grad_norm_tensors(const ShardLayout& layout, int zero) {
         int count = 0;
         for (const ShardUnit& su : layout.units) {
             const std::int64_t lo = r * su.shard, hi = lo + su.shard;
-            for (std::size_t k = 0; k < su.params.size(); ++k) {
-                const std::size_t i = su.params[k];
-                const std::int64_t a = layout.param_offset[i];
-                const std::int64_t b = k + 1 < su.params.size() ? layout.param_offset[su.params[k + 1]] : su.numel;
+            for (const std::size_t i : su.params) {
+                const std::int64_t a = layout.param_offset[i], b = a + layout.param_numel[i];
                 count += std::max(a, lo) < std::min(b, hi) ? 1 : 0;
             }
         }
@@ -237,9 +235,11 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     // A full model's states as the data-parallel engine lays them out (core/comm/shard_layout.h):
     // flat units padded to a multiple of W, so the numbers are the engine's to the byte.
     // With adapters the units hold the adapters alone; the frozen base is replicated below
-    // ZeRO-3 (and sharded evenly at 3, which the engine does not run yet).
+    // ZeRO-3 and sharded per unit at 3 (frozen_layout). adamw-8bit aligns parameters and shards
+    // to its state blocks at ZeRO 1-3.
     const ShardLayout layout = in.params_only ? shard_layout_flat(static_cast<std::int64_t>(train_alloc), W)
-                                              : shard_layout(c, W, adapters ? in.lora_rank : 0);
+                                              : shard_layout(c, W, adapters ? in.lora_rank : 0,
+                                                             z1 ? shard_alignment(in.optimizer) : 1);
     if (!in.params_only) {
         const auto P = static_cast<double>(layout.padded()), S = static_cast<double>(layout.shard());
         gpu.weights = (z3 ? S : z1 ? P : train_alloc) * wb;
@@ -254,8 +254,14 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
         gpu.optimizer = (z1 ? S : train_alloc) * bpp.optimizer;
     }
 
-    // 8-bit optimizer states unsharded (ZeRO-0) with a shape: as the engine stores them, tensor
-    // by tensor, a byte per element and an fp32 absmax per 2048-element block (rounded up).
+    // 8-bit optimizer states with a shape, as the engine stores them: a byte per element and an
+    // fp32 absmax per 2048-element block; sharded (ZeRO 1-3), the shard S of block-aligned units
+    // (every block whole in one shard) with S / 2048 absmax per moment.
+    if (in.optimizer == OptimizerKind::adamw_8bit && !in.params_only && z1) {
+        const auto S = static_cast<double>(layout.shard());
+        gpu.optimizer = 2.0 * (S + 4.0 * S / static_cast<double>(kOptimizer8bitBlock));
+    }
+    // Unsharded (ZeRO-0): tensor by tensor, each tensor's blocks rounded up.
     if (in.optimizer == OptimizerKind::adamw_8bit && !in.params_only && !z1) {
         double bytes = 0;
         for (const ParamTensor& t : param_tensors(c, adapters ? in.lora_rank : 0)) {

@@ -191,6 +191,9 @@ do_runs() {
         --precision bf16-amp --finetune lora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-lora"
     step train_cuda_gpt2_qlora "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --finetune qlora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-qlora"
+    # FSDP + QLoRA's path at world size 1 over NCCL: the NF4 base in bf16 storage, gathered per block.
+    step train_cuda_gpt2_qlora_zero3 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --finetune qlora --lora-rank 16 --zero 3 --steps 20 --out "$out/runs/cuda-gpt2-qlora-z3"
     # The losses side by side (first and last step), for the note.
     if command -v jq >/dev/null; then
         for r in "$out"/runs/*/report.json; do

@@ -9,9 +9,11 @@ namespace napkin {
 
 namespace {
 
-void finish(ShardUnit& u, int world) {
-    u.shard = (u.numel + world - 1) / world;
-    u.padded = u.shard * world;
+// extent: the unit's elements with alignment gaps; shards a multiple of align.
+void finish(ShardUnit& u, std::int64_t extent, int world, std::int64_t align) {
+    const std::int64_t w = world;
+    u.shard = (extent + w * align - 1) / (w * align) * align;
+    u.padded = u.shard * w;
 }
 
 }  // namespace
@@ -47,9 +49,14 @@ std::int64_t ShardLayout::max_padded() const {
     return m;
 }
 
-ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank) {
+std::int64_t shard_alignment(OptimizerKind optimizer) {
+    return optimizer == OptimizerKind::adamw_8bit ? static_cast<std::int64_t>(kOptimizer8bitBlock) : 1;
+}
+
+ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank, std::int64_t align) {
     if (world < 1)
         throw UsageError("world size: must be at least 1 (got " + std::to_string(world) + ")");
+    NAPKIN_ASSERT(align >= 1, "shard alignment " << align);
     ShardLayout out;
     out.world = world;
     const bool adapters = lora_rank > 0;
@@ -63,8 +70,10 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_ra
     }
     out.units.back().name = "head";
     out.units.back().gathers_per_micro_batch = 1;
+    std::vector<std::int64_t> extent(out.units.size(), 0);  // each unit's end, gaps included
     for (std::size_t i = 0; i < params.size(); ++i) {
         const ParamTensor& p = params[i];
+        out.param_numel.push_back(p.numel());
         if (adapters && !p.adapter) {  // frozen: replicated, in no unit
             out.param_unit.push_back(-1);
             out.param_offset.push_back(-1);
@@ -76,14 +85,17 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_ra
         else if (p.name != "wte" && p.name != "wpe")
             u = out.units.size() - 1;
         ShardUnit& unit = out.units[u];
+        std::int64_t& end = extent[u];
+        end = (end + align - 1) / align * align;
         out.param_unit.push_back(static_cast<int>(u));
-        out.param_offset.push_back(unit.numel);
+        out.param_offset.push_back(end);
         unit.params.push_back(i);
         unit.numel += p.numel();
+        end += p.numel();
     }
-    for (ShardUnit& u : out.units) {
-        finish(u, world);
-        if (u.numel == 0) u.gathers_per_micro_batch = 0;
+    for (std::size_t u = 0; u < out.units.size(); ++u) {
+        finish(out.units[u], extent[u], world, align);
+        if (out.units[u].numel == 0) out.units[u].gathers_per_micro_batch = 0;
     }
     return out;
 }
@@ -133,7 +145,7 @@ ShardLayout shard_layout_flat(std::int64_t numel, int world) {
     u.name = "model";
     u.numel = numel;
     u.gathers_per_micro_batch = 2;
-    finish(u, world);
+    finish(u, numel, world, 1);
     out.units.push_back(u);
     return out;
 }

@@ -21,13 +21,14 @@
 #include <vector>
 
 #include "core/model_config.h"
+#include "core/recipe.h"
 
 namespace napkin {
 
 struct ShardUnit {
     std::string name;                 // "embedding", "h.3", "head"
     std::vector<std::size_t> params;  // indices into param_tensors()
-    std::int64_t numel = 0;           // n_u
+    std::int64_t numel = 0;           // n_u: the parameters' elements (alignment gaps not included)
     std::int64_t padded = 0;          // P_u = ceil(n_u / W) * W
     std::int64_t shard = 0;           // S_u = P_u / W
     int gathers_per_micro_batch = 0;  // ZeRO-3 all-gathers of this unit per micro-batch
@@ -38,6 +39,7 @@ struct ShardLayout {
     std::vector<ShardUnit> units;
     std::vector<int> param_unit;             // per parameter: its unit (-1: frozen, in no unit)
     std::vector<std::int64_t> param_offset;  // per parameter: its first element in the unit
+    std::vector<std::int64_t> param_numel;   // per parameter: its elements
     std::int64_t numel() const;              // sum n_u (= count_params().allocated)
     std::int64_t padded() const;             // sum P_u
     std::int64_t shard() const;              // sum S_u: what one rank keeps of a sharded state
@@ -51,7 +53,16 @@ struct ShardLayout {
 // adapters alone: block l's unit "h.<l>" its eight (four linears' A and B), the embedding and
 // head units none (numel 0, no collectives, gathers_per_micro_batch 0). A frozen parameter has
 // param_unit -1 and param_offset -1.
-ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank = 0);
+//
+// `align` > 1 (adamw-8bit: kOptimizer8bitBlock, shard_alignment()): every parameter starts at a
+// multiple of `align` elements of its unit and every shard holds a multiple of `align`, so each
+// 8-bit state block (its absmax) lies whole in one rank's shard, the blocks of one process's
+// optimizer; the gaps are zeros like the padding (P_u - n_u counts both).
+ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank = 0,
+                         std::int64_t align = 1);
+
+// The alignment an optimizer's states need: kOptimizer8bitBlock for adamw-8bit, else 1.
+std::int64_t shard_alignment(OptimizerKind optimizer);
 
 // Fine-tuning under ZeRO-3 (FSDP + QLoRA, Answer.AI 2024): the frozen base is sharded too. Each
 // unit's frozen tensors lie in flat storage of the working dtype (bitsandbytes' quant_storage:

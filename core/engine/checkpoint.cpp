@@ -10,6 +10,8 @@
 #include "core/config_json.h"
 #include "core/engine/checkpoint_file.h"
 #include "core/engine/checkpoint_state.h"
+#include "kernels/nf4.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
 
@@ -49,6 +51,19 @@ std::vector<Entry> entries_of(Trainer& t) {
         NAPKIN_ASSERT(shapes[i].name == params[i].name && shapes[i].numel() == params[i].numel,
                       "checkpoint: parameter " << i << " is " << params[i].name
                                                << ", param_tensors() says " << shapes[i].name);
+        if (const HeldState w = held_frozen(t, i, false); w.present) {
+            // ZeRO-3 fine-tuning: the rank's part of the frozen tensor, in its frozen shards.
+            if (w.dtype == DType::i8) {
+                out.push_back({params[i].name + ".nf4", {static_cast<std::int64_t>(nf4_code_bytes(params[i].numel))},
+                               StateKind::weights, w});
+                out.push_back({params[i].name + ".nf4_state",
+                               {static_cast<std::int64_t>(nf4_state_bytes(params[i].numel))}, StateKind::weights,
+                               held_frozen(t, i, true)});
+            } else {
+                out.push_back({params[i].name, shapes[i].shape, StateKind::weights, w});
+            }
+            continue;
+        }
         if (params[i].weight.dtype() == DType::nf4) {  // frozen: no other state
             auto bytes = [](Tensor& x) -> Entry {
                 const auto n = static_cast<std::int64_t>(x.bytes());
@@ -64,17 +79,12 @@ std::vector<Entry> entries_of(Trainer& t) {
             const HeldState h = held_state(t, i, kind);
             if (h.present) out.push_back({params[i].name + state_suffix(kind), shapes[i].shape, kind, h});
         }
-        // adamw-8bit: each moment's block absmax beside its codes (one process or ZeRO-0).
-        if (t.options().plan.optimizer == OptimizerKind::adamw_8bit && params[i].trainable) {
-            Optimizer& opt = t.optimizer();
-            for (const auto& [kind, scales] :
-                 {std::pair{StateKind::first_moment, &opt.first_moment_absmax()},
-                  std::pair{StateKind::second_moment, &opt.second_moment_absmax()}}) {
-                Tensor& x = scales->at(i);
+        // adamw-8bit: each moment's block absmax beside its codes (whole, or a rank's blocks).
+        for (const StateKind kind : {StateKind::first_moment, StateKind::second_moment}) {
+            const HeldState h = held_absmax(t, i, kind);
+            if (h.present) {
                 out.push_back({params[i].name + state_suffix(kind) + ".absmax",
-                               {x.numel()},
-                               kind,
-                               {true, DType::f32, static_cast<char*>(x.raw()), 0, x.numel()}});
+                               {optimizer_8bit_blocks(params[i].numel)}, kind, h});
             }
         }
     }

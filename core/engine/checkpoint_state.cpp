@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/optimizer.h"
+
 namespace napkin {
 
 const char* state_suffix(StateKind kind) {
@@ -72,6 +74,57 @@ HeldState held_state(Trainer& t, std::size_t param, StateKind kind) {
         h.count = b - a;
     }
     return h;
+}
+
+HeldState held_absmax(Trainer& t, std::size_t param, StateKind moment) {
+    ParamSlot& p = t.model().params().at(param);
+    if (t.options().plan.optimizer != OptimizerKind::adamw_8bit || !p.trainable) return {};
+    ZeroEngine* z = t.zero();
+    if (z == nullptr || z->stage() == 0) {
+        Optimizer& opt = t.optimizer();
+        Tensor& x = (moment == StateKind::second_moment ? opt.second_moment_absmax() : opt.first_moment_absmax()).at(param);
+        return whole(x, x.numel());
+    }
+    const ShardLayout& layout = z->layout();
+    const auto u = static_cast<std::size_t>(layout.param_unit[param]);
+    const ShardUnit& su = layout.units[u];
+    Tensor& x = z->unit_absmax(u, moment);
+    const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
+    const std::int64_t lo = z->comm().rank() * su.shard, hi = lo + su.shard;
+    const std::int64_t offset = layout.param_offset[param];
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + p.numel, hi);
+    HeldState h{true, DType::f32, nullptr, 0, 0};
+    if (a < b) {  // a - offset and a - lo are multiples of the block (the layout's alignment)
+        h.data = reinterpret_cast<char*>(x.data<float>() + (a - lo) / block);
+        h.first = (a - offset) / block;
+        h.count = (b - a + block - 1) / block;
+    }
+    return h;
+}
+
+HeldState held_frozen(Trainer& t, std::size_t param, bool nf4_state) {
+    ZeroEngine* z = t.zero();
+    if (z == nullptr || z->frozen_layout().empty()) return {};
+    const std::vector<FrozenUnit>& fl = z->frozen_layout();
+    for (std::size_t u = 0; u < fl.size(); ++u) {
+        for (const FrozenBlob& b : fl[u].blobs) {
+            if (b.param != param || b.nf4_state != nf4_state) continue;
+            Tensor& x = z->frozen_shard(u, b.group);
+            const std::uint64_t esize = storage_bytes(x.dtype(), 1);
+            const std::uint64_t unit = b.group == 0 ? 1 : esize;  // I8 bytes or elements
+            const auto shard_bytes = static_cast<std::uint64_t>(fl[u].groups[b.group].shard) * esize;
+            const std::uint64_t lo = static_cast<std::uint64_t>(z->comm().rank()) * shard_bytes, hi = lo + shard_bytes;
+            const std::uint64_t a = std::max(b.offset, lo), e = std::min(b.offset + b.bytes, hi);
+            HeldState h{true, b.group == 0 ? DType::i8 : x.dtype(), nullptr, 0, 0};
+            if (a < e) {
+                h.data = static_cast<char*>(x.raw()) + (a - lo);
+                h.first = static_cast<std::int64_t>((a - b.offset) / unit);
+                h.count = static_cast<std::int64_t>((e - a) / unit);
+            }
+            return h;
+        }
+    }
+    return {};
 }
 
 namespace {

@@ -37,6 +37,17 @@ struct HeldState {
 };
 HeldState held_state(Trainer& t, std::size_t param, StateKind kind);
 
+// adamw-8bit: this process's part of the block absmax of parameter i's first or second moment,
+// in blocks of kOptimizer8bitBlock elements (the ordinary optimizer's whole tensor, or at ZeRO
+// 1-3 the blocks of the rank's shard, which the layout aligns to blocks). `present` false for a
+// frozen parameter or another optimizer.
+HeldState held_absmax(Trainer& t, std::size_t param, StateKind moment);
+
+// Stage 3 of a fine-tuning run: this rank's part of frozen parameter i's stored tensor, from its
+// shard of the unit's frozen storage: the weights (QLoRA's NF4 codes as I8 bytes, or elements of
+// the working dtype) or the NF4 state (I8 bytes). `present` false outside such a run.
+HeldState held_frozen(Trainer& t, std::size_t param, bool nf4_state);
+
 // The one way checkpoints touch a HeldState's bytes (weights, masters, moments): in host memory
 // on the CPU or when the ZeRO engine offloads that kind (ZeroEngine::in_host_memory), else
 // through the host on the trainer's EngineDevice (whose copies wait for the work queued before

@@ -64,10 +64,6 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                              "bf16-amp or fp16-amp): the host steps the fp32 master copy");
         }
     }
-    if (opts_.plan.optimizer == OptimizerKind::adamw_8bit && opts_.zero > 0) {
-        throw UsageError("--optimizer adamw-8bit: ZeRO stages 1-3 do not shard 8-bit states yet; "
-                         "use --zero 0 (data parallelism over whole 8-bit states)");
-    }
     comm_ = comm;
     if (comm_ == nullptr && opts_.zero > 0) {
         own_comm_ = make_single_communicator();

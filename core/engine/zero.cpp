@@ -9,6 +9,7 @@
 #include "core/engine/checkpoint.h"
 #include "core/half.h"
 #include "kernels/accumulate.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
 
@@ -145,7 +146,9 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
     // Fine-tuning: the adapters are the units' state; the frozen base stays in the model's own
     // tensors on every rank below stage 3 and is sharded at 3 (core/comm/shard_layout.h).
     const PlanInputs& in = model.plan().in;
-    layout_ = shard_layout(cfg, comm.world_size(), in.finetune != Finetune::full ? in.lora_rank : 0);
+    // adamw-8bit's state blocks whole in one shard (stages 1-3; stage 0 keeps whole states).
+    layout_ = shard_layout(cfg, comm.world_size(), in.finetune != Finetune::full ? in.lora_rank : 0,
+                           stage_ >= 1 ? shard_alignment(opt.kind) : 1);
     auto& params = model.params();
     NAPKIN_ASSERT(layout_.param_unit.size() == params.size(),
                   "the shard layout does not match the model's parameters");
@@ -213,6 +216,15 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
                 x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state,
                              dt_.optimizer_state, {su.shard});
                 zero_fill(x.v, host);
+            }
+            if (dt_.optimizer_state == DType::i8) {
+                const std::int64_t blocks = su.shard / static_cast<std::int64_t>(kOptimizer8bitBlock);
+                x.m_absmax = Tensor(sa, name + ".opt.m.absmax.shard", MemCategory::optimizer_state,
+                                    DType::f32, {blocks});
+                x.v_absmax = Tensor(sa, name + ".opt.v.absmax.shard", MemCategory::optimizer_state,
+                                    DType::f32, {blocks});
+                zero_fill(x.m_absmax, host);
+                zero_fill(x.v_absmax, host);
             }
             if (host) {
                 x.host_grads = Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32,
@@ -347,6 +359,11 @@ Tensor& ZeroEngine::unit_state(std::size_t unit, State s) {
             return x.v;
     }
     return x.weights;
+}
+
+Tensor& ZeroEngine::unit_absmax(std::size_t unit, State moment) {
+    Unit& x = units_.at(unit);
+    return moment == State::second_moment ? x.v_absmax : x.m_absmax;
 }
 
 void ZeroEngine::zero_grads() {
@@ -634,6 +651,15 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
                   1.0f - std::pow(opt_.beta1, static_cast<float>(t_)),
                   1.0f - std::pow(opt_.beta2, static_cast<float>(t_)),
                   grad_scale * clip};
+    OptimizerHyper kernel_hyper;  // the same, for the multi-tensor kernels (8-bit states)
+    kernel_hyper.kind = h.kind;
+    kernel_hyper.lr = h.lr;
+    kernel_hyper.beta1 = h.b1;
+    kernel_hyper.beta2 = h.b2;
+    kernel_hyper.eps = h.eps;
+    kernel_hyper.bias_correction1 = h.bc1;
+    kernel_hyper.bias_correction2 = h.bc2;
+    kernel_hyper.grad_scale = h.scale;
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
         Unit& x = units_[u];
@@ -652,7 +678,20 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
                 weight_chunk(u) + storage_bytes(dt_.weights, static_cast<std::uint64_t>(off));
             float* w = dt_.has_master ? x.master.data<float>() + off
                                       : widened(wc, dt_.weights, n, weight_buf_);
-            if (dt_.optimizer_state == DType::bf16) {
+            if (dt_.optimizer_state == DType::i8) {
+                // 8-bit moments: the piece starts on a block boundary (the layout's alignment),
+                // so its blocks are the single process's.
+                OptimizerTensor t;
+                t.master = w;
+                t.grad = const_cast<float*>(g);  // read only
+                t.m = at(x.m, off, DType::i8);
+                t.v = at(x.v, off, DType::i8);
+                t.m_absmax = x.m_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
+                t.v_absmax = x.v_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
+                t.n = n;
+                t.weight_decay = h.wd;
+                cpu::optimizer_update(kernel_hyper, &t, 1, DType::i8);
+            } else if (dt_.optimizer_state == DType::bf16) {
                 optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<bf16_t>() + off,
                                  x.v.empty() ? nullptr : x.v.data<bf16_t>() + off, n);
             } else {
@@ -702,6 +741,10 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
             t.grad = grads + storage_bytes(dt_.grads, soff);
             t.m = x.m.empty() ? nullptr : at(x.m, off, dt_.optimizer_state);
             t.v = x.v.empty() ? nullptr : at(x.v, off, dt_.optimizer_state);
+            if (!x.m_absmax.empty()) {  // on a block boundary: the layout's alignment
+                t.m_absmax = x.m_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
+                t.v_absmax = x.v_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
+            }
             t.n = b - a;
             t.weight_decay = params[i].decay ? opt_.weight_decay : 0.0f;
             t.grad_dtype = dt_.grads;

@@ -130,6 +130,9 @@ public:
     // moments (empty where the recipe keeps none).
     enum class State { weights, master, first_moment, second_moment };
     Tensor& unit_state(std::size_t unit, State s);
+    // adamw-8bit at stages 1-3: the block absmax of the shard's first or second moment (S_u /
+    // kOptimizer8bitBlock floats; the layout aligns every parameter and shard to the blocks).
+    Tensor& unit_absmax(std::size_t unit, State moment);
     // Whether unit_state(u, s) is in host memory while the model is on a device (offload).
     bool in_host_memory(State s) const { return offload() && s != State::weights; }
 
@@ -144,6 +147,7 @@ private:
         Tensor bucket;    // stage 2-3: the unit's gradients during backward (communication)
         Tensor master;    // stages 1-3, mixed precision: fp32 shard
         Tensor m, v;      // stages 1-3: optimizer moments of the shard
+        Tensor m_absmax, v_absmax;  // adamw-8bit: their block absmax (S / kOptimizer8bitBlock)
         Tensor host_grads;  // offload: the gradient shard in fp32 on the host, then its weights
         Tensor frozen[2];           // stage 3, fine-tuning: shards of the frozen storage
         Tensor frozen_gathered[2];  // the whole groups while a region uses them (communication)

@@ -14,6 +14,7 @@
 #include "core/comm/shard_layout.h"
 #include "core/engine/checkpoint_file.h"
 #include "core/engine/checkpoint_state.h"
+#include "kernels/optimizer.h"
 
 namespace napkin {
 
@@ -142,8 +143,22 @@ std::vector<Piece> pieces_of(Trainer& t) {
             if (layout.param_unit[i] < 0) frozen_pieces(params[i], out);
         }
     }
-    // adamw-8bit (stage 0 only: the stages that shard refuse it): each moment's block absmax,
-    // kept whole by the ordinary optimizer, beside its codes (which are in the units).
+    // adamw-8bit at stages 1-3: each unit's shard of each moment's block absmax, beside the
+    // codes' shards ("<unit>.opt.m.absmax": S_u / kOptimizer8bitBlock floats).
+    const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
+    if (z->stage() >= 1 && t.options().plan.optimizer == OptimizerKind::adamw_8bit) {
+        for (std::size_t u = 0; u < layout.units.size(); ++u) {
+            const ShardUnit& su = layout.units[u];
+            if (su.numel == 0) continue;
+            for (const StateKind kind : {StateKind::first_moment, StateKind::second_moment}) {
+                Tensor& x = z->unit_absmax(u, kind);
+                out.push_back({su.name + "." + kind_name(kind) + ".absmax", u, kind, DType::f32,
+                               z->comm().rank() * su.shard / block, su.shard / block, false, &x});
+            }
+        }
+    }
+    // adamw-8bit at stage 0: each moment's block absmax, kept whole by the ordinary optimizer,
+    // beside its codes (which are in the units).
     if (z->stage() == 0 && t.options().plan.optimizer == OptimizerKind::adamw_8bit) {
         Optimizer& opt = t.optimizer();
         for (std::size_t i = 0; i < params.size(); ++i) {
@@ -504,7 +519,9 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
     const ModelConfig& cfg = info.options.model;
     const PlanInputs& plan = info.options.plan;
     const std::int64_t lora_rank = plan.finetune != Finetune::full ? plan.lora_rank : 0;
-    const ShardLayout layout = shard_layout(cfg, m.world, lora_rank);
+    const ShardLayout layout =
+        shard_layout(cfg, m.world, lora_rank, m.zero >= 1 ? shard_alignment(plan.optimizer) : 1);
+    const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
     const std::vector<ParamTensor> shapes = param_tensors(cfg, lora_rank);
     NAPKIN_ASSERT(shapes.size() == layout.param_unit.size(), "layout and parameters disagree");
 
@@ -564,6 +581,27 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
         readers[0].read(*ft, 0, bytes.data(), bytes.size());
         tensors.push_back({name, dtype, shape.empty() ? ft->shape : shape, bytes.data()});
     };
+    // adamw-8bit at stages 1-3: each unit's absmax whole again (P_u / block floats per moment),
+    // the ranks' shards back to back; each parameter's blocks are a run of them.
+    std::vector<std::array<std::vector<char>, 2>> absmax(layout.units.size());
+    if (m.zero >= 1 && plan.optimizer == OptimizerKind::adamw_8bit) {
+        for (std::size_t u = 0; u < layout.units.size(); ++u) {
+            const ShardUnit& su = layout.units[u];
+            if (su.numel == 0) continue;
+            for (std::size_t k = 0; k < 2; ++k) {
+                const std::string name = su.name + "." + kind_name(k == 0 ? StateKind::first_moment
+                                                                          : StateKind::second_moment) + ".absmax";
+                const std::size_t shard_bytes = static_cast<std::size_t>(su.shard / block) * sizeof(float);
+                absmax[u][k].resize(shard_bytes * static_cast<std::size_t>(m.world));
+                for (int rank = 0; rank < m.world; ++rank) {
+                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
+                    check_piece(r, name, DType::f32, su.shard / block);
+                    r.read(*r.find(name), 0, absmax[u][k].data() + static_cast<std::size_t>(rank) * shard_bytes,
+                           shard_bytes);
+                }
+            }
+        }
+    }
     // Stage 3 sharded the frozen base: each unit's storage whole again, the ranks' shards back to
     // back, and each frozen tensor's blobs cut out of it (frozen_layout, core/comm/shard_layout.h).
     const DType working = kinds.front().second;
@@ -621,9 +659,17 @@ CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_
                  unit_data[u][k] +
                      storage_bytes(dtype, static_cast<std::uint64_t>(layout.param_offset[i]))});
         }
-        if (plan.optimizer == OptimizerKind::adamw_8bit) {
+        if (plan.optimizer == OptimizerKind::adamw_8bit && m.zero == 0) {  // rank 0's, whole
             for (const StateKind kind : {StateKind::first_moment, StateKind::second_moment})
                 copy_frozen(shapes[i].name + state_suffix(kind) + ".absmax", DType::f32, {});
+        } else if (plan.optimizer == OptimizerKind::adamw_8bit) {  // the parameter's blocks of its unit's
+            for (std::size_t k = 0; k < 2; ++k) {
+                const StateKind kind = k == 0 ? StateKind::first_moment : StateKind::second_moment;
+                tensors.push_back({shapes[i].name + state_suffix(kind) + ".absmax", DType::f32,
+                                   {optimizer_8bit_blocks(shapes[i].numel())},
+                                   absmax[u][k].data() + static_cast<std::size_t>(layout.param_offset[i] / block) *
+                                                             sizeof(float)});
+            }
         }
     }
     // One process with the same global batch: it accumulates what the ranks did together.

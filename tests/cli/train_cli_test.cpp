@@ -593,7 +593,6 @@ TEST(TrainCli, BadInput) {
     expect_error("train --finetune lora --lora-rank 0", 2, "--lora-rank: must be a positive integer", out);
     expect_error("train --finetune lora --lora-alpha 0", 2, "--lora-alpha: must be a positive number", out);
     expect_error("train --finetune qlora --precision fp8-amp", 2, "not with --precision fp8-amp", out);
-    expect_error("train --optimizer adamw-8bit --zero 2", 2, "do not shard 8-bit states yet", out);
     expect_error("train --dropout 1", 2, "--dropout: must be in [0, 1)", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);

@@ -131,6 +131,13 @@ TEST(ZeroMpi, TwoRanksFineTuneAdapters) {
     check_stages(2, "--finetune qlora --lora-rank 4 --precision bf16-amp", 2e-3);
 }
 
+// adamw-8bit: block-aligned shards, so the update is the single process's (fp32: a few ulps
+// from the gradients' sum order at most).
+TEST(ZeroMpi, TwoRanksEightBitStates) {
+    SKIP_WITHOUT_MPI();
+    check_stages(2, "--optimizer adamw-8bit", 4e-6);
+}
+
 TEST(ZeroMpi, TwoRanksInBf16) {
     SKIP_WITHOUT_MPI();
     // bf16 gradients summed over ranks (a user-defined MPI_Op) round differently from bf16
@@ -329,14 +336,16 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
     }
 }
 
-// State outside the units: a fine-tuning run's frozen base (NF4 codes and scales) and
-// adamw-8bit's block absmax (stage 0) are saved whole in rank 0's shard. Resumed on 2 ranks the
-// run is bit for bit the uninterrupted one; consolidated, one process continues it.
+// State beside the units' weights and moments: a fine-tuning run's frozen base (NF4 codes and
+// scales; sharded at ZeRO-3) and adamw-8bit's block absmax (whole at stage 0, sharded at 1-3).
+// Resumed on 2 ranks the run is bit for bit the uninterrupted one; consolidated, one process
+// and 2 ranks at ZeRO-3 continue it.
 TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
     SKIP_WITHOUT_MPI();
     for (const auto& [recipe, tol] : {std::pair<std::string, double>{"--finetune qlora --lora-rank 4 "
                                                                      "--precision bf16-amp --zero 3 ", 2e-3},
-                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6}}) {
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6},
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6}}) {
         SCOPED_TRACE(recipe);
         const std::string tag = std::to_string(recipe.size());
         const fs::path full = fresh_dir("afull" + tag), part = fresh_dir("apart" + tag);
@@ -356,6 +365,13 @@ TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
         const CliRun e = napkin("train --quiet --resume " + file.string() + " --out " + one.string());
         ASSERT_EQ(e.rc, 0) << e.out << e.err;
         expect_losses_follow(steps_of(one), steps_of(full), tol);
+        // The whole-state file into 2 ranks at ZeRO-3: each rank loads its shards of it (the
+        // frozen storage's, the 8-bit absmax blocks').
+        const fs::path two = fresh_dir("atwo" + tag);
+        const CliRun f = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero 3 --resume " + file.string() +
+                               " --out " + two.string());
+        ASSERT_EQ(f.rc, 0) << f.out << f.err;
+        expect_losses_follow(steps_of(two), steps_of(full), tol);
     }
 }
 

@@ -233,10 +233,39 @@ TEST(ShardedCheckpoint, ConsolidatedFileResumesAtAnyStage) {
     }
 }
 
+// A sharded run of `o` checkpointed after step 3: resumed from its shards it repeats steps 4-6 bit
+// for bit; consolidated, the whole-state file continues them in a plain trainer and in a ZeRO-3
+// one (each rank loading its shards of the file), within `tol` (relative). Returns what
+// consolidation wrote.
+CheckpointInfo expect_resume_and_consolidate(const TrainOptions& o, double tol) {
+    const fs::path dir = scratch_dir();
+    const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
+    const Manifest m = *last_complete_checkpoint(dir);
+    {
+        Trainer b(o);
+        load_sharded_checkpoint(m, b);
+        expect_same_steps(b, ref);
+    }
+    const fs::path file = dir / "consolidated.safetensors";
+    const CheckpointInfo written = consolidate_checkpoint(m, file.string());
+    for (int to : {0, 3}) {
+        TrainOptions r = read_checkpoint_info(file.string()).options;
+        r.zero = to;
+        Trainer c(r);
+        load_checkpoint(file.string(), c);
+        EXPECT_EQ(c.steps_done(), 3);
+        for (const StepRecord& want : ref) {
+            const StepRecord got = c.step();
+            EXPECT_NEAR(got.loss, want.loss, tol * want.loss) << "to ZeRO-" << to << ", step " << got.step;
+        }
+    }
+    return written;
+}
+
 // Fine-tuning: the units hold the adapters; the frozen base (NF4 under QLoRA) is saved whole
 // beside them at stages 1-2, and at stage 3 as each rank's shards of the units' frozen storage;
-// the run resumes bit for bit, and the consolidated file is the whole-state checkpoint one
-// process fine-tunes on from (every tensor where the loader looks).
+// the consolidated file is the whole-state checkpoint one process fine-tunes on from (every
+// tensor where the loader looks).
 TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
     for (const auto& [finetune, zero, precision] :
          {std::tuple{Finetune::qlora, 1, Precision::bf16_amp}, std::tuple{Finetune::lora, 2, Precision::fp32},
@@ -245,19 +274,9 @@ TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
         TrainOptions o = tiny_options(precision, zero);
         o.plan.finetune = finetune;
         o.plan.lora_rank = 4;
-        const fs::path dir = scratch_dir();
-        const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
-        const Manifest m = *last_complete_checkpoint(dir);
-        {
-            Trainer b(o);
-            load_sharded_checkpoint(m, b);
-            expect_same_steps(b, ref);
-        }
-        const fs::path file = dir / "consolidated.safetensors";
-        const CheckpointInfo written = consolidate_checkpoint(m, file.string());
-        const CheckpointInfo info = read_checkpoint_info(file.string());
-        EXPECT_EQ(info.options.plan.finetune, finetune);
-        EXPECT_EQ(info.options.plan.lora_rank, 4);
+        const CheckpointInfo written = expect_resume_and_consolidate(o, precision == Precision::fp32 ? 1e-6 : 2e-3);
+        EXPECT_EQ(written.options.plan.finetune, finetune);
+        EXPECT_EQ(written.options.plan.lora_rank, 4);
         // Frozen: weights (QLoRA's linears: codes and state); adapters: weights, moments, master.
         std::size_t frozen = 0, linears = 0, adapters = 0;
         for (const ParamTensor& t : param_tensors(o.model, 4)) {
@@ -268,16 +287,17 @@ TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
         const std::size_t adapter_states = precision == Precision::fp32 ? 3 : 4;
         EXPECT_EQ(written.tensor_count,
                   frozen + (finetune == Finetune::qlora ? linears : 0) + adapters * adapter_states);
-        TrainOptions r = info.options;
-        r.zero = 0;
-        Trainer c(r);
-        load_checkpoint(file.string(), c);
-        ASSERT_EQ(c.steps_done(), 3);
-        for (const StepRecord& want : ref) {
-            const StepRecord got = c.step();
-            EXPECT_NEAR(got.loss, want.loss, (precision == Precision::fp32 ? 1e-6 : 2e-3) * want.loss)
-                << "step " << got.step;
-        }
+    }
+}
+
+// adamw-8bit at ZeRO 1 and 3: block-aligned shards of the codes and absmax.
+TEST(ShardedCheckpoint, EightBitStatesResumeAndConsolidate) {
+    for (int zero : {1, 3}) {
+        SCOPED_TRACE("ZeRO-" + std::to_string(zero));
+        TrainOptions o = tiny_options(Precision::bf16_amp, zero);
+        o.plan.optimizer = OptimizerKind::adamw_8bit;
+        const CheckpointInfo written = expect_resume_and_consolidate(o, 2e-3);
+        EXPECT_EQ(written.tensor_count, 6 * param_tensors(o.model).size());  // w, master, m, v, 2 absmax
     }
 }
 

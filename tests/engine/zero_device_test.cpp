@@ -46,7 +46,7 @@ constexpr int kSteps = 3, kMicro = 2;  // micro-batches per rank per step
 constexpr std::int64_t kB = 1, kT = 16;
 
 std::vector<RankResult> train(int world, int stage, Precision precision, bool on_device, bool offload = false,
-                              Finetune finetune = Finetune::full) {
+                              Finetune finetune = Finetune::full, OptimizerKind optimizer = OptimizerKind::adamw) {
     ModelConfig cfg = preset_or_throw("tiny");
     PlanInputs in;
     in.finetune = finetune;
@@ -54,8 +54,9 @@ std::vector<RankResult> train(int world, int stage, Precision precision, bool on
     in.micro_batch = kB;
     in.seq_len = kT;
     in.precision = precision;
-    in.optimizer = OptimizerKind::adamw;
+    in.optimizer = optimizer;
     OptimizerConfig opt;
+    opt.kind = optimizer;
     opt.lr = 3e-3f;
     opt.total_steps = kSteps;
     opt.grad_clip = 0.5f;  // clipping on: the global norm matters
@@ -218,6 +219,20 @@ TEST(ZeroDevicePath, AdaptersFollowTheHostPath) {
         expect_device_follows_host(host, dev, 2e-3);
         if (stage < 3) continue;
         const auto off = train(3, stage, Precision::bf16_amp, true, true, Finetune::qlora);
+        for (std::size_t r = 0; r < host.size(); ++r) EXPECT_EQ(off[r].losses, host[r].losses) << "rank " << r;
+    }
+}
+
+// adamw-8bit: the device path's absmax pointers into block-aligned shards (3 ranks, stages 1-3),
+// and offload's host step, bit for bit, at stage 2.
+TEST(ZeroDevicePath, EightBitStatesFollowTheHostPath) {
+    for (int stage = 1; stage <= 3; ++stage) {
+        SCOPED_TRACE("adamw-8bit, 3 ranks, ZeRO-" + std::to_string(stage));
+        const auto host = train(3, stage, Precision::bf16_amp, false, false, Finetune::full, OptimizerKind::adamw_8bit);
+        const auto dev = train(3, stage, Precision::bf16_amp, true, false, Finetune::full, OptimizerKind::adamw_8bit);
+        expect_device_follows_host(host, dev, 2e-3);
+        if (stage != 2) continue;
+        const auto off = train(3, stage, Precision::bf16_amp, true, true, Finetune::full, OptimizerKind::adamw_8bit);
         for (std::size_t r = 0; r < host.size(); ++r) EXPECT_EQ(off[r].losses, host[r].losses) << "rank " << r;
     }
 }

@@ -155,6 +155,18 @@ TEST(Communication, EstimateUsesTheEngineLayout) {
         EXPECT_EQ(e.comm.world, 8);
         EXPECT_GT(e.comm.sent_bytes, 0);
     }
+    // adamw-8bit at ZeRO 1-3: the aligned layout, codes and one absmax per block per moment.
+    in.optimizer = OptimizerKind::adamw_8bit;
+    for (int z = 1; z <= 3; ++z) {
+        in.zero = z;
+        const Estimate e = est.run(in);
+        const ShardLayout a = shard_layout(in.model, 8, 0, 2048);
+        const double S = static_cast<double>(a.shard());
+        EXPECT_DOUBLE_EQ(e.gpu.optimizer, 2 * (S + 4 * S / 2048)) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.master, S * 4) << z;
+        EXPECT_DOUBLE_EQ(e.gpu.grads, (z >= 2 ? S : static_cast<double>(a.padded())) * 2) << z;
+    }
+    in.optimizer = OptimizerKind::adamw;
     // Fine-tuning: the units are the adapters' (the engine's layout, padding and all), the
     // frozen base whole beside them below ZeRO-3.
     in.finetune = Finetune::lora;
@@ -176,6 +188,28 @@ TEST(Communication, EstimateUsesTheEngineLayout) {
     }
     in.link_bytes_per_s = -1;
     EXPECT_THROW(est.run(in), UsageError);
+}
+
+TEST(ShardLayout, AlignedLayoutKeepsEveryBlockInOneShard) {
+    // adamw-8bit at ZeRO 1-3: parameters start on block boundaries and shards are whole blocks.
+    const ModelConfig c = preset_or_throw("tiny");
+    const std::int64_t align = shard_alignment(OptimizerKind::adamw_8bit);
+    EXPECT_EQ(align, 2048);
+    EXPECT_EQ(shard_alignment(OptimizerKind::adamw), 1);
+    const ShardLayout plain = shard_layout(c, 3);
+    const ShardLayout l = shard_layout(c, 3, 0, align);
+    EXPECT_EQ(l.numel(), plain.numel());  // the same parameters, gaps aside
+    for (std::size_t i = 0; i < l.param_unit.size(); ++i) {
+        EXPECT_EQ(l.param_offset[i] % align, 0) << i;
+        EXPECT_EQ(l.param_numel[i], plain.param_numel[i]);
+        const ShardUnit& u = l.units[static_cast<std::size_t>(l.param_unit[i])];
+        EXPECT_LE(l.param_offset[i] + l.param_numel[i], u.padded);
+    }
+    for (const ShardUnit& u : l.units) {
+        EXPECT_EQ(u.shard % align, 0) << u.name;
+        EXPECT_EQ(u.padded, 3 * u.shard);
+    }
+    EXPECT_GT(l.padded(), plain.padded());
 }
 
 TEST(ShardLayout, AdaptersAloneFillTheUnits) {
