@@ -32,8 +32,12 @@ constexpr std::array<MemCategory, 5> kStateCategories = {
     MemCategory::parameters, MemCategory::master_weights, MemCategory::gradients,
     MemCategory::optimizer_state, MemCategory::communication};
 
-TrainOptions tiny_zero(Precision precision, int zero, DeviceKind device) {
+TrainOptions tiny_zero(Precision precision, int zero, DeviceKind device, Finetune finetune = Finetune::full,
+                       OptimizerKind optimizer = OptimizerKind::adamw) {
     TrainOptions o;
+    o.plan.finetune = finetune;
+    o.plan.lora_rank = finetune == Finetune::full ? 0 : 4;
+    o.plan.optimizer = optimizer;
     o.model = preset_or_throw("tiny");
     o.plan.micro_batch = 2;
     o.plan.seq_len = 32;
@@ -127,8 +131,9 @@ Curve stage0(Precision precision, DeviceKind kind) {
 }
 
 // Stages 1-3 through the trainer, which makes the NCCL communicator over its own single one.
-Curve trained(Precision precision, int zero, DeviceKind kind) {
-    Trainer t(tiny_zero(precision, zero, kind));
+Curve trained(Precision precision, int zero, DeviceKind kind, Finetune finetune = Finetune::full,
+              OptimizerKind optimizer = OptimizerKind::adamw) {
+    Trainer t(tiny_zero(precision, zero, kind, finetune, optimizer));
     EXPECT_NE(t.zero(), nullptr);
     Curve out;
     out.backend = t.comm()->backend();
@@ -159,6 +164,21 @@ TEST_P(ZeroCudaVsCpu, WorldOneOverNcclFollowsTheCpu) {
     }
     expect_follows(gpu, cpu, precision);
     EXPECT_LT(gpu.loss.back(), gpu.loss.front()) << "the CUDA run did not learn";
+}
+
+// FSDP + QLoRA (the NF4 base in bf16 storage, gathered per block: the dequantize kernel reads
+// views into the gathered buffer) and adamw-8bit's block-aligned shards (the update kernel's
+// absmax pointers into them), each through the CUDA kernels against the CPU.
+TEST(ZeroCuda, QloraAndEightBitShardsFollowTheCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    for (const auto& [finetune, optimizer, zero] :
+         {std::tuple{Finetune::qlora, OptimizerKind::adamw, 3}, std::tuple{Finetune::full, OptimizerKind::adamw_8bit, 2}}) {
+        SCOPED_TRACE(std::string(enum_name(kFinetuneNames, finetune)) + " " +
+                     std::string(enum_name(kOptimizerNames, optimizer)) + " ZeRO-" + std::to_string(zero));
+        const Curve cpu = trained(Precision::bf16_amp, zero, DeviceKind::cpu, finetune, optimizer);
+        const Curve gpu = trained(Precision::bf16_amp, zero, DeviceKind::cuda, finetune, optimizer);
+        expect_follows(gpu, cpu, Precision::bf16_amp);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroCudaVsCpu,
