@@ -10,10 +10,14 @@
 #   bench/zero_bench.sh                       # tiny, B=4 T=64, 8 micro-batches per step, 8 steps
 #   bench/zero_bench.sh --model tiny --micro-batch 4 --seq-len 64 --global 8 --steps 8 --warmup 2 \
 #       --ranks "1 2 4" --stages "0 1 2 3" --overlap "off on" --napkin build/cli/napkin --out /tmp/zero_bench
+#   bench/zero_bench.sh --train-flags "--finetune qlora --lora-rank 16 --precision bf16-amp"   # FSDP + QLoRA
 #
 # --overlap "off on" runs each configuration both ways (napkin train --overlap: gradient
 # collectives started as each unit's backward ends, ZeRO-3 gathers prefetched), back to back, so
 # the share of the step spent waiting on communication can be compared on the same machine state.
+#
+# --train-flags "..." adds flags to every `napkin train` (a recipe: precision, optimizer,
+# fine-tuning); the header prints them.
 #
 # One rank runs without a launcher (`napkin train --zero S`, world size 1); N > 1 under
 # `mpirun -n N --oversubscribe`. Each rank gets max(1, nproc / N) OpenMP threads; ranks beyond
@@ -30,6 +34,7 @@ warmup=2
 ranks_list="1 2 4"
 stages_list="0 1 2 3"
 overlap_list="auto"
+train_flags=()
 out=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,7 +49,8 @@ while [ $# -gt 0 ]; do
         --stages) stages_list="$2"; shift 2 ;;
         --overlap) overlap_list="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --train-flags) read -r -a train_flags <<<"$2"; shift 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "zero_bench.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -85,7 +91,8 @@ mkdir -p "$out"
 cores=$(nproc)
 
 echo "zero_bench: $model, B=$micro_batch T=$seq_len, $global micro-batches per step" \
-     "($((global * micro_batch * seq_len)) tokens), $steps steps, medians over the last $((steps - warmup))"
+     "($((global * micro_batch * seq_len)) tokens), $steps steps, medians over the last $((steps - warmup))" \
+     "${train_flags[*]:+; flags: ${train_flags[*]}}"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $cores cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg); $("$napkin" --version 2>/dev/null | head -1)"
 echo "runs in $out"
@@ -106,7 +113,7 @@ for n in $ranks_list; do
         rm -rf "$run"
         args=(train --model "$model" --micro-batch "$micro_batch" --seq-len "$seq_len"
               --grad-accum $((global / n)) --steps "$steps" --zero "$stage" --overlap "$overlap" --quiet
-              --out "$run")
+              --out "$run" "${train_flags[@]}")
         log="$run.log"
         if [ "$n" -eq 1 ]; then
             OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$napkin" "${args[@]}" >"$log" 2>&1 ||
