@@ -91,8 +91,7 @@ mkdir -p "$out"
 cores=$(nproc)
 
 echo "zero_bench: $model, B=$micro_batch T=$seq_len, $global micro-batches per step" \
-     "($((global * micro_batch * seq_len)) tokens), $steps steps, medians over the last $((steps - warmup))" \
-     "${train_flags[*]:+; flags: ${train_flags[*]}}"
+     "($((global * micro_batch * seq_len)) tokens), $steps steps, medians over the last $((steps - warmup))${train_flags[*]:+; flags: ${train_flags[*]}}"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $cores cores," \
      "load average $(cut -d' ' -f1-3 /proc/loadavg); $("$napkin" --version 2>/dev/null | head -1)"
 echo "runs in $out"
