@@ -550,7 +550,11 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     }
     predicted = {{"parameters", pred.gpu.weights},         {"master_weights", pred.gpu.master},
                  {"gradients", pred.gpu.grads},            {"optimizer_state", pred.gpu.optimizer},
-                 {"activations", pred.gpu.activations},    {"temporaries", pred.gpu.temporaries},
+                 {"activations", pred.gpu.activations},
+                 // ZeRO-3's gathered units are the engine's `communication` category (measured
+                 // only, beside the buckets), not its temporaries: the estimator's two units
+                 // leave this prediction for it.
+                 {"temporaries", pred.gpu.temporaries - pred.temporaries.param_gather},
                  {"model_flops_per_step", pred.model_flops_per_step},
                  {"hardware_flops_per_step", pred.hardware_flops_per_step},
                  // The lectures' closed forms beside the detailed numbers above: 6N + attention

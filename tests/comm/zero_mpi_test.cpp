@@ -64,7 +64,7 @@ const std::string kRun = "train --steps 3 --micro-batch 2 --seq-len 32 --grad-cl
 constexpr int kGlobalMicroBatches = 4;
 
 // One rank accumulating all micro-batches, then N ranks at each stage: the same losses, and
-// every rank's measured model states and traffic equal to the prediction.
+// every rank's measured model states, temporaries and traffic equal to the prediction.
 // tol: relative, on losses and gradient norms.
 void check_stages(int n, const std::string& extra, double tol) {
     const fs::path base = fresh_dir("base" + std::to_string(n));
@@ -91,7 +91,9 @@ void check_stages(int n, const std::string& extra, double tol) {
                             ref[s]["grad_norm"].get<double>(),
                             10 * tol * ref[s]["grad_norm"].get<double>());
             }
-            for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state"}) {
+            // The model states by the estimator's layout; the temporaries by its buffers (ZeRO's
+            // buckets and gathered units are the `communication` category, measured only).
+            for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state", "temporaries"}) {
                 EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(),
                           j["predicted"][k].get<double>())
                     << "rank " << rank << " " << k;
