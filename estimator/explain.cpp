@@ -93,6 +93,18 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
        << "   weights " << gb(e.gpu.weights) << ", master " << gb(e.gpu.master) << ", gradients "
        << gb(e.gpu.grads) << ", optimizer " << gb(e.gpu.optimizer) << " = "
        << gb(e.gpu.model_states()) << "\n";
+    if (in.finetune != Finetune::full) {
+        os << "   frozen base: "
+           << (in.zero == 3 && W > 1
+                   ? "sharded too at stage 3 (FSDP + QLoRA), each unit's frozen tensors as flat storage of the\n"
+                     "     working dtype (NF4 bytes packed in it) padded to a multiple of W, a shard per GPU"
+                   : "replicated on every GPU below stage 3 (never communicated)")
+           << "; its bytes are in the weights above\n";
+    }
+    if (in.optimizer == OptimizerKind::adamw_8bit && in.zero >= 1 && !in.params_only) {
+        os << "   8-bit states sharded: every parameter and shard aligned to the 2048-element blocks, so each\n"
+              "     block (and its absmax) lies whole in one GPU's shard: optimizer = 2 (S + 4 S/2048) bytes\n";
+    }
     if (in.offload != Offload::none) {
         os << "   offload " << enum_name(kOffloadNames, in.offload)
            << " (ZeRO-Offload, Ren et al. 2021): master and optimizer state, with an fp32 gradient copy, live in\n"
@@ -163,6 +175,32 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
         }
     } else {
         os << "   no peak FLOP/s known for this GPU and recipe: no time\n";
+    }
+
+    const CommunicationEstimate& c = e.comm;
+    if (c.world > 1) {
+        os << "\n7. Communication per step per GPU (ZeRO-" << c.zero << ", W = " << c.world << ", G = " << in.grad_accum
+           << " micro-batches per GPU)\n"
+           << "   ZeRO paper sec. 7: DDP, stages 1 and 2 move 2 Psi per step, stage 3 3 Psi (G = 1): "
+           << (c.zero == 3 ? "3" : "2") << " * " << fmt_count(c.psi) << " = " << fmt_count(c.paper_volume_elements)
+           << " elements\n"
+           << "   ring algorithm: a reduce-scatter or all-gather of n elements sends (W - 1) * ceil(n / W) per GPU,\n"
+           << "     an all-reduce twice that; every collective runs over a whole unit padded to a multiple of W:\n";
+        for (const CommLine& l : c.lines) {
+            os << "     " << l.what << ", " << enum_name(kCollectiveNames, l.op) << " in " << dtype_name(l.dtype)
+               << ": " << num(l.calls) << " calls over " << fmt_count(l.elements) << " elements -> "
+               << gb(l.sent_bytes) << " sent\n";
+        }
+        if (in.finetune != Finetune::full && c.zero == 3) {
+            os << "     (frozen: the sharded base gathered before each region that reads it, a block twice per\n"
+                  "      micro-batch, as FSDP + QLoRA does; the adapters' own collectives are the stage's)\n";
+        }
+        os << "   sent " << gb(c.sent_bytes) << " = received per GPU per step";
+        if (c.link_bytes_per_s > 0) {
+            os << "; over " << ctx.link << " at " << num(c.link_bytes_per_s / 1e9) << " GB/s: " << num(c.seconds)
+               << " s (bandwidth term only, no overlap)";
+        }
+        os << "\n";
     }
     return os.str();
 }

@@ -179,6 +179,25 @@ TEST(Cli, ExplainLoraFlopsAddUp) {
         << r.out;  // 4 x 6.607e9
 }
 
+// Data parallelism: --explain's communication section, the paper's volume beside the ring's
+// collectives; FSDP + QLoRA's frozen base sharded and gathered; none on one GPU.
+TEST(Cli, ExplainCommunication) {
+    const CliRun r = napkin("estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --link nvlink4 --explain");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char* s : {"7. Communication per step per GPU (ZeRO-3, W = 2, G = 1",
+                          "3 * 828,375,040 = 2,485,125,120 elements", "frozen nf4, all_gather in bf16: 160 calls",
+                          "frozen base: sharded too at stage 3", "sent 38.586 GB", "over nvlink4 at 450 GB/s"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+    const CliRun z2 = napkin("estimate --model gpt2 --finetune lora --gpus 4 --zero 2 --optimizer adamw-8bit --explain");
+    ASSERT_EQ(z2.rc, 0) << z2.err;
+    EXPECT_NE(z2.out.find("replicated on every GPU below stage 3"), std::string::npos) << z2.out;
+    EXPECT_NE(z2.out.find("aligned to the 2048-element blocks"), std::string::npos) << z2.out;
+    EXPECT_EQ(z2.out.find("frozen nf4"), std::string::npos) << z2.out;
+    const CliRun one = napkin("estimate --model gpt2 --explain");
+    EXPECT_EQ(one.out.find("7. Communication"), std::string::npos) << one.out;
+}
+
 // The solver's N is found, not given: --explain says where it came from, to the parameter.
 TEST(Cli, ExplainSolvedParams) {
     const CliRun r = napkin(
