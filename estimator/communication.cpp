@@ -116,15 +116,17 @@ void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg, s
     }
 }
 
-void add_frozen_base_gathers_flat(CommunicationEstimate& c, int world, double numel,
-                                  double bytes_per_element, DType dtype, std::int64_t grad_accum) {
-    if (c.zero != 3 || world <= 1 || numel <= 0) return;
-    const auto bytes = static_cast<std::uint64_t>(std::ceil(numel * bytes_per_element));
-    const RingTraffic t = ring_traffic(Collective::all_gather, bytes, 1, world);
+void add_frozen_base_gathers_flat(CommunicationEstimate& c, double numel, double bytes_per_param,
+                                  bool qlora, DType weights, std::int64_t grad_accum) {
+    if (c.zero != 3 || c.world <= 1 || numel <= 0) return;
+    const std::uint64_t wb = storage_bytes(weights, 1);
+    const auto elements = static_cast<std::uint64_t>(std::ceil(numel * bytes_per_param / static_cast<double>(wb)));
+    const RingTraffic t = ring_traffic(Collective::all_gather, elements, wb, c.world);
     const double times = 2.0 * static_cast<double>(grad_accum);
-    CommLine l{"frozen base", Collective::all_gather, dtype};
+    const auto w = static_cast<std::uint64_t>(c.world);
+    CommLine l{qlora ? "frozen nf4" : "frozen base", Collective::all_gather, weights};
     l.calls = times;
-    l.elements = times * numel;
+    l.elements = times * static_cast<double>((elements + w - 1) / w * w);
     l.sent_bytes = times * static_cast<double>(t.sent_bytes);
     l.received_bytes = times * static_cast<double>(t.received_bytes);
     append(c, l);

@@ -68,9 +68,9 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
 void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg, std::int64_t lora_rank,
                              bool qlora, DType weights, std::int64_t grad_accum);
 // The same for a model known only by its size (napkin estimate --params): one flat unit of
-// `numel` frozen elements of `bytes_per_element` (NF4's 4.127 bits: 0.516) in `dtype`,
-// gathered twice per micro-batch.
-void add_frozen_base_gathers_flat(CommunicationEstimate& c, int world, double numel,
-                                  double bytes_per_element, DType dtype, std::int64_t grad_accum);
+// `numel` frozen parameters of `bytes_per_param` (QLoRA's NF4: 4.127 bits) packed in storage of
+// the working dtype `weights`, gathered twice per micro-batch ("frozen nf4" or "frozen base").
+void add_frozen_base_gathers_flat(CommunicationEstimate& c, double numel, double bytes_per_param,
+                                  bool qlora, DType weights, std::int64_t grad_accum);
 
 }  // namespace napkin

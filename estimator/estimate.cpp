@@ -402,8 +402,8 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     if (adapters && !in.params_only)
         add_frozen_base_gathers(e.comm, c, in.lora_rank, in.finetune == Finetune::qlora, pd.weights, in.grad_accum);
     else if (adapters)
-        add_frozen_base_gathers_flat(e.comm, W, n_alloc, linear_bytes,
-                                     in.finetune == Finetune::qlora ? DType::nf4 : pd.weights, in.grad_accum);
+        add_frozen_base_gathers_flat(e.comm, n_alloc, linear_bytes, in.finetune == Finetune::qlora, pd.weights,
+                                     in.grad_accum);
     e.gpu_capacity_bytes = in.gpu_memory_bytes;
     e.cpu_capacity_bytes = in.cpu_memory_bytes;
     e.fits_gpu = gpu.total() <= in.gpu_memory_bytes;

@@ -191,6 +191,9 @@ do_runs() {
         --precision bf16-amp --finetune lora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-lora"
     step train_cuda_gpt2_qlora "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --finetune qlora --lora-rank 16 --steps 20 --out "$out/runs/cuda-gpt2-qlora"
+    # adamw-8bit's block-aligned shards on the device (the update kernel's absmax pointers).
+    step train_cuda_zero2_8bit "$n" train --device cuda --zero 2 --precision bf16-amp --optimizer adamw-8bit \
+        --steps 20 --out "$out/runs/cuda-z2-8bit"
     # FSDP + QLoRA's path at world size 1 over NCCL: the NF4 base in bf16 storage, gathered per block.
     step train_cuda_gpt2_qlora_zero3 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --finetune qlora --lora-rank 16 --zero 3 --steps 20 --out "$out/runs/cuda-gpt2-qlora-z3"

@@ -11,6 +11,7 @@
 #include "estimator/communication.h"
 #include "estimator/estimate.h"
 #include "estimator/links.h"
+#include "estimator/napkin_formulas.h"
 #include "kernels/nf4.h"
 
 namespace napkin {
@@ -309,6 +310,18 @@ TEST(Communication, Zero3GathersTheFrozenBaseOfAnAdapterRun) {
     double frozen_shards = 0;
     for (const FrozenUnit& f : fl) frozen_shards += static_cast<double>(f.groups[0].shard + f.groups[1].shard) * 2;
     EXPECT_DOUBLE_EQ(z3.gpu.weights, static_cast<double>(adapters.shard()) * 2 + frozen_shards);
+    // A model known only by its size: one flat unit of NF4 packed in bf16, gathered twice.
+    EstimateInputs napkin_mode = in;
+    napkin_mode.params_only = true;
+    napkin_mode.params = 7e9;
+    const Estimate flat = est.run(napkin_mode);
+    const CommLine* flat_nf4 = nullptr;
+    for (const CommLine& l : flat.comm.lines) {
+        if (l.what == "frozen nf4") flat_nf4 = &l;
+    }
+    ASSERT_NE(flat_nf4, nullptr);
+    EXPECT_EQ(flat_nf4->dtype, DType::bf16);
+    EXPECT_NEAR(flat_nf4->sent_bytes, 3.0 * 2 * 0.75 * 7e9 * formulas::kNf4BitsPerParam / 8, 1e-6 * flat_nf4->sent_bytes);
     // Plain LoRA: everything in the working dtype, one line.
     in.finetune = Finetune::lora;
     const Estimate lora = est.run(in);
