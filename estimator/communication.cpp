@@ -89,17 +89,15 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
     return c;
 }
 
-void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg, std::int64_t lora_rank,
-                             bool qlora, DType weights, std::int64_t grad_accum) {
+void add_frozen_base_gathers(CommunicationEstimate& c, const std::vector<FrozenUnit>& frozen, DType weights,
+                             std::int64_t grad_accum) {
     if (c.zero != 3 || c.world <= 1) return;
     const std::uint64_t wb = storage_bytes(weights, 1);
-    const std::vector<FrozenUnit> frozen = frozen_layout(cfg, c.world, lora_rank, qlora, wb);
-    const ShardLayout full = shard_layout(cfg, c.world);  // how often each unit is gathered
     const auto G = static_cast<double>(grad_accum);
     CommLine lines[2] = {{"frozen nf4", Collective::all_gather, weights},
                          {"frozen base", Collective::all_gather, weights}};
     for (std::size_t u = 0; u < frozen.size(); ++u) {
-        const double times = G * full.units[u].gathers_per_micro_batch;
+        const double times = G * frozen[u].gathers_per_micro_batch;
         for (int g = 0; g < 2; ++g) {
             const FrozenGroup& fg = frozen[u].groups[g];
             if (fg.padded == 0) continue;

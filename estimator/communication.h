@@ -58,15 +58,15 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
                                              double link_bytes_per_s);
 
 // Fine-tuning with adapters under ZeRO-3 (FSDP + QLoRA, Answer.AI 2024): the frozen base is
-// sharded like the trainable adapters, in flat storage of the working dtype per unit
-// (frozen_layout, core/comm/shard_layout.h: QLoRA's NF4 codes and states in one group, the
-// tensors in the working dtype in another), and each group is all-gathered as often as a trained
-// model's unit is (a block twice per micro-batch). Adds a line per group, "frozen nf4" and
-// "frozen base", in the working dtype's elements, to `c` and its totals (seconds included);
-// nothing below ZeRO-3 or at one rank (the base is then replicated and never sent). Ψ and the
-// paper's volume stay the trainable parameters'.
-void add_frozen_base_gathers(CommunicationEstimate& c, const ModelConfig& cfg, std::int64_t lora_rank,
-                             bool qlora, DType weights, std::int64_t grad_accum);
+// sharded like the trainable adapters, in flat storage of the working dtype `weights` per unit
+// (`frozen`, frozen_layout of core/comm/shard_layout.h over c.world ranks: QLoRA's NF4 codes and
+// states in one group, the tensors in the working dtype in another), and each group is
+// all-gathered as often as a trained model's unit is (a block twice per micro-batch). Adds a
+// line per group, "frozen nf4" and "frozen base", in the working dtype's elements, to `c` and
+// its totals (seconds included); nothing below ZeRO-3 or at one rank (the base is then
+// replicated and never sent). Ψ and the paper's volume stay the trainable parameters'.
+void add_frozen_base_gathers(CommunicationEstimate& c, const std::vector<FrozenUnit>& frozen, DType weights,
+                             std::int64_t grad_accum);
 // The same for a model known only by its size (napkin estimate --params): one flat unit of
 // `numel` frozen parameters of `bytes_per_param` (QLoRA's NF4: 4.127 bits) packed in storage of
 // the working dtype `weights`, gathered twice per micro-batch ("frozen nf4" or "frozen base").

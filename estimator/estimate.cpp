@@ -240,13 +240,14 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const ShardLayout layout = in.params_only ? shard_layout_flat(static_cast<std::int64_t>(train_alloc), W)
                                               : shard_layout(c, W, adapters ? in.lora_rank : 0,
                                                              z1 ? shard_alignment(in.optimizer) : 1);
+    std::vector<FrozenUnit> frozen;  // ZeRO-3 with adapters: the frozen base's storage per unit
     if (!in.params_only) {
         const auto P = static_cast<double>(layout.padded()), S = static_cast<double>(layout.shard());
         gpu.weights = (z3 ? S : z1 ? P : train_alloc) * wb;
         if (adapters && !z3) gpu.weights += frozen_linear_bytes + frozen_other * wb;
         if (adapters && z3) {  // the frozen base's shards, as the engine lays them out
-            for (const FrozenUnit& f : frozen_layout(c, W, in.lora_rank, in.finetune == Finetune::qlora,
-                                                     static_cast<std::uint64_t>(wb)))
+            frozen = frozen_layout(c, W, in.lora_rank, in.finetune == Finetune::qlora, static_cast<std::uint64_t>(wb));
+            for (const FrozenUnit& f : frozen)
                 gpu.weights += static_cast<double>(f.groups[0].shard + f.groups[1].shard) * wb;
         }
         gpu.master = (z1 ? S : train_alloc) * bpp.master;
@@ -400,7 +401,7 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     e.comm = estimate_communication(layout, in.zero, in.grad_accum, pd.grads, pd.weights, in.link_bytes_per_s);
     // ZeRO-3 shards the frozen base too (gpu.weights above), so it is gathered as it is used.
     if (adapters && !in.params_only)
-        add_frozen_base_gathers(e.comm, c, in.lora_rank, in.finetune == Finetune::qlora, pd.weights, in.grad_accum);
+        add_frozen_base_gathers(e.comm, frozen, pd.weights, in.grad_accum);
     else if (adapters)
         add_frozen_base_gathers_flat(e.comm, n_alloc, linear_bytes, in.finetune == Finetune::qlora, pd.weights,
                                      in.grad_accum);

@@ -103,11 +103,13 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_ra
 std::vector<FrozenUnit> frozen_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank,
                                       bool qlora, std::uint64_t element_bytes) {
     if (lora_rank < 1) throw UsageError("--lora-rank: must be a positive integer");
-    const ShardLayout units = shard_layout(cfg, world, lora_rank);
     const std::vector<ParamTensor> params = param_tensors(cfg, lora_rank);
-    // The unit of each frozen tensor is its full model's (shard_layout without adapters).
+    // The unit of each frozen tensor is its full model's (shard_layout without adapters; the
+    // base tensors keep their indices in the list with adapters), and so is how often it is read.
     const ShardLayout full = shard_layout(cfg, world);
-    std::vector<FrozenUnit> out(units.units.size());
+    std::vector<FrozenUnit> out(full.units.size());
+    for (std::size_t u = 0; u < out.size(); ++u)
+        out[u].gathers_per_micro_batch = full.units[u].gathers_per_micro_batch;
     auto add = [&](std::size_t u, std::size_t param, bool state, int group, std::uint64_t bytes) {
         FrozenGroup& g = out[u].groups[group];
         g.bytes = (g.bytes + kFrozenBlobAlign - 1) / kFrozenBlobAlign * kFrozenBlobAlign;
@@ -117,7 +119,7 @@ std::vector<FrozenUnit> frozen_layout(const ModelConfig& cfg, int world, std::in
     for (std::size_t i = 0; i < params.size(); ++i) {
         const ParamTensor& p = params[i];
         if (p.adapter) continue;
-        const auto u = static_cast<std::size_t>(full.param_unit[i]);  // base tensors keep their index
+        const auto u = static_cast<std::size_t>(full.param_unit[i]);
         if (qlora && p.linear_weight) {
             add(u, i, false, 0, nf4_code_bytes(p.numel()));
             add(u, i, true, 0, nf4_state_bytes(p.numel()));

@@ -92,6 +92,7 @@ struct FrozenGroup {
 struct FrozenUnit {
     FrozenGroup groups[2];
     std::vector<FrozenBlob> blobs;
+    int gathers_per_micro_batch = 0;  // the full model's unit's (ShardUnit)
 };
 
 // Per unit of shard_layout(cfg, world, lora_rank), its frozen storage; `element_bytes` the
