@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_dropout.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/dropout.h"
 
@@ -247,33 +248,6 @@ __device__ __forceinline__ float dot_shared(const float* a, const float* b, std:
     for (std::int64_t d = 0; d < n; ++d)
         s += a[d] * b[d];
     return s;
-}
-
-// Flash attention's dropout on the device (AttentionDropout's p and seed, the threshold and the
-// scale computed on the host as the CPU computes them); on == false: none.
-struct FlashDropout {
-    std::uint64_t seed = 0;
-    std::uint32_t threshold = 0;
-    float scale = 1.0f;  // 1 / (1 - p)
-    bool on = false;
-
-    // The keep factor of P's element at offset `at` of (B, NH, T, T): 0 or 1 / (1 - p).
-    __device__ float factor(std::int64_t at) const {
-        return dropout_keep(seed, static_cast<std::uint64_t>(at), threshold) ? scale : 0.0f;
-    }
-};
-
-template <class Elem>
-FlashDropout flash_dropout(const char* op, const AttentionDropout<Elem>* dropout) {
-    FlashDropout drop;
-    if (dropout == nullptr) return drop;
-    NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
-                        op << ": dropout p " << dropout->p);
-    drop.seed = dropout->seed;
-    drop.threshold = dropout_threshold(dropout->p);
-    drop.scale = 1.0f / (1.0f - dropout->p);
-    drop.on = true;
-    return drop;
 }
 
 // Grid (ceil(T / kFlashWarps), B * NH); warp w of block x holds query row x * kFlashWarps + w.

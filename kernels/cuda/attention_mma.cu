@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_dropout.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/dropout.h"
 
@@ -111,20 +112,6 @@ struct MmaLayout {
     }
     __device__ std::int64_t row(std::int64_t b, int h, std::int64_t t) const {
         return (b * NH + h) * T + t;
-    }
-};
-
-// Dropout on the device (AttentionDropout's p and seed, the threshold and the scale computed on
-// the host as the CPU computes them); on == false: none.
-struct MmaDropout {
-    std::uint64_t seed = 0;
-    std::uint32_t threshold = 0;
-    float scale = 1.0f;  // 1 / (1 - p)
-    bool on = false;
-
-    // Whether P's element at offset `at` of (B, NH, T, T) is kept: the CPU's bit.
-    __device__ bool keep(std::int64_t at) const {
-        return dropout_keep(seed, static_cast<std::uint64_t>(at), threshold);
     }
 };
 
@@ -309,7 +296,7 @@ __device__ int rotated_col(int k, int r, int half) {
 template <class D, int kFrags, bool kDropout>
 __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
     attention_flash_mma_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l,
-                                       MmaDropout drop) {
+                                       FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -451,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<kFrags>)
 template <class D, int kFrags>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
     attention_flash_mma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                            const float* lse, MmaLayout l, MmaDropout drop) {
+                                            const float* lse, MmaLayout l, FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -576,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 template <class D, int kFrags>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
     attention_flash_mma_backward_query_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                              const float* lse, MmaLayout l, MmaDropout drop) {
+                                              const float* lse, MmaLayout l, FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int ld = l.HD + kPad;
     Carve carve{smem};
@@ -754,19 +741,6 @@ auto query_kernel_for(std::int64_t HD) {
 }
 
 template <class Elem>
-MmaDropout mma_dropout(const char* op, const AttentionDropout<Elem>* dropout) {
-    MmaDropout drop;
-    if (dropout == nullptr) return drop;
-    NAPKIN_CUDA_REQUIRE(dropout->p >= 0.0f && dropout->p < 1.0f,
-                        op << ": dropout p " << dropout->p);
-    drop.seed = dropout->seed;
-    drop.threshold = dropout_threshold(dropout->p);
-    drop.scale = 1.0f / (1.0f - dropout->p);
-    drop.on = true;
-    return drop;
-}
-
-template <class Elem>
 void require_supported(const char* op, std::int64_t HD,
                        std::initializer_list<const void*> pointers) {
     NAPKIN_CUDA_REQUIRE(attention_flash_mma_supported<Elem>(HD, pointers),
@@ -790,7 +764,7 @@ void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::in
     const char* op = "attention_flash_mma_forward";
     require_supported<Elem>(op, HD, {out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
-    const MmaDropout drop = mma_dropout(op, dropout);
+    const FlashDropout drop = flash_dropout(op, dropout);
     if (B * T == 0) return;
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const unsigned grid = mma_grid(op, tiles, B * NH);
@@ -809,7 +783,7 @@ void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out,
     const char* op = "attention_flash_mma_backward";
     require_supported<Elem>(op, HD, {dqkv, dout, out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
-    const MmaDropout drop = mma_dropout(op, dropout);
+    const FlashDropout drop = flash_dropout(op, dropout);
     if (B * T == 0) return;
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const std::size_t smem = backward_smem_bytes(HD);
