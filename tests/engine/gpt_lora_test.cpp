@@ -13,6 +13,7 @@
 #include "core/engine/gpt.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "tests/engine/estimate_util.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
 
@@ -258,22 +259,8 @@ TEST(GptLora, MemoryMatchesTheEstimateExactly) {
                     const TrainOptions o = tiny_lora(ft, p, ck, att);
                     Trainer t(o);
                     const StepRecord r = t.step();
-                    EstimateInputs ei;
-                    ei.model = o.model;
-                    ei.seq_len = o.plan.seq_len;
-                    ei.micro_batch = o.plan.micro_batch;
-                    ei.precision = p;
-                    ei.checkpointing = ck;
-                    ei.attention = att;
-                    ei.finetune = ft;
-                    ei.lora_rank = o.plan.lora_rank;
-                    ei.peak_flops_per_s = 1e12;
-                    ei.gpu_memory_bytes = 1e12;
-                    ei.engine = EstimateInputs::Engine::cpu;
-                    const Estimate e = Estimator{}.run(ei);
-                    auto peak = [&](MemCategory c) {
-                        return static_cast<double>(r.peak_bytes[static_cast<std::size_t>(c)]);
-                    };
+                    const Estimate e = test::cpu_estimate(o);
+                    auto peak = [&](MemCategory c) { return test::peak_of(r, c); };
                     EXPECT_EQ(peak(MemCategory::parameters), e.gpu.weights);
                     EXPECT_EQ(peak(MemCategory::master_weights), e.gpu.master);
                     EXPECT_EQ(peak(MemCategory::gradients), e.gpu.grads);

@@ -12,6 +12,7 @@
 #include "core/engine/data.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "tests/engine/estimate_util.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
 
@@ -242,21 +243,8 @@ TEST(GptMemory, MeasuredMatchesEstimator) {
                     o.steps = 1;
                     Trainer trainer(o);
                     const StepRecord r = trainer.step();
-
-                    EstimateInputs ei;
-                    ei.model = o.model;
-                    ei.seq_len = 32;
-                    ei.micro_batch = 2;
-                    ei.precision = precision;
-                    ei.optimizer = opt;
-                    ei.checkpointing = ck;
-                    ei.attention = att;
-                    ei.peak_flops_per_s = 1e12;
-                    ei.gpu_memory_bytes = 1e12;
-                    const Estimate e = Estimator{}.run(ei);
-                    auto peak = [&](MemCategory c) {
-                        return static_cast<double>(r.peak_bytes[static_cast<std::size_t>(c)]);
-                    };
+                    const Estimate e = test::cpu_estimate(o);
+                    auto peak = [&](MemCategory c) { return test::peak_of(r, c); };
                     EXPECT_EQ(peak(MemCategory::parameters), e.gpu.weights);
                     EXPECT_EQ(peak(MemCategory::master_weights), e.gpu.master);
                     EXPECT_EQ(peak(MemCategory::gradients), e.gpu.grads);
@@ -297,20 +285,8 @@ TEST(GptMemory, DropoutMatchesTheEstimateAndTheLecturesFormula) {
                 o.steps = 1;
                 Trainer trainer(o);
                 const StepRecord r = trainer.step();
-                EstimateInputs ei;
-                ei.model = o.model;
-                ei.seq_len = 32;
-                ei.micro_batch = 2;
-                ei.precision = precision;
-                ei.checkpointing = ck;
-                ei.attention = att;
-                ei.peak_flops_per_s = 1e12;
-                ei.gpu_memory_bytes = 1e12;
-                ei.engine = EstimateInputs::Engine::cpu;
-                const Estimate e = Estimator{}.run(ei);
-                auto peak = [&](MemCategory c) {
-                    return static_cast<double>(r.peak_bytes[static_cast<std::size_t>(c)]);
-                };
+                const Estimate e = test::cpu_estimate(o);
+                auto peak = [&](MemCategory c) { return test::peak_of(r, c); };
                 EXPECT_EQ(peak(MemCategory::parameters), e.gpu.weights);
                 EXPECT_EQ(peak(MemCategory::gradients), e.gpu.grads);
                 EXPECT_EQ(peak(MemCategory::optimizer_state), e.gpu.optimizer);

@@ -11,9 +11,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
@@ -91,6 +94,31 @@ template <class T>
 void expect_match(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
                   Tolerance tol) {
     expect_close(what, as_seen(gpu), as_seen(cpu), tol);
+}
+
+// A storage value's bits (fp32: 32, bf16 and fp16: 16).
+template <class T>
+std::uint32_t bits_of(T v) {
+    if constexpr (std::is_same_v<T, float>)
+        return std::bit_cast<std::uint32_t>(v);
+    else
+        return std::bit_cast<std::uint16_t>(v);
+}
+
+// Equal bits element by element, or NaN on both sides (a NaN's payload and sign are the
+// hardware's): for kernels whose results must be the CPU's exactly.
+template <class T>
+void expect_same_bits(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu) {
+    ASSERT_EQ(gpu.size(), cpu.size()) << what;
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+        const float g = to_float(gpu[i]), c = to_float(cpu[i]);
+        if (bits_of(gpu[i]) == bits_of(cpu[i]) || (std::isnan(g) && std::isnan(c))) continue;
+        if (bad++ < 5)
+            ADD_FAILURE() << what << " element " << i << ": " << g << " (bits " << bits_of(gpu[i])
+                          << "), the CPU's " << c << " (bits " << bits_of(cpu[i]) << ")";
+    }
+    EXPECT_EQ(bad, 0u) << what << ": elements of " << gpu.size() << " differing";
 }
 
 inline void sync_and_check() {

@@ -19,30 +19,6 @@ namespace {
 
 using namespace test;
 
-template <class T>
-std::uint32_t bits_of(T v) {
-    if constexpr (std::is_same_v<T, float>)
-        return std::bit_cast<std::uint32_t>(v);
-    else
-        return std::bit_cast<std::uint16_t>(v);
-}
-
-// Equal bits, or NaN on both sides.
-template <class T>
-void expect_same_bits(const std::string& what, const std::vector<T>& gpu,
-                      const std::vector<T>& cpu) {
-    ASSERT_EQ(gpu.size(), cpu.size()) << what;
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < gpu.size(); ++i) {
-        const float g = to_float(gpu[i]), c = to_float(cpu[i]);
-        if (bits_of(gpu[i]) == bits_of(cpu[i]) || (std::isnan(g) && std::isnan(c))) continue;
-        if (bad++ < 5)
-            ADD_FAILURE() << what << " element " << i << ": " << g << " (bits " << bits_of(gpu[i])
-                          << "), the CPU's " << c << " (bits " << bits_of(cpu[i]) << ")";
-    }
-    EXPECT_EQ(bad, 0u) << what << ": elements of " << gpu.size() << " differing";
-}
-
 void expect_same_mask(const std::vector<std::uint8_t>& gpu, const std::vector<std::uint8_t>& cpu) {
     ASSERT_EQ(gpu.size(), cpu.size());
     std::size_t bad = 0;

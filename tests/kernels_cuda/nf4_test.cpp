@@ -42,29 +42,6 @@ std::vector<float> random_weights(std::mt19937& rng, std::int64_t n) {
 }
 
 template <class T>
-std::uint32_t bits_of(T v) {
-    if constexpr (std::is_same_v<T, float>)
-        return std::bit_cast<std::uint32_t>(v);
-    else
-        return std::bit_cast<std::uint16_t>(v);
-}
-
-// Equal bits, or NaN on both sides (a NaN's payload and sign are the hardware's).
-template <class T>
-void expect_same_bits(const std::vector<T>& gpu, const std::vector<T>& cpu) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < gpu.size(); ++i) {
-        const float g = to_float(gpu[i]), c = to_float(cpu[i]);
-        if (bits_of(gpu[i]) == bits_of(cpu[i]) || (std::isnan(g) && std::isnan(c))) continue;
-        if (bad++ < 5)
-            ADD_FAILURE() << "element " << i << ": " << g << " (bits " << bits_of(gpu[i])
-                          << "), the CPU's " << c << " (bits " << bits_of(cpu[i]) << ")";
-    }
-    EXPECT_EQ(bad, 0u) << "elements of " << gpu.size() << " differing";
-}
-
-template <class T>
 std::vector<T> dequantize_cpu(const Quantized& q, std::int64_t n) {
     std::vector<T> out(static_cast<std::size_t>(n));
     cpu::nf4_dequantize<T>(out.data(), q.codes.data(), q.state.data(), n);
@@ -96,7 +73,7 @@ TYPED_TEST(Nf4Cuda, DequantizeMatchesCpuBitForBit) {
           std::int64_t{1001}, group, 2 * group + 7, 3 * group + 129}) {
         SCOPED_TRACE(case_name<T>(n));
         const Quantized q = quantize(random_weights(rng, n));
-        expect_same_bits(dequantize_gpu<T>(q, n), dequantize_cpu<T>(q, n));
+        expect_same_bits("dequantized", dequantize_gpu<T>(q, n), dequantize_cpu<T>(q, n));
     }
 }
 
@@ -118,7 +95,7 @@ TYPED_TEST(Nf4Cuda, StatePackedBehindOddCodes) {
     out_d.poison();
     cuda::nf4_dequantize<T>(out_d.get(), packed_d.get(), packed_d.get() + q.codes.size(), n,
                             nullptr);
-    expect_same_bits(out_d.download(), dequantize_cpu<T>(q, n));
+    expect_same_bits("dequantized (unaligned)", out_d.download(), dequantize_cpu<T>(q, n));
 }
 
 TYPED_TEST(Nf4Cuda, NanOrInfinityPoisonsItsGroupOnly) {
@@ -133,7 +110,7 @@ TYPED_TEST(Nf4Cuda, NanOrInfinityPoisonsItsGroupOnly) {
         x[static_cast<std::size_t>(group + 5)] = bad;  // the second group
         const Quantized q = quantize(x);
         const std::vector<T> got = dequantize_gpu<T>(q, n);
-        expect_same_bits(got, dequantize_cpu<T>(q, n));
+        expect_same_bits("dequantized", got, dequantize_cpu<T>(q, n));
         for (std::int64_t i = 0; i < n; ++i) {
             const float v = to_float(got[static_cast<std::size_t>(i)]);
             if (i >= group && i < 2 * group)
