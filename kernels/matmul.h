@@ -106,14 +106,14 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // (matmul_scratch_floats, as the 16-bit paths), multiplied by sgemm (products of fp8 values are
 // exact in fp32, the sums accumulate in fp32), and the product is scaled by the two scale_inv
 // multiplied together in fp32: cuBLASLt's D = scale_a * scale_b * (A B) arithmetic.
-// out (M, N) bf16 = (inp (M, K) @ weight (N, K)^T) * (inp_scale[1] * weight_scale[1])
+// out (M, N) bf16 = (inp (M, K) @ weight (N, K)^T) * (inp_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv])
 //                   [+ bias (N)], rounded once. Overwrites out; bias may be null.
 void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
                     const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
 
-// dinp (M, K) += (dout8 (M, N) @ weight (N, K)) * (dout_scale[1] * weight_scale[1]);
-// dweight (N, K) += (dout8^T @ inp (M, K)) * (dout_scale[1] * inp_scale[1]);
+// dinp (M, K) += (dout8 (M, N) @ weight (N, K)) * (dout_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv]);
+// dweight (N, K) += (dout8^T @ inp (M, K)) * (dout_scale[kFp8ScaleInv] * inp_scale[kFp8ScaleInv]);
 // dbias (N) += column sums of dout (M, N), the bf16 gradient that dout8 was cast from (as
 // Transformer Engine takes dbias from the high-precision gradient). dinp, dweight and dbias may
 // each be null; dout only when dbias is.

@@ -7,9 +7,13 @@
 //   out       = fp8(float(inp) * scale): the product rounded to fp32, then to nearest even with
 //               saturation to +-max_finite; NaN stays NaN
 //   scale_inv = 1 / scale in fp32; dequantize: out = T(float(q) * scale_inv)
-// The scale pair (scale, scale_inv), kFp8ScaleFloats fp32 values, is kept beside each fp8 tensor:
-// the fp8 GEMMs multiply their fp32 product by the operands' scale_inv (kernels/matmul.h, as
-// cuBLASLt's A/B_SCALE_POINTER do).
+// The scale pair, kFp8ScaleFloats fp32 values, is kept beside each fp8 tensor: scale at float 0,
+// scale_inv at float kFp8ScaleInv (16 bytes in), the other slots zero. The fp8 GEMMs multiply
+// their fp32 product by the operands' scale_inv (kernels/matmul.h), which cuBLASLt reads through
+// A/B_SCALE_POINTER, and cuBLASLt's fp8 kernels refuse a scale pointer that is not 16-byte
+// aligned (NOT_SUPPORTED from cublasLtMatmul after its heuristic offered an algorithm; seen on an
+// H200 with cuBLASLt 13.1: 4 bytes in refused, 0 and 16 accepted). Each pair is a tensor of its
+// own, so its start is aligned, and so is scale_inv.
 //
 // Current scaling (this tensor's own amax) rather than delayed scaling (Transformer Engine's
 // default, the amax of earlier steps): it keeps no history across steps, a tensor that outgrows
@@ -33,7 +37,8 @@ namespace napkin {
 struct f8e4m3_t;  // core/fp8.h (C++20), by pointer only: nvcc includes this header too
 struct f8e5m2_t;
 
-inline constexpr std::int64_t kFp8ScaleFloats = 2;  // scale, scale_inv
+inline constexpr std::int64_t kFp8ScaleInv = 4;     // the float index of scale_inv
+inline constexpr std::int64_t kFp8ScaleFloats = 8;  // scale, 0, 0, 0, scale_inv, 0, 0, 0
 
 struct QuantizeShape {
     std::int64_t n = 0;
@@ -68,12 +73,13 @@ inline float fp8_scale(float amax, float max_finite) {
 
 namespace cpu {
 
-// out (n) fp8 codes, scale (kFp8ScaleFloats) = (scale, scale_inv), from inp (n) in T.
+// out (n) fp8 codes, scale (kFp8ScaleFloats) = the pair (scale, scale_inv) as laid out above,
+// from inp (n) in T.
 // Q: f8e4m3_t or f8e5m2_t; T: float, bf16_t or f16_t.
 template <class Q, class T>
 void quantize(Q* out, float* scale, const T* inp, std::int64_t n);
 
-// out (n) in T = float(inp) * scale[1], inp (n) fp8 codes with their scale pair.
+// out (n) in T = float(inp) * scale[kFp8ScaleInv], inp (n) fp8 codes with their scale pair.
 template <class T, class Q>
 void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n);
 

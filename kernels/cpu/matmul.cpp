@@ -11,6 +11,7 @@
 #include "core/fp8.h"
 #include "core/half.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
 
 namespace napkin::cpu {
 
@@ -134,7 +135,7 @@ void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
     widen(a, inp, M * K);
     widen(b, weight, N * K);
     gemm_nt(c, a, b, M, N, K, 0.0f);
-    const float s = inp_scale[1] * weight_scale[1];
+    const float s = inp_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv];
 #pragma omp parallel for if (M * N > 65536)
     for (std::int64_t m = 0; m < M; ++m) {
         for (std::int64_t n = 0; n < N; ++n) {
@@ -156,14 +157,14 @@ void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t*
         float* product = operand + N * K;
         widen(operand, weight, N * K);
         gemm_nn(product, g, operand, M, N, K, 0.0f);
-        scale_in_place(product, dout_scale[1] * weight_scale[1], M * K);
+        scale_in_place(product, dout_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv], M * K);
         accumulate(dinp, product, M * K);
     }
     if (dweight != nullptr) {
         float* product = operand + M * K;
         widen(operand, inp, M * K);
         gemm_tn(product, g, operand, M, N, K, 0.0f);
-        scale_in_place(product, dout_scale[1] * inp_scale[1], N * K);
+        scale_in_place(product, dout_scale[kFp8ScaleInv] * inp_scale[kFp8ScaleInv], N * K);
         accumulate(dweight, product, N * K);
     }
     if (dbias != nullptr) bias_sums(dbias, dout, M, N);

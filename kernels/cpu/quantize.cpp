@@ -18,8 +18,10 @@ void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
         if (a > amax) amax = a;  // false for NaN: NaN never sets the scale
     }
     const float s = fp8_scale(amax, Q::kMax);
+    for (std::int64_t i = 0; i < kFp8ScaleFloats; ++i)
+        scale[i] = 0.0f;
     scale[0] = s;
-    scale[1] = 1.0f / s;
+    scale[kFp8ScaleInv] = 1.0f / s;
 #pragma omp parallel for if (n > 65536)
     for (std::int64_t i = 0; i < n; ++i)
         out[i] = Q(to_float(inp[i]) * s);
@@ -27,7 +29,7 @@ void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
 
 template <class T, class Q>
 void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n) {
-    const float s = scale[1];
+    const float s = scale[kFp8ScaleInv];
 #pragma omp parallel for if (n > 65536)
     for (std::int64_t i = 0; i < n; ++i)
         out[i] = from_float<T>(static_cast<float>(inp[i]) * s);

@@ -5,11 +5,17 @@
 // the TN form they require, transposing the backward's operands first (at the end of the file).
 #include <cublasLt.h>
 
+#include <array>
 #include <cstdint>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
 
 namespace napkin::cuda {
 
@@ -49,6 +55,30 @@ template <class V>
 void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
               const V& value) {
     NAPKIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+}
+
+// The algorithm each problem ran with, per handle: cuBLASLt's heuristic costs tens of
+// microseconds of host time per call, which on GPT-2 (about 170 GEMMs a step) let the GPU run
+// dry between kernels. The key is everything the heuristic and cublasLtMatmul's checks see
+// except the pointers' values: the shapes, types, operations, epilogue, what is set, the
+// pointers' alignments and the workspace. The heuristic is deterministic, so a cached answer is
+// the one a fresh handle would get: runs repeat their bits (tests/engine_cuda's resume tests).
+using GemmKey = std::array<std::int64_t, 24>;
+struct GemmChoice {
+    bool declined = false;  // no algorithm (the caller's unfused path)
+    cublasLtMatmulAlgo_t algo{};
+};
+std::mutex gemm_cache_mutex;
+std::map<std::pair<cublasLtHandle_t, GemmKey>, GemmChoice> gemm_cache;
+
+GemmKey gemm_key(const MatmulContext& ctx, const GemmCall& c) {
+    return {c.trans_a, c.trans_b, c.m, c.n, c.k, c.lda, c.ldb, c.ldd, c.a_type, c.b_type,
+            c.d_type, c.beta != 0.0f, c.epilogue, c.aux_ld, alignment_of(c.a), alignment_of(c.b),
+            alignment_of(c.d), alignment_of(c.bias), alignment_of(c.aux), alignment_of(c.a_scale),
+            alignment_of(c.b_scale),
+            static_cast<std::int64_t>(ctx.workspace != nullptr ? ctx.workspace_bytes : 0), ctx.tf32,
+            (c.bias != nullptr ? 1 : 0) | (c.aux != nullptr ? 2 : 0) |
+                (c.a_scale != nullptr ? 4 : 0) | (c.b_scale != nullptr ? 8 : 0)};
 }
 
 }  // namespace
@@ -91,6 +121,28 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
                                                    u(c.trans_b ? c.k : c.n), c.ldb));
     NAPKIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l.d, c.d_type, u(c.m), u(c.n), c.ldd));
 
+    const std::size_t workspace_bytes = ctx.workspace != nullptr ? ctx.workspace_bytes : 0;
+    const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(ctx.handle, l.op, &c.alpha, c.a, l.a, c.b, l.b, &c.beta, c.d, l.d,
+                              c.d, l.d, &algo, ctx.workspace, workspace_bytes, stream);
+    };
+    const auto key = std::make_pair(ctx.handle, gemm_key(ctx, c));
+    {
+        std::lock_guard<std::mutex> lock(gemm_cache_mutex);
+        const auto hit = gemm_cache.find(key);
+        if (hit != gemm_cache.end() && !hit->second.declined) {
+            NAPKIN_CUBLAS_CHECK(run(hit->second.algo));
+            return true;
+        }
+        // Declined before: the caller's unfused path again, or (a caller that may not decline)
+        // the heuristic once more, to throw with its status.
+        if (hit != gemm_cache.end() && may_decline) return false;
+    }
+    const auto remember = [&](const GemmChoice& choice) {
+        std::lock_guard<std::mutex> lock(gemm_cache_mutex);
+        gemm_cache.emplace(key, choice);
+    };
+
     NAPKIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&l.pref));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
              static_cast<std::uint64_t>(ctx.workspace != nullptr ? ctx.workspace_bytes : 0));
@@ -99,23 +151,43 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c.d));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(c.d));
 
-    cublasLtMatmulHeuristicResult_t heuristic{};
+    // Split-K only with its partial sums in fp32 (the compute type): the in-place and
+    // output-type schemes add the partials in the output's type, so a bf16 gradient accumulated
+    // with beta = 1 is rounded once per split, several bf16 ulps off the one rounding the CPU
+    // takes (seen on an H200: dinp 4 ulps off at K = 64).
+    set_pref(l.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+             static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+
+    // Several candidates, best first: cuBLASLt's heuristic can offer an algorithm that the call
+    // itself then refuses (NOT_SUPPORTED); the next one is tried before giving up.
+    constexpr int kCandidates = 8;
+    cublasLtMatmulHeuristicResult_t heuristic[kCandidates]{};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, l.op, l.a, l.b, l.d, l.d,
-                                                             l.pref, 1, &heuristic, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+        ctx.handle, l.op, l.a, l.b, l.d, l.d, l.pref, kCandidates, heuristic, &found);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
         // Declined: no algorithm for this epilogue, so the caller runs it unfused. Any other
         // status (a bad layout, an invalid value) is a bug in the call, thrown even here.
-        if (may_decline && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_SUCCESS))
+        if (may_decline && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_SUCCESS)) {
+            remember(GemmChoice{true, {}});
             return false;
+        }
         NAPKIN_CUBLAS_CHECK(st);
         NAPKIN_CUDA_REQUIRE(false, "cuBLASLt has no algorithm for m "
                                        << c.m << ", n " << c.n << ", k " << c.k << ", epilogue "
                                        << c.epilogue);
     }
-    NAPKIN_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, l.op, &c.alpha, c.a, l.a, c.b, l.b, &c.beta, c.d,
-                                       l.d, c.d, l.d, &heuristic.algo, ctx.workspace,
-                                       ctx.workspace != nullptr ? ctx.workspace_bytes : 0, stream));
+    cublasStatus_t matmul_status = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < found && matmul_status == CUBLAS_STATUS_NOT_SUPPORTED; ++i) {
+        if (heuristic[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        matmul_status = run(heuristic[i].algo);
+        if (matmul_status == CUBLAS_STATUS_SUCCESS) remember(GemmChoice{false, heuristic[i].algo});
+    }
+    if (matmul_status == CUBLAS_STATUS_NOT_SUPPORTED && may_decline) {
+        remember(GemmChoice{true, {}});
+        return false;
+    }
+    NAPKIN_CUBLAS_CHECK(matmul_status);
     return true;
 }
 
@@ -277,7 +349,15 @@ cublasLtContext* matmul_create_handle() {
 }
 
 void matmul_destroy_handle(cublasLtContext* handle) noexcept {
-    if (handle != nullptr) cublasLtDestroy(handle);
+    if (handle == nullptr) return;
+    {
+        // A later handle may get the same address (and another device): nothing of this one's
+        // stays behind.
+        std::lock_guard<std::mutex> lock(gemm_cache_mutex);
+        for (auto it = gemm_cache.begin(); it != gemm_cache.end();)
+            it = it->first.first == handle ? gemm_cache.erase(it) : std::next(it);
+    }
+    cublasLtDestroy(handle);
 }
 
 template <class T>
@@ -364,8 +444,8 @@ void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
     require_fp8_shape("matmul_forward", M, N, K);
     if (M == 0 || N == 0) return;
     GemmCall c = gemm_nt(out, inp, weight, M, N, K, CUDA_R_8F_E4M3, CUDA_R_16BF, 0.0f);
-    c.a_scale = weight_scale + 1;  // scale_inv
-    c.b_scale = inp_scale + 1;
+    c.a_scale = weight_scale + kFp8ScaleInv;  // 16-byte aligned, as cuBLASLt's fp8 kernels need
+    c.b_scale = inp_scale + kFp8ScaleInv;
     if (bias != nullptr) {
         c.epilogue = CUBLASLT_EPILOGUE_BIAS;
         c.bias = bias;
@@ -401,7 +481,7 @@ void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t*
         c.b = dout8, c.ldb = N;
         c.d = dinp, c.ldd = K;
         c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
-        c.a_scale = weight_scale + 1, c.b_scale = dout_scale + 1;
+        c.a_scale = weight_scale + kFp8ScaleInv, c.b_scale = dout_scale + kFp8ScaleInv;
         c.beta = 1.0f;
         gemm(ctx, c, stream);
     }
@@ -413,7 +493,7 @@ void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t*
         c.b = transpose(dout_t, dout8, M, N, stream), c.ldb = M;
         c.d = dweight, c.ldd = K;
         c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
-        c.a_scale = inp_scale + 1, c.b_scale = dout_scale + 1;
+        c.a_scale = inp_scale + kFp8ScaleInv, c.b_scale = dout_scale + kFp8ScaleInv;
         c.beta = 1.0f;
         gemm(ctx, c, stream);
     }

@@ -50,7 +50,8 @@ __global__ void quantize_amax_kernel(unsigned* amax_bits, const D* inp, std::int
     if (threadIdx.x == 0) atomicMax(amax_bits, float_bits(m));
 }
 
-// scale (2) = (max / amax, its inverse) from the amax in scale[0]: kernels/quantize.h's rule.
+// scale (kFp8ScaleFloats) = (max / amax, its inverse at kFp8ScaleInv, zeros) from the amax in
+// scale[0]: kernels/quantize.h's rule and layout.
 __global__ void quantize_scale_kernel(float* scale, float max_finite) {
     const float amax = scale[0];
     float s = 1.0f;
@@ -58,8 +59,10 @@ __global__ void quantize_scale_kernel(float* scale, float max_finite) {
         s = max_finite / amax;
         if (!(s < INFINITY)) s = FLT_MAX;
     }
+    for (int i = 1; i < kFp8ScaleFloats; ++i)
+        scale[i] = 0.0f;
     scale[0] = s;
-    scale[1] = 1.0f / s;
+    scale[kFp8ScaleInv] = 1.0f / s;
 }
 
 template <class D>
@@ -74,7 +77,7 @@ __global__ void quantize_cast_kernel(__nv_fp8_storage_t* out, const float* scale
 template <class D>
 __global__ void dequantize_kernel(D* out, const __nv_fp8_storage_t* inp, const float* scale,
                                   std::int64_t n, __nv_fp8_interpretation_t kind) {
-    const float s = scale[1];
+    const float s = scale[kFp8ScaleInv];
     for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
         const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(inp[i], kind)));  // exact

@@ -67,6 +67,7 @@ struct Layout {
 struct Preference {
     std::uint64_t max_workspace_bytes = 0;
     std::uint32_t min_alignment_bytes[4] = {256, 256, 256, 256};  // A, B, C, D
+    std::uint32_t reduction_scheme_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 
 static_assert(alignof(MatmulDesc) >= alignof(cublasLtMatmulDescOpaque_t));
@@ -373,6 +374,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
             return set(p.min_alignment_bytes[2], buf, bytes);
         case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
             return set(p.min_alignment_bytes[3], buf, bytes);
+        case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:  // the emulator never splits K
+            return set(p.reduction_scheme_mask, buf, bytes);
         default:
             return refuse(CUBLAS_STATUS_INVALID_VALUE, "preference attribute not emulated");
     }
@@ -434,6 +437,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                           "A, B, C or D less aligned than its element or the algorithm");
     if ((has_bias(e) && !aligned(op->bias, d_bytes)) || (has_aux(e) && !aligned(op->aux, d_bytes)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias or aux not aligned to its element");
+    // As cuBLASLt 13.1 does on an H200 (2026-11-26): the heuristic offers its algorithms, then
+    // cublasLtMatmul refuses an A or B scale pointer that is not 16-byte aligned.
+    if ((op->a_scale != nullptr && !aligned(op->a_scale, 16)) ||
+        (op->b_scale != nullptr && !aligned(op->b_scale, 16)))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A or B scale pointer not 16-byte aligned");
     if (!on_device(A, la->rows, la->cols, la->ld, ab_bytes) ||
         !on_device(B, lb->rows, lb->cols, lb->ld, ab_bytes) ||
         !on_device(D, ld->rows, ld->cols, ld->ld, d_bytes) ||

@@ -272,8 +272,8 @@ TEST_F(CudaEmu, GemmOperandsMustLieInDeviceMemory) {
 }
 
 // fp8 GEMMs as cublasLtMatmul documents them for Ada and Hopper: TN only, compute 32F, E4M3 or
-// E5M2 each but not both E5M2, dimensions multiples of 16, the A/B scale factors device fp32
-// multiplying the product (and refused on other types). What the library refuses, refused.
+// E5M2 each but not both E5M2, dimensions multiples of 16, the A/B scale factors device fp32,
+// 16-byte aligned (as an H200 showed), multiplying the product (and refused on other types). What the library refuses, refused.
 TEST_F(CudaEmu, Fp8GemmTakesWhatCublasLtDocumentsOnly) {
     cublasLtHandle_t handle = nullptr;
     ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
@@ -283,12 +283,12 @@ TEST_F(CudaEmu, Fp8GemmTakesWhatCublasLtDocumentsOnly) {
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&a), kN * kN), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&b), kN * kN), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), kN * kN * sizeof(float)), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), 2 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&scales), 8 * sizeof(float)), cudaSuccess);
     const std::vector<std::uint8_t> ones(kN * kN, 0x38);  // 1.0 in E4M3
-    const std::vector<float> host_scales = {0.5f, 0.25f};
+    const std::vector<float> host_scales = {0.5f, 0.5f, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f};
     ASSERT_EQ(cudaMemcpy(a, ones.data(), ones.size(), cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(b, ones.data(), ones.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(scales, host_scales.data(), 8, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales, host_scales.data(), 32, cudaMemcpyHostToDevice), cudaSuccess);
     struct Case {
         cudaDataType_t a_type = CUDA_R_8F_E4M3, b_type = CUDA_R_8F_E4M3;
         cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -324,12 +324,15 @@ TEST_F(CudaEmu, Fp8GemmTakesWhatCublasLtDocumentsOnly) {
     };
     Case ok;
     ok.a_scale = scales;
-    ok.b_scale = scales + 1;
+    ok.b_scale = scales + 4;  // 16 bytes in
     ASSERT_EQ(run(ok), CUBLAS_STATUS_SUCCESS);
     std::vector<float> out(kN * kN);
     ASSERT_EQ(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
               cudaSuccess);
     EXPECT_EQ(out[0], 16 * 0.5f * 0.25f) << "16 products of 1, times both scales";
+    Case unaligned_scale = ok;
+    unaligned_scale.b_scale = scales + 1;  // 4 bytes in: refused by cublasLtMatmul on an H200
+    EXPECT_EQ(run(unaligned_scale), CUBLAS_STATUS_NOT_SUPPORTED) << "scale 4 bytes in";
     Case nn = ok;
     nn.ta = CUBLAS_OP_N;
     EXPECT_EQ(run(nn), CUBLAS_STATUS_NOT_SUPPORTED) << "NN";

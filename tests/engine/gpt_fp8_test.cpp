@@ -10,6 +10,7 @@
 
 #include "core/engine/gpt.h"
 #include "core/engine/trainer.h"
+#include "kernels/quantize.h"
 #include "tests/engine/test_util.h"
 
 namespace napkin {
@@ -198,7 +199,7 @@ TEST(GptFp8, KeepsThePlansFp8Tensors) {
             if (t.dtype == DType::f8e4m3) ++fp8;
             if (t.name.ends_with(".scale")) {
                 ++scales;
-                EXPECT_EQ(t.numel, 2);
+                EXPECT_EQ(t.numel, kFp8ScaleFloats);
                 EXPECT_EQ(t.dtype, DType::f32);
             }
         }

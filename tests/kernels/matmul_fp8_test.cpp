@@ -39,7 +39,7 @@ Operand<Q> random_operand(std::mt19937& rng, std::int64_t n, double stddev) {
     o.codes.resize(static_cast<std::size_t>(n));
     cpu::quantize(o.codes.data(), o.scale, x.data(), n);
     for (const Q& q : o.codes)
-        o.dequantized.push_back(static_cast<double>(static_cast<float>(q)) * o.scale[1]);
+        o.dequantized.push_back(static_cast<double>(static_cast<float>(q)) * o.scale[kFp8ScaleInv]);
     return o;
 }
 
@@ -90,7 +90,7 @@ void check_case(const Case& c, bool bias, unsigned seed) {
     cpu::quantize(g8.data(), g_scale, dout.data(), c.M * c.N);
     Vec gd;
     for (const f8e5m2_t& q : g8)
-        gd.push_back(static_cast<double>(static_cast<float>(q)) * g_scale[1]);
+        gd.push_back(static_cast<double>(static_cast<float>(q)) * g_scale[kFp8ScaleInv]);
     std::vector<float> scratch(static_cast<std::size_t>(cpu::matmul_scratch_floats(c.M, c.N, c.K)));
 
     // Forward.

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -184,11 +186,19 @@ void round_trip(std::int64_t n, double stddev, unsigned seed) {
     std::vector<Q> q(static_cast<std::size_t>(n));
     for (Q& c : q)
         c.bits = 0x7f;  // NaN in both formats: an unwritten code fails
-    float scale[2] = {std::nanf(""), std::nanf("")};
+    float scale[kFp8ScaleFloats];
+    std::fill(std::begin(scale), std::end(scale), std::nanf(""));
     cpu::quantize(q.data(), scale, x.data(), n);
     const Fp8Spec& s = spec<Q>();
     ASSERT_EQ(scale[0], static_cast<float>(s.max_finite()) / static_cast<float>(amax));
-    ASSERT_EQ(scale[1], 1.0f / scale[0]);
+    ASSERT_EQ(scale[kFp8ScaleInv], 1.0f / scale[0]);
+    // The layout cuBLASLt's fp8 kernels need: scale_inv 16 bytes in, every other slot zero.
+    for (std::int64_t i = 1; i < kFp8ScaleFloats; ++i) {
+        if (i != kFp8ScaleInv) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(scale[i]), 0u) << "slot " << i;
+        }
+    }
+    static_assert(kFp8ScaleInv * sizeof(float) % 16 == 0);
     std::int64_t bad = 0;
     for (std::int64_t i = 0; i < n; ++i) {
         const float scaled = static_cast<float>(xs[static_cast<std::size_t>(i)]) * scale[0];
@@ -211,7 +221,7 @@ void round_trip(std::int64_t n, double stddev, unsigned seed) {
     tol.rel += test::tolerance<T>().rel;
     test::expect_close("round trip", got, want, tol);
     for (std::int64_t i = 0; i < n; ++i) {
-        const float exact = static_cast<float>(q[static_cast<std::size_t>(i)]) * scale[1];
+        const float exact = static_cast<float>(q[static_cast<std::size_t>(i)]) * scale[kFp8ScaleInv];
         ASSERT_EQ(to_float(out[static_cast<std::size_t>(i)]), to_float(from_float<T>(exact)))
             << "element " << i;
     }
@@ -242,10 +252,10 @@ TEST(Quantize, ScaleEdgeCases) {
         cpu::dequantize(back.data(), q.data(), scale, static_cast<std::int64_t>(x.size()));
         return back;
     };
-    float scale[2];
+    float scale[kFp8ScaleFloats];
     auto zeros = run({0.0f, -0.0f, 0.0f}, scale);
     EXPECT_EQ(scale[0], 1.0f);
-    EXPECT_EQ(scale[1], 1.0f);
+    EXPECT_EQ(scale[kFp8ScaleInv], 1.0f);
     for (float v : zeros)
         EXPECT_EQ(v, 0.0f);
     EXPECT_TRUE(std::signbit(zeros[1]));
@@ -273,10 +283,10 @@ TEST(Quantize, CostsCountBytesAtOneBytePerCode) {
     const KernelCost q = quantize_cost({1000, DType::bf16, DType::f8e4m3});
     EXPECT_EQ(q.flops, 2000u);
     EXPECT_EQ(q.bytes_read, 2000u);
-    EXPECT_EQ(q.bytes_written, 1000u + 8u);
+    EXPECT_EQ(q.bytes_written, 1000u + 4u * kFp8ScaleFloats);  // the codes and the scale pair
     const KernelCost d = dequantize_cost({1000, DType::f32, DType::f8e5m2});
     EXPECT_EQ(d.flops, 1000u);
-    EXPECT_EQ(d.bytes_read, 1000u + 8u);
+    EXPECT_EQ(d.bytes_read, 1000u + 4u * kFp8ScaleFloats);
     EXPECT_EQ(d.bytes_written, 4000u);
 }
 

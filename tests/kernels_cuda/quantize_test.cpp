@@ -60,7 +60,8 @@ void check(const std::vector<T>& x) {
     const std::vector<float> s = scale_d.download();
     EXPECT_EQ(std::bit_cast<std::uint32_t>(s[0]), std::bit_cast<std::uint32_t>(scale[0]))
         << "scale";
-    EXPECT_EQ(std::bit_cast<std::uint32_t>(s[1]), std::bit_cast<std::uint32_t>(scale[1]))
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(s[kFp8ScaleInv]),
+              std::bit_cast<std::uint32_t>(scale[kFp8ScaleInv]))
         << "scale_inv";
     expect_same_codes(q_d.download(), q);
     const std::vector<T> b = back_d.download();
