@@ -140,6 +140,10 @@ json summarize(const profiler::RunReport& run, int warmup) {
     s["loss_last"] = number_field(steps.back(), "loss", f.string() + " steps[last]");
     s["tokens_per_s"] = number_field(r, "measured.tokens_per_s", f);
     s["mfu"] = number_field(r, "measured.mfu", f);
+    // The whole run's MFU counts the first step's one-time costs (cuBLASLt's heuristics, the
+    // caching allocator's first allocations, CUPTI's start): on a short run it is far below the
+    // steady state, which the median step's gives.
+    s["mfu_median"] = median(step_numbers(run, "mfu", warmup));
     s["hfu"] = optional_number(r, "measured.hfu", f);
     // peak_flops_per_s since the CUDA engine (a GPU's is its datasheet's, no sgemm); earlier
     // reports have only sgemm_peak_flops_per_s.
@@ -187,7 +191,10 @@ json summarize(const profiler::RunReport& run, int warmup) {
                  {"seconds_per_step", number_field(o, "seconds_per_step", f)},
                  {"roofline_seconds_per_step", number_field(o, "roofline_seconds_per_step", f)},
                  {"share_of_step", number_field(o, "share_of_step", f)},
-                 {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)}});
+                 {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)},
+                 // The device records the op launched (reports before 2026-11-26: null).
+                 {"device_seconds_per_step", optional_number(o, "device_seconds_per_step", f)},
+                 {"device_flops_per_s", optional_number(o, "device_flops_per_s", f)}});
         }
     }
     return s;
@@ -449,6 +456,7 @@ void print_table(const std::vector<json>& runs, int top) {
     row("  peak GFLOP/s (MFU basis)",
         [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
     row("  MFU", [&](const json& r) { return pct(r["mfu"]); });
+    row("  MFU, median step", [&](const json& r) { return pct(r["mfu_median"]); });
     row("  HFU", [&](const json& r) { return pct(r["hfu"]); });
     row("loss first -> last", [&](const json& r) {
         return fmt("%.3f", r["loss_first"].get<double>()) + " -> " +
@@ -461,22 +469,43 @@ void print_table(const std::vector<json>& runs, int top) {
     if (top <= 0) return;
     for (const json& r : runs) {
         if (r["ops"].empty()) continue;
+        // On a GPU an op's host range times its launches (and any wait), not its work: the
+        // table shows the device time of the records each op launched instead, where the report
+        // has it.
+        const bool on_device = r["device"].get<std::string>().rfind("cuda", 0) == 0 &&
+                               std::any_of(r["ops"].begin(), r["ops"].end(), [](const json& o) {
+                                   return o["device_seconds_per_step"].is_number() &&
+                                          o["device_seconds_per_step"].get<double>() > 0;
+                               });
+        const char* time_key = on_device ? "device_seconds_per_step" : "seconds_per_step";
+        std::vector<const json*> rows;
+        for (const json& o : r["ops"])
+            rows.push_back(&o);
+        std::stable_sort(rows.begin(), rows.end(), [&](const json* a, const json* b) {
+            return (*a)[time_key].get<double>() > (*b)[time_key].get<double>();
+        });
+        const double step = r["step_seconds_median"].get<double>();
         std::printf(
-            "\nops of %s, per step (top %d by time; predicted = roofline max(FLOPs/peak, "
+            "\nops of %s, per step (top %d by %s; predicted = roofline max(FLOPs/peak, "
             "bytes/bandwidth))\n",
-            r["label"].get<std::string>().c_str(), top);
-        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls", "measured", "share",
-                    "predicted", "x pred", "GFLOP/s");
+            r["label"].get<std::string>().c_str(), top,
+            on_device ? "GPU time of the kernels each op launched" : "time");
+        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls",
+                    on_device ? "GPU time" : "measured", "share", "predicted", "x pred", "GFLOP/s");
         int n = 0;
-        for (const json& o : r["ops"]) {
+        for (const json* op : rows) {
+            const json& o = *op;
             if (n++ >= top) break;
-            const double meas = o["seconds_per_step"].get<double>(),
+            const double meas = o[time_key].get<double>(),
                          roof = o["roofline_seconds_per_step"].get<double>();
+            const double rate = on_device ? o["device_flops_per_s"].get<double>()
+                                          : o["achieved_flops_per_s"].get<double>();
+            const std::string share = on_device ? (step > 0 ? fmt("%.1f%%", 100 * meas / step) : "-")
+                                                : pct(o["share_of_step"]);
             std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n",
                         o["name"].get<std::string>().c_str(), o["calls_per_step"].get<double>(),
-                        ms(meas).c_str(), pct(o["share_of_step"]).c_str(), ms(roof).c_str(),
-                        roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-",
-                        o["achieved_flops_per_s"].get<double>() / 1e9);
+                        ms(meas).c_str(), share.c_str(), ms(roof).c_str(),
+                        roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-", rate / 1e9);
         }
     }
 }

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -118,14 +119,42 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
             g.dur += static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
         }
     }
+    // One stream's work is one track, whose events must nest; but Hopper's programmatic dependent
+    // launch (cuBLASLt's kernels use it) lets a kernel begin while its predecessor on the stream
+    // drains, about a tenth of a microsecond before it ends. Such a kernel's event starts where its
+    // predecessor's ends, and the trimmed time is kept in its args (started_early_ns): the
+    // track then shows the stream's busy time, each instant counted once.
+    std::map<std::size_t, std::int64_t> early;  // index in the batch -> ns trimmed
+    {
+        std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::size_t>> by_stream;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            if (is_device(batch[i])) by_stream[{batch[i].device, batch[i].stream}].push_back(i);
+        }
+        for (auto& [key, idx] : by_stream) {
+            std::stable_sort(idx.begin(), idx.end(),
+                             [&](std::size_t a, std::size_t b) { return batch[a].start_ns < batch[b].start_ns; });
+            auto& [last_start, last_end] = stream_last_[key];
+            for (const std::size_t i : idx) {
+                const GpuActivity& a = batch[i];
+                const std::uint64_t end = std::max(a.end_ns, a.start_ns);
+                if (a.start_ns >= last_start && a.start_ns < last_end)
+                    early[i] = static_cast<std::int64_t>(std::min(last_end, end) - a.start_ns);
+                last_start = a.start_ns;
+                last_end = std::max(last_end, end);
+            }
+        }
+    }
     auto flow_pair = [&](std::uint32_t corr, std::int64_t launch_ns, TrackId kernel_track, std::int64_t kernel_ns) {
         const std::uint64_t id = kCorrelationFlowBase + corr;
         recorder_.flow("launch", FlowPhase::start, id, api_track(), launch_ns);
         recorder_.flow("launch", FlowPhase::end, id, kernel_track, kernel_ns);
     };
-    for (const GpuActivity& a : batch) {
+    for (std::size_t index = 0; index < batch.size(); ++index) {
+        const GpuActivity& a = batch[index];
         if (a.kind == GpuActivityKind::external_correlation) continue;
-        const std::int64_t start = clock_.to_run_ns(a.start_ns);
+        const auto trimmed = early.find(index);
+        const std::int64_t started_early = trimmed != early.end() ? trimmed->second : 0;
+        const std::int64_t start = clock_.to_run_ns(a.start_ns + static_cast<std::uint64_t>(started_early));
         const std::int64_t end = clock_.to_run_ns(a.end_ns > a.start_ns ? a.end_ns : a.start_ns);
         RangeEvent r;
         r.start_ns = start;
@@ -161,6 +190,7 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
         r.category = Category::kernel;
         r.args.push_back(Arg{"stream", static_cast<std::int64_t>(a.stream)});
         r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
+        if (started_early > 0) r.args.push_back(Arg{"started_early_ns", started_early});
         const std::string own = a.kind == GpuActivityKind::kernel ? demangle(a.name) : a.name;
         r.name = own;
         if (a.kind != GpuActivityKind::kernel) r.bytes = a.bytes;

@@ -90,6 +90,8 @@ private:
     Recorder& recorder_;
     ClockSync clock_;
     std::map<std::pair<std::uint32_t, std::uint32_t>, TrackId> stream_tracks_;
+    // Per stream, the last device record's start and the latest end so far (device clock).
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> stream_last_;
     TrackId api_track_ = 0, sync_track_ = 0;
     struct Registered {
         std::string name;

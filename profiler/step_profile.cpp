@@ -35,6 +35,8 @@ void StepProfile::add(const std::vector<Event>& events) {
         }
         return nullptr;
     };
+    std::vector<OpSpan> op_spans;  // for the launches below
+    std::vector<const RangeEvent*> device_records;
     for (const Event& e : events) {
         const auto* r = std::get_if<RangeEvent>(&e);
         if (r == nullptr) continue;
@@ -43,6 +45,8 @@ void StepProfile::add(const std::vector<Event>& events) {
         if (!is_op && !is_kernel) continue;
         const std::string key = is_op ? op_key(r->name) : r->name;
         WorkStats& w = (is_op ? ops_ : kernels_)[key];
+        if (is_op) op_spans.push_back(OpSpan{r->start_ns, r->start_ns + r->dur_ns, &w});
+        if (is_kernel && r->track != kHostTrack) device_records.push_back(r);
         if (w.calls == 0) {
             w.name = key;
             w.category = r->category;
@@ -61,6 +65,39 @@ void StepProfile::add(const std::vector<Event>& events) {
                 s->kernel_ns += r->dur_ns;
             }
         }
+    }
+    attribute_to_ops(events, op_spans, device_records);
+}
+
+void StepProfile::attribute_to_ops(const std::vector<Event>& events, std::vector<OpSpan>& op_spans,
+                                   const std::vector<const RangeEvent*>& device_records) {
+    // Flows: id -> launch time, and per track the (time, id) of each flow's end.
+    std::map<std::uint64_t, std::int64_t> launched_at;
+    std::map<TrackId, std::vector<std::pair<std::int64_t, std::uint64_t>>> ends;
+    for (const Event& e : events) {
+        const auto* f = std::get_if<FlowEvent>(&e);
+        if (f == nullptr) continue;
+        if (f->phase == FlowPhase::start) launched_at[f->id] = f->t_ns;
+        else ends[f->track].emplace_back(f->t_ns, f->id);
+    }
+    for (auto& [track, list] : ends) std::sort(list.begin(), list.end());
+    std::sort(op_spans.begin(), op_spans.end(), [](const OpSpan& a, const OpSpan& b) { return a.start < b.start; });
+    for (const RangeEvent* r : device_records) {
+        const auto on_track = ends.find(r->track);
+        if (on_track == ends.end()) continue;
+        const auto& list = on_track->second;
+        const auto end = std::lower_bound(list.begin(), list.end(), std::make_pair(r->start_ns, std::uint64_t{0}));
+        if (end == list.end() || end->first > r->start_ns + r->dur_ns) continue;  // no launch flow
+        const auto launch = launched_at.find(end->second);
+        if (launch == launched_at.end()) continue;
+        // The last op range starting at or before the launch, if it is still open then.
+        auto op = std::upper_bound(op_spans.begin(), op_spans.end(), launch->second,
+                                   [](std::int64_t t, const OpSpan& s) { return t < s.start; });
+        if (op == op_spans.begin()) continue;
+        --op;
+        if (launch->second > op->end) continue;
+        ++op->row->device_records;
+        op->row->device_ns += r->dur_ns;
     }
 }
 
@@ -99,6 +136,12 @@ nlohmann::json StepProfile::to_json() const {
                            {"achieved_flops_per_s", seconds > 0 ? static_cast<double>(w.flops) / seconds : 0.0},
                            {"achieved_bytes_per_s", seconds > 0 ? static_cast<double>(w.bytes) / seconds : 0.0},
                            {"share_of_step", step_seconds > 0 ? seconds / step_seconds : 0.0}});
+            if (w.category != Category::kernel) {  // ops: the device records they launched
+                const double device = static_cast<double>(w.device_ns) * 1e-9;
+                out.back()["device_records_per_step"] = static_cast<double>(w.device_records) / n_steps;
+                out.back()["device_seconds_per_step"] = device / n_steps;
+                out.back()["device_flops_per_s"] = device > 0 ? static_cast<double>(w.flops) / device : 0.0;
+            }
         }
         return out;
     };

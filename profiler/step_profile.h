@@ -12,6 +12,11 @@
 // prefix "h.<n>." is stripped), so a row is one op of the block over all layers. Op ranges are
 // the host track's ranges of category op and optimizer; they never nest, so their sum over a
 // step is the step time they account for. Kernels are the device track's ranges.
+//
+// Device time per op: each device record with a launch flow (its flow's end inside the record,
+// its start at the launch) counts toward the op range that holds the launch. On a GPU, where
+// the host only queues work, that is the op's time on the device; the op range's own time is
+// when the host launched it and whatever it waited for.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,9 @@ struct WorkStats {
     std::uint64_t flops = 0;   // sum over calls of the analytic cost
     std::uint64_t bytes = 0;
     double roofline_seconds = 0;  // sum over calls
+    // Ops only: the device records launched inside the op's ranges, and their summed time.
+    std::uint64_t device_records = 0;
+    std::int64_t device_ns = 0;
 };
 
 struct StepTiming {
@@ -78,6 +86,13 @@ public:
 
 private:
     static std::vector<WorkStats> sorted(const std::map<std::string, WorkStats>& rows);
+    struct OpSpan {  // one op range of a batch, and its row
+        std::int64_t start = 0, end = 0;
+        WorkStats* row = nullptr;
+    };
+    // Adds each device record's time to the op whose range holds its launch (flows).
+    static void attribute_to_ops(const std::vector<Event>& events, std::vector<OpSpan>& op_spans,
+                                 const std::vector<const RangeEvent*>& device_records);
 
     Roofline roofline_;
     std::map<std::string, WorkStats> ops_, kernels_;

@@ -74,7 +74,7 @@ TEST_F(ReportCli, OpRangesCoverEachStep) {
 TEST_F(ReportCli, TableSideBySide) {
     const CliRun r = napkin("report " + run("fp32").string() + " " + run("bf16-full").string());
     ASSERT_EQ(r.rc, 0) << r.err;
-    for (const char* s : {"fp32", "bf16-full", "bf16-amp", "activations", "closed form", "MFU", "HFU",
+    for (const char* s : {"fp32", "bf16-full", "bf16-amp", "activations", "closed form", "MFU", "MFU, median step", "HFU",
                           "ops of fp32", "ops of bf16-full", "attn.qkv", "(recompute)"}) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     }
@@ -86,6 +86,7 @@ TEST_F(ReportCli, TableSideBySide) {
     for (const auto& run : doc["runs"]) {
         EXPECT_EQ(run["memory"]["parameters"]["predicted"], run["memory"]["parameters"]["measured"]);
         EXPECT_FALSE(run["ops"].empty());
+        EXPECT_GT(run["mfu_median"].get<double>(), 0.0) << run.dump();
     }
     EXPECT_EQ(napkin("report --top 0 " + run("fp32").string()).out.find("ops of"), std::string::npos);
 }
@@ -106,6 +107,32 @@ TEST_F(ReportCli, OffloadedRunsShowTheirHostMemory) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     const CliRun plain = napkin("report --top 0 " + run("fp32").string());
     EXPECT_EQ(plain.out.find("host (offloaded)"), std::string::npos) << plain.out;
+    fs::remove_all(dir);
+}
+
+// A GPU run's op ranges time the host's launches: the table ranks and times the ops by the GPU
+// time of the kernels each launched (report.json's device_seconds_per_step), and says so. CPU
+// runs keep the host's time.
+TEST_F(ReportCli, GpuRunsRankOpsByTheirKernelsTime) {
+    const fs::path dir = fresh_dir("gpu-run");
+    fs::create_directories(dir);
+    auto report = read_json(run("bf16-full") / "report.json");
+    report["run"]["device"] = "cuda: NVIDIA H200";
+    auto& ops = report["profile"]["ops"];
+    ASSERT_GE(ops.size(), 2u);
+    for (auto& o : ops) {
+        o["device_seconds_per_step"] = 1e-6;
+        o["device_flops_per_s"] = 1e9;
+    }
+    ops.back()["device_seconds_per_step"] = 0.5;  // the host's last op is the GPU's first
+    const std::string last = ops.back()["name"];
+    std::ofstream(dir / "report.json") << report.dump(2);
+    const CliRun r = napkin("report --top 1 " + dir.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("GPU time of the kernels each op launched"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  " + last + " "), std::string::npos) << r.out;
+    const CliRun cpu = napkin("report --top 1 " + run("bf16-full").string());
+    EXPECT_EQ(cpu.out.find("GPU time"), std::string::npos) << cpu.out;
     fs::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 // names and costs, launch -> kernel flows whichever arrives first, the clock map, and a trace
 // written from it that passes the validator.
 #include <algorithm>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -265,4 +266,48 @@ TEST(CuptiTranslator, CountsKernelsWithoutALaunchAtTheEnd) {
     EXPECT_EQ(tr.unmatched_flows(), 0u);  // 11's launch may still come in a later batch
     tr.finish();
     EXPECT_EQ(tr.unmatched_flows(), 1u);
+}
+
+// Programmatic dependent launch: on Hopper a kernel can begin while its predecessor on the same
+// stream drains (seen on an H200 between cuBLASLt's GEMM and the next kernel, 0.13 us). The later
+// kernel's event starts where the earlier one's ends, with the trimmed time in its args, so the
+// stream's track still nests; kernels in another batch and on other streams are left alone.
+TEST(CuptiTranslator, TrimsAKernelThatStartsBeforeItsPredecessorEnds) {
+    napkin::profiler::test::TempDir dir;
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    tr.clock().add_pair(0, 0);
+    // Out of order in the batch, as CUPTI may deliver them; kernel 3 overlaps kernel 2 by 130 ns,
+    // kernel 4 (the next batch) overlaps kernel 3 by 30 ns, kernel 5 on stream 13 overlaps none.
+    tr.add({launch(1, 0, 10), launch(2, 20, 30), launch(3, 40, 50), kernel(3, 1870, 2500),
+            kernel(1, 100, 1000), kernel(2, 1000, 2000)});
+    tr.add({launch(4, 60, 70), launch(5, 80, 90), kernel(4, 2470, 3000), kernel(5, 1500, 2600, 13)});
+    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> by_corr;  // corr -> (start, early)
+    for (const auto& r : of<p::RangeEvent>(rec.take())) {
+        if (r.category != p::Category::kernel) continue;
+        std::int64_t corr = 0, early = 0;
+        for (const auto& a : r.args) {
+            if (a.key == "correlation") corr = std::get<std::int64_t>(a.value);
+            if (a.key == "started_early_ns") early = std::get<std::int64_t>(a.value);
+        }
+        by_corr[corr] = {r.start_ns, early};
+        EXPECT_GT(r.dur_ns, 0);
+    }
+    ASSERT_EQ(by_corr.size(), 5u);
+    EXPECT_EQ(by_corr[1], std::make_pair(std::int64_t{100}, std::int64_t{0}));
+    EXPECT_EQ(by_corr[2], std::make_pair(std::int64_t{1000}, std::int64_t{0}));  // touching is not overlap
+    EXPECT_EQ(by_corr[3], std::make_pair(std::int64_t{2000}, std::int64_t{130}));
+    EXPECT_EQ(by_corr[4], std::make_pair(std::int64_t{2500}, std::int64_t{30}));
+    EXPECT_EQ(by_corr[5], std::make_pair(std::int64_t{1500}, std::int64_t{0}));
+
+    // And the written trace nests.
+    p::Recorder rec2;
+    p::CuptiTranslator tr2(rec2);
+    tr2.add({launch(1, 0, 10), launch(2, 20, 30), kernel(1, 100, 1000), kernel(2, 870, 1500)});
+    p::ChromeTraceWriter w(dir.path() / "trace.json");
+    w.write(rec2.take());
+    w.write_tracks(rec2.tracks());
+    ASSERT_TRUE(w.close().ok);
+    const auto check = p::check_trace_file(dir.path() / "trace.json");
+    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
 }

@@ -104,3 +104,55 @@ TEST(StepProfile, RangesOutsideAStepCountOnlyTowardTheirRows) {
     const nlohmann::json j = sp.to_json();
     EXPECT_EQ(j["ops"][0]["share_of_step"], 0.0);
 }
+
+// On a GPU the host only queues work: an op range lasts as long as its launches (or a wait), and
+// its kernels run later. Each device record counts toward the op whose range holds the launch its
+// flow starts at: here a qkv op launches two kernels that run after the op has ended, the
+// backward op one, and a kernel without a flow (the batch's copy) counts toward no op.
+TEST(StepProfile, DeviceRecordsCountTowardTheOpThatLaunchedThem) {
+    const p::TrackId gpu = 100, api = 2;
+    std::vector<p::Event> ev;
+    auto flow = [&](std::uint64_t id, p::TrackId track, std::int64_t t, p::FlowPhase phase) {
+        p::FlowEvent f;
+        f.name = "launch";
+        f.track = track;
+        f.t_ns = t;
+        f.id = id;
+        f.phase = phase;
+        ev.push_back(f);
+    };
+    ev.push_back(range("h.0.attn.qkv", p::Category::op, 10, 20, 3000));
+    ev.push_back(range("h.0.attn.qkv backward", p::Category::op, 40, 10, 6000));
+    ev.push_back(range("matmul_forward", p::Category::kernel, 100, 300, 1000, 0, gpu));  // launched at 12
+    ev.push_back(range("matmul_forward", p::Category::kernel, 400, 600, 2000, 0, gpu));  // launched at 25
+    ev.push_back(range("matmul_backward", p::Category::kernel, 1000, 2000, 6000, 0, gpu));  // at 45
+    ev.push_back(range("memcpy HtoD", p::Category::kernel, 3000, 50, 0, 0, gpu));  // no flow
+    flow(1, api, 12, p::FlowPhase::start);
+    flow(1, gpu, 250, p::FlowPhase::end);
+    flow(2, api, 25, p::FlowPhase::start);
+    flow(2, gpu, 700, p::FlowPhase::end);
+    flow(3, api, 45, p::FlowPhase::start);
+    flow(3, gpu, 2000, p::FlowPhase::end);
+    flow(4, api, 60, p::FlowPhase::start);  // a launch after every op range: counts nowhere
+    ev.push_back(range("step 0", p::Category::step, 0, 3100));
+    p::StepProfile sp;
+    sp.add(ev);
+    const auto ops = sp.ops();
+    const auto row = [&](const std::string& name) {
+        return *std::find_if(ops.begin(), ops.end(), [&](const p::WorkStats& w) { return w.name == name; });
+    };
+    EXPECT_EQ(row("attn.qkv").total_ns, 20);  // the host's range, unchanged
+    EXPECT_EQ(row("attn.qkv").device_ns, 900);
+    EXPECT_EQ(row("attn.qkv").device_records, 2u);
+    EXPECT_EQ(row("attn.qkv backward").device_ns, 2000);
+    EXPECT_EQ(row("attn.qkv backward").device_records, 1u);
+    const nlohmann::json j = sp.to_json();
+    for (const auto& o : j["ops"]) {
+        if (o["name"] == "attn.qkv") {
+            EXPECT_DOUBLE_EQ(o["device_seconds_per_step"].get<double>(), 900e-9);
+            EXPECT_DOUBLE_EQ(o["device_records_per_step"].get<double>(), 2.0);
+            EXPECT_DOUBLE_EQ(o["device_flops_per_s"].get<double>(), 3000.0 / 900e-9);
+        }
+    }
+    for (const auto& k : j["kernels"]) EXPECT_FALSE(k.contains("device_seconds_per_step"));
+}
