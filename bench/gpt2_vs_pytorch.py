@@ -83,6 +83,19 @@ def napkin_train(args, batch, out):
     }
 
 
+def estimator_gpu(cuda_line):
+    """napkin estimate's --gpu for the device napkin info names ("cuda: NVIDIA H200 (sm_90, ...)")."""
+    name = cuda_line.upper()
+    for key, gpu in (("H200", "h200"), ("H100 PCIE", "h100-pcie"), ("H100", "h100-sxm"), ("B200", "b200"),
+                     ("A100-SXM4-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("L4", "l4"), ("T4", "t4"),
+                     ("3090", "rtx3090"), ("4090", "rtx4090")):
+        if key in name:
+            return gpu
+    print(f"  no estimator GPU matches '{cuda_line}': sizing the largest B for h100-sxm (--gpu to choose)",
+          flush=True)
+    return "h100-sxm"
+
+
 def largest_napkin(args, workdir):
     r = run([args.napkin, "estimate", "--model", args.model, "--seq-len", str(args.seq_len), "--precision", "bf16-amp",
              "--attention", "flash", "--gpu", args.gpu, "--solve", "max-micro-batch", "--json"])
@@ -116,7 +129,9 @@ def main():
     p.add_argument("--steps", type=int, default=20, help="steps per napkin run")
     p.add_argument("--skip", type=int, default=3, help="first steps left out of the median")
     p.add_argument("--batch", type=int, default=0, help="napkin (and PyTorch) at this B only")
-    p.add_argument("--gpu", default="h100-sxm", help="the estimator's GPU for the largest B (napkin estimate --list-gpus)")
+    p.add_argument("--gpu", default="auto",
+                   help="the estimator's GPU for the largest B (napkin estimate --list-gpus); auto: the "
+                        "one napkin info names")
     p.add_argument("--no-pytorch", action="store_true")
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON (atomically)")
     p.add_argument("--keep", metavar="DIR", help="keep napkin's run folders here")
@@ -130,6 +145,9 @@ def main():
     cuda_line = next((l for l in info.splitlines() if l.startswith("cuda: ")), "cuda: none (napkin info said nothing)")
     if cuda_line.startswith("cuda: none"):
         skip(args, "napkin sees no CUDA device: " + cuda_line)
+    if args.gpu == "auto":
+        args.gpu = estimator_gpu(cuda_line)
+        print(f"estimator GPU for the largest B: {args.gpu} ({cuda_line})", flush=True)
 
     workdir = args.keep or tempfile.mkdtemp(prefix="gpt2_vs_pytorch.")
     os.makedirs(workdir, exist_ok=True)

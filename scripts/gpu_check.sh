@@ -141,6 +141,16 @@ do_test() {
         if [ -x "$b/tests/$t" ]; then
             step "$t" "$b/tests/$t" --gtest_output="xml:$out/$t.xml"
             counts "$out/$t.xml"
+            # Kernel tests whose cuBLASLt call failed: once more with cuBLASLt's own log (level 5:
+            # every API call and its arguments; its errors say which requirement a call missed).
+            if [ "$t" = kernels_cuda_test ] && grep -q 'cuBLAS error' "$out/$t.log" 2>/dev/null; then
+                local failing
+                failing=$(grep -oE '\[  FAILED  \] [A-Za-z0-9_/.]+' "$out/$t.log" | awk '{print $4}' | sort -u |
+                          paste -sd: -)
+                CUBLASLT_LOG_LEVEL=5 CUBLASLT_LOG_FILE="$out/$t.cublaslt.%i.log" \
+                    timeout 60 "$b/tests/$t" --gtest_filter="$failing" >/dev/null 2>&1
+                echo "    cuBLASLt log of $failing: $out/$t.cublaslt.*.log"
+            fi
         else
             echo "SKIP $t (not built)"
         fi
@@ -216,7 +226,7 @@ do_trace() {
     step trace_gpt2 "$b/cli/napkin" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --steps 3 --profile steps:2-3 --out "$dir"
     if [ -f "$dir/report.json" ]; then
-        "$b/cli/napkin" report "$dir" >"$dir/report.txt" 2>&1
+        "$b/cli/napkin" report --warmup 1 "$dir" >"$dir/report.txt" 2>&1
         rm -f "$dir/checkpoint.safetensors"  # hundreds of MB; never committed
         mkdir -p "$out/traces"
         cp -r "$dir" "$out/traces/"
