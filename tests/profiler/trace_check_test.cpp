@@ -248,3 +248,24 @@ TEST(TraceCheck, UnreadableFilesAreProblemsNotExceptions) {
 
 }  // namespace
 }  // namespace napkin::profiler
+
+namespace napkin::profiler {
+namespace {
+
+// The sample runs committed under traces/ (a CPU run, multi-rank ones, the H200's GPT-2 with
+// CUPTI's records) pass the same checks as every trace the tests write.
+TEST(TraceCheck, EveryCommittedSampleTracePasses) {
+    const fs::path root = fs::path(NAPKIN_SOURCE_DIR) / "traces";
+    int checked = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(root)) {
+        if (entry.path().filename() != "trace.json") continue;
+        const TraceCheckResult r = check_trace_file(entry.path());
+        for (const auto& problem : r.problems) ADD_FAILURE() << entry.path() << ": " << problem;
+        EXPECT_GT(r.count("X"), 0u) << entry.path();
+        ++checked;
+    }
+    EXPECT_GE(checked, 4) << "sample traces under " << root;
+}
+
+}  // namespace
+}  // namespace napkin::profiler
