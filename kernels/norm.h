@@ -87,12 +87,24 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
                        float eps = 1e-5f);
 // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C) or null
 
+// The parameter gradients' column sums over N rows: with `scratch` (device memory of
+// scratch_bytes, free for the call's duration on `stream`; the engine lends the GEMM workspace),
+// blocks of 32 columns x kNormRowsPerChunk rows (more rows a chunk where the scratch holds fewer
+// chunks) each sum their chunk into the scratch, and a second kernel adds the chunks' sums per
+// column in chunk order: N/64 times the blocks of the one-stage path, whose blocks (one per 32
+// columns: 24 for C = 768, on a GPU of 132 multiprocessors) each walk every row. Without scratch,
+// or with room for fewer than two chunks, the one-stage path. Both sum in a fixed order: the
+// same bits run to run; the two orders differ in fp32 rounding. norm_backward_scratch_bytes is
+// what 64-row chunks take: 2 ceil(N / 64) C floats.
+inline constexpr std::int64_t kNormRowsPerChunk = 64;
+std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C);
+
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                        CUstream_st* stream);
+                        CUstream_st* stream, void* scratch = nullptr, std::size_t scratch_bytes = 0);
 // dinp (N, C), dweight (C) or null, dbias (C) or null, dout (N, C), inp (N, C), weight (C),
-// mean (N), rstd (N)
+// mean (N), rstd (N), scratch (scratch_bytes) or null
 
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
@@ -101,8 +113,10 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::in
 
 template <class T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream);
-// dinp (N, C), dweight (C) or null, dout (N, C), inp (N, C), weight (C), rstd (N)
+                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream,
+                      void* scratch = nullptr, std::size_t scratch_bytes = 0);
+// dinp (N, C), dweight (C) or null, dout (N, C), inp (N, C), weight (C), rstd (N),
+// scratch (scratch_bytes) or null
 
 }  // namespace cuda
 

@@ -97,7 +97,7 @@ struct CudaFp8KernelTable {
                             const cuda::MatmulContext&, CUstream_st*) = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 9;
+inline constexpr int kNapkinCudaEngineApiVersion = 10;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;

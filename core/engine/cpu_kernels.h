@@ -110,7 +110,7 @@ struct CpuKernels {
     }
     void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                             const T* weight, const float* mean, const float* rstd, std::int64_t N,
-                            std::int64_t C) {
+                            std::int64_t C, float* /*scratch: the CUDA kernels' only*/) {
         cpu::layernorm_backward<T>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     }
     void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
@@ -118,7 +118,7 @@ struct CpuKernels {
         cpu::rmsnorm_forward<T>(out, rstd, inp, weight, N, C);
     }
     void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                          const float* rstd, std::int64_t N, std::int64_t C) {
+                          const float* rstd, std::int64_t N, std::int64_t C, float* /*scratch*/) {
         cpu::rmsnorm_backward<T>(dinp, dweight, dout, inp, weight, rstd, N, C);
     }
     void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,

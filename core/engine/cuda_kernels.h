@@ -127,18 +127,22 @@ struct CudaKernels {
                            const T* bias, std::int64_t N, std::int64_t C) {
         k_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_, 1e-5f);
     }
+    // scratch: the GEMM workspace (matmul_scratch_floats), idle between GEMMs on this stream,
+    // holds the parameter gradients' per-chunk sums (kernels/norm.h).
     void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                             const T* weight, const float* mean, const float* rstd, std::int64_t N,
-                            std::int64_t C) {
-        k_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+                            std::int64_t C, float* scratch) {
+        k_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_,
+                               scratch, scratch != nullptr ? cuda::kMatmulWorkspaceBytes : 0);
     }
     void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
                          std::int64_t C) {
         k_->rmsnorm_forward(out, rstd, inp, weight, N, C, stream_, 1e-5f);
     }
     void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                          const float* rstd, std::int64_t N, std::int64_t C) {
-        k_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, stream_);
+                          const float* rstd, std::int64_t N, std::int64_t C, float* scratch) {
+        k_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, stream_, scratch,
+                             scratch != nullptr ? cuda::kMatmulWorkspaceBytes : 0);
     }
     void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
                         std::int64_t N, std::int64_t K, float* workspace) {

@@ -356,10 +356,10 @@ private:
         if (cfg_.norm == NormKind::layernorm) {
             k_.layernorm_backward(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr,
                                        dout, inp, w->weight.template data<T>(), kept.get(n + ".mean").template data<float>(),
-                                       rstd, N_, cfg_.d_model);
+                                       rstd, N_, cfg_.d_model, mm_scratch_.template data<float>());
         } else {
             k_.rmsnorm_backward(dinp, w->grad.template data<T>(), dout, inp, w->weight.template data<T>(), rstd, N_,
-                                     cfg_.d_model);
+                                     cfg_.d_model, mm_scratch_.template data<float>());
         }
     }
 

@@ -1,8 +1,10 @@
 // LayerNorm and RMSNorm on the GPU (declared in kernels/norm.h; the CPU twin, the spec, is
 // kernels/cpu/norm.cpp). One block per row for the forward and the input gradient (statistics by
 // block reductions in fp32, two passes over the row as on the CPU); the parameter gradients by
-// blocks that own 32 columns and walk every row, adding their fixed-order fp32 sums into the
-// gradient once (one writer per element: deterministic, no atomics).
+// blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order fp32 sums then added
+// per column in chunk order by a second kernel into the gradient once (given scratch for the
+// chunks' sums), or by blocks that own 32 columns and walk every row (without). One writer per
+// element, no atomics: deterministic.
 #include <cstdint>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -110,6 +112,60 @@ __global__ void norm_backward_params_kernel(D* dweight, D* dbias, const D* dout,
     if (dbias != nullptr) dbias[col] = from_f32<D>(to_f32(dbias[col]) + db_sum);
 }
 
+// Stage 1 of the parameter gradients with scratch: block (x, chunk) sums rows [chunk R, chunk R +
+// R) of 32 columns into dw_part[chunk][col] and db_part[chunk][col] (R = rows, at least
+// kNormRowsPerChunk). Block (32, 8): threadIdx.x a column, threadIdx.y a stride of the rows.
+constexpr int kChunkRows = 8;
+
+template <class D>
+__global__ void norm_backward_params_chunk_kernel(float* dw_part, float* db_part, const D* dout,
+                                                  const D* inp, const float* mean,
+                                                  const float* rstd, std::int64_t N,
+                                                  std::int64_t C, std::int64_t rows) {
+    __shared__ float dw_s[kChunkRows][kParamCols];
+    __shared__ float db_s[kChunkRows][kParamCols];
+    const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kParamCols) + threadIdx.x;
+    const std::int64_t chunk = blockIdx.y;
+    const std::int64_t r0 = chunk * rows;
+    const std::int64_t r1 = r0 + rows < N ? r0 + rows : N;
+    float dw = 0.0f, db = 0.0f;
+    if (col < C) {
+        for (std::int64_t n = r0 + threadIdx.y; n < r1; n += kChunkRows) {
+            const float g = to_f32(dout[n * C + col]);
+            const float m = mean != nullptr ? mean[n] : 0.0f;
+            dw += g * (to_f32(inp[n * C + col]) - m) * rstd[n];
+            db += g;
+        }
+    }
+    dw_s[threadIdx.y][threadIdx.x] = dw;
+    db_s[threadIdx.y][threadIdx.x] = db;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= C) return;
+    float dw_sum = 0.0f, db_sum = 0.0f;
+    for (int r = 0; r < kChunkRows; ++r) {
+        dw_sum += dw_s[r][threadIdx.x];
+        db_sum += db_s[r][threadIdx.x];
+    }
+    dw_part[chunk * C + col] = dw_sum;
+    db_part[chunk * C + col] = db_sum;
+}
+
+// Stage 2: per column, the chunks' sums added in chunk order, then into the gradient once.
+template <class D>
+__global__ void norm_backward_params_sum_kernel(D* dweight, D* dbias, const float* dw_part,
+                                                const float* db_part, std::int64_t chunks,
+                                                std::int64_t C) {
+    const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    if (col >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (std::int64_t k = 0; k < chunks; ++k) {
+        dw += dw_part[k * C + col];
+        db += db_part[k * C + col];
+    }
+    if (dweight != nullptr) dweight[col] = from_f32<D>(to_f32(dweight[col]) + dw);
+    if (dbias != nullptr) dbias[col] = from_f32<D>(to_f32(dbias[col]) + db);
+}
+
 void check_shape(const char* op, std::int64_t N, std::int64_t C) {
     NAPKIN_CUDA_REQUIRE(N >= 0 && C > 0, op << ": N " << N << ", C " << C);
     NAPKIN_CUDA_REQUIRE(N <= kMaxGridX, op << ": N " << N << " rows exceed one grid");
@@ -127,13 +183,33 @@ void launch_forward(D* out, float* mean, float* rstd, const D* inp, const D* wei
 template <class D>
 void launch_backward(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp, const D* weight,
                      const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, void* scratch, std::size_t scratch_bytes) {
     if (N > 0) {
         norm_backward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads), 0,
                                stream>>>(dinp, dout, inp, weight, mean, rstd, C);
         NAPKIN_CUDA_CHECK_LAUNCH();
     }
     if (dweight == nullptr && dbias == nullptr) return;
+    // Chunks of kNormRowsPerChunk rows, or longer where the scratch holds fewer chunks' sums.
+    const std::int64_t fit = static_cast<std::int64_t>(scratch_bytes / (2 * sizeof(float))) / C;
+    std::int64_t rows = kNormRowsPerChunk;
+    if (fit >= 2 && fit * rows < N) rows = (N + fit - 1) / fit;
+    const std::int64_t chunks = (N + rows - 1) / rows;
+    if (scratch != nullptr && chunks > 1 && chunks <= fit && chunks <= 65535) {
+        auto* dw_part = static_cast<float*>(scratch);
+        float* db_part = dw_part + chunks * C;
+        const dim3 grid(static_cast<unsigned>((C + kParamCols - 1) / kParamCols),
+                        static_cast<unsigned>(chunks));
+        norm_backward_params_chunk_kernel<<<grid, dim3(kParamCols, kChunkRows), 0, stream>>>(
+            dw_part, db_part, dout, inp, mean, rstd, N, C, rows);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+        constexpr int kSumBlock = 256;
+        norm_backward_params_sum_kernel<<<static_cast<unsigned>((C + kSumBlock - 1) / kSumBlock),
+                                          kSumBlock, 0, stream>>>(dweight, dbias, dw_part, db_part,
+                                                                  chunks, C);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+        return;
+    }
     const dim3 block(kParamCols, kParamRows);
     const auto grid = static_cast<unsigned>((C + kParamCols - 1) / kParamCols);
     norm_backward_params_kernel<<<grid, block, 0, stream>>>(dweight, dbias, dout, inp, mean, rstd,
@@ -142,6 +218,11 @@ void launch_backward(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp,
 }
 
 }  // namespace
+
+std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C) {
+    const std::int64_t chunks = (N + kNormRowsPerChunk - 1) / kNormRowsPerChunk;
+    return static_cast<std::size_t>(2 * chunks * C) * sizeof(float);  // dweight's, dbias's
+}
 
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
@@ -155,11 +236,11 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                        CUstream_st* stream) {
+                        CUstream_st* stream, void* scratch, std::size_t scratch_bytes) {
     check_shape("layernorm_backward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_backward: mean is required");
     launch_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean,
-                    rstd, N, C, stream);
+                    rstd, N, C, stream, scratch, scratch_bytes);
 }
 
 template <class T>
@@ -172,21 +253,25 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::in
 
 template <class T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream) {
+                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream,
+                      void* scratch, std::size_t scratch_bytes) {
     check_shape("rmsnorm_backward", N, C);
     launch_backward(dev(dinp), dev(dweight), static_cast<device_t<T>*>(nullptr), dev(dout),
-                    dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C, stream);
+                    dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C, stream,
+                    scratch, scratch_bytes);
 }
 
 #define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                          \
     template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,         \
                                        std::int64_t, std::int64_t, CUstream_st*, float);         \
     template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*,  \
-                                        const float*, std::int64_t, std::int64_t, CUstream_st*); \
+                                        const float*, std::int64_t, std::int64_t, CUstream_st*,  \
+                                        void*, std::size_t);                                     \
     template void rmsnorm_forward<T>(T*, float*, const T*, const T*, std::int64_t, std::int64_t, \
                                      CUstream_st*, float);                                       \
     template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*,        \
-                                      std::int64_t, std::int64_t, CUstream_st*);
+                                      std::int64_t, std::int64_t, CUstream_st*, void*,           \
+                                      std::size_t);
 NAPKIN_CUDA_NORM_INSTANTIATE(float)
 NAPKIN_CUDA_NORM_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_NORM_INSTANTIATE(f16_t)

@@ -99,5 +99,70 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
     }
 }
 
+// The parameter gradients in two stages (scratch given, as the engine lends the GEMM workspace):
+// chunks of 64 rows, a last one short, and a scratch with room for only 3 chunks (longer chunks);
+// against the CPU, and the same bits on a second run (a fixed order, no atomics). One chunk's
+// worth of rows and too little scratch take the one-stage path, checked the same way.
+TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using T = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    struct Case {
+        std::int64_t N, C, scratch_chunks;  // scratch for this many 64-row chunks (0: all)
+    };
+    for (const Case& c : {Case{300, 40, 0}, Case{1000, 100, 0}, Case{1000, 100, 3}, Case{65, 7, 0},
+                          Case{64, 33, 0}, Case{500, 9, 1}}) {
+        const std::int64_t N = c.N, C = c.C;
+        SCOPED_TRACE(case_name<T>(N, C) + " scratch for " + std::to_string(c.scratch_chunks) +
+                     " chunks");
+        const auto x = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
+        const auto w = random_storage<T>(rng, C);
+        const auto dout = random_storage<T>(rng, N * C);
+        const auto dw0 = random_storage<T>(rng, C), db0 = random_storage<T>(rng, C);
+        std::vector<T> out(x.size()), dx(x.size()), dw = dw0, db = db0;
+        std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
+        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                               static_cast<const T*>(nullptr), N, C);
+        cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                                mean.data(), rstd.data(), N, C);
+        const std::size_t bytes =
+            c.scratch_chunks == 0
+                ? cuda::norm_backward_scratch_bytes(N, C)
+                : static_cast<std::size_t>(2 * c.scratch_chunks * C) * sizeof(float);
+        EXPECT_EQ(cuda::norm_backward_scratch_bytes(N, C),
+                  static_cast<std::size_t>(2 * ((N + 63) / 64) * C) * sizeof(float));
+        DeviceBuffer<T> x_d(x), w_d(w), dout_d(dout), dx_d(dx.size());
+        DeviceBuffer<float> mean_d(mean), rstd_d(rstd);
+        DeviceBuffer<float> scratch(bytes / sizeof(float));
+        std::vector<std::vector<T>> dws, dbs;
+        for (int run = 0; run < 2; ++run) {
+            DeviceBuffer<T> dw_d(dw0), db_d(db0);
+            scratch.poison();
+            cuda::layernorm_backward(dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
+                                     w_d.get(), mean_d.get(), rstd_d.get(), N, C, nullptr,
+                                     scratch.get(), bytes);
+            dws.push_back(dw_d.download());
+            dbs.push_back(db_d.download());
+            expect_match("dweight", dws.back(), dw, for_sum_of(tolerance<T>(), N));
+            expect_match("dbias", dbs.back(), db, for_sum_of(tolerance<T>(), N));
+        }
+        expect_same_bits("dweight, second run", dws[1], dws[0]);
+        expect_same_bits("dbias, second run", dbs[1], dbs[0]);
+        // RMSNorm's weight gradient through the same path.
+        std::vector<T> rdx(x.size()), rdw = dw0;
+        std::vector<float> rrstd(static_cast<std::size_t>(N));
+        cpu::rmsnorm_forward(out.data(), rrstd.data(), x.data(), w.data(), N, C);
+        cpu::rmsnorm_backward(rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(),
+                              N, C);
+        DeviceBuffer<T> rdw_d(dw0);
+        rstd_d.upload(rrstd);
+        cuda::rmsnorm_backward(dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
+                               rstd_d.get(), N, C, nullptr, scratch.get(), bytes);
+        expect_match("rmsnorm dweight", rdw_d.download(), rdw, for_sum_of(tolerance<T>(), N));
+    }
+}
+
 }  // namespace
 }  // namespace napkin
