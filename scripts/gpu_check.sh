@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh sanitize     # compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
 #   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
-#   scripts/gpu_check.sh bench        # gemm_bench (and attention_bench where built)
+#   scripts/gpu_check.sh bench        # gemm_bench, attention_bench, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh all          # all of the above, in that order
 #
@@ -242,6 +242,10 @@ do_bench() {
         step attention_bench "$b/bench/attention_bench"
         tail -n 12 "$out/attention_bench.log"
     fi
+    # The profiler's cost on GPT-2's steps: a --profile window in the middle of one run.
+    step profile_overhead python3 bench/profile_window_overhead.py --napkin "$b/cli/napkin" --device cuda \
+        --json "$out/profile_overhead.json"
+    tail -n 4 "$out/profile_overhead.log"
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this
