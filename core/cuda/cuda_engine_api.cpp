@@ -146,6 +146,7 @@ CudaEngineApi make_api() {
     a.copy_to_device = &copy_to_device;
     a.copy_to_host = &copy_to_host;
     a.memset_zero = &memset_zero;
+    a.zero_spans = &cuda::zero;
     a.copy_on_device = &copy_on_device;
     a.memory_info = &memory_info;
     a.matmul_create_handle = &cuda::matmul_create_handle;

@@ -29,6 +29,7 @@
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
 #include "kernels/accumulate.h"
+#include "kernels/zero.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -97,7 +98,7 @@ struct CudaFp8KernelTable {
                             const cuda::MatmulContext&, CUstream_st*) = nullptr;
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 10;
+inline constexpr int kNapkinCudaEngineApiVersion = 11;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -127,6 +128,7 @@ struct CudaEngineApi {
                          CUstream_st* stream) = nullptr;
     void (*memset_zero)(void* dst, std::size_t bytes,
                         CUstream_st* stream) = nullptr;  // queued only
+    decltype(&cuda::zero) zero_spans = nullptr;  // many buffers zeroed in few launches, queued
     // Device to device, queued only (the ZeRO engine's copies into and out of shards).
     void (*copy_on_device)(void* dst, const void* src, std::size_t bytes,
                            CUstream_st* stream) = nullptr;

@@ -27,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "kernels/nf4.h"
 #include "kernels/norm.h"
+#include "kernels/zero.h"
 #include "kernels/quantize.h"
 #include "kernels/residual.h"
 #include "kernels/rope.h"
@@ -65,6 +66,7 @@ struct CpuKernels {
 
     // ---- memory
     void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+    void zero(const ZeroSpan* spans, int count) { cpu::zero(spans, count); }
     // dst (n) in T = src (n) host fp32, rounded; out (n) host fp32 = src (n) in T.
     void store_floats(T* dst, const float* src, std::int64_t n) {
         for (std::int64_t k = 0; k < n; ++k)

@@ -79,6 +79,7 @@ struct CudaKernels {
 
     // ---- memory
     void zero(void* p, std::size_t bytes) { api_->memset_zero(p, bytes, stream_); }
+    void zero(const ZeroSpan* spans, int count) { api_->zero_spans(spans, count, stream_); }
     // dst (n) in T = src (n) host fp32, rounded on the host and copied (waits).
     void store_floats(T* dst, const float* src, std::int64_t n) {
         std::vector<T> host(static_cast<std::size_t>(n));
