@@ -145,7 +145,7 @@ bool gemm(const MatmulContext& ctx, const GemmCall& c, cudaStream_t stream, bool
 
     NAPKIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&l.pref));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-             static_cast<std::uint64_t>(ctx.workspace != nullptr ? ctx.workspace_bytes : 0));
+             static_cast<std::uint64_t>(workspace_bytes));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(c.a));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(c.b));
     set_pref(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c.d));

@@ -81,18 +81,19 @@ __global__ void norm_backward_kernel(D* dinp, const D* dout, const D* inp, const
     }
 }
 
-// dweight (C) += sum over rows of dout * xhat; dbias (C) += sum over rows of dout (either null).
-// Block (32, 16): threadIdx.x one of the block's 32 columns, threadIdx.y a stride of rows.
-template <class D>
-__global__ void norm_backward_params_kernel(D* dweight, D* dbias, const D* dout, const D* inp,
-                                            const float* mean, const float* rstd, std::int64_t N,
-                                            std::int64_t C) {
-    __shared__ float dw_part[kParamRows][kParamCols];
-    __shared__ float db_part[kParamRows][kParamCols];
-    const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kParamCols) + threadIdx.x;
+// The block's column sums over rows [r0, r1) of dout * xhat (dw) and of dout (db), xhat from
+// inp, mean (null: RMSNorm) and rstd: threadIdx.y walks the rows Rows apart, then the threads of
+// row 0 add the Rows partials in order. True on the threads left holding a column's sums
+// (threadIdx.y 0, col < C). Block (kParamCols, Rows), the whole block calling.
+template <int Rows, class D>
+__device__ bool column_sums(float& dw_sum, float& db_sum, const D* dout, const D* inp,
+                            const float* mean, const float* rstd, std::int64_t C,
+                            std::int64_t col, std::int64_t r0, std::int64_t r1) {
+    __shared__ float dw_part[Rows][kParamCols];
+    __shared__ float db_part[Rows][kParamCols];
     float dw = 0.0f, db = 0.0f;
     if (col < C) {
-        for (std::int64_t n = threadIdx.y; n < N; n += kParamRows) {
+        for (std::int64_t n = r0 + threadIdx.y; n < r1; n += Rows) {
             const float g = to_f32(dout[n * C + col]);
             const float m = mean != nullptr ? mean[n] : 0.0f;
             dw += g * (to_f32(inp[n * C + col]) - m) * rstd[n];
@@ -102,12 +103,25 @@ __global__ void norm_backward_params_kernel(D* dweight, D* dbias, const D* dout,
     dw_part[threadIdx.y][threadIdx.x] = dw;
     db_part[threadIdx.y][threadIdx.x] = db;
     __syncthreads();
-    if (threadIdx.y != 0 || col >= C) return;
-    float dw_sum = 0.0f, db_sum = 0.0f;
-    for (int r = 0; r < kParamRows; ++r) {
+    if (threadIdx.y != 0 || col >= C) return false;
+    dw_sum = 0.0f;
+    db_sum = 0.0f;
+    for (int r = 0; r < Rows; ++r) {
         dw_sum += dw_part[r][threadIdx.x];
         db_sum += db_part[r][threadIdx.x];
     }
+    return true;
+}
+
+// dweight (C) += sum over rows of dout * xhat; dbias (C) += sum over rows of dout (either null).
+// Block (32, 16): threadIdx.x one of the block's 32 columns, threadIdx.y a stride of rows.
+template <class D>
+__global__ void norm_backward_params_kernel(D* dweight, D* dbias, const D* dout, const D* inp,
+                                            const float* mean, const float* rstd, std::int64_t N,
+                                            std::int64_t C) {
+    const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kParamCols) + threadIdx.x;
+    float dw_sum, db_sum;
+    if (!column_sums<kParamRows>(dw_sum, db_sum, dout, inp, mean, rstd, C, col, 0, N)) return;
     if (dweight != nullptr) dweight[col] = from_f32<D>(to_f32(dweight[col]) + dw_sum);
     if (dbias != nullptr) dbias[col] = from_f32<D>(to_f32(dbias[col]) + db_sum);
 }
@@ -122,30 +136,12 @@ __global__ void norm_backward_params_chunk_kernel(float* dw_part, float* db_part
                                                   const D* inp, const float* mean,
                                                   const float* rstd, std::int64_t N,
                                                   std::int64_t C, std::int64_t rows) {
-    __shared__ float dw_s[kChunkRows][kParamCols];
-    __shared__ float db_s[kChunkRows][kParamCols];
     const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kParamCols) + threadIdx.x;
     const std::int64_t chunk = blockIdx.y;
     const std::int64_t r0 = chunk * rows;
     const std::int64_t r1 = r0 + rows < N ? r0 + rows : N;
-    float dw = 0.0f, db = 0.0f;
-    if (col < C) {
-        for (std::int64_t n = r0 + threadIdx.y; n < r1; n += kChunkRows) {
-            const float g = to_f32(dout[n * C + col]);
-            const float m = mean != nullptr ? mean[n] : 0.0f;
-            dw += g * (to_f32(inp[n * C + col]) - m) * rstd[n];
-            db += g;
-        }
-    }
-    dw_s[threadIdx.y][threadIdx.x] = dw;
-    db_s[threadIdx.y][threadIdx.x] = db;
-    __syncthreads();
-    if (threadIdx.y != 0 || col >= C) return;
-    float dw_sum = 0.0f, db_sum = 0.0f;
-    for (int r = 0; r < kChunkRows; ++r) {
-        dw_sum += dw_s[r][threadIdx.x];
-        db_sum += db_s[r][threadIdx.x];
-    }
+    float dw_sum, db_sum;
+    if (!column_sums<kChunkRows>(dw_sum, db_sum, dout, inp, mean, rstd, C, col, r0, r1)) return;
     dw_part[chunk * C + col] = dw_sum;
     db_part[chunk * C + col] = db_sum;
 }

@@ -2,6 +2,7 @@
 // names and costs, launch -> kernel flows whichever arrives first, the clock map, and a trace
 // written from it that passes the validator.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -45,6 +46,18 @@ p::GpuActivity external(std::uint32_t corr, std::uint64_t ext) {
     a.correlation_id = corr;
     a.external_id = ext;
     return a;
+}
+
+// The recorder's events and tracks written as a Chrome trace at `path`, then validated: every
+// problem the validator finds fails the test.
+p::TraceCheckResult write_and_check(p::Recorder& rec, const std::filesystem::path& path) {
+    p::ChromeTraceWriter w(path);
+    w.write(rec.take());
+    w.write_tracks(rec.tracks());
+    EXPECT_TRUE(w.close().ok);
+    auto check = p::check_trace_file(path);
+    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    return check;
 }
 
 template <class E>
@@ -168,12 +181,7 @@ TEST(CuptiTranslator, WritesAValidTrace) {
     copy.stream = 7;
     batch.push_back(copy);
     tr.add(batch);
-    p::ChromeTraceWriter w(dir.path() / "trace.json");
-    w.write(rec.take());
-    w.write_tracks(rec.tracks());
-    ASSERT_TRUE(w.close().ok);
-    const auto check = p::check_trace_file(dir.path() / "trace.json");
-    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    const auto check = write_and_check(rec, dir.path() / "trace.json");
     EXPECT_EQ(check.count("X"), 101u);
     EXPECT_EQ(check.count("s"), 50u);
     EXPECT_EQ(check.count("f"), 50u);
@@ -304,10 +312,5 @@ TEST(CuptiTranslator, TrimsAKernelThatStartsBeforeItsPredecessorEnds) {
     p::Recorder rec2;
     p::CuptiTranslator tr2(rec2);
     tr2.add({launch(1, 0, 10), launch(2, 20, 30), kernel(1, 100, 1000), kernel(2, 870, 1500)});
-    p::ChromeTraceWriter w(dir.path() / "trace.json");
-    w.write(rec2.take());
-    w.write_tracks(rec2.tracks());
-    ASSERT_TRUE(w.close().ok);
-    const auto check = p::check_trace_file(dir.path() / "trace.json");
-    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    write_and_check(rec2, dir.path() / "trace.json");
 }
