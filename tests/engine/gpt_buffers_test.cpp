@@ -13,36 +13,14 @@
 namespace napkin {
 namespace {
 
-struct Case {
-    const char* name;
-    Precision precision;
-    AttentionImpl attention;
-    bool llama;  // rmsnorm, rotary, SwiGLU, GQA, untied head; else GPT-2's
-    Finetune finetune = Finetune::full;
-    Checkpointing checkpointing = Checkpointing::none;
-};
+using test::BufferCase;
 
-void PrintTo(const Case& c, std::ostream* os) {
-    *os << c.name;
-}
-
-class GptBuffers : public testing::TestWithParam<Case> {};
+class GptBuffers : public testing::TestWithParam<BufferCase> {};
 
 TEST_P(GptBuffers, AllocatesThePlan) {
-    const Case& c = GetParam();
-    const ModelConfig cfg = c.llama ? test::small_config(NormKind::rmsnorm, PositionKind::rope,
-                                                         MlpKind::swiglu, 2, false)
-                                    : test::small_config(NormKind::layernorm, PositionKind::learned,
-                                                         MlpKind::gelu, 4, true);
-    PlanInputs in;
-    in.micro_batch = 3;
-    in.seq_len = 13;
-    in.precision = c.precision;
-    in.attention = c.attention;
-    in.checkpointing = c.checkpointing;
-    in.loss_chunk_rows = 10;
-    in.finetune = c.finetune;
-    if (c.finetune != Finetune::full) in.lora_rank = 4;
+    const BufferCase& c = GetParam();
+    const ModelConfig cfg = test::buffer_case_model(c);
+    const PlanInputs in = test::buffer_case_inputs(c, 3, 13);
     HostMemory host;
     AccountingAllocator alloc(host);
     const auto gpt = Gpt::create(cfg, in, alloc, 1234);
@@ -55,16 +33,17 @@ TEST_P(GptBuffers, AllocatesThePlan) {
 
 INSTANTIATE_TEST_SUITE_P(
     Recipes, GptBuffers,
-    testing::Values(Case{"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, false},
-                    Case{"bf16amp_flash_llama", Precision::bf16_amp, AttentionImpl::flash, true},
-                    Case{"fp16amp_naive_llama_full_checkpointing", Precision::fp16_amp,
-                         AttentionImpl::naive, true, Finetune::full, Checkpointing::full},
-                    Case{"fp8amp_flash_gpt2", Precision::fp8_amp, AttentionImpl::flash, false},
-                    Case{"fp32_flash_gpt2_lora", Precision::fp32, AttentionImpl::flash, false,
-                         Finetune::lora},
-                    Case{"bf16amp_naive_llama_qlora", Precision::bf16_amp, AttentionImpl::naive,
-                         true, Finetune::qlora}),
-    [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+    testing::Values(
+        BufferCase{"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, false},
+        BufferCase{"bf16amp_flash_llama", Precision::bf16_amp, AttentionImpl::flash, true},
+        BufferCase{"fp16amp_naive_llama_full_checkpointing", Precision::fp16_amp,
+                   AttentionImpl::naive, true, Finetune::full, Checkpointing::full},
+        BufferCase{"fp8amp_flash_gpt2", Precision::fp8_amp, AttentionImpl::flash, false},
+        BufferCase{"fp32_flash_gpt2_lora", Precision::fp32, AttentionImpl::flash, false,
+                   Finetune::lora},
+        BufferCase{"bf16amp_naive_llama_qlora", Precision::bf16_amp, AttentionImpl::naive, true,
+                   Finetune::qlora}),
+    [](const testing::TestParamInfo<BufferCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace napkin

@@ -21,40 +21,20 @@
 namespace napkin {
 namespace {
 
-struct Case {
-    const char* name;
-    Precision precision;
-    AttentionImpl attention;
-    bool llama;  // rmsnorm, rotary, SwiGLU, GQA, untied head; else GPT-2's
-    Finetune finetune = Finetune::full;
-};
+using test::BufferCase;
 
-void PrintTo(const Case& c, std::ostream* os) {
-    *os << c.name;
-}
-
-class GptBuffersCuda : public testing::TestWithParam<Case> {};
+class GptBuffersCuda : public testing::TestWithParam<BufferCase> {};
 
 TEST_P(GptBuffersCuda, AllocatesThePlan) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    const Case& c = GetParam();
-    ModelConfig cfg = c.llama ? test::small_config(NormKind::rmsnorm, PositionKind::rope,
-                                                   MlpKind::swiglu, 2, false)
-                              : test::small_config(NormKind::layernorm, PositionKind::learned,
-                                                   MlpKind::gelu, 4, true);
+    const BufferCase& c = GetParam();
+    ModelConfig cfg = test::buffer_case_model(c);
     // Every GEMM dimension a multiple of 16, as cuBLASLt's fp8 kernels need (B T = 2 x 16).
     cfg.d_model = 32;
     cfg.n_heads = 2;
     cfg.n_kv_heads = 2;
     cfg.d_ff = 64;
-    PlanInputs in;
-    in.micro_batch = 2;
-    in.seq_len = 16;
-    in.precision = c.precision;
-    in.attention = c.attention;
-    in.loss_chunk_rows = 10;
-    in.finetune = c.finetune;
-    if (c.finetune != Finetune::full) in.lora_rank = 4;
+    const PlanInputs in = test::buffer_case_inputs(c, 2, 16);
     const std::int64_t n = in.micro_batch * in.seq_len;
     const test::Batch batch = test::random_batch(n, cfg.vocab_size, 7);
 
@@ -94,12 +74,13 @@ TEST_P(GptBuffersCuda, AllocatesThePlan) {
 
 INSTANTIATE_TEST_SUITE_P(
     Recipes, GptBuffersCuda,
-    testing::Values(Case{"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, false},
-                    Case{"bf16amp_flash_llama", Precision::bf16_amp, AttentionImpl::flash, true},
-                    Case{"fp8amp_flash_gpt2", Precision::fp8_amp, AttentionImpl::flash, false},
-                    Case{"fp16amp_naive_llama_qlora", Precision::fp16_amp, AttentionImpl::naive,
-                         true, Finetune::qlora}),
-    [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+    testing::Values(
+        BufferCase{"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, false},
+        BufferCase{"bf16amp_flash_llama", Precision::bf16_amp, AttentionImpl::flash, true},
+        BufferCase{"fp8amp_flash_gpt2", Precision::fp8_amp, AttentionImpl::flash, false},
+        BufferCase{"fp16amp_naive_llama_qlora", Precision::fp16_amp, AttentionImpl::naive, true,
+                   Finetune::qlora}),
+    [](const testing::TestParamInfo<BufferCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace napkin
