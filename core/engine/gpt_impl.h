@@ -7,7 +7,8 @@
 // and CudaKernels<T> (core/engine/cuda_kernels.h, in cuda_device.cpp). A backend struct has the
 // kernels' names and the CPU's signatures (llm.c: the CPU is the specification and the CUDA
 // code mirrors it name for name), plus the memory operations besides kernels (zero, parameter
-// values in and out as fp32, the token check, scratch sizes); nothing here knows the device.
+// values in and out as fp32, the token check); nothing here knows the device. The buffer plan
+// (core/buffer_plan.h) sizes every scratch buffer, for either backend.
 // Tensors live where the allocator's raw memory puts them: host memory or device memory.
 #pragma once
 
