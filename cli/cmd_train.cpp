@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/train_checkpoint.h"
+#include "cli/train_flags.h"
 #include "cli/train_out_dir.h"
 #include "cli/train_parallel.h"
 #include "cli/train_prediction.h"
@@ -40,30 +41,6 @@ namespace napkin::cli {
 
 namespace {
 
-struct TrainFlags {
-    std::string model = "tiny", config, data, out = "runs/latest", device = "auto";
-    int steps = 200, grad_accum = 1, warmup = 10;
-    std::int64_t micro_batch = 8, seq_len = 64;
-    std::string precision = "fp32", optimizer = "adamw", checkpointing = "none",
-                attention = "flash";
-    float lr = 3e-3f, weight_decay = 0.1f, grad_clip = 1.0f;
-    std::uint64_t seed = 1337;
-    int save_every = 0;
-    int stop_after = 0;
-    std::string init_from, load_strategy = "sequential";
-    std::string profile = "off";
-    std::string resume;
-    bool quiet = false;
-    int zero = 0;
-    double comm_timeout = 600;  // seconds; 0: wait forever
-    std::string overlap = "auto";
-    std::string offload = "none";
-    std::string finetune = "full";
-    double dropout = -1;          // < 0: the model config's
-    std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's
-    float lora_alpha = 0;         // 0: the rank (a scale of 1)
-};
-
 // Writes `text` to `path` through a temporary file and a rename: never half-written.
 void write_atomically(const std::filesystem::path& path, const std::string& text) {
     const std::filesystem::path tmp = path.string() + ".tmp";
@@ -77,202 +54,6 @@ void write_atomically(const std::filesystem::path& path, const std::string& text
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
-}
-
-// --finetune lora|qlora and their adapter flags.
-void finetune_from_flags(const TrainFlags& f, const CLI::App& cmd, TrainOptions& o) {
-    o.plan.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
-    if (o.plan.finetune == Finetune::full) {
-        for (const char* flag : {"--lora-rank", "--lora-alpha"}) {
-            if (cmd.count(flag) > 0)
-                throw UsageError(std::string(flag) + ": needs --finetune lora or qlora");
-        }
-        return;
-    }
-    if (f.lora_rank <= 0) {
-        throw UsageError("--lora-rank: must be a positive integer (got " +
-                         std::to_string(f.lora_rank) + ")");
-    }
-    if (cmd.count("--lora-alpha") > 0 && (!(f.lora_alpha > 0) || !std::isfinite(f.lora_alpha)))
-        throw UsageError("--lora-alpha: must be a positive number");
-    o.plan.lora_rank = f.lora_rank;
-    o.plan.lora_alpha =
-        cmd.count("--lora-alpha") > 0 ? f.lora_alpha : static_cast<float>(f.lora_rank);
-}
-
-TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
-    TrainOptions o;
-    if (cmd.count("--config") > 0) {
-        if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
-        o.model = load_model_config(f.config);
-    } else if (!f.init_from.empty() && cmd.count("--model") == 0) {
-        o.model = config_from_weights(f.init_from);  // the shape the weights have
-    } else {
-        o.model = preset_or_throw(f.model);
-    }
-    if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
-    if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
-    // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
-    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
-    if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
-    if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
-        throw UsageError("--weight-decay: must be 0 (off) or a positive number");
-    }
-    if (!(f.grad_clip >= 0) || !std::isfinite(f.grad_clip)) {
-        throw UsageError("--grad-clip: must be 0 (off) or a positive norm");
-    }
-    o.plan.micro_batch = f.micro_batch;
-    o.plan.seq_len = f.seq_len;
-    o.plan.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
-    o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
-    o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
-    o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
-    if (cmd.count("--dropout") > 0) {
-        if (!(f.dropout >= 0.0 && f.dropout < 1.0))
-            throw UsageError("--dropout: must be in [0, 1) (got " + std::to_string(f.dropout) +
-                             ")");
-        o.model.dropout = f.dropout;
-    }
-    finetune_from_flags(f, cmd, o);
-    o.steps = f.steps;
-    o.grad_accum = f.grad_accum;
-    o.seed = f.seed;
-    o.data = f.data;
-    o.optimizer.lr = f.lr;
-    o.optimizer.warmup_steps = std::min(f.warmup, f.steps);
-    o.optimizer.total_steps = f.steps;
-    o.optimizer.weight_decay = f.weight_decay;
-    o.optimizer.grad_clip = f.grad_clip;
-    return o;
-}
-
-// ---- Validate: the flags, and the run they describe ---------------------------------------
-
-// What validation decided: the run's options, where it continues from and where it writes.
-// Data parallelism (docs/ZERO.md): rank r > 0 writes its own report under RUN_DIR/rank<r>, and
-// checkpoints are sharded (RUN_DIR/checkpoints/).
-struct RunSetup {
-    TrainOptions options;
-    ResumeSource resume;  // empty for a new run
-    bool parallel = false;
-    LoadStrategy load_strategy = LoadStrategy::sequential;
-    ProfileSteps profile;
-    std::filesystem::path run_dir, out_dir;
-};
-
-// The flags that stand on their own. --comm-timeout is checked and set first: the start-up
-// handshake is already a collective.
-void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
-    if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
-        throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
-    }
-    comm.set_timeout_s(f.comm_timeout);
-    if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
-        throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
-    }
-    if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
-    // An empty path (a script's unset variable) would read as the flag left out: --resume "" would
-    // start a new run over the folder's checkpoint, --data "" train on the synthetic corpus.
-    for (const auto& [flag, value] :
-         {std::pair<const char*, const std::string&>{"--resume", f.resume},
-          {"--data", f.data},
-          {"--init-from", f.init_from}}) {
-        if (cmd.count(flag) > 0 && value.empty())
-            throw UsageError(std::string(flag) + ": the path is empty");
-    }
-    if (cmd.count("--stop-after") > 0 && f.stop_after <= 0) {
-        throw UsageError("--stop-after: must be a positive step number (got " +
-                         std::to_string(f.stop_after) + ")");
-    }
-}
-
-// A resumed run takes every option from its checkpoint, so it continues bit for bit.
-TrainOptions resumed_options(const TrainFlags& f, const CLI::App& cmd, Communicator& comm,
-                             RunSetup& run) {
-    for (const char* flag :
-         {"--model",      "--config",    "--data",         "--micro-batch",   "--seq-len",
-          "--grad-accum", "--precision", "--optimizer",    "--checkpointing", "--attention",
-          "--lr",         "--warmup",    "--weight-decay", "--grad-clip",     "--seed",
-          "--steps",      "--finetune",  "--lora-rank",    "--lora-alpha",    "--dropout"}) {
-        if (cmd.count(flag) > 0) {
-            throw UsageError(std::string("--resume continues a run with its own options; drop ") +
-                             flag);
-        }
-    }
-    run.resume = find_resume_source(f.resume, run.parallel, comm, f.zero);
-    return run.resume.options;
-}
-
-// --device auto: the GPU when the CUDA engine can run here, else the CPU; one line on what was
-// found. Checkpoints are the same file on either device, so a run saved on one resumes on the
-// other. Data parallelism runs on either, on CUDA one rank per GPU over NCCL (docs/ZERO.md):
-// auto takes the GPUs only when this node has one for each of its ranks, so every rank of the
-// node decides alike.
-DeviceKind pick_device(const TrainFlags& f, Communicator& comm) {
-    if (f.device == "auto") {
-        const DeviceInfo& d = probe_devices();
-        std::string reason;
-        const bool gpu = cuda_engine_api(&reason) != nullptr;
-        const int node_ranks = launch_env().local_size;
-        std::string cpu_only;
-        if (node_ranks > d.cuda_devices) {
-            cpu_only = std::to_string(node_ranks) + " ranks on this node and " +
-                       std::to_string(d.cuda_devices) + " GPU" + (d.cuda_devices == 1 ? "" : "s");
-        }
-        std::printf("%s%s\n", device_summary(d).c_str(),
-                    !gpu                ? ""
-                    : !cpu_only.empty() ? ("; " + cpu_only + ": using the CPU").c_str()
-                                        : "; training on the GPU");
-        return gpu && cpu_only.empty() ? DeviceKind::cuda : DeviceKind::cpu;
-    }
-    if (f.device == "cuda" && comm.local_rank() > 0) {
-        const int gpus = probe_devices().cuda_devices;
-        if (gpus > 0 && comm.local_rank() >= gpus) {
-            throw UsageError("--device cuda: local rank " + std::to_string(comm.local_rank()) +
-                             " has no GPU (" + std::to_string(gpus) +
-                             " visible); start at most one rank per GPU on each node");
-        }
-    }
-    return f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-}
-
-// --zero, --overlap and --offload: like the device, a resumed run may change the last two.
-void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
-    o.zero = f.zero;
-    if (f.overlap != "auto" && f.overlap != "on" && f.overlap != "off") {
-        throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected auto|on|off)");
-    }
-    // auto: on GPUs, where NCCL's stream runs a collective beside the kernels; off on CPU ranks,
-    // whose MPI copies need the rank's own core (docs/ZERO.md measures both on the CPU).
-    o.overlap = f.overlap == "on" || (f.overlap == "auto" && o.device == DeviceKind::cuda);
-    if (f.offload == "optimizer+params") {
-        throw UsageError(
-            "--offload optimizer+params: napkin train offloads the optimizer only "
-            "(none|optimizer); "
-            "napkin estimate models the parameters too");
-    }
-    if (f.offload != "none" && f.offload != "optimizer") {
-        throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
-    }
-    o.offload_optimizer = f.offload == "optimizer";
-}
-
-RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
-    check_flags(f, cmd, comm);
-    RunSetup run;
-    run.load_strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
-    if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {
-        throw UsageError("--load-strategy: applies to --init-from only");
-    }
-    run.profile = parse_profile(f.profile);
-    run.parallel = comm.world_size() > 1 || f.zero > 0;
-    run.options =
-        f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
-    run.options.device = pick_device(f, comm);
-    parallel_from_flags(f, run.options);
-    run.run_dir = !f.resume.empty() && cmd.count("--out") == 0 ? run.resume.run_dir
-                                                               : std::filesystem::path(f.out);
-    return run;
 }
 
 // ---- Set up: the trainer, the steps it trains, the machine's peak, the prediction ---------
@@ -594,6 +375,102 @@ void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     }
 }
 
+// The model, the data and the recipe: what a resumed run takes from its checkpoint instead.
+void add_recipe_options(CLI::App& cmd, TrainFlags& f) {
+    cmd.add_option("--model", f.model, "Preset (napkin estimate --list-models)")
+        ->capture_default_str();
+    cmd.add_option("--config", f.config,
+                   "Model config JSON (napkin format or Hugging Face gpt2/llama)");
+    cmd.add_option("--data", f.data,
+                   "Training data: llm.c .bin tokens, or any file as bytes (default: synthetic)");
+    cmd.add_option("--steps", f.steps, "Optimizer steps")->capture_default_str();
+    cmd.add_option("--micro-batch", f.micro_batch, "Micro-batch B")->capture_default_str();
+    cmd.add_option("--seq-len", f.seq_len, "Sequence length T")->capture_default_str();
+    cmd.add_option("--grad-accum", f.grad_accum, "Gradient accumulation steps G")
+        ->capture_default_str();
+    cmd.add_option("--precision", f.precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")
+        ->capture_default_str();
+    cmd.add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
+        ->capture_default_str();
+    cmd.add_option("--checkpointing", f.checkpointing, "none|full|selective")
+        ->capture_default_str();
+    cmd.add_option("--attention", f.attention, "naive|flash")->capture_default_str();
+    cmd.add_option("--finetune", f.finetune,
+                   "full|lora|qlora: train every parameter, or freeze the model and train LoRA "
+                   "adapters on every block linear (qlora: the frozen linears in NF4); usually "
+                   "with --init-from")
+        ->capture_default_str();
+    cmd.add_option("--lora-rank", f.lora_rank, "Adapter rank r (--finetune lora|qlora)")
+        ->capture_default_str();
+    cmd.add_option("--lora-alpha", f.lora_alpha,
+                   "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, "
+                   "a scale of 1)");
+    cmd.add_option("--dropout", f.dropout,
+                   "Dropout probability on the embeddings, attention probabilities and residual "
+                   "branches (GPT-2's; default: the model config's, 0 for the presets)");
+    cmd.add_option("--lr", f.lr, "Peak learning rate (warmup, then cosine to 10%)")
+        ->capture_default_str();
+    cmd.add_option("--warmup", f.warmup, "Warmup steps")->capture_default_str();
+    cmd.add_option("--weight-decay", f.weight_decay, "Weight decay on matrices")
+        ->capture_default_str();
+    cmd.add_option("--grad-clip", f.grad_clip, "Clip the global gradient norm (0: off)")
+        ->capture_default_str();
+    cmd.add_option("--seed", f.seed, "Seed for initialization and the synthetic corpus")
+        ->capture_default_str()
+        ->check(non_negative_integer());
+}
+
+// Where the run writes, what it starts from, how far it goes, and how its ranks work.
+void add_run_options(CLI::App& cmd, TrainFlags& f) {
+    cmd.add_option("--out", f.out, "Run folder for report.json")->capture_default_str();
+    cmd.add_option("--device", f.device, "cpu|cuda|auto")->capture_default_str();
+    cmd.add_option("--save-every", f.save_every,
+                   "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors, or with data "
+                   "parallelism RUN_DIR/checkpoints/step-N/, is always written at the end)")
+        ->capture_default_str();
+    cmd.add_option("--init-from", f.init_from,
+                   "Start from pretrained weights: an llm.c checkpoint (gpt2_124M.bin), a Hugging "
+                   "Face GPT-2 model.safetensors, or an earlier napkin run's "
+                   "RUN_DIR/checkpoint.safetensors; the model shape comes from the file unless "
+                   "--model is given");
+    cmd.add_option("--load-strategy", f.load_strategy,
+                   "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is "
+                   "reported)")
+        ->capture_default_str();
+    cmd.add_option("--profile", f.profile,
+                   "off|all|steps:N-M: write RUN_DIR/trace.json (Perfetto / chrome://tracing) of "
+                   "those steps, and memory.json")
+        ->capture_default_str();
+    cmd.add_option("--stop-after", f.stop_after,
+                   "Stop after step N of the run and checkpoint it (resume later with --resume)");
+    cmd.add_option("--resume", f.resume,
+                   "Continue the run in RUN_DIR from its checkpoint, with its own options "
+                   "(bitwise identical); or from a checkpoint file (napkin ckpt consolidate's, any "
+                   "world size and stage)");
+    cmd.add_flag("--quiet", f.quiet, "No per-step lines");
+    cmd.add_option("--zero", f.zero,
+                   "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks "
+                   "come from the launcher: mpirun -n N napkin train --zero S ... (N ranks x "
+                   "--grad-accum G = one rank x G N)")
+        ->capture_default_str();
+    cmd.add_option("--overlap", f.overlap,
+                   "auto|on|off: start each unit's gradient collective as its backward ends and "
+                   "prefetch ZeRO-3's parameter gathers, overlapping communication with "
+                   "computation (the same results bit for bit); auto: on with GPUs (NCCL), off "
+                   "with CPU ranks (MPI)")
+        ->capture_default_str();
+    cmd.add_option("--offload", f.offload,
+                   "none|optimizer: keep the fp32 master copy and optimizer state of each rank's "
+                   "shard in host memory and step it there (ZeRO-Offload; --device cuda, --zero "
+                   "1-3, a mixed-precision recipe)")
+        ->capture_default_str();
+    cmd.add_option("--comm-timeout", f.comm_timeout,
+                   "Seconds one collective may wait for the other ranks before the job ends with "
+                   "an error naming it (a rank stuck or gone); 0: wait forever. Only under a "
+                   "launcher")
+        ->capture_default_str();
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -603,102 +480,8 @@ void add_train_command(CLI::App& app) {
                            "Train a GPT on the CPU or a CUDA GPU (--device) with measured "
                            "memory and FLOPs (RUN_DIR/report.json)");
     cmd->footer("With no arguments: the tiny preset on the built-in synthetic corpus, 200 steps.");
-    cmd->add_option("--model", f->model, "Preset (napkin estimate --list-models)")
-        ->capture_default_str();
-    cmd->add_option("--config", f->config,
-                    "Model config JSON (napkin format or Hugging Face gpt2/llama)");
-    cmd->add_option("--data", f->data,
-                    "Training data: llm.c .bin tokens, or any file as bytes (default: synthetic)");
-    cmd->add_option("--steps", f->steps, "Optimizer steps")->capture_default_str();
-    cmd->add_option("--micro-batch", f->micro_batch, "Micro-batch B")->capture_default_str();
-    cmd->add_option("--seq-len", f->seq_len, "Sequence length T")->capture_default_str();
-    cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")
-        ->capture_default_str();
-    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")
-        ->capture_default_str();
-    cmd->add_option("--optimizer", f->optimizer,
-                    "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
-        ->capture_default_str();
-    cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")
-        ->capture_default_str();
-    cmd->add_option("--attention", f->attention, "naive|flash")->capture_default_str();
-    cmd->add_option(
-           "--finetune", f->finetune,
-           "full|lora|qlora: train every parameter, or freeze the model and train LoRA adapters "
-           "on every block linear (qlora: the frozen linears in NF4); usually with --init-from")
-        ->capture_default_str();
-    cmd->add_option("--lora-rank", f->lora_rank, "Adapter rank r (--finetune lora|qlora)")
-        ->capture_default_str();
-    cmd->add_option("--lora-alpha", f->lora_alpha,
-                    "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, "
-                    "a scale of 1)");
-    cmd->add_option(
-        "--dropout", f->dropout,
-        "Dropout probability on the embeddings, attention probabilities and residual branches "
-        "(GPT-2's; default: the model config's, 0 for the presets)");
-    cmd->add_option("--lr", f->lr, "Peak learning rate (warmup, then cosine to 10%)")
-        ->capture_default_str();
-    cmd->add_option("--warmup", f->warmup, "Warmup steps")->capture_default_str();
-    cmd->add_option("--weight-decay", f->weight_decay, "Weight decay on matrices")
-        ->capture_default_str();
-    cmd->add_option("--grad-clip", f->grad_clip, "Clip the global gradient norm (0: off)")
-        ->capture_default_str();
-    cmd->add_option("--seed", f->seed, "Seed for initialization and the synthetic corpus")
-        ->capture_default_str()
-        ->check(non_negative_integer());
-    cmd->add_option("--out", f->out, "Run folder for report.json")->capture_default_str();
-    cmd->add_option("--device", f->device, "cpu|cuda|auto")->capture_default_str();
-    cmd->add_option("--save-every", f->save_every,
-                    "Also checkpoint every N steps (RUN_DIR/checkpoint.safetensors, or with data "
-                    "parallelism "
-                    "RUN_DIR/checkpoints/step-N/, is always written at the end)")
-        ->capture_default_str();
-    cmd->add_option(
-        "--init-from", f->init_from,
-        "Start from pretrained weights: an llm.c checkpoint (gpt2_124M.bin), a Hugging Face GPT-2 "
-        "model.safetensors, or an earlier napkin run's RUN_DIR/checkpoint.safetensors; the model "
-        "shape comes from the file unless --model is given");
-    cmd->add_option(
-           "--load-strategy", f->load_strategy,
-           "How --init-from reads the file: read-all|sequential|mmap (its peak RSS is reported)")
-        ->capture_default_str();
-    cmd->add_option("--profile", f->profile,
-                    "off|all|steps:N-M: write RUN_DIR/trace.json (Perfetto / chrome://tracing) of "
-                    "those steps, "
-                    "and memory.json")
-        ->capture_default_str();
-    cmd->add_option("--stop-after", f->stop_after,
-                    "Stop after step N of the run and checkpoint it (resume later with --resume)");
-    cmd->add_option(
-        "--resume", f->resume,
-        "Continue the run in RUN_DIR from its checkpoint, with its own options (bitwise "
-        "identical); "
-        "or from a checkpoint file (napkin ckpt consolidate's, any world size and stage)");
-    cmd->add_flag("--quiet", f->quiet, "No per-step lines");
-    cmd->add_option("--zero", f->zero,
-                    "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks "
-                    "come from the "
-                    "launcher: mpirun -n N napkin train --zero S ... (N ranks x --grad-accum G = "
-                    "one rank x G N)")
-        ->capture_default_str();
-    cmd->add_option("--overlap", f->overlap,
-                    "auto|on|off: start each unit's gradient collective as its backward ends and "
-                    "prefetch ZeRO-3's "
-                    "parameter gathers, overlapping communication with computation (the same "
-                    "results bit for "
-                    "bit); auto: on with GPUs (NCCL), off with CPU ranks (MPI)")
-        ->capture_default_str();
-    cmd->add_option("--offload", f->offload,
-                    "none|optimizer: keep the fp32 master copy and optimizer state of each rank's "
-                    "shard in host "
-                    "memory and step it there (ZeRO-Offload; --device cuda, --zero 1-3, a "
-                    "mixed-precision recipe)")
-        ->capture_default_str();
-    cmd->add_option(
-           "--comm-timeout", f->comm_timeout,
-           "Seconds one collective may wait for the other ranks before the job ends with an error "
-           "naming it (a rank stuck or gone); 0: wait forever. Only under a launcher")
-        ->capture_default_str();
+    add_recipe_options(*cmd, *f);
+    add_run_options(*cmd, *f);
     cmd->callback(
         [f, cmd] { run_with_ranks([&](Communicator& comm) { run_train(*f, *cmd, comm); }); });
 }
