@@ -7,10 +7,12 @@
 
 #include "core/check.h"
 #include "profiler/run_folder.h"
+#include "tests/profiler/error_of.h"
 #include "tests/profiler/temp_dir.h"
 
 namespace p = napkin::profiler;
 namespace fs = std::filesystem;
+using napkin::profiler::test::error_of;
 using napkin::profiler::test::TempDir;
 
 namespace {
@@ -18,18 +20,6 @@ namespace {
 void write(const fs::path& f, const std::string& text) {
     std::ofstream out(f, std::ios::binary);
     out << text;
-}
-
-// The message of the InputError `fn` throws (fails the test when it throws nothing).
-template <class Fn>
-std::string error_of(Fn fn) {
-    try {
-        fn();
-    } catch (const napkin::InputError& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no InputError";
-    return "";
 }
 
 }  // namespace

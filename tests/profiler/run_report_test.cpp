@@ -11,10 +11,12 @@
 #include "core/check.h"
 #include "core/model_config.h"
 #include "profiler/run_report.h"
+#include "tests/profiler/error_of.h"
 
 namespace p = napkin::profiler;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using napkin::profiler::test::error_of;
 
 namespace {
 
@@ -25,18 +27,6 @@ std::string slurp(const fs::path& f) {
     std::ostringstream s;
     s << in.rdbuf();
     return s.str();
-}
-
-// The message of the InputError `fn` throws (fails the test when it throws nothing).
-template <class Fn>
-std::string error_of(Fn fn) {
-    try {
-        fn();
-    } catch (const napkin::InputError& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no InputError";
-    return "";
 }
 
 // A report with every optional section and field set, each to a value of its own.
