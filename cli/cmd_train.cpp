@@ -1,8 +1,11 @@
-// napkin train: trains a GPT on the CPU engine, one progress line per step, and writes
+// napkin train: trains a GPT on the CPU or CUDA engine, one progress line per step, and writes
 // RUN_DIR/report.json with the estimator's prediction for this exact run beside what was
 // measured. Flag names follow napkin estimate where they mean the same.
+//
+// train() is four steps: validate the flags into the run's options (cli/train_flags.cpp),
+// set up the trainer, the profiler and the prediction, run the step loop, and write the report
+// (profiler/run_report.h) with the closing lines (cli/train_report.h).
 #include <algorithm>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
@@ -25,8 +27,7 @@
 #include "cli/train_report.h"
 #include "cli/train_signal.h"
 #include "core/check.h"
-#include "core/config_json.h"
-#include "core/device.h"
+#include "core/comm/comm.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"

@@ -1,4 +1,4 @@
-// napkin train's flags, and their validation into the run's options (cli/train_validate.cpp):
+// napkin train's flags, and their validation into the run's options (cli/train_flags.cpp):
 // a new run's from the flags or a resumed run's from its checkpoint, the device, data
 // parallelism, and the folder the run writes. Every refusal is a UsageError naming the flag.
 #pragma once

@@ -16,7 +16,6 @@
 
 #include <array>
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>

@@ -1,10 +1,11 @@
+#include "cli/train_flags.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
 
 #include "cli/flag_checks.h"
-#include "cli/train_flags.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
