@@ -28,16 +28,14 @@ void App::draw_header() {
         ImGui::TextDisabled("%s", parts.empty() ? "(nothing loaded)" : parts.c_str());
         if (r.has_report) {
             ImGui::SameLine();
-            std::string desc = r.report.model_name + " " + r.report.run_value("precision") +
-                               ", checkpointing " + r.report.run_value("checkpointing") +
-                               ", attention " + r.report.run_value("attention") + ", " +
-                               r.report.run_value("device");
-            if (const std::string ft = r.report.run_value("finetune"); !ft.empty() && ft != "full")
-                desc += ", " + ft + " r" + r.report.run_value("lora_rank");
-            const double zero = r.report.comm_value("zero"), world = r.report.comm_value("world");
-            if (std::fabs(zero) < 1e9 && std::fabs(world) < 1e9) {  // false for NaN
-                desc += ", ZeRO-" + std::to_string(static_cast<int>(zero)) + " x " +
-                        std::to_string(static_cast<int>(world)) + " ranks";
+            const profiler::RunOptions& o = r.report.run;
+            std::string desc = r.report.model.name + " " + o.precision + ", checkpointing " +
+                               o.checkpointing + ", attention " + o.attention + ", " + o.device;
+            if (o.finetune != "full")
+                desc += ", " + o.finetune + " r" + std::to_string(o.lora_rank.value_or(0));
+            if (const auto& c = r.report.communication) {
+                desc += ", ZeRO-" + std::to_string(c->zero) + " x " + std::to_string(c->world) +
+                        " ranks";
             }
             ImGui::TextDisabled("| %s", desc.c_str());
         }

@@ -10,9 +10,7 @@
 #include <string>
 
 #include <imgui.h>
-#include <nlohmann/json.hpp>
 
-#include "core/config_json.h"
 #include "core/model_config.h"
 #include "estimator/hardware.h"
 #include "estimator/report.h"
@@ -60,31 +58,24 @@ bool int_input(const char* label, int& v, int lo, int hi) {
 std::vector<int> runs_with_model(const std::vector<RunData>& runs) {
     std::vector<int> out;
     for (std::size_t r = 0; r < runs.size(); ++r) {
-        if (runs[r].has_report && !runs[r].report.model_json.empty())
-            out.push_back(static_cast<int>(r));
+        if (runs[r].has_report) out.push_back(static_cast<int>(r));
     }
     return out;
 }
 
-std::int64_t json_int(const std::string& text) {
-    char* end = nullptr;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    return end != text.c_str() ? v : 0;
-}
-
 void take_run_recipe(EstimateState& s, const RunData& run) {
-    auto set_enum = [&](const char* key, int& index, const auto& table) {
-        const std::string v = run.report.run_value(key);
+    auto set_enum = [&](const std::string& v, int& index, const auto& table) {
         for (std::size_t i = 0; i < table.size(); ++i) {
             if (table[i].name == v) index = static_cast<int>(i);
         }
     };
-    set_enum("precision", s.precision, kPrecisionNames);
-    set_enum("optimizer", s.optimizer, kOptimizerNames);
-    set_enum("checkpointing", s.checkpointing, kCheckpointingNames);
-    set_enum("attention", s.attention, kAttentionNames);
-    const std::int64_t t = json_int(run.report.run_value("seq_len"));
-    const std::int64_t b = json_int(run.report.run_value("micro_batch"));
+    const profiler::RunOptions& o = run.report.run;
+    set_enum(o.precision, s.precision, kPrecisionNames);
+    set_enum(o.optimizer, s.optimizer, kOptimizerNames);
+    set_enum(o.checkpointing, s.checkpointing, kCheckpointingNames);
+    set_enum(o.attention, s.attention, kAttentionNames);
+    const std::int64_t t = o.seq_len;
+    const std::int64_t b = o.micro_batch;
     if (t > 0) s.seq_len = static_cast<int>(t);
     if (b > 0) s.micro_batch = static_cast<int>(b);
     s.gpus = 1;
@@ -102,8 +93,7 @@ void compute(EstimateState& s, const std::vector<RunData>& runs) {
         } else {
             const RunData& run = runs[static_cast<std::size_t>(
                 from_runs[static_cast<std::size_t>(s.model) - presets.size()])];
-            in.model = model_config_from_json(nlohmann::json::parse(run.report.model_json),
-                                              run.label + "/report.json");
+            in.model = run.report.model;
         }
         in.seq_len = s.seq_len;
         in.micro_batch = s.micro_batch;

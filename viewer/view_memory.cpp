@@ -27,11 +27,10 @@ struct OtherTotal {
 };
 
 OtherTotal other_total(const RunData& run) {
-    for (const char* k : {"device_peak_bytes", "device_used_peak_bytes", "peak_reserved_bytes"}) {
-        const double v = run.report.measured_value(k);
-        if (std::isfinite(v) && v > 0) return {"device peak", v};
-    }
-    const double rss = run.report.measured_value("peak_rss_bytes");
+    if (!run.has_report) return {nullptr, 0};
+    if (const auto& d = run.report.measured.device_memory; d && d->peak_used_bytes > 0)
+        return {"device peak", static_cast<double>(d->peak_used_bytes)};
+    const double rss = run.report.measured.peak_rss_bytes;
     if (std::isfinite(rss) && rss > 0) return {"process peak RSS", rss};
     return {nullptr, 0};
 }
@@ -121,7 +120,7 @@ void draw_chart(MemoryState& s, int run_index, const RunData& run, ImVec2 size) 
     plot.plot_x1 = b.x;
     plot.plot_y0 = a.y;
     plot.plot_y1 = b.y;
-    const double predicted = run.has_report ? run.report.predicted_total_bytes() : 0.0;
+    const double predicted = run.has_report ? predicted_total_bytes(run.report) : 0.0;
     const OtherTotal other = other_total(run);
     double y_max = std::max({m.peak_bytes, predicted, cache.device_max});
     const bool other_on_chart = other.label != nullptr && other.bytes < 1.5 * y_max;
