@@ -68,7 +68,8 @@ struct MemoryChartCache {
     std::size_t samples = 0;
     int columns = 0;
     double t0 = 0, t1 = 0;
-    std::vector<std::uint32_t> sample;  // per column; kNone before the first sample
+    double t_end = 0;                   // the run's last time: columns after it stay empty
+    std::vector<std::uint32_t> sample;  // per column; kNone before the first sample, after t_end
     std::vector<double> device_used;    // per column; NaN before the first device sample
     double device_max = 0;
     std::size_t peak_index = 0;  // the sample at the peak (the legend's values)

@@ -45,8 +45,17 @@ OtherTotal other_total(const RunData& run) {
     return {nullptr, 0};
 }
 
-// What does not change with the window: the sample at the peak, the device's largest "used".
-void cache_data(MemoryChartCache& c, const MemoryData& m, const CounterSeries* device) {
+// What does not change with the window: the sample at the peak, the device's largest "used",
+// the run's end.
+void cache_data(MemoryChartCache& c, const RunData& run, const CounterSeries* device) {
+    const MemoryData& m = run.memory;
+    c.t_end = static_cast<double>(m.t_ns.back());
+    if (run.has_trace && !run.trace.empty())
+        c.t_end = std::max(c.t_end, static_cast<double>(run.trace.t_max_ns));
+    for (const CounterSeries& series : run.trace.counters) {
+        if (!series.t_ns.empty())
+            c.t_end = std::max(c.t_end, static_cast<double>(series.t_ns.back()));
+    }
     c.memory = &m;
     c.device = device;
     c.samples = m.t_ns.size();
@@ -70,7 +79,9 @@ void cache_columns(MemoryChartCache& c, const MemoryData& m) {
     std::size_t i = static_cast<std::size_t>(first - t.begin());
     std::size_t carried = i > 0 ? i - 1 : SIZE_MAX;
     for (int col = 0; col < c.columns; ++col) {
+        const double tc0 = c.t0 + (c.t1 - c.t0) * col / c.columns;
         const double tc1 = c.t0 + (c.t1 - c.t0) * (col + 1) / c.columns;
+        if (tc0 > c.t_end) break;  // after the run: nothing held, nothing drawn
         std::size_t best = carried;
         bool in_column = false;
         for (; i < t.size() && static_cast<double>(t[i]) < tc1; ++i) {
@@ -90,6 +101,7 @@ void cache_columns(MemoryChartCache& c, const MemoryData& m) {
     double last = j > 0 ? c.device->values[j - 1] : NAN;
     for (int col = 0; col < c.columns; ++col) {
         const double tc1 = c.t0 + (c.t1 - c.t0) * (col + 1) / c.columns;
+        if (tc1 - (c.t1 - c.t0) / c.columns > c.t_end) break;
         double v = last;
         bool any = false;
         for (; j < dt.size() && static_cast<double>(dt[j]) < tc1; ++j) {
@@ -109,7 +121,7 @@ const MemoryChartCache& chart_columns(MemoryState& s, int run_index, const RunDa
     const CounterSeries* device =
         run.has_trace ? run.trace.counter(kDeviceMemoryCounter, kDeviceMemoryUsedKey) : nullptr;
     if (c.memory != &run.memory || c.device != device || c.samples != run.memory.t_ns.size())
-        cache_data(c, run.memory, device);
+        cache_data(c, run, device);
     if (c.columns != columns || c.t0 != t0 || c.t1 != t1) {
         c.columns = columns;
         c.t0 = t0;
@@ -186,8 +198,12 @@ void draw_bands(MemoryState& s, const Chart& c, const MemoryData& m,
     };
     for (int col = 0; col < c.columns; ++col) {
         const std::uint32_t i = cache.sample[static_cast<std::size_t>(col)];
-        if (i == kNone) continue;
         const float x = c.column_x(col);
+        if (i == kNone) {  // before the first sample or after the run's end
+            for (std::size_t k = 0; k < nc; ++k)
+                close(k, x);
+            continue;
+        }
         double below = 0;
         for (std::size_t k = 0; k < nc; ++k) {
             const double v = std::max(0.0, m.by_category[i * nc + k]);
@@ -310,8 +326,11 @@ void draw_marks(const Chart& c, const RunData& run, const MemoryChartCache& cach
     place_labels(placed, LabelBox{c.a.x, c.a.y, c.b.x, c.b.y});
     for (std::size_t i = 0; i < labels.size(); ++i) {
         const PlacedLabel& p = placed[i + 1];
-        if (p.shown)
-            c.dl->AddText(ImVec2(p.box.x0, p.box.y0), labels[i].color, labels[i].text.c_str());
+        if (!p.shown) continue;
+        // On a dark backing, so that the lines and bands under a label do not cross its text.
+        c.dl->AddRectFilled(ImVec2(p.box.x0 - 2, p.box.y0), ImVec2(p.box.x1 + 2, p.box.y1),
+                            IM_COL32(20, 20, 26, 200), 2.0f);
+        c.dl->AddText(ImVec2(p.box.x0, p.box.y0), labels[i].color, labels[i].text.c_str());
     }
 }
 

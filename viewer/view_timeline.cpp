@@ -379,8 +379,9 @@ void draw_flows(LanesFrame& f, const TimelineState& s, const std::vector<RunData
         f.dl->AddBezierCubic(a, ImVec2(a.x, (a.y + b.y) * 0.5f), ImVec2(b.x, (a.y + b.y) * 0.5f), b,
                              col, 2.0f);
         f.dl->AddCircleFilled(b, 4.0f, col);
-        const float px0 = f.m.x(static_cast<double>(peer.start_ns)),
-                    px1 = f.m.x(static_cast<double>(peer.end_ns()));
+        // Outlined within the time axis, not over the lane labels.
+        const float px0 = std::max(f.m.x(static_cast<double>(peer.start_ns)), f.m.x0 - 2),
+                    px1 = std::min(f.m.x(static_cast<double>(peer.end_ns())), f.m.x1 + 2);
         const float py = s.lane_y[r][peer.lane] + static_cast<float>(peer.depth) * kRowPx;
         f.dl->AddRect(ImVec2(px0, py), ImVec2(std::max(px1, px0 + 2), py + kRowPx - 1), col, 0, 0,
                       2.0f);

@@ -412,6 +412,22 @@ TEST_F(ViewerInput, TheMemoryChartSharesTheTimelinesWindow) {
     EXPECT_DOUBLE_EQ(tl().axis.t0, app_->time().profiled.t0_ns);
 }
 
+// A window past the run's end: the chart stops where the run does (a run shorter than another
+// opened beside it is not drawn on past its end).
+TEST_F(ViewerInput, TheMemoryChartStopsAtTheRunsEnd) {
+    app_->select(ViewId::memory);
+    idle(2);
+    const double end = app_->memory().charts.at(0).t_end;
+    ASSERT_GE(end, static_cast<double>(run().memory.t_ns.back()));
+    win() = TimeWindow{end - 1e6, end + 1e6};
+    idle();
+    const MemoryChartCache& c = app_->memory().charts[0];
+    ASSERT_EQ(c.t0, end - 1e6);
+    EXPECT_NE(c.sample.front(), kNone) << "held before the end";
+    EXPECT_EQ(c.sample.back(), kNone) << "drawn after the end";
+    EXPECT_EQ(c.sample[c.sample.size() / 2 + 2], kNone);
+}
+
 // `?` shows the keys overlay and hides it again; typed into the find box it is text.
 TEST_F(ViewerInput, QuestionMarkTogglesTheKeysOverlay) {
     ASSERT_FALSE(app_->help_shown());
