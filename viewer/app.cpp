@@ -25,9 +25,9 @@ struct ShortcutGroup {
 };
 const std::vector<ShortcutGroup>& shortcuts() {
     static const std::vector<ShortcutGroup> kGroups = {
-        {"Timeline and Memory (one shared time window)",
+        {"Timeline + Memory",
          {{"mouse wheel", "zoom around the pointer"},
-          {"W / S", "zoom in / out around the centre"},
+          {"W / S", "zoom in / out around the centre (both views show one window)"},
           {"drag, A / D", "pan"},
           {"F, Fit", "the profiled window (the traces' ranges)"},
           {"Whole run", "everything: counters and memory samples from the process's start"}}},
@@ -91,6 +91,7 @@ App::App(std::vector<RunData> runs) : runs_(std::move(runs)), time_(time_view_of
 
 std::string App::open(const OpenOptions& o) {
     pending_ = o.view;
+    help_ = o.keys;
     if (o.mode) kernels_.scope = static_cast<int>(*o.mode);
     if (o.window)
         time_.window = {time_.origin_ns + o.window->t0_ns, time_.origin_ns + o.window->t1_ns};
@@ -188,13 +189,17 @@ void App::draw_help() {
     ImGui::SetNextWindowPos(
         ImVec2(vp->WorkPos.x + 0.5f * vp->WorkSize.x, vp->WorkPos.y + 0.5f * vp->WorkSize.y),
         ImGuiCond_Always, ImVec2(0.5f, 0.5f));
-    ImGui::SetNextWindowBgAlpha(0.96f);
+    ImGui::PushStyleColor(ImGuiCol_WindowBg, IM_COL32(28, 30, 38, 255));
     ImGui::Begin("keys", nullptr,
                  ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_AlwaysAutoResize |
                      ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_NoMove);
-    for (const ShortcutGroup& g : shortcuts()) {
-        ImGui::TextColored(ImVec4(0.75f, 0.85f, 1.0f, 1.0f), "%s", g.title);
-        if (ImGui::BeginTable(g.title, 2, ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::PopStyleColor();
+    if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
+        for (const ShortcutGroup& g : shortcuts()) {
+            ImGui::TableNextRow();
+            ImGui::TableNextColumn();
+            ImGui::Spacing();
+            ImGui::TextColored(ImVec4(0.75f, 0.85f, 1.0f, 1.0f), "%s", g.title);
             for (const Shortcut& k : g.keys) {
                 ImGui::TableNextRow();
                 ImGui::TableNextColumn();
@@ -202,9 +207,8 @@ void App::draw_help() {
                 ImGui::TableNextColumn();
                 ImGui::TextDisabled("%s", k.does);
             }
-            ImGui::EndTable();
         }
-        ImGui::Spacing();
+        ImGui::EndTable();
     }
     ImGui::End();
 }

@@ -20,6 +20,7 @@ struct OpenOptions {
     std::optional<TimeWindow> window;  // ns from the runs' start
     std::string find;                  // the find box's text: its matches outlined
     std::string select;  // an event's name (else part of it): selected, and shown unless `window`
+    bool keys = false;   // the `?` overlay of keys shown
 };
 
 class App {

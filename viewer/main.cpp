@@ -1,6 +1,6 @@
 // napkin-view: the desktop viewer (`napkin view` starts it). Opens run folders and Chrome trace
 // files; with --screenshot renders one view headless into a PNG and exits. --view, --mode,
-// --window, --find and --select open it in a given state, so that any state has a command.
+// --window, --find, --select and --keys open it in a given state, so that any state has a command.
 // Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select),
 // 2 usage error.
 #include <cstdio>
@@ -48,6 +48,7 @@ void add_options(CLI::App& cli, Flags& f) {
     cli.add_option("--select", f.open.select,
                    "Select the first event with this name (else with it in its name); shown "
                    "when no --window is given");
+    cli.add_flag("--keys", f.open.keys, "Show the list of keys (what ? shows)");
     cli.add_option("--size", f.size,
                    "Window or PNG size WxH (default 1600x900 window, 1280x720 PNG)");
     cli.add_option("--frames", f.frames, "Frames rendered before a screenshot is taken")

@@ -360,6 +360,17 @@ TEST_F(ViewerGui, MemoryViewShowsTheWindowGiven) {
     EXPECT_GT(count_of(profiled, act, w), 2000u);
 }
 
+// --keys opens with the `?` overlay shown: its opaque panel over the view.
+TEST_F(ViewerGui, KeysShowsTheOverlay) {
+    const std::string args = " --view timeline " + (*dir_ / "fp32").string();
+    const Rgb panel{28, 30, 38};  // the overlay's background (App::draw_help)
+    int w = 0, h = 0;
+    const auto shown = shot("keys", args + " --keys", w, h);
+    EXPECT_GT(count_of(shown, panel, w), 100000u);
+    const auto plain = shot("no_keys", args, w, h);
+    EXPECT_LT(count_of(plain, panel, w), 1000u);  // a few anti-aliased pixels of that colour
+}
+
 // Single trace files from tests/viewer/data (no training needed): another tool's trace in every
 // view, counter lanes on the timeline, the device's own total in the memory view.
 class ViewerGuiFiles : public testing::Test {
