@@ -455,19 +455,24 @@ bool select_event(TimelineState& s, TimeView& time, const std::vector<RunData>& 
                   const std::string& name, bool zoom) {
     int best_run = -1;
     std::uint32_t best = kNone;
-    bool best_exact = false;
+    char best_match = 0;  // 2: the name itself, 1: part of it
     const std::string needle = lower(name);
     for (std::size_t r = 0; r < runs.size(); ++r) {
         const TraceData& t = runs[r].trace;
+        std::vector<char> match(t.strings.size(), 0);  // by name id, once per name
+        for (std::uint32_t i = 0; i < t.strings.size(); ++i) {
+            match[i] = t.strings[i] == name                                    ? 2
+                       : lower(t.strings[i]).find(needle) != std::string::npos ? 1
+                                                                               : 0;
+        }
         for (std::uint32_t i = 0; i < t.events.size(); ++i) {
-            const std::string& n = t.name_of(t.events[i]);
-            const bool exact = n == name;
-            if (!exact && (best_exact || lower(n).find(needle) == std::string::npos)) continue;
-            if (best == kNone || exact > best_exact ||
+            const char m = match[t.events[i].name];
+            if (m == 0 || m < best_match) continue;
+            if (m > best_match ||
                 t.events[i].start_ns < runs[best_run].trace.events[best].start_ns) {
                 best_run = static_cast<int>(r);
                 best = i;
-                best_exact = exact;
+                best_match = m;
             }
         }
     }
