@@ -1,7 +1,8 @@
 // The panels. Each draws one view of the loaded runs into the current ImGui window, one file per
 // panel (view_<name>.cpp); they read RunData and never load or change it. What a panel keeps
-// between frames (zoom, selection, sort order, the estimator's inputs) is its state struct here,
-// so the app, the tests and the benchmark can set it directly.
+// between frames (selection, sort order, the estimator's inputs) is its state struct here, and
+// the time window the timeline and the memory charts share is the TimeView, so the app, the tests
+// and the benchmark can set them directly.
 #pragma once
 
 #include <array>
