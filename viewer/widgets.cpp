@@ -158,6 +158,8 @@ bool text_fitted(ImDrawList* dl, ImVec2 pos, float max_w, ImU32 color, const std
             hi = mid - 1;
         }
     }
+    while (lo > 0 && (static_cast<unsigned char>(text[lo]) & 0xC0) == 0x80)
+        --lo;  // not inside a UTF-8 character
     const std::string cut = text.substr(0, lo) + "...";
     dl->AddText(font, size, pos, color, cut.c_str(), cut.c_str() + cut.size());
     return true;

@@ -207,7 +207,7 @@ TEST_F(ViewerInput, DragPansByThePointersTravel) {
     EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
 }
 
-TEST_F(ViewerInput, FRestoresTheWholeTrace) {
+TEST_F(ViewerInput, FRestoresTheProfiledWindow) {
     const double t0 = win().t0_ns, t1 = win().t1_ns;
     move_to(tl().axis.x0 + 200.0f, lanes_y());
     FrameInput in = pointer_;
