@@ -235,6 +235,7 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
     explain_flops(os, in, e);
     explain_run(os, in, e);
     explain_communication(os, in, e, ctx);
+    os << explain_parallel(in, e);
     return os.str();
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/config_json.h"
@@ -22,15 +23,6 @@ std::string printf_string(const char* fmt, double a) {
     return buf;
 }
 
-std::string fmt_duration(double s) {
-    if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
-    if (s < 1) return printf_string("%.1f ms", s * 1e3);
-    if (s < 120) return printf_string("%.2f s", s);
-    if (s < 7200) return printf_string("%.1f min", s / 60);
-    if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
-    return printf_string("%.1f days", s / kSecondsPerDay);
-}
-
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
 nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
@@ -40,8 +32,13 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
     const CommunicationEstimate& c = e.comm;
     std::ostringstream os;
     char line[256];
-    os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero << ", G=" << in.grad_accum
-       << ")\n";
+    if (in.tp * in.pp > 1) {
+        os << "\ndata-parallel communication per step per rank (ring; DP=" << c.world << " replicas, ZeRO-"
+           << c.zero << ", G=" << in.grad_accum << ")\n";
+    } else {
+        os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero
+           << ", G=" << in.grad_accum << ")\n";
+    }
     for (const CommLine& l : c.lines) {
         std::snprintf(line, sizeof line, "  %-11s %-15s %-5s %8.0f calls %16s elements %12.4f GB sent\n",
                       l.what.c_str(), std::string(enum_name(kCollectiveNames, l.op)).c_str(),
@@ -50,14 +47,16 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
         os << line;
     }
     std::snprintf(line, sizeof line, "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
-                  c.sent_bytes / kGB, c.received_bytes / kGB, c.zero == 3 ? "3 psi" : "2 psi",
+                  c.sent_bytes / kGB, c.received_bytes / kGB,
+                  paper_volume_label(c.zero, in.grad_accum).c_str(),
                   fmt_count(c.paper_volume_elements).c_str());
     os << line;
     if (c.padding > 0) os << "; padding " << fmt_count(c.padding) << " elements";
     os << "\n";
     if (c.link_bytes_per_s > 0) {
-        std::snprintf(line, sizeof line, "  on %s (%.1f GB/s per direction): %s per step", ctx.link.c_str(),
-                      c.link_bytes_per_s / kGB, fmt_duration(c.seconds).c_str());
+        std::snprintf(line, sizeof line, "  on %s (%.1f GB/s per direction): %s per step",
+                      (c.link.empty() ? ctx.link : c.link).c_str(), c.link_bytes_per_s / kGB,
+                      fmt_duration(c.seconds).c_str());
         os << line;
         if (e.step_seconds > 0) {
             os << " (" << printf_string("%.0f", 100.0 * c.seconds / e.step_seconds) << "% of the compute step)";
@@ -91,7 +90,9 @@ nlohmann::json communication_json(const CommunicationEstimate& c, const ReportCo
                 {"elements", c.elements},
                 {"sent_bytes", c.sent_bytes},
                 {"received_bytes", c.received_bytes},
-                {"link", ctx.link.empty() ? json(nullptr) : json(ctx.link)},
+                {"link", !c.link.empty()   ? json(c.link)
+                         : ctx.link.empty() ? json(nullptr)
+                                            : json(ctx.link)},
                 {"link_bytes_per_s", null_if_zero(c.link_bytes_per_s, timed)},
                 {"seconds", null_if_zero(c.seconds, timed)}};
 }
@@ -113,10 +114,17 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (in.finetune != Finetune::full) {
         os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
     }
-    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
-       << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
+    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus;
+    if (in.tp * in.pp > 1) {
+        const ParallelLayout& p = e.parallel.layout;
+        os << " (TP=" << p.tp << " PP=" << p.pp;
+        if (p.vpp > 1) os << " V=" << p.vpp;
+        os << (p.sp ? " SP" : "") << " DP=" << p.dp << ")";
+    }
+    os << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
     if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
-    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << printf_string("%.2f", in.mfu)
+    // The MFU as given, every digit: the time below uses exactly this.
+    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << fmt_exact(in.mfu)
        << "\n\n";
 }
 
@@ -167,8 +175,16 @@ void text_parameters(std::ostream& os, const EstimateInputs& in, const Estimate&
 // Memory per GPU by category, the temporaries itemized, and the host's share when offloading.
 void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     char line[256];
-    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
-    os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    const PrecisionDTypes pd = recipe_dtypes(in);
+    if (in.tp * in.pp > 1) {
+        const Estimate::StageSummary& st = e.parallel.stages[static_cast<std::size_t>(e.parallel.shown)];
+        os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " (" << st.layers
+           << " layers, " << printf_string("%g", st.in_flight) << " micro-batches in flight; "
+           << fmt_count(st.params) << " parameters)\n";
+        os << "                                     GB (1e9)  GiB (2^30)\n";
+    } else {
+        os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    }
     const std::string weights_dtype =
         dtype_label(pd.weights) + (in.finetune == Finetune::qlora ? "/nf4" : "");
     row(os, "weights (" + weights_dtype + ")", e.gpu.weights);
@@ -212,8 +228,14 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
 void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     char line[256];
     os << "\nFLOPs per token\n";
-    std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
+    std::snprintf(line, sizeof line, "  %-34s %12s\n", in.params_only ? "6N" : "6N, N = total",
+                  fmt_sci(e.flops_6n_per_token).c_str());
     os << line;
+    if (!in.params_only) {  // Kaplan et al.'s N leaves the embeddings out
+        std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N, N = non-embedding (Kaplan)",
+                      fmt_sci(e.flops_6n_non_embedding_per_token).c_str());
+        os << line;
+    }
     if (e.flops_adapters_per_token > 0) {
         std::snprintf(line, sizeof line, "  %-34s %12s\n", "4N + 6 N_adapters (frozen base)",
                       fmt_sci(e.flops_adapters_per_token).c_str());
@@ -230,26 +252,46 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
                   fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
                   fmt_sci(e.hardware_flops_per_token).c_str());
     os << line;
-    os << "per step: " << fmt_count(e.tokens_per_step) << " tokens (B T G W), " << fmt_sci(e.model_flops_per_step)
+    os << "per step: " << fmt_count(e.tokens_per_step) << (in.tp * in.pp > 1 ? " tokens (B T G DP), " : " tokens (B T G W), ")
+       << fmt_sci(e.model_flops_per_step)
        << " model FLOPs\n";
-    os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd) << " FLOPs, model FLOPs "
-       << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps) << " steps\n";
+    if (e.tokens > 0) {
+        os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd)
+           << " FLOPs, model FLOPs " << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps)
+           << " steps\n";
+    } else {
+        os << "run: no length (--tokens not given; fine-tuning has no default)\n";
+    }
 }
 
 // Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
 void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     if (e.peak_flops_per_s > 0) {
-        os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
+        os << "\ntime at MFU " << fmt_exact(in.mfu) << " on " << in.gpus << " x "
            << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
-        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
-        if (e.run_seconds < 2 * kSecondsPerDay) {
-            os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+        os << "  step " << fmt_duration(e.step_seconds);
+        if (e.parallel.bubble_seconds > 0) {
+            os << " (compute " << fmt_duration(e.parallel.compute_seconds) << " + pipeline bubble "
+               << fmt_duration(e.parallel.bubble_seconds) << ")";
         }
+        if (e.tokens > 0) {
+            os << ", run " << fmt_duration(e.run_seconds);
+            if (e.run_seconds < 2 * kSecondsPerDay) {
+                os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+            }
+        }
+        os << "; HFU " << printf_string("%.3f", e.hfu) << "\n";
+    }
+    if (in.measured_tokens_per_s > 0) {
+        if (e.peak_flops_per_s <= 0) os << "\ntime\n";
+        os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s";
+        if (e.peak_flops_per_s > 0) {
+            os << " means MFU " << printf_string("%.3f", e.measured_mfu) << ", HFU "
+               << printf_string("%.3f", e.measured_hfu) << ";";
+        }
+        os << " step " << fmt_duration(e.measured_step_seconds);
+        if (e.tokens > 0) os << ", run " << fmt_duration(e.measured_run_seconds) << " at that rate";
         os << "\n";
-        if (in.measured_tokens_per_s > 0) {
-            os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
-               << printf_string("%.3f", e.measured_mfu) << "\n";
-        }
     }
 }
 
@@ -260,6 +302,9 @@ void text_solve(std::ostream& os, const ReportContext& ctx) {
         if (ctx.solved->value <= 0) {
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
                << " per GPU)\n";
+        } else if (ctx.solve == "min-tp-pp") {
+            os << "TP " << ctx.solved->tp << " x PP " << ctx.solved->pp << " = "
+               << fmt_count(ctx.solved->value) << " GPUs per model replica";
         } else if (ctx.solve == "max-params") {
             os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
                << ")";
@@ -286,14 +331,19 @@ nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const Re
     inputs["seq_len"] = e.seq_len;
     inputs["micro_batch"] = in.micro_batch;
     inputs["grad_accum"] = in.grad_accum;
-    inputs["tokens"] = e.tokens;
+    inputs["tokens"] = e.tokens > 0 ? json(e.tokens) : json(nullptr);
     inputs["precision"] = enum_name(kPrecisionNames, in.precision);
     inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
     inputs["grads_fp32"] = in.grads_fp32;
+    inputs["optimizer_fp32"] = in.optimizer_fp32;
     inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
     inputs["attention"] = enum_name(kAttentionNames, in.attention);
     inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
     inputs["gpus"] = in.gpus;
+    inputs["tp"] = in.tp;
+    inputs["pp"] = in.pp;
+    inputs["vpp"] = in.vpp;
+    inputs["sequence_parallel"] = in.sequence_parallel;
     inputs["zero"] = in.zero;
     inputs["offload"] = enum_name(kOffloadNames, in.offload);
     inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
@@ -335,6 +385,69 @@ nlohmann::json memory_json(const Estimate& e) {
     return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
 }
 
+
+// FLOPs per token, per step (all GPUs) and per run (null without a run length).
+nlohmann::json flops_json(const Estimate& e) {
+    using nlohmann::json;
+    const bool run = e.tokens > 0;
+    return {
+        {"per_token",
+         {{"six_n", e.flops_6n_per_token},
+          {"six_n_non_embedding", null_if_zero(e.flops_6n_non_embedding_per_token,
+                                               e.flops_6n_non_embedding_per_token > 0)},
+          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
+          {"matmul", e.flops_matmul_per_token},
+          {"attention", e.flops_attention_per_token},
+          {"model", e.model_flops_per_token},
+          {"hardware", e.hardware_flops_per_token},
+          {"other", e.other_flops_per_token}}},
+        {"per_step",
+         {{"tokens", e.tokens_per_step},
+          {"model", e.model_flops_per_step},
+          {"hardware", e.hardware_flops_per_step}}},
+        {"run",
+         {{"tokens", null_if_zero(e.tokens, run)},
+          {"six_nd", null_if_zero(e.run_flops_6nd, run)},
+          {"model", null_if_zero(e.run_model_flops, run)},
+          {"steps", null_if_zero(e.steps, run)}}},
+    };
+}
+
+// The step and the run at the assumed MFU, or, when a throughput was measured, at the measured
+// rate ("basis"): the MFU and HFU it means and the times it gives.
+nlohmann::json time_json(const EstimateInputs& in, const Estimate& e) {
+    using nlohmann::json;
+    const bool timed = e.peak_flops_per_s > 0, run = e.tokens > 0;
+    const bool measured = in.measured_tokens_per_s > 0;
+    const double step = measured ? e.measured_step_seconds : e.step_seconds;
+    const double run_s = measured ? e.measured_run_seconds : e.run_seconds;
+    const bool known = timed || measured;
+    json t = {{"basis", measured ? "measured" : "assumed"},
+              {"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
+              {"mfu", measured ? null_if_zero(e.measured_mfu, timed) : json(in.mfu)},
+              {"hfu", null_if_zero(measured ? e.measured_hfu : e.hfu, timed)},
+              {"step_seconds", null_if_zero(step, known)},
+              {"run_seconds", null_if_zero(run_s, known && run)},
+              {"run_days", null_if_zero(run_s / kSecondsPerDay, known && run)}};
+    if (e.parallel.layout.pp > 1) {
+        t["bubble_fraction"] = e.parallel.bubble_fraction;
+        t["bubble_seconds"] = null_if_zero(e.parallel.bubble_seconds, timed && !measured);
+    }
+    return t;
+}
+
+nlohmann::json measured_json(const EstimateInputs& in, const Estimate& e) {
+    using nlohmann::json;
+    if (in.measured_tokens_per_s <= 0) return nullptr;
+    const bool timed = e.peak_flops_per_s > 0, run = e.tokens > 0;
+    return {{"tokens_per_s", in.measured_tokens_per_s},
+            {"mfu", null_if_zero(e.measured_mfu, timed)},
+            {"hfu", null_if_zero(e.measured_hfu, timed)},
+            {"step_seconds", e.measured_step_seconds},
+            {"run_seconds", null_if_zero(e.measured_run_seconds, run)},
+            {"run_days", null_if_zero(e.measured_run_seconds / kSecondsPerDay, run)}};
+}
+
 }  // namespace
 
 std::string fmt_count(double n) {
@@ -349,6 +462,34 @@ std::string fmt_count(double n) {
 }
 
 std::string fmt_sci(double x) { return printf_string("%.3g", x); }
+
+std::string fmt_duration(double s) {
+    if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
+    if (s < 1) return printf_string("%.1f ms", s * 1e3);
+    if (s < 120) return printf_string("%.2f s", s);
+    if (s < 7200) return printf_string("%.1f min", s / 60);
+    if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
+    return printf_string("%.1f days", s / kSecondsPerDay);
+}
+
+std::string fmt_exact(double x) {
+    char buf[40];
+    for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+        if (std::strtod(buf, nullptr) == x) break;
+    }
+    return buf;
+}
+
+void integers_as_integers(nlohmann::json& doc) {
+    if (doc.is_structured()) {
+        for (auto& v : doc) integers_as_integers(v);
+    } else if (doc.is_number_float()) {
+        const double v = doc.get<double>();
+        if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
+            doc = static_cast<std::int64_t>(v);
+    }
+}
 
 std::string fmt_bytes(double bytes) {
     char buf[64];
@@ -399,7 +540,34 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
         out.push_back("--seq-len " + std::to_string(e.seq_len) + " exceeds the model's context length " +
                       std::to_string(in.model.context_length));
     }
-    if (has(kNoteZeroOneGpu)) out.push_back("--zero over one GPU shards nothing");
+    if (has(kNoteZeroOneGpu)) {
+        out.push_back(in.tp * in.pp > 1 ? "--zero over one data-parallel replica shards nothing"
+                                        : "--zero over one GPU shards nothing");
+    }
+    if (has(kNoteOffloadReplicated)) {
+        out.push_back("--offload " + std::string(enum_name(kOffloadNames, in.offload)) +
+                      " with --zero 0 on " + std::to_string(in.gpus) +
+                      " GPUs: every rank keeps a full host copy of the offloaded states (" +
+                      fmt_bytes(e.cpu.total()) + " each); --zero 1-3 shards them");
+    }
+    if (has(kNoteFinetuneNoTokens)) {
+        out.push_back("--tokens not given: fine-tuning has no default length (Chinchilla's D = 20 N "
+                      "is a pretraining budget), so no run FLOPs or time");
+    }
+    if (has(kNoteUnevenStages)) {
+        out.push_back("--pp " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
+                      " layers: the first stages hold one more (Megatron-LM needs the first and last "
+                      "stage sizes given)");
+    }
+    if (has(kNoteFewMicroBatches)) {
+        out.push_back("fewer micro-batches per step (--grad-accum " + std::to_string(in.grad_accum) +
+                      ") than pipeline stages (--pp " + std::to_string(in.pp) +
+                      "): the pipeline never fills, and the bubble exceeds the compute");
+    }
+    if (has(kNoteGroupWithoutLink)) {
+        out.push_back("a parallel group has no known link for this GPU: its communication is not timed "
+                      "(--node-link, --net-link)");
+    }
     if (has(kNoteRunUnderOneStep)) {
         out.push_back(
             "D = " + fmt_sci(e.tokens) + " tokens is less than one step's " +
@@ -433,7 +601,12 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     text_parameters(os, in, e);
     text_memory(os, in, e);
     if (e.comm.world > 1) os << format_communication(in, e, ctx);
-    os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
+    os << format_parallel(in, e);
+    if (in.tp * in.pp > 1) {
+        os << "\nactivations per GPU of that stage   GB (1e9)  GiB (2^30)\n";
+    } else {
+        os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
+    }
     row(os, "closed form (Korthikanti)", e.act_closed_form_bytes);
     row(os, "op plan, kept in forward", e.act_detailed_kept_bytes);
     row(os, "op plan, peak in backward", e.act_detailed_bytes);
@@ -477,39 +650,26 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
                         {"detailed_peak", e.act_detailed_bytes},
                         {"detailed_kept", e.act_detailed_kept_bytes},
                         {"detailed_layer", e.act_detailed_layer_bytes}};
-    j["flops"] = {
-        {"per_token",
-         {{"six_n", e.flops_6n_per_token},
-          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
-          {"matmul", e.flops_matmul_per_token},
-          {"attention", e.flops_attention_per_token},
-          {"model", e.model_flops_per_token},
-          {"hardware", e.hardware_flops_per_token},
-          {"other", e.other_flops_per_token}}},
-        {"per_step", {{"tokens", e.tokens_per_step}, {"model", e.model_flops_per_step}, {"hardware", e.hardware_flops_per_step}}},
-        {"run", {{"tokens", e.tokens}, {"six_nd", e.run_flops_6nd}, {"model", e.run_model_flops}, {"steps", e.steps}}},
-    };
-    const bool timed = e.peak_flops_per_s > 0;
-    j["time"] = {{"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
-                 {"mfu", in.mfu},
-                 {"step_seconds", null_if_zero(e.step_seconds, timed)},
-                 {"run_seconds", null_if_zero(e.run_seconds, timed)},
-                 {"run_days", null_if_zero(e.run_seconds / kSecondsPerDay, timed)},
-                 {"hfu", null_if_zero(e.hfu, timed)}};
-    j["measured"] = in.measured_tokens_per_s > 0
-                        ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
-                        : json(nullptr);
+    j["flops"] = flops_json(e);
+    j["time"] = time_json(in, e);
+    j["measured"] = measured_json(in, e);
     if (ctx.solved != nullptr) {
         j["solve"] = {{"kind", ctx.solve},
                       {"value", ctx.solved->value},
                       {"evaluations", ctx.solved->evaluations},
                       {"at_limit", ctx.solved->at_limit}};
+        if (ctx.solve == "min-tp-pp") {
+            j["solve"]["tp"] = ctx.solved->tp;
+            j["solve"]["pp"] = ctx.solved->pp;
+        }
     }
     j["communication"] = communication_json(e.comm, ctx);
+    j["parallelism"] = parallel_json(in, e);
     j["fits"] = e.fits();
     auto notes = note_texts(in, e);
     notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
     j["notes"] = notes;
+    integers_as_integers(j);
     return j;
 }
 

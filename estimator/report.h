@@ -33,5 +33,17 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
 std::string fmt_count(double n);      // 124,439,808
 std::string fmt_sci(double x);        // 6.30e+24
 std::string fmt_bytes(double bytes);  // "12.35 GB (11.50 GiB)"
+std::string fmt_duration(double seconds);  // "850.0 ms", "2.45 s", "3.1 h", "143.9 days"
+std::string fmt_exact(double x);           // the shortest text that reads back as x: "0.555"
+
+// The 3D-parallel parts (report_parallel.cpp): the layout, the stages, the tensor- and
+// pipeline-parallel traffic and the bubble, as text, JSON and --explain.
+std::string format_parallel(const EstimateInputs& in, const Estimate& e);
+nlohmann::json parallel_json(const EstimateInputs& in, const Estimate& e);
+std::string explain_parallel(const EstimateInputs& in, const Estimate& e);
+
+// Rewrites every integral number of a JSON document (a byte count held in a double) as an
+// integer, so that `--json` prints 124439808, not 124439808.0.
+void integers_as_integers(nlohmann::json& doc);
 
 }  // namespace napkin
