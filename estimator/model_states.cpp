@@ -18,10 +18,12 @@ namespace {
 // zero.cpp): every parameter at ZeRO 0; at stages 1-3 the pieces of parameters inside a rank's
 // shard of each unit, the largest count over the ranks (the ranks differ by a few at most).
 int grad_norm_tensors(const ShardLayout& layout, int zero) {
-    if (zero == 0) {  // the trained ones (a frozen parameter is in no unit)
-        return static_cast<int>(std::count_if(layout.param_unit.begin(), layout.param_unit.end(),
-                                              [](int u) { return u >= 0; }));
-    }
+    const int trained = static_cast<int>(std::count_if(
+        layout.param_unit.begin(), layout.param_unit.end(), [](int u) { return u >= 0; }));
+    // Every trained parameter at ZeRO-0 (a frozen one is in no unit); beyond 1024 ranks that as
+    // the bound too, rather than walking every rank (the partial sums are 2 KB per tensor).
+    constexpr int kRanksWalked = 1024;
+    if (zero == 0 || layout.world > kRanksWalked) return trained;
     int most = 0;
     for (int r = 0; r < layout.world; ++r) {
         int count = 0;
@@ -251,12 +253,13 @@ TemporaryBytes temporaries(const Terms& x, const StageView& v, const Estimate& e
 MemoryBytes megatron_model_states(const Terms& x, const StageView& v, Estimate& e,
                                   double& stage_params) {
     const ParamCounts& r = x.rank_counts;
+    // The embedding and the head as allocated: Vp rows (a shard of them under T > 1).
+    const auto vocab_rows = static_cast<double>(x.rank->padded_vocab_size * x.rank->d_model);
     double n = static_cast<double>(v.layers) * static_cast<double>(r.per_layer);
-    if (v.first) n += static_cast<double>(r.token_embedding + r.position_embedding);
+    if (v.first) n += vocab_rows + static_cast<double>(r.position_embedding);
     if (v.last) {
         n += static_cast<double>(r.final_norm);
-        if (!x.c.tied_embeddings) n += static_cast<double>(r.head);
-        else if (!v.first) n += static_cast<double>(r.token_embedding);
+        if (!x.c.tied_embeddings || !v.first) n += vocab_rows;  // the head, or the tied copy
     }
     stage_params = n;
     const formulas::BytesPerParam bpp = recipe_bytes_per_param(x.in);
