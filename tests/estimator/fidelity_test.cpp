@@ -202,7 +202,7 @@ TEST(Qlora, SixtyFiveBOnOneFortyEightGigabyteGpu) {
     EXPECT_TRUE(e.fits()) << e.gpu.total() / 1e9 << " GB";
     EXPECT_GT(e.gpu.total(), 40e9);  // most of it: the 33.7 GB NF4 base and 9.6 GB of adapters
     in.optimizer_fp32 = false;
-    in.precision = Precision::bf16_amp;  // 16 bytes per adapter parameter: still fits, closer
+    in.precision = Precision::bf16_amp;  // 16 bytes per adapter parameter: 50.1 GB, over
     EXPECT_GT(Estimator{}.run(in).gpu.total(), e.gpu.total());
     in.precision = Precision::fp16_amp;
     in.optimizer_fp32 = true;
