@@ -1,4 +1,5 @@
-// The human-readable table and the JSON document of an estimate.
+// The human-readable table of an estimate (the JSON document: report_json.cpp; the notes:
+// report_notes.cpp).
 #include "estimator/report.h"
 
 #include <cmath>
@@ -17,15 +18,10 @@ constexpr double kGB = 1e9;
 constexpr double kGiB = 1073741824.0;
 constexpr double kSecondsPerDay = 86400.0;
 
-std::string printf_string(const char* fmt, double a) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, a);
-    return buf;
-}
+std::string printf_string(const char* fmt, double a) { return fmt_number(fmt, a); }
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
-nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // Data-parallel traffic per step per rank (estimator/communication.h).
 std::string format_communication(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
@@ -68,34 +64,6 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
     return os.str();
 }
 
-nlohmann::json communication_json(const CommunicationEstimate& c, const ReportContext& ctx) {
-    using nlohmann::json;
-    json lines = json::array();
-    for (const CommLine& l : c.lines) {
-        lines.push_back({{"what", l.what},
-                         {"op", enum_name(kCollectiveNames, l.op)},
-                         {"dtype", dtype_name(l.dtype)},
-                         {"calls", l.calls},
-                         {"elements", l.elements},
-                         {"sent_bytes", l.sent_bytes},
-                         {"received_bytes", l.received_bytes}});
-    }
-    const bool timed = c.link_bytes_per_s > 0;
-    return json{{"world", c.world},
-                {"zero", c.zero},
-                {"psi", c.psi},
-                {"padding_elements", c.padding},
-                {"paper_volume_elements", c.paper_volume_elements},
-                {"collectives", lines},
-                {"elements", c.elements},
-                {"sent_bytes", c.sent_bytes},
-                {"received_bytes", c.received_bytes},
-                {"link", !c.link.empty()   ? json(c.link)
-                         : ctx.link.empty() ? json(nullptr)
-                                            : json(ctx.link)},
-                {"link_bytes_per_s", null_if_zero(c.link_bytes_per_s, timed)},
-                {"seconds", null_if_zero(c.seconds, timed)}};
-}
 
 // One memory row: the label, then GB and GiB.
 void row(std::ostream& os, const std::string& label, double bytes) {
@@ -318,137 +286,13 @@ void text_solve(std::ostream& os, const ReportContext& ctx) {
     }
 }
 
-// What the estimate was asked: the model, the run, the recipe, the hardware.
-nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
-    using nlohmann::json;
-    json inputs;
-    if (in.params_only) {
-        inputs["model"] = json{{"params", in.params}};
-    } else {
-        inputs["model"] = model_config_to_json(in.model);
-    }
-    inputs["model_source"] = ctx.model_source;
-    inputs["seq_len"] = e.seq_len;
-    inputs["micro_batch"] = in.micro_batch;
-    inputs["grad_accum"] = in.grad_accum;
-    inputs["tokens"] = e.tokens > 0 ? json(e.tokens) : json(nullptr);
-    inputs["precision"] = enum_name(kPrecisionNames, in.precision);
-    inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
-    inputs["grads_fp32"] = in.grads_fp32;
-    inputs["optimizer_fp32"] = in.optimizer_fp32;
-    inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
-    inputs["attention"] = enum_name(kAttentionNames, in.attention);
-    inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
-    inputs["gpus"] = in.gpus;
-    inputs["tp"] = in.tp;
-    inputs["pp"] = in.pp;
-    inputs["vpp"] = in.vpp;
-    inputs["sequence_parallel"] = in.sequence_parallel;
-    inputs["zero"] = in.zero;
-    inputs["offload"] = enum_name(kOffloadNames, in.offload);
-    inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
-    inputs["lora_rank"] = in.finetune == Finetune::full ? json(nullptr) : json(in.lora_rank);
-    inputs["gpu"] = ctx.gpu;
-    inputs["peak_flops_per_s"] = in.peak_flops_per_s;
-    inputs["gpu_memory_bytes"] = in.gpu_memory_bytes;
-    inputs["cpu_memory_bytes"] = in.cpu_memory_bytes;
-    inputs["mfu"] = in.mfu;
-    inputs["ignore_activations"] = in.ignore_activations;
-    return inputs;
-}
-
-// Memory per GPU by category (temporaries itemized), and the host's for offloaded states.
-nlohmann::json memory_json(const Estimate& e) {
-    using nlohmann::json;
-    auto mem = [](const MemoryBytes& m) {
-        return json{{"weights", m.weights},         {"master", m.master},
-                    {"grads", m.grads},             {"optimizer", m.optimizer},
-                    {"activations", m.activations}, {"temporaries", m.temporaries},
-                    {"model_states", m.model_states()}, {"total", m.total()}};
-    };
-    json gpu = mem(e.gpu);
-    gpu["capacity"] = e.gpu_capacity_bytes;
-    gpu["fits"] = e.fits_gpu;
-    const auto& t = e.temporaries;
-    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads},
-                                 {"op_workspace", t.op_workspace},
-                                 {"attention_workspace", t.attention_workspace},
-                                 {"param_gather", t.param_gather},
-                                 {"dequant", t.dequant},
-                                 {"fp8_cast", t.fp8_cast},
-                                 {"gemm_workspace", t.gemm_workspace},
-                                 {"grad_norm_workspace", t.grad_norm_workspace}};
-    json cpu = mem(e.cpu);
-    cpu["node_total"] = e.cpu_node_bytes;
-    cpu["capacity"] = e.cpu_capacity_bytes;
-    cpu["fits"] = e.fits_cpu;
-    return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
-}
-
-
-// FLOPs per token, per step (all GPUs) and per run (null without a run length).
-nlohmann::json flops_json(const Estimate& e) {
-    using nlohmann::json;
-    const bool run = e.tokens > 0;
-    return {
-        {"per_token",
-         {{"six_n", e.flops_6n_per_token},
-          {"six_n_non_embedding", null_if_zero(e.flops_6n_non_embedding_per_token,
-                                               e.flops_6n_non_embedding_per_token > 0)},
-          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
-          {"matmul", e.flops_matmul_per_token},
-          {"attention", e.flops_attention_per_token},
-          {"model", e.model_flops_per_token},
-          {"hardware", e.hardware_flops_per_token},
-          {"other", e.other_flops_per_token}}},
-        {"per_step",
-         {{"tokens", e.tokens_per_step},
-          {"model", e.model_flops_per_step},
-          {"hardware", e.hardware_flops_per_step}}},
-        {"run",
-         {{"tokens", null_if_zero(e.tokens, run)},
-          {"six_nd", null_if_zero(e.run_flops_6nd, run)},
-          {"model", null_if_zero(e.run_model_flops, run)},
-          {"steps", null_if_zero(e.steps, run)}}},
-    };
-}
-
-// The step and the run at the assumed MFU, or, when a throughput was measured, at the measured
-// rate ("basis"): the MFU and HFU it means and the times it gives.
-nlohmann::json time_json(const EstimateInputs& in, const Estimate& e) {
-    using nlohmann::json;
-    const bool timed = e.peak_flops_per_s > 0, run = e.tokens > 0;
-    const bool measured = in.measured_tokens_per_s > 0;
-    const double step = measured ? e.measured_step_seconds : e.step_seconds;
-    const double run_s = measured ? e.measured_run_seconds : e.run_seconds;
-    const bool known = timed || measured;
-    json t = {{"basis", measured ? "measured" : "assumed"},
-              {"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
-              {"mfu", measured ? null_if_zero(e.measured_mfu, timed) : json(in.mfu)},
-              {"hfu", null_if_zero(measured ? e.measured_hfu : e.hfu, timed)},
-              {"step_seconds", null_if_zero(step, known)},
-              {"run_seconds", null_if_zero(run_s, known && run)},
-              {"run_days", null_if_zero(run_s / kSecondsPerDay, known && run)}};
-    if (e.parallel.layout.pp > 1) {
-        t["bubble_fraction"] = e.parallel.bubble_fraction;
-        t["bubble_seconds"] = null_if_zero(e.parallel.bubble_seconds, timed && !measured);
-    }
-    return t;
-}
-
-nlohmann::json measured_json(const EstimateInputs& in, const Estimate& e) {
-    using nlohmann::json;
-    if (in.measured_tokens_per_s <= 0) return nullptr;
-    const bool timed = e.peak_flops_per_s > 0, run = e.tokens > 0;
-    return {{"tokens_per_s", in.measured_tokens_per_s},
-            {"mfu", null_if_zero(e.measured_mfu, timed)},
-            {"hfu", null_if_zero(e.measured_hfu, timed)},
-            {"step_seconds", e.measured_step_seconds},
-            {"run_seconds", null_if_zero(e.measured_run_seconds, run)},
-            {"run_days", null_if_zero(e.measured_run_seconds / kSecondsPerDay, run)}};
-}
-
 }  // namespace
+
+std::string fmt_number(const char* fmt, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+}
 
 std::string fmt_count(double n) {
     const long long v = std::llround(n);
@@ -481,15 +325,6 @@ std::string fmt_exact(double x) {
     return buf;
 }
 
-void integers_as_integers(nlohmann::json& doc) {
-    if (doc.is_structured()) {
-        for (auto& v : doc) integers_as_integers(v);
-    } else if (doc.is_number_float()) {
-        const double v = doc.get<double>();
-        if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
-            doc = static_cast<std::int64_t>(v);
-    }
-}
 
 std::string fmt_bytes(double bytes) {
     char buf[64];
@@ -497,103 +332,6 @@ std::string fmt_bytes(double bytes) {
     return buf;
 }
 
-std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e) {
-    std::vector<std::string> out;
-    const auto has = [&](Note n) { return (e.notes & n) != 0; };
-    if (has(kNoteParamsOnlyFlops)) {
-        out.push_back("--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
-                      "needs a shape, so it is left out");
-    }
-    if (has(kNoteParamsOnlyShape)) {
-        out.push_back("--params: activations and temporaries use a derived dense shape of about N "
-                      "parameters: L = " + std::to_string(e.n_layers) + ", d_model = 128 L = " +
-                      std::to_string(e.d_model) + ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
-    }
-    if (has(kNoteSeqLenDefault)) {
-        out.push_back("--seq-len not given: T = " + std::to_string(e.seq_len) +
-                      (in.params_only ? "" : " (the model's context, at most 8192)"));
-    }
-    if (has(kNoteTokensDefault)) {
-        out.push_back("--tokens not given: D = 20 N = " + fmt_sci(e.tokens) +
-                      " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
-    }
-    if (has(kNoteNoPeak)) {
-        out.push_back(
-            std::string(
-                "no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate") +
-            (in.measured_tokens_per_s > 0 ? " and no MFU for --measured-tokens-per-s" : "") +
-            " (pick another --precision or give --peak-tflops)");
-    }
-    if (has(kNoteFp32Peak)) {
-        out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
-                      "TF32 GEMMs would run faster (--peak-tflops to override)");
-    }
-    if (has(kNoteSelectiveFlash)) {
-        out.push_back("selective recomputation with flash attention: flash already keeps no attention "
-                      "scores, so nothing more is recomputed");
-    }
-    if (has(kNoteActivationsIgnored)) {
-        out.push_back("--ignore-activations: memory counts model states only (weights, master, "
-                      "gradients, optimizer), as the lectures do");
-    }
-    if (has(kNoteSeqBeyondContext)) {
-        out.push_back("--seq-len " + std::to_string(e.seq_len) + " exceeds the model's context length " +
-                      std::to_string(in.model.context_length));
-    }
-    if (has(kNoteZeroOneGpu)) {
-        out.push_back(in.tp * in.pp > 1 ? "--zero over one data-parallel replica shards nothing"
-                                        : "--zero over one GPU shards nothing");
-    }
-    if (has(kNoteOffloadReplicated)) {
-        out.push_back("--offload " + std::string(enum_name(kOffloadNames, in.offload)) +
-                      " with --zero 0 on " + std::to_string(in.gpus) +
-                      " GPUs: every rank keeps a full host copy of the offloaded states (" +
-                      fmt_bytes(e.cpu.total()) + " each); --zero 1-3 shards them");
-    }
-    if (has(kNoteFinetuneNoTokens)) {
-        out.push_back("--tokens not given: fine-tuning has no default length (Chinchilla's D = 20 N "
-                      "is a pretraining budget), so no run FLOPs or time");
-    }
-    if (has(kNoteUnevenStages)) {
-        out.push_back("--pp " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
-                      " layers: the first stages hold one more (Megatron-LM needs the first and last "
-                      "stage sizes given)");
-    }
-    if (has(kNoteFewMicroBatches)) {
-        out.push_back("fewer micro-batches per step (--grad-accum " + std::to_string(in.grad_accum) +
-                      ") than pipeline stages (--pp " + std::to_string(in.pp) +
-                      "): the pipeline never fills, and the bubble exceeds the compute");
-    }
-    if (has(kNoteGroupWithoutLink)) {
-        out.push_back("a parallel group has no known link for this GPU: its communication is not timed "
-                      "(--node-link, --net-link)");
-    }
-    if (has(kNoteRunUnderOneStep)) {
-        out.push_back(
-            "D = " + fmt_sci(e.tokens) + " tokens is less than one step's " +
-            fmt_sci(e.tokens_per_step) +
-            " (B T G W): the run is a fraction of a step, and its time less than the step's");
-    }
-    if (has(kNoteLinkOneGpu)) {
-        out.push_back(
-            "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "
-            "time");
-    }
-    if (has(kNoteQloraPrecision)) {
-        out.push_back(
-            in.precision == Precision::fp32
-                ? "QLoRA under fp32: each NF4 weight is dequantized to fp32 for its GEMM, "
-                  "which runs at the fp32 peak (the QLoRA paper computes in bf16)"
-                : "QLoRA under fp8-amp: each NF4 weight is dequantized to bf16 and cast to "
-                  "E4M3 for its GEMM, two roundings of the frozen base (the QLoRA paper "
-                  "computes in bf16)");
-    }
-    if (has(kNoteCpuDoesNotFit)) {
-        out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
-                      fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");
-    }
-    return out;
-}
 
 std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     std::ostringstream os;
@@ -622,55 +360,5 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     return os.str();
 }
 
-nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
-    using nlohmann::json;
-    json j;
-    j["schema"] = "napkin-estimate/1";
-    j["inputs"] = inputs_json(in, e, ctx);
-
-    j["params"] = {
-        {"total", e.total_params},
-        {"embedding", in.params_only ? json(nullptr)
-                                     : json(e.params.token_embedding + e.params.position_embedding +
-                                            e.params.head)},
-        {"non_embedding", in.params_only ? json(nullptr) : json(e.params.non_embedding)},
-        {"matmul", in.params_only ? json(nullptr) : json(e.params.matmul)},
-        {"allocated", in.params_only ? json(nullptr) : json(e.params.allocated)},
-        {"trainable", e.trainable_params},
-        {"frozen", e.frozen_params},
-        {"lora", e.lora_params},
-        {"total_with_adapters", e.total_params + e.lora_params},
-    };
-    const auto& b = e.bytes_per_param;
-    j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},
-                            {"optimizer", b.optimizer}, {"total", b.total()}};
-    j["memory"] = memory_json(e);
-    j["activations"] = {{"closed_form", e.act_closed_form_bytes},
-                        {"closed_form_layer", e.act_closed_form_layer_bytes},
-                        {"detailed_peak", e.act_detailed_bytes},
-                        {"detailed_kept", e.act_detailed_kept_bytes},
-                        {"detailed_layer", e.act_detailed_layer_bytes}};
-    j["flops"] = flops_json(e);
-    j["time"] = time_json(in, e);
-    j["measured"] = measured_json(in, e);
-    if (ctx.solved != nullptr) {
-        j["solve"] = {{"kind", ctx.solve},
-                      {"value", ctx.solved->value},
-                      {"evaluations", ctx.solved->evaluations},
-                      {"at_limit", ctx.solved->at_limit}};
-        if (ctx.solve == "min-tp-pp") {
-            j["solve"]["tp"] = ctx.solved->tp;
-            j["solve"]["pp"] = ctx.solved->pp;
-        }
-    }
-    j["communication"] = communication_json(e.comm, ctx);
-    j["parallelism"] = parallel_json(in, e);
-    j["fits"] = e.fits();
-    auto notes = note_texts(in, e);
-    notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
-    j["notes"] = notes;
-    integers_as_integers(j);
-    return j;
-}
 
 }  // namespace napkin

@@ -35,6 +35,7 @@ std::string fmt_sci(double x);        // 6.30e+24
 std::string fmt_bytes(double bytes);  // "12.35 GB (11.50 GiB)"
 std::string fmt_duration(double seconds);  // "850.0 ms", "2.45 s", "3.1 h", "143.9 days"
 std::string fmt_exact(double x);           // the shortest text that reads back as x: "0.555"
+std::string fmt_number(const char* printf_format, double v);  // fmt_number("%.1f", x)
 
 // The 3D-parallel parts (report_parallel.cpp): the layout, the stages, the tensor- and
 // pipeline-parallel traffic and the bubble, as text, JSON and --explain.

@@ -13,11 +13,7 @@ namespace {
 
 constexpr double kGB = 1e9;
 
-std::string printf_string(const char* fmt, double a) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, a);
-    return buf;
-}
+std::string printf_string(const char* fmt, double a) { return fmt_number(fmt, a); }
 
 std::string schedule(const ParallelLayout& p) {
     if (p.pp == 1) return "no pipeline";
