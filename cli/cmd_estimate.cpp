@@ -127,8 +127,8 @@ void list_links(bool as_json) {
 
 // The flags that describe a custom shape beside --layers/--d-model/--heads: a preset, a config
 // or --params has its own shape, so there they are refused rather than ignored.
-constexpr const char* kShapeOnlyFlags[] = {"--kv-heads", "--d-ff",    "--vocab",    "--context",
-                                           "--norm",     "--mlp",     "--positions", "--no-bias",
+constexpr const char* kShapeOnlyFlags[] = {"--kv-heads", "--d-ff",     "--vocab",     "--context",
+                                           "--norm",     "--mlp",      "--positions", "--no-bias",
                                            "--untied",   "--head-dim", "--qkv-bias"};
 
 std::string number(double v) {
@@ -288,8 +288,9 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     in.sequence_parallel = f.sp;
     if (cmd.count("--micro-batches") > 0) {
         if (cmd.count("--grad-accum") > 0) {
-            throw UsageError("--micro-batches and --grad-accum: the same count (micro-batches per step "
-                             "per replica), give one");
+            throw UsageError(
+                "--micro-batches and --grad-accum: the same count (micro-batches per step "
+                "per replica), give one");
         }
         if (f.micro_batches <= 0) {
             throw UsageError("--micro-batches: must be a positive integer (got " +
@@ -347,7 +348,8 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         const LinkSpec& l = link_or_throw(name);
         return LinkChoice{std::string(l.name), l.bytes_per_s()};
     };
-    in.node_link = link_choice(cmd.count("--node-link") > 0 ? std::string_view(f.node_link) : gpu.node_link);
+    in.node_link =
+        link_choice(cmd.count("--node-link") > 0 ? std::string_view(f.node_link) : gpu.node_link);
     in.network_link =
         link_choice(cmd.count("--net-link") > 0 ? std::string_view(f.net_link) : gpu.network_link);
     if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
@@ -430,8 +432,8 @@ void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--model", f.model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
     f.model = "gpt2";
     cmd->add_option("--config", f.config,
-                    "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, llama, mistral, "
-                    "phi3, qwen2)")
+                    "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, "
+                    "llama, mistral, phi3, qwen2)")
         ->group(g);
     cmd->add_option("--params", f.params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
     cmd->add_option("--layers", f.layers, "Custom shape: layers L")->group(g);
@@ -448,8 +450,10 @@ void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--positions", f.positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
     cmd->add_flag("--no-bias", f.no_bias, "Custom shape: no biases")->group(g);
     cmd->add_flag("--untied", f.untied, "Custom shape: separate output head")->group(g);
-    cmd->add_option("--head-dim", f.head_dim, "Custom shape: head dim (default d_model / heads)")->group(g);
-    cmd->add_flag("--qkv-bias", f.qkv_bias, "Custom shape: biases on q, k and v only (with --no-bias; Qwen2)")
+    cmd->add_option("--head-dim", f.head_dim, "Custom shape: head dim (default d_model / heads)")
+        ->group(g);
+    cmd->add_flag("--qkv-bias", f.qkv_bias,
+                  "Custom shape: biases on q, k and v only (with --no-bias; Qwen2)")
         ->group(g);
     cmd->add_option("--dropout", f.dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
         ->group(g);
@@ -493,12 +497,17 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--zero", f.zero, "ZeRO stage 0|1|2|3 (3 = FSDP), over the data-parallel group")
         ->group(g)
         ->capture_default_str();
-    cmd->add_option("--tp", f.tp, "Tensor-parallel GPUs T (Megatron-LM)")->group(g)->capture_default_str();
-    cmd->add_option("--pp", f.pp, "Pipeline stages P (1F1B schedule)")->group(g)->capture_default_str();
+    cmd->add_option("--tp", f.tp, "Tensor-parallel GPUs T (Megatron-LM)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--pp", f.pp, "Pipeline stages P (1F1B schedule)")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_option("--vpp", f.vpp, "Interleaved chunks per GPU V (the interleaved schedule)")
         ->group(g)
         ->capture_default_str();
-    cmd->add_flag("--sp", f.sp, "Sequence parallelism beside --tp (Korthikanti et al. 2022)")->group(g);
+    cmd->add_flag("--sp", f.sp, "Sequence parallelism beside --tp (Korthikanti et al. 2022)")
+        ->group(g);
     cmd->add_option("--micro-batches", f.micro_batches,
                     "Micro-batches per step per replica M (the pipeline's; same as --grad-accum)")
         ->group(g);
@@ -531,16 +540,18 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--link-gbps", f.link_gbps,
                     "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
         ->group(g);
-    cmd->add_option("--node-link", f.node_link,
-                    "Link between a node's GPUs for --tp/--pp placement (default: the GPU's, e.g. nvlink4)")
+    cmd->add_option(
+           "--node-link", f.node_link,
+           "Link between a node's GPUs for --tp/--pp placement (default: the GPU's, e.g. nvlink4)")
         ->group(g);
     cmd->add_option("--net-link", f.net_link,
                     "Link across nodes for --tp/--pp placement (default: the GPU's, e.g. ib-ndr)")
         ->group(g);
 
     g = "Output";
-    cmd->add_option("--solve", f.solve,
-                    "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest TP x PP")
+    cmd->add_option(
+           "--solve", f.solve,
+           "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest TP x PP")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
@@ -564,11 +575,14 @@ void add_estimate_command(CLI::App& app) {
         "Examples:\n"
         "  napkin estimate --model gpt2 --seq-len 1024 --micro-batch 16\n"
         "  napkin estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5\n"
-        "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations\n"
+        "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 "
+        "--ignore-activations\n"
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
-        "  napkin estimate --model llama3-405b --gpus 16384 --tp 8 --pp 16 --sp --micro-batches 16 \\\n"
+        "  napkin estimate --model llama3-405b --gpus 16384 --tp 8 --pp 16 --sp --micro-batches 16 "
+        "\\\n"
         "                  --checkpointing selective --zero 1\n"
-        "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
+        "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing "
+        "full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
     add_model_flags(cmd, *f);
     add_run_flags(cmd, *f);

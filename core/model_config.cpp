@@ -108,8 +108,8 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
         add(prefix + ".weight", {C}, layer, false);
         if (c.norm == NormKind::layernorm && c.bias) add(prefix + ".bias", {C}, layer, false);
     };
-    auto add_linear = [&](const std::string& prefix, std::int64_t out_f, std::int64_t in_f, int layer,
-                          bool bias) {
+    auto add_linear = [&](const std::string& prefix, std::int64_t out_f, std::int64_t in_f,
+                          int layer, bool bias) {
         add(prefix + ".weight", {out_f, in_f}, layer, true);  // (out, in) as nn.Linear
         if (bias) add(prefix + ".bias", {out_f}, layer, false);
     };

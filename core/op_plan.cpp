@@ -122,8 +122,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     block.push_back(norm_op("ln_1", "ln_1", c, d, pd,
                             {"ln_1.out", "ln_1.out.scale", "ln_1.mean", "ln_1.rstd"}));
 
-    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias || c.qkv_bias, pd.activations, linear_w,
-                           base_trainable, pd);
+    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias || c.qkv_bias,
+                           pd.activations, linear_w, base_trainable, pd);
     qkv.keep("attn.qkv.out", d.N * d.qkv, pd.activations);
     block.push_back(qkv);
     if (adapters) {
@@ -166,8 +166,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     if (dropout) proj.keep("attn.proj.mask", d.N * d.C, DType::i8);
     block.push_back(proj);
     if (adapters) {
-        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.Q, 1, d.C, in.lora_rank,
-                                "attn.proj.lora.h", pd));
+        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.Q, 1, d.C,
+                                in.lora_rank, "attn.proj.lora.h", pd));
     }
     block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
 

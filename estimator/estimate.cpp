@@ -138,8 +138,8 @@ void memory(Terms& x, BufferPlan& buffers, Estimate& e) {
 void communication(Terms& x, Estimate& e) {
     const EstimateInputs& in = x.in;
     if (!x.model_parallel()) {
-        e.comm = estimate_communication(x.layout, in.zero, in.grad_accum, x.pd.grads,
-                                        x.pd.weights, in.link_bytes_per_s);
+        e.comm = estimate_communication(x.layout, in.zero, in.grad_accum, x.pd.grads, x.pd.weights,
+                                        in.link_bytes_per_s);
         if (x.adapters && !in.params_only)
             add_frozen_base_gathers(e.comm, x.frozen, x.pd.weights, in.grad_accum);
         else if (x.adapters)
@@ -176,8 +176,8 @@ void flops(Terms& x, Estimate& e) {
     const double per_mb = static_cast<double>(in.micro_batch * x.T);
     e.flops_6n_per_token = formulas::training_flops_per_token_6n(x.n_total);
     if (!in.params_only) {
-        e.flops_6n_non_embedding_per_token = formulas::training_flops_per_token_6n(
-            static_cast<double>(e.params.non_embedding));
+        e.flops_6n_non_embedding_per_token =
+            formulas::training_flops_per_token_6n(static_cast<double>(e.params.non_embedding));
     }
     if (x.adapters)
         e.flops_adapters_per_token =
@@ -250,8 +250,8 @@ double flops_bound_per_token(const ModelConfig& c, std::int64_t T, std::int64_t 
     const double widths = C + static_cast<double>(c.qkv_dim() + 2 * c.d_ff + c.q_dim());
     const double lora = lora_rank > 0 ? L * static_cast<double>(lora_rank) * 4 * widths : 0.0;
     return 8.5 * (static_cast<double>(p.allocated) + lora) +
-           20.0 * L * static_cast<double>(T) * static_cast<double>(c.q_dim()) +
-           64.0 * L * widths + 16.0 * L * c.n_heads * static_cast<double>(T) +
+           20.0 * L * static_cast<double>(T) * static_cast<double>(c.q_dim()) + 64.0 * L * widths +
+           16.0 * L * c.n_heads * static_cast<double>(T) +
            32.0 * static_cast<double>(c.padded_vocab_size);
 }
 
@@ -292,16 +292,20 @@ static void validate_parallel(const EstimateInputs& in) {
     }
     if (in.tp * static_cast<std::int64_t>(in.pp) == 1) return;
     if (in.params_only) {
-        throw UsageError("--tp/--pp: need a model shape (--model, --config or --layers, --d-model "
-                         "and --heads), not --params");
+        throw UsageError(
+            "--tp/--pp: need a model shape (--model, --config or --layers, --d-model "
+            "and --heads), not --params");
     }
     if (in.finetune != Finetune::full) {
-        throw UsageError("--tp/--pp: napkin models 3D parallelism for full training (not --finetune " +
-                         std::string(enum_name(kFinetuneNames, in.finetune)) + ")");
+        throw UsageError(
+            "--tp/--pp: napkin models 3D parallelism for full training (not --finetune " +
+            std::string(enum_name(kFinetuneNames, in.finetune)) + ")");
     }
     if (in.offload != Offload::none) {
-        throw UsageError("--tp/--pp: napkin models 3D parallelism with the states on the GPUs (not "
-                         "--offload " + std::string(enum_name(kOffloadNames, in.offload)) + ")");
+        throw UsageError(
+            "--tp/--pp: napkin models 3D parallelism with the states on the GPUs (not "
+            "--offload " +
+            std::string(enum_name(kOffloadNames, in.offload)) + ")");
     }
     for (const LinkChoice* l : {&in.node_link, &in.network_link}) {
         if (!(l->bytes_per_s >= 0) || !std::isfinite(l->bytes_per_s)) {
@@ -359,9 +363,10 @@ void validate(const EstimateInputs& in) {
     zero_or_positive(in.link_bytes_per_s, "--link-gbps");
     validate_parallel(in);
     if (in.optimizer_fp32 && in.precision != Precision::bf16) {
-        throw UsageError("--fp32-optimizer-state: for --precision bf16 (the mixed-precision recipes "
-                         "keep fp32 states already; got --precision " +
-                         std::string(enum_name(kPrecisionNames, in.precision)) + ")");
+        throw UsageError(
+            "--fp32-optimizer-state: for --precision bf16 (the mixed-precision recipes "
+            "keep fp32 states already; got --precision " +
+            std::string(enum_name(kPrecisionNames, in.precision)) + ")");
     }
     if (in.optimizer_fp32 && in.optimizer == OptimizerKind::adamw_8bit) {
         throw UsageError("--fp32-optimizer-state: not with --optimizer adamw-8bit");
@@ -397,8 +402,8 @@ std::int64_t Estimator::countable_micro_batch(const EstimateInputs& in) {
     std::int64_t T = 0;
     std::uint32_t notes = 0;
     const ModelConfig& c = model(in, T, notes);
-    const double per_token = flops_bound_per_token(
-        c, T, in.finetune != Finetune::full ? in.lora_rank : 0);
+    const double per_token =
+        flops_bound_per_token(c, T, in.finetune != Finetune::full ? in.lora_rank : 0);
     return static_cast<std::int64_t>(
         std::floor(kMaxCountedFlops / (per_token * static_cast<double>(T))));
 }
@@ -411,8 +416,9 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     const ModelConfig& c = model(in, T, notes);
     const PlanInputs pin = plan_inputs(in, T);
     build_op_plan(c, pin, plan_);  // checks the tensors' sizes; its FLOPs are checked here
-    const double bound = flops_bound_per_token(c, T, in.finetune != Finetune::full ? in.lora_rank : 0) *
-                         static_cast<double>(in.micro_batch) * static_cast<double>(T);
+    const double bound =
+        flops_bound_per_token(c, T, in.finetune != Finetune::full ? in.lora_rank : 0) *
+        static_cast<double>(in.micro_batch) * static_cast<double>(T);
     if (bound > kMaxCountedFlops) {
         char line[320];
         std::snprintf(line, sizeof line,

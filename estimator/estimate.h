@@ -207,7 +207,7 @@ struct Estimate {
         double bubble_fraction = 0;        // (P - 1) / (V M) of the compute time
         double compute_seconds = 0;        // the step at the assumed MFU, without the bubble
         double bubble_seconds = 0;
-        ModelParallelTraffic traffic;      // of the shown stage's GPUs
+        ModelParallelTraffic traffic;  // of the shown stage's GPUs
     } parallel;
 
     std::uint32_t notes = 0;

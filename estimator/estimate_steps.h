@@ -14,7 +14,9 @@
 
 namespace napkin::estimate_steps {
 
-inline double bytes_of(DType t) { return dtype_bits(t) / 8.0; }
+inline double bytes_of(DType t) {
+    return dtype_bits(t) / 8.0;
+}
 
 inline double shard(double count, bool sharded, int gpus) {
     return sharded ? std::ceil(count / gpus) : count;
@@ -62,8 +64,8 @@ struct Terms {
 
     // 3D parallelism (estimator/parallel.h); with T = P = 1 the rank is the whole model.
     ParallelLayout par;
-    const ModelConfig* rank = nullptr;     // one tensor-parallel rank's config
-    const OpPlan* rank_plan = nullptr;     // and its op plan
+    const ModelConfig* rank = nullptr;  // one tensor-parallel rank's config
+    const OpPlan* rank_plan = nullptr;  // and its op plan
     ParamCounts rank_counts;
     bool model_parallel() const { return par.model_parallel(); }
 };

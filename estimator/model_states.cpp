@@ -124,7 +124,8 @@ double TemporaryBytes::*temporary_item(BufferRole role) {
 }  // namespace
 
 formulas::BytesPerParam recipe_bytes_per_param(const EstimateInputs& in) {
-    formulas::BytesPerParam b = formulas::bytes_per_param(in.precision, in.optimizer, in.grads_fp32);
+    formulas::BytesPerParam b =
+        formulas::bytes_per_param(in.precision, in.optimizer, in.grads_fp32);
     if (in.optimizer_fp32) b.optimizer = 4.0 * optimizer_state_count(in.optimizer);
     return b;
 }

@@ -10,10 +10,13 @@ namespace napkin {
 
 namespace {
 
-std::string n(std::int64_t v) { return std::to_string(v); }
+std::string n(std::int64_t v) {
+    return std::to_string(v);
+}
 
 void require_at_least_one(int v, const char* flag) {
-    if (v < 1) throw UsageError(std::string(flag) + ": must be a positive integer (got " + n(v) + ")");
+    if (v < 1)
+        throw UsageError(std::string(flag) + ": must be a positive integer (got " + n(v) + ")");
 }
 
 // A line of `calls` collectives (or sends) of `elements` elements each over `ranks` ranks.
@@ -69,15 +72,17 @@ GroupTraffic tensor_traffic(const ParallelLayout& p, int stage, const TrafficInp
     const double replay = t.full_recompute ? 2.0 : 0.0;  // the forward's collectives once more
     const DType a = t.activations;
     if (!p.sp) {
-        add(g, group_line("blocks", Collective::all_reduce, a, (4 + replay) * per_layers, btc, p.tp));
+        add(g,
+            group_line("blocks", Collective::all_reduce, a, (4 + replay) * per_layers, btc, p.tp));
     } else {
-        add(g, group_line("blocks", Collective::all_gather, a, (6 + replay) * per_layers, btc, p.tp));
+        add(g,
+            group_line("blocks", Collective::all_gather, a, (6 + replay) * per_layers, btc, p.tp));
         add(g, group_line("blocks", Collective::reduce_scatter, a, (4 + replay) * per_layers, btc,
                           p.tp));
     }
     if (stage == 0) {
-        add(g, group_line("embedding", p.sp ? Collective::reduce_scatter : Collective::all_reduce, a,
-                          M, btc, p.tp));
+        add(g, group_line("embedding", p.sp ? Collective::reduce_scatter : Collective::all_reduce,
+                          a, M, btc, p.tp));
     }
     if (stage == p.pp - 1) {
         if (!p.sp) {
@@ -86,8 +91,8 @@ GroupTraffic tensor_traffic(const ParallelLayout& p, int stage, const TrafficInp
             add(g, group_line("head input", Collective::all_gather, a, 2 * M, btc, p.tp));
             add(g, group_line("head input", Collective::reduce_scatter, a, M, btc, p.tp));
         }
-        add(g, group_line("cross entropy", Collective::all_reduce, DType::f32, 3 * M, t.tokens,
-                          p.tp));
+        add(g,
+            group_line("cross entropy", Collective::all_reduce, DType::f32, 3 * M, t.tokens, p.tp));
     }
     finish(g);
     return g;
@@ -131,8 +136,8 @@ ParallelLayout parallel_layout(int gpus, int tp, int pp, int vpp, bool sp,
     p.layers = c.n_layers;
     const std::int64_t replica = static_cast<std::int64_t>(tp) * pp;
     if (gpus % replica != 0) {
-        throw UsageError("--gpus " + n(gpus) + ": must be a multiple of --tp " + n(tp) + " x --pp " +
-                         n(pp) + " = " + n(replica) +
+        throw UsageError("--gpus " + n(gpus) + ": must be a multiple of --tp " + n(tp) +
+                         " x --pp " + n(pp) + " = " + n(replica) +
                          " (data parallelism is gpus / (T P) model replicas)");
     }
     p.dp = static_cast<int>(gpus / replica);
@@ -164,8 +169,8 @@ double in_flight_micro_batches(const ParallelLayout& p, int stage) {
     if (p.vpp == 1) return static_cast<double>(std::min<std::int64_t>(p.pp - stage, M));
     // Megatron-LM's interleaved schedule: warm-up forwards, then one more before the first
     // backward frees a chunk.
-    const std::int64_t warmup =
-        2 * static_cast<std::int64_t>(p.pp - stage - 1) + static_cast<std::int64_t>(p.vpp - 1) * p.pp;
+    const std::int64_t warmup = 2 * static_cast<std::int64_t>(p.pp - stage - 1) +
+                                static_cast<std::int64_t>(p.vpp - 1) * p.pp;
     const std::int64_t chunks = std::min(M * p.vpp, warmup + 1);
     return static_cast<double>(chunks) / p.vpp;
 }
@@ -205,7 +210,8 @@ GroupLinks group_links(const ParallelLayout& p, int gpus_per_node, const LinkCho
 
 ModelParallelTraffic model_parallel_traffic(const ParallelLayout& p, int stage,
                                             const TrafficInputs& t, const GroupLinks& links) {
-    return {tensor_traffic(p, stage, t, links.tensor), pipeline_traffic(p, stage, t, links.pipeline)};
+    return {tensor_traffic(p, stage, t, links.tensor),
+            pipeline_traffic(p, stage, t, links.pipeline)};
 }
 
 }  // namespace napkin

@@ -25,9 +25,9 @@ struct ParallelLayout {
     int pp = 1;   // P: pipeline stages
     int vpp = 1;  // V: interleaved chunks per GPU (1: the 1F1B schedule)
     int dp = 1;   // data-parallel replicas, gpus / (T P)
-    bool sp = false;              // sequence parallelism (needs T > 1)
+    bool sp = false;                 // sequence parallelism (needs T > 1)
     std::int64_t micro_batches = 1;  // M: per step per pipeline (the gradient accumulation G)
-    int layers = 0;               // L
+    int layers = 0;                  // L
     bool model_parallel() const { return tp * pp > 1; }
 };
 
@@ -78,8 +78,8 @@ GroupLinks group_links(const ParallelLayout& p, int gpus_per_node, const LinkCho
 // One line of a group's traffic per step per rank, by the ring algorithm for collectives
 // (core/comm/collective.h) and one message per send.
 struct GroupLine {
-    std::string what;    // "block outputs", "pipeline activations"
-    std::string op;      // "all_reduce", "reduce_scatter", "all_gather", "send"
+    std::string what;  // "block outputs", "pipeline activations"
+    std::string op;    // "all_reduce", "reduce_scatter", "all_gather", "send"
     DType dtype = DType::bf16;
     double calls = 0;     // per step
     double elements = 0;  // per step, summed over the calls

@@ -18,10 +18,11 @@ constexpr double kGB = 1e9;
 constexpr double kGiB = 1073741824.0;
 constexpr double kSecondsPerDay = 86400.0;
 
-std::string printf_string(const char* fmt, double a) { return fmt_number(fmt, a); }
+std::string printf_string(const char* fmt, double a) {
+    return fmt_number(fmt, a);
+}
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
-
 
 // Data-parallel traffic per step per rank (estimator/communication.h).
 std::string format_communication(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
@@ -29,8 +30,8 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
     std::ostringstream os;
     char line[256];
     if (in.tp * in.pp > 1) {
-        os << "\ndata-parallel communication per step per rank (ring; DP=" << c.world << " replicas, ZeRO-"
-           << c.zero << ", G=" << in.grad_accum << ")\n";
+        os << "\ndata-parallel communication per step per rank (ring; DP=" << c.world
+           << " replicas, ZeRO-" << c.zero << ", G=" << in.grad_accum << ")\n";
     } else {
         os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero
            << ", G=" << in.grad_accum << ")\n";
@@ -42,7 +43,8 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
                       l.sent_bytes / kGB);
         os << line;
     }
-    std::snprintf(line, sizeof line, "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
+    std::snprintf(line, sizeof line,
+                  "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
                   c.sent_bytes / kGB, c.received_bytes / kGB,
                   paper_volume_label(c.zero, in.grad_accum).c_str(),
                   fmt_count(c.paper_volume_elements).c_str());
@@ -64,7 +66,6 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
     return os.str();
 }
 
-
 // One memory row: the label, then GB and GiB.
 void row(std::ostream& os, const std::string& label, double bytes) {
     char line[256];
@@ -82,18 +83,20 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (in.finetune != Finetune::full) {
         os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
     }
-    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus;
+    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum
+       << " W=" << in.gpus;
     if (in.tp * in.pp > 1) {
         const ParallelLayout& p = e.parallel.layout;
         os << " (TP=" << p.tp << " PP=" << p.pp;
         if (p.vpp > 1) os << " V=" << p.vpp;
         os << (p.sp ? " SP" : "") << " DP=" << p.dp << ")";
     }
-    os << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
+    os << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; "
+       << ctx.gpu;
     if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
     // The MFU as given, every digit: the time below uses exactly this.
-    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << fmt_exact(in.mfu)
-       << "\n\n";
+    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU "
+       << fmt_exact(in.mfu) << "\n\n";
 }
 
 // The parameter counts and the bytes each trainable one takes.
@@ -145,10 +148,11 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
     char line[256];
     const PrecisionDTypes pd = recipe_dtypes(in);
     if (in.tp * in.pp > 1) {
-        const Estimate::StageSummary& st = e.parallel.stages[static_cast<std::size_t>(e.parallel.shown)];
-        os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " (" << st.layers
-           << " layers, " << printf_string("%g", st.in_flight) << " micro-batches in flight; "
-           << fmt_count(st.params) << " parameters)\n";
+        const Estimate::StageSummary& st =
+            e.parallel.stages[static_cast<std::size_t>(e.parallel.shown)];
+        os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " ("
+           << st.layers << " layers, " << printf_string("%g", st.in_flight)
+           << " micro-batches in flight; " << fmt_count(st.params) << " parameters)\n";
         os << "                                     GB (1e9)  GiB (2^30)\n";
     } else {
         os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
@@ -220,9 +224,9 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
                   fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
                   fmt_sci(e.hardware_flops_per_token).c_str());
     os << line;
-    os << "per step: " << fmt_count(e.tokens_per_step) << (in.tp * in.pp > 1 ? " tokens (B T G DP), " : " tokens (B T G W), ")
-       << fmt_sci(e.model_flops_per_step)
-       << " model FLOPs\n";
+    os << "per step: " << fmt_count(e.tokens_per_step)
+       << (in.tp * in.pp > 1 ? " tokens (B T G DP), " : " tokens (B T G W), ")
+       << fmt_sci(e.model_flops_per_step) << " model FLOPs\n";
     if (e.tokens > 0) {
         os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd)
            << " FLOPs, model FLOPs " << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps)
@@ -325,13 +329,11 @@ std::string fmt_exact(double x) {
     return buf;
 }
 
-
 std::string fmt_bytes(double bytes) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f GB (%.2f GiB)", bytes / kGB, bytes / kGiB);
     return buf;
 }
-
 
 std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     std::ostringstream os;
@@ -359,6 +361,5 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     }
     return os.str();
 }
-
 
 }  // namespace napkin

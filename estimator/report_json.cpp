@@ -12,7 +12,9 @@ namespace {
 
 constexpr double kSecondsPerDay = 86400.0;
 
-nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json null_if_zero(double v, bool known) {
+    return known ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 nlohmann::json communication_json(const CommunicationEstimate& c, const ReportContext& ctx) {
     using nlohmann::json;
@@ -36,13 +38,12 @@ nlohmann::json communication_json(const CommunicationEstimate& c, const ReportCo
                 {"elements", c.elements},
                 {"sent_bytes", c.sent_bytes},
                 {"received_bytes", c.received_bytes},
-                {"link", !c.link.empty()   ? json(c.link)
+                {"link", !c.link.empty()    ? json(c.link)
                          : ctx.link.empty() ? json(nullptr)
                                             : json(ctx.link)},
                 {"link_bytes_per_s", null_if_zero(c.link_bytes_per_s, timed)},
                 {"seconds", null_if_zero(c.seconds, timed)}};
 }
-
 
 // What the estimate was asked: the model, the run, the recipe, the hardware.
 nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
@@ -87,10 +88,14 @@ nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const Re
 nlohmann::json memory_json(const Estimate& e) {
     using nlohmann::json;
     auto mem = [](const MemoryBytes& m) {
-        return json{{"weights", m.weights},         {"master", m.master},
-                    {"grads", m.grads},             {"optimizer", m.optimizer},
-                    {"activations", m.activations}, {"temporaries", m.temporaries},
-                    {"model_states", m.model_states()}, {"total", m.total()}};
+        return json{{"weights", m.weights},
+                    {"master", m.master},
+                    {"grads", m.grads},
+                    {"optimizer", m.optimizer},
+                    {"activations", m.activations},
+                    {"temporaries", m.temporaries},
+                    {"model_states", m.model_states()},
+                    {"total", m.total()}};
     };
     json gpu = mem(e.gpu);
     gpu["capacity"] = e.gpu_capacity_bytes;
@@ -111,7 +116,6 @@ nlohmann::json memory_json(const Estimate& e) {
     return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
 }
 
-
 // FLOPs per token, per step (all GPUs) and per run (null without a run length).
 nlohmann::json flops_json(const Estimate& e) {
     using nlohmann::json;
@@ -121,7 +125,8 @@ nlohmann::json flops_json(const Estimate& e) {
          {{"six_n", e.flops_6n_per_token},
           {"six_n_non_embedding", null_if_zero(e.flops_6n_non_embedding_per_token,
                                                e.flops_6n_non_embedding_per_token > 0)},
-          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
+          {"adapters_4n_6m",
+           null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
           {"matmul", e.flops_matmul_per_token},
           {"attention", e.flops_attention_per_token},
           {"model", e.model_flops_per_token},
@@ -178,14 +183,14 @@ nlohmann::json measured_json(const EstimateInputs& in, const Estimate& e) {
 
 void integers_as_integers(nlohmann::json& doc) {
     if (doc.is_structured()) {
-        for (auto& v : doc) integers_as_integers(v);
+        for (auto& v : doc)
+            integers_as_integers(v);
     } else if (doc.is_number_float()) {
         const double v = doc.get<double>();
         if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9007199254740992.0)
             doc = static_cast<std::int64_t>(v);
     }
 }
-
 
 nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     using nlohmann::json;
@@ -207,8 +212,11 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
         {"total_with_adapters", e.total_params + e.lora_params},
     };
     const auto& b = e.bytes_per_param;
-    j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},
-                            {"optimizer", b.optimizer}, {"total", b.total()}};
+    j["bytes_per_param"] = {{"weights", b.weights},
+                            {"master", b.master},
+                            {"grads", b.grads},
+                            {"optimizer", b.optimizer},
+                            {"total", b.total()}};
     j["memory"] = memory_json(e);
     j["activations"] = {{"closed_form", e.act_closed_form_bytes},
                         {"closed_form_layer", e.act_closed_form_layer_bytes},
@@ -237,6 +245,5 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     integers_as_integers(j);
     return j;
 }
-
 
 }  // namespace napkin

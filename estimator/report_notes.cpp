@@ -9,16 +9,20 @@ namespace napkin {
 namespace {
 
 // Defaults taken and approximations of the model, the data and the recipe.
-void model_and_recipe_notes(const EstimateInputs& in, const Estimate& e, std::vector<std::string>& out) {
+void model_and_recipe_notes(const EstimateInputs& in, const Estimate& e,
+                            std::vector<std::string>& out) {
     const auto has = [&](Note n) { return (e.notes & n) != 0; };
     if (has(kNoteParamsOnlyFlops)) {
-        out.push_back("--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
-                      "needs a shape, so it is left out");
+        out.push_back(
+            "--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
+            "needs a shape, so it is left out");
     }
     if (has(kNoteParamsOnlyShape)) {
-        out.push_back("--params: activations and temporaries use a derived dense shape of about N "
-                      "parameters: L = " + std::to_string(e.n_layers) + ", d_model = 128 L = " +
-                      std::to_string(e.d_model) + ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
+        out.push_back(
+            "--params: activations and temporaries use a derived dense shape of about N "
+            "parameters: L = " +
+            std::to_string(e.n_layers) + ", d_model = 128 L = " + std::to_string(e.d_model) +
+            ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
     }
     if (has(kNoteSeqLenDefault)) {
         out.push_back("--seq-len not given: T = " + std::to_string(e.seq_len) +
@@ -36,25 +40,30 @@ void model_and_recipe_notes(const EstimateInputs& in, const Estimate& e, std::ve
             " (pick another --precision or give --peak-tflops)");
     }
     if (has(kNoteFp32Peak)) {
-        out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
-                      "TF32 GEMMs would run faster (--peak-tflops to override)");
+        out.push_back(
+            "fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
+            "TF32 GEMMs would run faster (--peak-tflops to override)");
     }
     if (has(kNoteSelectiveFlash)) {
-        out.push_back("selective recomputation with flash attention: flash already keeps no attention "
-                      "scores, so nothing more is recomputed");
+        out.push_back(
+            "selective recomputation with flash attention: flash already keeps no attention "
+            "scores, so nothing more is recomputed");
     }
     if (has(kNoteActivationsIgnored)) {
-        out.push_back("--ignore-activations: memory counts model states only (weights, master, "
-                      "gradients, optimizer), as the lectures do");
+        out.push_back(
+            "--ignore-activations: memory counts model states only (weights, master, "
+            "gradients, optimizer), as the lectures do");
     }
     if (has(kNoteSeqBeyondContext)) {
-        out.push_back("--seq-len " + std::to_string(e.seq_len) + " exceeds the model's context length " +
+        out.push_back("--seq-len " + std::to_string(e.seq_len) +
+                      " exceeds the model's context length " +
                       std::to_string(in.model.context_length));
     }
 }
 
 // The parallel layout, the run's length and the hardware.
-void layout_and_run_notes(const EstimateInputs& in, const Estimate& e, std::vector<std::string>& out) {
+void layout_and_run_notes(const EstimateInputs& in, const Estimate& e,
+                          std::vector<std::string>& out) {
     const auto has = [&](Note n) { return (e.notes & n) != 0; };
     if (has(kNoteZeroOneGpu)) {
         out.push_back(in.tp * in.pp > 1 ? "--zero over one data-parallel replica shards nothing"
@@ -67,22 +76,26 @@ void layout_and_run_notes(const EstimateInputs& in, const Estimate& e, std::vect
                       fmt_bytes(e.cpu.total()) + " each); --zero 1-3 shards them");
     }
     if (has(kNoteFinetuneNoTokens)) {
-        out.push_back("--tokens not given: fine-tuning has no default length (Chinchilla's D = 20 N "
-                      "is a pretraining budget), so no run FLOPs or time");
+        out.push_back(
+            "--tokens not given: fine-tuning has no default length (Chinchilla's D = 20 N "
+            "is a pretraining budget), so no run FLOPs or time");
     }
     if (has(kNoteUnevenStages)) {
-        out.push_back("--pp " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
-                      " layers: the first stages hold one more (Megatron-LM needs the first and last "
-                      "stage sizes given)");
+        out.push_back(
+            "--pp " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
+            " layers: the first stages hold one more (Megatron-LM needs the first and last "
+            "stage sizes given)");
     }
     if (has(kNoteFewMicroBatches)) {
-        out.push_back("fewer micro-batches per step (--grad-accum " + std::to_string(in.grad_accum) +
-                      ") than pipeline stages (--pp " + std::to_string(in.pp) +
+        out.push_back("fewer micro-batches per step (--grad-accum " +
+                      std::to_string(in.grad_accum) + ") than pipeline stages (--pp " +
+                      std::to_string(in.pp) +
                       "): the pipeline never fills, and the bubble exceeds the compute");
     }
     if (has(kNoteGroupWithoutLink)) {
-        out.push_back("a parallel group has no known link for this GPU: its communication is not timed "
-                      "(--node-link, --net-link)");
+        out.push_back(
+            "a parallel group has no known link for this GPU: its communication is not timed "
+            "(--node-link, --net-link)");
     }
     if (has(kNoteRunUnderOneStep)) {
         out.push_back(
@@ -105,8 +118,9 @@ void layout_and_run_notes(const EstimateInputs& in, const Estimate& e, std::vect
                   "computes in bf16)");
     }
     if (has(kNoteCpuDoesNotFit)) {
-        out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
-                      fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");
+        out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) +
+                      " of host memory per node, more than " + fmt_bytes(e.cpu_capacity_bytes) +
+                      " (--cpu-mem-gb)");
     }
 }
 
@@ -118,6 +132,5 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
     layout_and_run_notes(in, e, out);
     return out;
 }
-
 
 }  // namespace napkin

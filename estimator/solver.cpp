@@ -96,7 +96,8 @@ std::vector<Layout> layouts(const EstimateInputs& in) {
         for (int p = 1; p <= c.n_layers; ++p) {
             const std::int64_t replica = static_cast<std::int64_t>(t) * p;
             if (in.gpus > 1 && in.gpus % replica != 0) continue;
-            if (in.vpp > 1 && p > 1 && c.n_layers % (static_cast<std::int64_t>(in.vpp) * p) != 0) continue;
+            if (in.vpp > 1 && p > 1 && c.n_layers % (static_cast<std::int64_t>(in.vpp) * p) != 0)
+                continue;
             out.push_back({t, p});
         }
     }
@@ -111,8 +112,9 @@ std::vector<Layout> layouts(const EstimateInputs& in) {
 
 SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est) {
     if (base.params_only) {
-        throw UsageError("--solve min-tp-pp: needs a model shape (--model, --config or --layers, "
-                         "--d-model and --heads), not --params");
+        throw UsageError(
+            "--solve min-tp-pp: needs a model shape (--model, --config or --layers, "
+            "--d-model and --heads), not --params");
     }
     validate(base.model);
     SolveResult r;

@@ -328,14 +328,16 @@ TEST(Cli, GivenFlagsAreUsedOrRefused) {
 // "parallelism", and the layouts a model cannot take refused in one line naming the flag.
 TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
     const CliRun r = napkin(
-        "estimate --model llama3-70b --seq-len 4096 --gpus 64 --tp 8 --pp 4 --sp --micro-batches 16 "
+        "estimate --model llama3-70b --seq-len 4096 --gpus 64 --tp 8 --pp 4 --sp --micro-batches "
+        "16 "
         "--checkpointing selective --zero 1");
     ASSERT_EQ(r.rc, 0) << r.err;
     for (const char* s : {"(TP=8 PP=4 SP DP=2)", "3D parallelism (Megatron-LM)", "pipeline bubble",
                           "tensor group (8 GPUs, nvlink4", "pipeline group (4 GPUs, ib-ndr"}) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     }
-    const CliRun j = napkin("estimate --model llama3-70b --gpus 64 --tp 8 --pp 4 --micro-batches 16 --json");
+    const CliRun j =
+        napkin("estimate --model llama3-70b --gpus 64 --tp 8 --pp 4 --micro-batches 16 --json");
     ASSERT_EQ(j.rc, 0) << j.err;
     const auto doc = nlohmann::json::parse(j.out);
     EXPECT_EQ(doc["parallelism"]["dp"], 2);
@@ -343,14 +345,19 @@ TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
     const CliRun s = napkin("estimate --model llama3-70b --seq-len 4096 --solve min-tp-pp --json");
     ASSERT_EQ(s.rc, 0) << s.err;
     EXPECT_GT(nlohmann::json::parse(s.out)["solve"]["tp"].get<int>(), 1);
-    expect_usage_error("estimate --model llama3-70b --gpus 12 --tp 8", "--gpus 12: must be a multiple of --tp 8");
-    expect_usage_error("estimate --model llama2-7b --tp 3 --gpus 3", "--tp 3: must divide the 32 heads");
+    expect_usage_error("estimate --model llama3-70b --gpus 12 --tp 8",
+                       "--gpus 12: must be a multiple of --tp 8");
+    expect_usage_error("estimate --model llama2-7b --tp 3 --gpus 3",
+                       "--tp 3: must divide the 32 heads");
     expect_usage_error("estimate --model gpt2 --sp", "--sp: sequence parallelism needs --tp > 1");
     expect_usage_error("estimate --params 7e9 --tp 2 --gpus 2", "--tp/--pp: need a model shape");
-    expect_usage_error("estimate --micro-batches 4 --grad-accum 4", "--micro-batches and --grad-accum");
-    expect_usage_error("estimate --model llama3-405b --seq-len 8192 --micro-batch 1024 --gpus 16384 --zero 3",
-                       "beyond napkin's 64-bit counts");
+    expect_usage_error("estimate --micro-batches 4 --grad-accum 4",
+                       "--micro-batches and --grad-accum");
+    expect_usage_error(
+        "estimate --model llama3-405b --seq-len 8192 --micro-batch 1024 --gpus 16384 --zero 3",
+        "beyond napkin's 64-bit counts");
     expect_usage_error("estimate --config " + data("bad_heads.json") + " --fp32-optimizer-state",
                        "bad_heads.json");
-    expect_usage_error("estimate --fp32-optimizer-state", "--fp32-optimizer-state: for --precision bf16");
+    expect_usage_error("estimate --fp32-optimizer-state",
+                       "--fp32-optimizer-state: for --precision bf16");
 }

@@ -166,7 +166,8 @@ TEST(ConfigJson, HuggingFaceLlamaFamily) {
     // Every parameter tensor is listed, the q/k/v biases and the narrower projection included.
     for (const ModelConfig* c : {&qwen, &nemo, &phi}) {
         std::int64_t sum = 0;
-        for (const ParamTensor& t : param_tensors(*c)) sum += t.numel();
+        for (const ParamTensor& t : param_tensors(*c))
+            sum += t.numel();
         EXPECT_EQ(sum, count_params(*c).allocated) << c->name;
         const ModelConfig back = model_config_from_json(model_config_to_json(*c), "m");
         EXPECT_TRUE(same_shape(back, *c)) << c->name;
@@ -176,8 +177,9 @@ TEST(ConfigJson, HuggingFaceLlamaFamily) {
     json moe = hf_llama();
     moe["model_type"] = "mixtral";
     const std::string msg = from_json_error(moe);
-    EXPECT_EQ(msg, "cfg.json: field 'model_type': unknown architecture 'mixtral' (napkin reads "
-                   "gpt2|llama|mistral|phi3|qwen2)");
+    EXPECT_EQ(msg,
+              "cfg.json: field 'model_type': unknown architecture 'mixtral' (napkin reads "
+              "gpt2|llama|mistral|phi3|qwen2)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,7 +318,8 @@ TEST(ConfigJson, FieldErrors) {
     EXPECT_EQ(from_json_error(hf), "cfg.json: missing field 'n_ctx'");
 
     EXPECT_EQ(from_json_error({{"model_type", "bert"}}),
-              "cfg.json: field 'model_type': unknown architecture 'bert' (napkin reads gpt2|llama|mistral|phi3|qwen2)");
+              "cfg.json: field 'model_type': unknown architecture 'bert' (napkin reads "
+              "gpt2|llama|mistral|phi3|qwen2)");
     const std::string neither = from_json_error(json::object());
     EXPECT_NE(neither.find("'format'"), std::string::npos) << neither;
     EXPECT_NE(neither.find("'model_type'"), std::string::npos) << neither;

@@ -28,7 +28,8 @@ std::uint64_t independent_model_flops(const ModelConfig& c, std::int64_t B, std:
     const std::uint64_t blocks = static_cast<std::uint64_t>(c.n_layers * p.linear_per_layer);
     const std::int64_t fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
     const std::uint64_t biases =
-        c.bias       ? static_cast<std::uint64_t>(c.n_layers * (c.qkv_dim() + c.d_model + fc_rows + c.d_model))
+        c.bias       ? static_cast<std::uint64_t>(c.n_layers *
+                                            (c.qkv_dim() + c.d_model + fc_rows + c.d_model))
         : c.qkv_bias ? static_cast<std::uint64_t>(c.n_layers * c.qkv_dim())
                      : 0;
     const std::uint64_t pairs = static_cast<std::uint64_t>(T * (T + 1) / 2);

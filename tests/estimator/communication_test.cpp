@@ -86,7 +86,8 @@ TEST(Communication, DdpAndZeroStagesByHand) {
     const CommunicationEstimate z2 = estimate_communication(l, 2, G, DType::f32, DType::f32, 0);
     EXPECT_DOUBLE_EQ(z2.lines[0].calls, 3);  // a reduce-scatter per micro-batch
     EXPECT_DOUBLE_EQ(z2.sent_bytes, 3.0 * (3 * 3 * 4) + 3 * 3 * 4);
-    EXPECT_DOUBLE_EQ(z2.paper_volume_elements, 40);  // (G + 1)Ψ: Ψ per reduce-scatter, and the gather
+    EXPECT_DOUBLE_EQ(z2.paper_volume_elements,
+                     40);  // (G + 1)Ψ: Ψ per reduce-scatter, and the gather
 
     const CommunicationEstimate z3 = estimate_communication(l, 3, G, DType::f32, DType::f32, 0);
     EXPECT_DOUBLE_EQ(z3.paper_volume_elements, 90);  // 3Ψ per micro-batch, G = 3 of them
@@ -102,7 +103,8 @@ TEST(Communication, PaperVolumeIsTheLimitOfTheRingBytes) {
     const ShardLayout l = shard_layout_flat(1 << 20, 8);
     for (const std::int64_t G : {1, 4}) {
         for (int z = 0; z <= 3; ++z) {
-            const CommunicationEstimate c = estimate_communication(l, z, G, DType::f32, DType::f32, 0);
+            const CommunicationEstimate c =
+                estimate_communication(l, z, G, DType::f32, DType::f32, 0);
             EXPECT_DOUBLE_EQ(c.sent_bytes, c.paper_volume_elements * 4 * 7 / 8)
                 << "ZeRO-" << z << " G " << G;
         }

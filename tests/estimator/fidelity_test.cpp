@@ -98,15 +98,18 @@ TEST(Overflow, RandomSweepOfTheNumericInputs) {
             continue;
         }
         ++ran;
-        SCOPED_TRACE(testing::Message() << "B " << in.micro_batch << " T " << e.seq_len << " G "
-                                        << in.grad_accum << " W " << in.gpus << " N " << e.total_params);
-        const double matmul = in.params_only ? e.total_params : static_cast<double>(e.params.matmul);
+        SCOPED_TRACE(testing::Message()
+                     << "B " << in.micro_batch << " T " << e.seq_len << " G " << in.grad_accum
+                     << " W " << in.gpus << " N " << e.total_params);
+        const double matmul =
+            in.params_only ? e.total_params : static_cast<double>(e.params.matmul);
         const double per_param = in.finetune == Finetune::full ? 6.0 : 4.0;
         ASSERT_GE(e.model_flops_per_token, per_param * matmul * (1 - 1e-12));
         ASSERT_GE(e.hardware_flops_per_token, e.model_flops_per_token);
-        for (const double v : {e.gpu.total(), e.cpu.total(), e.tokens_per_step, e.model_flops_per_step,
-                               e.step_seconds, e.run_seconds, e.steps, e.comm.sent_bytes,
-                               e.other_flops_per_token, e.act_closed_form_bytes, e.measured_mfu}) {
+        for (const double v :
+             {e.gpu.total(), e.cpu.total(), e.tokens_per_step, e.model_flops_per_step,
+              e.step_seconds, e.run_seconds, e.steps, e.comm.sent_bytes, e.other_flops_per_token,
+              e.act_closed_form_bytes, e.measured_mfu}) {
             ASSERT_TRUE(std::isfinite(v) && v >= 0) << v;
         }
     }
@@ -163,7 +166,8 @@ TEST(Measured, HfuAndTimesFollowTheMeasurement) {
     EXPECT_DOUBLE_EQ(j["time"]["run_seconds"].get<double>(), e.measured_run_seconds);
     EXPECT_DOUBLE_EQ(j["measured"]["hfu"].get<double>(), e.measured_hfu);
     const std::string text = format_text(in, e, ReportContext{});
-    EXPECT_NE(text.find("HFU " + std::to_string(e.measured_hfu).substr(0, 5)), std::string::npos) << text;
+    EXPECT_NE(text.find("HFU " + std::to_string(e.measured_hfu).substr(0, 5)), std::string::npos)
+        << text;
 }
 
 // Kaplan et al.'s N leaves out the embeddings: GPT-2's 85,056,000 (their "85M"), printed beside
@@ -236,7 +240,8 @@ TEST(Consistency, OffloadAtZeroZeroOnSeveralGpusIsNoted) {
     const Estimate e = Estimator{}.run(in);
     EXPECT_TRUE(e.notes & kNoteOffloadReplicated);
     bool said = false;
-    for (const std::string& n : note_texts(in, e)) said |= n.find("full host copy") != std::string::npos;
+    for (const std::string& n : note_texts(in, e))
+        said |= n.find("full host copy") != std::string::npos;
     EXPECT_TRUE(said);
     in.zero = 1;
     EXPECT_FALSE(Estimator{}.run(in).notes & kNoteOffloadReplicated);

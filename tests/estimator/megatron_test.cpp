@@ -142,13 +142,13 @@ TEST(Megatron, PublishedConfigurationsFitAndShowBubbleAndTraffic) {
     }
     EstimateInputs trillion = paper_run(kShapes[2]);
     trillion.checkpointing = Checkpointing::full;
-    trillion.gpus = 3072;        // DP = 6
-    trillion.grad_accum = 512;   // 3072 sequences / 6 replicas
+    trillion.gpus = 3072;       // DP = 6
+    trillion.grad_accum = 512;  // 3072 sequences / 6 replicas
     runs.push_back(trillion);
     EstimateInputs gpt3_175b = paper_run(kShapes[0]);
     gpt3_175b.checkpointing = Checkpointing::full;
     gpt3_175b.pp = 16;
-    gpt3_175b.gpus = 1024;      // DP = 8
+    gpt3_175b.gpus = 1024;       // DP = 8
     gpt3_175b.grad_accum = 192;  // a batch of 1536
     runs.push_back(gpt3_175b);
 
@@ -187,9 +187,9 @@ TEST(Megatron, TensorAndPipelineTrafficByHand) {
     t.activations = DType::bf16;
     t.grads = DType::f32;
     const GroupLinks links = group_links(p, 8, {"nvlink4", 450e9}, {"ib-ndr", 50e9});
-    EXPECT_EQ(links.tensor.name, "nvlink4");    // 4 consecutive GPUs
-    EXPECT_EQ(links.data.name, "nvlink4");      // T DP = 8: one node
-    EXPECT_EQ(links.pipeline.name, "ib-ndr");   // T DP P = 16: two nodes
+    EXPECT_EQ(links.tensor.name, "nvlink4");   // 4 consecutive GPUs
+    EXPECT_EQ(links.data.name, "nvlink4");     // T DP = 8: one node
+    EXPECT_EQ(links.pipeline.name, "ib-ndr");  // T DP P = 16: two nodes
     const double btc_bytes = 2048.0 * 4096 * 2;
     const ModelParallelTraffic first = model_parallel_traffic(p, 0, t, links);
     // 4 all-reduces per layer, 4 layers on the stage, 6 micro-batches; the embedding's one.
@@ -292,20 +292,57 @@ TEST(Megatron, RefusesLayoutsTheModelCannotTake) {
             EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
         }
     };
-    expect_error([](EstimateInputs& in) { in.tp = 8; in.pp = 2; in.gpus = 24; },
-                 "--gpus 24: must be a multiple of --tp 8 x --pp 2 = 16");
-    expect_error([](EstimateInputs& in) { in.tp = 3; in.gpus = 3; }, "--tp 3: must divide the 32 heads");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.tp = 8;
+            in.pp = 2;
+            in.gpus = 24;
+        },
+        "--gpus 24: must be a multiple of --tp 8 x --pp 2 = 16");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.tp = 3;
+            in.gpus = 3;
+        },
+        "--tp 3: must divide the 32 heads");
     expect_error([](EstimateInputs& in) { in.vpp = 2; }, "--vpp 2: interleaving needs --pp > 1");
-    expect_error([](EstimateInputs& in) { in.pp = 4; in.vpp = 3; in.gpus = 4; }, "--vpp 3 x --pp 4");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.pp = 4;
+            in.vpp = 3;
+            in.gpus = 4;
+        },
+        "--vpp 3 x --pp 4");
     expect_error([](EstimateInputs& in) { in.sequence_parallel = true; }, "--sp");
-    expect_error([](EstimateInputs& in) { in.pp = 40; in.gpus = 40; }, "--pp 40: more stages");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.pp = 40;
+            in.gpus = 40;
+        },
+        "--pp 40: more stages");
     expect_error([](EstimateInputs& in) { in.tp = 0; }, "--tp: must be a positive integer");
-    expect_error([](EstimateInputs& in) { in.tp = 2; in.gpus = 2; in.finetune = Finetune::lora; },
-                 "full training");
-    expect_error([](EstimateInputs& in) { in.tp = 2; in.gpus = 2; in.offload = Offload::optimizer; },
-                 "--offload");
-    expect_error([](EstimateInputs& in) { in.params_only = true; in.params = 7e9; in.tp = 2; in.gpus = 2; },
-                 "need a model shape");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.tp = 2;
+            in.gpus = 2;
+            in.finetune = Finetune::lora;
+        },
+        "full training");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.tp = 2;
+            in.gpus = 2;
+            in.offload = Offload::optimizer;
+        },
+        "--offload");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.params_only = true;
+            in.params = 7e9;
+            in.tp = 2;
+            in.gpus = 2;
+        },
+        "need a model shape");
 }
 
 // The smallest T P that fits: Llama 3 70B at T = 4096 with sequence parallelism and selective
@@ -333,13 +370,14 @@ TEST(Megatron, SolverFindsTheSmallestModelParallelGroup) {
         smaller.gpus = t * p;
         EXPECT_FALSE(est.run(smaller).fits()) << "T " << t << " P " << p;
     }
-    EXPECT_THROW(solve_min_tp_pp([] {
-                     EstimateInputs n;
-                     n.params_only = true;
-                     n.params = 1e9;
-                     return n;
-                 }(),
-                                 est),
+    EXPECT_THROW(solve_min_tp_pp(
+                     [] {
+                         EstimateInputs n;
+                         n.params_only = true;
+                         n.params = 1e9;
+                         return n;
+                     }(),
+                     est),
                  UsageError);
 }
 
