@@ -58,13 +58,18 @@ void finish(GroupTraffic& g) {
     g.seconds = g.link.bytes_per_s > 0 ? g.sent_bytes / g.link.bytes_per_s : 0.0;
 }
 
+GroupTraffic group(std::string name, int ranks, const LinkChoice& link) {
+    GroupTraffic g;
+    g.group = std::move(name);
+    g.ranks = ranks;
+    g.link = link;
+    return g;
+}
+
 // The tensor group's collectives (see model_parallel_traffic in the header).
 GroupTraffic tensor_traffic(const ParallelLayout& p, int stage, const TrafficInputs& t,
                             const LinkChoice& link) {
-    GroupTraffic g;
-    g.group = "tensor";
-    g.ranks = p.tp;
-    g.link = link;
+    GroupTraffic g = group("tensor", p.tp, link);
     if (p.tp <= 1) return g;
     const std::int64_t btc = t.tokens * t.d_model;
     const double M = static_cast<double>(p.micro_batches);
@@ -100,10 +105,7 @@ GroupTraffic tensor_traffic(const ParallelLayout& p, int stage, const TrafficInp
 
 GroupTraffic pipeline_traffic(const ParallelLayout& p, int stage, const TrafficInputs& t,
                               const LinkChoice& link) {
-    GroupTraffic g;
-    g.group = "pipeline";
-    g.ranks = p.pp;
-    g.link = link;
+    GroupTraffic g = group("pipeline", p.pp, link);
     if (p.pp <= 1) return g;
     const bool first = stage == 0, last = stage == p.pp - 1;
     const std::int64_t btc = t.tokens * t.d_model;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,13 @@ std::string fmt_number(const char* printf_format, double v);  // fmt_number("%.1
 std::string format_parallel(const EstimateInputs& in, const Estimate& e);
 nlohmann::json parallel_json(const EstimateInputs& in, const Estimate& e);
 std::string explain_parallel(const EstimateInputs& in, const Estimate& e);
+
+// Pieces of the --json document shared by its parts: memory by category (the `memory.gpu` keys),
+// and one line of traffic (the `collectives` entries).
+nlohmann::json memory_bytes_json(const MemoryBytes& m);
+nlohmann::json traffic_line_json(const std::string& what, std::string_view op, DType dtype,
+                                 double calls, double elements, double sent_bytes,
+                                 double received_bytes);
 
 // Rewrites every integral number of a JSON document (a byte count held in a double) as an
 // integer, so that `--json` prints 124439808, not 124439808.0.

@@ -20,13 +20,8 @@ nlohmann::json communication_json(const CommunicationEstimate& c, const ReportCo
     using nlohmann::json;
     json lines = json::array();
     for (const CommLine& l : c.lines) {
-        lines.push_back({{"what", l.what},
-                         {"op", enum_name(kCollectiveNames, l.op)},
-                         {"dtype", dtype_name(l.dtype)},
-                         {"calls", l.calls},
-                         {"elements", l.elements},
-                         {"sent_bytes", l.sent_bytes},
-                         {"received_bytes", l.received_bytes}});
+        lines.push_back(traffic_line_json(l.what, enum_name(kCollectiveNames, l.op), l.dtype,
+                                          l.calls, l.elements, l.sent_bytes, l.received_bytes));
     }
     const bool timed = c.link_bytes_per_s > 0;
     return json{{"world", c.world},
@@ -87,17 +82,7 @@ nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const Re
 // Memory per GPU by category (temporaries itemized), and the host's for offloaded states.
 nlohmann::json memory_json(const Estimate& e) {
     using nlohmann::json;
-    auto mem = [](const MemoryBytes& m) {
-        return json{{"weights", m.weights},
-                    {"master", m.master},
-                    {"grads", m.grads},
-                    {"optimizer", m.optimizer},
-                    {"activations", m.activations},
-                    {"temporaries", m.temporaries},
-                    {"model_states", m.model_states()},
-                    {"total", m.total()}};
-    };
-    json gpu = mem(e.gpu);
+    json gpu = memory_bytes_json(e.gpu);
     gpu["capacity"] = e.gpu_capacity_bytes;
     gpu["fits"] = e.fits_gpu;
     const auto& t = e.temporaries;
@@ -109,7 +94,7 @@ nlohmann::json memory_json(const Estimate& e) {
                                  {"fp8_cast", t.fp8_cast},
                                  {"gemm_workspace", t.gemm_workspace},
                                  {"grad_norm_workspace", t.grad_norm_workspace}};
-    json cpu = mem(e.cpu);
+    json cpu = memory_bytes_json(e.cpu);
     cpu["node_total"] = e.cpu_node_bytes;
     cpu["capacity"] = e.cpu_capacity_bytes;
     cpu["fits"] = e.fits_cpu;
@@ -180,6 +165,29 @@ nlohmann::json measured_json(const EstimateInputs& in, const Estimate& e) {
 }
 
 }  // namespace
+
+nlohmann::json memory_bytes_json(const MemoryBytes& m) {
+    return {{"weights", m.weights},
+            {"master", m.master},
+            {"grads", m.grads},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"temporaries", m.temporaries},
+            {"model_states", m.model_states()},
+            {"total", m.total()}};
+}
+
+nlohmann::json traffic_line_json(const std::string& what, std::string_view op, DType dtype,
+                                 double calls, double elements, double sent_bytes,
+                                 double received_bytes) {
+    return {{"what", what},
+            {"op", op},
+            {"dtype", dtype_name(dtype)},
+            {"calls", calls},
+            {"elements", elements},
+            {"sent_bytes", sent_bytes},
+            {"received_bytes", received_bytes}};
+}
 
 void integers_as_integers(nlohmann::json& doc) {
     if (doc.is_structured()) {

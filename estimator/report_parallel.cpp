@@ -64,13 +64,8 @@ nlohmann::json group_json(const GroupTraffic& g) {
     using nlohmann::json;
     json lines = json::array();
     for (const GroupLine& l : g.lines) {
-        lines.push_back({{"what", l.what},
-                         {"op", l.op},
-                         {"dtype", dtype_name(l.dtype)},
-                         {"calls", l.calls},
-                         {"elements", l.elements},
-                         {"sent_bytes", l.sent_bytes},
-                         {"received_bytes", l.received_bytes}});
+        lines.push_back(traffic_line_json(l.what, l.op, l.dtype, l.calls, l.elements, l.sent_bytes,
+                                          l.received_bytes));
     }
     const bool timed = g.link.bytes_per_s > 0;
     return {{"group", g.group},
@@ -81,17 +76,6 @@ nlohmann::json group_json(const GroupTraffic& g) {
             {"sent_bytes", g.sent_bytes},
             {"received_bytes", g.received_bytes},
             {"seconds", timed ? json(g.seconds) : json(nullptr)}};
-}
-
-nlohmann::json memory_of(const MemoryBytes& m) {
-    return {{"weights", m.weights},
-            {"master", m.master},
-            {"grads", m.grads},
-            {"optimizer", m.optimizer},
-            {"activations", m.activations},
-            {"temporaries", m.temporaries},
-            {"model_states", m.model_states()},
-            {"total", m.total()}};
 }
 
 }  // namespace
@@ -138,7 +122,7 @@ nlohmann::json parallel_json(const EstimateInputs& in, const Estimate& e) {
                           {"layers", st.layers},
                           {"in_flight_micro_batches", st.in_flight},
                           {"params", st.params},
-                          {"memory", memory_of(st.gpu)}});
+                          {"memory", memory_bytes_json(st.gpu)}});
     }
     json groups = json::array();
     for (const GroupTraffic* g : {&par.traffic.tensor, &par.traffic.pipeline}) {

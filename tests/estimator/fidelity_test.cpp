@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "estimator/estimate.h"
 #include "estimator/report.h"
+#include "tests/estimator/usage_error.h"
 
 namespace napkin {
 namespace {
@@ -22,15 +23,6 @@ EstimateInputs h100(const char* preset) {
     in.gpu_memory_bytes = 80e9;
     in.cpu_memory_bytes = 256e9;
     return in;
-}
-
-std::string usage_error(const EstimateInputs& in) {
-    try {
-        Estimator{}.run(in);
-    } catch (const UsageError& e) {
-        return e.what();
-    }
-    return "";
 }
 
 // The audit's two cases: a 64-bit count of a micro-batch's FLOPs wrapped, and came out below
