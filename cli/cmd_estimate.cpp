@@ -97,6 +97,8 @@ void list_gpus(bool as_json) {
                                        {"fp16", g.tflops_fp16}, {"fp8", g.tflops_fp8}, {"int8", g.tflops_int8}}},
                            {"memory_gb", g.memory_gb},
                            {"bandwidth_tb_per_s", g.bandwidth_tbs},
+                           {"node_link", g.node_link},
+                           {"network_link", g.network_link},
                            {"source", g.source}});
         } else {
             std::printf("%-10s %-30s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %6.0f %6.3f\n", std::string(g.name).c_str(),
@@ -386,13 +388,11 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solved = &solved;
     } else if (f.solve == "min-tp-pp") {
         solved = solve_min_tp_pp(in, est);
-        if (solved.value > 0) {
-            in.tp = solved.tp;
-            in.pp = solved.pp;
-            in.vpp = solved.pp > 1 ? in.vpp : 1;
-            in.sequence_parallel = in.sequence_parallel && solved.tp > 1;
-            if (in.gpus == 1) in.gpus = solved.tp * solved.pp;
-        }
+        in.tp = solved.tp;  // the answer's layout, or the largest tried when nothing fits
+        in.pp = solved.pp;
+        in.vpp = solved.pp > 1 ? in.vpp : 1;
+        in.sequence_parallel = in.sequence_parallel && solved.tp > 1;
+        if (in.gpus == 1) in.gpus = solved.tp * solved.pp;
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;

@@ -186,13 +186,14 @@ void flops(Terms& x, Estimate& e) {
     e.flops_attention_per_token = formulas::attention_flops_per_token(
         x.c.n_layers, static_cast<double>(x.T), static_cast<double>(x.c.d_model),
         in.causal_attention_flops);
-    e.other_flops_per_token = static_cast<double>(x.pt.other_flops) / per_mb;
-    const double recompute_per_token = static_cast<double>(x.pt.recompute_flops) / per_mb;
+    const double per_counted = static_cast<double>(x.flops_tokens);  // B T, or T (one sequence)
+    e.other_flops_per_token = static_cast<double>(x.flops.other_flops) / per_counted;
+    const double recompute_per_token = static_cast<double>(x.flops.recompute_flops) / per_counted;
     if (in.params_only) {
         e.flops_matmul_per_token = e.flops_6n_per_token;
         e.model_flops_per_token = e.flops_6n_per_token;  // the lecture's napkin: 6N, nothing else
     } else {
-        e.model_flops_per_token = static_cast<double>(x.pt.model_flops()) / per_mb;
+        e.model_flops_per_token = static_cast<double>(x.flops.model_flops()) / per_counted;
     }
     e.hardware_flops_per_token = e.model_flops_per_token + recompute_per_token;
     // B T G tokens per data-parallel replica (all the GPUs when T = P = 1).
@@ -256,6 +257,32 @@ double flops_bound_per_token(const ModelConfig& c, std::int64_t T, std::int64_t 
 }
 
 constexpr double kMaxCountedFlops = 1.8e19;  // below 2^64 = 1.845e19
+
+// The FLOPs the estimate counts: the plan's, or, where a micro-batch's could pass 2^64, those of
+// one sequence (every op's FLOPs are B times one sequence's, so per token they are the same).
+// Refuses a sequence whose own FLOPs could pass 2^64.
+void count_flops_without_wrapping(Terms& x, const ModelConfig& c, const PlanInputs& pin,
+                                  OpPlan& one_sequence) {
+    const double per_token =
+        flops_bound_per_token(c, pin.seq_len, pin.finetune != Finetune::full ? pin.lora_rank : 0);
+    const auto T = static_cast<double>(pin.seq_len);
+    x.flops = x.pt;
+    x.flops_tokens = pin.micro_batch * pin.seq_len;
+    if (per_token * T * static_cast<double>(pin.micro_batch) <= kMaxCountedFlops) return;
+    if (per_token * T > kMaxCountedFlops) {
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "--seq-len: %lld tokens could need %.3g FLOPs per sequence, beyond napkin's "
+                      "64-bit counts (%.3g)",
+                      static_cast<long long>(pin.seq_len), per_token * T, kMaxCountedFlops);
+        throw UsageError(line);
+    }
+    PlanInputs one = pin;
+    one.micro_batch = 1;
+    build_op_plan(c, one, one_sequence);
+    x.flops = plan_totals(one_sequence);
+    x.flops_tokens = pin.seq_len;
+}
 
 }  // namespace
 
@@ -398,15 +425,6 @@ const ModelConfig& Estimator::model(const EstimateInputs& in, std::int64_t& T,
     return in.model;
 }
 
-std::int64_t Estimator::countable_micro_batch(const EstimateInputs& in) {
-    std::int64_t T = 0;
-    std::uint32_t notes = 0;
-    const ModelConfig& c = model(in, T, notes);
-    const double per_token =
-        flops_bound_per_token(c, T, in.finetune != Finetune::full ? in.lora_rank : 0);
-    return static_cast<std::int64_t>(
-        std::floor(kMaxCountedFlops / (per_token * static_cast<double>(T))));
-}
 
 void Estimator::run(const EstimateInputs& in, Estimate& e) {
     validate(in);
@@ -415,22 +433,9 @@ void Estimator::run(const EstimateInputs& in, Estimate& e) {
     std::uint32_t notes = 0;
     const ModelConfig& c = model(in, T, notes);
     const PlanInputs pin = plan_inputs(in, T);
-    build_op_plan(c, pin, plan_);  // checks the tensors' sizes; its FLOPs are checked here
-    const double bound =
-        flops_bound_per_token(c, T, in.finetune != Finetune::full ? in.lora_rank : 0) *
-        static_cast<double>(in.micro_batch) * static_cast<double>(T);
-    if (bound > kMaxCountedFlops) {
-        char line[320];
-        std::snprintf(line, sizeof line,
-                      "--micro-batch x --seq-len: %lld x %lld tokens could need %.3g FLOPs per "
-                      "micro-batch, beyond napkin's 64-bit counts (%.3g); at most %lld "
-                      "sequences of %lld here",
-                      static_cast<long long>(in.micro_batch), static_cast<long long>(T), bound,
-                      kMaxCountedFlops, static_cast<long long>(countable_micro_batch(in)),
-                      static_cast<long long>(T));
-        throw UsageError(line);
-    }
+    build_op_plan(c, pin, plan_);  // checks the tensors' sizes; its FLOPs are checked below
     Terms x(in, c, plan_, T, notes);
+    count_flops_without_wrapping(x, c, pin, flops_plan_);
     x.par = parallel_layout(in.gpus, in.tp, in.pp, in.vpp, in.sequence_parallel, in.grad_accum, c);
     x.rank = &c;
     x.rank_plan = &plan_;

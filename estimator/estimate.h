@@ -156,7 +156,7 @@ struct Estimate {
     bool fits_cpu = true;
     bool fits() const { return fits_gpu && fits_cpu; }
 
-    // Activations per GPU for one micro-batch, both views.
+    // Activations per GPU, both views: one micro-batch (a pipeline stage: those in flight).
     double act_closed_form_bytes = 0;   // Korthikanti (generalized), all layers + embedding
     double act_closed_form_layer_bytes = 0;
     double act_detailed_bytes = 0;      // op plan: kept + one block rebuilt in backward
@@ -237,9 +237,6 @@ public:
         return e;
     }
     const OpPlan& plan() const { return plan_; }
-    // The largest micro-batch whose FLOPs napkin can count in 64 bits for this model and T (run()
-    // refuses larger ones with a UsageError; the solver stops there).
-    std::int64_t countable_micro_batch(const EstimateInputs& in);
 
 private:
     // The model: the config, or napkin mode's derived shape; T, 0 resolved to its default.
@@ -249,6 +246,7 @@ private:
     BufferPlan buffers_;  // the temporaries' buffers (core/buffer_plan.h)
     ModelConfig rank_config_;  // with T P > 1: one tensor-parallel rank's share (parallel.h)
     OpPlan rank_plan_;         // and its op plan
+    OpPlan flops_plan_;        // one sequence's, where a micro-batch's FLOPs could pass 2^64
     ModelConfig shape_;  // napkin mode's derived config
     double shape_params_ = -1;
     std::int64_t shape_seq_ = -1;

@@ -48,6 +48,8 @@ struct Terms {
     const ModelConfig& c;
     const OpPlan& plan;
     PlanTotals pt;
+    PlanTotals flops;               // the FLOPs counted: pt's, or one sequence's (estimate.cpp)
+    std::int64_t flops_tokens = 0;  // the tokens they are for: B T, or T
     PrecisionDTypes pd;
     std::int64_t T;
     int W;

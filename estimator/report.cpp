@@ -150,9 +150,14 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
     if (in.tp * in.pp > 1) {
         const Estimate::StageSummary& st =
             e.parallel.stages[static_cast<std::size_t>(e.parallel.shown)];
-        os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " ("
-           << st.layers << " layers, " << printf_string("%g", st.in_flight)
-           << " micro-batches in flight; " << fmt_count(st.params) << " parameters)\n";
+        if (in.pp > 1) {
+            os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " ("
+               << st.layers << " layers, " << printf_string("%g", st.in_flight)
+               << " micro-batches in flight; " << fmt_count(st.params) << " parameters)\n";
+        } else {
+            os << "\nmemory per GPU, one of " << in.tp << " tensor-parallel ranks ("
+               << fmt_count(st.params) << " parameters)\n";
+        }
         os << "                                     GB (1e9)  GiB (2^30)\n";
     } else {
         os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";

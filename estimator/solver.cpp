@@ -59,10 +59,8 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
             "--solve max-micro-batch with --ignore-activations: the model states alone do not "
             "depend on the micro-batch");
     }
+    constexpr double kLimit = 1 << 24;
     EstimateInputs in = base;
-    // 2^24, or less where a micro-batch's FLOPs would pass napkin's 64-bit counts.
-    const double limit = static_cast<double>(std::min<std::int64_t>(
-        std::int64_t{1} << 24, std::max<std::int64_t>(1, est.countable_micro_batch(in))));
     SolveResult r;
     auto fits = [&](double b) {
         in.micro_batch = static_cast<std::int64_t>(b);
@@ -74,8 +72,8 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
         r.at = est.run(in);
         return r;
     }
-    r.value = largest_fitting(1, limit, fits, r.evaluations);
-    r.at_limit = r.value >= limit;
+    r.value = largest_fitting(1, kLimit, fits, r.evaluations);
+    r.at_limit = r.value >= kLimit;
     in.micro_batch = static_cast<std::int64_t>(r.value);
     r.at = est.run(in);
     return r;
@@ -132,14 +130,14 @@ SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est) {
         in.gpus = base.gpus > 1 ? base.gpus : l.tp * l.pp;
         ++r.evaluations;
         r.at = est.run(in);
+        r.tp = l.tp;
+        r.pp = l.pp;
         if (r.at.fits()) {
             r.value = l.tp * l.pp;
-            r.tp = l.tp;
-            r.pp = l.pp;
             return r;
         }
     }
-    return r;  // nothing fits: `at` is the last (largest) layout's estimate
+    return r;  // nothing fits: `at`, tp and pp are the last (largest) layout's
 }
 
 }  // namespace napkin

@@ -14,7 +14,7 @@ struct SolveResult {
     Estimate at;       // the estimate at `value` (at the smallest candidate when value is 0)
     int evaluations = 0;
     bool at_limit = false;  // `value` is the search's upper limit, which fits: the answer is >= it
-    int tp = 1, pp = 1;     // solve_min_tp_pp's layout
+    int tp = 1, pp = 1;     // solve_min_tp_pp's layout (the largest tried when nothing fits)
 };
 
 // Largest N (napkin mode: a dense model known by its size) whose estimate fits. The lecture's

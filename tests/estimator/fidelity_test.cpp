@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "core/check.h"
 #include "estimator/estimate.h"
@@ -26,24 +27,29 @@ EstimateInputs h100(const char* preset) {
 }
 
 // The audit's two cases: a 64-bit count of a micro-batch's FLOPs wrapped, and came out below
-// 6N per token (3.25e11 for Llama 3 405B, 7.77e7 for GPT-2). They are refused now.
-TEST(Overflow, MicroBatchesBeyondTheCountsAreRefused) {
-    EstimateInputs in = h100("llama3-405b");
-    in.seq_len = 8192;
-    in.micro_batch = 1024;
-    in.gpus = 16384;
-    in.zero = 3;
-    std::string msg = usage_error(in);
-    EXPECT_NE(msg.find("--micro-batch x --seq-len: 1024 x 8192"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("64-bit"), std::string::npos) << msg;
-    in = h100("gpt2");
-    in.micro_batch = 100000000;
-    msg = usage_error(in);
-    EXPECT_NE(msg.find("--micro-batch"), std::string::npos) << msg;
-    // The largest countable micro-batch is counted right: at least 6 N_matmul per token.
-    in.micro_batch = Estimator{}.countable_micro_batch(in);
-    const Estimate e = Estimator{}.run(in);
-    EXPECT_GE(e.model_flops_per_token, 6.0 * static_cast<double>(e.params.matmul));
+// 6N per token (3.25e11 for Llama 3 405B, 7.77e7 for GPT-2). Such micro-batches are counted one
+// sequence at a time now (every op's FLOPs are B times one sequence's), so per token they are
+// the B = 1 figures exactly; only a sequence whose own FLOPs could pass 2^64 is refused.
+TEST(Overflow, LargeMicroBatchesAreCountedPerSequence) {
+    Estimator est;
+    for (const auto& [preset, T, B] :
+         {std::tuple{"llama3-405b", 8192, 1024}, std::tuple{"gpt2", 1024, 100000000}}) {
+        EstimateInputs in = h100(preset);
+        in.seq_len = T;
+        in.gpus = 16384;
+        in.zero = 3;
+        const Estimate one = est.run(in);
+        in.micro_batch = B;
+        const Estimate e = est.run(in);
+        EXPECT_GE(e.model_flops_per_token, 6.0 * static_cast<double>(e.params.matmul)) << preset;
+        EXPECT_EQ(e.model_flops_per_token, one.model_flops_per_token) << preset;
+        EXPECT_EQ(e.hardware_flops_per_token, one.hardware_flops_per_token) << preset;
+        EXPECT_EQ(e.tokens_per_step, static_cast<double>(B) * T * 16384);
+        EXPECT_GT(e.gpu.activations, one.gpu.activations * (B / 2));  // memory still B times
+    }
+    EstimateInputs in = h100("llama3-405b");  // RoPE: T past the context is allowed, and noted
+    in.seq_len = std::int64_t{1} << 24;
+    expect_usage_error(in, "--seq-len: 16777216 tokens could need");
 }
 
 double log_uniform(std::mt19937_64& rng, double lo, double hi) {
