@@ -240,8 +240,8 @@ void time(Terms& x, Estimate& e) {
     }
 }
 
-// Every count of the op plan is a 64-bit integer: refuse a micro-batch whose FLOPs could pass
-// 2^64. The bound per token over-counts every term of the plan, so that no partial sum wraps:
+// Every count of the op plan is a 64-bit integer: a bound on the FLOPs per token tells whether a
+// micro-batch's (or one sequence's) could pass 2^64. The bound per token over-counts every term of the plan, so that no partial sum wraps:
 // 8.5 per parameter (6 model FLOPs, 2 more when full recomputation reruns the forward, biases),
 // 20 L T NH HD for the attention pairs (12, and up to 6 recomputed), elementwise work per layer
 // and the loss's.
@@ -424,7 +424,6 @@ const ModelConfig& Estimator::model(const EstimateInputs& in, std::int64_t& T,
     if (T > in.model.context_length) notes |= kNoteSeqBeyondContext;
     return in.model;
 }
-
 
 void Estimator::run(const EstimateInputs& in, Estimate& e) {
     validate(in);
