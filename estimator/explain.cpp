@@ -232,7 +232,7 @@ void explain_communication(std::ostream& os, const EstimateInputs& in, const Est
            << "   ZeRO paper sec. 7: DDP and stage 1 move 2 Psi per step, stage 2 (G + 1) Psi, "
               "stage 3 3 G Psi: "
            << paper_volume_label(c.zero, in.grad_accum) << " = "
-           << fmt_count(c.paper_volume_elements) << " elements\n"
+           << fmt_count(c.paper_volume_elements) << " elements (psi = " << fmt_count(c.psi) << ")\n"
            << "   ring algorithm: a reduce-scatter or all-gather of n elements sends (W - 1) * "
               "ceil(n / W) per GPU,\n"
            << "     an all-reduce twice that; every collective runs over a whole unit padded to a "
