@@ -16,7 +16,7 @@ namespace napkin {
 namespace {
 
 struct Dims {
-    std::int64_t B, T, N, C, F, qkv, fc_rows, HD;
+    std::int64_t B, T, N, C, F, qkv, fc_rows, HD, Q;  // Q = NH HD: the attention's width
     int NH, KVH;
 };
 
@@ -30,6 +30,7 @@ Dims dims_of(const ModelConfig& c, const PlanInputs& in) {
     d.qkv = c.qkv_dim();
     d.fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
     d.HD = c.head_dim();
+    d.Q = c.q_dim();
     d.NH = c.n_heads;
     d.KVH = c.n_kv_heads;
     return d;
@@ -121,8 +122,8 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     block.push_back(norm_op("ln_1", "ln_1", c, d, pd,
                             {"ln_1.out", "ln_1.out.scale", "ln_1.mean", "ln_1.rstd"}));
 
-    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias, pd.activations, linear_w,
-                           base_trainable, pd);
+    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias || c.qkv_bias,
+                           pd.activations, linear_w, base_trainable, pd);
     qkv.keep("attn.qkv.out", d.N * d.qkv, pd.activations);
     block.push_back(qkv);
     if (adapters) {
@@ -157,16 +158,16 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
         // Flash regenerates the dropout mask from the RNG state; it keeps the logsumexp.
         attn.keep("attn.lse", d.B * d.NH * d.T, DType::f32);
     }
-    keep_gemm_input(attn, "attn.out", "attn.out.scale", d.N * d.C, pd);  // the projection's input
+    keep_gemm_input(attn, "attn.out", "attn.out.scale", d.N * d.Q, pd);  // the projection's input
     block.push_back(attn);
 
-    PlanOp proj = matmul_op("attn.proj", "attn.proj", d, d.C, d.C, c.bias, pd.activations, linear_w,
+    PlanOp proj = matmul_op("attn.proj", "attn.proj", d, d.C, d.Q, c.bias, pd.activations, linear_w,
                             base_trainable, pd);
     if (dropout) proj.keep("attn.proj.mask", d.N * d.C, DType::i8);
     block.push_back(proj);
     if (adapters) {
-        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.C, 1, d.C, in.lora_rank,
-                                "attn.proj.lora.h", pd));
+        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.Q, 1, d.C,
+                                in.lora_rank, "attn.proj.lora.h", pd));
     }
     block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
 
@@ -216,8 +217,10 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
                 PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
                 if (t.name.starts_with("attn.p")) t.recomputed = true;
             }
-            // Rebuilding P takes S = Q K^T again (the softmax is not counted as FLOPs).
-            op.recompute_flops += 2ull * d.B * d.NH * d.HD * attention_pairs(as);
+            // Rebuilding the output for the backward reruns the whole core attention forward,
+            // as Megatron-LM's selective recomputation does (Korthikanti et al. 2022, sec. 5):
+            // S = Q K^T, the softmax and its dropout, and P V: 4 B NH HD pairs matmul FLOPs.
+            op.recompute_flops += op.fwd.flops;
         }
     }
 }

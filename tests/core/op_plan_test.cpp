@@ -27,7 +27,11 @@ std::uint64_t independent_model_flops(const ModelConfig& c, std::int64_t B, std:
     const std::uint64_t head = static_cast<std::uint64_t>(c.padded_vocab_size * c.d_model);
     const std::uint64_t blocks = static_cast<std::uint64_t>(c.n_layers * p.linear_per_layer);
     const std::int64_t fc_rows = c.mlp == MlpKind::swiglu ? 2 * c.d_ff : c.d_ff;
-    const std::uint64_t biases = c.bias ? static_cast<std::uint64_t>(c.n_layers * (c.qkv_dim() + c.d_model + fc_rows + c.d_model)) : 0;
+    const std::uint64_t biases =
+        c.bias       ? static_cast<std::uint64_t>(c.n_layers *
+                                            (c.qkv_dim() + c.d_model + fc_rows + c.d_model))
+        : c.qkv_bias ? static_cast<std::uint64_t>(c.n_layers * c.qkv_dim())
+                     : 0;
     const std::uint64_t pairs = static_cast<std::uint64_t>(T * (T + 1) / 2);
     return 6 * tokens * (blocks + head) + 2 * tokens * biases +
            12ull * B * c.n_heads * c.head_dim() * pairs * c.n_layers;
@@ -84,6 +88,29 @@ TEST(OpPlan, Gpt2BlockKeepsKorthikantiTerms) {
     EXPECT_EQ(plan_totals(build_op_plan(c, in)).block_kept_bytes, 34 * s * b * h + 4 * a * s * b + 16 * s * b);
 }
 
+// Qwen2's q/k/v-only biases and an explicit head dim (Mistral Nemo's 32 heads of 128 over
+// d_model 5120): the attention works at NH HD = 4096 and its projection maps 4096 -> 5120.
+TEST(OpPlan, QkvBiasAndExplicitHeadDim) {
+    ModelConfig c = preset_or_throw("llama3-8b");
+    c.d_model = 5120;
+    c.explicit_head_dim = 128;
+    c.qkv_bias = true;
+    const OpPlan plan = build_op_plan(c, inputs(2, 256));
+    EXPECT_EQ(plan_totals(plan).model_flops(), independent_model_flops(c, 2, 256));
+    for (const PlanOp& op : plan.block) {
+        if (op.name == "attn.proj") {
+            EXPECT_EQ(std::get<MatmulShape>(op.shape).K, 4096);
+            EXPECT_EQ(std::get<MatmulShape>(op.shape).N, 5120);
+        }
+        if (op.name == "attn.qkv") {
+            EXPECT_TRUE(std::get<MatmulShape>(op.shape).bias);
+        }
+        if (op.name == "attn.core") {
+            EXPECT_EQ(op.saved[1].numel, 2 * 256 * 4096);  // attn.out
+        }
+    }
+}
+
 TEST(OpPlan, FullCheckpointingKeepsOnlyBlockInputs) {
     const ModelConfig& c = preset_or_throw("gpt2");
     PlanInputs in = inputs(1, 1024);
@@ -112,6 +139,9 @@ TEST(OpPlan, SelectiveRecomputesOnlyScores) {
     const PlanTotals t = plan_totals(build_op_plan(c, in));
     EXPECT_EQ(t.block_recomputed_bytes, 2ull * 12 * 1024 * 1024);  // P, bf16
     EXPECT_EQ(t.block_kept_bytes, 32ull * 1024 * 768 + 16 * 1024);
+    // What is dropped is rebuilt by rerunning the core attention forward, Q K^T and P V over the
+    // 1024 * 1025 / 2 causal pairs of each of the 12 heads (HD 64) in each of the 12 blocks.
+    EXPECT_EQ(t.recompute_flops, 12ull * 4 * 12 * 64 * (1024 * 1025 / 2));
 }
 
 TEST(OpPlan, LoraFreezesBaseAndAddsAdapters) {
