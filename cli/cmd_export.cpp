@@ -4,9 +4,10 @@
 // data-parallel run (RUN_DIR, RUN_DIR/rank<r>) gives a process per rank ("z3 rank 1/4: napkin"),
 // lined up on the steady clock the ranks share when they ran on one host.
 //
-// Each input is read whole (one at a time) and its events streamed to FILE.json.tmp, renamed into
-// place at the end: a failure leaves no FILE.json. Process ids are renumbered across runs and
-// flow ids offset so that launch -> kernel arrows never join two runs.
+// Each input is read whole (one at a time) and its events streamed to a durable temporary beside
+// FILE.json (core/durable_file.h), renamed into place at the end: a failure leaves no FILE.json.
+// Process ids are renumbered across runs and flow ids offset so that launch -> kernel arrows never
+// join two runs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "profiler/chrome_trace_writer.h"
 #include "profiler/run_folder.h"
 
@@ -117,7 +119,7 @@ void run_export(const ExportFlags& f) {
         for (TraceSource& t : trace_sources(arg))
             sources.push_back(std::move(t));
     }
-    profiler::AtomicFile out{fs::path(f.out)};
+    DurableFile out{fs::path(f.out)};
     if (!out.ok()) throw InputError(out.error());
     out.write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     bool first = true;
@@ -201,8 +203,7 @@ void run_export(const ExportFlags& f) {
     }
     const json other = {{"schema", profiler::kTraceSchema}, {"merged_from", merged_from}};
     out.write("\n],\"otherData\":" + other.dump() + "}\n");
-    const profiler::WriteResult r = out.commit();
-    if (!r) throw InputError(r.error);
+    if (!out.commit()) throw InputError(out.error());
     std::printf(
         "napkin export: %s: %zu runs, %zu processes, %llu events (open in ui.perfetto.dev)\n",
         f.out.c_str(), f.runs.size(), sources.size(), static_cast<unsigned long long>(total));

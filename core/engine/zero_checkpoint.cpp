@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/comm/shard_layout.h"
+#include "core/durable_file.h"
 #include "core/engine/checkpoint_file.h"
 #include "core/engine/checkpoint_state.h"
 #include "kernels/optimizer.h"
@@ -376,7 +377,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
         {"options_hash", checksum_text(options_hash(info.options))},
         {"layout", {{"units", units}, {"states", states}, {"whole_in_rank", 0}}},
         {"shards", files}};
-    write_text_file_durably((dir / kManifestFileName).string(), manifest.dump(2) + "\n");
+    write_file_durably(dir / kManifestFileName, manifest.dump(2) + "\n");
 
     // The new checkpoint is complete: the others (older ones, a half-written one, those of an
     // earlier run in the same folder) go.
