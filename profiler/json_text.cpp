@@ -88,6 +88,23 @@ std::string JsonText::open(const std::filesystem::path& path) {
     return "";
 }
 
+std::string JsonText::assign(std::string_view bytes) {
+    if (map_ != nullptr) munmap(map_, mapped_);
+    map_ = nullptr;
+    inflated_.clear();
+    std::string err;
+    if (is_gzip(bytes.data(), bytes.size())) {
+        err = inflate(bytes.data(), bytes.size());
+    } else {
+        inflated_.reserve(bytes.size() + kTracePadding);
+        inflated_.assign(bytes);
+        inflated_.append(kTracePadding, '\0');
+    }
+    data_ = err.empty() ? inflated_.data() : nullptr;
+    size_ = err.empty() ? inflated_.size() - kTracePadding : 0;
+    return err;
+}
+
 #if NAPKIN_HAVE_ZLIB
 std::string JsonText::inflate(const char* compressed, std::size_t bytes) {
     z_stream z{};

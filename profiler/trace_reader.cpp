@@ -525,6 +525,13 @@ void check_document(const ScannedDocument& doc, TraceReadResult& r) {
     }
 }
 
+TraceReadResult unreadable(std::string why, TraceData& out) {
+    out = TraceData{};
+    TraceReadResult r;
+    r.error = std::move(why);
+    return r;
+}
+
 }  // namespace
 
 TraceReadResult read_trace(const char* data, std::size_t size, TraceMode mode, TraceData& out) {
@@ -557,21 +564,14 @@ TraceReadResult read_trace(const char* data, std::size_t size, TraceMode mode, T
 }
 
 TraceReadResult read_trace_text(std::string_view text, TraceMode mode, TraceData& out) {
-    std::string padded;
-    padded.reserve(text.size() + kTracePadding);
-    padded.assign(text);
-    padded.append(kTracePadding, '\0');
-    return read_trace(padded.data(), text.size(), mode, out);
+    JsonText padded;
+    if (std::string err = padded.assign(text); !err.empty()) return unreadable(std::move(err), out);
+    return read_trace(padded.data(), padded.size(), mode, out);
 }
 
 TraceReadResult read_trace_file(const std::filesystem::path& path, TraceMode mode, TraceData& out) {
     JsonText text;
-    if (std::string err = text.open(path); !err.empty()) {
-        out = TraceData{};
-        TraceReadResult r;
-        r.error = std::move(err);
-        return r;
-    }
+    if (std::string err = text.open(path); !err.empty()) return unreadable(std::move(err), out);
     return read_trace(text.data(), text.size(), mode, out);
 }
 

@@ -62,10 +62,11 @@ struct TraceReadResult {
 };
 
 // A trace document in memory: `data` must be followed by kTracePadding readable bytes (JsonText
-// provides them; read_trace_text copies a string_view into such a buffer).
+// provides them).
 inline constexpr std::size_t kTracePadding = 64;  // simdjson's SIMDJSON_PADDING
 
 TraceReadResult read_trace(const char* data, std::size_t size, TraceMode mode, TraceData& out);
+// A document in memory, plain or gzip-compressed.
 TraceReadResult read_trace_text(std::string_view text, TraceMode mode, TraceData& out);
 // A file: mapped (or decompressed), then read_trace. A file that cannot be opened is the error.
 TraceReadResult read_trace_file(const std::filesystem::path& path, TraceMode mode, TraceData& out);
@@ -143,9 +144,10 @@ public:
     JsonText& operator=(const JsonText&) = delete;
     // "" or why the file cannot be read ("cannot open the file (No such file or directory)").
     std::string open(const std::filesystem::path& path);
+    // A document already in memory: copied with the padding, or inflated. "" or why not.
+    std::string assign(std::string_view bytes);
     const char* data() const { return data_; }
     std::size_t size() const { return size_; }
-    bool gzip() const { return !inflated_.empty(); }
 
 private:
     std::string inflate(const char* compressed, std::size_t bytes);

@@ -9,6 +9,8 @@
 #include "profiler/trace_reader.h"
 #include "viewer/run_data.h"
 
+std::size_t fuzz_sink = 0;
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace napkin::viewer;
     const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -19,17 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::size_t bytes = r.problems.size();
         for (const auto& e : strict.events)
             bytes += strict.name_of(e).size() + (e.flow_peer != kNone ? 1 : 0);
-        std::string padded(text);
-        padded.append(napkin::profiler::kTracePadding, '\0');
+        napkin::profiler::JsonText padded;  // gzip inflated here too
+        padded.assign(text);
         napkin::profiler::ScannedDocument doc;
         napkin::profiler::scan_trace(
-            padded.data(), size,
+            padded.data(), padded.size(),
             [&](const napkin::profiler::ScannedEvent& e) {
                 bytes += e.json.size() + e.args.size();
             },
             doc);
-        static volatile std::size_t sink;  // keeps the reads from being optimized away
-        sink = bytes;
+        fuzz_sink += bytes;  // keeps the reads from being optimized away
     }
     RunData run;
     run.has_trace = parse_trace(text, run.trace).empty();
