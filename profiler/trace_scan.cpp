@@ -101,31 +101,23 @@ error_code read_args(ondemand::value& v, ScannedEvent& e) {
     return SUCCESS;
 }
 
-// The field of an event that `key` names, or nullptr for those nobody reads.
+// The fields of an event that the reader reads; any other is skipped unread.
+struct Slot {
+    std::string_view key;
+    ScannedField ScannedEvent::*field;
+};
+constexpr Slot kSlots[] = {
+    {"ph", &ScannedEvent::ph},   {"ts", &ScannedEvent::ts},      {"name", &ScannedEvent::name},
+    {"pid", &ScannedEvent::pid}, {"tid", &ScannedEvent::tid},    {"dur", &ScannedEvent::dur},
+    {"cat", &ScannedEvent::cat}, {"id", &ScannedEvent::id},      {"bp", &ScannedEvent::bp},
+    {"s", &ScannedEvent::scope}, {"bind_id", &ScannedEvent::id},  // flow events v2 name their id so
+};
+
 ScannedField* slot_of(ScannedEvent& e, std::string_view key) {
-    if (key.size() > 7) return nullptr;
-    switch (key.size()) {
-        case 1:
-            return key == "s" ? &e.scope : nullptr;
-        case 2:
-            if (key == "ph") return &e.ph;
-            if (key == "ts") return &e.ts;
-            if (key == "id") return &e.id;
-            if (key == "bp") return &e.bp;
-            return nullptr;
-        case 3:
-            if (key == "cat") return &e.cat;
-            if (key == "pid") return &e.pid;
-            if (key == "tid") return &e.tid;
-            if (key == "dur") return &e.dur;
-            return nullptr;
-        case 4:
-            return key == "name" ? &e.name : nullptr;
-        case 7:
-            return key == "bind_id" ? &e.id : nullptr;  // flow events v2 name their id so
-        default:
-            return nullptr;
+    for (const Slot& s : kSlots) {
+        if (key == s.key) return &(e.*s.field);
     }
+    return nullptr;
 }
 
 error_code scan_event(ondemand::value ev, ScannedEvent& e) {
