@@ -16,9 +16,10 @@
 //
 // Time: "ts" and "dur" are microseconds, read exactly from their decimal text into int64 ns.
 // A trace whose first timestamp lies more than 100 days from 0 is stamped in absolute time (an
-// older Kineto writes Unix-epoch microseconds): it is rebased to its first event
-// (TraceData::time_origin_ns). Any event more than 100 days from the trace's start, or longer
-// than 100 days, is a problem.
+// older Kineto writes Unix-epoch microseconds): it is rebased so that its earliest time is 0
+// (TraceData::time_origin_ns keeps that time). An event more than 100 days from the trace's
+// first timestamp, or longer than 100 days, is a problem. The strict mode also checks that the
+// whole document is valid JSON (check_json_syntax); the lenient one reads only what it needs.
 //
 // Errors: a document that is not JSON, or not a trace (neither an object with "traceEvents" nor
 // an array of events), is one line in TraceReadResult::error; in the lenient mode so is a trace
