@@ -3,6 +3,7 @@
 // go, whatever the mode.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,9 +30,19 @@ struct BeginEndMark {  // a "B" or an "E", paired once the lanes are known
     bool begin = true;
 };
 
+// A flow's identity: its category and its id, an unsigned integer as written or else the id's
+// text (both interned in TraceData::strings). No hash table: 100k flows' keys would be cache
+// misses each.
+struct FlowKey {
+    std::uint32_t cat = 0;
+    bool text_id = false;
+    std::uint64_t id = 0;
+    auto operator<=>(const FlowKey&) const = default;
+};
+
 struct FlowPoint {  // an "s" or an "f", bound to a range once the ranges are nested
     std::int64_t t_ns = 0;
-    std::uint32_t key = 0;  // cat and id, interned per trace
+    FlowKey key;
     std::uint32_t lane = 0, index = 0, name = 0;
     bool start = false;
     bool enclosing = true;  // "bp":"e" (or a start): the enclosing range, else the next one

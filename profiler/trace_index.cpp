@@ -255,20 +255,20 @@ void bind_flows(TraceBuild& b) {
         if (f.start) continue;
         const auto first = std::lower_bound(
             starts.begin(), starts.end(), f.key,
-            [&](std::uint32_t s, std::uint32_t key) { return b.flows[s].key < key; });
+            [&](std::uint32_t s, const FlowKey& key) { return b.flows[s].key < key; });
         const auto end = std::upper_bound(
             first, starts.end(), f.key,
-            [&](std::uint32_t key, std::uint32_t s) { return key < b.flows[s].key; });
+            [&](const FlowKey& key, std::uint32_t s) { return key < b.flows[s].key; });
         const auto last =
             std::upper_bound(first, end, f.t_ns + kToleranceNs,
                              [&](std::int64_t t, std::uint32_t s) { return t < b.flows[s].t_ns; });
-        const std::string at = event_label(f.index, out.strings[f.name], "f");
+        const auto at = [&] { return event_label(f.index, out.strings[f.name], "f"); };
         if (first == end) {
-            b.log.problem(at + ": flow end without a flow start ('s') of the same id");
+            b.log.problem(at() + ": flow end without a flow start ('s') of the same id");
             continue;
         }
         if (last == first) {
-            b.log.problem(at + ": flow ends at " + micros_text(f.t_ns) +
+            b.log.problem(at() + ": flow ends at " + micros_text(f.t_ns) +
                           " us, before it starts at " + micros_text(b.flows[*first].t_ns) + " us");
             continue;
         }

@@ -3,6 +3,7 @@
 #include "profiler/trace_reader.h"
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -60,52 +61,42 @@ using namespace detail;
 constexpr std::int64_t kMaxAbsNs = 4'000'000'000'000'000'000;
 
 // "ts" or "dur" (microseconds, as written) to int64 ns, rounded half away from zero. Read from
-// the decimal text, not from the double: Kineto's epoch microseconds (1.7e15 us) carry
-// nanoseconds a double cannot hold. Exponent forms and more than 19 digits go through the double.
+// the decimal text, not from a double: Kineto's epoch microseconds (1.7e15 us, 19 digits) carry
+// nanoseconds a double cannot hold. The common form, digits with an optional fraction, is read in
+// one pass (this runs twice per event); exponents go through the double.
 bool micros_to_ns(const ScannedField& f, std::int64_t& ns) {
-    if (f.kind != JsonKind::number) return false;
-    const std::string_view s = f.text;
-    std::size_t i = s.empty() || s[0] != '-' ? 0 : 1;
-    const bool negative = i == 1;
-    std::uint64_t mantissa = 0;
-    int digits = 0, fraction = 0;
-    bool dot = false, exact = !s.empty();
-    for (; i < s.size() && exact; ++i) {
-        const char c = s[i];
-        if (c == '.' && !dot) {
-            dot = true;
-        } else if (c >= '0' && c <= '9') {
-            fraction += dot ? 1 : 0;
-            if (digits == 0 && c == '0') continue;  // leading zeros
-            exact = ++digits <= 19;                 // < 10^19: fits in 64 bits
-            mantissa = mantissa * 10 + static_cast<std::uint64_t>(c - '0');
-        } else {
-            exact = false;  // an exponent
-        }
+    if (f.kind != JsonKind::number || f.text.empty()) return false;
+    const char* p = f.text.data();
+    const char* const end = p + f.text.size();
+    const bool negative = *p == '-';
+    p += negative ? 1 : 0;
+    const auto digit = [&] { return p < end && static_cast<unsigned char>(*p - '0') <= 9; };
+    const char* const whole_begin = p;
+    std::uint64_t whole = 0;
+    for (; digit() && p - whole_begin < 16; ++p)
+        whole = whole * 10 + static_cast<std::uint64_t>(*p - '0');  // < 10^16 us: fits below
+    std::uint64_t frac_ns = 0;
+    if (!digit() && p < end && *p == '.') {
+        ++p;
+        std::uint64_t scale = 100;  // ns per digit: 100, 10, 1
+        for (; digit() && scale > 0; ++p, scale /= 10)
+            frac_ns += scale * static_cast<std::uint64_t>(*p - '0');
+        if (digit() && *p >= '5') ++frac_ns;  // the tenth of a nanosecond decides
+        while (digit())
+            ++p;
     }
-    if (!exact) {
-        const double scaled = f.number * 1000.0;
-        if (!(std::fabs(scaled) < static_cast<double>(kMaxAbsNs))) return false;
-        ns = std::llround(scaled);
+    if (p == end && p > whole_begin) {
+        const std::uint64_t v = whole * 1000 + frac_ns;
+        if (v > static_cast<std::uint64_t>(kMaxAbsNs)) return false;
+        ns = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
         return true;
     }
-    // ns = mantissa * 10^(3 - fraction), the remainder rounded half away from zero.
-    std::uint64_t v = 0;
-    if (fraction <= 3) {
-        std::uint64_t scale = 1;
-        for (int k = fraction; k < 3; ++k)
-            scale *= 10;
-        if (mantissa > static_cast<std::uint64_t>(kMaxAbsNs) / scale) return false;
-        v = mantissa * scale;
-    } else if (fraction - 3 <= 19) {  // else below a tenth of a nanosecond: 0
-        std::uint64_t p = 1;
-        for (int k = 3; k < fraction; ++k)
-            p *= 10;
-        const std::uint64_t r = mantissa % p;
-        v = mantissa / p + (r >= p - r ? 1 : 0);
-    }
-    if (v > static_cast<std::uint64_t>(kMaxAbsNs)) return false;
-    ns = negative ? -static_cast<std::int64_t>(v) : static_cast<std::int64_t>(v);
+    double us = 0;  // an exponent, or more than 16 integer digits
+    const auto [last, ec] = std::from_chars(f.text.data(), end, us);
+    const double scaled = us * 1000.0;
+    if (ec != std::errc{} || last != end || !(std::fabs(scaled) < static_cast<double>(kMaxAbsNs)))
+        return false;
+    ns = std::llround(scaled);
     return true;
 }
 
@@ -176,7 +167,7 @@ private:
         std::int64_t t_ns = 0;
     };
     bool common_fields(const ScannedEvent& e, char ph, Where& w);
-    std::string place(const ScannedEvent& e, std::int64_t& t_ns);
+    bool place(const ScannedEvent& e, std::int64_t& t_ns);
     void range(const ScannedEvent& e, const Where& w);
     void instant(const ScannedEvent& e, const Where& w);
     void begin_end(const ScannedEvent& e, char ph, const Where& w);
@@ -199,7 +190,7 @@ private:
 
     TraceBuild& b_;
     TraceData& out_;
-    std::unordered_map<std::string, std::uint32_t> lane_ids_, counter_ids_, flow_keys_;
+    std::unordered_map<std::string, std::uint32_t> lane_ids_, counter_ids_;
     std::string last_pid_, last_tid_, key_;
     std::uint32_t last_lane_ = kNone;
     bool origin_set_ = false;
@@ -260,12 +251,7 @@ bool TraceBuilder::common_fields(const ScannedEvent& e, char ph, Where& w) {
         problem(e, "missing 'pid'");
         ok = false;
     }
-    if (ph != 'M') {
-        if (const std::string why = place(e, w.t_ns); !why.empty()) {
-            reject(e, why);
-            ok = false;
-        }
-    }
+    if (ph != 'M' && !place(e, w.t_ns)) ok = false;
     if (thread_scoped(ph, e) && !e.tid.is_scalar_id() && strict) {
         problem(e, "missing 'tid'");
         ok = false;
@@ -276,21 +262,24 @@ bool TraceBuilder::common_fields(const ScannedEvent& e, char ph, Where& w) {
     return ok;
 }
 
-// The event's time on the trace's clock, or why it has none.
-std::string TraceBuilder::place(const ScannedEvent& e, std::int64_t& t_ns) {
+// The event's time on the trace's clock; false (the event rejected) when it has none.
+bool TraceBuilder::place(const ScannedEvent& e, std::int64_t& t_ns) {
     std::int64_t ns = 0;
     if (!micros_to_ns(e.ts, ns)) {
-        return e.ts.kind == JsonKind::number ? "'ts' " + cut(e.ts.text) + " is out of range"
-                                             : std::string("missing or non-numeric 'ts'");
+        reject(e, e.ts.kind == JsonKind::number ? "'ts' " + cut(e.ts.text) + " is out of range"
+                                                : std::string("missing or non-numeric 'ts'"));
+        return false;
     }
     if (!origin_set_) {  // the first timestamp says whether the trace counts from 0
         origin_set_ = true;
         if (ns > kMaxSpanNs || ns < -kMaxSpanNs) b_.origin_ns = ns;
     }
     t_ns = ns - b_.origin_ns;
-    if (t_ns > kMaxSpanNs || t_ns < -kMaxSpanNs)
-        return "'ts' " + cut(e.ts.text) + " is more than 100 days from the trace's start";
-    return "";
+    if (t_ns > kMaxSpanNs || t_ns < -kMaxSpanNs) {
+        reject(e, "'ts' " + cut(e.ts.text) + " is more than 100 days from the trace's start");
+        return false;
+    }
+    return true;
 }
 
 void TraceBuilder::range(const ScannedEvent& e, const Where& w) {
@@ -427,16 +416,17 @@ void TraceBuilder::flow(const ScannedEvent& e, char ph, const Where& w) {
         ++out_.ignored_events;
         return;
     }
-    key_.assign(e.cat.is_string() ? e.cat.text : std::string_view()).push_back('\x1f');
-    key_.append(e.id.text);
-    const auto key =
-        flow_keys_.try_emplace(key_, static_cast<std::uint32_t>(flow_keys_.size())).first->second;
     FlowPoint f;
     f.t_ns = w.t_ns;
-    f.key = key;
+    f.key.cat = out_.strings.intern(e.cat.is_string() ? e.cat.text : std::string_view());
+    const std::string_view id = e.id.text;
+    const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), f.key.id);
+    // 7 and "7" are one id, as Chrome reads them.
+    f.key.text_id = ec != std::errc{} || end != id.data() + id.size();
+    if (f.key.text_id) f.key.id = out_.strings.intern(id);
     f.lane = lane_of(w.pid, w.tid);
     f.index = static_cast<std::uint32_t>(e.index);
-    f.name = out_.strings.intern(w.name);
+    f.name = b_.log.strict() ? out_.strings.intern(w.name) : 0;  // for messages
     f.start = ph == 's';
     f.enclosing = f.start || bound_enclosing;
     b_.flows.push_back(f);
@@ -539,6 +529,7 @@ TraceReadResult read_trace(const char* data, std::size_t size, TraceMode mode, T
     TraceReadResult r;
     TraceBuild b(mode, r, out);
     TraceBuilder builder(b);
+    out.events.reserve(size / 256);  // napkin's ranges take 150-250 bytes: no regrowth
     ScannedDocument doc;
     if (mode == TraceMode::strict) r.error = check_json_syntax(data, size);  // every byte
     if (r.error.empty())

@@ -82,7 +82,7 @@ enum class JsonKind : std::uint8_t { absent, null, boolean, number, string, arra
 struct ScannedField {
     JsonKind kind = JsonKind::absent;
     std::string_view text;
-    double number = 0;  // kind number
+    double number = 0;  // kind number, in args only (an event's own fields are used as text)
     bool present() const { return kind != JsonKind::absent; }
     bool is_string() const { return kind == JsonKind::string; }
     bool is_scalar_id() const { return kind == JsonKind::string || kind == JsonKind::number; }

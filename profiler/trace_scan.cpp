@@ -38,36 +38,44 @@ JsonKind kind_of(ondemand::json_type t) {
     return JsonKind::null;
 }
 
-// A number or literal as written, without what follows it up to the next token.
+// A number or literal as written, without what follows it up to the next token: a number ends
+// with a digit, true and false with 'e', null with 'l'.
 std::string_view trimmed_token(std::string_view s) {
     while (!s.empty() &&
-           (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t' ||
-            s.back() == ',' || s.back() == '}' || s.back() == ']' || s.back() == ':')) {
+           (static_cast<unsigned char>(s.back() - '0') > 9 && s.back() != 'e' && s.back() != 'l')) {
         s.remove_suffix(1);
     }
     return s;
 }
 
-// Reads a value into a field: strings unescaped, numbers parsed (and kept as written),
-// literals checked, containers skipped unread. Any error is the document's.
-error_code read_field(ondemand::value& v, ScannedField& f) {
+// Reads a value into a field: strings unescaped, numbers kept as written (and parsed unless
+// `as_text`: an event's own fields are used as text, times parsed from it), literals checked,
+// containers skipped unread. Any error is the document's. The kind is told by the first byte,
+// strings and numbers first: this runs for every field of every event.
+error_code read_field(ondemand::value& v, ScannedField& f, bool as_text = false) {
+    const std::string_view token = v.raw_json_token();
+    const char c = token.empty() ? '\0' : token[0];
+    if (c == '"') {
+        f.kind = JsonKind::string;
+        return v.get_string().get(f.text);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        f.kind = JsonKind::number;
+        f.text = trimmed_token(token);
+        return as_text ? SUCCESS : v.get_double().get(f.number);
+    }
     ondemand::json_type t;
     if (auto err = v.type().get(t)) return err;
     f.kind = kind_of(t);
     switch (t) {
-        case ondemand::json_type::string:
-            return v.get_string().get(f.text);
         case ondemand::json_type::object:
             f.text = "{...}";
             return SUCCESS;
         case ondemand::json_type::array:
             f.text = "[...]";
             return SUCCESS;
-        case ondemand::json_type::number:
-            f.text = trimmed_token(v.raw_json_token());
-            return v.get_double().get(f.number);
         case ondemand::json_type::boolean: {
-            f.text = trimmed_token(v.raw_json_token());
+            f.text = trimmed_token(token);
             bool b = false;
             return v.get_bool().get(b);
         }
@@ -77,8 +85,9 @@ error_code read_field(ondemand::value& v, ScannedField& f) {
             if (auto err = v.is_null().get(null)) return err;
             return null ? SUCCESS : simdjson::N_ATOM_ERROR;
         }
+        default:  // strings and numbers are read above
+            return simdjson::INCORRECT_TYPE;
     }
-    return SUCCESS;
 }
 
 error_code read_args(ondemand::value& v, ScannedEvent& e) {
@@ -101,23 +110,24 @@ error_code read_args(ondemand::value& v, ScannedEvent& e) {
     return SUCCESS;
 }
 
-// The fields of an event that the reader reads; any other is skipped unread.
-struct Slot {
-    std::string_view key;
-    ScannedField ScannedEvent::*field;
-};
-constexpr Slot kSlots[] = {
-    {"ph", &ScannedEvent::ph},   {"ts", &ScannedEvent::ts},      {"name", &ScannedEvent::name},
-    {"pid", &ScannedEvent::pid}, {"tid", &ScannedEvent::tid},    {"dur", &ScannedEvent::dur},
-    {"cat", &ScannedEvent::cat}, {"id", &ScannedEvent::id},      {"bp", &ScannedEvent::bp},
-    {"s", &ScannedEvent::scope}, {"bind_id", &ScannedEvent::id},  // flow events v2 name their id so
-};
-
+// The field of an event that `key` names, or nullptr for those nobody reads (skipped unread).
+// This runs for every field of every event: by length, then against constants.
 ScannedField* slot_of(ScannedEvent& e, std::string_view key) {
-    for (const Slot& s : kSlots) {
-        if (key == s.key) return &(e.*s.field);
+    if (key.size() == 2) {
+        if (key == "ph") return &e.ph;
+        if (key == "ts") return &e.ts;
+        if (key == "id") return &e.id;
+        return key == "bp" ? &e.bp : nullptr;
     }
-    return nullptr;
+    if (key.size() == 3) {
+        if (key == "cat") return &e.cat;
+        if (key == "dur") return &e.dur;
+        if (key == "pid") return &e.pid;
+        return key == "tid" ? &e.tid : nullptr;
+    }
+    if (key == "name") return &e.name;
+    if (key == "s") return &e.scope;
+    return key == "bind_id" ? &e.id : nullptr;  // flow events v2 name their id so
 }
 
 error_code scan_event(ondemand::value ev, ScannedEvent& e) {
@@ -142,7 +152,7 @@ error_code scan_event(ondemand::value ev, ScannedEvent& e) {
         if (key == "args") {
             if (auto err = read_args(v, e)) return err;
         } else if (ScannedField* slot = slot_of(e, key)) {
-            if (auto err = read_field(v, *slot)) return err;
+            if (auto err = read_field(v, *slot, true)) return err;
         }
         // Other fields are skipped unread.
     }
