@@ -7,8 +7,9 @@
 // improper structure ...)"), the other files of the run still load. Traces are read by napkin's
 // one trace reader (profiler/trace_reader.h) in its lenient mode: invalid events are skipped and
 // counted in warnings, a trace where most events are invalid is an error; unknown phases, fields
-// and metadata of other tools are tolerated. memory.json and report.json are read with simdjson's
-// DOM API, bounded to kMaxJsonDepth. docs/VIEWER.md lists what is accepted.
+// and metadata of other tools are tolerated. memory.json is read with simdjson's DOM API, bounded
+// to kMaxJsonDepth; report.json through napkin's one reader of it (profiler/run_report.h).
+// docs/VIEWER.md lists what is accepted.
 //
 // The trace's model (profiler/trace_data.h) is the viewer's: time is int64 nanoseconds since
 // the run start; events are stored sorted by (lane, depth, start), each lane's depth level one
@@ -24,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "profiler/run_report.h"
 #include "profiler/trace_data.h"
 
 namespace napkin::viewer {
@@ -79,28 +81,13 @@ struct LiveBlock {
     std::int64_t t_allocated_ns = 0;
 };
 
-// report.json (schema napkin-train-report/1): the prediction beside the measurement.
-struct ReportData {
-    std::string model_name;
-    std::string model_json;  // the "model" object as JSON, for the estimate view
-    std::vector<std::pair<std::string, std::string>> run;  // "precision" -> "bf16-amp", in order
-    std::map<std::string, double> predicted;               // "activations" -> bytes, ...
-    std::map<std::string, double> measured_peak;           // by category, bytes
-    std::map<std::string, double> measured;                // scalars: mfu, tokens_per_s, ...
-    std::vector<double> step_seconds;
-    // "communication" (data-parallel runs, napkin train --zero under mpirun; docs/ZERO.md): its
-    // numbers by dotted path, two levels deep ("world", "zero", "rank",
-    // "measured_per_step.state_sent_bytes", "predicted_per_step.sent_bytes"); empty otherwise.
-    std::map<std::string, double> communication;
-    std::string comm_backend;
-    std::vector<double> comm_seconds;  // steps[].comm_seconds: time in collectives per step
+// report.json: the prediction beside the measurement, as the one reader gives it.
+using ReportData = profiler::RunReport;
 
-    std::string run_value(std::string_view key) const;  // "" when absent
-    double comm_value(std::string_view key) const;      // NaN when absent
-    double measured_value(std::string_view key) const;  // NaN when absent
-    double predicted_total_bytes() const;               // sum of the predicted categories
-    double median_step_seconds() const;                 // NaN without steps
-};
+// What the panels derive from a report: the sum of the predicted memory categories, and the
+// median step's seconds (NaN without steps: no report loaded).
+double predicted_total_bytes(const ReportData& r);
+double median_step_seconds(const ReportData& r);
 
 struct RunData {
     std::string label;  // the folder's or file's name

@@ -88,6 +88,5 @@ std::string scalar_text(simdjson::dom::element v);
 std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out,
                                std::string* top_schema);
 std::string parse_memory_document(simdjson::dom::element root, MemoryData& out);
-std::string parse_report_document(simdjson::dom::element root, ReportData& out);
 
 }  // namespace napkin::viewer

@@ -166,7 +166,7 @@ public:
         json doc;
         try {
             doc = json::parse(get(key));
-        } catch (const json::parse_error&) {
+        } catch (const json::exception&) {
             fail(key, " is not valid JSON");
         }
         try {
