@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/config_json.h"
+#include "core/durable_file.h"
 #include "core/engine/trainer.h"
 #include "tests/engine/test_util.h"
 
@@ -146,7 +147,8 @@ TEST_P(CheckpointResume, RepeatsTheUninterruptedRunBitForBit) {
     for (int s = 0; s < 3; ++s)
         a.step();
     save_checkpoint(path.string(), a);
-    EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+    for (const fs::directory_entry& e : fs::directory_iterator(path.parent_path()))
+        EXPECT_FALSE(is_durable_temporary(e.path().filename().string())) << e.path();
     std::vector<StepRecord> ref;
     for (int s = 0; s < 3; ++s)
         ref.push_back(a.step());
