@@ -5,8 +5,7 @@
 #pragma once
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -24,12 +23,6 @@ inline KernelCost rope_forward_cost(const RopeShape& s) {
 
 inline KernelCost rope_backward_cost(const RopeShape& s) { return rope_forward_cost(s); }
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/rope.cpp, tested in tests/kernels/rope_test.cpp), templated on the
-// storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
-// here).
-//
 // Convention: Hugging Face Llama's rotate_half. Within each head of HD (even) elements, element
 // i pairs with element i + HD/2 (not the interleaved (2i, 2i+1) pairs of GPT-J / Meta's
 // original code; the FLOP count is the same), and for i in [0, HD/2), at position
@@ -40,15 +33,37 @@ namespace cpu {
 // Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token the NH query heads, the KVH key heads
 // and the KVH value heads; q and k are rotated in place, v is untouched.
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  float theta = 10000.0f, std::int64_t pos_offset = 0);
+struct RopeForwardArgs {
+    Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
+    std::int64_t B = 0, T = 0;
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+    float theta = 10000.0f;
+    std::int64_t pos_offset = 0;
+};
 
 // dqkv (B, T, (NH + 2*KVH) * HD): the gradient of the q and k heads rotated in place by the
 // negative angle (the transpose of the forward rotation); the v part is untouched. Unlike the
 // other backward kernels this transforms, it does not accumulate.
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   float theta = 10000.0f, std::int64_t pos_offset = 0);
+struct RopeBackwardArgs {
+    Elem* dqkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
+    std::int64_t B = 0, T = 0;
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+    float theta = 10000.0f;
+    std::int64_t pos_offset = 0;
+};
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/rope.cpp, tested in tests/kernels/rope_test.cpp), templated on the
+// storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
+// here).
+template <class Elem>
+void rope_forward(const RopeForwardArgs<Elem>& args);
+template <class Elem>
+void rope_backward(const RopeBackwardArgs<Elem>& args);
 
 }  // namespace cpu
 
@@ -56,17 +71,11 @@ namespace cuda {
 
 // CUDA kernels (kernels/cuda/rope.cu, tested against the CPU in tests/kernels_cuda/rope_test.cpp),
 // same convention and storage types as the CPU's above; angles in double as there. Device
-// pointers, queued on `stream`.
-
+// pointers, queued on launch.stream.
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
-// qkv (B, T, (NH + 2*KVH) * HD), q and k heads rotated in place
-
+void rope_forward(const RopeForwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
-// dqkv (B, T, (NH + 2*KVH) * HD)
+void rope_backward(const RopeBackwardArgs<Elem>& args, const Launch& launch);
 
 }  // namespace cuda
 

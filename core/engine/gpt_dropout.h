@@ -35,8 +35,12 @@ public:
     void forward(Kernels& k, Range&& range, T* x, Tensor& mask, std::int64_t n, int layer,
                  DropoutSite site) {
         range("dropout_forward", dropout_forward_cost({n, storage_dtype<T>()}));
-        k.dropout_forward(x, mask.template data<std::uint8_t>(), x, n, p_,
-                          dropout_site_seed(seed_, layer, site));
+        k.dropout_forward({.out = x,
+                           .mask = mask.template data<std::uint8_t>(),
+                           .inp = x,
+                           .n = n,
+                           .p = p_,
+                           .seed = dropout_site_seed(seed_, layer, site)});
     }
 
     // dx (n) = dout (n) through the kept mask; dx may be dout.
@@ -44,7 +48,11 @@ public:
     void backward(Kernels& k, Range&& range, T* dx, const T* dout, const Tensor& mask,
                   std::int64_t n) {
         range("dropout_backward", dropout_backward_cost({n, storage_dtype<T>()}));
-        k.dropout_backward(dx, dout, mask.template data<std::uint8_t>(), n, p_);
+        k.dropout_backward({.dinp = dx,
+                            .dout = dout,
+                            .mask = mask.template data<std::uint8_t>(),
+                            .n = n,
+                            .p = p_});
     }
 
     // Naive attention's dropout for layer l, over the kept "attn.p.mask" and "attn.p.dropped".

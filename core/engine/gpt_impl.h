@@ -144,8 +144,14 @@ public:
         hook_enter(0, false);
         op_range(r_emb, "embedding", plan_.prologue.front().fwd);
         kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), false, cfg_), plan_.prologue.front().fwd);
-        k_.embedding_forward(prologue_.get("embedding.out").template data<T>(), inputs, p_wte_->weight.template data<T>(),
-                                  p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr, B_, T_, cfg_.d_model);
+        k_.embedding_forward(
+            {.out = prologue_.get("embedding.out").template data<T>(),
+             .tokens = inputs,
+             .wte = p_wte_->weight.template data<T>(),
+             .wpe = p_wpe_ != nullptr ? p_wpe_->weight.template data<T>() : nullptr,
+             .B = B_,
+             .T = T_,
+             .C = cfg_.d_model});
         if (dropout_.on()) {
             dropout_.forward(k_, ranges(k), prologue_.get("embedding.out").template data<T>(),
                              prologue_.get("embedding.mask"), N_ * cfg_.d_model, -1, DropoutSite::embedding);
@@ -181,11 +187,21 @@ public:
         op_range(r_ep, "lm_head+loss (fused forward and backward)", head_cost);
         kernel_range(k, "head_cross_entropy", head_cost);
         ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
-        const float loss = k_.head_cross_entropy(
-            k_.losses(), epilogue_.get("lm_head.dinp").template data<T>(), head->grad.template data<T>(),
-            epilogue_.get("ln_f.out").template data<T>(), head->weight.template data<T>(), targets, N_, cfg_.d_model,
-            cfg_.vocab_size, cfg_.padded_vocab_size, loss_chunk_, dloss / static_cast<float>(N_),
-            ce_scratch_.template data<float>());
+        const float loss =
+            k_.head_cross_entropy({.losses = k_.losses(),
+                                   .dx = epilogue_.get("lm_head.dinp").template data<T>(),
+                                   .dw = head->grad.template data<T>(),
+                                   .x = epilogue_.get("ln_f.out").template data<T>(),
+                                   .w = head->weight.template data<T>(),
+                                   .targets = targets,
+                                   .M = N_,
+                                   .C = cfg_.d_model,
+                                   .V = cfg_.vocab_size,
+                                   .Vp = cfg_.padded_vocab_size,
+                                   .chunk = loss_chunk_,
+                                   .dloss = dloss / static_cast<float>(N_),
+                                   .scratch = ce_scratch_.template data<float>(),
+                                   .gemm_scratch = mm_scratch_.template data<float>()});
         k.reset();
         r_ep.reset();
         // Backward.
@@ -219,9 +235,14 @@ public:
                 dropout_.backward(k_, ranges(k), dres, dres, prologue_.get("embedding.mask"), N_ * cfg_.d_model);
             kernel_range(k, gpt_detail::kernel_name(plan_.prologue.front(), true, cfg_),
                          plan_.prologue.front().bwd_weight);
-            k_.embedding_backward(p_wte_->grad.template data<T>(),
-                                  p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr, dres,
-                                  inputs, B_, T_, cfg_.d_model);
+            k_.embedding_backward(
+                {.dwte = p_wte_->grad.template data<T>(),
+                 .dwpe = p_wpe_ != nullptr ? p_wpe_->grad.template data<T>() : nullptr,
+                 .dout = dres,
+                 .tokens = inputs,
+                 .B = B_,
+                 .T = T_,
+                 .C = cfg_.d_model});
             k.reset();
             r_emb.reset();
         }
@@ -345,11 +366,21 @@ private:
         T* out = output_of(kept.get(n + ".out"));
         float* rstd = kept.get(n + ".rstd").template data<float>();
         if (cfg_.norm == NormKind::layernorm) {
-            k_.layernorm_forward(out, kept.get(n + ".mean").template data<float>(), rstd, inp,
-                                      w->weight.template data<T>(), b != nullptr ? b->weight.template data<T>() : nullptr,
-                                      N_, cfg_.d_model);
+            k_.layernorm_forward({.out = out,
+                                  .mean = kept.get(n + ".mean").template data<float>(),
+                                  .rstd = rstd,
+                                  .inp = inp,
+                                  .weight = w->weight.template data<T>(),
+                                  .bias = b != nullptr ? b->weight.template data<T>() : nullptr,
+                                  .N = N_,
+                                  .C = cfg_.d_model});
         } else {
-            k_.rmsnorm_forward(out, rstd, inp, w->weight.template data<T>(), N_, cfg_.d_model);
+            k_.rmsnorm_forward({.out = out,
+                                .rstd = rstd,
+                                .inp = inp,
+                                .weight = w->weight.template data<T>(),
+                                .N = N_,
+                                .C = cfg_.d_model});
         }
         finish_output(kept, n + ".out", kernel);
     }
@@ -358,13 +389,31 @@ private:
                        ParamSlot* b) {
         const std::string n(name);
         const float* rstd = kept.get(n + ".rstd").template data<float>();
+        // The GEMM scratch, idle between GEMMs, holds the CUDA kernels' per-chunk sums.
         if (cfg_.norm == NormKind::layernorm) {
-            k_.layernorm_backward(dinp, w->grad.template data<T>(), b != nullptr ? b->grad.template data<T>() : nullptr,
-                                       dout, inp, w->weight.template data<T>(), kept.get(n + ".mean").template data<float>(),
-                                       rstd, N_, cfg_.d_model, mm_scratch_.template data<float>());
+            k_.layernorm_backward({.dinp = dinp,
+                                   .dweight = w->grad.template data<T>(),
+                                   .dbias = b != nullptr ? b->grad.template data<T>() : nullptr,
+                                   .dout = dout,
+                                   .inp = inp,
+                                   .weight = w->weight.template data<T>(),
+                                   .mean = kept.get(n + ".mean").template data<float>(),
+                                   .rstd = rstd,
+                                   .N = N_,
+                                   .C = cfg_.d_model,
+                                   .scratch = mm_scratch_.template data<float>(),
+                                   .scratch_bytes = mm_scratch_.bytes()});
         } else {
-            k_.rmsnorm_backward(dinp, w->grad.template data<T>(), dout, inp, w->weight.template data<T>(), rstd, N_,
-                                     cfg_.d_model, mm_scratch_.template data<float>());
+            k_.rmsnorm_backward({.dinp = dinp,
+                                 .dweight = w->grad.template data<T>(),
+                                 .dout = dout,
+                                 .inp = inp,
+                                 .weight = w->weight.template data<T>(),
+                                 .rstd = rstd,
+                                 .N = N_,
+                                 .C = cfg_.d_model,
+                                 .scratch = mm_scratch_.template data<float>(),
+                                 .scratch_bytes = mm_scratch_.bytes()});
         }
     }
 
@@ -382,8 +431,14 @@ private:
         const T* weight = lora_.weight(k_, ranges(kernel), *w);
         if (rec_ != nullptr)
             kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
-        k_.matmul_forward(out, x.template data<T>(), weight, bias, s.M, s.N, s.K,
-                          mm_scratch_.template data<float>());
+        k_.matmul_forward({.out = out,
+                           .inp = x.template data<T>(),
+                           .weight = weight,
+                           .bias = bias,
+                           .M = s.M,
+                           .N = s.N,
+                           .K = s.K,
+                           .scratch = mm_scratch_.template data<float>()});
     }
 
     template <class Launch>
@@ -401,8 +456,16 @@ private:
         }
         const T* weight = lora_.weight(k_, ranges(kernel), *w);
         launch();
-        k_.matmul_backward(dinp, w->grad.template data<T>(), dbias, dout, x.template data<T>(),
-                           weight, s.M, s.N, s.K, mm_scratch_.template data<float>());
+        k_.matmul_backward({.dinp = dinp,
+                            .dweight = w->grad.template data<T>(),
+                            .dbias = dbias,
+                            .dout = dout,
+                            .inp = x.template data<T>(),
+                            .weight = weight,
+                            .M = s.M,
+                            .N = s.N,
+                            .K = s.K,
+                            .scratch = mm_scratch_.template data<float>()});
     }
 
     // A linear layer's adapter (op "<linear>.lora"): its slots, the input its base GEMM reads,
@@ -474,8 +537,12 @@ private:
                 matmul(op, kt.get("attn.qkv.out").template data<T>(), kt, "ln_1.out", lp.qkv_w,
                        lp.qkv_b, kernel);
             } else if (n == "attn.rope") {
-                k_.rope_forward(kt.get("attn.qkv.out").template data<T>(), B_, T_, cfg_.n_heads, cfg_.n_kv_heads,
-                                     cfg_.head_dim());
+                k_.rope_forward({.qkv = kt.get("attn.qkv.out").template data<T>(),
+                                 .B = B_,
+                                 .T = T_,
+                                 .NH = cfg_.n_heads,
+                                 .KVH = cfg_.n_kv_heads,
+                                 .HD = cfg_.head_dim()});
             } else if (n == "attn.core") {
                 // Selective: only the probabilities are rebuilt; attn.out is still kept.
                 attention_forward(kt, op, l, recompute && !recomputes(op, "attn.out"), kernel);
@@ -484,7 +551,10 @@ private:
                        kernel);
                 if (!adapters_) branch_dropout(kt, l, kernel, "attn.proj.mask", DropoutSite::attention_residual);
             } else if (n == "attn.res") {
-                k_.residual_forward(kt.get("attn.res.out").template data<T>(), x, branch_.template data<T>(), N_ * C);
+                k_.residual_forward({.out = kt.get("attn.res.out").template data<T>(),
+                                     .a = x,
+                                     .b = branch_.template data<T>(),
+                                     .n = N_ * C});
             } else if (n == "ln_2") {
                 norm_forward(kt, "ln_2", kt.get("attn.res.out").template data<T>(), lp.ln2_w,
                              lp.ln2_b, kernel);
@@ -494,16 +564,20 @@ private:
             } else if (n == "mlp.act") {
                 T* out = output_of(kt.get("mlp.act.out"));
                 const T* inp = kt.get("mlp.fc.out").template data<T>();
-                if (cfg_.mlp == MlpKind::gelu) k_.gelu_forward(out, inp, N_ * cfg_.d_ff);
-                else k_.swiglu_forward(out, inp, N_, cfg_.d_ff);
+                if (cfg_.mlp == MlpKind::gelu)
+                    k_.gelu_forward({.out = out, .inp = inp, .n = N_ * cfg_.d_ff});
+                else
+                    k_.swiglu_forward({.out = out, .inp = inp, .N = N_, .F = cfg_.d_ff});
                 finish_output(kt, "mlp.act.out", kernel);
             } else if (n == "mlp.proj") {
                 matmul(op, branch_.template data<T>(), kt, "mlp.act.out", lp.down_w, lp.down_b,
                        kernel);
                 if (!adapters_) branch_dropout(kt, l, kernel, "mlp.proj.mask", DropoutSite::mlp_residual);
             } else if (n == "mlp.res") {
-                k_.residual_forward(kt.get("mlp.res.out").template data<T>(), kt.get("attn.res.out").template data<T>(),
-                                         branch_.template data<T>(), N_ * C);
+                k_.residual_forward({.out = kt.get("mlp.res.out").template data<T>(),
+                                     .a = kt.get("attn.res.out").template data<T>(),
+                                     .b = branch_.template data<T>(),
+                                     .n = N_ * C});
             } else if (op.kind == OpKind::lora) {
                 lora_forward(op, lp, kt);
                 // A projection's adapter is the branch's last writer: the dropout follows it.
@@ -551,13 +625,26 @@ private:
             T* out =
                 probabilities_only ? branch_.template data<T>() : output_of(kt.get("attn.out"));
             const AttentionDropout<T> drop = dropout_.on() ? dropout_.attention(kt, l) : AttentionDropout<T>{};
-            k_.attention_naive_forward(out, kt.get("attn.p").template data<T>(), qkv, s.B, s.T, s.NH, s.KVH, s.HD,
-                                       dropout_.on() ? &drop : nullptr);
+            k_.attention_naive_forward({.out = out,
+                                        .p = kt.get("attn.p").template data<T>(),
+                                        .qkv = qkv,
+                                        .B = s.B,
+                                        .T = s.T,
+                                        .NH = s.NH,
+                                        .KVH = s.KVH,
+                                        .HD = s.HD,
+                                        .dropout = dropout_.on() ? &drop : nullptr});
         } else {
             const AttentionDropout<T> drop = dropout_.flash_attention(l);
-            k_.attention_flash_forward(output_of(kt.get("attn.out")),
-                                       kt.get("attn.lse").template data<float>(), qkv, s.B, s.T,
-                                       s.NH, s.KVH, s.HD, dropout_.on() ? &drop : nullptr);
+            k_.attention_flash_forward({.out = output_of(kt.get("attn.out")),
+                                        .lse = kt.get("attn.lse").template data<float>(),
+                                        .qkv = qkv,
+                                        .B = s.B,
+                                        .T = s.T,
+                                        .NH = s.NH,
+                                        .KVH = s.KVH,
+                                        .HD = s.HD,
+                                        .dropout = dropout_.on() ? &drop : nullptr});
         }
         if (!probabilities_only) finish_output(kt, "attn.out", kernel);
     }
@@ -604,8 +691,12 @@ private:
                 zero(dwide, N_ * cols);
                 launch();
                 const T* inp = kt.get("mlp.fc.out").template data<T>();
-                if (cfg_.mlp == MlpKind::gelu) k_.gelu_backward(dwide, inp, dnarrow, N_ * cfg_.d_ff);
-                else k_.swiglu_backward(dwide, inp, dnarrow, N_, cfg_.d_ff);
+                if (cfg_.mlp == MlpKind::gelu)
+                    k_.gelu_backward(
+                        {.dinp = dwide, .inp = inp, .dout = dnarrow, .n = N_ * cfg_.d_ff});
+                else
+                    k_.swiglu_backward(
+                        {.dinp = dwide, .inp = inp, .dout = dnarrow, .N = N_, .F = cfg_.d_ff});
             } else if (n == "mlp.fc") {
                 if (!adapters_) zero(dnarrow, N_ * C);
                 matmul_back(op, dnarrow, dwide, kt, "ln_2.out", lp.fc_w, lp.fc_b, kernel, launch);
@@ -623,9 +714,17 @@ private:
                 if (s.impl == AttentionImpl::naive) {
                     launch();
                     const AttentionDropout<T> drop = dropout_.on() ? dropout_.attention(kt, l) : AttentionDropout<T>{};
-                    k_.attention_naive_backward(dwide, attn_scratch_.template data<float>(), dnarrow, qkv,
-                                                kt.get("attn.p").template data<T>(), s.B, s.T, s.NH, s.KVH, s.HD,
-                                                dropout_.on() ? &drop : nullptr);
+                    k_.attention_naive_backward({.dqkv = dwide,
+                                                 .scratch = attn_scratch_.template data<float>(),
+                                                 .dout = dnarrow,
+                                                 .qkv = qkv,
+                                                 .p = kt.get("attn.p").template data<T>(),
+                                                 .B = s.B,
+                                                 .T = s.T,
+                                                 .NH = s.NH,
+                                                 .KVH = s.KVH,
+                                                 .HD = s.HD,
+                                                 .dropout = dropout_.on() ? &drop : nullptr});
                 } else {
                     // Flash reads its output O; fp8-amp keeps it as codes: dequantized into branch_
                     // (N, C), free during the backward.
@@ -637,13 +736,26 @@ private:
                             : o.template data<T>();
                     launch();
                     const AttentionDropout<T> drop = dropout_.flash_attention(l);
-                    k_.attention_flash_backward(dwide, dnarrow, out, qkv,
-                                                kt.get("attn.lse").template data<float>(), s.B, s.T,
-                                                s.NH, s.KVH, s.HD, dropout_.on() ? &drop : nullptr);
+                    k_.attention_flash_backward({.dqkv = dwide,
+                                                 .dout = dnarrow,
+                                                 .out = out,
+                                                 .qkv = qkv,
+                                                 .lse = kt.get("attn.lse").template data<float>(),
+                                                 .B = s.B,
+                                                 .T = s.T,
+                                                 .NH = s.NH,
+                                                 .KVH = s.KVH,
+                                                 .HD = s.HD,
+                                                 .dropout = dropout_.on() ? &drop : nullptr});
                 }
             } else if (n == "attn.rope") {
                 launch();
-                k_.rope_backward(dwide, B_, T_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim());
+                k_.rope_backward({.dqkv = dwide,
+                                  .B = B_,
+                                  .T = T_,
+                                  .NH = cfg_.n_heads,
+                                  .KVH = cfg_.n_kv_heads,
+                                  .HD = cfg_.head_dim()});
             } else if (n == "attn.qkv") {
                 if (!adapters_) zero(dnarrow, N_ * C);
                 matmul_back(op, dnarrow, dwide, kt, "ln_1.out", lp.qkv_w, lp.qkv_b, kernel, launch);

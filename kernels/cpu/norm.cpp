@@ -52,8 +52,8 @@ void norm_parameter_grads(T* dweight, T* dbias, const T* dout, const T* inp, con
 }  // namespace
 
 template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, float eps) {
+void layernorm_forward(const LayernormForwardArgs<T>& args) {
+    const auto& [out, mean, rstd, inp, weight, bias, N, C, eps] = args;
     NAPKIN_ASSERT(N >= 0 && C > 0, "layernorm_forward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -81,8 +81,9 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
+void layernorm_backward(const LayernormBackwardArgs<T>& args) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                 scratch_bytes] = args;  // no scratch: parameter gradients in one stage
     NAPKIN_ASSERT(N >= 0 && C > 0, "layernorm_backward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -114,8 +115,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, float eps) {
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args) {
+    const auto& [out, rstd, inp, weight, N, C, eps] = args;
     NAPKIN_ASSERT(N >= 0 && C > 0, "rmsnorm_forward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -135,8 +136,8 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::in
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C) {
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args) {
+    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
     NAPKIN_ASSERT(N >= 0 && C > 0, "rmsnorm_backward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -159,15 +160,11 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     norm_parameter_grads<T>(dweight, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 
-#define NAPKIN_NORM_INSTANTIATE(T)                                                               \
-    template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,         \
-                                       std::int64_t, std::int64_t, float);                       \
-    template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*,  \
-                                        const float*, std::int64_t, std::int64_t);               \
-    template void rmsnorm_forward<T>(T*, float*, const T*, const T*, std::int64_t, std::int64_t, \
-                                     float);                                                     \
-    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*,        \
-                                      std::int64_t, std::int64_t);
+#define NAPKIN_NORM_INSTANTIATE(T)                                        \
+    template void layernorm_forward<T>(const LayernormForwardArgs<T>&);   \
+    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&); \
+    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&);       \
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&);
 NAPKIN_NORM_INSTANTIATE(float)
 NAPKIN_NORM_INSTANTIATE(bf16_t)
 NAPKIN_NORM_INSTANTIATE(f16_t)

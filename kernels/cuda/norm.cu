@@ -221,18 +221,19 @@ std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C) {
 }
 
 template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                       float eps) {
+void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, mean, rstd, inp, weight, bias, N, C, eps] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("layernorm_forward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_forward: mean is required");
     launch_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps, stream);
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                        CUstream_st* stream, void* scratch, std::size_t scratch_bytes) {
+void layernorm_backward(const LayernormBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                 scratch_bytes] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("layernorm_backward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_backward: mean is required");
     launch_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean,
@@ -240,34 +241,29 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, CUstream_st* stream, float eps) {
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, rstd, inp, weight, N, C, eps] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("rmsnorm_forward", N, C);
     launch_forward(dev(out), static_cast<float*>(nullptr), rstd, dev(inp), dev(weight),
                    static_cast<const device_t<T>*>(nullptr), N, C, eps, stream);
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                      void* scratch, std::size_t scratch_bytes) {
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("rmsnorm_backward", N, C);
     launch_backward(dev(dinp), dev(dweight), static_cast<device_t<T>*>(nullptr), dev(dout),
                     dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C, stream,
                     scratch, scratch_bytes);
 }
 
-#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                          \
-    template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,         \
-                                       std::int64_t, std::int64_t, CUstream_st*, float);         \
-    template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*,  \
-                                        const float*, std::int64_t, std::int64_t, CUstream_st*,  \
-                                        void*, std::size_t);                                     \
-    template void rmsnorm_forward<T>(T*, float*, const T*, const T*, std::int64_t, std::int64_t, \
-                                     CUstream_st*, float);                                       \
-    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*,        \
-                                      std::int64_t, std::int64_t, CUstream_st*, void*,           \
-                                      std::size_t);
+#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                  \
+    template void layernorm_forward<T>(const LayernormForwardArgs<T>&, const Launch&);   \
+    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&, const Launch&); \
+    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&, const Launch&);       \
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_NORM_INSTANTIATE(float)
 NAPKIN_CUDA_NORM_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_NORM_INSTANTIATE(f16_t)

@@ -109,10 +109,10 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     std::vector<float> mean(static_cast<std::size_t>(cs.N), NAN),
         rstd(static_cast<std::size_t>(cs.N), NAN);
     if (rms) {
-        cpu::rmsnorm_forward<T>(out.data(), rstd.data(), x.data(), w.data(), cs.N, cs.C);
+        cpu::rmsnorm_forward<T>({out.data(), rstd.data(), x.data(), w.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                  bias ? b.data() : nullptr, cs.N, cs.C);
+        cpu::layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                   bias ? b.data() : nullptr, cs.N, cs.C});
     }
     Vec ref_mean, ref_rstd;
     const Vec ref_out = ref.forward(xs, ws, bs, &ref_mean, &ref_rstd);
@@ -129,11 +129,11 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     auto db = bias ? test::to_storage<T>(test::random_normal(rng, cs.C)) : std::vector<T>{};
     const Vec dx0 = test::as_seen(dx), dw0 = test::as_seen(dw), db0 = test::as_seen(db);
     if (rms) {
-        cpu::rmsnorm_backward<T>(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(),
-                                 cs.N, cs.C);
+        cpu::rmsnorm_backward<T>(
+            {dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_backward<T>(dx.data(), dw.data(), bias ? db.data() : nullptr, g.data(),
-                                   x.data(), w.data(), mean.data(), rstd.data(), cs.N, cs.C);
+        cpu::layernorm_backward<T>({dx.data(), dw.data(), bias ? db.data() : nullptr, g.data(),
+                                    x.data(), w.data(), mean.data(), rstd.data(), cs.N, cs.C});
     }
     Vec ref_dx, ref_dw, ref_db;
     ref.backward(ref_dx, ref_dw, ref_db, gs, xs, ws);
@@ -148,11 +148,11 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     // Frozen parameters (null gradients) leave dinp the same.
     auto dx_frozen = test::to_storage<T>(dx0);
     if (rms) {
-        cpu::rmsnorm_backward<T>(dx_frozen.data(), nullptr, g.data(), x.data(), w.data(),
-                                 rstd.data(), cs.N, cs.C);
+        cpu::rmsnorm_backward<T>(
+            {dx_frozen.data(), nullptr, g.data(), x.data(), w.data(), rstd.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_backward<T>(dx_frozen.data(), nullptr, nullptr, g.data(), x.data(), w.data(),
-                                   mean.data(), rstd.data(), cs.N, cs.C);
+        cpu::layernorm_backward<T>({dx_frozen.data(), nullptr, nullptr, g.data(), x.data(),
+                                    w.data(), mean.data(), rstd.data(), cs.N, cs.C});
     }
     test::expect_close("dinp without parameter gradients", test::as_seen(dx_frozen),
                        test::as_seen(dx), {0.0, 0.0});

@@ -36,10 +36,10 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
             const T* bias = with_bias ? b.data() : nullptr;
             std::vector<T> out(x.size()), dx = dx0, dw = dw0, db = db0;
             std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
-            cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias,
-                                   N, C);
-            cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
-                                    w.data(), mean.data(), rstd.data(), N, C);
+            cpu::layernorm_forward<T>(
+                {out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, N, C});
+            cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                        w.data(), mean.data(), rstd.data(), N, C});
 
             DeviceBuffer<T> x_d(x), w_d(w), b_d(b), out_d(x.size()), dout_d(dout), dx_d(dx0),
                 dw_d(dw0), db_d(db0);
@@ -47,16 +47,18 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
             out_d.poison();
             mean_d.poison();
             rstd_d.poison();
-            cuda::layernorm_forward(out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(), w_d.get(),
-                                    with_bias ? b_d.get() : nullptr, N, C, nullptr);
+            cuda::layernorm_forward<T>({out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(),
+                                        w_d.get(), with_bias ? b_d.get() : nullptr, N, C},
+                                       {});
             expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
             expect_match("mean", mean_d.download(), mean, for_sum_of(tolerance<float>(), C));
             expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
             // Backward from the CPU's statistics, so that only the backward is compared.
             mean_d.upload(mean);
             rstd_d.upload(rstd);
-            cuda::layernorm_backward(dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
-                                     w_d.get(), mean_d.get(), rstd_d.get(), N, C, nullptr);
+            cuda::layernorm_backward<T>({dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(),
+                                         x_d.get(), w_d.get(), mean_d.get(), rstd_d.get(), N, C},
+                                        {});
             expect_match("dinp", dx_d.download(), dx, for_sum_of(tolerance<T>(), C));
             expect_match("dweight", dw_d.download(), dw, for_sum_of(tolerance<T>(), N));
             expect_match("dbias", db_d.download(), db, for_sum_of(tolerance<T>(), N));
@@ -79,20 +81,21 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
             const auto dx0 = random_storage<T>(rng, N * C), dw0 = random_storage<T>(rng, C);
             std::vector<T> out(x.size()), dx = dx0, dw = dw0;
             std::vector<float> rstd(static_cast<std::size_t>(N));
-            cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
-            cpu::rmsnorm_backward(dx.data(), with_dw ? dw.data() : nullptr, dout.data(), x.data(),
-                                  w.data(), rstd.data(), N, C);
+            cpu::rmsnorm_forward<T>({out.data(), rstd.data(), x.data(), w.data(), N, C});
+            cpu::rmsnorm_backward<T>({dx.data(), with_dw ? dw.data() : nullptr, dout.data(),
+                                      x.data(), w.data(), rstd.data(), N, C});
 
             DeviceBuffer<T> x_d(x), w_d(w), out_d(x.size()), dout_d(dout), dx_d(dx0), dw_d(dw0);
             DeviceBuffer<float> rstd_d(rstd.size());
             out_d.poison();
             rstd_d.poison();
-            cuda::rmsnorm_forward(out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C, nullptr);
+            cuda::rmsnorm_forward<T>({out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C}, {});
             expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
             expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
             rstd_d.upload(rstd);
-            cuda::rmsnorm_backward(dx_d.get(), with_dw ? dw_d.get() : nullptr, dout_d.get(),
-                                   x_d.get(), w_d.get(), rstd_d.get(), N, C, nullptr);
+            cuda::rmsnorm_backward<T>({dx_d.get(), with_dw ? dw_d.get() : nullptr, dout_d.get(),
+                                       x_d.get(), w_d.get(), rstd_d.get(), N, C},
+                                      {});
             expect_match("dinp", dx_d.download(), dx, for_sum_of(tolerance<T>(), C));
             expect_match("dweight", dw_d.download(), dw, for_sum_of(tolerance<T>(), N));
         }
@@ -123,10 +126,10 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         const auto dw0 = random_storage<T>(rng, C), db0 = random_storage<T>(rng, C);
         std::vector<T> out(x.size()), dx(x.size()), dw = dw0, db = db0;
         std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
-        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                               static_cast<const T*>(nullptr), N, C);
-        cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                                mean.data(), rstd.data(), N, C);
+        cpu::layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                   static_cast<const T*>(nullptr), N, C});
+        cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                    w.data(), mean.data(), rstd.data(), N, C});
         const std::size_t bytes =
             c.scratch_chunks == 0
                 ? cuda::norm_backward_scratch_bytes(N, C)
@@ -140,9 +143,10 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         for (int run = 0; run < 2; ++run) {
             DeviceBuffer<T> dw_d(dw0), db_d(db0);
             scratch.poison();
-            cuda::layernorm_backward(dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
-                                     w_d.get(), mean_d.get(), rstd_d.get(), N, C, nullptr,
-                                     scratch.get(), bytes);
+            cuda::layernorm_backward<T>(
+                {dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(), w_d.get(),
+                 mean_d.get(), rstd_d.get(), N, C, scratch.get(), bytes},
+                {});
             dws.push_back(dw_d.download());
             dbs.push_back(db_d.download());
             expect_match("dweight", dws.back(), dw, for_sum_of(tolerance<T>(), N));
@@ -153,13 +157,14 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         // RMSNorm's weight gradient through the same path.
         std::vector<T> rdx(x.size()), rdw = dw0;
         std::vector<float> rrstd(static_cast<std::size_t>(N));
-        cpu::rmsnorm_forward(out.data(), rrstd.data(), x.data(), w.data(), N, C);
-        cpu::rmsnorm_backward(rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(),
-                              N, C);
+        cpu::rmsnorm_forward<T>({out.data(), rrstd.data(), x.data(), w.data(), N, C});
+        cpu::rmsnorm_backward<T>(
+            {rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(), N, C});
         DeviceBuffer<T> rdw_d(dw0);
         rstd_d.upload(rrstd);
-        cuda::rmsnorm_backward(dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
-                               rstd_d.get(), N, C, nullptr, scratch.get(), bytes);
+        cuda::rmsnorm_backward<T>({dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
+                                   rstd_d.get(), N, C, scratch.get(), bytes},
+                                  {});
         expect_match("rmsnorm dweight", rdw_d.download(), rdw, for_sum_of(tolerance<T>(), N));
     }
 }
