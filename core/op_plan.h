@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/model_config.h"
 #include "core/recipe.h"
 #include "kernels/activation.h"
@@ -58,21 +59,171 @@ inline constexpr std::array kOpKindNames = {
     EnumName<OpKind>{OpKind::cross_entropy, "cross_entropy"},
 };
 
+// What an op is in the model. The engine dispatches on it with switches that name every role
+// (no default: -Wswitch, an error under NAPKIN_WERROR, catches a role a switch forgets); its
+// name, for traces and reports, comes from kOpRoleNames. Inside a block the names are relative
+// ("attn.qkv"); the engine prefixes "h.<layer>.".
+enum class OpRole : std::uint8_t {
+    embedding,
+    ln_1,
+    attn_qkv,
+    attn_qkv_lora,
+    attn_rope,
+    attn_core,
+    attn_proj,
+    attn_proj_lora,
+    attn_res,
+    ln_2,
+    mlp_fc,
+    mlp_fc_lora,
+    mlp_act,
+    mlp_proj,
+    mlp_proj_lora,
+    mlp_res,
+    ln_f,
+    lm_head,
+    loss,
+};
+inline constexpr std::array kOpRoleNames = {
+    EnumName<OpRole>{OpRole::embedding, "embedding"},
+    EnumName<OpRole>{OpRole::ln_1, "ln_1"},
+    EnumName<OpRole>{OpRole::attn_qkv, "attn.qkv"},
+    EnumName<OpRole>{OpRole::attn_qkv_lora, "attn.qkv.lora"},
+    EnumName<OpRole>{OpRole::attn_rope, "attn.rope"},
+    EnumName<OpRole>{OpRole::attn_core, "attn.core"},
+    EnumName<OpRole>{OpRole::attn_proj, "attn.proj"},
+    EnumName<OpRole>{OpRole::attn_proj_lora, "attn.proj.lora"},
+    EnumName<OpRole>{OpRole::attn_res, "attn.res"},
+    EnumName<OpRole>{OpRole::ln_2, "ln_2"},
+    EnumName<OpRole>{OpRole::mlp_fc, "mlp.fc"},
+    EnumName<OpRole>{OpRole::mlp_fc_lora, "mlp.fc.lora"},
+    EnumName<OpRole>{OpRole::mlp_act, "mlp.act"},
+    EnumName<OpRole>{OpRole::mlp_proj, "mlp.proj"},
+    EnumName<OpRole>{OpRole::mlp_proj_lora, "mlp.proj.lora"},
+    EnumName<OpRole>{OpRole::mlp_res, "mlp.res"},
+    EnumName<OpRole>{OpRole::ln_f, "ln_f"},
+    EnumName<OpRole>{OpRole::lm_head, "lm_head"},
+    EnumName<OpRole>{OpRole::loss, "loss"},
+};
+
+// A tensor an op keeps from its forward for some backward, by id; its name (the allocation's,
+// so the trace's, the memory snapshot's and report.json's: "h.<l>.attn.qkv.out") comes from
+// kKeptNames. An fp8 GEMM input's scale pair follows it (kept_scale).
+enum class KeptId : std::uint8_t {
+    embedding_out,
+    embedding_mask,
+    ln_1_out,
+    ln_1_out_scale,
+    ln_1_mean,
+    ln_1_rstd,
+    attn_qkv_out,
+    attn_qkv_lora_h,
+    attn_p,
+    attn_p_mask,
+    attn_p_dropped,
+    attn_lse,
+    attn_out,
+    attn_out_scale,
+    attn_proj_mask,
+    attn_proj_lora_h,
+    attn_res_out,
+    ln_2_out,
+    ln_2_out_scale,
+    ln_2_mean,
+    ln_2_rstd,
+    mlp_fc_out,
+    mlp_fc_lora_h,
+    mlp_act_out,
+    mlp_act_out_scale,
+    mlp_proj_mask,
+    mlp_proj_lora_h,
+    mlp_res_out,
+    ln_f_out,
+    ln_f_mean,
+    ln_f_rstd,
+    lm_head_dinp,
+};
+inline constexpr std::array kKeptNames = {
+    EnumName<KeptId>{KeptId::embedding_out, "embedding.out"},
+    EnumName<KeptId>{KeptId::embedding_mask, "embedding.mask"},
+    EnumName<KeptId>{KeptId::ln_1_out, "ln_1.out"},
+    EnumName<KeptId>{KeptId::ln_1_out_scale, "ln_1.out.scale"},
+    EnumName<KeptId>{KeptId::ln_1_mean, "ln_1.mean"},
+    EnumName<KeptId>{KeptId::ln_1_rstd, "ln_1.rstd"},
+    EnumName<KeptId>{KeptId::attn_qkv_out, "attn.qkv.out"},
+    EnumName<KeptId>{KeptId::attn_qkv_lora_h, "attn.qkv.lora.h"},
+    EnumName<KeptId>{KeptId::attn_p, "attn.p"},
+    EnumName<KeptId>{KeptId::attn_p_mask, "attn.p.mask"},
+    EnumName<KeptId>{KeptId::attn_p_dropped, "attn.p.dropped"},
+    EnumName<KeptId>{KeptId::attn_lse, "attn.lse"},
+    EnumName<KeptId>{KeptId::attn_out, "attn.out"},
+    EnumName<KeptId>{KeptId::attn_out_scale, "attn.out.scale"},
+    EnumName<KeptId>{KeptId::attn_proj_mask, "attn.proj.mask"},
+    EnumName<KeptId>{KeptId::attn_proj_lora_h, "attn.proj.lora.h"},
+    EnumName<KeptId>{KeptId::attn_res_out, "attn.res.out"},
+    EnumName<KeptId>{KeptId::ln_2_out, "ln_2.out"},
+    EnumName<KeptId>{KeptId::ln_2_out_scale, "ln_2.out.scale"},
+    EnumName<KeptId>{KeptId::ln_2_mean, "ln_2.mean"},
+    EnumName<KeptId>{KeptId::ln_2_rstd, "ln_2.rstd"},
+    EnumName<KeptId>{KeptId::mlp_fc_out, "mlp.fc.out"},
+    EnumName<KeptId>{KeptId::mlp_fc_lora_h, "mlp.fc.lora.h"},
+    EnumName<KeptId>{KeptId::mlp_act_out, "mlp.act.out"},
+    EnumName<KeptId>{KeptId::mlp_act_out_scale, "mlp.act.out.scale"},
+    EnumName<KeptId>{KeptId::mlp_proj_mask, "mlp.proj.mask"},
+    EnumName<KeptId>{KeptId::mlp_proj_lora_h, "mlp.proj.lora.h"},
+    EnumName<KeptId>{KeptId::mlp_res_out, "mlp.res.out"},
+    EnumName<KeptId>{KeptId::ln_f_out, "ln_f.out"},
+    EnumName<KeptId>{KeptId::ln_f_mean, "ln_f.mean"},
+    EnumName<KeptId>{KeptId::ln_f_rstd, "ln_f.rstd"},
+    EnumName<KeptId>{KeptId::lm_head_dinp, "lm_head.dinp"},
+};
+
+// The name tables list their enum in order, up to its last value: every value has its name, at
+// its own index.
+template <class E, std::size_t N>
+constexpr bool names_in_enum_order(const std::array<EnumName<E>, N>& table, E last) {
+    for (std::size_t i = 0; i < N; ++i) {
+        if (static_cast<std::size_t>(table[i].value) != i) return false;
+    }
+    return table[N - 1].value == last;
+}
+static_assert(names_in_enum_order(kOpRoleNames, OpRole::loss));
+static_assert(names_in_enum_order(kKeptNames, KeptId::lm_head_dinp));
+
+constexpr std::string_view op_role_name(OpRole r) {
+    return kOpRoleNames[static_cast<std::size_t>(r)].name;
+}
+constexpr std::string_view kept_name(KeptId t) {
+    return kKeptNames[static_cast<std::size_t>(t)].name;
+}
+
+// The tensors each norm keeps (rmsnorm: no mean).
+struct NormKept {
+    KeptId out, mean, rstd;
+};
+inline constexpr NormKept kLn1Kept{KeptId::ln_1_out, KeptId::ln_1_mean, KeptId::ln_1_rstd};
+inline constexpr NormKept kLn2Kept{KeptId::ln_2_out, KeptId::ln_2_mean, KeptId::ln_2_rstd};
+inline constexpr NormKept kLnfKept{KeptId::ln_f_out, KeptId::ln_f_mean, KeptId::ln_f_rstd};
+
+// The scale pair kept beside an fp8 GEMM input (core/engine/gpt_fp8.h): ln_1.out,
+// attn.out, ln_2.out, mlp.act.out.
+KeptId kept_scale(KeptId gemm_input);
+
 // A tensor kept from an op's forward for some backward.
 struct PlanTensor {
-    std::string_view name;  // "attn.qkv.out"
+    KeptId id = KeptId::embedding_out;
     std::int64_t numel = 0;
     DType dtype = DType::f32;
     bool recomputed = false;  // rebuilt during backward (checkpointing), not kept through forward
     std::uint64_t bytes() const { return storage_bytes(dtype, static_cast<std::uint64_t>(numel)); }
+    std::string_view name() const { return kept_name(id); }  // "attn.qkv.out"
 };
 
 using OpShape = std::variant<EmbeddingShape, NormShape, MatmulShape, RopeShape, AttentionShape,
                              ActivationShape, ResidualShape, LoraShape, CrossEntropyShape>;
 
 struct PlanOp {
-    std::string_view name;   // "attn.qkv" (relative inside the block)
-    std::string_view param;  // parameter prefix it reads ("attn.qkv", "wte"), empty if none
+    OpRole role = OpRole::embedding;
     OpKind kind = OpKind::matmul;
     OpShape shape;
     KernelCost fwd;
@@ -86,7 +237,8 @@ struct PlanOp {
     std::array<PlanTensor, 5> saved{};
     int n_saved = 0;
 
-    void keep(std::string_view tensor, std::int64_t numel, DType dt) {
+    std::string_view name() const { return op_role_name(role); }  // "attn.qkv"
+    void keep(KeptId tensor, std::int64_t numel, DType dt) {
         saved[static_cast<std::size_t>(n_saved++)] = PlanTensor{tensor, numel, dt, false};
     }
 };
