@@ -59,137 +59,84 @@ inline constexpr std::array kOpKindNames = {
     EnumName<OpKind>{OpKind::cross_entropy, "cross_entropy"},
 };
 
-// What an op is in the model. The engine dispatches on it with switches that name every role
-// (no default: -Wswitch, an error under NAPKIN_WERROR, catches a role a switch forgets); its
-// name, for traces and reports, comes from kOpRoleNames. Inside a block the names are relative
-// ("attn.qkv"); the engine prefixes "h.<layer>.".
-enum class OpRole : std::uint8_t {
-    embedding,
-    ln_1,
-    attn_qkv,
-    attn_qkv_lora,
-    attn_rope,
-    attn_core,
-    attn_proj,
-    attn_proj_lora,
-    attn_res,
-    ln_2,
-    mlp_fc,
-    mlp_fc_lora,
-    mlp_act,
-    mlp_proj,
-    mlp_proj_lora,
-    mlp_res,
-    ln_f,
-    lm_head,
-    loss,
-};
-inline constexpr std::array kOpRoleNames = {
-    EnumName<OpRole>{OpRole::embedding, "embedding"},
-    EnumName<OpRole>{OpRole::ln_1, "ln_1"},
-    EnumName<OpRole>{OpRole::attn_qkv, "attn.qkv"},
-    EnumName<OpRole>{OpRole::attn_qkv_lora, "attn.qkv.lora"},
-    EnumName<OpRole>{OpRole::attn_rope, "attn.rope"},
-    EnumName<OpRole>{OpRole::attn_core, "attn.core"},
-    EnumName<OpRole>{OpRole::attn_proj, "attn.proj"},
-    EnumName<OpRole>{OpRole::attn_proj_lora, "attn.proj.lora"},
-    EnumName<OpRole>{OpRole::attn_res, "attn.res"},
-    EnumName<OpRole>{OpRole::ln_2, "ln_2"},
-    EnumName<OpRole>{OpRole::mlp_fc, "mlp.fc"},
-    EnumName<OpRole>{OpRole::mlp_fc_lora, "mlp.fc.lora"},
-    EnumName<OpRole>{OpRole::mlp_act, "mlp.act"},
-    EnumName<OpRole>{OpRole::mlp_proj, "mlp.proj"},
-    EnumName<OpRole>{OpRole::mlp_proj_lora, "mlp.proj.lora"},
-    EnumName<OpRole>{OpRole::mlp_res, "mlp.res"},
-    EnumName<OpRole>{OpRole::ln_f, "ln_f"},
-    EnumName<OpRole>{OpRole::lm_head, "lm_head"},
-    EnumName<OpRole>{OpRole::loss, "loss"},
-};
+// What an op is in the model, and its name. The engine dispatches on the role with switches that
+// name every role (no default: -Wswitch, an error under NAPKIN_WERROR, catches a role a switch
+// forgets); the name, for traces and reports, comes from the same line of the list. Inside a
+// block the names are relative ("attn.qkv"); the engine prefixes "h.<layer>.".
+// clang-format off
+#define NAPKIN_OP_ROLES(X)               \
+    X(embedding, "embedding")            \
+    X(ln_1, "ln_1")                      \
+    X(attn_qkv, "attn.qkv")              \
+    X(attn_qkv_lora, "attn.qkv.lora")    \
+    X(attn_rope, "attn.rope")            \
+    X(attn_core, "attn.core")            \
+    X(attn_proj, "attn.proj")            \
+    X(attn_proj_lora, "attn.proj.lora")  \
+    X(attn_res, "attn.res")              \
+    X(ln_2, "ln_2")                      \
+    X(mlp_fc, "mlp.fc")                  \
+    X(mlp_fc_lora, "mlp.fc.lora")        \
+    X(mlp_act, "mlp.act")                \
+    X(mlp_proj, "mlp.proj")              \
+    X(mlp_proj_lora, "mlp.proj.lora")    \
+    X(mlp_res, "mlp.res")                \
+    X(ln_f, "ln_f")                      \
+    X(lm_head, "lm_head")                \
+    X(loss, "loss")
+// clang-format on
 
-// A tensor an op keeps from its forward for some backward, by id; its name (the allocation's,
-// so the trace's, the memory snapshot's and report.json's: "h.<l>.attn.qkv.out") comes from
-// kKeptNames. An fp8 GEMM input's scale pair follows it (kept_scale).
-enum class KeptId : std::uint8_t {
-    embedding_out,
-    embedding_mask,
-    ln_1_out,
-    ln_1_out_scale,
-    ln_1_mean,
-    ln_1_rstd,
-    attn_qkv_out,
-    attn_qkv_lora_h,
-    attn_p,
-    attn_p_mask,
-    attn_p_dropped,
-    attn_lse,
-    attn_out,
-    attn_out_scale,
-    attn_proj_mask,
-    attn_proj_lora_h,
-    attn_res_out,
-    ln_2_out,
-    ln_2_out_scale,
-    ln_2_mean,
-    ln_2_rstd,
-    mlp_fc_out,
-    mlp_fc_lora_h,
-    mlp_act_out,
-    mlp_act_out_scale,
-    mlp_proj_mask,
-    mlp_proj_lora_h,
-    mlp_res_out,
-    ln_f_out,
-    ln_f_mean,
-    ln_f_rstd,
-    lm_head_dinp,
-};
-inline constexpr std::array kKeptNames = {
-    EnumName<KeptId>{KeptId::embedding_out, "embedding.out"},
-    EnumName<KeptId>{KeptId::embedding_mask, "embedding.mask"},
-    EnumName<KeptId>{KeptId::ln_1_out, "ln_1.out"},
-    EnumName<KeptId>{KeptId::ln_1_out_scale, "ln_1.out.scale"},
-    EnumName<KeptId>{KeptId::ln_1_mean, "ln_1.mean"},
-    EnumName<KeptId>{KeptId::ln_1_rstd, "ln_1.rstd"},
-    EnumName<KeptId>{KeptId::attn_qkv_out, "attn.qkv.out"},
-    EnumName<KeptId>{KeptId::attn_qkv_lora_h, "attn.qkv.lora.h"},
-    EnumName<KeptId>{KeptId::attn_p, "attn.p"},
-    EnumName<KeptId>{KeptId::attn_p_mask, "attn.p.mask"},
-    EnumName<KeptId>{KeptId::attn_p_dropped, "attn.p.dropped"},
-    EnumName<KeptId>{KeptId::attn_lse, "attn.lse"},
-    EnumName<KeptId>{KeptId::attn_out, "attn.out"},
-    EnumName<KeptId>{KeptId::attn_out_scale, "attn.out.scale"},
-    EnumName<KeptId>{KeptId::attn_proj_mask, "attn.proj.mask"},
-    EnumName<KeptId>{KeptId::attn_proj_lora_h, "attn.proj.lora.h"},
-    EnumName<KeptId>{KeptId::attn_res_out, "attn.res.out"},
-    EnumName<KeptId>{KeptId::ln_2_out, "ln_2.out"},
-    EnumName<KeptId>{KeptId::ln_2_out_scale, "ln_2.out.scale"},
-    EnumName<KeptId>{KeptId::ln_2_mean, "ln_2.mean"},
-    EnumName<KeptId>{KeptId::ln_2_rstd, "ln_2.rstd"},
-    EnumName<KeptId>{KeptId::mlp_fc_out, "mlp.fc.out"},
-    EnumName<KeptId>{KeptId::mlp_fc_lora_h, "mlp.fc.lora.h"},
-    EnumName<KeptId>{KeptId::mlp_act_out, "mlp.act.out"},
-    EnumName<KeptId>{KeptId::mlp_act_out_scale, "mlp.act.out.scale"},
-    EnumName<KeptId>{KeptId::mlp_proj_mask, "mlp.proj.mask"},
-    EnumName<KeptId>{KeptId::mlp_proj_lora_h, "mlp.proj.lora.h"},
-    EnumName<KeptId>{KeptId::mlp_res_out, "mlp.res.out"},
-    EnumName<KeptId>{KeptId::ln_f_out, "ln_f.out"},
-    EnumName<KeptId>{KeptId::ln_f_mean, "ln_f.mean"},
-    EnumName<KeptId>{KeptId::ln_f_rstd, "ln_f.rstd"},
-    EnumName<KeptId>{KeptId::lm_head_dinp, "lm_head.dinp"},
-};
+// A tensor an op keeps from its forward for some backward, by id, and its name: the allocation's,
+// so the trace's, the memory snapshot's and report.json's ("h.<l>.attn.qkv.out"). An fp8 GEMM
+// input's scale pair is its own tensor (kept_scale).
+// clang-format off
+#define NAPKIN_KEPT_TENSORS(X)                 \
+    X(embedding_out, "embedding.out")          \
+    X(embedding_mask, "embedding.mask")        \
+    X(ln_1_out, "ln_1.out")                    \
+    X(ln_1_out_scale, "ln_1.out.scale")        \
+    X(ln_1_mean, "ln_1.mean")                  \
+    X(ln_1_rstd, "ln_1.rstd")                  \
+    X(attn_qkv_out, "attn.qkv.out")            \
+    X(attn_qkv_lora_h, "attn.qkv.lora.h")      \
+    X(attn_p, "attn.p")                        \
+    X(attn_p_mask, "attn.p.mask")              \
+    X(attn_p_dropped, "attn.p.dropped")        \
+    X(attn_lse, "attn.lse")                    \
+    X(attn_out, "attn.out")                    \
+    X(attn_out_scale, "attn.out.scale")        \
+    X(attn_proj_mask, "attn.proj.mask")        \
+    X(attn_proj_lora_h, "attn.proj.lora.h")    \
+    X(attn_res_out, "attn.res.out")            \
+    X(ln_2_out, "ln_2.out")                    \
+    X(ln_2_out_scale, "ln_2.out.scale")        \
+    X(ln_2_mean, "ln_2.mean")                  \
+    X(ln_2_rstd, "ln_2.rstd")                  \
+    X(mlp_fc_out, "mlp.fc.out")                \
+    X(mlp_fc_lora_h, "mlp.fc.lora.h")          \
+    X(mlp_act_out, "mlp.act.out")              \
+    X(mlp_act_out_scale, "mlp.act.out.scale")  \
+    X(mlp_proj_mask, "mlp.proj.mask")          \
+    X(mlp_proj_lora_h, "mlp.proj.lora.h")      \
+    X(mlp_res_out, "mlp.res.out")              \
+    X(ln_f_out, "ln_f.out")                    \
+    X(ln_f_mean, "ln_f.mean")                  \
+    X(ln_f_rstd, "ln_f.rstd")                  \
+    X(lm_head_dinp, "lm_head.dinp")
+// clang-format on
 
-// The name tables list their enum in order, up to its last value: every value has its name, at
-// its own index.
-template <class E, std::size_t N>
-constexpr bool names_in_enum_order(const std::array<EnumName<E>, N>& table, E last) {
-    for (std::size_t i = 0; i < N; ++i) {
-        if (static_cast<std::size_t>(table[i].value) != i) return false;
-    }
-    return table[N - 1].value == last;
-}
-static_assert(names_in_enum_order(kOpRoleNames, OpRole::loss));
-static_assert(names_in_enum_order(kKeptNames, KeptId::lm_head_dinp));
+#define NAPKIN_ENUMERATOR(id, name) id,
+enum class OpRole : std::uint8_t { NAPKIN_OP_ROLES(NAPKIN_ENUMERATOR) };
+enum class KeptId : std::uint8_t { NAPKIN_KEPT_TENSORS(NAPKIN_ENUMERATOR) };
+#undef NAPKIN_ENUMERATOR
+#define NAPKIN_ROLE_NAME(id, name) EnumName<OpRole>{OpRole::id, name},
+#define NAPKIN_KEPT_NAME(id, name) EnumName<KeptId>{KeptId::id, name},
+inline constexpr std::array kOpRoleNames = {NAPKIN_OP_ROLES(NAPKIN_ROLE_NAME)};
+inline constexpr std::array kKeptNames = {NAPKIN_KEPT_TENSORS(NAPKIN_KEPT_NAME)};
+#undef NAPKIN_ROLE_NAME
+#undef NAPKIN_KEPT_NAME
 
+// Each table lists its enum in order (one line of one list each), so a value indexes its name.
 constexpr std::string_view op_role_name(OpRole r) {
     return kOpRoleNames[static_cast<std::size_t>(r)].name;
 }

@@ -91,6 +91,13 @@ struct AttentionDropout {
 // Backward kernels ACCUMULATE (+=) into dqkv (B, T, (NH + 2*KVH) * HD), like llm.c: callers zero
 // it. dropout: null, none; else as AttentionDropout above (a host value).
 
+// The sizes of every attention call; kernels/cpu/attention.cpp's layout comment above.
+struct AttentionDims {
+    std::int64_t B = 0, T = 0;
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+};
+
 // Naive: out = P V with P (B, NH, T, T) = softmax(masked S), kept for backward in Elem (the
 // activation dtype, as the op plan counts it). Every element of P is written: zero above the
 // diagonal. With dropout, out = Pd V.
@@ -99,9 +106,7 @@ struct AttentionNaiveForwardArgs {
     Elem* out = nullptr;        // (B, T, NH*HD)
     Elem* p = nullptr;          // (B, NH, T, T)
     const Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
-    std::int64_t B = 0, T = 0;
-    int NH = 0, KVH = 0;
-    std::int64_t HD = 0;
+    AttentionDims dims;
     const AttentionDropout<Elem>* dropout = nullptr;
 };
 
@@ -115,9 +120,7 @@ struct AttentionNaiveBackwardArgs {
     const Elem* dout = nullptr;  // (B, T, NH*HD)
     const Elem* qkv = nullptr;   // (B, T, (NH + 2*KVH) * HD)
     const Elem* p = nullptr;     // (B, NH, T, T)
-    std::int64_t B = 0, T = 0;
-    int NH = 0, KVH = 0;
-    std::int64_t HD = 0;
+    AttentionDims dims;
     const AttentionDropout<Elem>* dropout = nullptr;
 };
 
@@ -129,9 +132,7 @@ struct AttentionFlashForwardArgs {
     Elem* out = nullptr;        // (B, T, NH*HD)
     float* lse = nullptr;       // (B, NH, T)
     const Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
-    std::int64_t B = 0, T = 0;
-    int NH = 0, KVH = 0;
-    std::int64_t HD = 0;
+    AttentionDims dims;
     const AttentionDropout<Elem>* dropout = nullptr;
 };
 
@@ -144,9 +145,7 @@ struct AttentionFlashBackwardArgs {
     const Elem* out = nullptr;   // (B, T, NH*HD)
     const Elem* qkv = nullptr;   // (B, T, (NH + 2*KVH) * HD)
     const float* lse = nullptr;  // (B, NH, T)
-    std::int64_t B = 0, T = 0;
-    int NH = 0, KVH = 0;
-    std::int64_t HD = 0;
+    AttentionDims dims;
     const AttentionDropout<Elem>* dropout = nullptr;
 };
 

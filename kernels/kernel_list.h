@@ -40,8 +40,8 @@
     X(rmsnorm_backward, RmsnormBackwardArgs)                                                 \
     X(matmul_forward, MatmulForwardArgs)                                                     \
     X(matmul_backward, MatmulBackwardArgs)                                                   \
-    X(rope_forward, RopeForwardArgs)                                                         \
-    X(rope_backward, RopeBackwardArgs)                                                       \
+    X(rope_forward, RopeArgs)                                                                \
+    X(rope_backward, RopeArgs)                                                               \
     X(attention_naive_forward, AttentionNaiveForwardArgs)                                    \
     X(attention_naive_backward, AttentionNaiveBackwardArgs)                                  \
     X(attention_flash_forward, AttentionFlashForwardArgs)                                    \

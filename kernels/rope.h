@@ -32,22 +32,12 @@ inline KernelCost rope_backward_cost(const RopeShape& s) { return rope_forward_c
 // Angles are computed in double (exact enough for any position), the rotation in fp32.
 // Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token the NH query heads, the KVH key heads
 // and the KVH value heads; q and k are rotated in place, v is untouched.
+// Forward: q and k of qkv rotated in place. Backward: the same call on dqkv, the gradient of q
+// and k rotated in place by the negative angle (the transpose of the forward rotation); unlike
+// the other backward kernels this transforms, it does not accumulate. v is untouched.
 template <class Elem>
-struct RopeForwardArgs {
-    Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
-    std::int64_t B = 0, T = 0;
-    int NH = 0, KVH = 0;
-    std::int64_t HD = 0;
-    float theta = 10000.0f;
-    std::int64_t pos_offset = 0;
-};
-
-// dqkv (B, T, (NH + 2*KVH) * HD): the gradient of the q and k heads rotated in place by the
-// negative angle (the transpose of the forward rotation); the v part is untouched. Unlike the
-// other backward kernels this transforms, it does not accumulate.
-template <class Elem>
-struct RopeBackwardArgs {
-    Elem* dqkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
+struct RopeArgs {
+    Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD): qkv forward, dqkv backward
     std::int64_t B = 0, T = 0;
     int NH = 0, KVH = 0;
     std::int64_t HD = 0;
@@ -61,9 +51,9 @@ namespace cpu {
 // storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
 // here).
 template <class Elem>
-void rope_forward(const RopeForwardArgs<Elem>& args);
+void rope_forward(const RopeArgs<Elem>& args);
 template <class Elem>
-void rope_backward(const RopeBackwardArgs<Elem>& args);
+void rope_backward(const RopeArgs<Elem>& args);
 
 }  // namespace cpu
 
@@ -73,9 +63,9 @@ namespace cuda {
 // same convention and storage types as the CPU's above; angles in double as there. Device
 // pointers, queued on launch.stream.
 template <class Elem>
-void rope_forward(const RopeForwardArgs<Elem>& args, const Launch& launch);
+void rope_forward(const RopeArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void rope_backward(const RopeBackwardArgs<Elem>& args, const Launch& launch);
+void rope_backward(const RopeArgs<Elem>& args, const Launch& launch);
 
 }  // namespace cuda
 

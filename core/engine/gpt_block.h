@@ -52,7 +52,9 @@ void GptImpl<Kernels>::op_forward(const PlanOp& op, int l, bool recompute, KeptT
                                   profiler::KernelScope& kernel) {
     const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
     T* branch = branch_.template data<T>();
-    switch (op.role) {
+    switch (op.role) {  // the roles in the forward's order
+        case OpRole::embedding:
+            return not_in_block(op);
         case OpRole::ln_1:
             return norm_forward(kt, kLn1Kept, block_input(l), lp.ln1_w, lp.ln1_b, kernel);
         case OpRole::attn_qkv:
@@ -113,13 +115,11 @@ void GptImpl<Kernels>::op_forward(const PlanOp& op, int l, bool recompute, KeptT
                                         .a = kept<T>(kt, KeptId::attn_res_out),
                                         .b = branch,
                                         .n = N_ * cfg_.d_model});
-        case OpRole::embedding:
         case OpRole::ln_f:
         case OpRole::lm_head:
         case OpRole::loss:
-            break;
+            return not_in_block(op);
     }
-    NAPKIN_ASSERT(false, "'" << op.name() << "' is not a block op");
 }
 
 // Runs block l's backward, its ops in reverse, and frees its activations at the end.
@@ -160,7 +160,11 @@ void GptImpl<Kernels>::op_backward(const PlanOp& op, int l, KeptTensors& kt,
     T* dres = dres_.template data<T>();
     T* dnarrow = dnarrow_.template data<T>();
     T* dwide = dwide_.template data<T>();
-    switch (op.role) {
+    switch (op.role) {  // the roles in the backward's order
+        case OpRole::loss:
+        case OpRole::lm_head:
+        case OpRole::ln_f:
+            return not_in_block(op);
         case OpRole::mlp_res:
             return residual_backward(kt, KeptId::mlp_proj_mask, kernel);
         case OpRole::mlp_proj_lora:
@@ -196,7 +200,7 @@ void GptImpl<Kernels>::op_backward(const PlanOp& op, int l, KeptTensors& kt,
             return attention_backward(op, l, kt, kernel, launch);
         case OpRole::attn_rope:
             launch();
-            return k_.rope_backward({.dqkv = dwide,
+            return k_.rope_backward({.qkv = dwide,
                                      .B = B_,
                                      .T = T_,
                                      .NH = cfg_.n_heads,
@@ -213,12 +217,8 @@ void GptImpl<Kernels>::op_backward(const PlanOp& op, int l, KeptTensors& kt,
             launch();
             return norm_backward(kt, kLn1Kept, dres, dnarrow, block_input(l), lp.ln1_w, lp.ln1_b);
         case OpRole::embedding:
-        case OpRole::ln_f:
-        case OpRole::lm_head:
-        case OpRole::loss:
-            break;
+            return not_in_block(op);
     }
-    NAPKIN_ASSERT(false, "'" << op.name() << "' is not a block op");
 }
 
 // The residual ops' backward: the branch's gradient is the residual stream's, dres, read by the
@@ -241,6 +241,12 @@ void GptImpl<Kernels>::branch_dropout(KeptTensors& kt, int l, profiler::KernelSc
         dropout_.forward(k_, ranges(kernel), branch_.template data<T>(), kt.get(mask),
                          N_ * cfg_.d_model, l, site);
     }
+}
+
+// The prologue's and the epilogue's ops run in gpt_impl.h, never in a block.
+template <class Kernels>
+void GptImpl<Kernels>::not_in_block(const PlanOp& op) {
+    NAPKIN_ASSERT(false, "'" << op.name() << "' is not a block op");
 }
 
 // Whether checkpointing rebuilds the op's kept tensor `id`.
@@ -447,22 +453,14 @@ void GptImpl<Kernels>::attention_forward(KeptTensors& kt, const PlanOp& op, int 
         k_.attention_naive_forward({.out = out,
                                     .p = kept<T>(kt, KeptId::attn_p),
                                     .qkv = qkv,
-                                    .B = s.B,
-                                    .T = s.T,
-                                    .NH = s.NH,
-                                    .KVH = s.KVH,
-                                    .HD = s.HD,
+                                    .dims = {s.B, s.T, s.NH, s.KVH, s.HD},
                                     .dropout = dropout_.on() ? &drop : nullptr});
     } else {
         const AttentionDropout<T> drop = dropout_.flash_attention(l);
         k_.attention_flash_forward({.out = output_of(kt.get(KeptId::attn_out)),
                                     .lse = kept<float>(kt, KeptId::attn_lse),
                                     .qkv = qkv,
-                                    .B = s.B,
-                                    .T = s.T,
-                                    .NH = s.NH,
-                                    .KVH = s.KVH,
-                                    .HD = s.HD,
+                                    .dims = {s.B, s.T, s.NH, s.KVH, s.HD},
                                     .dropout = dropout_.on() ? &drop : nullptr});
     }
     if (!probabilities_only) finish_output(kt, KeptId::attn_out, kernel);
@@ -486,11 +484,7 @@ void GptImpl<Kernels>::attention_backward(const PlanOp& op, int l, KeptTensors& 
                                      .dout = dnarrow_.template data<T>(),
                                      .qkv = qkv,
                                      .p = kept<T>(kt, KeptId::attn_p),
-                                     .B = s.B,
-                                     .T = s.T,
-                                     .NH = s.NH,
-                                     .KVH = s.KVH,
-                                     .HD = s.HD,
+                                     .dims = {s.B, s.T, s.NH, s.KVH, s.HD},
                                      .dropout = dropout_.on() ? &drop : nullptr});
         return;
     }
@@ -508,11 +502,7 @@ void GptImpl<Kernels>::attention_backward(const PlanOp& op, int l, KeptTensors& 
                                  .out = out,
                                  .qkv = qkv,
                                  .lse = kept<float>(kt, KeptId::attn_lse),
-                                 .B = s.B,
-                                 .T = s.T,
-                                 .NH = s.NH,
-                                 .KVH = s.KVH,
-                                 .HD = s.HD,
+                                 .dims = {s.B, s.T, s.NH, s.KVH, s.HD},
                                  .dropout = dropout_.on() ? &drop : nullptr});
 }
 

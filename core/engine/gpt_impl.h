@@ -433,6 +433,7 @@ private:
     void branch_dropout(KeptTensors& kt, int l, profiler::KernelScope& kernel, KeptId mask,
                         DropoutSite site);
     static bool recomputes(const PlanOp& op, KeptId id);
+    [[noreturn]] static void not_in_block(const PlanOp& op);
 
     ModelConfig cfg_;
     AccountingAllocator& alloc_;

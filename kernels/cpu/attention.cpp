@@ -122,7 +122,8 @@ void store(Elem* dst, const float* src, float mul, std::int64_t n) {
 
 template <class Elem>
 void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args) {
-    const auto& [out, p, qkv, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [out, p, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
@@ -182,7 +183,8 @@ void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args) {
 
 template <class Elem>
 void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args) {
-    const auto& [dqkv, scratch, dout, qkv, p, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [dqkv, scratch, dout, qkv, p, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
@@ -246,7 +248,8 @@ void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args) {
 
 template <class Elem>
 void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args) {
-    const auto& [out, lse, qkv, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
@@ -298,7 +301,8 @@ void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args) {
 
 template <class Elem>
 void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args) {
-    const auto& [dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const std::uint32_t threshold = dropout != nullptr ? dropout_threshold(dropout->p) : 0;

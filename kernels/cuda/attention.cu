@@ -499,7 +499,8 @@ std::int64_t attention_naive_max_T() {
 
 template <class Elem>
 void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args, const Launch& launch) {
-    const auto& [out, p, qkv, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [out, p, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
     NaiveDropout<device_t<Elem>> drop;
@@ -527,7 +528,8 @@ void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args, const 
 
 template <class Elem>
 void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args, const Launch& launch) {
-    const auto& [dqkv, scratch, dout, qkv, p, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [dqkv, scratch, dout, qkv, p, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
     const std::uint8_t* mask = nullptr;
@@ -561,7 +563,8 @@ void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args, cons
 template <class Elem>
 void attention_flash_simt_forward(const AttentionFlashForwardArgs<Elem>& args,
                                   const Launch& launch) {
-    const auto& [out, lse, qkv, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout("attention_flash_forward", dropout);
@@ -579,7 +582,8 @@ void attention_flash_simt_forward(const AttentionFlashForwardArgs<Elem>& args,
 template <class Elem>
 void attention_flash_simt_backward(const AttentionFlashBackwardArgs<Elem>& args,
                                    const Launch& launch) {
-    const auto& [dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout("attention_flash_backward", dropout);
@@ -608,7 +612,7 @@ void attention_flash_simt_backward(const AttentionFlashBackwardArgs<Elem>& args,
 template <class Elem>
 void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args, const Launch& launch) {
     if constexpr (!std::is_same_v<Elem, float>) {
-        if (attention_flash_mma_supported<Elem>(args.HD, {args.out, args.qkv}))
+        if (attention_flash_mma_supported<Elem>(args.dims.HD, {args.out, args.qkv}))
             return attention_flash_mma_forward(args, launch);
     }
     attention_flash_simt_forward(args, launch);
@@ -617,7 +621,7 @@ void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args, const 
 template <class Elem>
 void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args, const Launch& launch) {
     if constexpr (!std::is_same_v<Elem, float>) {
-        if (attention_flash_mma_supported<Elem>(args.HD,
+        if (attention_flash_mma_supported<Elem>(args.dims.HD,
                                                 {args.dqkv, args.dout, args.out, args.qkv}))
             return attention_flash_mma_backward(args, launch);
     }

@@ -760,7 +760,8 @@ bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const 
 template <class Elem>
 void attention_flash_mma_forward(const AttentionFlashForwardArgs<Elem>& args,
                                  const Launch& launch) {
-    const auto& [out, lse, qkv, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const char* op = "attention_flash_mma_forward";
     require_supported<Elem>(op, HD, {out, qkv});
@@ -779,7 +780,8 @@ void attention_flash_mma_forward(const AttentionFlashForwardArgs<Elem>& args,
 template <class Elem>
 void attention_flash_mma_backward(const AttentionFlashBackwardArgs<Elem>& args,
                                   const Launch& launch) {
-    const auto& [dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, dropout] = args;
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     cudaStream_t stream = launch.stream;
     const char* op = "attention_flash_mma_backward";
     require_supported<Elem>(op, HD, {dqkv, dout, out, qkv});

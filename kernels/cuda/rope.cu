@@ -61,22 +61,22 @@ void rope_rotate(D* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::i
 }  // namespace
 
 template <class Elem>
-void rope_forward(const RopeForwardArgs<Elem>& args, const Launch& launch) {
+void rope_forward(const RopeArgs<Elem>& args, const Launch& launch) {
     const auto& [qkv, B, T, NH, KVH, HD, theta, pos_offset] = args;
     cudaStream_t stream = launch.stream;
     rope_rotate(dev(qkv), B, T, NH, KVH, HD, theta, pos_offset, 1.0, "rope_forward", stream);
 }
 
 template <class Elem>
-void rope_backward(const RopeBackwardArgs<Elem>& args, const Launch& launch) {
-    const auto& [dqkv, B, T, NH, KVH, HD, theta, pos_offset] = args;
+void rope_backward(const RopeArgs<Elem>& args, const Launch& launch) {
+    const auto& [dqkv, B, T, NH, KVH, HD, theta, pos_offset] = args;  // qkv: the gradient
     cudaStream_t stream = launch.stream;
     rope_rotate(dev(dqkv), B, T, NH, KVH, HD, theta, pos_offset, -1.0, "rope_backward", stream);
 }
 
-#define NAPKIN_CUDA_ROPE_INSTANTIATE(E)                                      \
-    template void rope_forward<E>(const RopeForwardArgs<E>&, const Launch&); \
-    template void rope_backward<E>(const RopeBackwardArgs<E>&, const Launch&);
+#define NAPKIN_CUDA_ROPE_INSTANTIATE(E)                               \
+    template void rope_forward<E>(const RopeArgs<E>&, const Launch&); \
+    template void rope_backward<E>(const RopeArgs<E>&, const Launch&);
 NAPKIN_CUDA_ROPE_INSTANTIATE(float)
 NAPKIN_CUDA_ROPE_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ROPE_INSTANTIATE(f16_t)
