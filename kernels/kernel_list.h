@@ -38,6 +38,7 @@
     X(layernorm_backward, LayernormBackwardArgs)                                             \
     X(rmsnorm_forward, RmsnormForwardArgs)                                                   \
     X(rmsnorm_backward, RmsnormBackwardArgs)                                                 \
+    X(residual_layernorm_forward, ResidualLayernormForwardArgs)                              \
     X(matmul_forward, MatmulForwardArgs)                                                     \
     X(matmul_backward, MatmulBackwardArgs)                                                   \
     X(rope_forward, RopeArgs)                                                                \

@@ -1,5 +1,6 @@
 // norm: LayerNorm or RMSNorm over the last dimension, statistics in fp32.
 //   inp (N, C) -> out (N, C); layernorm keeps mean (N) and rstd (N), rmsnorm keeps rstd (N).
+//   residual_layernorm_forward: x = a + b fused with the layernorm of x (below).
 // FLOPs per element: layernorm forward 7 (mean 1, variance 2, normalize 2, affine 2),
 // backward 14; rmsnorm forward 4, backward 9 (approximate counts, not tensor-core work).
 // Backward reads inp, which is the producing op's kept output (core/op_plan.h).
@@ -106,6 +107,34 @@ struct RmsnormBackwardArgs {
     std::size_t scratch_bytes = 0;
 };
 
+// The residual add fused with the layernorm that reads its sum (a block's attn.res and ln_2):
+// x = a + b, rounded into T and written (the residual stream, kept), and out = layernorm(x) from
+// the rounded x, in one pass over each row: bit for bit residual_forward then
+// layernorm_forward, with one read of x fewer. mean, rstd as layernorm_forward's.
+template <class T>
+struct ResidualLayernormForwardArgs {
+    T* out = nullptr;           // (N, C)
+    float* mean = nullptr;      // (N)
+    float* rstd = nullptr;      // (N)
+    T* x = nullptr;             // (N, C) a + b
+    const T* a = nullptr;       // (N, C)
+    const T* b = nullptr;       // (N, C)
+    const T* weight = nullptr;  // (C)
+    const T* bias = nullptr;    // (C) or null
+    std::int64_t N = 0, C = 0;
+    float eps = 1e-5f;
+};
+
+// What the fused kernel does for s (a layernorm): the add's FLOP per element and the norm's 7; a
+// and b read, x and out written, the norm's parameters read and statistics written once.
+inline KernelCost residual_layernorm_forward_cost(const NormShape& s) {
+    KernelCost c = norm_forward_cost(s);
+    c.flops += static_cast<std::uint64_t>(s.N * s.C);
+    c.bytes_read += nbytes(s.in, s.N * s.C);
+    c.bytes_written += nbytes(s.in, s.N * s.C);
+    return c;
+}
+
 namespace cpu {
 
 // CPU kernels (kernels/cpu/norm.cpp, tested in tests/kernels/norm_test.cpp), templated on the
@@ -119,6 +148,8 @@ template <class T>
 void rmsnorm_forward(const RmsnormForwardArgs<T>& args);
 template <class T>
 void rmsnorm_backward(const RmsnormBackwardArgs<T>& args);
+template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args);
 
 }  // namespace cpu
 
@@ -148,6 +179,10 @@ template <class T>
 void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch);
 template <class T>
 void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch);
+// One block per row, as layernorm_forward, its first pass writing x: the sums and block
+// reductions of the two kernels, so the same bits.
+template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -15,16 +15,8 @@ template <class Kernels>
 void GptImpl<Kernels>::block_forward(int l, bool recompute) {
     KeptTensors& kt = layers_[static_cast<std::size_t>(l)];
     const std::string prefix = "h." + std::to_string(l) + ".";
-    const bool full = plan_.in.checkpointing == Checkpointing::full;
     for (const PlanOp& op : plan_.block) {
-        if (recompute) {
-            // Rebuild what checkpointing dropped: ops with recomputed outputs, and under full
-            // recomputation the ops that keep nothing (rope, projections) in between.
-            bool rebuilds = full && op.n_saved == 0;
-            for (int i = 0; i < op.n_saved; ++i)
-                rebuilds |= op.saved[static_cast<std::size_t>(i)].recomputed;
-            if (!rebuilds) continue;
-        }
+        if (recompute && !rebuilds(op)) continue;
         std::optional<profiler::ScopedRange> range;
         profiler::KernelScope kernel;
         if (rec_ != nullptr) {
@@ -32,9 +24,7 @@ void GptImpl<Kernels>::block_forward(int l, bool recompute) {
                           profiler::Category::op, op.fwd);
         }
         kt.keep(alloc_, prefix, op, recompute);  // the op allocates what it keeps: inside its range
-        // A GEMM opens its own kernel ranges (fp8-amp casts its weight first).
-        if (rec_ != nullptr && op.kind != OpKind::matmul)
-            kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
+        if (rec_ != nullptr) open_forward_kernel(kernel, op);
         op_forward(op, l, recompute, kt, kernel);
         // Checkpointing drops what backward rebuilds once the block's last op has run; the
         // frees are that op's work (its range), not time between ops.
@@ -44,6 +34,45 @@ void GptImpl<Kernels>::block_forward(int l, bool recompute) {
             kt.release_recomputed(plan_.block);
         }
     }
+}
+
+// Whether checkpointing's recompute rebuilds op: the ops with recomputed outputs, and under full
+// recomputation the ops that keep nothing (rope, projections) in between.
+template <class Kernels>
+bool GptImpl<Kernels>::rebuilds(const PlanOp& op) const {
+    bool rebuilt = plan_.in.checkpointing == Checkpointing::full && op.n_saved == 0;
+    for (int i = 0; i < op.n_saved; ++i)
+        rebuilt |= op.saved[static_cast<std::size_t>(i)].recomputed;
+    return rebuilt;
+}
+
+// attn.res's add runs in ln_2's kernel (residual_layernorm_forward) when ln_2 is a layernorm
+// right after it and checkpointing rebuilds the two together (it does: full both, selective
+// neither).
+template <class Kernels>
+bool GptImpl<Kernels>::fusable_residual_norm() const {
+    if (cfg_.norm != NormKind::layernorm) return false;
+    for (std::size_t i = 0; i + 1 < plan_.block.size(); ++i) {
+        const PlanOp& res = plan_.block[i];
+        const PlanOp& norm = plan_.block[i + 1];
+        if (res.role == OpRole::attn_res)
+            return norm.role == OpRole::ln_2 && rebuilds(res) == rebuilds(norm);
+    }
+    return false;
+}
+
+// The range of the kernel an op's forward launches (a GEMM opens its own: fp8-amp casts its
+// weight first); the fused attn.res and ln_2 launch one kernel, in ln_2's range.
+template <class Kernels>
+void GptImpl<Kernels>::open_forward_kernel(profiler::KernelScope& kernel, const PlanOp& op) {
+    if (op.kind == OpKind::matmul) return;
+    if (fuse_residual_norm_ && op.role == OpRole::attn_res) return;
+    if (fuse_residual_norm_ && op.role == OpRole::ln_2) {
+        kernel_range(kernel, "residual_layernorm_forward",
+                     residual_layernorm_forward_cost(std::get<NormShape>(op.shape)));
+        return;
+    }
+    kernel_range(kernel, gpt_detail::kernel_name(op, false, cfg_), op.fwd);
 }
 
 // One op of block l's forward.
@@ -86,11 +115,13 @@ void GptImpl<Kernels>::op_forward(const PlanOp& op, int l, bool recompute, KeptT
             return branch_dropout(kt, l, kernel, KeptId::attn_proj_mask,
                                   DropoutSite::attention_residual);
         case OpRole::attn_res:
+            if (fuse_residual_norm_) return;  // in ln_2's kernel
             return k_.residual_forward({.out = kept<T>(kt, KeptId::attn_res_out),
                                         .a = block_input(l),
                                         .b = branch,
                                         .n = N_ * cfg_.d_model});
         case OpRole::ln_2:
+            if (fuse_residual_norm_) return residual_norm_forward(kt, l, kernel);
             return norm_forward(kt, kLn2Kept, kept<T>(kt, KeptId::attn_res_out), lp.ln2_w, lp.ln2_b,
                                 kernel);
         case OpRole::mlp_fc:
@@ -300,6 +331,25 @@ void GptImpl<Kernels>::norm_forward(KeptTensors& kt, const NormKept& ids, const 
                             .C = cfg_.d_model});
     }
     finish_output(kt, ids.out, kernel);
+}
+
+// attn.res and ln_2 in one kernel: attn.res.out = the block input + the branch, ln_2 of it.
+template <class Kernels>
+void GptImpl<Kernels>::residual_norm_forward(KeptTensors& kt, int l,
+                                             profiler::KernelScope& kernel) {
+    const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+    k_.residual_layernorm_forward(
+        {.out = output_of(kt.get(KeptId::ln_2_out)),
+         .mean = kept<float>(kt, KeptId::ln_2_mean),
+         .rstd = kept<float>(kt, KeptId::ln_2_rstd),
+         .x = kept<T>(kt, KeptId::attn_res_out),
+         .a = block_input(l),
+         .b = branch_.template data<T>(),
+         .weight = lp.ln2_w->weight.template data<T>(),
+         .bias = lp.ln2_b != nullptr ? lp.ln2_b->weight.template data<T>() : nullptr,
+         .N = N_,
+         .C = cfg_.d_model});
+    finish_output(kt, KeptId::ln_2_out, kernel);
 }
 
 // dinp += the norm's input gradient from dout; the GEMM scratch, idle between GEMMs, holds the

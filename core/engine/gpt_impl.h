@@ -67,6 +67,7 @@ public:
         NAPKIN_ASSERT(pd.weights == gpt_detail::storage_dtype<T>() && pd.grads == gpt_detail::storage_dtype<T>(),
                       "engine storage does not match the recipe");
         adapters_ = in.finetune != Finetune::full;
+        fuse_residual_norm_ = fusable_residual_norm();
         dropout_.configure(cfg.dropout);
         allocate_params(pd.has_master);
         init_params(seed);
@@ -399,6 +400,9 @@ private:
 
     // A block's forward and backward, op by op (core/engine/gpt_block.h).
     void block_forward(int l, bool recompute);
+    bool rebuilds(const PlanOp& op) const;
+    bool fusable_residual_norm() const;
+    void open_forward_kernel(profiler::KernelScope& kernel, const PlanOp& op);
     void op_forward(const PlanOp& op, int l, bool recompute, KeptTensors& kt,
                     profiler::KernelScope& kernel);
     void block_backward(int l);
@@ -409,6 +413,7 @@ private:
     void finish_output(KeptTensors& kt, KeptId id, profiler::KernelScope& kernel);
     void norm_forward(KeptTensors& kt, const NormKept& ids, const T* inp, ParamSlot* w,
                       ParamSlot* b, profiler::KernelScope& kernel);
+    void residual_norm_forward(KeptTensors& kt, int l, profiler::KernelScope& kernel);
     void norm_backward(KeptTensors& kt, const NormKept& ids, T* dinp, const T* dout, const T* inp,
                        ParamSlot* w, ParamSlot* b);
     void matmul(const PlanOp& op, T* out, KeptTensors& kt, KeptId inp, ParamSlot* w, ParamSlot* b,
@@ -447,6 +452,7 @@ private:
     std::vector<KeptTensors> layers_;
     Tensor dres_, dnarrow_, dwide_, branch_, ce_scratch_, mm_scratch_, attn_scratch_;
     bool adapters_ = false;  // LoRA/QLoRA: the base frozen, adapters trained
+    bool fuse_residual_norm_ = false;     // attn.res's add inside ln_2's kernel (gpt_block.h)
     gpt_detail::Adapters<Kernels> lora_;  // their scale and transients (gpt_lora.h)
     gpt_detail::Dropout<Kernels> dropout_;  // its probability and the micro-batch's seed (gpt_dropout.h)
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)

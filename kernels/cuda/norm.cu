@@ -1,6 +1,7 @@
 // LayerNorm and RMSNorm on the GPU (declared in kernels/norm.h; the CPU twin, the spec, is
-// kernels/cpu/norm.cpp). One block per row for the forward and the input gradient (statistics by
-// block reductions in fp32, two passes over the row as on the CPU); the parameter gradients by
+// kernels/cpu/norm.cpp). One block per row for the forward (the residual add fused into its
+// first pass, or not) and the input gradient (statistics by block reductions in fp32, two passes
+// over the row as on the CPU); the parameter gradients by
 // blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order fp32 sums then added
 // per column in chunk order by a second kernel into the gradient once (given scratch for the
 // chunks' sums), or by blocks that own 32 columns and walk every row (without). One writer per
@@ -18,22 +19,18 @@ constexpr int kMaxRowThreads = 512;
 constexpr int kParamCols = 32;
 constexpr int kParamRows = 16;
 
-// mean null: RMSNorm (no centring).
+// One row (blockIdx.x) of the forward, the block's threads each holding their part of the row's
+// sum (layernorm; mean null: RMSNorm, no centring, the sum unused).
 template <class D>
-__global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* inp, const D* weight,
-                                    const D* bias, std::int64_t C, float eps) {
-    __shared__ float shared[kWarpSize];
+__device__ void norm_forward_row(D* out, float* mean, float* rstd, const D* inp, const D* weight,
+                                 const D* bias, std::int64_t C, float eps, float sum,
+                                 float* shared) {
     const std::int64_t row = blockIdx.x;
     const D* x = inp + row * C;  // (C)
     D* y = out + row * C;        // (C)
     const float inv_c = 1.0f / static_cast<float>(C);
     float m = 0.0f;
-    if (mean != nullptr) {
-        float sum = 0.0f;
-        for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
-            sum += to_f32(x[c]);
-        m = block_sum(sum, shared) * inv_c;
-    }
+    if (mean != nullptr) m = block_sum(sum, shared) * inv_c;
     float var = 0.0f;  // two passes: no cancellation when |mean| >> std
     for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         const float d = to_f32(x[c]) - m;
@@ -49,6 +46,36 @@ __global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* i
         if (mean != nullptr) mean[row] = m;
         rstd[row] = s;
     }
+}
+
+template <class D>
+__global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* inp, const D* weight,
+                                    const D* bias, std::int64_t C, float eps) {
+    __shared__ float shared[kWarpSize];
+    const D* x = inp + blockIdx.x * C;  // (C)
+    float sum = 0.0f;
+    if (mean != nullptr) {
+        for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
+            sum += to_f32(x[c]);
+    }
+    norm_forward_row(out, mean, rstd, inp, weight, bias, C, eps, sum, shared);
+}
+
+// x (the row) = a + b rounded, the sum taken from the rounded values in the same pass; each
+// thread reads back only the elements it wrote, so the row's passes need no barrier.
+template <class D>
+__global__ void residual_layernorm_forward_kernel(D* out, float* mean, float* rstd, D* x,
+                                                  const D* a, const D* b, const D* weight,
+                                                  const D* bias, std::int64_t C, float eps) {
+    __shared__ float shared[kWarpSize];
+    const std::int64_t at = blockIdx.x * C;
+    float sum = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const D v = from_f32<D>(to_f32(a[at + c]) + to_f32(b[at + c]));
+        x[at + c] = v;
+        sum += to_f32(v);
+    }
+    norm_forward_row(out, mean, rstd, x, weight, bias, C, eps, sum, shared);
 }
 
 // dinp (row) += s * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight;
@@ -250,6 +277,18 @@ void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch) {
 }
 
 template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, mean, rstd, x, a, b, weight, bias, N, C, eps] = args;
+    check_shape("residual_layernorm_forward", N, C);
+    NAPKIN_CUDA_REQUIRE(mean != nullptr, "residual_layernorm_forward: mean is required");
+    if (N == 0) return;
+    residual_layernorm_forward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads),
+                                        0, launch.stream>>>(dev(out), mean, rstd, dev(x), dev(a),
+                                                            dev(b), dev(weight), dev(bias), C, eps);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
     const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
     cudaStream_t stream = launch.stream;
@@ -263,7 +302,9 @@ void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) 
     template void layernorm_forward<T>(const LayernormForwardArgs<T>&, const Launch&);   \
     template void layernorm_backward<T>(const LayernormBackwardArgs<T>&, const Launch&); \
     template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&, const Launch&);       \
-    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);     \
+    template void residual_layernorm_forward<T>(const ResidualLayernormForwardArgs<T>&,  \
+                                                const Launch&);
 NAPKIN_CUDA_NORM_INSTANTIATE(float)
 NAPKIN_CUDA_NORM_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_NORM_INSTANTIATE(f16_t)

@@ -1,10 +1,12 @@
 // LayerNorm and RMSNorm: the CUDA kernels against the CPU's (kernels/cpu/norm.cpp) at several
 // shapes, odd ones and rows longer than a block included; forward into poisoned outputs and
-// statistics, backward accumulating into pre-filled gradients (parameter gradients optional).
+// statistics, backward accumulating into pre-filled gradients (parameter gradients optional);
+// the residual add fused with the layernorm.
 #include "kernels/norm.h"
 
 #include <gtest/gtest.h>
 
+#include "kernels/residual.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
 namespace napkin {
@@ -167,6 +169,55 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
                                   {});
         expect_match("rmsnorm dweight", rdw_d.download(), rdw, for_sum_of(tolerance<T>(), N));
     }
+}
+
+// The residual add fused with the layernorm: against the CPU's fused kernel within the
+// layernorm's tolerance (the sum x exactly: one rounding of the same fp32 add), and bit for bit
+// against the GPU's own residual_forward then layernorm_forward, which the engine replaces by it.
+template <class T>
+void check_residual_layernorm(std::mt19937& rng, std::int64_t N, std::int64_t C) {
+    SCOPED_TRACE(case_name<T>(N, C));
+    const auto a = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
+    const auto b = random_storage<T>(rng, N * C), w = random_storage<T>(rng, C),
+               bias = random_storage<T>(rng, C);
+    std::vector<T> x(a.size()), out(a.size());
+    std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
+    cpu::residual_layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), a.data(),
+                                        b.data(), w.data(), bias.data(), N, C});
+
+    DeviceBuffer<T> a_d(a), b_d(b), w_d(w), bias_d(bias), x_d(a.size()), out_d(a.size()),
+        x2_d(a.size()), out2_d(a.size());
+    DeviceBuffer<float> mean_d(mean.size()), rstd_d(mean.size()), mean2_d(mean.size()),
+        rstd2_d(mean.size());
+    for (auto* p : {&x_d, &out_d, &x2_d, &out2_d})
+        p->poison();
+    for (auto* p : {&mean_d, &rstd_d, &mean2_d, &rstd2_d})
+        p->poison();
+    cuda::residual_layernorm_forward<T>({out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(),
+                                         a_d.get(), b_d.get(), w_d.get(), bias_d.get(), N, C},
+                                        {});
+    expect_same_bits("x", x_d.download(), x);
+    expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
+    expect_match("mean", mean_d.download(), mean, for_sum_of(tolerance<float>(), C));
+    expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
+
+    cuda::residual_forward<T>({x2_d.get(), a_d.get(), b_d.get(), N * C}, {});
+    cuda::layernorm_forward<T>(
+        {out2_d.get(), mean2_d.get(), rstd2_d.get(), x2_d.get(), w_d.get(), bias_d.get(), N, C},
+        {});
+    expect_same_bits("x vs residual_forward", x_d.download(), x2_d.download());
+    expect_same_bits("out vs layernorm_forward", out_d.download(), out2_d.download());
+    expect_same_bits("mean vs layernorm_forward", mean_d.download(), mean2_d.download());
+    expect_same_bits("rstd vs layernorm_forward", rstd_d.download(), rstd2_d.download());
+}
+
+TYPED_TEST(NormCuda, ResidualLayernormMatchesCpuAndTheUnfusedPair) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const auto& s : kShapes)
+        check_residual_layernorm<TypeParam>(rng, s[0], s[1]);
 }
 
 }  // namespace
