@@ -21,7 +21,7 @@ namespace {
 template <class T>
 CudaKernelTable<T> kernel_table() {
     CudaKernelTable<T> k;
-// clang-format off
+    // clang-format off
 #define NAPKIN_CUDA_TABLE_FILL(name, Args) k.name = &cuda::name;
     NAPKIN_KERNELS(NAPKIN_CUDA_TABLE_FILL)
     NAPKIN_KERNELS_BY_HAND(NAPKIN_CUDA_TABLE_FILL)
@@ -54,7 +54,7 @@ void select_device(int index, char* name, std::size_t name_bytes, int* sm) {
 
 CudaFp8KernelTable fp8_kernel_table() {
     CudaFp8KernelTable k;
-// clang-format off
+    // clang-format off
 #define NAPKIN_CUDA_FP8_TABLE_FILL(member, name, Args) k.member = &cuda::name;
     NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_TABLE_FILL)
 #undef NAPKIN_CUDA_FP8_TABLE_FILL

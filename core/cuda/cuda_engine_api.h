@@ -39,7 +39,7 @@ namespace napkin {
 // kernels/kernel_list.h, each taking its argument struct and the launch context.
 template <class T>
 struct CudaKernelTable {
-// clang-format off
+    // clang-format off
 #define NAPKIN_CUDA_TABLE_ENTRY(name, Args) \
     void (*name)(const Args<T>&, const cuda::Launch&) = nullptr;
     NAPKIN_KERNELS(NAPKIN_CUDA_TABLE_ENTRY)
@@ -50,7 +50,7 @@ struct CudaKernelTable {
 
 // fp8-amp's kernels, over bf16 storage (NAPKIN_FP8_KERNELS).
 struct CudaFp8KernelTable {
-// clang-format off
+    // clang-format off
 #define NAPKIN_CUDA_FP8_TABLE_ENTRY(member, name, Args) \
     void (*member)(const Args&, const cuda::Launch&) = nullptr;
     NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_TABLE_ENTRY)

@@ -92,8 +92,6 @@ struct CpuKernels {
     void name(const Args<T>& a) { cpu::name(a); }
     NAPKIN_KERNELS(NAPKIN_CPU_KERNEL)
 #undef NAPKIN_CPU_KERNEL
-    // clang-format on
-    // clang-format off
 #define NAPKIN_CPU_FP8_KERNEL(member, name, Args) \
     void name(const Args& a) { cpu::name(a); }
     NAPKIN_FP8_KERNELS(NAPKIN_CPU_FP8_KERNEL)

@@ -120,8 +120,6 @@ struct CudaKernels {
     void name(const Args<T>& a) { k_->name(a, launch_); }
     NAPKIN_KERNELS(NAPKIN_CUDA_KERNEL)
 #undef NAPKIN_CUDA_KERNEL
-    // clang-format on
-    // clang-format off
 #define NAPKIN_CUDA_FP8_KERNEL(member, name, Args) \
     void name(const Args& a) { api_->fp8.member(a, launch_); }
     NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_KERNEL)
