@@ -131,9 +131,7 @@ CudaEngineApi make_api() {
     a.memory_info = &memory_info;
     a.matmul_create_handle = &cuda::matmul_create_handle;
     a.matmul_destroy_handle = &cuda::matmul_destroy_handle;
-    a.head_cross_entropy_scratch_bytes = &cuda::head_cross_entropy_scratch_bytes;
     a.optimizer_update = &cuda::optimizer_update;
-    a.grad_sum_squares_scratch_bytes = &cuda::grad_sum_squares_scratch_bytes;
     a.grad_sum_squares = &cuda::grad_sum_squares;
     a.grad_unscale_check = &cuda::grad_unscale_check;
     a.nccl_version = &cuda::nccl_version;

@@ -97,10 +97,8 @@ struct CudaEngineApi {
 
     decltype(&cuda::matmul_create_handle) matmul_create_handle = nullptr;
     decltype(&cuda::matmul_destroy_handle) matmul_destroy_handle = nullptr;
-    decltype(&cuda::head_cross_entropy_scratch_bytes) head_cross_entropy_scratch_bytes = nullptr;
 
     decltype(&cuda::optimizer_update) optimizer_update = nullptr;
-    decltype(&cuda::grad_sum_squares_scratch_bytes) grad_sum_squares_scratch_bytes = nullptr;
     decltype(&cuda::grad_sum_squares) grad_sum_squares = nullptr;
     decltype(&cuda::grad_unscale_check) grad_unscale_check = nullptr;
 

@@ -40,37 +40,10 @@ struct CudaKernels {
     CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
         : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), launch_{stream, handle} {}
 
-    // ---- scratch the orchestration allocates as temporaries, in floats
-    // The cuBLASLt workspace, then, when the block's GEMMs are fp8, the fp8 backward's
-    // transposed operands for the largest of them (kernels/matmul.h).
-    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
-        return static_cast<std::int64_t>(matmul_scratch_bytes(block) / sizeof(float));
-    }
-    static std::size_t matmul_scratch_bytes(const std::vector<PlanOp>& block) {
-        std::size_t transposes = 0;
-        for (const PlanOp& op : block) {
-            if (op.kind != OpKind::matmul) continue;
-            const auto& s = std::get<MatmulShape>(op.shape);
-            if (s.in == DType::f8e4m3)
-                transposes =
-                    std::max(transposes, cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
-        }
-        return cuda::kMatmulWorkspaceBytes + transposes;
-    }
-    std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
-                                                   std::int64_t Vp) const {
-        const std::size_t bytes =
-            api_->head_cross_entropy_scratch_bytes(chunk, C, Vp, dtype(), true);
-        return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
-    }
-    std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T_,
-                                                         int NH) const {
-        return cpu::attention_naive_backward_scratch_floats(B, T_,
-                                                            NH);  // the same dS (B, NH, T, T)
-    }
-    // The per-row losses (N) on the device, a temporary.
-    void bind_losses(AccountingAllocator& alloc, std::int64_t N) {
-        losses_ = Tensor(alloc, "loss.rows", MemCategory::temporaries, DType::f32, {N});
+    // The per-row losses (N) on the device: the buffer plan's loss.rows, a temporary.
+    void bind_losses(Tensor rows, std::int64_t N) {
+        NAPKIN_ASSERT(rows.numel() == N, "loss.rows: " << rows.numel() << " rows for " << N);
+        losses_ = std::move(rows);
         host_losses_.assign(static_cast<std::size_t>(N), 0.0f);
     }
     float* losses() { return losses_.data<float>(); }
@@ -139,14 +112,6 @@ struct CudaKernels {
     }
 
 private:
-    static constexpr DType dtype() {
-        if constexpr (std::is_same_v<T, float>)
-            return DType::f32;
-        else if constexpr (std::is_same_v<T, bf16_t>)
-            return DType::bf16;
-        else
-            return DType::f16;
-    }
     const CudaEngineApi* api_;
     const CudaKernelTable<T>* k_;
     CUstream_st* stream_;
