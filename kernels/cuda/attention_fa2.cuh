@@ -122,6 +122,7 @@ __device__ Pipeline<kStages, Load> make_pipeline(Load load, int items) {
 // A fragments straight from a tile: m-tile m of rows row0 + 16 m .., k-step ks.
 template <class D, int kHD>
 struct TileA {
+    static constexpr bool kInRegisters = false;
     Tile<D, kHD> tile;
     int row0;
 
@@ -135,6 +136,7 @@ struct TileA {
 // loaded once from a tile.
 template <int kM, int kHD>
 struct RegisterA {
+    static constexpr bool kInRegisters = true;
     std::uint32_t f[kM][kHD / 16][4];
 
     template <class D>
@@ -177,30 +179,44 @@ __device__ void zero(float (&acc)[kM][kN][4]) {
                 acc[m][n][e] = 0.0f;
 }
 
+// One k-step (16 columns, ks) of warp_abt.
+template <class D, int kM, int kN, int kHD, class ASource>
+__device__ void abt_step(float (&acc)[kM][kN][4], const ASource& a, Tile<D, kHD> b, int b_row,
+                         int b_col, int ks) {
+    std::uint32_t af[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+        a.get(af[m], m, ks);
+#pragma unroll
+    for (int np = 0; np < kN / 2; ++np) {
+        std::uint32_t bf[4];
+        ldmatrix_x4(bf, b.chunk(b_row + 16 * np, 2 * ks + b_col));
+        const std::uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            mma_m16n8k16<D>(acc[m][2 * np], af[m], b0);
+            mma_m16n8k16<D>(acc[m][2 * np + 1], af[m], b1);
+        }
+    }
+}
+
 // acc (16 kM x 8 kN) += A B^T over kHD: A from `a` (TileA or RegisterA), B rows b_row0 ..
-// b_row0 + 8 kN of tile b.
+// b_row0 + 8 kN of tile b. The k-steps are a loop that ptxas keeps (unrolled, it would load every
+// step's fragments ahead and run out of registers), except over A fragments in registers, which
+// only constant indices keep there.
 template <class D, int kM, int kN, int kHD, class ASource>
 __device__ void warp_abt(float (&acc)[kM][kN][4], const ASource& a, Tile<D, kHD> b, int b_row0) {
     static_assert(kN % 2 == 0, "B rows come 16 at a time");
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
     const int b_row = b_row0 + (lane & 7) + ((lane >> 4) << 3), b_col = (lane >> 3) & 1;
+    if constexpr (ASource::kInRegisters) {
 #pragma unroll
-    for (int ks = 0; ks < kHD / 16; ++ks) {
-        std::uint32_t af[kM][4];
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-            a.get(af[m], m, ks);
-#pragma unroll
-        for (int np = 0; np < kN / 2; ++np) {
-            std::uint32_t bf[4];
-            ldmatrix_x4(bf, b.chunk(b_row + 16 * np, 2 * ks + b_col));
-            const std::uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                mma_m16n8k16<D>(acc[m][2 * np], af[m], b0);
-                mma_m16n8k16<D>(acc[m][2 * np + 1], af[m], b1);
-            }
-        }
+        for (int ks = 0; ks < kHD / 16; ++ks)
+            abt_step<D>(acc, a, b, b_row, b_col, ks);
+    } else {
+#pragma unroll 1
+        for (int ks = 0; ks < kHD / 16; ++ks)
+            abt_step<D>(acc, a, b, b_row, b_col, ks);
     }
 }
 

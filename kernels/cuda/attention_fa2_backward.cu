@@ -34,34 +34,39 @@ using fa2::kThreads;
 using fa2::kWarps;
 using fa2::Shared;
 
-constexpr int kKeys = 16 * kWarps;  // keys a pass-1 block owns
-
-// Per head dimension. Pass 1: queries per item tile, stages, K and V fragments in registers.
-// Pass 2: m-tiles per warp, keys per tile, stages, Q and dout fragments in registers. Chosen so
-// that ptxas (sm_80, sm_90) spills nothing at 2 blocks per SM (255 registers a thread).
+// Per head dimension. Pass 1: m-tiles of keys per warp, queries per item tile, stages, K and V
+// fragments in registers. Pass 2: m-tiles of queries per warp, keys per tile, stages, Q and dout
+// fragments in registers. Shared-memory reads per m16n8k16 product (forward's note): 192 and 213
+// bytes at HD 64, 320 and 299 at HD 128 (one m-tile: dK and dV, or dQ, take 64 fp32 registers a
+// lane each there). ptxas (nvcc 13, sm_80 and sm_90, 2 blocks per SM: 255 registers) spills at
+// most 8 bytes.
 template <int kHD>
 struct BackwardConfig;
 template <>
 struct BackwardConfig<64> {
-    static constexpr int kKeyQ = 64, kKeyStages = 2;
+    static constexpr int kKeyM = 2, kKeyQ = 32, kKeyStages = 2;
     static constexpr bool kKeyRegisters = false;
-    static constexpr int kQueryM = 1, kQueryN = 64, kQueryStages = 2;
+    static constexpr int kQueryM = 2, kQueryN = 32, kQueryStages = 2;
     static constexpr bool kQueryRegisters = false;
 };
 template <>
 struct BackwardConfig<128> {
-    static constexpr int kKeyQ = 32, kKeyStages = 2;
+    static constexpr int kKeyM = 1, kKeyQ = 32, kKeyStages = 2;
     static constexpr bool kKeyRegisters = false;
-    static constexpr int kQueryM = 1, kQueryN = 32, kQueryStages = 2;
+    static constexpr int kQueryM = 1, kQueryN = 64, kQueryStages = 2;
     static constexpr bool kQueryRegisters = false;
 };
 
-// Pass 1: K and V (64, HD), then per stage Q, dout and out (kKeyQ, HD), 16-bit; then lse and D
-// (kKeyQ floats each).
+// Keys a pass-1 block owns.
+template <int kHD>
+constexpr int kKeys = 16 * kWarps* BackwardConfig<kHD>::kKeyM;
+
+// Pass 1: K and V (kKeys, HD), then per stage Q, dout and out (kKeyQ, HD), 16-bit; then lse and
+// D (kKeyQ floats each).
 template <int kHD>
 constexpr std::size_t key_smem_bytes() {
     using C = BackwardConfig<kHD>;
-    return static_cast<std::size_t>(2 * kKeys + 3 * C::kKeyStages * C::kKeyQ) * kHD * 2 +
+    return static_cast<std::size_t>(2 * kKeys<kHD> + 3 * C::kKeyStages * C::kKeyQ) * kHD * 2 +
            2 * C::kKeyQ * sizeof(float);
 }
 
@@ -105,12 +110,14 @@ __global__ void __launch_bounds__(kThreads, 2)
                                       const float* lse, MmaLayout l, FlashDropout drop) {
     using C = BackwardConfig<kHD>;
     using Tile = fa2::Tile<D, kHD>;
-    constexpr int kQ = C::kKeyQ, kNq = kQ / 8, kD = kHD / 8, kStages = C::kKeyStages;
+    constexpr int kM = C::kKeyM, kRows = kKeys<kHD>, kQ = C::kKeyQ, kNq = kQ / 8, kD = kHD / 8;
+    constexpr int kStages = C::kKeyStages;
+    static_assert(kM * kNq * 4 <= 32, "the lane's dropped bits fit one register");
     constexpr std::uint32_t kTileBytes = kQ * Tile::kRowBytes;
     extern __shared__ __align__(128) unsigned char smem[];
     const Shared sh{smem, shared_address(smem)};
-    const Tile ks = sh.tile<D, kHD>(0), vs = sh.tile<D, kHD>(kKeys * Tile::kRowBytes);
-    const std::uint32_t stages = 2 * kKeys * Tile::kRowBytes;  // Q, dout, out per stage
+    const Tile ks = sh.tile<D, kHD>(0), vs = sh.tile<D, kHD>(kRows * Tile::kRowBytes);
+    const std::uint32_t stages = 2 * kRows * Tile::kRowBytes;  // Q, dout, out per stage
     auto q_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s) * kTileBytes); };
     auto go_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s + 1) * kTileBytes); };
     auto o_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s + 2) * kTileBytes); };
@@ -123,9 +130,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const std::int64_t kt = blockIdx.x / heads;
     const std::int64_t b = blockIdx.x % heads / l.KVH;
     const int kvh = static_cast<int>(blockIdx.x % heads % l.KVH);
-    const std::int64_t j0 = kt * kKeys;
-    fa2::load_rows<kKeys>(ks, qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
-    fa2::load_rows<kKeys>(vs, qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b, l.T, j0);
+    const std::int64_t j0 = kt * kRows;
+    fa2::load_rows<kRows>(ks, qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
+    fa2::load_rows<kRows>(vs, qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b, l.T, j0);
     cp_async_commit();
     // Items: (query head of the group, query tile from the one holding key j0 on).
     const int qt0 = static_cast<int>(j0 / kQ);
@@ -143,11 +150,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_wait<kStages - 1>();  // K and V: the oldest group
     __syncthreads();
 
-    const int w_row0 = warp * 16;
-    const std::int64_t kw0 = j0 + w_row0;  // the warp's first key
-    const auto ka = fa2::a_source<C::kKeyRegisters, 1>(ks, w_row0);
-    const auto va = fa2::a_source<C::kKeyRegisters, 1>(vs, w_row0);
-    float dk[1][kD][4], dv[1][kD][4];
+    const int w_row0 = warp * 16 * kM;
+    const std::int64_t kw0 = j0 + w_row0, kw_last = kw0 + 16 * kM - 1;  // the warp's keys
+    const auto ka = fa2::a_source<C::kKeyRegisters, kM>(ks, w_row0);
+    const auto va = fa2::a_source<C::kKeyRegisters, kM>(vs, w_row0);
+    float dk[kM][kD][4], dv[kM][kD][4];
     fa2::zero(dk);
     fa2::zero(dv);
 
@@ -158,59 +165,69 @@ __global__ void __launch_bounds__(kThreads, 2)
         item_stats<D, kHD, kQ>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l, b, h, i0);
         __syncthreads();
         if (kw0 >= l.T || i0 + kQ - 1 < kw0) continue;  // keys past the end, or after every query
-        const bool masked = kw0 + 15 > i0;
+        const bool masked = kw_last > i0;
         // Key minus query of the lane's first element (key kw0 + g, query i0 + 2 t).
         const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
-        float st[1][kNq][4];
+        float st[kM][kNq][4];
         fa2::zero(st);
         fa2::warp_abt<D>(st, ka, q_tile(stage), 0);
-        float pd[1][kNq][4];        // P^T as dV takes it: dropped elements zeroed
-        std::uint32_t dropped = 0;  // bit 4 n + e of the lane's elements
+        float pd[kM][kNq][4];       // P^T as dV takes it: dropped elements zeroed
+        std::uint32_t dropped = 0;  // bit 4 (kNq m + n) + e of the lane's elements
 #pragma unroll
-        for (int n = 0; n < kNq; ++n)
+        for (int m = 0; m < kM; ++m)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
-                const bool seen = !masked || diagonal + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
-                const float p = seen ? exp2f(fmaf(st[0][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
-                st[0][n][e] = p;
-                const std::int64_t key = kw0 + g + 8 * (e >> 1);
-                if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
-                    dropped |= 1u << (4 * n + e);
-                pd[0][n][e] = (dropped >> (4 * n + e) & 1u) != 0 ? 0.0f : p;
-            }
-        std::uint32_t pa[1][kNq / 2][4];
+            for (int n = 0; n < kNq; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
+                    const int bit = 4 * (kNq * m + n) + e;
+                    const bool seen =
+                        !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
+                    const float p =
+                        seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
+                    st[m][n][e] = p;
+                    const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
+                    if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
+                        dropped |= 1u << bit;
+                    pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
+                }
+        std::uint32_t pa[kM][kNq / 2][4];
         fa2::pack_a<D>(pa, pd);
         fa2::warp_ab<D>(dv, pa, go_tile(stage), 0);
-        float dpt[1][kNq][4];
+        float dpt[kM][kNq][4];
         fa2::zero(dpt);
         fa2::warp_abt<D>(dpt, va, go_tile(stage), 0);
 #pragma unroll
-        for (int n = 0; n < kNq; ++n)
+        for (int m = 0; m < kM; ++m)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float dp = dpt[0][n][e];
-                if (drop.on) dp = (dropped >> (4 * n + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
-                st[0][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
-            }
+            for (int n = 0; n < kNq; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int bit = 4 * (kNq * m + n) + e;
+                    float dp = dpt[m][n][e];
+                    if (drop.on) dp = (dropped >> bit & 1u) != 0 ? 0.0f : dp * drop.scale;
+                    st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
+                }
         fa2::pack_a<D>(pa, st);
         fa2::warp_ab<D>(dk, pa, q_tile(stage), 0);
     }
 
     const float dv_scale = drop.on ? drop.scale : 1.0f;  // dV summed the kept P unscaled
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const std::int64_t j = kw0 + g + 8 * hh;
-        if (j >= l.T) continue;
-        D* dk_row = dqkv + l.k(b, j, kvh) + 2 * t;
-        D* dv_row = dqkv + l.v(b, j, kvh) + 2 * t;
+    for (int m = 0; m < kM; ++m)
 #pragma unroll
-        for (int d = 0; d < kD; ++d) {
-            fa2::store_pair(dk_row + 8 * d, dk[0][d][2 * hh], dk[0][d][2 * hh + 1], true);
-            fa2::store_pair(dv_row + 8 * d, dv[0][d][2 * hh] * dv_scale,
-                            dv[0][d][2 * hh + 1] * dv_scale, true);
+        for (int hh = 0; hh < 2; ++hh) {
+            const std::int64_t j = kw0 + 16 * m + g + 8 * hh;
+            if (j >= l.T) continue;
+            D* dk_row = dqkv + l.k(b, j, kvh) + 2 * t;
+            D* dv_row = dqkv + l.v(b, j, kvh) + 2 * t;
+#pragma unroll
+            for (int d = 0; d < kD; ++d) {
+                fa2::store_pair(dk_row + 8 * d, dk[m][d][2 * hh], dk[m][d][2 * hh + 1], true);
+                fa2::store_pair(dv_row + 8 * d, dv[m][d][2 * hh] * dv_scale,
+                                dv[m][d][2 * hh + 1] * dv_scale, true);
+            }
         }
-    }
 }
 
 // Pass 2. Grid: (query tiles * B * NH) blocks, the last query tiles first. Shared:
@@ -340,14 +357,14 @@ void launch_backward(D* dqkv, const D* dout, const D* out, const D* qkv, const f
     auto key_kernel = attention_fa2_backward_key_kernel<D, kHD>;
     constexpr std::size_t key_smem = key_smem_bytes<kHD>();
     allow_smem(key_kernel, key_smem, op);
-    key_kernel<<<mma_grid(op, (l.T + kKeys - 1) / kKeys, l.B * l.KVH), kThreads, key_smem,
-                 stream>>>(dqkv, dout, out, qkv, lse, l, drop);
+    const unsigned key_grid = mma_grid(op, (l.T + kKeys<kHD> - 1) / kKeys<kHD>, l.B * l.KVH);
+    key_kernel<<<key_grid, kThreads, key_smem, stream>>>(dqkv, dout, out, qkv, lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
     auto query_kernel = attention_fa2_backward_query_kernel<D, kHD>;
     constexpr std::size_t query_smem = query_smem_bytes<kHD>();
     allow_smem(query_kernel, query_smem, op);
-    query_kernel<<<mma_grid(op, (l.T + kRows - 1) / kRows, l.B * l.NH), kThreads, query_smem,
-                   stream>>>(dqkv, dout, out, qkv, lse, l, drop);
+    const unsigned query_grid = mma_grid(op, (l.T + kRows - 1) / kRows, l.B * l.NH);
+    query_kernel<<<query_grid, kThreads, query_smem, stream>>>(dqkv, dout, out, qkv, lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 

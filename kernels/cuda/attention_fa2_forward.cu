@@ -34,18 +34,20 @@ using fa2::kThreads;
 using fa2::kWarps;
 using fa2::Tile;
 
-// Per head dimension: m-tiles per warp (kM: each B fragment of K and V read from shared memory
-// feeds kM products), keys per tile, shared-memory stages of K and V, whether the warp's Q
-// fragments stay in registers, and the blocks per SM the registers are bounded for (2: 255
-// registers a thread). Chosen so that ptxas (sm_80, sm_90) spills nothing without dropout:
-// HD 64 with two m-tiles (128 queries a block) takes 255 registers, HD 128 with one 247
-// (O alone is 64 fp32 registers a lane there).
+// Per head dimension: m-tiles per warp (kM: each B fragment read from shared memory feeds kM
+// products), keys per tile, shared-memory stages of K and V, whether the warp's Q fragments stay
+// in registers, and the blocks per SM the registers are bounded for (2: 255 registers a thread).
+// Shared-memory reads per m16n8k16 product, the limit of mma.sync kernels (128 bytes a clock an
+// SM, against about 1.5 clocks a product on an H100): 128 bytes at HD 64 (Q in registers, two
+// m-tiles), 288 at HD 128 (one m-tile: O alone is 64 fp32 registers a lane there). ptxas (nvcc
+// 13, sm_80 and sm_90) spills nothing without dropout; with it, 12 (sm_80) and 52 (sm_90) bytes
+// at HD 64, none at 128.
 template <int kHD>
 struct ForwardConfig;
 template <>
 struct ForwardConfig<64> {
-    static constexpr int kM = 2, kBlockN = 64, kStages = 3, kMinBlocks = 2;
-    static constexpr bool kQInRegisters = false;
+    static constexpr int kM = 2, kBlockN = 32, kStages = 3, kMinBlocks = 2;
+    static constexpr bool kQInRegisters = true;
 };
 template <>
 struct ForwardConfig<128> {
@@ -56,7 +58,7 @@ struct ForwardConfig<128> {
 template <int kHD>
 constexpr int kBlockM = 16 * ForwardConfig<kHD>::kM* kWarps;
 
-// Q (kBlockM, HD), then kStages K tiles and kStages V tiles (kBlockN, HD), 16-bit: 64 KiB at
+// Q (kBlockM, HD), then kStages K tiles and kStages V tiles (kBlockN, HD), 16-bit: 40 KiB at
 // HD 64, 80 KiB at HD 128.
 template <int kHD>
 constexpr std::size_t forward_smem_bytes() {
