@@ -49,7 +49,7 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"gpt2", "gpt2-124m", 8, 1024, 12, 12, 64},
     {"llama", "llama-like gqa", 2, 4096, 32, 8, 128},
-    // A dry run of the bench and its scripts where the GPU is the CPU emulator (tests/cuda_emu).
+    // A dry run of the bench and its scripts on the CPU emulator (attention_bench_emu).
     {"tiny", "tiny", 1, 130, 4, 2, 64, true},
 };
 

@@ -20,7 +20,7 @@ Ratios are napkin's time over SDPA's (<= 1.2 meets the target). TFLOP/s use napk
 FLOPs for both (4 and 8 B NH HD T(T+1)/2, kernels/attention.h).
 
     python3 bench/attention_vs_sdpa.py [--bench build-cuda/bench/attention_bench] [--json FILE]
-    python3 bench/attention_vs_sdpa.py --bench EMULATED_BENCH --shape tiny   # a dry run
+    python3 bench/attention_vs_sdpa.py --bench build/bench/attention_bench_emu --shape tiny  # dry run
 
 Without PyTorch or a GPU it prints napkin's side and why SDPA's is missing, and exits 0
 (--require: 1).

@@ -37,11 +37,10 @@ using fa2::Tile;
 // Per head dimension: m-tiles per warp (kM: each B fragment read from shared memory feeds kM
 // products), keys per tile, shared-memory stages of K and V, whether the warp's Q fragments stay
 // in registers, and the blocks per SM the registers are bounded for (2: 255 registers a thread).
-// Shared-memory reads per m16n8k16 product, the limit of mma.sync kernels (128 bytes a clock an
-// SM, against about 1.5 clocks a product on an H100): 128 bytes at HD 64 (Q in registers, two
+// Shared-memory reads per m16n8k16 product (an SM reads 128 bytes a clock; docs/CUDA.md, "Flash
+// attention on mma.sync", has the arithmetic): 128 bytes at HD 64 (Q in registers, two
 // m-tiles), 288 at HD 128 (one m-tile: O alone is 64 fp32 registers a lane there). ptxas (nvcc
-// 13, sm_80 and sm_90) spills nothing without dropout; with it, 12 (sm_80) and 52 (sm_90) bytes
-// at HD 64, none at 128.
+// 13, sm_80 and sm_90) spills nothing, with or without dropout.
 template <int kHD>
 struct ForwardConfig;
 template <>
@@ -111,7 +110,7 @@ __device__ void online_softmax(float (&s)[kM][kN][4], float (&o)[kM][kD][4], flo
                     if constexpr (kDropout) {
                         const std::int64_t i = row0 + 16 * m + g + 8 * hh;
                         const std::int64_t j = j0 + 8 * n + 2 * t + e;
-                        if (!drop.keep((p_row0 + i) * l.T + j)) p = 0.0f;
+                        if (p != 0.0f && !drop.keep((p_row0 + i) * l.T + j)) p = 0.0f;
                     }
                     x = p;
                 }
