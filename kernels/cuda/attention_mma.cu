@@ -5,6 +5,10 @@
 // fp32 logsumexp lse forward, dq, dk, dv accumulated into the packed dqkv backward, GQA/MQA,
 // scale 1/sqrt(HD), fp32 softmax statistics and accumulation, no atomics.
 //
+// At HD 64 and 128 on sm_80 and later the entry points run the mma.sync kernels of
+// attention_fa2_forward.cu and attention_fa2_backward.cu (attention_mma.cuh); the WMMA kernels
+// below take the other head dimensions, and older GPUs.
+//
 // The products run through WMMA (nvcuda::wmma, m16n16k16, fp32 accumulators); the rest is the
 // SIMT kernels' arithmetic. A block is 4 warps; each owns 16 rows of the block's 64 (queries in
 // the forward and the dq pass, keys in the dk/dv pass) and walks tiles of 64 keys (queries),
