@@ -125,15 +125,13 @@ double median_ms(const std::function<void()>& call, cudaStream_t stream, int war
 }
 
 AttentionShape attention_shape(const Shape& s) {
-    AttentionShape a;
-    a.B = s.B;
-    a.T = s.T;
-    a.NH = s.NH;
-    a.KVH = s.KVH;
-    a.HD = s.HD;
-    a.impl = AttentionImpl::flash;
-    a.dt = DType::bf16;
-    return a;
+    return AttentionShape{.B = s.B,
+                          .T = s.T,
+                          .NH = s.NH,
+                          .KVH = s.KVH,
+                          .HD = s.HD,
+                          .impl = AttentionImpl::flash,
+                          .dt = DType::bf16};
 }
 
 struct Row {

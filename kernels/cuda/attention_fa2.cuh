@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -117,6 +118,44 @@ __device__ Pipeline<kStages, Load> make_pipeline(Load load, int items) {
     return Pipeline<kStages, Load>{load, items};
 }
 
+// The block of a grid of (query tiles * B * NH) blocks of `rows` queries: its (b, h), kv head and
+// first query, the last query tiles (most keys, causal) first.
+struct QueryBlock {
+    std::int64_t b, i0;
+    int h, kvh;
+};
+__device__ inline QueryBlock query_block(const mma_detail::MmaLayout& l, int rows) {
+    const std::int64_t heads = l.B * l.NH;
+    const std::int64_t query_tiles = (l.T + rows - 1) / rows;
+    const int h = static_cast<int>(blockIdx.x % heads % l.NH);
+    return QueryBlock{static_cast<std::int64_t>(blockIdx.x % heads / l.NH),
+                      (query_tiles - 1 - blockIdx.x / heads) * rows, h, h / l.group};
+}
+
+// The key tiles of kBlockN keys that the queries [i0, i0 + rows) see (causal): up to the one
+// holding the last of them, or T's last key.
+template <int kBlockN>
+__device__ int causal_key_tiles(const mma_detail::MmaLayout& l, std::int64_t i0, int rows) {
+    return static_cast<int>(min((l.T + kBlockN - 1) / kBlockN, (i0 + rows - 1) / kBlockN + 1));
+}
+
+// The pipeline of `tiles` tiles of kBlockN keys of kv head kvh (batch b): K into k_tile(stage),
+// V into v_tile(stage).
+template <int kStages, int kBlockN, class D, class KTile, class VTile>
+__device__ auto kv_pipeline(KTile k_tile, VTile v_tile, const D* qkv,
+                            const mma_detail::MmaLayout& l, std::int64_t b, int kvh, int tiles) {
+    const std::int64_t hd = l.HD, stride = l.qkv_row, T = l.T;
+    const D* k_src = qkv + (l.NH + kvh) * hd;
+    const D* v_src = qkv + (l.NH + l.KVH + kvh) * hd;
+    return make_pipeline<kStages>(
+        [=](int tile, int stage) {
+            const std::int64_t j0 = static_cast<std::int64_t>(tile) * kBlockN;
+            load_rows<kBlockN>(k_tile(stage), k_src, stride, b, T, j0);
+            load_rows<kBlockN>(v_tile(stage), v_src, stride, b, T, j0);
+        },
+        tiles);
+}
+
 // ---- fragments ----
 
 // A fragments straight from a tile: m-tile m of rows row0 + 16 m .., k-step ks.
@@ -168,15 +207,44 @@ __device__ auto a_source(Tile<D, kHD> tile, int row0) {
     }
 }
 
-template <int kM, int kN>
-__device__ void zero(float (&acc)[kM][kN][4]) {
+// f(m, n, e) for every element e of every n-tile n of every m-tile m of a warp's accumulators,
+// unrolled (so that f indexes register arrays with constants).
+template <int kM, int kN, class F>
+__device__ __forceinline__ void for_each_element(F f) {
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
         for (int n = 0; n < kN; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                acc[m][n][e] = 0.0f;
+                f(m, n, e);
+}
+
+// f(m, hh) for the lane's rows 16 m + g + 8 hh of a warp's kM m-tiles.
+template <int kM, class F>
+__device__ __forceinline__ void for_each_row(F f) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+            f(m, hh);
+}
+
+template <int kM, int kN>
+__device__ void zero(float (&acc)[kM][kN][4]) {
+    for_each_element<kM, kN>([&](int m, int n, int e) { acc[m][n][e] = 0.0f; });
+}
+
+// acc[m][n0] and acc[m][n0 + 1] += A_m B for every m-tile m, B the two n-tiles an ldmatrix.x4
+// gave (bf[0..1], bf[2..3]) and A_m = a(m).
+template <class D, int kM, int kN, class A>
+__device__ void mma_n_pair(float (&acc)[kM][kN][4], int n0, const std::uint32_t (&bf)[4], A a) {
+    const std::uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+        mma_m16n8k16<D>(acc[m][n0], a(m), b0);
+        mma_m16n8k16<D>(acc[m][n0 + 1], a(m), b1);
+    }
 }
 
 // One k-step (16 columns, ks) of warp_abt.
@@ -191,12 +259,7 @@ __device__ void abt_step(float (&acc)[kM][kN][4], const ASource& a, Tile<D, kHD>
     for (int np = 0; np < kN / 2; ++np) {
         std::uint32_t bf[4];
         ldmatrix_x4(bf, b.chunk(b_row + 16 * np, 2 * ks + b_col));
-        const std::uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            mma_m16n8k16<D>(acc[m][2 * np], af[m], b0);
-            mma_m16n8k16<D>(acc[m][2 * np + 1], af[m], b1);
-        }
+        mma_n_pair<D>(acc, 2 * np, bf, [&](int m) -> const std::uint32_t(&)[4] { return af[m]; });
     }
 }
 
@@ -247,12 +310,8 @@ __device__ void warp_ab(float (&acc)[kM][kHD / 8][4], const std::uint32_t (&p)[k
         for (int np = 0; np < kHD / 16; ++np) {
             std::uint32_t bf[4];
             ldmatrix_x4_trans(bf, x.chunk(x_row + 16 * kk, 2 * np + x_col));
-            const std::uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                mma_m16n8k16<D>(acc[m][2 * np], p[m][kk], b0);
-                mma_m16n8k16<D>(acc[m][2 * np + 1], p[m][kk], b1);
-            }
+            mma_n_pair<D>(acc, 2 * np, bf,
+                          [&](int m) -> const std::uint32_t(&)[4] { return p[m][kk]; });
         }
     }
 }
@@ -292,6 +351,17 @@ __device__ void store_pair(D* dst, float a, float b, bool add) {
         b += to_f32(old[1]);
     }
     *reinterpret_cast<std::uint32_t*>(dst) = pack2<D>(a, b);
+}
+
+// The lane's elements of row (m, hh) of accumulators acc (16 kM x 8 kD), times `scale`, into the
+// row at dst (columns 8 d + 2 t, + 1), or added to it.
+template <class D, int kM, int kD>
+__device__ void store_row(D* dst, const float (&acc)[kM][kD][4], int m, int hh, float scale,
+                          bool add) {
+    dst += 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int d = 0; d < kD; ++d)
+        store_pair(dst + 8 * d, acc[m][d][2 * hh] * scale, acc[m][d][2 * hh + 1] * scale, add);
 }
 
 }  // namespace napkin::cuda::fa2

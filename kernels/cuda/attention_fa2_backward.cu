@@ -41,19 +41,12 @@ using fa2::Shared;
 // lane each there). ptxas (nvcc 13, sm_80 and sm_90, 2 blocks per SM: 255 registers) spills at
 // most 8 bytes.
 template <int kHD>
-struct BackwardConfig;
-template <>
-struct BackwardConfig<64> {
-    static constexpr int kKeyM = 2, kKeyQ = 32, kKeyStages = 2;
+struct BackwardConfig {
+    static_assert(kHD == 64 || kHD == 128);
+    static constexpr int kKeyM = kHD == 64 ? 2 : 1, kKeyQ = 32, kKeyStages = 2;
     static constexpr bool kKeyRegisters = false;
-    static constexpr int kQueryM = 2, kQueryN = 32, kQueryStages = 2;
-    static constexpr bool kQueryRegisters = false;
-};
-template <>
-struct BackwardConfig<128> {
-    static constexpr int kKeyM = 1, kKeyQ = 32, kKeyStages = 2;
-    static constexpr bool kKeyRegisters = false;
-    static constexpr int kQueryM = 1, kQueryN = 64, kQueryStages = 2;
+    static constexpr int kQueryM = kHD == 64 ? 2 : 1, kQueryN = kHD == 64 ? 32 : 64;
+    static constexpr int kQueryStages = 2;
     static constexpr bool kQueryRegisters = false;
 };
 
@@ -173,61 +166,40 @@ __global__ void __launch_bounds__(kThreads, 2)
         fa2::warp_abt<D>(st, ka, q_tile(stage), 0);
         float pd[kM][kNq][4];       // P^T as dV takes it: dropped elements zeroed
         std::uint32_t dropped = 0;  // bit 4 (kNq m + n) + e of the lane's elements
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int n = 0; n < kNq; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
-                    const int bit = 4 * (kNq * m + n) + e;
-                    const bool seen =
-                        !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
-                    const float p =
-                        seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
-                    st[m][n][e] = p;
-                    const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
-                    if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
-                        dropped |= 1u << bit;
-                    pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
-                }
+        fa2::for_each_element<kM, kNq>([&](int m, int n, int e) {
+            const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
+            const int bit = 4 * (kNq * m + n) + e;
+            const bool seen = !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
+            const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
+            st[m][n][e] = p;
+            const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
+            if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
+                dropped |= 1u << bit;
+            pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
+        });
         std::uint32_t pa[kM][kNq / 2][4];
         fa2::pack_a<D>(pa, pd);
         fa2::warp_ab<D>(dv, pa, go_tile(stage), 0);
         float dpt[kM][kNq][4];
         fa2::zero(dpt);
         fa2::warp_abt<D>(dpt, va, go_tile(stage), 0);
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int n = 0; n < kNq; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int bit = 4 * (kNq * m + n) + e;
-                    float dp = dpt[m][n][e];
-                    if (drop.on) dp = (dropped >> bit & 1u) != 0 ? 0.0f : dp * drop.scale;
-                    st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
-                }
+        fa2::for_each_element<kM, kNq>([&](int m, int n, int e) {
+            float dp = dpt[m][n][e];
+            if (drop.on)
+                dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
+            st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
+        });
         fa2::pack_a<D>(pa, st);
         fa2::warp_ab<D>(dk, pa, q_tile(stage), 0);
     }
 
     const float dv_scale = drop.on ? drop.scale : 1.0f;  // dV summed the kept P unscaled
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const std::int64_t j = kw0 + 16 * m + g + 8 * hh;
-            if (j >= l.T) continue;
-            D* dk_row = dqkv + l.k(b, j, kvh) + 2 * t;
-            D* dv_row = dqkv + l.v(b, j, kvh) + 2 * t;
-#pragma unroll
-            for (int d = 0; d < kD; ++d) {
-                fa2::store_pair(dk_row + 8 * d, dk[m][d][2 * hh], dk[m][d][2 * hh + 1], true);
-                fa2::store_pair(dv_row + 8 * d, dv[m][d][2 * hh] * dv_scale,
-                                dv[m][d][2 * hh + 1] * dv_scale, true);
-            }
-        }
+    fa2::for_each_row<kM>([&](int m, int hh) {
+        const std::int64_t j = kw0 + 16 * m + g + 8 * hh;
+        if (j >= l.T) return;
+        fa2::store_row(dqkv + l.k(b, j, kvh), dk, m, hh, 1.0f, true);
+        fa2::store_row(dqkv + l.v(b, j, kvh), dv, m, hh, dv_scale, true);
+    });
 }
 
 // Pass 2. Grid: (query tiles * B * NH) blocks, the last query tiles first. Shared:
@@ -250,25 +222,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
-    const std::int64_t heads = l.B * l.NH, hd = l.HD;
-    const std::int64_t query_tiles = (l.T + kRows - 1) / kRows;
-    const std::int64_t qt = query_tiles - 1 - blockIdx.x / heads;
-    const std::int64_t b = blockIdx.x % heads / l.NH;
-    const int h = static_cast<int>(blockIdx.x % heads % l.NH), kvh = h / l.group;
-    const std::int64_t i0 = qt * kRows;
-    const int key_tiles =
-        static_cast<int>(min((l.T + kBlockN - 1) / kBlockN, (i0 + kRows - 1) / kBlockN + 1));
+    const std::int64_t hd = l.HD;
+    const fa2::QueryBlock block = fa2::query_block(l, kRows);
+    const std::int64_t b = block.b, i0 = block.i0;  // (not structured bindings: lambdas take them)
+    const int h = block.h, kvh = block.kvh;
+    const int key_tiles = fa2::causal_key_tiles<kBlockN>(l, i0, kRows);
     fa2::load_rows<kRows>(qs, qkv + h * hd, l.qkv_row, b, l.T, i0);
     fa2::load_rows<kRows>(gos, dout + h * hd, l.out_row, b, l.T, i0);
     cp_async_commit();
-    auto kv = fa2::make_pipeline<kStages>(
-        [=](int tile, int stage) {
-            const std::int64_t j0 = static_cast<std::int64_t>(tile) * kBlockN;
-            fa2::load_rows<kBlockN>(k_tile(stage), qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
-            fa2::load_rows<kBlockN>(v_tile(stage), qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b,
-                                    l.T, j0);
-        },
-        key_tiles);
+    auto kv = fa2::kv_pipeline<kStages, kBlockN>(k_tile, v_tile, qkv, l, b, kvh, key_tiles);
     kv.prologue();
     cp_async_wait<kStages - 1>();  // Q and dout: the oldest group
     __syncthreads();
@@ -312,40 +274,27 @@ __global__ void __launch_bounds__(kThreads, 2)
         fa2::zero(dp);
         fa2::warp_abt<D>(s, qa, k_tile(stage), 0);
         fa2::warp_abt<D>(dp, ga, v_tile(stage), 0);
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-            for (int n = 0; n < kN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int hh = e >> 1;
-                    const bool seen = !masked || diagonal + 8 * n + (e & 1) - 16 * m - 8 * hh <= 0;
-                    const float p =
-                        seen ? exp2f(fmaf(s[m][n][e], l.scale_log2, -lse_row[m][hh])) : 0.0f;
-                    float k = 1.0f;
-                    if (drop.on && p != 0.0f) {
-                        const std::int64_t i = w_first + 16 * m + g + 8 * hh;
-                        const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
-                        k = drop.keep(l.row(b, h, i) * l.T + j) ? drop.scale : 0.0f;
-                    }
-                    s[m][n][e] = p * (dp[m][n][e] * k - d_row[m][hh]) * l.scale;
-                }
+        fa2::for_each_element<kM, kN>([&](int m, int n, int e) {
+            const int hh = e >> 1;
+            const bool seen = !masked || diagonal + 8 * n + (e & 1) - 16 * m - 8 * hh <= 0;
+            const float p = seen ? exp2f(fmaf(s[m][n][e], l.scale_log2, -lse_row[m][hh])) : 0.0f;
+            float k = 1.0f;
+            if (drop.on && p != 0.0f) {
+                const std::int64_t i = w_first + 16 * m + g + 8 * hh;
+                const std::int64_t j = j0 + 8 * n + 2 * t + (e & 1);
+                k = drop.keep(l.row(b, h, i) * l.T + j) ? drop.scale : 0.0f;
+            }
+            s[m][n][e] = p * (dp[m][n][e] * k - d_row[m][hh]) * l.scale;
+        });
         std::uint32_t dsa[kM][kN / 2][4];
         fa2::pack_a<D>(dsa, s);
         fa2::warp_ab<D>(dq, dsa, k_tile(stage), 0);
     }
 
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const std::int64_t i = w_first + 16 * m + g + 8 * hh;
-            if (i >= l.T) continue;
-            D* dq_row = dqkv + l.q(b, i, h) + 2 * t;
-#pragma unroll
-            for (int d = 0; d < kD; ++d)
-                fa2::store_pair(dq_row + 8 * d, dq[m][d][2 * hh], dq[m][d][2 * hh + 1], true);
-        }
+    fa2::for_each_row<kM>([&](int m, int hh) {
+        const std::int64_t i = w_first + 16 * m + g + 8 * hh;
+        if (i < l.T) fa2::store_row(dqkv + l.q(b, i, h), dq, m, hh, 1.0f, true);
+    });
 }
 
 template <class D, int kHD>

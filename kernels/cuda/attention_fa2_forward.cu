@@ -42,16 +42,11 @@ using fa2::Tile;
 // m-tiles), 288 at HD 128 (one m-tile: O alone is 64 fp32 registers a lane there). ptxas (nvcc
 // 13, sm_80 and sm_90) spills nothing, with or without dropout.
 template <int kHD>
-struct ForwardConfig;
-template <>
-struct ForwardConfig<64> {
-    static constexpr int kM = 2, kBlockN = 32, kStages = 3, kMinBlocks = 2;
-    static constexpr bool kQInRegisters = true;
-};
-template <>
-struct ForwardConfig<128> {
-    static constexpr int kM = 1, kBlockN = 64, kStages = 2, kMinBlocks = 2;
-    static constexpr bool kQInRegisters = false;
+struct ForwardConfig {
+    static_assert(kHD == 64 || kHD == 128);
+    static constexpr int kM = kHD == 64 ? 2 : 1, kBlockN = kHD == 64 ? 32 : 64;
+    static constexpr int kStages = kHD == 64 ? 3 : 2, kMinBlocks = 2;
+    static constexpr bool kQInRegisters = kHD == 64;
 };
 
 template <int kHD>
@@ -137,27 +132,15 @@ __global__ void __launch_bounds__(kThreads, ForwardConfig<kHD>::kMinBlocks)
     };
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
-    const std::int64_t heads = l.B * l.NH;
-    const std::int64_t query_tiles = (l.T + kRows - 1) / kRows;
-    const std::int64_t qt = query_tiles - 1 - blockIdx.x / heads;
-    const std::int64_t b = blockIdx.x % heads / l.NH;
-    const int h = static_cast<int>(blockIdx.x % heads % l.NH), kvh = h / l.group;
-    const std::int64_t i0 = qt * kRows;
-    // Causal: key tiles up to the one holding the block's last query (or T's last key).
-    const int key_tiles =
-        static_cast<int>(min((l.T + kBlockN - 1) / kBlockN, (i0 + kRows - 1) / kBlockN + 1));
+    const fa2::QueryBlock block = fa2::query_block(l, kRows);
+    const std::int64_t b = block.b, i0 = block.i0;  // (not structured bindings: lambdas take them)
+    const int h = block.h, kvh = block.kvh;
+    const int key_tiles = fa2::causal_key_tiles<kBlockN>(l, i0, kRows);
 
     const std::int64_t hd = l.HD;
     fa2::load_rows<kRows>(q, qkv + h * hd, l.qkv_row, b, l.T, i0);
     cp_async_commit();
-    auto kv = fa2::make_pipeline<kStages>(
-        [=](int tile, int stage) {
-            const std::int64_t j0 = static_cast<std::int64_t>(tile) * kBlockN;
-            fa2::load_rows<kBlockN>(k_tile(stage), qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
-            fa2::load_rows<kBlockN>(v_tile(stage), qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b,
-                                    l.T, j0);
-        },
-        key_tiles);
+    auto kv = fa2::kv_pipeline<kStages, kBlockN>(k_tile, v_tile, qkv, l, b, kvh, key_tiles);
     kv.prologue();
     cp_async_wait<kStages - 1>();  // Q: the oldest group
     __syncthreads();
@@ -167,13 +150,11 @@ __global__ void __launch_bounds__(kThreads, ForwardConfig<kHD>::kMinBlocks)
     const auto qa = fa2::a_source<Config::kQInRegisters, kM>(q, w_row0);
     float o[kM][kD][4];
     fa2::zero(o);
-    float mx[kM][2], sum[kM][2];
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-        for (int hh = 0; hh < 2; ++hh) {
-            mx[m][hh] = -INFINITY;
-            sum[m][hh] = 0.0f;
-        }
+    float mx[kM][2], sum[kM][2];  // per row: the running max (log2 units) and sum
+    fa2::for_each_row<kM>([&](int m, int hh) {
+        mx[m][hh] = -INFINITY;
+        sum[m][hh] = 0.0f;
+    });
 
     for (int it = 0; it < key_tiles; ++it) {
         const int stage = kv.next(it);
@@ -189,21 +170,13 @@ __global__ void __launch_bounds__(kThreads, ForwardConfig<kHD>::kMinBlocks)
         fa2::warp_ab<D>(o, p, v_tile(stage), 0);
     }
 
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float total = fa2::quad_sum(sum[m][hh]);  // >= 1 for a row that saw a key
-            const std::int64_t i = w_first + 16 * m + g + 8 * hh;
-            if (i >= l.T) continue;
-            const float inv = (kDropout ? drop.scale : 1.0f) / total;
-            if (t == 0) lse[l.row(b, h, i)] = (mx[m][hh] + log2f(total)) * kLn2;
-            D* dst = out + l.o(b, i, h) + 2 * t;
-#pragma unroll
-            for (int d = 0; d < kD; ++d)
-                fa2::store_pair(dst + 8 * d, o[m][d][2 * hh] * inv, o[m][d][2 * hh + 1] * inv,
-                                false);
-        }
+    fa2::for_each_row<kM>([&](int m, int hh) {
+        const float total = fa2::quad_sum(sum[m][hh]);  // >= 1 for a row that saw a key
+        const std::int64_t i = w_first + 16 * m + g + 8 * hh;
+        if (i >= l.T) return;
+        if (t == 0) lse[l.row(b, h, i)] = (mx[m][hh] + log2f(total)) * kLn2;
+        fa2::store_row(out + l.o(b, i, h), o, m, hh, (kDropout ? drop.scale : 1.0f) / total, false);
+    });
 }
 
 template <class D, int kHD>

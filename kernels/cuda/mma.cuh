@@ -99,34 +99,33 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* p) {
 }
 
 // Four 8 x 8 matrices of 16-bit elements from shared memory (see the header for who addresses
-// which row and who receives what); `row` is this lane's row, a shared address.
+// which row and who receives what), each transposed with kTrans; `row` is this lane's row, a
+// shared address.
+template <bool kTrans>
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t row) {
 #if defined(__CUDACC__)
 #if __CUDA_ARCH__ >= 800
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(row));
+    if constexpr (kTrans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(row));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(row));
 #else
     __trap();
 #endif
 #else
-    ::napkin::emu::ldmatrix_x4(r, row, false);
+    ::napkin::emu::ldmatrix_x4(r, row, kTrans);
 #endif
 }
 
-// The same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t row) {
+    ldmatrix_x4<false>(r, row);
+}
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t row) {
-#if defined(__CUDACC__)
-#if __CUDA_ARCH__ >= 800
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(row));
-#else
-    __trap();
-#endif
-#else
-    ::napkin::emu::ldmatrix_x4(r, row, true);
-#endif
+    ldmatrix_x4<true>(r, row);
 }
 
 // 16 bytes from global `src` to the shared address `dst` (both 16-byte aligned),
