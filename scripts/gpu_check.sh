@@ -240,8 +240,8 @@ do_trace() {
 # target: at most 1.2x SDPA's time, forward and backward).
 attention_vs_sdpa() {
     [ -x "$b/bench/attention_bench" ] || { echo "SKIP attention_vs_sdpa (no attention_bench)"; return 0; }
-    step attention_vs_sdpa python3 bench/attention_vs_sdpa.py --require --bench "$b/bench/attention_bench" \
-        --json "$out/attention_vs_sdpa.json"
+    step attention_vs_sdpa python3 bench/attention_vs_sdpa.py --require \
+        --bench "$b/bench/attention_bench" --json "$out/attention_vs_sdpa.json"
     tail -n 7 "$out/attention_vs_sdpa.log"
 }
 
@@ -270,7 +270,8 @@ do_attention() {
         return 0
     fi
     local cs="compute-sanitizer --error-exitcode 9" f='AttentionFlash16/0.MmaSyncShapesMatchCpu'
-    step memcheck_attention $cs --tool memcheck "$k" --gtest_filter="$f:AttentionFlash16/0.TensorCoresAreDeterministic"
+    step memcheck_attention $cs --tool memcheck "$k" \
+        --gtest_filter="$f:AttentionFlash16/0.TensorCoresAreDeterministic"
     step racecheck_attention $cs --tool racecheck "$k" --gtest_filter="$f"
     step synccheck_attention $cs --tool synccheck "$k" --gtest_filter="$f"
 }
