@@ -242,7 +242,7 @@ attention_vs_sdpa() {
     [ -x "$b/bench/attention_bench" ] || { echo "SKIP attention_vs_sdpa (no attention_bench)"; return 0; }
     step attention_vs_sdpa python3 bench/attention_vs_sdpa.py --require \
         --bench "$b/bench/attention_bench" --json "$out/attention_vs_sdpa.json"
-    tail -n 7 "$out/attention_vs_sdpa.log"
+    tail -n 8 "$out/attention_vs_sdpa.log"
 }
 
 do_bench() {
