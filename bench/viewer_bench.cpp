@@ -170,42 +170,37 @@ std::uint64_t write_trace(const fs::path& path, std::uint64_t target_events) {
     return n;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    napkin::viewer::use_huge_page_malloc(argv);  // as napkin-view does
+struct Options {
     std::uint64_t events = 1000000;
     int reps = 3, frames = 30;
     bool baseline = true;
     std::string trace, write_only;
+};
+
+bool parse_options(int argc, char** argv, Options& o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
-        if (a == "--events" && i + 1 < argc)
-            events = std::strtoull(argv[++i], nullptr, 10);
-        else if (a == "--trace" && i + 1 < argc)
-            trace = argv[++i];
-        else if (a == "--reps" && i + 1 < argc)
-            reps = std::max(1, std::atoi(argv[++i]));
-        else if (a == "--frames" && i + 1 < argc)
-            frames = std::max(1, std::atoi(argv[++i]));
-        else if (a == "--no-baseline")
-            baseline = false;
-        else if (a == "--write" && i + 1 < argc)
-            write_only = argv[++i];
-        else {
-            std::fprintf(stderr,
-                         "usage: viewer_bench [--events N] [--trace PATH] [--reps N] [--frames N] "
-                         "[--no-baseline] "
-                         "| --write PATH [--events N]\n");
-            return 2;
+        const bool has_value = i + 1 < argc;
+        if (a == "--events" && has_value) {
+            o.events = std::strtoull(argv[++i], nullptr, 10);
+        } else if (a == "--trace" && has_value) {
+            o.trace = argv[++i];
+        } else if (a == "--reps" && has_value) {
+            o.reps = std::max(1, std::atoi(argv[++i]));
+        } else if (a == "--frames" && has_value) {
+            o.frames = std::max(1, std::atoi(argv[++i]));
+        } else if (a == "--no-baseline") {
+            o.baseline = false;
+        } else if (a == "--write" && has_value) {
+            o.write_only = argv[++i];
+        } else {
+            return false;
         }
     }
-    if (!write_only.empty()) {
-        const std::uint64_t n = write_trace(write_only, events);
-        std::printf("wrote %llu events to %s\n", static_cast<unsigned long long>(n),
-                    write_only.c_str());
-        return 0;
-    }
+    return true;
+}
+
+void print_machine() {
     utsname u{};
     uname(&u);
     std::printf(
@@ -213,19 +208,11 @@ int main(int argc, char** argv) {
         "waiting)\n",
         cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release,
         load_average().c_str());
-    const fs::path dir =
-        fs::temp_directory_path() / ("napkin_viewer_bench_" + std::to_string(getpid()));
-    if (trace.empty()) {
-        fs::create_directories(dir);
-        trace = (dir / "trace.json").string();
-        const auto t0 = Clock::now();
-        const std::uint64_t n = write_trace(trace, events);
-        std::printf("wrote %llu events with ChromeTraceWriter in %.2f s\n",
-                    static_cast<unsigned long long>(n), seconds_since(t0));
-    }
-    const double mb = static_cast<double>(fs::file_size(trace)) / 1e6;
+}
 
-    // Load: parse + build the lanes, depths, flows and counters, as `napkin view` does.
+// Load: parse + build the lanes, depths, flows and counters, as `napkin view` does; `reps`
+// times, each from cold memory. Prints the row and returns the last load.
+napkin::viewer::RunData bench_load(const std::string& trace, int reps, double mb) {
     std::vector<double> load_s, load_cpu_s;
     napkin::viewer::RunData run;
     for (int r = 0; r < reps; ++r) {
@@ -248,90 +235,133 @@ int main(int argc, char** argv) {
         n_events / percentile(load_s, 0.5), mb / percentile(load_s, 0.5), mb,
         run.trace.events.size(), static_cast<long long>(run.trace.flows),
         run.trace.counters.size());
-    if (baseline) {
-        // Baseline: nlohmann's DOM parse of the same file (parse only, no model built).
-        const auto t0 = Clock::now();
-        const double c0 = cpu_seconds();
-        std::ifstream f(trace);
-        const nlohmann::json j = nlohmann::json::parse(f);
-        const double s = seconds_since(t0);
-        std::printf("%-44s %10.3f %10s %10.3f %12.3g %10.0f   (baseline: %zu array elements)\n",
-                    "nlohmann::json::parse (DOM only)", s, "-", cpu_seconds() - c0, n_events / s,
-                    mb / s, j["traceEvents"].size());
-    }
+    return run;
+}
+
+// Baseline: nlohmann's DOM parse of the same file (parse only, no model built).
+void bench_baseline(const std::string& trace, double n_events, double mb) {
+    const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
+    std::ifstream f(trace);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    const double s = seconds_since(t0);
+    std::printf("%-44s %10.3f %10s %10.3f %12.3g %10.0f   (baseline: %zu array elements)\n",
+                "nlohmann::json::parse (DOM only)", s, "-", cpu_seconds() - c0, n_events / s,
+                mb / s, j["traceEvents"].size());
+}
 
 #if NAPKIN_VIEWER_FRAMES
+namespace viewer = napkin::viewer;
+
+struct FrameCase {
+    const char* name;
+    viewer::ViewId view;
+    double window_ns;  // 0: fit the profiled window
+};
+
+// `frames` frames of one view after three of warm-up (and the tab switch); prints its row.
+// "UI ms": the panel's own work (app.draw(), building the draw lists) inside the frame; the rest
+// is ImGui's render, the upload and the rasterizer. "CPU ms": the process's CPU time per frame,
+// llvmpipe's threads included: on a shared machine it moves less than the wall time.
+void bench_case(viewer::GlfwBackend& backend, viewer::App& app, const FrameCase& c, int frames) {
+    app.select(c.view);
+    const auto& tr = app.runs()[0].trace;
+    const double mid = 0.5 * static_cast<double>(tr.t_min_ns + tr.t_max_ns);
+    app.time().window = c.window_ns > 0
+                            ? viewer::TimeWindow{mid - 0.5 * c.window_ns, mid + 0.5 * c.window_ns}
+                            : viewer::TimeWindow{};
+    for (int i = 0; i < 3; ++i)
+        backend.frame([&] { app.draw(); });
+    std::vector<double> ms, ui_ms;
+    const double cpu0 = cpu_seconds();
+    for (int i = 0; i < frames; ++i) {
+        const auto t0 = Clock::now();
+        backend.frame([&] {
+            const auto u0 = Clock::now();
+            app.draw();
+            ui_ms.push_back(seconds_since(u0) * 1e3);
+        });
+        ms.push_back(seconds_since(t0) * 1e3);
+    }
+    const double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / frames;
+    const auto& tl = app.timeline();
+    const bool tl_view = c.view == viewer::ViewId::timeline;
+    // rects: filled step-chart rects (timeline: counter lanes; memory: the bands).
+    const long long rects = tl_view                            ? tl.counter_rects
+                            : c.view == viewer::ViewId::memory ? app.memory().drawn_rects
+                                                               : 0LL;
+    std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %10.2f %10d %10lld %10lld %10lld\n", c.name,
+                percentile(ms, 0.5), percentile(ms, 0.9), *std::max_element(ms.begin(), ms.end()),
+                cpu_ms, percentile(ui_ms, 0.5), ImGui::GetDrawData()->TotalVtxCount,
+                tl_view ? static_cast<long long>(tl.drawn_boxes) : 0LL,
+                tl_view ? static_cast<long long>(tl.merged_boxes) : 0LL, rects);
+}
+
+void bench_frames(viewer::RunData run, int frames) {
     if (std::getenv("DISPLAY") == nullptr) {
         std::printf("\nframes: skipped (no DISPLAY; run under xvfb-run -a)\n");
-    } else {
-        napkin::viewer::WindowOptions opt;
-        opt.width = 1920;
-        opt.height = 1080;
-        opt.headless = true;
-        napkin::viewer::GlfwBackend backend(opt);
-        std::vector<napkin::viewer::RunData> runs;
-        runs.push_back(std::move(run));
-        napkin::viewer::App app(std::move(runs));
-        std::printf("\nframes at %dx%d on %s (draw + rasterize, glFinish; bar: < 16 ms)\n",
-                    opt.width, opt.height, backend.renderer().c_str());
-        std::printf("%-34s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "view", "median ms",
-                    "p90 ms", "max ms", "CPU ms", "UI ms", "vertices", "boxes", "merged", "rects");
-        const auto& tr = app.runs()[0].trace;
-        const double mid = 0.5 * static_cast<double>(tr.t_min_ns + tr.t_max_ns);
-        struct Case {
-            const char* name;
-            napkin::viewer::ViewId view;
-            double window_ns;  // 0: fit all
-        };
-        const Case cases[] = {
-            {"timeline, zoomed out (whole trace)", napkin::viewer::ViewId::timeline, 0},
-            {"timeline, 10 ms window", napkin::viewer::ViewId::timeline, 1e7},
-            {"timeline, zoomed in (50 us window)", napkin::viewer::ViewId::timeline, 5e4},
-            {"memory (counters)", napkin::viewer::ViewId::memory, 0},
-            {"kernels", napkin::viewer::ViewId::kernels, 0}};
-        for (const Case& c : cases) {
-            app.select(c.view);
-            auto& tl = app.timeline();
-            if (c.window_ns > 0) {
-                tl.t0_ns = mid - 0.5 * c.window_ns;
-                tl.t1_ns = mid + 0.5 * c.window_ns;
-            } else {
-                tl.t1_ns = tl.t0_ns = 0;  // fit on the next frame
-            }
-            for (int i = 0; i < 3; ++i)
-                backend.frame([&] { app.draw(); });  // warm-up (and the tab switch)
-            // "UI ms": the panel's own work (app.draw(), building the draw lists) inside the
-            // frame; the rest is ImGui's render, the upload and the rasterizer.
-            // "CPU ms": the process's CPU time per frame, llvmpipe's threads included: on a
-            // shared machine it moves less than the wall time.
-            std::vector<double> ms, ui_ms;
-            const double cpu0 = cpu_seconds();
-            for (int i = 0; i < frames; ++i) {
-                const auto t0 = Clock::now();
-                backend.frame([&] {
-                    const auto u0 = Clock::now();
-                    app.draw();
-                    ui_ms.push_back(seconds_since(u0) * 1e3);
-                });
-                ms.push_back(seconds_since(t0) * 1e3);
-            }
-            const double cpu_ms = (cpu_seconds() - cpu0) * 1e3 / frames;
-            const bool tl_view = c.view == napkin::viewer::ViewId::timeline;
-            // rects: filled step-chart rects (timeline: counter lanes; memory: the bands).
-            const long long rects = tl_view ? tl.counter_rects
-                                    : c.view == napkin::viewer::ViewId::memory
-                                        ? app.memory().drawn_rects
-                                        : 0LL;
-            std::printf("%-34s %10.2f %10.2f %10.2f %10.2f %10.2f %10d %10lld %10lld %10lld\n",
-                        c.name, percentile(ms, 0.5), percentile(ms, 0.9),
-                        *std::max_element(ms.begin(), ms.end()), cpu_ms, percentile(ui_ms, 0.5),
-                        ImGui::GetDrawData()->TotalVtxCount,
-                        tl_view ? static_cast<long long>(tl.drawn_boxes) : 0LL,
-                        tl_view ? static_cast<long long>(tl.merged_boxes) : 0LL, rects);
-        }
+        return;
     }
+    viewer::WindowOptions opt;
+    opt.width = 1920;
+    opt.height = 1080;
+    opt.headless = true;
+    viewer::GlfwBackend backend(opt);
+    std::vector<viewer::RunData> runs;
+    runs.push_back(std::move(run));
+    viewer::App app(std::move(runs));
+    std::printf("\nframes at %dx%d on %s (draw + rasterize, glFinish; bar: < 16 ms)\n", opt.width,
+                opt.height, backend.renderer().c_str());
+    std::printf("%-34s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "view", "median ms",
+                "p90 ms", "max ms", "CPU ms", "UI ms", "vertices", "boxes", "merged", "rects");
+    const FrameCase cases[] = {
+        {"timeline, zoomed out (whole trace)", viewer::ViewId::timeline, 0},
+        {"timeline, 10 ms window", viewer::ViewId::timeline, 1e7},
+        {"timeline, zoomed in (50 us window)", viewer::ViewId::timeline, 5e4},
+        {"memory (counters)", viewer::ViewId::memory, 0},
+        {"kernels", viewer::ViewId::kernels, 0}};
+    for (const FrameCase& c : cases)
+        bench_case(backend, app, c, frames);
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    napkin::viewer::use_huge_page_malloc(argv);  // as napkin-view does
+    Options o;
+    if (!parse_options(argc, argv, o)) {
+        std::fprintf(stderr,
+                     "usage: viewer_bench [--events N] [--trace PATH] [--reps N] [--frames N] "
+                     "[--no-baseline] | --write PATH [--events N]\n");
+        return 2;
+    }
+    if (!o.write_only.empty()) {
+        const std::uint64_t n = write_trace(o.write_only, o.events);
+        std::printf("wrote %llu events to %s\n", static_cast<unsigned long long>(n),
+                    o.write_only.c_str());
+        return 0;
+    }
+    print_machine();
+    const fs::path dir =
+        fs::temp_directory_path() / ("napkin_viewer_bench_" + std::to_string(getpid()));
+    if (o.trace.empty()) {
+        fs::create_directories(dir);
+        o.trace = (dir / "trace.json").string();
+        const auto t0 = Clock::now();
+        const std::uint64_t n = write_trace(o.trace, o.events);
+        std::printf("wrote %llu events with ChromeTraceWriter in %.2f s\n",
+                    static_cast<unsigned long long>(n), seconds_since(t0));
+    }
+    const double mb = static_cast<double>(fs::file_size(o.trace)) / 1e6;
+    napkin::viewer::RunData run = bench_load(o.trace, o.reps, mb);
+    const double n_events = static_cast<double>(run.trace.events.size() + run.trace.flows * 2);
+    if (o.baseline) bench_baseline(o.trace, n_events, mb);
+#if NAPKIN_VIEWER_FRAMES
+    bench_frames(std::move(run), o.frames);
 #else
-    std::printf("\nframes: not measured (configure with -DNAPKIN_VIEWER=ON; --frames %d ignored)\n", frames);
+    std::printf("\nframes: not measured (configure with -DNAPKIN_VIEWER=ON; --frames %d ignored)\n",
+                o.frames);
 #endif
     std::error_code ec;
     fs::remove_all(dir, ec);

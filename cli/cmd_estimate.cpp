@@ -177,15 +177,14 @@ ModelConfig shape_from_flags(const EstimateFlags& f, const CLI::App& cmd) {
     return c;
 }
 
-void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
-    if (f.list_models) return list_models(f.json);
-    if (f.list_gpus) return list_gpus(f.json);
-    if (f.list_links) return list_links(f.json);
-    if (f.json && f.explain) throw UsageError("--json and --explain: pick one");
+// Whether the flags give a custom shape (--layers, --d-model, --heads).
+bool has_shape_flags(const CLI::App& cmd) {
+    return cmd.count("--layers") + cmd.count("--d-model") + cmd.count("--heads") > 0;
+}
 
-    EstimateInputs in;
-    ReportContext ctx;
-    const bool shape_flags = cmd.count("--layers") + cmd.count("--d-model") + cmd.count("--heads") > 0;
+// How many models the flags name (one at most), refusing the shape-only flags without a shape.
+int count_model_sources(const CLI::App& cmd) {
+    const bool shape_flags = has_shape_flags(cmd);
     const int model_sources = (cmd.count("--model") > 0) + (cmd.count("--config") > 0) + (cmd.count("--params") > 0) +
                               (shape_flags ? 1 : 0);
     if (model_sources > 1) {
@@ -201,6 +200,11 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
             }
         }
     }
+    return model_sources;
+}
+
+// Every number flag given is finite and positive.
+void check_given_numbers(const EstimateFlags& f, const CLI::App& cmd) {
     for (const auto& [flag, v] : {std::pair<const char*, double>{"--params", f.params},
                                   {"--tokens", f.tokens},
                                   {"--peak-tflops", f.peak_tflops},
@@ -210,6 +214,12 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
                                   {"--link-gbps", f.link_gbps}}) {
         require_positive(cmd, flag, v);
     }
+}
+
+// The model: solved for, a parameter count, a config file, a custom shape or a preset.
+void set_model(const EstimateFlags& f, const CLI::App& cmd, int model_sources, EstimateInputs& in,
+               ReportContext& ctx) {
+    const bool shape_flags = has_shape_flags(cmd);
     if (f.solve == "max-params") {
         if (model_sources > 0) {
             throw UsageError("--solve max-params searches over model size: drop --model/--config/--params/--layers");
@@ -238,7 +248,10 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         }
         in.model.dropout = f.dropout;
     }
+}
 
+// Data, recipe, parallelism, fine-tuning and the assumed MFU.
+void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     in.seq_len = f.seq_len;
     if (cmd.count("--seq-len") > 0 && f.seq_len <= 0) {
         throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(f.seq_len) + ")");
@@ -279,8 +292,11 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     in.mfu = f.mfu;
     in.measured_tokens_per_s = f.measured_tokens_per_s;
     in.ignore_activations = f.ignore_activations;
+}
 
-    // Hardware: a table entry, overridden field by field.
+// Hardware: a table entry, overridden field by field; the data-parallel link.
+void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in,
+                  ReportContext& ctx) {
     const GpuSpec& gpu = gpu_or_throw(f.gpu);
     const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
     ctx.gpu = std::string(gpu.name);
@@ -309,7 +325,11 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
         in.link_bytes_per_s = f.link_gbps * 1e9 / 8;
         ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
     }
+}
 
+// The estimate, or the --solve search and the estimate at its answer, printed as asked.
+void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in,
+                        ReportContext& ctx) {
     Estimator est;
     Estimate e;
     SolveResult solved;
@@ -341,6 +361,121 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     }
 }
 
+void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
+    if (f.list_models) return list_models(f.json);
+    if (f.list_gpus) return list_gpus(f.json);
+    if (f.list_links) return list_links(f.json);
+    if (f.json && f.explain) throw UsageError("--json and --explain: pick one");
+
+    EstimateInputs in;
+    ReportContext ctx;
+    const int model_sources = count_model_sources(cmd);
+    check_given_numbers(f, cmd);
+    set_model(f, cmd, model_sources, in, ctx);
+    set_run(f, cmd, in);
+    set_hardware(f, cmd, in, ctx);
+    estimate_and_print(f, cmd, in, ctx);
+}
+
+// The model: a preset, a config file, a parameter count or a custom shape.
+void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
+    auto g = "Model";
+    cmd->add_option("--model", f.model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
+    f.model = "gpt2";
+    cmd->add_option("--config", f.config, "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, llama)")
+        ->group(g);
+    cmd->add_option("--params", f.params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
+    cmd->add_option("--layers", f.layers, "Custom shape: layers L")->group(g);
+    cmd->add_option("--d-model", f.d_model, "Custom shape: d_model C")->group(g);
+    cmd->add_option("--heads", f.heads, "Custom shape: attention heads")->group(g);
+    cmd->add_option("--kv-heads", f.kv_heads, "Custom shape: kv heads (default: heads; GQA/MQA when fewer)")->group(g);
+    cmd->add_option("--d-ff", f.d_ff, "Custom shape: MLP width (default 4 d_model)")->group(g);
+    cmd->add_option("--vocab", f.vocab, "Custom shape: vocabulary (padded to a multiple of 128)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--context", f.context, "Custom shape: context length (default: --seq-len, or 2048)")->group(g);
+    cmd->add_option("--norm", f.norm, "Custom shape: layernorm|rmsnorm")->group(g)->capture_default_str();
+    cmd->add_option("--mlp", f.mlp, "Custom shape: gelu|swiglu")->group(g)->capture_default_str();
+    cmd->add_option("--positions", f.positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
+    cmd->add_flag("--no-bias", f.no_bias, "Custom shape: no biases")->group(g);
+    cmd->add_flag("--untied", f.untied, "Custom shape: separate output head")->group(g);
+    cmd->add_option("--dropout", f.dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
+        ->group(g);
+}
+
+// The data, the recipe, data parallelism and fine-tuning.
+void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
+    auto g = "Data";
+    cmd->add_option("--seq-len", f.seq_len, "Sequence length T (default min(context, 8192); 2048 with --params)")
+        ->group(g);
+    cmd->add_option("--micro-batch", f.micro_batch, "Micro-batch B per GPU")->group(g)->capture_default_str();
+    cmd->add_option("--grad-accum", f.grad_accum, "Gradient accumulation steps G")->group(g)->capture_default_str();
+    cmd->add_option("--tokens", f.tokens, "Training tokens D (default 20 N, Chinchilla)")->group(g);
+    cmd->add_option("--loss-chunk", f.loss_chunk, "Rows of fp32 logits alive at once in the chunked loss (0: all)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Recipe";
+    cmd->add_option("--precision", f.precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")->group(g)->capture_default_str();
+    cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_flag("--grads-fp32", f.grads_fp32,
+                  "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, Megatron) instead of "
+                  "half-precision ones (16, ZeRO paper)")
+        ->group(g);
+    cmd->add_option("--checkpointing", f.checkpointing, "none|full|selective")->group(g)->capture_default_str();
+    cmd->add_option("--attention", f.attention, "naive|flash")->group(g)->capture_default_str();
+    cmd->add_option("--attention-flops", f.attention_flops,
+                    "causal (6LTC per token, llm.c/Megatron) | full (12LTC, PaLM's MFU)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Parallel";
+    cmd->add_option("--gpus", f.gpus, "Data-parallel GPUs W")->group(g)->capture_default_str();
+    cmd->add_option("--zero", f.zero, "ZeRO stage 0|1|2|3 (3 = FSDP)")->group(g)->capture_default_str();
+    cmd->add_option("--offload", f.offload, "none|optimizer|optimizer+params (to host memory)")
+        ->group(g)
+        ->capture_default_str();
+
+    g = "Fine-tuning";
+    cmd->add_option("--finetune", f.finetune, "full|lora|qlora")->group(g)->capture_default_str();
+    cmd->add_option("--lora-rank", f.lora_rank, "LoRA rank r")->group(g)->capture_default_str();
+}
+
+// The hardware, and what to print.
+void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
+    auto g = "Hardware";
+    cmd->add_option("--gpu", f.gpu, "GPU from the table (--list-gpus)")->group(g)->capture_default_str();
+    cmd->add_option("--peak-tflops", f.peak_tflops, "Override the peak dense TFLOP/s of the recipe's GEMM dtype")
+        ->group(g);
+    cmd->add_option("--gpu-mem-gb", f.gpu_mem_gb, "Override GPU memory, GB (1e9 bytes)")->group(g);
+    cmd->add_option("--cpu-mem-gb", f.cpu_mem_gb, "Host memory per node for offloaded states, GB")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--mfu", f.mfu, "Assumed model FLOPs utilization")->group(g)->capture_default_str();
+    cmd->add_option("--measured-tokens-per-s", f.measured_tokens_per_s,
+                    "A measured throughput (whole job): prints the MFU it means")
+        ->group(g);
+    cmd->add_option("--link", f.link,
+                    "Data-parallel link from the table (--list-links): time of the step's collectives")
+        ->group(g);
+    cmd->add_option("--link-gbps", f.link_gbps,
+                    "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
+        ->group(g);
+
+    g = "Output";
+    cmd->add_option("--solve", f.solve, "max-params|max-micro-batch: the largest that fits")->group(g);
+    cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
+    cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
+    cmd->add_flag("--ignore-activations", f.ignore_activations,
+                  "Count model states only (weights, master, gradients, optimizer), as the lectures do")
+        ->group(g);
+    cmd->add_flag("--list-models", f.list_models, "List the presets and exit")->group(g);
+    cmd->add_flag("--list-gpus", f.list_gpus, "List the GPU table and exit")->group(g);
+    cmd->add_flag("--list-links", f.list_links, "List the link table (NVLink, InfiniBand, PCIe) and exit")->group(g);
+}
+
 }  // namespace
 
 void add_estimate_command(CLI::App& app) {
@@ -357,96 +492,9 @@ void add_estimate_command(CLI::App& app) {
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
         "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
-
-    auto g = "Model";
-    cmd->add_option("--model", f->model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
-    f->model = "gpt2";
-    cmd->add_option("--config", f->config, "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, llama)")
-        ->group(g);
-    cmd->add_option("--params", f->params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
-    cmd->add_option("--layers", f->layers, "Custom shape: layers L")->group(g);
-    cmd->add_option("--d-model", f->d_model, "Custom shape: d_model C")->group(g);
-    cmd->add_option("--heads", f->heads, "Custom shape: attention heads")->group(g);
-    cmd->add_option("--kv-heads", f->kv_heads, "Custom shape: kv heads (default: heads; GQA/MQA when fewer)")->group(g);
-    cmd->add_option("--d-ff", f->d_ff, "Custom shape: MLP width (default 4 d_model)")->group(g);
-    cmd->add_option("--vocab", f->vocab, "Custom shape: vocabulary (padded to a multiple of 128)")
-        ->group(g)
-        ->capture_default_str();
-    cmd->add_option("--context", f->context, "Custom shape: context length (default: --seq-len, or 2048)")->group(g);
-    cmd->add_option("--norm", f->norm, "Custom shape: layernorm|rmsnorm")->group(g)->capture_default_str();
-    cmd->add_option("--mlp", f->mlp, "Custom shape: gelu|swiglu")->group(g)->capture_default_str();
-    cmd->add_option("--positions", f->positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
-    cmd->add_flag("--no-bias", f->no_bias, "Custom shape: no biases")->group(g);
-    cmd->add_flag("--untied", f->untied, "Custom shape: separate output head")->group(g);
-    cmd->add_option("--dropout", f->dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
-        ->group(g);
-
-    g = "Data";
-    cmd->add_option("--seq-len", f->seq_len, "Sequence length T (default min(context, 8192); 2048 with --params)")
-        ->group(g);
-    cmd->add_option("--micro-batch", f->micro_batch, "Micro-batch B per GPU")->group(g)->capture_default_str();
-    cmd->add_option("--grad-accum", f->grad_accum, "Gradient accumulation steps G")->group(g)->capture_default_str();
-    cmd->add_option("--tokens", f->tokens, "Training tokens D (default 20 N, Chinchilla)")->group(g);
-    cmd->add_option("--loss-chunk", f->loss_chunk, "Rows of fp32 logits alive at once in the chunked loss (0: all)")
-        ->group(g)
-        ->capture_default_str();
-
-    g = "Recipe";
-    cmd->add_option("--precision", f->precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")->group(g)->capture_default_str();
-    cmd->add_option("--optimizer", f->optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
-        ->group(g)
-        ->capture_default_str();
-    cmd->add_flag("--grads-fp32", f->grads_fp32,
-                  "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, Megatron) instead of "
-                  "half-precision ones (16, ZeRO paper)")
-        ->group(g);
-    cmd->add_option("--checkpointing", f->checkpointing, "none|full|selective")->group(g)->capture_default_str();
-    cmd->add_option("--attention", f->attention, "naive|flash")->group(g)->capture_default_str();
-    cmd->add_option("--attention-flops", f->attention_flops,
-                    "causal (6LTC per token, llm.c/Megatron) | full (12LTC, PaLM's MFU)")
-        ->group(g)
-        ->capture_default_str();
-
-    g = "Parallel";
-    cmd->add_option("--gpus", f->gpus, "Data-parallel GPUs W")->group(g)->capture_default_str();
-    cmd->add_option("--zero", f->zero, "ZeRO stage 0|1|2|3 (3 = FSDP)")->group(g)->capture_default_str();
-    cmd->add_option("--offload", f->offload, "none|optimizer|optimizer+params (to host memory)")
-        ->group(g)
-        ->capture_default_str();
-
-    g = "Fine-tuning";
-    cmd->add_option("--finetune", f->finetune, "full|lora|qlora")->group(g)->capture_default_str();
-    cmd->add_option("--lora-rank", f->lora_rank, "LoRA rank r")->group(g)->capture_default_str();
-
-    g = "Hardware";
-    cmd->add_option("--gpu", f->gpu, "GPU from the table (--list-gpus)")->group(g)->capture_default_str();
-    cmd->add_option("--peak-tflops", f->peak_tflops, "Override the peak dense TFLOP/s of the recipe's GEMM dtype")
-        ->group(g);
-    cmd->add_option("--gpu-mem-gb", f->gpu_mem_gb, "Override GPU memory, GB (1e9 bytes)")->group(g);
-    cmd->add_option("--cpu-mem-gb", f->cpu_mem_gb, "Host memory per node for offloaded states, GB")
-        ->group(g)
-        ->capture_default_str();
-    cmd->add_option("--mfu", f->mfu, "Assumed model FLOPs utilization")->group(g)->capture_default_str();
-    cmd->add_option("--measured-tokens-per-s", f->measured_tokens_per_s,
-                    "A measured throughput (whole job): prints the MFU it means")
-        ->group(g);
-    cmd->add_option("--link", f->link,
-                    "Data-parallel link from the table (--list-links): time of the step's collectives")
-        ->group(g);
-    cmd->add_option("--link-gbps", f->link_gbps,
-                    "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
-        ->group(g);
-
-    g = "Output";
-    cmd->add_option("--solve", f->solve, "max-params|max-micro-batch: the largest that fits")->group(g);
-    cmd->add_flag("--json", f->json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
-    cmd->add_flag("--explain", f->explain, "Every formula with its numbers and its source")->group(g);
-    cmd->add_flag("--ignore-activations", f->ignore_activations,
-                  "Count model states only (weights, master, gradients, optimizer), as the lectures do")
-        ->group(g);
-    cmd->add_flag("--list-models", f->list_models, "List the presets and exit")->group(g);
-    cmd->add_flag("--list-gpus", f->list_gpus, "List the GPU table and exit")->group(g);
-    cmd->add_flag("--list-links", f->list_links, "List the link table (NVLink, InfiniBand, PCIe) and exit")->group(g);
+    add_model_flags(cmd, *f);
+    add_run_flags(cmd, *f);
+    add_hardware_and_output_flags(cmd, *f);
 
     cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
 }

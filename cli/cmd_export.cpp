@@ -62,7 +62,7 @@ std::vector<TraceSource> trace_sources(const fs::path& arg) {
         if (fs::exists(arg / "rank1", ec)) {
             run = profiler::load_run_ranks(arg);
         } else if (fs::exists(arg / "report.json", ec)) {
-            std::optional<profiler::RunReport> first;
+            std::optional<profiler::RankReport> first;
             try {
                 first = profiler::load_run_report(arg);
             } catch (const InputError&) {
@@ -76,19 +76,19 @@ std::vector<TraceSource> trace_sources(const fs::path& arg) {
         return {TraceSource{file, run_label(file)}};
     }
     std::vector<TraceSource> out;
-    for (const profiler::RunReport& r : run->ranks) {
+    for (const profiler::RankReport& r : run->ranks) {
         out.push_back({profiler::run_trace_path(r.dir), r.label, 0.0, r.rank, r.world});
     }
     // Line the ranks up: each trace's ts 0 is its own process's start, read on the steady clock,
     // which processes on one host share.
     const auto& ranks = run->ranks;
     const bool comparable =
-        std::all_of(ranks.begin(), ranks.end(), [&](const profiler::RunReport& r) {
+        std::all_of(ranks.begin(), ranks.end(), [&](const profiler::RankReport& r) {
             return r.clock_origin_ns.has_value() && !r.host.empty() && r.host == ranks.front().host;
         });
     if (comparable && ranks.size() > 1) {
         std::int64_t base = *ranks.front().clock_origin_ns;
-        for (const profiler::RunReport& r : ranks)
+        for (const profiler::RankReport& r : ranks)
             base = std::min(base, *r.clock_origin_ns);
         for (std::size_t i = 0; i < out.size(); ++i) {
             out[i].offset_us = static_cast<double>(*ranks[i].clock_origin_ns - base) / 1e3;

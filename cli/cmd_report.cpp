@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using profiler::number_field;
-using profiler::string_field;
+using profiler::RankReport;
+using profiler::StepReport;
 
 struct ReportFlags {
     std::vector<std::string> runs;
@@ -34,10 +37,11 @@ struct ReportFlags {
     bool json = false;
 };
 
-// Memory categories as report.json names them, in the order the table shows them.
+// Memory categories as report.json names them, in the order the table shows them: the
+// estimator's six (MemCategory order), then `communication`, measured only (the estimator has no
+// category of its own for ZeRO's buckets and gathered units).
 constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
                                        "optimizer_state", "activations",    "temporaries"};
-// Measured only: the estimator has no category of its own for ZeRO's buckets and gathered units.
 constexpr const char* kCommunication = "communication";
 
 double median(std::vector<double> v) {
@@ -46,204 +50,203 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// An optional number: null when the report predates the field (or the run was not profiled).
-json optional_number(const json& doc, std::string_view path, const fs::path& file) {
-    const json* at = &doc;
-    std::size_t start = 0;
-    while (true) {
-        const std::size_t dot = path.find('.', start);
-        const std::string key(path.substr(
-            start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-        if (!at->is_object() || !at->contains(key) || (*at)[key].is_null()) return nullptr;
-        at = &(*at)[key];
-        if (dot == std::string_view::npos) break;
-        start = dot + 1;
-    }
-    if (!at->is_number())
-        throw InputError(file.string() + ": field '" + std::string(path) + "' is not a number");
-    return *at;
+template <class T>
+json or_null(const std::optional<T>& v) {
+    return v ? json(*v) : json();
 }
 
-// Field `key` of every step after the first `warmup` (UsageError when none is left).
-std::vector<double> step_numbers(const profiler::RunReport& run, const char* key, int warmup) {
-    const json& steps = profiler::field(run.report, "steps", run.file);
-    if (!steps.is_array() || steps.empty()) {
-        throw InputError(run.file.string() + ": field 'steps' is not a non-empty array");
-    }
+// A number of every step after the first `warmup` (UsageError when none is left).
+std::vector<double> step_numbers(const RankReport& run, int warmup,
+                                 double (*number)(const StepReport&)) {
+    const std::vector<StepReport>& steps = run.report.steps;
     if (static_cast<std::size_t>(warmup) >= steps.size()) {
         throw UsageError("--warmup " + std::to_string(warmup) + ": leaves no step of " +
                          run.file.string() + " (" + std::to_string(steps.size()) + " steps)");
     }
     std::vector<double> v;
+    for (std::size_t i = static_cast<std::size_t>(warmup); i < steps.size(); ++i)
+        v.push_back(number(steps[i]));
+    return v;
+}
+double step_seconds(const StepReport& s) {
+    return s.seconds;
+}
+double step_tokens_per_s(const StepReport& s) {
+    return s.tokens_per_s;
+}
+double step_mfu(const StepReport& s) {
+    return s.mfu;
+}
+
+// Predicted and measured bytes of each category, as the table and --json's `memory` show them.
+json memory_summary(const profiler::RunReport& r) {
+    json m;
+    for (std::size_t c = 0; c < std::size(kCategories); ++c) {
+        m[kCategories[c]] = {{"predicted", r.predicted.bytes[c]},
+                             {"measured", static_cast<double>(*r.measured.peak_bytes[c])}};
+    }
+    return m;
+}
+
+// The run's recipe: model, device, precision, ... and the ranks.
+void summarize_settings(const RankReport& run, json& s) {
+    const profiler::RunReport& r = run.report;
+    s["dir"] = run.dir.string();
+    s["label"] = run.label;
+    s["model"] = r.model.name;
+    s["n_layers"] = static_cast<std::int64_t>(r.model.n_layers);
+    s["d_model"] = r.model.d_model;
+    s["device"] = r.run.device;
+    s["precision"] = r.run.precision;
+    s["optimizer"] = r.run.optimizer;
+    s["checkpointing"] = r.run.checkpointing;
+    s["attention"] = r.run.attention;
+    s["micro_batch"] = r.run.micro_batch;
+    s["seq_len"] = r.run.seq_len;
+    s["grad_accum"] = static_cast<std::int64_t>(r.run.grad_accum);
+    s["steps"] = static_cast<std::int64_t>(r.run.steps);
+    s["finetune"] = r.run.finetune == "full"
+                        ? r.run.finetune
+                        : r.run.finetune + " r" + std::to_string(*r.run.lora_rank);
+    // Data parallelism (napkin train --zero under mpirun): this rank's share and its traffic.
+    const auto& comm = r.communication;
+    s["world"] = comm ? comm->world : 1;
+    s["zero"] = comm ? json(comm->zero) : json();
+    s["comm_sent_predicted"] = comm ? json(comm->predicted_per_step.sent_bytes) : json();
+    s["comm_sent_measured"] =
+        comm ? json(static_cast<double>(comm->measured_per_step.state_sent_bytes)) : json();
+}
+
+// Predicted against measured memory, and the closed forms beside the detailed prediction.
+void summarize_memory(const profiler::RunReport& r, json& s) {
+    s["memory"] = memory_summary(r);
+    s["peak_total_bytes"] = static_cast<double>(r.measured.peak_total_bytes);
+    // --offload optimizer: the model states in host memory (absent otherwise).
+    s["host_memory"] = nullptr;
+    if (const auto& p = r.predicted.host_memory) {
+        const auto& m = r.measured.host_peak_bytes;  // there whenever the prediction is
+        auto pair = [](double predicted, std::int64_t measured) {
+            return json{{"predicted", predicted}, {"measured", static_cast<double>(measured)}};
+        };
+        s["host_memory"] = {{"master_weights", pair(p->master_weights, m->master_weights)},
+                            {"gradients", pair(p->gradients, m->gradients)},
+                            {"optimizer_state", pair(p->optimizer_state, m->optimizer_state)}};
+    }
+    const auto& cf = r.predicted.closed_form;
+    s["closed_form"] = {{"model_state_bytes", cf ? json(cf->model_state_bytes) : json()},
+                        {"bytes_per_param", cf ? json(cf->bytes_per_param) : json()},
+                        {"activations", cf ? json(cf->activations) : json()},
+                        {"model_flops_per_step", cf ? json(cf->model_flops_per_step) : json()}};
+    s["model_flops_per_step"] = r.predicted.model_flops_per_step;
+}
+
+// Time, throughput and MFU: the whole run's and the median step's after `warmup`.
+void summarize_time(const RankReport& run, int warmup, json& s) {
+    const profiler::RunReport& r = run.report;
+    s["step_seconds_median"] = median(step_numbers(run, warmup, step_seconds));
+    s["loss_first"] = r.steps.front().loss;
+    s["loss_last"] = r.steps.back().loss;
+    s["tokens_per_s"] = r.measured.tokens_per_s;
+    s["mfu"] = r.measured.mfu;
+    // The whole run's MFU counts the first step's one-time costs (cuBLASLt's heuristics, the
+    // caching allocator's first allocations, CUPTI's start): on a short run it is far below the
+    // steady state, which the median step's gives.
+    s["mfu_median"] = median(step_numbers(run, warmup, step_mfu));
+    s["hfu"] = or_null(r.measured.hfu);
+    s["peak_flops_per_s"] = r.measured.mfu_peak_flops_per_s();
+}
+
+// A profiled run's step roofline, op coverage and op table.
+void summarize_profile(const profiler::RunReport& r, json& s) {
+    s["roofline_step_seconds"] = nullptr;
+    s["op_coverage_min"] = nullptr;
+    s["ops"] = json::array();
+    if (!r.profile) return;
+    const profiler::ProfileReport& p = *r.profile;
+    double roof = 0, cov = 1;
+    for (const profiler::ProfileStepTime& st : p.steps) {
+        roof += st.roofline_seconds;
+        cov = std::min(cov, st.op_coverage);
+    }
+    if (!p.steps.empty()) {
+        s["roofline_step_seconds"] = roof / static_cast<double>(p.steps.size());
+        s["op_coverage_min"] = cov;
+    }
+    for (const profiler::ProfileRow& o : p.ops) {
+        s["ops"].push_back({{"name", o.name},
+                            {"calls_per_step", o.calls_per_step},
+                            {"seconds_per_step", o.seconds_per_step},
+                            {"roofline_seconds_per_step", o.roofline_seconds_per_step},
+                            {"share_of_step", o.share_of_step},
+                            {"achieved_flops_per_s", o.achieved_flops_per_s},
+                            // The device records the op launched (null in reports before them).
+                            {"device_seconds_per_step", or_null(o.device_seconds_per_step)},
+                            {"device_flops_per_s", or_null(o.device_flops_per_s)}});
+    }
+}
+
+// The numbers the table and --json show for one run.
+json summarize(const RankReport& run, int warmup) {
+    json s;
+    summarize_settings(run, s);
+    summarize_memory(run.report, s);
+    summarize_time(run, warmup, s);
+    summarize_profile(run.report, s);
+    return s;
+}
+
+// Each counted step's time inside collectives; none when the report predates timing them.
+std::vector<double> collective_seconds(const RankReport& run, int warmup) {
+    const std::vector<StepReport>& steps = run.report.steps;
+    std::vector<double> v;
     for (std::size_t i = static_cast<std::size_t>(warmup); i < steps.size(); ++i) {
-        v.push_back(
-            number_field(steps[i], key, run.file.string() + " steps[" + std::to_string(i) + "]"));
+        const auto& c = steps[i].comm;
+        if (!c || !c->seconds) {
+            if (v.empty()) return v;
+            throw InputError(run.file.string() + ": field 'steps[" + std::to_string(i) +
+                             "].comm_seconds' is missing");
+        }
+        v.push_back(*c->seconds);
     }
     return v;
 }
 
-// The numbers the table and --json show for one run, read and type-checked once.
-json summarize(const profiler::RunReport& run, int warmup) {
-    const json& r = run.report;
-    const fs::path& f = run.file;
-    json s;
-    s["dir"] = run.dir.string();
-    s["label"] = run.label;
-    s["model"] = string_field(r, "model.name", f);
-    auto integer = [&](std::string_view path) {
-        return static_cast<std::int64_t>(number_field(r, path, f));
-    };
-    s["n_layers"] = integer("model.n_layers");
-    s["d_model"] = integer("model.d_model");
-    for (const char* k : {"device", "precision", "optimizer", "checkpointing", "attention"}) {
-        s[k] = string_field(r, std::string("run.") + k, f);
-    }
-    for (const char* k : {"micro_batch", "seq_len", "grad_accum", "steps"})
-        s[k] = integer(std::string("run.") + k);
-    // LoRA/QLoRA (reports before 2026-11-26 have no key: full fine-tuning).
-    s["finetune"] = "full";
-    if (const json& run_j = r.at("run"); run_j.contains("finetune")) {
-        s["finetune"] = string_field(r, "run.finetune", f);
-        if (s["finetune"] != "full") {
-            s["finetune"] = s["finetune"].get<std::string>() + " r" +
-                            std::to_string(integer("run.lora_rank"));
-        }
-    }
-    for (const char* c : kCategories) {
-        s["memory"][c] = {
-            {"predicted", number_field(r, std::string("predicted.") + c, f)},
-            {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
-    }
-    s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
-    // --offload optimizer: the model states in host memory (absent otherwise).
-    s["host_memory"] = nullptr;
-    if (!optional_number(r, "predicted.host_memory.master_weights", f).is_null()) {
-        for (const char* c : {"master_weights", "gradients", "optimizer_state"}) {
-            s["host_memory"][c] = {
-                {"predicted", number_field(r, std::string("predicted.host_memory.") + c, f)},
-                {"measured", number_field(r, std::string("measured.host_peak_bytes.") + c, f)}};
-        }
-    }
-    s["closed_form"] = {
-        {"model_state_bytes", optional_number(r, "predicted.closed_form.model_state_bytes", f)},
-        {"bytes_per_param", optional_number(r, "predicted.closed_form.bytes_per_param", f)},
-        {"activations", optional_number(r, "predicted.closed_form.activations", f)},
-        {"model_flops_per_step",
-         optional_number(r, "predicted.closed_form.model_flops_per_step", f)}};
-    s["model_flops_per_step"] = number_field(r, "predicted.model_flops_per_step", f);
-
-    const json& steps = profiler::field(r, "steps", f);
-    if (!steps.is_array() || steps.empty())
-        throw InputError(f.string() + ": field 'steps' is not a non-empty array");
-    s["step_seconds_median"] = median(step_numbers(run, "seconds", warmup));
-    s["loss_first"] = number_field(steps.front(), "loss", f.string() + " steps[0]");
-    s["loss_last"] = number_field(steps.back(), "loss", f.string() + " steps[last]");
-    s["tokens_per_s"] = number_field(r, "measured.tokens_per_s", f);
-    s["mfu"] = number_field(r, "measured.mfu", f);
-    // The whole run's MFU counts the first step's one-time costs (cuBLASLt's heuristics, the
-    // caching allocator's first allocations, CUPTI's start): on a short run it is far below the
-    // steady state, which the median step's gives.
-    s["mfu_median"] = median(step_numbers(run, "mfu", warmup));
-    s["hfu"] = optional_number(r, "measured.hfu", f);
-    // peak_flops_per_s since the CUDA engine (a GPU's is its datasheet's, no sgemm); earlier
-    // reports have only sgemm_peak_flops_per_s.
-    const json peak = optional_number(r, "measured.peak_flops_per_s", f);
-    s["peak_flops_per_s"] =
-        peak.is_null() ? number_field(r, "measured.sgemm_peak_flops_per_s", f) : peak.get<double>();
-
-    // Data parallelism (napkin train --zero under mpirun): this rank's share and its traffic.
-    s["world"] = 1;
-    s["zero"] = nullptr;
-    s["comm_sent_predicted"] = nullptr;
-    s["comm_sent_measured"] = nullptr;
-    if (r.contains("communication") && !r["communication"].is_null()) {
-        s["world"] = integer("communication.world");
-        s["zero"] = integer("communication.zero");
-        s["comm_sent_predicted"] =
-            number_field(r, "communication.predicted_per_step.sent_bytes", f);
-        s["comm_sent_measured"] =
-            number_field(r, "communication.measured_per_step.state_sent_bytes", f);
-    }
-
-    s["roofline_step_seconds"] = nullptr;
-    s["op_coverage_min"] = nullptr;
-    s["ops"] = json::array();
-    if (r.contains("profile") && !r["profile"].is_null()) {
-        const json& p = r["profile"];
-        const json& psteps = profiler::field(p, "steps", f);
-        if (!psteps.is_array())
-            throw InputError(f.string() + ": field 'profile.steps' is not an array");
-        double roof = 0, cov = 1;
-        for (const json& st : psteps) {
-            roof += number_field(st, "roofline_seconds", f);
-            cov = std::min(cov, number_field(st, "op_coverage", f));
-        }
-        if (!psteps.empty()) {
-            s["roofline_step_seconds"] = roof / static_cast<double>(psteps.size());
-            s["op_coverage_min"] = cov;
-        }
-        const json& ops = profiler::field(p, "ops", f);
-        if (!ops.is_array()) throw InputError(f.string() + ": field 'profile.ops' is not an array");
-        for (const json& o : ops) {
-            s["ops"].push_back(
-                {{"name", string_field(o, "name", f)},
-                 {"calls_per_step", number_field(o, "calls_per_step", f)},
-                 {"seconds_per_step", number_field(o, "seconds_per_step", f)},
-                 {"roofline_seconds_per_step", number_field(o, "roofline_seconds_per_step", f)},
-                 {"share_of_step", number_field(o, "share_of_step", f)},
-                 {"achieved_flops_per_s", number_field(o, "achieved_flops_per_s", f)},
-                 // The device records the op launched (reports before 2026-11-26: null).
-                 {"device_seconds_per_step", optional_number(o, "device_seconds_per_step", f)},
-                 {"device_flops_per_s", optional_number(o, "device_flops_per_s", f)}});
-        }
-    }
-    return s;
-}
-
 // One rank of a run, as the per-rank table and --json's `ranks` show it.
-json rank_summary(const profiler::RunReport& run, int warmup) {
-    const json& r = run.report;
-    const fs::path& f = run.file;
+json rank_summary(const RankReport& run, int warmup) {
+    const profiler::RunReport& r = run.report;
     json s;
     s["rank"] = run.rank;
     s["label"] = run.label;
     s["dir"] = run.dir.string();
-    for (const char* c : kCategories) {
-        s["memory"][c] = {
-            {"predicted", number_field(r, std::string("predicted.") + c, f)},
-            {"measured", number_field(r, std::string("measured.peak_bytes.") + c, f)}};
-    }
-    s["memory"][kCommunication] = {
-        {"predicted", nullptr},
-        {"measured", optional_number(r, std::string("measured.peak_bytes.") + kCommunication, f)}};
-    s["peak_total_bytes"] = number_field(r, "measured.peak_total_bytes", f);
-    const std::vector<double> secs = step_numbers(run, "seconds", warmup);
+    s["memory"] = memory_summary(r);
+    const auto& comm_peak =
+        r.measured.peak_bytes[static_cast<std::size_t>(MemCategory::communication)];
+    s["memory"][kCommunication] = {{"predicted", nullptr}, {"measured", or_null(comm_peak)}};
+    s["peak_total_bytes"] = static_cast<double>(r.measured.peak_total_bytes);
+    const std::vector<double> secs = step_numbers(run, warmup, step_seconds);
     s["steps_counted"] = secs.size();
     s["step_seconds_median"] = median(secs);
-    s["tokens_per_s_median"] = median(step_numbers(run, "tokens_per_s", warmup));
+    s["tokens_per_s_median"] = median(step_numbers(run, warmup, step_tokens_per_s));
     s["communication"] = nullptr;
-    if (run.zero < 0) return s;
+    if (!r.communication) return s;
     // Bytes per step of the parameter and gradient collectives (what the estimator predicts), and
     // of everything (the loss and gradient-norm scalars too).
-    auto pair = [&](const char* predicted, const char* measured) {
-        return json{{"predicted", number_field(r, predicted, f)},
-                    {"measured", number_field(r, measured, f)}};
+    const profiler::CommunicationReport::PerStep& m = r.communication->measured_per_step;
+    const profiler::CommunicationReport::Predicted& p = r.communication->predicted_per_step;
+    auto pair = [](double predicted, std::uint64_t measured) {
+        return json{{"predicted", predicted}, {"measured", static_cast<double>(measured)}};
     };
     json c;
-    c["sent_bytes_per_step"] = pair("communication.predicted_per_step.sent_bytes",
-                                    "communication.measured_per_step.state_sent_bytes");
-    c["received_bytes_per_step"] = pair("communication.predicted_per_step.received_bytes",
-                                        "communication.measured_per_step.state_received_bytes");
-    c["all_sent_bytes_per_step"] = number_field(r, "communication.measured_per_step.sent_bytes", f);
-    c["all_received_bytes_per_step"] =
-        number_field(r, "communication.measured_per_step.received_bytes", f);
+    c["sent_bytes_per_step"] = pair(p.sent_bytes, m.state_sent_bytes);
+    c["received_bytes_per_step"] = pair(p.received_bytes, m.state_received_bytes);
+    c["all_sent_bytes_per_step"] = static_cast<double>(m.sent_bytes);
+    c["all_received_bytes_per_step"] = static_cast<double>(m.received_bytes);
     // Time inside the collectives (blocking: waiting for the other ranks included); reports
     // written before napkin timed them have no steps[].comm_seconds.
     c["seconds_per_step_median"] = nullptr;
     c["share_of_step"] = nullptr;
-    const json& steps = r["steps"];
-    if (steps[static_cast<std::size_t>(warmup)].contains("comm_seconds")) {
-        const std::vector<double> comm = step_numbers(run, "comm_seconds", warmup);
+    const std::vector<double> comm = collective_seconds(run, warmup);
+    if (!comm.empty()) {
         double in_comm = 0, total = 0;
         for (std::size_t i = 0; i < comm.size(); ++i) {
             in_comm += comm[i];
@@ -260,10 +263,10 @@ json rank_summary(const profiler::RunReport& run, int warmup) {
 // takes the longest of the ranks' times, and the run's tokens/s is all ranks' tokens over it.
 json all_ranks_summary(const profiler::RunRanks& run, const std::vector<json>& ranks, int warmup) {
     std::vector<double> step_max, tokens;
-    const profiler::RunReport& first = run.ranks.front();
-    for (const profiler::RunReport& rr : run.ranks) {
-        const std::vector<double> secs = step_numbers(rr, "seconds", warmup);
-        const std::vector<double> rate = step_numbers(rr, "tokens_per_s", warmup);
+    const RankReport& first = run.ranks.front();
+    for (const RankReport& rr : run.ranks) {
+        const std::vector<double> secs = step_numbers(rr, warmup, step_seconds);
+        const std::vector<double> rate = step_numbers(rr, warmup, step_tokens_per_s);
         if (step_max.empty()) {
             step_max.assign(secs.size(), 0.0);
             tokens.assign(secs.size(), 0.0);
@@ -308,7 +311,7 @@ json summarize_run(const profiler::RunRanks& run, int warmup) {
     json s = summarize(run.ranks.front(), warmup);
     s["label"] = run.ranks.size() > 1 ? run.label : run.ranks.front().label;
     std::vector<json> each;
-    for (const profiler::RunReport& rr : run.ranks)
+    for (const RankReport& rr : run.ranks)
         each.push_back(rank_summary(rr, warmup));
     s["all_ranks"] = all_ranks_summary(run, each, warmup);
     s["ranks"] = each;
@@ -330,6 +333,30 @@ std::string ms(const json& v) {
     return v.is_null() ? "-" : fmt("%.2f ms", v.get<double>() * 1e3);
 }
 
+// Rows of cells, one column per run (or rank): a label, then each column's text right-aligned.
+class Columns {
+public:
+    Columns(std::vector<const json*> columns, int width)
+        : columns_(std::move(columns)), width_(width) {}
+
+    template <class Cell>
+    void row(const std::string& label, Cell cell) const {
+        std::printf("%-*s", kLabelWidth, label.c_str());
+        for (const json* c : columns_)
+            std::printf("%*s", width_, cell(*c).c_str());
+        std::printf("\n");
+    }
+
+private:
+    static constexpr int kLabelWidth = 30;
+    std::vector<const json*> columns_;
+    int width_;
+};
+
+std::string both_mb(const json& v) {
+    return mb(v["predicted"]) + " / " + mb(v["measured"]);
+}
+
 // Every rank of a data-parallel run, one column each.
 void print_ranks(const json& run) {
     const json& ranks = run["ranks"];
@@ -337,32 +364,27 @@ void print_ranks(const json& run) {
     std::printf("\nranks of %s: %zu ranks, ZeRO-%s; MB per rank, predicted / measured peak\n",
                 run["label"].get<std::string>().c_str(), ranks.size(),
                 run["zero"].is_null() ? "-" : run["zero"].dump().c_str());
-    constexpr int kLabel = 30;
-    constexpr int kWidth = 22;
-    auto row = [&](const std::string& label, auto cell) {
-        std::printf("%-*s", kLabel, label.c_str());
-        for (const json& r : ranks)
-            std::printf("%*s", kWidth, cell(r).c_str());
-        std::printf("\n");
-    };
-    auto both = [](const json& v) { return mb(v["predicted"]) + " / " + mb(v["measured"]); };
-    row("", [](const json& r) { return "rank " + r["rank"].dump(); });
+    std::vector<const json*> columns;
+    for (const json& r : ranks)
+        columns.push_back(&r);
+    const Columns t(std::move(columns), 22);
+    t.row("", [](const json& r) { return "rank " + r["rank"].dump(); });
     for (const char* c : kCategories) {
-        row(std::string("  ") + c, [&](const json& r) { return both(r["memory"][c]); });
+        t.row(std::string("  ") + c, [&](const json& r) { return both_mb(r["memory"][c]); });
     }
-    row("  communication", [&](const json& r) { return both(r["memory"][kCommunication]); });
-    row("  total (measured peak)", [](const json& r) { return mb(r["peak_total_bytes"]); });
+    t.row("  communication", [&](const json& r) { return both_mb(r["memory"][kCommunication]); });
+    t.row("  total (measured peak)", [](const json& r) { return mb(r["peak_total_bytes"]); });
     auto comm = [&](const json& r, const char* key) {
         const json& c = r["communication"];
-        return c.is_null() ? std::string("-") : both(c[key]);
+        return c.is_null() ? std::string("-") : both_mb(c[key]);
     };
-    row("sent MB/step (ring)", [&](const json& r) { return comm(r, "sent_bytes_per_step"); });
-    row("received MB/step (ring)",
-        [&](const json& r) { return comm(r, "received_bytes_per_step"); });
-    row("step (median)", [](const json& r) { return ms(r["step_seconds_median"]); });
-    row("tokens/s of the rank (median)",
-        [](const json& r) { return fmt("%.0f", r["tokens_per_s_median"].get<double>()); });
-    row("time in collectives (median)", [](const json& r) {
+    t.row("sent MB/step (ring)", [&](const json& r) { return comm(r, "sent_bytes_per_step"); });
+    t.row("received MB/step (ring)",
+          [&](const json& r) { return comm(r, "received_bytes_per_step"); });
+    t.row("step (median)", [](const json& r) { return ms(r["step_seconds_median"]); });
+    t.row("tokens/s of the rank (median)",
+          [](const json& r) { return fmt("%.0f", r["tokens_per_s_median"].get<double>()); });
+    t.row("time in collectives (median)", [](const json& r) {
         const json& c = r["communication"];
         if (c.is_null() || c["seconds_per_step_median"].is_null()) return std::string("-");
         return ms(c["seconds_per_step_median"]) + " " + pct(c["share_of_step"]);
@@ -375,138 +397,144 @@ void print_ranks(const json& run) {
         pct(all["comm_share_mean"]).c_str());
 }
 
-void print_table(const std::vector<json>& runs, int top) {
-    constexpr int kLabel = 30;
-    int width = 16;
-    for (const json& r : runs)
-        width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);
-    auto row = [&](const std::string& label, auto cell) {
-        std::printf("%-*s", kLabel, label.c_str());
-        for (const json& r : runs)
-            std::printf("%*s", width, cell(r).c_str());
-        std::printf("\n");
-    };
-    auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-    row("run", [&](const json& r) { return r["label"].get<std::string>(); });
-    row("model", [&](const json& r) {
+std::string str(const json& v) {
+    return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+void print_settings(const Columns& t) {
+    t.row("run", [&](const json& r) { return r["label"].get<std::string>(); });
+    t.row("model", [&](const json& r) {
         return str(r["model"]) + " L" + str(r["n_layers"]) + " C" + str(r["d_model"]);
     });
-    row("device", [&](const json& r) { return str(r["device"]); });
-    row("precision", [&](const json& r) { return str(r["precision"]); });
-    row("optimizer", [&](const json& r) { return str(r["optimizer"]); });
-    row("checkpointing", [&](const json& r) { return str(r["checkpointing"]); });
-    row("attention", [&](const json& r) { return str(r["attention"]); });
-    row("finetune", [&](const json& r) { return str(r["finetune"]); });
-    row("B x T x G", [&](const json& r) {
+    for (const char* key :
+         {"device", "precision", "optimizer", "checkpointing", "attention", "finetune"})
+        t.row(key, [&](const json& r) { return str(r[key]); });
+    t.row("B x T x G", [&](const json& r) {
         return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]);
     });
-    row("steps", [&](const json& r) { return str(r["steps"]); });
-    row("ranks, ZeRO stage", [&](const json& r) {
+    t.row("steps", [&](const json& r) { return str(r["steps"]); });
+    t.row("ranks, ZeRO stage", [&](const json& r) {
         return str(r["world"]) + ", " + (r["zero"].is_null() ? std::string("-") : str(r["zero"]));
     });
+}
+
+void print_memory(const Columns& t, const std::vector<json>& runs) {
     std::printf("\nmemory, MB: predicted / measured peak\n");
-    for (const char* c : kCategories) {
-        row(std::string("  ") + c, [&](const json& r) {
-            const json& m = r["memory"][c];
-            return mb(m["predicted"]) + " / " + mb(m["measured"]);
-        });
-    }
-    row("  communication (measured)",
-        [&](const json& r) { return mb(r["ranks"][0]["memory"][kCommunication]["measured"]); });
-    row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });
-    if (std::any_of(runs.begin(), runs.end(), [](const json& r) { return !r["host_memory"].is_null(); })) {
+    for (const char* c : kCategories)
+        t.row(std::string("  ") + c, [&](const json& r) { return both_mb(r["memory"][c]); });
+    t.row("  communication (measured)",
+          [&](const json& r) { return mb(r["ranks"][0]["memory"][kCommunication]["measured"]); });
+    t.row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });
+    if (std::any_of(runs.begin(), runs.end(),
+                    [](const json& r) { return !r["host_memory"].is_null(); })) {
         for (const char* c : {"master_weights", "gradients", "optimizer_state"}) {
-            row(std::string("  host (offloaded) ") + c, [&](const json& r) {
-                if (r["host_memory"].is_null()) return std::string("-");
-                const json& m = r["host_memory"][c];
-                return mb(m["predicted"]) + " / " + mb(m["measured"]);
+            t.row(std::string("  host (offloaded) ") + c, [&](const json& r) {
+                return r["host_memory"].is_null() ? std::string("-") : both_mb(r["host_memory"][c]);
             });
         }
     }
-    row("  closed form: model states",
-        [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
-    row("    bytes per parameter", [&](const json& r) {
+    t.row("  closed form: model states",
+          [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });
+    t.row("    bytes per parameter", [&](const json& r) {
         const json& b = r["closed_form"]["bytes_per_param"];
         return b.is_null() ? std::string("-") : fmt("%.0f", b.get<double>());
     });
-    row("  closed form: activations",
-        [&](const json& r) { return mb(r["closed_form"]["activations"]); });
-    row("communication MB/step/rank", [&](const json& r) {
+    t.row("  closed form: activations",
+          [&](const json& r) { return mb(r["closed_form"]["activations"]); });
+    t.row("communication MB/step/rank", [&](const json& r) {
         return r["comm_sent_predicted"].is_null()
                    ? std::string("-")
                    : mb(r["comm_sent_predicted"]) + " / " + mb(r["comm_sent_measured"]);
     });
+}
+
+void print_time(const Columns& t) {
     std::printf("\ntime and throughput\n");
-    row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
-    row("  step roofline (profiled)",
-        [&](const json& r) { return ms(r["roofline_step_seconds"]); });
-    row("  op ranges cover (min)", [&](const json& r) { return pct(r["op_coverage_min"]); });
-    row("  tokens/s", [&](const json& r) { return fmt("%.0f", r["tokens_per_s"].get<double>()); });
-    row("  tokens/s, all ranks (median)", [&](const json& r) {
+    t.row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
+    t.row("  step roofline (profiled)",
+          [&](const json& r) { return ms(r["roofline_step_seconds"]); });
+    t.row("  op ranges cover (min)", [&](const json& r) { return pct(r["op_coverage_min"]); });
+    t.row("  tokens/s",
+          [&](const json& r) { return fmt("%.0f", r["tokens_per_s"].get<double>()); });
+    t.row("  tokens/s, all ranks (median)", [&](const json& r) {
         return fmt("%.0f", r["all_ranks"]["tokens_per_s_median"].get<double>());
     });
-    row("  time in collectives (mean)",
-        [&](const json& r) { return pct(r["all_ranks"]["comm_share_mean"]); });
-    row("  model GFLOP/step",
-        [&](const json& r) { return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9); });
-    row("    closed form (+ attn)", [&](const json& r) {  // 6N, or 4N + 6m with adapters
+    t.row("  time in collectives (mean)",
+          [&](const json& r) { return pct(r["all_ranks"]["comm_share_mean"]); });
+    t.row("  model GFLOP/step", [&](const json& r) {
+        return fmt("%.3f", r["model_flops_per_step"].get<double>() / 1e9);
+    });
+    t.row("    closed form (+ attn)", [&](const json& r) {  // 6N, or 4N + 6m with adapters
         const json& v = r["closed_form"]["model_flops_per_step"];
         return v.is_null() ? std::string("-") : fmt("%.3f", v.get<double>() / 1e9);
     });
-    row("  peak GFLOP/s (MFU basis)",
-        [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
-    row("  MFU", [&](const json& r) { return pct(r["mfu"]); });
-    row("  MFU, median step", [&](const json& r) { return pct(r["mfu_median"]); });
-    row("  HFU", [&](const json& r) { return pct(r["hfu"]); });
-    row("loss first -> last", [&](const json& r) {
+    t.row("  peak GFLOP/s (MFU basis)",
+          [&](const json& r) { return fmt("%.1f", r["peak_flops_per_s"].get<double>() / 1e9); });
+    t.row("  MFU", [&](const json& r) { return pct(r["mfu"]); });
+    t.row("  MFU, median step", [&](const json& r) { return pct(r["mfu_median"]); });
+    t.row("  HFU", [&](const json& r) { return pct(r["hfu"]); });
+    t.row("loss first -> last", [&](const json& r) {
         return fmt("%.3f", r["loss_first"].get<double>()) + " -> " +
                fmt("%.3f", r["loss_last"].get<double>());
     });
+}
 
+// A profiled run's ops by time. On a GPU an op's host range times its launches (and any wait),
+// not its work: the table shows the device time of the records each op launched instead, where
+// the report has it.
+void print_ops(const json& r, int top) {
+    const bool on_device = r["device"].get<std::string>().rfind("cuda", 0) == 0 &&
+                           std::any_of(r["ops"].begin(), r["ops"].end(), [](const json& o) {
+                               return o["device_seconds_per_step"].is_number() &&
+                                      o["device_seconds_per_step"].get<double>() > 0;
+                           });
+    const char* time_key = on_device ? "device_seconds_per_step" : "seconds_per_step";
+    std::vector<const json*> rows;
+    for (const json& o : r["ops"])
+        rows.push_back(&o);
+    std::stable_sort(rows.begin(), rows.end(), [&](const json* a, const json* b) {
+        return (*a)[time_key].get<double>() > (*b)[time_key].get<double>();
+    });
+    const double step = r["step_seconds_median"].get<double>();
+    std::printf(
+        "\nops of %s, per step (top %d by %s; predicted = roofline max(FLOPs/peak, "
+        "bytes/bandwidth))\n",
+        r["label"].get<std::string>().c_str(), top,
+        on_device ? "GPU time of the kernels each op launched" : "time");
+    std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls",
+                on_device ? "GPU time" : "measured", "share", "predicted", "x pred", "GFLOP/s");
+    for (std::size_t n = 0; n < rows.size() && n < static_cast<std::size_t>(top); ++n) {
+        const json& o = *rows[n];
+        const double meas = o[time_key].get<double>(),
+                     roof = o["roofline_seconds_per_step"].get<double>();
+        const double rate = on_device ? o["device_flops_per_s"].get<double>()
+                                      : o["achieved_flops_per_s"].get<double>();
+        const std::string share = on_device ? (step > 0 ? fmt("%.1f%%", 100 * meas / step) : "-")
+                                            : pct(o["share_of_step"]);
+        std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n",
+                    o["name"].get<std::string>().c_str(), o["calls_per_step"].get<double>(),
+                    ms(meas).c_str(), share.c_str(), ms(roof).c_str(),
+                    roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-", rate / 1e9);
+    }
+}
+
+void print_table(const std::vector<json>& runs, int top) {
+    int width = 16;
+    std::vector<const json*> columns;
+    for (const json& r : runs) {
+        width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);
+        columns.push_back(&r);
+    }
+    const Columns t(std::move(columns), width);
+    print_settings(t);
+    print_memory(t, runs);
+    print_time(t);
     for (const json& r : runs) {
         if (r["ranks"].size() > 1) print_ranks(r);
     }
     if (top <= 0) return;
     for (const json& r : runs) {
-        if (r["ops"].empty()) continue;
-        // On a GPU an op's host range times its launches (and any wait), not its work: the
-        // table shows the device time of the records each op launched instead, where the report
-        // has it.
-        const bool on_device = r["device"].get<std::string>().rfind("cuda", 0) == 0 &&
-                               std::any_of(r["ops"].begin(), r["ops"].end(), [](const json& o) {
-                                   return o["device_seconds_per_step"].is_number() &&
-                                          o["device_seconds_per_step"].get<double>() > 0;
-                               });
-        const char* time_key = on_device ? "device_seconds_per_step" : "seconds_per_step";
-        std::vector<const json*> rows;
-        for (const json& o : r["ops"])
-            rows.push_back(&o);
-        std::stable_sort(rows.begin(), rows.end(), [&](const json* a, const json* b) {
-            return (*a)[time_key].get<double>() > (*b)[time_key].get<double>();
-        });
-        const double step = r["step_seconds_median"].get<double>();
-        std::printf(
-            "\nops of %s, per step (top %d by %s; predicted = roofline max(FLOPs/peak, "
-            "bytes/bandwidth))\n",
-            r["label"].get<std::string>().c_str(), top,
-            on_device ? "GPU time of the kernels each op launched" : "time");
-        std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls",
-                    on_device ? "GPU time" : "measured", "share", "predicted", "x pred", "GFLOP/s");
-        int n = 0;
-        for (const json* op : rows) {
-            const json& o = *op;
-            if (n++ >= top) break;
-            const double meas = o[time_key].get<double>(),
-                         roof = o["roofline_seconds_per_step"].get<double>();
-            const double rate = on_device ? o["device_flops_per_s"].get<double>()
-                                          : o["achieved_flops_per_s"].get<double>();
-            const std::string share = on_device ? (step > 0 ? fmt("%.1f%%", 100 * meas / step) : "-")
-                                                : pct(o["share_of_step"]);
-            std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n",
-                        o["name"].get<std::string>().c_str(), o["calls_per_step"].get<double>(),
-                        ms(meas).c_str(), share.c_str(), ms(roof).c_str(),
-                        roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-", rate / 1e9);
-        }
+        if (!r["ops"].empty()) print_ops(r, top);
     }
 }
 

@@ -46,12 +46,9 @@ void print_parallel_summary(Trainer& trainer, const Estimate& predicted) {
         trainer.zero()->stage(), c.sent_bytes / 1e6, c.received_bytes / 1e6);
 }
 
-void add_step_communication(nlohmann::json& step, const StepRecord& r) {
-    step["comm_state_sent_bytes"] = r.comm_state_sent_bytes;
-    step["comm_state_received_bytes"] = r.comm_state_received_bytes;
-    step["comm_sent_bytes"] = r.comm_sent_bytes;
-    step["comm_received_bytes"] = r.comm_received_bytes;
-    step["comm_seconds"] = r.comm_seconds;
+profiler::StepTraffic step_traffic(const StepRecord& r) {
+    return {r.comm_state_sent_bytes, r.comm_state_received_bytes, r.comm_sent_bytes,
+            r.comm_received_bytes, r.comm_seconds};
 }
 
 std::string build_id() {
@@ -68,75 +65,58 @@ std::string build_id() {
     return out;
 }
 
-nlohmann::json communication_report(Trainer& trainer, const Estimate& predicted,
-                                    const nlohmann::json& steps) {
-    using nlohmann::json;
+std::optional<profiler::CommunicationReport> communication_report(
+    Trainer& trainer, const Estimate& predicted, const std::vector<profiler::StepReport>& steps) {
     Communicator* comm = trainer.comm();
     ZeroEngine* zero = trainer.zero();
-    if (comm == nullptr || zero == nullptr) return nullptr;
-    const CommCounters& c = comm->counters();
-    const CommCounters& s = zero->state_traffic();
-    json by_op = json::object();
-    for (std::size_t i = 0; i < kCollectiveCount; ++i) {
-        by_op[std::string(enum_name(kCollectiveNames, static_cast<Collective>(i)))] = {
-            {"calls", c.calls[i]},
-            {"sent_bytes", c.sent_bytes[i]},
-            {"received_bytes", c.received_bytes[i]},
-            {"state_calls", s.calls[i]},
-            {"state_sent_bytes", s.sent_bytes[i]},
-            {"state_received_bytes", s.received_bytes[i]}};
-    }
-    // Per step: every step moves the same bytes; the report keeps the largest and smallest so a
-    // reader sees that they agree.
-    std::uint64_t lo = UINT64_MAX, hi = 0;
-    for (const json& st : steps) {
-        const auto v = st.value("comm_state_sent_bytes", std::uint64_t{0});
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-    }
-    const json last = steps.empty() ? json::object() : steps.back();
-    json lines = json::array();
-    for (const CommLine& l : predicted.comm.lines) {
-        lines.push_back({{"what", l.what},
-                         {"op", enum_name(kCollectiveNames, l.op)},
-                         {"dtype", dtype_name(l.dtype)},
-                         {"calls", l.calls},
-                         {"elements", l.elements},
-                         {"sent_bytes", l.sent_bytes},
-                         {"received_bytes", l.received_bytes}});
-    }
+    if (comm == nullptr || zero == nullptr) return std::nullopt;
+    profiler::CommunicationReport r;
+    r.backend = comm->backend();
     // The run clock's zero (trace.json ts 0, memory.json t 0) on the steady clock, which ranks on
     // one host share: napkin export lines the ranks' traces up by it.
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-    const std::int64_t clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             trainer.allocator().start().time_since_epoch())
-                                             .count();
-    return {{"backend", comm->backend()},
-            {"host", std::string(host)},
-            {"clock_origin_ns", clock_origin_ns},
-            {"rank", comm->rank()},
-            {"local_rank", comm->local_rank()},
-            {"world", comm->world_size()},
-            {"zero", zero->stage()},
-            {"measured_per_step",
-             {{"state_sent_bytes", last.value("comm_state_sent_bytes", std::uint64_t{0})},
-              {"state_received_bytes", last.value("comm_state_received_bytes", std::uint64_t{0})},
-              {"state_sent_bytes_min", steps.empty() ? 0 : lo},
-              {"state_sent_bytes_max", hi},
-              {"sent_bytes", last.value("comm_sent_bytes", std::uint64_t{0})},
-              {"received_bytes", last.value("comm_received_bytes", std::uint64_t{0})}}},
-            {"measured_total",
-             {{"by_op", by_op},
-              {"sent_bytes", c.total_sent()},
-              {"received_bytes", c.total_received()},
-              {"seconds", static_cast<double>(c.total_ns()) * 1e-9}}},
-            {"predicted_per_step",
-             {{"sent_bytes", predicted.comm.sent_bytes},
-              {"received_bytes", predicted.comm.received_bytes},
-              {"paper_volume_elements", predicted.comm.paper_volume_elements},
-              {"padding_elements", predicted.comm.padding},
-              {"collectives", lines}}}};
+    r.host = host;
+    r.clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            trainer.allocator().start().time_since_epoch())
+                            .count();
+    r.rank = comm->rank();
+    r.local_rank = comm->local_rank();
+    r.world = comm->world_size();
+    r.zero = zero->stage();
+    // Per step: every step moves the same bytes; the report keeps the largest and smallest so a
+    // reader sees that they agree.
+    if (!steps.empty()) {
+        const profiler::StepTraffic last = steps.back().comm.value_or(profiler::StepTraffic{});
+        std::uint64_t lo = UINT64_MAX, hi = 0;
+        for (const profiler::StepReport& st : steps) {
+            const std::uint64_t v = st.comm ? st.comm->state_sent_bytes : 0;
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+        }
+        r.measured_per_step = {last.state_sent_bytes, last.state_received_bytes, lo, hi,
+                               last.sent_bytes,       last.received_bytes};
+    }
+    const CommCounters& c = comm->counters();
+    const CommCounters& s = zero->state_traffic();
+    for (std::size_t i = 0; i < kCollectiveCount; ++i) {
+        r.measured_total
+            .by_op[std::string(enum_name(kCollectiveNames, static_cast<Collective>(i)))] = {
+            c.calls[i], c.sent_bytes[i], c.received_bytes[i],
+            s.calls[i], s.sent_bytes[i], s.received_bytes[i]};
+    }
+    r.measured_total.sent_bytes = c.total_sent();
+    r.measured_total.received_bytes = c.total_received();
+    r.measured_total.seconds = static_cast<double>(c.total_ns()) * 1e-9;
+    const CommunicationEstimate& p = predicted.comm;
+    r.predicted_per_step = {p.sent_bytes, p.received_bytes, p.paper_volume_elements, p.padding, {}};
+    for (const CommLine& l : p.lines) {
+        r.predicted_per_step.collectives.push_back({l.what,
+                                                    std::string(enum_name(kCollectiveNames, l.op)),
+                                                    std::string(dtype_name(l.dtype)), l.calls,
+                                                    l.elements, l.sent_bytes, l.received_bytes});
+    }
+    return r;
 }
 
 }  // namespace napkin::cli

@@ -5,14 +5,14 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/comm/comm.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "profiler/run_report.h"
 
 namespace napkin::cli {
 
@@ -29,8 +29,8 @@ std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communi
 // One line under the header: ranks, backend, stage, predicted traffic per step.
 void print_parallel_summary(Trainer& trainer, const Estimate& predicted);
 
-// This step's traffic into its report entry.
-void add_step_communication(nlohmann::json& step, const StepRecord& r);
+// This step's traffic, for its report entry.
+profiler::StepTraffic step_traffic(const StepRecord& r);
 
 // What must match on every rank besides the options: napkin's version and a hash of this
 // executable's bytes (two builds of one version differ).
@@ -38,8 +38,8 @@ std::string build_id();
 
 // report.json's "communication": backend, rank, world, stage, this rank's measured bytes per
 // step (parameter/gradient collectives, and all traffic including scalars) beside the
-// estimator's prediction for the same run.
-nlohmann::json communication_report(Trainer& trainer, const Estimate& predicted,
-                                    const nlohmann::json& steps);
+// estimator's prediction for the same run. None without data parallelism.
+std::optional<profiler::CommunicationReport> communication_report(
+    Trainer& trainer, const Estimate& predicted, const std::vector<profiler::StepReport>& steps);
 
 }  // namespace napkin::cli

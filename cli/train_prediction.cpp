@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 
 #include "core/check.h"
+#include "estimator/napkin_formulas.h"
 
 namespace napkin::cli {
 
@@ -35,6 +37,42 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.engine =
         on_gpu ? EstimateInputs::Engine::cuda : EstimateInputs::Engine::cpu;  // whose scratch
     return ei;
+}
+
+profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInputs& inputs,
+                                       const Estimate& pred) {
+    profiler::Prediction p;
+    const double by_category[] = {
+        pred.gpu.weights, pred.gpu.master, pred.gpu.grads, pred.gpu.optimizer, pred.gpu.activations,
+        // ZeRO-3's gathered units are the engine's `communication` category (measured only,
+        // beside the buckets), not its temporaries: the estimator's two units leave this
+        // prediction for it.
+        pred.gpu.temporaries - pred.temporaries.param_gather};
+    std::copy(std::begin(by_category), std::end(by_category), p.bytes.begin());
+    p.model_flops_per_step = pred.model_flops_per_step;
+    p.hardware_flops_per_step = pred.hardware_flops_per_step;
+    // The lectures' closed forms beside the detailed numbers above: 6N + attention FLOPs per
+    // token, bytes per parameter times N, Korthikanti's activations. With adapters: 4N + 6m
+    // FLOPs, and the frozen N at its weight bytes (NF4's 4.127 bits under QLoRA) plus bytes per
+    // parameter times the m adapters.
+    const bool adapters = o.plan.finetune != Finetune::full;
+    const double frozen_bytes_per_param = o.plan.finetune == Finetune::qlora
+                                              ? formulas::kNf4BitsPerParam / 8.0
+                                              : pred.bytes_per_param.weights;
+    p.closed_form = profiler::ClosedForm{
+        .model_flops_per_step =
+            (adapters ? pred.flops_adapters_per_token : pred.flops_6n_per_token) *
+                pred.tokens_per_step +
+            pred.flops_attention_per_token * pred.tokens_per_step,
+        // ZeRO paper, figure 1: sharded over the ranks by stage.
+        .model_state_bytes =
+            (adapters ? pred.frozen_params * frozen_bytes_per_param : 0.0) +
+            formulas::zero_model_state_bytes(pred.bytes_per_param, pred.trainable_params,
+                                             inputs.zero, inputs.gpus),
+        .bytes_per_param = pred.bytes_per_param.total(),
+        .activations = pred.act_closed_form_bytes};
+    if (o.offload_optimizer) p.host_memory = {pred.cpu.master, pred.cpu.grads, pred.cpu.optimizer};
+    return p;
 }
 
 void check_host_memory(const TrainOptions& o, int world, int node_ranks) {

@@ -7,6 +7,7 @@
 
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "profiler/run_report.h"
 
 namespace napkin::cli {
 
@@ -14,6 +15,12 @@ namespace napkin::cli {
 // engine's; `peak_flops_per_s` the MFU basis (0: none).
 EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
                                  double peak_flops_per_s);
+
+// report.json's "predicted": the estimate `pred` for `inputs` (this run) by memory category, its
+// FLOPs per step and the lectures' closed forms beside them, and the host's share under
+// --offload optimizer.
+profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInputs& inputs,
+                                       const Estimate& pred);
 
 // A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
 // memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming

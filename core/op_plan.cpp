@@ -333,20 +333,6 @@ Fp8CastNumel fp8_cast_numel(const OpPlan& plan) {
     return n;
 }
 
-std::int64_t cpu::gemm_scratch_floats(const std::vector<PlanOp>& block, bool widen) {
-    std::int64_t floats = 0;
-    if (!widen) return floats;
-    for (const PlanOp& op : block) {
-        if (op.kind == OpKind::matmul) {
-            const auto& s = std::get<MatmulShape>(op.shape);
-            floats = std::max(floats, cpu::matmul_scratch_floats(s.M, s.N, s.K));
-        } else if (op.kind == OpKind::lora) {
-            floats = std::max(floats, cpu::lora_scratch_floats(std::get<LoraShape>(op.shape), true));
-        }
-    }
-    return floats;
-}
-
 PlanTotals plan_totals(const OpPlan& plan) {
     PlanTotals t;
     auto add_ops = [&](const std::vector<PlanOp>& ops, std::uint64_t times, bool is_block) {

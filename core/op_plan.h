@@ -133,13 +133,6 @@ struct Fp8CastNumel {
 };
 Fp8CastNumel fp8_cast_numel(const OpPlan& plan);
 
-namespace cpu {
-// The CPU engine's GEMM scratch in floats (core/engine/cpu_kernels.h): with 16-bit or fp8
-// storage (`widen`) the largest block matmul's or LoRA adapter's operands widened to fp32
-// (kernels/matmul.h, kernels/lora.h); 0 for fp32, whose GEMMs read the tensors themselves.
-std::int64_t gemm_scratch_floats(const std::vector<PlanOp>& block, bool widen);
-}  // namespace cpu
-
 // Sums over the plan (block ops counted n_layers times). All FLOPs per micro-batch step.
 struct PlanTotals {
     std::uint64_t model_flops_fwd = 0;  // matmul-class forward FLOPs

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/buffer_plan.h"
 #include "core/model_config.h"
 #include "core/op_plan.h"
 #include "core/recipe.h"
@@ -96,8 +97,9 @@ struct MemoryBytes {
     double total() const { return model_states() + activations + temporaries; }
 };
 
-// Temporaries, itemized (all included in MemoryBytes::temporaries).
-// The engine allocates each once, at start, and keeps it (core/engine/gpt_impl.h), so they add.
+// Temporaries, itemized (all included in MemoryBytes::temporaries): the buffer plan's
+// (core/buffer_plan.h), which the engine allocates once and keeps, so they add; and the units
+// ZeRO-3 or offloaded parameters gather.
 struct TemporaryBytes {
     double activation_grads = 0;     // the backward's gradient buffers: residual, branch, narrow, wide
     double op_workspace = 0;         // the loss chunk: logits (CPU 16-bit: widened head operands; GPU: row losses)
@@ -179,8 +181,10 @@ std::int64_t default_seq_len(const ModelConfig& cfg);
 // (Kaplan et al.'s aspect ratio), 128-wide heads, d_ff = 4 C, 12 L C^2 = N.
 ModelConfig napkin_shape(double n_params, std::int64_t seq_len);
 
-// Reusable: keeps the op plan and the derived config between calls, so a sweep allocates
-// nothing per estimate.
+// Reusable: keeps the op plan, the buffer plan and the derived config between calls, so a sweep
+// allocates little per estimate. run() takes its steps in order: the model and its op plan,
+// parameters, model states (and what is offloaded), activations, temporaries, communication,
+// capacity, FLOPs, time (estimate.cpp).
 class Estimator {
 public:
     // Throws UsageError on inconsistent inputs (zero GPUs, ZeRO stage 4, MFU outside (0, 1]...).
@@ -193,7 +197,11 @@ public:
     const OpPlan& plan() const { return plan_; }
 
 private:
+    // The model: the config, or napkin mode's derived shape; T, 0 resolved to its default.
+    const ModelConfig& model(const EstimateInputs& in, std::int64_t& T, std::uint32_t& notes);
+
     OpPlan plan_;
+    BufferPlan buffers_;  // the temporaries' buffers (core/buffer_plan.h)
     ModelConfig shape_;  // napkin mode's derived config
     double shape_params_ = -1;
     std::int64_t shape_seq_ = -1;

@@ -22,18 +22,10 @@ std::string gb(double bytes) {
     return buf;
 }
 
-}  // namespace
-
-std::string format_explain(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
-    std::ostringstream os;
-    const auto& b = e.bytes_per_param;
-    const int W = in.gpus;
-    const double T = static_cast<double>(e.seq_len);
+// 1. The parameter count, term by term.
+void explain_parameters(std::ostream& os, const EstimateInputs& in, const Estimate& e,
+                        const ReportContext& ctx) {
     const double L = e.n_layers;
-    const double C = static_cast<double>(e.d_model);
-
-    os << "How napkin got these numbers (" << ctx.model_source << "). Sources: docs/ESTIMATOR.md.\n\n";
-
     os << "1. Parameters\n";
     if (in.params_only) {
         os << "   N = " << fmt_count(e.total_params)
@@ -61,7 +53,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
         os << "   trainable = LoRA adapters r*(parts*K + N) on each block linear (Hu et al. 2021), r = "
            << in.lora_rank << ": " << num(e.lora_params) << "; the base " << num(e.frozen_params) << " is frozen\n";
     }
+}
 
+// 2. Bytes per trainable parameter under the recipe.
+void explain_bytes_per_param(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    const auto& b = e.bytes_per_param;
     os << "\n2. Bytes per trainable parameter ("
        << enum_name(kPrecisionNames, in.precision) << ", " << enum_name(kOptimizerNames, in.optimizer) << ")\n"
        << "   weights " << num(b.weights) << " + master " << num(b.master) << " + gradients " << num(b.grads)
@@ -75,7 +71,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
         os << "   QLoRA base linears: NF4 with double quantization = 4 + 8/64 + 32/(64*256) = "
            << num(formulas::kNf4BitsPerParam) << " bits per weight (Dettmers et al. 2023, sec. 3)\n";
     }
+}
 
+// 3. Model states per GPU under ZeRO, and what is offloaded.
+void explain_model_states(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    const int W = in.gpus;
     os << "\n3. Model states per GPU: ZeRO stage " << in.zero << " over W = " << W
        << " GPUs (Rajbhandari et al. 2020, fig. 1)\n"
        << "   stage 0: (w + g + s) Psi; 1: (w + g) Psi + s Psi/W; 2: w Psi + (g + s) Psi/W; 3: (w "
@@ -112,7 +112,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
            << ": " << gb(e.cpu.total()) << " per GPU, " << gb(e.cpu_node_bytes) << " per node of "
            << std::min(W, in.gpus_per_node) << " GPUs\n";
     }
+}
 
+// 4. Activations, the closed form beside the op plan's.
+void explain_activations(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    const double L = e.n_layers;
     os << "\n4. Activations for one micro-batch (B = " << in.micro_batch << ", T = " << e.seq_len << ")\n"
        << "   closed form, Korthikanti et al. 2022 sec. 4.1, per layer with p bytes per element:\n"
        << "     none:      s*b*h*(p*(5 + qkv/h + fc/h + ff/h) + 2*dropout) + a*s^2*b*(p + dropout*(1 + p))\n"
@@ -126,7 +130,13 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
        << "     (the plan adds the norms' fp32 statistics, flash's logsumexp and LoRA's adapter inputs, and\n"
        << "      keeps the model's real dtypes, fp8 GEMM inputs included)\n";
     if (in.ignore_activations) os << "   --ignore-activations: not counted in the total\n";
+}
 
+// 5. FLOPs per token.
+void explain_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    const double T = static_cast<double>(e.seq_len);
+    const double L = e.n_layers;
+    const double C = static_cast<double>(e.d_model);
     os << "\n5. FLOPs per token\n"
        << "   6N = 6 * " << num(e.total_params) << " = " << num(e.flops_6n_per_token)
        << "   (Kaplan et al. 2020: forward 2N, backward 4N)\n";
@@ -157,7 +167,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
     }
     os << "   hardware FLOPs = model + recomputation (checkpointing, flash's backward) = "
        << num(e.hardware_flops_per_token) << "\n";
+}
 
+// 6. The run's FLOPs and time.
+void explain_run(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    const int W = in.gpus;
     os << "\n6. The run\n"
        << "   D = " << num(e.tokens) << " tokens; 6ND = " << num(e.run_flops_6nd) << " FLOPs; model FLOPs = "
        << num(e.model_flops_per_token) << " * D = " << num(e.run_model_flops) << "\n";
@@ -176,7 +190,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
     } else {
         os << "   no peak FLOP/s known for this GPU and recipe: no time\n";
     }
+}
 
+// 7. Data-parallel traffic (more than one GPU only).
+void explain_communication(std::ostream& os, const EstimateInputs& in, const Estimate& e,
+                           const ReportContext& ctx) {
     const CommunicationEstimate& c = e.comm;
     if (c.world > 1) {
         os << "\n7. Communication per step per GPU (ZeRO-" << c.zero << ", W = " << c.world << ", G = " << in.grad_accum
@@ -202,6 +220,21 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
         }
         os << "\n";
     }
+}
+
+}  // namespace
+
+std::string format_explain(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    std::ostringstream os;
+    os << "How napkin got these numbers (" << ctx.model_source
+       << "). Sources: docs/ESTIMATOR.md.\n\n";
+    explain_parameters(os, in, e, ctx);
+    explain_bytes_per_param(os, in, e);
+    explain_model_states(os, in, e);
+    explain_activations(os, in, e);
+    explain_flops(os, in, e);
+    explain_run(os, in, e);
+    explain_communication(os, in, e, ctx);
     return os.str();
 }
 

@@ -96,6 +96,245 @@ nlohmann::json communication_json(const CommunicationEstimate& c, const ReportCo
                 {"seconds", null_if_zero(c.seconds, timed)}};
 }
 
+// One memory row: the label, then GB and GiB.
+void row(std::ostream& os, const std::string& label, double bytes) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-28s %10.3f %10.3f\n", label.c_str(), bytes / kGB,
+                  bytes / kGiB);
+    os << line;
+}
+
+// The recipe, the shape of the run and the hardware, in two lines.
+void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
+                 const ReportContext& ctx) {
+    os << "napkin estimate: " << ctx.model_source << ", " << enum_name(kPrecisionNames, in.precision) << ", "
+       << enum_name(kOptimizerNames, in.optimizer) << ", " << enum_name(kAttentionNames, in.attention)
+       << " attention, checkpointing " << enum_name(kCheckpointingNames, in.checkpointing);
+    if (in.finetune != Finetune::full) {
+        os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
+    }
+    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
+       << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
+    if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
+    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << printf_string("%.2f", in.mfu)
+       << "\n\n";
+}
+
+// The parameter counts and the bytes each trainable one takes.
+void text_parameters(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    char line[256];
+    os << "parameters\n";
+    std::snprintf(line, sizeof line, "  %-16s %20s\n", "total", fmt_count(e.total_params).c_str());
+    os << line;
+    if (!in.params_only) {
+        const double emb = static_cast<double>(e.params.token_embedding + e.params.position_embedding + e.params.head);
+        std::snprintf(line, sizeof line, "  %-16s %20s\n  %-16s %20s\n", "embedding", fmt_count(emb).c_str(),
+                      "non-embedding", fmt_count(static_cast<double>(e.params.non_embedding)).c_str());
+        os << line;
+    }
+    if (!in.params_only && e.params.allocated != e.params.total) {
+        // Memory counts the embedding (and an untied head) padded to Vp rows: said here, so that
+        // bytes per parameter x the total above is not taken for the memory rows below.
+        std::snprintf(line, sizeof line,
+                      "  %-16s %20s  (vocab %s padded to %s; memory counts these)\n", "allocated",
+                      fmt_count(static_cast<double>(e.params.allocated)).c_str(),
+                      fmt_count(static_cast<double>(in.model.vocab_size)).c_str(),
+                      fmt_count(static_cast<double>(in.model.padded_vocab_size)).c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-16s %20s\n", "trainable", fmt_count(e.trainable_params).c_str());
+    os << line;
+    if (e.frozen_params > 0) {
+        std::snprintf(line, sizeof line, "  %-16s %20s  (%s)\n", "frozen", fmt_count(e.frozen_params).c_str(),
+                      in.finetune == Finetune::qlora ? "block linears in NF4, the rest in the working dtype"
+                                                     : "in the working dtype");
+        os << line;
+    }
+    if (e.lora_params > 0) {  // trainable + frozen: the base model (total above) plus its adapters
+        std::snprintf(line, sizeof line, "  %-16s %20s  (trainable + frozen)\n", "with adapters",
+                      fmt_count(e.trainable_params + e.frozen_params).c_str());
+        os << line;
+    }
+
+    const auto& b = e.bytes_per_param;
+    std::snprintf(line, sizeof line,
+                  "\nbytes per trainable parameter: weights %.6g + master %.6g + gradients %.6g + "
+                  "optimizer %.6g = %.6g\n",
+                  b.weights, b.master, b.grads, b.optimizer, b.total());
+    os << line;
+}
+
+// Memory per GPU by category, the temporaries itemized, and the host's share when offloading.
+void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    char line[256];
+    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
+    os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    const std::string weights_dtype =
+        dtype_label(pd.weights) + (in.finetune == Finetune::qlora ? "/nf4" : "");
+    row(os, "weights (" + weights_dtype + ")", e.gpu.weights);
+    row(os, "master weights (fp32)", e.gpu.master);
+    row(os, "gradients (" + dtype_label(pd.grads) + ")", e.gpu.grads);
+    row(os,
+        "optimizer (" + std::to_string(optimizer_state_count(in.optimizer)) + " x " +
+            dtype_label(pd.optimizer_state) + ")",
+        e.gpu.optimizer);
+    row(os, "activations", e.gpu.activations);
+    row(os, "temporaries", e.gpu.temporaries);
+    if (e.gpu.temporaries > 0) {
+        const auto& t = e.temporaries;
+        if (t.activation_grads > 0) row(os, "  activation gradients", t.activation_grads);
+        if (t.op_workspace > 0) row(os, "  op workspace (loss chunk)", t.op_workspace);
+        if (t.attention_workspace > 0) row(os, "  naive attention dS", t.attention_workspace);
+        if (t.param_gather > 0) row(os, "  gathered params (2 units)", t.param_gather);
+        if (t.dequant > 0) row(os, "  NF4 dequant buffer", t.dequant);
+        if (t.fp8_cast > 0) row(os, "  fp8 casts (weight, grad)", t.fp8_cast);
+        if (t.gemm_workspace > 0) row(os, "  GEMM workspace", t.gemm_workspace);
+        if (t.grad_norm_workspace > 0) row(os, "  global norm partial sums", t.grad_norm_workspace);
+    }
+    row(os, "total", e.gpu.total());
+    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
+                  e.gpu_capacity_bytes / kGB, 100.0 * e.gpu.total() / e.gpu_capacity_bytes);
+    os << line;
+    if (e.cpu.total() > 0) {
+        os << "host memory for offloaded states, per GPU\n";
+        row(os, "weights", e.cpu.weights);
+        row(os, "master weights (fp32)", e.cpu.master);
+        row(os, "gradients (fp32)", e.cpu.grads);
+        row(os, "optimizer", e.cpu.optimizer);
+        row(os, "per node", e.cpu_node_bytes);
+        std::snprintf(line, sizeof line, "  => %s the node's %.0f GB\n", e.fits_cpu ? "fits" : "DOES NOT FIT",
+                      e.cpu_capacity_bytes / kGB);
+        os << line;
+    }
+}
+
+// FLOPs per token, per step and per run.
+void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    char line[256];
+    os << "\nFLOPs per token\n";
+    std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
+    os << line;
+    if (e.flops_adapters_per_token > 0) {
+        std::snprintf(line, sizeof line, "  %-34s %12s\n", "4N + 6 N_adapters (frozen base)",
+                      fmt_sci(e.flops_adapters_per_token).c_str());
+        os << line;
+    }
+    if (!in.params_only) {
+        std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "6 N_matmul (linear layers + head)",
+                      fmt_sci(e.flops_matmul_per_token).c_str(),
+                      in.causal_attention_flops ? "attention 6LTC (causal)" : "attention 12LTC (PaLM)",
+                      fmt_sci(e.flops_attention_per_token).c_str());
+        os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "model FLOPs (MFU basis)",
+                  fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
+                  fmt_sci(e.hardware_flops_per_token).c_str());
+    os << line;
+    os << "per step: " << fmt_count(e.tokens_per_step) << " tokens (B T G W), " << fmt_sci(e.model_flops_per_step)
+       << " model FLOPs\n";
+    os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd) << " FLOPs, model FLOPs "
+       << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps) << " steps\n";
+}
+
+// Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
+void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
+    if (e.peak_flops_per_s > 0) {
+        os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
+           << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
+        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
+        if (e.run_seconds < 2 * kSecondsPerDay) {
+            os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+        }
+        os << "\n";
+        if (in.measured_tokens_per_s > 0) {
+            os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
+               << printf_string("%.3f", e.measured_mfu) << "\n";
+        }
+    }
+}
+
+// The answer of --solve.
+void text_solve(std::ostream& os, const ReportContext& ctx) {
+    if (ctx.solved != nullptr) {
+        os << "\nsolve " << ctx.solve << ": ";
+        if (ctx.solved->value <= 0) {
+            os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
+               << " per GPU)\n";
+        } else if (ctx.solve == "max-params") {
+            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
+               << ")";
+        } else {
+            os << "micro-batch " << fmt_count(ctx.solved->value);
+        }
+        if (ctx.solved->value > 0) {
+            os << (ctx.solved->at_limit ? " or more (the search stops there, and it still fits)\n"
+                                        : "\n");
+        }
+    }
+}
+
+// What the estimate was asked: the model, the run, the recipe, the hardware.
+nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    using nlohmann::json;
+    json inputs;
+    if (in.params_only) {
+        inputs["model"] = json{{"params", in.params}};
+    } else {
+        inputs["model"] = model_config_to_json(in.model);
+    }
+    inputs["model_source"] = ctx.model_source;
+    inputs["seq_len"] = e.seq_len;
+    inputs["micro_batch"] = in.micro_batch;
+    inputs["grad_accum"] = in.grad_accum;
+    inputs["tokens"] = e.tokens;
+    inputs["precision"] = enum_name(kPrecisionNames, in.precision);
+    inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
+    inputs["grads_fp32"] = in.grads_fp32;
+    inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
+    inputs["attention"] = enum_name(kAttentionNames, in.attention);
+    inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
+    inputs["gpus"] = in.gpus;
+    inputs["zero"] = in.zero;
+    inputs["offload"] = enum_name(kOffloadNames, in.offload);
+    inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
+    inputs["lora_rank"] = in.finetune == Finetune::full ? json(nullptr) : json(in.lora_rank);
+    inputs["gpu"] = ctx.gpu;
+    inputs["peak_flops_per_s"] = in.peak_flops_per_s;
+    inputs["gpu_memory_bytes"] = in.gpu_memory_bytes;
+    inputs["cpu_memory_bytes"] = in.cpu_memory_bytes;
+    inputs["mfu"] = in.mfu;
+    inputs["ignore_activations"] = in.ignore_activations;
+    return inputs;
+}
+
+// Memory per GPU by category (temporaries itemized), and the host's for offloaded states.
+nlohmann::json memory_json(const Estimate& e) {
+    using nlohmann::json;
+    auto mem = [](const MemoryBytes& m) {
+        return json{{"weights", m.weights},         {"master", m.master},
+                    {"grads", m.grads},             {"optimizer", m.optimizer},
+                    {"activations", m.activations}, {"temporaries", m.temporaries},
+                    {"model_states", m.model_states()}, {"total", m.total()}};
+    };
+    json gpu = mem(e.gpu);
+    gpu["capacity"] = e.gpu_capacity_bytes;
+    gpu["fits"] = e.fits_gpu;
+    const auto& t = e.temporaries;
+    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads},
+                                 {"op_workspace", t.op_workspace},
+                                 {"attention_workspace", t.attention_workspace},
+                                 {"param_gather", t.param_gather},
+                                 {"dequant", t.dequant},
+                                 {"fp8_cast", t.fp8_cast},
+                                 {"gemm_workspace", t.gemm_workspace},
+                                 {"grad_norm_workspace", t.grad_norm_workspace}};
+    json cpu = mem(e.cpu);
+    cpu["node_total"] = e.cpu_node_bytes;
+    cpu["capacity"] = e.cpu_capacity_bytes;
+    cpu["fits"] = e.fits_cpu;
+    return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
+}
+
 }  // namespace
 
 std::string fmt_count(double n) {
@@ -190,161 +429,17 @@ std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e)
 
 std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     std::ostringstream os;
-    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
-    char line[256];
-    auto row = [&](const char* label, double bytes) {
-        std::snprintf(line, sizeof line, "  %-28s %10.3f %10.3f\n", label, bytes / kGB, bytes / kGiB);
-        os << line;
-    };
-
-    os << "napkin estimate: " << ctx.model_source << ", " << enum_name(kPrecisionNames, in.precision) << ", "
-       << enum_name(kOptimizerNames, in.optimizer) << ", " << enum_name(kAttentionNames, in.attention)
-       << " attention, checkpointing " << enum_name(kCheckpointingNames, in.checkpointing);
-    if (in.finetune != Finetune::full) {
-        os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
-    }
-    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
-       << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
-    if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
-    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << printf_string("%.2f", in.mfu)
-       << "\n\n";
-
-    os << "parameters\n";
-    std::snprintf(line, sizeof line, "  %-16s %20s\n", "total", fmt_count(e.total_params).c_str());
-    os << line;
-    if (!in.params_only) {
-        const double emb = static_cast<double>(e.params.token_embedding + e.params.position_embedding + e.params.head);
-        std::snprintf(line, sizeof line, "  %-16s %20s\n  %-16s %20s\n", "embedding", fmt_count(emb).c_str(),
-                      "non-embedding", fmt_count(static_cast<double>(e.params.non_embedding)).c_str());
-        os << line;
-    }
-    if (!in.params_only && e.params.allocated != e.params.total) {
-        // Memory counts the embedding (and an untied head) padded to Vp rows: said here, so that
-        // bytes per parameter x the total above is not taken for the memory rows below.
-        std::snprintf(line, sizeof line,
-                      "  %-16s %20s  (vocab %s padded to %s; memory counts these)\n", "allocated",
-                      fmt_count(static_cast<double>(e.params.allocated)).c_str(),
-                      fmt_count(static_cast<double>(in.model.vocab_size)).c_str(),
-                      fmt_count(static_cast<double>(in.model.padded_vocab_size)).c_str());
-        os << line;
-    }
-    std::snprintf(line, sizeof line, "  %-16s %20s\n", "trainable", fmt_count(e.trainable_params).c_str());
-    os << line;
-    if (e.frozen_params > 0) {
-        std::snprintf(line, sizeof line, "  %-16s %20s  (%s)\n", "frozen", fmt_count(e.frozen_params).c_str(),
-                      in.finetune == Finetune::qlora ? "block linears in NF4, the rest in the working dtype"
-                                                     : "in the working dtype");
-        os << line;
-    }
-    if (e.lora_params > 0) {  // trainable + frozen: the base model (total above) plus its adapters
-        std::snprintf(line, sizeof line, "  %-16s %20s  (trainable + frozen)\n", "with adapters",
-                      fmt_count(e.trainable_params + e.frozen_params).c_str());
-        os << line;
-    }
-
-    const auto& b = e.bytes_per_param;
-    std::snprintf(line, sizeof line,
-                  "\nbytes per trainable parameter: weights %.6g + master %.6g + gradients %.6g + "
-                  "optimizer %.6g = %.6g\n",
-                  b.weights, b.master, b.grads, b.optimizer, b.total());
-    os << line;
-
-    os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
-    row(("weights (" + dtype_label(pd.weights) + (in.finetune == Finetune::qlora ? "/nf4" : "") + ")").c_str(), e.gpu.weights);
-    row("master weights (fp32)", e.gpu.master);
-    row(("gradients (" + dtype_label(pd.grads) + ")").c_str(), e.gpu.grads);
-    row(("optimizer (" + std::to_string(optimizer_state_count(in.optimizer)) + " x " +
-         dtype_label(pd.optimizer_state) + ")").c_str(),
-        e.gpu.optimizer);
-    row("activations", e.gpu.activations);
-    row("temporaries", e.gpu.temporaries);
-    if (e.gpu.temporaries > 0) {
-        const auto& t = e.temporaries;
-        if (t.activation_grads > 0) row("  activation gradients", t.activation_grads);
-        if (t.op_workspace > 0) row("  op workspace (loss chunk)", t.op_workspace);
-        if (t.attention_workspace > 0) row("  naive attention dS", t.attention_workspace);
-        if (t.param_gather > 0) row("  gathered params (2 units)", t.param_gather);
-        if (t.dequant > 0) row("  NF4 dequant buffer", t.dequant);
-        if (t.fp8_cast > 0) row("  fp8 casts (weight, grad)", t.fp8_cast);
-        if (t.gemm_workspace > 0) row("  GEMM workspace", t.gemm_workspace);
-        if (t.grad_norm_workspace > 0) row("  global norm partial sums", t.grad_norm_workspace);
-    }
-    row("total", e.gpu.total());
-    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
-                  e.gpu_capacity_bytes / kGB, 100.0 * e.gpu.total() / e.gpu_capacity_bytes);
-    os << line;
-    if (e.cpu.total() > 0) {
-        os << "host memory for offloaded states, per GPU\n";
-        row("weights", e.cpu.weights);
-        row("master weights (fp32)", e.cpu.master);
-        row("gradients (fp32)", e.cpu.grads);
-        row("optimizer", e.cpu.optimizer);
-        row("per node", e.cpu_node_bytes);
-        std::snprintf(line, sizeof line, "  => %s the node's %.0f GB\n", e.fits_cpu ? "fits" : "DOES NOT FIT",
-                      e.cpu_capacity_bytes / kGB);
-        os << line;
-    }
-
+    text_header(os, in, e, ctx);
+    text_parameters(os, in, e);
+    text_memory(os, in, e);
     if (e.comm.world > 1) os << format_communication(in, e, ctx);
-
     os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
-    row("closed form (Korthikanti)", e.act_closed_form_bytes);
-    row("op plan, kept in forward", e.act_detailed_kept_bytes);
-    row("op plan, peak in backward", e.act_detailed_bytes);
-
-    os << "\nFLOPs per token\n";
-    std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
-    os << line;
-    if (e.flops_adapters_per_token > 0) {
-        std::snprintf(line, sizeof line, "  %-34s %12s\n", "4N + 6 N_adapters (frozen base)",
-                      fmt_sci(e.flops_adapters_per_token).c_str());
-        os << line;
-    }
-    if (!in.params_only) {
-        std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "6 N_matmul (linear layers + head)",
-                      fmt_sci(e.flops_matmul_per_token).c_str(),
-                      in.causal_attention_flops ? "attention 6LTC (causal)" : "attention 12LTC (PaLM)",
-                      fmt_sci(e.flops_attention_per_token).c_str());
-        os << line;
-    }
-    std::snprintf(line, sizeof line, "  %-34s %12s\n  %-34s %12s\n", "model FLOPs (MFU basis)",
-                  fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
-                  fmt_sci(e.hardware_flops_per_token).c_str());
-    os << line;
-    os << "per step: " << fmt_count(e.tokens_per_step) << " tokens (B T G W), " << fmt_sci(e.model_flops_per_step)
-       << " model FLOPs\n";
-    os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd) << " FLOPs, model FLOPs "
-       << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps) << " steps\n";
-
-    if (e.peak_flops_per_s > 0) {
-        os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
-           << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
-        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
-        if (e.run_seconds < 2 * kSecondsPerDay) {
-            os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
-        }
-        os << "\n";
-        if (in.measured_tokens_per_s > 0) {
-            os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
-               << printf_string("%.3f", e.measured_mfu) << "\n";
-        }
-    }
-    if (ctx.solved != nullptr) {
-        os << "\nsolve " << ctx.solve << ": ";
-        if (ctx.solved->value <= 0) {
-            os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
-               << " per GPU)\n";
-        } else if (ctx.solve == "max-params") {
-            os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
-               << ")";
-        } else {
-            os << "micro-batch " << fmt_count(ctx.solved->value);
-        }
-        if (ctx.solved->value > 0) {
-            os << (ctx.solved->at_limit ? " or more (the search stops there, and it still fits)\n"
-                                        : "\n");
-        }
-    }
+    row(os, "closed form (Korthikanti)", e.act_closed_form_bytes);
+    row(os, "op plan, kept in forward", e.act_detailed_kept_bytes);
+    row(os, "op plan, peak in backward", e.act_detailed_bytes);
+    text_flops(os, in, e);
+    text_time(os, in, e);
+    text_solve(os, ctx);
     auto notes = note_texts(in, e);
     notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
     if (!notes.empty()) {
@@ -358,35 +453,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     using nlohmann::json;
     json j;
     j["schema"] = "napkin-estimate/1";
-    json inputs;
-    if (in.params_only) {
-        inputs["model"] = json{{"params", in.params}};
-    } else {
-        inputs["model"] = model_config_to_json(in.model);
-    }
-    inputs["model_source"] = ctx.model_source;
-    inputs["seq_len"] = e.seq_len;
-    inputs["micro_batch"] = in.micro_batch;
-    inputs["grad_accum"] = in.grad_accum;
-    inputs["tokens"] = e.tokens;
-    inputs["precision"] = enum_name(kPrecisionNames, in.precision);
-    inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
-    inputs["grads_fp32"] = in.grads_fp32;
-    inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
-    inputs["attention"] = enum_name(kAttentionNames, in.attention);
-    inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
-    inputs["gpus"] = in.gpus;
-    inputs["zero"] = in.zero;
-    inputs["offload"] = enum_name(kOffloadNames, in.offload);
-    inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
-    inputs["lora_rank"] = in.finetune == Finetune::full ? json(nullptr) : json(in.lora_rank);
-    inputs["gpu"] = ctx.gpu;
-    inputs["peak_flops_per_s"] = in.peak_flops_per_s;
-    inputs["gpu_memory_bytes"] = in.gpu_memory_bytes;
-    inputs["cpu_memory_bytes"] = in.cpu_memory_bytes;
-    inputs["mfu"] = in.mfu;
-    inputs["ignore_activations"] = in.ignore_activations;
-    j["inputs"] = inputs;
+    j["inputs"] = inputs_json(in, e, ctx);
 
     j["params"] = {
         {"total", e.total_params},
@@ -404,29 +471,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
     const auto& b = e.bytes_per_param;
     j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},
                             {"optimizer", b.optimizer}, {"total", b.total()}};
-    auto mem = [](const MemoryBytes& m) {
-        return json{{"weights", m.weights},         {"master", m.master},
-                    {"grads", m.grads},             {"optimizer", m.optimizer},
-                    {"activations", m.activations}, {"temporaries", m.temporaries},
-                    {"model_states", m.model_states()}, {"total", m.total()}};
-    };
-    json gpu = mem(e.gpu);
-    gpu["capacity"] = e.gpu_capacity_bytes;
-    gpu["fits"] = e.fits_gpu;
-    const auto& t = e.temporaries;
-    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads},
-                                 {"op_workspace", t.op_workspace},
-                                 {"attention_workspace", t.attention_workspace},
-                                 {"param_gather", t.param_gather},
-                                 {"dequant", t.dequant},
-                                 {"fp8_cast", t.fp8_cast},
-                                 {"gemm_workspace", t.gemm_workspace},
-                                 {"grad_norm_workspace", t.grad_norm_workspace}};
-    json cpu = mem(e.cpu);
-    cpu["node_total"] = e.cpu_node_bytes;
-    cpu["capacity"] = e.cpu_capacity_bytes;
-    cpu["fits"] = e.fits_cpu;
-    j["memory"] = {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
+    j["memory"] = memory_json(e);
     j["activations"] = {{"closed_form", e.act_closed_form_bytes},
                         {"closed_form_layer", e.act_closed_form_layer_bytes},
                         {"detailed_peak", e.act_detailed_bytes},

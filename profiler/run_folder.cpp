@@ -13,21 +13,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// nlohmann's "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error
-// while parsing object - unexpected end of input; expected '}'" without the bracketed id.
-std::string parse_message(const std::string& what) {
-    std::string m = what;
-    if (!m.empty() && m.front() == '[') {
-        const std::size_t close = m.find("] ");
-        if (close != std::string::npos) m = m.substr(close + 2);
-    }
-    if (m.rfind("parse error at ", 0) == 0) m = m.substr(std::strlen("parse error at "));
-    return m;
-}
-
-}  // namespace
-
-nlohmann::json read_json_file(const fs::path& file) {
+// The whole file; InputError naming it when it is missing, a folder, unreadable or empty.
+std::string read_text_file(const fs::path& file) {
     std::error_code ec;
     if (!fs::exists(file, ec)) throw InputError(file.string() + ": no such file");
     if (fs::is_directory(file, ec))
@@ -37,11 +24,29 @@ nlohmann::json read_json_file(const fs::path& file) {
     std::ostringstream text;
     text << in.rdbuf();
     if (text.str().empty()) throw InputError(file.string() + ": empty file, expected JSON");
+    return text.str();
+}
+
+// `read()`, its InputErrors prefixed with the file's name.
+template <class Read>
+auto naming(const fs::path& file, Read read) {
     try {
-        return nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::parse_error& e) {
-        throw InputError(file.string() + ": not valid JSON (" + parse_message(e.what()) + ")");
+        return read();
+    } catch (const InputError& e) {
+        throw InputError(file.string() + ": " + e.what());
     }
+}
+
+}  // namespace
+
+nlohmann::json read_json_file(const fs::path& file) {
+    const std::string text = read_text_file(file);
+    return naming(file, [&] { return parse_json_text(text); });
+}
+
+RunReport read_run_report(const fs::path& file) {
+    const std::string text = read_text_file(file);
+    return naming(file, [&] { return parse_run_report(text); });
 }
 
 void check_schema(const nlohmann::json* schema, const fs::path& file, std::string_view expected) {
@@ -60,42 +65,10 @@ void check_schema(const nlohmann::json* schema, const fs::path& file, std::strin
                      " file");
 }
 
-const nlohmann::json& field(const nlohmann::json& doc, std::string_view path,
-                            const fs::path& file) {
-    const nlohmann::json* at = &doc;
-    std::size_t start = 0;
-    while (start <= path.size()) {
-        const std::size_t dot = path.find('.', start);
-        const std::string key(path.substr(
-            start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-        if (!at->is_object() || !at->contains(key)) {
-            throw InputError(file.string() + ": field '" + std::string(path) + "' is missing");
-        }
-        at = &(*at)[key];
-        if (dot == std::string_view::npos) break;
-        start = dot + 1;
-    }
-    return *at;
-}
-
-double number_field(const nlohmann::json& doc, std::string_view path, const fs::path& file) {
-    const nlohmann::json& v = field(doc, path, file);
-    if (!v.is_number())
-        throw InputError(file.string() + ": field '" + std::string(path) + "' is not a number");
-    return v.get<double>();
-}
-
-std::string string_field(const nlohmann::json& doc, std::string_view path, const fs::path& file) {
-    const nlohmann::json& v = field(doc, path, file);
-    if (!v.is_string())
-        throw InputError(file.string() + ": field '" + std::string(path) + "' is not a string");
-    return v.get<std::string>();
-}
-
-RunReport load_run_report(const fs::path& path) {
+RankReport load_run_report(const fs::path& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) throw InputError(path.string() + ": no such folder");
-    RunReport r;
+    RankReport r;
     if (fs::is_directory(path, ec)) {
         r.dir = path;
         r.file = path / "report.json";
@@ -107,40 +80,16 @@ RunReport load_run_report(const fs::path& path) {
         r.file = path;
         r.dir = path.parent_path();
     }
-    r.report = read_json_file(r.file);
-    if (!r.report.is_object()) throw InputError(r.file.string() + ": expected a JSON object");
-    check_schema(r.report.contains("schema") ? &r.report["schema"] : nullptr, r.file,
-                 kReportSchema);
+    r.report = read_run_report(r.file);
     const fs::path norm = fs::weakly_canonical(r.dir, ec);
     r.label = (ec ? r.dir : norm).filename().string();
     if (r.label.empty()) r.label = r.dir.string();
-    const auto comm = r.report.find("communication");
-    if (comm != r.report.end() && !comm->is_null()) {
-        auto integer = [&](const char* key, int lo) {
-            const double v = number_field(r.report, std::string("communication.") + key, r.file);
-            if (v != static_cast<double>(static_cast<int>(v)) || v < lo) {
-                throw InputError(r.file.string() + ": field 'communication." + key +
-                                 "' is not an integer >= " + std::to_string(lo));
-            }
-            return static_cast<int>(v);
-        };
-        r.world = integer("world", 1);
-        r.rank = integer("rank", 0);
-        r.zero = integer("zero", 0);
-        if (r.rank >= r.world) {
-            throw InputError(r.file.string() + ": field 'communication.rank' is " +
-                             std::to_string(r.rank) + ", outside world size " +
-                             std::to_string(r.world));
-        }
-        if (comm->contains("clock_origin_ns")) {
-            const nlohmann::json& o = (*comm)["clock_origin_ns"];
-            if (!o.is_number_integer()) {
-                throw InputError(r.file.string() +
-                                 ": field 'communication.clock_origin_ns' is not an integer");
-            }
-            r.clock_origin_ns = o.get<std::int64_t>();
-        }
-        if (comm->contains("host")) r.host = string_field(r.report, "communication.host", r.file);
+    if (const std::optional<CommunicationReport>& c = r.report.communication) {
+        r.world = c->world;
+        r.rank = c->rank;
+        r.zero = c->zero;
+        r.clock_origin_ns = c->clock_origin_ns;
+        r.host = c->host;
     }
     return r;
 }
@@ -151,7 +100,7 @@ std::string rank_label(const std::string& run_label, int rank, int world) {
 }
 
 RunRanks load_run_ranks(const fs::path& path) {
-    RunReport first = load_run_report(path);
+    RankReport first = load_run_report(path);
     RunRanks run;
     run.dir = first.dir;
     run.label = first.label;
@@ -177,8 +126,8 @@ RunRanks load_run_ranks(const fs::path& path) {
                              " of the " + std::to_string(run.world) + " that " +
                              first_file.string() + " names)");
         }
-        RunReport rr = load_run_report(dir);
-        if (!rr.report.contains("communication") || rr.report["communication"].is_null()) {
+        RankReport rr = load_run_report(dir);
+        if (!rr.report.communication) {
             throw InputError(rr.file.string() + ": field 'communication' is missing, but " + says +
                              "world size " + std::to_string(run.world));
         }

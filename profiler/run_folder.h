@@ -1,10 +1,10 @@
 // run_folder: reads what `napkin train` writes into a run folder, for `napkin report` and
-// `napkin export`: report.json (schema napkin-train-report/1) and trace.json (napkin-trace/1).
+// `napkin export`: report.json (profiler/run_report.h) and trace.json (napkin-trace/1).
 // Every failure is an InputError naming the file and what was expected, one line:
 //   runs/a: no such folder
 //   runs/a/report.json: not valid JSON (line 40, column 1: unexpected end of input ...)
-//   runs/a/report.json: format napkin-train-report/9 is not supported (this napkin reads
-//   napkin-train-report/1)
+//   runs/a/report.json: schema napkin-train-report/9 is newer than this napkin reads (1);
+//   update napkin
 //   runs/a/report.json: field 'measured.seconds' is not a number
 //   runs/z3/rank1/report.json: field 'communication.world' is 4, but rank 0 (runs/z3/report.json)
 //   says 2
@@ -22,9 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiler/run_report.h"
+
 namespace napkin::profiler {
 
-inline constexpr std::string_view kReportSchema = "napkin-train-report/1";
 inline constexpr std::string_view kTraceSchema = "napkin-trace/1";
 inline constexpr std::string_view kMemorySchema = "napkin-memory/1";
 
@@ -32,25 +33,21 @@ inline constexpr std::string_view kMemorySchema = "napkin-memory/1";
 nlohmann::json read_json_file(const std::filesystem::path& file);
 
 // Checks `schema` ("name/version") against the one this build reads. `schema` is the
-// document's "schema" field (report, memory) or "otherData.schema" (trace); absent or of
-// another name means it is not that kind of file at all.
+// document's "schema" field (memory) or "otherData.schema" (trace); absent or of another name
+// means it is not that kind of file at all.
 void check_schema(const nlohmann::json* schema, const std::filesystem::path& file,
                   std::string_view expected);
 
-// The field at a dotted path ("measured.peak_bytes.activations"), or InputError naming it.
-const nlohmann::json& field(const nlohmann::json& doc, std::string_view path,
-                            const std::filesystem::path& file);
-double number_field(const nlohmann::json& doc, std::string_view path,
-                    const std::filesystem::path& file);
-std::string string_field(const nlohmann::json& doc, std::string_view path,
-                         const std::filesystem::path& file);
+// A report.json file, read and checked (its errors name it).
+RunReport read_run_report(const std::filesystem::path& file);
 
-struct RunReport {
+// One rank's report and the folder it was read from.
+struct RankReport {
     std::filesystem::path dir;   // the run folder
     std::filesystem::path file;  // its report.json
     std::string label;           // the folder's name, for table headers and trace processes
-    nlohmann::json report;       // schema checked
-    // From report.json's `communication` (absent: one process, rank 0 of 1).
+    RunReport report;
+    // From report.communication (absent: one process, rank 0 of 1).
     int rank = 0;
     int world = 1;
     int zero = -1;  // ZeRO stage, -1 without data parallelism
@@ -61,7 +58,7 @@ struct RunReport {
 };
 
 // `path` is a run folder or a report.json inside one.
-RunReport load_run_report(const std::filesystem::path& path);
+RankReport load_run_report(const std::filesystem::path& path);
 
 // Every rank of a run. `path` names a run folder or its report.json; when that is rank 0 of W > 1
 // ranks, ranks 1..W-1 are read from <folder>/rank<r> and must agree with it (world size, stage,
@@ -72,7 +69,8 @@ struct RunRanks {
     std::string label;          // its name, for table headers and trace processes
     int world = 1;
     int zero = -1;
-    std::vector<RunReport> ranks;  // in rank order; ranks.size() == world unless one rank was named
+    // In rank order; ranks.size() == world unless one rank was named.
+    std::vector<RankReport> ranks;
 };
 RunRanks load_run_ranks(const std::filesystem::path& path);
 

@@ -109,47 +109,52 @@ std::vector<WorkStats> StepProfile::sorted(const std::map<std::string, WorkStats
     return out;
 }
 
-nlohmann::json StepProfile::to_json() const {
+ProfileReport StepProfile::report() const {
     const double n_steps = steps_.empty() ? 1.0 : static_cast<double>(steps_.size());
+    ProfileReport out;
+    out.steps_profiled = steps_.size();
+    out.roofline = {roofline_.flops_per_s, roofline_.bytes_per_s};
     double step_seconds = 0;
-    nlohmann::json steps = nlohmann::json::array();
     for (const StepTiming& s : steps_) {
         step_seconds += static_cast<double>(s.dur_ns) * 1e-9;
-        steps.push_back({{"name", s.name},
-                         {"seconds", static_cast<double>(s.dur_ns) * 1e-9},
-                         {"op_seconds", static_cast<double>(s.op_ns) * 1e-9},
-                         {"op_coverage", s.coverage()},
-                         {"kernel_seconds", static_cast<double>(s.kernel_ns) * 1e-9},
-                         {"roofline_seconds", s.roofline_seconds}});
+        out.steps.push_back({s.name, static_cast<double>(s.dur_ns) * 1e-9,
+                             static_cast<double>(s.op_ns) * 1e-9, s.coverage(),
+                             static_cast<double>(s.kernel_ns) * 1e-9, s.roofline_seconds});
     }
-    auto rows = [&](const std::vector<WorkStats>& list) {
-        nlohmann::json out = nlohmann::json::array();
+    auto rows_of = [&](const std::vector<WorkStats>& list) {
+        std::vector<ProfileRow> rows;
         for (const WorkStats& w : list) {
             const double seconds = static_cast<double>(w.total_ns) * 1e-9;
-            out.push_back({{"name", w.name},
-                           {"category", std::string(enum_name(kCategoryNames, w.category))},
-                           {"calls_per_step", static_cast<double>(w.calls) / n_steps},
-                           {"seconds_per_step", seconds / n_steps},
-                           {"roofline_seconds_per_step", w.roofline_seconds / n_steps},
-                           {"flops_per_step", static_cast<double>(w.flops) / n_steps},
-                           {"bytes_per_step", static_cast<double>(w.bytes) / n_steps},
-                           {"achieved_flops_per_s", seconds > 0 ? static_cast<double>(w.flops) / seconds : 0.0},
-                           {"achieved_bytes_per_s", seconds > 0 ? static_cast<double>(w.bytes) / seconds : 0.0},
-                           {"share_of_step", step_seconds > 0 ? seconds / step_seconds : 0.0}});
+            ProfileRow r{w.name,
+                         std::string(enum_name(kCategoryNames, w.category)),
+                         static_cast<double>(w.calls) / n_steps,
+                         seconds / n_steps,
+                         w.roofline_seconds / n_steps,
+                         static_cast<double>(w.flops) / n_steps,
+                         static_cast<double>(w.bytes) / n_steps,
+                         seconds > 0 ? static_cast<double>(w.flops) / seconds : 0.0,
+                         seconds > 0 ? static_cast<double>(w.bytes) / seconds : 0.0,
+                         step_seconds > 0 ? seconds / step_seconds : 0.0,
+                         {},
+                         {},
+                         {}};
             if (w.category != Category::kernel) {  // ops: the device records they launched
                 const double device = static_cast<double>(w.device_ns) * 1e-9;
-                out.back()["device_records_per_step"] = static_cast<double>(w.device_records) / n_steps;
-                out.back()["device_seconds_per_step"] = device / n_steps;
-                out.back()["device_flops_per_s"] = device > 0 ? static_cast<double>(w.flops) / device : 0.0;
+                r.device_records_per_step = static_cast<double>(w.device_records) / n_steps;
+                r.device_seconds_per_step = device / n_steps;
+                r.device_flops_per_s = device > 0 ? static_cast<double>(w.flops) / device : 0.0;
             }
+            rows.push_back(std::move(r));
         }
-        return out;
+        return rows;
     };
-    return {{"steps_profiled", steps_.size()},
-            {"roofline", {{"peak_flops_per_s", roofline_.flops_per_s}, {"peak_bytes_per_s", roofline_.bytes_per_s}}},
-            {"steps", steps},
-            {"ops", rows(ops())},
-            {"kernels", rows(kernels())}};
+    out.ops = rows_of(ops());
+    out.kernels = rows_of(kernels());
+    return out;
+}
+
+nlohmann::json StepProfile::to_json() const {
+    return report();
 }
 
 }  // namespace napkin::profiler

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "profiler/event.h"
+#include "profiler/run_report.h"
 
 namespace napkin::profiler {
 
@@ -79,7 +80,8 @@ public:
 
     // report.json's "profile" section (docs/FORMATS.md): the steps, and the ops and kernels
     // per step (averaged over the profiled steps) with their roofline and achieved rates.
-    nlohmann::json to_json() const;
+    ProfileReport report() const;
+    nlohmann::json to_json() const;  // report() as report.json writes it
 
     // "h.3.attn.qkv backward" -> "attn.qkv backward"; other names unchanged.
     static std::string op_key(const std::string& range_name);

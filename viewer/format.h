@@ -1,5 +1,6 @@
 // Number formats shared by the panels and the compare table (no ImGui: the data model's
-// compare_table uses them too). Decimal units, as napkin prints everywhere.
+// compare_table uses them too). Decimal units, as napkin prints everywhere; never in exponent form
+// (tests/viewer/format_test.cpp).
 #pragma once
 
 #include <string>

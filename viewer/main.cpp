@@ -1,6 +1,8 @@
 // napkin-view: the desktop viewer (`napkin view` starts it). Opens run folders and Chrome trace
-// files; with --screenshot renders one view headless into a PNG and exits.
-// Exit codes: 0 success, 1 a window or file that could not be made, 2 usage error.
+// files; with --screenshot renders one view headless into a PNG and exits. --view, --mode,
+// --window, --find, --select and --keys open it in a given state, so that any state has a command.
+// Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select),
+// 2 usage error.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -14,7 +16,15 @@
 
 namespace {
 
-using napkin::viewer::ViewId;
+namespace viewer = napkin::viewer;
+
+struct Flags {
+    std::vector<std::string> paths;
+    std::string screenshot, view = "timeline", mode, window, size;
+    int frames = 3;
+    viewer::OpenOptions open;
+    viewer::WindowOptions window_options;
+};
 
 bool parse_size(const std::string& text, int& w, int& h) {
     char x = 0;
@@ -23,25 +33,117 @@ bool parse_size(const std::string& text, int& w, int& h) {
            (x == 'x' || x == 'X') && w >= 64 && h >= 64 && w <= 8192 && h <= 8192;
 }
 
+void add_options(CLI::App& cli, Flags& f) {
+    cli.add_option("paths", f.paths,
+                   "Run folders (trace.json, memory.json, report.json) or Chrome trace files");
+    cli.add_option("--screenshot", f.screenshot,
+                   "Render headless into this PNG and exit (needs a display: xvfb-run -a)");
+    cli.add_option("--view", f.view, "View to show first: timeline|memory|kernels|compare|estimate")
+        ->capture_default_str();
+    cli.add_option("--mode", f.mode, "The kernels view's rows: kernels|ops|all (default kernels)");
+    cli.add_option("--window", f.window,
+                   "Time window of the timeline and memory views, START:END from the runs' start, "
+                   "in s unless a unit is given (ns, us, ms, s): 0.75:0.8, 120ms:135ms");
+    cli.add_option("--find", f.open.find, "Text for the timeline's find box: matches outlined");
+    cli.add_option("--select", f.open.select,
+                   "Select the first event with this name (else with it in its name); shown "
+                   "when no --window is given");
+    cli.add_flag("--keys", f.open.keys, "Show the list of keys (what ? shows)");
+    cli.add_option("--size", f.size,
+                   "Window or PNG size WxH (default 1600x900 window, 1280x720 PNG)");
+    cli.add_option("--frames", f.frames, "Frames rendered before a screenshot is taken")
+        ->capture_default_str();
+}
+
+// The flags' values beyond CLI11's own checks; "" or the one line to print (exit 2).
+std::string check_flags(Flags& f) {
+    bool known = false;
+    for (std::size_t i = 0; i < viewer::kViewNames.size(); ++i) {
+        if (viewer::kViewNames[i] == f.view) {
+            f.open.view = static_cast<viewer::ViewId>(i);
+            known = true;
+        }
+    }
+    if (!known) {
+        return "--view: unknown view '" + f.view +
+               "' (expected timeline|memory|kernels|compare|estimate)";
+    }
+    if (f.mode == "kernels" || f.mode == "ops" || f.mode == "all") {
+        f.open.mode = f.mode == "kernels" ? viewer::StatScope::kernels
+                      : f.mode == "ops"   ? viewer::StatScope::ops
+                                          : viewer::StatScope::all;
+    } else if (!f.mode.empty()) {
+        return "--mode: unknown mode '" + f.mode + "' (expected kernels|ops|all)";
+    }
+    if (!f.window.empty()) {
+        viewer::TimeWindow w;
+        if (std::string err = viewer::parse_time_window(f.window, w); !err.empty())
+            return "--window: " + err;
+        f.open.window = w;
+    }
+    viewer::WindowOptions& opt = f.window_options;
+    opt.headless = !f.screenshot.empty();
+    if (opt.headless) {
+        opt.width = 1280;
+        opt.height = 720;
+    }
+    if (!f.size.empty() && !parse_size(f.size, opt.width, opt.height))
+        return "--size: expected WxH between 64x64 and 8192x8192 (got '" + f.size + "')";
+    if (f.frames < 1 || f.frames > 1000)
+        return "--frames: expected 1..1000 (got " + std::to_string(f.frames) + ")";
+    return "";
+}
+
+// Loads every path; files that cannot be used are shown in the window and the rest of the runs
+// still open. Headless, they are also printed; `unusable` says whether any was.
+std::vector<viewer::RunData> load_runs(const Flags& f, bool& unusable) {
+    std::vector<viewer::RunData> runs;
+    unusable = false;
+    for (const std::string& p : f.paths)
+        runs.push_back(viewer::load_run(p));
+    if (!f.window_options.headless) return runs;
+    for (const auto& r : runs) {
+        for (const std::string& e : r.errors)
+            std::fprintf(stderr, "napkin view: error: %s\n", e.c_str());
+        for (const std::string& w : r.warnings)
+            std::fprintf(stderr, "napkin view: warning: %s\n", w.c_str());
+        unusable = unusable || !r.errors.empty();
+    }
+    return runs;
+}
+
+int run(const Flags& f) {
+    bool unusable = false;
+    std::vector<viewer::RunData> runs = load_runs(f, unusable);
+    viewer::GlfwBackend backend(f.window_options);
+    viewer::App app(std::move(runs));
+    if (std::string err = app.open(f.open); !err.empty()) {
+        std::fprintf(stderr, "napkin view: error: %s\n", err.c_str());
+        return 1;
+    }
+    if (!f.window_options.headless) {
+        while (!backend.should_close())
+            backend.frame([&] { app.draw(); });
+        return 0;
+    }
+    // The PNG shows the unusable files too, and then ends with exit status 1.
+    for (int i = 0; i < f.frames; ++i)
+        backend.frame([&] { app.draw(); });
+    if (std::string err = backend.save_png(f.screenshot); !err.empty()) {
+        std::fprintf(stderr, "napkin view: error: --screenshot: %s\n", err.c_str());
+        return 1;
+    }
+    return unusable ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    napkin::viewer::use_huge_page_malloc(argv);
+    viewer::use_huge_page_malloc(argv);
     CLI::App cli{
         "napkin-view: timeline, memory, kernels, compare and estimate views of napkin runs"};
-    std::vector<std::string> paths;
-    std::string screenshot, view = "timeline", size;
-    int frames = 3;
-    cli.add_option("paths", paths,
-                   "Run folders (trace.json, memory.json, report.json) or Chrome trace files");
-    cli.add_option("--screenshot", screenshot,
-                   "Render headless into this PNG and exit (needs a display: xvfb-run -a)");
-    cli.add_option("--view", view, "View to show first: timeline|memory|kernels|compare|estimate")
-        ->capture_default_str();
-    cli.add_option("--size", size,
-                   "Window or PNG size WxH (default 1600x900 window, 1280x720 PNG)");
-    cli.add_option("--frames", frames, "Frames rendered before a screenshot is taken")
-        ->capture_default_str();
+    Flags f;
+    add_options(cli, f);
     try {
         cli.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -49,71 +151,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "napkin view: error: %s (see napkin view --help)\n", e.what());
         return 2;
     }
-    ViewId first = ViewId::timeline;
-    bool known = false;
-    for (std::size_t i = 0; i < napkin::viewer::kViewNames.size(); ++i) {
-        if (napkin::viewer::kViewNames[i] == view) {
-            first = static_cast<ViewId>(i);
-            known = true;
-        }
-    }
-    if (!known) {
-        std::fprintf(stderr,
-                     "napkin view: error: --view: unknown view '%s' (expected "
-                     "timeline|memory|kernels|compare|estimate)\n",
-                     view.c_str());
-        return 2;
-    }
-    napkin::viewer::WindowOptions opt;
-    opt.headless = !screenshot.empty();
-    if (opt.headless) {
-        opt.width = 1280;
-        opt.height = 720;
-    }
-    if (!size.empty() && !parse_size(size, opt.width, opt.height)) {
-        std::fprintf(
-            stderr,
-            "napkin view: error: --size: expected WxH between 64x64 and 8192x8192 (got '%s')\n",
-            size.c_str());
-        return 2;
-    }
-    if (frames < 1 || frames > 1000) {
-        std::fprintf(stderr, "napkin view: error: --frames: expected 1..1000 (got %d)\n", frames);
+    if (std::string err = check_flags(f); !err.empty()) {
+        std::fprintf(stderr, "napkin view: error: %s\n", err.c_str());
         return 2;
     }
     try {
-        // Files that cannot be used are shown in the window and the rest of the runs still open.
-        // Headless, they are also printed, and the PNG (which shows them) ends with exit status 1.
-        std::vector<napkin::viewer::RunData> runs;
-        bool unusable = false;
-        for (const std::string& p : paths)
-            runs.push_back(napkin::viewer::load_run(p));
-        if (opt.headless) {
-            for (const auto& r : runs) {
-                for (const std::string& e : r.errors)
-                    std::fprintf(stderr, "napkin view: error: %s\n", e.c_str());
-                for (const std::string& w : r.warnings)
-                    std::fprintf(stderr, "napkin view: warning: %s\n", w.c_str());
-                unusable = unusable || !r.errors.empty();
-            }
-        }
-        napkin::viewer::GlfwBackend backend(opt);
-        napkin::viewer::App app(std::move(runs));
-        app.select(first);
-        if (opt.headless) {
-            for (int i = 0; i < frames; ++i)
-                backend.frame([&] { app.draw(); });
-            if (std::string err = backend.save_png(screenshot); !err.empty()) {
-                std::fprintf(stderr, "napkin view: error: --screenshot: %s\n", err.c_str());
-                return 1;
-            }
-            return unusable ? 1 : 0;
-        }
-        while (!backend.should_close())
-            backend.frame([&] { app.draw(); });
+        return run(f);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "napkin view: error: %s\n", e.what());
         return 1;
     }
-    return 0;
 }

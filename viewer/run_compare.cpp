@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "viewer/format.h"
 #include "viewer/run_data.h"
@@ -14,11 +18,6 @@ namespace {
 
 constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
                                        "optimizer_state", "activations",    "temporaries"};
-
-double get(const std::map<std::string, double>& m, const std::string& key) {
-    auto it = m.find(key);
-    return it == m.end() ? NAN : it->second;
-}
 
 std::string bytes_or_dash(double v) {
     return std::isfinite(v) ? fmt_bytes_short(v) : std::string("-");
@@ -38,11 +37,98 @@ double median(std::vector<double> v) {
     return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// A measured category's peak; NaN when the report has none.
+double measured_peak(const ReportData& r, MemCategory c) {
+    const std::optional<std::int64_t>& v = r.measured.peak_bytes[static_cast<std::size_t>(c)];
+    return v ? static_cast<double>(*v) : NAN;
+}
+
+// Each step's time in collectives, where the report has it.
+std::vector<double> comm_seconds(const ReportData& r) {
+    std::vector<double> out;
+    for (const profiler::StepReport& s : r.steps) {
+        if (s.comm && s.comm->seconds) out.push_back(*s.comm->seconds);
+    }
+    return out;
+}
+
+using Row = std::function<std::string(const ReportData&)>;
+
+// Data parallelism: report.json's "communication" (absent: one process, no ZeRO).
+void add_parallel_settings(const std::function<void(const std::string&, const Row&)>& add) {
+    using Comm = profiler::CommunicationReport;
+    auto comm = [](const ReportData& r, auto get, std::string otherwise) {
+        return r.communication ? get(*r.communication) : otherwise;
+    };
+    add("ZeRO stage", [&](const ReportData& r) {
+        return comm(
+            r, [](const Comm& c) { return std::to_string(c.zero); }, "none (1 process)");
+    });
+    add("world size", [&](const ReportData& r) {
+        return comm(
+            r, [](const Comm& c) { return std::to_string(c.world); }, "1");
+    });
+    add("rank shown", [&](const ReportData& r) {
+        return comm(
+            r, [](const Comm& c) { return std::to_string(c.rank); }, "0");
+    });
+    add("comm backend", [&](const ReportData& r) {
+        return comm(
+            r, [](const Comm& c) { return c.backend; }, "");
+    });
+}
+
+// Bytes communicated per step, predicted and measured, and the time in collectives.
+void add_parallel_results(const std::function<void(const std::string&, const Row&)>& add) {
+    add("sent / step, pred / meas", [](const ReportData& r) {
+        if (!r.communication) return std::string("-");
+        return bytes_or_dash(r.communication->predicted_per_step.sent_bytes) + " / " +
+               bytes_or_dash(
+                   static_cast<double>(r.communication->measured_per_step.state_sent_bytes));
+    });
+    add("received / step, pred / meas", [](const ReportData& r) {
+        if (!r.communication) return std::string("-");
+        return bytes_or_dash(r.communication->predicted_per_step.received_bytes) + " / " +
+               bytes_or_dash(
+                   static_cast<double>(r.communication->measured_per_step.state_received_bytes));
+    });
+    add("all sent / step (meas)", [](const ReportData& r) {
+        return r.communication ? bytes_or_dash(static_cast<double>(
+                                     r.communication->measured_per_step.sent_bytes))
+                               : std::string("-");
+    });
+    add("in collectives / step", [](const ReportData& r) {
+        const double c = median(comm_seconds(r)), s = median_step_seconds(r);
+        if (!std::isfinite(c)) return std::string("-");
+        std::string out = fmt_duration_ns(c * 1e9);
+        if (std::isfinite(s) && s > 0) {
+            char b[32];
+            std::snprintf(b, sizeof b, " (%.0f%%)", 100.0 * c / s);
+            out += b;
+        }
+        return out;
+    });
+}
+
 }  // namespace
+
+double predicted_total_bytes(const ReportData& r) {
+    double total = 0;
+    for (double b : r.predicted.bytes)
+        total += b;
+    return total;
+}
+
+double median_step_seconds(const ReportData& r) {
+    std::vector<double> s;
+    for (const profiler::StepReport& step : r.steps)
+        s.push_back(step.seconds);
+    return median(std::move(s));
+}
 
 std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs) {
     std::vector<CompareRow> rows;
-    auto add = [&](const std::string& key, const std::function<std::string(const ReportData&)>& f) {
+    auto add = [&](const std::string& key, const Row& f) {
         CompareRow row{key, {}, false};
         for (const RunData* r : runs) {
             std::string v = f(r->report);
@@ -58,81 +144,50 @@ std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs) {
     };
 
     // Settings.
-    add("model", [](const ReportData& r) { return r.model_name; });
-    for (const char* k : {"precision", "checkpointing", "attention", "finetune", "optimizer", "micro_batch",
-                          "seq_len", "grad_accum", "steps", "device"}) {
-        if (any([k](const ReportData& r) { return !r.run_value(k).empty(); }))
-            add(k, [k](const ReportData& r) { return r.run_value(k); });
-    }
-    // Data parallelism: report.json's "communication" (absent: one process, no ZeRO).
-    const bool parallel = any([](const ReportData& r) { return !r.communication.empty(); });
-    if (parallel) {
-        add("ZeRO stage", [](const ReportData& r) {
-            return r.communication.empty() ? std::string("none (1 process)")
-                                           : integer_or(r.comm_value("zero"), "-");
-        });
-        add("world size",
-            [](const ReportData& r) { return integer_or(r.comm_value("world"), "1"); });
-        add("rank shown",
-            [](const ReportData& r) { return integer_or(r.comm_value("rank"), "0"); });
-        add("comm backend", [](const ReportData& r) { return r.comm_backend; });
-    }
+    add("model", [](const ReportData& r) { return r.model.name; });
+    add("precision", [](const ReportData& r) { return r.run.precision; });
+    add("checkpointing", [](const ReportData& r) { return r.run.checkpointing; });
+    add("attention", [](const ReportData& r) { return r.run.attention; });
+    add("finetune", [](const ReportData& r) { return r.run.finetune; });
+    add("optimizer", [](const ReportData& r) { return r.run.optimizer; });
+    add("micro_batch", [](const ReportData& r) { return std::to_string(r.run.micro_batch); });
+    add("seq_len", [](const ReportData& r) { return std::to_string(r.run.seq_len); });
+    add("grad_accum", [](const ReportData& r) { return std::to_string(r.run.grad_accum); });
+    add("steps", [](const ReportData& r) { return std::to_string(r.run.steps); });
+    add("device", [](const ReportData& r) { return r.run.device; });
+    const bool parallel = any([](const ReportData& r) { return r.communication.has_value(); });
+    if (parallel) add_parallel_settings(add);
 
     // Results.
     add("predicted total",
-        [](const ReportData& r) { return fmt_bytes_short(r.predicted_total_bytes()); });
-    add("measured peak",
-        [](const ReportData& r) { return bytes_or_dash(r.measured_value("peak_total_bytes")); });
-    for (const char* c : kCategories) {
-        add(std::string(c) + " pred / meas", [c](const ReportData& r) {
-            return bytes_or_dash(get(r.predicted, c)) + " / " +
-                   bytes_or_dash(get(r.measured_peak, c));
+        [](const ReportData& r) { return fmt_bytes_short(predicted_total_bytes(r)); });
+    add("measured peak", [](const ReportData& r) {
+        return bytes_or_dash(static_cast<double>(r.measured.peak_total_bytes));
+    });
+    for (std::size_t c = 0; c < std::size(kCategories); ++c) {
+        add(std::string(kCategories[c]) + " pred / meas", [c](const ReportData& r) {
+            return bytes_or_dash(r.predicted.bytes[c]) + " / " +
+                   bytes_or_dash(measured_peak(r, static_cast<MemCategory>(c)));
         });
     }
-    if (any([](const ReportData& r) { return r.measured_peak.count("communication") != 0; })) {
+    if (any([](const ReportData& r) {
+            return std::isfinite(measured_peak(r, MemCategory::communication));
+        })) {
         // Measured only: ZeRO's buckets and gathered units have no category in the estimator.
         add("communication (meas)", [](const ReportData& r) {
-            return bytes_or_dash(get(r.measured_peak, "communication"));
+            return bytes_or_dash(measured_peak(r, MemCategory::communication));
         });
     }
-    if (parallel) {
-        add("sent / step, pred / meas", [](const ReportData& r) {
-            if (r.communication.empty()) return std::string("-");
-            return bytes_or_dash(r.comm_value("predicted_per_step.sent_bytes")) + " / " +
-                   bytes_or_dash(r.comm_value("measured_per_step.state_sent_bytes"));
-        });
-        add("received / step, pred / meas", [](const ReportData& r) {
-            if (r.communication.empty()) return std::string("-");
-            return bytes_or_dash(r.comm_value("predicted_per_step.received_bytes")) + " / " +
-                   bytes_or_dash(r.comm_value("measured_per_step.state_received_bytes"));
-        });
-        add("all sent / step (meas)", [](const ReportData& r) {
-            return bytes_or_dash(r.comm_value("measured_per_step.sent_bytes"));
-        });
-        add("in collectives / step", [](const ReportData& r) {
-            const double c = median(r.comm_seconds), s = r.median_step_seconds();
-            if (!std::isfinite(c)) return std::string("-");
-            std::string out = fmt_duration_ns(c * 1e9);
-            if (std::isfinite(s) && s > 0) {
-                char b[32];
-                std::snprintf(b, sizeof b, " (%.0f%%)", 100.0 * c / s);
-                out += b;
-            }
-            return out;
-        });
-    }
+    if (parallel) add_parallel_results(add);
     add("step time (median)", [](const ReportData& r) {
-        const double s = r.median_step_seconds();
+        const double s = median_step_seconds(r);
         return std::isfinite(s) ? fmt_duration_ns(s * 1e9) : std::string("-");
     });
-    add("tokens/s",
-        [](const ReportData& r) { return integer_or(r.measured_value("tokens_per_s"), "-"); });
+    add("tokens/s", [](const ReportData& r) { return integer_or(r.measured.tokens_per_s, "-"); });
     add("MFU", [](const ReportData& r) {
-        const double m = r.measured_value("mfu");
-        if (!std::isfinite(m)) return std::string("-");
         char b[32];
-        std::snprintf(b, sizeof b, "%.2f%%", 100.0 * m);
-        return std::string(b);
+        std::snprintf(b, sizeof b, "%.2f%%", 100.0 * r.measured.mfu);
+        return std::isfinite(r.measured.mfu) ? std::string(b) : std::string("-");
     });
     return rows;
 }

@@ -6,10 +6,11 @@
 // becomes one line in RunData::errors ("trace.json: The JSON document has an improper
 // structure ..."), the other files of the run still load. Traces are read with simdjson's
 // On-Demand API from a memory-mapped file (nothing deeper than an event's args is descended into,
-// so deep nesting costs no recursion); memory.json and report.json with its DOM API, bounded to
-// kMaxJsonDepth. Timestamps outside +-100 days, negative durations and non-numeric fields skip
-// the event and are counted in warnings. Unknown phases, fields and metadata (a PyTorch
-// profiler trace's) are ignored. docs/VIEWER.md lists what is accepted.
+// so deep nesting costs no recursion); memory.json with its DOM API, bounded to kMaxJsonDepth;
+// report.json through napkin's one reader of it (profiler/run_report.h). Timestamps outside +-100
+// days, negative durations and non-numeric fields skip the event and are counted in warnings.
+// Unknown phases, fields and metadata (a PyTorch profiler trace's) are ignored. docs/VIEWER.md
+// lists what is accepted.
 //
 // Time is int64 nanoseconds since the run start (trace "ts" microseconds * 1000, rounded).
 // Events are stored sorted by (lane, depth, start): each lane's depth level is one contiguous,
@@ -23,6 +24,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "profiler/run_report.h"
 
 namespace napkin::viewer {
 
@@ -150,28 +153,13 @@ struct LiveBlock {
     std::int64_t t_allocated_ns = 0;
 };
 
-// report.json (schema napkin-train-report/1): the prediction beside the measurement.
-struct ReportData {
-    std::string model_name;
-    std::string model_json;  // the "model" object as JSON, for the estimate view
-    std::vector<std::pair<std::string, std::string>> run;  // "precision" -> "bf16-amp", in order
-    std::map<std::string, double> predicted;               // "activations" -> bytes, ...
-    std::map<std::string, double> measured_peak;           // by category, bytes
-    std::map<std::string, double> measured;                // scalars: mfu, tokens_per_s, ...
-    std::vector<double> step_seconds;
-    // "communication" (data-parallel runs, napkin train --zero under mpirun; docs/ZERO.md): its
-    // numbers by dotted path, two levels deep ("world", "zero", "rank",
-    // "measured_per_step.state_sent_bytes", "predicted_per_step.sent_bytes"); empty otherwise.
-    std::map<std::string, double> communication;
-    std::string comm_backend;
-    std::vector<double> comm_seconds;  // steps[].comm_seconds: time in collectives per step
+// report.json: the prediction beside the measurement, as the one reader gives it.
+using ReportData = profiler::RunReport;
 
-    std::string run_value(std::string_view key) const;  // "" when absent
-    double comm_value(std::string_view key) const;      // NaN when absent
-    double measured_value(std::string_view key) const;  // NaN when absent
-    double predicted_total_bytes() const;               // sum of the predicted categories
-    double median_step_seconds() const;                 // NaN without steps
-};
+// What the panels derive from a report: the sum of the predicted memory categories, and the
+// median step's seconds (NaN without steps: no report loaded).
+double predicted_total_bytes(const ReportData& r);
+double median_step_seconds(const ReportData& r);
 
 struct RunData {
     std::string label;  // the folder's or file's name

@@ -112,6 +112,5 @@ void index_trace(TraceData& out, const std::unordered_map<std::string, ProcessIn
 std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out,
                                std::string* top_schema);
 std::string parse_memory_document(simdjson::dom::element root, MemoryData& out);
-std::string parse_report_document(simdjson::dom::element root, ReportData& out);
 
 }  // namespace napkin::viewer

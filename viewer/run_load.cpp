@@ -1,5 +1,6 @@
-// Opening a run: the folder's three files or one file, each parsed by simdjson with napkin's
-// limits; a file that fails becomes one line in RunData::errors.
+// Opening a run: the folder's three files or one file, the trace and memory snapshot parsed by
+// simdjson with napkin's limits, the report by its one reader; a file that fails becomes one line
+// in RunData::errors.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,8 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <system_error>
 
+#include "core/check.h"
 #include "viewer/run_data.h"
 #include "viewer/run_json.h"
 
@@ -121,9 +124,13 @@ std::string parse_memory(std::string_view text, MemoryData& out) {
 }
 
 std::string parse_report(std::string_view text, ReportData& out) {
-    json::Document doc;
-    if (std::string err = doc.parse(text); !err.empty()) return err;
-    return parse_report_document(doc.root(), out);
+    try {
+        out = profiler::parse_run_report(text);
+        return "";
+    } catch (const InputError& e) {
+        out = ReportData{};
+        return e.what();
+    }
 }
 
 namespace {
@@ -151,20 +158,20 @@ void load_file(RunData& run, const std::filesystem::path& path, const std::strin
             run.trace = TraceData{};
         }
     }
-    if (kind != FileKind::trace) {
+    if (kind == FileKind::memory) {
         json::Document doc;
         err = doc.parse_padded_view(text);
-        if (err.empty() && kind == FileKind::memory) {
+        if (err.empty()) {
             err = parse_memory_document(doc.root(), run.memory);
             run.has_memory = err.empty() && !run.memory.empty();
             if (err.empty() && run.memory.skipped_rows > 0) {
                 run.warnings.push_back(shown + ": " + std::to_string(run.memory.skipped_rows) +
                                        " malformed timeline rows skipped");
             }
-        } else if (err.empty()) {
-            err = parse_report_document(doc.root(), run.report);
-            run.has_report = err.empty();
         }
+    } else if (kind == FileKind::report) {
+        err = parse_report(std::string_view(text.data(), text.size()), run.report);
+        run.has_report = err.empty();
     }
     if (!err.empty()) {
         run.errors.push_back(shown + ": " + err);
@@ -210,10 +217,10 @@ RunData load_run(const std::filesystem::path& path) {
 }
 
 double RunData::peak_flops_per_s() const {
-    for (const char* k :
-         {"peak_flops_per_s", "sgemm_peak_flops_per_s", "device_peak_flops_per_s"}) {
-        const double v = report.measured_value(k);
-        if (std::isfinite(v) && v > 0) return v;
+    if (!has_report) return 0;
+    const profiler::Measurement& m = report.measured;
+    for (const std::optional<double>& v : {m.peak_flops_per_s, m.sgemm_peak_flops_per_s}) {
+        if (v && std::isfinite(*v) && *v > 0) return *v;
     }
     return 0;
 }

@@ -1,8 +1,7 @@
-// memory.json (napkin-memory/1) and report.json (napkin-train-report/1), and what the panels
-// derive from them: memory by category over time, the live set at a time.
+// memory.json (napkin-memory/1), and what the panels derive from it: memory by category over
+// time, the live set at a time.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <unordered_map>
 
 #include "viewer/run_data.h"
@@ -187,121 +186,6 @@ std::vector<LiveBlock> RunData::live_at(std::int64_t t_ns) const {
         return a.t_allocated_ns < b.t_allocated_ns;
     });
     return out;
-}
-
-std::string parse_report_document(simdjson::dom::element root, ReportData& out) {
-    out = ReportData{};
-    if (root.type() != simdjson::dom::element_type::OBJECT)
-        return "not a run report: expected an object";
-    simdjson::dom::element model;
-    if (!root["model"].get(model) && model.type() == simdjson::dom::element_type::OBJECT) {
-        out.model_json = simdjson::minify(model);
-        std::string_view name;
-        if (!model["name"].get_string().get(name)) out.model_name = std::string(name);
-    }
-    simdjson::dom::object run;
-    if (!root["run"].get_object().get(run)) {
-        for (simdjson::dom::key_value_pair kv : run) {
-            out.run.emplace_back(std::string(kv.key), json::scalar_text(kv.value));
-        }
-    }
-    simdjson::dom::object predicted;
-    if (!root["predicted"].get_object().get(predicted)) {
-        for (simdjson::dom::key_value_pair kv : predicted) {
-            double v = 0;
-            if (json::number(kv.value, v) && std::isfinite(v))
-                out.predicted[std::string(kv.key)] = v;
-        }
-    }
-    simdjson::dom::object measured;
-    if (!root["measured"].get_object().get(measured)) {
-        for (simdjson::dom::key_value_pair kv : measured) {
-            double v = 0;
-            simdjson::dom::object sub;
-            if (kv.key == "peak_bytes" && !kv.value.get_object().get(sub)) {
-                for (simdjson::dom::key_value_pair p : sub) {
-                    if (json::number(p.value, v) && std::isfinite(v))
-                        out.measured_peak[std::string(p.key)] = v;
-                }
-            } else if (json::number(kv.value, v) && std::isfinite(v)) {
-                out.measured[std::string(kv.key)] = v;
-            }
-        }
-    }
-    simdjson::dom::array steps;
-    if (!root["steps"].get_array().get(steps)) {
-        for (simdjson::dom::element s : steps) {
-            double v = 0;
-            if (s.type() == simdjson::dom::element_type::OBJECT && json::number(s["seconds"], v) &&
-                std::isfinite(v)) {
-                out.step_seconds.push_back(v);
-            }
-        }
-    }
-    simdjson::dom::object comm;
-    if (!root["communication"].get_object().get(comm)) {
-        for (simdjson::dom::key_value_pair kv : comm) {
-            double v = 0;
-            simdjson::dom::object sub;
-            std::string_view text;
-            if (json::number(kv.value, v) && std::isfinite(v)) {
-                out.communication[std::string(kv.key)] = v;
-            } else if (kv.key == "backend" && !kv.value.get_string().get(text)) {
-                out.comm_backend = std::string(text);
-            } else if (!kv.value.get_object().get(sub)) {
-                for (simdjson::dom::key_value_pair p : sub) {
-                    if (json::number(p.value, v) && std::isfinite(v))
-                        out.communication[std::string(kv.key) + "." + std::string(p.key)] = v;
-                }
-            }
-        }
-    }
-    if (!root["steps"].get_array().get(steps)) {
-        for (simdjson::dom::element s : steps) {
-            double v = 0;
-            if (s.type() == simdjson::dom::element_type::OBJECT &&
-                json::number(s["comm_seconds"], v) && std::isfinite(v)) {
-                out.comm_seconds.push_back(v);
-            }
-        }
-    }
-    if (out.run.empty() && out.predicted.empty() && out.measured.empty()) {
-        return "no \"run\", \"predicted\" or \"measured\" (not a napkin run report)";
-    }
-    return "";
-}
-
-std::string ReportData::run_value(std::string_view key) const {
-    for (const auto& [k, v] : run) {
-        if (k == key) return v;
-    }
-    return "";
-}
-
-double ReportData::measured_value(std::string_view key) const {
-    auto it = measured.find(std::string(key));
-    return it == measured.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
-}
-
-double ReportData::comm_value(std::string_view key) const {
-    auto it = communication.find(std::string(key));
-    return it == communication.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
-}
-
-double ReportData::predicted_total_bytes() const {
-    double total = 0;
-    for (const auto& [k, v] : predicted) {
-        if (k.find("flops") == std::string::npos) total += v;
-    }
-    return total;
-}
-
-double ReportData::median_step_seconds() const {
-    if (step_seconds.empty()) return std::numeric_limits<double>::quiet_NaN();
-    std::vector<double> s = step_seconds;
-    std::sort(s.begin(), s.end());
-    const std::size_t n = s.size();
-    return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
 }  // namespace napkin::viewer

@@ -1,7 +1,8 @@
 // The panels. Each draws one view of the loaded runs into the current ImGui window, one file per
 // panel (view_<name>.cpp); they read RunData and never load or change it. What a panel keeps
-// between frames (zoom, selection, sort order, the estimator's inputs) is its state struct here,
-// so the app, the tests and the benchmark can set it directly.
+// between frames (selection, sort order, the estimator's inputs) is its state struct here, and
+// the time window the timeline and the memory charts share is the TimeView, so the app, the tests
+// and the benchmark can set them directly.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 
 #include "estimator/estimate.h"
 #include "viewer/run_data.h"
+#include "viewer/time_window.h"
 
 namespace napkin::viewer {
 
@@ -19,21 +21,21 @@ enum class ViewId : std::uint8_t { timeline, memory, kernels, compare, estimate 
 inline constexpr std::array<std::string_view, 5> kViewNames = {"timeline", "memory", "kernels",
                                                                "compare", "estimate"};
 
-// Time <-> pixels on the timeline: [t0, t1] ns onto screen x [x0, x1].
-struct TimeAxis {
-    double t0 = 0, t1 = 0;
-    float x0 = 0, x1 = 0;
-    float x(double t) const { return x0 + static_cast<float>((t - t0) / (t1 - t0)) * (x1 - x0); }
-    double t(float px) const {
-        return t0 + static_cast<double>(px - x0) / static_cast<double>(x1 - x0) * (t1 - t0);
-    }
+// What the timeline and the memory charts share: the window they show (zooming or panning one
+// moves the other), the runs' time extents, and the origin their labels count from. The App
+// computes the extents once (time_view_of) and owns the window.
+struct TimeView {
+    TimeWindow window;     // empty: fit `profiled` on the next frame
+    bool any = false;      // some run has a time: trace events, counters or memory samples
+    double origin_ns = 0;  // the earliest time in any run: labels are times from it
+    TimeWindow profiled;   // every run's trace ranges, padded (else its counters and memory)
+    TimeWindow whole;      // ranges, counters and memory samples together, padded
 };
+TimeView time_view_of(const std::vector<RunData>& runs);
 
 inline constexpr float kTimelineRowPx = 18.0f;  // one depth level of a lane
 
 struct TimelineState {
-    double t0_ns = 0, t1_ns = 0;  // the visible window; t1 <= t0 means "fit all" next frame
-    double scroll_y = 0;
     char find[128] = {};
     std::string find_applied;                // the text `matches` was computed for
     std::vector<std::vector<char>> matches;  // per run, per name id: the name contains the text
@@ -43,9 +45,10 @@ struct TimelineState {
     std::uint32_t selected_event = kNone;
     bool dragging = false;
     // The last frame as drawn: its time axis, each run's lane tops (screen y, by lane; < 0: not
-    // drawn), the find box's centre, and the range under the pointer with the args shown for it
-    // (hovered_event kNone and hover_text "" when none). Input is applied after drawing, so
-    // t0_ns/t1_ns may already differ from axis.t0/t1. The input tests aim the pointer with these.
+    // drawn), the find box's centre, and what is under the pointer with the text shown for it: a
+    // range and its args (hovered_event), a lane's label (its full name), a counter lane (its
+    // value and scale); hovered_event kNone and hover_text "" when none. Input is applied after
+    // drawing, so the window may already differ from axis.t0/t1. The input tests aim with these.
     TimeAxis axis;
     std::vector<std::vector<float>> lane_y;
     float find_x = 0, find_y = 0;
@@ -66,7 +69,8 @@ struct MemoryChartCache {
     std::size_t samples = 0;
     int columns = 0;
     double t0 = 0, t1 = 0;
-    std::vector<std::uint32_t> sample;  // per column; kNone before the first sample
+    double t_end = 0;                   // the run's last time: columns after it stay empty
+    std::vector<std::uint32_t> sample;  // per column; kNone before the first sample, after t_end
     std::vector<double> device_used;    // per column; NaN before the first device sample
     double device_max = 0;
     std::size_t peak_index = 0;  // the sample at the peak (the legend's values)
@@ -78,6 +82,7 @@ struct MemoryState {
     int selected_run = -1;  // the run whose live set is listed
     std::int64_t selected_t_ns = 0;
     std::vector<LiveBlock> live;
+    bool dragging = false;
     std::vector<MemoryChartCache> charts;  // by run index
     std::vector<float> bands;              // scratch: x0, y_top, y_bottom per category
     std::int64_t drawn_rects = 0;  // band rects of the last frame (the benchmark prints them)
@@ -107,10 +112,15 @@ struct EstimateState {
     std::string error;
 };
 
-void draw_timeline(TimelineState& state, const std::vector<RunData>& runs);
-void draw_memory(MemoryState& state, const std::vector<RunData>& runs);
+void draw_timeline(TimelineState& state, TimeView& time, const std::vector<RunData>& runs);
+void draw_memory(MemoryState& state, TimeView& time, const std::vector<RunData>& runs);
 void draw_kernels(KernelsState& state, const std::vector<RunData>& runs);
 void draw_compare(CompareState& state, const std::vector<RunData>& runs);
 void draw_estimate(EstimateState& state, const std::vector<RunData>& runs);
+
+// Selects the first event in time named `name` (else the first whose name contains it) and, when
+// `zoom`, shows it with its neighbourhood. False when no event matches.
+bool select_event(TimelineState& state, TimeView& time, const std::vector<RunData>& runs,
+                  const std::string& name, bool zoom);
 
 }  // namespace napkin::viewer

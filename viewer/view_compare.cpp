@@ -19,9 +19,12 @@ namespace {
 constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
                                        "optimizer_state", "activations",    "temporaries"};
 
-double get(const std::map<std::string, double>& m, const char* key) {
-    auto it = m.find(key);
-    return it == m.end() ? 0.0 : it->second;
+// Category g's (kCategories) predicted bytes and measured peak; 0 when the report has none.
+double predicted(const ReportData& r, std::size_t g) {
+    return r.predicted.bytes[g];
+}
+double measured(const ReportData& r, std::size_t g) {
+    return static_cast<double>(r.measured.peak_bytes[g].value_or(0));
 }
 
 std::string run_tag(std::size_t i) {
@@ -37,9 +40,8 @@ void draw_memory_bars(const std::vector<const RunData*>& rs, ImVec2 size) {
     const ImVec2 a(p0.x + left, p0.y + top), b(p0.x + size.x - 8, p0.y + size.y - bottom);
     double y_max = 1;
     for (const RunData* r : rs) {
-        for (const char* c : kCategories) {
-            y_max = std::max({y_max, get(r->report.predicted, c), get(r->report.measured_peak, c)});
-        }
+        for (std::size_t g = 0; g < std::size(kCategories); ++g)
+            y_max = std::max({y_max, predicted(r->report, g), measured(r->report, g)});
     }
     y_max *= 1.1;
     auto Y = [&](double v) { return b.y - static_cast<float>(v / y_max) * (b.y - a.y); };
@@ -62,8 +64,7 @@ void draw_memory_bars(const std::vector<const RunData*>& rs, ImVec2 size) {
         const ImU32 col = memory_category_color(cat);
         for (std::size_t r = 0; r < rs.size(); ++r) {
             const float x0 = gx + bar_w * static_cast<float>(r), x1 = x0 + bar_w - 4.0f;
-            const double meas = get(rs[r]->report.measured_peak, cat),
-                         pred = get(rs[r]->report.predicted, cat);
+            const double meas = measured(rs[r]->report, g), pred = predicted(rs[r]->report, g);
             dl->AddRectFilled(ImVec2(x0, Y(meas)), ImVec2(x1, b.y), col);
             dl->AddRect(ImVec2(x0 - 1, Y(pred)), ImVec2(x1 + 1, b.y), IM_COL32(255, 255, 255, 230),
                         0, 0, 1.5f);
@@ -120,7 +121,7 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     }
     const ImVec2 avail = ImGui::GetContentRegionAvail();
     const bool parallel = std::any_of(
-        rs.begin(), rs.end(), [](const RunData* r) { return !r->report.communication.empty(); });
+        rs.begin(), rs.end(), [](const RunData* r) { return r->report.communication.has_value(); });
     // Tall enough for a 16-pixel row per run in each scalar chart, up to 60% of the view.
     const float charts = parallel ? 4.0f : 3.0f;
     const float wanted = charts * (24.0f + 16.0f * static_cast<float>(rs.size()));
@@ -134,12 +135,12 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     std::vector<std::string> step_l, tps_l, mfu_l;
     char buf[64];
     for (const RunData* r : rs) {
-        step.push_back(r->report.median_step_seconds());
+        step.push_back(median_step_seconds(r->report));
         step_l.push_back(std::isfinite(step.back()) ? fmt_duration_ns(step.back() * 1e9) : "-");
-        tps.push_back(r->report.measured_value("tokens_per_s"));
+        tps.push_back(r->report.measured.tokens_per_s);
         std::snprintf(buf, sizeof buf, "%.0f tok/s", tps.back());
         tps_l.push_back(std::isfinite(tps.back()) ? buf : "-");
-        mfu.push_back(r->report.measured_value("mfu"));
+        mfu.push_back(r->report.measured.mfu);
         std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * mfu.back());
         mfu_l.push_back(std::isfinite(mfu.back()) ? buf : "-");
     }
@@ -151,17 +152,13 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
         std::vector<double> sent;
         std::vector<std::string> sent_l;
         for (const RunData* r : rs) {
-            sent.push_back(r->report.comm_value("measured_per_step.state_sent_bytes"));
-            auto int_text = [](double v) {
-                return std::isfinite(v) && std::fabs(v) < 1e15
-                           ? std::to_string(static_cast<long long>(v))
-                           : std::string("?");
-            };
-            sent_l.push_back(std::isfinite(sent.back())
-                                 ? fmt_bytes_short(sent.back()) + ", ZeRO-" +
-                                       int_text(r->report.comm_value("zero")) + " x" +
-                                       int_text(r->report.comm_value("world"))
-                                 : "- (1 process)");
+            const auto& comm = r->report.communication;
+            sent.push_back(comm ? static_cast<double>(comm->measured_per_step.state_sent_bytes)
+                                : NAN);
+            sent_l.push_back(comm ? fmt_bytes_short(sent.back()) + ", ZeRO-" +
+                                        std::to_string(comm->zero) + " x" +
+                                        std::to_string(comm->world)
+                                  : "- (1 process)");
         }
         draw_scalar_bars("bytes sent per step (ZeRO, this rank)", rs, sent, sent_l,
                          ImVec2(side_w, each_h));

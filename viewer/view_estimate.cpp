@@ -10,9 +10,7 @@
 #include <string>
 
 #include <imgui.h>
-#include <nlohmann/json.hpp>
 
-#include "core/config_json.h"
 #include "core/model_config.h"
 #include "estimator/hardware.h"
 #include "estimator/report.h"
@@ -60,31 +58,24 @@ bool int_input(const char* label, int& v, int lo, int hi) {
 std::vector<int> runs_with_model(const std::vector<RunData>& runs) {
     std::vector<int> out;
     for (std::size_t r = 0; r < runs.size(); ++r) {
-        if (runs[r].has_report && !runs[r].report.model_json.empty())
-            out.push_back(static_cast<int>(r));
+        if (runs[r].has_report) out.push_back(static_cast<int>(r));
     }
     return out;
 }
 
-std::int64_t json_int(const std::string& text) {
-    char* end = nullptr;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    return end != text.c_str() ? v : 0;
-}
-
 void take_run_recipe(EstimateState& s, const RunData& run) {
-    auto set_enum = [&](const char* key, int& index, const auto& table) {
-        const std::string v = run.report.run_value(key);
+    auto set_enum = [&](const std::string& v, int& index, const auto& table) {
         for (std::size_t i = 0; i < table.size(); ++i) {
             if (table[i].name == v) index = static_cast<int>(i);
         }
     };
-    set_enum("precision", s.precision, kPrecisionNames);
-    set_enum("optimizer", s.optimizer, kOptimizerNames);
-    set_enum("checkpointing", s.checkpointing, kCheckpointingNames);
-    set_enum("attention", s.attention, kAttentionNames);
-    const std::int64_t t = json_int(run.report.run_value("seq_len"));
-    const std::int64_t b = json_int(run.report.run_value("micro_batch"));
+    const profiler::RunOptions& o = run.report.run;
+    set_enum(o.precision, s.precision, kPrecisionNames);
+    set_enum(o.optimizer, s.optimizer, kOptimizerNames);
+    set_enum(o.checkpointing, s.checkpointing, kCheckpointingNames);
+    set_enum(o.attention, s.attention, kAttentionNames);
+    const std::int64_t t = o.seq_len;
+    const std::int64_t b = o.micro_batch;
     if (t > 0) s.seq_len = static_cast<int>(t);
     if (b > 0) s.micro_batch = static_cast<int>(b);
     s.gpus = 1;
@@ -102,8 +93,7 @@ void compute(EstimateState& s, const std::vector<RunData>& runs) {
         } else {
             const RunData& run = runs[static_cast<std::size_t>(
                 from_runs[static_cast<std::size_t>(s.model) - presets.size()])];
-            in.model = model_config_from_json(nlohmann::json::parse(run.report.model_json),
-                                              run.label + "/report.json");
+            in.model = run.report.model;
         }
         in.seq_len = s.seq_len;
         in.micro_batch = s.micro_batch;
@@ -200,34 +190,33 @@ void draw_breakdown(const EstimateState& s, ImVec2 size) {
     }
 }
 
-}  // namespace
-
-void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
+// The first frame's inputs: GPT-2 in bf16-amp with AdamW and flash attention on an H100, or the
+// first loaded run's model and recipe on one GPU.
+void init_state(EstimateState& s, const std::vector<RunData>& runs,
+                const std::vector<int>& from_runs) {
     const auto& presets = model_presets();
-    const std::vector<int> from_runs = runs_with_model(runs);
-    bool changed = !s.initialized;
-    if (!s.initialized) {
-        s.initialized = true;
-        for (std::size_t i = 0; i < presets.size(); ++i) {
-            if (presets[i].name == "gpt2") s.model = static_cast<int>(i);
-        }
-        for (std::size_t i = 0; i < gpu_table().size(); ++i) {
-            if (gpu_table()[i].name == "h100-sxm") s.gpu = static_cast<int>(i);
-        }
-        s.precision = index_of(kPrecisionNames, Precision::bf16_amp);
-        s.optimizer = index_of(kOptimizerNames, OptimizerKind::adamw);
-        s.attention = index_of(kAttentionNames, AttentionImpl::flash);
-        s.seq_len = 1024;
-        if (!from_runs.empty()) {
-            // Start from the first run: its model and recipe, on one GPU.
-            s.model = static_cast<int>(presets.size());
-            take_run_recipe(s, runs[static_cast<std::size_t>(from_runs.front())]);
-        }
+    s.initialized = true;
+    for (std::size_t i = 0; i < presets.size(); ++i) {
+        if (presets[i].name == "gpt2") s.model = static_cast<int>(i);
     }
-    if (s.model >= static_cast<int>(presets.size() + from_runs.size())) s.model = 0;
+    for (std::size_t i = 0; i < gpu_table().size(); ++i) {
+        if (gpu_table()[i].name == "h100-sxm") s.gpu = static_cast<int>(i);
+    }
+    s.precision = index_of(kPrecisionNames, Precision::bf16_amp);
+    s.optimizer = index_of(kOptimizerNames, OptimizerKind::adamw);
+    s.attention = index_of(kAttentionNames, AttentionImpl::flash);
+    s.seq_len = 1024;
+    if (!from_runs.empty()) {
+        s.model = static_cast<int>(presets.size());
+        take_run_recipe(s, runs[static_cast<std::size_t>(from_runs.front())]);
+    }
+}
 
-    ImGui::BeginChild("controls", ImVec2(330, 0), true);
-    ImGui::TextDisabled("model");
+// The model: a preset, or a loaded run's model (which also takes its recipe).
+bool model_combo(EstimateState& s, const std::vector<RunData>& runs,
+                 const std::vector<int>& from_runs) {
+    const auto& presets = model_presets();
+    bool changed = false;
     ImGui::SetNextItemWidth(160);
     const std::string model_label =
         s.model < static_cast<int>(presets.size())
@@ -235,24 +224,50 @@ void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
             : "run " + runs[static_cast<std::size_t>(
                                 from_runs[static_cast<std::size_t>(s.model) - presets.size()])]
                            .label;
-    if (ImGui::BeginCombo("model", model_label.c_str())) {
-        for (std::size_t i = 0; i < presets.size(); ++i) {
-            if (ImGui::Selectable(presets[i].name.c_str(), static_cast<int>(i) == s.model)) {
-                s.model = static_cast<int>(i);
-                changed = true;
-            }
+    if (!ImGui::BeginCombo("model", model_label.c_str())) return false;
+    for (std::size_t i = 0; i < presets.size(); ++i) {
+        if (ImGui::Selectable(presets[i].name.c_str(), static_cast<int>(i) == s.model)) {
+            s.model = static_cast<int>(i);
+            changed = true;
         }
-        for (std::size_t i = 0; i < from_runs.size(); ++i) {
-            const RunData& run = runs[static_cast<std::size_t>(from_runs[i])];
-            const int index = static_cast<int>(presets.size() + i);
-            if (ImGui::Selectable(("run " + run.label).c_str(), index == s.model)) {
-                s.model = index;
-                take_run_recipe(s, run);
-                changed = true;
-            }
-        }
-        ImGui::EndCombo();
     }
+    for (std::size_t i = 0; i < from_runs.size(); ++i) {
+        const RunData& run = runs[static_cast<std::size_t>(from_runs[i])];
+        const int index = static_cast<int>(presets.size() + i);
+        if (ImGui::Selectable(("run " + run.label).c_str(), index == s.model)) {
+            s.model = index;
+            take_run_recipe(s, run);
+            changed = true;
+        }
+    }
+    ImGui::EndCombo();
+    return changed;
+}
+
+bool gpu_combo(EstimateState& s) {
+    bool changed = false;
+    ImGui::SetNextItemWidth(160);
+    if (!ImGui::BeginCombo("GPU",
+                           std::string(gpu_table()[static_cast<std::size_t>(s.gpu)].name).c_str()))
+        return false;
+    for (std::size_t i = 0; i < gpu_table().size(); ++i) {
+        if (ImGui::Selectable(std::string(gpu_table()[i].name).c_str(),
+                              static_cast<int>(i) == s.gpu)) {
+            s.gpu = static_cast<int>(i);
+            changed = true;
+        }
+    }
+    ImGui::EndCombo();
+    return changed;
+}
+
+// The inputs, in a column on the left. True when any changed.
+bool draw_controls(EstimateState& s, const std::vector<RunData>& runs,
+                   const std::vector<int>& from_runs) {
+    bool changed = false;
+    ImGui::BeginChild("controls", ImVec2(330, 0), true);
+    ImGui::TextDisabled("model");
+    changed |= model_combo(s, runs, from_runs);
     changed |= int_input("seq len T", s.seq_len, 1, 1 << 20);
     changed |= int_input("micro-batch B", s.micro_batch, 1, 1 << 16);
     changed |= int_input("grad accum G", s.grad_accum, 1, 1 << 16);
@@ -271,21 +286,58 @@ void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
     changed |= enum_combo("offload", s.offload, kOffloadNames);
     ImGui::Separator();
     ImGui::TextDisabled("hardware");
-    ImGui::SetNextItemWidth(160);
-    if (ImGui::BeginCombo("GPU",
-                          std::string(gpu_table()[static_cast<std::size_t>(s.gpu)].name).c_str())) {
-        for (std::size_t i = 0; i < gpu_table().size(); ++i) {
-            if (ImGui::Selectable(std::string(gpu_table()[i].name).c_str(),
-                                  static_cast<int>(i) == s.gpu)) {
-                s.gpu = static_cast<int>(i);
-                changed = true;
-            }
-        }
-        ImGui::EndCombo();
-    }
+    changed |= gpu_combo(s);
     ImGui::SetNextItemWidth(160);
     changed |= ImGui::SliderFloat("assumed MFU", &s.mfu, 0.05f, 1.0f, "%.2f");
     ImGui::EndChild();
+    return changed;
+}
+
+// The estimate's numbers: memory, FLOPs, time.
+void draw_numbers(const EstimateState& s) {
+    const Estimate& e = s.result;
+    const ImGuiTableFlags flags =
+        ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchProp;
+    if (!ImGui::BeginTable("numbers", 2, flags)) return;
+    auto row = [](const char* k, const std::string& v) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(k);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(v.c_str());
+    };
+    char buf[96];
+    row("memory per GPU", fmt_bytes_short(e.gpu.total()) + " (" + fmt_bytes(e.gpu.total()) + ")");
+    row("model states (weights, master, grads, optimizer)", fmt_bytes_short(e.gpu.model_states()));
+    std::snprintf(buf, sizeof buf, "%.1f B/param", e.bytes_per_param.total());
+    row("bytes per trainable parameter", buf);
+    row("activations (detailed op plan / closed form)",
+        fmt_bytes_short(e.act_detailed_bytes) + " / " + fmt_bytes_short(e.act_closed_form_bytes));
+    row("model FLOPs per token (6N + attention)", fmt_sci(e.model_flops_per_token));
+    row("FLOPs per step (all GPUs)", fmt_sci(e.model_flops_per_step));
+    if (e.step_seconds > 0) {
+        std::snprintf(buf, sizeof buf, "%s at MFU %.0f%% (%.4g tokens/s)",
+                      fmt_duration_ns(e.step_seconds * 1e9).c_str(), 100.0 * s.inputs.mfu,
+                      e.tokens_per_step / e.step_seconds);
+        row("step time", buf);
+        std::snprintf(buf, sizeof buf, "%.3g GPU-group days (%s) for %s tokens",
+                      e.run_seconds / 86400.0, fmt_duration_ns(e.run_seconds * 1e9).c_str(),
+                      fmt_sci(e.tokens).c_str());
+        row("training run (one GPU group)", buf);
+    } else {
+        row("step time", "no peak known for this GPU and precision");
+    }
+    ImGui::EndTable();
+}
+
+}  // namespace
+
+void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
+    const std::vector<int> from_runs = runs_with_model(runs);
+    bool changed = !s.initialized;
+    if (!s.initialized) init_state(s, runs, from_runs);
+    if (s.model >= static_cast<int>(model_presets().size() + from_runs.size())) s.model = 0;
+    changed |= draw_controls(s, runs, from_runs);
     if (changed) compute(s, runs);
 
     ImGui::SameLine();
@@ -301,42 +353,7 @@ void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
                 fmt_count(e.trainable_params).c_str(), static_cast<long long>(e.seq_len),
                 fmt_count(e.tokens_per_step).c_str());
     draw_breakdown(s, ImVec2(ImGui::GetContentRegionAvail().x, 150));
-    const ImGuiTableFlags flags =
-        ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchProp;
-    if (ImGui::BeginTable("numbers", 2, flags)) {
-        auto row = [](const char* k, const std::string& v) {
-            ImGui::TableNextRow();
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(k);
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(v.c_str());
-        };
-        char buf[96];
-        row("memory per GPU",
-            fmt_bytes_short(e.gpu.total()) + " (" + fmt_bytes(e.gpu.total()) + ")");
-        row("model states (weights, master, grads, optimizer)",
-            fmt_bytes_short(e.gpu.model_states()));
-        std::snprintf(buf, sizeof buf, "%.1f B/param", e.bytes_per_param.total());
-        row("bytes per trainable parameter", buf);
-        row("activations (detailed op plan / closed form)",
-            fmt_bytes_short(e.act_detailed_bytes) + " / " +
-                fmt_bytes_short(e.act_closed_form_bytes));
-        row("model FLOPs per token (6N + attention)", fmt_sci(e.model_flops_per_token));
-        row("FLOPs per step (all GPUs)", fmt_sci(e.model_flops_per_step));
-        if (e.step_seconds > 0) {
-            std::snprintf(buf, sizeof buf, "%s at MFU %.0f%% (%.4g tokens/s)",
-                          fmt_duration_ns(e.step_seconds * 1e9).c_str(), 100.0 * s.inputs.mfu,
-                          e.tokens_per_step / e.step_seconds);
-            row("step time", buf);
-            std::snprintf(buf, sizeof buf, "%.3g GPU-group days (%s) for %s tokens",
-                          e.run_seconds / 86400.0, fmt_duration_ns(e.run_seconds * 1e9).c_str(),
-                          fmt_sci(e.tokens).c_str());
-            row("training run (one GPU group)", buf);
-        } else {
-            row("step time", "no peak known for this GPU and precision");
-        }
-        ImGui::EndTable();
-    }
+    draw_numbers(s);
     for (const std::string& note : note_texts(s.inputs, e))
         ImGui::TextDisabled("note: %s", note.c_str());
     ImGui::EndChild();

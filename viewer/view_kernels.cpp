@@ -36,6 +36,108 @@ double sort_key(const KernelStat& k, int column, double peak) {
     }
 }
 
+// The run, the scope (kernels, ops, every range), the step time and the peak compared against.
+void draw_toolbar(KernelsState& s, const std::vector<RunData>& runs,
+                  const std::vector<int>& with_trace) {
+    ImGui::SetNextItemWidth(260);
+    if (ImGui::BeginCombo("run", runs[static_cast<std::size_t>(s.run)].label.c_str())) {
+        for (int r : with_trace) {
+            if (ImGui::Selectable(runs[static_cast<std::size_t>(r)].label.c_str(), r == s.run))
+                s.run = r;
+        }
+        ImGui::EndCombo();
+    }
+    ImGui::SameLine();
+    ImGui::RadioButton("kernels", &s.scope, static_cast<int>(StatScope::kernels));
+    ImGui::SameLine();
+    ImGui::RadioButton("ops", &s.scope, static_cast<int>(StatScope::ops));
+    ImGui::SameLine();
+    ImGui::RadioButton("all ranges", &s.scope, static_cast<int>(StatScope::all));
+}
+
+void refresh_stats(KernelsState& s, const RunData& run) {
+    if (s.stats_valid && s.stats_run == s.run && s.stats_scope == s.scope) return;
+    s.stats = kernel_stats(run.trace, static_cast<StatScope>(s.scope));
+    s.stats_valid = true;
+    s.stats_run = s.run;
+    s.stats_scope = s.scope;
+    s.resort = true;  // new rows: apply the table's current sort order
+}
+
+// Sorts the rows when the table's sort order changed or the rows are new.
+void sort_rows(KernelsState& s, double peak) {
+    ImGuiTableSortSpecs* spec = ImGui::TableGetSortSpecs();
+    if (spec == nullptr || !(spec->SpecsDirty || s.resort)) return;
+    s.resort = false;
+    if (spec->SpecsCount > 0) {
+        const int col = spec->Specs[0].ColumnIndex;
+        const bool asc = spec->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
+        std::stable_sort(s.stats.rows.begin(), s.stats.rows.end(),
+                         [&](const KernelStat& a, const KernelStat& b) {
+                             if (col == kName) return asc ? a.name < b.name : a.name > b.name;
+                             const double ka = sort_key(a, col, peak), kb = sort_key(b, col, peak);
+                             return asc ? ka < kb : ka > kb;
+                         });
+    }
+    spec->SpecsDirty = false;
+}
+
+void draw_row(const KernelStat& k, double step_ns, double peak) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(k.name.c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%lld", static_cast<long long>(k.count));
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt_duration_ns(static_cast<double>(k.total_ns)).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt_duration_ns(k.mean_ns()).c_str());
+    ImGui::TableNextColumn();
+    const float share =
+        step_ns > 0 ? static_cast<float>(static_cast<double>(k.total_ns) / step_ns) : 0.0f;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f%%", 100.0f * share);
+    ImGui::ProgressBar(std::min(share, 1.0f), ImVec2(-1, 0), buf);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(k.flops > 0 ? fmt_flops(k.flops).c_str() : "-");
+    ImGui::TableNextColumn();
+    if (k.flops > 0) {
+        ImGui::Text("%.4g", k.achieved_flop_per_s() / 1e12);
+    } else {
+        ImGui::TextUnformatted("-");
+    }
+    ImGui::TableNextColumn();
+    if (k.flops > 0 && peak > 0) {
+        ImGui::Text("%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
+    } else {
+        ImGui::TextUnformatted("-");
+    }
+}
+
+void draw_table(KernelsState& s, double peak) {
+    const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg |
+                                  ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY |
+                                  ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingStretchProp;
+    if (!ImGui::BeginTable("kernels", kColumns, flags, ImGui::GetContentRegionAvail())) return;
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn("name", ImGuiTableColumnFlags_WidthStretch, 3.0f);
+    ImGui::TableSetupColumn("count");
+    ImGui::TableSetupColumn(
+        "total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
+    for (const char* h : {"mean", "% of step", "FLOPs", "TFLOP/s", "% of peak"})
+        ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableHeadersRow();
+    sort_rows(s, peak);
+    const double step = static_cast<double>(s.stats.step_total_ns);
+    ImGuiListClipper clipper;
+    clipper.Begin(static_cast<int>(s.stats.rows.size()));
+    while (clipper.Step()) {
+        for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i)
+            draw_row(s.stats.rows[static_cast<std::size_t>(i)], step, peak);
+    }
+    ImGui::EndTable();
+}
+
 }  // namespace
 
 void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
@@ -52,29 +154,9 @@ void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
     }
     if (std::find(with_trace.begin(), with_trace.end(), s.run) == with_trace.end())
         s.run = with_trace.front();
-    ImGui::SetNextItemWidth(260);
-    if (ImGui::BeginCombo("run", runs[static_cast<std::size_t>(s.run)].label.c_str())) {
-        for (int r : with_trace) {
-            if (ImGui::Selectable(runs[static_cast<std::size_t>(r)].label.c_str(), r == s.run))
-                s.run = r;
-        }
-        ImGui::EndCombo();
-    }
-    ImGui::SameLine();
-    ImGui::RadioButton("kernels", &s.scope, static_cast<int>(StatScope::kernels));
-    ImGui::SameLine();
-    ImGui::RadioButton("ops", &s.scope, static_cast<int>(StatScope::ops));
-    ImGui::SameLine();
-    ImGui::RadioButton("all ranges", &s.scope, static_cast<int>(StatScope::all));
-
+    draw_toolbar(s, runs, with_trace);
     const RunData& run = runs[static_cast<std::size_t>(s.run)];
-    if (!s.stats_valid || s.stats_run != s.run || s.stats_scope != s.scope) {
-        s.stats = kernel_stats(run.trace, static_cast<StatScope>(s.scope));
-        s.stats_valid = true;
-        s.stats_run = s.run;
-        s.stats_scope = s.scope;
-        s.resort = true;  // new rows: apply the table's current sort order
-    }
+    refresh_stats(s, run);
     const double peak = run.peak_flops_per_s();
     ImGui::SameLine();
     ImGui::TextDisabled("| %d steps, %s of steps | peak %s", s.stats.steps,
@@ -83,81 +165,11 @@ void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
     if (s.stats.rows.empty()) {
         empty_state(s.scope == static_cast<int>(StatScope::kernels)
                         ? "No kernel events in this trace (category \"kernel\" or a device lane). "
-                          "Try \"ops\" or "
-                          "\"all ranges\"."
+                          "Try \"ops\" or \"all ranges\"."
                         : "No events of this kind in the trace.");
         return;
     }
-
-    const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg |
-                                  ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY |
-                                  ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingStretchProp;
-    if (!ImGui::BeginTable("kernels", kColumns, flags, ImGui::GetContentRegionAvail())) return;
-    ImGui::TableSetupScrollFreeze(1, 1);
-    ImGui::TableSetupColumn("name", ImGuiTableColumnFlags_WidthStretch, 3.0f);
-    ImGui::TableSetupColumn("count");
-    ImGui::TableSetupColumn(
-        "total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("mean", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("% of step", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("FLOPs", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("TFLOP/s", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("% of peak", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableHeadersRow();
-    if (ImGuiTableSortSpecs* spec = ImGui::TableGetSortSpecs();
-        spec != nullptr && (spec->SpecsDirty || s.resort)) {
-        s.resort = false;
-        if (spec->SpecsCount > 0) {
-            const int col = spec->Specs[0].ColumnIndex;
-            const bool asc = spec->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
-            std::stable_sort(s.stats.rows.begin(), s.stats.rows.end(),
-                             [&](const KernelStat& a, const KernelStat& b) {
-                                 if (col == kName) return asc ? a.name < b.name : a.name > b.name;
-                                 const double ka = sort_key(a, col, peak),
-                                              kb = sort_key(b, col, peak);
-                                 return asc ? ka < kb : ka > kb;
-                             });
-        }
-        spec->SpecsDirty = false;
-    }
-    const double step = static_cast<double>(s.stats.step_total_ns);
-    ImGuiListClipper clipper;
-    clipper.Begin(static_cast<int>(s.stats.rows.size()));
-    char buf[64];
-    while (clipper.Step()) {
-        for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
-            const KernelStat& k = s.stats.rows[static_cast<std::size_t>(i)];
-            ImGui::TableNextRow();
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(k.name.c_str());
-            ImGui::TableNextColumn();
-            ImGui::Text("%lld", static_cast<long long>(k.count));
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(fmt_duration_ns(static_cast<double>(k.total_ns)).c_str());
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(fmt_duration_ns(k.mean_ns()).c_str());
-            ImGui::TableNextColumn();
-            const float share =
-                step > 0 ? static_cast<float>(static_cast<double>(k.total_ns) / step) : 0.0f;
-            std::snprintf(buf, sizeof buf, "%.1f%%", 100.0f * share);
-            ImGui::ProgressBar(std::min(share, 1.0f), ImVec2(-1, 0), buf);
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(k.flops > 0 ? fmt_flops(k.flops).c_str() : "-");
-            ImGui::TableNextColumn();
-            if (k.flops > 0) {
-                ImGui::Text("%.4g", k.achieved_flop_per_s() / 1e12);
-            } else {
-                ImGui::TextUnformatted("-");
-            }
-            ImGui::TableNextColumn();
-            if (k.flops > 0 && peak > 0) {
-                ImGui::Text("%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
-            } else {
-                ImGui::TextUnformatted("-");
-            }
-        }
-    }
-    ImGui::EndTable();
+    draw_table(s, peak);
 }
 
 }  // namespace napkin::viewer

@@ -1,5 +1,6 @@
 #include "viewer/widgets.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -131,6 +132,84 @@ void tooltip_text(const std::string& text) {
     ImGui::TextUnformatted(text.c_str());
     ImGui::PopTextWrapPos();
     ImGui::EndTooltip();
+}
+
+bool text_fitted(ImDrawList* dl, ImVec2 pos, float max_w, ImU32 color, const std::string& text,
+                 float font_size) {
+    ImFont* font = ImGui::GetFont();
+    const float size = font_size > 0.0f ? font_size : ImGui::GetFontSize();
+    auto width = [&](const char* begin, const char* end) {
+        return font->CalcTextSizeA(size, FLT_MAX, 0.0f, begin, end).x;
+    };
+    const char* begin = text.c_str();
+    const char* end = begin + text.size();
+    if (width(begin, end) <= max_w) {
+        dl->AddText(font, size, pos, color, begin, end);
+        return false;
+    }
+    // The longest prefix that fits with "..." after it (binary search on its length).
+    const float dots = width("...", nullptr);
+    std::size_t lo = 0, hi = text.size();
+    while (lo < hi) {
+        const std::size_t mid = (lo + hi + 1) / 2;
+        if (width(begin, begin + mid) + dots <= max_w) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    while (lo > 0 && (static_cast<unsigned char>(text[lo]) & 0xC0) == 0x80)
+        --lo;  // not inside a UTF-8 character
+    const std::string cut = text.substr(0, lo) + "...";
+    dl->AddText(font, size, pos, color, cut.c_str(), cut.c_str() + cut.size());
+    return true;
+}
+
+TimeTicks draw_time_ticks(ImDrawList* dl, const TimeAxis& axis, double origin_ns, float y0,
+                          float y1, float label_y, ImU32 color) {
+    TimeTicks ticks = time_ticks(axis.t0, axis.t1, origin_ns, axis.x1 - axis.x0, 100.0);
+    for (const TimeTick& t : ticks.ticks) {
+        const float x = std::round(axis.x(t.t_ns));
+        dl->AddLine(ImVec2(x, y0), ImVec2(x, y1), color);
+        // A label that would run past the axis's end is left out rather than cut.
+        if (x + 3 + ImGui::CalcTextSize(t.label.c_str()).x <= axis.x1 + 8)
+            dl->AddText(ImVec2(x + 3, label_y), color, t.label.c_str());
+    }
+    return ticks;
+}
+
+bool navigate_time(TimeView& time, bool& dragging, const TimeAxis& axis, bool hovered,
+                   bool wheel_zooms) {
+    const ImGuiIO& io = ImGui::GetIO();
+    TimeWindow& w = time.window;
+    const double span = w.span();
+    if (hovered && wheel_zooms && io.MouseWheel != 0.0f) {
+        const float mx = io.MousePos.x;
+        const double t = mx >= axis.x0 && mx <= axis.x1 ? axis.t(mx) : 0.5 * (w.t0_ns + w.t1_ns);
+        zoom_around(w, t, wheel_zoom_factor(static_cast<double>(io.MouseWheel)));
+    }
+    if (hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Left)) dragging = true;
+    if (!ImGui::IsMouseDown(ImGuiMouseButton_Left)) dragging = false;
+    if (dragging && io.MouseDelta.x != 0.0f) {
+        pan(w, -static_cast<double>(io.MouseDelta.x) * axis.ns_per_px());
+    }
+    const bool click = hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
+                       std::fabs(ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0.0f).x) < 3.0f;
+    if (!io.WantTextInput) {
+        const double mid = 0.5 * (w.t0_ns + w.t1_ns);
+        if (ImGui::IsKeyDown('W')) zoom_around(w, mid, 0.9);
+        if (ImGui::IsKeyDown('S')) zoom_around(w, mid, 1.1);
+        if (ImGui::IsKeyDown('A')) pan(w, -0.02 * span);
+        if (ImGui::IsKeyDown('D')) pan(w, 0.02 * span);
+        if (ImGui::IsKeyPressed('F', false)) w = time.profiled;
+    }
+    keep_sane(w, time.profiled);
+    return click;
+}
+
+std::string window_text(const TimeView& time) {
+    return "window " + fmt_duration_ns(time.window.span()) + " from " +
+           fmt_time_at(time.window.t0_ns - time.origin_ns, time.window.span() / 1000.0);
 }
 
 }  // namespace napkin::viewer

@@ -1,4 +1,5 @@
-// Reusable drawing helpers shared by the panels: colours, empty states, opaque fills; the number
+// Reusable drawing helpers shared by the panels: colours, empty states, opaque fills, text that
+// fits, time ticks, and the time navigation of the timeline and the memory charts; the number
 // formats (viewer/format.h) come with them.
 #pragma once
 
@@ -9,6 +10,8 @@
 #include <imgui.h>
 
 #include "viewer/format.h"
+#include "viewer/ticks.h"
+#include "viewer/view.h"
 
 namespace napkin::viewer {
 
@@ -38,5 +41,26 @@ void empty_state(const char* message);
 void error_text(const std::string& message);
 // Tooltip text wrapped at a readable width.
 void tooltip_text(const std::string& text);
+
+// `text` at `pos`, cut to `max_w` pixels with "..." when it is wider (font_size 0: the
+// current font's). True when it was cut: the caller offers the whole text on hover.
+bool text_fitted(ImDrawList* dl, ImVec2 pos, float max_w, ImU32 color, const std::string& text,
+                 float font_size = 0.0f);
+
+// The time ticks of `axis` (viewer/ticks.h, labels from origin_ns): a mark from y0 to y1 and the
+// label at label_y beside each. Returns the ticks (their base, when set, is for the caller to
+// show once).
+TimeTicks draw_time_ticks(ImDrawList* dl, const TimeAxis& axis, double origin_ns, float y0,
+                          float y1, float label_y, ImU32 color);
+
+// The time navigation shared by the timeline and the memory charts, applied to `time.window`
+// after the frame's drawing: over the time area (`hovered`) the wheel zooms around the pointer
+// (unless `wheel_zooms` is false: shift+wheel scrolls the timeline's lanes) and a drag pans; W/S
+// zoom and A/D pan around the centre, F fits the profiled window (not while typing in a text
+// box). Returns true when the left button was released over the area without a drag: a click.
+bool navigate_time(TimeView& time, bool& dragging, const TimeAxis& axis, bool hovered,
+                   bool wheel_zooms);
+// "window 384 ms from 0.742 s" for a toolbar.
+std::string window_text(const TimeView& time);
 
 }  // namespace napkin::viewer

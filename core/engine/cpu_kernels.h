@@ -18,6 +18,7 @@
 #include "core/fp8.h"
 #include "core/half.h"
 #include "core/op_plan.h"
+#include "core/tensor.h"
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
@@ -44,22 +45,10 @@ struct CpuKernels {
     // fp8-amp's kernels (quantize, dequantize, the fp8 GEMMs) over bf16 storage.
     static constexpr bool kFp8 = std::is_same_v<T, bf16_t>;
 
-    // ---- scratch the orchestration allocates as temporaries, in floats
-    // The 16-bit and fp8 matmuls and LoRA adapters widen their operands to fp32 (0 for float):
-    // the largest of the block's (cpu::gemm_scratch_floats, which the estimator counts too).
-    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
-        return cpu::gemm_scratch_floats(block, !std::is_same_v<T, float>);
-    }
-    std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
-                                                   std::int64_t Vp) const {
-        return cpu::head_cross_entropy_scratch_floats(chunk, C, Vp, !std::is_same_v<T, float>);
-    }
-    std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T_,
-                                                         int NH) const {
-        return cpu::attention_naive_backward_scratch_floats(B, T_, NH);
-    }
-    // The per-row losses of head_cross_entropy (N): host memory outside the accounting, as always.
-    void bind_losses(AccountingAllocator&, std::int64_t N) {
+    // The per-row losses of head_cross_entropy (N): host memory outside the accounting, as
+    // always (the buffer plan lists no loss.rows for the CPU: `rows` is empty).
+    void bind_losses(Tensor rows, std::int64_t N) {
+        NAPKIN_ASSERT(rows.empty(), "the CPU's losses are host memory outside the accounting");
         losses_.assign(static_cast<std::size_t>(N), 0.0f);
     }
     float* losses() { return losses_.data(); }

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "core/buffer_plan.h"
 #include "core/comm/comm_nccl.h"
 #include "core/cuda/cuda_engine_api.h"
 #include "core/device.h"
@@ -159,11 +160,11 @@ public:
 
     double grad_sum_squares(const OptimizerTensor* tensors, int count,
                             AccountingAllocator& alloc) override {
-        // scratch: the result (one double, padded to 256 bytes) then the per-block partials.
+        // scratch (the buffer plan's): the result (one double, padded to 256 bytes) then the
+        // per-block partials.
         constexpr std::size_t kResultBytes = cuda::kGradNormResultBytes;
-        const std::size_t bytes = kResultBytes + api_.grad_sum_squares_scratch_bytes(count);
-        Tensor scratch(alloc, "optimizer.grad_norm.scratch", MemCategory::temporaries, DType::i8,
-                       {static_cast<std::int64_t>(bytes)});
+        const PlanBuffer b = grad_norm_scratch(count);
+        Tensor scratch(alloc, std::string(b.name), b.category, b.dtype, {b.numel});
         auto* base = static_cast<unsigned char*>(scratch.raw());
         api_.grad_sum_squares(reinterpret_cast<double*>(base), tensors, count, base + kResultBytes,
                               stream_);

@@ -42,37 +42,10 @@ struct CudaKernels {
     CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
         : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), handle_(handle) {}
 
-    // ---- scratch the orchestration allocates as temporaries, in floats
-    // The cuBLASLt workspace, then, when the block's GEMMs are fp8, the fp8 backward's
-    // transposed operands for the largest of them (kernels/matmul.h).
-    std::int64_t matmul_scratch_floats(const std::vector<PlanOp>& block) const {
-        return static_cast<std::int64_t>(matmul_scratch_bytes(block) / sizeof(float));
-    }
-    static std::size_t matmul_scratch_bytes(const std::vector<PlanOp>& block) {
-        std::size_t transposes = 0;
-        for (const PlanOp& op : block) {
-            if (op.kind != OpKind::matmul) continue;
-            const auto& s = std::get<MatmulShape>(op.shape);
-            if (s.in == DType::f8e4m3)
-                transposes =
-                    std::max(transposes, cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
-        }
-        return cuda::kMatmulWorkspaceBytes + transposes;
-    }
-    std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
-                                                   std::int64_t Vp) const {
-        const std::size_t bytes =
-            api_->head_cross_entropy_scratch_bytes(chunk, C, Vp, dtype(), true);
-        return static_cast<std::int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
-    }
-    std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T_,
-                                                         int NH) const {
-        return cpu::attention_naive_backward_scratch_floats(B, T_,
-                                                            NH);  // the same dS (B, NH, T, T)
-    }
-    // The per-row losses (N) on the device, a temporary.
-    void bind_losses(AccountingAllocator& alloc, std::int64_t N) {
-        losses_ = Tensor(alloc, "loss.rows", MemCategory::temporaries, DType::f32, {N});
+    // The per-row losses (N) on the device: the buffer plan's loss.rows, a temporary.
+    void bind_losses(Tensor rows, std::int64_t N) {
+        NAPKIN_ASSERT(rows.numel() == N, "loss.rows: " << rows.numel() << " rows for " << N);
+        losses_ = std::move(rows);
         host_losses_.assign(static_cast<std::size_t>(N), 0.0f);
     }
     float* losses() { return losses_.data<float>(); }
@@ -128,8 +101,8 @@ struct CudaKernels {
                            const T* bias, std::int64_t N, std::int64_t C) {
         k_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_, 1e-5f);
     }
-    // scratch: the GEMM workspace (matmul_scratch_floats), idle between GEMMs on this stream,
-    // holds the parameter gradients' per-chunk sums (kernels/norm.h).
+    // scratch: the GEMM workspace (the buffer plan's matmul.scratch), idle between GEMMs on this
+    // stream, holds the parameter gradients' per-chunk sums (kernels/norm.h).
     void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                             const T* weight, const float* mean, const float* rstd, std::int64_t N,
                             std::int64_t C, float* scratch) {
@@ -157,7 +130,7 @@ struct CudaKernels {
                             stream_);
     }
     // fp8-amp (kernels/quantize.h, the fp8 overloads of kernels/matmul.h). The scratch is the
-    // cuBLASLt workspace followed by the fp8 backward's transposes (matmul_scratch_floats).
+    // cuBLASLt workspace followed by the fp8 backward's transposes (matmul.scratch).
     template <class Q>
     void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
         if constexpr (std::is_same_v<Q, f8e4m3_t>)

@@ -11,16 +11,17 @@
 //   - flash attention's backward reads its output O from the kept codes, dequantized into a
 //     bf16 buffer (dequantized): the plan keeps attn.out once, in fp8.
 // The two transients (a weight and an output gradient, with their scale pairs) are temporaries
-// sized for the block's largest GEMM (fp8_cast_numel in core/op_plan.h, which the estimator
-// counts too). The output layer stays bf16 (core/op_plan.cpp). Kernel ranges: each cast is a
-// "quantize" or "dequantize" kernel, each GEMM a "matmul_forward" / "matmul_backward" with the
-// fp8 kernels' own costs (kernels/matmul.h).
+// sized for the block's largest GEMM by the buffer plan (core/buffer_plan.h), which the
+// estimator sums too. The output layer stays bf16 (core/op_plan.cpp). Kernel ranges: each cast
+// is a "quantize" or "dequantize" kernel, each GEMM a "matmul_forward" / "matmul_backward" with
+// the fp8 kernels' own costs (kernels/matmul.h).
 #pragma once
 
 #include <string_view>
 
 #include "core/allocator.h"
 #include "core/check.h"
+#include "core/engine/gpt_buffers.h"
 #include "core/fp8.h"
 #include "core/op_plan.h"
 #include "core/tensor.h"
@@ -40,17 +41,13 @@ class Fp8Casts {
     using T = typename Kernels::Elem;
 
 public:
-    // The transients, when the plan's block GEMMs are fp8 (nothing otherwise).
-    void allocate(AccountingAllocator& alloc, const OpPlan& plan) {
-        const Fp8CastNumel n = fp8_cast_numel(plan);
-        if (n.weight == 0) return;
-        NAPKIN_ASSERT(Kernels::kFp8, "this backend has no fp8 kernels");
-        w8_ = Tensor(alloc, "fp8.weight", MemCategory::temporaries, DType::f8e4m3, {n.weight});
-        w8_scale_ = Tensor(alloc, "fp8.weight.scale", MemCategory::temporaries, DType::f32,
-                           {kFp8ScaleFloats});
-        g8_ = Tensor(alloc, "fp8.grad", MemCategory::temporaries, DType::f8e5m2, {n.grad});
-        g8_scale_ = Tensor(alloc, "fp8.grad.scale", MemCategory::temporaries, DType::f32,
-                           {kFp8ScaleFloats});
+    // The transients from the buffer plan (none unless the plan's block GEMMs are fp8).
+    void allocate(GptBuffers& buffers) {
+        w8_ = buffers.take(BufferRole::fp8_weight);
+        w8_scale_ = buffers.take(BufferRole::fp8_weight_scale);
+        g8_ = buffers.take(BufferRole::fp8_grad);
+        g8_scale_ = buffers.take(BufferRole::fp8_grad_scale);
+        NAPKIN_ASSERT(w8_.empty() || Kernels::kFp8, "this backend has no fp8 kernels");
     }
 
     // kept (codes, n) and scale = the cast of staged (n, bf16).

@@ -7,7 +7,8 @@
 // and CudaKernels<T> (core/engine/cuda_kernels.h, in cuda_device.cpp). A backend struct has the
 // kernels' names and the CPU's signatures (llm.c: the CPU is the specification and the CUDA
 // code mirrors it name for name), plus the memory operations besides kernels (zero, parameter
-// values in and out as fp32, the token check, scratch sizes); nothing here knows the device.
+// values in and out as fp32, the token check); nothing here knows the device. The buffer plan
+// (core/buffer_plan.h) sizes every scratch buffer, for either backend.
 // Tensors live where the allocator's raw memory puts them: host memory or device memory.
 #pragma once
 
@@ -24,6 +25,7 @@
 
 #include "core/check.h"
 #include "core/engine/gpt.h"
+#include "core/engine/gpt_buffers.h"
 #include "core/engine/gpt_detail.h"
 #include "core/engine/gpt_dropout.h"
 #include "core/engine/gpt_fp8.h"
@@ -289,28 +291,21 @@ private:
         }
     }
 
+    // The buffer plan's (core/buffer_plan.h), allocated in its order, each then handed to the
+    // member that uses it.
     void allocate_buffers() {
-        const std::int64_t C = cfg_.d_model;
-        const std::int64_t fc_rows = cfg_.mlp == MlpKind::swiglu ? 2 * cfg_.d_ff : cfg_.d_ff;
-        const std::int64_t narrow = std::max(C, cfg_.d_ff);
-        const std::int64_t wide = std::max(cfg_.qkv_dim(), fc_rows);
-        const DType dt = gpt_detail::storage_dtype<T>();
-        dres_ = Tensor(alloc_, "grad.residual", MemCategory::temporaries, dt, {N_ * C});
-        dnarrow_ = Tensor(alloc_, "grad.narrow", MemCategory::temporaries, dt, {N_ * narrow});
-        dwide_ = Tensor(alloc_, "grad.wide", MemCategory::temporaries, dt, {N_ * wide});
-        branch_ = Tensor(alloc_, "branch.out", MemCategory::temporaries, dt, {N_ * C});
-        loss_chunk_ = plan_.in.loss_chunk_rows > 0 ? std::min(plan_.in.loss_chunk_rows, N_) : N_;
-        ce_scratch_ = Tensor(alloc_, "loss.scratch", MemCategory::temporaries, DType::f32,
-                             {k_.head_cross_entropy_scratch_floats(loss_chunk_, C, cfg_.padded_vocab_size)});
-        const std::int64_t mm = k_.matmul_scratch_floats(plan_.block);
-        mm_scratch_ = Tensor(alloc_, "matmul.scratch", MemCategory::temporaries, DType::f32, {mm});
-        if (plan_.in.attention == AttentionImpl::naive) {
-            attn_scratch_ = Tensor(alloc_, "attention.scratch", MemCategory::temporaries, DType::f32,
-                                   {k_.attention_naive_backward_scratch_floats(B_, T_, cfg_.n_heads)});
-        }
-        lora_.allocate(alloc_, plan_, params_);
-        k_.bind_losses(alloc_, N_);
-        fp8_.allocate(alloc_, plan_);
+        loss_chunk_ = loss_chunk_rows(plan_.in);
+        gpt_detail::GptBuffers buffers(alloc_, build_buffer_plan(plan_, Kernels::kDevice));
+        dres_ = buffers.take(BufferRole::grad_residual);
+        dnarrow_ = buffers.take(BufferRole::grad_narrow);
+        dwide_ = buffers.take(BufferRole::grad_wide);
+        branch_ = buffers.take(BufferRole::branch_out);
+        ce_scratch_ = buffers.take(BufferRole::loss_scratch);
+        mm_scratch_ = buffers.take(BufferRole::matmul_scratch);
+        attn_scratch_ = buffers.take(BufferRole::attention_scratch);
+        lora_.allocate(plan_, buffers);
+        k_.bind_losses(buffers.take(BufferRole::loss_rows), N_);
+        fp8_.allocate(buffers);
     }
 
     const T* block_input(int l) {

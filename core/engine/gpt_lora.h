@@ -8,7 +8,7 @@
 //     reads its weight dequantized into one transient of the largest linear's size ("nf4"
 //     kernel ranges of their own).
 // The temporaries, the adapters' dh (B T, 3 r: qkv's three adapters) and the dequantized weight,
-// are what the estimator counts for them (estimator/estimate.cpp).
+// are the buffer plan's (core/buffer_plan.h), which the estimator sums too.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 
 #include "core/allocator.h"
 #include "core/engine/gpt.h"
+#include "core/engine/gpt_buffers.h"
 #include "core/engine/gpt_detail.h"
 #include "core/op_plan.h"
 #include "core/tensor.h"
@@ -29,25 +30,15 @@ class Adapters {
     using T = typename Kernels::Elem;
 
 public:
-    // The transients for the plan's adapters and the params' NF4 weights (nothing when full
-    // fine-tuning); the scale alpha / r.
-    void allocate(AccountingAllocator& alloc, const OpPlan& plan,
-                  const std::vector<ParamSlot>& params) {
+    // The scale alpha / r and the transients, the adapters' dh and the dequantized weight, from
+    // the buffer plan (nothing when full fine-tuning).
+    void allocate(const OpPlan& plan, GptBuffers& buffers) {
         const PlanInputs& in = plan.in;
         if (in.finetune == Finetune::full) return;
         const float alpha = in.lora_alpha > 0 ? in.lora_alpha : static_cast<float>(in.lora_rank);
         scale_ = alpha / static_cast<float>(in.lora_rank);
-        const std::int64_t rows = in.micro_batch * in.seq_len;
-        dh_ = Tensor(alloc, "lora.dh", MemCategory::temporaries, storage_dtype<T>(),
-                     {rows * 3 * in.lora_rank});
-        std::int64_t nf4 = 0;
-        for (const ParamSlot& p : params) {
-            if (p.weight.dtype() == DType::nf4) nf4 = std::max(nf4, p.numel);
-        }
-        if (nf4 > 0) {
-            dequant_ = Tensor(alloc, "nf4.dequantized", MemCategory::temporaries,
-                              storage_dtype<T>(), {nf4});
-        }
+        dh_ = buffers.take(BufferRole::lora_dh);
+        dequant_ = buffers.take(BufferRole::nf4_dequantized);
     }
 
     // A linear weight as its GEMM reads it: the working copy, or its NF4 codes dequantized.

@@ -213,7 +213,8 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
     };
     const std::string v9 = make("v9", future(report, "napkin-train-report/1", "napkin-train-report/9"),
                                 future(trace, "napkin-trace/1", "napkin-trace/9"));
-    expect_error("report " + v9, 1, "napkin-train-report/9 is not supported");
+    expect_error("report " + v9, 1,
+                 "schema napkin-train-report/9 is newer than this napkin reads (1); update napkin");
     expect_error("export " + v9 + " -o " + out.string(), 1, "napkin-trace/9 is not supported");
     const std::string wrong_type = make("wrong_type", future(report, "\"tokens_per_s\":", "\"tokens_per_s\": \"fast\", \"x\":"), trace);
     expect_error("report " + wrong_type, 1, "field 'measured.tokens_per_s' is not a number");

@@ -106,10 +106,10 @@ TEST(RunData, LoadsTheCpuTinyRunFolder) {
     EXPECT_FALSE(run.memory.from_counters);
     EXPECT_EQ(run.memory.categories.size(), 8u);
     EXPECT_EQ(run.memory.peak_bytes, 19496960.0);  // memory.json peak.total_bytes
-    EXPECT_EQ(run.report.measured_value("peak_total_bytes"), 19496960.0);
-    EXPECT_EQ(run.report.model_name, "tiny");
-    EXPECT_EQ(run.report.run_value("precision"), "fp32");
-    EXPECT_EQ(run.report.step_seconds.size(), 3u);
+    EXPECT_EQ(run.report.measured.peak_total_bytes, 19496960);
+    EXPECT_EQ(run.report.model.name, "tiny");
+    EXPECT_EQ(run.report.run.precision, "fp32");
+    EXPECT_EQ(run.report.steps.size(), 3u);
     EXPECT_GT(run.peak_flops_per_s(), 0);
 }
 
@@ -323,12 +323,11 @@ TEST(RunData, CompareTableShowsZeroStagesSideBySide) {
         ASSERT_TRUE(r.has_report);
         rs.push_back(&r);
     }
-    EXPECT_EQ(runs[0].report.comm_value("zero"), 0);
-    EXPECT_EQ(runs[2].report.comm_value("world"), 2);
-    EXPECT_EQ(runs[2].report.comm_backend, "mpi");
-    EXPECT_EQ(runs[0].report.comm_seconds.size(), runs[0].report.step_seconds.size());
-    EXPECT_TRUE(runs[3].report.communication.empty());
-    EXPECT_TRUE(std::isnan(runs[3].report.comm_value("zero")));
+    EXPECT_EQ(runs[0].report.communication->zero, 0);
+    EXPECT_EQ(runs[2].report.communication->world, 2);
+    EXPECT_EQ(runs[2].report.communication->backend, "mpi");
+    EXPECT_TRUE(runs[0].report.steps[0].comm->seconds.has_value());
+    EXPECT_FALSE(runs[3].report.communication.has_value());
 
     const std::vector<CompareRow> rows = compare_table(rs);
     const CompareRow* stage = row_named(rows, "ZeRO stage");

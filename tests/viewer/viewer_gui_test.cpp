@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include <stb_image.h>
 
 #include "viewer/run_data.h"
+#include "viewer/view.h"
 #include "viewer/widgets.h"
 
 #ifndef NAPKIN_BINARY
@@ -40,6 +43,47 @@ std::string slurp(const fs::path& p) {
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
+}
+
+// Pixels of exactly colour c, and their mean x (-1 without any).
+std::size_t count_of(const std::vector<unsigned char>& rgb, Rgb c, int w, float* mean_x = nullptr) {
+    EXPECT_GT(w, 0);
+    if (w <= 0) return 0;
+    std::size_t n = 0;
+    double sum_x = 0;
+    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3) {
+        if (rgb[i] != c.r || rgb[i + 1] != c.g || rgb[i + 2] != c.b) continue;
+        ++n;
+        sum_x += static_cast<double>((i / 3) % static_cast<std::size_t>(w));
+    }
+    if (mean_x != nullptr)
+        *mean_x = n > 0 ? static_cast<float>(sum_x / static_cast<double>(n)) : -1;
+    return n;
+}
+
+// The longest horizontal run of exactly colour c: its length and its middle x.
+struct Span {
+    int length = 0;
+    float middle = 0;
+};
+Span longest_run(const std::vector<unsigned char>& rgb, int w, int h, Rgb c) {
+    Span best;
+    EXPECT_EQ(rgb.size(), static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3u);
+    if (rgb.size() != static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3u) return best;
+    for (int y = 0; y < h; ++y) {
+        int run = 0;
+        for (int x = 0; x <= w; ++x) {
+            const unsigned char* p =
+                &rgb[(static_cast<std::size_t>(y) * w + std::min(x, w - 1)) * 3];
+            if (x < w && p[0] == c.r && p[1] == c.g && p[2] == c.b) {
+                ++run;
+                continue;
+            }
+            if (run > best.length) best = {run, static_cast<float>(x - run) + 0.5f * run};
+            run = 0;
+        }
+    }
+    return best;
 }
 
 class ViewerGui : public testing::Test {
@@ -87,10 +131,18 @@ protected:
     // all the same).
     static std::vector<unsigned char> screenshot(const std::string& view, int& w, int& h,
                                                  const std::string& extra = "", int rc = 0) {
-        const fs::path png = *dir_ / (view + ".png");
+        return shot(view,
+                    " --view " + view + " " + (*dir_ / "fp32").string() + " " +
+                        (*dir_ / "bf16-ckpt").string() + extra,
+                    w, h, rc);
+    }
+
+    // `napkin view --screenshot NAME.png --size 1280x720 ARGS`: the pixels (RGB).
+    static std::vector<unsigned char> shot(const std::string& name, const std::string& args, int& w,
+                                           int& h, int rc = 0) {
+        const fs::path png = *dir_ / (name + ".png");
         const Result r = run(std::string(NAPKIN_BINARY) + " view --screenshot " + png.string() +
-                             " --view " + view + " --size 1280x720 " + (*dir_ / "fp32").string() +
-                             " " + (*dir_ / "bf16-ckpt").string() + extra);
+                             " --size 1280x720" + args);
         EXPECT_EQ(r.rc, rc) << r.err;
         int channels = 0;
         unsigned char* data = stbi_load(png.c_str(), &w, &h, &channels, 3);
@@ -208,6 +260,115 @@ TEST_F(ViewerGui, BadFlagsAreUsageErrors) {
     const Result size = run(std::string(NAPKIN_BINARY) + " view --size 12 --screenshot x.png");
     EXPECT_EQ(size.rc, 2);
     EXPECT_NE(size.err.find("--size"), std::string::npos) << size.err;
+    for (const char* flag : {"--window 2:1", "--window 5", "--mode flops"}) {
+        const Result r = run(std::string(NAPKIN_BINARY) + " view --screenshot x.png " + flag);
+        EXPECT_EQ(r.rc, 2) << flag;
+        EXPECT_NE(r.err.find(std::string(flag).substr(0, 6)), std::string::npos) << r.err;
+    }
+    // Nothing to select: one line, exit 1, no image.
+    const fs::path png = *dir_ / "nothing.png";
+    const Result none = run(std::string(NAPKIN_BINARY) + " view --screenshot " + png.string() +
+                            " --select no_such_op " + (*dir_ / "fp32").string());
+    EXPECT_EQ(none.rc, 1);
+    EXPECT_NE(none.err.find("--select: no event named 'no_such_op'"), std::string::npos)
+        << none.err;
+    EXPECT_FALSE(fs::exists(png));
+}
+
+// `--view kernels --mode M`: the checked radio button's dot is the only ink in ImGui's
+// check-mark blue, left to right kernels, ops, all ranges.
+TEST_F(ViewerGui, ModeChoosesTheKernelTablesRows) {
+    std::string run = " ";  // appended, not `" " + s`: GCC 12's -Wrestrict false positive
+    run += (*dir_ / "fp32").string();
+    const Rgb check{66, 150, 250};
+    float x[3] = {};
+    const char* modes[] = {"kernels", "ops", "all"};
+    for (int i = 0; i < 3; ++i) {
+        int w = 0, h = 0;
+        const auto rgb = shot(std::string("mode_") + modes[i],
+                              std::string(" --view kernels --mode ") + modes[i] + run, w, h);
+        EXPECT_GT(count_of(rgb, check, w, &x[i]), 20u) << modes[i];
+    }
+    EXPECT_LT(x[0] + 30, x[1]);
+    EXPECT_LT(x[1] + 30, x[2]);
+}
+
+// --select outlines the range in white and --window sets the time shown (ns from the runs'
+// start): with the window set to the selected range itself its outline spans the whole time
+// axis; with the range's own duration free on each side, the middle third of it.
+TEST_F(ViewerGui, WindowAndSelectionShowTheRange) {
+    const fs::path fp32 = *dir_ / "fp32";
+    std::vector<RunData> runs;
+    runs.push_back(load_run(fp32));
+    const double origin = time_view_of(runs).origin_ns;
+    const TraceData& t = runs[0].trace;
+    const Event* e = nullptr;  // the first in time, as --select takes it
+    for (const Event& ev : t.events) {
+        if (t.name_of(ev) == "h.0.mlp.fc" && (e == nullptr || ev.start_ns < e->start_ns)) e = &ev;
+    }
+    ASSERT_NE(e, nullptr);
+    auto window = [&](double pad) {
+        const double d = pad * static_cast<double>(e->dur_ns);
+        return " --window " +
+               std::to_string(std::llround(static_cast<double>(e->start_ns) - origin - d)) +
+               "ns:" + std::to_string(std::llround(static_cast<double>(e->end_ns()) - origin + d)) +
+               "ns";
+    };
+    const Rgb white{255, 255, 255};
+    const std::string select = " --view timeline --select h.0.mlp.fc " + fp32.string();
+    int w = 0, h = 0;  // set by shot(): each call before its pixels are read
+    const auto full = shot("select_whole", select + window(0), w, h);
+    const Span whole = longest_run(full, w, h, white);
+    EXPECT_GT(whole.length, w * 3 / 4) << "the outline spans the time axis";
+    const auto middle = shot("select_third", select + window(1), w, h);
+    const Span third = longest_run(middle, w, h, white);
+    EXPECT_NEAR(third.length, whole.length / 3.0, 6.0);
+    EXPECT_NEAR(third.middle, whole.middle, 4.0);
+    const auto plain = shot("select_none", " --view timeline " + fp32.string() + window(1), w, h);
+    EXPECT_LT(longest_run(plain, w, h, white).length, 40) << "an outline without --select";
+}
+
+// --find outlines every range whose name contains the text, in yellow.
+TEST_F(ViewerGui, FindOutlinesTheMatches) {
+    const std::string args = " --view timeline " + (*dir_ / "fp32").string();
+    int w = 0, h = 0;
+    const Rgb yellow{255, 230, 0};
+    const auto found = shot("find_mlp", args + " --find mlp", w, h);
+    EXPECT_GT(count_of(found, yellow, w), 300u);
+    const auto plain = shot("find_none", args, w, h);
+    EXPECT_EQ(count_of(plain, yellow, w), 0u);
+}
+
+// The memory view shows the window too: before the first step only the model's states are held
+// (activations appear only in the legend's swatch); the profiled window, by default, has them.
+TEST_F(ViewerGui, MemoryViewShowsTheWindowGiven) {
+    const fs::path fp32 = *dir_ / "fp32";
+    std::vector<RunData> runs;
+    runs.push_back(load_run(fp32));
+    const TimeView tv = time_view_of(runs);
+    const double before_steps = 0.9 * (static_cast<double>(runs[0].trace.t_min_ns) - tv.origin_ns);
+    ASSERT_GT(before_steps, 1e3);
+    const std::string args = " --view memory " + fp32.string();
+    const Rgb act = memory_category_rgb("activations");
+    int w = 0, h = 0;
+    const auto init =
+        shot("memory_init",
+             args + " --window 0:" + std::to_string(std::llround(before_steps)) + "ns", w, h);
+    expect_not_blank(init);
+    EXPECT_LT(count_of(init, act, w), 300u);
+    const auto profiled = shot("memory_profiled", args, w, h);
+    EXPECT_GT(count_of(profiled, act, w), 2000u);
+}
+
+// --keys opens with the `?` overlay shown: its opaque panel over the view.
+TEST_F(ViewerGui, KeysShowsTheOverlay) {
+    const std::string args = " --view timeline " + (*dir_ / "fp32").string();
+    const Rgb panel{28, 30, 38};  // the overlay's background (App::draw_help)
+    int w = 0, h = 0;
+    const auto shown = shot("keys", args + " --keys", w, h);
+    EXPECT_GT(count_of(shown, panel, w), 100000u);
+    const auto plain = shot("no_keys", args, w, h);
+    EXPECT_LT(count_of(plain, panel, w), 1000u);  // a few anti-aliased pixels of that colour
 }
 
 // Single trace files from tests/viewer/data (no training needed): another tool's trace in every

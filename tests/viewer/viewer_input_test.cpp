@@ -8,7 +8,9 @@
 // it under xvfb-run -a with Mesa's llvmpipe); skips without one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -49,6 +51,7 @@ protected:
 
     const RunData& run() const { return app_->runs()[0]; }
     TimelineState& tl() { return app_->timeline(); }
+    TimeWindow& win() { return app_->time().window; }
 
     void frame(const FrameInput& in) {
         backend_->frame([&] { app_->draw(); }, &in);
@@ -108,8 +111,8 @@ protected:
     }
     // Shows [t0, t1] (a view the timeline's own keys could reach) and draws it.
     void show(double t0, double t1) {
-        tl().t0_ns = t0;
-        tl().t1_ns = t1;
+        win().t0_ns = t0;
+        win().t1_ns = t1;
         idle();
     }
     // The middle of the event's box on screen.
@@ -128,50 +131,61 @@ protected:
     FrameInput pointer_;
 };
 
-TEST_F(ViewerInput, TheTimelineFitsTheWholeTraceFirst) {
-    const double pad = 0.01 * static_cast<double>(run().trace.t_max_ns - run().trace.t_min_ns);
-    EXPECT_DOUBLE_EQ(tl().t0_ns, static_cast<double>(run().trace.t_min_ns) - pad);
-    EXPECT_DOUBLE_EQ(tl().t1_ns, static_cast<double>(run().trace.t_max_ns) + pad);
+// The profiled window: the trace's ranges, not its memory counters (which start with the
+// process, long before the profiled steps), with 1% free on each side.
+TEST_F(ViewerInput, TheTimelineFitsTheProfiledRangesFirst) {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const Event& e : run().trace.events) {
+        lo = std::min(lo, e.start_ns);
+        hi = std::max(hi, e.end_ns());
+    }
+    const std::int64_t first_sample = run().memory.t_ns.front();
+    ASSERT_GT(lo, first_sample) << "cpu-tiny's memory samples start before its ranges";
+    const double pad = 0.01 * static_cast<double>(hi - lo);
+    EXPECT_DOUBLE_EQ(win().t0_ns, static_cast<double>(lo) - pad);
+    EXPECT_DOUBLE_EQ(win().t1_ns, static_cast<double>(hi) + pad);
     EXPECT_GT(tl().axis.x1 - tl().axis.x0, 800.0f);
     EXPECT_GT(tl().drawn_boxes, 0);
+    // Labels count from the runs' start: the first memory sample.
+    EXPECT_DOUBLE_EQ(app_->time().origin_ns, static_cast<double>(first_sample));
 }
 
 TEST_F(ViewerInput, WheelUpZoomsAroundThePointer) {
     const float x = tl().axis.x0 + 0.3f * (tl().axis.x1 - tl().axis.x0);
     const float y = lanes_y();
     move_to(x, y);
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     const double t_pointer = tl().axis.t(x);
     FrameInput in = pointer_;
     in.wheel = 1.0f;
     frame(in);
-    EXPECT_GT(tl().t0_ns, t0) << "left edge must move right";
-    EXPECT_LT(tl().t1_ns, t1) << "right edge must move left";
-    EXPECT_NEAR(tl().t1_ns - tl().t0_ns, 0.8 * (t1 - t0), 1e-6 * (t1 - t0));
+    EXPECT_GT(win().t0_ns, t0) << "left edge must move right";
+    EXPECT_LT(win().t1_ns, t1) << "right edge must move left";
+    EXPECT_NEAR(win().t1_ns - win().t0_ns, 0.8 * (t1 - t0), 1e-6 * (t1 - t0));
     idle();  // drawn with the new window
     EXPECT_NEAR(tl().axis.x(t_pointer), x, 1.0f) << "the time under the pointer stays there";
     // Down zooms back out.
     in.wheel = -1.0f;
     frame(in);
-    EXPECT_NEAR(tl().t0_ns, t0, 1e-6 * (t1 - t0));
-    EXPECT_NEAR(tl().t1_ns, t1, 1e-6 * (t1 - t0));
+    EXPECT_NEAR(win().t0_ns, t0, 1e-6 * (t1 - t0));
+    EXPECT_NEAR(win().t1_ns, t1, 1e-6 * (t1 - t0));
 }
 
 TEST_F(ViewerInput, ShiftWheelScrollsLanesWithoutZooming) {
     move_to(tl().axis.x0 + 100.0f, lanes_y());
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     FrameInput in = pointer_;
     in.wheel = 1.0f;
     in.shift = true;
     frame(in);
-    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
-    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+    EXPECT_DOUBLE_EQ(win().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(win().t1_ns, t1);
 }
 
 TEST_F(ViewerInput, DragPansByThePointersTravel) {
     const float x = tl().axis.x0 + 400.0f, y = lanes_y();
     move_to(x, y);
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     const double ns_per_px = pixel_ns();
     const int selected_before = tl().selected_run;
     FrameInput in = pointer_;
@@ -184,26 +198,26 @@ TEST_F(ViewerInput, DragPansByThePointersTravel) {
     in.left_down = false;
     frame(in);  // release: a drag, not a click
     // Dragged right by 150 px: the content follows the pointer, the window moves back in time.
-    EXPECT_NEAR(tl().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
-    EXPECT_NEAR(tl().t1_ns, t1 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+    EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+    EXPECT_NEAR(win().t1_ns, t1 - 150.0 * ns_per_px, 0.5 * ns_per_px);
     EXPECT_FALSE(tl().dragging);
     EXPECT_EQ(tl().selected_run, selected_before) << "a drag must not select";
     // Moving after the release no longer pans.
     move_to(x, y);
-    EXPECT_NEAR(tl().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+    EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
 }
 
-TEST_F(ViewerInput, FRestoresTheWholeTrace) {
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+TEST_F(ViewerInput, FRestoresTheProfiledWindow) {
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     move_to(tl().axis.x0 + 200.0f, lanes_y());
     FrameInput in = pointer_;
     in.wheel = 3.0f;
     frame(in);
     press_key('D');  // and pan a little
-    ASSERT_GT(tl().t0_ns, t0 + 1.0);
+    ASSERT_GT(win().t0_ns, t0 + 1.0);
     press_key(GLFW_KEY_F);
-    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
-    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+    EXPECT_DOUBLE_EQ(win().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(win().t1_ns, t1);
 }
 
 TEST_F(ViewerInput, HoverShowsTheRangesArgs) {
@@ -223,10 +237,25 @@ TEST_F(ViewerInput, HoverShowsTheRangesArgs) {
     EXPECT_NE(tl().hover_text.find("FLOPs " + fmt_flops(flops)), std::string::npos)
         << tl().hover_text;
     EXPECT_NE(tl().hover_text.find("TFLOP/s"), std::string::npos) << tl().hover_text;
-    // Off every range (the gutter): nothing hovered.
-    move_to(tl().axis.x0 - 50.0f, y);
+    // Off every range, past the right end of the time axis: nothing hovered.
+    move_to(tl().axis.x1 + 6.0f, y);
     EXPECT_EQ(tl().hovered_event, kNone);
     EXPECT_TRUE(tl().hover_text.empty()) << tl().hover_text;
+}
+
+// A lane's label is cut to the gutter ("napkin / device (cpu ker..."); over it, its whole name.
+TEST_F(ViewerInput, HoveringALaneLabelShowsItsWholeName) {
+    const TraceData& t = run().trace;
+    for (std::uint32_t li = 0; li < t.lanes.size(); ++li) {
+        const float y = tl().lane_y[0][li];
+        if (y < 0) continue;
+        move_to(tl().axis.x0 - 120.0f, y + 0.5f * kTimelineRowPx);
+        EXPECT_EQ(tl().hovered_event, kNone);
+        const std::string whole = t.lanes[li].process_name + " / " + t.lanes[li].name;
+        EXPECT_EQ(tl().hover_text.rfind(whole + "\n", 0), 0u) << tl().hover_text;
+        EXPECT_NE(tl().hover_text.find(t.lanes[li].device ? "device lane" : "host lane"),
+                  std::string::npos);
+    }
 }
 
 TEST_F(ViewerInput, AClickSelectsTheRange) {
@@ -234,14 +263,14 @@ TEST_F(ViewerInput, AClickSelectsTheRange) {
     const Event& ev = run().trace.events[e];
     show(static_cast<double>(ev.start_ns) - static_cast<double>(ev.dur_ns),
          static_cast<double>(ev.end_ns()) + static_cast<double>(ev.dur_ns));
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     float x = 0, y = 0;
     event_centre(e, x, y);
     click(x, y);
     EXPECT_EQ(tl().selected_run, 0);
     EXPECT_EQ(tl().selected_event, e);
-    EXPECT_DOUBLE_EQ(tl().t0_ns, t0) << "a click does not pan";
-    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+    EXPECT_DOUBLE_EQ(win().t0_ns, t0) << "a click does not pan";
+    EXPECT_DOUBLE_EQ(win().t1_ns, t1);
     // Its parent, one level up, is selected instead by a click there.
     click(x, y - kTimelineRowPx);
     ASSERT_NE(tl().selected_event, kNone);
@@ -266,9 +295,9 @@ TEST_F(ViewerInput, FindAndEnterJumpToTheNextMatch) {
     ASSERT_EQ(tl().selected_event, first);
     EXPECT_EQ(t.name_of(t.events[first]), "h.1.attn.proj backward");  // backward runs h.1 first
     const Event& ev = t.events[first];
-    EXPECT_LT(tl().t0_ns, static_cast<double>(ev.start_ns));
-    EXPECT_GT(tl().t1_ns, static_cast<double>(ev.end_ns()));
-    EXPECT_LT(tl().t1_ns - tl().t0_ns, 10.0 * static_cast<double>(ev.dur_ns) + 3000.0)
+    EXPECT_LT(win().t0_ns, static_cast<double>(ev.start_ns));
+    EXPECT_GT(win().t1_ns, static_cast<double>(ev.end_ns()));
+    EXPECT_LT(win().t1_ns - win().t0_ns, 10.0 * static_cast<double>(ev.dur_ns) + 3000.0)
         << "zoomed onto the match";
     // Enter again: the next match, later in time.
     click(tl().find_x, tl().find_y);
@@ -286,7 +315,7 @@ TEST_F(ViewerInput, TypingInTheFindBoxDoesNotPanOrFit) {
     FrameInput in = pointer_;
     in.wheel = 2.0f;
     frame(in);
-    const double t0 = tl().t0_ns, t1 = tl().t1_ns;
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
     click(tl().find_x, tl().find_y);
     for (const char* k : {"d", "f"}) {
         in = pointer_;
@@ -296,8 +325,8 @@ TEST_F(ViewerInput, TypingInTheFindBoxDoesNotPanOrFit) {
         idle();
     }
     EXPECT_EQ(tl().find_applied, "df");
-    EXPECT_DOUBLE_EQ(tl().t0_ns, t0);
-    EXPECT_DOUBLE_EQ(tl().t1_ns, t1);
+    EXPECT_DOUBLE_EQ(win().t0_ns, t0);
+    EXPECT_DOUBLE_EQ(win().t1_ns, t1);
 }
 
 TEST_F(ViewerInput, AClickOnTheMemoryChartListsTheLiveBlocks) {
@@ -310,8 +339,8 @@ TEST_F(ViewerInput, AClickOnTheMemoryChartListsTheLiveBlocks) {
     ASSERT_GT(c.plot_x1 - c.plot_x0, 500.0f);
     // At the peak: the parameters (wte, the token embedding, among them) are live.
     const double t_peak = static_cast<double>(run().memory.peak_t_ns);
-    const float x = c.plot_x0 + static_cast<float>((t_peak - c.t0) / (c.t1 - c.t0)) *
-                                    (c.plot_x1 - c.plot_x0);
+    const float x =
+        c.plot_x0 + static_cast<float>((t_peak - c.t0) / (c.t1 - c.t0)) * (c.plot_x1 - c.plot_x0);
     const double ns_per_px = (c.t1 - c.t0) / static_cast<double>(c.plot_x1 - c.plot_x0);
     click(x, 0.5f * (c.plot_y0 + c.plot_y1));
     ASSERT_EQ(mem.selected_run, 0);
@@ -348,6 +377,124 @@ TEST_F(ViewerInput, AClickOnTheMemoryChartListsTheLiveBlocks) {
         if (m.t_ns[i] == m.peak_t_ns) peak_i = i;
     }
     EXPECT_EQ(static_cast<double>(parameters), m.by_category[peak_i * m.category_count() + pc]);
+}
+
+// The memory charts show the timeline's window: zooming the timeline zooms them, and a wheel
+// notch over a chart zooms the timeline, around the pointer.
+TEST_F(ViewerInput, TheMemoryChartSharesTheTimelinesWindow) {
+    // Fitted to the profiled steps, not to memory.json's first allocation.
+    EXPECT_GT(win().t0_ns, static_cast<double>(run().memory.t_ns.front()));
+    move_to(tl().axis.x0 + 300.0f, lanes_y());
+    FrameInput in = pointer_;
+    in.wheel = 2.0f;
+    frame(in);
+    const TimeWindow zoomed = win();
+    app_->select(ViewId::memory);
+    idle(2);
+    ASSERT_EQ(app_->current(), ViewId::memory);
+    const MemoryChartCache& c = app_->memory().charts[0];
+    EXPECT_DOUBLE_EQ(c.t0, zoomed.t0_ns);
+    EXPECT_DOUBLE_EQ(c.t1, zoomed.t1_ns);
+    // A notch down over the chart, 25% from its left: the window widens around that time.
+    const float x = c.plot_x0 + 0.25f * (c.plot_x1 - c.plot_x0);
+    move_to(x, 0.5f * (c.plot_y0 + c.plot_y1));
+    const double t_pointer = c.t0 + 0.25 * (c.t1 - c.t0);
+    in = pointer_;
+    in.wheel = -1.0f;
+    frame(in);
+    EXPECT_NEAR(win().span(), zoomed.span() / 0.8, 1e-6 * zoomed.span());
+    EXPECT_NEAR((t_pointer - win().t0_ns) / win().span(), 0.25, 1e-3);
+    // F there fits the profiled window again, for both views.
+    press_key(GLFW_KEY_F);
+    EXPECT_DOUBLE_EQ(win().t0_ns, app_->time().profiled.t0_ns);
+    app_->select(ViewId::timeline);
+    idle(2);
+    EXPECT_DOUBLE_EQ(tl().axis.t0, app_->time().profiled.t0_ns);
+}
+
+// A window past the run's end: the chart stops where the run does (a run shorter than another
+// opened beside it is not drawn on past its end).
+TEST_F(ViewerInput, TheMemoryChartStopsAtTheRunsEnd) {
+    app_->select(ViewId::memory);
+    idle(2);
+    const double end = app_->memory().charts.at(0).t_end;
+    ASSERT_GE(end, static_cast<double>(run().memory.t_ns.back()));
+    win() = TimeWindow{end - 1e6, end + 1e6};
+    idle();
+    const MemoryChartCache& c = app_->memory().charts[0];
+    ASSERT_EQ(c.t0, end - 1e6);
+    EXPECT_NE(c.sample.front(), kNone) << "held before the end";
+    EXPECT_EQ(c.sample.back(), kNone) << "drawn after the end";
+    EXPECT_EQ(c.sample[c.sample.size() / 2 + 2], kNone);
+}
+
+// `?` shows the keys overlay and hides it again; typed into the find box it is text.
+TEST_F(ViewerInput, QuestionMarkTogglesTheKeysOverlay) {
+    ASSERT_FALSE(app_->help_shown());
+    type("?");
+    idle();
+    EXPECT_TRUE(app_->help_shown());
+    type("?");
+    idle();
+    EXPECT_FALSE(app_->help_shown());
+    click(tl().find_x, tl().find_y);
+    type("?");
+    idle();
+    EXPECT_FALSE(app_->help_shown());
+    EXPECT_EQ(tl().find_applied, "?");
+}
+
+// A counter lane's label: its whole name and its scale.
+TEST_F(ViewerInput, HoveringACounterLabelShowsItsScale) {
+    const TraceData& t = run().trace;
+    float bottom = -1;  // the counter lanes follow the run's last lane
+    for (std::uint32_t li = 0; li < t.lanes.size(); ++li) {
+        if (tl().lane_y[0][li] >= 0) {
+            bottom = tl().lane_y[0][li] +
+                     static_cast<float>(std::max<std::size_t>(1, t.lanes[li].levels.size())) *
+                         kTimelineRowPx +
+                     6.0f;
+        }
+    }
+    ASSERT_GT(bottom, 0);
+    move_to(tl().axis.x0 - 120.0f, bottom + 12.0f);
+    EXPECT_NE(tl().hover_text.find("(counter, pid"), std::string::npos) << tl().hover_text;
+    EXPECT_NE(tl().hover_text.find("scale 0 .. "), std::string::npos) << tl().hover_text;
+}
+
+// napkin view's --mode, --window, --find and --select, as App::open applies them.
+TEST_F(ViewerInput, OpenOptionsSetTheViewsState) {
+    OpenOptions o;
+    o.view = ViewId::kernels;
+    o.mode = StatScope::ops;
+    o.window = TimeWindow{150e6, 160e6};
+    o.find = "mlp";
+    o.select = "h.1.mlp.fc";
+    ASSERT_EQ(app_->open(o), "");
+    idle(2);
+    EXPECT_EQ(app_->current(), ViewId::kernels);
+    EXPECT_EQ(app_->kernels().scope, static_cast<int>(StatScope::ops));
+    ASSERT_FALSE(app_->kernels().stats.rows.empty());
+    EXPECT_EQ(app_->kernels().stats.rows.size(),
+              kernel_stats(run().trace, StatScope::ops).rows.size());
+    EXPECT_DOUBLE_EQ(win().t0_ns, app_->time().origin_ns + 150e6);
+    EXPECT_DOUBLE_EQ(win().t1_ns, app_->time().origin_ns + 160e6);
+    EXPECT_EQ(std::string(tl().find), "mlp");
+    ASSERT_NE(tl().selected_event, kNone);
+    EXPECT_EQ(run().trace.name_of(run().trace.events[tl().selected_event]), "h.1.mlp.fc");
+    EXPECT_EQ(tl().selected_event, event_named("h.1.mlp.fc"));
+    // Without a window, the selection is shown; a part of a name selects too.
+    OpenOptions part;
+    part.select = "attn.proj backw";
+    ASSERT_EQ(app_->open(part), "");
+    idle();
+    const Event& e = run().trace.events[tl().selected_event];
+    EXPECT_NE(run().trace.name_of(e).find("attn.proj backw"), std::string::npos);
+    EXPECT_LT(win().t0_ns, static_cast<double>(e.start_ns));
+    EXPECT_GT(win().t1_ns, static_cast<double>(e.end_ns()));
+    OpenOptions none;
+    none.select = "no such op";
+    EXPECT_NE(app_->open(none).find("--select"), std::string::npos);
 }
 
 }  // namespace

@@ -29,10 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         run.live_at(INT64_MAX);
     }
     if (run.has_report) {
-        run.report.predicted_total_bytes();
-        run.report.median_step_seconds();
+        predicted_total_bytes(run.report);
+        median_step_seconds(run.report);
         run.peak_flops_per_s();
-        run.report.comm_value("zero");
         const RunData single;
         compare_table({&run, &single});
     }

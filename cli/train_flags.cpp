@@ -1,0 +1,201 @@
+#include "cli/train_flags.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "cli/flag_checks.h"
+#include "core/check.h"
+#include "core/config_json.h"
+#include "core/device.h"
+
+namespace napkin::cli {
+
+namespace {
+
+// --finetune lora|qlora and their adapter flags.
+void finetune_from_flags(const TrainFlags& f, const CLI::App& cmd, TrainOptions& o) {
+    o.plan.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
+    if (o.plan.finetune == Finetune::full) {
+        for (const char* flag : {"--lora-rank", "--lora-alpha"}) {
+            if (cmd.count(flag) > 0)
+                throw UsageError(std::string(flag) + ": needs --finetune lora or qlora");
+        }
+        return;
+    }
+    if (f.lora_rank <= 0) {
+        throw UsageError("--lora-rank: must be a positive integer (got " +
+                         std::to_string(f.lora_rank) + ")");
+    }
+    if (cmd.count("--lora-alpha") > 0 && (!(f.lora_alpha > 0) || !std::isfinite(f.lora_alpha)))
+        throw UsageError("--lora-alpha: must be a positive number");
+    o.plan.lora_rank = f.lora_rank;
+    o.plan.lora_alpha =
+        cmd.count("--lora-alpha") > 0 ? f.lora_alpha : static_cast<float>(f.lora_rank);
+}
+
+TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
+    TrainOptions o;
+    if (cmd.count("--config") > 0) {
+        if (cmd.count("--model") > 0) throw UsageError("give one model: --model or --config");
+        o.model = load_model_config(f.config);
+    } else if (!f.init_from.empty() && cmd.count("--model") == 0) {
+        o.model = config_from_weights(f.init_from);  // the shape the weights have
+    } else {
+        o.model = preset_or_throw(f.model);
+    }
+    if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
+    if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
+    // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
+    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
+    if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
+    if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
+        throw UsageError("--weight-decay: must be 0 (off) or a positive number");
+    }
+    if (!(f.grad_clip >= 0) || !std::isfinite(f.grad_clip)) {
+        throw UsageError("--grad-clip: must be 0 (off) or a positive norm");
+    }
+    o.plan.micro_batch = f.micro_batch;
+    o.plan.seq_len = f.seq_len;
+    o.plan.precision = parse_enum(kPrecisionNames, f.precision, "--precision");
+    o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
+    o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
+    o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    if (cmd.count("--dropout") > 0) {
+        if (!(f.dropout >= 0.0 && f.dropout < 1.0))
+            throw UsageError("--dropout: must be in [0, 1) (got " + std::to_string(f.dropout) +
+                             ")");
+        o.model.dropout = f.dropout;
+    }
+    finetune_from_flags(f, cmd, o);
+    o.steps = f.steps;
+    o.grad_accum = f.grad_accum;
+    o.seed = f.seed;
+    o.data = f.data;
+    o.optimizer.lr = f.lr;
+    o.optimizer.warmup_steps = std::min(f.warmup, f.steps);
+    o.optimizer.total_steps = f.steps;
+    o.optimizer.weight_decay = f.weight_decay;
+    o.optimizer.grad_clip = f.grad_clip;
+    return o;
+}
+
+// The flags that stand on their own. --comm-timeout is checked and set first: the start-up
+// handshake is already a collective.
+void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
+    if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
+        throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
+    }
+    comm.set_timeout_s(f.comm_timeout);
+    if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
+        throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
+    }
+    if (f.save_every < 0) throw UsageError("--save-every: must be 0 (only at the end) or positive");
+    // An empty path (a script's unset variable) would read as the flag left out: --resume "" would
+    // start a new run over the folder's checkpoint, --data "" train on the synthetic corpus.
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--resume", f.resume},
+          {"--data", f.data},
+          {"--init-from", f.init_from}}) {
+        if (cmd.count(flag) > 0 && value.empty())
+            throw UsageError(std::string(flag) + ": the path is empty");
+    }
+    if (cmd.count("--stop-after") > 0 && f.stop_after <= 0) {
+        throw UsageError("--stop-after: must be a positive step number (got " +
+                         std::to_string(f.stop_after) + ")");
+    }
+}
+
+// A resumed run takes every option from its checkpoint, so it continues bit for bit.
+TrainOptions resumed_options(const TrainFlags& f, const CLI::App& cmd, Communicator& comm,
+                             RunSetup& run) {
+    for (const char* flag :
+         {"--model",      "--config",    "--data",         "--micro-batch",   "--seq-len",
+          "--grad-accum", "--precision", "--optimizer",    "--checkpointing", "--attention",
+          "--lr",         "--warmup",    "--weight-decay", "--grad-clip",     "--seed",
+          "--steps",      "--finetune",  "--lora-rank",    "--lora-alpha",    "--dropout"}) {
+        if (cmd.count(flag) > 0) {
+            throw UsageError(std::string("--resume continues a run with its own options; drop ") +
+                             flag);
+        }
+    }
+    run.resume = find_resume_source(f.resume, run.parallel, comm, f.zero);
+    return run.resume.options;
+}
+
+// --device auto: the GPU when the CUDA engine can run here, else the CPU; one line on what was
+// found. Checkpoints are the same file on either device, so a run saved on one resumes on the
+// other. Data parallelism runs on either, on CUDA one rank per GPU over NCCL (docs/ZERO.md):
+// auto takes the GPUs only when this node has one for each of its ranks, so every rank of the
+// node decides alike.
+DeviceKind pick_device(const TrainFlags& f, Communicator& comm) {
+    if (f.device == "auto") {
+        const DeviceInfo& d = probe_devices();
+        std::string reason;
+        const bool gpu = cuda_engine_api(&reason) != nullptr;
+        const int node_ranks = launch_env().local_size;
+        std::string cpu_only;
+        if (node_ranks > d.cuda_devices) {
+            cpu_only = std::to_string(node_ranks) + " ranks on this node and " +
+                       std::to_string(d.cuda_devices) + " GPU" + (d.cuda_devices == 1 ? "" : "s");
+        }
+        std::printf("%s%s\n", device_summary(d).c_str(),
+                    !gpu                ? ""
+                    : !cpu_only.empty() ? ("; " + cpu_only + ": using the CPU").c_str()
+                                        : "; training on the GPU");
+        return gpu && cpu_only.empty() ? DeviceKind::cuda : DeviceKind::cpu;
+    }
+    if (f.device == "cuda" && comm.local_rank() > 0) {
+        const int gpus = probe_devices().cuda_devices;
+        if (gpus > 0 && comm.local_rank() >= gpus) {
+            throw UsageError("--device cuda: local rank " + std::to_string(comm.local_rank()) +
+                             " has no GPU (" + std::to_string(gpus) +
+                             " visible); start at most one rank per GPU on each node");
+        }
+    }
+    return f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+}
+
+// --zero, --overlap and --offload: like the device, a resumed run may change the last two.
+void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
+    o.zero = f.zero;
+    if (f.overlap != "auto" && f.overlap != "on" && f.overlap != "off") {
+        throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected auto|on|off)");
+    }
+    // auto: on GPUs, where NCCL's stream runs a collective beside the kernels; off on CPU ranks,
+    // whose MPI copies need the rank's own core (docs/ZERO.md measures both on the CPU).
+    o.overlap = f.overlap == "on" || (f.overlap == "auto" && o.device == DeviceKind::cuda);
+    if (f.offload == "optimizer+params") {
+        throw UsageError(
+            "--offload optimizer+params: napkin train offloads the optimizer only "
+            "(none|optimizer); "
+            "napkin estimate models the parameters too");
+    }
+    if (f.offload != "none" && f.offload != "optimizer") {
+        throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
+    }
+    o.offload_optimizer = f.offload == "optimizer";
+}
+
+}  // namespace
+
+RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
+    check_flags(f, cmd, comm);
+    RunSetup run;
+    run.load_strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
+    if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {
+        throw UsageError("--load-strategy: applies to --init-from only");
+    }
+    run.profile = parse_profile(f.profile);
+    run.parallel = comm.world_size() > 1 || f.zero > 0;
+    run.options =
+        f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
+    run.options.device = pick_device(f, comm);
+    parallel_from_flags(f, run.options);
+    run.run_dir = !f.resume.empty() && cmd.count("--out") == 0 ? run.resume.run_dir
+                                                               : std::filesystem::path(f.out);
+    return run;
+}
+
+}  // namespace napkin::cli

@@ -1,0 +1,282 @@
+// RunReport: report.json's one writer and one reader. A report goes through to_json and
+// from_json unchanged; the committed sample runs read back to the values they hold and write
+// back to the same text; a newer schema and a wrongly typed field are refused with one line
+// naming them.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "core/model_config.h"
+#include "profiler/run_report.h"
+#include "tests/profiler/error_of.h"
+
+namespace p = napkin::profiler;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using napkin::profiler::test::error_of;
+
+namespace {
+
+const fs::path kTraces = fs::path(NAPKIN_SOURCE_DIR) / "traces";
+
+std::string slurp(const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// A report with every optional section and field set, each to a value of its own.
+p::RunReport full_report() {
+    p::RunReport r;
+    r.model = napkin::preset_or_throw("tiny");
+    r.run = {.steps = 20,
+             .micro_batch = 4,
+             .seq_len = 32,
+             .grad_accum = 2,
+             .precision = "bf16-amp",
+             .optimizer = "adamw",
+             .checkpointing = "full",
+             .attention = "flash",
+             .finetune = "qlora",
+             .lora_rank = 16,
+             .lora_alpha = 32.0,
+             .lr = 3e-4,
+             .seed = 7,
+             .first_step = 5,
+             .checkpoint = "runs/a/checkpoints/step-00000020",
+             .data = "tokens.bin",
+             .device = "cuda: NVIDIA H200",
+             .data_entropy_nats = 1.25,
+             .offload = "optimizer"};
+    r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
+    r.predicted.bytes = {1e6, 2e6, 3e6, 4e6, 5e6, 6e6};
+    r.predicted.model_flops_per_step = 1.5e12;
+    r.predicted.hardware_flops_per_step = 2e12;
+    r.predicted.closed_form = p::ClosedForm{1.4e12, 9e6, 16, 4.5e6};
+    r.predicted.host_memory = p::HostStateBytes<double>{1e6, 1e6, 2e6};
+    for (std::size_t c = 0; c < napkin::kMemCategoryCount; ++c)
+        r.measured.peak_bytes[c] = static_cast<std::int64_t>(1000 * (c + 1));
+    r.measured.peak_total_bytes = 36000;
+    r.measured.peak_rss_bytes = 3e8;
+    r.measured.seconds = 2.5;
+    r.measured.tokens_per_s = 2048;
+    r.measured.model_flops_per_s = 6e11;
+    r.measured.mfu = 0.4;
+    r.measured.hardware_flops_per_s = 8e11;
+    r.measured.hfu = 0.5;
+    r.measured.peak_flops_per_s = 9.895e14;
+    r.measured.peak_source = "h200 datasheet, bf16 dense";
+    r.measured.host_peak_bytes = p::HostStateBytes<std::int64_t>{1000000, 1000000, 2000000};
+    r.measured.device_memory = p::DeviceMemory{3ull << 30, 6ull << 30, 150000000000};
+    for (int s = 0; s < 3; ++s) {
+        r.steps.push_back({s, 5.5 - s, 1e-4, 0.9, 65536, s == 1, 0.2, 4096, 0.4, 0.5, 0.19,
+                           p::StepTraffic{100, 200, 300, 400, 0.01 * s}});
+    }
+    p::ProfileReport prof;
+    prof.steps_profiled = 2;
+    prof.roofline = {9.895e14, 4.8e12};
+    prof.steps = {{"step 1", 0.2, 0.19, 0.95, 0.18, 0.05}, {"step 2", 0.21, 0.2, 0.95, 0.19, 0.05}};
+    prof.ops = {
+        {"attn.qkv", "op", 12, 0.01, 0.002, 1e10, 1e8, 1e12, 1e10, 0.05, 24, 0.009, 1.1e12}};
+    prof.kernels = {{"matmul_forward", "kernel", 48, 0.02, 0.004, 2e10, 2e8, 1e12, 1e10, 0.1,
+                     std::nullopt, std::nullopt, std::nullopt}};
+    prof.gpu_activity = p::GpuActivitySummary{std::nullopt, 8031, 812, 1364, 0, 0, 0, 0};
+    r.profile = prof;
+    p::CommunicationReport c;
+    c.backend = "nccl";
+    c.host = "node7";
+    c.clock_origin_ns = 123456789;
+    c.rank = 1;
+    c.local_rank = 1;
+    c.world = 4;
+    c.zero = 3;
+    c.measured_per_step = {10, 20, 10, 10, 30, 40};
+    c.measured_total.by_op["all_gather"] = {4, 1, 2, 3, 5, 6};
+    c.measured_total.by_op["reduce_scatter"] = {7, 8, 9, 10, 11, 12};
+    c.measured_total = {c.measured_total.by_op, 1000, 2000, 0.5};
+    c.predicted_per_step = {
+        10.0, 20.0, 15.0, 0.0, {{"parameters", "all_gather", "bf16", 4, 1e5, 2e5, 2e5}}};
+    r.communication = c;
+    return r;
+}
+
+}  // namespace
+
+TEST(RunReport, RoundTripsThroughJson) {
+    const p::RunReport full = full_report();
+    EXPECT_EQ(json(full).get<p::RunReport>(), full);
+    EXPECT_EQ(p::parse_run_report(p::run_report_text(full)), full);
+    // Every optional left out: the smallest report napkin writes.
+    p::RunReport bare = full;
+    bare.run.finetune = "full";
+    bare.run.lora_rank.reset();
+    bare.run.lora_alpha.reset();
+    bare.run.data_entropy_nats.reset();
+    bare.run.offload.reset();
+    bare.init.reset();
+    bare.predicted = {bare.predicted.bytes, 1e9, std::nullopt, std::nullopt, std::nullopt};
+    bare.measured.peak_bytes[static_cast<std::size_t>(napkin::MemCategory::communication)].reset();
+    bare.measured.hardware_flops_per_s.reset();
+    bare.measured.hfu.reset();
+    bare.measured.peak_source.reset();
+    bare.measured.host_peak_bytes.reset();
+    bare.measured.device_memory.reset();
+    bare.measured.sgemm_peak_flops_per_s = 1e11;
+    bare.steps.resize(1);
+    bare.steps[0].device_seconds.reset();
+    bare.steps[0].comm.reset();
+    bare.profile.reset();
+    bare.communication.reset();
+    const json j = bare;
+    EXPECT_TRUE(j["init"].is_null());
+    EXPECT_TRUE(j["profile"].is_null());
+    EXPECT_TRUE(j["run"]["lora_rank"].is_null());
+    EXPECT_FALSE(j.contains("communication"));
+    EXPECT_FALSE(j["run"].contains("offload"));
+    EXPECT_EQ(j.get<p::RunReport>(), bare);
+}
+
+// The committed runs (traces/README.md) read back to what they hold, and write back to the same
+// text: field names, number types (1.0 against 1) and values as napkin train wrote them.
+TEST(RunReport, ReadsTheSampleRuns) {
+    const p::RunReport z3 =
+        p::parse_run_report(slurp(kTraces / "cpu-tiny-qlora-zero3/report.json"));
+    EXPECT_EQ(z3.schema, "napkin-train-report/1");
+    EXPECT_EQ(z3.model.name, "tiny");
+    EXPECT_EQ(z3.run.finetune, "qlora");
+    EXPECT_EQ(z3.run.lora_rank, 16);
+    EXPECT_EQ(z3.run.precision, "bf16-amp");
+    ASSERT_EQ(z3.steps.size(), 3u);
+    EXPECT_EQ(z3.steps[0].loss, 5.567975997924805);
+    ASSERT_TRUE(z3.steps[0].comm.has_value());
+    EXPECT_EQ(z3.steps[0].comm->state_sent_bytes, 578432u);
+    EXPECT_EQ(z3.measured.peak_bytes[static_cast<std::size_t>(napkin::MemCategory::communication)],
+              252224);
+    EXPECT_EQ(z3.predicted.bytes[static_cast<std::size_t>(napkin::MemCategory::activations)],
+              4820992.0);
+    ASSERT_TRUE(z3.communication.has_value());
+    EXPECT_EQ(z3.communication->world, 2);
+    EXPECT_EQ(z3.communication->zero, 3);
+    EXPECT_EQ(z3.communication->backend, "mpi (Open MPI v4.1.4)");
+    ASSERT_TRUE(z3.profile.has_value());
+    EXPECT_EQ(z3.profile->steps_profiled, 3u);
+    EXPECT_FALSE(z3.profile->gpu_activity.has_value());
+
+    const p::RunReport gpu = p::parse_run_report(slurp(kTraces / "h200-gpt2/report.json"));
+    EXPECT_EQ(gpu.run.device, "cuda: NVIDIA H200");
+    EXPECT_EQ(gpu.steps[0].device_seconds, 0.21050125122070312);
+    ASSERT_TRUE(gpu.measured.device_memory.has_value());
+    EXPECT_EQ(gpu.measured.device_memory->total_bytes, 150109880320u);
+    EXPECT_FALSE(gpu.measured.sgemm_peak_flops_per_s.has_value());
+    EXPECT_EQ(gpu.measured.mfu_peak_flops_per_s(), 989.5e12);
+    ASSERT_TRUE(gpu.profile && gpu.profile->gpu_activity);
+    EXPECT_EQ(gpu.profile->gpu_activity->kernels, 812u);
+
+    for (const char* run : {"cpu-tiny", "cpu-tiny-qlora", "cpu-tiny-qlora-zero3",
+                            "cpu-tiny-qlora-zero3/rank1", "h200-gpt2"}) {
+        const std::string text = slurp(kTraces / run / "report.json");
+        EXPECT_EQ(p::run_report_text(p::parse_run_report(text)), text) << run;
+    }
+}
+
+TEST(RunReport, ANewerSchemaIsRefusedByName) {
+    json j = full_report();
+    j["schema"] = "napkin-train-report/2";
+    EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
+              "schema napkin-train-report/2 is newer than this napkin reads (1); update napkin");
+    for (const char* bad :
+         {"napkin-train-report/0", "napkin-train-report/x", "napkin-train-report/"}) {
+        j["schema"] = bad;
+        EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
+                  "schema \"" + std::string(bad) + "\" is not a version this napkin reads (1)");
+    }
+    j["schema"] = "napkin-trace/1";
+    EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
+              "schema \"napkin-trace/1\" is not a napkin-train-report file");
+    j.erase("schema");
+    EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
+              "not a napkin-train-report file (no schema \"napkin-train-report/1\")");
+}
+
+// Each problem is one line naming the field by its path in the file.
+TEST(RunReport, AWrongOrMissingFieldIsNamed) {
+    const json good = full_report();
+    auto error_after = [&](auto edit) {
+        json j = good;
+        edit(j);
+        const std::string e = error_of([&] { j.get<p::RunReport>(); });
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+        return e;
+    };
+    EXPECT_EQ(error_after([](json& j) { j["measured"]["tokens_per_s"] = "fast"; }),
+              "field 'measured.tokens_per_s' is not a number");
+    EXPECT_EQ(error_after([](json& j) { j["steps"][1]["loss"] = nullptr; }),
+              "field 'steps[1].loss' is missing");
+    EXPECT_EQ(error_after([](json& j) { j["run"]["steps"] = 2.5; }),
+              "field 'run.steps' is not an integer");
+    EXPECT_EQ(error_after([](json& j) { j["run"]["seed"] = -1; }),
+              "field 'run.seed' is not an integer");
+    EXPECT_EQ(error_after([](json& j) { j["steps"][0]["skipped"] = 0; }),
+              "field 'steps[0].skipped' is not true or false");
+    EXPECT_EQ(error_after([](json& j) { j["run"]["device"] = 3; }),
+              "field 'run.device' is not a string");
+    EXPECT_EQ(error_after([](json& j) { j["profile"]["ops"] = json::object(); }),
+              "field 'profile.ops' is not an array");
+    EXPECT_EQ(error_after([](json& j) { j["predicted"] = 1; }),
+              "field 'predicted' is not an object");
+    EXPECT_EQ(error_after([](json& j) { j["steps"] = json::array(); }), "field 'steps' is empty");
+    EXPECT_EQ(error_after([](json& j) { j["measured"]["peak_bytes"].erase("gradients"); }),
+              "field 'measured.peak_bytes.gradients' is missing");
+    EXPECT_EQ(error_after([](json& j) {
+                  j["communication"]["measured_total"]["by_op"]["all_gather"]["calls"] = "x";
+              }),
+              "field 'communication.measured_total.by_op.all_gather.calls' is not an integer");
+    EXPECT_EQ(error_after([](json& j) { j["communication"]["rank"] = 4; }),
+              "field 'communication.rank' is 4, outside world size 4");
+    EXPECT_EQ(error_after([](json& j) { j["communication"]["world"] = 0; }),
+              "field 'communication.world' is not an integer >= 1");
+    EXPECT_EQ(error_after([](json& j) { j["run"]["lora_rank"] = nullptr; }),
+              "field 'run.lora_rank' is missing");
+    EXPECT_EQ(error_after([](json& j) { j["model"]["n_layers"] = 0; }).rfind("model: ", 0), 0u);
+    EXPECT_EQ(error_after([](json& j) { j = json::array(); }), "expected a JSON object");
+}
+
+// Fields added within schema /1 may be absent: reports written before them still read.
+TEST(RunReport, EarlierReportsOfTheSameSchemaRead) {
+    json j = json::parse(slurp(kTraces / "cpu-tiny/report.json"));
+    j["run"].erase("finetune");
+    j["run"].erase("lora_rank");
+    j["run"].erase("lora_alpha");
+    j["predicted"].erase("closed_form");
+    j["measured"].erase("hfu");
+    j["measured"].erase("peak_flops_per_s");
+    j["measured"].erase("peak_source");
+    j["measured"]["peak_bytes"].erase("communication");
+    for (json& o : j["profile"]["ops"])
+        o.erase("device_seconds_per_step");
+    const p::RunReport r = j.get<p::RunReport>();
+    EXPECT_EQ(r.run.finetune, "full");
+    EXPECT_FALSE(r.predicted.closed_form.has_value());
+    EXPECT_FALSE(r.measured.hfu.has_value());
+    EXPECT_EQ(r.measured.mfu_peak_flops_per_s(), *r.measured.sgemm_peak_flops_per_s);
+    j["measured"].erase("sgemm_peak_flops_per_s");
+    EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
+              "field 'measured.peak_flops_per_s' is missing");
+}
+
+TEST(RunReport, MalformedAndDeepJsonIsOneLine) {
+    EXPECT_EQ(error_of([] { p::parse_run_report("{\"schema\": "); }).rfind("not valid JSON (", 0),
+              0u);
+    // A number too large for a double is nlohmann's out_of_range, not its parse_error: still
+    // one line, never an escaped exception (found by the run_data fuzzer).
+    EXPECT_EQ(error_of([] { p::parse_run_report("{\"schema\": 0.36017e74180997086}"); })
+                  .rfind("not valid JSON (number overflow", 0),
+              0u);
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    EXPECT_EQ(error_of([&] { p::parse_run_report("{\"run\": " + deep + "}"); }),
+              "JSON nested deeper than 64 levels");
+}
