@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,16 +59,44 @@ struct Options {
     std::string shape, json;
 };
 
+constexpr const char* kUsage =
+    "usage: attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] "
+    "[--json FILE]\n";
+
+// Exit 2 with the usage on a flag it does not know, a flag without its value or an unknown
+// shape: a typo must not silently run the whole default list (minutes on the emulator).
+[[noreturn]] void usage_error(const std::string& what) {
+    std::fprintf(stderr, "attention_bench: %s\n%s", what.c_str(), kUsage);
+    std::exit(2);
+}
+
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string flag = argv[i], value = argv[i + 1];
-        if (flag == "--reps") o.reps = std::max(1, std::atoi(value.c_str()));
-        if (flag == "--warmup") o.warmup = std::max(0, std::atoi(value.c_str()));
-        if (flag == "--simt-reps") o.simt_reps = std::max(1, std::atoi(value.c_str()));
-        if (flag == "--shape") o.shape = value;
-        if (flag == "--json") o.json = value;
+    for (int i = 1; i < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        }
+        if (i + 1 >= argc) usage_error(flag + " needs a value");
+        const std::string value = argv[i + 1];
+        if (flag == "--reps")
+            o.reps = std::max(1, std::atoi(value.c_str()));
+        else if (flag == "--warmup")
+            o.warmup = std::max(0, std::atoi(value.c_str()));
+        else if (flag == "--simt-reps")
+            o.simt_reps = std::max(1, std::atoi(value.c_str()));
+        else if (flag == "--shape")
+            o.shape = value;
+        else if (flag == "--json")
+            o.json = value;
+        else
+            usage_error("unknown flag " + flag);
     }
+    const bool known =
+        o.shape.empty() || std::any_of(std::begin(kShapes), std::end(kShapes),
+                                       [&](const Shape& s) { return o.shape == s.name; });
+    if (!known) usage_error("--shape: expected gpt2, llama or tiny, got " + o.shape);
     return o;
 }
 

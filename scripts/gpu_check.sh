@@ -106,6 +106,13 @@ need_build() {
     fi
 }
 
+# compute-sanitizer comes with the toolkit; a device without it on PATH skips its steps.
+need_sanitizer() {
+    command -v compute-sanitizer >/dev/null && return 0
+    echo "SKIP compute-sanitizer (not on PATH)"
+    return 1
+}
+
 do_build() {
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
         >"$out/gpu.txt" 2>&1
@@ -163,10 +170,7 @@ do_test() {
 # barriers or warp-level calls that not every thread reaches.
 do_sanitize() {
     need_build sanitize || return 0
-    if ! command -v compute-sanitizer >/dev/null; then
-        echo "SKIP compute-sanitizer (not on PATH)"
-        return 0
-    fi
+    need_sanitizer || return 0
     local k="$b/tests/kernels_cuda_test" cs="compute-sanitizer --error-exitcode 9"
     step memcheck_kernels $cs --tool memcheck "$k" \
         --gtest_filter='Norm*:Residual*:Accumulate*:Optimizer*:AttentionFlash16*'
@@ -265,10 +269,7 @@ do_attention() {
     attention_vs_sdpa
     step attention_tests "$k" --gtest_filter='Attention*' --gtest_output="xml:$out/attention_tests.xml"
     counts "$out/attention_tests.xml"
-    if ! command -v compute-sanitizer >/dev/null; then
-        echo "SKIP compute-sanitizer (not on PATH)"
-        return 0
-    fi
+    need_sanitizer || return 0
     local cs="compute-sanitizer --error-exitcode 9" f='AttentionFlash16/0.MmaSyncShapesMatchCpu'
     step memcheck_attention $cs --tool memcheck "$k" \
         --gtest_filter="$f:AttentionFlash16/0.TensorCoresAreDeterministic"
