@@ -24,12 +24,9 @@ std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out
 KernelStats kernel_stats(const TraceData& trace, StatScope scope) {
     KernelStats out;
     std::vector<KernelStat> by_name(trace.strings.size());
-    const std::uint32_t kernel_cat = [&] {
-        for (std::uint32_t i = 0; i < trace.strings.size(); ++i) {
-            if (trace.strings[i] == "kernel") return i;
-        }
-        return kNone;
-    }();
+    std::vector<char> device_work(trace.strings.size(), 0);
+    for (std::uint32_t i = 0; i < trace.strings.size(); ++i)
+        device_work[i] = profiler::is_device_work(trace.strings[i]) ? 1 : 0;
     for (const Event& e : trace.events) {
         if (e.instant) continue;
         const std::string& cat = trace.strings[e.cat];
@@ -40,7 +37,8 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope) {
         bool take = false;
         switch (scope) {
             case StatScope::kernels:
-                take = e.cat == kernel_cat || trace.lanes[e.lane].device;
+                // Work on a device lane: not the annotations Kineto draws on streams.
+                take = device_work[e.cat] != 0 && trace.lanes[e.lane].device;
                 break;
             case StatScope::ops:
                 take = cat == "op";

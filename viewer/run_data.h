@@ -149,8 +149,8 @@ struct KernelStats {
     std::int64_t step_total_ns = 0;  // sum of "step" ranges, or the trace's span without steps
     int steps = 0;
 };
-// kernels: events of category "kernel" (or any event on a device lane); ops: category "op";
-// all: every range.
+// kernels: device work on device lanes (profiler::is_device_work: kernels, copies and sets; not
+// Kineto's gpu_user_annotation ranges nor API calls); ops: category "op"; all: every range.
 KernelStats kernel_stats(const TraceData& trace, StatScope scope);
 
 }  // namespace napkin::viewer

@@ -3,10 +3,12 @@
 // never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -277,11 +279,80 @@ TEST(RunData, LoadsAPyTorchProfilerTrace) {
         }
     }
     EXPECT_EQ(memory_marks, 10);
+    // The kernels table holds device work only: every kernel, copy and set, and nothing else
+    // (not the gpu_user_annotation ranges Kineto draws on the stream, not the runtime calls).
     const KernelStats k = kernel_stats(t, StatScope::kernels);
     ASSERT_FALSE(k.rows.empty());
     EXPECT_GT(k.step_total_ns, 0);
+    std::int64_t device_work_ns = 0, table_ns = 0;
+    std::set<std::string> not_work;
+    for (const Event& e : t.events) {
+        if (e.instant) continue;
+        if (profiler::is_device_work(t.cat_of(e))) {
+            device_work_ns += e.dur_ns;
+            EXPECT_TRUE(t.lanes[e.lane].device) << t.name_of(e);
+        } else {
+            not_work.insert(t.name_of(e));
+        }
+    }
+    for (const KernelStat& row : k.rows) {
+        table_ns += row.total_ns;
+        EXPECT_EQ(not_work.count(row.name), 0u) << row.name;
+    }
+    EXPECT_EQ(table_ns, device_work_ns);
+    EXPECT_TRUE(not_work.count("cudaLaunchKernel") == 1 && not_work.count("ProfilerStep#1") == 1);
     const KernelStats ops = kernel_stats(t, StatScope::all);
     EXPECT_FALSE(ops.rows.empty());
+}
+
+// tests/viewer/data/torch_cpu_gpt_trace.json: a real torch.profiler recording (scripts/
+// torch_trace.sh: Debian's torch 1.13, built without Kineto, so its legacy exporter: a bare
+// array, integer microseconds, no categories, no flows) of one training step of
+// bench/pytorch_gpt2.py's tiny GPT on the CPU. Every event is read, the ops nest under the step
+// on one lane, and with no device work the kernels table is empty rather than full of ops.
+TEST(RunData, LoadsARealTorchProfilerRecording) {
+    const RunData run = load_run(kTestData / "torch_cpu_gpt_trace.json");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ASSERT_TRUE(run.has_trace);
+    const TraceData& t = run.trace;
+    EXPECT_EQ(t.skipped_events, 0);
+    EXPECT_EQ(static_cast<std::int64_t>(t.events.size()), t.event_count);
+    ASSERT_EQ(t.lanes.size(), 1u);
+    EXPECT_FALSE(t.lanes[0].device);
+    EXPECT_GE(t.lanes[0].levels.size(), 5u);  // step, optimizer / module ops, aten ops nested
+    const std::uint32_t step = t.event_at(0, t.t_min_ns);
+    ASSERT_NE(step, kNone);
+    EXPECT_EQ(t.name_of(t.events[step]).rfind("ProfilerStep#", 0), 0u);
+    EXPECT_EQ(t.events[step].depth, 0);
+    EXPECT_EQ(t.events[step].dur_ns, t.t_max_ns - t.t_min_ns);  // one step, trimmed to it
+    EXPECT_TRUE(kernel_stats(t, StatScope::kernels).rows.empty());
+    const KernelStats all = kernel_stats(t, StatScope::all);
+    EXPECT_TRUE(std::any_of(all.rows.begin(), all.rows.end(),
+                            [](const KernelStat& r) { return r.name == "aten::mm"; }));
+}
+
+// napkin's own GPU run (traces/h200-gpt2): the "cuda api" lane holds launches (cudaLaunchKernel,
+// cudaMemcpyAsync) and is a host lane whatever its name says; the kernels table is the stream's.
+TEST(RunData, GpuRunsKernelsTableIsTheStreams) {
+    const RunData run = load_run(fs::path(NAPKIN_SOURCE_DIR) / "traces" / "h200-gpt2");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    const TraceData& t = run.trace;
+    const std::uint32_t api = lane_named(t, "cuda api");
+    const std::uint32_t stream = lane_named(t, "GPU 0 stream 13");
+    ASSERT_NE(api, kNone);
+    ASSERT_NE(stream, kNone);
+    EXPECT_FALSE(t.lanes[api].device);
+    EXPECT_TRUE(t.lanes[stream].device);
+    const KernelStats k = kernel_stats(t, StatScope::kernels);
+    ASSERT_FALSE(k.rows.empty());
+    std::int64_t stream_ns = 0, table_ns = 0;
+    for (const Event& e : t.events)
+        stream_ns += e.lane == stream && !e.instant ? e.dur_ns : 0;
+    for (const KernelStat& row : k.rows) {
+        table_ns += row.total_ns;
+        EXPECT_EQ(row.name.rfind("cuda", 0), std::string::npos) << row.name;
+    }
+    EXPECT_EQ(table_ns, stream_ns);
 }
 
 // tests/viewer/data/napkin_gpu_trace.json: napkin's own format as a CUDA run writes it, with the
