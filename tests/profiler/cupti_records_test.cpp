@@ -266,6 +266,37 @@ TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     EXPECT_EQ(m->flops, 0u);
 }
 
+// A GEMM call that clears its output first (cuBLASLt's split-K: a memset, then the GEMM): the
+// FLOPs go to the kernel alone, the memset gets none (not the call's FLOPs at 1 us, "517 TFLOP/s"
+// in traces/h200-gpt2), the bytes are still split over both by duration.
+TEST(CuptiTranslator, FlopsGoOnlyToTheCallsKernels) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    napkin::KernelCost cost;
+    cost.flops = 1'000'000;
+    cost.bytes_read = 2000;
+    tr.register_external(4, "h.0.mlp.fc", cost);
+    p::GpuActivity set;
+    set.kind = p::GpuActivityKind::memset;
+    set.name = "memset";
+    set.correlation_id = 1;
+    set.start_ns = 100;
+    set.end_ns = 101;
+    set.bytes = 64;
+    tr.add({launch(1, 0, 10), external(1, 4), launch(2, 20, 30), external(2, 4), set,
+            kernel(2, 110, 209)});
+    const auto ranges = of<p::RangeEvent>(rec.take());
+    std::uint64_t flops = 0, bytes = 0;
+    for (const auto& r : ranges) {
+        if (r.name != "h.0.mlp.fc") continue;
+        flops += r.flops;
+        bytes += r.bytes;
+        EXPECT_EQ(r.flops, r.dur_ns == 1 ? 0u : cost.flops);  // the memset: none
+    }
+    EXPECT_EQ(flops, cost.flops);
+    EXPECT_EQ(bytes, cost.bytes());
+}
+
 // A kernel whose launch never comes is counted when collection ends, never silent.
 TEST(CuptiTranslator, CountsKernelsWithoutALaunchAtTheEnd) {
     p::Recorder rec;
