@@ -21,7 +21,8 @@ std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out
     return r.error;
 }
 
-KernelStats kernel_stats(const TraceData& trace, StatScope scope) {
+KernelStats kernel_stats(const TraceData& trace, StatScope scope,
+                         const profiler::Roofline& roofline) {
     KernelStats out;
     std::vector<KernelStat> by_name(trace.strings.size());
     std::vector<char> device_work(trace.strings.size(), 0);
@@ -53,8 +54,12 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope) {
         s.total_ns += e.dur_ns;
         if (e.args != kNone) {
             const EventArgs& a = trace.args[e.args];
-            if (std::isfinite(a.flops)) s.flops += a.flops;
-            if (std::isfinite(a.bytes)) s.bytes += a.bytes;
+            const double flops = std::isfinite(a.flops) && a.flops > 0 ? a.flops : 0;
+            const double bytes = std::isfinite(a.bytes) && a.bytes > 0 ? a.bytes : 0;
+            s.flops += flops;
+            s.bytes += bytes;
+            s.roofline_ns += 1e9 * roofline.seconds(static_cast<std::uint64_t>(flops),
+                                                    static_cast<std::uint64_t>(bytes));
         }
     }
     if (out.step_total_ns == 0) out.step_total_ns = trace.t_max_ns - trace.t_min_ns;

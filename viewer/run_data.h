@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "profiler/run_report.h"
+#include "profiler/step_profile.h"
 #include "profiler/trace_data.h"
 
 namespace napkin::viewer {
@@ -103,6 +104,8 @@ struct RunData {
     std::vector<LiveBlock> live_at(std::int64_t t_ns) const;
     // Peak FLOP/s to compare kernels against: the report's measured peak, or 0.
     double peak_flops_per_s() const;
+    // The ceilings report.json's roofline divides by (profile.roofline), or zeros.
+    profiler::Roofline roofline() const;
 };
 
 // Loads a run folder (any of trace.json, memory.json, report.json) or one trace file. Never
@@ -137,6 +140,13 @@ struct KernelStat {
     std::int64_t total_ns = 0;
     double flops = 0;  // summed over calls that report FLOPs
     double bytes = 0;
+    // napkin's roofline for these calls, summed: max(flops / peak FLOP/s, bytes / bandwidth)
+    // per call (profiler::Roofline, as report.json's roofline_seconds_per_step); 0 unknown.
+    double roofline_ns = 0;
+    // Measured over predicted: 1 is the roofline, 3 three times slower; 0 without a prediction.
+    double over_roofline() const {
+        return roofline_ns > 0 ? static_cast<double>(total_ns) / roofline_ns : 0;
+    }
     double mean_ns() const {
         return count > 0 ? static_cast<double>(total_ns) / static_cast<double>(count) : 0;
     }
@@ -151,6 +161,8 @@ struct KernelStats {
 };
 // kernels: device work on device lanes (profiler::is_device_work: kernels, copies and sets; not
 // Kineto's gpu_user_annotation ranges nor API calls); ops: category "op"; all: every range.
-KernelStats kernel_stats(const TraceData& trace, StatScope scope);
+// `roofline`: the run's ceilings (RunData::roofline), or none for no roofline_ns.
+KernelStats kernel_stats(const TraceData& trace, StatScope scope,
+                         const profiler::Roofline& roofline = {});
 
 }  // namespace napkin::viewer

@@ -243,6 +243,18 @@ TEST(CuptiTranslator, DriverLaunchesStartFlows) {
     EXPECT_EQ(tr.unmatched_flows(), 0u);
 }
 
+p::GpuActivity memset_record(std::uint32_t corr, std::uint64_t start, std::uint64_t end,
+                             std::uint64_t bytes) {
+    p::GpuActivity set;
+    set.kind = p::GpuActivityKind::memset;
+    set.name = "memset";
+    set.correlation_id = corr;
+    set.start_ns = start;
+    set.end_ns = end;
+    set.bytes = bytes;
+    return set;
+}
+
 // Memsets and copies inside an engine call take its name and cost too (the engine's "memset").
 TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     p::Recorder rec;
@@ -250,13 +262,7 @@ TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     napkin::KernelCost cost;
     cost.bytes_written = 4096;
     tr.register_external(3, "memset", cost);
-    p::GpuActivity set;
-    set.kind = p::GpuActivityKind::memset;
-    set.name = "memset";
-    set.correlation_id = 9;
-    set.start_ns = 50;
-    set.end_ns = 60;
-    set.bytes = 4096;
+    const p::GpuActivity set = memset_record(9, 50, 60, 4096);
     tr.add({launch(9, 10, 20), external(9, 3), set});
     const auto ranges = of<p::RangeEvent>(rec.take());
     const auto m = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.category == p::Category::kernel; });
@@ -276,13 +282,7 @@ TEST(CuptiTranslator, FlopsGoOnlyToTheCallsKernels) {
     cost.flops = 1'000'000;
     cost.bytes_read = 2000;
     tr.register_external(4, "h.0.mlp.fc", cost);
-    p::GpuActivity set;
-    set.kind = p::GpuActivityKind::memset;
-    set.name = "memset";
-    set.correlation_id = 1;
-    set.start_ns = 100;
-    set.end_ns = 101;
-    set.bytes = 64;
+    const p::GpuActivity set = memset_record(1, 100, 101, 64);
     tr.add({launch(1, 0, 10), external(1, 4), launch(2, 20, 30), external(2, 4), set,
             kernel(2, 110, 209)});
     const auto ranges = of<p::RangeEvent>(rec.take());

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "viewer/run_data.h"
 
@@ -59,6 +60,21 @@ std::uint32_t lane_named(const TraceData& t, const std::string& name) {
     return kNone;
 }
 
+// Two lanes that must exist, the first a host lane and the second a device lane; both kNone when
+// either is missing (a failure is recorded).
+std::pair<std::uint32_t, std::uint32_t> host_and_device_lanes(const TraceData& t,
+                                                              const std::string& host_name,
+                                                              const std::string& device_name) {
+    const std::uint32_t host = lane_named(t, host_name), device = lane_named(t, device_name);
+    if (host == kNone || device == kNone) {
+        ADD_FAILURE() << "no lane '" << host_name << "' or '" << device_name << "'";
+        return {kNone, kNone};
+    }
+    EXPECT_FALSE(t.lanes[host].device) << host_name;
+    EXPECT_TRUE(t.lanes[device].device) << device_name;
+    return {host, device};
+}
+
 TEST(RunData, LoadsTheCpuTinyRunFolder) {
     const RunData run = load_run(kCpuTiny);
     EXPECT_TRUE(run.errors.empty()) << run.errors.front();
@@ -67,12 +83,8 @@ TEST(RunData, LoadsTheCpuTinyRunFolder) {
     const TraceData& t = run.trace;
     EXPECT_EQ(t.schema, "napkin-trace/1");
     EXPECT_EQ(t.skipped_events, 0);
-    const std::uint32_t host = lane_named(t, "host");
-    const std::uint32_t device = lane_named(t, "device (cpu kernels)");
-    ASSERT_NE(host, kNone);
+    const auto [host, device] = host_and_device_lanes(t, "host", "device (cpu kernels)");
     ASSERT_NE(device, kNone);
-    EXPECT_FALSE(t.lanes[host].device);
-    EXPECT_TRUE(t.lanes[device].device);
     EXPECT_LT(host, device);  // thread_sort_index: host first
     EXPECT_EQ(t.lanes[host].process_name, "napkin");
     // Steps at depth 0, their passes, layers and ops nested below.
@@ -131,6 +143,40 @@ TEST(RunData, LiveSetAtThePeakIsThePeak) {
     for (const LiveBlock& b : live)
         op_named = op_named || (b.category == "activations" && !b.op.empty());
     EXPECT_TRUE(op_named);
+}
+
+// The kernels/ops table's roofline is report.json's: the per-layer rows of an op (h.0.attn.qkv,
+// h.1.attn.qkv) sum, over the profiled steps, to the report's roofline_seconds_per_step for that
+// op (attn.qkv), and measured / roofline is the row's total over it.
+TEST(RunData, KernelStatsCarryTheReportsRoofline) {
+    const RunData run = load_run(kCpuTiny);
+    ASSERT_TRUE(run.has_report && run.report.profile);
+    const profiler::Roofline roof = run.roofline();
+    ASSERT_GT(roof.flops_per_s, 0);
+    const KernelStats k = kernel_stats(run.trace, StatScope::ops, roof);
+    const double steps = static_cast<double>(run.report.profile->steps_profiled);
+    int compared = 0;
+    for (const profiler::ProfileRow& op : run.report.profile->ops) {
+        if (op.category != "op" || op.roofline_seconds_per_step <= 0) continue;
+        double roofline_ns = 0;
+        for (const KernelStat& row : k.rows) {
+            const std::size_t dot = row.name.find('.', 2);
+            const bool layer = row.name.rfind("h.", 0) == 0 && dot != std::string::npos;
+            if ((layer ? row.name.substr(dot + 1) : row.name) == op.name) {
+                roofline_ns += row.roofline_ns;
+                EXPECT_DOUBLE_EQ(row.over_roofline(),
+                                 static_cast<double>(row.total_ns) / row.roofline_ns);
+            }
+        }
+        EXPECT_NEAR(roofline_ns / steps, op.roofline_seconds_per_step * 1e9,
+                    1e-9 * roofline_ns / steps)
+            << op.name;
+        ++compared;
+    }
+    EXPECT_GE(compared, 10);
+    // Without the ceilings there is no prediction.
+    for (const KernelStat& row : kernel_stats(run.trace, StatScope::ops).rows)
+        EXPECT_EQ(row.roofline_ns, 0) << row.name;
 }
 
 TEST(RunData, KernelStatsSumTheOps) {
@@ -337,12 +383,8 @@ TEST(RunData, GpuRunsKernelsTableIsTheStreams) {
     const RunData run = load_run(fs::path(NAPKIN_SOURCE_DIR) / "traces" / "h200-gpt2");
     ASSERT_TRUE(run.errors.empty()) << run.errors.front();
     const TraceData& t = run.trace;
-    const std::uint32_t api = lane_named(t, "cuda api");
-    const std::uint32_t stream = lane_named(t, "GPU 0 stream 13");
-    ASSERT_NE(api, kNone);
+    const auto [api, stream] = host_and_device_lanes(t, "cuda api", "GPU 0 stream 13");
     ASSERT_NE(stream, kNone);
-    EXPECT_FALSE(t.lanes[api].device);
-    EXPECT_TRUE(t.lanes[stream].device);
     const KernelStats k = kernel_stats(t, StatScope::kernels);
     ASSERT_FALSE(k.rows.empty());
     std::int64_t stream_ns = 0, table_ns = 0;
