@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -27,16 +29,30 @@ p::GpuActivity launch(std::uint32_t corr, std::uint64_t start, std::uint64_t end
     return a;
 }
 
-p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
+p::GpuActivity device_record(p::GpuActivityKind kind, std::string name, std::uint32_t corr,
+                             std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
     p::GpuActivity a;
-    a.kind = p::GpuActivityKind::kernel;
-    a.name = "_Z21matmul_forward_kernelPfPKfS1_i";
+    a.kind = kind;
+    a.name = std::move(name);
     a.correlation_id = corr;
     a.start_ns = start;
     a.end_ns = end;
     a.stream = stream;
+    return a;
+}
+
+p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
+    p::GpuActivity a = device_record(p::GpuActivityKind::kernel, "_Z21matmul_forward_kernelPfPKfS1_i",
+                                     corr, start, end, stream);
     a.grid[0] = 128;
     a.block[0] = 256;
+    return a;
+}
+
+p::GpuActivity memset_record(std::uint32_t corr, std::uint64_t start, std::uint64_t end,
+                             std::uint64_t bytes) {
+    p::GpuActivity a = device_record(p::GpuActivityKind::memset, "memset", corr, start, end);
+    a.bytes = bytes;
     return a;
 }
 
@@ -241,18 +257,6 @@ TEST(CuptiTranslator, DriverLaunchesStartFlows) {
     EXPECT_EQ(api->category, p::Category::launch);
     tr.finish();
     EXPECT_EQ(tr.unmatched_flows(), 0u);
-}
-
-p::GpuActivity memset_record(std::uint32_t corr, std::uint64_t start, std::uint64_t end,
-                             std::uint64_t bytes) {
-    p::GpuActivity set;
-    set.kind = p::GpuActivityKind::memset;
-    set.name = "memset";
-    set.correlation_id = corr;
-    set.start_ns = start;
-    set.end_ns = end;
-    set.bytes = bytes;
-    return set;
 }
 
 // Memsets and copies inside an engine call take its name and cost too (the engine's "memset").
