@@ -4,7 +4,7 @@ GPT, for napkin's trace reader and viewer tests (tests/viewer/data/README.md say
 from which command).
 
     /usr/bin/python3 scripts/torch_trace.py --device cpu --out tests/viewer/data/torch_cpu_gpt_trace.json
-    python3 scripts/torch_trace.py --device cuda --model gpt2 --batch 4 --seq 256 --out DIR/torch_trace.json
+    python3 scripts/torch_trace.py --device cuda --model gpt2 --batch 8 --seq 1024 --out DIR/torch_gpt2_trace.json
 
 The profiler records with record_shapes, with_flops and profile_memory over a schedule of one
 wait, one warmup and --active steps; the trace torch writes is then trimmed to its last
@@ -15,7 +15,7 @@ device, command, host CPU) goes to stdout and into the file's top-level "napkin_
 which no reader of Kineto's traces looks at.
 
 scripts/torch_trace.sh installs Debian's python3-torch (1.13, CPU only) and runs the CPU recording;
-scripts/gpu_session.sh runs the CUDA one (phase torch) on a GPU that has PyTorch.
+scripts/gpu_check.sh trace (gpu_session.sh's first phase) runs the CUDA one on a GPU that has PyTorch.
 """
 
 import argparse
@@ -109,7 +109,9 @@ def main():
             record_shapes=True, with_flops=True, profile_memory=True) as prof:
         for _ in range(2 + args.active):
             opt.zero_grad(set_to_none=True)
-            loss = model(idx, tgt)
+            with torch.autocast(device_type=args.device, dtype=torch.bfloat16,
+                                enabled=args.device == "cuda"):  # napkin's bf16-amp
+                loss = model(idx, tgt)
             loss.backward()
             opt.step()
             prof.step()
