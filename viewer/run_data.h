@@ -144,15 +144,16 @@ struct KernelStat {
     // per call (profiler::Roofline, as report.json's roofline_seconds_per_step); 0 unknown.
     double roofline_ns = 0;
     // Measured over predicted: 1 is the roofline, 3 three times slower; 0 without a prediction.
-    double over_roofline() const {
-        return roofline_ns > 0 ? static_cast<double>(total_ns) / roofline_ns : 0;
-    }
+    double over_roofline() const { return roofline_ns > 0 ? work_ns() / roofline_ns : 0; }
+    // Ops: the time of the device work their launches started (each kernel, copy and set to the
+    // op enclosing its launch: a GPU's streams, napkin's CPU device lane); 0 without any.
+    std::int64_t device_ns = 0;
     double mean_ns() const {
         return count > 0 ? static_cast<double>(total_ns) / static_cast<double>(count) : 0;
     }
-    double achieved_flop_per_s() const {
-        return total_ns > 0 ? flops / (static_cast<double>(total_ns) * 1e-9) : 0;
-    }
+    // The time the work took: on the device when it ran there, else the range's own.
+    double work_ns() const { return static_cast<double>(device_ns > 0 ? device_ns : total_ns); }
+    double achieved_flop_per_s() const { return work_ns() > 0 ? flops / (work_ns() * 1e-9) : 0; }
 };
 struct KernelStats {
     std::vector<KernelStat> rows;    // by total time, largest first

@@ -1,5 +1,6 @@
 // Kernels: one row per kernel (or op, or any range) name of a run: calls, total and mean time,
-// share of the step time, FLOPs, achieved TFLOP/s and its share of the run's peak, napkin's
+// share of the step time, for ops the device time of the work they launched (which TFLOP/s then
+// divides by), FLOPs, achieved TFLOP/s and its share of the run's peak, napkin's
 // roofline prediction for the same calls and measured / roofline (report.json's ceilings).
 // Sortable.
 #include <algorithm>
@@ -19,6 +20,7 @@ enum Column : int {
     kName,
     kCount,
     kTotal,
+    kDevice,
     kMean,
     kShare,
     kFlops,
@@ -35,6 +37,8 @@ double sort_key(const KernelStat& k, int column, double peak) {
             return static_cast<double>(k.count);
         case kTotal:
             return static_cast<double>(k.total_ns);
+        case kDevice:
+            return static_cast<double>(k.device_ns);
         case kMean:
             return k.mean_ns();
         case kShare:
@@ -109,6 +113,9 @@ void draw_row(const KernelStat& k, double step_ns, double peak) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(fmt_duration_ns(static_cast<double>(k.total_ns)).c_str());
     ImGui::TableNextColumn();
+    ImGui::TextUnformatted(
+        k.device_ns > 0 ? fmt_duration_ns(static_cast<double>(k.device_ns)).c_str() : "-");
+    ImGui::TableNextColumn();
     ImGui::TextUnformatted(fmt_duration_ns(k.mean_ns()).c_str());
     ImGui::TableNextColumn();
     const float share =
@@ -151,7 +158,7 @@ void draw_table(KernelsState& s, double peak) {
     ImGui::TableSetupColumn(
         "total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
     for (const char* h :
-         {"mean", "% of step", "FLOPs", "TFLOP/s", "% of peak", "roofline", "x roofline"})
+         {"device", "mean", "% of step", "FLOPs", "TFLOP/s", "% of peak", "roofline", "x roofline"})
         ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_PreferSortDescending);
     ImGui::TableHeadersRow();
     sort_rows(s, peak);
