@@ -7,8 +7,9 @@
 #   scripts/gpu_check.sh test         # every gpu-labelled test binary, with ran/skipped counts
 #   scripts/gpu_check.sh sanitize     # compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
-#   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
-#   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, the profiler's cost
+#   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt),
+#                                     # and PyTorch's under torch.profiler (scripts/torch_trace.py)
+#   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh all          # all of the above, in that order
@@ -237,6 +238,13 @@ do_trace() {
         cp -r "$dir" "$out/traces/"
         command -v jq >/dev/null && jq .otherData.gpu_activity "$dir/trace.json" >"$out/gpu_activity.json"
     fi
+    # The same model and batch under torch.profiler (Kineto: stream lanes, ac2g and fwdbwd
+    # flows, gpu_user_annotation), for the trace reader's fixtures (tests/viewer/data/README.md):
+    # one profiled step, gzipped. Needs only PyTorch; a minute at most.
+    step_timeout=120 step torch_trace python3 scripts/torch_trace.py --device cuda --model gpt2 \
+        --batch 8 --seq 1024 --out "$out/torch_gpt2_trace.json" &&
+        gzip -f "$out/torch_gpt2_trace.json"
+    tail -n 2 "$out/torch_trace.log"
 }
 
 # attention_bench's table (napkin's tensor-core and SIMT kernels) and napkin against PyTorch's
