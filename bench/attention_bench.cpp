@@ -21,15 +21,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cuda/cuda_check.h"
+#include "core/durable_file.h"
 #include "core/half.h"
 #include "estimator/hardware.h"
 #include "kernels/attention.h"
@@ -313,9 +313,12 @@ int main(int argc, char** argv) {
                                     {"reps", o.reps},
                                     {"warmup", o.warmup},
                                     {"rows", rows}};
-        const std::string tmp = o.json + ".tmp";
-        std::ofstream(tmp) << doc.dump(2) << "\n";
-        std::filesystem::rename(tmp, o.json);
+        try {
+            write_file_durably(o.json, doc.dump(2) + "\n");
+        } catch (const InputError& e) {
+            std::fprintf(stderr, "attention_bench: %s\n", e.what());
+            return 1;
+        }
     }
     return 0;
 }
