@@ -5,9 +5,9 @@
 
 namespace napkin::profiler {
 
-double Roofline::seconds(std::uint64_t flops, std::uint64_t bytes) const {
-    const double compute = flops_per_s > 0 ? static_cast<double>(flops) / flops_per_s : 0.0;
-    const double memory = bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0;
+double Roofline::seconds(double flops, double bytes) const {
+    const double compute = flops_per_s > 0 ? flops / flops_per_s : 0.0;
+    const double memory = bytes_per_s > 0 ? bytes / bytes_per_s : 0.0;
     return std::max(compute, memory);
 }
 
@@ -51,7 +51,8 @@ void StepProfile::add(const std::vector<Event>& events) {
             w.name = key;
             w.category = r->category;
         }
-        const double roof = roofline_.seconds(r->flops, r->bytes);
+        const double roof =
+            roofline_.seconds(static_cast<double>(r->flops), static_cast<double>(r->bytes));
         ++w.calls;
         w.total_ns += r->dur_ns;
         w.flops += r->flops;

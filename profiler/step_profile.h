@@ -37,7 +37,8 @@ struct Roofline {
     double flops_per_s = 0;  // 0: unknown
     double bytes_per_s = 0;  // 0: unknown
     // The lower bound on the time of work with `flops` and `bytes`; 0 when neither is known.
-    double seconds(std::uint64_t flops, std::uint64_t bytes) const;
+    // Doubles: a trace's counts are JSON numbers of any size (never cast to an integer type).
+    double seconds(double flops, double bytes) const;
 };
 
 // One op or kernel name, over every profiled step.

@@ -85,8 +85,7 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope,
             const double bytes = std::isfinite(a.bytes) && a.bytes > 0 ? a.bytes : 0;
             s.flops += flops;
             s.bytes += bytes;
-            s.roofline_ns += 1e9 * roofline.seconds(static_cast<std::uint64_t>(flops),
-                                                    static_cast<std::uint64_t>(bytes));
+            s.roofline_ns += 1e9 * roofline.seconds(flops, bytes);
         }
     }
     if (out.step_total_ns == 0) out.step_total_ns = trace.t_max_ns - trace.t_min_ns;

@@ -255,6 +255,20 @@ TEST(RunData, ReadsOtherToolsTraces) {
     EXPECT_EQ(k.rows[0].total_ns, 8250);
 }
 
+// A trace's FLOP and byte counts are JSON numbers of any size: one past 2^64 gives a roofline
+// time in double (it was cast to an integer type first: undefined, found by the fuzzer).
+TEST(RunData, RooflineTakesCountsPastTwoToThe64) {
+    TraceData t;
+    ASSERT_EQ(parse_trace(R"([{"ph":"X","name":"op","cat":"op","pid":1,"tid":1,"ts":0,"dur":1,
+                              "args":{"flops":1.78e20,"bytes":4e21}}])",
+                          t),
+              "");
+    const profiler::Roofline roof{1e15, 1e12};
+    const KernelStats k = kernel_stats(t, StatScope::ops, roof);
+    ASSERT_EQ(k.rows.size(), 1u);
+    EXPECT_DOUBLE_EQ(k.rows[0].roofline_ns, 1e9 * 4e21 / 1e12);
+}
+
 // tests/viewer/data/pytorch_profiler_trace.json: hand-written in the layout of torch.profiler's
 // Chrome trace export (Kineto's output_json.cpp), not recorded from a run: two training steps of a
 // two-layer MLP on one GPU with record_shapes, profile_memory and with_stack. Numeric and string
