@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/estimate_time.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/model_config.h"
@@ -50,6 +51,7 @@ struct EstimateFlags {
     std::string link;
     double link_gbps = 0;
     std::string solve;
+    TimeFlags time;
     bool json = false, explain = false, ignore_activations = false;
     bool list_models = false, list_gpus = false, list_links = false;
 };
@@ -296,7 +298,7 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
 
 // Hardware: a table entry, overridden field by field; the data-parallel link.
 void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in,
-                  ReportContext& ctx) {
+                  ReportContext& ctx, std::optional<ChosenProfile>& profile) {
     const GpuSpec& gpu = gpu_or_throw(f.gpu);
     const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
     ctx.gpu = std::string(gpu.name);
@@ -325,6 +327,7 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         in.link_bytes_per_s = f.link_gbps * 1e9 / 8;
         ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
     }
+    set_time_model(f.time, cmd, gpu, in, ctx, profile);
 }
 
 // The estimate, or the --solve search and the estimate at its answer, printed as asked.
@@ -348,8 +351,21 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;
+    } else if (f.solve == "fastest") {
+        solved = solve_fastest(in, est, solve_precisions(f.time));
+        if (!solved.candidates.empty()) {
+            const SolveCandidate& best = solved.candidates.front();
+            in.precision = best.precision;
+            in.micro_batch = best.micro_batch;
+            in.checkpointing = best.checkpointing;
+            in.attention = best.attention;
+            in.zero = best.zero;
+        }
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
     } else {
-        throw UsageError("--solve: unknown value '" + f.solve + "' (expected max-params|max-micro-batch)");
+        throw UsageError("--solve: unknown value '" + f.solve + "' (expected max-params|max-micro-batch|fastest)");
     }
 
     if (f.json) {
@@ -373,7 +389,8 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     check_given_numbers(f, cmd);
     set_model(f, cmd, model_sources, in, ctx);
     set_run(f, cmd, in);
-    set_hardware(f, cmd, in, ctx);
+    std::optional<ChosenProfile> profile;  // the performance model's, alive for the estimate
+    set_hardware(f, cmd, in, ctx, profile);
     estimate_and_print(f, cmd, in, ctx);
 }
 
@@ -453,7 +470,9 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--cpu-mem-gb", f.cpu_mem_gb, "Host memory per node for offloaded states, GB")
         ->group(g)
         ->capture_default_str();
-    cmd->add_option("--mfu", f.mfu, "Assumed model FLOPs utilization")->group(g)->capture_default_str();
+    cmd->add_option("--mfu", f.mfu,
+                    "Assume this model FLOPs utilization instead of predicting the time op by op")
+        ->group(g);
     cmd->add_option("--measured-tokens-per-s", f.measured_tokens_per_s,
                     "A measured throughput (whole job): prints the MFU it means")
         ->group(g);
@@ -465,7 +484,10 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
         ->group(g);
 
     g = "Output";
-    cmd->add_option("--solve", f.solve, "max-params|max-micro-batch: the largest that fits")->group(g);
+    cmd->add_option("--solve", f.solve,
+                    "max-params|max-micro-batch: the largest that fits; fastest: the highest predicted tokens/s "
+                    "that fits over micro-batch, checkpointing, attention and ZeRO stage")
+        ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
     cmd->add_flag("--ignore-activations", f.ignore_activations,
@@ -490,11 +512,13 @@ void add_estimate_command(CLI::App& app) {
         "  napkin estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5\n"
         "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations\n"
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
+        "  napkin estimate --model gpt2 --seq-len 1024 --gpu h200 --solve fastest\n"
         "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
     add_model_flags(cmd, *f);
     add_run_flags(cmd, *f);
     add_hardware_and_output_flags(cmd, *f);
+    add_time_flags(cmd, f->time);
 
     cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
 }

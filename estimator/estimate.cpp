@@ -399,22 +399,56 @@ void flops(Terms& x, Estimate& e) {
     if (e.tokens < e.tokens_per_step) x.notes |= kNoteRunUnderOneStep;
 }
 
-// Time at the assumed MFU, and the MFU a measured throughput means (PaLM appendix B).
+// The performance model's step (estimator/perf_model.h) over the rank's share of the states.
+void predict_time(Terms& x, Estimate& e) {
+    const EstimateInputs& in = x.in;
+    StepShape s;
+    s.grad_accum = in.grad_accum;
+    s.world = x.W;
+    s.zero = in.zero;
+    s.offload = in.offload;
+    s.optimizer = in.optimizer;
+    s.grads_fp32 = in.grads_fp32;
+    const auto S = static_cast<double>(x.layout.shard()), P = static_cast<double>(x.layout.padded());
+    s.optimizer_elements = x.z1 ? S : x.train_alloc;
+    s.grad_elements = x.z2 ? S : P;
+    s.threads = in.threads;
+    s.comm = &e.comm;
+    s.link_bytes_per_s = in.link_bytes_per_s;
+    s.overlap = in.overlap;
+    e.step_time = predict_step_time(x.plan, s, *in.profile);
+    e.time_predicted = true;
+    e.step_seconds = e.step_time.step_seconds;
+    x.notes |= kNoteTimePredicted;
+}
+
+// Time at the assumed MFU, or predicted op by op; the MFU a measured throughput means (PaLM
+// appendix B).
 void time(Terms& x, Estimate& e) {
     const EstimateInputs& in = x.in;
     e.peak_flops_per_s = in.peak_flops_per_s;
     if (in.precision == Precision::fp32) x.notes |= kNoteFp32Peak;
-    if (in.peak_flops_per_s <= 0) {
-        x.notes |= kNoteNoPeak;
-        return;
+    if (in.mfu == 0) {
+        predict_time(x, e);
+        if (e.peak_flops_per_s <= 0) e.peak_flops_per_s = in.profile->peak_for(x.pd.gemm_compute);
     }
-    e.step_seconds =
-        formulas::training_seconds(e.model_flops_per_step, x.W, in.peak_flops_per_s, in.mfu);
-    e.run_seconds = formulas::training_seconds(e.run_model_flops, x.W, in.peak_flops_per_s, in.mfu);
-    e.hfu = in.mfu * e.hardware_flops_per_token / e.model_flops_per_token;
-    if (in.measured_tokens_per_s > 0) {
+    if (e.peak_flops_per_s <= 0) {
+        x.notes |= kNoteNoPeak;
+        if (!e.time_predicted) return;
+    }
+    if (e.time_predicted) {
+        e.mfu = e.peak_flops_per_s > 0 ? e.model_flops_per_step / (x.W * e.peak_flops_per_s * e.step_seconds) : 0;
+        e.run_seconds = e.tokens / e.tokens_per_step * e.step_seconds;
+    } else {
+        e.mfu = in.mfu;
+        e.step_seconds = formulas::training_seconds(e.model_flops_per_step, x.W, in.peak_flops_per_s, in.mfu);
+        e.run_seconds = formulas::training_seconds(e.run_model_flops, x.W, in.peak_flops_per_s, in.mfu);
+    }
+    e.tokens_per_s = e.tokens_per_step / e.step_seconds;
+    e.hfu = e.mfu * e.hardware_flops_per_token / e.model_flops_per_token;
+    if (in.measured_tokens_per_s > 0 && e.peak_flops_per_s > 0) {
         e.measured_mfu = formulas::mfu_from_throughput(
-            in.measured_tokens_per_s, e.model_flops_per_token, x.W, in.peak_flops_per_s);
+            in.measured_tokens_per_s, e.model_flops_per_token, x.W, e.peak_flops_per_s);
     }
 }
 
@@ -479,7 +513,8 @@ void validate(const EstimateInputs& in) {
     if (in.zero < 0 || in.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
     }
-    if (!(in.mfu > 0 && in.mfu <= 1)) {
+    // 0: the performance model predicts the time, over a device profile.
+    if (!(in.mfu > 0 && in.mfu <= 1) && !(in.mfu == 0 && in.profile != nullptr)) {
         throw UsageError("--mfu: must be in (0, 1] (got " + got(in.mfu) + ")");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {

@@ -14,7 +14,9 @@
 #include "core/op_plan.h"
 #include "core/recipe.h"
 #include "estimator/communication.h"
+#include "estimator/device_profile.h"
 #include "estimator/napkin_formulas.h"
+#include "estimator/perf_model.h"
 
 namespace napkin {
 
@@ -54,8 +56,14 @@ struct EstimateInputs {
     double peak_flops_per_s = 0;   // of the GEMM dtype; 0 = none known (no time estimate)
     double gpu_memory_bytes = 0;   // capacity per GPU
     double cpu_memory_bytes = 0;   // host memory per node
-    double mfu = 0.5;
+    double mfu = 0.5;  // assumed; 0: predicted by the performance model over `profile`
     double link_bytes_per_s = 0;  // data-parallel link, one direction (estimator/links.h); 0 = no time
+    // The performance model (estimator/perf_model.h): the device's profile (not owned; needed
+    // when mfu is 0), the threads of a CPU rank (0: the profile's largest section) and whether
+    // the collectives overlap the passes.
+    const DeviceProfile* profile = nullptr;
+    int threads = 0;
+    Overlap overlap = Overlap::off;
 
     // Measured.
     double measured_tokens_per_s = 0;  // whole job; 0 = not given
@@ -84,6 +92,7 @@ enum Note : std::uint32_t {
     kNoteLinkOneGpu = 1u << 11,         // a link given for one GPU: no traffic to time
     kNoteRunUnderOneStep = 1u << 12,    // D is less than one step's tokens
     kNoteQloraPrecision = 1u << 13,     // QLoRA under a recipe other than the paper's 16-bit one
+    kNoteTimePredicted = 1u << 14,      // time from the performance model, not an assumed MFU
 };
 
 struct MemoryBytes {
@@ -160,13 +169,19 @@ struct Estimate {
     double run_flops_6nd = 0;
     double run_model_flops = 0;
 
-    // Time (0 when no peak is known).
+    // Time (0 when no peak is known and no profile predicts it).
     double peak_flops_per_s = 0;
+    double mfu = 0;  // what the time means: the assumed MFU, or the predicted one
     double step_seconds = 0;
     double run_seconds = 0;
     double steps = 0;
-    double hfu = 0;  // hardware FLOPs utilization the assumed MFU implies
+    double hfu = 0;  // hardware FLOPs utilization the MFU implies
     double measured_mfu = 0;
+    double tokens_per_s = 0;  // all GPUs, tokens_per_step / step_seconds
+    // The performance model's step, op by op (time_predicted: the time above is its; otherwise
+    // the assumed MFU's and this is empty).
+    bool time_predicted = false;
+    StepTime step_time;
 
     // Data-parallel communication per step per rank (estimator/communication.h).
     CommunicationEstimate comm;

@@ -22,6 +22,8 @@ std::string printf_string(const char* fmt, double a) {
     return buf;
 }
 
+}  // namespace
+
 std::string fmt_duration(double s) {
     if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
     if (s < 1) return printf_string("%.1f ms", s * 1e3);
@@ -30,6 +32,8 @@ std::string fmt_duration(double s) {
     if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
     return printf_string("%.1f days", s / kSecondsPerDay);
 }
+
+namespace {
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
@@ -116,8 +120,8 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
        << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
     if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
-    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU " << printf_string("%.2f", in.mfu)
-       << "\n\n";
+    os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU "
+       << (e.time_predicted ? "predicted" : printf_string("%.2f", in.mfu)) << "\n\n";
 }
 
 // The parameter counts and the bytes each trainable one takes.
@@ -237,8 +241,10 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
 }
 
 // Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
-void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
-    if (e.peak_flops_per_s > 0) {
+void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+    if (e.time_predicted) {
+        os << format_time_model(in, e, ctx);
+    } else if (e.peak_flops_per_s > 0) {
         os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
            << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
         os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
@@ -254,8 +260,10 @@ void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
 }
 
 // The answer of --solve.
-void text_solve(std::ostream& os, const ReportContext& ctx) {
-    if (ctx.solved != nullptr) {
+void text_solve(std::ostream& os, const ReportContext& ctx, const Estimate& e) {
+    if (ctx.solved != nullptr && ctx.solve == "fastest") {
+        os << format_fastest(*ctx.solved, e.gpu_capacity_bytes);
+    } else if (ctx.solved != nullptr) {
         os << "\nsolve " << ctx.solve << ": ";
         if (ctx.solved->value <= 0) {
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
@@ -438,8 +446,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     row(os, "op plan, kept in forward", e.act_detailed_kept_bytes);
     row(os, "op plan, peak in backward", e.act_detailed_bytes);
     text_flops(os, in, e);
-    text_time(os, in, e);
-    text_solve(os, ctx);
+    text_time(os, in, e, ctx);
+    text_solve(os, ctx, e);
     auto notes = note_texts(in, e);
     notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
     if (!notes.empty()) {
@@ -489,13 +497,14 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
         {"per_step", {{"tokens", e.tokens_per_step}, {"model", e.model_flops_per_step}, {"hardware", e.hardware_flops_per_step}}},
         {"run", {{"tokens", e.tokens}, {"six_nd", e.run_flops_6nd}, {"model", e.run_model_flops}, {"steps", e.steps}}},
     };
-    const bool timed = e.peak_flops_per_s > 0;
-    j["time"] = {{"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
-                 {"mfu", in.mfu},
+    const bool timed = e.peak_flops_per_s > 0 || e.time_predicted;
+    j["time"] = {{"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, e.peak_flops_per_s > 0)},
+                 {"mfu", e.time_predicted ? null_if_zero(e.mfu, e.mfu > 0) : json(in.mfu)},
                  {"step_seconds", null_if_zero(e.step_seconds, timed)},
                  {"run_seconds", null_if_zero(e.run_seconds, timed)},
                  {"run_days", null_if_zero(e.run_seconds / kSecondsPerDay, timed)},
-                 {"hfu", null_if_zero(e.hfu, timed)}};
+                 {"hfu", null_if_zero(e.hfu, e.hfu > 0)}};
+    add_time_model_json(e, ctx, j["time"]);
     j["measured"] = in.measured_tokens_per_s > 0
                         ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
                         : json(nullptr);
@@ -504,6 +513,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
                       {"value", ctx.solved->value},
                       {"evaluations", ctx.solved->evaluations},
                       {"at_limit", ctx.solved->at_limit}};
+        if (ctx.solve == "fastest") j["solve"]["candidates"] = fastest_json(*ctx.solved);
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["fits"] = e.fits();
