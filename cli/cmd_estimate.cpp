@@ -365,7 +365,8 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solve = f.solve;
         ctx.solved = &solved;
     } else {
-        throw UsageError("--solve: unknown value '" + f.solve + "' (expected max-params|max-micro-batch|fastest)");
+        throw UsageError("--solve: unknown value '" + f.solve +
+                         "' (expected max-params|max-micro-batch|fastest)");
     }
 
     if (f.json) {
@@ -485,7 +486,8 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
 
     g = "Output";
     cmd->add_option("--solve", f.solve,
-                    "max-params|max-micro-batch: the largest that fits; fastest: the highest predicted tokens/s "
+                    "max-params|max-micro-batch: the largest that fits; fastest: the highest "
+                    "predicted tokens/s "
                     "that fits over micro-batch, checkpointing, attention and ZeRO stage")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
@@ -510,10 +512,12 @@ void add_estimate_command(CLI::App& app) {
         "Examples:\n"
         "  napkin estimate --model gpt2 --seq-len 1024 --micro-batch 16\n"
         "  napkin estimate --params 70e9 --tokens 15e12 --gpus 1024 --gpu h100-sxm --mfu 0.5\n"
-        "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 --ignore-activations\n"
+        "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 "
+        "--ignore-activations\n"
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
         "  napkin estimate --model gpt2 --seq-len 1024 --gpu h200 --solve fastest\n"
-        "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing full \\\n"
+        "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing "
+        "full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
     add_model_flags(cmd, *f);
     add_run_flags(cmd, *f);

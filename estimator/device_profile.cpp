@@ -337,8 +337,10 @@ void check_schema(const Field& f) {
         }
     }
     if (version < 1 || version > kProfileSchemaVersion) {
-        bad("schema", "is '" + schema + "' (this napkin reads " + prefix + "1 to " + prefix +
-                          std::to_string(kProfileSchemaVersion) + ")");
+        const std::string versions = kProfileSchemaVersion == 1
+                                         ? std::string("1")
+                                         : "1-" + std::to_string(kProfileSchemaVersion);
+        bad("schema", "is '" + schema + "' (this napkin reads " + prefix + versions + ")");
     }
 }
 
@@ -348,7 +350,7 @@ DeviceProfile parse_device_profile(std::string_view text) {
     json doc;
     try {
         doc = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         throw InputError(std::string("not valid JSON (") + e.what() + ")");
     }
     const Field f{doc, ""};
@@ -363,6 +365,7 @@ DeviceProfile parse_device_profile(std::string_view text) {
                 "names no dtype (expected " + enum_choices(kDTypeNames) + ")");
         p.peak_flops_per_s.emplace_back(*dtype, Field{peak, "peak_flops_per_s." + name}.positive());
     }
+    if (p.peak_flops_per_s.empty()) bad("peak_flops_per_s", "names no dtype's peak");
     p.memory_bytes_per_s = f["memory_bytes_per_s"].positive();
     p.compute = f["compute"].each(read_section);
     if (p.compute.empty()) bad("compute", "has no section");

@@ -409,7 +409,8 @@ void predict_time(Terms& x, Estimate& e) {
     s.offload = in.offload;
     s.optimizer = in.optimizer;
     s.grads_fp32 = in.grads_fp32;
-    const auto S = static_cast<double>(x.layout.shard()), P = static_cast<double>(x.layout.padded());
+    const auto S = static_cast<double>(x.layout.shard()),
+               P = static_cast<double>(x.layout.padded());
     s.optimizer_elements = x.z1 ? S : x.train_alloc;
     s.grad_elements = x.z2 ? S : P;
     s.threads = in.threads;
@@ -437,12 +438,16 @@ void time(Terms& x, Estimate& e) {
         if (!e.time_predicted) return;
     }
     if (e.time_predicted) {
-        e.mfu = e.peak_flops_per_s > 0 ? e.model_flops_per_step / (x.W * e.peak_flops_per_s * e.step_seconds) : 0;
+        e.mfu = e.peak_flops_per_s > 0
+                    ? e.model_flops_per_step / (x.W * e.peak_flops_per_s * e.step_seconds)
+                    : 0;
         e.run_seconds = e.tokens / e.tokens_per_step * e.step_seconds;
     } else {
         e.mfu = in.mfu;
-        e.step_seconds = formulas::training_seconds(e.model_flops_per_step, x.W, in.peak_flops_per_s, in.mfu);
-        e.run_seconds = formulas::training_seconds(e.run_model_flops, x.W, in.peak_flops_per_s, in.mfu);
+        e.step_seconds =
+            formulas::training_seconds(e.model_flops_per_step, x.W, in.peak_flops_per_s, in.mfu);
+        e.run_seconds =
+            formulas::training_seconds(e.run_model_flops, x.W, in.peak_flops_per_s, in.mfu);
     }
     e.tokens_per_s = e.tokens_per_step / e.step_seconds;
     e.hfu = e.mfu * e.hardware_flops_per_token / e.model_flops_per_token;

@@ -56,7 +56,7 @@ struct EstimateInputs {
     double peak_flops_per_s = 0;   // of the GEMM dtype; 0 = none known (no time estimate)
     double gpu_memory_bytes = 0;   // capacity per GPU
     double cpu_memory_bytes = 0;   // host memory per node
-    double mfu = 0.5;  // assumed; 0: predicted by the performance model over `profile`
+    double mfu = 0.5;              // assumed; 0: predicted by the performance model over `profile`
     double link_bytes_per_s = 0;  // data-parallel link, one direction (estimator/links.h); 0 = no time
     // The performance model (estimator/perf_model.h): the device's profile (not owned; needed
     // when mfu is 0), the threads of a CPU rank (0: the profile's largest section) and whether

@@ -73,16 +73,24 @@ struct Tables {
         return nullptr;
     }
 
+    // The MFU basis for `dtype`, else fp32's, else the profile's largest (the reader requires
+    // one): what a missing table's default efficiency multiplies.
+    double peak(DType dtype) const {
+        if (profile.peak_for(dtype) > 0) return profile.peak_for(dtype);
+        if (profile.peak_for(DType::f32) > 0) return profile.peak_for(DType::f32);
+        double most = 0;
+        for (const auto& entry : profile.peak_flops_per_s) most = std::max(most, entry.second);
+        NAPKIN_ASSERT(most > 0, "a device profile without a peak");
+        return most;
+    }
+
     double gemm_seconds(DType dtype, GemmPass pass, std::int64_t m, std::int64_t n, std::int64_t k,
                         double flops) const {
         if (flops <= 0) return 0;
         if (const GemmTable* t = gemm(dtype, pass)) return flops / t->flops_per_s(m, n, k);
-        const double peak =
-            profile.peak_for(dtype) > 0 ? profile.peak_for(dtype) : profile.peak_for(DType::f32);
         note("no GEMM table: " + std::to_string(static_cast<int>(100 * kMissingGemmEfficiency)) +
              "% of the peak stands in");
-        NAPKIN_ASSERT(peak > 0, "a device profile without a peak");
-        return flops / (kMissingGemmEfficiency * peak);
+        return flops / (kMissingGemmEfficiency * peak(dtype));
     }
 
     double attention_seconds(const AttentionShape& s, Direction dir) const {
@@ -108,8 +116,7 @@ struct Tables {
         const double flops =
             static_cast<double>(dir == Direction::forward ? attention_forward_cost(s).flops
                                                           : attention_backward_cost(s).flops);
-        return flops / (kMissingAttentionEfficiency *
-                        std::max(profile.peak_for(s.dt), profile.peak_for(DType::f32)));
+        return flops / (kMissingAttentionEfficiency * peak(s.dt));
     }
 
     double stream_seconds(StreamOp op, DType dtype, double bytes) const {
@@ -157,18 +164,21 @@ struct OpCall {
     TimeBucket bucket = TimeBucket::memory_bound;
 };
 
+// QLoRA widens a frozen NF4 weight before each of its GEMMs: the codes read, the values written.
+double dequantize_seconds(const Tables& t, const MatmulShape& s, DType act) {
+    if (s.weight != DType::nf4) return 0;
+    return t.stream_seconds(
+        StreamOp::dequantize, act,
+        static_cast<double>(nf4_storage_bytes(s.N * s.K) + nbytes(act, s.N * s.K)));
+}
+
 OpCall forward_call(const Tables& t, const PlanOp& op, DType act) {
     switch (op.kind) {
         case OpKind::matmul: {
             const auto& s = std::get<MatmulShape>(op.shape);
             double sec = t.gemm_seconds(s.in, GemmPass::forward, s.M, s.N, s.K,
                                         static_cast<double>(op.fwd.flops));
-            if (s.weight == DType::nf4) {  // QLoRA widens the frozen weight first
-                sec += t.stream_seconds(
-                    StreamOp::dequantize, act,
-                    static_cast<double>(nf4_storage_bytes(s.N * s.K) + nbytes(act, s.N * s.K)));
-            }
-            return {sec, TimeBucket::gemm};
+            return {sec + dequantize_seconds(t, s, act), TimeBucket::gemm};
         }
         case OpKind::attention:
             return {t.attention_seconds(std::get<AttentionShape>(op.shape), Direction::forward),
@@ -192,12 +202,7 @@ OpCall backward_call(const Tables& t, const PlanOp& op, DType act) {
             double sec =
                 t.gemm_seconds(s.in, trained ? GemmPass::backward : GemmPass::backward_input, s.M,
                                s.N, s.K, static_cast<double>(in.flops + w.flops));
-            if (s.weight == DType::nf4) {
-                sec += t.stream_seconds(
-                    StreamOp::dequantize, act,
-                    static_cast<double>(nf4_storage_bytes(s.N * s.K) + nbytes(act, s.N * s.K)));
-            }
-            return {sec, TimeBucket::gemm};
+            return {sec + dequantize_seconds(t, s, act), TimeBucket::gemm};
         }
         case OpKind::attention:
             return {t.attention_seconds(std::get<AttentionShape>(op.shape), Direction::backward),

@@ -241,7 +241,8 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
 }
 
 // Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
-void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
+void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e,
+               const ReportContext& ctx) {
     if (e.time_predicted) {
         os << format_time_model(in, e, ctx);
     } else if (e.peak_flops_per_s > 0) {

@@ -81,30 +81,34 @@ namespace {
 
 // The micro-batches --solve fastest tries for one combination: powers of two up to the largest
 // that fits, and that largest; none when B = 1 does not fit.
-std::vector<std::int64_t> micro_batches_to_try(const EstimateInputs& in, Estimator& est, int& evaluations) {
+std::vector<std::int64_t> micro_batches_to_try(const EstimateInputs& in, Estimator& est,
+                                               int& evaluations) {
     const SolveResult largest = solve_max_micro_batch(in, est);
     evaluations += largest.evaluations;
     std::vector<std::int64_t> out;
     const auto most = static_cast<std::int64_t>(largest.value);
-    for (std::int64_t b = 1; b > 0 && b <= most; b *= 2) out.push_back(b);
+    for (std::int64_t b = 1; b > 0 && b <= most; b *= 2)
+        out.push_back(b);
     if (most > 0 && out.back() != most) out.push_back(most);
     return out;
 }
 
 }  // namespace
 
-SolveResult solve_fastest(const EstimateInputs& base, Estimator& est, const std::vector<Precision>& precisions,
-                          int keep) {
+SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
+                          const std::vector<Precision>& precisions, int keep) {
     if (base.mfu != 0 || base.profile == nullptr) {
         throw UsageError("--solve fastest: needs the performance model's prediction (drop --mfu)");
     }
     SolveResult r;
     std::vector<SolveCandidate> found;
     EstimateInputs in = base;
-    const std::vector<Precision> recipes = precisions.empty() ? std::vector<Precision>{base.precision} : precisions;
+    const std::vector<Precision> recipes =
+        precisions.empty() ? std::vector<Precision>{base.precision} : precisions;
     const int top_stage = base.gpus > 1 ? 3 : 0;
     for (Precision p : recipes) {
-        for (Checkpointing ck : {Checkpointing::none, Checkpointing::selective, Checkpointing::full}) {
+        for (Checkpointing ck :
+             {Checkpointing::none, Checkpointing::selective, Checkpointing::full}) {
             for (AttentionImpl at : {AttentionImpl::flash, AttentionImpl::naive}) {
                 // Selective recomputation with flash attention recomputes nothing: the same run.
                 if (ck == Checkpointing::selective && at == AttentionImpl::flash) continue;
@@ -118,14 +122,17 @@ SolveResult solve_fastest(const EstimateInputs& base, Estimator& est, const std:
                         Estimate e = est.run(in);
                         ++r.evaluations;
                         if (!e.fits()) continue;
-                        found.push_back({p, b, ck, at, z, e.tokens_per_s, e.step_seconds, e.mfu, e.gpu.total()});
+                        found.push_back({p, b, ck, at, z, e.tokens_per_s, e.step_seconds, e.mfu,
+                                         e.gpu.total()});
                     }
                 }
             }
         }
     }
     std::stable_sort(found.begin(), found.end(),
-                     [](const SolveCandidate& a, const SolveCandidate& b) { return a.tokens_per_s > b.tokens_per_s; });
+                     [](const SolveCandidate& a, const SolveCandidate& b) {
+                         return a.tokens_per_s > b.tokens_per_s;
+                     });
     in = base;
     in.micro_batch = 1;
     if (!found.empty()) {

@@ -21,7 +21,8 @@ struct SolveCandidate {
 };
 
 struct SolveResult {
-    double value = 0;  // parameters, micro-batch, or tokens/s; 0 when even the smallest does not fit
+    double value =
+        0;  // parameters, micro-batch, or tokens/s; 0 when even the smallest does not fit
     Estimate at;       // the estimate at `value` (at the smallest candidate when value is 0)
     int evaluations = 0;
     bool at_limit = false;  // `value` is the search's upper limit, which fits: the answer is >= it
@@ -40,7 +41,7 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
 // stage (0 only on one GPU) x `precisions` (the base's alone when empty): for each combination
 // the micro-batches 1, 2, 4, ... up to the largest that fits, and that largest. Keeps the `keep`
 // fastest. Needs the performance model (base.mfu 0 and a profile): UsageError otherwise.
-SolveResult solve_fastest(const EstimateInputs& base, Estimator& est, const std::vector<Precision>& precisions,
-                          int keep = 5);
+SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
+                          const std::vector<Precision>& precisions, int keep = 5);
 
 }  // namespace napkin
