@@ -164,7 +164,7 @@ void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
         throw UsageError("--overlap: unknown value '" + f.overlap + "' (expected auto|on|off)");
     }
     // auto: on GPUs, where NCCL's stream runs a collective beside the kernels; off on CPU ranks,
-    // whose MPI copies need the rank's own core (docs/ZERO.md measures both on the CPU).
+    // whose MPI copies need the rank's own core (docs/ZERO.md, "Overlap and prefetch").
     o.overlap = f.overlap == "on" || (f.overlap == "auto" && o.device == DeviceKind::cuda);
     if (f.offload == "optimizer+params") {
         throw UsageError(

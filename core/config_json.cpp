@@ -283,7 +283,7 @@ ModelConfig load_model_config(const std::string& path) {
     json doc;
     try {
         doc = json::parse(text.str());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
         // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column
         // 5: syntax error while parsing ..."; keep it from "parse error" on, on one line.
         std::string msg = e.what();

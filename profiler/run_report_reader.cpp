@@ -474,7 +474,7 @@ template <class Parse>
 json one_line_errors(Parse parse, int max_depth) {
     try {
         return parse();
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
         throw InputError("not valid JSON (" + parse_message(e.what()) + ")");
     } catch (const TooDeep&) {
         throw InputError("JSON nested deeper than " + std::to_string(max_depth) + " levels");

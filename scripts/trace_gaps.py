@@ -6,7 +6,8 @@
   with the records on either side), and the lead before the first record;
 - how many records began before the one ahead of them ended (started_early_ns), and by how much;
 - the device time of the records each op launched (the launch flow's start inside the op's host
-  range; what report.json's device_seconds_per_step gives for runs profiled since 2026-11-26).
+  range: report.json's device_seconds_per_step, recomputed from the trace, which every profiled
+  run has, while older reports lack the field).
 
     python3 scripts/trace_gaps.py traces/h200-gpt2 [--top 8]
 

@@ -174,7 +174,7 @@ public:
         json doc;
         try {
             doc = json::parse(get(key));
-        } catch (const json::parse_error&) {
+        } catch (const json::exception&) {
             fail(key, " is not valid JSON");
         }
         try {
@@ -501,7 +501,7 @@ CheckpointReader::CheckpointReader(const std::string& path, const std::string& e
     ojson h;
     try {
         h = ojson::parse(text);
-    } catch (const ojson::parse_error& e) {
+    } catch (const ojson::exception& e) {
         std::string msg = e.what();
         const auto pos = msg.find("parse error");
         if (pos != std::string::npos) msg = msg.substr(pos);

@@ -393,7 +393,7 @@ ModelConfig napkin_checkpoint_config(const SafetensorsFile& st) {
     nlohmann::json doc;
     try {
         doc = nlohmann::json::parse(model->second);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {
         bad(st.path(), "metadata key 'model' is not valid JSON");
     }
     try {

@@ -394,7 +394,7 @@ Manifest read_manifest(const fs::path& manifest_path) {
     json j;
     try {
         j = json::parse(f);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');
         checkpoint_error(path, "not valid JSON: " + msg);

@@ -210,6 +210,7 @@ void expect_file_error(const std::string& path, const std::string& needle) {
 TEST(ConfigJson, FileErrorsNameTheFileAndField) {
     expect_file_error(data("bad_not_json.json"),
                       ": not valid JSON: parse error at line 5, column 1");
+    expect_file_error(data("bad_number_overflow.json"), ": not valid JSON: ");
     expect_file_error(data("bad_field_type.json"),
                       "field 'n_layer': expected a positive integer (got \"twelve\")");
     expect_file_error(data("bad_heads.json"), "heads (7) must divide d-model (768)");

@@ -306,6 +306,11 @@ TEST(RunReport, VersionOneReadsAndVersionTwoIsWritten) {
 TEST(RunReport, MalformedAndDeepJsonIsOneLine) {
     EXPECT_EQ(error_of([] { p::parse_run_report("{\"schema\": "); }).rfind("not valid JSON (", 0),
               0u);
+    // A number too large for a double is nlohmann's out_of_range, not its parse_error: still
+    // one line, never an escaped exception (found by the run_data fuzzer).
+    EXPECT_EQ(error_of([] { p::parse_run_report("{\"schema\": 0.36017e74180997086}"); })
+                  .rfind("not valid JSON (number overflow", 0),
+              0u);
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     EXPECT_EQ(error_of([&] { p::parse_run_report("{\"run\": " + deep + "}"); }),
               "JSON nested deeper than 64 levels");
