@@ -446,9 +446,10 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "off|all|steps:N-M: write RUN_DIR/trace.json (Perfetto / chrome://tracing) of "
                    "those steps, and memory.json")
         ->capture_default_str();
-    cmd.add_option("--device-profile", f.device_profile,
-                   "Device profile for report.json's predicted step time (napkin calibrate -o; "
-                   "default: the one shipped for this device, else its measured ceilings)");
+    cmd.add_option(
+        "--device-profile", f.device_profile,
+        "Device profile for report.json's predicted step time (a JSON file, docs/FORMATS.md; "
+        "default: the one shipped for this device, else its measured ceilings)");
     cmd.add_flag("--profile-force", f.profile_force,
                  "Use a --device-profile measured on another device anyway");
     cmd.add_option("--stop-after", f.stop_after,

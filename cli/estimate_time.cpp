@@ -10,7 +10,7 @@ void add_time_flags(CLI::App* cmd, TimeFlags& f) {
     const auto* g = "Time";
     cmd->add_option(
            "--device-profile", f.device_profile,
-           "Device profile for the predicted time: a JSON file (napkin calibrate -o), or "
+           "Device profile for the predicted time: a JSON file (docs/FORMATS.md), or "
            "'datasheet' for "
            "napkin's default efficiencies (default: the profile shipped for --gpu, else datasheet)")
         ->group(g);

@@ -10,8 +10,9 @@
 //     memsets, ...) by bytes per call;
 //   - the overheads outside those: per op call and per step;
 //   - host-device copy bandwidth and collective latency and bandwidth, where measured.
-// Each table holds what the engine's ops achieve inside their op ranges (napkin calibrate runs
-// the engine itself), so it includes what an op does besides its kernel (memsets, casts).
+// Each table is meant to hold what the engine's ops achieve inside their op ranges (measured by
+// running the engine itself), so that it includes what an op does besides its kernel (memsets,
+// casts).
 // A CPU profile holds one compute section per thread count (a rank of an MPI job runs on fewer
 // threads than a lone process). Every profile names its device, build, date and the command that
 // made it.
@@ -174,7 +175,7 @@ struct DeviceIdentity {
 
 // How the profile came to be.
 struct ProfileOrigin {
-    std::string source;  // "measured" (napkin calibrate), "derived" (from runs), "datasheet"
+    std::string source;  // "measured", "derived" (from runs), "datasheet"
     std::string command;
     std::string build;
     std::string date;

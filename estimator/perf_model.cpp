@@ -79,7 +79,8 @@ struct Tables {
         if (profile.peak_for(dtype) > 0) return profile.peak_for(dtype);
         if (profile.peak_for(DType::f32) > 0) return profile.peak_for(DType::f32);
         double most = 0;
-        for (const auto& entry : profile.peak_flops_per_s) most = std::max(most, entry.second);
+        for (const auto& entry : profile.peak_flops_per_s)
+            most = std::max(most, entry.second);
         NAPKIN_ASSERT(most > 0, "a device profile without a peak");
         return most;
     }

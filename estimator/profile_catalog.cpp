@@ -137,7 +137,8 @@ DeviceProfile cpu_roofline_profile(const DeviceIdentity& cpu, double sgemm_flops
                     kCpuAttention * sgemm_flops_per_s, kCpuAttention * sgemm_flops_per_s,
                     kCpuStream * stream_bytes_per_s, 1.0, 1.0);
     p.compute.push_back(std::move(s));
-    p.gaps.push_back("no profile for this CPU: napkin calibrate measures one");
+    p.gaps.push_back(
+        "no profile for this CPU: napkin's default efficiencies over its measured ceilings");
     return p;
 }
 

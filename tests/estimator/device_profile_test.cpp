@@ -64,8 +64,9 @@ TEST(DeviceProfile, AMalformedOrNewerProfileIsOneLineNamingTheField) {
               "field 'compute[0].gemm[1].points' is not an array");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["memory_bytes_per_s"] = -1; }),
               "field 'memory_bytes_per_s' is not a positive number");
-    EXPECT_EQ(error_after([](nlohmann::json& j) { j["peak_flops_per_s"] = nlohmann::json::object(); }),
-              "field 'peak_flops_per_s' names no dtype's peak");
+    EXPECT_EQ(
+        error_after([](nlohmann::json& j) { j["peak_flops_per_s"] = nlohmann::json::object(); }),
+        "field 'peak_flops_per_s' names no dtype's peak");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["compute"] = nlohmann::json::array(); }),
               "field 'compute' has no section");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["device"].erase("name"); }),
