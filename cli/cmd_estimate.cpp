@@ -29,7 +29,8 @@ struct EstimateFlags {
     int layers = 0, heads = 0, kv_heads = 0;
     std::int64_t d_model = 0, d_ff = 0, vocab = 50257, context = 0;
     std::string norm = "layernorm", mlp = "gelu", positions = "learned";
-    bool no_bias = false, untied = false;
+    bool no_bias = false, untied = false, qkv_bias = false;
+    std::int64_t head_dim = 0;
     double dropout = -1;
     // Data.
     std::int64_t seq_len = 0, micro_batch = 1, grad_accum = 1, loss_chunk = 1024;
@@ -37,9 +38,11 @@ struct EstimateFlags {
     // Recipe.
     std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none", attention = "flash";
     std::string attention_flops = "causal";
-    bool grads_fp32 = false;
+    bool grads_fp32 = false, fp32_optimizer_state = false;
     // Parallel.
-    int gpus = 1, zero = 0;
+    int gpus = 1, zero = 0, tp = 1, pp = 1, vpp = 1;
+    bool sp = false;
+    std::int64_t micro_batches = 0;
     std::string offload = "none";
     // Fine-tuning.
     std::string finetune = "full";
@@ -48,7 +51,7 @@ struct EstimateFlags {
     std::string gpu = "h100-sxm";
     double peak_tflops = 0, gpu_mem_gb = 0, cpu_mem_gb = 256, mfu = 0.5;
     double measured_tokens_per_s = 0;
-    std::string link;
+    std::string link, node_link, net_link;
     double link_gbps = 0;
     std::string solve;
     TimeFlags time;
@@ -96,6 +99,8 @@ void list_gpus(bool as_json) {
                                        {"fp16", g.tflops_fp16}, {"fp8", g.tflops_fp8}, {"int8", g.tflops_int8}}},
                            {"memory_gb", g.memory_gb},
                            {"bandwidth_tb_per_s", g.bandwidth_tbs},
+                           {"node_link", g.node_link},
+                           {"network_link", g.network_link},
                            {"source", g.source}});
         } else {
             std::printf("%-10s %-30s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %6.0f %6.3f\n", std::string(g.name).c_str(),
@@ -126,9 +131,9 @@ void list_links(bool as_json) {
 
 // The flags that describe a custom shape beside --layers/--d-model/--heads: a preset, a config
 // or --params has its own shape, so there they are refused rather than ignored.
-constexpr const char* kShapeOnlyFlags[] = {"--kv-heads",  "--d-ff",    "--vocab",
-                                           "--context",   "--norm",    "--mlp",
-                                           "--positions", "--no-bias", "--untied"};
+constexpr const char* kShapeOnlyFlags[] = {"--kv-heads", "--d-ff",     "--vocab",     "--context",
+                                           "--norm",     "--mlp",      "--positions", "--no-bias",
+                                           "--untied",   "--head-dim", "--qkv-bias"};
 
 std::string number(double v) {
     char buf[32];
@@ -151,6 +156,7 @@ ModelConfig shape_from_flags(const EstimateFlags& f, const CLI::App& cmd) {
                                   {"--heads", f.heads},
                                   {"--kv-heads", f.kv_heads},
                                   {"--d-ff", f.d_ff},
+                                  {"--head-dim", f.head_dim},
                                   {"--context", f.context}}) {
         if (cmd.count(flag) > 0 && v <= 0) {
             throw UsageError(std::string(flag) + ": must be a positive integer (got " +
@@ -174,6 +180,11 @@ ModelConfig shape_from_flags(const EstimateFlags& f, const CLI::App& cmd) {
     c.mlp = parse_enum(kMlpNames, f.mlp, "--mlp");
     c.positions = parse_enum(kPositionNames, f.positions, "--positions");
     c.bias = !f.no_bias;
+    c.qkv_bias = f.qkv_bias;
+    if (f.qkv_bias && !f.no_bias) {
+        throw UsageError("--qkv-bias: biases on q, k and v only, with --no-bias for the rest");
+    }
+    c.explicit_head_dim = f.head_dim;
     c.tied_embeddings = !f.untied;
     validate(c);
     return c;
@@ -272,8 +283,25 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     }
     in.causal_attention_flops = f.attention_flops == "causal";
     in.grads_fp32 = f.grads_fp32;
+    in.optimizer_fp32 = f.fp32_optimizer_state;
     in.gpus = f.gpus;
     in.zero = f.zero;
+    in.tp = f.tp;
+    in.pp = f.pp;
+    in.vpp = f.vpp;
+    in.sequence_parallel = f.sp;
+    if (cmd.count("--micro-batches") > 0) {
+        if (cmd.count("--grad-accum") > 0) {
+            throw UsageError(
+                "--micro-batches and --grad-accum: the same count (micro-batches per step "
+                "per replica), give one");
+        }
+        if (f.micro_batches <= 0) {
+            throw UsageError("--micro-batches: must be a positive integer (got " +
+                             std::to_string(f.micro_batches) + ")");
+        }
+        in.grad_accum = f.micro_batches;
+    }
     in.offload = parse_enum(kOffloadNames, f.offload, "--offload");
     in.finetune = parse_enum(kFinetuneNames, f.finetune, "--finetune");
     in.lora_rank = f.lora_rank;
@@ -318,6 +346,16 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         ctx.flag_notes.push_back(
             "--cpu-mem-gb: nothing is offloaded (--offload none), so host memory is not "
             "checked");
+    // The links 3D parallelism places its groups on: the GPU's usual server, or as given.
+    const auto link_choice = [](std::string_view name) {
+        if (name.empty()) return LinkChoice{};
+        const LinkSpec& l = link_or_throw(name);
+        return LinkChoice{std::string(l.name), l.bytes_per_s()};
+    };
+    in.node_link =
+        link_choice(cmd.count("--node-link") > 0 ? std::string_view(f.node_link) : gpu.node_link);
+    in.network_link =
+        link_choice(cmd.count("--net-link") > 0 ? std::string_view(f.net_link) : gpu.network_link);
     if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
     if (cmd.count("--link") > 0) {
         const LinkSpec& l = link_or_throw(f.link);
@@ -364,9 +402,19 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;
+    } else if (f.solve == "min-tp-pp") {
+        solved = solve_min_tp_pp(in, est);
+        in.tp = solved.tp;  // the answer's layout, or the largest tried when nothing fits
+        in.pp = solved.pp;
+        in.vpp = solved.pp > 1 ? in.vpp : 1;
+        in.sequence_parallel = in.sequence_parallel && solved.tp > 1;
+        if (in.gpus == 1) in.gpus = solved.tp * solved.pp;
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
     } else {
         throw UsageError("--solve: unknown value '" + f.solve +
-                         "' (expected max-params|max-micro-batch|fastest)");
+                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest)");
     }
 
     if (f.json) {
@@ -400,7 +448,9 @@ void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     auto g = "Model";
     cmd->add_option("--model", f.model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
     f.model = "gpt2";
-    cmd->add_option("--config", f.config, "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, llama)")
+    cmd->add_option("--config", f.config,
+                    "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, "
+                    "llama, mistral, phi3, qwen2)")
         ->group(g);
     cmd->add_option("--params", f.params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
     cmd->add_option("--layers", f.layers, "Custom shape: layers L")->group(g);
@@ -417,6 +467,11 @@ void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--positions", f.positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
     cmd->add_flag("--no-bias", f.no_bias, "Custom shape: no biases")->group(g);
     cmd->add_flag("--untied", f.untied, "Custom shape: separate output head")->group(g);
+    cmd->add_option("--head-dim", f.head_dim, "Custom shape: head dim (default d_model / heads)")
+        ->group(g);
+    cmd->add_flag("--qkv-bias", f.qkv_bias,
+                  "Custom shape: biases on q, k and v only (with --no-bias; Qwen2)")
+        ->group(g);
     cmd->add_option("--dropout", f.dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
         ->group(g);
 }
@@ -442,6 +497,9 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
                   "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, Megatron) instead of "
                   "half-precision ones (16, ZeRO paper)")
         ->group(g);
+    cmd->add_flag("--fp32-optimizer-state", f.fp32_optimizer_state,
+                  "With --precision bf16: optimizer moments in fp32, no master (QLoRA's recipe)")
+        ->group(g);
     cmd->add_option("--checkpointing", f.checkpointing, "none|full|selective")->group(g)->capture_default_str();
     cmd->add_option("--attention", f.attention, "naive|flash")->group(g)->capture_default_str();
     cmd->add_option("--attention-flops", f.attention_flops,
@@ -450,8 +508,26 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
         ->capture_default_str();
 
     g = "Parallel";
-    cmd->add_option("--gpus", f.gpus, "Data-parallel GPUs W")->group(g)->capture_default_str();
-    cmd->add_option("--zero", f.zero, "ZeRO stage 0|1|2|3 (3 = FSDP)")->group(g)->capture_default_str();
+    cmd->add_option("--gpus", f.gpus, "GPUs W (data parallelism over W / (TP PP) replicas)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--zero", f.zero, "ZeRO stage 0|1|2|3 (3 = FSDP), over the data-parallel group")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--tp", f.tp, "Tensor-parallel GPUs T (Megatron-LM)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--pp", f.pp, "Pipeline stages P (1F1B schedule)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--vpp", f.vpp, "Interleaved chunks per GPU V (the interleaved schedule)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_flag("--sp", f.sp, "Sequence parallelism beside --tp (Korthikanti et al. 2022)")
+        ->group(g);
+    cmd->add_option("--micro-batches", f.micro_batches,
+                    "Micro-batches per step per replica M (the pipeline's; same as --grad-accum)")
+        ->group(g);
     cmd->add_option("--offload", f.offload, "none|optimizer|optimizer+params (to host memory)")
         ->group(g)
         ->capture_default_str();
@@ -483,12 +559,19 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--link-gbps", f.link_gbps,
                     "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
         ->group(g);
+    cmd->add_option(
+           "--node-link", f.node_link,
+           "Link between a node's GPUs for --tp/--pp placement (default: the GPU's, e.g. nvlink4)")
+        ->group(g);
+    cmd->add_option("--net-link", f.net_link,
+                    "Link across nodes for --tp/--pp placement (default: the GPU's, e.g. ib-ndr)")
+        ->group(g);
 
     g = "Output";
     cmd->add_option("--solve", f.solve,
-                    "max-params|max-micro-batch: the largest that fits; fastest: the highest "
-                    "predicted tokens/s "
-                    "that fits over micro-batch, checkpointing, attention and ZeRO stage")
+                    "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
+                    "TP x PP; fastest: the highest predicted tokens/s that fits over "
+                    "micro-batch, checkpointing, attention and ZeRO stage")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
@@ -516,6 +599,9 @@ void add_estimate_command(CLI::App& app) {
         "--ignore-activations\n"
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
         "  napkin estimate --model gpt2 --seq-len 1024 --gpu h200 --solve fastest\n"
+        "  napkin estimate --model llama3-405b --gpus 16384 --tp 8 --pp 16 --sp --micro-batches 16 "
+        "\\\n"
+        "                  --checkpointing selective --zero 1\n"
         "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing "
         "full \\\n"
         "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");

@@ -4,9 +4,11 @@
 // data-parallel run (RUN_DIR, RUN_DIR/rank<r>) gives a process per rank ("z3 rank 1/4: napkin"),
 // lined up on the steady clock the ranks share when they ran on one host.
 //
-// Each input is read whole (one at a time) and its events streamed to FILE.json.tmp, renamed into
-// place at the end: a failure leaves no FILE.json. Process ids are renumbered across runs and
-// flow ids offset so that launch -> kernel arrows never join two runs.
+// Each input is read by the trace reader's event stream (profiler/trace_reader.h), one at a time,
+// and its events streamed to a durable temporary beside FILE.json (core/durable_file.h), renamed
+// into place at the end: a failure leaves no FILE.json.
+// Process ids are renumbered across runs and flow ids offset so that launch -> kernel arrows never
+// join two runs.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -20,8 +22,9 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
-#include "profiler/chrome_trace_writer.h"
+#include "core/durable_file.h"
 #include "profiler/run_folder.h"
+#include "profiler/trace_reader.h"
 
 namespace napkin::cli {
 
@@ -102,10 +105,124 @@ std::vector<TraceSource> trace_sources(const fs::path& arg) {
     return out;
 }
 
-bool is_flow(const json& e) {
-    const json& ph = e["ph"];
-    return ph == "s" || ph == "t" || ph == "f";
-}
+// The merged file as it is written: process ids renumbered across runs, flow ids offset.
+class Merger {
+public:
+    explicit Merger(DurableFile& out) : out_(out) {
+        out_.write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    }
+
+    // Streams one trace's events into the merged file through the trace reader's event stream;
+    // each event is rewritten (pid, ts, flow id, process name) and written through nlohmann, as
+    // napkin has always written merged events. InputError naming the file on any problem.
+    void add(const TraceSource& src) {
+        profiler::JsonText text;
+        if (std::string err = text.open(src.file); !err.empty())
+            throw InputError(src.file.string() + ": " + err);
+        pids_.clear();
+        max_flow_ = 0;
+        error_.clear();
+        profiler::ScannedDocument doc;
+        std::string err = profiler::check_json_syntax(text.data(), text.size());
+        if (err.empty()) {
+            err = profiler::scan_trace(
+                text.data(), text.size(), [&](const profiler::ScannedEvent& e) { event(src, e); },
+                doc);
+        }
+        const std::string file = src.file.string();
+        if (!err.empty()) throw InputError(file + ": " + err);
+        if (!error_.empty()) throw InputError(error_);
+        if (doc.is_array) {
+            throw InputError(
+                file + ": not a Chrome trace (expected an object with a \"traceEvents\" array)");
+        }
+        const json schema = doc.schema.is_string() ? json(doc.schema.text) : json();
+        profiler::check_schema(schema.is_string() ? &schema : nullptr, src.file,
+                               profiler::kTraceSchema);
+        flow_base_ += max_flow_ + 1;
+        json from = {{"label", src.label}, {"file", file}, {"events", doc.event_count}};
+        if (src.world > 1) {
+            from["rank"] = src.rank;
+            from["world"] = src.world;
+            from["ts_offset_us"] = src.offset_us;
+        }
+        merged_from_.push_back(std::move(from));
+        ++runs_;
+        std::printf("napkin export: %s: %zu events\n", file.c_str(), doc.event_count);
+        std::fflush(stdout);
+    }
+
+    std::uint64_t events() const { return total_; }
+
+    void finish() {
+        const json other = {{"schema", profiler::kTraceSchema}, {"merged_from", merged_from_}};
+        out_.write("\n],\"otherData\":" + other.dump() + "}\n");
+    }
+
+private:
+    void event(const TraceSource& src, const profiler::ScannedEvent& scanned) {
+        if (!error_.empty()) return;
+        const std::string where = src.file.string() + ": event " + std::to_string(scanned.index);
+        if (!scanned.is_object || !scanned.ph.is_string()) {
+            error_ = where + " is not an event object with a string \"ph\"";
+            return;
+        }
+        json e;
+        try {
+            e = json::parse(scanned.json);
+        } catch (const json::exception& ex) {  // inside a value the reader skipped unread
+            error_ = where + ": not valid JSON (" + ex.what() + ")";
+            return;
+        }
+        const std::string key = e.contains("pid") ? e["pid"].dump() : "";
+        auto [it, fresh] = pids_.emplace(key, next_pid_);
+        if (fresh) {
+            ++next_pid_;
+            // Runs stay in the order given.
+            write(json{{"name", "process_sort_index"},
+                       {"ph", "M"},
+                       {"pid", it->second},
+                       {"args", {{"sort_index", it->second}}}});
+        }
+        e["pid"] = it->second;
+        if (src.offset_us != 0 && e.contains("ts") && e["ts"].is_number())
+            e["ts"] = e["ts"].get<double>() + src.offset_us;
+        const std::string_view ph = scanned.ph.text;
+        const bool named = scanned.name.is_string();
+        if (ph == "M" && named && scanned.name.text == "process_sort_index") return;  // above
+        if (ph == "M" && named && scanned.name.text == "process_name" && e.contains("args") &&
+            e["args"].is_object()) {
+            const json& n = e["args"].contains("name") ? e["args"]["name"] : json();
+            e["args"]["name"] =
+                src.label + ": " + (n.is_string() ? n.get<std::string>() : "process");
+        }
+        if ((ph == "s" || ph == "t" || ph == "f") && e.contains("id")) {
+            if (e["id"].is_number_unsigned() || e["id"].is_number_integer()) {
+                const auto id = e["id"].get<std::uint64_t>();
+                max_flow_ = std::max(max_flow_, id);
+                e["id"] = flow_base_ + id;
+            } else {
+                e["id"] = "run" + std::to_string(runs_) + ":" + e["id"].dump();
+            }
+        }
+        write(e);
+        ++total_;
+    }
+
+    void write(const json& e) {
+        out_.write((first_ ? "" : ",\n") + e.dump());
+        first_ = false;
+    }
+
+    DurableFile& out_;
+    bool first_ = true;
+    int next_pid_ = 1;
+    std::map<std::string, int> pids_;  // the run's pid (dumped) -> merged pid
+    std::uint64_t flow_base_ = 0, max_flow_ = 0, total_ = 0;
+    std::size_t runs_ = 0;
+    json merged_from_ = json::array();
+    std::string error_;  // the first problem of the trace being read
+};
 
 void run_export(const ExportFlags& f) {
     if (f.out.empty())
@@ -117,95 +234,17 @@ void run_export(const ExportFlags& f) {
         for (TraceSource& t : trace_sources(arg))
             sources.push_back(std::move(t));
     }
-    profiler::AtomicFile out{fs::path(f.out)};
+    DurableFile out{fs::path(f.out)};
     if (!out.ok()) throw InputError(out.error());
-    out.write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-    bool first = true;
-    int next_pid = 1;
-    std::uint64_t flow_base = 0;
-    json merged_from = json::array();
-    std::uint64_t total = 0;
-    for (std::size_t run = 0; run < sources.size(); ++run) {
-        const TraceSource& src = sources[run];
-        const fs::path& file = src.file;
-        json trace = profiler::read_json_file(file);
-        if (!trace.is_object() || !trace.contains("traceEvents") ||
-            !trace["traceEvents"].is_array()) {
-            throw InputError(
-                file.string() +
-                ": not a Chrome trace (expected an object with a \"traceEvents\" array)");
-        }
-        const json* schema = nullptr;
-        if (trace.contains("otherData") && trace["otherData"].is_object() &&
-            trace["otherData"].contains("schema")) {
-            schema = &trace["otherData"]["schema"];
-        }
-        profiler::check_schema(schema, file, profiler::kTraceSchema);
-        const std::string& label = src.label;
-        std::map<std::string, int> pids;  // the run's pid (dumped) -> merged pid
-        std::uint64_t max_flow = 0;
-        json& events = trace["traceEvents"];
-        for (std::size_t i = 0; i < events.size(); ++i) {
-            json& e = events[i];
-            const std::string where = file.string() + ": event " + std::to_string(i);
-            if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string()) {
-                throw InputError(where + " is not an event object with a string \"ph\"");
-            }
-            const std::string key = e.contains("pid") ? e["pid"].dump() : "";
-            auto [it, fresh] = pids.emplace(key, next_pid);
-            if (fresh) {
-                ++next_pid;
-                // Runs stay in the order given.
-                out.write((first ? "" : ",\n") + json{{"name", "process_sort_index"},
-                                                      {"ph", "M"},
-                                                      {"pid", it->second},
-                                                      {"args", {{"sort_index", it->second}}}}
-                                                     .dump());
-                first = false;
-            }
-            e["pid"] = it->second;
-            if (src.offset_us != 0 && e.contains("ts") && e["ts"].is_number()) {
-                e["ts"] = e["ts"].get<double>() + src.offset_us;
-            }
-            if (e["ph"] == "M" && e.value("name", "") == "process_name" && e.contains("args") &&
-                e["args"].is_object()) {
-                const std::string name = e["args"].contains("name") && e["args"]["name"].is_string()
-                                             ? e["args"]["name"].get<std::string>()
-                                             : "process";
-                e["args"]["name"] = label + ": " + name;
-            }
-            if (e["ph"] == "M" && e.value("name", "") == "process_sort_index")
-                continue;  // replaced above
-            if (is_flow(e) && e.contains("id")) {
-                if (e["id"].is_number_unsigned() || e["id"].is_number_integer()) {
-                    const auto id = e["id"].get<std::uint64_t>();
-                    max_flow = std::max(max_flow, id);
-                    e["id"] = flow_base + id;
-                } else {
-                    e["id"] = "run" + std::to_string(run) + ":" + e["id"].dump();
-                }
-            }
-            out.write(",\n" + e.dump());
-            ++total;
-        }
-        flow_base += max_flow + 1;
-        json from = {{"label", label}, {"file", file.string()}, {"events", events.size()}};
-        if (src.world > 1) {
-            from["rank"] = src.rank;
-            from["world"] = src.world;
-            from["ts_offset_us"] = src.offset_us;
-        }
-        merged_from.push_back(std::move(from));
-        std::printf("napkin export: %s: %zu events\n", file.string().c_str(), events.size());
-        std::fflush(stdout);
-    }
-    const json other = {{"schema", profiler::kTraceSchema}, {"merged_from", merged_from}};
-    out.write("\n],\"otherData\":" + other.dump() + "}\n");
-    const profiler::WriteResult r = out.commit();
-    if (!r) throw InputError(r.error);
+    Merger merger(out);
+    for (const TraceSource& src : sources)
+        merger.add(src);
+    merger.finish();
+    if (!out.commit()) throw InputError(out.error());
     std::printf(
         "napkin export: %s: %zu runs, %zu processes, %llu events (open in ui.perfetto.dev)\n",
-        f.out.c_str(), f.runs.size(), sources.size(), static_cast<unsigned long long>(total));
+        f.out.c_str(), f.runs.size(), sources.size(),
+        static_cast<unsigned long long>(merger.events()));
 }
 
 }  // namespace

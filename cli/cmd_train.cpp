@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "cli/train_signal.h"
 #include "core/check.h"
 #include "core/comm/comm.h"
+#include "core/durable_file.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"
@@ -41,21 +41,6 @@
 namespace napkin::cli {
 
 namespace {
-
-// Writes `text` to `path` through a temporary file and a rename: never half-written.
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-    const std::filesystem::path tmp = path.string() + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) throw InputError(tmp.string() + ": cannot write");
-        f << text;
-        f.flush();
-        if (!f) throw InputError(tmp.string() + ": write failed");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
-}
 
 // ---- Set up: the trainer, the steps it trains, the machine's peak, the prediction ---------
 
@@ -320,7 +305,7 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
     if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
     const std::filesystem::path file = loop.run.out_dir / "report.json";
-    write_atomically(file, profiler::run_report_text(report));
+    write_file_durably(file, profiler::run_report_text(report));  // whole or not there
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();

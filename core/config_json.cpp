@@ -1,4 +1,5 @@
-// Model configs from JSON: napkin's own format and Hugging Face GPT-2 / Llama config.json.
+// Model configs from JSON: napkin's own format and Hugging Face config.json files of GPT-2 and the
+// Llama family (llama, mistral, phi3, qwen2).
 // Every error names the file and the field in one line (docs/CONFIG.md).
 #include "core/config_json.h"
 
@@ -139,8 +140,21 @@ std::string stem_of(const std::string& source) {
     return std::filesystem::path(source).stem().string();
 }
 
+// "head_dim": explicit only when it is not d_model / heads (Mistral Nemo, Gemma); napkin writes
+// it for every config, Hugging Face files for some.
+void set_head_dim(const Reader& r, ModelConfig& c) {
+    if (!r.has("head_dim")) return;
+    const std::int64_t hd = r.positive_int("head_dim");
+    if (c.n_heads > 0 && hd * c.n_heads == c.d_model) return;
+    c.explicit_head_dim = hd;
+}
+
 ModelConfig from_napkin(const Reader& r, const std::string& source) {
-    r.reject_unknown_keys(model_config_to_json(ModelConfig{}), kInformationalKeys);
+    // The keys written, with the two that are written only when set.
+    json known = model_config_to_json(ModelConfig{});
+    known["qkv_bias"] = true;
+    known["head_dim"] = 0;
+    r.reject_unknown_keys(known, kInformationalKeys);
     ModelConfig c;
     c.name = r.has("name") ? r.string("name") : stem_of(source);
     c.vocab_size = r.positive_int("vocab_size");
@@ -159,6 +173,8 @@ ModelConfig from_napkin(const Reader& r, const std::string& source) {
     c.bias = r.boolean("bias");
     c.tied_embeddings = r.boolean("tied_embeddings");
     c.dropout = r.probability_or("dropout", 0.0);
+    c.qkv_bias = r.boolean_or("qkv_bias", false);
+    set_head_dim(r, c);
     return c;
 }
 
@@ -196,7 +212,14 @@ ModelConfig from_hf_gpt2(const Reader& r, const std::string& source) {
     return c;
 }
 
-ModelConfig from_hf_llama(const Reader& r, const std::string& source) {
+// The Llama family as Hugging Face writes it: RMSNorm, RoPE, SwiGLU, no biases unless said,
+// untied unless said (LlamaConfig's defaults, also Mistral's, Qwen2's and Phi-3's). Their
+// differences: Llama's attention_bias (q, k, v and o) and mlp_bias, which napkin models only
+// together; Qwen2's biases on q, k and v; an explicit head_dim (Llama, Mistral Nemo). Phi-3
+// fuses qkv and gate/up in its files, which changes no count. Sliding windows (Mistral 7B
+// v0.1, Qwen2, Phi-3) are not modelled: attention is counted over the whole sequence.
+ModelConfig from_hf_llama_family(const Reader& r, const std::string& source,
+                                 const std::string& type) {
     ModelConfig c;
     c.name = hf_name(r, source);
     c.vocab_size = r.positive_int("vocab_size");
@@ -210,26 +233,28 @@ ModelConfig from_hf_llama(const Reader& r, const std::string& source) {
     c.norm = NormKind::rmsnorm;
     c.positions = PositionKind::rope;
     c.mlp = MlpKind::swiglu;
-    // attention_bias covers q, k, v and o; mlp_bias gate, up and down. napkin has one flag.
-    const bool attention_bias = r.boolean_or("attention_bias", false);
-    const bool mlp_bias = r.boolean_or("mlp_bias", false);
-    if (attention_bias != mlp_bias) {
-        r.fail(attention_bias ? "attention_bias" : "mlp_bias",
-               std::string("is true but ") + (attention_bias ? "mlp_bias" : "attention_bias") +
-                   " is not; napkin has one bias flag for all linear layers");
-    }
-    c.bias = attention_bias;
-    c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);  // LlamaConfig default
-    if (r.has("head_dim")) {
-        const std::int64_t hd = r.positive_int("head_dim");
-        if (hd * c.n_heads != c.d_model) {
-            r.fail("head_dim", "napkin needs head_dim * num_attention_heads == hidden_size (got " +
-                                   std::to_string(hd) + " * " + std::to_string(c.n_heads) +
-                                   " != " + std::to_string(c.d_model) + ")");
+    c.bias = false;
+    if (type == "qwen2") {
+        c.qkv_bias = true;
+    } else if (type == "llama") {
+        // attention_bias covers q, k, v and o; mlp_bias gate, up and down. napkin has one flag.
+        const bool attention_bias = r.boolean_or("attention_bias", false);
+        const bool mlp_bias = r.boolean_or("mlp_bias", false);
+        if (attention_bias != mlp_bias) {
+            r.fail(attention_bias ? "attention_bias" : "mlp_bias",
+                   std::string("is true but ") + (attention_bias ? "mlp_bias" : "attention_bias") +
+                       " is not; napkin has one bias flag for all linear layers");
         }
+        c.bias = attention_bias;
     }
+    c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);  // the family's default
+    set_head_dim(r, c);
     return c;
 }
+
+// The Hugging Face model types napkin reads, and the architecture they name.
+constexpr std::array<std::string_view, 5> kHfModelTypes = {"gpt2", "llama", "mistral", "phi3",
+                                                           "qwen2"};
 
 ModelConfig parse_any(const Reader& r, const std::string& source) {
     if (r.has("format")) {
@@ -242,8 +267,14 @@ ModelConfig parse_any(const Reader& r, const std::string& source) {
     if (r.has("model_type")) {
         const std::string type = r.string("model_type");
         if (type == "gpt2") return from_hf_gpt2(r, source);
-        if (type == "llama") return from_hf_llama(r, source);
-        r.fail("model_type", "unknown value '" + type + "' (expected gpt2|llama)");
+        if (std::ranges::find(kHfModelTypes, type) != kHfModelTypes.end())
+            return from_hf_llama_family(r, source, type);
+        std::string known;
+        for (const std::string_view t : kHfModelTypes) {
+            if (!known.empty()) known += '|';
+            known.append(t);
+        }
+        r.fail("model_type", "unknown architecture '" + type + "' (napkin reads " + known + ")");
     }
     throw UsageError(source +
                      ": expected a key 'format' (\"napkin-model\") or 'model_type' (a Hugging Face "
@@ -298,7 +329,7 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 json model_config_to_json(const ModelConfig& c) {
-    return json{
+    json j{
         {"format", "napkin-model"},
         {"name", c.name},
         {"vocab_size", c.vocab_size},
@@ -316,6 +347,11 @@ json model_config_to_json(const ModelConfig& c) {
         {"tied_embeddings", c.tied_embeddings},
         {"dropout", c.dropout},
     };
+    // Written only where they differ from GPT's defaults, so that a report or checkpoint of a
+    // model without them reads back to the same text as it was written.
+    if (c.qkv_bias) j["qkv_bias"] = true;
+    if (c.explicit_head_dim > 0) j["head_dim"] = c.explicit_head_dim;
+    return j;
 }
 
 }  // namespace napkin

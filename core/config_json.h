@@ -1,6 +1,6 @@
 // Model configs from JSON files: napkin's own format (docs/CONFIG.md; what
 // `napkin estimate --model X --json` prints under "model") and Hugging Face config.json files
-// of GPT-2 ("model_type": "gpt2") and Llama ("model_type": "llama") models.
+// of GPT-2 ("model_type": "gpt2") and the Llama family ("llama", "mistral", "phi3", "qwen2").
 // Every error is a UsageError naming the file and the field: "cfg.json: field 'n_layer':
 // expected a positive integer (got \"twelve\")".
 #pragma once

@@ -49,9 +49,14 @@ void validate(const ModelConfig& c) {
         throw UsageError("padded vocab (" + std::to_string(c.padded_vocab_size) +
                          ") must be at least vocab (" + std::to_string(c.vocab_size) + ")");
     }
-    if (c.d_model % c.n_heads != 0) {
+    if (c.explicit_head_dim < 0) require_positive(c.explicit_head_dim, "head-dim");
+    require_at_most(c.explicit_head_dim, 1 << 14, "head-dim");
+    if (c.explicit_head_dim == 0 && c.d_model % c.n_heads != 0) {
         throw UsageError("heads (" + std::to_string(c.n_heads) + ") must divide d-model (" +
                          std::to_string(c.d_model) + ")");
+    }
+    if (c.qkv_bias && c.bias) {
+        throw UsageError("qkv-bias: only with bias off (bias already covers q, k and v)");
     }
     if (c.n_heads % c.n_kv_heads != 0) {
         throw UsageError("kv-heads (" + std::to_string(c.n_kv_heads) + ") must divide heads (" +
@@ -75,8 +80,8 @@ ParamCounts count_params(const ModelConfig& c) {
     p.position_embedding = c.positions == PositionKind::learned ? c.context_length * C : 0;
     p.head = c.tied_embeddings ? 0 : c.vocab_size * C;
     p.final_norm = norm;
-    p.linear_per_layer = C * qkv + C * C + C * fc_rows + c.d_ff * C;
-    const std::int64_t biases = c.bias ? qkv + C + fc_rows + C : 0;
+    p.linear_per_layer = C * qkv + c.q_dim() * C + C * fc_rows + c.d_ff * C;
+    const std::int64_t biases = c.bias ? qkv + C + fc_rows + C : c.qkv_bias ? qkv : 0;
     p.per_layer = 2 * norm + p.linear_per_layer + biases;
     p.total = p.token_embedding + p.position_embedding + p.head + p.final_norm +
               c.n_layers * p.per_layer;
@@ -103,9 +108,10 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
         add(prefix + ".weight", {C}, layer, false);
         if (c.norm == NormKind::layernorm && c.bias) add(prefix + ".bias", {C}, layer, false);
     };
-    auto add_linear = [&](const std::string& prefix, std::int64_t out_f, std::int64_t in_f, int layer) {
+    auto add_linear = [&](const std::string& prefix, std::int64_t out_f, std::int64_t in_f,
+                          int layer, bool bias) {
         add(prefix + ".weight", {out_f, in_f}, layer, true);  // (out, in) as nn.Linear
-        if (c.bias) add(prefix + ".bias", {out_f}, layer, false);
+        if (bias) add(prefix + ".bias", {out_f}, layer, false);
     };
 
     add("wte", {c.padded_vocab_size, C}, -1, false);
@@ -113,11 +119,11 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c) {
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string h = "h." + std::to_string(l);
         add_norm(h + ".ln_1", l);
-        add_linear(h + ".attn.qkv", c.qkv_dim(), C, l);
-        add_linear(h + ".attn.proj", C, C, l);
+        add_linear(h + ".attn.qkv", c.qkv_dim(), C, l, c.bias || c.qkv_bias);
+        add_linear(h + ".attn.proj", C, c.q_dim(), l, c.bias);
         add_norm(h + ".ln_2", l);
-        add_linear(h + ".mlp.fc", mlp_in_rows(c), C, l);  // swiglu: gate rows then up rows
-        add_linear(h + ".mlp.proj", C, c.d_ff, l);
+        add_linear(h + ".mlp.fc", mlp_in_rows(c), C, l, c.bias);  // swiglu: gate rows then up rows
+        add_linear(h + ".mlp.proj", C, c.d_ff, l, c.bias);
     }
     add_norm("ln_f", -1);
     if (!c.tied_embeddings) add("lm_head", {c.padded_vocab_size, C}, -1, false);
@@ -136,7 +142,7 @@ std::vector<ParamTensor> param_tensors(const ModelConfig& c, std::int64_t r) {
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string h = "h." + std::to_string(l);
         add(h + ".attn.qkv", c.qkv_dim(), C, 3, l);
-        add(h + ".attn.proj", C, C, 1, l);
+        add(h + ".attn.proj", C, c.q_dim(), 1, l);
         add(h + ".mlp.fc", mlp_in_rows(c), C, c.mlp == MlpKind::swiglu ? 2 : 1, l);
         add(h + ".mlp.proj", C, c.d_ff, 1, l);
     }

@@ -42,16 +42,23 @@ struct ModelConfig {
     PositionKind positions = PositionKind::learned;
     MlpKind mlp = MlpKind::gelu;
     bool bias = true;             // biases in linear layers (and LayerNorm shift)
+    bool qkv_bias = false;        // biases on q, k and v only (Qwen2), with `bias` false
     bool tied_embeddings = true;  // the head reuses the token embedding matrix
     double dropout = 0.0;         // dropout probability; > 0 keeps 1-byte masks for backward
+    // HD when it is not C / NH (Mistral Nemo: 128 with C = 5120, NH = 32; Gemma); 0: C / NH.
+    // The attention then works at width NH HD, and its output projection maps NH HD -> C.
+    std::int64_t explicit_head_dim = 0;
 
-    std::int64_t head_dim() const { return d_model / n_heads; }
+    std::int64_t head_dim() const {
+        return explicit_head_dim > 0 ? explicit_head_dim : d_model / n_heads;
+    }
+    std::int64_t q_dim() const { return head_dim() * n_heads; }  // C unless HD is explicit
     std::int64_t kv_dim() const { return head_dim() * n_kv_heads; }
-    std::int64_t qkv_dim() const { return d_model + 2 * kv_dim(); }
+    std::int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 };
 
-// Throws UsageError naming the field: sizes must be positive, NH must divide C, KVH must
-// divide NH, Vp >= V, dropout in [0, 1).
+// Throws UsageError naming the field: sizes must be positive, NH must divide C (unless the head
+// dim is explicit), KVH must divide NH, Vp >= V, dropout in [0, 1), qkv_bias only without bias.
 void validate(const ModelConfig& cfg);
 
 // Rounds V up to a multiple of 128 (as llm.c pads 50257 to 50304).

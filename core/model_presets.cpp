@@ -68,6 +68,8 @@ const std::vector<ModelConfig>& model_presets() {
         gpt2_shape("gpt2-medium", 24, 1024, 16),
         gpt2_shape("gpt2-large", 36, 1280, 20),
         gpt2_shape("gpt2-xl", 48, 1600, 25),
+        // LLaMA (1) 65B, the QLoRA paper's largest model (Dettmers et al. 2023).
+        llama_shape("llama1-65b", 32000, 2048, 80, 8192, 64, 64, 22016),
         llama_shape("llama2-7b", 32000, 4096, 32, 4096, 32, 32, 11008),
         llama_shape("llama2-13b", 32000, 4096, 40, 5120, 40, 40, 13824),
         llama_shape("llama2-70b", 32000, 4096, 80, 8192, 64, 8, 28672),
@@ -85,6 +87,7 @@ const std::vector<PresetSource>& preset_sources() {
         {"gpt2-medium", 354823168, "openai-community/gpt2-medium: num_parameters()"},
         {"gpt2-large", 774030080, "openai-community/gpt2-large: num_parameters()"},
         {"gpt2-xl", 1557611200, "openai-community/gpt2-xl: num_parameters()"},
+        {"llama1-65b", 65285660672, "huggyllama/llama-65b: num_parameters()"},
         {"llama2-7b", 6738415616, "meta-llama/Llama-2-7b-hf: num_parameters()"},
         {"llama2-13b", 13015864320, "meta-llama/Llama-2-13b-hf: num_parameters()"},
         {"llama2-70b", 68976648192, "meta-llama/Llama-2-70b-hf: num_parameters()"},

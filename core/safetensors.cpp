@@ -136,9 +136,9 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
     }
     const std::uint64_t expected = numel * static_cast<std::uint64_t>(t.element_bytes);
     if (t.bytes() != expected) {
-        bad(path, "tensor '" + name + "': data_offsets " + range_text(t.begin, t.end) + " hold " +
-                      std::to_string(t.bytes()) + " bytes, shape " + shape_text(t.shape) + " of " +
-                      t.dtype_name + " needs " + std::to_string(expected));
+        bad(path, "tensor '" + name + "': data_offsets span " + std::to_string(t.bytes()) +
+                      " bytes " + range_text(t.begin, t.end) + ", but " + t.dtype_name + " " +
+                      shape_text(t.shape) + " needs " + std::to_string(expected));
     }
     return t;
 }
@@ -208,75 +208,123 @@ void convert_to_f32(DType dtype, const void* src, std::size_t count, float* out)
                   "convert_to_f32: dtype " << dtype_name(dtype) << " is not f32, f16 or bf16");
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) bad(path, std::string("cannot open (") + std::strerror(errno) + ")");
-    try {
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) bad(path, "not a regular file");
-        file_bytes_ = static_cast<std::uint64_t>(st.st_size);
-        if (file_bytes_ < 8) {
-            bad(path, "too short for a safetensors file (" + std::to_string(file_bytes_) +
-                          " bytes, the header length alone is 8)");
-        }
-        unsigned char len_bytes[8];
-        pread_exact(fd_, len_bytes, 8, 0, path);
-        std::uint64_t header_bytes = 0;
-        for (int i = 7; i >= 0; --i) {
-            header_bytes = (header_bytes << 8) | len_bytes[i];
-        }
-        if (header_bytes > file_bytes_ - 8) {
-            bad(path, "safetensors header length " + std::to_string(header_bytes) +
-                          " goes beyond the file (" + std::to_string(file_bytes_) + " bytes)");
-        }
-        if (header_bytes > kMaxHeaderBytes) {
-            bad(path, "safetensors header length " + std::to_string(header_bytes) +
-                          " exceeds the format's limit of " + std::to_string(kMaxHeaderBytes));
-        }
-        std::string text(header_bytes, '\0');
-        pread_exact(fd_, text.data(), text.size(), 8, path);
-        data_start_ = 8 + header_bytes;
-        const std::uint64_t data_bytes = file_bytes_ - data_start_;
+namespace {
 
-        json header;
-        try {
-            header = json::parse(text);
-        } catch (const json::exception& e) {
-            bad(path, std::string("safetensors header is not valid JSON (") + e.what() + ")");
+// The format maps strings to strings (the reference library refuses anything else).
+void read_metadata(const json& entry, const std::string& path,
+                   std::map<std::string, std::string>& out) {
+    if (!entry.is_object()) bad(path, "__metadata__ must be an object of strings");
+    for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) {
+            bad(path, "__metadata__ key '" + k + "' must be a string, found " +
+                          v.dump(-1, ' ', false, json::error_handler_t::replace));
         }
-        if (!header.is_object()) bad(path, "safetensors header must be a JSON object");
-        for (const auto& [name, entry] : header.items()) {
-            if (name == "__metadata__") {
-                if (!entry.is_object()) bad(path, "__metadata__ must be an object of strings");
-                for (const auto& [k, v] : entry.items()) {
-                    metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
-                }
-                continue;
-            }
-            tensors_.push_back(parse_entry(path, name, entry, data_bytes));
-        }
-        // Data order; two tensors may touch but not share bytes (the reference implementation
-        // also forbids gaps; napkin tolerates them).
-        std::sort(tensors_.begin(), tensors_.end(),
-                  [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-                      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-                  });
-        const SafetensorsTensor* prev = nullptr;
-        for (const SafetensorsTensor& t : tensors_) {
-            if (t.bytes() == 0) continue;
-            if (prev != nullptr && t.begin < prev->end) {
-                bad(path, "tensors '" + prev->name + "' " + range_text(prev->begin, prev->end) +
-                              " and '" + t.name + "' " + range_text(t.begin, t.end) + " overlap");
-            }
-            prev = &t;
-        }
-        for (std::size_t i = 0; i < tensors_.size(); ++i) {
-            index_.emplace(tensors_[i].name, i);
-        }
+        out[k] = v.get<std::string>();
+    }
+}
+
+}  // namespace
+
+int open_regular_file(const std::string& path, std::uint64_t& bytes) {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) bad(path, std::string("cannot open (") + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        bad(path, "not a regular file");
+    }
+    bytes = static_cast<std::uint64_t>(st.st_size);
+    return fd;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+    fd_ = open_regular_file(path, file_bytes_);
+    try {
+        read_header();
     } catch (...) {
         ::close(fd_);
         throw;
     }
+}
+
+void SafetensorsFile::read_header() {
+    const std::string& path = path_;
+    if (file_bytes_ < 8) {
+        bad(path, "truncated or not a safetensors file: " + std::to_string(file_bytes_) +
+                      " bytes, too short for the 8-byte header length");
+    }
+    unsigned char len_bytes[8];
+    pread_exact(fd_, len_bytes, 8, 0, path);
+    std::uint64_t header_bytes = 0;
+    for (int i = 7; i >= 0; --i) {
+        header_bytes = (header_bytes << 8) | len_bytes[i];
+    }
+    if (header_bytes > kMaxHeaderBytes) {
+        bad(path, "not a safetensors file: header length " + std::to_string(header_bytes) +
+                      " exceeds the format's limit of " + std::to_string(kMaxHeaderBytes) +
+                      " bytes");
+    }
+    if (header_bytes > file_bytes_ - 8) {
+        bad(path, "truncated: safetensors header length " + std::to_string(header_bytes) +
+                      " goes beyond the file (" + std::to_string(file_bytes_) + " bytes)");
+    }
+    std::string text(header_bytes, '\0');
+    pread_exact(fd_, text.data(), text.size(), 8, path);
+    data_start_ = 8 + header_bytes;
+
+    json header;
+    try {
+        header = json::parse(text);
+    } catch (const json::exception& e) {
+        bad(path, std::string("safetensors header is not valid JSON (") + e.what() + ")");
+    }
+    if (!header.is_object()) bad(path, "safetensors header must be a JSON object");
+    for (const auto& [name, entry] : header.items()) {
+        if (name == "__metadata__") {
+            read_metadata(entry, path, metadata_);
+            continue;
+        }
+        tensors_.push_back(parse_entry(path, name, entry, data_bytes()));
+    }
+    // Data order; two tensors may touch but not share bytes (the reference implementation
+    // also forbids gaps: check_tiled()).
+    std::sort(tensors_.begin(), tensors_.end(),
+              [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+                  return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+              });
+    const SafetensorsTensor* prev = nullptr;
+    for (const SafetensorsTensor& t : tensors_) {
+        if (t.bytes() == 0) continue;
+        if (prev != nullptr && t.begin < prev->end) {
+            bad(path, "tensors '" + prev->name + "' " + range_text(prev->begin, prev->end) +
+                          " and '" + t.name + "' " + range_text(t.begin, t.end) + " overlap");
+        }
+        prev = &t;
+    }
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+        index_.emplace(tensors_[i].name, i);
+    }
+}
+
+void SafetensorsFile::check_tiled() const {
+    std::uint64_t at = 0;
+    for (const SafetensorsTensor& t : tensors_) {
+        if (t.begin != at) {
+            bad(path_, "tensor data_offsets leave a gap or overlap at byte " + std::to_string(at) +
+                           " (tensor '" + t.name + "' starts at " + std::to_string(t.begin) + ")");
+        }
+        at = t.end;
+    }
+    if (at != data_bytes()) {
+        bad(path_, "the tensors cover " + std::to_string(at) + " bytes of the " +
+                       std::to_string(data_bytes()) + "-byte data section");
+    }
+}
+
+void SafetensorsFile::read(std::uint64_t offset, void* out, std::size_t n) const {
+    NAPKIN_ASSERT(offset + n <= data_bytes(), "safetensors read past the data section");
+    pread_exact(fd_, out, n, data_start_ + offset, path_);
 }
 
 SafetensorsFile::~SafetensorsFile() {

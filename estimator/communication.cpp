@@ -41,6 +41,30 @@ void append(CommunicationEstimate& c, const CommLine& l) {
 
 }  // namespace
 
+double paper_volume_factor(int zero, std::int64_t grad_accum) {
+    const auto G = static_cast<double>(grad_accum);
+    switch (zero) {
+        case 2:
+            return G + 1;  // a reduce-scatter every micro-batch, one all-gather
+        case 3:
+            return 3 * G;  // two all-gathers and a reduce-scatter every micro-batch
+        default:
+            return 2;  // one all-reduce, or one reduce-scatter and one all-gather
+    }
+}
+
+std::string paper_volume_label(int zero, std::int64_t grad_accum) {
+    if (grad_accum == 1) return zero == 3 ? "3 psi" : "2 psi";
+    switch (zero) {
+        case 2:
+            return "(G + 1) psi";
+        case 3:
+            return "3 G psi";
+        default:
+            return "2 psi";
+    }
+}
+
 CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero,
                                              std::int64_t grad_accum, DType grads, DType weights,
                                              double link_bytes_per_s) {
@@ -53,7 +77,7 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
     c.zero = zero;
     c.psi = static_cast<double>(layout.numel());
     c.padding = static_cast<double>(layout.padded() - layout.numel());
-    c.paper_volume_elements = (zero == 3 ? 3.0 : 2.0) * c.psi;
+    c.paper_volume_elements = paper_volume_factor(zero, grad_accum) * c.psi;
     c.link_bytes_per_s = link_bytes_per_s;
     if (layout.world <= 1) return c;
     const auto G = static_cast<double>(grad_accum);

@@ -43,14 +43,21 @@ struct CommunicationEstimate {
     int zero = 0;
     double psi = 0;                    // Ψ: parameter elements, unpadded
     double padding = 0;                // sum (P_u - n_u): zeros added so units split evenly
-    double paper_volume_elements = 0;  // 2Ψ (ZeRO 0-2) or 3Ψ (ZeRO-3), the paper's count
+    double paper_volume_elements = 0;  // 2Ψ, (G + 1)Ψ (ZeRO-2) or 3GΨ (ZeRO-3), the paper's count
     std::vector<CommLine> lines;       // empty with one rank
     double elements = 0;               // sum of the lines' elements
     double sent_bytes = 0;             // per rank per step, exact
     double received_bytes = 0;
     double link_bytes_per_s = 0;  // 0: no link given, no time
+    std::string link;             // the link's name when the estimator chose it (3D placement)
     double seconds = 0;  // sent_bytes / link: the ring's bandwidth term, no latency, no overlap
 };
+
+// The ZeRO paper's volume per step in units of Psi (section 7, counted per micro-batch where the
+// stage communicates per micro-batch): 2 for DDP and ZeRO-1, G + 1 for ZeRO-2 (a reduce-scatter
+// per micro-batch), 3 G for ZeRO-3; and its label, "2 psi", "(G + 1) psi", "3 G psi".
+double paper_volume_factor(int zero, std::int64_t grad_accum);
+std::string paper_volume_label(int zero, std::int64_t grad_accum);
 
 // Throws UsageError for a stage outside 0..3, grad_accum < 1 or a negative bandwidth.
 CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/buffer_plan.h"
 #include "core/model_config.h"
@@ -16,6 +17,7 @@
 #include "estimator/communication.h"
 #include "estimator/device_profile.h"
 #include "estimator/napkin_formulas.h"
+#include "estimator/parallel.h"
 #include "estimator/perf_model.h"
 
 namespace napkin {
@@ -37,14 +39,24 @@ struct EstimateInputs {
     Precision precision = Precision::bf16_amp;
     OptimizerKind optimizer = OptimizerKind::adamw;
     bool grads_fp32 = false;  // fp32 gradients beside the fp32 master (18 instead of 16 B/param)
+    // Optimizer moments in fp32 under the pure 16-bit recipe (--precision bf16): QLoRA's own
+    // recipe, bf16 adapters and gradients, fp32 (paged) AdamW states, no fp32 master.
+    bool optimizer_fp32 = false;
     Checkpointing checkpointing = Checkpointing::none;
     AttentionImpl attention = AttentionImpl::flash;
     bool causal_attention_flops = true;  // 6LTC (causal) vs 12LTC (PaLM) per token
     std::int64_t loss_chunk_rows = 1024;
 
-    // Parallelism.
-    int gpus = 1;  // W, data-parallel
-    int zero = 0;  // 0..3
+    // Parallelism. gpus = T P DP: data parallelism (with ZeRO) over DP = gpus / (T P) replicas
+    // of a model split T ways by tensor and P ways by pipeline parallelism (estimator/parallel.h).
+    int gpus = 1;  // W: all GPUs (data-parallel ones when T = P = 1)
+    int zero = 0;  // 0..3, over the data-parallel group
+    int tp = 1;    // T
+    int pp = 1;    // P; the pipeline's micro-batches per step are grad_accum (M = G)
+    int vpp = 1;   // V: interleaved chunks per GPU
+    bool sequence_parallel = false;
+    LinkChoice node_link;     // inside a node (NVLink): tensor-parallel groups and small ones
+    LinkChoice network_link;  // across nodes
     Offload offload = Offload::none;
     int gpus_per_node = 8;  // for host memory: offloaded states of a node's GPUs share its RAM
 
@@ -92,7 +104,12 @@ enum Note : std::uint32_t {
     kNoteLinkOneGpu = 1u << 11,         // a link given for one GPU: no traffic to time
     kNoteRunUnderOneStep = 1u << 12,    // D is less than one step's tokens
     kNoteQloraPrecision = 1u << 13,     // QLoRA under a recipe other than the paper's 16-bit one
-    kNoteTimePredicted = 1u << 14,      // time from the performance model, not an assumed MFU
+    kNoteOffloadReplicated = 1u << 14,  // offload at ZeRO-0 on several GPUs: a host copy per rank
+    kNoteFinetuneNoTokens = 1u << 15,   // fine-tuning without --tokens: no run length
+    kNoteUnevenStages = 1u << 16,       // P does not divide L
+    kNoteFewMicroBatches = 1u << 17,    // M < P: the pipeline never fills
+    kNoteGroupWithoutLink = 1u << 18,   // a model-parallel group with no known link: no time
+    kNoteTimePredicted = 1u << 19,      // time from the performance model, not an assumed MFU
 };
 
 struct MemoryBytes {
@@ -148,7 +165,7 @@ struct Estimate {
     bool fits_cpu = true;
     bool fits() const { return fits_gpu && fits_cpu; }
 
-    // Activations per GPU for one micro-batch, both views.
+    // Activations per GPU, both views: one micro-batch (a pipeline stage: those in flight).
     double act_closed_form_bytes = 0;   // Korthikanti (generalized), all layers + embedding
     double act_closed_form_layer_bytes = 0;
     double act_detailed_bytes = 0;      // op plan: kept + one block rebuilt in backward
@@ -157,6 +174,7 @@ struct Estimate {
 
     // FLOPs.
     double flops_6n_per_token = 0;             // 6 N (N = total params)
+    double flops_6n_non_embedding_per_token = 0;  // 6 N with Kaplan et al.'s N (no embeddings)
     double flops_adapters_per_token = 0;       // LoRA/QLoRA: 4 N + 6 N_adapters; 0 otherwise
     double flops_matmul_per_token = 0;         // 6 N_matmul (linear layers and head)
     double flops_attention_per_token = 0;      // closed form (6 or 12) L T C
@@ -177,6 +195,9 @@ struct Estimate {
     double steps = 0;
     double hfu = 0;  // hardware FLOPs utilization the MFU implies
     double measured_mfu = 0;
+    double measured_hfu = 0;           // the measured MFU x hardware / model FLOPs
+    double measured_step_seconds = 0;  // B T G DP tokens at the measured rate
+    double measured_run_seconds = 0;   // D tokens at the measured rate
     double tokens_per_s = 0;  // all GPUs, tokens_per_step / step_seconds
     // The performance model's step, op by op (time_predicted: the time above is its; otherwise
     // the assumed MFU's and this is empty).
@@ -186,8 +207,29 @@ struct Estimate {
     // Data-parallel communication per step per rank (estimator/communication.h).
     CommunicationEstimate comm;
 
+    // 3D parallelism (T P > 1): the layout, the stages, the bubble, the model-parallel traffic.
+    struct StageSummary {
+        int stage = 0;
+        int layers = 0;
+        double in_flight = 1;  // micro-batches whose activations the stage holds at its peak
+        double params = 0;     // parameters on one GPU of the stage
+        MemoryBytes gpu;
+    };
+    struct Parallel {
+        ParallelLayout layout;
+        std::vector<StageSummary> stages;  // the first and, with P > 1, the last stage
+        int shown = 0;                     // index into stages: the one `gpu` shows (the larger)
+        double bubble_fraction = 0;        // (P - 1) / (V M) of the compute time
+        double compute_seconds = 0;        // the step at the assumed MFU, without the bubble
+        double bubble_seconds = 0;
+        ModelParallelTraffic traffic;  // of the shown stage's GPUs
+    } parallel;
+
     std::uint32_t notes = 0;
 };
+
+// The recipe's dtypes: precision_dtypes(), with fp32 optimizer states under optimizer_fp32.
+PrecisionDTypes recipe_dtypes(const EstimateInputs& in);
 
 // The default T for a config: min(context, 8192).
 std::int64_t default_seq_len(const ModelConfig& cfg);
@@ -217,6 +259,9 @@ private:
 
     OpPlan plan_;
     BufferPlan buffers_;  // the temporaries' buffers (core/buffer_plan.h)
+    ModelConfig rank_config_;  // with T P > 1: one tensor-parallel rank's share (parallel.h)
+    OpPlan rank_plan_;         // and its op plan
+    OpPlan flops_plan_;        // one sequence's, where a micro-batch's FLOPs could pass 2^64
     ModelConfig shape_;  // napkin mode's derived config
     double shape_params_ = -1;
     std::int64_t shape_seq_ = -1;

@@ -139,7 +139,12 @@ void explain_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e
     const double C = static_cast<double>(e.d_model);
     os << "\n5. FLOPs per token\n"
        << "   6N = 6 * " << num(e.total_params) << " = " << num(e.flops_6n_per_token)
-       << "   (Kaplan et al. 2020: forward 2N, backward 4N)\n";
+       << "   (Kaplan et al. 2020: forward 2N, backward 4N; N the total, as the lecture counts)\n";
+    if (!in.params_only) {
+        os << "   6N with Kaplan et al.'s N, the non-embedding parameters: 6 * "
+           << num(static_cast<double>(e.params.non_embedding)) << " = "
+           << num(e.flops_6n_non_embedding_per_token) << "\n";
+    }
     if (!in.params_only) {
         os << "   attention = " << (in.causal_attention_flops ? "6" : "12")
            << " * L * T * C = " << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * "
@@ -167,25 +172,50 @@ void explain_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e
     }
     os << "   hardware FLOPs = model + recomputation (checkpointing, flash's backward) = "
        << num(e.hardware_flops_per_token) << "\n";
+    if (in.checkpointing == Checkpointing::selective && in.attention == AttentionImpl::naive) {
+        os << "     selective: the core attention forward runs again to rebuild what it dropped, Q "
+              "K^T and\n"
+              "     P V, 4 b s^2 h per layer over all pairs (Korthikanti et al.'s 1 + s/3h counts "
+              "12 b s^2 h)\n";
+    }
 }
 
 // 6. The run's FLOPs and time.
 void explain_run(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     const int W = in.gpus;
-    os << "\n6. The run\n"
-       << "   D = " << num(e.tokens) << " tokens; 6ND = " << num(e.run_flops_6nd) << " FLOPs; model FLOPs = "
-       << num(e.model_flops_per_token) << " * D = " << num(e.run_model_flops) << "\n";
+    os << "\n6. The run\n";
+    if (e.tokens > 0) {
+        os << "   D = " << num(e.tokens) << " tokens; 6ND = " << num(e.run_flops_6nd)
+           << " FLOPs; model FLOPs = " << num(e.model_flops_per_token)
+           << " * D = " << num(e.run_model_flops) << "\n";
+    } else {
+        os << "   no D: fine-tuning has no default length (give --tokens for the run's FLOPs and "
+              "time)\n";
+    }
     if (e.peak_flops_per_s > 0) {
-        os << "   time = FLOPs / (W * peak * MFU) = " << num(e.run_model_flops) << " / (" << W << " * "
-           << num(e.peak_flops_per_s) << " * " << in.mfu << ") = " << num(e.run_seconds) << " s = "
-           << num(e.run_seconds / 86400.0) << " days\n"
-           << "   (the lecture's question 1: 6 * 70e9 * 15e12 / (1024 * 989.5e12 * 0.5) / 86400 = 143.9 days)\n"
-           << "   per step: " << num(e.model_flops_per_step) << " FLOPs over " << W << " GPUs = " << num(e.step_seconds)
-           << " s\n";
+        os << "   time = FLOPs / (W * peak * MFU) = " << num(e.run_model_flops) << " / (" << W
+           << " * " << num(e.peak_flops_per_s) << " * " << in.mfu << ") = " << num(e.run_seconds)
+           << " s = " << num(e.run_seconds / 86400.0) << " days\n"
+           << "   (the lecture's question 1: 6 * 70e9 * 15e12 / (1024 * 989.5e12 * 0.5) / 86400 = "
+              "143.9 days)\n"
+           << "   per step: " << num(e.model_flops_per_step) << " FLOPs over " << W
+           << " GPUs = " << num(e.step_seconds - e.parallel.bubble_seconds) << " s";
+        if (e.parallel.bubble_seconds > 0) {
+            os << " + the pipeline bubble (P - 1) / (V M) = " << num(e.parallel.bubble_fraction)
+               << " of it = " << num(e.step_seconds) << " s";
+        }
+        os << "\n";
         if (in.measured_tokens_per_s > 0) {
-            os << "   measured MFU = tokens/s * FLOPs/token / (W * peak) = " << num(in.measured_tokens_per_s) << " * "
-               << num(e.model_flops_per_token) << " / (" << W << " * " << num(e.peak_flops_per_s)
-               << ") = " << num(e.measured_mfu) << "   (PaLM appendix B)\n";
+            os << "   measured MFU = tokens/s * FLOPs/token / (W * peak) = "
+               << num(in.measured_tokens_per_s) << " * " << num(e.model_flops_per_token) << " / ("
+               << W << " * " << num(e.peak_flops_per_s) << ") = " << num(e.measured_mfu)
+               << "   (PaLM appendix B)\n"
+               << "   measured HFU = MFU * hardware / model FLOPs = " << num(e.measured_hfu)
+               << "; at that rate a step (B T G DP tokens) takes " << num(e.measured_step_seconds)
+               << " s";
+            if (e.tokens > 0)
+                os << ", the run (D tokens) " << num(e.measured_run_seconds / 86400.0) << " days";
+            os << "\n";
         }
     } else {
         os << "   no peak FLOP/s known for this GPU and recipe: no time\n";
@@ -197,13 +227,16 @@ void explain_communication(std::ostream& os, const EstimateInputs& in, const Est
                            const ReportContext& ctx) {
     const CommunicationEstimate& c = e.comm;
     if (c.world > 1) {
-        os << "\n7. Communication per step per GPU (ZeRO-" << c.zero << ", W = " << c.world << ", G = " << in.grad_accum
-           << " micro-batches per GPU)\n"
-           << "   ZeRO paper sec. 7: DDP, stages 1 and 2 move 2 Psi per step, stage 3 3 Psi (G = 1): "
-           << (c.zero == 3 ? "3" : "2") << " * " << fmt_count(c.psi) << " = " << fmt_count(c.paper_volume_elements)
-           << " elements\n"
-           << "   ring algorithm: a reduce-scatter or all-gather of n elements sends (W - 1) * ceil(n / W) per GPU,\n"
-           << "     an all-reduce twice that; every collective runs over a whole unit padded to a multiple of W:\n";
+        os << "\n7. Communication per step per GPU (ZeRO-" << c.zero << ", W = " << c.world
+           << ", G = " << in.grad_accum << " micro-batches per GPU)\n"
+           << "   ZeRO paper sec. 7: DDP and stage 1 move 2 Psi per step, stage 2 (G + 1) Psi, "
+              "stage 3 3 G Psi: "
+           << paper_volume_label(c.zero, in.grad_accum) << " = "
+           << fmt_count(c.paper_volume_elements) << " elements (psi = " << fmt_count(c.psi) << ")\n"
+           << "   ring algorithm: a reduce-scatter or all-gather of n elements sends (W - 1) * "
+              "ceil(n / W) per GPU,\n"
+           << "     an all-reduce twice that; every collective runs over a whole unit padded to a "
+              "multiple of W:\n";
         for (const CommLine& l : c.lines) {
             os << "     " << l.what << ", " << enum_name(kCollectiveNames, l.op) << " in " << dtype_name(l.dtype)
                << ": " << num(l.calls) << " calls over " << fmt_count(l.elements) << " elements -> "
@@ -235,6 +268,7 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
     explain_flops(os, in, e);
     explain_run(os, in, e);
     explain_communication(os, in, e, ctx);
+    os << explain_parallel(in, e);
     return os.str();
 }
 

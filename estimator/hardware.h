@@ -26,6 +26,10 @@ struct GpuSpec {
     double memory_gb = 0;     // capacity as marketed, GB = 1e9 bytes
     double bandwidth_tbs = 0;  // memory bandwidth, TB/s
     std::string_view source;   // short citation; docs/HARDWARE.md has the full one
+    // The links of the usual server around it (docs/HARDWARE.md, "Links"): between the GPUs of a
+    // node, and from each GPU to the network (one NIC per GPU); "" when none is typical.
+    std::string_view node_link;
+    std::string_view network_link;
 
     // Peak for GEMMs computed in `t` (fp32 GEMMs use TF32 tensor cores when the part has them
     // and the recipe allows, but napkin's fp32 recipe counts the fp32 peak).

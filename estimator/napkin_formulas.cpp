@@ -31,11 +31,20 @@ double zero_model_state_bytes(const BytesPerParam& b, double psi, int stage, int
 
 double korthikanti_layer_bytes(const LayerActivationTerms& t, Checkpointing ckpt, bool flash) {
     const double sbh = t.s * t.b * t.h;
-    if (ckpt == Checkpointing::full) return sbh * t.p;
-    const double widths = 5.0 + t.qkv_width / t.h + t.fc_width / t.h + t.ff_width / t.h;
-    const double linear = sbh * (t.p * widths + (t.dropout ? 2.0 : 0.0));
+    const bool split_all = t.sequence_parallel && t.t > 1;
+    if (ckpt == Checkpointing::full) return split_all ? sbh * t.p / t.t : sbh * t.p;
+    // 4 + q/h: the two norm inputs and the two GEMM inputs they feed, and the attention output.
+    const double widths =
+        4.0 + t.q_width / t.h + t.qkv_width / t.h + t.fc_width / t.h + t.ff_width / t.h;
+    const double masks = t.dropout ? 2.0 : 0.0;
+    double linear = sbh * (t.p * widths + masks);
+    if (t.t > 1) {
+        const double whole = 4.0 * t.p + masks;     // Korthikanti's 10 at p = 2
+        const double split = t.p * (widths - 4.0);  // and 24
+        linear = sbh * ((split_all ? whole / t.t : whole) + split / t.t);
+    }
     if (ckpt == Checkpointing::selective || flash) return linear;
-    const double scores = t.a * t.s * t.s * t.b * (t.p + (t.dropout ? 1.0 + t.p : 0.0));
+    const double scores = t.a * t.s * t.s * t.b * (t.p + (t.dropout ? 1.0 + t.p : 0.0)) / t.t;
     return linear + scores;
 }
 

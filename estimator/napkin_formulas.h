@@ -70,16 +70,25 @@ double zero_model_state_bytes(const BytesPerParam& b, double psi, int stage, int
 //   selective recomputation s*b*h*34          (attention scores recomputed)
 //   full recomputation      s*b*h*2           (only the layer input kept)
 // Generalized (docs/ESTIMATOR.md): element size p bytes, dropout on or off, and the model's
-// own widths: the 16 = 5 + 3 + 4 + 4 of GPT-2 becomes 5 + qkv/h + fc/h + ff/h, so GQA and
-// SwiGLU models are counted with their real projections. At p = 2, dropout on and GPT-2
-// widths these are the paper's formulas exactly.
+// own widths: the 16 = 5 + 3 + 4 + 4 of GPT-2 becomes 4 + q/h + qkv/h + fc/h + ff/h, so GQA,
+// SwiGLU and explicit head dims are counted with their real projections. At p = 2, dropout on
+// and GPT-2 widths these are the paper's formulas exactly.
+// With t-way tensor parallelism (section 4.2.1, Table 2), per rank: the norms' inputs, the two
+// GEMM inputs they feed and the two dropout masks stay whole, 4p + 2 (the paper's 10), the
+// rest and the scores are split t ways:
+//   s*b*h*(10 + 24/t + 5*a*s/(h*t));  with sequence parallelism (4.2.2) all of it: s*b*h*34/t
+//   + 5*a*s^2*b/t; selective recomputation drops the score terms; full recomputation keeps the
+//   layer input, s*b*h*2, split t ways along s under sequence parallelism.
 struct LayerActivationTerms {
     double s, b, h, a;  // sequence, micro-batch, hidden, heads
+    double q_width;     // NH HD, the attention output: h unless the head dim is explicit
     double qkv_width;   // h for MHA; h + 2 * kv_dim under GQA
     double fc_width;    // 4h for GPT-2; 2 * d_ff for SwiGLU (gate and up)
     double ff_width;    // 4h for GPT-2; d_ff
     double p;           // bytes per activation element
     bool dropout;
+    double t = 1;                    // tensor-parallel ranks
+    bool sequence_parallel = false;  // the whole terms split t ways too
 };
 double korthikanti_layer_bytes(const LayerActivationTerms& t, Checkpointing ckpt, bool flash);
 

@@ -246,13 +246,21 @@ private:
     double op_calls_ = 0;
 };
 
-// Forward, recomputation and backward of one micro-batch, times G; returns the seconds of the
-// forward and of the backward (recomputation included) of all G, for the overlap.
-std::pair<double, double> add_micro_batches(const Tables& t, const OpPlan& plan, double G,
+// The blocks a rank runs: its pipeline stage's, or all of the plan's.
+double rank_layers(const OpPlan& plan, const StepShape& s) {
+    return static_cast<double>(s.layers > 0 ? s.layers : plan.n_layers);
+}
+
+// Forward, recomputation and backward of one micro-batch, times G, of the stage's blocks (the
+// embedding on the first stage, the head and the loss on the last); returns the seconds of the
+// forward and of the backward (recomputation included) of all G, for the overlap and the bubble.
+std::pair<double, double> add_micro_batches(const Tables& t, const OpPlan& plan, const StepShape& s,
                                             Rows& rows) {
     const DType act =
         precision_dtypes(plan.in.precision, plan.in.optimizer, plan.in.grads_fp32).activations;
-    const auto L = static_cast<double>(plan.n_layers);
+    const auto G = static_cast<double>(s.grad_accum);
+    const double L = rank_layers(plan, s);
+    const double first = s.first_stage ? 1 : 0, last = s.last_stage ? 1 : 0;
     double fwd = 0, bwd = 0;
     auto add = [&](std::string name, double calls, OpCall c, const KernelCost& cost, bool forward) {
         rows.add(std::move(name), c.bucket, calls, c.seconds, static_cast<double>(cost.flops),
@@ -260,11 +268,11 @@ std::pair<double, double> add_micro_batches(const Tables& t, const OpPlan& plan,
         (forward ? fwd : bwd) += calls * c.seconds;
     };
     const PlanOp& emb = plan.prologue.front();
-    add("embedding", G, forward_call(t, emb, act), emb.fwd, true);
+    add("embedding", G * first, forward_call(t, emb, act), emb.fwd, true);
     for (const PlanOp& op : plan.block)
-        add(std::string(op.name), G * L, forward_call(t, op, act), op.fwd, true);
+        add(std::string(op.name()), G * L, forward_call(t, op, act), op.fwd, true);
     const PlanOp& ln_f = plan.epilogue[0];
-    add("ln_f", G, forward_call(t, ln_f, act), ln_f.fwd, true);
+    add("ln_f", G * last, forward_call(t, ln_f, act), ln_f.fwd, true);
     // The head and the loss run fused, forward and backward, chunk by chunk: one op.
     const PlanOp& head = plan.epilogue[1];
     KernelCost hc = head.fwd;
@@ -272,26 +280,26 @@ std::pair<double, double> add_micro_batches(const Tables& t, const OpPlan& plan,
     hc += head.bwd_weight;
     hc += plan.epilogue[2].fwd;
     const auto& hs = std::get<MatmulShape>(head.shape);
-    add("lm_head+loss (fused forward and backward)", G,
+    add("lm_head+loss (fused forward and backward)", G * last,
         {t.gemm_seconds(hs.in, GemmPass::head, hs.M, hs.N, hs.K, static_cast<double>(hc.flops)),
          TimeBucket::gemm},
         hc, false);
     KernelCost lnb = ln_f.bwd_input;
     lnb += ln_f.bwd_weight;
-    add("ln_f backward", G, backward_call(t, ln_f, act), lnb, false);
+    add("ln_f backward", G * last, backward_call(t, ln_f, act), lnb, false);
     for (auto it = plan.block.rbegin(); it != plan.block.rend(); ++it) {
         const PlanOp& op = *it;
         if (recomputed(op, plan.in.checkpointing))
-            add(std::string(op.name) + " (recompute)", G * L, forward_call(t, op, act), op.fwd,
+            add(std::string(op.name()) + " (recompute)", G * L, forward_call(t, op, act), op.fwd,
                 false);
     }
     for (auto it = plan.block.rbegin(); it != plan.block.rend(); ++it) {
         KernelCost c = it->bwd_input;
         c += it->bwd_weight;
-        add(std::string(it->name) + " backward", G * L, backward_call(t, *it, act), c, false);
+        add(std::string(it->name()) + " backward", G * L, backward_call(t, *it, act), c, false);
     }
     if (emb.bwd_weight.bytes() > 0)
-        add("embedding backward", G, backward_call(t, emb, act), emb.bwd_weight, false);
+        add("embedding backward", G * first, backward_call(t, emb, act), emb.bwd_weight, false);
     return {fwd, bwd};
 }
 
@@ -307,8 +315,8 @@ double collective_seconds(const Tables& t, const CommLine& line, int world,
     return 0;
 }
 
-// Each collective line, and the part of them the step waits for.
-void add_communication(const Tables& t, const OpPlan& plan, const StepShape& s, double fwd,
+// Each data-parallel collective line, and the part of them the step waits for.
+void add_data_parallel(const Tables& t, const OpPlan& plan, const StepShape& s, double fwd,
                        double bwd, Rows& rows, StepTime& out) {
     if (s.comm == nullptr || s.world <= 1) return;
     double grads = 0, gathers = 0, after_step = 0;
@@ -324,20 +332,40 @@ void add_communication(const Tables& t, const OpPlan& plan, const StepShape& s, 
         else
             after_step += sec;
     }
-    out.comm_seconds = grads + gathers + after_step;
-    double exposed = out.comm_seconds;
+    const double all = grads + gathers + after_step;
+    double exposed = all;
     if (s.overlap == Overlap::on) {
         // A unit's gradient collective runs beside the backward of the units before it: the last
         // unit's is exposed, and what the backward cannot hide. ZeRO 0-1 reduce in the last
         // micro-batch only. ZeRO-3's gathers are prefetched a region ahead: the first is
         // exposed, and what the passes cannot hide.
-        const double units = plan.n_layers + 2.0;
+        const double units = rank_layers(plan, s) + 2.0;
         const double hiding_bwd = s.zero >= 2 ? bwd : bwd / static_cast<double>(s.grad_accum);
         const double exposed_grads = std::max(grads / units, grads - hiding_bwd);
         const double exposed_gathers = std::max(gathers / (2 * units), gathers - (fwd + bwd));
         exposed = exposed_grads + exposed_gathers + after_step;
     }
-    out.comm_exposed_seconds = exposed;
+    out.comm_seconds += all;
+    out.comm_exposed_seconds += exposed;
+}
+
+// The tensor- and pipeline-parallel lines, each over its group's link (bytes sent / bandwidth,
+// parallel.h's ring volumes), all exposed: Megatron-LM's tensor-parallel collectives sit between
+// a layer's GEMMs, and a stage waits for its neighbour's activations and gradients.
+void add_model_parallel(const Tables& t, const StepShape& s, Rows& rows, StepTime& out) {
+    if (s.model_parallel == nullptr) return;
+    for (const GroupTraffic* g : {&s.model_parallel->tensor, &s.model_parallel->pipeline}) {
+        if (g->sent_bytes > 0 && g->link.bytes_per_s <= 0)
+            t.note("no link for the " + g->group + " group: its traffic is not timed");
+        for (const GroupLine& line : g->lines) {
+            const double sec = g->link.bytes_per_s > 0 ? line.sent_bytes / g->link.bytes_per_s : 0;
+            rows.add(g->group + " " + line.op + " " + line.what, TimeBucket::communication,
+                     line.calls, line.calls > 0 ? sec / line.calls : 0, 0,
+                     line.calls > 0 ? line.sent_bytes / line.calls : 0);
+            out.comm_seconds += sec;
+            out.comm_exposed_seconds += sec;
+        }
+    }
 }
 
 // The optimizer step: on the device (bytes of the update at the optimizer's bandwidth), or
@@ -396,9 +424,12 @@ StepTime predict_step_time(const OpPlan& plan, const StepShape& s, const DeviceP
     const double grad_bytes = s.grad_elements * bytes_of_dtype(pd.grads);
     rows.add("zero_grads", TimeBucket::memory_bound, 1,
              t.stream_seconds(StreamOp::zero_grads, pd.grads, grad_bytes), 0, grad_bytes);
-    const auto [fwd, bwd] = add_micro_batches(t, plan, G, rows);
+    const auto [fwd, bwd] = add_micro_batches(t, plan, s, rows);
     add_optimizer(t, plan, s, rows);
-    add_communication(t, plan, s, fwd, bwd, rows, out);
+    add_data_parallel(t, plan, s, fwd, bwd, rows, out);
+    add_model_parallel(t, s, rows, out);
+    out.seconds[static_cast<std::size_t>(TimeBucket::pipeline_bubble)] =
+        s.bubble_fraction * (fwd + bwd);
     for (const OpTime& op : out.ops) {
         if (op.bucket != TimeBucket::communication)
             out.seconds[static_cast<std::size_t>(op.bucket)] += op.seconds_per_step;

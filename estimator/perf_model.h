@@ -13,6 +13,9 @@
 // rank's shard, offload copies and the host's update, the collectives (latency + bytes /
 // bandwidth per call, the ring's bytes: exposed, or overlapped with the backward and the
 // forward where the engine overlaps them), and the profile's overheads per op call and per step.
+// Under 3D parallelism one rank runs its stage's blocks of its tensor-parallel shard; its tensor-
+// and pipeline-parallel traffic is exposed (Megatron-LM waits for both), and the pipeline bubble
+// adds (P - 1) / (V M) of the stage's forward and backward (Narayanan et al. 2021, sec. 2.2).
 // Names of the ops are the engine's op ranges as napkin report shows them ("attn.qkv backward",
 // "attn.core (recompute)", "lm_head+loss (fused forward and backward)", "optimizer"), so
 // predicted and measured meet by name.
@@ -29,6 +32,7 @@
 #include "core/recipe.h"
 #include "estimator/communication.h"
 #include "estimator/device_profile.h"
+#include "estimator/parallel.h"
 
 namespace napkin {
 
@@ -39,7 +43,8 @@ enum class TimeBucket : std::uint8_t {
     memory_bound,
     optimizer,
     communication,
-    overhead
+    overhead,
+    pipeline_bubble
 };
 inline constexpr std::array kTimeBucketNames = {
     EnumName<TimeBucket>{TimeBucket::gemm, "gemm"},
@@ -48,6 +53,7 @@ inline constexpr std::array kTimeBucketNames = {
     EnumName<TimeBucket>{TimeBucket::optimizer, "optimizer"},
     EnumName<TimeBucket>{TimeBucket::communication, "communication"},
     EnumName<TimeBucket>{TimeBucket::overhead, "overhead"},
+    EnumName<TimeBucket>{TimeBucket::pipeline_bubble, "pipeline_bubble"},
 };
 inline constexpr std::size_t kTimeBucketCount = kTimeBucketNames.size();
 
@@ -76,6 +82,14 @@ struct StepShape {
     const CommunicationEstimate* comm = nullptr;  // per step per rank; null: one process
     double link_bytes_per_s = 0;  // for collectives the profile has not measured (0: none)
     Overlap overlap = Overlap::off;
+    // One pipeline stage of one tensor-parallel rank (Megatron-LM's layout, estimator/parallel.h;
+    // the plan is then the rank's): the blocks it runs (0: all of the plan's), whether it runs
+    // the embedding and the head, the bubble (P - 1) / (V M) over its compute, and its tensor-
+    // and pipeline-parallel traffic (null: none), each line over its group's link.
+    int layers = 0;
+    bool first_stage = true, last_stage = true;
+    double bubble_fraction = 0;
+    const ModelParallelTraffic* model_parallel = nullptr;
 };
 
 struct OpTime {

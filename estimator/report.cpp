@@ -1,8 +1,10 @@
-// The human-readable table and the JSON document of an estimate.
+// The human-readable table of an estimate (the JSON document: report_json.cpp; the notes:
+// report_notes.cpp).
 #include "estimator/report.h"
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/config_json.h"
@@ -17,35 +19,23 @@ constexpr double kGiB = 1073741824.0;
 constexpr double kSecondsPerDay = 86400.0;
 
 std::string printf_string(const char* fmt, double a) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, a);
-    return buf;
+    return fmt_number(fmt, a);
 }
-
-}  // namespace
-
-std::string fmt_duration(double s) {
-    if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
-    if (s < 1) return printf_string("%.1f ms", s * 1e3);
-    if (s < 120) return printf_string("%.2f s", s);
-    if (s < 7200) return printf_string("%.1f min", s / 60);
-    if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
-    return printf_string("%.1f days", s / kSecondsPerDay);
-}
-
-namespace {
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
-
-nlohmann::json null_if_zero(double v, bool known) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // Data-parallel traffic per step per rank (estimator/communication.h).
 std::string format_communication(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     const CommunicationEstimate& c = e.comm;
     std::ostringstream os;
     char line[256];
-    os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero << ", G=" << in.grad_accum
-       << ")\n";
+    if (in.tp * in.pp > 1) {
+        os << "\ndata-parallel communication per step per rank (ring; DP=" << c.world
+           << " replicas, ZeRO-" << c.zero << ", G=" << in.grad_accum << ")\n";
+    } else {
+        os << "\ncommunication per step per rank (ring; W=" << c.world << ", ZeRO-" << c.zero
+           << ", G=" << in.grad_accum << ")\n";
+    }
     for (const CommLine& l : c.lines) {
         std::snprintf(line, sizeof line, "  %-11s %-15s %-5s %8.0f calls %16s elements %12.4f GB sent\n",
                       l.what.c_str(), std::string(enum_name(kCollectiveNames, l.op)).c_str(),
@@ -53,15 +43,18 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
                       l.sent_bytes / kGB);
         os << line;
     }
-    std::snprintf(line, sizeof line, "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
-                  c.sent_bytes / kGB, c.received_bytes / kGB, c.zero == 3 ? "3 psi" : "2 psi",
+    std::snprintf(line, sizeof line,
+                  "  sent %.4f GB, received %.4f GB; ZeRO paper volume %s = %s elements",
+                  c.sent_bytes / kGB, c.received_bytes / kGB,
+                  paper_volume_label(c.zero, in.grad_accum).c_str(),
                   fmt_count(c.paper_volume_elements).c_str());
     os << line;
     if (c.padding > 0) os << "; padding " << fmt_count(c.padding) << " elements";
     os << "\n";
     if (c.link_bytes_per_s > 0) {
-        std::snprintf(line, sizeof line, "  on %s (%.1f GB/s per direction): %s per step", ctx.link.c_str(),
-                      c.link_bytes_per_s / kGB, fmt_duration(c.seconds).c_str());
+        std::snprintf(line, sizeof line, "  on %s (%.1f GB/s per direction): %s per step",
+                      (c.link.empty() ? ctx.link : c.link).c_str(), c.link_bytes_per_s / kGB,
+                      fmt_duration(c.seconds).c_str());
         os << line;
         if (e.step_seconds > 0) {
             os << " (" << printf_string("%.0f", 100.0 * c.seconds / e.step_seconds) << "% of the compute step)";
@@ -71,33 +64,6 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
         os << "  no link given: --link (napkin estimate --list-links) or --link-gbps for a time\n";
     }
     return os.str();
-}
-
-nlohmann::json communication_json(const CommunicationEstimate& c, const ReportContext& ctx) {
-    using nlohmann::json;
-    json lines = json::array();
-    for (const CommLine& l : c.lines) {
-        lines.push_back({{"what", l.what},
-                         {"op", enum_name(kCollectiveNames, l.op)},
-                         {"dtype", dtype_name(l.dtype)},
-                         {"calls", l.calls},
-                         {"elements", l.elements},
-                         {"sent_bytes", l.sent_bytes},
-                         {"received_bytes", l.received_bytes}});
-    }
-    const bool timed = c.link_bytes_per_s > 0;
-    return json{{"world", c.world},
-                {"zero", c.zero},
-                {"psi", c.psi},
-                {"padding_elements", c.padding},
-                {"paper_volume_elements", c.paper_volume_elements},
-                {"collectives", lines},
-                {"elements", c.elements},
-                {"sent_bytes", c.sent_bytes},
-                {"received_bytes", c.received_bytes},
-                {"link", ctx.link.empty() ? json(nullptr) : json(ctx.link)},
-                {"link_bytes_per_s", null_if_zero(c.link_bytes_per_s, timed)},
-                {"seconds", null_if_zero(c.seconds, timed)}};
 }
 
 // One memory row: the label, then GB and GiB.
@@ -117,11 +83,20 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (in.finetune != Finetune::full) {
         os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
     }
-    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum << " W=" << in.gpus
-       << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; " << ctx.gpu;
+    os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum
+       << " W=" << in.gpus;
+    if (in.tp * in.pp > 1) {
+        const ParallelLayout& p = e.parallel.layout;
+        os << " (TP=" << p.tp << " PP=" << p.pp;
+        if (p.vpp > 1) os << " V=" << p.vpp;
+        os << (p.sp ? " SP" : "") << " DP=" << p.dp << ")";
+    }
+    os << " ZeRO-" << in.zero << " offload " << enum_name(kOffloadNames, in.offload) << "; "
+       << ctx.gpu;
     if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
+    // The MFU as given, every digit: the time below uses exactly this.
     os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU "
-       << (e.time_predicted ? "predicted" : printf_string("%.2f", in.mfu)) << "\n\n";
+       << (e.time_predicted ? std::string("predicted") : fmt_exact(in.mfu)) << "\n\n";
 }
 
 // The parameter counts and the bytes each trainable one takes.
@@ -171,8 +146,22 @@ void text_parameters(std::ostream& os, const EstimateInputs& in, const Estimate&
 // Memory per GPU by category, the temporaries itemized, and the host's share when offloading.
 void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     char line[256];
-    const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
-    os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    const PrecisionDTypes pd = recipe_dtypes(in);
+    if (in.tp * in.pp > 1) {
+        const Estimate::StageSummary& st =
+            e.parallel.stages[static_cast<std::size_t>(e.parallel.shown)];
+        if (in.pp > 1) {
+            os << "\nmemory per GPU of pipeline stage " << st.stage + 1 << " of " << in.pp << " ("
+               << st.layers << " layers, " << printf_string("%g", st.in_flight)
+               << " micro-batches in flight; " << fmt_count(st.params) << " parameters)\n";
+        } else {
+            os << "\nmemory per GPU, one of " << in.tp << " tensor-parallel ranks ("
+               << fmt_count(st.params) << " parameters)\n";
+        }
+        os << "                                     GB (1e9)  GiB (2^30)\n";
+    } else {
+        os << "\nmemory per GPU                       GB (1e9)  GiB (2^30)\n";
+    }
     const std::string weights_dtype =
         dtype_label(pd.weights) + (in.finetune == Finetune::qlora ? "/nf4" : "");
     row(os, "weights (" + weights_dtype + ")", e.gpu.weights);
@@ -216,8 +205,14 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
 void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     char line[256];
     os << "\nFLOPs per token\n";
-    std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N", fmt_sci(e.flops_6n_per_token).c_str());
+    std::snprintf(line, sizeof line, "  %-34s %12s\n", in.params_only ? "6N" : "6N, N = total",
+                  fmt_sci(e.flops_6n_per_token).c_str());
     os << line;
+    if (!in.params_only) {  // Kaplan et al.'s N leaves the embeddings out
+        std::snprintf(line, sizeof line, "  %-34s %12s\n", "6N, N = non-embedding (Kaplan)",
+                      fmt_sci(e.flops_6n_non_embedding_per_token).c_str());
+        os << line;
+    }
     if (e.flops_adapters_per_token > 0) {
         std::snprintf(line, sizeof line, "  %-34s %12s\n", "4N + 6 N_adapters (frozen base)",
                       fmt_sci(e.flops_adapters_per_token).c_str());
@@ -234,10 +229,16 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
                   fmt_sci(e.model_flops_per_token).c_str(), "hardware FLOPs (+ recompute)",
                   fmt_sci(e.hardware_flops_per_token).c_str());
     os << line;
-    os << "per step: " << fmt_count(e.tokens_per_step) << " tokens (B T G W), " << fmt_sci(e.model_flops_per_step)
-       << " model FLOPs\n";
-    os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd) << " FLOPs, model FLOPs "
-       << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps) << " steps\n";
+    os << "per step: " << fmt_count(e.tokens_per_step)
+       << (in.tp * in.pp > 1 ? " tokens (B T G DP), " : " tokens (B T G W), ")
+       << fmt_sci(e.model_flops_per_step) << " model FLOPs\n";
+    if (e.tokens > 0) {
+        os << "run: D = " << fmt_sci(e.tokens) << " tokens, 6ND = " << fmt_sci(e.run_flops_6nd)
+           << " FLOPs, model FLOPs " << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps)
+           << " steps\n";
+    } else {
+        os << "run: no length (--tokens not given; fine-tuning has no default)\n";
+    }
 }
 
 // Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
@@ -246,17 +247,31 @@ void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (e.time_predicted) {
         os << format_time_model(in, e, ctx);
     } else if (e.peak_flops_per_s > 0) {
-        os << "\ntime at MFU " << printf_string("%.2f", in.mfu) << " on " << in.gpus << " x "
+        os << "\ntime at MFU " << fmt_exact(in.mfu) << " on " << in.gpus << " x "
            << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
-        os << "  step " << fmt_duration(e.step_seconds) << ", run " << fmt_duration(e.run_seconds);
-        if (e.run_seconds < 2 * kSecondsPerDay) {
-            os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+        os << "  step " << fmt_duration(e.step_seconds);
+        if (e.parallel.bubble_seconds > 0) {
+            os << " (compute " << fmt_duration(e.parallel.compute_seconds) << " + pipeline bubble "
+               << fmt_duration(e.parallel.bubble_seconds) << ")";
         }
+        if (e.tokens > 0) {
+            os << ", run " << fmt_duration(e.run_seconds);
+            if (e.run_seconds < 2 * kSecondsPerDay) {
+                os << " (" << printf_string("%.3f", e.run_seconds / kSecondsPerDay) << " days)";
+            }
+        }
+        os << "; HFU " << printf_string("%.3f", e.hfu) << "\n";
+    }
+    if (in.measured_tokens_per_s > 0) {
+        if (e.peak_flops_per_s <= 0) os << "\ntime\n";
+        os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s";
+        if (e.peak_flops_per_s > 0) {
+            os << " means MFU " << printf_string("%.3f", e.measured_mfu) << ", HFU "
+               << printf_string("%.3f", e.measured_hfu) << ";";
+        }
+        os << " step " << fmt_duration(e.measured_step_seconds);
+        if (e.tokens > 0) os << ", run " << fmt_duration(e.measured_run_seconds) << " at that rate";
         os << "\n";
-        if (in.measured_tokens_per_s > 0) {
-            os << "  measured " << printf_string("%.0f", in.measured_tokens_per_s) << " tokens/s means MFU "
-               << printf_string("%.3f", e.measured_mfu) << "\n";
-        }
     }
 }
 
@@ -269,6 +284,9 @@ void text_solve(std::ostream& os, const ReportContext& ctx, const Estimate& e) {
         if (ctx.solved->value <= 0) {
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
                << " per GPU)\n";
+        } else if (ctx.solve == "min-tp-pp") {
+            os << "TP " << ctx.solved->tp << " x PP " << ctx.solved->pp << " = "
+               << fmt_count(ctx.solved->value) << " GPUs per model replica";
         } else if (ctx.solve == "max-params") {
             os << fmt_count(ctx.solved->value) << " parameters (" << fmt_sci(ctx.solved->value)
                << ")";
@@ -282,69 +300,13 @@ void text_solve(std::ostream& os, const ReportContext& ctx, const Estimate& e) {
     }
 }
 
-// What the estimate was asked: the model, the run, the recipe, the hardware.
-nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
-    using nlohmann::json;
-    json inputs;
-    if (in.params_only) {
-        inputs["model"] = json{{"params", in.params}};
-    } else {
-        inputs["model"] = model_config_to_json(in.model);
-    }
-    inputs["model_source"] = ctx.model_source;
-    inputs["seq_len"] = e.seq_len;
-    inputs["micro_batch"] = in.micro_batch;
-    inputs["grad_accum"] = in.grad_accum;
-    inputs["tokens"] = e.tokens;
-    inputs["precision"] = enum_name(kPrecisionNames, in.precision);
-    inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
-    inputs["grads_fp32"] = in.grads_fp32;
-    inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
-    inputs["attention"] = enum_name(kAttentionNames, in.attention);
-    inputs["attention_flops"] = in.causal_attention_flops ? "causal" : "full";
-    inputs["gpus"] = in.gpus;
-    inputs["zero"] = in.zero;
-    inputs["offload"] = enum_name(kOffloadNames, in.offload);
-    inputs["finetune"] = enum_name(kFinetuneNames, in.finetune);
-    inputs["lora_rank"] = in.finetune == Finetune::full ? json(nullptr) : json(in.lora_rank);
-    inputs["gpu"] = ctx.gpu;
-    inputs["peak_flops_per_s"] = in.peak_flops_per_s;
-    inputs["gpu_memory_bytes"] = in.gpu_memory_bytes;
-    inputs["cpu_memory_bytes"] = in.cpu_memory_bytes;
-    inputs["mfu"] = in.mfu;
-    inputs["ignore_activations"] = in.ignore_activations;
-    return inputs;
-}
-
-// Memory per GPU by category (temporaries itemized), and the host's for offloaded states.
-nlohmann::json memory_json(const Estimate& e) {
-    using nlohmann::json;
-    auto mem = [](const MemoryBytes& m) {
-        return json{{"weights", m.weights},         {"master", m.master},
-                    {"grads", m.grads},             {"optimizer", m.optimizer},
-                    {"activations", m.activations}, {"temporaries", m.temporaries},
-                    {"model_states", m.model_states()}, {"total", m.total()}};
-    };
-    json gpu = mem(e.gpu);
-    gpu["capacity"] = e.gpu_capacity_bytes;
-    gpu["fits"] = e.fits_gpu;
-    const auto& t = e.temporaries;
-    gpu["temporaries_detail"] = {{"activation_grads", t.activation_grads},
-                                 {"op_workspace", t.op_workspace},
-                                 {"attention_workspace", t.attention_workspace},
-                                 {"param_gather", t.param_gather},
-                                 {"dequant", t.dequant},
-                                 {"fp8_cast", t.fp8_cast},
-                                 {"gemm_workspace", t.gemm_workspace},
-                                 {"grad_norm_workspace", t.grad_norm_workspace}};
-    json cpu = mem(e.cpu);
-    cpu["node_total"] = e.cpu_node_bytes;
-    cpu["capacity"] = e.cpu_capacity_bytes;
-    cpu["fits"] = e.fits_cpu;
-    return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
-}
-
 }  // namespace
+
+std::string fmt_number(const char* fmt, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+}
 
 std::string fmt_count(double n) {
     const long long v = std::llround(n);
@@ -359,81 +321,28 @@ std::string fmt_count(double n) {
 
 std::string fmt_sci(double x) { return printf_string("%.3g", x); }
 
+std::string fmt_duration(double s) {
+    if (s < 1e-3) return printf_string("%.1f us", s * 1e6);
+    if (s < 1) return printf_string("%.1f ms", s * 1e3);
+    if (s < 120) return printf_string("%.2f s", s);
+    if (s < 7200) return printf_string("%.1f min", s / 60);
+    if (s < 2 * kSecondsPerDay) return printf_string("%.1f h", s / 3600);
+    return printf_string("%.1f days", s / kSecondsPerDay);
+}
+
+std::string fmt_exact(double x) {
+    char buf[40];
+    for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+        if (std::strtod(buf, nullptr) == x) break;
+    }
+    return buf;
+}
+
 std::string fmt_bytes(double bytes) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f GB (%.2f GiB)", bytes / kGB, bytes / kGiB);
     return buf;
-}
-
-std::vector<std::string> note_texts(const EstimateInputs& in, const Estimate& e) {
-    std::vector<std::string> out;
-    const auto has = [&](Note n) { return (e.notes & n) != 0; };
-    if (has(kNoteParamsOnlyFlops)) {
-        out.push_back("--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
-                      "needs a shape, so it is left out");
-    }
-    if (has(kNoteParamsOnlyShape)) {
-        out.push_back("--params: activations and temporaries use a derived dense shape of about N "
-                      "parameters: L = " + std::to_string(e.n_layers) + ", d_model = 128 L = " +
-                      std::to_string(e.d_model) + ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
-    }
-    if (has(kNoteSeqLenDefault)) {
-        out.push_back("--seq-len not given: T = " + std::to_string(e.seq_len) +
-                      (in.params_only ? "" : " (the model's context, at most 8192)"));
-    }
-    if (has(kNoteTokensDefault)) {
-        out.push_back("--tokens not given: D = 20 N = " + fmt_sci(e.tokens) +
-                      " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
-    }
-    if (has(kNoteNoPeak)) {
-        out.push_back(
-            std::string(
-                "no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate") +
-            (in.measured_tokens_per_s > 0 ? " and no MFU for --measured-tokens-per-s" : "") +
-            " (pick another --precision or give --peak-tflops)");
-    }
-    if (has(kNoteFp32Peak)) {
-        out.push_back("fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
-                      "TF32 GEMMs would run faster (--peak-tflops to override)");
-    }
-    if (has(kNoteSelectiveFlash)) {
-        out.push_back("selective recomputation with flash attention: flash already keeps no attention "
-                      "scores, so nothing more is recomputed");
-    }
-    if (has(kNoteActivationsIgnored)) {
-        out.push_back("--ignore-activations: memory counts model states only (weights, master, "
-                      "gradients, optimizer), as the lectures do");
-    }
-    if (has(kNoteSeqBeyondContext)) {
-        out.push_back("--seq-len " + std::to_string(e.seq_len) + " exceeds the model's context length " +
-                      std::to_string(in.model.context_length));
-    }
-    if (has(kNoteZeroOneGpu)) out.push_back("--zero over one GPU shards nothing");
-    if (has(kNoteRunUnderOneStep)) {
-        out.push_back(
-            "D = " + fmt_sci(e.tokens) + " tokens is less than one step's " +
-            fmt_sci(e.tokens_per_step) +
-            " (B T G W): the run is a fraction of a step, and its time less than the step's");
-    }
-    if (has(kNoteLinkOneGpu)) {
-        out.push_back(
-            "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "
-            "time");
-    }
-    if (has(kNoteQloraPrecision)) {
-        out.push_back(
-            in.precision == Precision::fp32
-                ? "QLoRA under fp32: each NF4 weight is dequantized to fp32 for its GEMM, "
-                  "which runs at the fp32 peak (the QLoRA paper computes in bf16)"
-                : "QLoRA under fp8-amp: each NF4 weight is dequantized to bf16 and cast to "
-                  "E4M3 for its GEMM, two roundings of the frozen base (the QLoRA paper "
-                  "computes in bf16)");
-    }
-    if (has(kNoteCpuDoesNotFit)) {
-        out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) + " of host memory per node, more than " +
-                      fmt_bytes(e.cpu_capacity_bytes) + " (--cpu-mem-gb)");
-    }
-    return out;
 }
 
 std::string format_text(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
@@ -442,7 +351,12 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     text_parameters(os, in, e);
     text_memory(os, in, e);
     if (e.comm.world > 1) os << format_communication(in, e, ctx);
-    os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
+    os << format_parallel(in, e);
+    if (in.tp * in.pp > 1) {
+        os << "\nactivations per GPU of that stage   GB (1e9)  GiB (2^30)\n";
+    } else {
+        os << "\nactivations, one micro-batch        GB (1e9)  GiB (2^30)\n";
+    }
     row(os, "closed form (Korthikanti)", e.act_closed_form_bytes);
     row(os, "op plan, kept in forward", e.act_detailed_kept_bytes);
     row(os, "op plan, peak in backward", e.act_detailed_bytes);
@@ -456,72 +370,6 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
         for (const auto& n : notes) os << "  - " << n << "\n";
     }
     return os.str();
-}
-
-nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
-    using nlohmann::json;
-    json j;
-    j["schema"] = "napkin-estimate/1";
-    j["inputs"] = inputs_json(in, e, ctx);
-
-    j["params"] = {
-        {"total", e.total_params},
-        {"embedding", in.params_only ? json(nullptr)
-                                     : json(e.params.token_embedding + e.params.position_embedding +
-                                            e.params.head)},
-        {"non_embedding", in.params_only ? json(nullptr) : json(e.params.non_embedding)},
-        {"matmul", in.params_only ? json(nullptr) : json(e.params.matmul)},
-        {"allocated", in.params_only ? json(nullptr) : json(e.params.allocated)},
-        {"trainable", e.trainable_params},
-        {"frozen", e.frozen_params},
-        {"lora", e.lora_params},
-        {"total_with_adapters", e.total_params + e.lora_params},
-    };
-    const auto& b = e.bytes_per_param;
-    j["bytes_per_param"] = {{"weights", b.weights}, {"master", b.master}, {"grads", b.grads},
-                            {"optimizer", b.optimizer}, {"total", b.total()}};
-    j["memory"] = memory_json(e);
-    j["activations"] = {{"closed_form", e.act_closed_form_bytes},
-                        {"closed_form_layer", e.act_closed_form_layer_bytes},
-                        {"detailed_peak", e.act_detailed_bytes},
-                        {"detailed_kept", e.act_detailed_kept_bytes},
-                        {"detailed_layer", e.act_detailed_layer_bytes}};
-    j["flops"] = {
-        {"per_token",
-         {{"six_n", e.flops_6n_per_token},
-          {"adapters_4n_6m", null_if_zero(e.flops_adapters_per_token, e.flops_adapters_per_token > 0)},
-          {"matmul", e.flops_matmul_per_token},
-          {"attention", e.flops_attention_per_token},
-          {"model", e.model_flops_per_token},
-          {"hardware", e.hardware_flops_per_token},
-          {"other", e.other_flops_per_token}}},
-        {"per_step", {{"tokens", e.tokens_per_step}, {"model", e.model_flops_per_step}, {"hardware", e.hardware_flops_per_step}}},
-        {"run", {{"tokens", e.tokens}, {"six_nd", e.run_flops_6nd}, {"model", e.run_model_flops}, {"steps", e.steps}}},
-    };
-    const bool timed = e.peak_flops_per_s > 0 || e.time_predicted;
-    j["time"] = {{"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, e.peak_flops_per_s > 0)},
-                 {"mfu", e.time_predicted ? null_if_zero(e.mfu, e.mfu > 0) : json(in.mfu)},
-                 {"step_seconds", null_if_zero(e.step_seconds, timed)},
-                 {"run_seconds", null_if_zero(e.run_seconds, timed)},
-                 {"run_days", null_if_zero(e.run_seconds / kSecondsPerDay, timed)},
-                 {"hfu", null_if_zero(e.hfu, e.hfu > 0)}};
-    add_time_model_json(e, ctx, j["time"]);
-    j["measured"] = in.measured_tokens_per_s > 0
-                        ? json{{"tokens_per_s", in.measured_tokens_per_s}, {"mfu", null_if_zero(e.measured_mfu, timed)}}
-                        : json(nullptr);
-    if (ctx.solved != nullptr) {
-        j["solve"] = {{"kind", ctx.solve},
-                      {"value", ctx.solved->value},
-                      {"evaluations", ctx.solved->evaluations},
-                      {"at_limit", ctx.solved->at_limit}};
-        if (ctx.solve == "fastest") j["solve"]["candidates"] = fastest_json(*ctx.solved);
-    }
-    j["communication"] = communication_json(e.comm, ctx);
-    j["fits"] = e.fits();
-    auto notes = note_texts(in, e);
-    notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
-    j["notes"] = notes;
-    return j;
 }
 
 }  // namespace napkin

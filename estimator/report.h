@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,25 @@ nlohmann::json fastest_json(const SolveResult& solved);
 std::string fmt_count(double n);      // 124,439,808
 std::string fmt_sci(double x);        // 6.30e+24
 std::string fmt_bytes(double bytes);  // "12.35 GB (11.50 GiB)"
-std::string fmt_duration(double seconds);  // "12.3 ms", "4.5 days"
+std::string fmt_duration(double seconds);  // "850.0 ms", "2.45 s", "3.1 h", "143.9 days"
+std::string fmt_exact(double x);           // the shortest text that reads back as x: "0.555"
+std::string fmt_number(const char* printf_format, double v);  // fmt_number("%.1f", x)
+
+// The 3D-parallel parts (report_parallel.cpp): the layout, the stages, the tensor- and
+// pipeline-parallel traffic and the bubble, as text, JSON and --explain.
+std::string format_parallel(const EstimateInputs& in, const Estimate& e);
+nlohmann::json parallel_json(const EstimateInputs& in, const Estimate& e);
+std::string explain_parallel(const EstimateInputs& in, const Estimate& e);
+
+// Pieces of the --json document shared by its parts: memory by category (the `memory.gpu` keys),
+// and one line of traffic (the `collectives` entries).
+nlohmann::json memory_bytes_json(const MemoryBytes& m);
+nlohmann::json traffic_line_json(const std::string& what, std::string_view op, DType dtype,
+                                 double calls, double elements, double sent_bytes,
+                                 double received_bytes);
+
+// Rewrites every integral number of a JSON document (a byte count held in a double) as an
+// integer, so that `--json` prints 124439808, not 124439808.0.
+void integers_as_integers(nlohmann::json& doc);
 
 }  // namespace napkin

@@ -17,7 +17,8 @@ std::string percent(double part, double whole) {
 }
 
 constexpr const char* kBucketLabels[kTimeBucketCount] = {
-    "GEMMs", "attention", "memory-bound ops", "optimizer", "communication", "overhead"};
+    "GEMMs",         "attention", "memory-bound ops", "optimizer",
+    "communication", "overhead",  "pipeline bubble"};
 
 }  // namespace
 
@@ -69,7 +70,6 @@ std::string format_time_model(const EstimateInputs& in, const Estimate& e,
 
 void add_time_model_json(const Estimate& e, const ReportContext& ctx, nlohmann::json& time) {
     using nlohmann::json;
-    time["source"] = e.time_predicted ? "predicted" : "assumed mfu";
     time["tokens_per_s"] = e.tokens_per_s > 0 ? json(e.tokens_per_s) : json(nullptr);
     if (!e.time_predicted) {
         time["model"] = nullptr;

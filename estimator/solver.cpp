@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "core/check.h"
 
@@ -93,6 +95,31 @@ std::vector<std::int64_t> micro_batches_to_try(const EstimateInputs& in, Estimat
     return out;
 }
 
+struct Layout {
+    int tp, pp;
+};
+
+// Every (T, P) the model admits, by T P, then the larger T first.
+std::vector<Layout> layouts(const EstimateInputs& in) {
+    const ModelConfig& c = in.model;
+    std::vector<Layout> out;
+    for (int t = 1; t <= in.gpus_per_node; ++t) {
+        if (c.n_heads % t != 0 || c.n_kv_heads % t != 0 || c.d_ff % t != 0) continue;
+        for (int p = 1; p <= c.n_layers; ++p) {
+            const std::int64_t replica = static_cast<std::int64_t>(t) * p;
+            if (in.gpus > 1 && in.gpus % replica != 0) continue;
+            if (in.vpp > 1 && p > 1 && c.n_layers % (static_cast<std::int64_t>(in.vpp) * p) != 0)
+                continue;
+            out.push_back({t, p});
+        }
+    }
+    std::ranges::stable_sort(out, [](const Layout& a, const Layout& b) {
+        const int ra = a.tp * a.pp, rb = b.tp * b.pp;
+        return ra != rb ? ra < rb : a.tp > b.tp;
+    });
+    return out;
+}
+
 }  // namespace
 
 SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
@@ -148,6 +175,38 @@ SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
     }
     r.at = est.run(in);
     return r;
+}
+
+SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est) {
+    if (base.params_only) {
+        throw UsageError(
+            "--solve min-tp-pp: needs a model shape (--model, --config or --layers, "
+            "--d-model and --heads), not --params");
+    }
+    validate(base.model);
+    SolveResult r;
+    EstimateInputs in = base;
+    const std::vector<Layout> candidates = layouts(base);
+    if (candidates.empty()) {
+        throw UsageError("--solve min-tp-pp: no tensor x pipeline layout of " + base.model.name +
+                         " divides --gpus " + std::to_string(base.gpus));
+    }
+    for (const Layout& l : candidates) {
+        in.tp = l.tp;
+        in.pp = l.pp;
+        in.vpp = l.pp > 1 ? base.vpp : 1;
+        in.sequence_parallel = base.sequence_parallel && l.tp > 1;
+        in.gpus = base.gpus > 1 ? base.gpus : l.tp * l.pp;
+        ++r.evaluations;
+        r.at = est.run(in);
+        r.tp = l.tp;
+        r.pp = l.pp;
+        if (r.at.fits()) {
+            r.value = l.tp * l.pp;
+            return r;
+        }
+    }
+    return r;  // nothing fits: `at`, tp and pp are the last (largest) layout's
 }
 
 }  // namespace napkin

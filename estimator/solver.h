@@ -27,6 +27,7 @@ struct SolveResult {
     int evaluations = 0;
     bool at_limit = false;  // `value` is the search's upper limit, which fits: the answer is >= it
     std::vector<SolveCandidate> candidates;  // --solve fastest: the best few, fastest first
+    int tp = 1, pp = 1;     // solve_min_tp_pp's layout (the largest tried when nothing fits)
 };
 
 // Largest N (napkin mode: a dense model known by its size) whose estimate fits. The lecture's
@@ -43,5 +44,11 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
 // fastest. Needs the performance model (base.mfu 0 and a profile): UsageError otherwise.
 SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
                           const std::vector<Precision>& precisions, int keep = 5);
+// The smallest model-parallel group T P (Megatron-LM's layout, estimator/parallel.h) whose
+// estimate fits: T at most a node's GPUs and dividing the heads, kv-heads and d_ff, P at most L;
+// among equal T P the larger T, tensor parallelism inside a node before pipeline parallelism
+// (Narayanan et al. 2021, takeaway 1). With gpus = 1 every candidate gets its T P GPUs (one
+// replica); otherwise T P must divide gpus. value = T P, 0 when no layout fits.
+SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est);
 
 }  // namespace napkin

@@ -1,7 +1,5 @@
 #include "profiler/chrome_trace_writer.h"
 
-#include <cerrno>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -10,8 +8,6 @@ namespace napkin::profiler {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-constexpr std::size_t kFileBufferBytes = std::size_t{1} << 20;
 
 // Invalid UTF-8 in a name must not throw out of a writer: replace it.
 std::string dump(const ojson& j) {
@@ -37,82 +33,6 @@ ojson event_head(std::string_view name, std::string_view category, const char* p
 }
 
 }  // namespace
-
-// ---- AtomicFile ---------------------------------------------------------------------------
-
-AtomicFile::AtomicFile(std::filesystem::path path)
-    : path_(std::move(path)), tmp_path_(path_.string() + ".tmp") {
-    file_ = std::fopen(tmp_path_.c_str(), "wb");
-    if (file_ == nullptr) {
-        fail("cannot open for writing", errno);
-        return;
-    }
-    std::setvbuf(file_, nullptr, _IOFBF, kFileBufferBytes);
-}
-
-AtomicFile::~AtomicFile() {
-    if (!committed_) discard();
-}
-
-void AtomicFile::fail(const std::string& what, int err) noexcept {
-    if (!error_.empty()) return;
-    try {
-        error_ = tmp_path_.string() + ": " + what;
-        if (err != 0) error_ += " (" + std::generic_category().message(err) + ")";
-    } catch (...) {
-        error_ = "write failed";
-    }
-}
-
-void AtomicFile::discard() noexcept {
-    if (file_ != nullptr) {
-        std::fclose(file_);
-        file_ = nullptr;
-    }
-    std::error_code ec;
-    std::filesystem::remove(tmp_path_, ec);
-}
-
-void AtomicFile::write(std::string_view text) noexcept {
-    if (file_ == nullptr || !error_.empty()) return;
-    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
-        fail("write failed", errno);
-        return;
-    }
-    bytes_written_ += text.size();
-}
-
-void AtomicFile::flush() noexcept {
-    if (file_ == nullptr || !error_.empty()) return;
-    if (std::fflush(file_) != 0) fail("flush failed", errno);
-}
-
-WriteResult AtomicFile::commit() noexcept {
-    if (committed_) return WriteResult{};
-    if (file_ != nullptr) {
-        flush();
-        if (std::fclose(file_) != 0) fail("close failed", errno);
-        file_ = nullptr;
-    }
-    if (!error_.empty()) {
-        discard();
-        return WriteResult{false, error_};
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp_path_, path_, ec);
-    if (ec) {
-        try {
-            error_ = path_.string() + ": cannot rename " + tmp_path_.string() + " into place (" +
-                     ec.message() + ")";
-        } catch (...) {
-            error_ = "rename failed";
-        }
-        discard();
-        return WriteResult{false, error_};
-    }
-    committed_ = true;
-    return WriteResult{};
-}
 
 // ---- ChromeTraceWriter --------------------------------------------------------------------
 
@@ -294,7 +214,7 @@ WriteResult ChromeTraceWriter::close() {
     }
     file_.write(tail);
     closed_ = true;
-    close_result_ = file_.commit();
+    close_result_ = file_.commit() ? WriteResult{} : WriteResult{false, file_.error()};
     return close_result_;
 }
 

@@ -9,9 +9,10 @@
 // "tid" the track id; ranges are complete events ("ph":"X") whose args carry flops, bytes and,
 // when the duration is positive, achieved GFLOP/s, GB/s and arithmetic intensity.
 //
-// Files appear whole or not at all: the writer streams into `path + ".tmp"` and renames it onto
-// `path` in close(). A writer destroyed without close() (an exception unwinding a failed run)
-// removes the temporary and leaves nothing at `path`.
+// Files appear whole or not at all: the writer streams into a DurableFile (core/durable_file.h: a
+// temporary of a unique name beside `path`, fsynced and renamed onto `path` in close()). A writer
+// destroyed without close() (an exception unwinding a failed run) removes the temporary and
+// leaves `path` as it was.
 //
 // Errors never throw once constructed: a failed open or write is kept in error() and turns the
 // remaining writes into no-ops; close() reports it. Not thread-safe: one thread writes (drain
@@ -28,40 +29,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/durable_file.h"
 #include "profiler/event.h"
 
 namespace napkin::profiler {
-
-// A file written under a temporary name and renamed into place by commit(); used by every
-// profiler writer. Uncommitted, its destructor removes the temporary.
-class AtomicFile {
-public:
-    explicit AtomicFile(std::filesystem::path path);  // opens path + ".tmp"; see ok()
-    ~AtomicFile();
-    AtomicFile(const AtomicFile&) = delete;
-    AtomicFile& operator=(const AtomicFile&) = delete;
-
-    bool ok() const { return error_.empty(); }
-    const std::string& error() const { return error_; }
-    const std::filesystem::path& path() const { return path_; }
-    const std::filesystem::path& tmp_path() const { return tmp_path_; }
-    std::uint64_t bytes_written() const { return bytes_written_; }
-
-    void write(std::string_view text) noexcept;  // a no-op once an error occurred
-    void flush() noexcept;
-    WriteResult commit() noexcept;  // flush, close, rename; a second call reports the first
-
-private:
-    void fail(const std::string& what, int err) noexcept;
-    void discard() noexcept;
-
-    std::filesystem::path path_;
-    std::filesystem::path tmp_path_;
-    std::FILE* file_ = nullptr;
-    std::string error_;
-    std::uint64_t bytes_written_ = 0;
-    bool committed_ = false;
-};
 
 struct ChromeTraceOptions {
     int pid = 1;  // the run; several runs can share a viewer
@@ -82,6 +53,7 @@ public:
     std::uint64_t events_written() const { return events_written_; }
     std::uint64_t events_failed() const { return events_failed_; }
     std::uint64_t bytes_written() const { return file_.bytes_written(); }
+    const std::filesystem::path& tmp_path() const { return file_.tmp_path(); }
 
     // Names a track ("thread_name" and "thread_sort_index" metadata). Metadata may come
     // anywhere in the file: writing recorder.tracks() just before close() picks up tracks
@@ -107,7 +79,7 @@ public:
 private:
     void write_object(const nlohmann::ordered_json& event);
 
-    AtomicFile file_;
+    DurableFile file_;
     ChromeTraceOptions options_;
     std::uint64_t events_written_ = 0;
     std::uint64_t events_failed_ = 0;  // lost to an exception while serializing (out of memory)

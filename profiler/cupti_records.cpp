@@ -31,8 +31,14 @@ constexpr double kMaxDrift = 1e-3;
 
 std::string demangle(const std::string& name) {
     int status = 0;
-    std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
+    std::unique_ptr<char, void (*)(void*)> out(
+        abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), std::free);
     return status == 0 && out ? std::string(out.get()) : name;
+}
+
+bool is_device(const GpuActivity& a) {
+    return a.kind == GpuActivityKind::kernel || a.kind == GpuActivityKind::memcpy ||
+           a.kind == GpuActivityKind::memset;
 }
 
 std::string dims(const std::int32_t d[3]) {
@@ -65,7 +71,8 @@ std::int64_t ClockSync::to_run_ns(std::uint64_t cupti_ns) const {
     return a.run_ns + std::llround(static_cast<double>(dc) * rate_);
 }
 
-void CuptiTranslator::register_external(std::uint64_t external_id, std::string name, const KernelCost& cost) {
+void CuptiTranslator::register_external(std::uint64_t external_id, std::string name,
+                                        const KernelCost& cost) {
     external_[external_id] = Registered{std::move(name), cost};
 }
 
@@ -73,8 +80,9 @@ TrackId CuptiTranslator::stream_track(std::uint32_t device, std::uint32_t stream
     const auto key = std::make_pair(device, stream);
     auto it = stream_tracks_.find(key);
     if (it != stream_tracks_.end()) return it->second;
-    const TrackId id = recorder_.add_track("GPU " + std::to_string(device) + " stream " + std::to_string(stream),
-                                           static_cast<int>(100 + 100 * device + stream % 100));
+    const TrackId id =
+        recorder_.add_track("GPU " + std::to_string(device) + " stream " + std::to_string(stream),
+                            static_cast<int>(100 + 100 * device + stream % 100));
     stream_tracks_.emplace(key, id);
     return id;
 }
@@ -84,32 +92,20 @@ TrackId CuptiTranslator::api_track() {
     return api_track_;
 }
 
-void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
-    for (const GpuActivity& a : batch) {
-        if (a.kind == GpuActivityKind::external_correlation) corr_to_external_[a.correlation_id] = a.external_id;
-    }
-    auto is_device = [](const GpuActivity& a) {
-        return a.kind == GpuActivityKind::kernel || a.kind == GpuActivityKind::memcpy ||
-               a.kind == GpuActivityKind::memset;
-    };
-    auto registered = [&](const GpuActivity& a) -> const Registered* {
-        auto ext = corr_to_external_.find(a.correlation_id);
-        if (ext == corr_to_external_.end()) return nullptr;
-        auto reg = external_.find(ext->second);
-        return reg != external_.end() ? &reg->second : nullptr;
-    };
-    // The device records of each engine call in this batch: their count and summed duration,
-    // so that each gets its share of the call's cost.
-    struct Group {
-        std::uint64_t records = 0, left = 0;
-        double dur = 0;
-        std::uint64_t flops_left = 0, bytes_left = 0;
-    };
-    std::map<std::uint64_t, Group> groups;
+const CuptiTranslator::Registered* CuptiTranslator::registered(const GpuActivity& a) const {
+    auto ext = corr_to_external_.find(a.correlation_id);
+    if (ext == corr_to_external_.end()) return nullptr;
+    auto reg = external_.find(ext->second);
+    return reg != external_.end() ? &reg->second : nullptr;
+}
+
+CuptiTranslator::CostGroups CuptiTranslator::cost_groups(
+    const std::vector<GpuActivity>& batch) const {
+    CostGroups groups;
     for (const GpuActivity& a : batch) {
         if (!is_device(a)) continue;
         if (const Registered* reg = registered(a)) {
-            Group& g = groups[corr_to_external_[a.correlation_id]];
+            CostGroup& g = groups[corr_to_external_.at(a.correlation_id)];
             if (g.records == 0) {
                 g.flops_left = reg->cost.flops;
                 g.bytes_left = reg->cost.bytes();
@@ -119,119 +115,151 @@ void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
             g.dur += static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
         }
     }
-    // One stream's work is one track, whose events must nest; but Hopper's programmatic dependent
-    // launch (cuBLASLt's kernels use it) lets a kernel begin while its predecessor on the stream
-    // drains, about a tenth of a microsecond before it ends. Such a kernel's event starts where its
-    // predecessor's ends, and the trimmed time is kept in its args (started_early_ns): the
-    // track then shows the stream's busy time, each instant counted once.
-    std::map<std::size_t, std::int64_t> early;  // index in the batch -> ns trimmed
-    {
-        std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::size_t>> by_stream;
-        for (std::size_t i = 0; i < batch.size(); ++i) {
-            if (is_device(batch[i])) by_stream[{batch[i].device, batch[i].stream}].push_back(i);
-        }
-        for (auto& [key, idx] : by_stream) {
-            std::stable_sort(idx.begin(), idx.end(),
-                             [&](std::size_t a, std::size_t b) { return batch[a].start_ns < batch[b].start_ns; });
-            auto& [last_start, last_end] = stream_last_[key];
-            for (const std::size_t i : idx) {
-                const GpuActivity& a = batch[i];
-                const std::uint64_t end = std::max(a.end_ns, a.start_ns);
-                if (a.start_ns >= last_start && a.start_ns < last_end)
-                    early[i] = static_cast<std::int64_t>(std::min(last_end, end) - a.start_ns);
-                last_start = a.start_ns;
-                last_end = std::max(last_end, end);
-            }
+    return groups;
+}
+
+// One stream's work is one track, whose events must nest; but Hopper's programmatic dependent
+// launch (cuBLASLt's kernels use it) lets a kernel begin while its predecessor on the stream
+// drains, about a tenth of a microsecond before it ends. Such a kernel's event starts where its
+// predecessor's ends, and the trimmed time is kept in its args (started_early_ns): the track then
+// shows the stream's busy time, each instant counted once. Returns index in the batch -> ns
+// trimmed.
+std::map<std::size_t, std::int64_t> CuptiTranslator::early_starts(
+    const std::vector<GpuActivity>& batch) {
+    std::map<std::size_t, std::int64_t> early;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::size_t>> by_stream;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (is_device(batch[i])) by_stream[{batch[i].device, batch[i].stream}].push_back(i);
+    }
+    for (auto& [key, idx] : by_stream) {
+        std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+            return batch[a].start_ns < batch[b].start_ns;
+        });
+        auto& [last_start, last_end] = stream_last_[key];
+        for (const std::size_t i : idx) {
+            const GpuActivity& a = batch[i];
+            const std::uint64_t end = std::max(a.end_ns, a.start_ns);
+            if (a.start_ns >= last_start && a.start_ns < last_end)
+                early[i] = static_cast<std::int64_t>(std::min(last_end, end) - a.start_ns);
+            last_start = a.start_ns;
+            last_end = std::max(last_end, end);
         }
     }
-    auto flow_pair = [&](std::uint32_t corr, std::int64_t launch_ns, TrackId kernel_track, std::int64_t kernel_ns) {
-        const std::uint64_t id = kCorrelationFlowBase + corr;
-        recorder_.flow("launch", FlowPhase::start, id, api_track(), launch_ns);
-        recorder_.flow("launch", FlowPhase::end, id, kernel_track, kernel_ns);
-    };
+    return early;
+}
+
+void CuptiTranslator::flow_pair(std::uint32_t correlation, std::int64_t launch_ns,
+                                TrackId kernel_track, std::int64_t kernel_ns) {
+    const std::uint64_t id = kCorrelationFlowBase + correlation;
+    recorder_.flow("launch", FlowPhase::start, id, api_track(), launch_ns);
+    recorder_.flow("launch", FlowPhase::end, id, kernel_track, kernel_ns);
+}
+
+void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
+    for (const GpuActivity& a : batch) {
+        if (a.kind == GpuActivityKind::external_correlation)
+            corr_to_external_[a.correlation_id] = a.external_id;
+    }
+    CostGroups groups = cost_groups(batch);
+    const std::map<std::size_t, std::int64_t> early = early_starts(batch);
     for (std::size_t index = 0; index < batch.size(); ++index) {
         const GpuActivity& a = batch[index];
         if (a.kind == GpuActivityKind::external_correlation) continue;
         const auto trimmed = early.find(index);
         const std::int64_t started_early = trimmed != early.end() ? trimmed->second : 0;
-        const std::int64_t start = clock_.to_run_ns(a.start_ns + static_cast<std::uint64_t>(started_early));
+        const std::int64_t start =
+            clock_.to_run_ns(a.start_ns + static_cast<std::uint64_t>(started_early));
         const std::int64_t end = clock_.to_run_ns(a.end_ns > a.start_ns ? a.end_ns : a.start_ns);
         RangeEvent r;
         r.start_ns = start;
         r.dur_ns = end - start;
-        if (!is_device(a)) {  // runtime, driver, synchronization: host side
-            const bool launch = a.kind == GpuActivityKind::runtime || a.kind == GpuActivityKind::driver;
-            r.name = a.name;
-            r.category = launch ? Category::launch : Category::marker;
-            r.track = api_track();
-            if (!launch) {
-                // Synchronization spans the API call that waited: a track of its own keeps nesting.
-                if (sync_track_ == 0) sync_track_ = recorder_.add_track("cuda sync", 3);
-                r.track = sync_track_;
-            }
-            r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
-            r.args.push_back(Arg{"host_thread", static_cast<std::int64_t>(a.host_thread)});
-            if (a.kind == GpuActivityKind::driver) r.args.push_back(Arg{"api", std::string("driver")});
-            recorder_.record(std::move(r));
-            if (!launch) continue;
-            const std::int64_t mid = start + (end - start) / 2;  // inside the launch range
-            auto waiting = kernel_waiting_.find(a.correlation_id);
-            if (waiting != kernel_waiting_.end()) {
-                flow_pair(a.correlation_id, mid, waiting->second.second, waiting->second.first);
-                kernel_waiting_.erase(waiting);
-            } else {
-                if (launch_at_.size() >= kMaxPending) launch_at_.clear();  // launched nothing
-                launch_at_[a.correlation_id] = mid;
-            }
-            continue;
+        if (is_device(a)) {
+            add_device_record(a, std::move(r), started_early, groups);
+        } else {
+            add_host_record(a, std::move(r));
         }
-        // Device work: kernels, copies, sets.
-        r.track = stream_track(a.device, a.stream);
-        r.category = Category::kernel;
-        r.args.push_back(Arg{"stream", static_cast<std::int64_t>(a.stream)});
-        r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
-        if (started_early > 0) r.args.push_back(Arg{"started_early_ns", started_early});
-        const std::string own = a.kind == GpuActivityKind::kernel ? demangle(a.name) : a.name;
-        r.name = own;
-        if (a.kind != GpuActivityKind::kernel) r.bytes = a.bytes;
-        if (const Registered* reg = registered(a)) {
-            Group& g = groups[corr_to_external_[a.correlation_id]];
-            const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
-            const double share = g.dur > 0 ? d / g.dur : 1.0 / static_cast<double>(g.records);
-            --g.left;
-            const auto part = [&](std::uint64_t total, std::uint64_t& left) {
-                std::uint64_t p = g.left == 0 ? left : static_cast<std::uint64_t>(static_cast<double>(total) * share);
-                if (p > left) p = left;
-                left -= p;
-                return p;
-            };
-            r.name = reg->name;
-            r.flops = part(reg->cost.flops, g.flops_left);
-            r.bytes = part(reg->cost.bytes(), g.bytes_left);
-            r.args.push_back(Arg{"kernel", own});
-            r.args.push_back(Arg{"cost_split", static_cast<std::int64_t>(g.records)});
-            ++tagged_;
+    }
+}
+
+// Runtime and driver calls (launches) on "cuda api", synchronization on "cuda sync"; a launch
+// starts the flow to its kernel, or ends one whose kernel came first.
+void CuptiTranslator::add_host_record(const GpuActivity& a, RangeEvent r) {
+    const bool launch = a.kind == GpuActivityKind::runtime || a.kind == GpuActivityKind::driver;
+    r.name = a.name;
+    r.category = launch ? Category::launch : Category::marker;
+    r.track = api_track();
+    if (!launch) {
+        // Synchronization spans the API call that waited: a track of its own keeps nesting.
+        if (sync_track_ == 0) sync_track_ = recorder_.add_track("cuda sync", 3);
+        r.track = sync_track_;
+    }
+    r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
+    r.args.push_back(Arg{"host_thread", static_cast<std::int64_t>(a.host_thread)});
+    if (a.kind == GpuActivityKind::driver) r.args.push_back(Arg{"api", std::string("driver")});
+    const std::int64_t mid = r.start_ns + r.dur_ns / 2;  // inside the launch range
+    recorder_.record(std::move(r));
+    if (!launch) return;
+    auto waiting = kernel_waiting_.find(a.correlation_id);
+    if (waiting != kernel_waiting_.end()) {
+        flow_pair(a.correlation_id, mid, waiting->second.second, waiting->second.first);
+        kernel_waiting_.erase(waiting);
+    } else {
+        if (launch_at_.size() >= kMaxPending) launch_at_.clear();  // launched nothing
+        launch_at_[a.correlation_id] = mid;
+    }
+}
+
+// Kernels, copies and sets on their stream's track, with the engine's name and its share of the
+// call's cost when the engine registered the call; the flow from its launch.
+void CuptiTranslator::add_device_record(const GpuActivity& a, RangeEvent r,
+                                        std::int64_t started_early, CostGroups& groups) {
+    const std::int64_t start = r.start_ns, end = r.start_ns + r.dur_ns;
+    r.track = stream_track(a.device, a.stream);
+    r.category = Category::kernel;
+    r.args.push_back(Arg{"stream", static_cast<std::int64_t>(a.stream)});
+    r.args.push_back(Arg{"correlation", static_cast<std::int64_t>(a.correlation_id)});
+    if (started_early > 0) r.args.push_back(Arg{"started_early_ns", started_early});
+    const std::string own = a.kind == GpuActivityKind::kernel ? demangle(a.name) : a.name;
+    r.name = own;
+    if (a.kind != GpuActivityKind::kernel) r.bytes = a.bytes;
+    if (const Registered* reg = registered(a)) {
+        CostGroup& g = groups[corr_to_external_[a.correlation_id]];
+        const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
+        const double share = g.dur > 0 ? d / g.dur : 1.0 / static_cast<double>(g.records);
+        --g.left;
+        const auto part = [&](std::uint64_t total, std::uint64_t& left) {
+            std::uint64_t p =
+                g.left == 0 ? left : static_cast<std::uint64_t>(static_cast<double>(total) * share);
+            if (p > left) p = left;
+            left -= p;
+            return p;
+        };
+        r.name = reg->name;
+        r.flops = part(reg->cost.flops, g.flops_left);
+        r.bytes = part(reg->cost.bytes(), g.bytes_left);
+        r.args.push_back(Arg{"kernel", own});
+        r.args.push_back(Arg{"cost_split", static_cast<std::int64_t>(g.records)});
+        ++tagged_;
+    }
+    if (a.kind == GpuActivityKind::kernel) {
+        ++kernels_;
+        r.args.push_back(Arg{"grid", dims(a.grid)});
+        r.args.push_back(Arg{"block", dims(a.block)});
+        r.args.push_back(Arg{"registers", static_cast<std::int64_t>(a.registers)});
+        r.args.push_back(Arg{"shared_bytes", static_cast<std::int64_t>(a.shared_bytes)});
+    }
+    const TrackId track = r.track;
+    recorder_.record(std::move(r));
+    auto launch = launch_at_.find(a.correlation_id);
+    if (launch != launch_at_.end()) {
+        flow_pair(a.correlation_id, launch->second, track, start + (end - start) / 2);
+        launch_at_.erase(launch);  // one record per launch (no CUDA graphs in the engine)
+    } else if (a.correlation_id != 0) {
+        if (kernel_waiting_.size() >= kMaxPending) {
+            unmatched_ += kernel_waiting_.size();
+            kernel_waiting_.clear();
         }
-        if (a.kind == GpuActivityKind::kernel) {
-            ++kernels_;
-            r.args.push_back(Arg{"grid", dims(a.grid)});
-            r.args.push_back(Arg{"block", dims(a.block)});
-            r.args.push_back(Arg{"registers", static_cast<std::int64_t>(a.registers)});
-            r.args.push_back(Arg{"shared_bytes", static_cast<std::int64_t>(a.shared_bytes)});
-        }
-        const TrackId track = r.track;
-        recorder_.record(std::move(r));
-        auto launch = launch_at_.find(a.correlation_id);
-        if (launch != launch_at_.end()) {
-            flow_pair(a.correlation_id, launch->second, track, start + (end - start) / 2);
-            launch_at_.erase(launch);  // one record per launch (no CUDA graphs in the engine)
-        } else if (a.correlation_id != 0) {
-            if (kernel_waiting_.size() >= kMaxPending) {
-                unmatched_ += kernel_waiting_.size();
-                kernel_waiting_.clear();
-            }
-            kernel_waiting_[a.correlation_id] = {start + (end - start) / 2, track};
-        }
+        kernel_waiting_[a.correlation_id] = {start + (end - start) / 2, track};
     }
 }
 

@@ -12,13 +12,13 @@
 //    launch and ends at the kernel (the trace's launch -> kernel arrows);
 //  - runtime and driver API calls both count as launches (cuBLASLt launches through the driver);
 //  - a kernel carries its analytic FLOPs and bytes when the engine registered them: the engine
-//    pushes an external correlation id around each kernel call (cuptiActivityPushExternalCorrelationId)
-//    and registers the id's name and KernelCost here; CUPTI's external-correlation records map
-//    correlation ids to those ids. The event takes the engine's name ("matmul_backward", the
-//    CPU's device track's) with CUPTI's in arg "kernel". One engine call may run several
-//    kernels (a backward matmul is two or three GEMMs): their share of the call's cost is in
-//    proportion to their durations, so the shares add up to the cost exactly and each kernel
-//    shows the call's achieved FLOP/s (arg "cost_split" says how many shared it);
+//    pushes an external correlation id around each kernel call
+//    (cuptiActivityPushExternalCorrelationId) and registers the id's name and KernelCost here;
+//    CUPTI's external-correlation records map correlation ids to those ids. The event takes the
+//    engine's name ("matmul_backward", the CPU's device track's) with CUPTI's in arg "kernel". One
+//    engine call may run several kernels (a backward matmul is two or three GEMMs): their share of
+//    the call's cost is in proportion to their durations, so the shares add up to the cost exactly
+//    and each kernel shows the call's achieved FLOP/s (arg "cost_split" says how many shared it);
 //  - GPU timestamps (CUPTI's clock, ns) move to the run's clock through a ClockSync, a linear
 //    map fitted from pairs of (cuptiGetTimestamp, steady_clock) taken at start and at each flush;
 //  - records the collector lost (CUPTI's dropped count, buffers refused at the cap) are counted,
@@ -77,29 +77,50 @@ public:
     void count_lost(std::uint64_t n) { lost_ += n; }
     std::uint64_t lost() const { return lost_; }
     std::uint64_t kernels() const { return kernels_; }
-    std::uint64_t tagged() const { return tagged_; }  // device records with the engine's name and cost
+    std::uint64_t tagged() const {
+        return tagged_;
+    }  // device records with the engine's name and cost
     std::uint64_t unmatched_flows() const { return unmatched_; }
 
     // The end of collection: kernels whose launch never came are counted as unmatched.
     void finish();
 
 private:
+    struct Registered {
+        std::string name;
+        KernelCost cost;
+    };
+    // The device records of one engine call in a batch: their count and summed duration, so that
+    // each gets its share of the call's cost, and what is left to share.
+    struct CostGroup {
+        std::uint64_t records = 0, left = 0;
+        double dur = 0;
+        std::uint64_t flops_left = 0, bytes_left = 0;
+    };
+    using CostGroups = std::map<std::uint64_t, CostGroup>;  // by external id
+
     TrackId stream_track(std::uint32_t device, std::uint32_t stream);
     TrackId api_track();
+    const Registered* registered(const GpuActivity& a) const;
+    CostGroups cost_groups(const std::vector<GpuActivity>& batch) const;
+    std::map<std::size_t, std::int64_t> early_starts(const std::vector<GpuActivity>& batch);
+    void add_host_record(const GpuActivity& a, RangeEvent r);
+    void add_device_record(const GpuActivity& a, RangeEvent r, std::int64_t started_early,
+                           CostGroups& groups);
+    void flow_pair(std::uint32_t correlation, std::int64_t launch_ns, TrackId kernel_track,
+                   std::int64_t kernel_ns);
 
     Recorder& recorder_;
     ClockSync clock_;
     std::map<std::pair<std::uint32_t, std::uint32_t>, TrackId> stream_tracks_;
     // Per stream, the last device record's start and the latest end so far (device clock).
-    std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> stream_last_;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>>
+        stream_last_;
     TrackId api_track_ = 0, sync_track_ = 0;
-    struct Registered {
-        std::string name;
-        KernelCost cost;
-    };
-    std::map<std::uint64_t, Registered> external_;   // external id -> what the engine said
+    std::map<std::uint64_t, Registered> external_;  // external id -> what the engine said
     std::map<std::uint32_t, std::uint64_t> corr_to_external_;
-    std::map<std::uint32_t, std::int64_t> launch_at_;  // correlation id -> launch time (run ns), flow started
+    std::map<std::uint32_t, std::int64_t>
+        launch_at_;  // correlation id -> launch time (run ns), flow started
     // Kernels seen before their launch: correlation id -> (time inside the kernel, its track).
     std::map<std::uint32_t, std::pair<std::int64_t, TrackId>> kernel_waiting_;
     std::uint64_t lost_ = 0, kernels_ = 0, tagged_ = 0, unmatched_ = 0;

@@ -125,7 +125,7 @@ using Event = std::variant<RangeEvent, CounterEvent, InstantEvent, FlowEvent>;
 // The result of writing a file: the profiler reports failures, it does not throw them.
 struct WriteResult {
     bool ok = true;
-    std::string error;  // "trace.json.tmp: cannot open for writing (Permission denied)"
+    std::string error;  // "runs/a/trace.json: write failed (No space left on device)"
     explicit operator bool() const { return ok; }
 };
 

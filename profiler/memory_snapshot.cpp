@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/durable_file.h"
 #include "profiler/chrome_trace_writer.h"
 
 namespace napkin::profiler {
@@ -128,7 +129,7 @@ ojson memory_snapshot_json(const AccountingAllocator& allocator, std::int64_t ru
 WriteResult write_memory_snapshot(const AccountingAllocator& allocator,
                                   const std::filesystem::path& path, std::int64_t run_offset_ns) {
     try {
-        AtomicFile file(path);
+        DurableFile file(path);
         // The head is one dump; the timeline (one row per allocation or free, possibly
         // millions) streams row by row, so the document never sits whole in memory.
         std::string head = snapshot_head(allocator, run_offset_ns)
@@ -144,7 +145,8 @@ WriteResult write_memory_snapshot(const AccountingAllocator& allocator,
             first = false;
         }
         file.write("\n]}\n");
-        return file.commit();
+        if (!file.commit()) return WriteResult{false, file.error()};
+        return WriteResult{};
     } catch (const std::exception& ex) {  // out of memory building the head
         return WriteResult{false, path.string() + ": " + ex.what()};
     }

@@ -58,7 +58,7 @@ MemoryPeak find_memory_peak(const std::vector<MemEvent>& events);
 nlohmann::ordered_json memory_snapshot_json(const AccountingAllocator& allocator,
                                             std::int64_t run_offset_ns = 0);
 
-// Writes memory.json to `path` (through path + ".tmp" and a rename).
+// Writes memory.json to `path` durably (core/durable_file.h: a temporary, fsync, rename).
 WriteResult write_memory_snapshot(const AccountingAllocator& allocator,
                                   const std::filesystem::path& path,
                                   std::int64_t run_offset_ns = 0);

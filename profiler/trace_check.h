@@ -1,18 +1,19 @@
-// trace_check: validates a Chrome Trace Event file (ours, or any other) by parsing it whole with
-// nlohmann and checking what trace viewers silently get wrong: missing fields, overlapping
-// complete events, unbalanced begin/end pairs, non-numeric counters. Used by the tests (every
-// trace written is read back), by `napkin report`, and by anyone who edits a trace by hand.
+// trace_check: validates a Chrome Trace Event file (ours, or any other) by reading it with the
+// one trace reader in its strict mode (profiler/trace_reader.h), which reports what trace viewers
+// silently get wrong: missing fields, overlapping complete events, unbalanced begin/end pairs,
+// non-numeric counters, flows that end before they start. Used by the tests (every trace written
+// is read back), by `napkin report`, and by anyone who edits a trace by hand.
 //
 // Rules (docs/FORMATS.md):
 //  - the file is an object with a "traceEvents" array (or a bare array); "displayTimeUnit",
 //    when present, is "ms" or "ns"; "otherData", when present, is an object;
 //  - every event is an object with a string "name", a known string "ph" and a numeric or
-//    string "pid"; every phase but "M" has a finite numeric "ts"; thread-scoped phases
-//    (X, B, E, i/I with "s":"t", s, t, f) have a "tid";
-//  - X has a finite "dur" >= 0; the X events of one (pid, tid), sorted by start, nest: each one
-//    either lies inside the enclosing one or starts after it ends (1 ns tolerance);
+//    string "pid"; every phase but "M" has a numeric "ts" within 100 days of the trace's first
+//    timestamp; thread-scoped phases (X, B, E, i/I with "s":"t", s, t, f) have a "tid";
+//  - X has a numeric "dur" in [0, 100 days]; the ranges of one (pid, tid), sorted by start, nest:
+//    each one either lies inside the enclosing one or starts after it ends (1 ns tolerance);
 //  - B/E are balanced per (pid, tid), an E naming a different event than its B is a problem;
-//  - C has a non-empty "args" object of finite numbers;
+//  - C has a non-empty "args" object of numbers;
 //  - M is process_name/thread_name with a string args.name, or
 //    process_sort_index/thread_sort_index with a numeric args.sort_index;
 //  - s/t/f have an "id"; an f needs an s with the same id (and category) before it in time;
@@ -25,6 +26,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +51,8 @@ struct TraceCheckResult {
 };
 
 TraceCheckResult check_trace_file(const std::filesystem::path& path);
+TraceCheckResult check_trace_text(std::string_view text);
+// The document as JSON text (tests build traces with nlohmann).
 TraceCheckResult check_trace_json(const nlohmann::json& trace);
 
 }  // namespace napkin::profiler

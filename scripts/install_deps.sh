@@ -6,11 +6,12 @@
 set -euo pipefail
 
 # OpenMPI: the data-parallel engine's CPU ranks and their tests (mpirun -n 2, 4; docs/ZERO.md).
-# simdjson: the viewer's trace loader (viewer/run_data), built and unit-tested in every build.
+# simdjson: napkin's one trace reader (profiler/trace_reader.h: trace_check, the viewer, export).
+# zlib: that reader's .json.gz traces (optional at configure time; without it, plain .json only).
 # jq: bench/zero_bench.sh reads `napkin report --json` with it.
 # Boost.Context: the fibers of the CUDA kernels' CPU emulation (tests/cuda_emu, docs/CUDA.md).
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev
-          libopenmpi-dev openmpi-bin libsimdjson-dev jq libboost-context-dev)
+          libopenmpi-dev openmpi-bin libsimdjson-dev zlib1g-dev jq libboost-context-dev)
 for arg in "$@"; do
     case "$arg" in
         --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core

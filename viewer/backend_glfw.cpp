@@ -16,6 +16,8 @@
 #include <imgui.h>
 #include <stb_image_write.h>
 
+#include "core/durable_file.h"
+
 namespace napkin::viewer {
 
 namespace {
@@ -233,18 +235,15 @@ std::string GlfwBackend::read_pixels(std::string& rgb) const {
 std::string GlfwBackend::save_png(const std::filesystem::path& path) const {
     std::string rgb;
     if (std::string err = read_pixels(rgb); !err.empty()) return err;
-    // Written beside the target and renamed, so a PNG that exists is whole.
-    const std::string tmp = path.string() + ".tmp";
-    if (stbi_write_png(tmp.c_str(), width_, height_, 3, rgb.data(), width_ * 3) == 0) {
-        std::remove(tmp.c_str());
-        return "cannot write " + path.string();
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        return "cannot write " + path.string() + ": " + ec.message();
-    }
+    // Encoded straight into a durable file (a temporary beside the target, renamed), so a PNG
+    // that exists is whole.
+    DurableFile file(path);
+    const auto sink = [](void* context, void* data, int size) {
+        static_cast<DurableFile*>(context)->write(data, static_cast<std::size_t>(size));
+    };
+    if (stbi_write_png_to_func(sink, &file, width_, height_, 3, rgb.data(), width_ * 3) == 0)
+        return "cannot write " + path.string() + ": the PNG encoder failed";
+    if (!file.commit()) return file.error();
     return "";
 }
 

@@ -1,17 +1,9 @@
-// Opening a run: the folder's three files or one file, the trace and memory snapshot parsed by
-// simdjson with napkin's limits, the report by its one reader; a file that fails becomes one line
-// in RunData::errors.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// Opening a run: the folder's three files or one file, the trace read by napkin's trace reader and
+// the memory snapshot by simdjson, with napkin's limits, the report by its one reader; a file that
+// fails becomes one line in RunData::errors.
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <system_error>
 
@@ -38,38 +30,6 @@ std::string Document::parse_padded_view(simdjson::padded_string_view text) {
     return parse_buffer(text.data(), text.size());
 }
 
-MappedFile::~MappedFile() {
-    if (base_ != nullptr) munmap(base_, mapped_);
-}
-
-std::string MappedFile::open(const std::filesystem::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::string("cannot open the file (") + std::strerror(errno) + ")";
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        return "not a regular file";
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    mapped_ = (size_ + simdjson::SIMDJSON_PADDING + page - 1) / page * page;
-    // Zero pages for the whole span, then the file over its start: the padding is readable.
-    base_ = mmap(nullptr, mapped_, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base_ == MAP_FAILED) {
-        base_ = nullptr;
-        ::close(fd);
-        return std::string("cannot map the file (") + std::strerror(errno) + ")";
-    }
-    if (size_ > 0 && mmap(base_, size_, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd, 0) ==
-                         MAP_FAILED) {
-        const std::string err = std::strerror(errno);
-        ::close(fd);
-        return "cannot map the file (" + err + ")";
-    }
-    ::close(fd);
-    return "";
-}
-
 std::string Document::parse(std::string_view text) {
     text_ = simdjson::padded_string(text);
     return parse_padded();
@@ -92,26 +52,6 @@ std::string scalar_text(simdjson::dom::element v) {
     }
     std::string out = simdjson::minify(v);
     if (out.size() > 64) out.resize(64);
-    return out;
-}
-
-std::int64_t leading_integer(std::string_view s) {
-    std::int64_t v = 0;
-    std::size_t i = 0;
-    const bool neg = !s.empty() && s[0] == '-';
-    if (neg) i = 1;
-    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) != 0 &&
-           v < 100000000000000LL;
-         ++i) {
-        v = v * 10 + (s[i] - '0');
-    }
-    return neg ? -v : v;
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    for (char& c : out)
-        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return out;
 }
 

@@ -44,9 +44,9 @@ struct CheckpointInfo {
     std::size_t tensor_count = 0;
 };
 
-// Writes PATH + ".tmp", flushes and fsyncs it, then renames it over PATH: PATH is either the old
-// file or the whole new one, never half-written. Throws InputError naming PATH when it cannot
-// write (the temporary file is removed).
+// Writes PATH durably (core/durable_file.h: a temporary of a unique name, fsync, rename over
+// PATH, fsync the folder): PATH is either the old file or the whole new one, never half-written.
+// Throws InputError naming PATH when it cannot write (the temporary file is removed).
 void save_checkpoint(const std::string& path, Trainer& t);
 
 // Restores weights, master copies, optimizer moments and update count, the data position and

@@ -1,24 +1,20 @@
 #include "core/engine/checkpoint_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string_view>
-#include <system_error>
 #include <type_traits>
 
 #include "core/check.h"
 #include "core/config_json.h"
+#include "core/durable_file.h"
+#include "core/safetensors.h"
 
 namespace napkin {
 
@@ -45,16 +41,11 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;  // keeps the header in file order, for people reading it
 
-constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the safetensors library's own limit
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 constexpr std::string_view kChecksumPrefix = "fnv1a64:";
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
     checkpoint_error(path, what);
-}
-
-std::string errno_text(int err) {
-    return std::generic_category().message(err);
 }
 
 std::string hex64(std::uint64_t v) {
@@ -168,7 +159,8 @@ private:
 // Each failure names the key.
 class MetaReader {
 public:
-    MetaReader(const ojson& meta, const std::string& path) : meta_(meta), path_(path) {}
+    MetaReader(const std::map<std::string, std::string>& meta, const std::string& path)
+        : meta_(meta), path_(path) {}
 
     void model(const char* key, ModelConfig& out) const {
         json doc;
@@ -246,11 +238,10 @@ private:
     const std::string& get(const char* key) const {
         const auto it = meta_.find(key);
         if (it == meta_.end()) fail(key, " missing");
-        if (!it->is_string()) fail(key, ": expected a string");
-        return it->get_ref<const std::string&>();
+        return it->second;
     }
 
-    const ojson& meta_;
+    const std::map<std::string, std::string>& meta_;
     const std::string& path_;
 };
 
@@ -263,7 +254,8 @@ ojson metadata_of(const std::string& format, const CheckpointInfo& info) {
     return meta;
 }
 
-CheckpointInfo parse_metadata(const ojson& meta, const std::string& path) {
+CheckpointInfo parse_metadata(const std::map<std::string, std::string>& meta,
+                              const std::string& path) {
     CheckpointInfo info;
     MetaReader r(meta, path);
     visit_metadata(r, info);
@@ -288,92 +280,14 @@ std::string header_text(const ojson& metadata, const std::vector<CheckpointTenso
     return text;
 }
 
-// Makes the rename itself durable (best effort: some file systems refuse to fsync a folder).
-void sync_parent_folder(const std::string& path) {
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    const std::string folder = parent.empty() ? "." : parent.string();
-    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
-}
-
-// ---- reading ----
-
-std::FILE* open_for_reading(const std::string& path, std::uint64_t& file_bytes) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) {
-        const int err = errno;
-        bad(path, "cannot open (" + errno_text(err) + ")");
+// The DType of a tensor napkin stores, or InputError naming it.
+DType stored_dtype(const SafetensorsTensor& t, const std::string& path) {
+    const auto dtype = find_enum(kSafetensorsDTypes, t.dtype_name);
+    if (!dtype) {
+        bad(path, "tensor '" + t.name + "': dtype " + t.dtype_name +
+                      " is not one napkin stores (F32, BF16, F16, I8)");
     }
-    struct stat st {};
-    if (::fstat(::fileno(f), &st) != 0) {
-        const int err = errno;
-        std::fclose(f);
-        bad(path, "cannot stat (" + errno_text(err) + ")");
-    }
-    if (!S_ISREG(st.st_mode)) {
-        std::fclose(f);
-        bad(path, "not a regular file");
-    }
-    file_bytes = static_cast<std::uint64_t>(st.st_size);
-    return f;
-}
-
-void read_at(std::FILE* f, const std::string& path, std::uint64_t offset, void* out,
-             std::size_t n) {
-    if (::fseeko(f, static_cast<off_t>(offset), SEEK_SET) != 0 || std::fread(out, 1, n, f) != n) {
-        const int err = errno;
-        const std::string why =
-            std::ferror(f) != 0 ? errno_text(err) : std::string("unexpected end of file");
-        bad(path, "read failed at byte " + std::to_string(offset) + " (" + why + ")");
-    }
-}
-
-CheckpointFileTensor parse_tensor(const std::string& name, const ojson& v, std::uint64_t data_bytes,
-                                  const std::string& path) {
-    const std::string what = "tensor '" + name + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets")) {
-        bad(path, what + "expected an object with dtype, shape and data_offsets");
-    }
-    CheckpointFileTensor t;
-    const ojson& dt = v["dtype"];
-    const auto dtype = dt.is_string()
-                           ? find_enum(kSafetensorsDTypes, dt.get_ref<const std::string&>())
-                           : std::nullopt;
-    if (!dtype)
-        bad(path, what + "dtype " + dt.dump() + " is not one napkin stores (F32, BF16, F16, I8)");
-    t.dtype = *dtype;
-    const ojson& shape = v["shape"];
-    if (!shape.is_array() || shape.size() > 8)
-        bad(path, what + "shape: expected an array of at most 8 sizes");
-    std::uint64_t numel = 1;
-    for (const ojson& d : shape) {
-        if (!d.is_number_unsigned() || d.get<std::uint64_t>() > data_bytes) {
-            bad(path, what + "shape: " + d.dump() + " is not a size that fits the file");
-        }
-        const std::uint64_t dim = d.get<std::uint64_t>();
-        t.shape.push_back(static_cast<std::int64_t>(dim));
-        // Saturates past the data section's size (which then fails the span check below)
-        // rather than overflowing.
-        numel = dim != 0 && numel > (data_bytes + 1) / dim ? data_bytes + 1 : numel * dim;
-    }
-    const ojson& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned() || off[0].get<std::uint64_t>() > off[1].get<std::uint64_t>() ||
-        off[1].get<std::uint64_t>() > data_bytes) {
-        bad(path, what + "data_offsets " + off.dump() + " do not lie within the " +
-                      std::to_string(data_bytes) + "-byte data section");
-    }
-    t.begin = off[0].get<std::uint64_t>();
-    t.end = off[1].get<std::uint64_t>();
-    if (t.end - t.begin != storage_bytes(t.dtype, numel)) {
-        bad(path, what + "data_offsets span " + std::to_string(t.end - t.begin) + " bytes, but " +
-                      safetensors_dtype_name(t.dtype) + " " + dims_text(t.shape) + " needs " +
-                      std::to_string(storage_bytes(t.dtype, numel)));
-    }
-    return t;
+    return *dtype;
 }
 
 }  // namespace
@@ -424,133 +338,45 @@ WrittenCheckpoint write_checkpoint_file(
         meta[key] = value;
     const std::string header = header_text(meta, tensors);
 
-    const std::string tmp = path + ".tmp";
-    int err = 0;
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) {
-        err = errno;
-        bad(path, "cannot write the checkpoint (" + tmp + ": " + errno_text(err) + ")");
-    }
-    auto put = [&](const void* p, std::size_t n) {
-        if (err == 0 && std::fwrite(p, 1, n, f) != n) err = errno != 0 ? errno : EIO;
-    };
+    DurableFile f(path);
     unsigned char len[8];
     for (int i = 0; i < 8; ++i)
         len[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-    put(len, sizeof len);
-    put(header.data(), header.size());
+    f.write(len, sizeof len);
+    f.write(header);
     for (const CheckpointTensor& t : tensors)
-        put(t.data, static_cast<std::size_t>(tensor_bytes(t)));
-    if (err == 0 && std::fflush(f) != 0) err = errno;
-    if (err == 0 && ::fsync(::fileno(f)) != 0) err = errno;
-    if (std::fclose(f) != 0 && err == 0) err = errno;
-    if (err != 0) {
-        std::remove(tmp.c_str());
-        bad(path, "cannot write the checkpoint (" + tmp + ": " + errno_text(err) + ")");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        err = errno;
-        std::remove(tmp.c_str());
-        bad(path, "cannot rename " + tmp + " into place (" + errno_text(err) + ")");
-    }
-    sync_parent_folder(path);
+        f.write(t.data, static_cast<std::size_t>(tensor_bytes(t)));
+    if (!f.commit()) throw InputError(f.error());
     return {8 + header.size() + data_bytes, data_bytes, hash};
 }
 
-void write_text_file_durably(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    int err = f == nullptr ? errno : 0;
-    if (f != nullptr) {
-        if (std::fwrite(text.data(), 1, text.size(), f) != text.size())
-            err = errno != 0 ? errno : EIO;
-        if (err == 0 && std::fflush(f) != 0) err = errno;
-        if (err == 0 && ::fsync(::fileno(f)) != 0) err = errno;
-        if (std::fclose(f) != 0 && err == 0) err = errno;
-    }
-    if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err != 0) {
-        std::remove(tmp.c_str());
-        bad(path, "cannot write (" + tmp + ": " + errno_text(err) + ")");
-    }
-    sync_parent_folder(path);
-}
-
-// Everything but the checksum: the structure, the metadata, and the sizes (truncation).
+// Everything but the checksum: the safetensors structure (core/safetensors.h), the format, the
+// metadata, the sizes (truncation, trailing bytes), napkin's dtypes and the tiling.
 CheckpointReader::CheckpointReader(const std::string& path, const std::string& expected_format)
-    : path_(path), file_(open_for_reading(path, file_bytes_)) {
-    if (file_bytes_ < 8) {
-        bad(path_, "truncated or not a checkpoint: " + std::to_string(file_bytes_) +
-                       " bytes, shorter than the 8-byte safetensors header length");
+    : file_(std::make_unique<const SafetensorsFile>(path)) {
+    const std::map<std::string, std::string>& meta = file_->metadata();
+    const auto format = meta.find("format");
+    if (format == meta.end() || format->second != expected_format) {
+        bad(path, "not a napkin checkpoint (format " +
+                      (format == meta.end() ? std::string("missing from __metadata__")
+                                            : "\"" + format->second + "\"") +
+                      ", expected \"" + expected_format + "\")");
     }
-    unsigned char len[8];
-    read_at(file_.get(), path_, 0, len, sizeof len);
-    std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i)
-        n = (n << 8) | len[i];
-    if (n > kMaxHeaderBytes) {
-        bad(path_, "not a safetensors file (header length " + std::to_string(n) +
-                       " bytes is implausible)");
-    }
-    if (8 + n > file_bytes_) {
-        bad(path_, "truncated: the header needs " + std::to_string(n) + " bytes, " +
-                       std::to_string(file_bytes_ - 8) + " follow its length");
-    }
-    std::string text(n, '\0');
-    read_at(file_.get(), path_, 8, text.data(), text.size());
-    ojson h;
-    try {
-        h = ojson::parse(text);
-    } catch (const ojson::exception& e) {
-        std::string msg = e.what();
-        const auto pos = msg.find("parse error");
-        if (pos != std::string::npos) msg = msg.substr(pos);
-        std::replace(msg.begin(), msg.end(), '\n', ' ');
-        bad(path_, "header is not valid JSON: " + msg);
-    }
-    if (!h.is_object()) bad(path_, "header is not a JSON object");
-    const auto meta = h.find("__metadata__");
-    if (meta == h.end() || !meta->is_object())
-        bad(path_, "not a napkin checkpoint (no __metadata__ in the header)");
-    const auto format = meta->find("format");
-    if (format == meta->end() || !format->is_string() ||
-        format->get_ref<const std::string&>() != expected_format) {
-        bad(path_, "not a napkin checkpoint (format " +
-                       (format == meta->end() ? std::string("missing") : format->dump()) +
-                       ", expected \"" + expected_format + "\")");
-    }
-
-    meta_ = *meta;
-    info_ = parse_metadata(*meta, path_);
-    data_start_ = 8 + n;
-    const std::uint64_t present = file_bytes_ - data_start_, expected = info_.data_bytes;
+    info_ = parse_metadata(meta, path);
+    const std::uint64_t present = file_->data_bytes(), expected = info_.data_bytes;
     if (present < expected) {
-        bad(path_, "truncated: the data section has " + std::to_string(present) + " of its " +
-                       std::to_string(expected) + " bytes");
+        bad(path, "truncated: the data section has " + std::to_string(present) + " of its " +
+                      std::to_string(expected) + " bytes");
     }
     if (present > expected) {
-        bad(path_, "size mismatch: " + std::to_string(present - expected) + " bytes past the " +
-                       std::to_string(expected) + "-byte data section");
+        bad(path, "size mismatch: " + std::to_string(present - expected) + " bytes past the " +
+                      std::to_string(expected) + "-byte data section");
     }
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
-    for (const auto& [name, v] : h.items()) {
-        if (name == "__metadata__") continue;
-        CheckpointFileTensor t = parse_tensor(name, v, expected, path_);
-        spans.emplace_back(t.begin, t.end);
-        tensors_.emplace(name, std::move(t));
-    }
+    for (const SafetensorsTensor& t : file_->tensors())
+        tensors_.emplace(t.name,
+                         CheckpointFileTensor{stored_dtype(t, path), t.shape, t.begin, t.end});
     // As the safetensors library requires: the tensors tile the data section, no gap, no overlap.
-    std::sort(spans.begin(), spans.end());
-    std::uint64_t at = 0;
-    for (const auto& [begin, end] : spans) {
-        if (begin != at)
-            bad(path_, "tensor data_offsets leave a gap or overlap at byte " + std::to_string(at));
-        at = end;
-    }
-    if (at != expected) {
-        bad(path_, "the tensors cover " + std::to_string(at) + " bytes of the " +
-                       std::to_string(expected) + "-byte data section");
-    }
+    file_->check_tiled();
     info_.tensor_count = tensors_.size();
 }
 
@@ -560,7 +386,7 @@ const CheckpointFileTensor* CheckpointReader::find(const std::string& name) cons
 }
 
 std::int64_t CheckpointReader::meta_int(const char* key, std::int64_t min_value) const {
-    MetaReader r(meta_, path_);
+    MetaReader r(file_->metadata(), path());
     std::int64_t v = 0;
     r.number(key, v, min_value);
     return v;
@@ -569,7 +395,7 @@ std::int64_t CheckpointReader::meta_int(const char* key, std::int64_t min_value)
 void CheckpointReader::read(const CheckpointFileTensor& t, std::uint64_t offset, void* out,
                             std::size_t n) const {
     NAPKIN_ASSERT(t.begin + offset + n <= t.end, "checkpoint read past a tensor's end");
-    read_at(file_.get(), path_, data_start_ + t.begin + offset, out, n);
+    file_->read(t.begin + offset, out, n);
 }
 
 void CheckpointReader::verify_checksum() const {
@@ -578,14 +404,15 @@ void CheckpointReader::verify_checksum() const {
     for (std::uint64_t done = 0; done < info_.data_bytes;) {
         const std::size_t n =
             static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, info_.data_bytes - done));
-        read_at(file_.get(), path_, data_start_ + done, buf.data(), n);
+        file_->read(done, buf.data(), n);
         hash = fnv1a64(buf.data(), n, hash);
         done += n;
     }
     if (hash != info_.checksum) {
-        bad(path_, "checksum mismatch: the data section hashes to " + std::string(kChecksumPrefix) +
-                       hex64(hash) + ", the header records " + std::string(kChecksumPrefix) +
-                       hex64(info_.checksum) + " (the file is corrupt)");
+        bad(path(), "checksum mismatch: the data section hashes to " +
+                        std::string(kChecksumPrefix) + hex64(hash) + ", the header records " +
+                        std::string(kChecksumPrefix) + hex64(info_.checksum) +
+                        " (the file is corrupt)");
     }
 }
 

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +20,7 @@
 
 #include "core/dtype.h"
 #include "core/engine/checkpoint.h"
+#include "core/safetensors.h"
 
 namespace napkin {
 
@@ -38,19 +38,16 @@ struct WrittenCheckpoint {
     std::uint64_t checksum = 0;  // FNV-1a 64 of the data section
 };
 
-// Writes PATH + ".tmp" and renames it over PATH (flushed and fsynced first, the folder fsynced
-// after): PATH is the old file or the whole new one. The header holds "format", info's keys (its
-// data_bytes and checksum are computed here), then `extra` in order; the tensors go in the order
-// given, stably sorted 4-byte types first so each starts aligned to its element size. Throws
-// InputError naming PATH when it cannot write (the temporary file is removed).
+// Writes PATH durably (core/durable_file.h: a temporary of a unique name beside it, fsynced and
+// renamed over it, the folder fsynced): PATH is the old file or the whole new one. The header holds
+// "format", info's keys (its data_bytes and checksum are computed here), then `extra` in order; the
+// tensors go in the order given, stably sorted 4-byte types first so each starts aligned to its
+// element size. Throws InputError naming PATH and errno's text when it cannot write (the temporary
+// is removed).
 WrittenCheckpoint write_checkpoint_file(
     const std::string& path, const std::string& format, CheckpointInfo info,
     const std::vector<std::pair<std::string, std::string>>& extra,
     std::vector<CheckpointTensor> tensors);
-
-// Writes `text` to PATH + ".tmp", fsyncs it and renames it over PATH (then fsyncs the folder):
-// a manifest exists whole or not at all. InputError naming PATH on failure.
-void write_text_file_durably(const std::string& path, const std::string& text);
 
 // A tensor of a file being read: [begin, end) bytes of the data section.
 struct CheckpointFileTensor {
@@ -59,16 +56,17 @@ struct CheckpointFileTensor {
     std::uint64_t begin = 0, end = 0;
 };
 
-// Opens PATH and checks everything but the checksum: a safetensors file, the format `format`,
-// the metadata, sizes (truncation, trailing bytes) and the tensor table tiling the data
-// section. Each failure is an InputError "PATH: what".
+// Opens PATH and checks everything but the checksum: a safetensors file (core/safetensors.h, the
+// one parser of the format), the format `format`, the metadata, sizes (truncation, trailing
+// bytes), napkin's dtypes and the tensor table tiling the data section. Each failure is an
+// InputError "PATH: what".
 class CheckpointReader {
 public:
     CheckpointReader(const std::string& path, const std::string& format);
 
-    const std::string& path() const { return path_; }
+    const std::string& path() const { return file_->path(); }
     const CheckpointInfo& info() const { return info_; }
-    std::uint64_t file_bytes() const { return file_bytes_; }
+    std::uint64_t file_bytes() const { return file_->file_bytes(); }
     const std::map<std::string, CheckpointFileTensor>& tensors() const { return tensors_; }
     const CheckpointFileTensor* find(const std::string& name) const;
     // An extra metadata key (a format's own) as an integer >= min_value; InputError naming the
@@ -81,15 +79,8 @@ public:
     void read(const CheckpointFileTensor& t, std::uint64_t offset, void* out, std::size_t n) const;
 
 private:
-    struct FileCloser {
-        void operator()(std::FILE* f) const { std::fclose(f); }
-    };
-    std::string path_;
-    std::uint64_t file_bytes_ = 0;  // before file_: set while file_ is opened
-    std::unique_ptr<std::FILE, FileCloser> file_;
-    std::uint64_t data_start_ = 0;  // file offset of the data section
+    std::unique_ptr<const SafetensorsFile> file_;  // a pointer: readers move
     CheckpointInfo info_;
-    nlohmann::ordered_json meta_;
     std::map<std::string, CheckpointFileTensor> tensors_;
 };
 

@@ -18,6 +18,13 @@ void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
         throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
     if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
     validate(cfg);
+    if (cfg.q_dim() != cfg.d_model || cfg.qkv_bias) {
+        throw UsageError(cfg.name + ": " +
+                         (cfg.qkv_bias ? "biases on q, k and v only"
+                                       : "a head dim (" + std::to_string(cfg.head_dim()) +
+                                             ") other than d_model / heads") +
+                         " is modelled by napkin estimate, not trained by the engine");
+    }
 }
 
 std::unique_ptr<Gpt> Gpt::create(const ModelConfig& cfg, const PlanInputs& in,

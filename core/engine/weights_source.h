@@ -32,16 +32,7 @@ int element_bytes(DType t);
 
 class Fd {
 public:
-    explicit Fd(const std::string& path) {
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) bad(path, std::string("cannot open (") + std::strerror(errno) + ")");
-        struct stat st {};
-        if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-            ::close(fd_);
-            bad(path, "not a regular file");
-        }
-        bytes_ = static_cast<std::uint64_t>(st.st_size);
-    }
+    explicit Fd(const std::string& path) { fd_ = open_regular_file(path, bytes_); }
     ~Fd() { ::close(fd_); }
     Fd(const Fd&) = delete;
     Fd& operator=(const Fd&) = delete;

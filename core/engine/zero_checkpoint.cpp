@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <system_error>
 
@@ -12,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/comm/shard_layout.h"
+#include "core/durable_file.h"
 #include "core/engine/checkpoint_file.h"
 #include "core/engine/checkpoint_state.h"
 #include "kernels/optimizer.h"
@@ -289,6 +291,234 @@ std::uint64_t parse_checksum(const std::string& text, const std::string& path) {
     return v;
 }
 
+// A sharded checkpoint read back whole, for one process: every rank's shard opened and verified,
+// then each state rebuilt (a unit's shards back to back, or rank 0's whole copy) and cut into
+// the whole-state checkpoint's tensors (checkpoint.h). The tensors point into buffers owned
+// here, which never move (a deque).
+class Consolidation {
+public:
+    explicit Consolidation(const Manifest& m);
+    CheckpointInfo write(const std::string& out_path);
+
+private:
+    std::vector<char>& buffer(std::size_t bytes) { return buffers_.emplace_back(bytes); }
+    // The ranks' shards of `name`, `shard` elements each, back to back into `flat`.
+    void gather(const std::string& name, DType dtype, std::int64_t shard, std::vector<char>& flat);
+    // Rank 0's whole copy of a tensor outside the units (a frozen parameter, an 8-bit moment's
+    // absmax), 1-D, `shape` elements when given, else as the file says.
+    void copy_whole(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape);
+    void gather_units();
+    void gather_absmax();
+    void gather_frozen_storage();
+    void add_parameter(std::size_t i);
+
+    const Manifest& m_;
+    std::vector<CheckpointReader> readers_;
+    CheckpointInfo info_;
+    std::int64_t lora_rank_ = 0;
+    ShardLayout layout_;
+    std::vector<ParamTensor> shapes_;
+    std::vector<std::pair<StateKind, DType>> kinds_;   // the states the run kept, their dtypes
+    std::vector<std::vector<const char*>> unit_data_;  // per unit, per kind: the whole state
+    std::vector<std::array<const char*, 2>> absmax_;   // per unit: the moments' absmax, whole
+    std::vector<FrozenUnit> frozen_;                   // stage 3: the frozen base's layout
+    std::vector<std::array<const char*, 2>> storage_;  // per unit: its frozen storage, whole
+    std::vector<std::vector<std::pair<std::size_t, const FrozenBlob*>>> blobs_of_;
+    std::deque<std::vector<char>> buffers_;
+    std::vector<CheckpointTensor> tensors_;
+};
+
+Consolidation::Consolidation(const Manifest& m) : m_(m) {
+    for (int rank = 0; rank < m.world; ++rank) {
+        readers_.push_back(open_shard(m, rank));
+        readers_.back().verify_checksum();
+    }
+    info_ = readers_[0].info();
+    const PlanInputs& plan = info_.options.plan;
+    lora_rank_ = plan.finetune != Finetune::full ? plan.lora_rank : 0;
+    layout_ = shard_layout(info_.options.model, m.world, lora_rank_,
+                           m.zero >= 1 ? shard_alignment(plan.optimizer) : 1);
+    shapes_ = param_tensors(info_.options.model, lora_rank_);
+    NAPKIN_ASSERT(shapes_.size() == layout_.param_unit.size(), "layout and parameters disagree");
+    const ShardUnit& first =
+        layout_.units[static_cast<std::size_t>(layout_.param_unit[first_trained(layout_)])];
+    for (const StateKind kind : kStateKinds) {
+        const CheckpointFileTensor* ft = readers_[0].find(first.name + "." + kind_name(kind));
+        if (ft != nullptr) kinds_.emplace_back(kind, ft->dtype);
+    }
+}
+
+void Consolidation::gather(const std::string& name, DType dtype, std::int64_t shard,
+                           std::vector<char>& flat) {
+    const auto shard_bytes =
+        static_cast<std::size_t>(storage_bytes(dtype, static_cast<std::uint64_t>(shard)));
+    flat.resize(shard_bytes * static_cast<std::size_t>(m_.world));
+    for (int rank = 0; rank < m_.world; ++rank) {
+        const CheckpointReader& r = readers_[static_cast<std::size_t>(rank)];
+        check_piece(r, name, dtype, shard);
+        r.read(*r.find(name), 0, flat.data() + static_cast<std::size_t>(rank) * shard_bytes,
+               shard_bytes);
+    }
+}
+
+void Consolidation::copy_whole(const std::string& name, DType dtype,
+                               const std::vector<std::int64_t>& shape) {
+    const CheckpointReader& r = readers_[0];
+    const CheckpointFileTensor* ft = r.find(name);
+    if (ft == nullptr) checkpoint_error(r.path(), "tensor '" + name + "' missing");
+    std::uint64_t n = 1;
+    for (const std::int64_t d : ft->shape)
+        n *= static_cast<std::uint64_t>(d);
+    std::int64_t want = 1;
+    for (const std::int64_t d : shape)
+        want *= d;
+    if (ft->dtype != dtype || ft->shape.size() != 1 || (!shape.empty() && ft->shape[0] != want)) {
+        checkpoint_error(r.path(), "tensor '" + name + "': " + safetensors_dtype_name(ft->dtype) +
+                                       " " + dims_text(ft->shape) + ", expected 1-D " +
+                                       safetensors_dtype_name(dtype) +
+                                       (shape.empty() ? "" : " [" + std::to_string(want) + "]"));
+    }
+    std::vector<char>& bytes = buffer(static_cast<std::size_t>(storage_bytes(dtype, n)));
+    r.read(*ft, 0, bytes.data(), bytes.size());
+    tensors_.push_back({name, dtype, shape.empty() ? ft->shape : shape, bytes.data()});
+}
+
+// Each unit's state whole (P_u elements): rank 0's copy where the stage kept it whole, else the
+// ranks' shards back to back.
+void Consolidation::gather_units() {
+    unit_data_.resize(layout_.units.size());
+    for (std::size_t u = 0; u < layout_.units.size(); ++u) {
+        const ShardUnit& su = layout_.units[u];
+        if (su.numel == 0) continue;
+        for (const auto& [kind, dtype] : kinds_) {
+            const std::string name = su.name + "." + kind_name(kind);
+            std::vector<char>& flat = buffer(0);
+            if (kept_whole(m_.zero, kind)) {
+                check_piece(readers_[0], name, dtype, su.padded);
+                flat.resize(static_cast<std::size_t>(
+                    storage_bytes(dtype, static_cast<std::uint64_t>(su.padded))));
+                readers_[0].read(*readers_[0].find(name), 0, flat.data(), flat.size());
+            } else {
+                gather(name, dtype, su.shard, flat);
+            }
+            unit_data_[u].push_back(flat.data());
+        }
+    }
+}
+
+// adamw-8bit at stages 1-3: each unit's absmax whole again (P_u / block floats per moment), the
+// ranks' shards back to back; each parameter's blocks are a run of them.
+void Consolidation::gather_absmax() {
+    absmax_.resize(layout_.units.size());
+    if (m_.zero < 1 || info_.options.plan.optimizer != OptimizerKind::adamw_8bit) return;
+    const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
+    for (std::size_t u = 0; u < layout_.units.size(); ++u) {
+        const ShardUnit& su = layout_.units[u];
+        if (su.numel == 0) continue;
+        for (std::size_t k = 0; k < 2; ++k) {
+            const StateKind kind = k == 0 ? StateKind::first_moment : StateKind::second_moment;
+            std::vector<char>& flat = buffer(0);
+            gather(su.name + "." + kind_name(kind) + ".absmax", DType::f32, su.shard / block, flat);
+            absmax_[u][k] = flat.data();
+        }
+    }
+}
+
+// Stage 3 sharded the frozen base: each unit's storage whole again, the ranks' shards back to
+// back, and each frozen tensor's blobs cut out of it (frozen_layout, core/comm/shard_layout.h).
+void Consolidation::gather_frozen_storage() {
+    blobs_of_.resize(shapes_.size());
+    if (m_.zero != 3 || lora_rank_ == 0) return;
+    const DType working = kinds_.front().second;
+    const PlanInputs& plan = info_.options.plan;
+    frozen_ = frozen_layout(info_.options.model, m_.world, lora_rank_,
+                            plan.finetune == Finetune::qlora, storage_bytes(working, 1));
+    storage_.resize(frozen_.size());
+    for (std::size_t u = 0; u < frozen_.size(); ++u) {
+        for (int g = 0; g < 2; ++g) {
+            const FrozenGroup& fg = frozen_[u].groups[g];
+            if (fg.padded == 0) continue;
+            std::vector<char>& flat = buffer(0);
+            gather(layout_.units[u].name + frozen_suffix(g), working, fg.shard, flat);
+            storage_[u][static_cast<std::size_t>(g)] = flat.data();
+        }
+        for (const FrozenBlob& b : frozen_[u].blobs)
+            blobs_of_[b.param].emplace_back(u, &b);
+    }
+}
+
+// Parameter i's tensors of the whole-state checkpoint.
+void Consolidation::add_parameter(std::size_t i) {
+    const ParamTensor& p = shapes_[i];
+    const PlanInputs& plan = info_.options.plan;
+    const DType working = kinds_.front().second;
+    if (layout_.param_unit[i] < 0 && !frozen_.empty()) {  // stage 3: cut from the storage
+        for (const auto& [u, b] : blobs_of_[i]) {
+            const char* data = storage_[u][static_cast<std::size_t>(b->group)] + b->offset;
+            if (b->group == 1) {
+                tensors_.push_back({p.name, working, p.shape, data});
+            } else {
+                tensors_.push_back({p.name + (b->nf4_state ? ".nf4_state" : ".nf4"),
+                                    DType::i8,
+                                    {static_cast<std::int64_t>(b->bytes)},
+                                    data});
+            }
+        }
+        return;
+    }
+    if (layout_.param_unit[i] < 0) {  // frozen, kept whole by rank 0
+        if (plan.finetune == Finetune::qlora && p.linear_weight) {
+            copy_whole(p.name + ".nf4", DType::i8, {});
+            copy_whole(p.name + ".nf4_state", DType::i8, {});
+        } else {
+            copy_whole(p.name, working, p.shape);
+        }
+        return;
+    }
+    const auto u = static_cast<std::size_t>(layout_.param_unit[i]);
+    for (std::size_t k = 0; k < kinds_.size(); ++k) {
+        const auto [kind, dtype] = kinds_[k];
+        tensors_.push_back({p.name + state_suffix(kind), dtype, p.shape,
+                            unit_data_[u][k] + storage_bytes(dtype, static_cast<std::uint64_t>(
+                                                                        layout_.param_offset[i]))});
+    }
+    if (plan.optimizer != OptimizerKind::adamw_8bit) return;
+    for (std::size_t k = 0; k < 2; ++k) {
+        const StateKind kind = k == 0 ? StateKind::first_moment : StateKind::second_moment;
+        const std::string name = p.name + state_suffix(kind) + ".absmax";
+        if (m_.zero == 0) {  // rank 0's, whole
+            copy_whole(name, DType::f32, {});
+            continue;
+        }
+        // The parameter's blocks of its unit's.
+        const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
+        tensors_.push_back(
+            {name,
+             DType::f32,
+             {optimizer_8bit_blocks(p.numel())},
+             absmax_[u][k] +
+                 static_cast<std::size_t>(layout_.param_offset[i] / block) * sizeof(float)});
+    }
+}
+
+CheckpointInfo Consolidation::write(const std::string& out_path) {
+    gather_units();
+    gather_absmax();
+    gather_frozen_storage();
+    for (std::size_t i = 0; i < shapes_.size(); ++i)
+        add_parameter(i);
+    // One process with the same global batch: it accumulates what the ranks did together.
+    CheckpointInfo info = info_;
+    info.options.grad_accum *= m_.world;
+    const std::size_t tensor_count = tensors_.size();
+    const WrittenCheckpoint w =
+        write_checkpoint_file(out_path, kCheckpointFormat, info, {}, std::move(tensors_));
+    info.data_bytes = w.data_bytes;
+    info.checksum = w.checksum;
+    info.tensor_count = tensor_count;
+    return info;
+}
+
 }  // namespace
 
 fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
@@ -376,7 +606,7 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
         {"options_hash", checksum_text(options_hash(info.options))},
         {"layout", {{"units", units}, {"states", states}, {"whole_in_rank", 0}}},
         {"shards", files}};
-    write_text_file_durably((dir / kManifestFileName).string(), manifest.dump(2) + "\n");
+    write_file_durably(dir / kManifestFileName, manifest.dump(2) + "\n");
 
     // The new checkpoint is complete: the others (older ones, a half-written one, those of an
     // earlier run in the same folder) go.
@@ -510,177 +740,7 @@ void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
 }
 
 CheckpointInfo consolidate_checkpoint(const Manifest& m, const std::string& out_path) {
-    std::vector<CheckpointReader> readers;
-    for (int rank = 0; rank < m.world; ++rank) {
-        readers.push_back(open_shard(m, rank));
-        readers.back().verify_checksum();
-    }
-    CheckpointInfo info = readers[0].info();
-    const ModelConfig& cfg = info.options.model;
-    const PlanInputs& plan = info.options.plan;
-    const std::int64_t lora_rank = plan.finetune != Finetune::full ? plan.lora_rank : 0;
-    const ShardLayout layout =
-        shard_layout(cfg, m.world, lora_rank, m.zero >= 1 ? shard_alignment(plan.optimizer) : 1);
-    const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
-    const std::vector<ParamTensor> shapes = param_tensors(cfg, lora_rank);
-    NAPKIN_ASSERT(shapes.size() == layout.param_unit.size(), "layout and parameters disagree");
-
-    // Each unit's state whole (P_u elements): rank 0's copy where the stage kept it whole, else
-    // the ranks' shards back to back.
-    std::vector<CheckpointTensor> tensors;
-    std::vector<std::vector<char>> flats;
-    std::vector<std::pair<StateKind, DType>> kinds;
-    const ShardUnit& first = layout.units[static_cast<std::size_t>(layout.param_unit[first_trained(layout)])];
-    for (const StateKind kind : kStateKinds) {
-        const CheckpointFileTensor* ft = readers[0].find(first.name + "." + kind_name(kind));
-        if (ft != nullptr) kinds.emplace_back(kind, ft->dtype);
-    }
-    flats.reserve(layout.units.size() * kinds.size());
-    std::vector<std::vector<const char*>> unit_data(layout.units.size());
-    for (std::size_t u = 0; u < layout.units.size(); ++u) {
-        const ShardUnit& su = layout.units[u];
-        if (su.numel == 0) continue;
-        for (const auto& [kind, dtype] : kinds) {
-            const std::string name = su.name + "." + kind_name(kind);
-            std::vector<char>& flat = flats.emplace_back(static_cast<std::size_t>(
-                storage_bytes(dtype, static_cast<std::uint64_t>(su.padded))));
-            if (kept_whole(m.zero, kind)) {
-                check_piece(readers[0], name, dtype, su.padded);
-                readers[0].read(*readers[0].find(name), 0, flat.data(), flat.size());
-            } else {
-                const std::size_t shard_bytes = flat.size() / static_cast<std::size_t>(m.world);
-                for (int rank = 0; rank < m.world; ++rank) {
-                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
-                    check_piece(r, name, dtype, su.shard);
-                    r.read(*r.find(name), 0,
-                           flat.data() + static_cast<std::size_t>(rank) * shard_bytes, shard_bytes);
-                }
-            }
-            unit_data[u].push_back(flat.data());
-        }
-    }
-    // The tensors outside the units (a fine-tuning run's frozen parameters, adamw-8bit's block
-    // absmax): rank 0's whole copies, under their own names.
-    std::vector<std::vector<char>> frozen;
-    frozen.reserve(2 * shapes.size());  // never reallocated: `tensors` points into it (at most 2
-                                        // per parameter: NF4 codes and state, or two absmax)
-    auto copy_frozen = [&](const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
-        const CheckpointFileTensor* ft = readers[0].find(name);
-        if (ft == nullptr) checkpoint_error(readers[0].path(), "tensor '" + name + "' missing");
-        std::uint64_t n = 1;
-        for (const std::int64_t d : ft->shape) n *= static_cast<std::uint64_t>(d);
-        std::int64_t want = 1;
-        for (const std::int64_t d : shape) want *= d;
-        if (ft->dtype != dtype || ft->shape.size() != 1 || (!shape.empty() && ft->shape[0] != want)) {
-            checkpoint_error(readers[0].path(), "tensor '" + name + "': " + safetensors_dtype_name(ft->dtype) +
-                                                    " " + dims_text(ft->shape) + ", expected 1-D " +
-                                                    safetensors_dtype_name(dtype) +
-                                                    (shape.empty() ? "" : " [" + std::to_string(want) + "]"));
-        }
-        std::vector<char>& bytes = frozen.emplace_back(static_cast<std::size_t>(storage_bytes(dtype, n)));
-        readers[0].read(*ft, 0, bytes.data(), bytes.size());
-        tensors.push_back({name, dtype, shape.empty() ? ft->shape : shape, bytes.data()});
-    };
-    // adamw-8bit at stages 1-3: each unit's absmax whole again (P_u / block floats per moment),
-    // the ranks' shards back to back; each parameter's blocks are a run of them.
-    std::vector<std::array<std::vector<char>, 2>> absmax(layout.units.size());
-    if (m.zero >= 1 && plan.optimizer == OptimizerKind::adamw_8bit) {
-        for (std::size_t u = 0; u < layout.units.size(); ++u) {
-            const ShardUnit& su = layout.units[u];
-            if (su.numel == 0) continue;
-            for (std::size_t k = 0; k < 2; ++k) {
-                const std::string name = su.name + "." + kind_name(k == 0 ? StateKind::first_moment
-                                                                          : StateKind::second_moment) + ".absmax";
-                const std::size_t shard_bytes = static_cast<std::size_t>(su.shard / block) * sizeof(float);
-                absmax[u][k].resize(shard_bytes * static_cast<std::size_t>(m.world));
-                for (int rank = 0; rank < m.world; ++rank) {
-                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
-                    check_piece(r, name, DType::f32, su.shard / block);
-                    r.read(*r.find(name), 0, absmax[u][k].data() + static_cast<std::size_t>(rank) * shard_bytes,
-                           shard_bytes);
-                }
-            }
-        }
-    }
-    // Stage 3 sharded the frozen base: each unit's storage whole again, the ranks' shards back to
-    // back, and each frozen tensor's blobs cut out of it (frozen_layout, core/comm/shard_layout.h).
-    const DType working = kinds.front().second;
-    std::vector<FrozenUnit> fl;
-    std::vector<std::array<std::vector<char>, 2>> storage;
-    std::vector<std::vector<std::pair<std::size_t, const FrozenBlob*>>> blobs_of(shapes.size());
-    if (m.zero == 3 && lora_rank > 0) {
-        const std::uint64_t eb = storage_bytes(working, 1);
-        fl = frozen_layout(cfg, m.world, lora_rank, plan.finetune == Finetune::qlora, eb);
-        storage.resize(fl.size());
-        for (std::size_t u = 0; u < fl.size(); ++u) {
-            for (int g = 0; g < 2; ++g) {
-                const FrozenGroup& fg = fl[u].groups[g];
-                if (fg.padded == 0) continue;
-                const std::string name = layout.units[u].name + frozen_suffix(g);
-                const std::size_t shard_bytes = static_cast<std::size_t>(fg.shard) * eb;
-                std::vector<char>& flat = storage[u][static_cast<std::size_t>(g)];
-                flat.resize(shard_bytes * static_cast<std::size_t>(m.world));
-                for (int rank = 0; rank < m.world; ++rank) {
-                    const CheckpointReader& r = readers[static_cast<std::size_t>(rank)];
-                    check_piece(r, name, working, fg.shard);
-                    r.read(*r.find(name), 0, flat.data() + static_cast<std::size_t>(rank) * shard_bytes, shard_bytes);
-                }
-            }
-            for (const FrozenBlob& b : fl[u].blobs) blobs_of[b.param].emplace_back(u, &b);
-        }
-    }
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-        if (layout.param_unit[i] < 0 && !fl.empty()) {
-            for (const auto& [u, b] : blobs_of[i]) {
-                const char* data = storage[u][static_cast<std::size_t>(b->group)].data() + b->offset;
-                if (b->group == 1) {
-                    tensors.push_back({shapes[i].name, working, shapes[i].shape, data});
-                } else {
-                    tensors.push_back({shapes[i].name + (b->nf4_state ? ".nf4_state" : ".nf4"), DType::i8,
-                                       {static_cast<std::int64_t>(b->bytes)}, data});
-                }
-            }
-            continue;
-        }
-        if (layout.param_unit[i] < 0) {
-            if (plan.finetune == Finetune::qlora && shapes[i].linear_weight) {
-                copy_frozen(shapes[i].name + ".nf4", DType::i8, {});
-                copy_frozen(shapes[i].name + ".nf4_state", DType::i8, {});
-            } else {
-                copy_frozen(shapes[i].name, working, shapes[i].shape);
-            }
-            continue;
-        }
-        const auto u = static_cast<std::size_t>(layout.param_unit[i]);
-        for (std::size_t k = 0; k < kinds.size(); ++k) {
-            const auto [kind, dtype] = kinds[k];
-            tensors.push_back(
-                {shapes[i].name + state_suffix(kind), dtype, shapes[i].shape,
-                 unit_data[u][k] +
-                     storage_bytes(dtype, static_cast<std::uint64_t>(layout.param_offset[i]))});
-        }
-        if (plan.optimizer == OptimizerKind::adamw_8bit && m.zero == 0) {  // rank 0's, whole
-            for (const StateKind kind : {StateKind::first_moment, StateKind::second_moment})
-                copy_frozen(shapes[i].name + state_suffix(kind) + ".absmax", DType::f32, {});
-        } else if (plan.optimizer == OptimizerKind::adamw_8bit) {  // the parameter's blocks of its unit's
-            for (std::size_t k = 0; k < 2; ++k) {
-                const StateKind kind = k == 0 ? StateKind::first_moment : StateKind::second_moment;
-                tensors.push_back({shapes[i].name + state_suffix(kind) + ".absmax", DType::f32,
-                                   {optimizer_8bit_blocks(shapes[i].numel())},
-                                   absmax[u][k].data() + static_cast<std::size_t>(layout.param_offset[i] / block) *
-                                                             sizeof(float)});
-            }
-        }
-    }
-    // One process with the same global batch: it accumulates what the ranks did together.
-    info.options.grad_accum *= m.world;
-    const std::size_t tensor_count = tensors.size();
-    const WrittenCheckpoint w =
-        write_checkpoint_file(out_path, kCheckpointFormat, info, {}, std::move(tensors));
-    info.data_bytes = w.data_bytes;
-    info.checksum = w.checksum;
-    info.tensor_count = tensor_count;
-    return info;
+    return Consolidation(m).write(out_path);
 }
 
 }  // namespace napkin

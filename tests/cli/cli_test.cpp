@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #ifndef NAPKIN_BINARY
 #error "NAPKIN_BINARY must name the napkin executable"
@@ -185,7 +186,7 @@ TEST(Cli, ExplainCommunication) {
     const CliRun r = napkin("estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --link nvlink4 --explain");
     ASSERT_EQ(r.rc, 0) << r.err;
     for (const char* s : {"7. Communication per step per GPU (ZeRO-3, W = 2, G = 1",
-                          "3 * 828,375,040 = 2,485,125,120 elements", "frozen nf4, all_gather in bf16: 160 calls",
+                          "3 psi = 2,485,125,120 elements (psi = 828,375,040)", "frozen nf4, all_gather in bf16: 160 calls",
                           "frozen base: sharded too at stage 3", "sent 38.586 GB", "over nvlink4 at 450 GB/s"}) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     }
@@ -230,6 +231,20 @@ TEST(Cli, ConfigFileLoads) {
     const CliRun r = napkin("estimate --config " + data("hf_llama2_7b_config.json") + " --json");
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out)["params"]["total"], 6738415616.0);
+}
+
+// Shapes the estimator models but the engine does not train (biases on q, k and v only; a head
+// dim other than d_model / heads) are estimated, and refused by napkin train with one line.
+TEST(Cli, ShapesOnlyTheEstimatorModelsAreRefusedByTrain) {
+    const std::string out = " --device cpu --steps 1 --out " + testing::TempDir() + "/napkin_shape";
+    for (const auto& [config, needle] :
+         {std::pair{"hf_qwen2_0_5b_config.json", "biases on q, k and v only"},
+          std::pair{"hf_tiny_head_dim_config.json",
+                    "a head dim (32) other than d_model / heads"}}) {
+        EXPECT_EQ(napkin("estimate --config " + data(config)).rc, 0) << config;
+        expect_usage_error("train --config " + data(config) + out,
+                           std::string(needle) + " is modelled by napkin estimate, not trained");
+    }
 }
 
 TEST(Cli, BadInputIsOneLineAndExitTwo) {
@@ -320,6 +335,43 @@ TEST(Cli, GivenFlagsAreUsedOrRefused) {
     EXPECT_EQ(napkin("estimate --finetune qlora --lora-rank 8").rc, 0);
     EXPECT_EQ(napkin("estimate --precision bf16-amp --grads-fp32").rc, 0);
     EXPECT_EQ(napkin("estimate --dropout 0.1").rc, 0);
+}
+
+// 3D parallelism from the command line: the flags, the text's new sections, --json's
+// "parallelism", and the layouts a model cannot take refused in one line naming the flag.
+TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
+    const CliRun r = napkin(
+        "estimate --model llama3-70b --seq-len 4096 --gpus 64 --tp 8 --pp 4 --sp --micro-batches "
+        "16 "
+        "--checkpointing selective --zero 1");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const char* s : {"(TP=8 PP=4 SP DP=2)", "3D parallelism (Megatron-LM)", "pipeline bubble",
+                          "tensor group (8 GPUs, nvlink4", "pipeline group (4 GPUs, ib-ndr"}) {
+        EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+    }
+    const CliRun j =
+        napkin("estimate --model llama3-70b --gpus 64 --tp 8 --pp 4 --micro-batches 16 --json");
+    ASSERT_EQ(j.rc, 0) << j.err;
+    const auto doc = nlohmann::json::parse(j.out);
+    EXPECT_EQ(doc["parallelism"]["dp"], 2);
+    EXPECT_DOUBLE_EQ(doc["time"]["bubble_fraction"].get<double>(), 3.0 / 16);
+    const CliRun s = napkin("estimate --model llama3-70b --seq-len 4096 --solve min-tp-pp --json");
+    ASSERT_EQ(s.rc, 0) << s.err;
+    EXPECT_GT(nlohmann::json::parse(s.out)["solve"]["tp"].get<int>(), 1);
+    expect_usage_error("estimate --model llama3-70b --gpus 12 --tp 8",
+                       "--gpus 12: must be a multiple of --tp 8");
+    expect_usage_error("estimate --model llama2-7b --tp 3 --gpus 3",
+                       "--tp 3: must divide the 32 heads");
+    expect_usage_error("estimate --model gpt2 --sp", "--sp: sequence parallelism needs --tp > 1");
+    expect_usage_error("estimate --params 7e9 --tp 2 --gpus 2", "--tp/--pp: need a model shape");
+    expect_usage_error("estimate --micro-batches 4 --grad-accum 4",
+                       "--micro-batches and --grad-accum");
+    expect_usage_error("estimate --model llama3-405b --seq-len 16777216",
+                       "beyond napkin's 64-bit counts");
+    expect_usage_error("estimate --config " + data("bad_heads.json") + " --fp32-optimizer-state",
+                       "bad_heads.json");
+    expect_usage_error("estimate --fp32-optimizer-state",
+                       "--fp32-optimizer-state: for --precision bf16");
 }
 
 }  // namespace

@@ -7,9 +7,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "core/durable_file.h"
 
 #ifndef NAPKIN_BINARY
 #error "NAPKIN_BINARY must name the napkin executable"
@@ -21,6 +24,18 @@ struct CliRun {
     int rc = -1;
     std::string out, err;
 };
+
+// Whether a DurableFile temporary of `target` ("<name>.tmp-<pid>-<random>", core/durable_file.h)
+// is left beside it: a failed or finished write must remove its own.
+inline bool durable_temporary_of(const std::filesystem::path& target) {
+    const std::string prefix = target.filename().string() + ".tmp-";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(target.parent_path(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) == 0 && napkin::is_durable_temporary(name)) return true;
+    }
+    return false;
+}
 
 std::string slurp(const std::string& path) {
     std::ifstream f(path);

@@ -181,7 +181,7 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
         EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
         EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
         EXPECT_FALSE(fs::exists(out)) << args;
-        EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << args;
+        EXPECT_FALSE(durable_temporary_of(out)) << args;
     };
     expect_error("report", 2, "runs is required");
     expect_error("report " + (bad / "missing").string(), 1, "no such folder");

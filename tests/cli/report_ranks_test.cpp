@@ -249,7 +249,7 @@ TEST_F(ReportRanks, BadRanksAreOneLineAndWriteNothing) {
             EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
             EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
             EXPECT_FALSE(fs::exists(out)) << args;
-            EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << args;
+            EXPECT_FALSE(durable_temporary_of(out)) << args;
         }
     };
     auto edit = [](const fs::path& file, auto change) {
@@ -322,7 +322,7 @@ TEST_F(ReportRanks, BadRanksAreOneLineAndWriteNothing) {
         EXPECT_EQ(r.rc, 1) << r.err;
         EXPECT_NE(r.err.find("rank1/trace.json: not valid JSON"), std::string::npos) << r.err;
         EXPECT_FALSE(fs::exists(out));
-        EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+        EXPECT_FALSE(durable_temporary_of(out));
     }
 
     const CliRun w = napkin("report --warmup 3 " + base().string());

@@ -75,7 +75,7 @@ TEST(TrainCli, ShortRunWritesReport) {
     EXPECT_EQ(m["sgemm_peak_flops_per_s"], m["peak_flops_per_s"]);
     EXPECT_NEAR(m["mfu"].get<double>(),
                 m["model_flops_per_s"].get<double>() / m["peak_flops_per_s"].get<double>(), 1e-12);
-    EXPECT_FALSE(fs::exists(out / "report.json.tmp"));
+    EXPECT_FALSE(durable_temporary_of(out / "report.json"));
 }
 
 // The done line's ln V is the model's vocabulary's, where the loss starts: ln 1000 for a model
@@ -308,7 +308,7 @@ TEST(TrainCli, ProfileWritesAValidTrace) {
     EXPECT_TRUE(qkv_with_flops);
     const auto mem = read_json(out / "memory.json");
     EXPECT_EQ(mem["schema"], "napkin-memory/1");
-    EXPECT_FALSE(fs::exists(out / "trace.json.tmp"));
+    EXPECT_FALSE(durable_temporary_of(out / "trace.json"));
     EXPECT_EQ(napkin("train --steps 1 --profile some --quiet --out " + out.string()).rc, 2);
     EXPECT_EQ(napkin("train --steps 1 --profile steps:3-2 --quiet --out " + out.string()).rc, 2);
     EXPECT_EQ(napkin("train --steps 1 --profile steps:x --quiet --out " + out.string()).rc, 2);

@@ -28,7 +28,8 @@ bool same_shape(const ModelConfig& a, const ModelConfig& b) {
            a.context_length == b.context_length && a.n_layers == b.n_layers &&
            a.d_model == b.d_model && a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads &&
            a.d_ff == b.d_ff && a.norm == b.norm && a.positions == b.positions && a.mlp == b.mlp &&
-           a.bias == b.bias && a.tied_embeddings == b.tied_embeddings && a.dropout == b.dropout;
+           a.bias == b.bias && a.tied_embeddings == b.tied_embeddings && a.dropout == b.dropout &&
+           a.qkv_bias == b.qkv_bias && a.explicit_head_dim == b.explicit_head_dim;
 }
 
 // The message of the UsageError that `fn` throws, or a test failure.
@@ -127,10 +128,58 @@ TEST(ConfigJson, HuggingFaceLlamaDefaultsAndBias) {
     msg = from_json_error(doc);
     EXPECT_NE(msg.find("cfg.json: field 'mlp_bias'"), std::string::npos) << msg;
 
+    // A head dim other than hidden_size / heads is the model's (Gemma, Mistral Nemo): the
+    // attention runs at NH HD = 32 * 256 = 8192 wide, its projections sized to match.
     doc["mlp_bias"] = false;
     doc["head_dim"] = 256;
-    msg = from_json_error(doc);
-    EXPECT_NE(msg.find("cfg.json: field 'head_dim'"), std::string::npos) << msg;
+    c = model_config_from_json(doc, "l.json");
+    EXPECT_EQ(c.head_dim(), 256);
+    EXPECT_EQ(c.q_dim(), 8192);
+    EXPECT_EQ(count_params(c).linear_per_layer,
+              4096LL * (8192 + 2 * 32 * 256) + 8192LL * 4096 + 3LL * 4096 * 11008);
+}
+
+// Every Llama-family model_type napkin models loads to its published parameter count: biases on
+// q, k and v only (Qwen2), an explicit head dim (Mistral Nemo), tied (Qwen2-0.5B) and untied heads.
+TEST(ConfigJson, HuggingFaceLlamaFamily) {
+    // Qwen/Qwen2-0.5B: 494,032,768 (PreTrainedModel.num_parameters(); the model card's 0.49B,
+    // 0.36B without embeddings).
+    const ModelConfig qwen = load_model_config(data("hf_qwen2_0_5b_config.json"));
+    EXPECT_EQ(count_params(qwen).total, 494032768);
+    EXPECT_EQ(count_params(qwen).non_embedding, 494032768 - 151936LL * 896);
+    EXPECT_TRUE(qwen.qkv_bias);
+    EXPECT_FALSE(qwen.bias);
+    EXPECT_TRUE(qwen.tied_embeddings);
+    // mistralai/Mistral-Nemo-Base-2407 (12.2B): 128-wide heads with hidden_size 5120, so q is
+    // 32 * 128 = 4096 wide: 40 layers of (5120 * (4096 + 2 * 1024) + 4096 * 5120 + 3 * 5120 *
+    // 14336 + 2 * 5120) plus two 131072 x 5120 embeddings and the final norm.
+    const ModelConfig nemo = load_model_config(data("hf_mistral_nemo_config.json"));
+    EXPECT_EQ(nemo.head_dim(), 128);
+    EXPECT_EQ(nemo.q_dim(), 4096);
+    EXPECT_FALSE(nemo.tied_embeddings);
+    EXPECT_EQ(count_params(nemo).total, 12247782400);
+    // microsoft/Phi-3-mini-4k-instruct: 3,821,079,552 (its fused qkv and gate_up change no count).
+    const ModelConfig phi = load_model_config(data("hf_phi3_mini_config.json"));
+    EXPECT_EQ(count_params(phi).total, 3821079552);
+    EXPECT_EQ(phi.name, "Phi-3-mini-4k-instruct");
+
+    // Every parameter tensor is listed, the q/k/v biases and the narrower projection included.
+    for (const ModelConfig* c : {&qwen, &nemo, &phi}) {
+        std::int64_t sum = 0;
+        for (const ParamTensor& t : param_tensors(*c))
+            sum += t.numel();
+        EXPECT_EQ(sum, count_params(*c).allocated) << c->name;
+        const ModelConfig back = model_config_from_json(model_config_to_json(*c), "m");
+        EXPECT_TRUE(same_shape(back, *c)) << c->name;
+    }
+
+    // An architecture napkin does not model is refused with the list of those it reads.
+    json moe = hf_llama();
+    moe["model_type"] = "mixtral";
+    const std::string msg = from_json_error(moe);
+    EXPECT_EQ(msg,
+              "cfg.json: field 'model_type': unknown architecture 'mixtral' (napkin reads "
+              "gpt2|llama|mistral|phi3|qwen2)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,7 +319,8 @@ TEST(ConfigJson, FieldErrors) {
     EXPECT_EQ(from_json_error(hf), "cfg.json: missing field 'n_ctx'");
 
     EXPECT_EQ(from_json_error({{"model_type", "bert"}}),
-              "cfg.json: field 'model_type': unknown value 'bert' (expected gpt2|llama)");
+              "cfg.json: field 'model_type': unknown architecture 'bert' (napkin reads "
+              "gpt2|llama|mistral|phi3|qwen2)");
     const std::string neither = from_json_error(json::object());
     EXPECT_NE(neither.find("'format'"), std::string::npos) << neither;
     EXPECT_NE(neither.find("'model_type'"), std::string::npos) << neither;

@@ -76,6 +76,41 @@ TEST(ModelConfig, ValidateRejectsBadShapes) {
     expect_error([](ModelConfig& c) { c.padded_vocab_size = 100; }, "padded vocab");
     expect_error([](ModelConfig& c) { c.dropout = 1.0; }, "dropout");
     expect_error([](ModelConfig& c) { c.d_model = std::int64_t{1} << 40; }, "d-model: 1099511627776 is beyond");
+    expect_error([](ModelConfig& c) { c.qkv_bias = true; }, "qkv-bias: only with bias off");
+    expect_error([](ModelConfig& c) { c.explicit_head_dim = -64; }, "head-dim");
+}
+
+// Biases on q, k and v only (Qwen2) and a head dim other than C / NH (Mistral Nemo, Gemma): the
+// counts, the parameter list and the op plan's GEMMs all follow them.
+TEST(ModelConfig, QkvBiasAndExplicitHeadDim) {
+    ModelConfig c = preset_or_throw("llama2-7b");
+    const ParamCounts base = count_params(c);
+    c.qkv_bias = true;
+    EXPECT_EQ(count_params(c).per_layer, base.per_layer + 3 * 4096);
+    c.qkv_bias = false;
+    c.n_heads = 16;
+    c.n_kv_heads = 8;
+    c.explicit_head_dim = 128;  // q: 16 * 128 = 2048 wide; k, v: 8 * 128 = 1024 each
+    EXPECT_EQ(c.q_dim(), 2048);
+    EXPECT_EQ(c.qkv_dim(), 4096);
+    EXPECT_EQ(count_params(c).linear_per_layer, 4096LL * 4096 + 2048LL * 4096 + 3LL * 4096 * 11008);
+    std::int64_t sum = 0;
+    for (const ParamTensor& t : param_tensors(c, 8)) {
+        if (t.name == "h.0.attn.proj.weight") {
+            EXPECT_EQ(t.shape, (std::vector<std::int64_t>{4096, 2048}));
+        }
+        if (t.name == "h.0.attn.proj.lora_a") {
+            EXPECT_EQ(t.shape, (std::vector<std::int64_t>{8, 2048}));
+        }
+        if (!t.adapter) sum += t.numel();
+    }
+    EXPECT_EQ(sum, count_params(c).allocated);
+    c.explicit_head_dim = 0;
+    EXPECT_EQ(c.head_dim(), 256);  // C / NH again
+    c.n_heads = 32;
+    c.n_kv_heads = 32;
+    c.explicit_head_dim = 128;  // = C / NH: the same as none
+    EXPECT_EQ(count_params(c).total, base.total);
 }
 
 TEST(ModelConfig, PadVocab) {

@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/config_json.h"
+#include "core/durable_file.h"
 #include "core/engine/trainer.h"
 #include "tests/engine/test_util.h"
 
@@ -146,7 +147,8 @@ TEST_P(CheckpointResume, RepeatsTheUninterruptedRunBitForBit) {
     for (int s = 0; s < 3; ++s)
         a.step();
     save_checkpoint(path.string(), a);
-    EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+    for (const fs::directory_entry& e : fs::directory_iterator(path.parent_path()))
+        EXPECT_FALSE(is_durable_temporary(e.path().filename().string())) << e.path();
     std::vector<StepRecord> ref;
     for (int s = 0; s < 3; ++s)
         ref.push_back(a.step());
@@ -322,15 +324,15 @@ TEST(CheckpointFile, SaveReplacesAtomicallyAndCleansUp) {
     const fs::path missing = dir / "no-such-folder" / "ckpt.safetensors";
     const std::string msg = input_error([&] { save_checkpoint(missing.string(), t); });
     expect_contains(msg, missing.string());
-    EXPECT_FALSE(fs::exists(missing));
-    EXPECT_FALSE(fs::exists(missing.string() + ".tmp"));
+    EXPECT_FALSE(fs::exists(missing.parent_path()));
 
     // The target is a non-empty folder: the rename fails, the temporary file goes, the folder
     // stays.
     const fs::path busy = dir / "busy";
     fs::create_directories(busy / "inside");
     expect_contains(input_error([&] { save_checkpoint(busy.string(), t); }), "cannot rename");
-    EXPECT_FALSE(fs::exists(busy.string() + ".tmp"));
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2)
+        << "a temporary left beside ckpt.safetensors and busy/";
     EXPECT_TRUE(fs::is_directory(busy / "inside"));
 }
 

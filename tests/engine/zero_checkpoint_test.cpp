@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/trainer.h"
 #include "tests/engine/test_util.h"
@@ -86,7 +87,8 @@ TEST_P(ShardedResume, RepeatsTheUninterruptedRunBitForBit) {
     ASSERT_EQ(m->shards.size(), 1u);
     EXPECT_EQ(m->dir, dir / "checkpoints" / "step-00000003");
     EXPECT_EQ(fs::file_size(m->dir / m->shards[0].file), m->shards[0].file_bytes);
-    EXPECT_FALSE(fs::exists(m->dir / "manifest.json.tmp"));
+    for (const fs::directory_entry& e : fs::directory_iterator(m->dir))
+        EXPECT_FALSE(is_durable_temporary(e.path().filename().string())) << e.path();
 
     const CheckpointInfo info = read_shard_info(*m, 0);
     EXPECT_EQ(info.options.grad_accum, 2);
@@ -141,7 +143,7 @@ TEST(ShardedCheckpoint, AHalfWrittenCheckpointIsIgnored) {
     fs::create_directories(partial);
     fs::copy_file(dir / "checkpoints" / "step-00000003" / "rank0.safetensors",
                   partial / "rank0.safetensors");
-    std::ofstream(partial / "manifest.json.tmp") << "{\"format\": ";
+    std::ofstream(partial / "manifest.json.tmp-99-0123456789abcdef") << "{\"format\": ";
     const std::optional<Manifest> m = last_complete_checkpoint(dir);
     ASSERT_TRUE(m.has_value());
     EXPECT_EQ(m->step, 3);

@@ -86,9 +86,11 @@ TEST(Communication, DdpAndZeroStagesByHand) {
     const CommunicationEstimate z2 = estimate_communication(l, 2, G, DType::f32, DType::f32, 0);
     EXPECT_DOUBLE_EQ(z2.lines[0].calls, 3);  // a reduce-scatter per micro-batch
     EXPECT_DOUBLE_EQ(z2.sent_bytes, 3.0 * (3 * 3 * 4) + 3 * 3 * 4);
+    EXPECT_DOUBLE_EQ(z2.paper_volume_elements,
+                     40);  // (G + 1)Ψ: Ψ per reduce-scatter, and the gather
 
     const CommunicationEstimate z3 = estimate_communication(l, 3, G, DType::f32, DType::f32, 0);
-    EXPECT_DOUBLE_EQ(z3.paper_volume_elements, 30);  // 3Ψ
+    EXPECT_DOUBLE_EQ(z3.paper_volume_elements, 90);  // 3Ψ per micro-batch, G = 3 of them
     // Per micro-batch: 2 gathers + 1 reduce-scatter of the one unit.
     EXPECT_DOUBLE_EQ(z3.sent_bytes, 3.0 * 3 * (3 * 3 * 4));
     EXPECT_DOUBLE_EQ(z3.received_bytes, z3.sent_bytes);
@@ -96,12 +98,20 @@ TEST(Communication, DdpAndZeroStagesByHand) {
 }
 
 TEST(Communication, PaperVolumeIsTheLimitOfTheRingBytes) {
-    // A large even model, G = 1, fp32 everywhere: ring bytes = (W-1)/W x paper volume x 4.
+    // A large even model, fp32 everywhere: ring bytes = (W-1)/W x paper volume x 4, for any G
+    // (the volume counts the collectives that run every micro-batch G times).
     const ShardLayout l = shard_layout_flat(1 << 20, 8);
-    for (int z = 0; z <= 3; ++z) {
-        const CommunicationEstimate c = estimate_communication(l, z, 1, DType::f32, DType::f32, 0);
-        EXPECT_DOUBLE_EQ(c.sent_bytes, c.paper_volume_elements * 4 * 7 / 8) << "ZeRO-" << z;
+    for (const std::int64_t G : {1, 4}) {
+        for (int z = 0; z <= 3; ++z) {
+            const CommunicationEstimate c =
+                estimate_communication(l, z, G, DType::f32, DType::f32, 0);
+            EXPECT_DOUBLE_EQ(c.sent_bytes, c.paper_volume_elements * 4 * 7 / 8)
+                << "ZeRO-" << z << " G " << G;
+        }
     }
+    EXPECT_EQ(paper_volume_label(3, 4), "3 G psi");
+    EXPECT_EQ(paper_volume_label(2, 4), "(G + 1) psi");
+    EXPECT_EQ(paper_volume_label(3, 1), "3 psi");
 }
 
 TEST(Communication, NoTrafficOnOneRank) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <string>
 
 #include "core/check.h"
 #include "core/op_plan.h"
@@ -163,6 +164,82 @@ TEST(PerfModel, TheEstimatePredictsTimeAndMfuUnlessOverridden) {
     const Estimate assumed = Estimator{}.run(in);
     EXPECT_FALSE(assumed.time_predicted);
     EXPECT_DOUBLE_EQ(assumed.mfu, 0.4);
+}
+
+// The forward and backward of a step's micro-batches: every row but the data reads, the
+// gradients' memset, the optimizer and the collectives.
+double compute_seconds(const StepTime& t) {
+    double sum = 0;
+    for (const OpTime& op : t.ops) {
+        const bool compute = op.bucket == TimeBucket::gemm || op.bucket == TimeBucket::attention ||
+                             op.bucket == TimeBucket::memory_bound;
+        if (compute && op.name != "zero_grads") sum += op.seconds_per_step;
+    }
+    return sum;
+}
+
+bool has_row(const StepTime& t, const std::string& name) {
+    for (const OpTime& op : t.ops) {
+        if (op.name == name) return true;
+    }
+    return false;
+}
+
+// A pipeline stage runs its blocks only (the embedding on the first, the head on the last), its
+// tensor-parallel traffic is bytes over the group's link and exposed, and the bubble is
+// (P - 1) / (V M) of its forward and backward.
+TEST(PerfModel, PipelineStageRunsItsBlocksWithTheBubbleAndTensorTraffic) {
+    Fixture f;
+    const StepTime whole = f.run(flat_cpu());
+    f.shape.layers = 1;  // of tiny's 2
+    f.shape.last_stage = false;
+    const StepTime first = f.run(flat_cpu());
+    EXPECT_TRUE(has_row(first, "embedding"));
+    EXPECT_FALSE(has_row(first, "lm_head+loss (fused forward and backward)"));
+    EXPECT_LT(compute_seconds(first), compute_seconds(whole) / 2);
+    EXPECT_EQ(bucket(first, TimeBucket::pipeline_bubble), 0);
+
+    f.shape.bubble_fraction = 0.25;
+    ModelParallelTraffic traffic;
+    traffic.tensor.group = "tensor";
+    traffic.tensor.link = {"test link", 1e9};
+    traffic.tensor.lines.push_back({"block outputs", "all_reduce", DType::f32, 4, 1e5, 2e6, 2e6});
+    traffic.tensor.sent_bytes = 2e6;
+    f.shape.model_parallel = &traffic;
+    const StepTime t = f.run(flat_cpu());
+    EXPECT_DOUBLE_EQ(bucket(t, TimeBucket::pipeline_bubble), 0.25 * compute_seconds(first));
+    EXPECT_DOUBLE_EQ(t.comm_exposed_seconds, 2e-3);
+    EXPECT_DOUBLE_EQ(bucket(t, TimeBucket::communication), 2e-3);
+    EXPECT_TRUE(has_row(t, "tensor all_reduce block outputs"));
+    EXPECT_NEAR(t.step_seconds, first.step_seconds + 2e-3 + 0.25 * compute_seconds(first), 1e-12);
+}
+
+// Under --tp/--pp the estimate predicts the slower stage of a tensor-parallel rank: the bubble in
+// its own bucket at (P - 1) / M of that stage's compute, the tensor group's lines among its rows.
+TEST(PerfModel, TheEstimatePredictsAPipelineOfTensorParallelRanks) {
+    const DeviceProfile p = datasheet_profile(*find_gpu("h200"));
+    EstimateInputs in = gpt2_on(p);
+    in.zero = 1;
+    in.link_bytes_per_s = 0;  // the groups' links by placement: all inside one node
+    in.node_link = {"nvlink4", 450e9};
+    in.tp = 2;
+    in.pp = 2;
+    in.grad_accum = 8;
+    const Estimate e = Estimator{}.run(in);
+    ASSERT_TRUE(e.time_predicted);
+    EXPECT_DOUBLE_EQ(e.parallel.bubble_fraction, 1.0 / 8);
+    EXPECT_GT(e.parallel.bubble_seconds, 0);
+    EXPECT_NEAR(e.parallel.bubble_seconds, compute_seconds(e.step_time) / 8,
+                1e-12 * e.step_seconds);
+    EXPECT_DOUBLE_EQ(e.parallel.compute_seconds + e.parallel.bubble_seconds, e.step_seconds);
+    EXPECT_TRUE(has_row(e.step_time, "tensor all_reduce blocks"));
+    EXPECT_TRUE(e.step_time.notes.empty());  // every group has a link: all of it timed
+    EXPECT_NEAR(e.mfu, e.model_flops_per_step / (8 * in.peak_flops_per_s * e.step_seconds), 1e-12);
+    // One rank of T = 2 runs about half the GEMM FLOPs of the whole model's stage.
+    in.tp = 1;
+    const Estimate pipeline_only = Estimator{}.run(in);
+    EXPECT_LT(bucket(e.step_time, TimeBucket::gemm),
+              0.6 * bucket(pipeline_only.step_time, TimeBucket::gemm));
 }
 
 }  // namespace

@@ -428,8 +428,18 @@ TEST(RunData, DeepNestingIsBounded) {
     EXPECT_FALSE(parse_trace("{\"traceEvents\": [" + std::string(100000, '[') + "]}", t).empty());
 }
 
+// Valid ranges on their own lane, enough that the bad events below are not most of the trace.
+std::string good_events(int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+        out += R"({"ph":"X","name":"filler","pid":2,"tid":1,"ts":)" + std::to_string(10 * i) +
+               R"(,"dur":5},)";
+    }
+    return out;
+}
+
 TEST(RunData, WrongTypesAndHugeNumbersSkipTheEvent) {
-    const std::string doc = R"({"traceEvents": [
+    const std::string doc = R"({"traceEvents": [)" + good_events(20) + R"(
         {"ph":"X","name":"good","pid":1,"tid":1,"ts":1,"dur":2},
         {"ph":"X","name":"ts string","pid":1,"tid":1,"ts":"1","dur":2},
         {"ph":"X","name":"ts huge","pid":1,"tid":1,"ts":1e300,"dur":2},
@@ -453,9 +463,10 @@ TEST(RunData, WrongTypesAndHugeNumbersSkipTheEvent) {
     ]})";
     TraceData t;
     ASSERT_EQ(parse_trace(doc, t), "");
-    // good, the wrongly typed name/pid/tid one, "args wrong", the instant.
-    EXPECT_EQ(t.events.size(), 4u);
-    EXPECT_EQ(t.skipped_events, 15);
+    // The fillers, good, the wrongly typed name/pid/tid one, "args wrong", the instant; the flow
+    // end whose id is an object is left out like the start without one.
+    EXPECT_EQ(t.events.size(), 24u);
+    EXPECT_EQ(t.skipped_events, 16);
     EXPECT_FALSE(t.warnings.empty());
     EXPECT_LE(t.warnings.size(), 6u);
     for (const Event& e : t.events) {
@@ -466,6 +477,29 @@ TEST(RunData, WrongTypesAndHugeNumbersSkipTheEvent) {
     }
     ASSERT_EQ(t.counters.size(), 1u);
     EXPECT_EQ(t.counters[0].values[0], 18446744073709551615.0);
+}
+
+// A trace whose events are mostly unusable (a Kineto trace before rebasing was such a trace: every
+// event refused, an empty window, exit 0) is an error in one line, not an empty timeline.
+TEST(RunData, AMostlyInvalidTraceIsAnError) {
+    TraceData t;
+    const std::string err = parse_trace(R"([{"ph":"X","name":"ok","pid":1,"tid":1,"ts":1,"dur":1},
+        {"ph":"X","name":"bad","pid":1,"tid":1,"ts":2,"dur":-1},
+        {"ph":"X","name":"worse","pid":1,"tid":1,"dur":1}])",
+                                        t);
+    EXPECT_EQ(err.rfind("most events are invalid: 2 of 3 left out (the first: event 1 ('bad', ph "
+                        "X): negative 'dur' -1.000)",
+                        0),
+              0u)
+        << err;
+    EXPECT_TRUE(t.events.empty());
+    TempDir dir;
+    dir.write("trace.json", R"([{"ph":"X","name":"bad","pid":1,"tid":1,"ts":"x","dur":1}])");
+    const RunData run = load_run(dir.path());
+    ASSERT_EQ(run.errors.size(), 1u);
+    EXPECT_NE(run.errors[0].find("trace.json: most events are invalid: 1 of 1"), std::string::npos)
+        << run.errors[0];
+    EXPECT_FALSE(run.has_trace);
 }
 
 TEST(RunData, TruncatedFilesOfARealRunAreErrorsNotCrashes) {

@@ -1,14 +1,37 @@
-// libFuzzer entry for the viewer's loader: any bytes, parsed as a trace, a memory snapshot and a
-// report, then everything the panels compute from a loaded run. Must never crash, hang or leak.
+// libFuzzer entry for napkin's trace reader and the viewer's loader: any bytes, read as a trace in
+// both modes and as an event stream, parsed as a memory snapshot and a report, then everything
+// the panels compute from a loaded run. Must never crash, hang or leak.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
+#include "profiler/trace_reader.h"
 #include "viewer/run_data.h"
+
+std::size_t fuzz_sink = 0;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace napkin::viewer;
     const std::string_view text(reinterpret_cast<const char*>(data), size);
+    {
+        napkin::profiler::TraceData strict;
+        const auto r =
+            napkin::profiler::read_trace_text(text, napkin::profiler::TraceMode::strict, strict);
+        std::size_t bytes = r.problems.size();
+        for (const auto& e : strict.events)
+            bytes += strict.name_of(e).size() + (e.flow_peer != kNone ? 1 : 0);
+        napkin::profiler::JsonText padded;  // gzip inflated here too
+        padded.assign(text);
+        napkin::profiler::ScannedDocument doc;
+        napkin::profiler::scan_trace(
+            padded.data(), padded.size(),
+            [&](const napkin::profiler::ScannedEvent& e) {
+                bytes += e.json.size() + e.args.size();
+            },
+            doc);
+        fuzz_sink += bytes;  // keeps the reads from being optimized away
+    }
     RunData run;
     run.has_trace = parse_trace(text, run.trace).empty();
     run.has_memory = parse_memory(text, run.memory).empty();

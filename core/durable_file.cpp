@@ -1,0 +1,184 @@
+#include "core/durable_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <random>
+#include <system_error>
+#include <utility>
+
+#include "core/check.h"
+
+namespace napkin {
+
+namespace {
+
+// Writes go through a buffer of this size; a write at least this large goes straight through.
+constexpr std::size_t kBufferBytes = std::size_t{1} << 20;
+constexpr std::string_view kTmpMarker = ".tmp-";
+constexpr int kNameTries = 16;  // O_EXCL collisions of 64 random bits: never, in practice
+
+std::string errno_text(int err) {
+    return std::generic_category().message(err);
+}
+
+// 64 random bits per call: a generator per thread, seeded from the system's entropy.
+std::uint64_t random_bits() {
+    thread_local std::mt19937_64 gen([] {
+        std::random_device rd;
+        return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    }());
+    return gen();
+}
+
+std::filesystem::path temporary_name(const std::filesystem::path& path) {
+    char suffix[64];
+    std::snprintf(suffix, sizeof suffix, "%.*s%ld-%016llx", static_cast<int>(kTmpMarker.size()),
+                  kTmpMarker.data(), static_cast<long>(::getpid()),
+                  static_cast<unsigned long long>(random_bits()));
+    std::filesystem::path tmp = path;
+    tmp += suffix;
+    return tmp;
+}
+
+// Makes a rename in `folder` durable. Best effort: some file systems refuse to fsync a folder.
+void sync_folder(const std::filesystem::path& file) {
+    const std::filesystem::path parent = file.parent_path();
+    const int fd =
+        ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+}  // namespace
+
+DurableFile::DurableFile(std::filesystem::path path) : path_(std::move(path)) {
+    for (int attempt = 0; attempt < kNameTries && fd_ < 0; ++attempt) {
+        tmp_path_ = temporary_name(path_);
+        fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd_ < 0 && errno != EEXIST) break;
+    }
+    if (fd_ < 0) {
+        const int err = errno;
+        tmp_path_.clear();
+        const std::filesystem::path folder = path_.parent_path();
+        fail("cannot create a file in " + (folder.empty() ? std::string(".") : folder.string()),
+             err);
+    }
+}
+
+DurableFile::~DurableFile() {
+    if (!committed_) discard();
+}
+
+void DurableFile::fail(const std::string& what, int err) noexcept {
+    if (!error_.empty()) return;
+    try {
+        error_ = path_.string() + ": " + what;
+        if (err != 0) error_ += " (" + errno_text(err) + ")";
+    } catch (...) {
+        error_ = "write failed (out of memory)";
+    }
+}
+
+void DurableFile::discard() noexcept {
+    if (fd_ >= 0) {
+        ::close(fd_);
+        fd_ = -1;
+    }
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+}
+
+void DurableFile::write_through(const char* data, std::size_t bytes) noexcept {
+    while (bytes > 0 && error_.empty()) {
+        const ssize_t n = ::write(fd_, data, bytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            fail("write failed", n < 0 ? errno : EIO);
+            return;
+        }
+        data += n;
+        bytes -= static_cast<std::size_t>(n);
+    }
+}
+
+void DurableFile::flush() noexcept {
+    if (fd_ < 0 || !error_.empty() || buffer_.empty()) return;
+    write_through(buffer_.data(), buffer_.size());
+    buffer_.clear();
+}
+
+void DurableFile::write(const void* data, std::size_t bytes) noexcept {
+    if (fd_ < 0 || !error_.empty() || bytes == 0) return;
+    const auto* p = static_cast<const char*>(data);
+    if (buffer_.size() + bytes > kBufferBytes) flush();
+    if (bytes >= kBufferBytes) {
+        write_through(p, bytes);
+    } else {
+        try {
+            if (buffer_.capacity() < kBufferBytes) buffer_.reserve(kBufferBytes);
+            buffer_.append(p, bytes);
+        } catch (...) {
+            fail("write failed", ENOMEM);
+        }
+    }
+    if (error_.empty()) bytes_written_ += bytes;
+}
+
+void DurableFile::write(std::string_view bytes) noexcept {
+    write(bytes.data(), bytes.size());
+}
+
+bool DurableFile::commit() noexcept {
+    if (committed_) return true;
+    if (fd_ >= 0) {
+        flush();
+        // EINVAL: a file that cannot be synchronized (a special file system); nothing to wait for.
+        if (error_.empty() && ::fsync(fd_) != 0 && errno != EINVAL) fail("fsync failed", errno);
+        const int closed = ::close(fd_);
+        fd_ = -1;
+        if (closed != 0) fail("close failed", errno);
+    }
+    if (error_.empty() && ::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+        const int err = errno;
+        try {
+            fail("cannot rename " + tmp_path_.filename().string() + " into place", err);
+        } catch (...) {
+            fail("cannot rename into place", err);
+        }
+    }
+    if (!error_.empty()) {
+        discard();
+        return false;
+    }
+    committed_ = true;
+    sync_folder(path_);
+    return true;
+}
+
+void write_file_durably(const std::filesystem::path& path, std::string_view bytes) {
+    DurableFile f(path);
+    f.write(bytes);
+    if (!f.commit()) throw InputError(f.error());
+}
+
+bool is_durable_temporary(std::string_view name) {
+    const std::size_t at = name.rfind(kTmpMarker);
+    if (at == std::string_view::npos || at == 0) return false;
+    const std::string_view rest = name.substr(at + kTmpMarker.size());
+    const std::size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string_view::npos || rest.size() - dash - 1 != 16) return false;
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+        const char c = rest[i];
+        const bool digit = c >= '0' && c <= '9';
+        const bool hex = digit || (c >= 'a' && c <= 'f');
+        if (i == dash) continue;
+        if (i < dash ? !digit : !hex) return false;
+    }
+    return true;
+}
+
+}  // namespace napkin

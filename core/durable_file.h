@@ -1,0 +1,69 @@
+// DurableFile: how napkin writes every file it produces (traces, memory snapshots, checkpoints,
+// manifests, merged exports, screenshots), so that a file that exists is whole and survives a
+// crash or a power cut once its writer said it was written.
+//
+//   1. open a temporary of a unique name in the target's folder, "<name>.tmp-<pid>-<random>"
+//      (O_CREAT | O_EXCL): two writers of one target, in one process or two, never share it;
+//   2. write (buffered; large writes go straight through);
+//   3. commit(): flush, fsync the file, close it, rename it over the target (atomic within a
+//      folder), then fsync the folder so that the rename itself is on disk.
+// Any failure leaves the target as it was, removes the temporary, and keeps one line naming the
+// target and errno's text ("runs/a/trace.json: write failed (No space left on device)"). A file
+// destroyed without commit() (an exception unwinding a failed run) removes its temporary too.
+// Temporaries left by a process that was killed match "<name>.tmp-*" (is_durable_temporary).
+//
+// Errors never throw from the class: after the first one, writes are no-ops and commit() returns
+// false. write_file_durably() is the one-call form, throwing InputError.
+// Tests: tests/core/durable_file_test.cpp (read-only folders, a full tmpfs, concurrent writers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace napkin {
+
+class DurableFile {
+public:
+    explicit DurableFile(std::filesystem::path path);  // opens the temporary; see ok()
+    ~DurableFile();
+    DurableFile(const DurableFile&) = delete;
+    DurableFile& operator=(const DurableFile&) = delete;
+
+    bool ok() const { return error_.empty(); }
+    const std::string& error() const { return error_; }
+    const std::filesystem::path& path() const { return path_; }
+    const std::filesystem::path& tmp_path() const { return tmp_path_; }  // empty if not created
+    std::uint64_t bytes_written() const { return bytes_written_; }
+
+    void write(std::string_view bytes) noexcept;  // a no-op once an error occurred
+    void write(const void* data, std::size_t bytes) noexcept;
+    void flush() noexcept;  // hands the buffer to the kernel (not to the disk: commit() does)
+    // Flush, fsync, close, rename over path(), fsync the folder. True when the file is in place;
+    // false with error() set, the temporary removed. A second call returns the first's result.
+    bool commit() noexcept;
+
+private:
+    void fail(const std::string& what, int err) noexcept;
+    void write_through(const char* data, std::size_t bytes) noexcept;
+    void discard() noexcept;
+
+    std::filesystem::path path_;
+    std::filesystem::path tmp_path_;
+    int fd_ = -1;
+    std::string buffer_;
+    std::string error_;
+    std::uint64_t bytes_written_ = 0;
+    bool committed_ = false;
+};
+
+// Writes `bytes` to `path` through a DurableFile; InputError with its one line on failure.
+void write_file_durably(const std::filesystem::path& path, std::string_view bytes);
+
+// Whether `name` is a DurableFile temporary ("trace.json.tmp-4242-1f2e3d4c5b6a7988"), e.g. one
+// left in a run folder by a process that was killed while writing.
+bool is_durable_temporary(std::string_view name);
+
+}  // namespace napkin
