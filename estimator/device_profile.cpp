@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <utility>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 
 namespace napkin {
 
@@ -137,39 +137,46 @@ std::string profile_mismatch(const DeviceProfile& p, const DeviceIdentity& prese
     return "measured on " + describe(d) + ", not on " + describe(present);
 }
 
+LineFit fit_line(const std::vector<std::pair<double, double>>& xy) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    const auto n = static_cast<double>(xy.size());
+    for (const auto& [x, y] : xy) {
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    const double det = n * sxx - sx * sx;
+    LineFit f;
+    if (det > 0) {
+        f.intercept = (sy * sxx - sx * sxy) / det;
+        f.slope = (n * sxy - sx * sy) / det;
+    } else {
+        f.intercept = n > 0 ? sy / n : 0.0;
+    }
+    if (f.intercept < 0 || f.slope < 0) {
+        f.intercept = std::max(f.intercept, 0.0);
+        double num = 0;
+        for (const auto& [x, y] : xy)
+            num += x * (y - f.intercept);
+        f.slope = sxx > 0 ? std::max(num / sxx, 0.0) : 0.0;
+    }
+    return f;
+}
+
 CollectiveTable fit_collective(Collective op, int world,
                                const std::vector<std::pair<double, double>>& bytes_seconds) {
     NAPKIN_ASSERT(!bytes_seconds.empty(), "no collective points to fit");
     CollectiveTable t;
     t.op = op;
     t.world = world;
-    // Least squares of seconds = a + b bytes; a clamped at 0, then b refitted through the origin.
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    const auto n = static_cast<double>(bytes_seconds.size());
-    for (const auto& [x, y] : bytes_seconds) {
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
-        t.points.push_back({x, y > 0 ? x / y : 0.0});
-    }
-    const double det = n * sxx - sx * sx;
-    double a = 0, b = sxx > 0 ? sxy / sxx : 0.0;
-    if (det > 0) {
-        a = (sy * sxx - sx * sxy) / det;
-        b = (n * sxy - sx * sy) / det;
-    }
-    if (a < 0 || b <= 0) {
-        a = std::max(a, 0.0);
-        double num = 0;
-        for (const auto& [x, y] : bytes_seconds)
-            num += x * (y - a);
-        b = sxx > 0 ? num / sxx : 0.0;
-    }
-    t.latency_seconds = a;
-    t.bytes_per_s = b > 0 ? 1.0 / b : 0.0;
+    for (const auto& [bytes, seconds] : bytes_seconds)
+        t.points.push_back({bytes, seconds > 0 ? bytes / seconds : 0.0});
     std::sort(t.points.begin(), t.points.end(),
-              [](const StreamPoint& l, const StreamPoint& r) { return l.bytes < r.bytes; });
+              [](const StreamPoint& a, const StreamPoint& b) { return a.bytes < b.bytes; });
+    const LineFit f = fit_line(bytes_seconds);
+    t.latency_seconds = f.intercept;
+    t.bytes_per_s = f.slope > 0 ? 1.0 / f.slope : 0.0;
     return t;
 }
 
@@ -470,16 +477,7 @@ json to_json(const DeviceProfile& p) {
 }
 
 void write_device_profile(const DeviceProfile& p, const std::string& path) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw InputError(path + ": cannot be written");
-        out << to_json(p).dump(2) << "\n";
-        if (!out) throw InputError(path + ": cannot be written");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) throw InputError(path + ": cannot be written (" + ec.message() + ")");
+    write_file_durably(path, to_json(p).dump(2) + "\n");
 }
 
 }  // namespace napkin

@@ -214,6 +214,13 @@ void write_device_profile(const DeviceProfile& p, const std::string& path);
 // number of logical CPUs). Empty when it was; else a sentence saying which device it is for.
 std::string profile_mismatch(const DeviceProfile& p, const DeviceIdentity& present);
 
+// Least squares of y = a + b x through (x, y) points with a, b >= 0 (a clamped at 0 first, then
+// b refitted through it).
+struct LineFit {
+    double intercept = 0, slope = 0;
+};
+LineFit fit_line(const std::vector<std::pair<double, double>>& xy);
+
 // Fits seconds = latency + bytes / bandwidth through (bytes, seconds) points by least squares
 // (latency >= 0); the table's points keep the achieved rates.
 CollectiveTable fit_collective(Collective op, int world,
