@@ -39,6 +39,9 @@ std::string format_time_model(const EstimateInputs& in, const Estimate& e,
     os << "\n  run " << fmt_duration(e.run_seconds) << " (" << fmt_count(e.steps) << " steps)\n";
     os << "  where a step's time goes (per rank):\n";
     for (std::size_t b = 0; b < kTimeBucketCount; ++b) {
+        // No pipeline, no bubble: its line only where there is one.
+        if (static_cast<TimeBucket>(b) == TimeBucket::pipeline_bubble && st.seconds[b] == 0)
+            continue;
         std::snprintf(line, sizeof line, "    %-18s %12s %s", kBucketLabels[b],
                       fmt_duration(st.seconds[b]).c_str(),
                       percent(st.seconds[b], e.step_seconds).c_str());
