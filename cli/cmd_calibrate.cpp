@@ -206,7 +206,7 @@ DeviceProfile identify(DeviceKind device, Trainer* gpu_trainer) {
         return p;
     }
     const std::string name = gpu_trainer->device()->name();
-    const GpuSpec* spec = find_gpu_for_device(name);
+    const GpuSpec* spec = gpu_for_device_name(name);
     if (spec == nullptr)
         throw UsageError("napkin calibrate --device cuda: '" + name +
                          "' is not in the hardware table");
