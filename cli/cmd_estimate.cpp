@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/estimate_time.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/model_config.h"
@@ -53,6 +54,7 @@ struct EstimateFlags {
     std::string link, node_link, net_link;
     double link_gbps = 0;
     std::string solve;
+    TimeFlags time;
     bool json = false, explain = false, ignore_activations = false;
     bool list_models = false, list_gpus = false, list_links = false;
 };
@@ -324,7 +326,7 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
 
 // Hardware: a table entry, overridden field by field; the data-parallel link.
 void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in,
-                  ReportContext& ctx) {
+                  ReportContext& ctx, std::optional<ChosenProfile>& profile) {
     const GpuSpec& gpu = gpu_or_throw(f.gpu);
     const PrecisionDTypes pd = precision_dtypes(in.precision, in.optimizer, in.grads_fp32);
     ctx.gpu = std::string(gpu.name);
@@ -363,6 +365,7 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         in.link_bytes_per_s = f.link_gbps * 1e9 / 8;
         ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
     }
+    set_time_model(f.time, cmd, gpu, in, ctx, profile);
 }
 
 // The estimate, or the --solve search and the estimate at its answer, printed as asked.
@@ -386,6 +389,19 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;
+    } else if (f.solve == "fastest") {
+        solved = solve_fastest(in, est, solve_precisions(f.time));
+        if (!solved.candidates.empty()) {
+            const SolveCandidate& best = solved.candidates.front();
+            in.precision = best.precision;
+            in.micro_batch = best.micro_batch;
+            in.checkpointing = best.checkpointing;
+            in.attention = best.attention;
+            in.zero = best.zero;
+        }
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
     } else if (f.solve == "min-tp-pp") {
         solved = solve_min_tp_pp(in, est);
         in.tp = solved.tp;  // the answer's layout, or the largest tried when nothing fits
@@ -398,7 +414,7 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solved = &solved;
     } else {
         throw UsageError("--solve: unknown value '" + f.solve +
-                         "' (expected max-params|max-micro-batch|min-tp-pp)");
+                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest)");
     }
 
     if (f.json) {
@@ -422,7 +438,8 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     check_given_numbers(f, cmd);
     set_model(f, cmd, model_sources, in, ctx);
     set_run(f, cmd, in);
-    set_hardware(f, cmd, in, ctx);
+    std::optional<ChosenProfile> profile;  // the performance model's, alive for the estimate
+    set_hardware(f, cmd, in, ctx, profile);
     estimate_and_print(f, cmd, in, ctx);
 }
 
@@ -530,7 +547,9 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--cpu-mem-gb", f.cpu_mem_gb, "Host memory per node for offloaded states, GB")
         ->group(g)
         ->capture_default_str();
-    cmd->add_option("--mfu", f.mfu, "Assumed model FLOPs utilization")->group(g)->capture_default_str();
+    cmd->add_option("--mfu", f.mfu,
+                    "Assume this model FLOPs utilization instead of predicting the time op by op")
+        ->group(g);
     cmd->add_option("--measured-tokens-per-s", f.measured_tokens_per_s,
                     "A measured throughput (whole job): prints the MFU it means")
         ->group(g);
@@ -549,9 +568,10 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
         ->group(g);
 
     g = "Output";
-    cmd->add_option(
-           "--solve", f.solve,
-           "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest TP x PP")
+    cmd->add_option("--solve", f.solve,
+                    "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
+                    "TP x PP; fastest: the highest predicted tokens/s that fits over "
+                    "micro-batch, checkpointing, attention and ZeRO stage")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
@@ -578,6 +598,7 @@ void add_estimate_command(CLI::App& app) {
         "  napkin estimate --solve max-params --gpus 8 --zero 3 --precision fp32 "
         "--ignore-activations\n"
         "  napkin estimate --model llama2-7b --gpus 16 --zero 3 --link ib-ndr\n"
+        "  napkin estimate --model gpt2 --seq-len 1024 --gpu h200 --solve fastest\n"
         "  napkin estimate --model llama3-405b --gpus 16384 --tp 8 --pp 16 --sp --micro-batches 16 "
         "\\\n"
         "                  --checkpointing selective --zero 1\n"
@@ -587,6 +608,7 @@ void add_estimate_command(CLI::App& app) {
     add_model_flags(cmd, *f);
     add_run_flags(cmd, *f);
     add_hardware_and_output_flags(cmd, *f);
+    add_time_flags(cmd, f->time);
 
     cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
 }

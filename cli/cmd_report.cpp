@@ -154,6 +154,19 @@ void summarize_time(const RankReport& run, int warmup, json& s) {
     s["mfu_median"] = median(step_numbers(run, warmup, step_mfu));
     s["hfu"] = or_null(r.measured.hfu);
     s["peak_flops_per_s"] = r.measured.mfu_peak_flops_per_s();
+    // The performance model's step (report.json version 2; null before, or without a profile).
+    const auto& t = r.predicted.time;
+    s["predicted_step_seconds"] = t ? json(t->step_seconds) : json();
+    s["predicted_time_profile"] = t ? json(t->profile) : json();
+}
+
+// The performance model's seconds per step for the op napkin report's row names, if predicted.
+json model_seconds(const profiler::RunReport& r, const std::string& op) {
+    if (!r.predicted.time) return nullptr;
+    for (const profiler::PredictedOpTime& p : r.predicted.time->ops) {
+        if (p.name == op) return p.seconds_per_step;
+    }
+    return nullptr;
 }
 
 // A profiled run's step roofline, op coverage and op table.
@@ -181,7 +194,8 @@ void summarize_profile(const profiler::RunReport& r, json& s) {
                             {"achieved_flops_per_s", o.achieved_flops_per_s},
                             // The device records the op launched (null in reports before them).
                             {"device_seconds_per_step", or_null(o.device_seconds_per_step)},
-                            {"device_flops_per_s", or_null(o.device_flops_per_s)}});
+                            {"device_flops_per_s", or_null(o.device_flops_per_s)},
+                            {"model_seconds_per_step", model_seconds(r, o.name)}});
     }
 }
 
@@ -451,6 +465,14 @@ void print_memory(const Columns& t, const std::vector<json>& runs) {
 void print_time(const Columns& t) {
     std::printf("\ntime and throughput\n");
     t.row("  step (median)", [&](const json& r) { return ms(r["step_seconds_median"]); });
+    t.row("  step, predicted (model)",
+          [&](const json& r) { return ms(r["predicted_step_seconds"]); });
+    t.row("    measured / predicted", [&](const json& r) {
+        const json& p = r["predicted_step_seconds"];
+        return p.is_number() && p.get<double>() > 0
+                   ? fmt("%.2f", r["step_seconds_median"].get<double>() / p.get<double>())
+                   : std::string("-");
+    });
     t.row("  step roofline (profiled)",
           [&](const json& r) { return ms(r["roofline_step_seconds"]); });
     t.row("  op ranges cover (min)", [&](const json& r) { return pct(r["op_coverage_min"]); });
@@ -497,12 +519,13 @@ void print_ops(const json& r, int top) {
     });
     const double step = r["step_seconds_median"].get<double>();
     std::printf(
-        "\nops of %s, per step (top %d by %s; predicted = roofline max(FLOPs/peak, "
-        "bytes/bandwidth))\n",
+        "\nops of %s, per step (top %d by %s; roofline = max(FLOPs/peak, bytes/bandwidth); "
+        "model = the performance model's prediction)\n",
         r["label"].get<std::string>().c_str(), top,
         on_device ? "GPU time of the kernels each op launched" : "time");
-    std::printf("  %-44s %6s %11s %7s %12s %8s %10s\n", "op", "calls",
-                on_device ? "GPU time" : "measured", "share", "predicted", "x pred", "GFLOP/s");
+    std::printf("  %-44s %6s %11s %7s %12s %8s %12s %8s %10s\n", "op", "calls",
+                on_device ? "GPU time" : "measured", "share", "roofline", "x roof", "model",
+                "x model", "GFLOP/s");
     for (std::size_t n = 0; n < rows.size() && n < static_cast<std::size_t>(top); ++n) {
         const json& o = *rows[n];
         const double meas = o[time_key].get<double>(),
@@ -511,10 +534,13 @@ void print_ops(const json& r, int top) {
                                       : o["achieved_flops_per_s"].get<double>();
         const std::string share = on_device ? (step > 0 ? fmt("%.1f%%", 100 * meas / step) : "-")
                                             : pct(o["share_of_step"]);
-        std::printf("  %-44s %6.0f %11s %7s %12s %8s %10.2f\n",
+        const json& model = o["model_seconds_per_step"];
+        const bool has_model = model.is_number() && model.get<double>() > 0;
+        std::printf("  %-44s %6.0f %11s %7s %12s %8s %12s %8s %10.2f\n",
                     o["name"].get<std::string>().c_str(), o["calls_per_step"].get<double>(),
                     ms(meas).c_str(), share.c_str(), ms(roof).c_str(),
-                    roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-", rate / 1e9);
+                    roof > 0 ? fmt("%.1f", meas / roof).c_str() : "-", ms(model).c_str(),
+                    has_model ? fmt("%.2f", meas / model.get<double>()).c_str() : "-", rate / 1e9);
     }
 }
 

@@ -278,7 +278,8 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
 // Writes the final checkpoint, the trace and memory snapshot, and report.json; prints the
 // closing lines. Interrupted, when a signal stopped the run, once everything is written.
 void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
-                const Estimate& pred, const std::optional<profiler::InitReport>& init) {
+                const Estimate& pred, const std::optional<profiler::InitReport>& init,
+                const std::optional<ChosenProfile>& given_profile) {
     Trainer& trainer = loop.trainer;
     loop.profiler.stop_collecting();
     loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
@@ -290,6 +291,10 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     report.init = init;
     report.predicted = prediction_report(loop.run.options, ei, pred);
     report.measured = measurement_report(loop.run.options, totals, trainer, loop.peak);
+    // After the measurement: without a profile, a CPU's stream bandwidth is measured for the
+    // prediction (128 MiB), which must not count in the run's peak RSS.
+    report.predicted.time =
+        predict_run_time(loop.run.options, ei, given_profile, trainer, loop.peak);
     report.steps = totals.steps;
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
     if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
@@ -321,10 +326,14 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     TrainProfiler profiler(trainer, run.profile, run.out_dir);
     const MachinePeak peak = machine_peak(run.options, trainer, profiler.on());
     profiler.set_roofline({peak.flops_per_s, peak.bytes_per_s});
-    // The estimator's prediction for exactly this run (one "GPU": this process).
+    // The estimator's prediction for exactly this run (one "GPU": this process). A profile
+    // given for the performance model's step time is read and checked now, before any step.
     const EstimateInputs ei = prediction_inputs(run.options, comm.world_size(),
                                                 trainer.device() != nullptr, peak.flops_per_s);
     const Estimate pred = Estimator{}.run(ei);
+    const std::optional<ChosenProfile> given_profile =
+        f.device_profile.empty() ? std::nullopt
+                                 : time_profile(f.device_profile, f.profile_force, trainer, peak);
     print_header(run.options, trainer, peak, pred, run.parallel);
     claim_run_dir(f, run, comm);
 
@@ -338,7 +347,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                   {}};
     if (!run.parallel) loop.stop.emplace();
     const StepTotals totals = run_steps(loop, comm);
-    finish_run(loop, totals, ei, pred, init);
+    finish_run(loop, totals, ei, pred, init, given_profile);
 }
 
 void run_train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
@@ -416,6 +425,12 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "off|all|steps:N-M: write RUN_DIR/trace.json (Perfetto / chrome://tracing) of "
                    "those steps, and memory.json")
         ->capture_default_str();
+    cmd.add_option(
+        "--device-profile", f.device_profile,
+        "Device profile for report.json's predicted step time (a JSON file, docs/FORMATS.md; "
+        "default: the one shipped for this device, else its measured ceilings)");
+    cmd.add_flag("--profile-force", f.profile_force,
+                 "Use a --device-profile measured on another device anyway");
     cmd.add_option("--stop-after", f.stop_after,
                    "Stop after step N of the run and checkpoint it (resume later with --resume)");
     cmd.add_option("--resume", f.resume,

@@ -13,5 +13,6 @@ void add_ckpt_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace napkin::cli

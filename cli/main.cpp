@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
     napkin::cli::add_ckpt_command(app);
     napkin::cli::add_report_command(app);
     napkin::cli::add_export_command(app);
+    napkin::cli::add_calibrate_command(app);
     napkin::cli::add_info_command(app);
     napkin::cli::add_view_command(app);
     try {

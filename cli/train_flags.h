@@ -29,6 +29,8 @@ struct TrainFlags {
     int stop_after = 0;
     std::string init_from, load_strategy = "sequential";
     std::string profile = "off";
+    std::string device_profile;  // the performance model's (empty: the device's shipped one)
+    bool profile_force = false;
     std::string resume;
     bool quiet = false;
     int zero = 0;

@@ -1,5 +1,6 @@
 #include "cli/train_prediction.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "core/check.h"
 #include "estimator/napkin_formulas.h"
+#include "kernels/stream.h"
 
 namespace napkin::cli {
 
@@ -73,6 +75,61 @@ profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInpu
         .activations = pred.act_closed_form_bytes};
     if (o.offload_optimizer) p.host_memory = {pred.cpu.master, pred.cpu.grads, pred.cpu.optimizer};
     return p;
+}
+
+std::optional<ChosenProfile> time_profile(const std::string& file, bool force, Trainer& trainer,
+                                          const MachinePeak& peak) {
+    if (trainer.device() == nullptr) {
+        return choose_profile(file, this_cpu(), force, "--device-profile", [&] {
+            const double stream =
+                peak.bytes_per_s > 0 ? peak.bytes_per_s : cpu::stream_copy_bandwidth();
+            return cpu_roofline_profile(this_cpu(), peak.flops_per_s, stream,
+                                        omp_get_max_threads());
+        });
+    }
+    if (peak.gpu == nullptr) return std::nullopt;
+    DeviceIdentity gpu = gpu_identity(*peak.gpu);
+    gpu.name = trainer.device()->name();
+    return choose_profile(file, gpu, force, "--device-profile",
+                          [&] { return datasheet_profile(*peak.gpu); });
+}
+
+namespace {
+
+profiler::TimePrediction time_prediction_report(const Estimate& pred,
+                                                const ChosenProfile& profile) {
+    profiler::TimePrediction t;
+    t.profile = profile.origin;
+    t.step_seconds = pred.step_seconds;
+    t.tokens_per_s = pred.tokens_per_s;
+    t.mfu = pred.mfu;
+    const StepTime& st = pred.step_time;
+    for (std::size_t b = 0; b < kTimeBucketCount; ++b)
+        t.seconds_by_bucket[std::string(kTimeBucketNames[b].name)] = st.seconds[b];
+    t.communication_seconds = st.comm_seconds;
+    t.communication_exposed_seconds = st.comm_exposed_seconds;
+    for (const OpTime& op : st.ops) {
+        t.ops.push_back({op.name, std::string(enum_name(kTimeBucketNames, op.bucket)),
+                         op.calls_per_step, op.seconds_per_step});
+    }
+    t.notes = st.notes;
+    return t;
+}
+
+}  // namespace
+
+std::optional<profiler::TimePrediction> predict_run_time(const TrainOptions& o, EstimateInputs ei,
+                                                         const std::optional<ChosenProfile>& given,
+                                                         Trainer& trainer,
+                                                         const MachinePeak& peak) {
+    const std::optional<ChosenProfile> profile =
+        given ? given : time_profile("", false, trainer, peak);
+    if (!profile) return std::nullopt;
+    ei.mfu = 0;
+    ei.profile = &profile->profile;
+    ei.threads = profile->profile.device.kind == DeviceKind::cpu ? omp_get_max_threads() : 0;
+    ei.overlap = o.overlap && ei.gpus > 1 ? Overlap::on : Overlap::off;
+    return time_prediction_report(Estimator{}.run(ei), *profile);
 }
 
 void check_host_memory(const TrainOptions& o, int world, int node_ranks) {

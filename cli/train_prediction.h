@@ -3,10 +3,13 @@
 // fits this machine's memory before it allocates anything, and what an out-of-memory error adds.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "cli/train_report.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "estimator/profile_catalog.h"
 #include "profiler/run_report.h"
 
 namespace napkin::cli {
@@ -21,6 +24,20 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
 // --offload optimizer.
 profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInputs& inputs,
                                        const Estimate& pred);
+
+// The performance model's profile for this run's device (estimator/perf_model.h): `file`
+// (--device-profile; measured on another device: UsageError unless `force`), else the one
+// napkin ships for it, else its ceilings at the default efficiencies (a CPU's sgemm rate and
+// stream copy, a GPU's datasheet). None for a GPU missing from the hardware table.
+std::optional<ChosenProfile> time_profile(const std::string& file, bool force, Trainer& trainer,
+                                          const MachinePeak& peak);
+
+// report.json's "predicted.time": the run's step over `given` (time_profile's, from
+// --device-profile), else the device's own profile or ceilings; this process's threads, the
+// collectives overlapped as the run overlaps them. None where time_profile has none.
+std::optional<profiler::TimePrediction> predict_run_time(const TrainOptions& o, EstimateInputs ei,
+                                                         const std::optional<ChosenProfile>& given,
+                                                         Trainer& trainer, const MachinePeak& peak);
 
 // A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
 // memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming

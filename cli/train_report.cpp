@@ -135,7 +135,7 @@ void print_run_summary(const profiler::RunReport& report, const StepTotals& tota
         peak_mb(MemCategory::parameters).c_str(), peak_mb(MemCategory::gradients).c_str(),
         peak_mb(MemCategory::optimizer_state).c_str(), peak_mb(MemCategory::activations).c_str(),
         mb(predicted.gpu.activations).c_str(), mb(static_cast<double>(totals.peak_total)).c_str(),
-        mb(peak_rss_bytes()).c_str());
+        mb(report.measured.peak_rss_bytes).c_str());
     if (const auto& h = report.measured.host_peak_bytes) {
         std::printf(
             "  host memory (offloaded): master %s, gradients %s, optimizer %s (predicted %s)\n",

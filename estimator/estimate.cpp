@@ -132,6 +132,21 @@ void memory(Terms& x, BufferPlan& buffers, Estimate& e) {
     x.layout = shard_layout_flat(static_cast<std::int64_t>(params), x.par.dp);
 }
 
+// What the tensor and pipeline groups of a stage's rank exchange per step (parallel.h).
+ModelParallelTraffic stage_traffic(const Terms& x, int stage) {
+    const EstimateInputs& in = x.in;
+    TrafficInputs t;
+    t.tokens = in.micro_batch * x.T;
+    t.d_model = x.c.d_model;
+    t.vocab_shard_rows = x.rank->padded_vocab_size;
+    t.activations = x.pd.activations;
+    t.grads = x.pd.grads;
+    t.full_recompute = in.checkpointing == Checkpointing::full;
+    t.tied_embeddings = x.c.tied_embeddings;
+    return model_parallel_traffic(
+        x.par, stage, t, group_links(x.par, in.gpus_per_node, in.node_link, in.network_link));
+}
+
 // Data-parallel communication per step per rank; ZeRO-3 shards the frozen base too (its
 // weights in model_states), so it is gathered as it is used. With T P > 1, the DP group's over
 // the shown stage's parameters, and the tensor and pipeline groups' traffic.
@@ -153,17 +168,8 @@ void communication(Terms& x, Estimate& e) {
     e.comm = estimate_communication(x.layout, in.zero, in.grad_accum, x.pd.grads, x.pd.weights,
                                     given ? in.link_bytes_per_s : links.data.bytes_per_s);
     if (!given) e.comm.link = links.data.name;
-    TrafficInputs t;
-    t.tokens = in.micro_batch * x.T;
-    t.d_model = x.c.d_model;
-    t.vocab_shard_rows = x.rank->padded_vocab_size;
-    t.activations = x.pd.activations;
-    t.grads = x.pd.grads;
-    t.full_recompute = in.checkpointing == Checkpointing::full;
-    t.tied_embeddings = x.c.tied_embeddings;
     Estimate::Parallel& par = e.parallel;
-    par.traffic = model_parallel_traffic(
-        x.par, par.stages[static_cast<std::size_t>(par.shown)].stage, t, links);
+    par.traffic = stage_traffic(x, par.stages[static_cast<std::size_t>(par.shown)].stage);
     for (const GroupTraffic* g : {&par.traffic.tensor, &par.traffic.pipeline}) {
         if (g->sent_bytes > 0 && g->link.bytes_per_s <= 0) x.notes |= kNoteGroupWithoutLink;
     }
@@ -206,21 +212,59 @@ void flops(Terms& x, Estimate& e) {
     if (e.tokens > 0 && e.tokens < e.tokens_per_step) x.notes |= kNoteRunUnderOneStep;
 }
 
-// Time at the assumed MFU, the pipeline bubble on top of it (Narayanan et al. 2021: the
-// stages idle (P - 1) / (V M) of the ideal time), and what a measured throughput means: its
-// MFU (PaLM appendix B), HFU and times.
-void time(Terms& x, Estimate& e) {
+// The performance model's step (estimator/perf_model.h) over the rank's share of the states.
+// With T P > 1, each of the first and the last stage (the others run the first's blocks without
+// the embedding) with its own optimizer shard, data-parallel collectives, tensor and pipeline
+// traffic and bubble; the slower one paces the pipeline.
+void predict_time(Terms& x, Estimate& e) {
     const EstimateInputs& in = x.in;
-    e.peak_flops_per_s = in.peak_flops_per_s;
-    if (in.precision == Precision::fp32) x.notes |= kNoteFp32Peak;
-    if (in.measured_tokens_per_s > 0) {
-        e.measured_step_seconds = e.tokens_per_step / in.measured_tokens_per_s;
-        e.measured_run_seconds = e.tokens / in.measured_tokens_per_s;
+    StepShape s;
+    s.grad_accum = in.grad_accum;
+    s.world = x.par.dp;
+    s.zero = in.zero;
+    s.offload = in.offload;
+    s.optimizer = in.optimizer;
+    s.grads_fp32 = in.grads_fp32;
+    s.threads = in.threads;
+    s.comm = &e.comm;
+    s.link_bytes_per_s = in.link_bytes_per_s;
+    s.overlap = in.overlap;
+    if (!x.model_parallel()) {
+        const auto S = static_cast<double>(x.layout.shard()),
+                   P = static_cast<double>(x.layout.padded());
+        s.optimizer_elements = x.z1 ? S : x.train_alloc;
+        s.grad_elements = x.z2 ? S : P;
+        e.step_time = predict_step_time(*x.rank_plan, s, *in.profile);
+    } else {
+        s.bubble_fraction = bubble_fraction(x.par);
+        s.link_bytes_per_s = e.comm.link_bytes_per_s;  // --link's, or the DP group's placement
+        for (const Estimate::StageSummary& st : e.parallel.stages) {
+            const ShardLayout layout =
+                shard_layout_flat(static_cast<std::int64_t>(st.params), x.par.dp);
+            const CommunicationEstimate comm = estimate_communication(
+                layout, in.zero, in.grad_accum, x.pd.grads, x.pd.weights, s.link_bytes_per_s);
+            const ModelParallelTraffic traffic = stage_traffic(x, st.stage);
+            s.comm = &comm;
+            s.model_parallel = &traffic;
+            s.layers = st.layers;
+            s.first_stage = st.stage == 0;
+            s.last_stage = st.stage == x.par.pp - 1;
+            s.optimizer_elements = static_cast<double>(x.z1 ? layout.shard() : layout.padded());
+            s.grad_elements = static_cast<double>(x.z2 ? layout.shard() : layout.padded());
+            StepTime t = predict_step_time(*x.rank_plan, s, *in.profile);
+            if (t.step_seconds > e.step_time.step_seconds) e.step_time = std::move(t);
+        }
     }
-    if (in.peak_flops_per_s <= 0) {
-        x.notes |= kNoteNoPeak;
-        return;
-    }
+    e.time_predicted = true;
+    e.step_seconds = e.step_time.step_seconds;
+    x.notes |= kNoteTimePredicted;
+}
+
+// The time at an assumed MFU (--mfu), with the pipeline bubble on top of it (Narayanan et al.
+// 2021: the stages idle (P - 1) / (V M) of the ideal time), or predicted op by op.
+void assumed_time(Terms& x, Estimate& e) {
+    const EstimateInputs& in = x.in;
+    e.mfu = in.mfu;
     e.step_seconds =
         formulas::training_seconds(e.model_flops_per_step, x.W, in.peak_flops_per_s, in.mfu);
     e.run_seconds = formulas::training_seconds(e.run_model_flops, x.W, in.peak_flops_per_s, in.mfu);
@@ -232,10 +276,46 @@ void time(Terms& x, Estimate& e) {
         e.step_seconds += par.bubble_seconds;
         e.run_seconds += e.run_seconds * par.bubble_fraction;
     }
-    e.hfu = in.mfu * e.hardware_flops_per_token / e.model_flops_per_token;
+}
+
+// Time at the assumed MFU, or predicted op by op (and the bubble's share of it); what a measured
+// throughput means: its MFU (PaLM appendix B), HFU and times.
+void time(Terms& x, Estimate& e) {
+    const EstimateInputs& in = x.in;
+    e.peak_flops_per_s = in.peak_flops_per_s;
+    if (in.precision == Precision::fp32) x.notes |= kNoteFp32Peak;
     if (in.measured_tokens_per_s > 0) {
+        e.measured_step_seconds = e.tokens_per_step / in.measured_tokens_per_s;
+        e.measured_run_seconds = e.tokens / in.measured_tokens_per_s;
+    }
+    if (in.mfu == 0) {
+        predict_time(x, e);
+        if (e.peak_flops_per_s <= 0) e.peak_flops_per_s = in.profile->peak_for(x.pd.gemm_compute);
+    }
+    if (e.peak_flops_per_s <= 0) {
+        x.notes |= kNoteNoPeak;
+        if (!e.time_predicted) return;
+    }
+    if (e.time_predicted) {
+        e.mfu = e.peak_flops_per_s > 0
+                    ? e.model_flops_per_step / (x.W * e.peak_flops_per_s * e.step_seconds)
+                    : 0;
+        e.run_seconds = e.tokens / e.tokens_per_step * e.step_seconds;
+        if (x.par.pp > 1) {
+            Estimate::Parallel& par = e.parallel;
+            par.bubble_fraction = bubble_fraction(x.par);
+            par.bubble_seconds =
+                e.step_time.seconds[static_cast<std::size_t>(TimeBucket::pipeline_bubble)];
+            par.compute_seconds = e.step_seconds - par.bubble_seconds;
+        }
+    } else {
+        assumed_time(x, e);
+    }
+    e.tokens_per_s = e.tokens_per_step / e.step_seconds;
+    e.hfu = e.mfu * e.hardware_flops_per_token / e.model_flops_per_token;
+    if (in.measured_tokens_per_s > 0 && e.peak_flops_per_s > 0) {
         e.measured_mfu = formulas::mfu_from_throughput(
-            in.measured_tokens_per_s, e.model_flops_per_token, x.W, in.peak_flops_per_s);
+            in.measured_tokens_per_s, e.model_flops_per_token, x.W, e.peak_flops_per_s);
         e.measured_hfu = e.measured_mfu * e.hardware_flops_per_token / e.model_flops_per_token;
     }
 }
@@ -377,7 +457,8 @@ void validate(const EstimateInputs& in) {
     if (in.zero < 0 || in.zero > 3) {
         throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
     }
-    if (!(in.mfu > 0 && in.mfu <= 1)) {
+    // 0: the performance model predicts the time, over a device profile.
+    if (!(in.mfu > 0 && in.mfu <= 1) && !(in.mfu == 0 && in.profile != nullptr)) {
         throw UsageError("--mfu: must be in (0, 1] (got " + got(in.mfu) + ")");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {

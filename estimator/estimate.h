@@ -15,8 +15,10 @@
 #include "core/op_plan.h"
 #include "core/recipe.h"
 #include "estimator/communication.h"
+#include "estimator/device_profile.h"
 #include "estimator/napkin_formulas.h"
 #include "estimator/parallel.h"
+#include "estimator/perf_model.h"
 
 namespace napkin {
 
@@ -66,8 +68,14 @@ struct EstimateInputs {
     double peak_flops_per_s = 0;   // of the GEMM dtype; 0 = none known (no time estimate)
     double gpu_memory_bytes = 0;   // capacity per GPU
     double cpu_memory_bytes = 0;   // host memory per node
-    double mfu = 0.5;
+    double mfu = 0.5;              // assumed; 0: predicted by the performance model over `profile`
     double link_bytes_per_s = 0;  // data-parallel link, one direction (estimator/links.h); 0 = no time
+    // The performance model (estimator/perf_model.h): the device's profile (not owned; needed
+    // when mfu is 0), the threads of a CPU rank (0: the profile's largest section) and whether
+    // the collectives overlap the passes.
+    const DeviceProfile* profile = nullptr;
+    int threads = 0;
+    Overlap overlap = Overlap::off;
 
     // Measured.
     double measured_tokens_per_s = 0;  // whole job; 0 = not given
@@ -101,6 +109,7 @@ enum Note : std::uint32_t {
     kNoteUnevenStages = 1u << 16,       // P does not divide L
     kNoteFewMicroBatches = 1u << 17,    // M < P: the pipeline never fills
     kNoteGroupWithoutLink = 1u << 18,   // a model-parallel group with no known link: no time
+    kNoteTimePredicted = 1u << 19,      // time from the performance model, not an assumed MFU
 };
 
 struct MemoryBytes {
@@ -178,16 +187,22 @@ struct Estimate {
     double run_flops_6nd = 0;
     double run_model_flops = 0;
 
-    // Time (0 when no peak is known).
+    // Time (0 when no peak is known and no profile predicts it).
     double peak_flops_per_s = 0;
+    double mfu = 0;  // what the time means: the assumed MFU, or the predicted one
     double step_seconds = 0;
     double run_seconds = 0;
     double steps = 0;
-    double hfu = 0;  // hardware FLOPs utilization the assumed MFU implies
+    double hfu = 0;  // hardware FLOPs utilization the MFU implies
     double measured_mfu = 0;
     double measured_hfu = 0;           // the measured MFU x hardware / model FLOPs
     double measured_step_seconds = 0;  // B T G DP tokens at the measured rate
     double measured_run_seconds = 0;   // D tokens at the measured rate
+    double tokens_per_s = 0;  // all GPUs, tokens_per_step / step_seconds
+    // The performance model's step, op by op (time_predicted: the time above is its; otherwise
+    // the assumed MFU's and this is empty).
+    bool time_predicted = false;
+    StepTime step_time;
 
     // Data-parallel communication per step per rank (estimator/communication.h).
     CommunicationEstimate comm;

@@ -96,7 +96,7 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (e.peak_flops_per_s > 0) os << " " << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s dense";
     // The MFU as given, every digit: the time below uses exactly this.
     os << ", " << printf_string("%.0f", e.gpu_capacity_bytes / kGB) << " GB, MFU "
-       << fmt_exact(in.mfu) << "\n\n";
+       << (e.time_predicted ? std::string("predicted") : fmt_exact(in.mfu)) << "\n\n";
 }
 
 // The parameter counts and the bytes each trainable one takes.
@@ -242,8 +242,11 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
 }
 
 // Time at the assumed MFU (when a peak is known), and the MFU a measured throughput means.
-void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
-    if (e.peak_flops_per_s > 0) {
+void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e,
+               const ReportContext& ctx) {
+    if (e.time_predicted) {
+        os << format_time_model(in, e, ctx);
+    } else if (e.peak_flops_per_s > 0) {
         os << "\ntime at MFU " << fmt_exact(in.mfu) << " on " << in.gpus << " x "
            << printf_string("%.1f", e.peak_flops_per_s / 1e12) << " TFLOP/s\n";
         os << "  step " << fmt_duration(e.step_seconds);
@@ -273,8 +276,10 @@ void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
 }
 
 // The answer of --solve.
-void text_solve(std::ostream& os, const ReportContext& ctx) {
-    if (ctx.solved != nullptr) {
+void text_solve(std::ostream& os, const ReportContext& ctx, const Estimate& e) {
+    if (ctx.solved != nullptr && ctx.solve == "fastest") {
+        os << format_fastest(*ctx.solved, e.gpu_capacity_bytes);
+    } else if (ctx.solved != nullptr) {
         os << "\nsolve " << ctx.solve << ": ";
         if (ctx.solved->value <= 0) {
             os << "nothing fits (even the smallest candidate needs " << fmt_bytes(ctx.solved->at.gpu.total())
@@ -356,8 +361,8 @@ std::string format_text(const EstimateInputs& in, const Estimate& e, const Repor
     row(os, "op plan, kept in forward", e.act_detailed_kept_bytes);
     row(os, "op plan, peak in backward", e.act_detailed_bytes);
     text_flops(os, in, e);
-    text_time(os, in, e);
-    text_solve(os, ctx);
+    text_time(os, in, e, ctx);
+    text_solve(os, ctx, e);
     auto notes = note_texts(in, e);
     notes.insert(notes.end(), ctx.flag_notes.begin(), ctx.flag_notes.end());
     if (!notes.empty()) {

@@ -129,19 +129,25 @@ nlohmann::json flops_json(const Estimate& e) {
     };
 }
 
-// The step and the run at the assumed MFU, or, when a throughput was measured, at the measured
-// rate ("basis"): the MFU and HFU it means and the times it gives.
-nlohmann::json time_json(const EstimateInputs& in, const Estimate& e) {
+// The step and the run at the assumed MFU or as the performance model predicts them, or, when a
+// throughput was measured, at the measured rate ("basis"): the MFU and HFU it means and the times
+// it gives. `model`: the prediction op by op (report_time.cpp).
+nlohmann::json time_json(const EstimateInputs& in, const Estimate& e, const ReportContext& ctx) {
     using nlohmann::json;
-    const bool timed = e.peak_flops_per_s > 0, run = e.tokens > 0;
+    const bool timed = e.peak_flops_per_s > 0 || e.time_predicted, run = e.tokens > 0;
     const bool measured = in.measured_tokens_per_s > 0;
     const double step = measured ? e.measured_step_seconds : e.step_seconds;
     const double run_s = measured ? e.measured_run_seconds : e.run_seconds;
     const bool known = timed || measured;
-    json t = {{"basis", measured ? "measured" : "assumed"},
-              {"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, timed)},
-              {"mfu", measured ? null_if_zero(e.measured_mfu, timed) : json(in.mfu)},
-              {"hfu", null_if_zero(measured ? e.measured_hfu : e.hfu, timed)},
+    const json mfu = measured           ? null_if_zero(e.measured_mfu, e.peak_flops_per_s > 0)
+                     : e.time_predicted ? null_if_zero(e.mfu, e.mfu > 0)
+                                        : json(in.mfu);
+    json t = {{"basis", measured           ? "measured"
+                        : e.time_predicted ? "predicted"
+                                           : "assumed"},
+              {"peak_flops_per_s", null_if_zero(e.peak_flops_per_s, e.peak_flops_per_s > 0)},
+              {"mfu", mfu},
+              {"hfu", null_if_zero(measured ? e.measured_hfu : e.hfu, e.peak_flops_per_s > 0)},
               {"step_seconds", null_if_zero(step, known)},
               {"run_seconds", null_if_zero(run_s, known && run)},
               {"run_days", null_if_zero(run_s / kSecondsPerDay, known && run)}};
@@ -149,6 +155,7 @@ nlohmann::json time_json(const EstimateInputs& in, const Estimate& e) {
         t["bubble_fraction"] = e.parallel.bubble_fraction;
         t["bubble_seconds"] = null_if_zero(e.parallel.bubble_seconds, timed && !measured);
     }
+    add_time_model_json(e, ctx, t);
     return t;
 }
 
@@ -232,7 +239,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
                         {"detailed_kept", e.act_detailed_kept_bytes},
                         {"detailed_layer", e.act_detailed_layer_bytes}};
     j["flops"] = flops_json(e);
-    j["time"] = time_json(in, e);
+    j["time"] = time_json(in, e, ctx);
     j["measured"] = measured_json(in, e);
     if (ctx.solved != nullptr) {
         j["solve"] = {{"kind", ctx.solve},
@@ -243,6 +250,7 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
             j["solve"]["tp"] = ctx.solved->tp;
             j["solve"]["pp"] = ctx.solved->pp;
         }
+        if (ctx.solve == "fastest") j["solve"]["candidates"] = fastest_json(*ctx.solved);
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["parallelism"] = parallel_json(in, e);

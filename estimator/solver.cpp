@@ -81,6 +81,20 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
 
 namespace {
 
+// The micro-batches --solve fastest tries for one combination: powers of two up to the largest
+// that fits, and that largest; none when B = 1 does not fit.
+std::vector<std::int64_t> micro_batches_to_try(const EstimateInputs& in, Estimator& est,
+                                               int& evaluations) {
+    const SolveResult largest = solve_max_micro_batch(in, est);
+    evaluations += largest.evaluations;
+    std::vector<std::int64_t> out;
+    const auto most = static_cast<std::int64_t>(largest.value);
+    for (std::int64_t b = 1; b > 0 && b <= most; b *= 2)
+        out.push_back(b);
+    if (most > 0 && out.back() != most) out.push_back(most);
+    return out;
+}
+
 struct Layout {
     int tp, pp;
 };
@@ -107,6 +121,61 @@ std::vector<Layout> layouts(const EstimateInputs& in) {
 }
 
 }  // namespace
+
+SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
+                          const std::vector<Precision>& precisions, int keep) {
+    if (base.mfu != 0 || base.profile == nullptr) {
+        throw UsageError("--solve fastest: needs the performance model's prediction (drop --mfu)");
+    }
+    SolveResult r;
+    std::vector<SolveCandidate> found;
+    EstimateInputs in = base;
+    const std::vector<Precision> recipes =
+        precisions.empty() ? std::vector<Precision>{base.precision} : precisions;
+    const int top_stage = base.gpus > 1 ? 3 : 0;
+    for (Precision p : recipes) {
+        for (Checkpointing ck :
+             {Checkpointing::none, Checkpointing::selective, Checkpointing::full}) {
+            for (AttentionImpl at : {AttentionImpl::flash, AttentionImpl::naive}) {
+                // Selective recomputation with flash attention recomputes nothing: the same run.
+                if (ck == Checkpointing::selective && at == AttentionImpl::flash) continue;
+                for (int z = 0; z <= top_stage; ++z) {
+                    in.precision = p;
+                    in.checkpointing = ck;
+                    in.attention = at;
+                    in.zero = z;
+                    for (std::int64_t b : micro_batches_to_try(in, est, r.evaluations)) {
+                        in.micro_batch = b;
+                        Estimate e = est.run(in);
+                        ++r.evaluations;
+                        if (!e.fits()) continue;
+                        found.push_back({p, b, ck, at, z, e.tokens_per_s, e.step_seconds, e.mfu,
+                                         e.gpu.total()});
+                    }
+                }
+            }
+        }
+    }
+    std::stable_sort(found.begin(), found.end(),
+                     [](const SolveCandidate& a, const SolveCandidate& b) {
+                         return a.tokens_per_s > b.tokens_per_s;
+                     });
+    in = base;
+    in.micro_batch = 1;
+    if (!found.empty()) {
+        const SolveCandidate& best = found.front();
+        in.precision = best.precision;
+        in.micro_batch = best.micro_batch;
+        in.checkpointing = best.checkpointing;
+        in.attention = best.attention;
+        in.zero = best.zero;
+        r.value = best.tokens_per_s;
+        found.resize(std::min<std::size_t>(found.size(), static_cast<std::size_t>(keep)));
+        r.candidates = std::move(found);
+    }
+    r.at = est.run(in);
+    return r;
+}
 
 SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est) {
     if (base.params_only) {

@@ -4,16 +4,29 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "estimator/estimate.h"
 
 namespace napkin {
 
+// One configuration --solve fastest tried, with its prediction.
+struct SolveCandidate {
+    Precision precision = Precision::bf16_amp;
+    std::int64_t micro_batch = 1;
+    Checkpointing checkpointing = Checkpointing::none;
+    AttentionImpl attention = AttentionImpl::flash;
+    int zero = 0;
+    double tokens_per_s = 0, step_seconds = 0, mfu = 0, gpu_bytes = 0;
+};
+
 struct SolveResult {
-    double value = 0;  // parameters, or micro-batch; 0 when even the smallest does not fit
+    double value =
+        0;  // parameters, micro-batch, or tokens/s; 0 when even the smallest does not fit
     Estimate at;       // the estimate at `value` (at the smallest candidate when value is 0)
     int evaluations = 0;
     bool at_limit = false;  // `value` is the search's upper limit, which fits: the answer is >= it
+    std::vector<SolveCandidate> candidates;  // --solve fastest: the best few, fastest first
     int tp = 1, pp = 1;     // solve_min_tp_pp's layout (the largest tried when nothing fits)
 };
 
@@ -25,6 +38,12 @@ SolveResult solve_max_params(const EstimateInputs& base, Estimator& est);
 // model states alone do not depend on B.
 SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
 
+// The highest predicted tokens/s that fits, over micro-batch x checkpointing x attention x ZeRO
+// stage (0 only on one GPU) x `precisions` (the base's alone when empty): for each combination
+// the micro-batches 1, 2, 4, ... up to the largest that fits, and that largest. Keeps the `keep`
+// fastest. Needs the performance model (base.mfu 0 and a profile): UsageError otherwise.
+SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
+                          const std::vector<Precision>& precisions, int keep = 5);
 // The smallest model-parallel group T P (Megatron-LM's layout, estimator/parallel.h) whose
 // estimate fits: T at most a node's GPUs and dividing the heads, kv-heads and d_ff, P at most L;
 // among equal T P the larger T, tensor parallelism inside a node before pipeline parallelism

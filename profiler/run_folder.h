@@ -3,7 +3,7 @@
 // Every failure is an InputError naming the file and what was expected, one line:
 //   runs/a: no such folder
 //   runs/a/report.json: not valid JSON (line 40, column 1: unexpected end of input ...)
-//   runs/a/report.json: schema napkin-train-report/9 is newer than this napkin reads (1);
+//   runs/a/report.json: schema napkin-train-report/9 is newer than this napkin reads (1-2);
 //   update napkin
 //   runs/a/report.json: field 'measured.seconds' is not a number
 //   runs/z3/rank1/report.json: field 'communication.world' is 4, but rank 0 (runs/z3/report.json)

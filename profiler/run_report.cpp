@@ -76,6 +76,25 @@ void to_json(json& j, const ClosedForm& c) {
          {"activations", c.activations}};
 }
 
+void to_json(json& j, const TimePrediction& t) {
+    json ops = json::array();
+    for (const PredictedOpTime& o : t.ops) {
+        ops.push_back({{"name", o.name},
+                       {"bucket", o.bucket},
+                       {"calls_per_step", o.calls_per_step},
+                       {"seconds_per_step", o.seconds_per_step}});
+    }
+    j = {{"profile", t.profile},
+         {"step_seconds", t.step_seconds},
+         {"tokens_per_s", t.tokens_per_s},
+         {"mfu", t.mfu},
+         {"seconds_by_bucket", t.seconds_by_bucket},
+         {"communication_seconds", t.communication_seconds},
+         {"communication_exposed_seconds", t.communication_exposed_seconds},
+         {"ops", ops},
+         {"notes", t.notes}};
+}
+
 void to_json(json& j, const Prediction& p) {
     j = json::object();
     for (std::size_t c = 0; c < kPredictedCategoryCount; ++c)
@@ -84,6 +103,7 @@ void to_json(json& j, const Prediction& p) {
     put(j, "hardware_flops_per_step", p.hardware_flops_per_step);
     put(j, "closed_form", p.closed_form);
     put(j, "host_memory", p.host_memory);
+    put(j, "time", p.time);
 }
 
 void to_json(json& j, const DeviceMemory& d) {
@@ -234,7 +254,7 @@ void to_json(json& j, const CommunicationReport& c) {
 }
 
 void to_json(json& j, const RunReport& r) {
-    j = {{"schema", std::string(kReportSchema)},
+    j = {{"schema", r.schema},
          {"model", model_config_to_json(r.model)},
          {"run", r.run},
          {"init", or_null(r.init)},

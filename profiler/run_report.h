@@ -7,7 +7,8 @@
 // kReportSchemaVersion and refuses a newer one by name ("schema napkin-train-report/3 is newer
 // than this napkin reads (1-2); update napkin"). A field added within a version is optional
 // here: absent in the reports written before it (noted beside each). A changed field bumps the
-// version.
+// version. 2 added predicted.time (the performance model's step); a report read is written back
+// under the schema it was read with, so a version 1 file round-trips to the same text.
 //
 // Errors are InputError, one line naming the field: "field 'measured.tokens_per_s' is not a
 // number"; profiler/run_folder.h read_run_report puts the file in front.
@@ -30,8 +31,8 @@
 namespace napkin::profiler {
 
 inline constexpr std::string_view kReportSchemaName = "napkin-train-report";
-inline constexpr int kReportSchemaVersion = 1;  // the one written; read: 1..this
-inline constexpr std::string_view kReportSchema = "napkin-train-report/1";
+inline constexpr int kReportSchemaVersion = 2;  // the one written; read: 1..this
+inline constexpr std::string_view kReportSchema = "napkin-train-report/2";
 
 // The recipe and loop options ("run").
 struct RunOptions {
@@ -83,6 +84,28 @@ struct ClosedForm {
     bool operator==(const ClosedForm&) const = default;
 };
 
+// One op's predicted time per step (the performance model, estimator/perf_model.h), named as
+// the profile's op rows are ("attn.qkv backward").
+struct PredictedOpTime {
+    std::string name, bucket;  // bucket: "gemm", "attention", "memory_bound", ...
+    double calls_per_step = 0, seconds_per_step = 0;
+    bool operator==(const PredictedOpTime&) const = default;
+};
+
+// The performance model's step for this run ("predicted.time"): its device profile, the step's
+// seconds, tokens/s and MFU (against the measurement's peak), where the time goes and each op.
+// Added in schema version 2; absent from version 1, and from a GPU run on a device the hardware
+// table lacks (no profile and no datasheet to predict from).
+struct TimePrediction {
+    std::string profile;
+    double step_seconds = 0, tokens_per_s = 0, mfu = 0;
+    std::map<std::string, double> seconds_by_bucket;
+    double communication_seconds = 0, communication_exposed_seconds = 0;
+    std::vector<PredictedOpTime> ops;
+    std::vector<std::string> notes;
+    bool operator==(const TimePrediction&) const = default;
+};
+
 // The estimator for exactly this run ("predicted").
 struct Prediction {
     std::array<double, kPredictedCategoryCount> bytes{};  // by MemCategory
@@ -90,6 +113,7 @@ struct Prediction {
     std::optional<double> hardware_flops_per_step;  // plus recomputation
     std::optional<ClosedForm> closed_form;
     std::optional<HostStateBytes<double>> host_memory;  // --offload optimizer
+    std::optional<TimePrediction> time;
     bool operator==(const Prediction&) const = default;
 };
 
@@ -227,7 +251,7 @@ struct CommunicationReport {
 };
 
 struct RunReport {
-    std::string schema = std::string(kReportSchema);  // as read; written as kReportSchema
+    std::string schema = std::string(kReportSchema);  // as read, and written back so
     ModelConfig model;
     RunOptions run;
     std::optional<InitReport> init;  // null without --init-from

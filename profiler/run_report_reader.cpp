@@ -176,6 +176,31 @@ InitReport read_init(const Object& o) {
             o.boolean("peak_rss_reset")};
 }
 
+TimePrediction read_time_prediction(const Object& o) {
+    TimePrediction t;
+    t.profile = o.string("profile");
+    t.step_seconds = o.number("step_seconds");
+    t.tokens_per_s = o.number("tokens_per_s");
+    t.mfu = o.number("mfu");
+    for (const auto& [key, v] : o.require("seconds_by_bucket").items()) {
+        if (!v.is_number()) fail(o.at("seconds_by_bucket") + "." + key, "is not a number");
+        t.seconds_by_bucket[key] = v.get<double>();
+    }
+    t.communication_seconds = o.number("communication_seconds");
+    t.communication_exposed_seconds = o.number("communication_exposed_seconds");
+    t.ops = o.objects("ops", [](const Object& op) {
+        return PredictedOpTime{op.string("name"), op.string("bucket"), op.number("calls_per_step"),
+                               op.number("seconds_per_step")};
+    });
+    const json& notes = o.require("notes");
+    if (!notes.is_array()) fail(o.at("notes"), "is not an array");
+    for (const json& n : notes) {
+        if (!n.is_string()) fail(o.at("notes"), "holds something other than a string");
+        t.notes.push_back(n.get<std::string>());
+    }
+    return t;
+}
+
 Prediction read_predicted(const Object& o) {
     Prediction p;
     for (std::size_t c = 0; c < kPredictedCategoryCount; ++c)
@@ -189,6 +214,7 @@ Prediction read_predicted(const Object& o) {
     }
     if (const auto h = o.optional_object("host_memory"))
         p.host_memory = read_host_state<double>(*h);
+    if (const auto t = o.optional_object("time")) p.time = read_time_prediction(*t);
     return p;
 }
 

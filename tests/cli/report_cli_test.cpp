@@ -76,8 +76,10 @@ TEST_F(ReportCli, OpRangesCoverEachStep) {
 TEST_F(ReportCli, TableSideBySide) {
     const CliRun r = napkin("report " + run("fp32").string() + " " + run("bf16-full").string());
     ASSERT_EQ(r.rc, 0) << r.err;
-    for (const char* s : {"fp32", "bf16-full", "bf16-amp", "activations", "closed form", "MFU", "MFU, median step", "HFU",
-                          "ops of fp32", "ops of bf16-full", "attn.qkv", "(recompute)"}) {
+    for (const char* s :
+         {"fp32", "bf16-full", "bf16-amp", "activations", "closed form", "MFU", "MFU, median step",
+          "HFU", "ops of fp32", "ops of bf16-full", "attn.qkv", "(recompute)",
+          "step, predicted (model)", "measured / predicted", "x model"}) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     }
     const CliRun j = napkin("report --json " + run("fp32").string() + " " + run("bf16-full").string());
@@ -89,6 +91,12 @@ TEST_F(ReportCli, TableSideBySide) {
         EXPECT_EQ(run["memory"]["parameters"]["predicted"], run["memory"]["parameters"]["measured"]);
         EXPECT_FALSE(run["ops"].empty());
         EXPECT_GT(run["mfu_median"].get<double>(), 0.0) << run.dump();
+        // The performance model's step and ops beside the measured ones, met by op name.
+        EXPECT_GT(run["predicted_step_seconds"].get<double>(), 0.0);
+        int modelled = 0;
+        for (const auto& op : run["ops"])
+            modelled += op["model_seconds_per_step"].is_number();
+        EXPECT_GE(modelled, static_cast<int>(run["ops"].size()) - 2) << run["ops"].dump();
     }
     EXPECT_EQ(napkin("report --top 0 " + run("fp32").string()).out.find("ops of"), std::string::npos);
 }
@@ -213,10 +221,12 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
         s.replace(s.find(from), from.size(), to);
         return s;
     };
-    const std::string v9 = make("v9", future(report, "napkin-train-report/1", "napkin-train-report/9"),
-                                future(trace, "napkin-trace/1", "napkin-trace/9"));
-    expect_error("report " + v9, 1,
-                 "schema napkin-train-report/9 is newer than this napkin reads (1); update napkin");
+    const std::string v9 =
+        make("v9", future(report, "napkin-train-report/2", "napkin-train-report/9"),
+             future(trace, "napkin-trace/1", "napkin-trace/9"));
+    expect_error(
+        "report " + v9, 1,
+        "schema napkin-train-report/9 is newer than this napkin reads (1-2); update napkin");
     expect_error("export " + v9 + " -o " + out.string(), 1, "napkin-trace/9 is not supported");
     const std::string wrong_type = make("wrong_type", future(report, "\"tokens_per_s\":", "\"tokens_per_s\": \"fast\", \"x\":"), trace);
     expect_error("report " + wrong_type, 1, "field 'measured.tokens_per_s' is not a number");

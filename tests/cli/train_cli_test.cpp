@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <vector>
 
 #include "profiler/trace_check.h"
@@ -45,8 +46,22 @@ TEST(TrainCli, ShortRunWritesReport) {
     const CliRun r = napkin("train --steps 3 --micro-batch 2 --seq-len 32 --precision bf16-amp --quiet --out " + out.string());
     ASSERT_EQ(r.rc, 0) << r.err;
     const auto j = read_json(out / "report.json");
-    EXPECT_EQ(j["schema"], "napkin-train-report/1");
+    EXPECT_EQ(j["schema"], "napkin-train-report/2");
     ASSERT_EQ(j["steps"].size(), 3u);
+    // The performance model's step for this run, over this CPU's ceilings (no profile shipped
+    // for it): its buckets add up to the step, and its ops are the engine's op ranges.
+    const auto& t = j["predicted"]["time"];
+    EXPECT_NE(t["profile"].get<std::string>().find("default efficiencies"), std::string::npos);
+    EXPECT_GT(t["step_seconds"].get<double>(), 0.0);
+    double buckets = 0;
+    for (const auto& [name, s] : t["seconds_by_bucket"].items())
+        buckets += s.get<double>();
+    EXPECT_NEAR(buckets, t["step_seconds"].get<double>(), 1e-9 * buckets);
+    std::set<std::string> ops;
+    for (const auto& o : t["ops"])
+        ops.insert(o["name"].get<std::string>());
+    for (const char* op : {"attn.qkv", "attn.qkv backward", "optimizer", "data"})
+        EXPECT_TRUE(ops.count(op)) << op;
     for (const auto& s : j["steps"]) EXPECT_TRUE(std::isfinite(s["loss"].get<double>()));
     for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state"}) {
         EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>()) << k;
@@ -542,6 +557,26 @@ TEST(TrainCli, BadInput) {
     }
     expect_error("train --data " + (dir / "tiny.txt").string(), 1, "fewer than one sequence", out);
     expect_error("train --seq-len 500", 2, "exceeds the model's context length 128", out);
+    // --device-profile: another device's is refused before the first step, a malformed one named.
+    {
+        std::ofstream f(dir / "h200.json");
+        f << R"({"schema": "napkin-device-profile/1",
+                 "device": {"kind": "cuda", "name": "NVIDIA H200", "gpu": "h200", "memory_bytes": 1.41e11},
+                 "made": {"source": "measured", "command": "napkin calibrate --device cuda -o h200.json",
+                          "build": "", "date": "2026-11-26", "conditions": ""},
+                 "peak_flops_per_s": {"bf16": 9.895e14}, "memory_bytes_per_s": 4.8e12,
+                 "compute": [{"threads": 0, "gemm": [], "attention": [], "streaming": [],
+                              "overhead": {"op_seconds": 0, "step_seconds": 0}}],
+                 "host_device": null, "collectives": [], "gaps": []})";
+    }
+    expect_error("train --device-profile " + (dir / "h200.json").string(), 2,
+                 "--device-profile " + (dir / "h200.json").string() + ": measured on ", out);
+    {
+        std::ofstream f(dir / "bad_profile.json");
+        f << R"({"schema": "napkin-device-profile/1", "device": {"kind": "cpu"}})";
+    }
+    expect_error("train --device-profile " + (dir / "bad_profile.json").string(), 1,
+                 "bad_profile.json: field 'device.name' is missing", out);
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
     // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.

@@ -60,7 +60,7 @@ TEST(RunFolder, BadInputNamesTheFileAndTheProblem) {
     EXPECT_EQ(
         error_of([&] { p::load_run_report(d.path()); }),
         f.string() +
-            ": schema napkin-train-report/9 is newer than this napkin reads (1); update napkin");
+            ": schema napkin-train-report/9 is newer than this napkin reads (1-2); update napkin");
     write(f, R"({"schema": "napkin-trace/1"})");
     EXPECT_NE(error_of([&] { p::load_run_report(d.path()); }).find("is not a napkin-train-report file"),
               std::string::npos);

@@ -58,6 +58,17 @@ p::RunReport full_report() {
     r.predicted.hardware_flops_per_step = 2e12;
     r.predicted.closed_form = p::ClosedForm{1.4e12, 9e6, 16, 4.5e6};
     r.predicted.host_memory = p::HostStateBytes<double>{1e6, 1e6, 2e6};
+    p::TimePrediction time;
+    time.profile = "profile h200.json (shipped)";
+    time.step_seconds = 0.21;
+    time.tokens_per_s = 39000;
+    time.mfu = 0.45;
+    time.seconds_by_bucket = {{"gemm", 0.15}, {"attention", 0.03}, {"overhead", 0.01}};
+    time.communication_seconds = 0.02;
+    time.communication_exposed_seconds = 0.005;
+    time.ops = {{"attn.qkv", "gemm", 12, 0.011}, {"attn.core backward", "attention", 12, 0.02}};
+    time.notes = {"no fp8 GEMM table: bf16's at 2x"};
+    r.predicted.time = time;
     for (std::size_t c = 0; c < napkin::kMemCategoryCount; ++c)
         r.measured.peak_bytes[c] = static_cast<std::int64_t>(1000 * (c + 1));
     r.measured.peak_total_bytes = 36000;
@@ -118,7 +129,8 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.run.data_entropy_nats.reset();
     bare.run.offload.reset();
     bare.init.reset();
-    bare.predicted = {bare.predicted.bytes, 1e9, std::nullopt, std::nullopt, std::nullopt};
+    bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt,
+                      std::nullopt,         std::nullopt, std::nullopt};
     bare.measured.peak_bytes[static_cast<std::size_t>(napkin::MemCategory::communication)].reset();
     bare.measured.hardware_flops_per_s.reset();
     bare.measured.hfu.reset();
@@ -185,21 +197,21 @@ TEST(RunReport, ReadsTheSampleRuns) {
 
 TEST(RunReport, ANewerSchemaIsRefusedByName) {
     json j = full_report();
-    j["schema"] = "napkin-train-report/2";
+    j["schema"] = "napkin-train-report/3";
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "schema napkin-train-report/2 is newer than this napkin reads (1); update napkin");
+              "schema napkin-train-report/3 is newer than this napkin reads (1-2); update napkin");
     for (const char* bad :
          {"napkin-train-report/0", "napkin-train-report/x", "napkin-train-report/"}) {
         j["schema"] = bad;
         EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-                  "schema \"" + std::string(bad) + "\" is not a version this napkin reads (1)");
+                  "schema \"" + std::string(bad) + "\" is not a version this napkin reads (1-2)");
     }
     j["schema"] = "napkin-trace/1";
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
               "schema \"napkin-trace/1\" is not a napkin-train-report file");
     j.erase("schema");
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "not a napkin-train-report file (no schema \"napkin-train-report/1\")");
+              "not a napkin-train-report file (no schema \"napkin-train-report/2\")");
 }
 
 // Each problem is one line naming the field by its path in the file.
@@ -242,6 +254,14 @@ TEST(RunReport, AWrongOrMissingFieldIsNamed) {
     EXPECT_EQ(error_after([](json& j) { j["run"]["lora_rank"] = nullptr; }),
               "field 'run.lora_rank' is missing");
     EXPECT_EQ(error_after([](json& j) { j["model"]["n_layers"] = 0; }).rfind("model: ", 0), 0u);
+    EXPECT_EQ(
+        error_after([](json& j) { j["predicted"]["time"]["ops"][1]["seconds_per_step"] = "x"; }),
+        "field 'predicted.time.ops[1].seconds_per_step' is not a number");
+    EXPECT_EQ(
+        error_after([](json& j) { j["predicted"]["time"]["seconds_by_bucket"]["gemm"] = "x"; }),
+        "field 'predicted.time.seconds_by_bucket.gemm' is not a number");
+    EXPECT_EQ(error_after([](json& j) { j["predicted"]["time"]["notes"] = {1}; }),
+              "field 'predicted.time.notes' holds something other than a string");
     EXPECT_EQ(error_after([](json& j) { j = json::array(); }), "expected a JSON object");
 }
 
@@ -266,6 +286,21 @@ TEST(RunReport, EarlierReportsOfTheSameSchemaRead) {
     j["measured"].erase("sgemm_peak_flops_per_s");
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
               "field 'measured.peak_flops_per_s' is missing");
+}
+
+// Version 1 (before predicted.time) still reads, and writes back under its own schema; a new
+// report is version 2, with or without the time prediction (a GPU the hardware table lacks).
+TEST(RunReport, VersionOneReadsAndVersionTwoIsWritten) {
+    const p::RunReport v1 = p::parse_run_report(slurp(kTraces / "cpu-tiny/report.json"));
+    EXPECT_EQ(v1.schema, "napkin-train-report/1");
+    EXPECT_FALSE(v1.predicted.time.has_value());
+    EXPECT_EQ(json(v1)["schema"], "napkin-train-report/1");
+    p::RunReport fresh = full_report();
+    EXPECT_EQ(json(fresh)["schema"], "napkin-train-report/2");
+    fresh.predicted.time.reset();
+    const json j = fresh;
+    EXPECT_FALSE(j["predicted"].contains("time"));
+    EXPECT_EQ(j.get<p::RunReport>(), fresh);
 }
 
 TEST(RunReport, MalformedAndDeepJsonIsOneLine) {

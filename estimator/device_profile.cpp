@@ -1,0 +1,483 @@
+// Device profiles: the tables' interpolation, the one reader and the one writer
+// (estimator/device_profile.h; the format in docs/FORMATS.md, "Device profiles").
+#include "estimator/device_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "core/check.h"
+#include "core/durable_file.h"
+
+namespace napkin {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Inverse-distance weighting of log values over the nearest points: each point's distance is
+// the Euclidean one in log2 coordinates, its weight 1 / d^3, over the kNearest closest (so far
+// points do not flatten a well-sampled neighbourhood). At a point, that point's value.
+template <std::size_t D>
+double idw_log(const std::vector<std::array<double, D + 1>>& points,
+               const std::array<double, D>& at) {
+    constexpr std::size_t kNearest = 4;
+    std::vector<std::pair<double, double>> by_distance;  // (d^2, log value)
+    by_distance.reserve(points.size());
+    for (const auto& p : points) {
+        double d2 = 0;
+        for (std::size_t i = 0; i < D; ++i)
+            d2 += (p[i] - at[i]) * (p[i] - at[i]);
+        by_distance.emplace_back(d2, p[D]);
+    }
+    const std::size_t n = std::min(kNearest, by_distance.size());
+    std::partial_sort(by_distance.begin(), by_distance.begin() + static_cast<std::ptrdiff_t>(n),
+                      by_distance.end());
+    if (by_distance.front().first < 1e-12) return by_distance.front().second;
+    double sum_w = 0, sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double w = 1.0 / std::pow(by_distance[i].first, 1.5);
+        sum_w += w;
+        sum += w * by_distance[i].second;
+    }
+    return sum / sum_w;
+}
+
+double log2_of(std::int64_t v) {
+    return std::log2(static_cast<double>(std::max<std::int64_t>(v, 1)));
+}
+
+}  // namespace
+
+double GemmTable::flops_per_s(std::int64_t m, std::int64_t n, std::int64_t k) const {
+    NAPKIN_ASSERT(!points.empty(), "a GEMM table without points");
+    std::vector<std::array<double, 4>> logs;
+    logs.reserve(points.size());
+    for (const GemmPoint& p : points)
+        logs.push_back({log2_of(p.m), log2_of(p.n), log2_of(p.k), std::log(p.flops_per_s)});
+    return std::exp(idw_log<3>(logs, {log2_of(m), log2_of(n), log2_of(k)}));
+}
+
+double AttentionTable::flops_per_s(std::int64_t seq_len, std::int64_t head_dim,
+                                   std::int64_t batch_heads) const {
+    NAPKIN_ASSERT(!points.empty(), "an attention table without points");
+    std::vector<std::array<double, 4>> logs;
+    logs.reserve(points.size());
+    for (const AttentionPoint& p : points) {
+        logs.push_back({log2_of(p.seq_len), log2_of(p.head_dim), log2_of(p.batch_heads),
+                        std::log(p.flops_per_s)});
+    }
+    return std::exp(idw_log<3>(logs, {log2_of(seq_len), log2_of(head_dim), log2_of(batch_heads)}));
+}
+
+double StreamTable::bytes_per_s(double bytes) const {
+    NAPKIN_ASSERT(!points.empty(), "a streaming table without points");
+    // Points are sorted by bytes (the reader and the calibration keep them so).
+    if (bytes <= points.front().bytes) return points.front().bytes_per_s;
+    if (bytes >= points.back().bytes) return points.back().bytes_per_s;
+    const auto hi = std::upper_bound(points.begin(), points.end(), bytes,
+                                     [](double b, const StreamPoint& p) { return b < p.bytes; });
+    const StreamPoint& a = *(hi - 1);
+    const StreamPoint& b = *hi;
+    const double f = std::log(bytes / a.bytes) / std::log(b.bytes / a.bytes);
+    return std::exp(std::log(a.bytes_per_s) +
+                    f * (std::log(b.bytes_per_s) - std::log(a.bytes_per_s)));
+}
+
+double DeviceProfile::peak_for(DType gemm_dtype) const {
+    for (const auto& [dtype, peak] : peak_flops_per_s) {
+        if (dtype == gemm_dtype) return peak;
+    }
+    return 0;
+}
+
+const ComputeSection* DeviceProfile::section(int threads) const {
+    const ComputeSection* best = nullptr;
+    for (const ComputeSection& s : compute) {
+        if (best == nullptr) {
+            best = &s;
+        } else if (threads <= 0) {
+            if (s.threads > best->threads) best = &s;
+        } else if (std::abs(s.threads - threads) < std::abs(best->threads - threads)) {
+            best = &s;
+        }
+    }
+    return best;
+}
+
+const CollectiveTable* DeviceProfile::collective(Collective op, int world) const {
+    for (const CollectiveTable& c : collectives) {
+        if (c.op == op && c.world == world) return &c;
+    }
+    return nullptr;
+}
+
+std::string profile_mismatch(const DeviceProfile& p, const DeviceIdentity& present) {
+    const DeviceIdentity& d = p.device;
+    auto describe = [](const DeviceIdentity& x) {
+        std::string s = "'" + x.name + "'";
+        if (x.kind == DeviceKind::cpu)
+            s += " with " + std::to_string(x.logical_cpus) + " logical CPUs";
+        if (!x.gpu.empty()) s += " (" + x.gpu + ")";
+        return s;
+    };
+    bool same = d.kind == present.kind;
+    if (same && d.kind == DeviceKind::cpu)
+        same = d.name == present.name && d.logical_cpus == present.logical_cpus;
+    // A GPU matches by its table entry when both name one (an estimate knows only that), else
+    // by the driver's name.
+    if (same && d.kind == DeviceKind::cuda)
+        same =
+            !d.gpu.empty() && !present.gpu.empty() ? d.gpu == present.gpu : d.name == present.name;
+    if (same) return "";
+    return "measured on " + describe(d) + ", not on " + describe(present);
+}
+
+LineFit fit_line(const std::vector<std::pair<double, double>>& xy) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    const auto n = static_cast<double>(xy.size());
+    for (const auto& [x, y] : xy) {
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+    }
+    const double det = n * sxx - sx * sx;
+    LineFit f;
+    if (det > 0) {
+        f.intercept = (sy * sxx - sx * sxy) / det;
+        f.slope = (n * sxy - sx * sy) / det;
+    } else {
+        f.intercept = n > 0 ? sy / n : 0.0;
+    }
+    if (f.intercept < 0 || f.slope < 0) {
+        f.intercept = std::max(f.intercept, 0.0);
+        double num = 0;
+        for (const auto& [x, y] : xy)
+            num += x * (y - f.intercept);
+        f.slope = sxx > 0 ? std::max(num / sxx, 0.0) : 0.0;
+    }
+    return f;
+}
+
+CollectiveTable fit_collective(Collective op, int world,
+                               const std::vector<std::pair<double, double>>& bytes_seconds) {
+    NAPKIN_ASSERT(!bytes_seconds.empty(), "no collective points to fit");
+    CollectiveTable t;
+    t.op = op;
+    t.world = world;
+    for (const auto& [bytes, seconds] : bytes_seconds)
+        t.points.push_back({bytes, seconds > 0 ? bytes / seconds : 0.0});
+    std::sort(t.points.begin(), t.points.end(),
+              [](const StreamPoint& a, const StreamPoint& b) { return a.bytes < b.bytes; });
+    const LineFit f = fit_line(bytes_seconds);
+    t.latency_seconds = f.intercept;
+    t.bytes_per_s = f.slope > 0 ? 1.0 / f.slope : 0.0;
+    return t;
+}
+
+// ---- Reading ---------------------------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) {
+    throw InputError("field '" + field + "' " + what);
+}
+
+// A field of the document: its value and its path, for the one-line errors.
+struct Field {
+    const json& v;
+    std::string path;
+
+    Field operator[](const char* key) const {
+        if (!v.is_object()) bad(path, "is not an object");
+        const auto it = v.find(key);
+        if (it == v.end()) bad(join(key), "is missing");
+        return {*it, join(key)};
+    }
+    bool has(const char* key) const {
+        return v.is_object() && v.contains(key) && !v.at(key).is_null();
+    }
+    std::string join(const char* key) const { return path.empty() ? key : path + "." + key; }
+
+    double positive() const {
+        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+            bad(path, "is not a positive number");
+        return v.get<double>();
+    }
+    double non_negative() const {
+        if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+            bad(path, "is not a number >= 0");
+        return v.get<double>();
+    }
+    std::int64_t count() const {
+        const double d = positive();
+        if (d != std::floor(d) || d > 9e15) bad(path, "is not a positive integer");
+        return static_cast<std::int64_t>(d);
+    }
+    std::string text() const {
+        if (!v.is_string()) bad(path, "is not a string");
+        return v.get<std::string>();
+    }
+    bool flag() const {
+        if (!v.is_boolean()) bad(path, "is not true or false");
+        return v.get<bool>();
+    }
+    template <class E, std::size_t N>
+    E one_of(const std::array<EnumName<E>, N>& names) const {
+        const std::string s = text();
+        if (auto e = find_enum(names, s)) return *e;
+        bad(path, "is '" + s + "' (expected " + enum_choices(names) + ")");
+    }
+    // Each element of an array, read by `read(Field)`.
+    template <class Read>
+    auto each(Read read) const {
+        if (!v.is_array()) bad(path, "is not an array");
+        std::vector<decltype(read(std::declval<Field>()))> out;
+        for (std::size_t i = 0; i < v.size(); ++i)
+            out.push_back(read(Field{v[i], path + "[" + std::to_string(i) + "]"}));
+        return out;
+    }
+    // A row of `n` numbers: [a, b, ...].
+    std::vector<double> row(std::size_t n) const {
+        if (!v.is_array() || v.size() != n)
+            bad(path, "is not an array of " + std::to_string(n) + " numbers");
+        std::vector<double> out;
+        for (std::size_t i = 0; i < n; ++i)
+            out.push_back(Field{v[i], path + "[" + std::to_string(i) + "]"}.positive());
+        return out;
+    }
+};
+
+template <class Point, class Read>
+std::vector<Point> nonempty_points(const Field& f, Read read) {
+    auto points = f.each(read);
+    if (points.empty()) bad(f.path, "has no points");
+    return points;
+}
+
+GemmTable read_gemm(const Field& f) {
+    GemmTable t;
+    t.dtype = f["dtype"].one_of(kDTypeNames);
+    t.pass = f["pass"].one_of(kGemmPassNames);
+    t.points = nonempty_points<GemmPoint>(f["points"], [](const Field& p) {
+        const std::vector<double> r = p.row(4);
+        return GemmPoint{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
+                         static_cast<std::int64_t>(r[2]), r[3]};
+    });
+    return t;
+}
+
+AttentionTable read_attention(const Field& f) {
+    AttentionTable t;
+    t.impl = f["impl"].one_of(kAttentionNames);
+    t.dtype = f["dtype"].one_of(kDTypeNames);
+    t.causal = f["causal"].flag();
+    t.direction = f["direction"].one_of(kDirectionNames);
+    t.points = nonempty_points<AttentionPoint>(f["points"], [](const Field& p) {
+        const std::vector<double> r = p.row(4);
+        return AttentionPoint{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
+                              static_cast<std::int64_t>(r[2]), r[3]};
+    });
+    return t;
+}
+
+std::vector<StreamPoint> read_stream_points(const Field& f) {
+    std::vector<StreamPoint> points = nonempty_points<StreamPoint>(f, [](const Field& p) {
+        const std::vector<double> r = p.row(2);
+        return StreamPoint{r[0], r[1]};
+    });
+    std::sort(points.begin(), points.end(),
+              [](const StreamPoint& a, const StreamPoint& b) { return a.bytes < b.bytes; });
+    return points;
+}
+
+ComputeSection read_section(const Field& f) {
+    ComputeSection s;
+    s.threads = static_cast<int>(f["threads"].non_negative());
+    s.gemm = f["gemm"].each(read_gemm);
+    s.attention = f["attention"].each(read_attention);
+    s.streaming = f["streaming"].each([](const Field& t) {
+        return StreamTable{t["op"].one_of(kStreamOpNames), t["dtype"].one_of(kDTypeNames),
+                           read_stream_points(t["points"])};
+    });
+    s.overhead = {f["overhead"]["op_seconds"].non_negative(),
+                  f["overhead"]["step_seconds"].non_negative()};
+    return s;
+}
+
+CollectiveTable read_collective(const Field& f) {
+    CollectiveTable c;
+    c.op = f["op"].one_of(kCollectiveNames);
+    c.world = static_cast<int>(f["world"].count());
+    c.latency_seconds = f["latency_seconds"].non_negative();
+    c.bytes_per_s = f["bytes_per_s"].positive();
+    c.points = read_stream_points(f["points"]);
+    return c;
+}
+
+void read_identity(const Field& f, DeviceProfile& p) {
+    p.device.kind = f["device"]["kind"].one_of(kDeviceKindNames);
+    p.device.name = f["device"]["name"].text();
+    if (p.device.kind == DeviceKind::cpu)
+        p.device.logical_cpus = static_cast<int>(f["device"]["logical_cpus"].count());
+    if (f["device"].has("gpu")) p.device.gpu = f["device"]["gpu"].text();
+    p.device.memory_bytes = f["device"]["memory_bytes"].positive();
+    const Field m = f["made"];
+    p.made = {m["source"].text(), m["command"].text(), m["build"].text(), m["date"].text(),
+              m["conditions"].text()};
+}
+
+void check_schema(const Field& f) {
+    const std::string schema = f["schema"].text();
+    const std::string prefix = std::string(kProfileSchemaName) + "/";
+    int version = 0;
+    if (schema.rfind(prefix, 0) == 0) {
+        try {
+            version = std::stoi(schema.substr(prefix.size()));
+        } catch (const std::exception&) {
+            version = 0;
+        }
+    }
+    if (version < 1 || version > kProfileSchemaVersion) {
+        const std::string versions = kProfileSchemaVersion == 1
+                                         ? std::string("1")
+                                         : "1-" + std::to_string(kProfileSchemaVersion);
+        bad("schema", "is '" + schema + "' (this napkin reads " + prefix + versions + ")");
+    }
+}
+
+}  // namespace
+
+DeviceProfile parse_device_profile(std::string_view text) {
+    json doc;
+    try {
+        doc = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+        throw InputError(std::string("not valid JSON (") + e.what() + ")");
+    }
+    const Field f{doc, ""};
+    if (!doc.is_object()) bad("(document)", "is not an object");
+    check_schema(f);
+    DeviceProfile p;
+    read_identity(f, p);
+    for (const auto& [name, peak] : f["peak_flops_per_s"].v.items()) {
+        const auto dtype = find_enum(kDTypeNames, name);
+        if (!dtype)
+            bad("peak_flops_per_s." + name,
+                "names no dtype (expected " + enum_choices(kDTypeNames) + ")");
+        p.peak_flops_per_s.emplace_back(*dtype, Field{peak, "peak_flops_per_s." + name}.positive());
+    }
+    if (p.peak_flops_per_s.empty()) bad("peak_flops_per_s", "names no dtype's peak");
+    p.memory_bytes_per_s = f["memory_bytes_per_s"].positive();
+    p.compute = f["compute"].each(read_section);
+    if (p.compute.empty()) bad("compute", "has no section");
+    if (f.has("host_device")) {
+        const Field h = f["host_device"];
+        p.host_device = HostDeviceCopy{h["to_device_bytes_per_s"].positive(),
+                                       h["to_host_bytes_per_s"].positive(),
+                                       h["host_optimizer_bytes_per_s"].positive()};
+    }
+    p.collectives = f["collectives"].each(read_collective);
+    p.gaps = f["gaps"].each([](const Field& g) { return g.text(); });
+    return p;
+}
+
+DeviceProfile read_device_profile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot be read");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+        return parse_device_profile(ss.str());
+    } catch (const InputError& e) {
+        throw InputError(path + ": " + e.what());
+    }
+}
+
+// ---- Writing ---------------------------------------------------------------------------------
+
+json to_json(const DeviceProfile& p) {
+    json j;
+    j["schema"] = std::string(kProfileSchemaName) + "/" + std::to_string(kProfileSchemaVersion);
+    j["device"] = {{"kind", enum_name(kDeviceKindNames, p.device.kind)}, {"name", p.device.name}};
+    if (p.device.kind == DeviceKind::cpu) j["device"]["logical_cpus"] = p.device.logical_cpus;
+    if (!p.device.gpu.empty()) j["device"]["gpu"] = p.device.gpu;
+    j["device"]["memory_bytes"] = p.device.memory_bytes;
+    j["made"] = {{"source", p.made.source},
+                 {"command", p.made.command},
+                 {"build", p.made.build},
+                 {"date", p.made.date},
+                 {"conditions", p.made.conditions}};
+    j["peak_flops_per_s"] = json::object();
+    for (const auto& [dtype, peak] : p.peak_flops_per_s)
+        j["peak_flops_per_s"][std::string(dtype_name(dtype))] = peak;
+    j["memory_bytes_per_s"] = p.memory_bytes_per_s;
+    j["compute"] = json::array();
+    for (const ComputeSection& s : p.compute) {
+        json sj{
+            {"threads", s.threads},
+            {"gemm", json::array()},
+            {"attention", json::array()},
+            {"streaming", json::array()},
+            {"overhead",
+             {{"op_seconds", s.overhead.op_seconds}, {"step_seconds", s.overhead.step_seconds}}}};
+        for (const GemmTable& t : s.gemm) {
+            json pts = json::array();
+            for (const GemmPoint& q : t.points)
+                pts.push_back({q.m, q.n, q.k, q.flops_per_s});
+            sj["gemm"].push_back({{"dtype", dtype_name(t.dtype)},
+                                  {"pass", enum_name(kGemmPassNames, t.pass)},
+                                  {"points", pts}});
+        }
+        for (const AttentionTable& t : s.attention) {
+            json pts = json::array();
+            for (const AttentionPoint& q : t.points)
+                pts.push_back({q.seq_len, q.head_dim, q.batch_heads, q.flops_per_s});
+            sj["attention"].push_back({{"impl", enum_name(kAttentionNames, t.impl)},
+                                       {"dtype", dtype_name(t.dtype)},
+                                       {"causal", t.causal},
+                                       {"direction", enum_name(kDirectionNames, t.direction)},
+                                       {"points", pts}});
+        }
+        for (const StreamTable& t : s.streaming) {
+            json pts = json::array();
+            for (const StreamPoint& q : t.points)
+                pts.push_back({q.bytes, q.bytes_per_s});
+            sj["streaming"].push_back({{"op", enum_name(kStreamOpNames, t.op)},
+                                       {"dtype", dtype_name(t.dtype)},
+                                       {"points", pts}});
+        }
+        j["compute"].push_back(std::move(sj));
+    }
+    j["host_device"] = nullptr;
+    if (p.host_device) {
+        j["host_device"] = {
+            {"to_device_bytes_per_s", p.host_device->to_device_bytes_per_s},
+            {"to_host_bytes_per_s", p.host_device->to_host_bytes_per_s},
+            {"host_optimizer_bytes_per_s", p.host_device->host_optimizer_bytes_per_s}};
+    }
+    j["collectives"] = json::array();
+    for (const CollectiveTable& c : p.collectives) {
+        json pts = json::array();
+        for (const StreamPoint& q : c.points)
+            pts.push_back({q.bytes, q.bytes_per_s});
+        j["collectives"].push_back({{"op", enum_name(kCollectiveNames, c.op)},
+                                    {"world", c.world},
+                                    {"latency_seconds", c.latency_seconds},
+                                    {"bytes_per_s", c.bytes_per_s},
+                                    {"points", pts}});
+    }
+    j["gaps"] = p.gaps;
+    return j;
+}
+
+void write_device_profile(const DeviceProfile& p, const std::string& path) {
+    write_file_durably(path, to_json(p).dump(2) + "\n");
+}
+
+}  // namespace napkin

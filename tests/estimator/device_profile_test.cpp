@@ -1,0 +1,131 @@
+// Device profiles (estimator/device_profile.h, profile_catalog.h): the reader and writer agree,
+// a malformed or newer profile is one line naming the field, another device's profile is refused
+// unless forced, and the tables interpolate as documented.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "core/check.h"
+#include "estimator/device_profile.h"
+#include "estimator/hardware.h"
+#include "estimator/profile_catalog.h"
+
+namespace napkin {
+namespace {
+
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+DeviceProfile h200() {
+    return datasheet_profile(*find_gpu("h200"));
+}
+
+TEST(DeviceProfile, WritesAndReadsBackTheSame) {
+    const DeviceProfile p = h200();
+    const nlohmann::json j = to_json(p);
+    const DeviceProfile back = parse_device_profile(j.dump());
+    EXPECT_EQ(to_json(back), j);
+    EXPECT_EQ(back.device.gpu, "h200");
+    EXPECT_EQ(back.peak_for(DType::bf16), p.peak_for(DType::bf16));
+
+    DeviceIdentity cpu;
+    cpu.name = "Test CPU";
+    cpu.logical_cpus = 2;
+    cpu.memory_bytes = 8e9;
+    const DeviceProfile c = cpu_roofline_profile(cpu, 1e11, 1e10, 2);
+    const auto path = std::filesystem::temp_directory_path() / "napkin_profile_test.json";
+    write_device_profile(c, path.string());
+    EXPECT_EQ(to_json(read_device_profile(path.string())), to_json(c));
+    std::filesystem::remove(path);
+}
+
+TEST(DeviceProfile, AMalformedOrNewerProfileIsOneLineNamingTheField) {
+    const nlohmann::json good = to_json(h200());
+    auto error_after = [&](auto edit) {
+        nlohmann::json j = good;
+        edit(j);
+        const std::string e = error_of([&] { parse_device_profile(j.dump()); });
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+        return e;
+    };
+    EXPECT_EQ(error_after([](nlohmann::json& j) { j["schema"] = "napkin-device-profile/2"; }),
+              "field 'schema' is 'napkin-device-profile/2' (this napkin reads "
+              "napkin-device-profile/1)");
+    EXPECT_EQ(error_after([](nlohmann::json& j) { j["compute"][0]["gemm"][1]["points"] = "x"; }),
+              "field 'compute[0].gemm[1].points' is not an array");
+    EXPECT_EQ(error_after([](nlohmann::json& j) { j["memory_bytes_per_s"] = -1; }),
+              "field 'memory_bytes_per_s' is not a positive number");
+    EXPECT_EQ(
+        error_after([](nlohmann::json& j) { j["peak_flops_per_s"] = nlohmann::json::object(); }),
+        "field 'peak_flops_per_s' names no dtype's peak");
+    EXPECT_EQ(error_after([](nlohmann::json& j) { j["compute"] = nlohmann::json::array(); }),
+              "field 'compute' has no section");
+    EXPECT_EQ(error_after([](nlohmann::json& j) { j["device"].erase("name"); }),
+              "field 'device.name' is missing");
+    EXPECT_EQ(error_of([] { parse_device_profile("{\"schema\": "); }).rfind("not valid JSON (", 0),
+              0u);
+    EXPECT_EQ(error_of([] { read_device_profile("/nonexistent/p.json"); }),
+              "/nonexistent/p.json: cannot be read");
+}
+
+TEST(DeviceProfile, AnotherDevicesProfileIsRefusedUnlessForced) {
+    const DeviceProfile p = h200();
+    const DeviceIdentity h100 = gpu_identity(*find_gpu("h100-sxm"));
+    EXPECT_EQ(profile_mismatch(p, p.device), "");
+    EXPECT_NE(profile_mismatch(p, h100), "");
+    const auto path = std::filesystem::temp_directory_path() / "napkin_profile_h200.json";
+    write_device_profile(p, path.string());
+    auto fallback = [] { return h200(); };
+    const std::string e =
+        error_of([&] { choose_profile(path.string(), h100, false, "--device-profile", fallback); });
+    EXPECT_EQ(e.rfind("--device-profile " + path.string() + ": measured on ", 0), 0u) << e;
+    EXPECT_NE(e.find("(--profile-force uses it anyway)"), std::string::npos) << e;
+    const ChosenProfile forced =
+        choose_profile(path.string(), h100, true, "--device-profile", fallback);
+    EXPECT_NE(forced.origin.find("forced"), std::string::npos);
+    EXPECT_FALSE(forced.fallback);
+    std::filesystem::remove(path);
+    // No file and nothing shipped for it: the datasheet at the default efficiencies, said so.
+    const ChosenProfile none = choose_profile("", h100, false, "--device-profile", fallback);
+    EXPECT_TRUE(none.fallback);
+    EXPECT_NE(none.origin.find("default efficiencies"), std::string::npos);
+}
+
+TEST(DeviceProfile, TablesInterpolate) {
+    GemmTable g{
+        DType::bf16, GemmPass::forward, {{1024, 1024, 1024, 1e14}, {4096, 4096, 4096, 4e14}}};
+    // At a point, its own rate (through exp(log), to rounding).
+    EXPECT_NEAR(g.flops_per_s(1024, 1024, 1024), 1e14, 1e14 * 1e-12);
+    EXPECT_NEAR(g.flops_per_s(4096, 4096, 4096), 4e14, 4e14 * 1e-12);
+    const double mid = g.flops_per_s(2048, 2048, 2048);
+    EXPECT_GT(mid, 1e14);
+    EXPECT_LT(mid, 4e14);
+    // Streaming: log-log linear between points, flat past either end.
+    StreamTable s{StreamOp::norm_forward, DType::f32, {{1e3, 1e9}, {1e6, 1e10}}};
+    EXPECT_NEAR(s.bytes_per_s(10), 1e9, 1e9 * 1e-12);
+    EXPECT_NEAR(s.bytes_per_s(1e9), 1e10, 1e10 * 1e-12);
+    EXPECT_NEAR(s.bytes_per_s(std::sqrt(1e3 * 1e6)), std::sqrt(1e9 * 1e10), 1e3);
+}
+
+// seconds = latency + bytes / bandwidth, recovered from points on the line.
+TEST(DeviceProfile, FitsCollectivesToLatencyAndBandwidth) {
+    std::vector<std::pair<double, double>> points;
+    for (double bytes : {1e3, 1e5, 1e7})
+        points.emplace_back(bytes, 20e-6 + bytes / 5e9);
+    const CollectiveTable t = fit_collective(Collective::all_reduce, 2, points);
+    EXPECT_NEAR(t.latency_seconds, 20e-6, 1e-9);
+    EXPECT_NEAR(t.bytes_per_s, 5e9, 1e3);
+    EXPECT_EQ(t.points.size(), 3u);
+}
+
+}  // namespace
+}  // namespace napkin
