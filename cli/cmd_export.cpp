@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "core/durable_file.h"
 #include "profiler/run_folder.h"
@@ -234,6 +235,14 @@ void run_export(const ExportFlags& f) {
         for (TraceSource& t : trace_sources(arg))
             sources.push_back(std::move(t));
     }
+    std::vector<fs::path> inputs;
+    for (const TraceSource& src : sources) {
+        inputs.push_back(src.file);
+        inputs.push_back(src.file.parent_path() / "report.json");
+    }
+    for (const std::string& arg : f.runs)
+        inputs.emplace_back(arg);
+    refuse_overwriting_input("-o", f.out, inputs);
     DurableFile out{fs::path(f.out)};
     if (!out.ok()) throw InputError(out.error());
     Merger merger(out);

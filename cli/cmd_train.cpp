@@ -301,10 +301,10 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     report.init = init;
     report.predicted = prediction_report(loop.run.options, ei, pred);
     report.measured = measurement_report(loop.run.options, totals, trainer, loop.peak);
-    report.steps = totals.steps;
+    const std::filesystem::path file = loop.run.out_dir / "report.json";
+    report.steps = run_history(file, totals.steps);  // a resumed run keeps its earlier steps
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
     if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
-    const std::filesystem::path file = loop.run.out_dir / "report.json";
     write_file_durably(file, profiler::run_report_text(report));  // whole or not there
 
     print_run_summary(report, totals, pred, loop.steps.last, file);

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/flag_checks.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -13,6 +15,24 @@
 namespace napkin::cli {
 
 namespace {
+
+// Paths go into JSON (report.json, the checkpoint header), which holds UTF-8 only: a path of other
+// bytes would train every step and then fail to write the report. Refused before the run.
+void require_utf8_paths(const TrainFlags& f) {
+    for (const auto& [flag, path] : {std::pair{"--data", &f.data},
+                                     {"--out", &f.out},
+                                     {"--init-from", &f.init_from},
+                                     {"--resume", &f.resume},
+                                     {"--config", &f.config}}) {
+        try {
+            (void)nlohmann::json(*path).dump();
+        } catch (const nlohmann::json::type_error&) {
+            throw UsageError(std::string(flag) +
+                             ": the path is not valid UTF-8, which napkin's JSON files (report, "
+                             "checkpoint header) cannot hold; rename it");
+        }
+    }
+}
 
 // --finetune lora|qlora and their adapter flags.
 void finetune_from_flags(const TrainFlags& f, const CLI::App& cmd, TrainOptions& o) {
@@ -182,6 +202,7 @@ void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
 
 RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     check_flags(f, cmd, comm);
+    require_utf8_paths(f);
     RunSetup run;
     run.load_strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
     if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,5 +57,12 @@ profiler::Measurement measurement_report(const TrainOptions& o, const StepTotals
 void print_run_summary(const profiler::RunReport& report, const StepTotals& totals,
                        const Estimate& predicted, int last_step,
                        const std::filesystem::path& report_file);
+
+// report.json's "steps" of a resumed run: the steps before this process's first that an earlier
+// process of the same run folder reported in `report_file` (kept: the report is the whole run's
+// history), then `steps`. Just `steps` when there is no earlier report; a warning on stderr and
+// just `steps` when it cannot be read.
+std::vector<profiler::StepReport> run_history(const std::filesystem::path& report_file,
+                                              const std::vector<profiler::StepReport>& steps);
 
 }  // namespace napkin::cli

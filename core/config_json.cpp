@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 
 namespace napkin {
@@ -298,18 +299,13 @@ ModelConfig load_model_config(const std::string& path) {
     if (std::filesystem::is_directory(path, ec)) {
         throw UsageError(path + ": cannot open (" + std::strerror(EISDIR) + ")");
     }
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int err = errno;
-        throw UsageError(path + ": cannot open (" +
-                         (err != 0 ? std::strerror(err) : "unknown error") + ")");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
+    // Bounded and never blocking: `--config /dev/zero` or a FIFO is refused at once.
+    std::string text;
+    if (std::string err = read_bounded_file(path, kMaxConfigBytes, text); !err.empty())
+        throw UsageError(path + ": " + err);
     json doc;
     try {
-        doc = json::parse(text.str());
+        doc = json::parse(text);
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
         // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column
         // 5: syntax error while parsing ..."; keep it from "parse error" on, on one line.

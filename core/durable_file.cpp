@@ -1,10 +1,12 @@
 #include "core/durable_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <system_error>
 #include <utility>
@@ -179,6 +181,22 @@ bool is_durable_temporary(std::string_view name) {
         if (i < dash ? !digit : !hex) return false;
     }
     return true;
+}
+
+std::size_t remove_dead_temporaries(const std::filesystem::path& dir) noexcept {
+    std::size_t removed = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (!is_durable_temporary(name)) continue;
+        // "<name>.tmp-<pid>-<random>": the writer's pid, checked with signal 0 (ESRCH: gone).
+        const std::size_t at = name.rfind(kTmpMarker) + kTmpMarker.size();
+        const long pid = std::strtol(name.c_str() + at, nullptr, 10);
+        if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        std::error_code rm;
+        if (std::filesystem::remove(e.path(), rm)) ++removed;
+    }
+    return removed;
 }
 
 }  // namespace napkin

@@ -66,4 +66,9 @@ void write_file_durably(const std::filesystem::path& path, std::string_view byte
 // left in a run folder by a process that was killed while writing.
 bool is_durable_temporary(std::string_view name);
 
+// Removes the DurableFile temporaries in `dir` whose writer is dead (its pid, in the name, no
+// longer runs): what a kill -9 or a second Ctrl-C during a write left. A live writer's are kept.
+// Returns how many went.
+std::size_t remove_dead_temporaries(const std::filesystem::path& dir) noexcept;
+
 }  // namespace napkin

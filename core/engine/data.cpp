@@ -97,7 +97,8 @@ std::string data_fingerprint(std::uint64_t bytes, std::uint64_t hash) {
 class MappedTokens final : public TokenSource {
 public:
     MappedTokens(const std::string& path) : path_(path) {
-        fd_ = ::open(path.c_str(), O_RDONLY);
+        // O_NONBLOCK: a FIFO given as --data is refused just below, never waited on.
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd_ < 0) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
         struct stat st{};
         if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 #include "core/comm/shard_layout.h"
 #include "core/durable_file.h"
@@ -619,11 +620,12 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
 
 Manifest read_manifest(const fs::path& manifest_path) {
     const std::string path = manifest_path.string();
-    std::ifstream f(manifest_path);
-    if (!f) checkpoint_error(path, "cannot open");
+    std::string text;
+    if (std::string err = read_bounded_file(manifest_path, kMaxManifestBytes, text); !err.empty())
+        checkpoint_error(path, err);
     json j;
     try {
-        j = json::parse(f);
+        j = json::parse(text);
     } catch (const json::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');

@@ -337,8 +337,6 @@ TEST(Cli, GivenFlagsAreUsedOrRefused) {
     EXPECT_EQ(napkin("estimate --dropout 0.1").rc, 0);
 }
 
-}  // namespace
-
 // 3D parallelism from the command line: the flags, the text's new sections, --json's
 // "parallelism", and the layouts a model cannot take refused in one line naming the flag.
 TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
@@ -375,3 +373,5 @@ TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
     expect_usage_error("estimate --fp32-optimizer-state",
                        "--fp32-optimizer-state: for --precision bf16");
 }
+
+}  // namespace
