@@ -108,11 +108,18 @@ int main(int argc, char** argv) {
             err_x = x;
             err_tanh = out;
         }
-        const double fs = median_ns_per_element([&] { napkin::cpu::gelu_forward<float>(out.data(), x.data(), n); }, n, reps);
+        const double fs = median_ns_per_element(
+            [&] {
+                napkin::cpu::gelu_forward<float>({out.data(), x.data(), n});
+            },
+            n, reps);
         if (err_sigmoid.empty()) err_sigmoid = out;
         const double bt = median_ns_per_element([&] { tanh_backward(dx.data(), x.data(), g.data(), n); }, n, reps);
         const double bs = median_ns_per_element(
-            [&] { napkin::cpu::gelu_backward<float>(dx.data(), x.data(), g.data(), n); }, n, reps);
+            [&] {
+                napkin::cpu::gelu_backward<float>({dx.data(), x.data(), g.data(), n});
+            },
+            n, reps);
         std::printf("%-10s %12.2f %12.2f %7.1fx %12.2f %12.2f %7.1fx\n", std::to_string(n).c_str(), ft, fs, ft / fs,
                     bt, bs, bt / bs);
     }

@@ -150,10 +150,10 @@ int main(int argc, char** argv) {
         float* lse = static_cast<float*>(lse_bytes);
 
         // The two forwards agree (the tests hold both to the CPU; this is the same run's check).
-        cuda::attention_flash_simt_forward(out_simt.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH,
-                                           s.HD, stream);
-        cuda::attention_flash_mma_forward(out.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH, s.HD,
-                                          stream);
+        cuda::attention_flash_simt_forward<bf16_t>(
+            {out_simt.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH, s.HD}, {stream});
+        cuda::attention_flash_mma_forward<bf16_t>(
+            {out.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH, s.HD}, {stream});
         NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
         const std::vector<bf16_t> a = out.host(), b = out_simt.host();
         double max_diff = 0.0;
@@ -176,28 +176,30 @@ int main(int argc, char** argv) {
         const int NH = s.NH, KVH = s.KVH;
         const double fwd_simt = median_ms(
             [&] {
-                cuda::attention_flash_simt_forward(out.get(), lse, qkv.get(), B, T, NH, KVH, HD,
-                                                   stream);
+                cuda::attention_flash_simt_forward<bf16_t>(
+                    {out.get(), lse, qkv.get(), B, T, NH, KVH, HD}, {stream});
             },
             stream, warmup, reps);
         const double fwd_mma = median_ms(
             [&] {
-                cuda::attention_flash_mma_forward(out.get(), lse, qkv.get(), B, T, NH, KVH, HD,
-                                                  stream);
+                cuda::attention_flash_mma_forward<bf16_t>(
+                    {out.get(), lse, qkv.get(), B, T, NH, KVH, HD}, {stream});
             },
             stream, warmup, reps);
         // Backward accumulates into dqkv at every call; its values only grow, and the time does
         // not depend on them.
         const double bwd_simt = median_ms(
             [&] {
-                cuda::attention_flash_simt_backward(dqkv.get(), dout.get(), out.get(), qkv.get(),
-                                                    lse, B, T, NH, KVH, HD, stream);
+                cuda::attention_flash_simt_backward<bf16_t>(
+                    {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD},
+                    {stream});
             },
             stream, warmup, reps);
         const double bwd_mma = median_ms(
             [&] {
-                cuda::attention_flash_mma_backward(dqkv.get(), dout.get(), out.get(), qkv.get(),
-                                                   lse, B, T, NH, KVH, HD, stream);
+                cuda::attention_flash_mma_backward<bf16_t>(
+                    {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD},
+                    {stream});
             },
             stream, warmup, reps);
 

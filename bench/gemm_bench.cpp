@@ -82,24 +82,23 @@ void* random_device(const Flavor& f, std::int64_t n, std::mt19937& rng) {
     return d;
 }
 
+template <class T>
+void gemm(void* out, const void* a, const void* b, const Shape& s, float* workspace,
+          const cuda::Launch& launch) {
+    cuda::matmul_forward<T>({static_cast<T*>(out), static_cast<const T*>(a),
+                             static_cast<const T*>(b), nullptr, s.M, s.N, s.K, workspace},
+                            launch);
+}
+
 void run_gemm(const Flavor& f, void* out, const void* a, const void* b, const Shape& s,
-              const cuda::MatmulContext& ctx, cudaStream_t stream) {
+              float* workspace, const cuda::Launch& launch) {
     switch (f.dtype) {
         case DType::bf16:
-            cuda::matmul_forward(static_cast<bf16_t*>(out), static_cast<const bf16_t*>(a),
-                                 static_cast<const bf16_t*>(b), static_cast<const bf16_t*>(nullptr),
-                                 s.M, s.N, s.K, ctx, stream);
-            break;
+            return gemm<bf16_t>(out, a, b, s, workspace, launch);
         case DType::f16:
-            cuda::matmul_forward(static_cast<f16_t*>(out), static_cast<const f16_t*>(a),
-                                 static_cast<const f16_t*>(b), static_cast<const f16_t*>(nullptr),
-                                 s.M, s.N, s.K, ctx, stream);
-            break;
+            return gemm<f16_t>(out, a, b, s, workspace, launch);
         default:
-            cuda::matmul_forward(static_cast<float*>(out), static_cast<const float*>(a),
-                                 static_cast<const float*>(b), static_cast<const float*>(nullptr),
-                                 s.M, s.N, s.K, ctx, stream);
-            break;
+            return gemm<float>(out, a, b, s, workspace, launch);
     }
 }
 
@@ -134,19 +133,19 @@ int main(int argc, char** argv) {
     std::printf("%-5s %-15s %6s %6s %6s %10s %9s %8s %9s\n", "dtype", "shape", "M", "N", "K",
                 "median ms", "TFLOP/s", "% peak", "FLOP/B");
 
-    cuda::MatmulContext ctx;
-    ctx.handle = cuda::matmul_create_handle();
-    NAPKIN_CUDA_CHECK(cudaMalloc(&ctx.workspace, cuda::kMatmulWorkspaceBytes));
-    ctx.workspace_bytes = cuda::kMatmulWorkspaceBytes;
     cudaStream_t stream = nullptr;
     NAPKIN_CUDA_CHECK(cudaStreamCreate(&stream));
+    cuda::Launch launch{stream, cuda::matmul_create_handle()};
+    void* workspace_bytes = nullptr;
+    NAPKIN_CUDA_CHECK(cudaMalloc(&workspace_bytes, cuda::kMatmulWorkspaceBytes));
+    auto* workspace = static_cast<float*>(workspace_bytes);
     cudaEvent_t start = nullptr, stop = nullptr;
     NAPKIN_CUDA_CHECK(cudaEventCreate(&start));
     NAPKIN_CUDA_CHECK(cudaEventCreate(&stop));
     std::mt19937 rng(1234);
 
     for (const Flavor& f : kFlavors) {
-        ctx.tf32 = f.tf32;
+        launch.tf32 = f.tf32;
         for (const Shape& s : kShapes) {
             void* a = random_device(f, s.M * s.K, rng);
             void* b = random_device(f, s.N * s.K, rng);
@@ -154,11 +153,11 @@ int main(int argc, char** argv) {
             NAPKIN_CUDA_CHECK(cudaMalloc(
                 &out, static_cast<std::size_t>(s.M * s.N) * (f.dtype == DType::f32 ? 4 : 2)));
             for (int i = 0; i < warmup; ++i)
-                run_gemm(f, out, a, b, s, ctx, stream);
+                run_gemm(f, out, a, b, s, workspace, launch);
             std::vector<double> ms;
             for (int i = 0; i < reps; ++i) {
                 NAPKIN_CUDA_CHECK(cudaEventRecord(start, stream));
-                run_gemm(f, out, a, b, s, ctx, stream);
+                run_gemm(f, out, a, b, s, workspace, launch);
                 NAPKIN_CUDA_CHECK(cudaEventRecord(stop, stream));
                 NAPKIN_CUDA_CHECK(cudaEventSynchronize(stop));
                 float t = 0.0f;
@@ -188,7 +187,7 @@ int main(int argc, char** argv) {
     NAPKIN_CUDA_CHECK(cudaEventDestroy(start));
     NAPKIN_CUDA_CHECK(cudaEventDestroy(stop));
     NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
-    NAPKIN_CUDA_CHECK(cudaFree(ctx.workspace));
-    cuda::matmul_destroy_handle(ctx.handle);
+    NAPKIN_CUDA_CHECK(cudaFree(workspace));
+    cuda::matmul_destroy_handle(launch.blas);
     return 0;
 }

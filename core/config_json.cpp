@@ -151,7 +151,11 @@ void set_head_dim(const Reader& r, ModelConfig& c) {
 }
 
 ModelConfig from_napkin(const Reader& r, const std::string& source) {
-    r.reject_unknown_keys(model_config_to_json(ModelConfig{}), kInformationalKeys);
+    // The keys written, with the two that are written only when set.
+    json known = model_config_to_json(ModelConfig{});
+    known["qkv_bias"] = true;
+    known["head_dim"] = 0;
+    r.reject_unknown_keys(known, kInformationalKeys);
     ModelConfig c;
     c.name = r.has("name") ? r.string("name") : stem_of(source);
     c.vocab_size = r.positive_int("vocab_size");
@@ -321,7 +325,7 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 json model_config_to_json(const ModelConfig& c) {
-    return json{
+    json j{
         {"format", "napkin-model"},
         {"name", c.name},
         {"vocab_size", c.vocab_size},
@@ -336,11 +340,14 @@ json model_config_to_json(const ModelConfig& c) {
         {"positions", enum_name(kPositionNames, c.positions)},
         {"mlp", enum_name(kMlpNames, c.mlp)},
         {"bias", c.bias},
-        {"qkv_bias", c.qkv_bias},
         {"tied_embeddings", c.tied_embeddings},
         {"dropout", c.dropout},
-        {"head_dim", c.n_heads > 0 ? c.head_dim() : 0},
     };
+    // Written only where they differ from GPT's defaults, so that a report or checkpoint of a
+    // model without them reads back to the same text as it was written.
+    if (c.qkv_bias) j["qkv_bias"] = true;
+    if (c.explicit_head_dim > 0) j["head_dim"] = c.explicit_head_dim;
+    return j;
 }
 
 }  // namespace napkin

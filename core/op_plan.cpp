@@ -36,10 +36,9 @@ Dims dims_of(const ModelConfig& c, const PlanInputs& in) {
     return d;
 }
 
-PlanOp make_op(std::string_view name, std::string_view param, OpKind kind) {
+PlanOp make_op(OpRole role, OpKind kind) {
     PlanOp op;
-    op.name = name;
-    op.param = param;
+    op.role = role;
     op.kind = kind;
     return op;
 }
@@ -47,34 +46,27 @@ PlanOp make_op(std::string_view name, std::string_view param, OpKind kind) {
 // A GEMM input, kept by the op that produces it for the GEMM's weight gradient, in
 // pd.gemm_saved; fp8 codes (fp8-amp) carry their scale pair (kernels/quantize.h) as a tensor of
 // their own, so the plan counts every byte the engine keeps.
-void keep_gemm_input(PlanOp& op, std::string_view tensor, std::string_view scale,
-                     std::int64_t numel, const PrecisionDTypes& pd) {
+void keep_gemm_input(PlanOp& op, KeptId tensor, std::int64_t numel, const PrecisionDTypes& pd) {
     op.keep(tensor, numel, pd.gemm_saved);
-    if (pd.gemm_saved == DType::f8e4m3) op.keep(scale, kFp8ScaleFloats, DType::f32);
+    if (pd.gemm_saved == DType::f8e4m3) op.keep(kept_scale(tensor), kFp8ScaleFloats, DType::f32);
 }
 
-// The names a norm keeps its tensors under (string literals: the plan holds views of them).
-struct NormNames {
-    std::string_view out, out_scale, mean, rstd;
-};
-
-PlanOp norm_op(std::string_view name, std::string_view param, const ModelConfig& c, const Dims& d,
-               const PrecisionDTypes& pd, const NormNames& names) {
-    PlanOp op = make_op(name, param, OpKind::norm);
+PlanOp norm_op(OpRole role, const ModelConfig& c, const Dims& d, const PrecisionDTypes& pd,
+               const NormKept& kept) {
+    PlanOp op = make_op(role, OpKind::norm);
     NormShape s{d.N, d.C, c.norm, c.bias, pd.activations, pd.gemm_saved};
     op.shape = s;
     op.fwd = norm_forward_cost(s);
     op.bwd_input = norm_backward_cost(s);
-    keep_gemm_input(op, names.out, names.out_scale, d.N * d.C, pd);
-    if (c.norm == NormKind::layernorm) op.keep(names.mean, d.N, DType::f32);
-    op.keep(names.rstd, d.N, DType::f32);
+    keep_gemm_input(op, kept.out, d.N * d.C, pd);
+    if (c.norm == NormKind::layernorm) op.keep(kept.mean, d.N, DType::f32);
+    op.keep(kept.rstd, d.N, DType::f32);
     return op;
 }
 
-PlanOp matmul_op(std::string_view name, std::string_view param, const Dims& d, std::int64_t n,
-                 std::int64_t k, bool bias, DType out, DType weight, bool trainable,
-                 const PrecisionDTypes& pd) {
-    PlanOp op = make_op(name, param, OpKind::matmul);
+PlanOp matmul_op(OpRole role, const Dims& d, std::int64_t n, std::int64_t k, bool bias, DType out,
+                 DType weight, bool trainable, const PrecisionDTypes& pd) {
+    PlanOp op = make_op(role, OpKind::matmul);
     MatmulShape s{d.N, n, k, bias, pd.gemm_compute, out, weight};
     op.shape = s;
     op.fwd = matmul_forward_cost(s);
@@ -86,28 +78,26 @@ PlanOp matmul_op(std::string_view name, std::string_view param, const Dims& d, s
 
 // n_first: the rows of the first part's B (q of qkv, gate of swiglu's fc); the others share the
 // rest equally.
-PlanOp lora_op(std::string_view name, std::string_view param, const Dims& d, std::int64_t n,
-               std::int64_t k, int parts, std::int64_t n_first, std::int64_t rank,
-               std::string_view h_name, const PrecisionDTypes& pd) {
-    PlanOp op = make_op(name, param, OpKind::lora);
+PlanOp lora_op(OpRole role, const Dims& d, std::int64_t n, std::int64_t k, int parts,
+               std::int64_t n_first, std::int64_t rank, KeptId h, const PrecisionDTypes& pd) {
+    PlanOp op = make_op(role, OpKind::lora);
     LoraShape s{d.N, n, k, rank, parts, pd.activations, pd.grads, n_first};
     op.shape = s;
     op.fwd = lora_forward_cost(s);
     op.bwd_input = lora_backward_input_cost(s);
     op.bwd_weight = lora_backward_weight_cost(s);
     op.model_flops = true;
-    op.keep(h_name, d.N * parts * rank, pd.activations);
+    op.keep(h, d.N * parts * rank, pd.activations);
     return op;
 }
 
-PlanOp residual_op(std::string_view name, std::string_view out_name, const Dims& d,
-                   const PrecisionDTypes& pd) {
-    PlanOp op = make_op(name, "", OpKind::residual);
+PlanOp residual_op(OpRole role, KeptId out, const Dims& d, const PrecisionDTypes& pd) {
+    PlanOp op = make_op(role, OpKind::residual);
     ResidualShape s{d.N, d.C, pd.activations};
     op.shape = s;
     op.fwd = residual_forward_cost(s);
     op.bwd_input = residual_backward_cost(s);
-    op.keep(out_name, d.N * d.C, pd.activations);
+    op.keep(out, d.N * d.C, pd.activations);
     return op;
 }
 
@@ -119,20 +109,19 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     const bool dropout = c.dropout > 0.0;
     const int fc_parts = c.mlp == MlpKind::swiglu ? 2 : 1;
 
-    block.push_back(norm_op("ln_1", "ln_1", c, d, pd,
-                            {"ln_1.out", "ln_1.out.scale", "ln_1.mean", "ln_1.rstd"}));
+    block.push_back(norm_op(OpRole::ln_1, c, d, pd, kLn1Kept));
 
-    PlanOp qkv = matmul_op("attn.qkv", "attn.qkv", d, d.qkv, d.C, c.bias || c.qkv_bias,
-                           pd.activations, linear_w, base_trainable, pd);
-    qkv.keep("attn.qkv.out", d.N * d.qkv, pd.activations);
+    PlanOp qkv = matmul_op(OpRole::attn_qkv, d, d.qkv, d.C, c.bias || c.qkv_bias, pd.activations,
+                           linear_w, base_trainable, pd);
+    qkv.keep(KeptId::attn_qkv_out, d.N * d.qkv, pd.activations);
     block.push_back(qkv);
     if (adapters) {
-        block.push_back(lora_op("attn.qkv.lora", "attn.qkv.lora", d, d.qkv, d.C, 3, d.NH * d.HD, in.lora_rank,
-                                "attn.qkv.lora.h", pd));
+        block.push_back(lora_op(OpRole::attn_qkv_lora, d, d.qkv, d.C, 3, d.NH * d.HD, in.lora_rank,
+                                KeptId::attn_qkv_lora_h, pd));
     }
 
     if (c.positions == PositionKind::rope) {
-        PlanOp rope = make_op("attn.rope", "", OpKind::rope);
+        PlanOp rope = make_op(OpRole::attn_rope, OpKind::rope);
         RopeShape s{d.B, d.T, d.NH, d.KVH, d.HD, pd.activations};
         rope.shape = s;
         rope.fwd = rope_forward_cost(s);
@@ -140,7 +129,7 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
         block.push_back(rope);
     }
 
-    PlanOp attn = make_op("attn.core", "", OpKind::attention);
+    PlanOp attn = make_op(OpRole::attn_core, OpKind::attention);
     AttentionShape as{d.B, d.T, d.NH, d.KVH, d.HD, in.causal_flops, in.attention, pd.activations};
     attn.shape = as;
     attn.fwd = attention_forward_cost(as);
@@ -149,64 +138,62 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     attn.recompute_flops = attention_backward_recompute_flops(as);
     const std::int64_t scores = d.B * d.NH * d.T * d.T;
     if (in.attention == AttentionImpl::naive) {
-        attn.keep("attn.p", scores, pd.activations);  // softmax output
+        attn.keep(KeptId::attn_p, scores, pd.activations);  // softmax output
         if (dropout) {
-            attn.keep("attn.p.mask", scores, DType::i8);
-            attn.keep("attn.p.dropped", scores, pd.activations);  // the matmul with V's input
+            attn.keep(KeptId::attn_p_mask, scores, DType::i8);
+            attn.keep(KeptId::attn_p_dropped, scores, pd.activations);  // the matmul with V's input
         }
     } else {
         // Flash regenerates the dropout mask from the RNG state; it keeps the logsumexp.
-        attn.keep("attn.lse", d.B * d.NH * d.T, DType::f32);
+        attn.keep(KeptId::attn_lse, d.B * d.NH * d.T, DType::f32);
     }
-    keep_gemm_input(attn, "attn.out", "attn.out.scale", d.N * d.Q, pd);  // the projection's input
+    keep_gemm_input(attn, KeptId::attn_out, d.N * d.Q, pd);  // the projection's input
     block.push_back(attn);
 
-    PlanOp proj = matmul_op("attn.proj", "attn.proj", d, d.C, d.Q, c.bias, pd.activations, linear_w,
+    PlanOp proj = matmul_op(OpRole::attn_proj, d, d.C, d.Q, c.bias, pd.activations, linear_w,
                             base_trainable, pd);
-    if (dropout) proj.keep("attn.proj.mask", d.N * d.C, DType::i8);
+    if (dropout) proj.keep(KeptId::attn_proj_mask, d.N * d.C, DType::i8);
     block.push_back(proj);
     if (adapters) {
-        block.push_back(lora_op("attn.proj.lora", "attn.proj.lora", d, d.C, d.Q, 1, d.C,
-                                in.lora_rank, "attn.proj.lora.h", pd));
+        block.push_back(lora_op(OpRole::attn_proj_lora, d, d.C, d.Q, 1, d.C, in.lora_rank,
+                                KeptId::attn_proj_lora_h, pd));
     }
-    block.push_back(residual_op("attn.res", "attn.res.out", d, pd));
+    block.push_back(residual_op(OpRole::attn_res, KeptId::attn_res_out, d, pd));
 
-    block.push_back(norm_op("ln_2", "ln_2", c, d, pd,
-                            {"ln_2.out", "ln_2.out.scale", "ln_2.mean", "ln_2.rstd"}));
+    block.push_back(norm_op(OpRole::ln_2, c, d, pd, kLn2Kept));
 
-    PlanOp fc = matmul_op("mlp.fc", "mlp.fc", d, d.fc_rows, d.C, c.bias, pd.activations, linear_w,
+    PlanOp fc = matmul_op(OpRole::mlp_fc, d, d.fc_rows, d.C, c.bias, pd.activations, linear_w,
                           base_trainable, pd);
-    fc.keep("mlp.fc.out", d.N * d.fc_rows, pd.activations);
+    fc.keep(KeptId::mlp_fc_out, d.N * d.fc_rows, pd.activations);
     block.push_back(fc);
     if (adapters) {
-        block.push_back(lora_op("mlp.fc.lora", "mlp.fc.lora", d, d.fc_rows, d.C, fc_parts,
-                                d.fc_rows / fc_parts, in.lora_rank, "mlp.fc.lora.h", pd));
+        block.push_back(lora_op(OpRole::mlp_fc_lora, d, d.fc_rows, d.C, fc_parts,
+                                d.fc_rows / fc_parts, in.lora_rank, KeptId::mlp_fc_lora_h, pd));
     }
 
-    PlanOp act = make_op("mlp.act", "", OpKind::activation);
+    PlanOp act = make_op(OpRole::mlp_act, OpKind::activation);
     ActivationShape acts{d.N, d.F, c.mlp, pd.activations, pd.gemm_saved};
     act.shape = acts;
     act.fwd = activation_forward_cost(acts);
     act.bwd_input = activation_backward_cost(acts);
-    keep_gemm_input(act, "mlp.act.out", "mlp.act.out.scale", d.N * d.F,
-                    pd);  // the down projection's input
+    keep_gemm_input(act, KeptId::mlp_act_out, d.N * d.F, pd);  // the down projection's input
     block.push_back(act);
 
-    PlanOp down = matmul_op("mlp.proj", "mlp.proj", d, d.C, d.F, c.bias, pd.activations, linear_w,
+    PlanOp down = matmul_op(OpRole::mlp_proj, d, d.C, d.F, c.bias, pd.activations, linear_w,
                             base_trainable, pd);
-    if (dropout) down.keep("mlp.proj.mask", d.N * d.C, DType::i8);
+    if (dropout) down.keep(KeptId::mlp_proj_mask, d.N * d.C, DType::i8);
     block.push_back(down);
     if (adapters) {
-        block.push_back(lora_op("mlp.proj.lora", "mlp.proj.lora", d, d.C, d.F, 1, d.C, in.lora_rank,
-                                "mlp.proj.lora.h", pd));
+        block.push_back(lora_op(OpRole::mlp_proj_lora, d, d.C, d.F, 1, d.C, in.lora_rank,
+                                KeptId::mlp_proj_lora_h, pd));
     }
     // The block output: the next block's input (and ln_f's), never recomputed.
-    block.push_back(residual_op("mlp.res", "mlp.res.out", d, pd));
+    block.push_back(residual_op(OpRole::mlp_res, KeptId::mlp_res_out, d, pd));
 
     // Activation checkpointing: mark what the backward rebuilds and count the extra forward.
     if (in.checkpointing == Checkpointing::full) {
         for (PlanOp& op : block) {
-            if (op.name == "mlp.res") continue;
+            if (op.role == OpRole::mlp_res) continue;
             for (int i = 0; i < op.n_saved; ++i) op.saved[static_cast<std::size_t>(i)].recomputed = true;
             op.recompute_flops += op.fwd.flops;
         }
@@ -215,7 +202,9 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
             if (op.kind != OpKind::attention) continue;
             for (int i = 0; i < op.n_saved; ++i) {
                 PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
-                if (t.name.starts_with("attn.p")) t.recomputed = true;
+                const bool probabilities = t.id == KeptId::attn_p || t.id == KeptId::attn_p_mask ||
+                                           t.id == KeptId::attn_p_dropped;
+                if (probabilities) t.recomputed = true;
             }
             // Rebuilding the output for the backward reruns the whole core attention forward,
             // as Megatron-LM's selective recomputation does (Korthikanti et al. 2022, sec. 5):
@@ -279,13 +268,13 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
     out.block.clear();
     out.epilogue.clear();
 
-    PlanOp emb = make_op("embedding", "wte", OpKind::embedding);
+    PlanOp emb = make_op(OpRole::embedding, OpKind::embedding);
     EmbeddingShape es{d.B, d.T, d.C, c.positions == PositionKind::learned, pd.activations, pd.grads};
     emb.shape = es;
     emb.fwd = embedding_forward_cost(es);
     if (full_ft) emb.bwd_weight = embedding_backward_cost(es);
-    emb.keep("embedding.out", d.N * d.C, pd.activations);  // block 0's input
-    if (c.dropout > 0.0) emb.keep("embedding.mask", d.N * d.C, DType::i8);
+    emb.keep(KeptId::embedding_out, d.N * d.C, pd.activations);  // block 0's input
+    if (c.dropout > 0.0) emb.keep(KeptId::embedding_mask, d.N * d.C, DType::i8);
     out.prologue.push_back(emb);
 
     build_block(c, in, d, pd, out.block);
@@ -299,23 +288,38 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
 
     // ln_f's output feeds the head only while the chunked loss runs, but it is alive at the
     // end of the forward (the activation peak), so it is counted as kept.
-    out.epilogue.push_back(
-        norm_op("ln_f", "ln_f", c, d, head_pd, {"ln_f.out", "", "ln_f.mean", "ln_f.rstd"}));
+    out.epilogue.push_back(norm_op(OpRole::ln_f, c, d, head_pd, kLnfKept));
 
     // Head and loss run fused, chunk by chunk: logits for R rows (fp32), loss and dlogits in
     // place, then the head's input gradient (kept for the backward) and weight gradient.
-    const std::string_view head_param = c.tied_embeddings ? "wte" : "lm_head";
-    PlanOp head = matmul_op("lm_head", head_param, d, c.padded_vocab_size, d.C, false, DType::f32,
+    PlanOp head = matmul_op(OpRole::lm_head, d, c.padded_vocab_size, d.C, false, DType::f32,
                             pd.weights, full_ft, head_pd);
-    head.keep("lm_head.dinp", d.N * d.C, pd.activations);
+    head.keep(KeptId::lm_head_dinp, d.N * d.C, pd.activations);
     out.epilogue.push_back(head);
 
-    PlanOp loss = make_op("loss", "", OpKind::cross_entropy);
+    PlanOp loss = make_op(OpRole::loss, OpKind::cross_entropy);
     const std::int64_t chunk = in.loss_chunk_rows > 0 && in.loss_chunk_rows < d.N ? in.loss_chunk_rows : d.N;
     CrossEntropyShape cs{d.N, c.vocab_size, c.padded_vocab_size, chunk};
     loss.shape = cs;
     loss.fwd = cross_entropy_forward_cost(cs);
     out.epilogue.push_back(loss);
+}
+
+KeptId kept_scale(KeptId gemm_input) {
+    switch (gemm_input) {
+        case KeptId::ln_1_out:
+            return KeptId::ln_1_out_scale;
+        case KeptId::attn_out:
+            return KeptId::attn_out_scale;
+        case KeptId::ln_2_out:
+            return KeptId::ln_2_out_scale;
+        case KeptId::mlp_act_out:
+            return KeptId::mlp_act_out_scale;
+        default:
+            break;
+    }
+    NAPKIN_ASSERT(false, kept_name(gemm_input) << " is no GEMM input with a scale pair");
+    return gemm_input;
 }
 
 OpPlan build_op_plan(const ModelConfig& cfg, const PlanInputs& in) {

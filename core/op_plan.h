@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/model_config.h"
 #include "core/recipe.h"
 #include "kernels/activation.h"
@@ -58,21 +59,118 @@ inline constexpr std::array kOpKindNames = {
     EnumName<OpKind>{OpKind::cross_entropy, "cross_entropy"},
 };
 
+// What an op is in the model, and its name. The engine dispatches on the role with switches that
+// name every role (no default: -Wswitch, an error under NAPKIN_WERROR, catches a role a switch
+// forgets); the name, for traces and reports, comes from the same line of the list. Inside a
+// block the names are relative ("attn.qkv"); the engine prefixes "h.<layer>.".
+// clang-format off
+#define NAPKIN_OP_ROLES(X)               \
+    X(embedding, "embedding")            \
+    X(ln_1, "ln_1")                      \
+    X(attn_qkv, "attn.qkv")              \
+    X(attn_qkv_lora, "attn.qkv.lora")    \
+    X(attn_rope, "attn.rope")            \
+    X(attn_core, "attn.core")            \
+    X(attn_proj, "attn.proj")            \
+    X(attn_proj_lora, "attn.proj.lora")  \
+    X(attn_res, "attn.res")              \
+    X(ln_2, "ln_2")                      \
+    X(mlp_fc, "mlp.fc")                  \
+    X(mlp_fc_lora, "mlp.fc.lora")        \
+    X(mlp_act, "mlp.act")                \
+    X(mlp_proj, "mlp.proj")              \
+    X(mlp_proj_lora, "mlp.proj.lora")    \
+    X(mlp_res, "mlp.res")                \
+    X(ln_f, "ln_f")                      \
+    X(lm_head, "lm_head")                \
+    X(loss, "loss")
+// clang-format on
+
+// A tensor an op keeps from its forward for some backward, by id, and its name: the allocation's,
+// so the trace's, the memory snapshot's and report.json's ("h.<l>.attn.qkv.out"). An fp8 GEMM
+// input's scale pair is its own tensor (kept_scale).
+// clang-format off
+#define NAPKIN_KEPT_TENSORS(X)                 \
+    X(embedding_out, "embedding.out")          \
+    X(embedding_mask, "embedding.mask")        \
+    X(ln_1_out, "ln_1.out")                    \
+    X(ln_1_out_scale, "ln_1.out.scale")        \
+    X(ln_1_mean, "ln_1.mean")                  \
+    X(ln_1_rstd, "ln_1.rstd")                  \
+    X(attn_qkv_out, "attn.qkv.out")            \
+    X(attn_qkv_lora_h, "attn.qkv.lora.h")      \
+    X(attn_p, "attn.p")                        \
+    X(attn_p_mask, "attn.p.mask")              \
+    X(attn_p_dropped, "attn.p.dropped")        \
+    X(attn_lse, "attn.lse")                    \
+    X(attn_out, "attn.out")                    \
+    X(attn_out_scale, "attn.out.scale")        \
+    X(attn_proj_mask, "attn.proj.mask")        \
+    X(attn_proj_lora_h, "attn.proj.lora.h")    \
+    X(attn_res_out, "attn.res.out")            \
+    X(ln_2_out, "ln_2.out")                    \
+    X(ln_2_out_scale, "ln_2.out.scale")        \
+    X(ln_2_mean, "ln_2.mean")                  \
+    X(ln_2_rstd, "ln_2.rstd")                  \
+    X(mlp_fc_out, "mlp.fc.out")                \
+    X(mlp_fc_lora_h, "mlp.fc.lora.h")          \
+    X(mlp_act_out, "mlp.act.out")              \
+    X(mlp_act_out_scale, "mlp.act.out.scale")  \
+    X(mlp_proj_mask, "mlp.proj.mask")          \
+    X(mlp_proj_lora_h, "mlp.proj.lora.h")      \
+    X(mlp_res_out, "mlp.res.out")              \
+    X(ln_f_out, "ln_f.out")                    \
+    X(ln_f_mean, "ln_f.mean")                  \
+    X(ln_f_rstd, "ln_f.rstd")                  \
+    X(lm_head_dinp, "lm_head.dinp")
+// clang-format on
+
+#define NAPKIN_ENUMERATOR(id, name) id,
+enum class OpRole : std::uint8_t { NAPKIN_OP_ROLES(NAPKIN_ENUMERATOR) };
+enum class KeptId : std::uint8_t { NAPKIN_KEPT_TENSORS(NAPKIN_ENUMERATOR) };
+#undef NAPKIN_ENUMERATOR
+#define NAPKIN_ROLE_NAME(id, name) EnumName<OpRole>{OpRole::id, name},
+#define NAPKIN_KEPT_NAME(id, name) EnumName<KeptId>{KeptId::id, name},
+inline constexpr std::array kOpRoleNames = {NAPKIN_OP_ROLES(NAPKIN_ROLE_NAME)};
+inline constexpr std::array kKeptNames = {NAPKIN_KEPT_TENSORS(NAPKIN_KEPT_NAME)};
+#undef NAPKIN_ROLE_NAME
+#undef NAPKIN_KEPT_NAME
+
+// Each table lists its enum in order (one line of one list each), so a value indexes its name.
+constexpr std::string_view op_role_name(OpRole r) {
+    return kOpRoleNames[static_cast<std::size_t>(r)].name;
+}
+constexpr std::string_view kept_name(KeptId t) {
+    return kKeptNames[static_cast<std::size_t>(t)].name;
+}
+
+// The tensors each norm keeps (rmsnorm: no mean).
+struct NormKept {
+    KeptId out, mean, rstd;
+};
+inline constexpr NormKept kLn1Kept{KeptId::ln_1_out, KeptId::ln_1_mean, KeptId::ln_1_rstd};
+inline constexpr NormKept kLn2Kept{KeptId::ln_2_out, KeptId::ln_2_mean, KeptId::ln_2_rstd};
+inline constexpr NormKept kLnfKept{KeptId::ln_f_out, KeptId::ln_f_mean, KeptId::ln_f_rstd};
+
+// The scale pair kept beside an fp8 GEMM input (core/engine/gpt_fp8.h): ln_1.out,
+// attn.out, ln_2.out, mlp.act.out.
+KeptId kept_scale(KeptId gemm_input);
+
 // A tensor kept from an op's forward for some backward.
 struct PlanTensor {
-    std::string_view name;  // "attn.qkv.out"
+    KeptId id = KeptId::embedding_out;
     std::int64_t numel = 0;
     DType dtype = DType::f32;
     bool recomputed = false;  // rebuilt during backward (checkpointing), not kept through forward
     std::uint64_t bytes() const { return storage_bytes(dtype, static_cast<std::uint64_t>(numel)); }
+    std::string_view name() const { return kept_name(id); }  // "attn.qkv.out"
 };
 
 using OpShape = std::variant<EmbeddingShape, NormShape, MatmulShape, RopeShape, AttentionShape,
                              ActivationShape, ResidualShape, LoraShape, CrossEntropyShape>;
 
 struct PlanOp {
-    std::string_view name;   // "attn.qkv" (relative inside the block)
-    std::string_view param;  // parameter prefix it reads ("attn.qkv", "wte"), empty if none
+    OpRole role = OpRole::embedding;
     OpKind kind = OpKind::matmul;
     OpShape shape;
     KernelCost fwd;
@@ -86,7 +184,8 @@ struct PlanOp {
     std::array<PlanTensor, 5> saved{};
     int n_saved = 0;
 
-    void keep(std::string_view tensor, std::int64_t numel, DType dt) {
+    std::string_view name() const { return op_role_name(role); }  // "attn.qkv"
+    void keep(KeptId tensor, std::int64_t numel, DType dt) {
         saved[static_cast<std::size_t>(n_saved++)] = PlanTensor{tensor, numel, dt, false};
     }
 };

@@ -25,7 +25,7 @@ bool whole_on_every_rank(const PlanOp& op, const PlanTensor& t) {
         case OpKind::matmul:
             // A row-parallel GEMM's dropout mask (after its all-reduce), or the head's input
             // gradient; a column-parallel GEMM's output is split.
-            return t.dtype == DType::i8 || op.name == "lm_head";
+            return t.dtype == DType::i8 || op.role == OpRole::lm_head;
         default:
             return false;
     }

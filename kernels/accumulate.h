@@ -7,8 +7,7 @@
 #pragma once
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -21,20 +20,23 @@ inline KernelCost accumulate_cost(const AccumulateShape& s) {
     return {static_cast<std::uint64_t>(s.n), 2 * nbytes(s.dt, s.n), nbytes(s.dt, s.n), 0};
 }
 
-namespace cpu {
-
 // dst (n) = round_T(float(dst) + float(src)), T float, bf16_t or f16_t. src may not alias dst.
 template <class T>
-void accumulate(T* dst, const T* src, std::int64_t n);
+struct AccumulateArgs {
+    T* dst = nullptr;        // (n)
+    const T* src = nullptr;  // (n)
+    std::int64_t n = 0;
+};
 
+namespace cpu {
+template <class T>
+void accumulate(const AccumulateArgs<T>& args);
 }  // namespace cpu
 
 namespace cuda {
-
-// The same on device pointers, queued on `stream`.
+// The same on device pointers, queued on launch.stream.
 template <class T>
-void accumulate(T* dst, const T* src, std::int64_t n, CUstream_st* stream);  // dst, src (n)
-
+void accumulate(const AccumulateArgs<T>& args, const Launch& launch);
 }  // namespace cuda
 
 }  // namespace napkin

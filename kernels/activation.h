@@ -7,8 +7,7 @@
 
 #include "core/model_config.h"
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -40,29 +39,57 @@ inline KernelCost activation_backward_cost(const ActivationShape& s) {
     return c;
 }
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/activation.cpp, tested in tests/kernels/activation_test.cpp),
-// templated on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
-// Backward ACCUMULATES (+=) into dinp (callers zero it).
+// The argument structs of the calls below (kernels/launch.h). Backward ACCUMULATES (+=) into dinp
+// (callers zero it).
 
 // out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new; out may be inp.
 template <class T>
-void gelu_forward(T* out, const T* inp, std::int64_t n);
+struct GeluForwardArgs {
+    T* out = nullptr;        // (n)
+    const T* inp = nullptr;  // (n)
+    std::int64_t n = 0;
+};
 
 // dinp (n) += gelu'(inp) * dout
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+struct GeluBackwardArgs {
+    T* dinp = nullptr;        // (n)
+    const T* inp = nullptr;   // (n)
+    const T* dout = nullptr;  // (n)
+    std::int64_t n = 0;
+};
 
 // out (N, F) = silu(gate) * up with each row of inp (N, 2F) laid out [gate (F) | up (F)];
 // silu(g) = g * sigmoid(g).
 template <class T>
-void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F);
+struct SwigluForwardArgs {
+    T* out = nullptr;        // (N, F)
+    const T* inp = nullptr;  // (N, 2F)
+    std::int64_t N = 0, F = 0;
+};
 
 // dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)], dout (N, F);
 // silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
 template <class T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F);
+struct SwigluBackwardArgs {
+    T* dinp = nullptr;        // (N, 2F)
+    const T* inp = nullptr;   // (N, 2F)
+    const T* dout = nullptr;  // (N, F)
+    std::int64_t N = 0, F = 0;
+};
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/activation.cpp, tested in tests/kernels/activation_test.cpp),
+// templated on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
+template <class T>
+void gelu_forward(const GeluForwardArgs<T>& args);
+template <class T>
+void gelu_backward(const GeluBackwardArgs<T>& args);
+template <class T>
+void swiglu_forward(const SwigluForwardArgs<T>& args);
+template <class T>
+void swiglu_backward(const SwigluBackwardArgs<T>& args);
 
 }  // namespace cpu
 
@@ -70,23 +97,15 @@ namespace cuda {
 
 // CUDA kernels (kernels/cuda/activation.cu, tested against the CPU in
 // tests/kernels_cuda/activation_test.cpp), same storage types and semantics as the CPU's above
-// (arithmetic in fp32; backward ACCUMULATES into dinp). Device pointers, queued on `stream`.
-
+// (arithmetic in fp32; backward ACCUMULATES into dinp). Device pointers, queued on launch.stream.
 template <class T>
-void gelu_forward(T* out, const T* inp, std::int64_t n, CUstream_st* stream);  // out, inp (n)
-
+void gelu_forward(const GeluForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, CUstream_st* stream);
-// dinp, inp, dout (n)
-
+void gelu_backward(const GeluBackwardArgs<T>& args, const Launch& launch);
 template <class T>
-void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, CUstream_st* stream);
-// out (N, F), inp (N, 2F) = [gate | up]
-
+void swiglu_forward(const SwigluForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F,
-                     CUstream_st* stream);
-// dinp (N, 2F), inp (N, 2F), dout (N, F)
+void swiglu_backward(const SwigluBackwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

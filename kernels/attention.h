@@ -14,8 +14,7 @@
 
 #include "core/recipe.h"
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -86,66 +85,109 @@ struct AttentionDropout {
     Elem* dropped = nullptr;       // (B, NH, T, T) Pd, written by the forward
 };
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/attention.cpp, tested in tests/kernels/attention_test.cpp), templated
-// on the storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence
-// length here); all arithmetic in fp32.
-//
 // Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token [q heads (NH*HD) | k heads (KVH*HD) |
 // v heads (KVH*HD)]; out (B, T, NH*HD) holds the heads side by side. Query head h reads kv head
 // h / (NH / KVH). Scores s_ij = q_i . k_j / sqrt(HD) for keys j <= i (causal mask).
 // Backward kernels ACCUMULATE (+=) into dqkv (B, T, (NH + 2*KVH) * HD), like llm.c: callers zero
-// it. Each element gets its whole gradient summed in fp32 and added once (one rounding to Elem).
-// Threads split rows or key blocks, each output element has one writer and every sum runs in a
-// fixed order, so results are bitwise identical run to run whatever the thread count.
+// it. dropout: null, none; else as AttentionDropout above (a host value).
+
+// The sizes of every attention call; kernels/cpu/attention.cpp's layout comment above.
+struct AttentionDims {
+    std::int64_t B = 0, T = 0;
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+};
+
+// Naive: out = P V with P (B, NH, T, T) = softmax(masked S), kept for backward in Elem (the
+// activation dtype, as the op plan counts it). Every element of P is written: zero above the
+// diagonal. With dropout, out = Pd V.
+template <class Elem>
+struct AttentionNaiveForwardArgs {
+    Elem* out = nullptr;        // (B, T, NH*HD)
+    Elem* p = nullptr;          // (B, NH, T, T)
+    const Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
+    AttentionDims dims;
+    const AttentionDropout<Elem>* dropout = nullptr;
+};
+
+// dqkv += gradient of L given dout, from the kept P; scratch holds dS (B, NH, T, T) in fp32
+// (attention_naive_backward_scratch_floats; device memory on CUDA). With dropout, its kept mask
+// and Pd (the forward's).
+template <class Elem>
+struct AttentionNaiveBackwardArgs {
+    Elem* dqkv = nullptr;        // (B, T, (NH + 2*KVH) * HD)
+    float* scratch = nullptr;    // (B, NH, T, T)
+    const Elem* dout = nullptr;  // (B, T, NH*HD)
+    const Elem* qkv = nullptr;   // (B, T, (NH + 2*KVH) * HD)
+    const Elem* p = nullptr;     // (B, NH, T, T)
+    AttentionDims dims;
+    const AttentionDropout<Elem>* dropout = nullptr;
+};
+
+// Flash: no T*T buffer; keeps out and lse (B, NH, T) fp32: lse_i = log sum_{j<=i} exp(s_ij),
+// natural log of the scaled scores. Dropout: only p and seed are read (mask and dropped are
+// unused); the forward and the backward draw the keep bits of P from its offsets.
+template <class Elem>
+struct AttentionFlashForwardArgs {
+    Elem* out = nullptr;        // (B, T, NH*HD)
+    float* lse = nullptr;       // (B, NH, T)
+    const Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD)
+    AttentionDims dims;
+    const AttentionDropout<Elem>* dropout = nullptr;
+};
+
+// dqkv += gradient of L given dout, from out, qkv and lse; p_ij = exp(s_ij - lse_i) recomputed
+// from S, D_i = dout_i . out_i, dS = p (dP - D).
+template <class Elem>
+struct AttentionFlashBackwardArgs {
+    Elem* dqkv = nullptr;        // (B, T, (NH + 2*KVH) * HD)
+    const Elem* dout = nullptr;  // (B, T, NH*HD)
+    const Elem* out = nullptr;   // (B, T, NH*HD)
+    const Elem* qkv = nullptr;   // (B, T, (NH + 2*KVH) * HD)
+    const float* lse = nullptr;  // (B, NH, T)
+    AttentionDims dims;
+    const AttentionDropout<Elem>* dropout = nullptr;
+};
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/attention.cpp, tested in tests/kernels/attention_test.cpp), templated
+// on the storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence
+// length here); all arithmetic in fp32. Each element of dqkv gets its whole gradient summed in
+// fp32 and added once (one rounding to Elem). Threads split rows or key blocks, each output
+// element has one writer and every sum runs in a fixed order, so results are bitwise identical
+// run to run whatever the thread count.
 // Preconditions (NAPKIN_ASSERT): B, T >= 0; KVH >= 1 divides NH; 1 <= HD <= kAttentionMaxHeadDim.
 
 // Per-row fp32 accumulators live on the stack, sized for this head dimension.
 inline constexpr std::int64_t kAttentionMaxHeadDim = 256;
 
-// Naive: out (B, T, NH*HD) = P V with P (B, NH, T, T) = softmax(masked S), kept for backward in
-// Elem (the activation dtype, as the op plan counts it). Every element of P is written: zero
-// above the diagonal. out is computed from the fp32 probabilities before P is rounded. Each
-// thread allocates one (T) fp32 row of scores per call. With `dropout` (null: none),
-// out = Pd V (above).
+// Naive forward: out is computed from the fp32 probabilities before P is rounded. Each thread
+// allocates one (T) fp32 row of scores per call.
 template <class Elem>
-void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD,
-                             const AttentionDropout<Elem>* dropout = nullptr);
+void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args);
 
 // Floats of scratch attention_naive_backward needs: dS (B, NH, T, T) in fp32, the workspace
 // attention_backward_cost counts for the naive path.
 inline std::int64_t attention_naive_backward_scratch_floats(std::int64_t B, std::int64_t T, int NH) { return B * NH * T * T; }
 
-// dqkv += gradient of L given dout (B, T, NH*HD), from the kept P (B, NH, T, T). Two passes:
-// query rows (dP, dS into scratch, dq), then key rows (dk, dv summed over the query heads of
-// their group). D_i = sum_j P_ij dP_ij. With `dropout`, its kept mask and Pd (the forward's).
+// Two passes: query rows (dP, dS into scratch, dq), then key rows (dk, dv summed over the query
+// heads of their group). D_i = sum_j P_ij dP_ij.
 template <class Elem>
-void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
-                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, const AttentionDropout<Elem>* dropout = nullptr);
+void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args);
 
-// Flash-style: per query row, keys in blocks of 64 with an online max and sum (no T*T buffer).
-// Keeps out and lse (B, NH, T) fp32: lse_i = log sum_{j<=i} exp(s_ij), natural log of the
-// scaled scores.
+// Flash-style: per query row, keys in blocks of 64 with an online max and sum.
 template <class Elem>
-void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD,
-                             const AttentionDropout<Elem>* dropout = nullptr);
+void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args);
 
-// dqkv += gradient of L given dout (B, T, NH*HD), from out, qkv and lse; p_ij = exp(s_ij - lse_i)
-// recomputed from S, D_i = dout_i . out_i, dS = p (dP - D). Deterministic without atomics, it
-// takes two passes: dk, dv per (b, kv head, block of 32 keys) over the query heads of the group,
-// then dq per query row. Both passes recompute S and the second recomputes dP, so the CPU does
-// 14 * B * NH * HD * pairs FLOPs: the 8 of attention_backward_cost plus 6 of recompute (three
-// times attention_backward_recompute_flops, which counts a single-pass kernel). Stack only: no
-// allocation. With `dropout` (null: none; the forward's p and seed), dP and dV through the same
-// keep bits, drawn again.
+// Deterministic without atomics, it takes two passes: dk, dv per (b, kv head, block of 32 keys)
+// over the query heads of the group, then dq per query row. Both passes recompute S and the
+// second recomputes dP, so the CPU does 14 * B * NH * HD * pairs FLOPs: the 8 of
+// attention_backward_cost plus 6 of recompute (three times attention_backward_recompute_flops,
+// which counts a single-pass kernel). Stack only: no allocation. With dropout, dP and dV through
+// the same keep bits, drawn again.
 template <class Elem>
-void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, const AttentionDropout<Elem>* dropout = nullptr);
+void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args);
 
 }  // namespace cpu
 
@@ -155,49 +197,27 @@ namespace cuda {
 // tests/kernels_cuda/attention_test.cpp): the same layouts, causal mask, GQA/MQA grouping,
 // storage types (fp32 arithmetic throughout) and accumulation semantics as the CPU's above, and
 // the same deterministic two-pass backward (one writer per output element, no atomics). Device
-// pointers, queued on `stream`. Preconditions (NAPKIN_CUDA_REQUIRE): KVH >= 1 divides NH,
+// pointers (a dropout's mask and dropped too; the struct itself is a host value), queued on
+// launch.stream. Preconditions (NAPKIN_CUDA_REQUIRE): KVH >= 1 divides NH,
 // 1 <= HD <= kAttentionMaxHeadDim.
 //
 // naive: one block per query row; the row's T fp32 scores live in shared memory, so T is at most
-// attention_naive_max_T() (about 50k on an H100).
+// attention_naive_max_T() (about 50k on an H100). The forward's dropout mask is the CPU's bit for
+// bit.
 // flash: for bf16 and fp16 with HD a multiple of 16 up to 128, tensor cores (attention_flash_mma_*
 // below); otherwise a SIMT tiled kernel (fp32 FMA): 8 query rows per block (a warp each) over
 // shared-memory tiles of 32 keys, online softmax, lse kept; backward recomputes S.
 
 std::int64_t attention_naive_max_T();
 
-// dropout (null: none) as the CPU's: a host value whose mask and dropped (B, NH, T, T) are
-// device memory; the forward's mask is the CPU's bit for bit.
 template <class Elem>
-void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
-                             const AttentionDropout<Elem>* dropout = nullptr);
-// out (B, T, NH*HD), p (B, NH, T, T), qkv (B, T, (NH + 2*KVH) * HD)
-
-// scratch: attention_naive_backward_scratch_floats(B, T, NH) floats of device memory (dS).
+void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
-                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream,
-                              const AttentionDropout<Elem>* dropout = nullptr);
-// dqkv (B, T, (NH + 2*KVH) * HD), scratch (B, NH, T, T), dout (B, T, NH*HD), p (B, NH, T, T)
-
-// dropout (null: none) as the CPU's flash kernels take it: a host value of which only p and seed
-// are read (mask and dropped are unused); the forward and both backward passes draw the keep
-// bits of P (B, NH, T, T) in the kernel from its offsets, the CPU's bits. Both implementations
-// below take it.
+void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
-                             const AttentionDropout<Elem>* dropout = nullptr);
-// out (B, T, NH*HD), lse (B, NH, T), qkv (B, T, (NH + 2*KVH) * HD)
-
+void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream,
-                              const AttentionDropout<Elem>* dropout = nullptr);
-// dqkv (B, T, (NH + 2*KVH) * HD), dout (B, T, NH*HD), out (B, T, NH*HD), lse (B, NH, T)
+void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args, const Launch& launch);
 
 // The two flash implementations behind attention_flash_forward/backward, by name (the tests
 // and bench/attention_bench.cpp run each):
@@ -216,29 +236,19 @@ template <class Elem>
 bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const void*> pointers);
 
 template <class Elem>
-void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
-                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                  CUstream_st* stream,
-                                  const AttentionDropout<Elem>* dropout = nullptr);
+void attention_flash_simt_forward(const AttentionFlashForwardArgs<Elem>& args,
+                                  const Launch& launch);
 template <class Elem>
-void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                                   const float* lse, std::int64_t B, std::int64_t T, int NH,
-                                   int KVH, std::int64_t HD, CUstream_st* stream,
-                                   const AttentionDropout<Elem>* dropout = nullptr);
+void attention_flash_simt_backward(const AttentionFlashBackwardArgs<Elem>& args,
+                                   const Launch& launch);
 // Elem: bf16_t, f16_t only; preconditions (NAPKIN_CUDA_REQUIRE): attention_flash_mma_supported.
 // With dropout, P goes to the tensor cores with its dropped elements zeroed and unscaled, and
 // 1 / (1 - p) multiplies the fp32 results (out, dV) once, so the 16-bit P stays in [0, 2^8].
 template <class Elem>
-void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
-                                 std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                 CUstream_st* stream,
-                                 const AttentionDropout<Elem>* dropout = nullptr);
+void attention_flash_mma_forward(const AttentionFlashForwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                                  const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                                  std::int64_t HD, CUstream_st* stream,
-                                  const AttentionDropout<Elem>* dropout = nullptr);
-// Shapes and dropout as attention_flash_forward/backward's.
+void attention_flash_mma_backward(const AttentionFlashBackwardArgs<Elem>& args,
+                                  const Launch& launch);
 
 }  // namespace cuda
 

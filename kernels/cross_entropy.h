@@ -11,8 +11,6 @@
 #include "kernels/cost.h"
 #include "kernels/matmul.h"
 
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
-
 namespace napkin {
 
 struct CrossEntropyShape {
@@ -31,6 +29,29 @@ inline KernelCost cross_entropy_forward_cost(const CrossEntropyShape& s) {
     return c;
 }
 
+// The head and the loss, fused and chunked, forward and backward in one pass:
+//   for each chunk of R rows: logits (R, Vp) fp32 = x (R, C) @ w (Vp, C)^T
+//     losses[m] = logsumexp(logits[m, :V]) - logits[m, targets[m]]     (columns >= V: padding)
+//     dlogits   = (softmax(logits[m, :V]) - onehot(targets[m])) * dloss  (padding columns: 0)
+//     dx (R, C) = dlogits @ w            (overwritten: the head's input gradient)
+//     dw (Vp, C) += dlogits^T @ x        (skipped when dw is null: a frozen head)
+template <class T>
+struct HeadCrossEntropyArgs {
+    float* losses = nullptr;                // (M)
+    T* dx = nullptr;                        // (M, C)
+    T* dw = nullptr;                        // (Vp, C) or null
+    const T* x = nullptr;                   // (M, C)
+    const T* w = nullptr;                   // (Vp, C)
+    const std::int32_t* targets = nullptr;  // (M)
+    std::int64_t M = 0, C = 0, V = 0, Vp = 0, chunk = 0;
+    float dloss = 0.0f;  // dL/dloss of each row (1 / M for the mean)
+    // The backend's head_cross_entropy_scratch (CPU floats, CUDA bytes below).
+    float* scratch = nullptr;
+    // CUDA: the GEMM scratch as kernels/matmul.h's, the cuBLASLt workspace (null: none); the CPU
+    // widens into its own scratch above.
+    float* gemm_scratch = nullptr;
+};
+
 namespace cpu {
 
 // Floats of scratch head_cross_entropy needs: the logits chunk, plus (16-bit storage) the
@@ -40,17 +61,9 @@ inline std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::i
     return widen ? logits + 2 * Vp * C + 2 * chunk * C : logits;
 }
 
-// The head and the loss, fused and chunked, forward and backward in one pass:
-//   for each chunk of R rows: logits (R, Vp) fp32 = x (R, C) @ w (Vp, C)^T
-//     losses[m] = logsumexp(logits[m, :V]) - logits[m, targets[m]]     (columns >= V: padding)
-//     dlogits   = (softmax(logits[m, :V]) - onehot(targets[m])) * dloss  (padding columns: 0)
-//     dx (R, C) = dlogits @ w            (overwritten: the head's input gradient)
-//     dw (Vp, C) += dlogits^T @ x        (skipped when dw is null: a frozen head)
 // targets must lie in [0, V) (checked). Returns the mean of losses over the M rows.
 template <class T>
-float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, const std::int32_t* targets,
-                         std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk,
-                         float dloss, float* scratch);
+float head_cross_entropy(const HeadCrossEntropyArgs<T>& args);
 
 }  // namespace cpu
 
@@ -58,7 +71,7 @@ namespace cuda {
 
 // The CUDA twin (kernels/cuda/cross_entropy.cu, tested against the CPU in
 // tests/kernels_cuda/cross_entropy_test.cpp): the same chunked head + loss, forward and backward
-// in one pass, on device pointers queued on `stream`. Per chunk: the logits GEMM (cuBLASLt,
+// in one pass, on device pointers queued on launch.stream. Per chunk: the logits GEMM (cuBLASLt,
 // fp32 output), one block per row for max, logsumexp, loss and dlogits, then the dx and dw GEMMs.
 // Differences from the CPU, each for the GPU's sake:
 //  - it returns nothing: losses (M) holds the per-row losses on the device; their mean is the
@@ -88,11 +101,7 @@ inline std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int
 }
 
 template <class T>
-void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
-                        const std::int32_t* targets, std::int64_t M, std::int64_t C,
-                        std::int64_t V, std::int64_t Vp, std::int64_t chunk, float dloss,
-                        void* scratch, const MatmulContext& ctx, CUstream_st* stream);
-// losses (M), dx (M, C), dw (Vp, C) or null, x (M, C), w (Vp, C), targets (M)
+void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

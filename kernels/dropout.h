@@ -15,14 +15,13 @@
 #include <cstdint>
 
 #include "kernels/cost.h"
+#include "kernels/launch.h"
 
 #if defined(__CUDACC__)
 #define NAPKIN_DROPOUT_HD __host__ __device__
 #else
 #define NAPKIN_DROPOUT_HD
 #endif
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
 
 namespace napkin {
 
@@ -75,28 +74,43 @@ NAPKIN_DROPOUT_HD inline std::uint64_t dropout_site_seed(std::uint64_t micro_bat
                                               static_cast<std::uint64_t>(site));
 }
 
-namespace cpu {
-
 // out (n), mask (n) bytes, inp (n); out may be inp. p in [0, 1).
 template <class T>
-void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
-                     std::uint64_t seed);
+struct DropoutForwardArgs {
+    T* out = nullptr;              // (n)
+    std::uint8_t* mask = nullptr;  // (n)
+    const T* inp = nullptr;        // (n)
+    std::int64_t n = 0;
+    float p = 0.0f;
+    std::uint64_t seed = 0;  // the site's (dropout_site_seed)
+};
 
 // dinp (n) = dout (n) through mask (n) / (1 - p); dinp may be dout. Overwrites dinp.
 template <class T>
-void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n, float p);
+struct DropoutBackwardArgs {
+    T* dinp = nullptr;                   // (n)
+    const T* dout = nullptr;             // (n)
+    const std::uint8_t* mask = nullptr;  // (n)
+    std::int64_t n = 0;
+    float p = 0.0f;
+};
+
+namespace cpu {
+
+template <class T>
+void dropout_forward(const DropoutForwardArgs<T>& args);
+template <class T>
+void dropout_backward(const DropoutBackwardArgs<T>& args);
 
 }  // namespace cpu
 
 namespace cuda {
 
-// The same on device pointers, queued on `stream`; masks bit for bit the CPU's.
+// The same on device pointers, queued on launch.stream; masks bit for bit the CPU's.
 template <class T>
-void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
-                     std::uint64_t seed, CUstream_st* stream);
+void dropout_forward(const DropoutForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n, float p,
-                      CUstream_st* stream);
+void dropout_backward(const DropoutBackwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

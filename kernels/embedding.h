@@ -4,8 +4,7 @@
 #pragma once
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -30,28 +29,43 @@ inline KernelCost embedding_backward_cost(const EmbeddingShape& s) {
             tables * nbytes(s.grad, n), 0};
 }
 
+// out (B, T, C) = wte (Vp, C)[tokens (B, T)] [+ wpe (ctx, C)[t]]; wpe null without learned
+// positions (rotary models). Preconditions the kernels cannot check (they are not given Vp or
+// ctx): every token in [0, Vp), and T <= ctx.
+template <class Elem>
+struct EmbeddingForwardArgs {
+    Elem* out = nullptr;                   // (B, T, C)
+    const std::int32_t* tokens = nullptr;  // (B, T)
+    const Elem* wte = nullptr;             // (Vp, C)
+    const Elem* wpe = nullptr;             // (ctx, C) or null
+    std::int64_t B = 0, T = 0, C = 0;
+};
+
+// Scatter-add, ACCUMULATING (callers zero): dwte (Vp, C) row tokens[b, t] += dout (B, T, C) row
+// (b, t); dwpe (ctx, C) row t += sum over b of dout (b, t) (dwpe may be null).
+template <class Elem>
+struct EmbeddingBackwardArgs {
+    Elem* dwte = nullptr;                  // (Vp, C)
+    Elem* dwpe = nullptr;                  // (ctx, C) or null
+    const Elem* dout = nullptr;            // (B, T, C)
+    const std::int32_t* tokens = nullptr;  // (B, T)
+    std::int64_t B = 0, T = 0, C = 0;
+};
+
 namespace cpu {
 
 // CPU kernels (kernels/cpu/embedding.cpp, tested in tests/kernels/embedding_test.cpp),
 // templated on the storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is
-// the sequence length here), arithmetic in fp32. Preconditions the kernels cannot check (they
-// are not given Vp or ctx): every token in [0, Vp), and T <= ctx.
-
-// out (B, T, C) = wte (Vp, C)[tokens (B, T)] [+ wpe (ctx, C)[t]]; wpe null without learned
-// positions (rotary models).
+// the sequence length here), arithmetic in fp32.
 template <class Elem>
-void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
-                       std::int64_t B, std::int64_t T, std::int64_t C);
+void embedding_forward(const EmbeddingForwardArgs<Elem>& args);
 
-// Scatter-add, ACCUMULATING (callers zero): dwte (Vp, C) row tokens[b, t] += dout (B, T, C) row
-// (b, t); dwpe (ctx, C) row t += sum over b of dout (b, t) (dwpe may be null). Deterministic:
-// each output row is summed in a fixed order whatever the thread count. float: threads own
-// column slices of every row. 16-bit: a token's row is owned by its first position, which sums
-// all of that token's positions in fp32 and rounds once (O((B*T)^2) integer compares, small
-// beside a training step's matmuls at CPU sizes).
+// Deterministic: each output row is summed in a fixed order whatever the thread count. float:
+// threads own column slices of every row. 16-bit: a token's row is owned by its first position,
+// which sums all of that token's positions in fp32 and rounds once (O((B*T)^2) integer
+// compares, small beside a training step's matmuls at CPU sizes).
 template <class Elem>
-void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
-                        std::int64_t B, std::int64_t T, std::int64_t C);
+void embedding_backward(const EmbeddingBackwardArgs<Elem>& args);
 
 }  // namespace cpu
 
@@ -59,20 +73,14 @@ namespace cuda {
 
 // CUDA kernels (kernels/cuda/embedding.cu, tested against the CPU in
 // tests/kernels_cuda/embedding_test.cpp), same storage types and semantics as the CPU's above.
-// Device pointers (tokens too), queued on `stream`. A token outside [0, Vp) is not detected.
-// Backward is deterministic without atomics, as on the CPU: the first position of each token
-// owns the token's dwte row and sums all of its positions in fp32 (in position order) before
-// one addition into Elem; dwpe rows are summed over b by one block each.
-
+// Device pointers (tokens too), queued on launch.stream. A token outside [0, Vp) is not
+// detected. Backward is deterministic without atomics, as on the CPU: the first position of
+// each token owns the token's dwte row and sums all of its positions in fp32 (in position order)
+// before one addition into Elem; dwpe rows are summed over b by one block each.
 template <class Elem>
-void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
-                       std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream);
-// out (B, T, C), tokens (B, T), wte (Vp, C), wpe (ctx, C) or null
-
+void embedding_forward(const EmbeddingForwardArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
-                        std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream);
-// dwte (Vp, C), dwpe (ctx, C) or null, dout (B, T, C), tokens (B, T)
+void embedding_backward(const EmbeddingBackwardArgs<Elem>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -20,8 +20,6 @@
 #include "kernels/cost.h"
 #include "kernels/matmul.h"
 
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
-
 namespace napkin {
 
 struct LoraShape {
@@ -71,6 +69,40 @@ inline KernelCost lora_backward_weight_cost(const LoraShape& s) {
     return c;
 }
 
+// h (M, parts*r) = inp (M, K) @ a (parts*r, K)^T; out (M, N) += scale * h_p @ b_p^T per part,
+// b (N, r). out is read and written; h is overwritten. scratch: the GEMM scratch, as
+// kernels/matmul.h's (CPU: lora_scratch_floats; CUDA: the cuBLASLt workspace).
+template <class T>
+struct LoraForwardArgs {
+    T* out = nullptr;        // (M, N)
+    T* h = nullptr;          // (M, parts*r)
+    const T* inp = nullptr;  // (M, K)
+    const T* a = nullptr;    // (parts*r, K)
+    const T* b = nullptr;    // (N, r)
+    LoraShape s;
+    float scale = 1.0f;  // alpha / r
+    float* scratch = nullptr;
+};
+
+// dh (M, parts*r) = scale * dout_p @ b_p per part (overwritten: the caller's buffer, also the
+// backward's own intermediate on CUDA); db (N, r) += scale * dout_p^T @ h_p;
+// da (parts*r, K) += dh^T @ inp; dinp (M, K) += dh @ a. dinp may be null (nothing upstream).
+template <class T>
+struct LoraBackwardArgs {
+    T* dinp = nullptr;        // (M, K) or null
+    T* da = nullptr;          // (parts*r, K)
+    T* db = nullptr;          // (N, r)
+    T* dh = nullptr;          // (M, parts*r)
+    const T* dout = nullptr;  // (M, N)
+    const T* inp = nullptr;   // (M, K)
+    const T* h = nullptr;     // (M, parts*r)
+    const T* a = nullptr;     // (parts*r, K)
+    const T* b = nullptr;     // (N, r)
+    LoraShape s;
+    float scale = 1.0f;
+    float* scratch = nullptr;
+};
+
 namespace cpu {
 
 // Floats of scratch the 16-bit paths need (0 for float): the backward's, the larger: dout, b,
@@ -85,32 +117,21 @@ inline std::int64_t lora_scratch_floats(const LoraShape& s, bool widen) {
     return s.M * s.N + s.N * s.r + 2 * s.M * PR + s.M * s.K + PR * s.K + product;
 }
 
-// h (M, parts*r) = inp (M, K) @ a (parts*r, K)^T; out (M, N) += scale * h_p @ b_p^T per part,
-// b (N, r). out is read and written; h is overwritten.
 template <class T>
-void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
-                  float scale, float* scratch);
-
-// dh (M, parts*r) = scale * dout_p @ b_p per part (overwritten: the caller's buffer, also the
-// backward's own intermediate on CUDA); db (N, r) += scale * dout_p^T @ h_p;
-// da (parts*r, K) += dh^T @ inp; dinp (M, K) += dh @ a. dinp may be null (nothing upstream).
+void lora_forward(const LoraForwardArgs<T>& args);
 template <class T>
-void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
-                   const T* a, const T* b, const LoraShape& s, float scale, float* scratch);
+void lora_backward(const LoraBackwardArgs<T>& args);
 
 }  // namespace cpu
 
 namespace cuda {
 
 // The CUDA twins (kernels/cuda/lora.cu): the same semantics on device memory, each product one
-// cuBLASLt call (strided by part), fp32 accumulate, queued on `stream`. No scratch.
+// cuBLASLt call (strided by part), fp32 accumulate, queued on launch.stream.
 template <class T>
-void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
-                  float scale, const MatmulContext& ctx, CUstream_st* stream);
+void lora_forward(const LoraForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
-                   const T* a, const T* b, const LoraShape& s, float scale,
-                   const MatmulContext& ctx, CUstream_st* stream);
+void lora_backward(const LoraBackwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -13,9 +13,7 @@
 #include <cstddef>
 
 #include "kernels/cost.h"
-
-struct CUstream_st;      // cudaStream_t and cublasLtHandle_t, without the CUDA headers
-struct cublasLtContext;  // (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -85,42 +83,104 @@ inline KernelCost matmul_fp8_backward_cost(const MatmulShape& s) {
     return c;
 }
 
-namespace cpu {
-
-// Floats of scratch the 16-bit and fp8 paths need (0 for float): inp, weight and out widened.
-inline std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) { return M * K + N * K + M * N; }
+// The argument structs of the calls below (kernels/launch.h). scratch, where a struct has one,
+// is the caller's GEMM scratch: the CPU widens 16-bit and fp8 operands into it
+// (cpu::matmul_scratch_floats; unused for float), CUDA hands it to cuBLASLt as its workspace
+// (null, or kMatmulWorkspaceBytes) and, fp8 backward, keeps its transposes after that.
 
 // out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M, std::int64_t N,
-                    std::int64_t K, float* scratch);
+struct MatmulForwardArgs {
+    T* out = nullptr;           // (M, N)
+    const T* inp = nullptr;     // (M, K)
+    const T* weight = nullptr;  // (N, K)
+    const T* bias = nullptr;    // (N) or null
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
 
 // dinp (M, K) += dout @ weight; dweight (N, K) += dout^T @ inp; dbias (N) += column sums of
 // dout. dinp, dweight and dbias may each be null (not needed, or frozen).
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+struct MatmulBackwardArgs {
+    T* dinp = nullptr;          // (M, K) or null
+    T* dweight = nullptr;       // (N, K) or null
+    T* dbias = nullptr;         // (N) or null
+    const T* dout = nullptr;    // (M, N)
+    const T* inp = nullptr;     // (M, K)
+    const T* weight = nullptr;  // (N, K)
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
+
+// out (M, N) = gelu(pre_gelu), pre_gelu (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]:
+// the fc matmul and GELU fused (CUDA only, below). pre_gelu may be null (GELU epilogue only).
+template <class T>
+struct MatmulGeluForwardArgs {
+    T* out = nullptr;           // (M, N)
+    T* pre_gelu = nullptr;      // (M, N) or null
+    const T* inp = nullptr;     // (M, K)
+    const T* weight = nullptr;  // (N, K)
+    const T* bias = nullptr;    // (N) or null
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
 
 // fp8 GEMMs (fp8-amp): operands are fp8 codes, each with its scale pair (kernels/quantize.h;
-// [1] is scale_inv, the dequantization factor). The codes are widened exactly into fp32 scratch
-// (matmul_scratch_floats, as the 16-bit paths), multiplied by sgemm (products of fp8 values are
-// exact in fp32, the sums accumulate in fp32), and the product is scaled by the two scale_inv
-// multiplied together in fp32: cuBLASLt's D = scale_a * scale_b * (A B) arithmetic.
-// out (M, N) bf16 = (inp (M, K) @ weight (N, K)^T) * (inp_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv])
+// [kFp8ScaleInv] is scale_inv, the dequantization factor), over bf16 storage.
+// out (M, N) bf16 = (inp @ weight^T) * (inp_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv])
 //                   [+ bias (N)], rounded once. Overwrites out; bias may be null.
-void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
-                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
-                    std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+struct MatmulFp8ForwardArgs {
+    bf16_t* out = nullptr;                // (M, N)
+    const f8e4m3_t* inp = nullptr;        // (M, K)
+    const float* inp_scale = nullptr;     // (kFp8ScaleFloats)
+    const f8e4m3_t* weight = nullptr;     // (N, K)
+    const float* weight_scale = nullptr;  // (kFp8ScaleFloats)
+    const bf16_t* bias = nullptr;         // (N) or null
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
 
 // dinp (M, K) += (dout8 (M, N) @ weight (N, K)) * (dout_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv]);
 // dweight (N, K) += (dout8^T @ inp (M, K)) * (dout_scale[kFp8ScaleInv] * inp_scale[kFp8ScaleInv]);
 // dbias (N) += column sums of dout (M, N), the bf16 gradient that dout8 was cast from (as
 // Transformer Engine takes dbias from the high-precision gradient). dinp, dweight and dbias may
 // each be null; dout only when dbias is.
-void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
-                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
-                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
-                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch);
+struct MatmulFp8BackwardArgs {
+    bf16_t* dinp = nullptr;               // (M, K) or null
+    bf16_t* dweight = nullptr;            // (N, K) or null
+    bf16_t* dbias = nullptr;              // (N) or null
+    const bf16_t* dout = nullptr;         // (M, N)
+    const f8e5m2_t* dout8 = nullptr;      // (M, N)
+    const float* dout_scale = nullptr;    // (kFp8ScaleFloats)
+    const f8e4m3_t* inp = nullptr;        // (M, K)
+    const float* inp_scale = nullptr;     // (kFp8ScaleFloats)
+    const f8e4m3_t* weight = nullptr;     // (N, K)
+    const float* weight_scale = nullptr;  // (kFp8ScaleFloats)
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
+
+namespace cpu {
+
+// Floats of scratch the 16-bit and fp8 paths need (0 for float): inp, weight and out widened.
+inline std::int64_t matmul_scratch_floats(std::int64_t M, std::int64_t N, std::int64_t K) {
+    return M * K + N * K + M * N;
+}
+
+// CPU kernels (kernels/cpu/matmul.cpp, tested in tests/kernels/matmul_test.cpp), on float, bf16_t
+// and f16_t storage; OpenBLAS sgemm on fp32 operands (16-bit ones widened into scratch first).
+template <class T>
+void matmul_forward(const MatmulForwardArgs<T>& a);
+template <class T>
+void matmul_backward(const MatmulBackwardArgs<T>& a);
+
+// The fp8 GEMMs: the codes are widened exactly into fp32 scratch (matmul_scratch_floats, as the
+// 16-bit paths), multiplied by sgemm (products of fp8 values are exact in fp32, the sums
+// accumulate in fp32), and the product is scaled by the two scale_inv multiplied together in
+// fp32: cuBLASLt's D = scale_a * scale_b * (A B) arithmetic.
+void matmul_fp8_forward(const MatmulFp8ForwardArgs& a);
+void matmul_fp8_backward(const MatmulFp8BackwardArgs& a);
 
 // Measures this machine's fp32 GEMM throughput (best of `reps` n x n x n sgemm calls, FLOP/s):
 // the CPU "peak" that training MFU is quoted against.
@@ -133,46 +193,29 @@ namespace cuda {
 // CUDA kernels (kernels/cuda/matmul.cu, cuBLASLt; tested against the CPU in
 // tests/kernels_cuda/matmul_test.cpp), on the same storage types and with the same semantics as
 // the CPU's above; fp32 accumulate throughout. Pointers are device memory, the work is queued on
-// `stream` (nullptr: the legacy default stream).
-
-// cuBLASLt state the caller owns: the handle, and a workspace the caller allocates on the device
-// (through the accounting allocator as a temporary, so it shows in the memory breakdown), of
-// workspace_bytes (kMatmulWorkspaceBytes is what cuBLASLt's Hopper kernels want; 0 works, with
-// fewer algorithms). tf32: fp32 GEMMs on tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32, 10-bit
-// mantissa inputs); off, fp32 GEMMs are exact fp32 (CUBLAS_COMPUTE_32F).
-struct MatmulContext {
-    cublasLtContext* handle = nullptr;
-    void* workspace = nullptr;
-    std::size_t workspace_bytes = 0;
-    bool tf32 = false;
-};
+// launch.stream with launch.blas. The workspace is the args' scratch (null: none, fewer
+// algorithms; else kMatmulWorkspaceBytes, what cuBLASLt's Hopper kernels want), which the
+// caller allocates on the device (through the accounting allocator as a temporary, so it shows
+// in the memory breakdown).
 inline constexpr std::size_t kMatmulWorkspaceBytes = 32ull << 20;
 
 cublasLtContext* matmul_create_handle();                    // throws CudaError
 void matmul_destroy_handle(cublasLtContext* handle) noexcept;
 
-// out (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]; bias may be null. Overwrites out.
 // The bias rides cuBLASLt's BIAS epilogue (a separate kernel where cuBLASLt has no algorithm).
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
-                    std::int64_t N, std::int64_t K, const MatmulContext& ctx, CUstream_st* stream);
+void matmul_forward(const MatmulForwardArgs<T>& a, const Launch& launch);
 
-// out (M, N) = gelu(pre_gelu), pre_gelu (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]:
-// the fc matmul and GELU fused in cuBLASLt's GELU_AUX_BIAS epilogue (pre_gelu is the AUX output,
-// kept for gelu_backward). pre_gelu may be null (GELU epilogue only). Where cuBLASLt has no
-// fused algorithm (AUX needs N % 8 == 0), a plain GEMM and kernels/cuda/activation.cu's GELU.
+// The fc matmul and GELU fused in cuBLASLt's GELU_AUX_BIAS epilogue (pre_gelu is the AUX output,
+// kept for gelu_backward). Where cuBLASLt has no fused algorithm (AUX needs N % 8 == 0), a plain
+// GEMM and kernels/cuda/activation.cu's GELU.
 template <class T>
-void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
-                         std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                         CUstream_st* stream);
+void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& a, const Launch& launch);
 
-// dinp (M, K) += dout (M, N) @ weight (N, K); dweight (N, K) += dout^T @ inp (M, K);
-// dbias (N) += column sums of dout. Each may be null. Accumulation is cuBLASLt's beta = 1
-// (one rounding of the fp32 result into T, as the CPU's 16-bit path rounds once).
+// Accumulation is cuBLASLt's beta = 1 (one rounding of the fp32 result into T, as the CPU's
+// 16-bit path rounds once).
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                     CUstream_st* stream);
+void matmul_backward(const MatmulBackwardArgs<T>& a, const Launch& launch);
 
 // fp8 GEMMs (fp8-amp; the CPU's above are the spec): cuBLASLt's fp8 kernels, sm_89 and later,
 // with the operands' scale_inv as A/B_SCALE_POINTER (device fp32), fp32 compute, bf16 D, the
@@ -180,8 +223,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // only (A transposed, B not: both operands contiguous along k) and for dimensions and leading
 // dimensions that are multiples of 16 bytes: the forward is TN as it stands; the backward
 // contracts over N (dinp) and over M (dweight), so it first transposes weight8, dout8 and inp8
-// (exact: a per-tensor scale survives a transpose) into `scratch`, of
-// matmul_fp8_backward_scratch_bytes. M, N and K must be multiples of kFp8GemmMultiple.
+// (exact: a per-tensor scale survives a transpose) into its scratch after the workspace:
+// matmul_fp8_backward_scratch_bytes more. M, N and K must be multiples of kFp8GemmMultiple.
 inline constexpr std::int64_t kFp8GemmMultiple = 16;
 inline std::size_t matmul_fp8_backward_scratch_bytes(std::int64_t M, std::int64_t N,
                                                      std::int64_t K) {
@@ -191,19 +234,9 @@ inline std::size_t matmul_fp8_backward_scratch_bytes(std::int64_t M, std::int64_
     return round(N * K) + round(M * N) + round(M * K);  // weight^T, dout^T, inp^T
 }
 
-void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
-                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
-                    std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                    CUstream_st* stream);
-// out (M, N), inp (M, K), weight (N, K), bias (N) or null; scales (kFp8ScaleFloats)
-
-void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
-                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
-                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
-                     std::int64_t M, std::int64_t N, std::int64_t K, void* scratch,
-                     const MatmulContext& ctx, CUstream_st* stream);
-// dinp (M, K), dweight (N, K), dbias (N), each or null; dout and dout8 (M, N), inp (M, K),
-// weight (N, K); scratch (matmul_fp8_backward_scratch_bytes)
+void matmul_fp8_forward(const MatmulFp8ForwardArgs& a, const Launch& launch);
+// scratch: kMatmulWorkspaceBytes of workspace, then matmul_fp8_backward_scratch_bytes
+void matmul_fp8_backward(const MatmulFp8BackwardArgs& a, const Launch& launch);
 
 }  // namespace cuda
 

@@ -27,8 +27,7 @@
 #include <cstdint>
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -86,23 +85,30 @@ inline KernelCost nf4_dequantize_cost(const Nf4Shape& s) {
     return c;
 }
 
+// out (n) in T (float, bf16_t, f16_t) from codes and state as nf4_quantize wrote them.
+template <class T>
+struct Nf4DequantizeArgs {
+    T* out = nullptr;                     // (n)
+    const std::uint8_t* codes = nullptr;  // (nf4_code_bytes(n))
+    const std::uint8_t* state = nullptr;  // (nf4_state_bytes(n))
+    std::int64_t n = 0;
+};
+
 namespace cpu {
 
 // codes (nf4_code_bytes(n)) and state (nf4_state_bytes(n)) from inp (n) host fp32.
 void nf4_quantize(std::uint8_t* codes, std::uint8_t* state, const float* inp, std::int64_t n);
 
-// out (n) in T (float, bf16_t, f16_t) from codes and state as nf4_quantize wrote them.
 template <class T>
-void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state, std::int64_t n);
+void nf4_dequantize(const Nf4DequantizeArgs<T>& args);
 
 }  // namespace cpu
 
 namespace cuda {
 
-// The same on device pointers, queued on `stream`, bit for bit the CPU's.
+// The same on device pointers, queued on launch.stream, bit for bit the CPU's.
 template <class T>
-void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state, std::int64_t n,
-                    CUstream_st* stream);
+void nf4_dequantize(const Nf4DequantizeArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -1,14 +1,16 @@
 // norm: LayerNorm or RMSNorm over the last dimension, statistics in fp32.
 //   inp (N, C) -> out (N, C); layernorm keeps mean (N) and rstd (N), rmsnorm keeps rstd (N).
+//   residual_layernorm_forward: x = a + b fused with the layernorm of x (below).
 // FLOPs per element: layernorm forward 7 (mean 1, variance 2, normalize 2, affine 2),
 // backward 14; rmsnorm forward 4, backward 9 (approximate counts, not tensor-core work).
 // Backward reads inp, which is the producing op's kept output (core/op_plan.h).
 #pragma once
 
+#include <cstddef>
+
 #include "core/model_config.h"
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -42,35 +44,112 @@ inline KernelCost norm_backward_cost(const NormShape& s) {
     return c;
 }
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/norm.cpp, tested in tests/kernels/norm_test.cpp), templated on the
-// storage type T (float, bf16_t, f16_t from core/half.h); all arithmetic and row statistics in
-// fp32. Backward ACCUMULATES (+=) into dinp and the parameter gradients (callers zero them);
-// parameter gradients are summed over the N rows in fp32 and added into T once per call.
+// The argument structs of the calls below (kernels/launch.h). Backward ACCUMULATES (+=) into dinp
+// and the parameter gradients (callers zero them); parameter gradients are summed over the N
+// rows in fp32 and added into T once per call.
 
 // out (N, C) = (inp (N, C) - mean) * rstd * weight (C) [+ bias (C)]; bias may be null.
 // Writes mean (N) and rstd (N) = 1 / sqrt(var + eps) (biased variance), kept for backward.
 template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, float eps = 1e-5f);
+struct LayernormForwardArgs {
+    T* out = nullptr;           // (N, C)
+    float* mean = nullptr;      // (N)
+    float* rstd = nullptr;      // (N)
+    const T* inp = nullptr;     // (N, C)
+    const T* weight = nullptr;  // (C)
+    const T* bias = nullptr;    // (C) or null
+    std::int64_t N = 0, C = 0;
+    float eps = 1e-5f;
+};
 
 // dinp (N, C) += dL/dinp; dweight (C) += sum over rows of dout * xhat; dbias (C) += sum of dout.
 // xhat is recomputed from inp, mean and rstd. dweight and dbias may be null (frozen).
+// scratch (CUDA only; null: none): device memory of scratch_bytes, free for the call's duration,
+// for the parameter gradients' per-chunk sums (below); the engine lends its GEMM scratch.
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C);
+struct LayernormBackwardArgs {
+    T* dinp = nullptr;            // (N, C)
+    T* dweight = nullptr;         // (C) or null
+    T* dbias = nullptr;           // (C) or null
+    const T* dout = nullptr;      // (N, C)
+    const T* inp = nullptr;       // (N, C)
+    const T* weight = nullptr;    // (C)
+    const float* mean = nullptr;  // (N)
+    const float* rstd = nullptr;  // (N)
+    std::int64_t N = 0, C = 0;
+    float* scratch = nullptr;
+    std::size_t scratch_bytes = 0;
+};
 
 // out (N, C) = inp (N, C) * rstd * weight (C); writes rstd (N) = 1 / sqrt(mean(inp^2) + eps).
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, float eps = 1e-5f);
+struct RmsnormForwardArgs {
+    T* out = nullptr;           // (N, C)
+    float* rstd = nullptr;      // (N)
+    const T* inp = nullptr;     // (N, C)
+    const T* weight = nullptr;  // (C)
+    std::int64_t N = 0, C = 0;
+    float eps = 1e-5f;
+};
 
 // dinp (N, C) += rstd * (dout * weight - xhat * mean(dout * weight * xhat)), xhat = inp * rstd;
-// dweight (C) += sum over rows of dout * xhat (may be null: frozen).
+// dweight (C) += sum over rows of dout * xhat (may be null: frozen). scratch as layernorm's.
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C);
+struct RmsnormBackwardArgs {
+    T* dinp = nullptr;            // (N, C)
+    T* dweight = nullptr;         // (C) or null
+    const T* dout = nullptr;      // (N, C)
+    const T* inp = nullptr;       // (N, C)
+    const T* weight = nullptr;    // (C)
+    const float* rstd = nullptr;  // (N)
+    std::int64_t N = 0, C = 0;
+    float* scratch = nullptr;
+    std::size_t scratch_bytes = 0;
+};
+
+// The residual add fused with the layernorm that reads its sum (a block's attn.res and ln_2):
+// x = a + b, rounded into T and written (the residual stream, kept), and out = layernorm(x) from
+// the rounded x, in one pass over each row: bit for bit residual_forward then
+// layernorm_forward, with one read of x fewer. mean, rstd as layernorm_forward's.
+template <class T>
+struct ResidualLayernormForwardArgs {
+    T* out = nullptr;           // (N, C)
+    float* mean = nullptr;      // (N)
+    float* rstd = nullptr;      // (N)
+    T* x = nullptr;             // (N, C) a + b
+    const T* a = nullptr;       // (N, C)
+    const T* b = nullptr;       // (N, C)
+    const T* weight = nullptr;  // (C)
+    const T* bias = nullptr;    // (C) or null
+    std::int64_t N = 0, C = 0;
+    float eps = 1e-5f;
+};
+
+// What the fused kernel does for s (a layernorm): the add's FLOP per element and the norm's 7; a
+// and b read, x and out written, the norm's parameters read and statistics written once.
+inline KernelCost residual_layernorm_forward_cost(const NormShape& s) {
+    KernelCost c = norm_forward_cost(s);
+    c.flops += static_cast<std::uint64_t>(s.N * s.C);
+    c.bytes_read += nbytes(s.in, s.N * s.C);
+    c.bytes_written += nbytes(s.in, s.N * s.C);
+    return c;
+}
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/norm.cpp, tested in tests/kernels/norm_test.cpp), templated on the
+// storage type T (float, bf16_t, f16_t from core/half.h); all arithmetic and row statistics in
+// fp32. No scratch.
+template <class T>
+void layernorm_forward(const LayernormForwardArgs<T>& args);
+template <class T>
+void layernorm_backward(const LayernormBackwardArgs<T>& args);
+template <class T>
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args);
+template <class T>
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args);
+template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args);
 
 }  // namespace cpu
 
@@ -79,44 +158,31 @@ namespace cuda {
 // CUDA kernels (kernels/cuda/norm.cu, tested against the CPU in tests/kernels_cuda/norm_test.cpp),
 // same storage types and semantics as the CPU's above: statistics in fp32, backward ACCUMULATES
 // into dinp, dweight and dbias (each parameter gradient summed over rows in fp32 in a fixed
-// order and added once: deterministic, no atomics). Device pointers, queued on `stream`.
-
-template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                       float eps = 1e-5f);
-// out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C) or null
-
-// The parameter gradients' column sums over N rows: with `scratch` (device memory of
-// scratch_bytes, free for the call's duration on `stream`; the engine lends the GEMM workspace),
-// blocks of 32 columns x kNormRowsPerChunk rows (more rows a chunk where the scratch holds fewer
-// chunks) each sum their chunk into the scratch, and a second kernel adds the chunks' sums per
-// column in chunk order: N/64 times the blocks of the one-stage path, whose blocks (one per 32
-// columns: 24 for C = 768, on a GPU of 132 multiprocessors) each walk every row. Without scratch,
-// or with room for fewer than two chunks, the one-stage path. Both sum in a fixed order: the
-// same bits run to run; the two orders differ in fp32 rounding. norm_backward_scratch_bytes is
-// what 64-row chunks take: 2 ceil(N / 64) C floats.
+// order and added once: deterministic, no atomics). Device pointers, queued on launch.stream.
+//
+// The parameter gradients' column sums over N rows: with scratch, blocks of 32 columns x
+// kNormRowsPerChunk rows (more rows a chunk where the scratch holds fewer chunks) each sum their
+// chunk into the scratch, and a second kernel adds the chunks' sums per column in chunk order:
+// N/64 times the blocks of the one-stage path, whose blocks (one per 32 columns: 24 for C = 768,
+// on a GPU of 132 multiprocessors) each walk every row. Without scratch, or with room for fewer
+// than two chunks, the one-stage path. Both sum in a fixed order: the same bits run to run; the
+// two orders differ in fp32 rounding. norm_backward_scratch_bytes is what 64-row chunks take:
+// 2 ceil(N / 64) C floats.
 inline constexpr std::int64_t kNormRowsPerChunk = 64;
 std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C);
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                        CUstream_st* stream, void* scratch = nullptr, std::size_t scratch_bytes = 0);
-// dinp (N, C), dweight (C) or null, dbias (C) or null, dout (N, C), inp (N, C), weight (C),
-// mean (N), rstd (N), scratch (scratch_bytes) or null
-
+void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, CUstream_st* stream, float eps = 1e-5f);
-// out (N, C), rstd (N), inp (N, C), weight (C)
-
+void layernorm_backward(const LayernormBackwardArgs<T>& args, const Launch& launch);
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                      void* scratch = nullptr, std::size_t scratch_bytes = 0);
-// dinp (N, C), dweight (C) or null, dout (N, C), inp (N, C), weight (C), rstd (N),
-// scratch (scratch_bytes) or null
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch);
+template <class T>
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch);
+// One block per row, as layernorm_forward, its first pass writing x: the sums and block
+// reductions of the two kernels, so the same bits.
+template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -29,12 +29,12 @@
 #include <limits>
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
-struct f8e4m3_t;  // core/fp8.h (C++20), by pointer only: nvcc includes this header too
+struct bf16_t;    // core/half.h and core/fp8.h (C++20), by pointer only: nvcc includes this
+struct f8e4m3_t;  // header too
 struct f8e5m2_t;
 
 inline constexpr std::int64_t kFp8ScaleInv = 4;     // the float index of scale_inv
@@ -71,34 +71,51 @@ inline float fp8_scale(float amax, float max_finite) {
                                                           : std::numeric_limits<float>::max();
 }
 
-namespace cpu {
-
 // out (n) fp8 codes, scale (kFp8ScaleFloats) = the pair (scale, scale_inv) as laid out above,
-// from inp (n) in T.
-// Q: f8e4m3_t or f8e5m2_t; T: float, bf16_t or f16_t.
+// from inp (n) in T. Q: f8e4m3_t or f8e5m2_t; T: float, bf16_t or f16_t.
 template <class Q, class T>
-void quantize(Q* out, float* scale, const T* inp, std::int64_t n);
+struct QuantizeArgs {
+    Q* out = nullptr;        // (n)
+    float* scale = nullptr;  // (kFp8ScaleFloats)
+    const T* inp = nullptr;  // (n)
+    std::int64_t n = 0;
+};
 
 // out (n) in T = float(inp) * scale[kFp8ScaleInv], inp (n) fp8 codes with their scale pair.
 template <class T, class Q>
-void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n);
+struct DequantizeArgs {
+    T* out = nullptr;              // (n)
+    const Q* inp = nullptr;        // (n)
+    const float* scale = nullptr;  // (kFp8ScaleFloats)
+    std::int64_t n = 0;
+};
+
+// fp8-amp's casts, over its bf16 storage (kernels/kernel_list.h).
+template <class Q>
+using Fp8QuantizeArgs = QuantizeArgs<Q, bf16_t>;
+template <class Q>
+using Fp8DequantizeArgs = DequantizeArgs<bf16_t, Q>;
+
+namespace cpu {
+
+template <class Q, class T>
+void quantize(const QuantizeArgs<Q, T>& args);
+template <class T, class Q>
+void dequantize(const DequantizeArgs<T, Q>& args);
 
 }  // namespace cpu
 
 namespace cuda {
 
-// The same on device pointers (scale too), queued on `stream`; codes and scales bit for bit the
-// CPU's. quantize is four launches: the amax slot (scale[0]) zeroed, the amax (each block's
-// maximum, then one atomicMax per block on the float's bits, which order like the values for
-// non-negative floats: a maximum is the same in any order, so the result is deterministic), the
-// scale pair from it (one thread), the cast (cvt.rn.satfinite on sm_89+).
+// The same on device pointers (scale too), queued on launch.stream; codes and scales bit for
+// bit the CPU's. quantize is four launches: the amax slot (scale[0]) zeroed, the amax (each
+// block's maximum, then one atomicMax per block on the float's bits, which order like the values
+// for non-negative floats: a maximum is the same in any order, so the result is deterministic),
+// the scale pair from it (one thread), the cast (cvt.rn.satfinite on sm_89+).
 template <class Q, class T>
-void quantize(Q* out, float* scale, const T* inp, std::int64_t n, CUstream_st* stream);
-// out (n), scale (kFp8ScaleFloats), inp (n)
-
+void quantize(const QuantizeArgs<Q, T>& args, const Launch& launch);
 template <class T, class Q>
-void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n, CUstream_st* stream);
-// out (n), inp (n), scale (kFp8ScaleFloats)
+void dequantize(const DequantizeArgs<T, Q>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -4,8 +4,7 @@
 #pragma once
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -23,19 +22,33 @@ inline KernelCost residual_backward_cost(const ResidualShape& s) {
     return {static_cast<std::uint64_t>(s.N * s.C), 2 * nbytes(s.dt, s.N * s.C), nbytes(s.dt, s.N * s.C), 0};
 }
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/residual.cpp, tested in tests/kernels/residual_test.cpp), templated
-// on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
-
 // out (n) = a (n) + b (n); out may be a or b (the residual stream updated in place).
 template <class T>
-void residual_forward(T* out, const T* a, const T* b, std::int64_t n);
+struct ResidualForwardArgs {
+    T* out = nullptr;      // (n)
+    const T* a = nullptr;  // (n)
+    const T* b = nullptr;  // (n)
+    std::int64_t n = 0;
+};
 
 // da (n) += dout (n); db (n) += dout (n). ACCUMULATES (callers zero). Each dout element is read
 // once before either update, so dout may be da or db.
 template <class T>
-void residual_backward(T* da, T* db, const T* dout, std::int64_t n);
+struct ResidualBackwardArgs {
+    T* da = nullptr;          // (n)
+    T* db = nullptr;          // (n)
+    const T* dout = nullptr;  // (n)
+    std::int64_t n = 0;
+};
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/residual.cpp, tested in tests/kernels/residual_test.cpp), templated
+// on the storage type T (float, bf16_t, f16_t from core/half.h), arithmetic in fp32.
+template <class T>
+void residual_forward(const ResidualForwardArgs<T>& args);
+template <class T>
+void residual_backward(const ResidualBackwardArgs<T>& args);
 
 }  // namespace cpu
 
@@ -43,15 +56,11 @@ namespace cuda {
 
 // CUDA kernels (kernels/cuda/residual.cu, tested against the CPU in
 // tests/kernels_cuda/residual_test.cpp): same storage types, semantics and aliasing as the
-// CPU's above. Device pointers, queued on `stream`.
-
+// CPU's above. Device pointers, queued on launch.stream.
 template <class T>
-void residual_forward(T* out, const T* a, const T* b, std::int64_t n, CUstream_st* stream);
-// out, a, b (n)
-
+void residual_forward(const ResidualForwardArgs<T>& args, const Launch& launch);
 template <class T>
-void residual_backward(T* da, T* db, const T* dout, std::int64_t n, CUstream_st* stream);
-// da, db, dout (n)
+void residual_backward(const ResidualBackwardArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -5,8 +5,7 @@
 #pragma once
 
 #include "kernels/cost.h"
-
-struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compile in any build)
+#include "kernels/launch.h"
 
 namespace napkin {
 
@@ -24,12 +23,6 @@ inline KernelCost rope_forward_cost(const RopeShape& s) {
 
 inline KernelCost rope_backward_cost(const RopeShape& s) { return rope_forward_cost(s); }
 
-namespace cpu {
-
-// CPU kernels (kernels/cpu/rope.cpp, tested in tests/kernels/rope_test.cpp), templated on the
-// storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
-// here).
-//
 // Convention: Hugging Face Llama's rotate_half. Within each head of HD (even) elements, element
 // i pairs with element i + HD/2 (not the interleaved (2i, 2i+1) pairs of GPT-J / Meta's
 // original code; the FLOP count is the same), and for i in [0, HD/2), at position
@@ -39,16 +32,28 @@ namespace cpu {
 // Angles are computed in double (exact enough for any position), the rotation in fp32.
 // Layout: qkv (B, T, (NH + 2*KVH) * HD) holds per token the NH query heads, the KVH key heads
 // and the KVH value heads; q and k are rotated in place, v is untouched.
+// Forward: q and k of qkv rotated in place. Backward: the same call on dqkv, the gradient of q
+// and k rotated in place by the negative angle (the transpose of the forward rotation); unlike
+// the other backward kernels this transforms, it does not accumulate. v is untouched.
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  float theta = 10000.0f, std::int64_t pos_offset = 0);
+struct RopeArgs {
+    Elem* qkv = nullptr;  // (B, T, (NH + 2*KVH) * HD): qkv forward, dqkv backward
+    std::int64_t B = 0, T = 0;
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+    float theta = 10000.0f;
+    std::int64_t pos_offset = 0;
+};
 
-// dqkv (B, T, (NH + 2*KVH) * HD): the gradient of the q and k heads rotated in place by the
-// negative angle (the transpose of the forward rotation); the v part is untouched. Unlike the
-// other backward kernels this transforms, it does not accumulate.
+namespace cpu {
+
+// CPU kernels (kernels/cpu/rope.cpp, tested in tests/kernels/rope_test.cpp), templated on the
+// storage type Elem (float, bf16_t, f16_t from core/half.h; not T, which is the sequence length
+// here).
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   float theta = 10000.0f, std::int64_t pos_offset = 0);
+void rope_forward(const RopeArgs<Elem>& args);
+template <class Elem>
+void rope_backward(const RopeArgs<Elem>& args);
 
 }  // namespace cpu
 
@@ -56,17 +61,11 @@ namespace cuda {
 
 // CUDA kernels (kernels/cuda/rope.cu, tested against the CPU in tests/kernels_cuda/rope_test.cpp),
 // same convention and storage types as the CPU's above; angles in double as there. Device
-// pointers, queued on `stream`.
-
+// pointers, queued on launch.stream.
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
-// qkv (B, T, (NH + 2*KVH) * HD), q and k heads rotated in place
-
+void rope_forward(const RopeArgs<Elem>& args, const Launch& launch);
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   CUstream_st* stream, float theta = 10000.0f, std::int64_t pos_offset = 0);
-// dqkv (B, T, (NH + 2*KVH) * HD)
+void rope_backward(const RopeArgs<Elem>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -17,36 +17,16 @@ namespace napkin {
 
 namespace {
 
+// Each pointer is cuda::<name>, instantiated for T by the pointer's type.
 template <class T>
 CudaKernelTable<T> kernel_table() {
     CudaKernelTable<T> k;
-    k.embedding_forward = &cuda::embedding_forward<T>;
-    k.embedding_backward = &cuda::embedding_backward<T>;
-    k.layernorm_forward = &cuda::layernorm_forward<T>;
-    k.layernorm_backward = &cuda::layernorm_backward<T>;
-    k.rmsnorm_forward = &cuda::rmsnorm_forward<T>;
-    k.rmsnorm_backward = &cuda::rmsnorm_backward<T>;
-    k.matmul_forward = &cuda::matmul_forward<T>;
-    k.matmul_backward = &cuda::matmul_backward<T>;
-    k.rope_forward = &cuda::rope_forward<T>;
-    k.rope_backward = &cuda::rope_backward<T>;
-    k.attention_naive_forward = &cuda::attention_naive_forward<T>;
-    k.attention_naive_backward = &cuda::attention_naive_backward<T>;
-    k.attention_flash_forward = &cuda::attention_flash_forward<T>;
-    k.attention_flash_backward = &cuda::attention_flash_backward<T>;
-    k.gelu_forward = &cuda::gelu_forward<T>;
-    k.gelu_backward = &cuda::gelu_backward<T>;
-    k.swiglu_forward = &cuda::swiglu_forward<T>;
-    k.swiglu_backward = &cuda::swiglu_backward<T>;
-    k.residual_forward = &cuda::residual_forward<T>;
-    k.residual_backward = &cuda::residual_backward<T>;
-    k.head_cross_entropy = &cuda::head_cross_entropy<T>;
-    k.accumulate = &cuda::accumulate<T>;
-    k.lora_forward = &cuda::lora_forward<T>;
-    k.lora_backward = &cuda::lora_backward<T>;
-    k.nf4_dequantize = &cuda::nf4_dequantize<T>;
-    k.dropout_forward = &cuda::dropout_forward<T>;
-    k.dropout_backward = &cuda::dropout_backward<T>;
+    // clang-format off
+#define NAPKIN_CUDA_TABLE_FILL(name, Args) k.name = &cuda::name;
+    NAPKIN_KERNELS(NAPKIN_CUDA_TABLE_FILL)
+    NAPKIN_KERNELS_BY_HAND(NAPKIN_CUDA_TABLE_FILL)
+#undef NAPKIN_CUDA_TABLE_FILL
+    // clang-format on
     return k;
 }
 
@@ -74,11 +54,11 @@ void select_device(int index, char* name, std::size_t name_bytes, int* sm) {
 
 CudaFp8KernelTable fp8_kernel_table() {
     CudaFp8KernelTable k;
-    k.quantize_e4m3 = &cuda::quantize<f8e4m3_t, bf16_t>;
-    k.quantize_e5m2 = &cuda::quantize<f8e5m2_t, bf16_t>;
-    k.dequantize_e4m3 = &cuda::dequantize<bf16_t, f8e4m3_t>;
-    k.matmul_forward = &cuda::matmul_forward;
-    k.matmul_backward = &cuda::matmul_backward;
+    // clang-format off
+#define NAPKIN_CUDA_FP8_TABLE_FILL(member, name, Args) k.member = &cuda::name;
+    NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_TABLE_FILL)
+#undef NAPKIN_CUDA_FP8_TABLE_FILL
+    // clang-format on
     return k;
 }
 
@@ -151,9 +131,7 @@ CudaEngineApi make_api() {
     a.memory_info = &memory_info;
     a.matmul_create_handle = &cuda::matmul_create_handle;
     a.matmul_destroy_handle = &cuda::matmul_destroy_handle;
-    a.head_cross_entropy_scratch_bytes = &cuda::head_cross_entropy_scratch_bytes;
     a.optimizer_update = &cuda::optimizer_update;
-    a.grad_sum_squares_scratch_bytes = &cuda::grad_sum_squares_scratch_bytes;
     a.grad_sum_squares = &cuda::grad_sum_squares;
     a.grad_unscale_check = &cuda::grad_unscale_check;
     a.nccl_version = &cuda::nccl_version;

@@ -28,77 +28,37 @@
 #include "core/cuda/cupti_activity.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
-#include "kernels/accumulate.h"
-#include "kernels/zero.h"
-#include "kernels/activation.h"
-#include "kernels/attention.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/dropout.h"
-#include "kernels/embedding.h"
-#include "kernels/lora.h"
-#include "kernels/matmul.h"
-#include "kernels/nf4.h"
-#include "kernels/norm.h"
+#include "kernels/kernel_list.h"
 #include "kernels/optimizer.h"
-#include "kernels/quantize.h"
-#include "kernels/residual.h"
-#include "kernels/rope.h"
+#include "kernels/zero.h"
 #include "profiler/gpu_activity.h"
 
 namespace napkin {
 
-// The cuda:: kernels of one storage type T (float, bf16_t, f16_t), named as in kernels/<op>.h.
+// The cuda:: kernels of one storage type T (float, bf16_t, f16_t), one pointer per line of
+// kernels/kernel_list.h, each taking its argument struct and the launch context.
 template <class T>
 struct CudaKernelTable {
-    decltype(&cuda::embedding_forward<T>) embedding_forward = nullptr;
-    decltype(&cuda::embedding_backward<T>) embedding_backward = nullptr;
-    decltype(&cuda::layernorm_forward<T>) layernorm_forward = nullptr;
-    decltype(&cuda::layernorm_backward<T>) layernorm_backward = nullptr;
-    decltype(&cuda::rmsnorm_forward<T>) rmsnorm_forward = nullptr;
-    decltype(&cuda::rmsnorm_backward<T>) rmsnorm_backward = nullptr;
-    decltype(&cuda::matmul_forward<T>) matmul_forward = nullptr;
-    decltype(&cuda::matmul_backward<T>) matmul_backward = nullptr;
-    decltype(&cuda::rope_forward<T>) rope_forward = nullptr;
-    decltype(&cuda::rope_backward<T>) rope_backward = nullptr;
-    // Attention, naive and flash, takes its optional dropout (AttentionDropout, null: none) last.
-    decltype(&cuda::attention_naive_forward<T>) attention_naive_forward = nullptr;
-    decltype(&cuda::attention_naive_backward<T>) attention_naive_backward = nullptr;
-    decltype(&cuda::attention_flash_forward<T>) attention_flash_forward = nullptr;
-    decltype(&cuda::attention_flash_backward<T>) attention_flash_backward = nullptr;
-    decltype(&cuda::gelu_forward<T>) gelu_forward = nullptr;
-    decltype(&cuda::gelu_backward<T>) gelu_backward = nullptr;
-    decltype(&cuda::swiglu_forward<T>) swiglu_forward = nullptr;
-    decltype(&cuda::swiglu_backward<T>) swiglu_backward = nullptr;
-    decltype(&cuda::residual_forward<T>) residual_forward = nullptr;
-    decltype(&cuda::residual_backward<T>) residual_backward = nullptr;
-    decltype(&cuda::head_cross_entropy<T>) head_cross_entropy = nullptr;
-    decltype(&cuda::accumulate<T>) accumulate = nullptr;  // ZeRO's gradient-chunk sum
-    // LoRA / QLoRA fine-tuning: the adapters (kernels/lora.h) and the frozen NF4 weights'
-    // dequantization (kernels/nf4.h; quantized on the host).
-    decltype(&cuda::lora_forward<T>) lora_forward = nullptr;
-    decltype(&cuda::lora_backward<T>) lora_backward = nullptr;
-    decltype(&cuda::nf4_dequantize<T>) nf4_dequantize = nullptr;
-    // GPT-2's dropout on the embedding output and the residual branches (kernels/dropout.h).
-    decltype(&cuda::dropout_forward<T>) dropout_forward = nullptr;
-    decltype(&cuda::dropout_backward<T>) dropout_backward = nullptr;
+    // clang-format off
+#define NAPKIN_CUDA_TABLE_ENTRY(name, Args) \
+    void (*name)(const Args<T>&, const cuda::Launch&) = nullptr;
+    NAPKIN_KERNELS(NAPKIN_CUDA_TABLE_ENTRY)
+    NAPKIN_KERNELS_BY_HAND(NAPKIN_CUDA_TABLE_ENTRY)
+#undef NAPKIN_CUDA_TABLE_ENTRY
+    // clang-format on
 };
 
-// fp8-amp's kernels, over bf16 storage: kernels/quantize.h and the fp8 overloads of
-// kernels/matmul.h (overloads, so their pointer types are spelled out).
+// fp8-amp's kernels, over bf16 storage (NAPKIN_FP8_KERNELS).
 struct CudaFp8KernelTable {
-    decltype(&cuda::quantize<f8e4m3_t, bf16_t>) quantize_e4m3 = nullptr;
-    decltype(&cuda::quantize<f8e5m2_t, bf16_t>) quantize_e5m2 = nullptr;
-    decltype(&cuda::dequantize<bf16_t, f8e4m3_t>) dequantize_e4m3 = nullptr;
-    void (*matmul_forward)(bf16_t*, const f8e4m3_t*, const float*, const f8e4m3_t*, const float*,
-                           const bf16_t*, std::int64_t, std::int64_t, std::int64_t,
-                           const cuda::MatmulContext&, CUstream_st*) = nullptr;
-    void (*matmul_backward)(bf16_t*, bf16_t*, bf16_t*, const bf16_t*, const f8e5m2_t*, const float*,
-                            const f8e4m3_t*, const float*, const f8e4m3_t*, const float*,
-                            std::int64_t, std::int64_t, std::int64_t, void*,
-                            const cuda::MatmulContext&, CUstream_st*) = nullptr;
+    // clang-format off
+#define NAPKIN_CUDA_FP8_TABLE_ENTRY(member, name, Args) \
+    void (*member)(const Args&, const cuda::Launch&) = nullptr;
+    NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_TABLE_ENTRY)
+#undef NAPKIN_CUDA_FP8_TABLE_ENTRY
+    // clang-format on
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 11;
+inline constexpr int kNapkinCudaEngineApiVersion = 12;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -137,10 +97,8 @@ struct CudaEngineApi {
 
     decltype(&cuda::matmul_create_handle) matmul_create_handle = nullptr;
     decltype(&cuda::matmul_destroy_handle) matmul_destroy_handle = nullptr;
-    decltype(&cuda::head_cross_entropy_scratch_bytes) head_cross_entropy_scratch_bytes = nullptr;
 
     decltype(&cuda::optimizer_update) optimizer_update = nullptr;
-    decltype(&cuda::grad_sum_squares_scratch_bytes) grad_sum_squares_scratch_bytes = nullptr;
     decltype(&cuda::grad_sum_squares) grad_sum_squares = nullptr;
     decltype(&cuda::grad_unscale_check) grad_unscale_check = nullptr;
 

@@ -117,14 +117,14 @@ public:
     void accumulate(void* dst, const void* src, std::int64_t n, DType dtype) override {
         switch (dtype) {
             case DType::f32:
-                return api_.f32.accumulate(static_cast<float*>(dst), static_cast<const float*>(src),
-                                           n, stream_);
+                return api_.f32.accumulate(
+                    {static_cast<float*>(dst), static_cast<const float*>(src), n}, {stream_});
             case DType::bf16:
-                return api_.bf16.accumulate(static_cast<bf16_t*>(dst),
-                                            static_cast<const bf16_t*>(src), n, stream_);
+                return api_.bf16.accumulate(
+                    {static_cast<bf16_t*>(dst), static_cast<const bf16_t*>(src), n}, {stream_});
             case DType::f16:
-                return api_.f16.accumulate(static_cast<f16_t*>(dst), static_cast<const f16_t*>(src),
-                                           n, stream_);
+                return api_.f16.accumulate(
+                    {static_cast<f16_t*>(dst), static_cast<const f16_t*>(src), n}, {stream_});
             default:
                 break;
         }

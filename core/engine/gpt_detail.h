@@ -31,15 +31,16 @@ constexpr DType storage_dtype() {
         return DType::f16;
 }
 
-// The tensors one op keeps, allocated from the plan's list; looked up by plan name.
+// The tensors the ops of a block (or the prologue, the epilogue) keep, allocated from the plan's
+// list under their names (prefix + kept_name: "h.3.attn.qkv.out"); looked up by id.
 struct KeptTensors {
-    std::vector<std::pair<std::string_view, Tensor>> items;
+    std::vector<std::pair<KeptId, Tensor>> items;
 
-    Tensor& get(std::string_view name) {
-        for (auto& [n, t] : items) {
-            if (n == name) return t;
+    Tensor& get(KeptId id) {
+        for (auto& [i, t] : items) {
+            if (i == id) return t;
         }
-        NAPKIN_ASSERT(false, "no kept tensor '" << name << "'");
+        NAPKIN_ASSERT(false, "no kept tensor '" << kept_name(id) << "'");
         throw;  // unreachable
     }
     void keep(AccountingAllocator& alloc, const std::string& prefix, const PlanOp& op,
@@ -47,8 +48,8 @@ struct KeptTensors {
         for (int i = 0; i < op.n_saved; ++i) {
             const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
             if (recomputed_only && !t.recomputed) continue;
-            items.emplace_back(t.name, Tensor(alloc, prefix + std::string(t.name),
-                                              MemCategory::activations, t.dtype, {t.numel}));
+            items.emplace_back(t.id, Tensor(alloc, prefix + std::string(t.name()),
+                                            MemCategory::activations, t.dtype, {t.numel}));
         }
     }
     void release_recomputed(const std::vector<PlanOp>& ops) {
@@ -57,7 +58,7 @@ struct KeptTensors {
                 const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
                 if (!t.recomputed) continue;
                 auto it = std::find_if(items.begin(), items.end(),
-                                       [&](auto& p) { return p.first == t.name; });
+                                       [&](auto& p) { return p.first == t.id; });
                 if (it != items.end()) items.erase(it);
             }
         }

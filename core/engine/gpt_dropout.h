@@ -1,11 +1,11 @@
 // Dropout's part of the GPT engine's orchestration (core/engine/gpt_impl.h), where GPT-2 puts
 // it (embd_pdrop, attn_pdrop and resid_pdrop, one probability here: ModelConfig::dropout):
-//   - the embedding output, in place, its mask kept by the embedding op ("embedding.mask");
+//   - the embedding output, in place, its mask kept by the embedding op (embedding.mask);
 //   - the attention probabilities (naive attention keeps P, the mask and Pd; flash keeps nothing
 //     more and draws the bits again in its backward: kernels/attention.h);
 //   - each residual branch (attention and MLP), in place on the branch output once its last
 //     writer is done (the projection, or its LoRA adapter after it), its mask kept by the
-//     projection op ("attn.proj.mask", "mlp.proj.mask"); the backward puts dres through the
+//     projection op (attn.proj.mask, mlp.proj.mask); the backward puts dres through the
 //     mask into the branch buffer, which the projection's backward then reads as its dout.
 // Masks come from kernels/dropout.h's counter-based hash, seeded per site from the micro-batch's
 // seed (Gpt::set_dropout_seed): a recomputed block draws the very same masks.
@@ -35,8 +35,12 @@ public:
     void forward(Kernels& k, Range&& range, T* x, Tensor& mask, std::int64_t n, int layer,
                  DropoutSite site) {
         range("dropout_forward", dropout_forward_cost({n, storage_dtype<T>()}));
-        k.dropout_forward(x, mask.template data<std::uint8_t>(), x, n, p_,
-                          dropout_site_seed(seed_, layer, site));
+        k.dropout_forward({.out = x,
+                           .mask = mask.template data<std::uint8_t>(),
+                           .inp = x,
+                           .n = n,
+                           .p = p_,
+                           .seed = dropout_site_seed(seed_, layer, site)});
     }
 
     // dx (n) = dout (n) through the kept mask; dx may be dout.
@@ -44,14 +48,18 @@ public:
     void backward(Kernels& k, Range&& range, T* dx, const T* dout, const Tensor& mask,
                   std::int64_t n) {
         range("dropout_backward", dropout_backward_cost({n, storage_dtype<T>()}));
-        k.dropout_backward(dx, dout, mask.template data<std::uint8_t>(), n, p_);
+        k.dropout_backward({.dinp = dx,
+                            .dout = dout,
+                            .mask = mask.template data<std::uint8_t>(),
+                            .n = n,
+                            .p = p_});
     }
 
-    // Naive attention's dropout for layer l, over the kept "attn.p.mask" and "attn.p.dropped".
+    // Naive attention's dropout for layer l, over the kept attn.p.mask and attn.p.dropped.
     AttentionDropout<T> attention(KeptTensors& kt, int layer) const {
         return {p_, dropout_site_seed(seed_, layer, DropoutSite::attention),
-                kt.get("attn.p.mask").template data<std::uint8_t>(),
-                kt.get("attn.p.dropped").template data<T>()};
+                kt.get(KeptId::attn_p_mask).template data<std::uint8_t>(),
+                kt.get(KeptId::attn_p_dropped).template data<T>()};
     }
     // Flash attention's: the same bits, drawn in the kernel, nothing kept.
     AttentionDropout<T> flash_attention(int layer) const {

@@ -56,7 +56,8 @@ public:
         const std::int64_t n = kept.numel();
         range("quantize", quantize_cost({n, storage(), DType::f8e4m3}));
         if constexpr (Kernels::kFp8)
-            k.quantize(kept.data<f8e4m3_t>(), scale.data<float>(), staged, n);
+            k.quantize(Fp8QuantizeArgs<f8e4m3_t>{
+                .out = kept.data<f8e4m3_t>(), .scale = scale.data<float>(), .inp = staged, .n = n});
     }
 
     // out (M, N) = inp (M, K) codes @ cast(weight (N, K))^T [+ bias (N)].
@@ -66,9 +67,16 @@ public:
         cast_weight(k, range, s, weight);
         range("matmul_forward", matmul_fp8_forward_cost(s));
         if constexpr (Kernels::kFp8) {
-            k.matmul_forward(out, inp.data<f8e4m3_t>(), inp_scale.data<float>(),
-                             w8_.data<f8e4m3_t>(), w8_scale_.data<float>(), bias, s.M, s.N, s.K,
-                             scratch);
+            k.matmul_fp8_forward({.out = out,
+                                  .inp = inp.data<f8e4m3_t>(),
+                                  .inp_scale = inp_scale.data<float>(),
+                                  .weight = w8_.data<f8e4m3_t>(),
+                                  .weight_scale = w8_scale_.data<float>(),
+                                  .bias = bias,
+                                  .M = s.M,
+                                  .N = s.N,
+                                  .K = s.K,
+                                  .scratch = scratch});
         }
     }
 
@@ -80,14 +88,27 @@ public:
                   float* scratch) {
         range("quantize", quantize_cost({s.M * s.N, storage(), DType::f8e5m2}));
         if constexpr (Kernels::kFp8)
-            k.quantize(g8_.data<f8e5m2_t>(), g8_scale_.data<float>(), dout, s.M * s.N);
+            k.quantize(Fp8QuantizeArgs<f8e5m2_t>{.out = g8_.data<f8e5m2_t>(),
+                                                 .scale = g8_scale_.data<float>(),
+                                                 .inp = dout,
+                                                 .n = s.M * s.N});
         cast_weight(k, range, s, weight);
         range("matmul_backward", matmul_fp8_backward_cost(s));
         if constexpr (Kernels::kFp8) {
-            k.matmul_backward(dinp, dweight, dbias, dout, g8_.data<f8e5m2_t>(),
-                              g8_scale_.data<float>(), inp.data<f8e4m3_t>(),
-                              inp_scale.data<float>(), w8_.data<f8e4m3_t>(),
-                              w8_scale_.data<float>(), s.M, s.N, s.K, scratch);
+            k.matmul_fp8_backward({.dinp = dinp,
+                                   .dweight = dweight,
+                                   .dbias = dbias,
+                                   .dout = dout,
+                                   .dout8 = g8_.data<f8e5m2_t>(),
+                                   .dout_scale = g8_scale_.data<float>(),
+                                   .inp = inp.data<f8e4m3_t>(),
+                                   .inp_scale = inp_scale.data<float>(),
+                                   .weight = w8_.data<f8e4m3_t>(),
+                                   .weight_scale = w8_scale_.data<float>(),
+                                   .M = s.M,
+                                   .N = s.N,
+                                   .K = s.K,
+                                   .scratch = scratch});
         }
     }
 
@@ -98,7 +119,8 @@ public:
         const std::int64_t n = kept.numel();
         range("dequantize", dequantize_cost({n, storage(), DType::f8e4m3}));
         if constexpr (Kernels::kFp8)
-            k.dequantize(into, kept.data<f8e4m3_t>(), scale.data<float>(), n);
+            k.dequantize(Fp8DequantizeArgs<f8e4m3_t>{
+                .out = into, .inp = kept.data<f8e4m3_t>(), .scale = scale.data<float>(), .n = n});
         return into;
     }
 
@@ -109,7 +131,10 @@ private:
     void cast_weight(Kernels& k, Range&& range, const MatmulShape& s, const T* weight) {
         range("quantize", quantize_cost({s.N * s.K, storage(), DType::f8e4m3}));
         if constexpr (Kernels::kFp8)
-            k.quantize(w8_.data<f8e4m3_t>(), w8_scale_.data<float>(), weight, s.N * s.K);
+            k.quantize(Fp8QuantizeArgs<f8e4m3_t>{.out = w8_.data<f8e4m3_t>(),
+                                                 .scale = w8_scale_.data<float>(),
+                                                 .inp = weight,
+                                                 .n = s.N * s.K});
     }
 
     Tensor w8_, w8_scale_;  // one block weight (N, K) cast to E4M3

@@ -47,25 +47,41 @@ public:
     const T* weight(Kernels& k, Range&& range, const ParamSlot& w) {
         if (w.weight.dtype() != DType::nf4) return w.weight.template data<T>();
         range("nf4_dequantize", nf4_dequantize_cost({w.numel, storage_dtype<T>()}));
-        k.nf4_dequantize(dequant_.template data<T>(), w.weight.template data<std::uint8_t>(),
-                         w.quant.template data<std::uint8_t>(), w.numel);
+        k.nf4_dequantize({.out = dequant_.template data<T>(),
+                          .codes = w.weight.template data<std::uint8_t>(),
+                          .state = w.quant.template data<std::uint8_t>(),
+                          .n = w.numel});
         return dequant_.template data<T>();
     }
 
     // out (the GEMM's output, M x N) += scale * (inp @ A^T) @ B^T; h (M, parts r) kept.
     void forward(Kernels& k, const PlanOp& op, const LoraSlots& s, const T* inp, T* h, T* out,
                  float* scratch) {
-        k.lora_forward(out, h, inp, s.a->weight.template data<T>(), s.b->weight.template data<T>(),
-                       std::get<LoraShape>(op.shape), scale_, scratch);
+        k.lora_forward({.out = out,
+                        .h = h,
+                        .inp = inp,
+                        .a = s.a->weight.template data<T>(),
+                        .b = s.b->weight.template data<T>(),
+                        .s = std::get<LoraShape>(op.shape),
+                        .scale = scale_,
+                        .scratch = scratch});
     }
 
     // The adapter's gradients from dout (the GEMM's output gradient), and dh A added into dinp.
     void backward(Kernels& k, const PlanOp& op, const LoraSlots& s, T* dinp, const T* dout,
                   const T* inp, const T* h, float* scratch) {
-        k.lora_backward(dinp, s.a->grad.template data<T>(), s.b->grad.template data<T>(),
-                        dh_.template data<T>(), dout, inp, h, s.a->weight.template data<T>(),
-                        s.b->weight.template data<T>(), std::get<LoraShape>(op.shape), scale_,
-                        scratch);
+        k.lora_backward({.dinp = dinp,
+                         .da = s.a->grad.template data<T>(),
+                         .db = s.b->grad.template data<T>(),
+                         .dh = dh_.template data<T>(),
+                         .dout = dout,
+                         .inp = inp,
+                         .h = h,
+                         .a = s.a->weight.template data<T>(),
+                         .b = s.b->weight.template data<T>(),
+                         .s = std::get<LoraShape>(op.shape),
+                         .scale = scale_,
+                         .scratch = scratch});
     }
 
 private:

@@ -515,11 +515,12 @@ void ZeroEngine::accumulate_bucket(std::size_t u) {
     if (dev_ != nullptr) {
         dev_->accumulate(x.grads.raw(), chunk, su.shard, dt_.grads);
     } else if (dt_.grads == DType::f32) {
-        cpu::accumulate(x.grads.data<float>(), static_cast<const float*>(chunk), su.shard);
+        cpu::accumulate<float>({x.grads.data<float>(), static_cast<const float*>(chunk), su.shard});
     } else if (dt_.grads == DType::bf16) {
-        cpu::accumulate(x.grads.data<bf16_t>(), static_cast<const bf16_t*>(chunk), su.shard);
+        cpu::accumulate<bf16_t>(
+            {x.grads.data<bf16_t>(), static_cast<const bf16_t*>(chunk), su.shard});
     } else {
-        cpu::accumulate(x.grads.data<f16_t>(), static_cast<const f16_t*>(chunk), su.shard);
+        cpu::accumulate<f16_t>({x.grads.data<f16_t>(), static_cast<const f16_t*>(chunk), su.shard});
     }
     x.bucket.release();
 }

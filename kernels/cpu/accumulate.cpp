@@ -15,14 +15,15 @@ constexpr std::int64_t kParallelMin =
 }  // namespace
 
 template <class T>
-void accumulate(T* dst, const T* src, std::int64_t n) {
+void accumulate(const AccumulateArgs<T>& args) {
+    const auto& [dst, src, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i)
         dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
 }
 
-template void accumulate<float>(float*, const float*, std::int64_t);
-template void accumulate<bf16_t>(bf16_t*, const bf16_t*, std::int64_t);
-template void accumulate<f16_t>(f16_t*, const f16_t*, std::int64_t);
+template void accumulate<float>(const AccumulateArgs<float>&);
+template void accumulate<bf16_t>(const AccumulateArgs<bf16_t>&);
+template void accumulate<f16_t>(const AccumulateArgs<f16_t>&);
 
 }  // namespace napkin::cpu

@@ -28,7 +28,8 @@ float sigmoid(float x) {
 // glibc's slow tanhf (2-4x faster per element, bench/activation_bench), and no cancellation in
 // 1 + tanh(u) for negative x, where the tanh form loses every digit (x = -5: 0, not -1.5e-8).
 template <class T>
-void gelu_forward(T* out, const T* inp, std::int64_t n) {
+void gelu_forward(const GeluForwardArgs<T>& args) {
+    const auto& [out, inp, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i) {
         const float x = to_float(inp[i]);
@@ -40,7 +41,8 @@ void gelu_forward(T* out, const T* inp, std::int64_t n) {
 // d gelu / dx = s + 2 x s (1 - s) du/dx, with 1 - s = e s (e = exp(-2u)), which keeps its digits
 // as s -> 1; e is capped at exp(88) < FLT_MAX, so s (1 - s) is never inf * 0 (s is then ~1e-38).
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+void gelu_backward(const GeluBackwardArgs<T>& args) {
+    const auto& [dinp, inp, dout, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i) {
         const float x = to_float(inp[i]);
@@ -55,7 +57,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
 }
 
 template <class T>
-void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
+void swiglu_forward(const SwigluForwardArgs<T>& args) {
+    const auto& [out, inp, N, F] = args;
     NAPKIN_ASSERT(N >= 0 && F >= 0, "swiglu_forward: N " << N << ", F " << F);
 #pragma omp parallel for if (N * F > kParallelMin)
     for (std::int64_t n = 0; n < N; ++n) {
@@ -70,7 +73,8 @@ void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F) {
 }
 
 template <class T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F) {
+void swiglu_backward(const SwigluBackwardArgs<T>& args) {
+    const auto& [dinp, inp, dout, N, F] = args;
     NAPKIN_ASSERT(N >= 0 && F >= 0, "swiglu_backward: N " << N << ", F " << F);
 #pragma omp parallel for if (N * F > kParallelMin)
     for (std::int64_t n = 0; n < N; ++n) {
@@ -90,11 +94,11 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::
     }
 }
 
-#define NAPKIN_ACTIVATION_INSTANTIATE(T)                                       \
-    template void gelu_forward<T>(T*, const T*, std::int64_t);                 \
-    template void gelu_backward<T>(T*, const T*, const T*, std::int64_t);      \
-    template void swiglu_forward<T>(T*, const T*, std::int64_t, std::int64_t); \
-    template void swiglu_backward<T>(T*, const T*, const T*, std::int64_t, std::int64_t);
+#define NAPKIN_ACTIVATION_INSTANTIATE(T)                          \
+    template void gelu_forward<T>(const GeluForwardArgs<T>&);     \
+    template void gelu_backward<T>(const GeluBackwardArgs<T>&);   \
+    template void swiglu_forward<T>(const SwigluForwardArgs<T>&); \
+    template void swiglu_backward<T>(const SwigluBackwardArgs<T>&);
 NAPKIN_ACTIVATION_INSTANTIATE(float)
 NAPKIN_ACTIVATION_INSTANTIATE(bf16_t)
 NAPKIN_ACTIVATION_INSTANTIATE(f16_t)

@@ -121,9 +121,9 @@ void store(Elem* dst, const float* src, float mul, std::int64_t n) {
 // naive
 
 template <class Elem>
-void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD,
-                             const AttentionDropout<Elem>* dropout) {
+void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args) {
+    const auto& [out, p, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
@@ -182,9 +182,9 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
 }
 
 template <class Elem>
-void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
-                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, const AttentionDropout<Elem>* dropout) {
+void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args) {
+    const auto& [dqkv, scratch, dout, qkv, p, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const float keep_scale = dropout != nullptr ? 1.0f / (1.0f - dropout->p) : 1.0f;
@@ -247,9 +247,9 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 // flash
 
 template <class Elem>
-void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD,
-                             const AttentionDropout<Elem>* dropout) {
+void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args) {
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     NAPKIN_ASSERT(dropout == nullptr || (dropout->p >= 0.0f && dropout->p < 1.0f),
@@ -300,9 +300,9 @@ void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_
 }
 
 template <class Elem>
-void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, const AttentionDropout<Elem>* dropout) {
+void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args) {
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
     const std::uint32_t threshold = dropout != nullptr ? dropout_threshold(dropout->p) : 0;
@@ -387,20 +387,11 @@ void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, con
     }
 }
 
-#define NAPKIN_INSTANTIATE_ATTENTION(Elem)                                                      \
-    template void attention_naive_forward<Elem>(Elem*, Elem*, const Elem*, std::int64_t,        \
-                                                std::int64_t, int, int, std::int64_t,           \
-                                                const AttentionDropout<Elem>*);                 \
-    template void attention_naive_backward<Elem>(Elem*, float*, const Elem*, const Elem*,       \
-                                                 const Elem*, std::int64_t, std::int64_t, int,  \
-                                                 int, std::int64_t,                             \
-                                                 const AttentionDropout<Elem>*);                \
-    template void attention_flash_forward<Elem>(Elem*, float*, const Elem*, std::int64_t,       \
-                                                std::int64_t, int, int, std::int64_t,           \
-                                                const AttentionDropout<Elem>*);                 \
-    template void attention_flash_backward<Elem>(Elem*, const Elem*, const Elem*, const Elem*,  \
-                                                 const float*, std::int64_t, std::int64_t, int, \
-                                                 int, std::int64_t, const AttentionDropout<Elem>*);
+#define NAPKIN_INSTANTIATE_ATTENTION(Elem)                                                 \
+    template void attention_naive_forward<Elem>(const AttentionNaiveForwardArgs<Elem>&);   \
+    template void attention_naive_backward<Elem>(const AttentionNaiveBackwardArgs<Elem>&); \
+    template void attention_flash_forward<Elem>(const AttentionFlashForwardArgs<Elem>&);   \
+    template void attention_flash_backward<Elem>(const AttentionFlashBackwardArgs<Elem>&);
 NAPKIN_INSTANTIATE_ATTENTION(float)
 NAPKIN_INSTANTIATE_ATTENTION(bf16_t)
 NAPKIN_INSTANTIATE_ATTENTION(f16_t)

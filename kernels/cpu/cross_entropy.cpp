@@ -26,9 +26,9 @@ blasint bi(std::int64_t v) { return static_cast<blasint>(v); }
 }  // namespace
 
 template <class T>
-float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, const std::int32_t* targets,
-                         std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk,
-                         float dloss, float* scratch) {
+float head_cross_entropy(const HeadCrossEntropyArgs<T>& args) {
+    const auto& [losses, dx, dw, x, w, targets, M, C, V, Vp, chunk, dloss, scratch, gemm_scratch] =
+        args;
     NAPKIN_ASSERT(chunk > 0 && V <= Vp, "head_cross_entropy: chunk " << chunk << ", V " << V << ", Vp " << Vp);
     for (std::int64_t m = 0; m < M; ++m) {
         if (!(targets[m] >= 0 && targets[m] < V)) {
@@ -116,9 +116,8 @@ float head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w, co
     return static_cast<float>(total / static_cast<double>(M));
 }
 
-#define NAPKIN_INSTANTIATE_CE(T)                                                                                      \
-    template float head_cross_entropy<T>(float*, T*, T*, const T*, const T*, const std::int32_t*, std::int64_t,    \
-                                         std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float*);
+#define NAPKIN_INSTANTIATE_CE(T) \
+    template float head_cross_entropy<T>(const HeadCrossEntropyArgs<T>&);
 NAPKIN_INSTANTIATE_CE(float)
 NAPKIN_INSTANTIATE_CE(bf16_t)
 NAPKIN_INSTANTIATE_CE(f16_t)

@@ -6,8 +6,8 @@
 namespace napkin::cpu {
 
 template <class T>
-void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
-                     std::uint64_t seed) {
+void dropout_forward(const DropoutForwardArgs<T>& args) {
+    const auto& [out, mask, inp, n, p, seed] = args;
     NAPKIN_ASSERT(p >= 0.0f && p < 1.0f, "dropout_forward: p " << p);
     const std::uint32_t threshold = dropout_threshold(p);
     const float scale = 1.0f / (1.0f - p);
@@ -20,7 +20,8 @@ void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, f
 }
 
 template <class T>
-void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n, float p) {
+void dropout_backward(const DropoutBackwardArgs<T>& args) {
+    const auto& [dinp, dout, mask, n, p] = args;
     NAPKIN_ASSERT(p >= 0.0f && p < 1.0f, "dropout_backward: p " << p);
     const float scale = 1.0f / (1.0f - p);
 #pragma omp parallel for if (n > 65536)
@@ -28,10 +29,9 @@ void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int
         dinp[i] = mask[i] != 0 ? from_float<T>(to_float(dout[i]) * scale) : from_float<T>(0.0f);
 }
 
-#define NAPKIN_DROPOUT_INSTANTIATE(T)                                                  \
-    template void dropout_forward<T>(T*, std::uint8_t*, const T*, std::int64_t, float, \
-                                     std::uint64_t);                                   \
-    template void dropout_backward<T>(T*, const T*, const std::uint8_t*, std::int64_t, float);
+#define NAPKIN_DROPOUT_INSTANTIATE(T)                               \
+    template void dropout_forward<T>(const DropoutForwardArgs<T>&); \
+    template void dropout_backward<T>(const DropoutBackwardArgs<T>&);
 NAPKIN_DROPOUT_INSTANTIATE(float)
 NAPKIN_DROPOUT_INSTANTIATE(bf16_t)
 NAPKIN_DROPOUT_INSTANTIATE(f16_t)

@@ -67,8 +67,8 @@ void scatter_rows_by_owner(Elem* dwte, const Elem* dout, const std::int32_t* tok
 }  // namespace
 
 template <class Elem>
-void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
-                       std::int64_t B, std::int64_t T, std::int64_t C) {
+void embedding_forward(const EmbeddingForwardArgs<Elem>& args) {
+    const auto& [out, tokens, wte, wpe, B, T, C] = args;
     NAPKIN_ASSERT(B >= 0 && T >= 0 && C >= 0,
                   "embedding_forward: B " << B << ", T " << T << ", C " << C);
 #pragma omp parallel for if (B * T * C > kParallelMin)
@@ -86,8 +86,8 @@ void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, c
 }
 
 template <class Elem>
-void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
-                        std::int64_t B, std::int64_t T, std::int64_t C) {
+void embedding_backward(const EmbeddingBackwardArgs<Elem>& args) {
+    const auto& [dwte, dwpe, dout, tokens, B, T, C] = args;
     NAPKIN_ASSERT(B >= 0 && T >= 0 && C >= 0,
                   "embedding_backward: B " << B << ", T " << T << ", C " << C);
     if constexpr (std::is_same_v<Elem, float>) {
@@ -114,11 +114,9 @@ void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int
     }
 }
 
-#define NAPKIN_EMBEDDING_INSTANTIATE(E)                                                           \
-    template void embedding_forward<E>(E*, const std::int32_t*, const E*, const E*, std::int64_t, \
-                                       std::int64_t, std::int64_t);                               \
-    template void embedding_backward<E>(E*, E*, const E*, const std::int32_t*, std::int64_t,      \
-                                        std::int64_t, std::int64_t);
+#define NAPKIN_EMBEDDING_INSTANTIATE(E)                                 \
+    template void embedding_forward<E>(const EmbeddingForwardArgs<E>&); \
+    template void embedding_backward<E>(const EmbeddingBackwardArgs<E>&);
 NAPKIN_EMBEDDING_INSTANTIATE(float)
 NAPKIN_EMBEDDING_INSTANTIATE(bf16_t)
 NAPKIN_EMBEDDING_INSTANTIATE(f16_t)

@@ -96,8 +96,9 @@ void check_shape(const LoraShape& s, const char* op) {
 }  // namespace
 
 template <class T>
-void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
-                  float scale, float* scratch) {
+void lora_forward(const LoraForwardArgs<T>& args) {
+    const auto& [out, h, inp, a, b, s, scale, scratch_start] = args;
+    float* scratch = scratch_start;  // carved from the front as operands are widened
     check_shape(s, "lora_forward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     const float* x = as_f32(inp, M * K, scratch);
@@ -123,8 +124,9 @@ void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const Lora
 }
 
 template <class T>
-void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
-                   const T* a, const T* b, const LoraShape& s, float scale, float* scratch) {
+void lora_backward(const LoraBackwardArgs<T>& args) {
+    const auto& [dinp, da, db, dh, dout, inp, h, a, b, s, scale, scratch_start] = args;
+    float* scratch = scratch_start;  // carved from the front as operands are widened
     check_shape(s, "lora_backward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     const float* g = as_f32(dout, M * N, scratch);
@@ -162,11 +164,9 @@ void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, co
     }
 }
 
-#define NAPKIN_LORA_INSTANTIATE(T)                                                               \
-    template void lora_forward<T>(T*, T*, const T*, const T*, const T*, const LoraShape&, float, \
-                                  float*);                                                       \
-    template void lora_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*, const T*,       \
-                                   const T*, const LoraShape&, float, float*);
+#define NAPKIN_LORA_INSTANTIATE(T)                            \
+    template void lora_forward<T>(const LoraForwardArgs<T>&); \
+    template void lora_backward<T>(const LoraBackwardArgs<T>&);
 NAPKIN_LORA_INSTANTIATE(float)
 NAPKIN_LORA_INSTANTIATE(bf16_t)
 NAPKIN_LORA_INSTANTIATE(f16_t)

@@ -71,10 +71,9 @@ void bias_sums(T* dbias, const T* dout, std::int64_t M, std::int64_t N) {
 }  // namespace
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M, std::int64_t N,
-                    std::int64_t K, float* scratch) {
+void matmul_forward(const MatmulForwardArgs<T>& args) {
+    const auto& [out, inp, weight, bias, M, N, K, scratch] = args;
     if constexpr (std::is_same_v<T, float>) {
-        (void)scratch;
         gemm_nt(out, inp, weight, M, N, K, 0.0f);
         if (bias != nullptr) {
 #pragma omp parallel for if (M * N > 65536)
@@ -99,10 +98,9 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::i
 }
 
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, std::int64_t M,
-                     std::int64_t N, std::int64_t K, float* scratch) {
+void matmul_backward(const MatmulBackwardArgs<T>& args) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch] = args;
     if constexpr (std::is_same_v<T, float>) {
-        (void)scratch;
         if (dinp != nullptr) gemm_nn(dinp, dout, weight, M, N, K, 1.0f);
         if (dweight != nullptr) gemm_tn(dweight, dout, inp, M, N, K, 1.0f);
     } else {
@@ -126,9 +124,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     if (dbias != nullptr) bias_sums(dbias, dout, M, N);
 }
 
-void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
-                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
-                    std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+void matmul_fp8_forward(const MatmulFp8ForwardArgs& args) {
+    const auto& [out, inp, inp_scale, weight, weight_scale, bias, M, N, K, scratch] = args;
     float* a = scratch;
     float* b = a + M * K;
     float* c = b + N * K;
@@ -145,10 +142,9 @@ void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
     }
 }
 
-void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
-                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
-                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
-                     std::int64_t M, std::int64_t N, std::int64_t K, float* scratch) {
+void matmul_fp8_backward(const MatmulFp8BackwardArgs& args) {
+    const auto& [dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
+                 weight_scale, M, N, K, scratch] = args;
     // Scratch as the 16-bit path: dout8 widened (M*N), the operand, then the product.
     float* g = scratch;
     float* operand = g + M * N;
@@ -182,11 +178,9 @@ double sgemm_peak_flops(int n, int reps) {
     return best;
 }
 
-#define NAPKIN_INSTANTIATE_MATMUL(T)                                                                   \
-    template void matmul_forward<T>(T*, const T*, const T*, const T*, std::int64_t, std::int64_t,    \
-                                    std::int64_t, float*);                                           \
-    template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t,         \
-                                     std::int64_t, std::int64_t, float*);
+#define NAPKIN_INSTANTIATE_MATMUL(T)                              \
+    template void matmul_forward<T>(const MatmulForwardArgs<T>&); \
+    template void matmul_backward<T>(const MatmulBackwardArgs<T>&);
 NAPKIN_INSTANTIATE_MATMUL(float)
 NAPKIN_INSTANTIATE_MATMUL(bf16_t)
 NAPKIN_INSTANTIATE_MATMUL(f16_t)

@@ -72,7 +72,8 @@ void nf4_quantize(std::uint8_t* codes, std::uint8_t* state, const float* inp, st
 }
 
 template <class T>
-void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state, std::int64_t n) {
+void nf4_dequantize(const Nf4DequantizeArgs<T>& args) {
+    const auto& [out, codes, state, n] = args;
     const std::int64_t groups = nf4_step_count(n);
     const std::uint8_t* absmax_codes = state + 4 * groups;
 #pragma omp parallel for if (n > 65536)
@@ -87,9 +88,8 @@ void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state
     }
 }
 
-template void nf4_dequantize<float>(float*, const std::uint8_t*, const std::uint8_t*, std::int64_t);
-template void nf4_dequantize<bf16_t>(bf16_t*, const std::uint8_t*, const std::uint8_t*,
-                                     std::int64_t);
-template void nf4_dequantize<f16_t>(f16_t*, const std::uint8_t*, const std::uint8_t*, std::int64_t);
+template void nf4_dequantize<float>(const Nf4DequantizeArgs<float>&);
+template void nf4_dequantize<bf16_t>(const Nf4DequantizeArgs<bf16_t>&);
+template void nf4_dequantize<f16_t>(const Nf4DequantizeArgs<f16_t>&);
 
 }  // namespace napkin::cpu

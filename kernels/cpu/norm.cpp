@@ -51,38 +51,66 @@ void norm_parameter_grads(T* dweight, T* dbias, const T* dout, const T* inp, con
 
 }  // namespace
 
+namespace {
+
+// One row of layernorm_forward from the sum of its x (C): writes y (C), mean and rstd.
 template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, float eps) {
-    NAPKIN_ASSERT(N >= 0 && C > 0, "layernorm_forward: N " << N << ", C " << C);
+void layernorm_row(T* y, float* mean, float* rstd, const T* x, float sum, const T* weight,
+                   const T* bias, std::int64_t C, float eps) {
     const float inv_c = 1.0f / static_cast<float>(C);
+    const float m = sum * inv_c;
+    float var = 0.0f;  // two passes: no cancellation when |mean| >> std
+    for (std::int64_t c = 0; c < C; ++c) {
+        const float d = to_float(x[c]) - m;
+        var += d * d;
+    }
+    const float s = 1.0f / std::sqrt(var * inv_c + eps);
+    for (std::int64_t c = 0; c < C; ++c) {
+        float v = (to_float(x[c]) - m) * s * to_float(weight[c]);
+        if (bias != nullptr) v += to_float(bias[c]);
+        y[c] = from_float<T>(v);
+    }
+    *mean = m;
+    *rstd = s;
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(const LayernormForwardArgs<T>& args) {
+    const auto& [out, mean, rstd, inp, weight, bias, N, C, eps] = args;
+    NAPKIN_ASSERT(N >= 0 && C > 0, "layernorm_forward: N " << N << ", C " << C);
 #pragma omp parallel for if (N * C > kParallelMin)
     for (std::int64_t n = 0; n < N; ++n) {
         const T* x = inp + n * C;  // (C)
-        T* y = out + n * C;        // (C)
         float sum = 0.0f;
         for (std::int64_t c = 0; c < C; ++c)
             sum += to_float(x[c]);
-        const float m = sum * inv_c;
-        float var = 0.0f;  // two passes: no cancellation when |mean| >> std
+        layernorm_row(out + n * C, mean + n, rstd + n, x, sum, weight, bias, C, eps);
+    }
+}
+
+// The rounded sum is what the norm reads, as after residual_forward.
+template <class T>
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args) {
+    const auto& [out, mean, rstd, x, a, b, weight, bias, N, C, eps] = args;
+    NAPKIN_ASSERT(N >= 0 && C > 0, "residual_layernorm_forward: N " << N << ", C " << C);
+#pragma omp parallel for if (N * C > kParallelMin)
+    for (std::int64_t n = 0; n < N; ++n) {
+        T* xr = x + n * C;  // (C)
+        float sum = 0.0f;
         for (std::int64_t c = 0; c < C; ++c) {
-            const float d = to_float(x[c]) - m;
-            var += d * d;
+            xr[c] = from_float<T>(to_float(a[n * C + c]) + to_float(b[n * C + c]));
+            sum += to_float(xr[c]);
         }
-        const float s = 1.0f / std::sqrt(var * inv_c + eps);
-        for (std::int64_t c = 0; c < C; ++c) {
-            float v = (to_float(x[c]) - m) * s * to_float(weight[c]);
-            if (bias != nullptr) v += to_float(bias[c]);
-            y[c] = from_float<T>(v);
-        }
-        mean[n] = m;
-        rstd[n] = s;
+        layernorm_row(out + n * C, mean + n, rstd + n, xr, sum, weight, bias, C, eps);
     }
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C) {
+void layernorm_backward(const LayernormBackwardArgs<T>& args) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                 scratch_bytes] = args;  // no scratch: parameter gradients in one stage
     NAPKIN_ASSERT(N >= 0 && C > 0, "layernorm_backward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -114,8 +142,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, float eps) {
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args) {
+    const auto& [out, rstd, inp, weight, N, C, eps] = args;
     NAPKIN_ASSERT(N >= 0 && C > 0, "rmsnorm_forward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -135,8 +163,8 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::in
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C) {
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args) {
+    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
     NAPKIN_ASSERT(N >= 0 && C > 0, "rmsnorm_backward: N " << N << ", C " << C);
     const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for if (N * C > kParallelMin)
@@ -159,15 +187,12 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     norm_parameter_grads<T>(dweight, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 
-#define NAPKIN_NORM_INSTANTIATE(T)                                                               \
-    template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,         \
-                                       std::int64_t, std::int64_t, float);                       \
-    template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*,  \
-                                        const float*, std::int64_t, std::int64_t);               \
-    template void rmsnorm_forward<T>(T*, float*, const T*, const T*, std::int64_t, std::int64_t, \
-                                     float);                                                     \
-    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*,        \
-                                      std::int64_t, std::int64_t);
+#define NAPKIN_NORM_INSTANTIATE(T)                                        \
+    template void layernorm_forward<T>(const LayernormForwardArgs<T>&);   \
+    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&); \
+    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&);       \
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&);     \
+    template void residual_layernorm_forward<T>(const ResidualLayernormForwardArgs<T>&);
 NAPKIN_NORM_INSTANTIATE(float)
 NAPKIN_NORM_INSTANTIATE(bf16_t)
 NAPKIN_NORM_INSTANTIATE(f16_t)

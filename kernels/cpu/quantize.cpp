@@ -10,7 +10,8 @@
 namespace napkin::cpu {
 
 template <class Q, class T>
-void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
+void quantize(const QuantizeArgs<Q, T>& args) {
+    const auto& [out, scale, inp, n] = args;
     float amax = 0.0f;
 #pragma omp parallel for reduction(max : amax) if (n > 65536)
     for (std::int64_t i = 0; i < n; ++i) {
@@ -28,16 +29,17 @@ void quantize(Q* out, float* scale, const T* inp, std::int64_t n) {
 }
 
 template <class T, class Q>
-void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n) {
+void dequantize(const DequantizeArgs<T, Q>& args) {
+    const auto& [out, inp, scale, n] = args;
     const float s = scale[kFp8ScaleInv];
 #pragma omp parallel for if (n > 65536)
     for (std::int64_t i = 0; i < n; ++i)
         out[i] = from_float<T>(static_cast<float>(inp[i]) * s);
 }
 
-#define NAPKIN_INSTANTIATE_QUANTIZE(Q, T)                             \
-    template void quantize<Q, T>(Q*, float*, const T*, std::int64_t); \
-    template void dequantize<T, Q>(T*, const Q*, const float*, std::int64_t);
+#define NAPKIN_INSTANTIATE_QUANTIZE(Q, T)                    \
+    template void quantize<Q, T>(const QuantizeArgs<Q, T>&); \
+    template void dequantize<T, Q>(const DequantizeArgs<T, Q>&);
 NAPKIN_INSTANTIATE_QUANTIZE(f8e4m3_t, float)
 NAPKIN_INSTANTIATE_QUANTIZE(f8e4m3_t, bf16_t)
 NAPKIN_INSTANTIATE_QUANTIZE(f8e4m3_t, f16_t)

@@ -15,14 +15,16 @@ constexpr std::int64_t kParallelMin =
 }  // namespace
 
 template <class T>
-void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
+void residual_forward(const ResidualForwardArgs<T>& args) {
+    const auto& [out, a, b, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i)
         out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
 template <class T>
-void residual_backward(T* da, T* db, const T* dout, std::int64_t n) {
+void residual_backward(const ResidualBackwardArgs<T>& args) {
+    const auto& [da, db, dout, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i) {
         const float g = to_float(dout[i]);
@@ -31,9 +33,9 @@ void residual_backward(T* da, T* db, const T* dout, std::int64_t n) {
     }
 }
 
-#define NAPKIN_RESIDUAL_INSTANTIATE(T)                                       \
-    template void residual_forward<T>(T*, const T*, const T*, std::int64_t); \
-    template void residual_backward<T>(T*, T*, const T*, std::int64_t);
+#define NAPKIN_RESIDUAL_INSTANTIATE(T)                                \
+    template void residual_forward<T>(const ResidualForwardArgs<T>&); \
+    template void residual_backward<T>(const ResidualBackwardArgs<T>&);
 NAPKIN_RESIDUAL_INSTANTIATE(float)
 NAPKIN_RESIDUAL_INSTANTIATE(bf16_t)
 NAPKIN_RESIDUAL_INSTANTIATE(f16_t)

@@ -52,22 +52,20 @@ void rope_rotate(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std
 }  // namespace
 
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  float theta, std::int64_t pos_offset) {
+void rope_forward(const RopeArgs<Elem>& args) {
+    const auto& [qkv, B, T, NH, KVH, HD, theta, pos_offset] = args;
     rope_rotate(qkv, B, T, NH, KVH, HD, theta, pos_offset, 1.0, "rope_forward");
 }
 
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   float theta, std::int64_t pos_offset) {
+void rope_backward(const RopeArgs<Elem>& args) {
+    const auto& [dqkv, B, T, NH, KVH, HD, theta, pos_offset] = args;  // qkv: the gradient
     rope_rotate(dqkv, B, T, NH, KVH, HD, theta, pos_offset, -1.0, "rope_backward");
 }
 
-#define NAPKIN_ROPE_INSTANTIATE(E)                                                                \
-    template void rope_forward<E>(E*, std::int64_t, std::int64_t, int, int, std::int64_t, float,  \
-                                  std::int64_t);                                                  \
-    template void rope_backward<E>(E*, std::int64_t, std::int64_t, int, int, std::int64_t, float, \
-                                   std::int64_t);
+#define NAPKIN_ROPE_INSTANTIATE(E)                     \
+    template void rope_forward<E>(const RopeArgs<E>&); \
+    template void rope_backward<E>(const RopeArgs<E>&);
 NAPKIN_ROPE_INSTANTIATE(float)
 NAPKIN_ROPE_INSTANTIATE(bf16_t)
 NAPKIN_ROPE_INSTANTIATE(f16_t)

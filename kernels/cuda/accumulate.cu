@@ -21,15 +21,17 @@ __global__ void accumulate_kernel(D* dst, const D* src, std::int64_t n) {
 }  // namespace
 
 template <class T>
-void accumulate(T* dst, const T* src, std::int64_t n, CUstream_st* stream) {
+void accumulate(const AccumulateArgs<T>& args, const Launch& launch) {
+    const auto& [dst, src, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "accumulate: n " << n);
     if (n == 0) return;
     accumulate_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(dst), dev(src), n);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-template void accumulate<float>(float*, const float*, std::int64_t, CUstream_st*);
-template void accumulate<bf16_t>(bf16_t*, const bf16_t*, std::int64_t, CUstream_st*);
-template void accumulate<f16_t>(f16_t*, const f16_t*, std::int64_t, CUstream_st*);
+template void accumulate<float>(const AccumulateArgs<float>&, const Launch&);
+template void accumulate<bf16_t>(const AccumulateArgs<bf16_t>&, const Launch&);
+template void accumulate<f16_t>(const AccumulateArgs<f16_t>&, const Launch&);
 
 }  // namespace napkin::cuda

@@ -72,7 +72,9 @@ __global__ void swiglu_backward_kernel(D* dinp, const D* inp, const D* dout, std
 }  // namespace
 
 template <class T>
-void gelu_forward(T* out, const T* inp, std::int64_t n, CUstream_st* stream) {
+void gelu_forward(const GeluForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, inp, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_forward: n " << n);
     if (n == 0) return;
     gelu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), n);
@@ -80,7 +82,9 @@ void gelu_forward(T* out, const T* inp, std::int64_t n, CUstream_st* stream) {
 }
 
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, CUstream_st* stream) {
+void gelu_backward(const GeluBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, inp, dout, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_backward: n " << n);
     if (n == 0) return;
     gelu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp), dev(dout),
@@ -89,7 +93,9 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, CUstrea
 }
 
 template <class T>
-void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, CUstream_st* stream) {
+void swiglu_forward(const SwigluForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, inp, N, F] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_forward: N " << N << ", F " << F);
     if (N * F == 0) return;
     swiglu_forward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), N, F);
@@ -97,8 +103,9 @@ void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, CUstre
 }
 
 template <class T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F,
-                     CUstream_st* stream) {
+void swiglu_backward(const SwigluBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, inp, dout, N, F] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_backward: N " << N << ", F " << F);
     if (N * F == 0) return;
     swiglu_backward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp),
@@ -106,12 +113,11 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_ACTIVATION_INSTANTIATE(T)                                                \
-    template void gelu_forward<T>(T*, const T*, std::int64_t, CUstream_st*);                 \
-    template void gelu_backward<T>(T*, const T*, const T*, std::int64_t, CUstream_st*);      \
-    template void swiglu_forward<T>(T*, const T*, std::int64_t, std::int64_t, CUstream_st*); \
-    template void swiglu_backward<T>(T*, const T*, const T*, std::int64_t, std::int64_t,     \
-                                     CUstream_st*);
+#define NAPKIN_CUDA_ACTIVATION_INSTANTIATE(T)                                    \
+    template void gelu_forward<T>(const GeluForwardArgs<T>&, const Launch&);     \
+    template void gelu_backward<T>(const GeluBackwardArgs<T>&, const Launch&);   \
+    template void swiglu_forward<T>(const SwigluForwardArgs<T>&, const Launch&); \
+    template void swiglu_backward<T>(const SwigluBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_ACTIVATION_INSTANTIATE(float)
 NAPKIN_CUDA_ACTIVATION_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ACTIVATION_INSTANTIATE(f16_t)

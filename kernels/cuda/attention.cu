@@ -498,9 +498,10 @@ std::int64_t attention_naive_max_T() {
 }
 
 template <class Elem>
-void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
-                             const AttentionDropout<Elem>* dropout) {
+void attention_naive_forward(const AttentionNaiveForwardArgs<Elem>& args, const Launch& launch) {
+    const auto& [out, p, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_naive_forward", B, T, NH, KVH, HD);
     NaiveDropout<device_t<Elem>> drop;
     if (dropout != nullptr) {
@@ -526,10 +527,10 @@ void attention_naive_forward(Elem* out, Elem* p, const Elem* qkv, std::int64_t B
 }
 
 template <class Elem>
-void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, const Elem* qkv,
-                              const Elem* p, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream,
-                              const AttentionDropout<Elem>* dropout) {
+void attention_naive_backward(const AttentionNaiveBackwardArgs<Elem>& args, const Launch& launch) {
+    const auto& [dqkv, scratch, dout, qkv, p, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_naive_backward", B, T, NH, KVH, HD);
     const std::uint8_t* mask = nullptr;
     float keep_scale = 1.0f;
@@ -560,9 +561,11 @@ void attention_naive_backward(Elem* dqkv, float* scratch, const Elem* dout, cons
 }
 
 template <class Elem>
-void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
-                                  std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                  CUstream_st* stream, const AttentionDropout<Elem>* dropout) {
+void attention_flash_simt_forward(const AttentionFlashForwardArgs<Elem>& args,
+                                  const Launch& launch) {
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_flash_forward", B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout("attention_flash_forward", dropout);
     if (B * T == 0) return;
@@ -577,10 +580,11 @@ void attention_flash_simt_forward(Elem* out, float* lse, const Elem* qkv, std::i
 }
 
 template <class Elem>
-void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                                   const float* lse, std::int64_t B, std::int64_t T, int NH,
-                                   int KVH, std::int64_t HD, CUstream_st* stream,
-                                   const AttentionDropout<Elem>* dropout) {
+void attention_flash_simt_backward(const AttentionFlashBackwardArgs<Elem>& args,
+                                   const Launch& launch) {
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const Layout l = make_layout("attention_flash_backward", B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout("attention_flash_backward", dropout);
     if (B * T == 0) return;
@@ -606,54 +610,40 @@ void attention_flash_simt_backward(Elem* dqkv, const Elem* dout, const Elem* out
 
 // The tensor-core kernels (attention_mma.cu) where they apply, the SIMT ones above otherwise.
 template <class Elem>
-void attention_flash_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B, std::int64_t T,
-                             int NH, int KVH, std::int64_t HD, CUstream_st* stream,
-                             const AttentionDropout<Elem>* dropout) {
+void attention_flash_forward(const AttentionFlashForwardArgs<Elem>& args, const Launch& launch) {
     if constexpr (!std::is_same_v<Elem, float>) {
-        if (attention_flash_mma_supported<Elem>(HD, {out, qkv}))
-            return attention_flash_mma_forward(out, lse, qkv, B, T, NH, KVH, HD, stream, dropout);
+        if (attention_flash_mma_supported<Elem>(args.dims.HD, {args.out, args.qkv}))
+            return attention_flash_mma_forward(args, launch);
     }
-    attention_flash_simt_forward(out, lse, qkv, B, T, NH, KVH, HD, stream, dropout);
+    attention_flash_simt_forward(args, launch);
 }
 
 template <class Elem>
-void attention_flash_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                              const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                              std::int64_t HD, CUstream_st* stream,
-                              const AttentionDropout<Elem>* dropout) {
+void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args, const Launch& launch) {
     if constexpr (!std::is_same_v<Elem, float>) {
-        if (attention_flash_mma_supported<Elem>(HD, {dqkv, dout, out, qkv}))
-            return attention_flash_mma_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD,
-                                                stream, dropout);
+        if (attention_flash_mma_supported<Elem>(args.dims.HD,
+                                                {args.dqkv, args.dout, args.out, args.qkv}))
+            return attention_flash_mma_backward(args, launch);
     }
-    attention_flash_simt_backward(dqkv, dout, out, qkv, lse, B, T, NH, KVH, HD, stream, dropout);
+    attention_flash_simt_backward(args, launch);
 }
 
 #define NAPKIN_CUDA_ATTENTION_INSTANTIATE(E)                                                      \
-    template void attention_naive_forward<E>(E*, E*, const E*, std::int64_t, std::int64_t, int,   \
-                                             int, std::int64_t, CUstream_st*,                     \
-                                             const AttentionDropout<E>*);                         \
-    template void attention_naive_backward<E>(E*, float*, const E*, const E*, const E*,           \
-                                              std::int64_t, std::int64_t, int, int, std::int64_t, \
-                                              CUstream_st*, const AttentionDropout<E>*);          \
-    template void attention_flash_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t,    \
-                                             int, int, std::int64_t, CUstream_st*,                \
-                                             const AttentionDropout<E>*);                         \
-    template void attention_flash_backward<E>(E*, const E*, const E*, const E*, const float*,     \
-                                              std::int64_t, std::int64_t, int, int, std::int64_t, \
-                                              CUstream_st*, const AttentionDropout<E>*);
+    template void attention_naive_forward<E>(const AttentionNaiveForwardArgs<E>&, const Launch&); \
+    template void attention_naive_backward<E>(const AttentionNaiveBackwardArgs<E>&,               \
+                                              const Launch&);                                     \
+    template void attention_flash_forward<E>(const AttentionFlashForwardArgs<E>&, const Launch&); \
+    template void attention_flash_backward<E>(const AttentionFlashBackwardArgs<E>&, const Launch&);
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(float)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_INSTANTIATE(f16_t)
 #undef NAPKIN_CUDA_ATTENTION_INSTANTIATE
 
-#define NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(E)                                             \
-    template void attention_flash_simt_forward<E>(E*, float*, const E*, std::int64_t,         \
-                                                  std::int64_t, int, int, std::int64_t,       \
-                                                  CUstream_st*, const AttentionDropout<E>*);  \
-    template void attention_flash_simt_backward<E>(                                           \
-        E*, const E*, const E*, const E*, const float*, std::int64_t, std::int64_t, int, int, \
-        std::int64_t, CUstream_st*, const AttentionDropout<E>*);
+#define NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(E)                                        \
+    template void attention_flash_simt_forward<E>(const AttentionFlashForwardArgs<E>&,   \
+                                                  const Launch&);                        \
+    template void attention_flash_simt_backward<E>(const AttentionFlashBackwardArgs<E>&, \
+                                                   const Launch&);
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(float)
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_SIMT_INSTANTIATE(f16_t)

@@ -758,9 +758,11 @@ bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const 
 }
 
 template <class Elem>
-void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::int64_t B,
-                                 std::int64_t T, int NH, int KVH, std::int64_t HD,
-                                 CUstream_st* stream, const AttentionDropout<Elem>* dropout) {
+void attention_flash_mma_forward(const AttentionFlashForwardArgs<Elem>& args,
+                                 const Launch& launch) {
+    const auto& [out, lse, qkv, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const char* op = "attention_flash_mma_forward";
     require_supported<Elem>(op, HD, {out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
@@ -776,10 +778,11 @@ void attention_flash_mma_forward(Elem* out, float* lse, const Elem* qkv, std::in
 }
 
 template <class Elem>
-void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out, const Elem* qkv,
-                                  const float* lse, std::int64_t B, std::int64_t T, int NH, int KVH,
-                                  std::int64_t HD, CUstream_st* stream,
-                                  const AttentionDropout<Elem>* dropout) {
+void attention_flash_mma_backward(const AttentionFlashBackwardArgs<Elem>& args,
+                                  const Launch& launch) {
+    const auto& [dqkv, dout, out, qkv, lse, dims, dropout] = args;
+    const auto& [B, T, NH, KVH, HD] = dims;
+    cudaStream_t stream = launch.stream;
     const char* op = "attention_flash_mma_backward";
     require_supported<Elem>(op, HD, {dqkv, dout, out, qkv});
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
@@ -801,15 +804,13 @@ void attention_flash_mma_backward(Elem* dqkv, const Elem* dout, const Elem* out,
 
 template bool attention_flash_mma_supported<float>(std::int64_t,
                                                    std::initializer_list<const void*>);
-#define NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(E)                                                   \
-    template bool attention_flash_mma_supported<E>(std::int64_t,                                   \
-                                                   std::initializer_list<const void*>);            \
-    template void attention_flash_mma_forward<E>(E*, float*, const E*, std::int64_t, std::int64_t, \
-                                                 int, int, std::int64_t, CUstream_st*,             \
-                                                 const AttentionDropout<E>*);                      \
-    template void attention_flash_mma_backward<E>(                                                 \
-        E*, const E*, const E*, const E*, const float*, std::int64_t, std::int64_t, int, int,      \
-        std::int64_t, CUstream_st*, const AttentionDropout<E>*);
+#define NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(E)                                        \
+    template bool attention_flash_mma_supported<E>(std::int64_t,                        \
+                                                   std::initializer_list<const void*>); \
+    template void attention_flash_mma_forward<E>(const AttentionFlashForwardArgs<E>&,   \
+                                                 const Launch&);                        \
+    template void attention_flash_mma_backward<E>(const AttentionFlashBackwardArgs<E>&, \
+                                                  const Launch&);
 NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE(f16_t)
 #undef NAPKIN_CUDA_ATTENTION_MMA_INSTANTIATE

@@ -58,10 +58,11 @@ __global__ void head_cross_entropy_accumulate_kernel(D* dw, const float* dw32, s
 }  // namespace
 
 template <class T>
-void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
-                        const std::int32_t* targets, std::int64_t M, std::int64_t C, std::int64_t V,
-                        std::int64_t Vp, std::int64_t chunk, float dloss, void* scratch,
-                        const MatmulContext& ctx, CUstream_st* stream) {
+void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launch) {
+    const auto& [losses, dx, dw, x, w, targets, M, C, V, Vp, chunk, dloss, scratch, gemm_scratch] =
+        args;
+    const MatmulContext ctx = matmul_context(launch, gemm_scratch);
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(chunk > 0 && V > 0 && V <= Vp && M >= 0 && C > 0,
                         "head_cross_entropy: chunk " << chunk << ", V " << V << ", Vp " << Vp
                                                      << ", M " << M << ", C " << C);
@@ -69,7 +70,7 @@ void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
     using D = device_t<T>;
     constexpr bool kFloat = cuda_data_type<T>() == CUDA_R_32F;
     constexpr cudaDataType_t type = cuda_data_type<T>();
-    auto* base = static_cast<unsigned char*>(scratch);
+    auto* base = reinterpret_cast<unsigned char*>(scratch);
     float* logits = reinterpret_cast<float*>(base);  // (chunk, Vp)
     base += head_cross_entropy_scratch_align(static_cast<std::size_t>(chunk * Vp) * sizeof(float));
     D* dlogits = nullptr;   // (chunk, Vp), 16-bit storage only
@@ -112,11 +113,8 @@ void head_cross_entropy(float* losses, T* dx, T* dw, const T* x, const T* w,
     }
 }
 
-#define NAPKIN_CUDA_CE_INSTANTIATE(T)                                                            \
-    template void head_cross_entropy<T>(float*, T*, T*, const T*, const T*, const std::int32_t*, \
-                                        std::int64_t, std::int64_t, std::int64_t, std::int64_t,  \
-                                        std::int64_t, float, void*, const MatmulContext&,        \
-                                        CUstream_st*);
+#define NAPKIN_CUDA_CE_INSTANTIATE(T) \
+    template void head_cross_entropy<T>(const HeadCrossEntropyArgs<T>&, const Launch&);
 NAPKIN_CUDA_CE_INSTANTIATE(float)
 NAPKIN_CUDA_CE_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_CE_INSTANTIATE(f16_t)

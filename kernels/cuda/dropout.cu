@@ -46,8 +46,9 @@ __global__ void dropout_backward_kernel(D* dinp, const D* dout, const std::uint8
 }  // namespace
 
 template <class T>
-void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, float p,
-                     std::uint64_t seed, CUstream_st* stream) {
+void dropout_forward(const DropoutForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, mask, inp, n, p, seed] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "dropout_forward: n " << n);
     NAPKIN_CUDA_REQUIRE(p >= 0.0f && p < 1.0f, "dropout_forward: p " << p);
     if (n == 0) return;
@@ -59,8 +60,9 @@ void dropout_forward(T* out, std::uint8_t* mask, const T* inp, std::int64_t n, f
 }
 
 template <class T>
-void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int64_t n, float p,
-                      CUstream_st* stream) {
+void dropout_backward(const DropoutBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dout, mask, n, p] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "dropout_backward: n " << n);
     NAPKIN_CUDA_REQUIRE(p >= 0.0f && p < 1.0f, "dropout_backward: p " << p);
     if (n == 0) return;
@@ -70,11 +72,9 @@ void dropout_backward(T* dinp, const T* dout, const std::uint8_t* mask, std::int
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_DROPOUT_INSTANTIATE(T)                                                    \
-    template void dropout_forward<T>(T*, std::uint8_t*, const T*, std::int64_t, float,        \
-                                     std::uint64_t, CUstream_st*);                            \
-    template void dropout_backward<T>(T*, const T*, const std::uint8_t*, std::int64_t, float, \
-                                      CUstream_st*);
+#define NAPKIN_CUDA_DROPOUT_INSTANTIATE(T)                                         \
+    template void dropout_forward<T>(const DropoutForwardArgs<T>&, const Launch&); \
+    template void dropout_backward<T>(const DropoutBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_DROPOUT_INSTANTIATE(float)
 NAPKIN_CUDA_DROPOUT_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_DROPOUT_INSTANTIATE(f16_t)

@@ -94,8 +94,9 @@ __global__ void embedding_backward_wpe_kernel(D* dwpe, const D* dout, std::int64
 }  // namespace
 
 template <class Elem>
-void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, const Elem* wpe,
-                       std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream) {
+void embedding_forward(const EmbeddingForwardArgs<Elem>& args, const Launch& launch) {
+    const auto& [out, tokens, wte, wpe, B, T, C] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(B >= 0 && T >= 0 && C >= 0,
                         "embedding_forward: B " << B << ", T " << T << ", C " << C);
     if (B * T * C == 0) return;
@@ -105,8 +106,9 @@ void embedding_forward(Elem* out, const std::int32_t* tokens, const Elem* wte, c
 }
 
 template <class Elem>
-void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int32_t* tokens,
-                        std::int64_t B, std::int64_t T, std::int64_t C, CUstream_st* stream) {
+void embedding_backward(const EmbeddingBackwardArgs<Elem>& args, const Launch& launch) {
+    const auto& [dwte, dwpe, dout, tokens, B, T, C] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(B >= 0 && T >= 0 && C >= 0,
                         "embedding_backward: B " << B << ", T " << T << ", C " << C);
     NAPKIN_CUDA_REQUIRE(B * T <= kMaxGridX && T <= 65535,
@@ -121,11 +123,9 @@ void embedding_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const std::int
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_EMBEDDING_INSTANTIATE(E)                                                      \
-    template void embedding_forward<E>(E*, const std::int32_t*, const E*, const E*, std::int64_t, \
-                                       std::int64_t, std::int64_t, CUstream_st*);                 \
-    template void embedding_backward<E>(E*, E*, const E*, const std::int32_t*, std::int64_t,      \
-                                        std::int64_t, std::int64_t, CUstream_st*);
+#define NAPKIN_CUDA_EMBEDDING_INSTANTIATE(E)                                           \
+    template void embedding_forward<E>(const EmbeddingForwardArgs<E>&, const Launch&); \
+    template void embedding_backward<E>(const EmbeddingBackwardArgs<E>&, const Launch&);
 NAPKIN_CUDA_EMBEDDING_INSTANTIATE(float)
 NAPKIN_CUDA_EMBEDDING_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_EMBEDDING_INSTANTIATE(f16_t)

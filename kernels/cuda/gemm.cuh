@@ -21,6 +21,23 @@
 
 namespace napkin::cuda {
 
+// cuBLASLt state of one call: the launch's handle and tf32 choice, and the workspace, the op's
+// scratch (kernels/matmul.h: null, or kMatmulWorkspaceBytes of device memory).
+struct MatmulContext {
+    cublasLtContext* handle = nullptr;
+    void* workspace = nullptr;
+    std::size_t workspace_bytes = 0;
+    bool tf32 = false;
+};
+inline MatmulContext matmul_context(const Launch& launch, void* workspace) {
+    MatmulContext c;
+    c.handle = launch.blas;
+    c.workspace = workspace;
+    c.workspace_bytes = workspace != nullptr ? kMatmulWorkspaceBytes : 0;
+    c.tf32 = launch.tf32;
+    return c;
+}
+
 // One column-major cuBLASLt matmul D (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * D,
 // fp32 accumulate (TF32 tensor cores for all-fp32 operands when ctx.tf32). A (lda) is stored
 // (k, m) when trans_a, else (m, k); B likewise (k, n) unless trans_b ((n, k)).

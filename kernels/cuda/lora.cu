@@ -63,8 +63,10 @@ void check_shape(const LoraShape& s, const char* op) {
 }  // namespace
 
 template <class T>
-void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const LoraShape& s,
-                  float scale, const MatmulContext& ctx, CUstream_st* stream) {
+void lora_forward(const LoraForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, h, inp, a, b, s, scale, scratch] = args;
+    const MatmulContext ctx = matmul_context(launch, scratch);
+    cudaStream_t stream = launch.stream;
     check_shape(s, "lora_forward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     constexpr cudaDataType_t type = cuda_data_type<T>();
@@ -86,9 +88,10 @@ void lora_forward(T* out, T* h, const T* inp, const T* a, const T* b, const Lora
 }
 
 template <class T>
-void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, const T* h,
-                   const T* a, const T* b, const LoraShape& s, float scale,
-                   const MatmulContext& ctx, CUstream_st* stream) {
+void lora_backward(const LoraBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, da, db, dh, dout, inp, h, a, b, s, scale, scratch] = args;
+    const MatmulContext ctx = matmul_context(launch, scratch);
+    cudaStream_t stream = launch.stream;
     check_shape(s, "lora_backward");
     const std::int64_t M = s.M, N = s.N, K = s.K, r = s.r, PR = s.parts * s.r;
     constexpr cudaDataType_t type = cuda_data_type<T>();
@@ -121,12 +124,9 @@ void lora_backward(T* dinp, T* da, T* db, T* dh, const T* dout, const T* inp, co
                 1.0f, 1.0f);
 }
 
-#define NAPKIN_CUDA_LORA_INSTANTIATE(T)                                                          \
-    template void lora_forward<T>(T*, T*, const T*, const T*, const T*, const LoraShape&, float, \
-                                  const MatmulContext&, CUstream_st*);                           \
-    template void lora_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*, const T*,       \
-                                   const T*, const LoraShape&, float, const MatmulContext&,      \
-                                   CUstream_st*);
+#define NAPKIN_CUDA_LORA_INSTANTIATE(T)                                      \
+    template void lora_forward<T>(const LoraForwardArgs<T>&, const Launch&); \
+    template void lora_backward<T>(const LoraBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_LORA_INSTANTIATE(float)
 NAPKIN_CUDA_LORA_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_LORA_INSTANTIATE(f16_t)

@@ -361,22 +361,22 @@ void matmul_destroy_handle(cublasLtContext* handle) noexcept {
 }
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, std::int64_t M,
-                    std::int64_t N, std::int64_t K, const MatmulContext& ctx, CUstream_st* stream) {
-    forward_impl<T>(out, nullptr, inp, weight, bias, M, N, K, false, ctx, stream);
+void matmul_forward(const MatmulForwardArgs<T>& a, const Launch& launch) {
+    forward_impl<T>(a.out, nullptr, a.inp, a.weight, a.bias, a.M, a.N, a.K, false,
+                    matmul_context(launch, a.scratch), launch.stream);
 }
 
 template <class T>
-void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
-                         std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                         CUstream_st* stream) {
-    forward_impl<T>(out, pre_gelu, inp, weight, bias, M, N, K, true, ctx, stream);
+void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& a, const Launch& launch) {
+    forward_impl<T>(a.out, a.pre_gelu, a.inp, a.weight, a.bias, a.M, a.N, a.K, true,
+                    matmul_context(launch, a.scratch), launch.stream);
 }
 
 template <class T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                     CUstream_st* stream) {
+void matmul_backward(const MatmulBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch] = args;
+    const MatmulContext ctx = matmul_context(launch, scratch);
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0,
                         "matmul_backward: M " << M << ", N " << N << ", K " << K);
     constexpr cudaDataType_t type = cuda_data_type<T>();
@@ -430,18 +430,16 @@ Q* transpose(void* out, const Q* in, std::int64_t R, std::int64_t C, cudaStream_
 void require_fp8_shape(const char* op, std::int64_t M, std::int64_t N, std::int64_t K) {
     NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0 && M % kFp8GemmMultiple == 0 &&
                             N % kFp8GemmMultiple == 0 && K % kFp8GemmMultiple == 0,
-                        op << " (fp8): M " << M << ", N " << N << ", K " << K
-                           << " must be multiples of " << kFp8GemmMultiple);
+                        op << ": M " << M << ", N " << N << ", K " << K << " must be multiples of "
+                           << kFp8GemmMultiple);
 }
 
 }  // namespace
 
 // TN as it stands: gemm_nt's A is weight under op T, B inp under op N.
-void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
-                    const f8e4m3_t* weight, const float* weight_scale, const bf16_t* bias,
-                    std::int64_t M, std::int64_t N, std::int64_t K, const MatmulContext& ctx,
-                    CUstream_st* stream) {
-    require_fp8_shape("matmul_forward", M, N, K);
+void matmul_fp8_forward(const MatmulFp8ForwardArgs& args, const Launch& launch) {
+    const auto& [out, inp, inp_scale, weight, weight_scale, bias, M, N, K, scratch] = args;
+    require_fp8_shape("matmul_fp8_forward", M, N, K);
     if (M == 0 || N == 0) return;
     GemmCall c = gemm_nt(out, inp, weight, M, N, K, CUDA_R_8F_E4M3, CUDA_R_16BF, 0.0f);
     c.a_scale = weight_scale + kFp8ScaleInv;  // 16-byte aligned, as cuBLASLt's fp8 kernels need
@@ -450,7 +448,7 @@ void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
         c.epilogue = CUBLASLT_EPILOGUE_BIAS;
         c.bias = bias;
     }
-    gemm(ctx, c, stream);
+    gemm(matmul_context(launch, scratch), c, launch.stream);
 }
 
 // dinp (M, K) += dout8 @ weight8. Column-major: dinp^T (K, M), ld K, = weight^T (K, N) @
@@ -460,13 +458,15 @@ void matmul_forward(bf16_t* out, const f8e4m3_t* inp, const float* inp_scale,
 // dweight (N, K) += dout8^T @ inp8. Column-major: dweight^T (K, N), ld K, = inp^T (K, M) @
 // dout (M, N). TN: A under op T stored (M, K) column-major: the row-major (K, M) inp^T; B under
 // op N stored (M, N) column-major: the row-major (N, M) dout^T. m = K, n = N, k = M.
-void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t* dout,
-                     const f8e5m2_t* dout8, const float* dout_scale, const f8e4m3_t* inp,
-                     const float* inp_scale, const f8e4m3_t* weight, const float* weight_scale,
-                     std::int64_t M, std::int64_t N, std::int64_t K, void* scratch,
-                     const MatmulContext& ctx, CUstream_st* stream) {
-    require_fp8_shape("matmul_backward", M, N, K);
-    auto* at = static_cast<std::uint8_t*>(scratch);
+void matmul_fp8_backward(const MatmulFp8BackwardArgs& args, const Launch& launch) {
+    const auto& [dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
+                 weight_scale, M, N, K, scratch] = args;
+    require_fp8_shape("matmul_fp8_backward", M, N, K);
+    NAPKIN_CUDA_REQUIRE(scratch != nullptr, "matmul_fp8_backward: scratch is required");
+    const MatmulContext ctx = matmul_context(launch, scratch);
+    cudaStream_t stream = launch.stream;
+    // The transposes follow the workspace.
+    auto* at = reinterpret_cast<std::uint8_t*>(scratch) + kMatmulWorkspaceBytes;
     const auto round = [](std::int64_t b) {
         return (static_cast<std::size_t>(b) + 255) / 256 * 256;
     };
@@ -505,15 +505,10 @@ void matmul_backward(bf16_t* dinp, bf16_t* dweight, bf16_t* dbias, const bf16_t*
     }
 }
 
-#define NAPKIN_CUDA_MATMUL_INSTANTIATE(T)                                                         \
-    template void matmul_forward<T>(T*, const T*, const T*, const T*, std::int64_t, std::int64_t, \
-                                    std::int64_t, const MatmulContext&, CUstream_st*);            \
-    template void matmul_gelu_forward<T>(T*, T*, const T*, const T*, const T*, std::int64_t,      \
-                                         std::int64_t, std::int64_t, const MatmulContext&,        \
-                                         CUstream_st*);                                           \
-    template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t,      \
-                                     std::int64_t, std::int64_t, const MatmulContext&,            \
-                                     CUstream_st*);
+#define NAPKIN_CUDA_MATMUL_INSTANTIATE(T)                                                 \
+    template void matmul_forward<T>(const MatmulForwardArgs<T>&, const Launch&);          \
+    template void matmul_gelu_forward<T>(const MatmulGeluForwardArgs<T>&, const Launch&); \
+    template void matmul_backward<T>(const MatmulBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_MATMUL_INSTANTIATE(float)
 NAPKIN_CUDA_MATMUL_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_MATMUL_INSTANTIATE(f16_t)

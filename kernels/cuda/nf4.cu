@@ -48,8 +48,9 @@ __global__ void nf4_dequantize_kernel(D* out, const std::uint8_t* codes, const s
 }  // namespace
 
 template <class T>
-void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state, std::int64_t n,
-                    CUstream_st* stream) {
+void nf4_dequantize(const Nf4DequantizeArgs<T>& args, const Launch& launch) {
+    const auto& [out, codes, state, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "nf4_dequantize: n " << n);
     if (n == 0) return;
     Nf4Levels levels;
@@ -61,11 +62,8 @@ void nf4_dequantize(T* out, const std::uint8_t* codes, const std::uint8_t* state
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-template void nf4_dequantize<float>(float*, const std::uint8_t*, const std::uint8_t*, std::int64_t,
-                                    CUstream_st*);
-template void nf4_dequantize<bf16_t>(bf16_t*, const std::uint8_t*, const std::uint8_t*,
-                                     std::int64_t, CUstream_st*);
-template void nf4_dequantize<f16_t>(f16_t*, const std::uint8_t*, const std::uint8_t*, std::int64_t,
-                                    CUstream_st*);
+template void nf4_dequantize<float>(const Nf4DequantizeArgs<float>&, const Launch&);
+template void nf4_dequantize<bf16_t>(const Nf4DequantizeArgs<bf16_t>&, const Launch&);
+template void nf4_dequantize<f16_t>(const Nf4DequantizeArgs<f16_t>&, const Launch&);
 
 }  // namespace napkin::cuda

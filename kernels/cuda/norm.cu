@@ -1,6 +1,7 @@
 // LayerNorm and RMSNorm on the GPU (declared in kernels/norm.h; the CPU twin, the spec, is
-// kernels/cpu/norm.cpp). One block per row for the forward and the input gradient (statistics by
-// block reductions in fp32, two passes over the row as on the CPU); the parameter gradients by
+// kernels/cpu/norm.cpp). One block per row for the forward (the residual add fused into its
+// first pass, or not) and the input gradient (statistics by block reductions in fp32, two passes
+// over the row as on the CPU); the parameter gradients by
 // blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order fp32 sums then added
 // per column in chunk order by a second kernel into the gradient once (given scratch for the
 // chunks' sums), or by blocks that own 32 columns and walk every row (without). One writer per
@@ -18,22 +19,18 @@ constexpr int kMaxRowThreads = 512;
 constexpr int kParamCols = 32;
 constexpr int kParamRows = 16;
 
-// mean null: RMSNorm (no centring).
+// One row (blockIdx.x) of the forward, the block's threads each holding their part of the row's
+// sum (layernorm; mean null: RMSNorm, no centring, the sum unused).
 template <class D>
-__global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* inp, const D* weight,
-                                    const D* bias, std::int64_t C, float eps) {
-    __shared__ float shared[kWarpSize];
+__device__ void norm_forward_row(D* out, float* mean, float* rstd, const D* inp, const D* weight,
+                                 const D* bias, std::int64_t C, float eps, float sum,
+                                 float* shared) {
     const std::int64_t row = blockIdx.x;
     const D* x = inp + row * C;  // (C)
     D* y = out + row * C;        // (C)
     const float inv_c = 1.0f / static_cast<float>(C);
     float m = 0.0f;
-    if (mean != nullptr) {
-        float sum = 0.0f;
-        for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
-            sum += to_f32(x[c]);
-        m = block_sum(sum, shared) * inv_c;
-    }
+    if (mean != nullptr) m = block_sum(sum, shared) * inv_c;
     float var = 0.0f;  // two passes: no cancellation when |mean| >> std
     for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         const float d = to_f32(x[c]) - m;
@@ -49,6 +46,36 @@ __global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* i
         if (mean != nullptr) mean[row] = m;
         rstd[row] = s;
     }
+}
+
+template <class D>
+__global__ void norm_forward_kernel(D* out, float* mean, float* rstd, const D* inp, const D* weight,
+                                    const D* bias, std::int64_t C, float eps) {
+    __shared__ float shared[kWarpSize];
+    const D* x = inp + blockIdx.x * C;  // (C)
+    float sum = 0.0f;
+    if (mean != nullptr) {
+        for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x)
+            sum += to_f32(x[c]);
+    }
+    norm_forward_row(out, mean, rstd, inp, weight, bias, C, eps, sum, shared);
+}
+
+// x (the row) = a + b rounded, the sum taken from the rounded values in the same pass; each
+// thread reads back only the elements it wrote, so the row's passes need no barrier.
+template <class D>
+__global__ void residual_layernorm_forward_kernel(D* out, float* mean, float* rstd, D* x,
+                                                  const D* a, const D* b, const D* weight,
+                                                  const D* bias, std::int64_t C, float eps) {
+    __shared__ float shared[kWarpSize];
+    const std::int64_t at = blockIdx.x * C;
+    float sum = 0.0f;
+    for (std::int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const D v = from_f32<D>(to_f32(a[at + c]) + to_f32(b[at + c]));
+        x[at + c] = v;
+        sum += to_f32(v);
+    }
+    norm_forward_row(out, mean, rstd, x, weight, bias, C, eps, sum, shared);
 }
 
 // dinp (row) += s * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight;
@@ -221,18 +248,19 @@ std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C) {
 }
 
 template <class T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                       float eps) {
+void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, mean, rstd, inp, weight, bias, N, C, eps] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("layernorm_forward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_forward: mean is required");
     launch_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps, stream);
 }
 
 template <class T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                        CUstream_st* stream, void* scratch, std::size_t scratch_bytes) {
+void layernorm_backward(const LayernormBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                 scratch_bytes] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("layernorm_backward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_backward: mean is required");
     launch_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean,
@@ -240,34 +268,43 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 template <class T>
-void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, std::int64_t N,
-                     std::int64_t C, CUstream_st* stream, float eps) {
+void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, rstd, inp, weight, N, C, eps] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("rmsnorm_forward", N, C);
     launch_forward(dev(out), static_cast<float*>(nullptr), rstd, dev(inp), dev(weight),
                    static_cast<const device_t<T>*>(nullptr), N, C, eps, stream);
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const float* rstd, std::int64_t N, std::int64_t C, CUstream_st* stream,
-                      void* scratch, std::size_t scratch_bytes) {
+void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, mean, rstd, x, a, b, weight, bias, N, C, eps] = args;
+    check_shape("residual_layernorm_forward", N, C);
+    NAPKIN_CUDA_REQUIRE(mean != nullptr, "residual_layernorm_forward: mean is required");
+    if (N == 0) return;
+    residual_layernorm_forward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads),
+                                        0, launch.stream>>>(dev(out), mean, rstd, dev(x), dev(a),
+                                                            dev(b), dev(weight), dev(bias), C, eps);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
+    cudaStream_t stream = launch.stream;
     check_shape("rmsnorm_backward", N, C);
     launch_backward(dev(dinp), dev(dweight), static_cast<device_t<T>*>(nullptr), dev(dout),
                     dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C, stream,
                     scratch, scratch_bytes);
 }
 
-#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                          \
-    template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*,         \
-                                       std::int64_t, std::int64_t, CUstream_st*, float);         \
-    template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*,  \
-                                        const float*, std::int64_t, std::int64_t, CUstream_st*,  \
-                                        void*, std::size_t);                                     \
-    template void rmsnorm_forward<T>(T*, float*, const T*, const T*, std::int64_t, std::int64_t, \
-                                     CUstream_st*, float);                                       \
-    template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*,        \
-                                      std::int64_t, std::int64_t, CUstream_st*, void*,           \
-                                      std::size_t);
+#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                  \
+    template void layernorm_forward<T>(const LayernormForwardArgs<T>&, const Launch&);   \
+    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&, const Launch&); \
+    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&, const Launch&);       \
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);     \
+    template void residual_layernorm_forward<T>(const ResidualLayernormForwardArgs<T>&,  \
+                                                const Launch&);
 NAPKIN_CUDA_NORM_INSTANTIATE(float)
 NAPKIN_CUDA_NORM_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_NORM_INSTANTIATE(f16_t)

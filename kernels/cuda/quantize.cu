@@ -97,7 +97,9 @@ const __nv_fp8_storage_t* codes(const Q* p) {
 }  // namespace
 
 template <class Q, class T>
-void quantize(Q* out, float* scale, const T* inp, std::int64_t n, CUstream_st* stream) {
+void quantize(const QuantizeArgs<Q, T>& args, const Launch& launch) {
+    const auto& [out, scale, inp, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "quantize: n " << n);
     NAPKIN_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));  // amax = +0
     if (n > 0) {
@@ -116,7 +118,9 @@ void quantize(Q* out, float* scale, const T* inp, std::int64_t n, CUstream_st* s
 }
 
 template <class T, class Q>
-void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n, CUstream_st* stream) {
+void dequantize(const DequantizeArgs<T, Q>& args, const Launch& launch) {
+    const auto& [out, inp, scale, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "dequantize: n " << n);
     if (n == 0) return;
     dequantize_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(out), codes(inp), scale, n,
@@ -124,9 +128,9 @@ void dequantize(T* out, const Q* inp, const float* scale, std::int64_t n, CUstre
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_QUANTIZE_INSTANTIATE(Q, T)                                      \
-    template void quantize<Q, T>(Q*, float*, const T*, std::int64_t, CUstream_st*); \
-    template void dequantize<T, Q>(T*, const Q*, const float*, std::int64_t, CUstream_st*);
+#define NAPKIN_CUDA_QUANTIZE_INSTANTIATE(Q, T)                              \
+    template void quantize<Q, T>(const QuantizeArgs<Q, T>&, const Launch&); \
+    template void dequantize<T, Q>(const DequantizeArgs<T, Q>&, const Launch&);
 NAPKIN_CUDA_QUANTIZE_INSTANTIATE(f8e4m3_t, float)
 NAPKIN_CUDA_QUANTIZE_INSTANTIATE(f8e4m3_t, bf16_t)
 NAPKIN_CUDA_QUANTIZE_INSTANTIATE(f8e4m3_t, f16_t)

@@ -32,7 +32,9 @@ __global__ void residual_backward_kernel(D* da, D* db, const D* dout, std::int64
 }  // namespace
 
 template <class T>
-void residual_forward(T* out, const T* a, const T* b, std::int64_t n, CUstream_st* stream) {
+void residual_forward(const ResidualForwardArgs<T>& args, const Launch& launch) {
+    const auto& [out, a, b, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "residual_forward: n " << n);
     if (n == 0) return;
     residual_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(out), dev(a), dev(b),
@@ -41,7 +43,9 @@ void residual_forward(T* out, const T* a, const T* b, std::int64_t n, CUstream_s
 }
 
 template <class T>
-void residual_backward(T* da, T* db, const T* dout, std::int64_t n, CUstream_st* stream) {
+void residual_backward(const ResidualBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [da, db, dout, n] = args;
+    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "residual_backward: n " << n);
     if (n == 0) return;
     residual_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(da), dev(db),
@@ -49,9 +53,9 @@ void residual_backward(T* da, T* db, const T* dout, std::int64_t n, CUstream_st*
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_RESIDUAL_INSTANTIATE(T)                                                \
-    template void residual_forward<T>(T*, const T*, const T*, std::int64_t, CUstream_st*); \
-    template void residual_backward<T>(T*, T*, const T*, std::int64_t, CUstream_st*);
+#define NAPKIN_CUDA_RESIDUAL_INSTANTIATE(T)                                          \
+    template void residual_forward<T>(const ResidualForwardArgs<T>&, const Launch&); \
+    template void residual_backward<T>(const ResidualBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_RESIDUAL_INSTANTIATE(float)
 NAPKIN_CUDA_RESIDUAL_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_RESIDUAL_INSTANTIATE(f16_t)

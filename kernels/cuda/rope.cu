@@ -61,22 +61,22 @@ void rope_rotate(D* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::i
 }  // namespace
 
 template <class Elem>
-void rope_forward(Elem* qkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                  CUstream_st* stream, float theta, std::int64_t pos_offset) {
+void rope_forward(const RopeArgs<Elem>& args, const Launch& launch) {
+    const auto& [qkv, B, T, NH, KVH, HD, theta, pos_offset] = args;
+    cudaStream_t stream = launch.stream;
     rope_rotate(dev(qkv), B, T, NH, KVH, HD, theta, pos_offset, 1.0, "rope_forward", stream);
 }
 
 template <class Elem>
-void rope_backward(Elem* dqkv, std::int64_t B, std::int64_t T, int NH, int KVH, std::int64_t HD,
-                   CUstream_st* stream, float theta, std::int64_t pos_offset) {
+void rope_backward(const RopeArgs<Elem>& args, const Launch& launch) {
+    const auto& [dqkv, B, T, NH, KVH, HD, theta, pos_offset] = args;  // qkv: the gradient
+    cudaStream_t stream = launch.stream;
     rope_rotate(dev(dqkv), B, T, NH, KVH, HD, theta, pos_offset, -1.0, "rope_backward", stream);
 }
 
-#define NAPKIN_CUDA_ROPE_INSTANTIATE(E)                                                    \
-    template void rope_forward<E>(E*, std::int64_t, std::int64_t, int, int, std::int64_t,  \
-                                  CUstream_st*, float, std::int64_t);                      \
-    template void rope_backward<E>(E*, std::int64_t, std::int64_t, int, int, std::int64_t, \
-                                   CUstream_st*, float, std::int64_t);
+#define NAPKIN_CUDA_ROPE_INSTANTIATE(E)                               \
+    template void rope_forward<E>(const RopeArgs<E>&, const Launch&); \
+    template void rope_backward<E>(const RopeArgs<E>&, const Launch&);
 NAPKIN_CUDA_ROPE_INSTANTIATE(float)
 NAPKIN_CUDA_ROPE_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_ROPE_INSTANTIATE(f16_t)

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
 
@@ -98,14 +100,14 @@ TEST(OpPlan, QkvBiasAndExplicitHeadDim) {
     const OpPlan plan = build_op_plan(c, inputs(2, 256));
     EXPECT_EQ(plan_totals(plan).model_flops(), independent_model_flops(c, 2, 256));
     for (const PlanOp& op : plan.block) {
-        if (op.name == "attn.proj") {
+        if (op.role == OpRole::attn_proj) {
             EXPECT_EQ(std::get<MatmulShape>(op.shape).K, 4096);
             EXPECT_EQ(std::get<MatmulShape>(op.shape).N, 5120);
         }
-        if (op.name == "attn.qkv") {
+        if (op.role == OpRole::attn_qkv) {
             EXPECT_TRUE(std::get<MatmulShape>(op.shape).bias);
         }
-        if (op.name == "attn.core") {
+        if (op.role == OpRole::attn_core) {
             EXPECT_EQ(op.saved[1].numel, 2 * 256 * 4096);  // attn.out
         }
     }
@@ -125,7 +127,7 @@ TEST(OpPlan, FullCheckpointingKeepsOnlyBlockInputs) {
     std::uint64_t block_fwd = 0;
     std::uint64_t flash = 0;
     for (const PlanOp& op : build_op_plan(c, in).block) {
-        if (op.name != "mlp.res") block_fwd += op.fwd.flops;
+        if (op.role != OpRole::mlp_res) block_fwd += op.fwd.flops;
         if (op.kind == OpKind::attention) flash = attention_backward_recompute_flops(std::get<AttentionShape>(op.shape));
     }
     EXPECT_EQ(full.recompute_flops, 12 * (block_fwd + flash));
@@ -154,8 +156,8 @@ TEST(OpPlan, LoraFreezesBaseAndAddsAdapters) {
     std::int64_t adapter_params = 0;
     for (const PlanOp& op : plan.block) {
         if (op.kind == OpKind::matmul) {
-            EXPECT_EQ(op.bwd_weight.flops, 0u) << op.name;
-            EXPECT_EQ(std::get<MatmulShape>(op.shape).weight, DType::nf4) << op.name;
+            EXPECT_EQ(op.bwd_weight.flops, 0u) << op.name();
+            EXPECT_EQ(std::get<MatmulShape>(op.shape).weight, DType::nf4) << op.name();
         }
         if (op.kind == OpKind::lora) {
             ++adapters;
@@ -174,11 +176,46 @@ TEST(OpPlan, LlamaHasRopeAndSwiglu) {
     bool rope = false;
     for (const PlanOp& op : plan.block) {
         if (op.kind == OpKind::rope) rope = true;
-        if (op.name == "mlp.fc") {
+        if (op.role == OpRole::mlp_fc) {
             EXPECT_EQ(std::get<MatmulShape>(op.shape).N, 2 * 14336);
         }
     }
     EXPECT_TRUE(rope);
+}
+
+// The ops' and kept tensors' names (the trace's, the memory snapshot's, report.json's) come from
+// their typed roles and ids, as they always read.
+TEST(OpPlan, RolesAndKeptIdsKeepTheirNames) {
+    const ModelConfig& c = preset_or_throw("gpt2");
+    PlanInputs in = inputs(2, 64);
+    in.attention = AttentionImpl::naive;
+    in.finetune = Finetune::lora;
+    in.lora_rank = 4;
+    const OpPlan plan = build_op_plan(c, in);
+    std::vector<std::string> ops, kept;
+    for (const auto* part : {&plan.prologue, &plan.block, &plan.epilogue}) {
+        for (const PlanOp& op : *part) {
+            ops.emplace_back(op.name());
+            for (int i = 0; i < op.n_saved; ++i)
+                kept.emplace_back(op.saved[static_cast<std::size_t>(i)].name());
+        }
+    }
+    EXPECT_EQ(ops, (std::vector<std::string>{
+                       "embedding", "ln_1", "attn.qkv", "attn.qkv.lora", "attn.core", "attn.proj",
+                       "attn.proj.lora", "attn.res", "ln_2", "mlp.fc", "mlp.fc.lora", "mlp.act",
+                       "mlp.proj", "mlp.proj.lora", "mlp.res", "ln_f", "lm_head", "loss"}));
+    EXPECT_EQ(kept, (std::vector<std::string>{
+                        "embedding.out",    "ln_1.out",        "ln_1.mean",     "ln_1.rstd",
+                        "attn.qkv.out",     "attn.qkv.lora.h", "attn.p",        "attn.out",
+                        "attn.proj.lora.h", "attn.res.out",    "ln_2.out",      "ln_2.mean",
+                        "ln_2.rstd",        "mlp.fc.out",      "mlp.fc.lora.h", "mlp.act.out",
+                        "mlp.proj.lora.h",  "mlp.res.out",     "ln_f.out",      "ln_f.mean",
+                        "ln_f.rstd",        "lm_head.dinp"}));
+    EXPECT_EQ(op_role_name(OpRole::attn_rope), "attn.rope");
+    EXPECT_EQ(kept_name(KeptId::attn_p_dropped), "attn.p.dropped");
+    EXPECT_EQ(kept_scale(KeptId::mlp_act_out), KeptId::mlp_act_out_scale);
+    EXPECT_EQ(kept_name(kept_scale(KeptId::attn_out)), "attn.out.scale");
+    EXPECT_THROW(kept_scale(KeptId::attn_p), InternalError);
 }
 
 TEST(OpPlan, RejectsBadInputs) {
@@ -197,7 +234,7 @@ TEST(OpPlan, CostsAreNonzeroAndFinite) {
         const OpPlan plan = build_op_plan(c, inputs(1, std::min<std::int64_t>(c.context_length, 256)));
         for (const auto* ops : {&plan.prologue, &plan.block, &plan.epilogue}) {
             for (const PlanOp& op : *ops) {
-                EXPECT_GT(op.fwd.bytes(), 0u) << c.name << " " << op.name;
+                EXPECT_GT(op.fwd.bytes(), 0u) << c.name << " " << op.name();
             }
         }
     }

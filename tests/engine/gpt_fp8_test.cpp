@@ -197,7 +197,7 @@ TEST(GptFp8, KeepsThePlansFp8Tensors) {
         for (int i = 0; i < op.n_saved; ++i) {
             const PlanTensor& t = op.saved[static_cast<std::size_t>(i)];
             if (t.dtype == DType::f8e4m3) ++fp8;
-            if (t.name.ends_with(".scale")) {
+            if (t.name().ends_with(".scale")) {
                 ++scales;
                 EXPECT_EQ(t.numel, kFp8ScaleFloats);
                 EXPECT_EQ(t.dtype, DType::f32);
@@ -206,7 +206,7 @@ TEST(GptFp8, KeepsThePlansFp8Tensors) {
     }
     EXPECT_EQ(fp8, 4);  // ln_1.out, attn.out, ln_2.out, mlp.act.out
     EXPECT_EQ(scales, 4);
-    EXPECT_EQ(plan.epilogue[0].saved[0].name, "ln_f.out");
+    EXPECT_EQ(plan.epilogue[0].saved[0].id, KeptId::ln_f_out);
     EXPECT_EQ(plan.epilogue[0].saved[0].dtype, DType::bf16);
     EXPECT_EQ(std::get<MatmulShape>(plan.epilogue[1].shape).in, DType::bf16);
     const Fp8CastNumel cast = fp8_cast_numel(plan);

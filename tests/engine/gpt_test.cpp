@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <string>
+#include <variant>
 #include <vector>
 
 #include "core/engine/data.h"
 #include "core/engine/trainer.h"
 #include "estimator/estimate.h"
+#include "profiler/event.h"
 #include "tests/engine/estimate_util.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
@@ -165,6 +169,58 @@ TEST(GptGradients, CheckpointingAndAttentionGiveTheSameGradients) {
                     }
                 }
             }
+        }
+    }
+}
+
+// attn.res's add runs inside ln_2's kernel when ln_2 is a layernorm (core/engine/gpt_block.h):
+// each block's forward, and its recompute under full checkpointing, launches
+// residual_layernorm_forward in ln_2's range and nothing in attn.res's, while mlp.res keeps its
+// residual_forward; an RMSNorm model runs the two kernels as before. (The numbers are the
+// unfused pair's bit for bit: tests/kernels/norm_test.cpp.)
+TEST(GptKernels, Ln2RunsTheResidualAddInItsKernel) {
+    for (NormKind norm : {NormKind::layernorm, NormKind::rmsnorm}) {
+        for (Checkpointing ck : {Checkpointing::none, Checkpointing::full}) {
+            SCOPED_TRACE(testing::Message()
+                         << "norm " << static_cast<int>(norm) << " ckpt " << static_cast<int>(ck));
+            const ModelConfig cfg =
+                small_config(norm, PositionKind::learned, MlpKind::gelu, 4, true);
+            HostMemory host;
+            AccountingAllocator alloc(host);
+            auto m = Gpt::create(cfg, plan_inputs(2, 9, ck, AttentionImpl::flash), alloc, 7);
+            profiler::Recorder rec;
+            m->set_recorder(&rec);
+            const Batch batch = random_batch(2 * 9, cfg.vocab_size, 7);
+            m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
+            std::vector<profiler::RangeEvent> ops, kernels;
+            for (auto& e : rec.take()) {
+                if (auto* r = std::get_if<profiler::RangeEvent>(&e)) {
+                    if (r->category == profiler::Category::op) ops.push_back(*r);
+                    if (r->category == profiler::Category::kernel) kernels.push_back(*r);
+                }
+            }
+            // "<op without h.<l>. and (recompute)> <kernel>" for every kernel, by its op's range.
+            std::map<std::string, int> count;
+            for (const auto& k : kernels) {
+                for (const auto& o : ops) {
+                    if (k.start_ns < o.start_ns || k.start_ns + k.dur_ns > o.start_ns + o.dur_ns)
+                        continue;
+                    std::string op = o.name.substr(o.name.find('.', 2) + 1);
+                    if (const auto at = op.find(" (recompute)"); at != std::string::npos)
+                        op.resize(at);
+                    ++count[op + " " + k.name];
+                }
+            }
+            const int L = cfg.n_layers, runs = ck == Checkpointing::full ? 2 : 1;
+            if (norm == NormKind::layernorm) {
+                EXPECT_EQ(count["ln_2 residual_layernorm_forward"], L * runs);
+                EXPECT_EQ(count["ln_2 layernorm_forward"], 0);
+                EXPECT_EQ(count["attn.res residual_forward"], 0);
+            } else {
+                EXPECT_EQ(count["ln_2 rmsnorm_forward"], L * runs);
+                EXPECT_EQ(count["attn.res residual_forward"], L * runs);
+            }
+            EXPECT_EQ(count["mlp.res residual_forward"], L);  // the block output: never rebuilt
         }
     }
 }

@@ -146,9 +146,13 @@ public:
     }
     void accumulate(void* dst, const void* src, std::int64_t n, DType dtype) override {
         ++calls;
-        if (dtype == DType::f32) cpu::accumulate(static_cast<float*>(dst), static_cast<const float*>(src), n);
-        else if (dtype == DType::bf16) cpu::accumulate(static_cast<bf16_t*>(dst), static_cast<const bf16_t*>(src), n);
-        else cpu::accumulate(static_cast<f16_t*>(dst), static_cast<const f16_t*>(src), n);
+        if (dtype == DType::f32)
+            cpu::accumulate<float>({static_cast<float*>(dst), static_cast<const float*>(src), n});
+        else if (dtype == DType::bf16)
+            cpu::accumulate<bf16_t>(
+                {static_cast<bf16_t*>(dst), static_cast<const bf16_t*>(src), n});
+        else
+            cpu::accumulate<f16_t>({static_cast<f16_t*>(dst), static_cast<const f16_t*>(src), n});
     }
     void synchronize() override {}
     void timer_start() override {}

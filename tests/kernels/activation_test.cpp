@@ -51,7 +51,7 @@ void check_gelu(std::int64_t n, unsigned seed) {
     Vec xs = test::as_seen(x);
 
     auto out = test::nan_filled<T>(n);
-    cpu::gelu_forward<T>(out.data(), x.data(), n);
+    cpu::gelu_forward<T>({out.data(), x.data(), n});
     Vec ref(xs.size());
     for (std::size_t i = 0; i < xs.size(); ++i)
         ref[i] = gelu(xs[i]);
@@ -61,7 +61,7 @@ void check_gelu(std::int64_t n, unsigned seed) {
     const Vec gs = test::as_seen(g);
     auto dx = test::to_storage<T>(test::random_normal(rng, n));
     const Vec dx0 = test::as_seen(dx);
-    cpu::gelu_backward<T>(dx.data(), x.data(), g.data(), n);
+    cpu::gelu_backward<T>({dx.data(), x.data(), g.data(), n});
     Vec ref_dx(xs.size());
     for (std::size_t i = 0; i < xs.size(); ++i)
         ref_dx[i] = gelu_grad(xs[i]) * gs[i];
@@ -76,7 +76,7 @@ void check_gelu(std::int64_t n, unsigned seed) {
 
     // In place: out may be inp.
     auto inplace = x;
-    cpu::gelu_forward<T>(inplace.data(), inplace.data(), n);
+    cpu::gelu_forward<T>({inplace.data(), inplace.data(), n});
     test::expect_close("in-place out", test::as_seen(inplace), test::as_seen(out), {0.0, 0.0});
 }
 
@@ -102,14 +102,14 @@ void check_swiglu(std::int64_t N, std::int64_t F, unsigned seed) {
     Vec xs = test::as_seen(x);
 
     auto out = test::nan_filled<T>(N * F);
-    cpu::swiglu_forward<T>(out.data(), x.data(), N, F);
+    cpu::swiglu_forward<T>({out.data(), x.data(), N, F});
     test::expect_close("out", test::as_seen(out), swiglu_ref(xs, N, F), test::tolerance<T>());
 
     const auto g = test::to_storage<T>(test::random_normal(rng, N * F));
     const Vec gs = test::as_seen(g);
     auto dx = test::to_storage<T>(test::random_normal(rng, N * 2 * F));
     const Vec dx0 = test::as_seen(dx);
-    cpu::swiglu_backward<T>(dx.data(), x.data(), g.data(), N, F);
+    cpu::swiglu_backward<T>({dx.data(), x.data(), g.data(), N, F});
     Vec ref_dx(xs.size());
     for (std::int64_t n = 0; n < N; ++n) {
         for (std::int64_t f = 0; f < F; ++f) {
@@ -153,8 +153,8 @@ TEST(Activation, GeluKeepsItsDigitsForNegativeInputs) {
     for (float v = -9.0f; v < 0.0f; v += 0.01f) x.push_back(v);
     const auto n = static_cast<std::int64_t>(x.size());
     std::vector<float> out(x.size()), dx(x.size(), 0.0f), ones(x.size(), 1.0f);
-    cpu::gelu_forward<float>(out.data(), x.data(), n);
-    cpu::gelu_backward<float>(dx.data(), x.data(), ones.data(), n);
+    cpu::gelu_forward<float>({out.data(), x.data(), n});
+    cpu::gelu_backward<float>({dx.data(), x.data(), ones.data(), n});
     for (std::size_t i = 0; i < x.size(); ++i) {
         const long double v = x[i];
         const long double u = static_cast<long double>(kSqrt2OverPi) * (v + 0.044715L * v * v * v);

@@ -119,8 +119,8 @@ void check(const Shape& s, float prob, unsigned seed) {
                    pd = test::nan_filled<T>(np);
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(np), 9);
     AttentionDropout<T> d{prob, site, mask.data(), pd.data()};
-    cpu::attention_naive_forward<T>(out.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD,
-                                    &d);
+    cpu::attention_naive_forward<T>(
+        {out.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD, &d});
     const Vec grad = test::random_normal(rng, static_cast<std::int64_t>(out.size()));
     Vec want_dqkv;
     const Reference ref = run(s, xs, prob, site, &grad, &want_dqkv);
@@ -133,8 +133,8 @@ void check(const Shape& s, float prob, unsigned seed) {
     std::vector<T> fout = test::nan_filled<T>(static_cast<std::int64_t>(out.size()));
     std::vector<float> lse(static_cast<std::size_t>(s.B * s.NH * s.T));
     const AttentionDropout<T> fd{prob, site, nullptr, nullptr};
-    cpu::attention_flash_forward<T>(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.KVH,
-                                    s.HD, &fd);
+    cpu::attention_flash_forward<T>(
+        {fout.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD, &fd});
     test::expect_close("flash out", test::as_seen(fout), ref.out,
                        test::Tolerance{tol.abs * 4, tol.rel * 2});
     if (!std::is_same_v<T, float>) return;  // the 16-bit gradients: attention_test.cpp's bounds
@@ -143,15 +143,15 @@ void check(const Shape& s, float prob, unsigned seed) {
     std::vector<T> dqkv(qkv.size(), from_float<T>(0.0f));
     std::vector<float> scratch(
         static_cast<std::size_t>(cpu::attention_naive_backward_scratch_floats(s.B, s.T, s.NH)));
-    cpu::attention_naive_backward<T>(dqkv.data(), scratch.data(), gT.data(), qkv.data(), p.data(),
-                                     s.B, s.T, s.NH, s.KVH, s.HD, &d);
+    cpu::attention_naive_backward<T>({dqkv.data(), scratch.data(), gT.data(), qkv.data(), p.data(),
+                                      s.B, s.T, s.NH, s.KVH, s.HD, &d});
     Vec xv = xs;
     auto loss = [&] { return test::dot(run(s, xv, prob, site).out, grad); };
     test::expect_gradient("dqkv", loss, xv, test::as_seen(dqkv), Vec(xv.size(), 0.0), want_dqkv,
                           test::for_sum_of(test::Tolerance{1e-4, 1e-4}, s.T * s.NH), rng);
     std::vector<T> fdqkv(qkv.size(), from_float<T>(0.0f));
-    cpu::attention_flash_backward<T>(fdqkv.data(), gT.data(), fout.data(), qkv.data(), lse.data(),
-                                     s.B, s.T, s.NH, s.KVH, s.HD, &fd);
+    cpu::attention_flash_backward<T>({fdqkv.data(), gT.data(), fout.data(), qkv.data(), lse.data(),
+                                      s.B, s.T, s.NH, s.KVH, s.HD, &fd});
     test::expect_gradient("flash dqkv", loss, xv, test::as_seen(fdqkv), Vec(xv.size(), 0.0),
                           want_dqkv, test::for_sum_of(test::Tolerance{1e-4, 1e-4}, s.T * s.NH),
                           rng);
@@ -181,10 +181,10 @@ TEST(AttentionDropout, ZeroProbabilityIsNoDropout) {
         b = a, p(static_cast<std::size_t>(np)), pd = p;
     std::vector<std::uint8_t> mask(static_cast<std::size_t>(np));
     AttentionDropout<float> d{0.0f, 123, mask.data(), pd.data()};
-    cpu::attention_naive_forward<float>(a.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH,
-                                        s.HD);
-    cpu::attention_naive_forward<float>(b.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD,
-                                        &d);
+    cpu::attention_naive_forward<float>(
+        {a.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD});
+    cpu::attention_naive_forward<float>(
+        {b.data(), p.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.HD, &d});
     EXPECT_EQ(a, b);
     EXPECT_EQ(pd, p);
 }

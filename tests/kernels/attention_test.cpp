@@ -237,10 +237,10 @@ Forward<Elem> run_forward(const Case& c, const std::vector<Elem>& qkv) {
     f.p = test::nan_filled<Elem>(c.p_numel());
     f.flash_out = test::nan_filled<Elem>(c.out_numel());
     f.lse.assign(static_cast<std::size_t>(c.lse_numel()), std::numeric_limits<float>::quiet_NaN());
-    cpu::attention_naive_forward<Elem>(f.naive_out.data(), f.p.data(), qkv.data(), c.B, c.T, c.NH,
-                                       c.KVH, c.HD);
-    cpu::attention_flash_forward<Elem>(f.flash_out.data(), f.lse.data(), qkv.data(), c.B, c.T, c.NH,
-                                       c.KVH, c.HD);
+    cpu::attention_naive_forward<Elem>(
+        {f.naive_out.data(), f.p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD});
+    cpu::attention_flash_forward<Elem>(
+        {f.flash_out.data(), f.lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD});
     return f;
 }
 
@@ -252,8 +252,8 @@ std::vector<Elem> run_naive_backward(const Case& c, std::vector<Elem> dqkv,
     std::vector<float> scratch(
         static_cast<std::size_t>(cpu::attention_naive_backward_scratch_floats(c.B, c.T, c.NH)),
         std::numeric_limits<float>::quiet_NaN());
-    cpu::attention_naive_backward<Elem>(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                        f.p.data(), c.B, c.T, c.NH, c.KVH, c.HD);
+    cpu::attention_naive_backward<Elem>({dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                         f.p.data(), c.B, c.T, c.NH, c.KVH, c.HD});
     return dqkv;
 }
 
@@ -261,8 +261,8 @@ template <class Elem>
 std::vector<Elem> run_flash_backward(const Case& c, std::vector<Elem> dqkv,
                                      const std::vector<Elem>& dout, const std::vector<Elem>& qkv,
                                      const Forward<Elem>& f) {
-    cpu::attention_flash_backward<Elem>(dqkv.data(), dout.data(), f.flash_out.data(), qkv.data(),
-                                        f.lse.data(), c.B, c.T, c.NH, c.KVH, c.HD);
+    cpu::attention_flash_backward<Elem>({dqkv.data(), dout.data(), f.flash_out.data(), qkv.data(),
+                                         f.lse.data(), c.B, c.T, c.NH, c.KVH, c.HD});
     return dqkv;
 }
 
@@ -514,16 +514,16 @@ TEST(Attention, Deterministic) {
 TEST(Attention, RejectsBadShapes) {
     std::vector<float> buf(4096), lse(64);
     EXPECT_THROW(
-        cpu::attention_flash_forward<float>(buf.data(), lse.data(), buf.data(), 1, 1, 4, 3, 8),
+        cpu::attention_flash_forward<float>({buf.data(), lse.data(), buf.data(), 1, 1, 4, 3, 8}),
         InternalError);
-    EXPECT_THROW(cpu::attention_naive_forward<float>(buf.data(), buf.data(), buf.data(), 1, 1, 1, 1,
-                                                     cpu::kAttentionMaxHeadDim + 1),
+    EXPECT_THROW(cpu::attention_naive_forward<float>({buf.data(), buf.data(), buf.data(), 1, 1, 1,
+                                                      1, cpu::kAttentionMaxHeadDim + 1}),
                  InternalError);
-    EXPECT_THROW(cpu::attention_flash_backward<float>(buf.data(), buf.data(), buf.data(),
-                                                      buf.data(), lse.data(), 1, 1, 2, 0, 8),
+    EXPECT_THROW(cpu::attention_flash_backward<float>(
+                     {buf.data(), buf.data(), buf.data(), buf.data(), lse.data(), 1, 1, 2, 0, 8}),
                  InternalError);
-    EXPECT_THROW(cpu::attention_naive_backward<float>(buf.data(), buf.data(), buf.data(),
-                                                      buf.data(), buf.data(), 1, -1, 1, 1, 8),
+    EXPECT_THROW(cpu::attention_naive_backward<float>(
+                     {buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 1, -1, 1, 1, 8}),
                  InternalError);
 }
 

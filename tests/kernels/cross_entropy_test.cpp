@@ -58,9 +58,9 @@ void check(std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std:
     std::vector<T> dw(w.size(), from_float<T>(1.0f));  // accumulated
     std::vector<float> scratch(static_cast<std::size_t>(
         cpu::head_cross_entropy_scratch_floats(chunk, C, Vp, !std::is_same_v<T, float>)));
-    const float loss = cpu::head_cross_entropy<T>(losses.data(), dx.data(), dw.data(), x.data(), w.data(),
-                                                  p.targets.data(), M, C, V, Vp, chunk, 1.0f / static_cast<float>(M),
-                                                  scratch.data());
+    const float loss = cpu::head_cross_entropy<T>({losses.data(), dx.data(), dw.data(), x.data(),
+                                                   w.data(), p.targets.data(), M, C, V, Vp, chunk,
+                                                   1.0f / static_cast<float>(M), scratch.data()});
     const double tol = std::is_same_v<T, float> ? 1e-4 : 2e-2;
     const double ref = reference_loss(p, p.x, p.w);
     ASSERT_NEAR(loss, ref, tol * (1 + std::fabs(ref)));
@@ -100,17 +100,19 @@ TEST(HeadCrossEntropy, UniformLogitsGiveLnV) {
     std::vector<float> x(M * C, 1.0f), w(Vp * C, 0.0f), dx(M * C), losses(M);
     std::vector<std::int32_t> t = {0, 5, 255, 17};
     std::vector<float> scratch(static_cast<std::size_t>(cpu::head_cross_entropy_scratch_floats(2, C, Vp, false)));
-    const float loss = cpu::head_cross_entropy<float>(losses.data(), dx.data(), nullptr, x.data(), w.data(), t.data(),
-                                                      M, C, V, Vp, 2, 0.25f, scratch.data());
+    const float loss =
+        cpu::head_cross_entropy<float>({losses.data(), dx.data(), nullptr, x.data(), w.data(),
+                                        t.data(), M, C, V, Vp, 2, 0.25f, scratch.data()});
     EXPECT_NEAR(loss, std::log(256.0), 1e-6);
 }
 
 TEST(HeadCrossEntropy, RejectsTargetsOutsideTheVocabulary) {
     std::vector<float> x(2, 1.0f), w(4, 0.0f), dx(2), losses(2), scratch(8);
     std::vector<std::int32_t> t = {0, 2};  // V = 2
-    EXPECT_THROW(cpu::head_cross_entropy<float>(losses.data(), dx.data(), nullptr, x.data(), w.data(), t.data(), 2, 1,
-                                                2, 4, 2, 0.5f, scratch.data()),
-                 UsageError);
+    EXPECT_THROW(
+        cpu::head_cross_entropy<float>({losses.data(), dx.data(), nullptr, x.data(), w.data(),
+                                        t.data(), 2, 1, 2, 4, 2, 0.5f, scratch.data()}),
+        UsageError);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ TYPED_TEST(Dropout, KeepsWhatTheHashSaysScaledAndInPlace) {
         std::vector<T> out = test::nan_filled<T>(n);
         std::vector<std::uint8_t> mask(static_cast<std::size_t>(n), 7);
         const std::uint64_t site = rng();
-        cpu::dropout_forward<T>(out.data(), mask.data(), inp.data(), n, p, site);
+        cpu::dropout_forward<T>({out.data(), mask.data(), inp.data(), n, p, site});
         const std::uint32_t threshold = dropout_threshold(p);
         const float scale = 1.0f / (1.0f - p);
         std::int64_t kept = 0;
@@ -50,13 +50,13 @@ TYPED_TEST(Dropout, KeepsWhatTheHashSaysScaledAndInPlace) {
         // In place, and the backward: the same mask, the same scale.
         std::vector<T> same = inp;
         std::vector<std::uint8_t> mask2(mask.size());
-        cpu::dropout_forward<T>(same.data(), mask2.data(), same.data(), n, p, site);
+        cpu::dropout_forward<T>({same.data(), mask2.data(), same.data(), n, p, site});
         ASSERT_EQ(mask2, mask);
         for (std::size_t k = 0; k < same.size(); ++k)
             ASSERT_EQ(to_float(same[k]), to_float(out[k])) << k;
         const auto dout = test::to_storage<T>(test::random_normal(rng, n));
         std::vector<T> dinp = test::nan_filled<T>(n);
-        cpu::dropout_backward<T>(dinp.data(), dout.data(), mask.data(), n, p);
+        cpu::dropout_backward<T>({dinp.data(), dout.data(), mask.data(), n, p});
         for (std::size_t k = 0; k < dinp.size(); ++k) {
             ASSERT_EQ(to_float(dinp[k]),
                       mask[k] ? to_float(from_float<T>(to_float(dout[k]) * scale)) : 0.0f)

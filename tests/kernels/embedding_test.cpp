@@ -61,8 +61,8 @@ void check_embedding(const Case& c, bool positions, unsigned seed) {
     Vec wte_s = test::as_seen(wte), wpe_s = test::as_seen(wpe);
 
     auto out = test::nan_filled<T>(n);
-    cpu::embedding_forward<T>(out.data(), tokens.data(), wte.data(),
-                              positions ? wpe.data() : nullptr, c.B, c.T, c.C);
+    cpu::embedding_forward<T>(
+        {out.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, c.B, c.T, c.C});
     test::expect_close("out", test::as_seen(out), embedding_ref(wte_s, wpe_s, tokens, c),
                        test::tolerance<T>());
 
@@ -72,8 +72,8 @@ void check_embedding(const Case& c, bool positions, unsigned seed) {
     auto dwpe =
         positions ? test::to_storage<T>(test::random_normal(rng, ctx * c.C)) : std::vector<T>{};
     const Vec dwte0 = test::as_seen(dwte), dwpe0 = test::as_seen(dwpe);
-    cpu::embedding_backward<T>(dwte.data(), positions ? dwpe.data() : nullptr, g.data(),
-                               tokens.data(), c.B, c.T, c.C);
+    cpu::embedding_backward<T>(
+        {dwte.data(), positions ? dwpe.data() : nullptr, g.data(), tokens.data(), c.B, c.T, c.C});
 
     Vec ref_dwte(wte_s.size(), 0.0), ref_dwpe(wpe_s.size(), 0.0);
     for (std::int64_t p = 0; p < c.B * c.T; ++p) {
@@ -130,8 +130,8 @@ void check_deterministic(unsigned seed) {
     auto run = [&] {
         auto dwte = dwte0;
         auto dwpe = dwpe0;
-        cpu::embedding_backward<T>(dwte.data(), dwpe.data(), g.data(), tokens.data(), c.B, c.T,
-                                   c.C);
+        cpu::embedding_backward<T>(
+            {dwte.data(), dwpe.data(), g.data(), tokens.data(), c.B, c.T, c.C});
         dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
         return dwte;
     };
@@ -163,7 +163,7 @@ TEST(Embedding, Bf16RepeatsSumInFp32) {
     const std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T), 1);
     const std::vector<bf16_t> g(static_cast<std::size_t>(B * T * C), from_float<bf16_t>(0.01f));
     std::vector<bf16_t> dwte(static_cast<std::size_t>(2 * C), from_float<bf16_t>(0.0f));
-    cpu::embedding_backward<bf16_t>(dwte.data(), nullptr, g.data(), tokens.data(), B, T, C);
+    cpu::embedding_backward<bf16_t>({dwte.data(), nullptr, g.data(), tokens.data(), B, T, C});
     const double want = static_cast<double>(B * T) * to_float(g[0]);
     for (std::int64_t k = 0; k < C; ++k) {
         EXPECT_EQ(to_float(dwte[static_cast<std::size_t>(k)]), 0.0f) << "row 0 untouched";

@@ -137,8 +137,8 @@ void check_case(const Case& c, unsigned seed) {
     std::vector<float> scratch(static_cast<std::size_t>(cpu::lora_scratch_floats(s, wide16)) + 1);
 
     std::vector<T> out = out0, h = test::nan_filled<T>(s.M * PR);
-    cpu::lora_forward<T>(out.data(), h.data(), x.data(), a.data(), b.data(), s,
-                         static_cast<float>(scale), scratch.data());
+    cpu::lora_forward<T>({out.data(), h.data(), x.data(), a.data(), b.data(), s,
+                          static_cast<float>(scale), scratch.data()});
     const Forward ref = reference_forward(xs, as, bs, test::as_seen(out0), s, scale);
     const test::Tolerance tol = test::for_sum_of(test::tolerance<T>(), s.K + s.r);
     // The kernel rounds h (and in the backward dh) into T before the next product reads it: each
@@ -158,8 +158,8 @@ void check_case(const Case& c, unsigned seed) {
     const auto db0 = test::to_storage<T>(test::random_normal(rng, s.N * s.r));
     const auto dx0 = test::to_storage<T>(test::random_normal(rng, s.M * s.K));
     std::vector<T> da = da0, db = db0, dx = dx0, dh = test::nan_filled<T>(s.M * PR);
-    cpu::lora_backward<T>(dx.data(), da.data(), db.data(), dh.data(), g.data(), x.data(), h.data(),
-                          a.data(), b.data(), s, static_cast<float>(scale), scratch.data());
+    cpu::lora_backward<T>({dx.data(), da.data(), db.data(), dh.data(), g.data(), x.data(), h.data(),
+                           a.data(), b.data(), s, static_cast<float>(scale), scratch.data()});
     const Backward d = reference_backward(xs, as, bs, hs, gs, s, scale);
     const test::Tolerance btol = test::for_sum_of(test::tolerance<T>(), s.M + s.N + PR);
     test::expect_close("dh", test::as_seen(dh), d.dh, btol);
@@ -183,8 +183,8 @@ void check_case(const Case& c, unsigned seed) {
 
     // Nothing upstream: dinp may be null, and the adapters' gradients are the same.
     std::vector<T> da2 = da0, db2 = db0;
-    cpu::lora_backward<T>(nullptr, da2.data(), db2.data(), dh.data(), g.data(), x.data(), h.data(),
-                          a.data(), b.data(), s, static_cast<float>(scale), scratch.data());
+    cpu::lora_backward<T>({nullptr, da2.data(), db2.data(), dh.data(), g.data(), x.data(), h.data(),
+                           a.data(), b.data(), s, static_cast<float>(scale), scratch.data()});
     EXPECT_EQ(test::as_seen(da2), test::as_seen(da));
     EXPECT_EQ(test::as_seen(db2), test::as_seen(db));
 }
@@ -212,12 +212,12 @@ TYPED_TEST(Lora, MatchesReferenceAndFiniteDifferences) {
 TEST(Lora, RefusesPartsThatDoNotTileTheRows) {
     LoraShape s = shape_of({2, 10, 3, 2, 3, 5});  // 5 rows, then 5 left for two parts
     std::vector<float> out(20), h(12), inp(6), a(18), b(20), scratch(1);
-    EXPECT_THROW(cpu::lora_forward<float>(out.data(), h.data(), inp.data(), a.data(), b.data(), s,
-                                          1.0f, scratch.data()),
+    EXPECT_THROW(cpu::lora_forward<float>({out.data(), h.data(), inp.data(), a.data(), b.data(), s,
+                                           1.0f, scratch.data()}),
                  std::exception);
     s.parts = 4;
-    EXPECT_THROW(cpu::lora_forward<float>(out.data(), h.data(), inp.data(), a.data(), b.data(), s,
-                                          1.0f, scratch.data()),
+    EXPECT_THROW(cpu::lora_forward<float>({out.data(), h.data(), inp.data(), a.data(), b.data(), s,
+                                           1.0f, scratch.data()}),
                  std::exception);
 }
 

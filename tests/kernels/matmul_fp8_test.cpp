@@ -37,7 +37,7 @@ Operand<Q> random_operand(std::mt19937& rng, std::int64_t n, double stddev) {
     const auto x = test::to_storage<bf16_t>(test::random_normal(rng, n, 0.0, stddev));
     Operand<Q> o;
     o.codes.resize(static_cast<std::size_t>(n));
-    cpu::quantize(o.codes.data(), o.scale, x.data(), n);
+    cpu::quantize<Q, bf16_t>({o.codes.data(), o.scale, x.data(), n});
     for (const Q& q : o.codes)
         o.dequantized.push_back(static_cast<double>(static_cast<float>(q)) * o.scale[kFp8ScaleInv]);
     return o;
@@ -87,7 +87,7 @@ void check_case(const Case& c, bool bias, unsigned seed) {
     const auto dout = test::to_storage<bf16_t>(test::random_normal(rng, c.M * c.N, 0.0, 1e-3));
     std::vector<f8e5m2_t> g8(dout.size());
     float g_scale[kFp8ScaleFloats];
-    cpu::quantize(g8.data(), g_scale, dout.data(), c.M * c.N);
+    cpu::quantize<f8e5m2_t, bf16_t>({g8.data(), g_scale, dout.data(), c.M * c.N});
     Vec gd;
     for (const f8e5m2_t& q : g8)
         gd.push_back(static_cast<double>(static_cast<float>(q)) * g_scale[kFp8ScaleInv]);
@@ -95,8 +95,8 @@ void check_case(const Case& c, bool bias, unsigned seed) {
 
     // Forward.
     auto out = test::nan_filled<bf16_t>(c.M * c.N);
-    cpu::matmul_forward(out.data(), x.codes.data(), x.scale, w.codes.data(), w.scale,
-                        bias ? b.data() : nullptr, c.M, c.N, c.K, scratch.data());
+    cpu::matmul_fp8_forward({out.data(), x.codes.data(), x.scale, w.codes.data(), w.scale,
+                             bias ? b.data() : nullptr, c.M, c.N, c.K, scratch.data()});
     Vec ref = product_nt(x.dequantized, w.dequantized, c.M, c.N, c.K);
     if (bias) {
         const Vec bs = test::as_seen(b);
@@ -110,9 +110,9 @@ void check_case(const Case& c, bool bias, unsigned seed) {
     const float dx0 = 1e-4f, dw0 = -1e-3f, db0 = 1e-3f;
     std::vector<bf16_t> dx(x.codes.size(), bf16_t(dx0)), dw(w.codes.size(), bf16_t(dw0)),
         db(static_cast<std::size_t>(c.N), bf16_t(db0));
-    cpu::matmul_backward(dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(), g8.data(),
-                         g_scale, x.codes.data(), x.scale, w.codes.data(), w.scale, c.M, c.N, c.K,
-                         scratch.data());
+    cpu::matmul_fp8_backward({dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(),
+                              g8.data(), g_scale, x.codes.data(), x.scale, w.codes.data(), w.scale,
+                              c.M, c.N, c.K, scratch.data()});
     // dinp (M, K) = dout (M, N) @ weight (N, K) = product_nt(dout, weight^T); dweight (N, K) =
     // dout^T @ inp.
     Vec ref_dx = product_nt(gd, transpose(w.dequantized, c.N, c.K), c.M, c.K, c.N);
@@ -156,14 +156,14 @@ TEST(MatmulFp8, NullGradientsAreSkipped) {
     const auto dout = test::to_storage<bf16_t>(test::random_normal(rng, M * N));
     std::vector<f8e5m2_t> g8(dout.size());
     float gs[kFp8ScaleFloats];
-    cpu::quantize(g8.data(), gs, dout.data(), M * N);
+    cpu::quantize<f8e5m2_t, bf16_t>({g8.data(), gs, dout.data(), M * N});
     std::vector<float> scratch(static_cast<std::size_t>(cpu::matmul_scratch_floats(M, N, K)));
     std::vector<bf16_t> dx(static_cast<std::size_t>(M * K), bf16_t(7.0f));
-    cpu::matmul_backward(dx.data(), nullptr, nullptr, nullptr, g8.data(), gs, x.codes.data(),
-                         x.scale, w.codes.data(), w.scale, M, N, K, scratch.data());
+    cpu::matmul_fp8_backward({dx.data(), nullptr, nullptr, nullptr, g8.data(), gs, x.codes.data(),
+                              x.scale, w.codes.data(), w.scale, M, N, K, scratch.data()});
     std::vector<bf16_t> dw(static_cast<std::size_t>(N * K), bf16_t(7.0f));
-    cpu::matmul_backward(nullptr, dw.data(), nullptr, nullptr, g8.data(), gs, x.codes.data(),
-                         x.scale, w.codes.data(), w.scale, M, N, K, scratch.data());
+    cpu::matmul_fp8_backward({nullptr, dw.data(), nullptr, nullptr, g8.data(), gs, x.codes.data(),
+                              x.scale, w.codes.data(), w.scale, M, N, K, scratch.data()});
     int changed_dx = 0, changed_dw = 0;
     for (auto v : dx)
         changed_dx += to_float(v) != 7.0f;

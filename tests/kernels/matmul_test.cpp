@@ -68,7 +68,8 @@ void check_case(const Case& c, bool bias, unsigned seed) {
     std::vector<float> scratch(static_cast<std::size_t>(cpu::matmul_scratch_floats(c.M, c.N, c.K)));
 
     std::vector<T> out(static_cast<std::size_t>(c.M * c.N));
-    cpu::matmul_forward<T>(out.data(), x.data(), w.data(), bias ? b.data() : nullptr, c.M, c.N, c.K, scratch.data());
+    cpu::matmul_forward<T>(
+        {out.data(), x.data(), w.data(), bias ? b.data() : nullptr, c.M, c.N, c.K, scratch.data()});
     const auto xs = as_seen(x), ws = as_seen(w), bs = as_seen(b);
     const auto ref = reference_forward(xs, ws, bs, c);
     for (std::size_t i = 0; i < out.size(); ++i) {
@@ -79,8 +80,8 @@ void check_case(const Case& c, bool bias, unsigned seed) {
     const auto gT = to_storage<T>(g);
     const auto gs = as_seen(gT);
     std::vector<T> dx(x.size(), from_float<T>(0.5f)), dw(w.size(), from_float<T>(-0.25f)), db(b.size(), from_float<T>(1.0f));
-    cpu::matmul_backward<T>(dx.data(), dw.data(), bias ? db.data() : nullptr, gT.data(), x.data(), w.data(), c.M, c.N,
-                            c.K, scratch.data());
+    cpu::matmul_backward<T>({dx.data(), dw.data(), bias ? db.data() : nullptr, gT.data(), x.data(),
+                             w.data(), c.M, c.N, c.K, scratch.data()});
     // Finite differences of the double reference: L(x) = sum(ref(x) * g).
     auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv, const std::vector<double>& bv) {
         const auto o = reference_forward(xv, wv, bv, c);

@@ -86,7 +86,7 @@ Quantized quantize(const std::vector<float>& x) {
 template <class T>
 std::vector<float> dequantize(const Quantized& q, std::int64_t n) {
     std::vector<T> out = test::nan_filled<T>(n);
-    cpu::nf4_dequantize<T>(out.data(), q.codes.data(), q.state.data(), n);
+    cpu::nf4_dequantize<T>({out.data(), q.codes.data(), q.state.data(), n});
     std::vector<float> f(out.size());
     for (std::size_t i = 0; i < out.size(); ++i)
         f[i] = to_float(out[i]);

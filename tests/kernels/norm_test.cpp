@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/residual.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
@@ -109,10 +110,10 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     std::vector<float> mean(static_cast<std::size_t>(cs.N), NAN),
         rstd(static_cast<std::size_t>(cs.N), NAN);
     if (rms) {
-        cpu::rmsnorm_forward<T>(out.data(), rstd.data(), x.data(), w.data(), cs.N, cs.C);
+        cpu::rmsnorm_forward<T>({out.data(), rstd.data(), x.data(), w.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                  bias ? b.data() : nullptr, cs.N, cs.C);
+        cpu::layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                   bias ? b.data() : nullptr, cs.N, cs.C});
     }
     Vec ref_mean, ref_rstd;
     const Vec ref_out = ref.forward(xs, ws, bs, &ref_mean, &ref_rstd);
@@ -129,11 +130,11 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     auto db = bias ? test::to_storage<T>(test::random_normal(rng, cs.C)) : std::vector<T>{};
     const Vec dx0 = test::as_seen(dx), dw0 = test::as_seen(dw), db0 = test::as_seen(db);
     if (rms) {
-        cpu::rmsnorm_backward<T>(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(),
-                                 cs.N, cs.C);
+        cpu::rmsnorm_backward<T>(
+            {dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_backward<T>(dx.data(), dw.data(), bias ? db.data() : nullptr, g.data(),
-                                   x.data(), w.data(), mean.data(), rstd.data(), cs.N, cs.C);
+        cpu::layernorm_backward<T>({dx.data(), dw.data(), bias ? db.data() : nullptr, g.data(),
+                                    x.data(), w.data(), mean.data(), rstd.data(), cs.N, cs.C});
     }
     Vec ref_dx, ref_dw, ref_db;
     ref.backward(ref_dx, ref_dw, ref_db, gs, xs, ws);
@@ -148,11 +149,11 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
     // Frozen parameters (null gradients) leave dinp the same.
     auto dx_frozen = test::to_storage<T>(dx0);
     if (rms) {
-        cpu::rmsnorm_backward<T>(dx_frozen.data(), nullptr, g.data(), x.data(), w.data(),
-                                 rstd.data(), cs.N, cs.C);
+        cpu::rmsnorm_backward<T>(
+            {dx_frozen.data(), nullptr, g.data(), x.data(), w.data(), rstd.data(), cs.N, cs.C});
     } else {
-        cpu::layernorm_backward<T>(dx_frozen.data(), nullptr, nullptr, g.data(), x.data(), w.data(),
-                                   mean.data(), rstd.data(), cs.N, cs.C);
+        cpu::layernorm_backward<T>({dx_frozen.data(), nullptr, nullptr, g.data(), x.data(),
+                                    w.data(), mean.data(), rstd.data(), cs.N, cs.C});
     }
     test::expect_close("dinp without parameter gradients", test::as_seen(dx_frozen),
                        test::as_seen(dx), {0.0, 0.0});
@@ -199,6 +200,72 @@ TEST(Norm, RmsNormF16) {
     const unsigned seed = test::fresh_seed();
     for (const Case& c : {Case{5, 33}, Case{64, 96}})
         check_norm<f16_t>(c, true, false, seed);
+}
+
+// The residual add fused with the layernorm: x = a + b rounded, out = layernorm(x), every output
+// the bits of residual_forward then layernorm_forward (the engine swaps one for the other), x and
+// out near the double-precision sum and its norm; from NaN-poisoned outputs, odd shapes.
+template <class T>
+void check_residual_layernorm(const Case& cs, bool bias, unsigned seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " " << test::dtype_name<T>() << " N "
+                                    << cs.N << " C " << cs.C << " bias " << bias);
+    std::mt19937 rng(seed);
+    const std::int64_t n = cs.N * cs.C;
+    const auto a = test::to_storage<T>(test::random_normal(rng, n, 0.5, 1.5));
+    const auto b = test::to_storage<T>(test::random_normal(rng, n, -0.2, 0.7));
+    const auto w = test::to_storage<T>(test::random_normal(rng, cs.C, 1.0, 0.5));
+    const auto bs = bias ? test::to_storage<T>(test::random_normal(rng, cs.C)) : std::vector<T>{};
+    const T* bias_ptr = bias ? bs.data() : nullptr;
+    auto x = test::nan_filled<T>(n), out = test::nan_filled<T>(n);
+    std::vector<float> mean(static_cast<std::size_t>(cs.N), NAN), rstd(mean.size(), NAN);
+    cpu::residual_layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), a.data(),
+                                        b.data(), w.data(), bias_ptr, cs.N, cs.C});
+
+    auto x2 = test::nan_filled<T>(n), out2 = test::nan_filled<T>(n);
+    std::vector<float> mean2(mean.size(), NAN), rstd2(mean.size(), NAN);
+    cpu::residual_forward<T>({x2.data(), a.data(), b.data(), n});
+    cpu::layernorm_forward<T>(
+        {out2.data(), mean2.data(), rstd2.data(), x2.data(), w.data(), bias_ptr, cs.N, cs.C});
+    const test::Tolerance exact{0.0, 0.0};
+    test::expect_close("x, fused vs unfused", test::as_seen(x), test::as_seen(x2), exact);
+    test::expect_close("out, fused vs unfused", test::as_seen(out), test::as_seen(out2), exact);
+    test::expect_close("mean, fused vs unfused", floats_as_double(mean), floats_as_double(mean2),
+                       exact);
+    test::expect_close("rstd, fused vs unfused", floats_as_double(rstd), floats_as_double(rstd2),
+                       exact);
+
+    const Vec as = test::as_seen(a), bv = test::as_seen(b);
+    Vec sum(as.size());
+    for (std::size_t i = 0; i < sum.size(); ++i)
+        sum[i] = as[i] + bv[i];
+    test::expect_close("x", test::as_seen(x), sum, test::tolerance<T>());
+    const NormRef ref{false, cs.N, cs.C};
+    test::expect_close("out", test::as_seen(out),
+                       ref.forward(test::as_seen(x), test::as_seen(w), test::as_seen(bs)),
+                       test::tolerance<T>());
+}
+
+TEST(Norm, ResidualLayerNormIsTheAddThenTheNorm) {
+    const unsigned seed = test::fresh_seed();
+    for (const Case& c : kCases) {
+        check_residual_layernorm<float>(c, true, seed);
+        check_residual_layernorm<bf16_t>(c, true, seed + 1);
+        check_residual_layernorm<bf16_t>(c, false, seed + 2);
+    }
+    check_residual_layernorm<f16_t>(Case{5, 33}, true, seed + 3);
+}
+
+// Its cost, counted by hand: the add's FLOP and the norm's 7 per element; a and b read with the
+// parameters, x, out and the two statistics written, bf16 throughout.
+TEST(Norm, ResidualLayerNormCost) {
+    NormShape s;
+    s.N = 6;
+    s.C = 10;
+    s.in = s.out = DType::bf16;
+    const KernelCost c = residual_layernorm_forward_cost(s);
+    EXPECT_EQ(c.flops, 8u * 60);
+    EXPECT_EQ(c.bytes_read, 2u * 60 * 2 + 2u * 10 * 2);
+    EXPECT_EQ(c.bytes_written, 2u * 60 * 2 + 2u * 6 * 4);
 }
 
 }  // namespace

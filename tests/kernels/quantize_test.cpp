@@ -188,7 +188,7 @@ void round_trip(std::int64_t n, double stddev, unsigned seed) {
         c.bits = 0x7f;  // NaN in both formats: an unwritten code fails
     float scale[kFp8ScaleFloats];
     std::fill(std::begin(scale), std::end(scale), std::nanf(""));
-    cpu::quantize(q.data(), scale, x.data(), n);
+    cpu::quantize<Q, T>({q.data(), scale, x.data(), n});
     const Fp8Spec& s = spec<Q>();
     ASSERT_EQ(scale[0], static_cast<float>(s.max_finite()) / static_cast<float>(amax));
     ASSERT_EQ(scale[kFp8ScaleInv], 1.0f / scale[0]);
@@ -210,7 +210,7 @@ void round_trip(std::int64_t n, double stddev, unsigned seed) {
     }
     EXPECT_EQ(bad, 0);
     auto out = test::nan_filled<T>(n);
-    cpu::dequantize(out.data(), q.data(), scale, n);
+    cpu::dequantize<T, Q>({out.data(), q.data(), scale, n});
     // Half a spacing: 2^-(M+1) relative in the normal range, half the smallest subnormal below
     // it, both divided by the scale; then the rounding into T.
     const double rel = std::ldexp(1.0, -(s.mantissa_bits + 1));
@@ -247,9 +247,11 @@ TEST(Quantize, ScaleEdgeCases) {
                 inf = std::numeric_limits<float>::infinity();
     auto run = [](std::vector<float> x, float* scale) {
         std::vector<f8e4m3_t> q(x.size());
-        cpu::quantize(q.data(), scale, x.data(), static_cast<std::int64_t>(x.size()));
+        cpu::quantize<f8e4m3_t, float>(
+            {q.data(), scale, x.data(), static_cast<std::int64_t>(x.size())});
         std::vector<float> back(x.size());
-        cpu::dequantize(back.data(), q.data(), scale, static_cast<std::int64_t>(x.size()));
+        cpu::dequantize<float, f8e4m3_t>(
+            {back.data(), q.data(), scale, static_cast<std::int64_t>(x.size())});
         return back;
     };
     float scale[kFp8ScaleFloats];

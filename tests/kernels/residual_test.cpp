@@ -24,7 +24,7 @@ void check_residual(std::int64_t n, unsigned seed) {
     Vec as = test::as_seen(a), bs = test::as_seen(b);
 
     auto out = test::nan_filled<T>(n);
-    cpu::residual_forward<T>(out.data(), a.data(), b.data(), n);
+    cpu::residual_forward<T>({out.data(), a.data(), b.data(), n});
     test::expect_close("out", test::as_seen(out), test::plus(as, bs), test::tolerance<T>());
 
     const auto g = test::to_storage<T>(test::random_normal(rng, n));
@@ -32,18 +32,18 @@ void check_residual(std::int64_t n, unsigned seed) {
     auto da = test::to_storage<T>(test::random_normal(rng, n));
     auto db = test::to_storage<T>(test::random_normal(rng, n));
     const Vec da0 = test::as_seen(da), db0 = test::as_seen(db);
-    cpu::residual_backward<T>(da.data(), db.data(), g.data(), n);
+    cpu::residual_backward<T>({da.data(), db.data(), g.data(), n});
     auto loss = [&] { return test::dot(test::plus(as, bs), gs); };
     test::expect_gradient("da", loss, as, test::as_seen(da), da0, gs, test::tolerance<T>(), rng);
     test::expect_gradient("db", loss, bs, test::as_seen(db), db0, gs, test::tolerance<T>(), rng);
 
     // Aliasing: the stream updated in place, and dout accumulated into itself.
     auto stream = a;
-    cpu::residual_forward<T>(stream.data(), stream.data(), b.data(), n);
+    cpu::residual_forward<T>({stream.data(), stream.data(), b.data(), n});
     test::expect_close("in-place out", test::as_seen(stream), test::as_seen(out), {0.0, 0.0});
     auto grad = g;
     auto other = test::to_storage<T>(db0);
-    cpu::residual_backward<T>(grad.data(), other.data(), grad.data(), n);
+    cpu::residual_backward<T>({grad.data(), other.data(), grad.data(), n});
     test::expect_close("da aliasing dout", test::as_seen(grad), test::plus(gs, gs),
                        test::tolerance<T>());
     test::expect_close("db with dout aliased", test::as_seen(other), test::as_seen(db), {0.0, 0.0});

@@ -81,7 +81,7 @@ void check_rope(const Case& c, unsigned seed) {
     const float theta = static_cast<float>(c.theta);
 
     auto y = x;
-    cpu::rope_forward<T>(y.data(), c.B, c.T, c.NH, c.KVH, c.HD, theta, c.pos_offset);
+    cpu::rope_forward<T>({y.data(), c.B, c.T, c.NH, c.KVH, c.HD, theta, c.pos_offset});
     test::expect_close("out", test::as_seen(y), rope_ref(xs, c, 1.0), test::tolerance<T>());
     EXPECT_TRUE(v_untouched(x, y, c)) << "forward changed v";
 
@@ -90,7 +90,7 @@ void check_rope(const Case& c, unsigned seed) {
     const auto g = test::to_storage<T>(test::random_normal(rng, n));
     const Vec gs = test::as_seen(g);
     auto dqkv = g;
-    cpu::rope_backward<T>(dqkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, theta, c.pos_offset);
+    cpu::rope_backward<T>({dqkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, theta, c.pos_offset});
     EXPECT_TRUE(v_untouched(g, dqkv, c)) << "backward changed v";
     auto loss = [&] { return test::dot(rope_ref(xs, c, 1.0), gs); };
     const Vec zeros(xs.size(), 0.0);
@@ -131,18 +131,18 @@ TEST(Rope, IdentityAtZeroAndInverse) {
     const Case c{2, 6, 3, 1, 10, 10000.0, 0};
     const auto x = test::to_storage<float>(test::random_normal(rng, c.B * c.T * row_width(c)));
     auto y = x;
-    cpu::rope_forward<float>(y.data(), 1, 1, c.NH, c.KVH, c.HD);
+    cpu::rope_forward<float>({y.data(), 1, 1, c.NH, c.KVH, c.HD});
     test::expect_close("position 0", test::as_seen(y), test::as_seen(x), {0.0, 0.0});
     y = x;
-    cpu::rope_forward<float>(y.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, 123);
-    cpu::rope_backward<float>(y.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, 123);
+    cpu::rope_forward<float>({y.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, 123});
+    cpu::rope_backward<float>({y.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, 123});
     test::expect_close("backward undoes forward", test::as_seen(y), test::as_seen(x),
                        test::tolerance<float>());
 }
 
 TEST(Rope, OddHeadDimIsAnError) {
     std::vector<float> qkv(9, 0.0f);
-    EXPECT_THROW(cpu::rope_forward<float>(qkv.data(), 1, 1, 1, 1, 3), InternalError);
+    EXPECT_THROW(cpu::rope_forward<float>({qkv.data(), 1, 1, 1, 1, 3}), InternalError);
 }
 
 }  // namespace

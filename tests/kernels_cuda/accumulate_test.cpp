@@ -27,15 +27,15 @@ TYPED_TEST(AccumulateCuda, MatchesCpu) {
         SCOPED_TRACE(case_name<T>(n));
         const auto src = random_storage<T>(rng, n), dst0 = random_storage<T>(rng, n);
         std::vector<T> dst = dst0;
-        cpu::accumulate(dst.data(), src.data(), n);
+        cpu::accumulate<T>({dst.data(), src.data(), n});
 
         DeviceBuffer<T> src_d(src), dst_d(dst0);
-        cuda::accumulate(dst_d.get(), src_d.get(), n, nullptr);
+        cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
         expect_match("dst", dst_d.download(), dst, tolerance<T>());
 
         // Twice: the second sum starts from the first's rounded result on both sides.
-        cpu::accumulate(dst.data(), src.data(), n);
-        cuda::accumulate(dst_d.get(), src_d.get(), n, nullptr);
+        cpu::accumulate<T>({dst.data(), src.data(), n});
+        cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
         expect_match("dst twice", dst_d.download(), dst, tolerance<T>());
     }
 }

@@ -26,13 +26,13 @@ TYPED_TEST(ActivationCuda, GeluMatchesCpu) {
         const auto x = random_storage<T>(rng, n, 2.0), dout = random_storage<T>(rng, n);
         const auto dinp0 = random_storage<T>(rng, n);
         std::vector<T> out(x.size()), dinp = dinp0;
-        cpu::gelu_forward(out.data(), x.data(), n);
-        cpu::gelu_backward(dinp.data(), x.data(), dout.data(), n);
+        cpu::gelu_forward<T>({out.data(), x.data(), n});
+        cpu::gelu_backward<T>({dinp.data(), x.data(), dout.data(), n});
 
         DeviceBuffer<T> x_d(x), out_d(x.size()), dout_d(dout), dinp_d(dinp0);
         out_d.poison();
-        cuda::gelu_forward(out_d.get(), x_d.get(), n, nullptr);
-        cuda::gelu_backward(dinp_d.get(), x_d.get(), dout_d.get(), n, nullptr);
+        cuda::gelu_forward<T>({out_d.get(), x_d.get(), n}, {});
+        cuda::gelu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), n}, {});
         expect_match("gelu out", out_d.download(), out, tolerance<T>());
         expect_match("gelu dinp", dinp_d.download(), dinp, tolerance<T>());
     }
@@ -51,13 +51,13 @@ TYPED_TEST(ActivationCuda, SwigluMatchesCpu) {
         const auto x = random_storage<T>(rng, N * 2 * F, 2.0), dout = random_storage<T>(rng, N * F);
         const auto dinp0 = random_storage<T>(rng, N * 2 * F);
         std::vector<T> out(static_cast<std::size_t>(N * F)), dinp = dinp0;
-        cpu::swiglu_forward(out.data(), x.data(), N, F);
-        cpu::swiglu_backward(dinp.data(), x.data(), dout.data(), N, F);
+        cpu::swiglu_forward<T>({out.data(), x.data(), N, F});
+        cpu::swiglu_backward<T>({dinp.data(), x.data(), dout.data(), N, F});
 
         DeviceBuffer<T> x_d(x), out_d(out.size()), dout_d(dout), dinp_d(dinp0);
         out_d.poison();
-        cuda::swiglu_forward(out_d.get(), x_d.get(), N, F, nullptr);
-        cuda::swiglu_backward(dinp_d.get(), x_d.get(), dout_d.get(), N, F, nullptr);
+        cuda::swiglu_forward<T>({out_d.get(), x_d.get(), N, F}, {});
+        cuda::swiglu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), N, F}, {});
         expect_match("swiglu out", out_d.download(), out, tolerance<T>());
         expect_match("swiglu dinp", dinp_d.download(), dinp, tolerance<T>());
     }

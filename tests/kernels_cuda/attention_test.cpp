@@ -57,23 +57,25 @@ TYPED_TEST(AttentionCuda, NaiveMatchesCpu) {
         std::vector<E> dqkv = dqkv0;
         std::vector<float> scratch(
             static_cast<std::size_t>(cpu::attention_naive_backward_scratch_floats(c.B, c.T, c.NH)));
-        cpu::attention_naive_forward(out.data(), p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD);
-        cpu::attention_naive_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                      p.data(), c.B, c.T, c.NH, c.KVH, c.HD);
+        cpu::attention_naive_forward<E>(
+            {out.data(), p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD});
+        cpu::attention_naive_backward<E>({dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                          p.data(), c.B, c.T, c.NH, c.KVH, c.HD});
 
         DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), p_d(p.size()), dqkv_d(dqkv0);
         DeviceBuffer<float> scratch_d(scratch.size());
         out_d.poison();
         p_d.poison();
         scratch_d.poison();
-        cuda::attention_naive_forward(out_d.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
-                                      c.HD, nullptr);
+        cuda::attention_naive_forward<E>(
+            {out_d.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD}, {});
         expect_match("out", out_d.download(), out, for_sum_of(tolerance<E>(), c.T + c.HD));
         expect_match("P", p_d.download(), p, for_sum_of(tolerance<E>(), c.HD));
         // Backward from the CPU's P, so that only the backward is compared.
         p_d.upload(p);
-        cuda::attention_naive_backward(dqkv_d.get(), scratch_d.get(), dout_d.get(), qkv_d.get(),
-                                       p_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr);
+        cuda::attention_naive_backward<E>({dqkv_d.get(), scratch_d.get(), dout_d.get(), qkv_d.get(),
+                                           p_d.get(), c.B, c.T, c.NH, c.KVH, c.HD},
+                                          {});
         expect_match("dqkv", dqkv_d.download(), dqkv,
                      for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD));
     }
@@ -102,10 +104,10 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
             std::vector<float> scratch(static_cast<std::size_t>(
                 cpu::attention_naive_backward_scratch_floats(c.B, c.T, c.NH)));
             const AttentionDropout<E> cpu_drop{prob, rng(), mask.data(), pd.data()};
-            cpu::attention_naive_forward(out.data(), p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH,
-                                         c.HD, &cpu_drop);
-            cpu::attention_naive_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(),
-                                          p.data(), c.B, c.T, c.NH, c.KVH, c.HD, &cpu_drop);
+            cpu::attention_naive_forward<E>(
+                {out.data(), p.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, &cpu_drop});
+            cpu::attention_naive_backward<E>({dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                                              p.data(), c.B, c.T, c.NH, c.KVH, c.HD, &cpu_drop});
 
             DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), p_d(np), pd_d(np),
                 dqkv_d(dqkv0);
@@ -117,8 +119,8 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
             mask_d.poison();
             scratch_d.poison();
             const AttentionDropout<E> drop{prob, cpu_drop.seed, mask_d.get(), pd_d.get()};
-            cuda::attention_naive_forward(out_d.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH,
-                                          c.KVH, c.HD, nullptr, &drop);
+            cuda::attention_naive_forward<E>(
+                {out_d.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, &drop}, {});
             const double keep_scale = 1.0 / (1.0 - static_cast<double>(prob));
             Tolerance out_tol = for_sum_of(tolerance<E>(), c.T + c.HD),
                       pd_tol = for_sum_of(tolerance<E>(), c.HD);
@@ -155,8 +157,10 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
             p_d.upload(p);
             pd_d.upload(pd);
             mask_d.upload(mask);
-            cuda::attention_naive_backward(dqkv_d.get(), scratch_d.get(), dout_d.get(), qkv_d.get(),
-                                           p_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, &drop);
+            cuda::attention_naive_backward<E>(
+                {dqkv_d.get(), scratch_d.get(), dout_d.get(), qkv_d.get(), p_d.get(), c.B, c.T,
+                 c.NH, c.KVH, c.HD, &drop},
+                {});
             Tolerance dqkv_tol = for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD);
             dqkv_tol.abs *= keep_scale;
             expect_match("dqkv", dqkv_d.download(), dqkv, dqkv_tol);
@@ -188,16 +192,16 @@ void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bo
     const double keep_scale = 1.0 / (1.0 - static_cast<double>(dropout_p));
     std::vector<E> out(static_cast<std::size_t>(n.out_n)), dqkv = dqkv0;
     std::vector<float> lse(static_cast<std::size_t>(n.heads_T));
-    cpu::attention_flash_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD,
-                                 drop);
-    cpu::attention_flash_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
-                                  c.T, c.NH, c.KVH, c.HD, drop);
+    cpu::attention_flash_forward<E>(
+        {out.data(), lse.data(), qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, drop});
+    cpu::attention_flash_backward<E>({dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(),
+                                      c.B, c.T, c.NH, c.KVH, c.HD, drop});
 
     DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(out.size()), dqkv_d(dqkv0);
     DeviceBuffer<float> lse_d(lse.size());
     out_d.poison();
     lse_d.poison();
-    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, drop);
+    fwd({out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, drop}, {});
     Tolerance out_tol = for_sum_of(tolerance<E>(), c.T + c.HD);
     out_tol.abs *= stddev * keep_scale;
     expect_match("out", out_d.download(), out, out_tol);
@@ -205,8 +209,9 @@ void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bo
     // Backward from the CPU's out and lse.
     out_d.upload(out);
     lse_d.upload(lse);
-    bwd(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH, c.KVH,
-        c.HD, nullptr, drop);
+    bwd({dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH, c.KVH,
+         c.HD, drop},
+        {});
     Tolerance dqkv_tol = for_sum_of(tolerance<E>(), (c.NH / c.KVH) * c.T * c.HD);
     dqkv_tol.abs *= stddev * stddev * keep_scale;
     expect_match("dqkv", dqkv_d.download(), dqkv, dqkv_tol);
@@ -214,14 +219,15 @@ void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bo
 
     // The flash and naive paths agree with each other on the GPU too (with dropout: the same
     // bits, the naive kernel's from its mask).
-    fwd(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, drop);
+    fwd({out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, drop}, {});
     const std::size_t np = static_cast<std::size_t>(n.heads_T * c.T);
     DeviceBuffer<E> naive_out(out.size()), p_d(np), pd_d(np);
     DeviceBuffer<std::uint8_t> mask_d(np);
     naive_out.poison();
     const AttentionDropout<E> naive_drop{dropout_p, dropout_seed, mask_d.get(), pd_d.get()};
-    cuda::attention_naive_forward(naive_out.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH,
-                                  c.HD, nullptr, drop != nullptr ? &naive_drop : nullptr);
+    cuda::attention_naive_forward<E>({naive_out.get(), p_d.get(), qkv_d.get(), c.B, c.T, c.NH,
+                                      c.KVH, c.HD, drop != nullptr ? &naive_drop : nullptr},
+                                     {});
     Tolerance naive_tol = for_sum_of(tolerance<E>(), c.T + c.HD);
     naive_tol.abs *= keep_scale;
     expect_match("flash vs naive out", out_d.download(), naive_out.download(), naive_tol);
@@ -348,14 +354,15 @@ TYPED_TEST(AttentionFlash16, TensorCoreBackwardIsDeterministic) {
         SCOPED_TRACE(drop != nullptr ? "dropout" : "no dropout");
         DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(static_cast<std::size_t>(n.out_n));
         DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
-        cuda::attention_flash_mma_forward(out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH,
-                                          c.KVH, c.HD, nullptr, drop);
+        cuda::attention_flash_mma_forward<E>(
+            {out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, drop}, {});
         std::vector<std::vector<E>> runs;
         for (int run = 0; run < 2; ++run) {
             DeviceBuffer<E> dqkv_d(dqkv0);
-            cuda::attention_flash_mma_backward(dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(),
-                                               lse_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr,
-                                               drop);
+            cuda::attention_flash_mma_backward<E>(
+                {dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH,
+                 c.KVH, c.HD, drop},
+                {});
             runs.push_back(dqkv_d.download());
         }
         ASSERT_EQ(runs[0].size(), runs[1].size());
@@ -377,7 +384,7 @@ TYPED_TEST(AttentionFlash16, TensorCoresTakeWhatTheySupport) {
     EXPECT_FALSE(cuda::attention_flash_mma_supported<E>(64, {aligned, misaligned}));
     EXPECT_FALSE(cuda::attention_flash_mma_supported<float>(64, {aligned}));
     EXPECT_ANY_THROW(
-        cuda::attention_flash_mma_forward<E>(buffer, nullptr, buffer, 1, 1, 1, 1, 24, nullptr));
+        cuda::attention_flash_mma_forward<E>({buffer, nullptr, buffer, 1, 1, 1, 1, 24}, {}));
 }
 
 // A dropout probability outside [0, 1) is refused by both implementations before any launch
@@ -389,14 +396,14 @@ TYPED_TEST(AttentionFlash16, DropoutOutsideZeroToOneIsRefused) {
     for (const float prob : {1.0f, -0.1f}) {
         SCOPED_TRACE(prob);
         const AttentionDropout<E> drop{prob, 1, nullptr, nullptr};
-        EXPECT_ANY_THROW(cuda::attention_flash_mma_forward<E>(buffer, lse, buffer, 1, 1, 1, 1, 16,
-                                                              nullptr, &drop));
-        EXPECT_ANY_THROW(cuda::attention_flash_mma_backward<E>(buffer, buffer, buffer, buffer, lse,
-                                                               1, 1, 1, 1, 16, nullptr, &drop));
-        EXPECT_ANY_THROW(cuda::attention_flash_simt_forward<E>(buffer, lse, buffer, 1, 1, 1, 1, 16,
-                                                               nullptr, &drop));
-        EXPECT_ANY_THROW(cuda::attention_flash_simt_backward<E>(buffer, buffer, buffer, buffer, lse,
-                                                                1, 1, 1, 1, 16, nullptr, &drop));
+        EXPECT_ANY_THROW(
+            cuda::attention_flash_mma_forward<E>({buffer, lse, buffer, 1, 1, 1, 1, 16, &drop}, {}));
+        EXPECT_ANY_THROW(cuda::attention_flash_mma_backward<E>(
+            {buffer, buffer, buffer, buffer, lse, 1, 1, 1, 1, 16, &drop}, {}));
+        EXPECT_ANY_THROW(cuda::attention_flash_simt_forward<E>(
+            {buffer, lse, buffer, 1, 1, 1, 1, 16, &drop}, {}));
+        EXPECT_ANY_THROW(cuda::attention_flash_simt_backward<E>(
+            {buffer, buffer, buffer, buffer, lse, 1, 1, 1, 1, 16, &drop}, {}));
     }
 }
 

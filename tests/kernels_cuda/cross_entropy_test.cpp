@@ -23,6 +23,11 @@ constexpr Case kCases[] = {{1, 8, 13, 16, 1},
                            {64, 16, 50, 50, 16},
                            {130, 96, 301, 384, 50}};
 
+// Floats that hold `bytes`.
+std::size_t floats_of(std::size_t bytes) {
+    return (bytes + sizeof(float) - 1) / sizeof(float);
+}
+
 template <class T>
 class CrossEntropyCuda : public ::testing::Test {};
 TYPED_TEST_SUITE(CrossEntropyCuda, StorageTypes);
@@ -33,11 +38,7 @@ TYPED_TEST(CrossEntropyCuda, LossesAndGradientsMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    cuda::MatmulContext ctx;
-    ctx.handle = cuda::matmul_create_handle();
-    DeviceBuffer<unsigned char> workspace(cuda::kMatmulWorkspaceBytes);
-    ctx.workspace = workspace.get();
-    ctx.workspace_bytes = cuda::kMatmulWorkspaceBytes;
+    CublasLt lt;
     for (const Case& c : kCases) {
         for (bool frozen : {false, true}) {
             SCOPED_TRACE(case_name<T>(c.M, c.C, c.V, c.Vp, c.chunk) + (frozen ? " frozen" : ""));
@@ -55,23 +56,24 @@ TYPED_TEST(CrossEntropyCuda, LossesAndGradientsMatchCpu) {
             const bool widen = !std::is_same_v<T, float>;
             std::vector<float> scratch(static_cast<std::size_t>(
                 cpu::head_cross_entropy_scratch_floats(c.chunk, c.C, c.Vp, widen)));
-            cpu::head_cross_entropy(losses.data(), dx.data(), frozen ? nullptr : dw.data(),
-                                    x.data(), w.data(), targets.data(), c.M, c.C, c.V, c.Vp,
-                                    c.chunk, dloss, scratch.data());
+            cpu::head_cross_entropy<T>({losses.data(), dx.data(), frozen ? nullptr : dw.data(),
+                                        x.data(), w.data(), targets.data(), c.M, c.C, c.V, c.Vp,
+                                        c.chunk, dloss, scratch.data()});
 
             const DType dt = std::is_same_v<T, float>    ? DType::f32
                              : std::is_same_v<T, bf16_t> ? DType::bf16
                                                          : DType::f16;
-            DeviceBuffer<unsigned char> scratch_d(
-                cuda::head_cross_entropy_scratch_bytes(c.chunk, c.C, c.Vp, dt, !frozen));
+            DeviceBuffer<float> scratch_d(
+                floats_of(cuda::head_cross_entropy_scratch_bytes(c.chunk, c.C, c.Vp, dt, !frozen)));
             DeviceBuffer<T> x_d(x), w_d(w), dx_d(dx.size()), dw_d(dw0);
             DeviceBuffer<std::int32_t> targets_d(targets);
             DeviceBuffer<float> losses_d(losses.size());
             dx_d.poison();
             losses_d.poison();
-            cuda::head_cross_entropy(losses_d.get(), dx_d.get(), frozen ? nullptr : dw_d.get(),
-                                     x_d.get(), w_d.get(), targets_d.get(), c.M, c.C, c.V, c.Vp,
-                                     c.chunk, dloss, scratch_d.get(), ctx, nullptr);
+            cuda::head_cross_entropy<T>({losses_d.get(), dx_d.get(), frozen ? nullptr : dw_d.get(),
+                                         x_d.get(), w_d.get(), targets_d.get(), c.M, c.C, c.V, c.Vp,
+                                         c.chunk, dloss, scratch_d.get(), lt.workspace},
+                                        lt.launch);
             // Logits sum C products in fp32 on both sides (16-bit inputs widened exactly).
             expect_match("losses", losses_d.download(), losses,
                          for_sum_of(Tolerance{1e-5, 1e-5}, c.C + c.V));
@@ -79,29 +81,27 @@ TYPED_TEST(CrossEntropyCuda, LossesAndGradientsMatchCpu) {
             expect_match("dw", dw_d.download(), dw, for_sum_of(tolerance<T>(), c.M));
         }
     }
-    cuda::matmul_destroy_handle(ctx.handle);
 }
 
 TEST(CrossEntropyCudaTargets, OutOfRangeTargetGivesNanLossAndNoGradient) {
     NAPKIN_SKIP_WITHOUT_GPU();
     const std::int64_t M = 2, C = 4, V = 5, Vp = 8;
-    cuda::MatmulContext ctx;
-    ctx.handle = cuda::matmul_create_handle();
+    CublasLt lt(0);
     std::mt19937 rng(fresh_seed());
     DeviceBuffer<float> x(random_storage<float>(rng, M * C)), w(random_storage<float>(rng, Vp * C));
     DeviceBuffer<float> dx(static_cast<std::size_t>(M * C)), losses(static_cast<std::size_t>(M));
     DeviceBuffer<std::int32_t> targets(std::vector<std::int32_t>{1, 7});  // 7 >= V
-    DeviceBuffer<unsigned char> scratch(
-        cuda::head_cross_entropy_scratch_bytes(M, C, Vp, DType::f32, false));
-    cuda::head_cross_entropy(losses.get(), dx.get(), static_cast<float*>(nullptr), x.get(), w.get(),
-                             targets.get(), M, C, V, Vp, M, 0.5f, scratch.get(), ctx, nullptr);
+    DeviceBuffer<float> scratch(
+        floats_of(cuda::head_cross_entropy_scratch_bytes(M, C, Vp, DType::f32, false)));
+    cuda::head_cross_entropy<float>({losses.get(), dx.get(), nullptr, x.get(), w.get(),
+                                     targets.get(), M, C, V, Vp, M, 0.5f, scratch.get()},
+                                    lt.launch);
     const auto l = losses.download();
     EXPECT_TRUE(std::isfinite(l[0]));
     EXPECT_TRUE(std::isnan(l[1]));
     const auto g = dx.download();
     for (std::int64_t c = 0; c < C; ++c)
         EXPECT_EQ(g[static_cast<std::size_t>(C + c)], 0.0f);
-    cuda::matmul_destroy_handle(ctx.handle);
 }
 
 }  // namespace

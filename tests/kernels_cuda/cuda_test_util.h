@@ -21,6 +21,8 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/half.h"
+#include "kernels/launch.h"
+#include "kernels/matmul.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace napkin::test {
@@ -82,6 +84,28 @@ private:
     static std::size_t bytes_of(std::size_t n) { return (n > 0 ? n : 1) * sizeof(T); }
     T* ptr_ = nullptr;
     std::size_t n_ = 0;
+};
+
+// A cuBLASLt handle (in `launch`, on the legacy default stream) and a GEMM workspace of
+// workspace_bytes (null for 0), the GEMM ops' scratch (kernels/matmul.h), for a test's lifetime.
+class CublasLt {
+public:
+    explicit CublasLt(std::size_t workspace_bytes = cuda::kMatmulWorkspaceBytes) {
+        launch.blas = cuda::matmul_create_handle();
+        if (workspace_bytes > 0) {
+            void* p = nullptr;
+            NAPKIN_CUDA_CHECK(cudaMalloc(&p, workspace_bytes));
+            workspace = static_cast<float*>(p);
+        }
+    }
+    ~CublasLt() {
+        cudaFree(workspace);
+        cuda::matmul_destroy_handle(launch.blas);
+    }
+    CublasLt(const CublasLt&) = delete;
+    CublasLt& operator=(const CublasLt&) = delete;
+    cuda::Launch launch;
+    float* workspace = nullptr;
 };
 
 template <class T>

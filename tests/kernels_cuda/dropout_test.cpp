@@ -79,20 +79,20 @@ TYPED_TEST(DropoutCuda, ForwardMatchesCpuBitForBit) {
             const std::vector<T> x = inputs<T>(rng, n);
             std::vector<T> out(x.size());
             std::vector<std::uint8_t> mask(x.size());
-            cpu::dropout_forward<T>(out.data(), mask.data(), x.data(), n, p, site);
+            cpu::dropout_forward<T>({out.data(), mask.data(), x.data(), n, p, site});
 
             DeviceBuffer<T> x_d(x), out_d(x.size());
             DeviceBuffer<std::uint8_t> mask_d(x.size());
             out_d.poison();
             mask_d.poison();
-            cuda::dropout_forward<T>(out_d.get(), mask_d.get(), x_d.get(), n, p, site, nullptr);
+            cuda::dropout_forward<T>({out_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
             expect_same_mask(mask_d.download(), mask);
             expect_same_bits("out", out_d.download(), out);
             expect_same_bits("inp (read only)", x_d.download(), x);
 
             // In place: out is inp.
             mask_d.poison();
-            cuda::dropout_forward<T>(x_d.get(), mask_d.get(), x_d.get(), n, p, site, nullptr);
+            cuda::dropout_forward<T>({x_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
             expect_same_mask(mask_d.download(), mask);
             expect_same_bits("out in place", x_d.download(), out);
         }
@@ -112,19 +112,19 @@ TYPED_TEST(DropoutCuda, BackwardMatchesCpuBitForBit) {
             std::vector<T> unused(static_cast<std::size_t>(n));
             std::vector<std::uint8_t> mask(unused.size());
             const std::vector<T> x = inputs<T>(rng, n);
-            cpu::dropout_forward<T>(unused.data(), mask.data(), x.data(), n, p, site);
+            cpu::dropout_forward<T>({unused.data(), mask.data(), x.data(), n, p, site});
             const std::vector<T> dout = inputs<T>(rng, n);
             std::vector<T> dinp(dout.size());
-            cpu::dropout_backward<T>(dinp.data(), dout.data(), mask.data(), n, p);
+            cpu::dropout_backward<T>({dinp.data(), dout.data(), mask.data(), n, p});
 
             DeviceBuffer<T> dout_d(dout), dinp_d(dout.size());
             DeviceBuffer<std::uint8_t> mask_d(mask);
             dinp_d.poison();
-            cuda::dropout_backward<T>(dinp_d.get(), dout_d.get(), mask_d.get(), n, p, nullptr);
+            cuda::dropout_backward<T>({dinp_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
             expect_same_bits("dinp", dinp_d.download(), dinp);
 
             // In place: dinp is dout.
-            cuda::dropout_backward<T>(dout_d.get(), dout_d.get(), mask_d.get(), n, p, nullptr);
+            cuda::dropout_backward<T>({dout_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
             expect_same_bits("dinp in place", dout_d.download(), dinp);
         }
     }
@@ -134,11 +134,10 @@ TYPED_TEST(DropoutCuda, BackwardMatchesCpuBitForBit) {
 TYPED_TEST(DropoutCuda, RefusesProbabilitiesOutsideZeroToOne) {
     using T = TypeParam;
     for (const float p : {1.0f, -0.1f, 1.5f, std::numeric_limits<float>::quiet_NaN()}) {
-        EXPECT_ANY_THROW(cuda::dropout_forward<T>(nullptr, nullptr, nullptr, 0, p, 1, nullptr))
-            << p;
-        EXPECT_ANY_THROW(cuda::dropout_backward<T>(nullptr, nullptr, nullptr, 0, p, nullptr)) << p;
+        EXPECT_ANY_THROW(cuda::dropout_forward<T>({nullptr, nullptr, nullptr, 0, p, 1}, {})) << p;
+        EXPECT_ANY_THROW(cuda::dropout_backward<T>({nullptr, nullptr, nullptr, 0, p}, {})) << p;
     }
-    EXPECT_ANY_THROW(cuda::dropout_forward<T>(nullptr, nullptr, nullptr, -1, 0.1f, 1, nullptr));
+    EXPECT_ANY_THROW(cuda::dropout_forward<T>({nullptr, nullptr, nullptr, -1, 0.1f, 1}, {}));
 }
 
 }  // namespace

@@ -42,19 +42,21 @@ TYPED_TEST(EmbeddingCuda, ForwardAndBackwardMatchCpu) {
             const auto dwte0 = random_storage<E>(rng, c.Vp * c.C),
                        dwpe0 = random_storage<E>(rng, c.T * c.C);
             std::vector<E> out(static_cast<std::size_t>(BT * c.C)), dwte = dwte0, dwpe = dwpe0;
-            cpu::embedding_forward(out.data(), tokens.data(), wte.data(),
-                                   positions ? wpe.data() : nullptr, c.B, c.T, c.C);
-            cpu::embedding_backward(dwte.data(), positions ? dwpe.data() : nullptr, dout.data(),
-                                    tokens.data(), c.B, c.T, c.C);
+            cpu::embedding_forward<E>({out.data(), tokens.data(), wte.data(),
+                                       positions ? wpe.data() : nullptr, c.B, c.T, c.C});
+            cpu::embedding_backward<E>({dwte.data(), positions ? dwpe.data() : nullptr, dout.data(),
+                                        tokens.data(), c.B, c.T, c.C});
 
             DeviceBuffer<std::int32_t> tokens_d(tokens);
             DeviceBuffer<E> wte_d(wte), wpe_d(wpe), out_d(out.size()), dout_d(dout), dwte_d(dwte0),
                 dwpe_d(dwpe0);
             out_d.poison();
-            cuda::embedding_forward(out_d.get(), tokens_d.get(), wte_d.get(),
-                                    positions ? wpe_d.get() : nullptr, c.B, c.T, c.C, nullptr);
-            cuda::embedding_backward(dwte_d.get(), positions ? dwpe_d.get() : nullptr, dout_d.get(),
-                                     tokens_d.get(), c.B, c.T, c.C, nullptr);
+            cuda::embedding_forward<E>({out_d.get(), tokens_d.get(), wte_d.get(),
+                                        positions ? wpe_d.get() : nullptr, c.B, c.T, c.C},
+                                       {});
+            cuda::embedding_backward<E>({dwte_d.get(), positions ? dwpe_d.get() : nullptr,
+                                         dout_d.get(), tokens_d.get(), c.B, c.T, c.C},
+                                        {});
             expect_match("out", out_d.download(), out, tolerance<E>());
             expect_match("dwte", dwte_d.download(), dwte, for_sum_of(tolerance<E>(), BT));
             expect_match("dwpe", dwpe_d.download(), dwpe, for_sum_of(tolerance<E>(), c.B));

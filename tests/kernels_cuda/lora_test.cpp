@@ -51,23 +51,6 @@ std::string case_name_of(const Case& c, const char* dtype) {
            " n_first " + std::to_string(c.n_first);
 }
 
-// A cuBLASLt handle and a workspace for the test's lifetime.
-class CublasLt {
-public:
-    CublasLt() {
-        ctx.handle = cuda::matmul_create_handle();
-        NAPKIN_CUDA_CHECK(cudaMalloc(&ctx.workspace, cuda::kMatmulWorkspaceBytes));
-        ctx.workspace_bytes = cuda::kMatmulWorkspaceBytes;
-    }
-    ~CublasLt() {
-        cudaFree(ctx.workspace);
-        cuda::matmul_destroy_handle(ctx.handle);
-    }
-    CublasLt(const CublasLt&) = delete;
-    CublasLt& operator=(const CublasLt&) = delete;
-    cuda::MatmulContext ctx;
-};
-
 // The relative size of the one rounding into T of an intermediate the next product reads (h in
 // the forward, dh in the backward): each side's stored value lies within half an ulp of its
 // fp32 result, and the fp32 results differ by their summation order, so where one side rounds
@@ -124,18 +107,19 @@ TYPED_TEST(LoraCuda, ForwardMatchesCpu) {
         std::vector<float> scratch(
             static_cast<std::size_t>(cpu::lora_scratch_floats(s, !std::is_same_v<T, float>)) + 1);
         std::vector<T> out = out0, h = nan_filled<T>(s.M * PR);
-        cpu::lora_forward<T>(out.data(), h.data(), x.data(), a.data(), b.data(), s, scale,
-                             scratch.data());
+        cpu::lora_forward<T>(
+            {out.data(), h.data(), x.data(), a.data(), b.data(), s, scale, scratch.data()});
         // The magnitudes each element sums: h and out of |x|, |a|, |b| from nothing.
         std::vector<float> h_mag(h.size()), out_mag(out.size(), 0.0f);
-        cpu::lora_forward<float>(out_mag.data(), h_mag.data(), abs_of(as_seen(x)).data(),
-                                 abs_of(as_seen(a)).data(), abs_of(as_seen(b)).data(), s, scale,
-                                 nullptr);
+        cpu::lora_forward<float>({out_mag.data(), h_mag.data(), abs_of(as_seen(x)).data(),
+                                  abs_of(as_seen(a)).data(), abs_of(as_seen(b)).data(), s, scale,
+                                  nullptr});
 
         DeviceBuffer<T> x_d(x), a_d(a), b_d(b), out_d(out0), h_d(h.size());
         h_d.poison();
-        cuda::lora_forward(out_d.get(), h_d.get(), x_d.get(), a_d.get(), b_d.get(), s, scale,
-                           lt.ctx, nullptr);
+        cuda::lora_forward<T>(
+            {out_d.get(), h_d.get(), x_d.get(), a_d.get(), b_d.get(), s, scale, lt.workspace},
+            lt.launch);
         const Vec no_slack(h.size(), 0.0);
         expect_within("h", h_d.download(), h, for_sum_of(tolerance<T>(), s.K), no_slack);
         expect_within("out", out_d.download(), out, for_sum_of(tolerance<T>(), s.K + s.r),
@@ -163,21 +147,22 @@ TYPED_TEST(LoraCuda, BackwardAccumulatesLikeCpu) {
         std::vector<float> scratch(
             static_cast<std::size_t>(cpu::lora_scratch_floats(s, !std::is_same_v<T, float>)) + 1);
         std::vector<T> dx = dx0, da = da0, db = db0, dh = nan_filled<T>(s.M * PR);
-        cpu::lora_backward<T>(dx.data(), da.data(), db.data(), dh.data(), dout.data(), x.data(),
-                              h.data(), a.data(), b.data(), s, scale, scratch.data());
+        cpu::lora_backward<T>({dx.data(), da.data(), db.data(), dh.data(), dout.data(), x.data(),
+                               h.data(), a.data(), b.data(), s, scale, scratch.data()});
         // The magnitudes: the same backward on |inputs| into zeros (dh_mag is |dout| @ |b|).
         std::vector<float> dx_mag(dx.size(), 0.0f), da_mag(da.size(), 0.0f),
             db_mag(db.size(), 0.0f), dh_mag(dh.size());
-        cpu::lora_backward<float>(dx_mag.data(), da_mag.data(), db_mag.data(), dh_mag.data(),
-                                  abs_of(as_seen(dout)).data(), abs_of(as_seen(x)).data(),
-                                  abs_of(as_seen(h)).data(), abs_of(as_seen(a)).data(),
-                                  abs_of(as_seen(b)).data(), s, scale, nullptr);
+        cpu::lora_backward<float>({dx_mag.data(), da_mag.data(), db_mag.data(), dh_mag.data(),
+                                   abs_of(as_seen(dout)).data(), abs_of(as_seen(x)).data(),
+                                   abs_of(as_seen(h)).data(), abs_of(as_seen(a)).data(),
+                                   abs_of(as_seen(b)).data(), s, scale, nullptr});
 
         DeviceBuffer<T> x_d(x), a_d(a), b_d(b), h_d(h), dout_d(dout), dx_d(dx0), da_d(da0),
             db_d(db0), dh_d(dh.size());
         dh_d.poison();
-        cuda::lora_backward(dx_d.get(), da_d.get(), db_d.get(), dh_d.get(), dout_d.get(), x_d.get(),
-                            h_d.get(), a_d.get(), b_d.get(), s, scale, lt.ctx, nullptr);
+        cuda::lora_backward<T>({dx_d.get(), da_d.get(), db_d.get(), dh_d.get(), dout_d.get(),
+                                x_d.get(), h_d.get(), a_d.get(), b_d.get(), s, scale, lt.workspace},
+                               lt.launch);
         const double eps = intermediate_rounding<T>();
         const Vec no_slack_dh(dh.size(), 0.0), no_slack_db(db.size(), 0.0);
         expect_within("dh", dh_d.download(), dh, for_sum_of(tolerance<T>(), s.N), no_slack_dh);
@@ -192,9 +177,9 @@ TYPED_TEST(LoraCuda, BackwardAccumulatesLikeCpu) {
         da_d.upload(da0);
         db_d.upload(db0);
         dh_d.poison();
-        cuda::lora_backward(static_cast<T*>(nullptr), da_d.get(), db_d.get(), dh_d.get(),
-                            dout_d.get(), x_d.get(), h_d.get(), a_d.get(), b_d.get(), s, scale,
-                            lt.ctx, nullptr);
+        cuda::lora_backward<T>({nullptr, da_d.get(), db_d.get(), dh_d.get(), dout_d.get(),
+                                x_d.get(), h_d.get(), a_d.get(), b_d.get(), s, scale, lt.workspace},
+                               lt.launch);
         EXPECT_EQ(as_seen(da_d.download()), as_seen(da_gpu)) << "da without dinp";
         EXPECT_EQ(as_seen(db_d.download()), as_seen(db_gpu)) << "db without dinp";
     }
@@ -216,8 +201,9 @@ TYPED_TEST(LoraCuda, ZeroBLeavesOutUnchanged) {
     const std::vector<T> b(static_cast<std::size_t>(s.N * s.r), from_float<T>(0.0f));
     DeviceBuffer<T> x_d(x), a_d(a), b_d(b), out_d(out0), h_d(static_cast<std::size_t>(s.M * PR));
     h_d.poison();
-    cuda::lora_forward(out_d.get(), h_d.get(), x_d.get(), a_d.get(), b_d.get(), s, 0.4f, lt.ctx,
-                       nullptr);
+    cuda::lora_forward<T>(
+        {out_d.get(), h_d.get(), x_d.get(), a_d.get(), b_d.get(), s, 0.4f, lt.workspace},
+        lt.launch);
     EXPECT_EQ(as_seen(out_d.download()), as_seen(out0));
 }
 

@@ -42,25 +42,9 @@ Operand<Q> operand(std::mt19937& rng, std::int64_t n, double stddev) {
     const auto x = random_storage<bf16_t>(rng, n, stddev);
     Operand<Q> o;
     o.codes.resize(static_cast<std::size_t>(n));
-    cpu::quantize(o.codes.data(), o.scale.data(), x.data(), n);
+    cpu::quantize<Q, bf16_t>({o.codes.data(), o.scale.data(), x.data(), n});
     return o;
 }
-
-class CublasLt {
-public:
-    CublasLt() {
-        ctx.handle = cuda::matmul_create_handle();
-        NAPKIN_CUDA_CHECK(cudaMalloc(&ctx.workspace, cuda::kMatmulWorkspaceBytes));
-        ctx.workspace_bytes = cuda::kMatmulWorkspaceBytes;
-    }
-    ~CublasLt() {
-        cudaFree(ctx.workspace);
-        cuda::matmul_destroy_handle(ctx.handle);
-    }
-    CublasLt(const CublasLt&) = delete;
-    CublasLt& operator=(const CublasLt&) = delete;
-    cuda::MatmulContext ctx;
-};
 
 TEST(MatmulFp8Cuda, ForwardAndBackwardMatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
@@ -77,39 +61,44 @@ TEST(MatmulFp8Cuda, ForwardAndBackwardMatchCpu) {
             const auto dout = random_storage<bf16_t>(rng, s.M * s.N, 1.0);
             Operand<f8e5m2_t> g;
             g.codes.resize(dout.size());
-            cpu::quantize(g.codes.data(), g.scale.data(), dout.data(), s.M * s.N);
+            cpu::quantize<f8e5m2_t, bf16_t>(
+                {g.codes.data(), g.scale.data(), dout.data(), s.M * s.N});
             std::vector<float> scratch(
                 static_cast<std::size_t>(cpu::matmul_scratch_floats(s.M, s.N, s.K)));
 
             std::vector<bf16_t> out(static_cast<std::size_t>(s.M * s.N));
-            cpu::matmul_forward(out.data(), x.codes.data(), x.scale.data(), w.codes.data(),
-                                w.scale.data(), with_bias ? bias.data() : nullptr, s.M, s.N, s.K,
-                                scratch.data());
+            cpu::matmul_fp8_forward({out.data(), x.codes.data(), x.scale.data(), w.codes.data(),
+                                     w.scale.data(), with_bias ? bias.data() : nullptr, s.M, s.N,
+                                     s.K, scratch.data()});
             // Small prefills: the products dominate what is compared.
             const auto dx0 = random_storage<bf16_t>(rng, s.M * s.K, 0.01),
                        dw0 = random_storage<bf16_t>(rng, s.N * s.K, 0.01);
             const auto db0 = random_storage<bf16_t>(rng, s.N, 0.01);
             std::vector<bf16_t> dx = dx0, dw = dw0, db = db0;
-            cpu::matmul_backward(dx.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(),
-                                 g.codes.data(), g.scale.data(), x.codes.data(), x.scale.data(),
-                                 w.codes.data(), w.scale.data(), s.M, s.N, s.K, scratch.data());
+            cpu::matmul_fp8_backward({dx.data(), dw.data(), with_bias ? db.data() : nullptr,
+                                      dout.data(), g.codes.data(), g.scale.data(), x.codes.data(),
+                                      x.scale.data(), w.codes.data(), w.scale.data(), s.M, s.N, s.K,
+                                      scratch.data()});
 
             DeviceBuffer<f8e4m3_t> x_d(x.codes), w_d(w.codes);
             DeviceBuffer<f8e5m2_t> g_d(g.codes);
             DeviceBuffer<float> xs_d(x.scale), ws_d(w.scale), gs_d(g.scale);
             DeviceBuffer<bf16_t> bias_d(bias), dout_d(dout), out_d(out.size()), dx_d(dx0),
                 dw_d(dw0), db_d(db0);
-            DeviceBuffer<std::uint8_t> transposes(
-                cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K));
+            // The backward's scratch: the workspace, then the transposes (poisoned).
+            DeviceBuffer<float> scratch_d((cuda::kMatmulWorkspaceBytes +
+                                           cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K)) /
+                                          sizeof(float));
             out_d.poison();
-            transposes.poison();
-            cuda::matmul_forward(out_d.get(), x_d.get(), xs_d.get(), w_d.get(), ws_d.get(),
-                                 with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.ctx,
-                                 nullptr);
-            cuda::matmul_backward(dx_d.get(), dw_d.get(), with_bias ? db_d.get() : nullptr,
-                                  dout_d.get(), g_d.get(), gs_d.get(), x_d.get(), xs_d.get(),
-                                  w_d.get(), ws_d.get(), s.M, s.N, s.K, transposes.get(), lt.ctx,
-                                  nullptr);
+            scratch_d.poison();
+            cuda::matmul_fp8_forward(
+                {out_d.get(), x_d.get(), xs_d.get(), w_d.get(), ws_d.get(),
+                 with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.workspace},
+                lt.launch);
+            cuda::matmul_fp8_backward({dx_d.get(), dw_d.get(), with_bias ? db_d.get() : nullptr,
+                                       dout_d.get(), g_d.get(), gs_d.get(), x_d.get(), xs_d.get(),
+                                       w_d.get(), ws_d.get(), s.M, s.N, s.K, scratch_d.get()},
+                                      lt.launch);
             expect_match("out", out_d.download(), out, fp8_tolerance(s.K, 0.02 * std::sqrt(s.K)));
             // dinp's terms are dout (~1) x weight (~0.02), dweight's dout x inp (~1).
             expect_match("dinp", dx_d.download(), dx, fp8_tolerance(s.N, 0.02 * std::sqrt(s.N)));
@@ -129,8 +118,9 @@ TEST(MatmulFp8Cuda, ShapesOffSixteenAreRefused) {
     DeviceBuffer<float> scale(std::vector<float>{1.0f, 1.0f});
     DeviceBuffer<bf16_t> out(64 * 64);
     for (const Shape& s : {Shape{8, 16, 16}, Shape{16, 24, 16}, Shape{16, 16, 40}}) {
-        EXPECT_THROW(cuda::matmul_forward(out.get(), a.get(), scale.get(), b.get(), scale.get(),
-                                          nullptr, s.M, s.N, s.K, lt.ctx, nullptr),
+        EXPECT_THROW(cuda::matmul_fp8_forward({out.get(), a.get(), scale.get(), b.get(),
+                                               scale.get(), nullptr, s.M, s.N, s.K, lt.workspace},
+                                              lt.launch),
                      InternalError)
             << s.M << " " << s.N << " " << s.K;
     }

@@ -29,25 +29,6 @@ Tolerance gemm_tolerance(std::int64_t K) {
     return for_sum_of(tolerance<T>(), K);
 }
 
-// A cuBLASLt handle and a workspace for the test's lifetime.
-class CublasLt {
-public:
-    explicit CublasLt(std::size_t workspace_bytes = cuda::kMatmulWorkspaceBytes) {
-        ctx.handle = cuda::matmul_create_handle();
-        if (workspace_bytes > 0) {
-            NAPKIN_CUDA_CHECK(cudaMalloc(&ctx.workspace, workspace_bytes));
-            ctx.workspace_bytes = workspace_bytes;
-        }
-    }
-    ~CublasLt() {
-        cudaFree(ctx.workspace);
-        cuda::matmul_destroy_handle(ctx.handle);
-    }
-    CublasLt(const CublasLt&) = delete;
-    CublasLt& operator=(const CublasLt&) = delete;
-    cuda::MatmulContext ctx;
-};
-
 template <class T>
 class MatmulCuda : public ::testing::Test {};
 TYPED_TEST_SUITE(MatmulCuda, StorageTypes);
@@ -68,14 +49,16 @@ TYPED_TEST(MatmulCuda, ForwardMatchesCpu) {
             std::vector<T> out(static_cast<std::size_t>(s.M * s.N));
             std::vector<float> scratch(
                 static_cast<std::size_t>(cpu::matmul_scratch_floats(s.M, s.N, s.K)));
-            cpu::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr,
-                                s.M, s.N, s.K, scratch.data());
+            cpu::matmul_forward<T>({out.data(), inp.data(), w.data(),
+                                    with_bias ? bias.data() : nullptr, s.M, s.N, s.K,
+                                    scratch.data()});
 
             DeviceBuffer<T> inp_d(inp), w_d(w), bias_d(bias), out_d(out.size());
             out_d.poison();
-            cuda::matmul_forward(out_d.get(), inp_d.get(), w_d.get(),
-                                 with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.ctx,
-                                 nullptr);
+            cuda::matmul_forward<T>(
+                {out_d.get(), inp_d.get(), w_d.get(), with_bias ? bias_d.get() : nullptr, s.M, s.N,
+                 s.K, lt.workspace},
+                lt.launch);
             expect_match("out", out_d.download(), out, gemm_tolerance<T>(s.K));
         }
     }
@@ -99,18 +82,19 @@ TYPED_TEST(MatmulCuda, GeluEpilogueMatchesCpuMatmulThenGelu) {
                 std::vector<T> pre(static_cast<std::size_t>(s.M * s.N)), out(pre.size());
                 std::vector<float> scratch(
                     static_cast<std::size_t>(cpu::matmul_scratch_floats(s.M, s.N, s.K)));
-                cpu::matmul_forward(pre.data(), inp.data(), w.data(),
-                                    with_bias ? bias.data() : nullptr, s.M, s.N, s.K,
-                                    scratch.data());
-                cpu::gelu_forward(out.data(), pre.data(), s.M * s.N);
+                cpu::matmul_forward<T>({pre.data(), inp.data(), w.data(),
+                                        with_bias ? bias.data() : nullptr, s.M, s.N, s.K,
+                                        scratch.data()});
+                cpu::gelu_forward<T>({out.data(), pre.data(), s.M * s.N});
 
                 DeviceBuffer<T> inp_d(inp), w_d(w), bias_d(bias), out_d(out.size()),
                     pre_d(pre.size());
                 out_d.poison();
                 pre_d.poison();
-                cuda::matmul_gelu_forward(
-                    out_d.get(), keep_pre ? pre_d.get() : nullptr, inp_d.get(), w_d.get(),
-                    with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.ctx, nullptr);
+                cuda::matmul_gelu_forward<T>(
+                    {out_d.get(), keep_pre ? pre_d.get() : nullptr, inp_d.get(), w_d.get(),
+                     with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.workspace},
+                    lt.launch);
                 // cuBLASLt's GELU is its own formula, and the fused path applies it before the
                 // rounding to T that the CPU's two steps take in between: 1e-3 more absolute.
                 Tolerance tol = gemm_tolerance<T>(s.K);
@@ -140,12 +124,13 @@ TYPED_TEST(MatmulCuda, BackwardAccumulatesLikeCpu) {
         std::vector<T> dinp = dinp0, dw = dw0, db = db0;
         std::vector<float> scratch(
             static_cast<std::size_t>(cpu::matmul_scratch_floats(s.M, s.N, s.K)));
-        cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
-                             s.M, s.N, s.K, scratch.data());
+        cpu::matmul_backward<T>({dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                 w.data(), s.M, s.N, s.K, scratch.data()});
 
         DeviceBuffer<T> inp_d(inp), w_d(w), dout_d(dout), dinp_d(dinp0), dw_d(dw0), db_d(db0);
-        cuda::matmul_backward(dinp_d.get(), dw_d.get(), db_d.get(), dout_d.get(), inp_d.get(),
-                              w_d.get(), s.M, s.N, s.K, lt.ctx, nullptr);
+        cuda::matmul_backward<T>({dinp_d.get(), dw_d.get(), db_d.get(), dout_d.get(), inp_d.get(),
+                                  w_d.get(), s.M, s.N, s.K, lt.workspace},
+                                 lt.launch);
         expect_match("dinp", dinp_d.download(), dinp, gemm_tolerance<T>(s.N));
         expect_match("dweight", dw_d.download(), dw, gemm_tolerance<T>(s.M));
         expect_match("dbias", db_d.download(), db, gemm_tolerance<T>(s.M));
@@ -153,8 +138,9 @@ TYPED_TEST(MatmulCuda, BackwardAccumulatesLikeCpu) {
         // Frozen weight: only dinp.
         dinp_d.upload(dinp0);
         dw_d.upload(dw0);
-        cuda::matmul_backward(dinp_d.get(), static_cast<T*>(nullptr), static_cast<T*>(nullptr),
-                              dout_d.get(), inp_d.get(), w_d.get(), s.M, s.N, s.K, lt.ctx, nullptr);
+        cuda::matmul_backward<T>({dinp_d.get(), nullptr, nullptr, dout_d.get(), inp_d.get(),
+                                  w_d.get(), s.M, s.N, s.K, lt.workspace},
+                                 lt.launch);
         expect_match("dinp (frozen)", dinp_d.download(), dinp, gemm_tolerance<T>(s.N));
         expect_match("dweight untouched", dw_d.download(), dw0, Tolerance{});
     }
@@ -166,26 +152,25 @@ TEST(MatmulCudaFp32, Tf32AndNoWorkspace) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt with_ws, without_ws(0);
-    with_ws.ctx.tf32 = true;
+    with_ws.launch.tf32 = true;
     for (const Shape& s : kShapes) {
         SCOPED_TRACE(case_name<float>(s.M, s.N, s.K));
         const auto inp = random_storage<float>(rng, s.M * s.K),
                    w = random_storage<float>(rng, s.N * s.K);
         std::vector<float> out(static_cast<std::size_t>(s.M * s.N));
-        cpu::matmul_forward(out.data(), inp.data(), w.data(), static_cast<const float*>(nullptr),
-                            s.M, s.N, s.K, nullptr);
+        cpu::matmul_forward<float>({out.data(), inp.data(), w.data(), nullptr, s.M, s.N, s.K});
         DeviceBuffer<float> inp_d(inp), w_d(w), out_d(out.size());
         out_d.poison();
-        cuda::matmul_forward(out_d.get(), inp_d.get(), w_d.get(),
-                             static_cast<const float*>(nullptr), s.M, s.N, s.K, without_ws.ctx,
-                             nullptr);
+        cuda::matmul_forward<float>(
+            {out_d.get(), inp_d.get(), w_d.get(), nullptr, s.M, s.N, s.K, without_ws.workspace},
+            without_ws.launch);
         expect_match("fp32, no workspace", out_d.download(), out, gemm_tolerance<float>(s.K));
         // TF32 rounds the inputs to 10 mantissa bits (2^-11 relative): the products' errors add
         // like a random walk over K.
         out_d.poison();
-        cuda::matmul_forward(out_d.get(), inp_d.get(), w_d.get(),
-                             static_cast<const float*>(nullptr), s.M, s.N, s.K, with_ws.ctx,
-                             nullptr);
+        cuda::matmul_forward<float>(
+            {out_d.get(), inp_d.get(), w_d.get(), nullptr, s.M, s.N, s.K, with_ws.workspace},
+            with_ws.launch);
         const double walk = 4.0 * std::sqrt(static_cast<double>(s.K)) * 0x1p-10;
         expect_match("tf32", out_d.download(), out, Tolerance{walk, 1e-3});
     }

@@ -44,7 +44,7 @@ std::vector<float> random_weights(std::mt19937& rng, std::int64_t n) {
 template <class T>
 std::vector<T> dequantize_cpu(const Quantized& q, std::int64_t n) {
     std::vector<T> out(static_cast<std::size_t>(n));
-    cpu::nf4_dequantize<T>(out.data(), q.codes.data(), q.state.data(), n);
+    cpu::nf4_dequantize<T>({out.data(), q.codes.data(), q.state.data(), n});
     return out;
 }
 
@@ -53,7 +53,7 @@ std::vector<T> dequantize_gpu(const Quantized& q, std::int64_t n) {
     DeviceBuffer<std::uint8_t> codes_d(q.codes), state_d(q.state);
     DeviceBuffer<T> out_d(static_cast<std::size_t>(n));
     out_d.poison();
-    cuda::nf4_dequantize<T>(out_d.get(), codes_d.get(), state_d.get(), n, nullptr);
+    cuda::nf4_dequantize<T>({out_d.get(), codes_d.get(), state_d.get(), n}, {});
     return out_d.download();
 }
 
@@ -93,8 +93,7 @@ TYPED_TEST(Nf4Cuda, StatePackedBehindOddCodes) {
     DeviceBuffer<std::uint8_t> packed_d(packed);
     DeviceBuffer<T> out_d(static_cast<std::size_t>(n));
     out_d.poison();
-    cuda::nf4_dequantize<T>(out_d.get(), packed_d.get(), packed_d.get() + q.codes.size(), n,
-                            nullptr);
+    cuda::nf4_dequantize<T>({out_d.get(), packed_d.get(), packed_d.get() + q.codes.size(), n}, {});
     expect_same_bits("dequantized (unaligned)", out_d.download(), dequantize_cpu<T>(q, n));
 }
 
@@ -126,7 +125,7 @@ TEST(Nf4CudaShape, NothingToDo) {
     DeviceBuffer<bf16_t> out(1);
     DeviceBuffer<std::uint8_t> codes(1), state(1);
     out.poison();
-    cuda::nf4_dequantize<bf16_t>(out.get(), codes.get(), state.get(), 0, nullptr);
+    cuda::nf4_dequantize<bf16_t>({out.get(), codes.get(), state.get(), 0}, {});
     EXPECT_TRUE(std::isnan(to_float(out.download()[0]))) << "n = 0 writes nothing";
 }
 

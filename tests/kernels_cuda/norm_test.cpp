@@ -1,10 +1,12 @@
 // LayerNorm and RMSNorm: the CUDA kernels against the CPU's (kernels/cpu/norm.cpp) at several
 // shapes, odd ones and rows longer than a block included; forward into poisoned outputs and
-// statistics, backward accumulating into pre-filled gradients (parameter gradients optional).
+// statistics, backward accumulating into pre-filled gradients (parameter gradients optional);
+// the residual add fused with the layernorm.
 #include "kernels/norm.h"
 
 #include <gtest/gtest.h>
 
+#include "kernels/residual.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
 namespace napkin {
@@ -36,10 +38,10 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
             const T* bias = with_bias ? b.data() : nullptr;
             std::vector<T> out(x.size()), dx = dx0, dw = dw0, db = db0;
             std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
-            cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias,
-                                   N, C);
-            cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
-                                    w.data(), mean.data(), rstd.data(), N, C);
+            cpu::layernorm_forward<T>(
+                {out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias, N, C});
+            cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                        w.data(), mean.data(), rstd.data(), N, C});
 
             DeviceBuffer<T> x_d(x), w_d(w), b_d(b), out_d(x.size()), dout_d(dout), dx_d(dx0),
                 dw_d(dw0), db_d(db0);
@@ -47,16 +49,18 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
             out_d.poison();
             mean_d.poison();
             rstd_d.poison();
-            cuda::layernorm_forward(out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(), w_d.get(),
-                                    with_bias ? b_d.get() : nullptr, N, C, nullptr);
+            cuda::layernorm_forward<T>({out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(),
+                                        w_d.get(), with_bias ? b_d.get() : nullptr, N, C},
+                                       {});
             expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
             expect_match("mean", mean_d.download(), mean, for_sum_of(tolerance<float>(), C));
             expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
             // Backward from the CPU's statistics, so that only the backward is compared.
             mean_d.upload(mean);
             rstd_d.upload(rstd);
-            cuda::layernorm_backward(dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
-                                     w_d.get(), mean_d.get(), rstd_d.get(), N, C, nullptr);
+            cuda::layernorm_backward<T>({dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(),
+                                         x_d.get(), w_d.get(), mean_d.get(), rstd_d.get(), N, C},
+                                        {});
             expect_match("dinp", dx_d.download(), dx, for_sum_of(tolerance<T>(), C));
             expect_match("dweight", dw_d.download(), dw, for_sum_of(tolerance<T>(), N));
             expect_match("dbias", db_d.download(), db, for_sum_of(tolerance<T>(), N));
@@ -79,20 +83,21 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
             const auto dx0 = random_storage<T>(rng, N * C), dw0 = random_storage<T>(rng, C);
             std::vector<T> out(x.size()), dx = dx0, dw = dw0;
             std::vector<float> rstd(static_cast<std::size_t>(N));
-            cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
-            cpu::rmsnorm_backward(dx.data(), with_dw ? dw.data() : nullptr, dout.data(), x.data(),
-                                  w.data(), rstd.data(), N, C);
+            cpu::rmsnorm_forward<T>({out.data(), rstd.data(), x.data(), w.data(), N, C});
+            cpu::rmsnorm_backward<T>({dx.data(), with_dw ? dw.data() : nullptr, dout.data(),
+                                      x.data(), w.data(), rstd.data(), N, C});
 
             DeviceBuffer<T> x_d(x), w_d(w), out_d(x.size()), dout_d(dout), dx_d(dx0), dw_d(dw0);
             DeviceBuffer<float> rstd_d(rstd.size());
             out_d.poison();
             rstd_d.poison();
-            cuda::rmsnorm_forward(out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C, nullptr);
+            cuda::rmsnorm_forward<T>({out_d.get(), rstd_d.get(), x_d.get(), w_d.get(), N, C}, {});
             expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
             expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
             rstd_d.upload(rstd);
-            cuda::rmsnorm_backward(dx_d.get(), with_dw ? dw_d.get() : nullptr, dout_d.get(),
-                                   x_d.get(), w_d.get(), rstd_d.get(), N, C, nullptr);
+            cuda::rmsnorm_backward<T>({dx_d.get(), with_dw ? dw_d.get() : nullptr, dout_d.get(),
+                                       x_d.get(), w_d.get(), rstd_d.get(), N, C},
+                                      {});
             expect_match("dinp", dx_d.download(), dx, for_sum_of(tolerance<T>(), C));
             expect_match("dweight", dw_d.download(), dw, for_sum_of(tolerance<T>(), N));
         }
@@ -123,10 +128,10 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         const auto dw0 = random_storage<T>(rng, C), db0 = random_storage<T>(rng, C);
         std::vector<T> out(x.size()), dx(x.size()), dw = dw0, db = db0;
         std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
-        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                               static_cast<const T*>(nullptr), N, C);
-        cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                                mean.data(), rstd.data(), N, C);
+        cpu::layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                   static_cast<const T*>(nullptr), N, C});
+        cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                    w.data(), mean.data(), rstd.data(), N, C});
         const std::size_t bytes =
             c.scratch_chunks == 0
                 ? cuda::norm_backward_scratch_bytes(N, C)
@@ -140,9 +145,10 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         for (int run = 0; run < 2; ++run) {
             DeviceBuffer<T> dw_d(dw0), db_d(db0);
             scratch.poison();
-            cuda::layernorm_backward(dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(),
-                                     w_d.get(), mean_d.get(), rstd_d.get(), N, C, nullptr,
-                                     scratch.get(), bytes);
+            cuda::layernorm_backward<T>(
+                {dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(), w_d.get(),
+                 mean_d.get(), rstd_d.get(), N, C, scratch.get(), bytes},
+                {});
             dws.push_back(dw_d.download());
             dbs.push_back(db_d.download());
             expect_match("dweight", dws.back(), dw, for_sum_of(tolerance<T>(), N));
@@ -153,15 +159,65 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         // RMSNorm's weight gradient through the same path.
         std::vector<T> rdx(x.size()), rdw = dw0;
         std::vector<float> rrstd(static_cast<std::size_t>(N));
-        cpu::rmsnorm_forward(out.data(), rrstd.data(), x.data(), w.data(), N, C);
-        cpu::rmsnorm_backward(rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(),
-                              N, C);
+        cpu::rmsnorm_forward<T>({out.data(), rrstd.data(), x.data(), w.data(), N, C});
+        cpu::rmsnorm_backward<T>(
+            {rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(), N, C});
         DeviceBuffer<T> rdw_d(dw0);
         rstd_d.upload(rrstd);
-        cuda::rmsnorm_backward(dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
-                               rstd_d.get(), N, C, nullptr, scratch.get(), bytes);
+        cuda::rmsnorm_backward<T>({dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
+                                   rstd_d.get(), N, C, scratch.get(), bytes},
+                                  {});
         expect_match("rmsnorm dweight", rdw_d.download(), rdw, for_sum_of(tolerance<T>(), N));
     }
+}
+
+// The residual add fused with the layernorm: against the CPU's fused kernel within the
+// layernorm's tolerance (the sum x exactly: one rounding of the same fp32 add), and bit for bit
+// against the GPU's own residual_forward then layernorm_forward, which the engine replaces by it.
+template <class T>
+void check_residual_layernorm(std::mt19937& rng, std::int64_t N, std::int64_t C) {
+    SCOPED_TRACE(case_name<T>(N, C));
+    const auto a = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
+    const auto b = random_storage<T>(rng, N * C), w = random_storage<T>(rng, C),
+               bias = random_storage<T>(rng, C);
+    std::vector<T> x(a.size()), out(a.size());
+    std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
+    cpu::residual_layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), a.data(),
+                                        b.data(), w.data(), bias.data(), N, C});
+
+    DeviceBuffer<T> a_d(a), b_d(b), w_d(w), bias_d(bias), x_d(a.size()), out_d(a.size()),
+        x2_d(a.size()), out2_d(a.size());
+    DeviceBuffer<float> mean_d(mean.size()), rstd_d(mean.size()), mean2_d(mean.size()),
+        rstd2_d(mean.size());
+    for (auto* p : {&x_d, &out_d, &x2_d, &out2_d})
+        p->poison();
+    for (auto* p : {&mean_d, &rstd_d, &mean2_d, &rstd2_d})
+        p->poison();
+    cuda::residual_layernorm_forward<T>({out_d.get(), mean_d.get(), rstd_d.get(), x_d.get(),
+                                         a_d.get(), b_d.get(), w_d.get(), bias_d.get(), N, C},
+                                        {});
+    expect_same_bits("x", x_d.download(), x);
+    expect_match("out", out_d.download(), out, for_sum_of(tolerance<T>(), C));
+    expect_match("mean", mean_d.download(), mean, for_sum_of(tolerance<float>(), C));
+    expect_match("rstd", rstd_d.download(), rstd, for_sum_of(tolerance<float>(), C));
+
+    cuda::residual_forward<T>({x2_d.get(), a_d.get(), b_d.get(), N * C}, {});
+    cuda::layernorm_forward<T>(
+        {out2_d.get(), mean2_d.get(), rstd2_d.get(), x2_d.get(), w_d.get(), bias_d.get(), N, C},
+        {});
+    expect_same_bits("x vs residual_forward", x_d.download(), x2_d.download());
+    expect_same_bits("out vs layernorm_forward", out_d.download(), out2_d.download());
+    expect_same_bits("mean vs layernorm_forward", mean_d.download(), mean2_d.download());
+    expect_same_bits("rstd vs layernorm_forward", rstd_d.download(), rstd2_d.download());
+}
+
+TYPED_TEST(NormCuda, ResidualLayernormMatchesCpuAndTheUnfusedPair) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const auto& s : kShapes)
+        check_residual_layernorm<TypeParam>(rng, s[0], s[1]);
 }
 
 }  // namespace

@@ -45,9 +45,9 @@ void check(const std::vector<T>& x) {
     const auto n = static_cast<std::int64_t>(x.size());
     std::vector<Q> q(x.size());
     float scale[kFp8ScaleFloats];
-    cpu::quantize(q.data(), scale, x.data(), n);
+    cpu::quantize<Q, T>({q.data(), scale, x.data(), n});
     std::vector<T> back(x.size());
-    cpu::dequantize(back.data(), q.data(), scale, n);
+    cpu::dequantize<T, Q>({back.data(), q.data(), scale, n});
 
     DeviceBuffer<T> x_d(x), back_d(x.size());
     DeviceBuffer<Q> q_d(x.size());
@@ -55,8 +55,8 @@ void check(const std::vector<T>& x) {
     q_d.poison();
     scale_d.poison();
     back_d.poison();
-    cuda::quantize(q_d.get(), scale_d.get(), x_d.get(), n, nullptr);
-    cuda::dequantize(back_d.get(), q_d.get(), scale_d.get(), n, nullptr);
+    cuda::quantize<Q, T>({q_d.get(), scale_d.get(), x_d.get(), n}, {});
+    cuda::dequantize<T, Q>({back_d.get(), q_d.get(), scale_d.get(), n}, {});
     const std::vector<float> s = scale_d.download();
     EXPECT_EQ(std::bit_cast<std::uint32_t>(s[0]), std::bit_cast<std::uint32_t>(scale[0]))
         << "scale";

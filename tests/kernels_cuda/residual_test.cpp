@@ -29,20 +29,20 @@ TYPED_TEST(ResidualCuda, ForwardAndBackwardMatchCpu) {
         const auto da0 = random_storage<T>(rng, n), db0 = random_storage<T>(rng, n);
 
         std::vector<T> out(static_cast<std::size_t>(n)), da = da0, db = db0;
-        cpu::residual_forward(out.data(), a.data(), b.data(), n);
-        cpu::residual_backward(da.data(), db.data(), dout.data(), n);
+        cpu::residual_forward<T>({out.data(), a.data(), b.data(), n});
+        cpu::residual_backward<T>({da.data(), db.data(), dout.data(), n});
 
         DeviceBuffer<T> a_d(a), b_d(b), out_d(a.size()), dout_d(dout), da_d(da0), db_d(db0);
         out_d.poison();
-        cuda::residual_forward(out_d.get(), a_d.get(), b_d.get(), n, nullptr);
-        cuda::residual_backward(da_d.get(), db_d.get(), dout_d.get(), n, nullptr);
+        cuda::residual_forward<T>({out_d.get(), a_d.get(), b_d.get(), n}, {});
+        cuda::residual_backward<T>({da_d.get(), db_d.get(), dout_d.get(), n}, {});
         expect_match("out", out_d.download(), out, tolerance<T>());
         expect_match("da", da_d.download(), da, tolerance<T>());
         expect_match("db", db_d.download(), db, tolerance<T>());
 
         // In place: out = a (the residual stream updated where it lies).
         a_d.upload(a);
-        cuda::residual_forward(a_d.get(), a_d.get(), b_d.get(), n, nullptr);
+        cuda::residual_forward<T>({a_d.get(), a_d.get(), b_d.get(), n}, {});
         expect_match("out in place", a_d.download(), out, tolerance<T>());
     }
 }

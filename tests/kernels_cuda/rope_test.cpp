@@ -41,13 +41,15 @@ TYPED_TEST(RopeCuda, ForwardAndBackwardMatchCpu) {
             std::vector<E> qkv = qkv0;
             DeviceBuffer<E> qkv_d(qkv0);
             if (backward) {
-                cpu::rope_backward(qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset);
-                cuda::rope_backward(qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, 10000.0f,
-                                    c.pos_offset);
+                cpu::rope_backward<E>(
+                    {qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset});
+                cuda::rope_backward<E>(
+                    {qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset}, {});
             } else {
-                cpu::rope_forward(qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset);
-                cuda::rope_forward(qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, nullptr, 10000.0f,
-                                   c.pos_offset);
+                cpu::rope_forward<E>(
+                    {qkv.data(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset});
+                cuda::rope_forward<E>(
+                    {qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, 10000.0f, c.pos_offset}, {});
             }
             expect_match(backward ? "backward" : "forward", qkv_d.download(), qkv, tolerance<E>());
         }
