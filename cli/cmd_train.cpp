@@ -71,7 +71,8 @@ struct StepRange {
     int first = 0, last = 0;
 };
 
-// After the trainer is built: the import's and the resume's lines, and the steps to train.
+// After the trainer is built: the import's and the resume's lines, and the steps to train
+// (none, first == last, when a finished run's report was all that was missing).
 // The profiled window is clamped to the run; a window that misses every step of this process
 // would write no trace at all: refused.
 StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
@@ -94,6 +95,13 @@ StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
     const StepRange range{trainer.steps_done(),
                           f.stop_after > 0 ? std::min(steps, f.stop_after) : steps};
     if (range.first >= steps) {
+        // Killed between the final checkpoint and its report: the report waits beside it.
+        const std::filesystem::path report = run.out_dir / "report.json";
+        if (publish_pending_report(report)) {
+            std::printf("the run already finished its %d steps; wrote its report %s\n", steps,
+                        report.c_str());
+            return {steps, steps};
+        }
         throw UsageError("--resume: the run already finished its " + std::to_string(steps) +
                          " steps");
     }
@@ -291,9 +299,10 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
 void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
                 const Estimate& pred, const std::optional<profiler::InitReport>& init) {
     Trainer& trainer = loop.trainer;
+    const bool parallel = loop.run.parallel;
     loop.profiler.stop_collecting();
-    loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
     loop.profiler.close();
+    loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
 
     profiler::RunReport report;
     report.model = loop.run.options.model;
@@ -304,8 +313,13 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     const std::filesystem::path file = loop.run.out_dir / "report.json";
     report.steps = run_history(file, totals.steps);  // a resumed run keeps its earlier steps
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
-    if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
-    write_file_durably(file, profiler::run_report_text(report));  // whole or not there
+    if (parallel) report.communication = communication_report(trainer, pred, totals.steps);
+    // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
+    // the report for --resume to publish.
+    write_file_durably(pending_report_path(file), profiler::run_report_text(report));
+    const std::string saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    NAPKIN_ASSERT(saved == loop.checkpoint, "the report names the checkpoint written");
+    publish_pending_report(file);
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
@@ -329,6 +343,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     Trainer trainer(run.options, &comm, run.parallel ? build_id() : std::string(),
                     init_weights(f, run, init));
     const StepRange steps = start_steps(f, run, trainer, init);
+    if (steps.first == steps.last) return;  // a finished run's report was all that was missing
     TrainProfiler profiler(trainer, run.profile, run.out_dir);
     const MachinePeak peak = machine_peak(run.options, trainer, profiler.on());
     profiler.set_roofline({peak.flops_per_s, peak.bytes_per_s});

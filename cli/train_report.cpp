@@ -9,9 +9,12 @@
 
 #include "cli/train_parallel.h"
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "profiler/run_folder.h"
 
 namespace napkin::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -166,6 +169,20 @@ std::vector<profiler::StepReport> run_history(const std::filesystem::path& repor
     }
     history.insert(history.end(), steps.begin(), steps.end());
     return history;
+}
+
+fs::path pending_report_path(const fs::path& report_file) {
+    fs::path p = report_file;
+    p += ".pending";
+    return p;
+}
+
+bool publish_pending_report(const fs::path& report_file) {
+    const fs::path pending = pending_report_path(report_file);
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::symlink_status(pending, ec))) return false;
+    rename_durably(pending, report_file);
+    return true;
 }
 
 }  // namespace napkin::cli

@@ -65,4 +65,14 @@ void print_run_summary(const profiler::RunReport& report, const StepTotals& tota
 std::vector<profiler::StepReport> run_history(const std::filesystem::path& report_file,
                                               const std::vector<profiler::StepReport>& steps);
 
+// The final report is written in two phases around the final checkpoint: to
+// RUN_DIR/report.json.pending (durably) before it, renamed to report.json after it. A kill
+// between the two leaves a finished checkpoint with its report beside it, which --resume of the
+// finished run publishes (publish_pending_report) instead of refusing a run that can never get a
+// report.
+std::filesystem::path pending_report_path(const std::filesystem::path& report_file);
+
+// Renames report.json.pending over `report_file`; false when there is none.
+bool publish_pending_report(const std::filesystem::path& report_file);
+
 }  // namespace napkin::cli

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <system_error>
 #include <utility>
@@ -165,6 +166,14 @@ void write_file_durably(const std::filesystem::path& path, std::string_view byte
     DurableFile f(path);
     f.write(bytes);
     if (!f.commit()) throw InputError(f.error());
+}
+
+void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to) {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+        throw InputError(from.string() + ": cannot rename to " + to.string() + " (" +
+                         std::strerror(errno) + ")");
+    }
+    sync_folder(to);
 }
 
 bool is_durable_temporary(std::string_view name) {

@@ -522,13 +522,17 @@ CheckpointInfo Consolidation::write(const std::string& out_path) {
 
 }  // namespace
 
+fs::path sharded_checkpoint_dir(const fs::path& run_dir, int step) {
+    return run_dir / kShardedCheckpointsDir / step_folder_name(step);
+}
+
 fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
     ZeroEngine* z = t.zero();
     NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
     Communicator& comm = z->comm();
     const CheckpointInfo info = checkpoint_info_of(t);
     const fs::path root = run_dir / kShardedCheckpointsDir;
-    const fs::path dir = root / step_folder_name(info.steps_done);
+    const fs::path dir = sharded_checkpoint_dir(run_dir, info.steps_done);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec)

@@ -502,6 +502,31 @@ TEST(TrainCli, InterruptWritesTheReportAndACheckpoint) {
         << r.out;
 }
 
+// The final report is written to report.json.pending before the final checkpoint and renamed
+// after it: a kill between the two leaves exactly the state made here, and --resume of the
+// finished run writes the report (the run's own, every step) and exits 0 without training.
+// Without a pending report a finished run is still refused.
+TEST(TrainCli, ResumeOfAFinishedRunWritesItsMissingReport) {
+    const fs::path out = fresh_dir("finished");
+    ASSERT_EQ(napkin("train --steps 2 --micro-batch 2 --seq-len 16 --quiet --out " + out.string()).rc, 0);
+    EXPECT_FALSE(fs::exists(out / "report.json.pending"));
+    const auto report = read_json(out / "report.json");
+    fs::rename(out / "report.json", out / "report.json.pending");
+    const CliRun r = napkin("train --resume " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("the run already finished its 2 steps; wrote its report " + (out / "report.json").string()),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << r.out;  // nothing trained
+    EXPECT_EQ(read_json(out / "report.json"), report);
+    EXPECT_FALSE(fs::exists(out / "report.json.pending"));
+    fs::remove(out / "report.json");
+    const CliRun again = napkin("train --resume " + out.string());
+    EXPECT_EQ(again.rc, 2);
+    EXPECT_NE(again.err.find("--resume: the run already finished its 2 steps"), std::string::npos) << again.err;
+    fs::remove_all(out);
+}
+
 // A checkpoint's data position means something only in the file it was taken in: a file changed
 // under a stopped run is refused on resume, naming both fingerprints, instead of training on
 // from a position in other tokens.
