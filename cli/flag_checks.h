@@ -2,8 +2,11 @@
 // written out (300 digits), and an unsigned option takes "-1" as 2^64 - 1.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -16,8 +19,11 @@ namespace napkin::cli {
 inline CLI::Validator non_negative_integer() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return {};
-            return "must be 0 or a positive integer (got '" + s + "')";
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+                return "must be 0 or a positive integer (got '" + s + "')";
+            std::uint64_t v = 0;  // CLI11 would saturate a larger one silently
+            if (std::from_chars(s.data(), s.data() + s.size(), v).ec == std::errc{}) return {};
+            return "must be at most 18446744073709551615, 2^64 - 1 (got '" + s + "')";
         },
         "", "non-negative integer");
 }

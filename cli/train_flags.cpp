@@ -68,7 +68,12 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
     // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
-    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
+    if (!(f.lr > 0) || !std::isfinite(f.lr)) {  // a float: 1e300 reads as inf
+        const std::string given =
+            cmd.count("--lr") > 0 ? cmd.get_option("--lr")->results().back() : std::string();
+        throw UsageError("--lr: must be a positive number at most 3.4e38, the largest float (got " +
+                         given + ")");
+    }
     if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
     if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
         throw UsageError("--weight-decay: must be 0 (off) or a positive number");

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -185,16 +186,20 @@ public:
         out = *v;
     }
 
-    // The whole text must parse: an integer >= min_value, or any float.
+    // The whole text must parse: an integer >= min_value, or a finite float (a NaN learning
+    // rate would otherwise surface steps later as NaN gradients, blaming the wrong thing).
     template <class N>
     void number(const char* key, N& out,
                 std::type_identity_t<N> min_value = std::numeric_limits<N>::lowest()) const {
         const std::string& s = get(key);
         const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-        if (ec != std::errc{} || ptr != s.data() + s.size() || s.empty() || out < min_value) {
+        bool finite = true;
+        if constexpr (std::is_floating_point_v<N>) finite = std::isfinite(out);
+        if (ec != std::errc{} || ptr != s.data() + s.size() || s.empty() || !finite ||
+            out < min_value) {
             const std::string want = std::is_integral_v<N>
                                          ? "an integer >= " + std::to_string(min_value)
-                                         : std::string("a number");
+                                         : std::string("a finite number");
             fail(key, ": expected " + want + " (got \"" + s + "\")");
         }
     }
@@ -261,6 +266,14 @@ CheckpointInfo parse_metadata(const std::map<std::string, std::string>& meta,
     MetaReader r(meta, path);
     visit_metadata(r, info);
     info.options.optimizer.kind = info.options.plan.optimizer;
+    const PlanInputs& plan = info.options.plan;  // else the trainer would blame --lora-rank
+    if (plan.finetune != Finetune::full && plan.lora_rank <= 0) {
+        bad(path, "metadata key 'lora_rank': expected an integer >= 1 with finetune '" +
+                      std::string(enum_name(kFinetuneNames, plan.finetune)) + "' (got " +
+                      (meta.contains("lora_rank") ? "\"" + meta.at("lora_rank") + "\""
+                                                  : std::string("none")) +
+                      ")");
+    }
     return info;
 }
 

@@ -566,7 +566,14 @@ TEST(TrainCli, BadInput) {
         write_bin(dir / "short.bin", std::vector<std::uint16_t>(100, 3));
         fs::resize_file(dir / "short.bin", fs::file_size(dir / "short.bin") - 10);
     }
-    expect_error("train --data " + (dir / "short.bin").string(), 1, "truncated", out);
+    expect_error("train --data " + (dir / "short.bin").string(), 1,
+                 "header says 100 tokens, a file of 1224 bytes; it is 1214 (10 bytes missing: truncated)", out);
+    {
+        write_bin(dir / "long.bin", std::vector<std::uint16_t>(100, 3));
+        std::ofstream(dir / "long.bin", std::ios::app | std::ios::binary) << 'x';
+    }
+    expect_error("train --data " + (dir / "long.bin").string(), 1,
+                 "it is 1225 (1 extra bytes: a wrong count or trailing data)", out);
     {
         std::ofstream f(dir / "tiny.txt");
         f << "abc";
@@ -577,11 +584,21 @@ TEST(TrainCli, BadInput) {
     expect_error("train --steps 0", 2, "--steps", out);
     // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.
     expect_error("train --lr inf", 2, "--lr: must be a positive number", out);
+    expect_error("train --lr 1e300", 2, "--lr: must be a positive number at most 3.4e38, the largest float (got 1e300)",
+                 out);
     expect_error("train --weight-decay nan", 2, "--weight-decay", out);
     expect_error("train --grad-clip -1", 2, "--grad-clip", out);
     expect_error("train --grad-clip nan", 2, "--grad-clip", out);
     expect_error("train --warmup -5", 2, "--warmup", out);
     expect_error("train --seed -1", 2, "--seed: must be 0 or a positive integer (got '-1')", out);
+    expect_error("train --seed 18446744073709551616", 2,
+                 "--seed: must be at most 18446744073709551615, 2^64 - 1 (got '18446744073709551616')", out);
+    {  // nlohmann keeps the last of two equal keys without a word
+        std::ofstream f(dir / "twice.json");
+        f << R"({"format": "napkin-model", "name": "a", "n_layers": 1, "n_layers": 2})";
+    }
+    expect_error("train --config " + (dir / "twice.json").string(), 2, "twice.json: key \"n_layers\" is given twice",
+                 out);
     expect_error("train --stop-after 0", 2, "--stop-after: must be a positive step number", out);
     // More memory than any machine has: refused up front, not std::bad_alloc in the first step.
     expect_error("train --micro-batch 1000000000000", 2,

@@ -428,6 +428,15 @@ TEST_F(CheckpointRefuses, BadMetadata) {
     edit_header(path_,
                 [](ojson& h) { h["__metadata__"]["model"] = "{\"format\": \"napkin-model\"}"; });
     expect_contains(load_error(), "metadata key 'model'");
+    // Values that parse but that no run writes: blamed on the field, not on what they would
+    // break later (NaN gradients, the trainer's --lora-rank).
+    write_bytes(path_, bytes_);
+    edit_header(path_, [](ojson& h) { h["__metadata__"]["lr"] = "nan"; });
+    expect_contains(load_error(), "metadata key 'lr': expected a finite number (got \"nan\")");
+    write_bytes(path_, bytes_);
+    edit_header(path_, [](ojson& h) { h["__metadata__"]["finetune"] = "qlora"; });
+    expect_contains(input_error([&] { read_checkpoint_info(path_.string()); }),
+                    "metadata key 'lora_rank': expected an integer >= 1 with finetune 'qlora' (got ");
 }
 
 // A value of the header changed under its checksum (the file's own bytes edited): refused before

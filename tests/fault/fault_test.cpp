@@ -262,6 +262,20 @@ TEST_F(Fault, ARunRemovesTheTemporariesOfAKilledWriter) {
     EXPECT_TRUE(fs::exists(live));
 }
 
+// An export killed mid-write (SIGTERM's default action, kill -9) leaves its temporary; the next
+// export into that folder removes it.
+TEST_F(Fault, AnExportRemovesTheTemporariesOfAKilledExport) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --profile all --out " + run.string(), kTimeout).rc, 0);
+    const fs::path dead = dir_ / "merged.json.tmp-999999999-0123456789abcdef";
+    std::ofstream(dead) << "";
+    ASSERT_EQ(
+        napkin("export " + run.string() + " -o " + (dir_ / "merged.json").string(), kTimeout).rc,
+        0);
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(dir_ / "merged.json"));
+}
+
 // ---- 9. Outputs never overwrite inputs ---------------------------------------------------------
 
 TEST_F(Fault, ExportRefusesToOverwriteItsInputs) {
