@@ -216,6 +216,20 @@ void claim_run_dir(const TrainFlags& f, const RunSetup& run, Communicator& comm)
     if (run.parallel) comm.barrier();
 }
 
+// A step that would run for hours even at the machine's peak (an absurd --grad-accum: 10^9
+// micro-batches is days on any machine) is warned about on one line, once the stop handler is in
+// place: the run goes on, and Ctrl-C stops it within a micro-batch.
+void warn_long_steps(const TrainOptions& o, const Estimate& pred, const MachinePeak& peak) {
+    constexpr double kLongStepSeconds = 3600;
+    const double seconds = pred.hardware_flops_per_token * pred.tokens_per_step / peak.flops_per_s;
+    if (!(seconds > kLongStepSeconds)) return;
+    std::fprintf(stderr,
+                 "napkin: warning: --grad-accum %d: one step is %.3g tokens, at least %.3g hours "
+                 "at this machine's peak; Ctrl-C stops it between micro-batches\n",
+                 o.grad_accum, pred.tokens_per_step, seconds / 3600);
+    std::fflush(stderr);
+}
+
 // ---- The step loop -------------------------------------------------------------------------
 
 // What the loop reads and updates besides the trainer.
@@ -267,7 +281,13 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
         }
         inject_test_fault(comm.rank(), s);
         loop.profiler.before_step(s);
-        const StepRecord r = trainer.step();
+        StepRecord r;
+        try {
+            r = trainer.step();
+        } catch (const StepAbandoned&) {  // stopped between micro-batches: as before the step
+            loop.steps.last = s;
+            break;
+        }
         loop.profiler.after_step(s, loop.steps.last);
         if (!loop.flags.quiet) {
             print_step(s, r, loop.run.options.steps, loop.peak.flops_per_s,
@@ -362,7 +382,11 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                   steps,
                   run.parallel ? std::string("none") : (run.run_dir / kCheckpointFileName).string(),
                   {}};
-    if (!run.parallel) loop.stop.emplace();
+    if (!run.parallel) {
+        loop.stop.emplace();
+        trainer.set_stop_check([&stop = *loop.stop] { return stop.requested(); });
+    }
+    warn_long_steps(run.options, pred, peak);
     const StepTotals totals = run_steps(loop, comm);
     finish_run(loop, totals, ei, pred, init);
 }

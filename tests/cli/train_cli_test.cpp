@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -525,6 +526,46 @@ TEST(TrainCli, ResumeOfAFinishedRunWritesItsMissingReport) {
     EXPECT_EQ(again.rc, 2);
     EXPECT_NE(again.err.find("--resume: the run already finished its 2 steps"), std::string::npos) << again.err;
     fs::remove_all(out);
+}
+
+// A stop request is checked between micro-batches: SIGINT during a step of many micro-batches
+// drops that step (its gradients, its data) and writes the last whole step, which resumes bit for
+// bit; a step of 10^9 micro-batches is warned about, and SIGTERM stops it at once.
+TEST(TrainCli, StopRequestsAreCheckedBetweenMicroBatches) {
+    const fs::path a = fresh_dir("accum_a"), b = fresh_dir("accum_b");
+    const std::string common = " train --steps 2 --grad-accum 200 --micro-batch 2 --seq-len 16 --out ";
+    ASSERT_EQ(napkin(common.substr(1) + a.string() + " --quiet").rc, 0);
+    const std::string log = b.string() + ".log";
+    const std::string script = std::string(NAPKIN_BINARY) + common + b.string() + " >" + log + " 2>" + log +
+                               ".err & p=$!; for i in $(seq 1200); do grep -q '^step ' " + log +
+                               " && break; sleep 0.05; done; kill -INT $p; wait $p; exit $?";
+    const int status = std::system(script.c_str());  // sh -c
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const auto steps = read_json(b / "report.json")["steps"];
+    ASSERT_EQ(steps.size(), 1u) << "step 2 (200 micro-batches, about 2 s) was not stopped within one";
+    ASSERT_EQ(napkin("train --resume " + b.string() + " --quiet").rc, 0);
+    const auto full = read_json(a / "report.json")["steps"], resumed = read_json(b / "report.json")["steps"];
+    ASSERT_EQ(resumed.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i]["loss"].get<double>());
+
+    const fs::path c = fresh_dir("accum_c");
+    const std::string forever = std::string(NAPKIN_BINARY) + " train --grad-accum 1000000000 --out " + c.string() +
+                                " 2>" + c.string() + ".err & p=$!; for i in $(seq 1200); do grep -q 'warning' " +
+                                c.string() + ".err && break; sleep 0.05; done; kill -TERM $p; wait $p; exit $?";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int term = std::system(forever.c_str());
+    ASSERT_TRUE(WIFEXITED(term));
+    EXPECT_EQ(WEXITSTATUS(term), 143);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+    std::ifstream err_file(c.string() + ".err");
+    const std::string err((std::istreambuf_iterator<char>(err_file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(err.find("napkin: warning: --grad-accum 1000000000: one step is 5.12e+11 tokens, at least "),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("napkin: interrupted before the first step; nothing written"), std::string::npos) << err;
+    fs::remove_all(a);
+    fs::remove_all(b);
 }
 
 // A checkpoint's data position means something only in the file it was taken in: a file changed
