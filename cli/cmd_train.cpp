@@ -356,7 +356,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     RunSetup run = validate(f, cmd, comm);
     oom_hint = out_of_memory_hint(run.options, comm.world_size());
     run.out_dir = rank_out_dir(run.run_dir, comm);
-    check_host_memory(run.options, comm.world_size(), launch_env().local_size);
+    if (!f.force) check_host_memory(run.options, comm.world_size(), launch_env().local_size);
     const OutDir out_dir_guard(run.out_dir);  // removed again if the run fails before writing to it
 
     std::optional<profiler::InitReport> init;
@@ -473,6 +473,9 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "(bitwise identical); or from a checkpoint file (napkin ckpt consolidate's, any "
                    "world size and stage)");
     cmd.add_flag("--quiet", f.quiet, "No per-step lines");
+    cmd.add_flag("--force", f.force,
+                 "Train even when the predicted memory and its margin exceed the memory "
+                 "available (the check a CPU run makes before it allocates)");
     cmd.add_option("--zero", f.zero,
                    "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks "
                    "come from the launcher: mpirun -n N napkin train --zero S ... (N ranks x "

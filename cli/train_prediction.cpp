@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <string>
 
@@ -75,11 +77,33 @@ profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInpu
     return p;
 }
 
+namespace {
+
+// The memory a new process can take without swapping: /proc/meminfo's MemAvailable (free memory
+// plus the page cache and reclaimable slabs the kernel would give back), or the physical memory
+// where the kernel has no such line. NAPKIN_TEST_AVAILABLE_BYTES replaces it (tests: a figure
+// that does not depend on the machine). 0: unknown.
+double available_memory_bytes() {
+    if (const char* v = std::getenv("NAPKIN_TEST_AVAILABLE_BYTES"); v != nullptr)
+        return std::strtod(v, nullptr);
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_bytes <= 0) return 0;
+    return static_cast<double>(pages) * static_cast<double>(page_bytes);
+}
+
+}  // namespace
+
 void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
     if (o.device != DeviceKind::cpu) return;
-    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_bytes <= 0) return;
-    const double physical = static_cast<double>(pages) * static_cast<double>(page_bytes);
+    const double available = available_memory_bytes();
+    if (available <= 0) return;
     double need = 0;
     try {
         need = Estimator{}.run(prediction_inputs(o, world, false, 0)).gpu.total() *
@@ -87,17 +111,21 @@ void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
     } catch (const UsageError&) {
         return;  // options the engine refuses: the Trainer names them in its own words
     }
-    if (need <= physical) return;
+    // What the prediction does not count: the process itself (libraries, the data's pages, the
+    // allocator's slack) and the prediction's own error, a few percent.
+    const double margin = 0.1 * need + kHostMemoryMarginBytes * std::max(1, node_ranks);
+    if (need + margin <= available) return;
     const std::string ranks =
         node_ranks > 1 ? ", " + std::to_string(node_ranks) + " ranks on this node" : "";
-    char line[320];
-    std::snprintf(
-        line, sizeof line,
-        "the run needs %.3g GB by napkin's prediction (B=%lld, T=%lld%s), more than this machine's "
-        "%.1f "
-        "GB of memory: lower --micro-batch or --seq-len (napkin estimate shows the breakdown)",
-        need / 1e9, static_cast<long long>(o.plan.micro_batch),
-        static_cast<long long>(o.plan.seq_len), ranks.c_str(), physical / 1e9);
+    char line[480];
+    std::snprintf(line, sizeof line,
+                  "the run needs %.3g GB by napkin's prediction (B=%lld, T=%lld%s) plus a margin "
+                  "of %.3g GB (10%% and 0.5 GB a process), more than the %.3g GB of memory "
+                  "available: lower --micro-batch or --seq-len (napkin estimate shows the "
+                  "breakdown), or --force to try anyway",
+                  need / 1e9, static_cast<long long>(o.plan.micro_batch),
+                  static_cast<long long>(o.plan.seq_len), ranks.c_str(), margin / 1e9,
+                  available / 1e9);
     throw UsageError(line);
 }
 

@@ -22,9 +22,12 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
 profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInputs& inputs,
                                        const Estimate& pred);
 
-// A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
-// memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming
-// the figures instead. Nothing to check for a GPU run (the device reports its own).
+// A CPU run whose predicted memory, times the ranks on this node, plus a margin (10% and
+// kHostMemoryMarginBytes a process) exceeds the memory available now (/proc/meminfo's
+// MemAvailable) would end in std::bad_alloc or the OOM killer inside its first step: UsageError
+// naming the three figures and --force instead. Not called under --force. Nothing to check for a
+// GPU run (the device reports its own).
+constexpr double kHostMemoryMarginBytes = 0.5e9;
 void check_host_memory(const TrainOptions& o, int world, int node_ranks);
 
 // What to add to an OutOfMemory error: the run's predicted peak per device and the ways to

@@ -568,6 +568,27 @@ TEST(TrainCli, StopRequestsAreCheckedBetweenMicroBatches) {
     fs::remove_all(b);
 }
 
+// The memory check is against the memory available now (an injected figure here, not this
+// machine's), with a margin for what the prediction does not count, and says how to go on.
+TEST(TrainCli, MemoryCheckIsAgainstAvailableMemoryWithAMargin) {
+    const fs::path out = fresh_dir("available");
+    const std::string run = "train --steps 1 --micro-batch 2 --seq-len 16 --quiet --out " + out.string();
+    ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB: the run's 0.02 GB fits, the margin not
+    const CliRun refused = napkin(run);
+    EXPECT_EQ(refused.rc, 2);
+    EXPECT_NE(refused.err.find("GB by napkin's prediction (B=2, T=16) plus a margin of 0.501 GB (10% and 0.5 GB a "
+                               "process), more than the 0.05 GB of memory available: "),
+              std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(out));
+    const CliRun forced = napkin(run + " --force");
+    ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    EXPECT_EQ(forced.rc, 0) << forced.err;
+    EXPECT_NE(napkin("train --help").out.find("--force"), std::string::npos);
+    fs::remove_all(out);
+}
+
 // A checkpoint's data position means something only in the file it was taken in: a file changed
 // under a stopped run is refused on resume, naming both fingerprints, instead of training on
 // from a position in other tokens.
