@@ -1,13 +1,16 @@
 #include "cli/train_flags.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/flag_checks.h"
+#include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -108,11 +111,52 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
 
 // The flags that stand on their own. --comm-timeout is checked and set first: the start-up
 // handshake is already a collective.
+// Every flag by name with its value as text, for the ranks to compare.
+std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f) {
+    auto text = [](auto v) {  // numbers as the shortest text that reads back to them
+        char buf[32];
+        return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    };
+    return {{"--out", f.out},
+            {"--save-every", text(f.save_every)},
+            {"--stop-after", text(f.stop_after)},
+            {"--resume", f.resume},
+            {"--init-from", f.init_from},
+            {"--load-strategy", f.load_strategy},
+            {"--profile", f.profile},
+            {"--force", f.force ? "yes" : "no"},
+            {"--model", f.model},
+            {"--config", f.config},
+            {"--data", f.data},
+            {"--device", f.device},
+            {"--steps", text(f.steps)},
+            {"--grad-accum", text(f.grad_accum)},
+            {"--micro-batch", text(f.micro_batch)},
+            {"--seq-len", text(f.seq_len)},
+            {"--precision", f.precision},
+            {"--optimizer", f.optimizer},
+            {"--checkpointing", f.checkpointing},
+            {"--attention", f.attention},
+            {"--finetune", f.finetune},
+            {"--lora-rank", text(f.lora_rank)},
+            {"--lora-alpha", text(f.lora_alpha)},
+            {"--dropout", text(f.dropout)},
+            {"--lr", text(f.lr)},
+            {"--warmup", text(f.warmup)},
+            {"--weight-decay", text(f.weight_decay)},
+            {"--grad-clip", text(f.grad_clip)},
+            {"--seed", text(f.seed)},
+            {"--zero", text(f.zero)},
+            {"--overlap", f.overlap},
+            {"--offload", f.offload}};
+}
+
 void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
         throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
     }
     comm.set_timeout_s(f.comm_timeout);
+    check_same_flags(flag_values(f), comm);  // before any flag leads a rank its own way
     if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@ std::string napkin_under_test() {
 }  // namespace
 #define NAPKIN_BINARY napkin_under_test()
 #include "../cli/cli_util.h"
+#include "../cli/mpi_util.h"
 
 namespace fs = std::filesystem;
 
@@ -274,6 +276,37 @@ TEST_F(Fault, AnExportRemovesTheTemporariesOfAKilledExport) {
         0);
     EXPECT_FALSE(fs::exists(dead));
     EXPECT_TRUE(fs::exists(dir_ / "merged.json"));
+}
+
+// ---- 6. Ranks started with different flags ------------------------------------------------------
+
+// Two ranks (an MPMD launch: one command per rank) that differ in what they write: refused at
+// start-up on every rank, naming the flags, before either writes or falls out of step in MPI.
+TEST_F(Fault, RanksWithDifferentFlagsAreRefusedNamingThem) {
+    std::string why;
+    if (!have_mpi(&why)) GTEST_SKIP() << why;
+    const std::string rank =
+        " -n 1 --oversubscribe " + napkin_under_test() + " train" + kTinyRun + " --zero 1";
+    const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+    for (const auto& [flags0, flags1, named] :
+         {std::tuple<std::string, std::string, std::string>{" --out " + a, " --out " + b,
+                                                            "--out differ"},
+          {" --out " + a, " --out " + a + " --save-every 1", "--save-every differ"},
+          {" --out " + a + " --stop-after 1", " --out " + a, "--stop-after differ"},
+          {" --out " + a + " --resume " + b, " --out " + a, "--resume differ"}}) {
+        const fs::path log = dir_ / "mpi.log";
+        const std::string cmd = kMpiEnv + kTimeout + std::string(NAPKIN_MPIEXEC) + rank + flags0 +
+                                " :" + rank + flags1 + " >" + log.string() + " 2>&1";
+        const int status = std::system(cmd.c_str());
+        ASSERT_TRUE(WIFEXITED(status));
+        EXPECT_EQ(WEXITSTATUS(status), 2);
+        const std::string out = slurp(log.string());
+        EXPECT_NE(out.find("rank 1 of 2: " + named + " between the ranks (this rank: "),
+                  std::string::npos)
+            << out;
+        EXPECT_NE(out.find("start every rank with the same flags"), std::string::npos) << out;
+        EXPECT_FALSE(fs::exists(dir_ / "a" / "report.json"));
+    }
 }
 
 // ---- 9. Outputs never overwrite inputs ---------------------------------------------------------
