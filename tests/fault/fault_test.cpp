@@ -278,6 +278,52 @@ TEST_F(Fault, AnExportRemovesTheTemporariesOfAKilledExport) {
     EXPECT_TRUE(fs::exists(dir_ / "merged.json"));
 }
 
+// ---- Kill -9 and signals at points spread over a run ------------------------------------------
+
+// A run with a checkpoint every step is killed (SIGKILL, or SIGTERM: stop and write) at points
+// spread over its life, setup and saves included, then finished by --resume (or anew when no
+// checkpoint was left): every trial ends with the uninterrupted run's final checkpoint, byte for
+// byte, and no temporary left in the folder.
+TEST_F(Fault, KillsAndSignalsAtEveryPhaseResumeBitForBit) {
+    const std::string run = " --steps 4 --save-every 1 --micro-batch 2 --seq-len 16 --quiet --out ";
+    const fs::path ref = dir_ / "ref";
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(napkin("train" + run + ref.string(), kTimeout).rc, 0);
+    const double run_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string want = slurp((ref / "checkpoint.safetensors").string());
+    constexpr int kTrials = 8;
+    for (int i = 0; i < kTrials; ++i) {
+        const fs::path out = dir_ / ("t" + std::to_string(i));
+        const char* sig = i % 2 == 0 ? "KILL" : "TERM";
+        const double delay_s = run_s * (i + 0.5) / kTrials;  // spread over setup, steps, saves
+        const std::string cmd = napkin_under_test() + " train" + run + out.string() +
+                                " >/dev/null 2>&1 & p=$!; sleep " + std::to_string(delay_s) +
+                                "; kill -" + sig + " $p 2>/dev/null; wait $p; exit $?";
+        const int status = std::system(cmd.c_str());
+        ASSERT_TRUE(WIFEXITED(status));
+        const int rc = WEXITSTATUS(status);
+        EXPECT_TRUE(rc == 0 || rc == 128 + 9 || rc == 128 + 15)
+            << sig << " at " << delay_s << " s: rc " << rc;
+        if (rc == 128 + 15) {  // stopped in order: nothing half-written
+            EXPECT_FALSE(durable_temporary_of(out / "checkpoint.safetensors")) << delay_s;
+            EXPECT_FALSE(durable_temporary_of(out / "report.json")) << delay_s;
+        }
+        if (rc != 0) {
+            const bool saved = fs::exists(out / "checkpoint.safetensors");
+            const CliRun r = napkin(saved ? "train --resume " + out.string() + " --quiet"
+                                          : "train" + run + out.string(),
+                                    kTimeout);
+            ASSERT_EQ(r.rc, 0) << sig << " at " << delay_s << " s: " << r.err;
+        }
+        EXPECT_TRUE(slurp((out / "checkpoint.safetensors").string()) == want)
+            << sig << " at " << delay_s
+            << " s: the final checkpoint differs from the uninterrupted run's";
+        EXPECT_FALSE(durable_temporary_of(out / "checkpoint.safetensors"));
+        EXPECT_TRUE(fs::exists(out / "report.json"));
+    }
+}
+
 // ---- 6. Ranks started with different flags ------------------------------------------------------
 
 // Two ranks (an MPMD launch: one command per rank) that differ in what they write: refused at
