@@ -351,6 +351,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     std::optional<profiler::InitReport> init;
     Trainer trainer(run.options, &comm, run.parallel ? build_id() : std::string(),
                     init_weights(f, run, init));
+    if (!f.force) check_device_memory(run.options, comm.world_size(), trainer);
     const StepRange steps = start_steps(f, run, trainer, init);
     if (steps.first == steps.last) return;  // a finished run's report was all that was missing
     TrainProfiler profiler(trainer, run.profile, run.out_dir);

@@ -81,11 +81,15 @@ namespace {
 
 // The memory a new process can take without swapping: /proc/meminfo's MemAvailable (free memory
 // plus the page cache and reclaimable slabs the kernel would give back), or the physical memory
-// where the kernel has no such line. NAPKIN_TEST_AVAILABLE_BYTES replaces it (tests: a figure
-// that does not depend on the machine). 0: unknown.
+// where the kernel has no such line. NAPKIN_TEST_AVAILABLE_BYTES replaces it, and a GPU's free
+// memory (tests: a figure that does not depend on the machine; -1 when not set). 0: unknown.
+double injected_available_bytes() {
+    const char* v = std::getenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    return v != nullptr ? std::strtod(v, nullptr) : -1;
+}
+
 double available_memory_bytes() {
-    if (const char* v = std::getenv("NAPKIN_TEST_AVAILABLE_BYTES"); v != nullptr)
-        return std::strtod(v, nullptr);
+    if (const double injected = injected_available_bytes(); injected >= 0) return injected;
     std::ifstream meminfo("/proc/meminfo");
     std::string key;
     double kib = 0;
@@ -126,6 +130,36 @@ void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
                   need / 1e9, static_cast<long long>(o.plan.micro_batch),
                   static_cast<long long>(o.plan.seq_len), ranks.c_str(), margin / 1e9,
                   available / 1e9);
+    throw UsageError(line);
+}
+
+void check_device_memory(const TrainOptions& o, int world, Trainer& trainer) {
+    EngineDevice* device = trainer.device();
+    if (device == nullptr) return;
+    const EngineDevice::MemoryUse m = device->memory_use();
+    const double injected = injected_available_bytes();
+    const double free_bytes =
+        injected >= 0 ? injected : static_cast<double>(m.total_bytes - m.used_bytes);
+    double need = 0;
+    try {
+        need = Estimator{}.run(prediction_inputs(o, world, true, 0)).gpu.total();
+    } catch (const UsageError&) {
+        return;  // options the estimator refuses: the engine's own errors stand
+    }
+    // The model states are on the device already (in `used`); the first step adds the rest.
+    const double allocated = static_cast<double>(trainer.allocator().current_total_bytes());
+    const double rest = std::max(0.0, need - allocated);
+    const double margin = 0.1 * need + kHostMemoryMarginBytes;  // cuBLAS, NCCL: not predicted
+    if (rest + margin <= free_bytes) return;
+    char line[560];
+    std::snprintf(line, sizeof line,
+                  "the run needs %.3g GB on the GPU by napkin's prediction (B=%lld, T=%lld), %.3g "
+                  "GB of it allocated, plus a margin of %.3g GB (10%% and 0.5 GB), more than the "
+                  "%.3g GB free on %s: lower --micro-batch or --seq-len, add --checkpointing full "
+                  "or shard over more GPUs (--zero), or --force to try anyway",
+                  need / 1e9, static_cast<long long>(o.plan.micro_batch),
+                  static_cast<long long>(o.plan.seq_len), allocated / 1e9, margin / 1e9,
+                  free_bytes / 1e9, device->name().c_str());
     throw UsageError(line);
 }
 

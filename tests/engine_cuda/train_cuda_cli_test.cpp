@@ -68,6 +68,26 @@ TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
     EXPECT_EQ(b, report_losses(dir / "whole"));
 }
 
+// The memory check of a GPU run is against the device's free memory (an injected figure here),
+// once the model is on it: what the first step adds, plus a margin, and --force past it.
+TEST(TrainCudaCli, MemoryCheckIsAgainstTheDevicesFreeMemory) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string run = "train --quiet --device cuda --steps 1 --micro-batch 2 --seq-len 32 --out " +
+                            (dir / "run").string();
+    ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB free: less than the margin
+    const CliRun refused = napkin(run);
+    const CliRun forced = napkin(run + " --force");
+    ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    EXPECT_EQ(refused.rc, 2) << refused.err;
+    EXPECT_NE(refused.err.find("GB on the GPU by napkin's prediction (B=2, T=32), "), std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("more than the 0.05 GB free on "), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(dir / "run" / "report.json"));
+    EXPECT_EQ(forced.rc, 0) << forced.err;
+}
+
 // The CUDA engine allocates its temporaries once (the cuBLASLt workspace, the loss chunk's
 // scratch with dlogits and dw's fp32 sum, the per-row losses, naive attention's dS) plus the
 // optimizer's global-norm partial sums at each step; the estimator predicts them to the byte,
