@@ -77,6 +77,7 @@ TEST(TrainCudaCli, MemoryCheckIsAgainstTheDevicesFreeMemory) {
                             (dir / "run").string();
     ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB free: less than the margin
     const CliRun refused = napkin(run);
+    EXPECT_FALSE(fs::exists(dir / "run" / "report.json"));
     const CliRun forced = napkin(run + " --force");
     ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
     EXPECT_EQ(refused.rc, 2) << refused.err;
@@ -84,7 +85,6 @@ TEST(TrainCudaCli, MemoryCheckIsAgainstTheDevicesFreeMemory) {
         << refused.err;
     EXPECT_NE(refused.err.find("more than the 0.05 GB free on "), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
-    EXPECT_FALSE(fs::exists(dir / "run" / "report.json"));
     EXPECT_EQ(forced.rc, 0) << forced.err;
 }
 
