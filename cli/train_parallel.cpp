@@ -45,9 +45,10 @@ void check_same_flags(const std::vector<std::pair<std::string, std::string>>& fl
         differ[i] = mine[i] != root[i] ? 1.0 : 0.0;
     comm.all_reduce(differ.data(), differ.size(), "flag check");
     std::string names, here;
+    int count = 0;
     for (std::size_t i = 0; i < flags.size(); ++i) {
         if (differ[i] == 0) continue;
-        names += (names.empty() ? "" : ", ") + flags[i].first;
+        names += (count++ == 0 ? "" : ", ") + flags[i].first;
         if (mine[i] != root[i]) {
             here += (here.empty() ? "" : ", ") + flags[i].first + " '" + flags[i].second + "'";
         }
@@ -55,7 +56,7 @@ void check_same_flags(const std::vector<std::pair<std::string, std::string>>& fl
     if (names.empty()) return;
     throw RunMismatchError("rank " + std::to_string(comm.rank()) + " of " +
                            std::to_string(comm.world_size()) + ": " + names +
-                           " differ between the ranks" +
+                           (count == 1 ? " differs" : " differ") + " between the ranks" +
                            (here.empty() ? std::string(" (this rank has rank 0's)")
                                          : " (this rank: " + here + ", unlike rank 0)") +
                            "; start every rank with the same flags");

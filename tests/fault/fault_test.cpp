@@ -336,10 +336,10 @@ TEST_F(Fault, RanksWithDifferentFlagsAreRefusedNamingThem) {
     const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
     for (const auto& [flags0, flags1, named] :
          {std::tuple<std::string, std::string, std::string>{" --out " + a, " --out " + b,
-                                                            "--out differ"},
-          {" --out " + a, " --out " + a + " --save-every 1", "--save-every differ"},
-          {" --out " + a + " --stop-after 1", " --out " + a, "--stop-after differ"},
-          {" --out " + a + " --resume " + b, " --out " + a, "--resume differ"}}) {
+                                                            "--out differs"},
+          {" --out " + a, " --out " + a + " --save-every 1", "--save-every differs"},
+          {" --out " + a + " --stop-after 1", " --out " + a, "--stop-after differs"},
+          {" --out " + a + " --resume " + b, " --out " + a, "--resume differs"}}) {
         const fs::path log = dir_ / "mpi.log";
         const std::string cmd = kMpiEnv + kTimeout + std::string(NAPKIN_MPIEXEC) + rank + flags0 +
                                 " :" + rank + flags1 + " >" + log.string() + " 2>&1";
