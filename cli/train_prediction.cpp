@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include "core/check.h"
@@ -102,19 +103,25 @@ double available_memory_bytes() {
     return static_cast<double>(pages) * static_cast<double>(page_bytes);
 }
 
+// The estimator's predicted peak per process (per GPU when `on_gpu`) for this run; none for
+// options it refuses, which the engine then names in its own words.
+std::optional<double> predicted_peak_bytes(const TrainOptions& o, int world, bool on_gpu) {
+    try {
+        return Estimator{}.run(prediction_inputs(o, world, on_gpu, 0)).gpu.total();
+    } catch (const UsageError&) {
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
     if (o.device != DeviceKind::cpu) return;
     const double available = available_memory_bytes();
     if (available <= 0) return;
-    double need = 0;
-    try {
-        need = Estimator{}.run(prediction_inputs(o, world, false, 0)).gpu.total() *
-               std::max(1, node_ranks);
-    } catch (const UsageError&) {
-        return;  // options the engine refuses: the Trainer names them in its own words
-    }
+    const std::optional<double> peak = predicted_peak_bytes(o, world, false);
+    if (!peak) return;
+    const double need = *peak * std::max(1, node_ranks);
     // What the prediction does not count: the process itself (libraries, the data's pages, the
     // allocator's slack) and the prediction's own error, a few percent.
     const double margin = 0.1 * need + kHostMemoryMarginBytes * std::max(1, node_ranks);
@@ -140,12 +147,9 @@ void check_device_memory(const TrainOptions& o, int world, Trainer& trainer) {
     const double injected = injected_available_bytes();
     const double free_bytes =
         injected >= 0 ? injected : static_cast<double>(m.total_bytes - m.used_bytes);
-    double need = 0;
-    try {
-        need = Estimator{}.run(prediction_inputs(o, world, true, 0)).gpu.total();
-    } catch (const UsageError&) {
-        return;  // options the estimator refuses: the engine's own errors stand
-    }
+    const std::optional<double> peak = predicted_peak_bytes(o, world, true);
+    if (!peak) return;
+    const double need = *peak;
     // The model states are on the device already (in `used`); the first step adds the rest.
     const double allocated = static_cast<double>(trainer.allocator().current_total_bytes());
     const double rest = std::max(0.0, need - allocated);
@@ -165,17 +169,13 @@ void check_device_memory(const TrainOptions& o, int world, Trainer& trainer) {
 
 std::string out_of_memory_hint(const TrainOptions& o, int world) {
     const bool gpu = o.device == DeviceKind::cuda;
-    double peak = 0;
-    try {
-        peak = Estimator{}.run(prediction_inputs(o, world, gpu, 0)).gpu.total();
-    } catch (const UsageError&) {
-        return "";  // options the estimator refuses: the error stands alone
-    }
+    const std::optional<double> peak = predicted_peak_bytes(o, world, gpu);
+    if (!peak) return "";  // options the estimator refuses: the error stands alone
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "; the estimator predicts a peak of %.2f GB per %s for this run (napkin estimate "
                   "breaks it down): lower --micro-batch, add --checkpointing full%s",
-                  peak / 1e9, gpu ? "GPU" : "process",
+                  *peak / 1e9, gpu ? "GPU" : "process",
                   gpu ? ", or shard the model states over more GPUs (--zero)" : "");
     return buf;
 }
