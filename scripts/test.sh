@@ -10,7 +10,8 @@ scripts/install_deps.sh --viewer
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" -LE "gui|fault"
-# The fault suite: about 10 s of napkin runs on a CPU; each case may take at most 60 s (every
+# The fault suite: about 40 s of napkin runs on one CPU core (18 cases, the longest the kill -9 trials
+# at about 10 s); each case may take at most 60 s (every
 # command in it is under `timeout 20`, so a hang fails one case and never stalls CI).
 ctest --test-dir build --output-on-failure -j"$(nproc)" -L fault --timeout 60
 # -noreset: by default Xvfb resets when its last client leaves, and a test connecting during the
