@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/zero_checkpoint.h"
@@ -34,6 +36,12 @@ void run_consolidate(const ConsolidateFlags& f, const CLI::App& cmd) {
                          "' (a step folder counts once its " + kManifestFileName + " exists)");
     }
     const std::string out = f.out.empty() ? (run_dir / kCheckpointFileName).string() : f.out;
+    std::vector<std::filesystem::path> inputs = {m->dir / kManifestFileName};
+    for (const ManifestShard& s : m->shards)
+        inputs.push_back(m->dir / s.file);
+    for (const char* file : {"report.json", "trace.json", "memory.json"})
+        inputs.push_back(run_dir / file);
+    refuse_overwriting_input("-o", out, inputs);
     const CheckpointInfo info = consolidate_checkpoint(*m, out);
     std::printf(
         "consolidated %s (%d rank%s, ZeRO-%d, step %d) into %s: %llu bytes of tensors; "

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "core/check.h"
 #include "core/durable_file.h"
 #include "profiler/chrome_trace_writer.h"
@@ -269,7 +270,18 @@ void run_export(const ExportFlags& f) {
         const int n = ++seen[src.label];
         if (n > 1) src.label += " (" + std::to_string(n) + ")";
     }
-    DurableFile out{fs::path(f.out)};
+    std::vector<fs::path> inputs;
+    for (const TraceSource& src : sources) {
+        inputs.push_back(src.file);
+        inputs.push_back(src.file.parent_path() / "report.json");
+    }
+    for (const std::string& arg : f.runs)
+        inputs.emplace_back(arg);
+    refuse_overwriting_input("-o", f.out, inputs);
+    // What an export killed mid-write (SIGTERM, kill -9) left beside its target: gone now.
+    const fs::path target(f.out);
+    remove_dead_temporaries(target.has_parent_path() ? target.parent_path() : fs::path("."));
+    DurableFile out{target};
     if (!out.ok()) throw InputError(out.error());
     Merger merger(out);
     for (const TraceSource& src : sources)

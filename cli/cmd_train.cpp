@@ -71,7 +71,8 @@ struct StepRange {
     int first = 0, last = 0;
 };
 
-// After the trainer is built: the import's and the resume's lines, and the steps to train.
+// After the trainer is built: the import's and the resume's lines, and the steps to train
+// (none, first == last, when a finished run's report was all that was missing).
 // The profiled window is clamped to the run; a window that misses every step of this process
 // would write no trace at all: refused.
 StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
@@ -94,6 +95,13 @@ StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
     const StepRange range{trainer.steps_done(),
                           f.stop_after > 0 ? std::min(steps, f.stop_after) : steps};
     if (range.first >= steps) {
+        // Killed between the final checkpoint and its report: the report waits beside it.
+        const std::filesystem::path report = run.out_dir / "report.json";
+        if (publish_pending_report(report)) {
+            std::printf("the run already finished its %d steps; wrote its report %s\n", steps,
+                        report.c_str());
+            return {steps, steps};
+        }
         throw UsageError("--resume: the run already finished its " + std::to_string(steps) +
                          " steps");
     }
@@ -197,6 +205,20 @@ void claim_run_dir(const TrainFlags& f, const RunSetup& run, Communicator& comm)
     if (run.parallel) comm.barrier();
 }
 
+// A step that would run for hours even at the machine's peak (an absurd --grad-accum: 10^9
+// micro-batches is days on any machine) is warned about on one line, once the stop handler is in
+// place: the run goes on, and Ctrl-C stops it within a micro-batch.
+void warn_long_steps(const TrainOptions& o, const Estimate& pred, const MachinePeak& peak) {
+    constexpr double kLongStepSeconds = 3600;
+    const double seconds = pred.hardware_flops_per_token * pred.tokens_per_step / peak.flops_per_s;
+    if (!(seconds > kLongStepSeconds)) return;
+    std::fprintf(stderr,
+                 "napkin: warning: --grad-accum %d: one step is %.3g tokens, at least %.3g hours "
+                 "at this machine's peak; Ctrl-C stops it between micro-batches\n",
+                 o.grad_accum, pred.tokens_per_step, seconds / 3600);
+    std::fflush(stderr);
+}
+
 // ---- The step loop -------------------------------------------------------------------------
 
 // What the loop reads and updates besides the trainer.
@@ -248,7 +270,13 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
         }
         inject_test_fault(comm.rank(), s);
         loop.profiler.before_step(s);
-        const StepRecord r = trainer.step();
+        StepRecord r;
+        try {
+            r = trainer.step();
+        } catch (const StepAbandoned&) {  // stopped between micro-batches: as before the step
+            loop.steps.last = s;
+            break;
+        }
         loop.profiler.after_step(s, loop.steps.last);
         if (!loop.flags.quiet) {
             print_step(s, r, loop.run.options.steps, loop.peak.flops_per_s,
@@ -281,9 +309,10 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
                 const Estimate& pred, const std::optional<profiler::InitReport>& init,
                 const std::optional<ChosenProfile>& given_profile) {
     Trainer& trainer = loop.trainer;
+    const bool parallel = loop.run.parallel;
     loop.profiler.stop_collecting();
-    loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
     loop.profiler.close();
+    loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
 
     profiler::RunReport report;
     report.model = loop.run.options.model;
@@ -295,11 +324,16 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     // prediction (128 MiB), which must not count in the run's peak RSS.
     report.predicted.time =
         predict_run_time(loop.run.options, ei, given_profile, trainer, loop.peak);
-    report.steps = totals.steps;
-    report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
-    if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
     const std::filesystem::path file = loop.run.out_dir / "report.json";
-    write_file_durably(file, profiler::run_report_text(report));  // whole or not there
+    report.steps = run_history(file, totals.steps);  // a resumed run keeps its earlier steps
+    report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
+    if (parallel) report.communication = communication_report(trainer, pred, totals.steps);
+    // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
+    // the report for --resume to publish.
+    write_file_durably(pending_report_path(file), profiler::run_report_text(report));
+    const std::string saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    NAPKIN_ASSERT(saved == loop.checkpoint, "the report names the checkpoint written");
+    publish_pending_report(file);
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
@@ -316,13 +350,15 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     RunSetup run = validate(f, cmd, comm);
     oom_hint = out_of_memory_hint(run.options, comm.world_size());
     run.out_dir = rank_out_dir(run.run_dir, comm);
-    check_host_memory(run.options, comm.world_size(), launch_env().local_size);
+    if (!f.force) check_host_memory(run.options, comm.world_size(), launch_env().local_size);
     const OutDir out_dir_guard(run.out_dir);  // removed again if the run fails before writing to it
 
     std::optional<profiler::InitReport> init;
     Trainer trainer(run.options, &comm, run.parallel ? build_id() : std::string(),
                     init_weights(f, run, init));
+    if (!f.force) check_device_memory(run.options, comm.world_size(), trainer);
     const StepRange steps = start_steps(f, run, trainer, init);
+    if (steps.first == steps.last) return;  // a finished run's report was all that was missing
     TrainProfiler profiler(trainer, run.profile, run.out_dir);
     const MachinePeak peak = machine_peak(run.options, trainer, profiler.on());
     profiler.set_roofline({peak.flops_per_s, peak.bytes_per_s});
@@ -345,7 +381,11 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                   steps,
                   run.parallel ? std::string("none") : (run.run_dir / kCheckpointFileName).string(),
                   {}};
-    if (!run.parallel) loop.stop.emplace();
+    if (!run.parallel) {
+        loop.stop.emplace();
+        trainer.set_stop_check([&stop = *loop.stop] { return stop.requested(); });
+    }
+    warn_long_steps(run.options, pred, peak);
     const StepTotals totals = run_steps(loop, comm);
     finish_run(loop, totals, ei, pred, init, given_profile);
 }
@@ -438,6 +478,9 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "(bitwise identical); or from a checkpoint file (napkin ckpt consolidate's, any "
                    "world size and stage)");
     cmd.add_flag("--quiet", f.quiet, "No per-step lines");
+    cmd.add_flag("--force", f.force,
+                 "Train even when the predicted memory and its margin exceed the memory "
+                 "available (the check a CPU run makes before it allocates)");
     cmd.add_option("--zero", f.zero,
                    "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks "
                    "come from the launcher: mpirun -n N napkin train --zero S ... (N ranks x "

@@ -2,9 +2,16 @@
 // written out (300 digits), and an unsigned option takes "-1" as 2^64 - 1.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "core/check.h"
 
 namespace napkin::cli {
 
@@ -12,10 +19,26 @@ namespace napkin::cli {
 inline CLI::Validator non_negative_integer() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return {};
-            return "must be 0 or a positive integer (got '" + s + "')";
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+                return "must be 0 or a positive integer (got '" + s + "')";
+            std::uint64_t v = 0;  // CLI11 would saturate a larger one silently
+            if (std::from_chars(s.data(), s.data() + s.size(), v).ec == std::errc{}) return {};
+            return "must be at most 18446744073709551615, 2^64 - 1 (got '" + s + "')";
         },
         "", "non-negative integer");
+}
+
+// UsageError when `out` is one of `inputs` (the same file by any path, a link or a relative
+// one): a command's output never overwrites what it reads or the run it reads from.
+inline void refuse_overwriting_input(const char* flag, const std::filesystem::path& out,
+                                     const std::vector<std::filesystem::path>& inputs) {
+    for (const std::filesystem::path& in : inputs) {
+        std::error_code ec;  // false when either does not exist: a new file overwrites nothing
+        if (std::filesystem::equivalent(out, in, ec)) {
+            throw UsageError(std::string(flag) + ": '" + out.string() + "' is " + in.string() +
+                             ", an input of this command; name another output file");
+        }
+    }
 }
 
 }  // namespace napkin::cli

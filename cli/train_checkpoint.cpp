@@ -92,6 +92,11 @@ std::string save_run_checkpoint(const fs::path& run_dir, Trainer& trainer, bool 
     return path.string();
 }
 
+std::string run_checkpoint_path(const fs::path& run_dir, int steps_done, bool parallel) {
+    return parallel ? sharded_checkpoint_dir(run_dir, steps_done).string()
+                    : (run_dir / kCheckpointFileName).string();
+}
+
 std::string set_aside_earlier_run(const fs::path& run_dir) {
     // The earlier run's checkpoints first, then the files it wrote beside them, rank folders too.
     std::vector<fs::path> paths = {run_dir / kCheckpointFileName, run_dir / kShardedCheckpointsDir};
@@ -105,7 +110,7 @@ std::string set_aside_earlier_run(const fs::path& run_dir) {
         }
     }
     for (const fs::path& d : dirs) {
-        for (const char* file : {"report.json", "trace.json", "memory.json"})
+        for (const char* file : {"report.json", "report.json.pending", "trace.json", "memory.json"})
             paths.push_back(d / file);
     }
     std::string moved;

@@ -39,16 +39,20 @@ void load_resume_source(const ResumeSource& source, Trainer& trainer);
 std::string save_run_checkpoint(const std::filesystem::path& run_dir, Trainer& trainer,
                                 bool parallel);
 
+// The path save_run_checkpoint writes for a trainer `steps_done` steps in.
+std::string run_checkpoint_path(const std::filesystem::path& run_dir, int steps_done,
+                                bool parallel);
+
 // A run that does not continue the checkpoint of its own folder (a fresh run, or a resumed one
 // writing to another folder with --out) first moves any checkpoint already there aside, so that
 // a later --resume of the folder never takes an earlier run's state for this run's:
 //   RUN_DIR/checkpoint.safetensors  ->  RUN_DIR/checkpoint.safetensors.previous
 //   RUN_DIR/checkpoints/            ->  RUN_DIR/checkpoints.previous/
-// and the earlier run's report.json, trace.json and memory.json (in RUN_DIR and its rank<r>
-// folders) likewise, so that napkin report, export and view never show them as this run's.
-// Each one rename (an older .previous is removed first). Returns the line to print, or empty
-// when there was nothing to move. Called by rank 0 alone, before a collective that precedes the
-// first save. InputError naming the path when a move fails.
+// and the earlier run's report.json (and report.json.pending), trace.json and memory.json (in
+// RUN_DIR and its rank<r> folders) likewise, so that napkin report, export and view never show them
+// as this run's. Each one rename (an older .previous is removed first). Returns the line to print,
+// or empty when there was nothing to move. Called by rank 0 alone, before a collective that
+// precedes the first save. InputError naming the path when a move fails.
 std::string set_aside_earlier_run(const std::filesystem::path& run_dir);
 
 // Whether resuming from `source` into `run_dir` continues the folder's own checkpoint (the same

@@ -1,11 +1,16 @@
 #include "cli/train_flags.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/flag_checks.h"
+#include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/device.h"
@@ -13,6 +18,24 @@
 namespace napkin::cli {
 
 namespace {
+
+// Paths go into JSON (report.json, the checkpoint header), which holds UTF-8 only: a path of other
+// bytes would train every step and then fail to write the report. Refused before the run.
+void require_utf8_paths(const TrainFlags& f) {
+    for (const auto& [flag, path] : {std::pair{"--data", &f.data},
+                                     {"--out", &f.out},
+                                     {"--init-from", &f.init_from},
+                                     {"--resume", &f.resume},
+                                     {"--config", &f.config}}) {
+        try {
+            (void)nlohmann::json(*path).dump();
+        } catch (const nlohmann::json::type_error&) {
+            throw UsageError(std::string(flag) +
+                             ": the path is not valid UTF-8, which napkin's JSON files (report, "
+                             "checkpoint header) cannot hold; rename it");
+        }
+    }
+}
 
 // --finetune lora|qlora and their adapter flags.
 void finetune_from_flags(const TrainFlags& f, const CLI::App& cmd, TrainOptions& o) {
@@ -48,7 +71,12 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     if (f.micro_batch <= 0) throw UsageError("--micro-batch: must be a positive integer");
     if (f.seq_len <= 0) throw UsageError("--seq-len: must be a positive integer");
     // Numbers the optimizer would turn into NaN weights, or quietly read as "off", are refused.
-    if (!(f.lr > 0) || !std::isfinite(f.lr)) throw UsageError("--lr: must be a positive number");
+    if (!(f.lr > 0) || !std::isfinite(f.lr)) {  // a float: 1e300 reads as inf
+        const std::string given =
+            cmd.count("--lr") > 0 ? cmd.get_option("--lr")->results().back() : std::string();
+        throw UsageError("--lr: must be a positive number at most 3.4e38, the largest float (got " +
+                         given + ")");
+    }
     if (f.warmup < 0) throw UsageError("--warmup: must be 0 or a positive number of steps");
     if (!(f.weight_decay >= 0) || !std::isfinite(f.weight_decay)) {
         throw UsageError("--weight-decay: must be 0 (off) or a positive number");
@@ -83,11 +111,52 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
 
 // The flags that stand on their own. --comm-timeout is checked and set first: the start-up
 // handshake is already a collective.
+// Every flag by name with its value as text, for the ranks to compare.
+std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f) {
+    auto text = [](auto v) {  // numbers as the shortest text that reads back to them
+        char buf[32];
+        return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    };
+    return {{"--out", f.out},
+            {"--save-every", text(f.save_every)},
+            {"--stop-after", text(f.stop_after)},
+            {"--resume", f.resume},
+            {"--init-from", f.init_from},
+            {"--load-strategy", f.load_strategy},
+            {"--profile", f.profile},
+            {"--force", f.force ? "yes" : "no"},
+            {"--model", f.model},
+            {"--config", f.config},
+            {"--data", f.data},
+            {"--device", f.device},
+            {"--steps", text(f.steps)},
+            {"--grad-accum", text(f.grad_accum)},
+            {"--micro-batch", text(f.micro_batch)},
+            {"--seq-len", text(f.seq_len)},
+            {"--precision", f.precision},
+            {"--optimizer", f.optimizer},
+            {"--checkpointing", f.checkpointing},
+            {"--attention", f.attention},
+            {"--finetune", f.finetune},
+            {"--lora-rank", text(f.lora_rank)},
+            {"--lora-alpha", text(f.lora_alpha)},
+            {"--dropout", text(f.dropout)},
+            {"--lr", text(f.lr)},
+            {"--warmup", text(f.warmup)},
+            {"--weight-decay", text(f.weight_decay)},
+            {"--grad-clip", text(f.grad_clip)},
+            {"--seed", text(f.seed)},
+            {"--zero", text(f.zero)},
+            {"--overlap", f.overlap},
+            {"--offload", f.offload}};
+}
+
 void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     if (!(f.comm_timeout >= 0) || !std::isfinite(f.comm_timeout)) {
         throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
     }
     comm.set_timeout_s(f.comm_timeout);
+    check_same_flags(flag_values(f), comm);  // before any flag leads a rank its own way
     if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");
     }
@@ -182,6 +251,7 @@ void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
 
 RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
     check_flags(f, cmd, comm);
+    require_utf8_paths(f);
     RunSetup run;
     run.load_strategy = parse_enum(kLoadStrategyNames, f.load_strategy, "--load-strategy");
     if (cmd.count("--load-strategy") > 0 && f.init_from.empty()) {

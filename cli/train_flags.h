@@ -33,6 +33,7 @@ struct TrainFlags {
     bool profile_force = false;
     std::string resume;
     bool quiet = false;
+    bool force = false;  // past the memory check
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";

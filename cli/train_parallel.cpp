@@ -5,11 +5,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/version.h"
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
+#include "core/engine/zero.h"
 
 namespace napkin::cli {
 
@@ -27,6 +30,36 @@ void run_with_ranks(const std::function<void(Communicator&)>& body) {
         std::fflush(stderr);
         comm->abort(usage ? 2 : 1);
     }
+}
+
+void check_same_flags(const std::vector<std::pair<std::string, std::string>>& flags,
+                      Communicator& comm) {
+    if (comm.world_size() == 1) return;
+    std::vector<std::uint64_t> mine, root;
+    for (const auto& [name, value] : flags)
+        mine.push_back(fnv1a64(value.data(), value.size()));
+    root = mine;
+    comm.broadcast(root.data(), root.size() * sizeof(std::uint64_t), 0, "flag hashes");
+    std::vector<double> differ(mine.size());  // summed: how many ranks differ from rank 0
+    for (std::size_t i = 0; i < mine.size(); ++i)
+        differ[i] = mine[i] != root[i] ? 1.0 : 0.0;
+    comm.all_reduce(differ.data(), differ.size(), "flag check");
+    std::string names, here;
+    int count = 0;
+    for (std::size_t i = 0; i < flags.size(); ++i) {
+        if (differ[i] == 0) continue;
+        names += (count++ == 0 ? "" : ", ") + flags[i].first;
+        if (mine[i] != root[i]) {
+            here += (here.empty() ? "" : ", ") + flags[i].first + " '" + flags[i].second + "'";
+        }
+    }
+    if (names.empty()) return;
+    throw RunMismatchError("rank " + std::to_string(comm.rank()) + " of " +
+                           std::to_string(comm.world_size()) + ": " + names +
+                           (count == 1 ? " differs" : " differ") + " between the ranks" +
+                           (here.empty() ? std::string(" (this rank has rank 0's)")
+                                         : " (this rank: " + here + ", unlike rank 0)") +
+                           "; start every rank with the same flags");
 }
 
 std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communicator& comm) {

@@ -22,6 +22,14 @@ namespace napkin::cli {
 // mismatch found by the start-up handshake is known to every rank: they all exit cleanly.
 void run_with_ranks(const std::function<void(Communicator&)>& body);
 
+// The flags that decide what the ranks write and read (--out, --save-every, --stop-after,
+// --resume, ...), by name and value: ranks that differ in one would finish with a checkpoint no
+// run can use, or fall out of step inside a collective (MPI_ERR_IN_STATUS). Collective: every
+// rank compares each flag with rank 0's, and all throw RunMismatchError (exit 2 everywhere)
+// naming the flags that differ. Nothing to compare for one process.
+void check_same_flags(const std::vector<std::pair<std::string, std::string>>& flags,
+                      Communicator& comm);
+
 // RUN_DIR for rank 0, RUN_DIR/rank<r> for the others (each writes its own report and trace).
 // Ranks other than 0 also stop printing to stdout: rank 0 speaks for the job.
 std::filesystem::path rank_out_dir(const std::filesystem::path& run_dir, Communicator& comm);

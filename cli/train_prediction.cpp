@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include "core/check.h"
@@ -116,6 +119,39 @@ profiler::TimePrediction time_prediction_report(const Estimate& pred,
     return t;
 }
 
+// The memory a new process can take without swapping: /proc/meminfo's MemAvailable (free memory
+// plus the page cache and reclaimable slabs the kernel would give back), or the physical memory
+// where the kernel has no such line. NAPKIN_TEST_AVAILABLE_BYTES replaces it, and a GPU's free
+// memory (tests: a figure that does not depend on the machine; -1 when not set). 0: unknown.
+double injected_available_bytes() {
+    const char* v = std::getenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    return v != nullptr ? std::strtod(v, nullptr) : -1;
+}
+
+double available_memory_bytes() {
+    if (const double injected = injected_available_bytes(); injected >= 0) return injected;
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_bytes <= 0) return 0;
+    return static_cast<double>(pages) * static_cast<double>(page_bytes);
+}
+
+// The estimator's predicted peak per process (per GPU when `on_gpu`) for this run; none for
+// options it refuses, which the engine then names in its own words.
+std::optional<double> predicted_peak_bytes(const TrainOptions& o, int world, bool on_gpu) {
+    try {
+        return Estimator{}.run(prediction_inputs(o, world, on_gpu, 0)).gpu.total();
+    } catch (const UsageError&) {
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 std::optional<profiler::TimePrediction> predict_run_time(const TrainOptions& o, EstimateInputs ei,
@@ -134,43 +170,65 @@ std::optional<profiler::TimePrediction> predict_run_time(const TrainOptions& o, 
 
 void check_host_memory(const TrainOptions& o, int world, int node_ranks) {
     if (o.device != DeviceKind::cpu) return;
-    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_bytes <= 0) return;
-    const double physical = static_cast<double>(pages) * static_cast<double>(page_bytes);
-    double need = 0;
-    try {
-        need = Estimator{}.run(prediction_inputs(o, world, false, 0)).gpu.total() *
-               std::max(1, node_ranks);
-    } catch (const UsageError&) {
-        return;  // options the engine refuses: the Trainer names them in its own words
-    }
-    if (need <= physical) return;
+    const double available = available_memory_bytes();
+    if (available <= 0) return;
+    const std::optional<double> peak = predicted_peak_bytes(o, world, false);
+    if (!peak) return;
+    const double need = *peak * std::max(1, node_ranks);
+    // What the prediction does not count: the process itself (libraries, the data's pages, the
+    // allocator's slack) and the prediction's own error, a few percent.
+    const double margin = 0.1 * need + kHostMemoryMarginBytes * std::max(1, node_ranks);
+    if (need + margin <= available) return;
     const std::string ranks =
         node_ranks > 1 ? ", " + std::to_string(node_ranks) + " ranks on this node" : "";
-    char line[320];
-    std::snprintf(
-        line, sizeof line,
-        "the run needs %.3g GB by napkin's prediction (B=%lld, T=%lld%s), more than this machine's "
-        "%.1f "
-        "GB of memory: lower --micro-batch or --seq-len (napkin estimate shows the breakdown)",
-        need / 1e9, static_cast<long long>(o.plan.micro_batch),
-        static_cast<long long>(o.plan.seq_len), ranks.c_str(), physical / 1e9);
+    char line[480];
+    std::snprintf(line, sizeof line,
+                  "the run needs %.3g GB by napkin's prediction (B=%lld, T=%lld%s) plus a margin "
+                  "of %.3g GB (10%% and 0.5 GB a process), more than the %.3g GB of memory "
+                  "available: lower --micro-batch or --seq-len (napkin estimate shows the "
+                  "breakdown), or --force to try anyway",
+                  need / 1e9, static_cast<long long>(o.plan.micro_batch),
+                  static_cast<long long>(o.plan.seq_len), ranks.c_str(), margin / 1e9,
+                  available / 1e9);
+    throw UsageError(line);
+}
+
+void check_device_memory(const TrainOptions& o, int world, Trainer& trainer) {
+    EngineDevice* device = trainer.device();
+    if (device == nullptr) return;
+    const EngineDevice::MemoryUse m = device->memory_use();
+    const double injected = injected_available_bytes();
+    const double free_bytes =
+        injected >= 0 ? injected : static_cast<double>(m.total_bytes - m.used_bytes);
+    const std::optional<double> peak = predicted_peak_bytes(o, world, true);
+    if (!peak) return;
+    const double need = *peak;
+    // The model states are on the device already (in `used`); the first step adds the rest.
+    const double allocated = static_cast<double>(trainer.allocator().current_total_bytes());
+    const double rest = std::max(0.0, need - allocated);
+    const double margin = 0.1 * need + kHostMemoryMarginBytes;  // cuBLAS, NCCL: not predicted
+    if (rest + margin <= free_bytes) return;
+    char line[560];
+    std::snprintf(line, sizeof line,
+                  "the run needs %.3g GB on the GPU by napkin's prediction (B=%lld, T=%lld), %.3g "
+                  "GB of it allocated, plus a margin of %.3g GB (10%% and 0.5 GB), more than the "
+                  "%.3g GB free on %s: lower --micro-batch or --seq-len, add --checkpointing full "
+                  "or shard over more GPUs (--zero), or --force to try anyway",
+                  need / 1e9, static_cast<long long>(o.plan.micro_batch),
+                  static_cast<long long>(o.plan.seq_len), allocated / 1e9, margin / 1e9,
+                  free_bytes / 1e9, device->name().c_str());
     throw UsageError(line);
 }
 
 std::string out_of_memory_hint(const TrainOptions& o, int world) {
     const bool gpu = o.device == DeviceKind::cuda;
-    double peak = 0;
-    try {
-        peak = Estimator{}.run(prediction_inputs(o, world, gpu, 0)).gpu.total();
-    } catch (const UsageError&) {
-        return "";  // options the estimator refuses: the error stands alone
-    }
+    const std::optional<double> peak = predicted_peak_bytes(o, world, gpu);
+    if (!peak) return "";  // options the estimator refuses: the error stands alone
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "; the estimator predicts a peak of %.2f GB per %s for this run (napkin estimate "
                   "breaks it down): lower --micro-batch, add --checkpointing full%s",
-                  peak / 1e9, gpu ? "GPU" : "process",
+                  *peak / 1e9, gpu ? "GPU" : "process",
                   gpu ? ", or shard the model states over more GPUs (--zero)" : "");
     return buf;
 }

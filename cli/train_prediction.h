@@ -39,10 +39,19 @@ std::optional<profiler::TimePrediction> predict_run_time(const TrainOptions& o, 
                                                          const std::optional<ChosenProfile>& given,
                                                          Trainer& trainer, const MachinePeak& peak);
 
-// A CPU run whose predicted memory, times the ranks on this node, exceeds the machine's physical
-// memory would end in std::bad_alloc or the OOM killer inside its first step: UsageError naming
-// the figures instead. Nothing to check for a GPU run (the device reports its own).
+// A CPU run whose predicted memory, times the ranks on this node, plus a margin (10% and
+// kHostMemoryMarginBytes a process) exceeds the memory available now (/proc/meminfo's
+// MemAvailable) would end in std::bad_alloc or the OOM killer inside its first step: UsageError
+// naming the three figures and --force instead. Not called under --force. A GPU run is checked
+// against its device instead (check_device_memory).
+constexpr double kHostMemoryMarginBytes = 0.5e9;
 void check_host_memory(const TrainOptions& o, int world, int node_ranks);
+
+// A GPU run, once the trainer has put the model on the device and before the first step: the
+// rest of the predicted peak (what the first step adds) plus a margin (10% and 0.5 GB: cuBLAS
+// and NCCL workspaces) against the device's free memory (cudaMemGetInfo). UsageError naming the
+// figures, the device and --force. Not called under --force; nothing to check on the CPU.
+void check_device_memory(const TrainOptions& o, int world, Trainer& trainer);
 
 // What to add to an OutOfMemory error: the run's predicted peak per device and the ways to
 // lower it ("; the estimator predicts a peak of 81.20 GB per GPU for this run ...").

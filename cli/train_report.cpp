@@ -5,10 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/train_parallel.h"
+#include "core/check.h"
+#include "core/durable_file.h"
+#include "profiler/run_folder.h"
 
 namespace napkin::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -120,7 +126,7 @@ void print_run_summary(const profiler::RunReport& report, const StepTotals& tota
         "%.4f",
         run.first_step + 1, last_step, run.steps, totals.seconds, totals.tokens / totals.seconds,
         totals.model_flops / totals.seconds / 1e9, 100 * totals.model_flops / totals.seconds / peak,
-        report.steps.front().loss, report.steps.back().loss);
+        totals.steps.front().loss, totals.steps.back().loss);
     // ln V: the loss of a uniform prediction over the model's vocabulary, where training starts.
     if (run.data_entropy_nats) {
         std::printf(" (ln V = %.4f, corpus entropy %.4f)",
@@ -145,6 +151,38 @@ void print_run_summary(const profiler::RunReport& report, const StepTotals& tota
     }
     std::printf("  report: %s, checkpoint: %s\n", report_file.string().c_str(),
                 run.checkpoint.c_str());
+}
+
+std::vector<profiler::StepReport> run_history(const std::filesystem::path& report_file,
+                                              const std::vector<profiler::StepReport>& steps) {
+    std::error_code ec;
+    if (steps.empty() || !std::filesystem::exists(report_file, ec)) return steps;
+    std::vector<profiler::StepReport> history;
+    try {
+        for (const profiler::StepReport& s : profiler::read_run_report(report_file).steps) {
+            if (s.step < steps.front().step) history.push_back(s);
+        }
+    } catch (const InputError& e) {
+        std::fprintf(stderr, "napkin: warning: the earlier steps are left out of the report (%s)\n",
+                     e.what());
+        return steps;
+    }
+    history.insert(history.end(), steps.begin(), steps.end());
+    return history;
+}
+
+fs::path pending_report_path(const fs::path& report_file) {
+    fs::path p = report_file;
+    p += ".pending";
+    return p;
+}
+
+bool publish_pending_report(const fs::path& report_file) {
+    const fs::path pending = pending_report_path(report_file);
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::symlink_status(pending, ec))) return false;
+    rename_durably(pending, report_file);
+    return true;
 }
 
 }  // namespace napkin::cli

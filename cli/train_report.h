@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,5 +57,22 @@ profiler::Measurement measurement_report(const TrainOptions& o, const StepTotals
 void print_run_summary(const profiler::RunReport& report, const StepTotals& totals,
                        const Estimate& predicted, int last_step,
                        const std::filesystem::path& report_file);
+
+// report.json's "steps" of a resumed run: the steps before this process's first that an earlier
+// process of the same run folder reported in `report_file` (kept: the report is the whole run's
+// history), then `steps`. Just `steps` when there is no earlier report; a warning on stderr and
+// just `steps` when it cannot be read.
+std::vector<profiler::StepReport> run_history(const std::filesystem::path& report_file,
+                                              const std::vector<profiler::StepReport>& steps);
+
+// The final report is written in two phases around the final checkpoint: to
+// RUN_DIR/report.json.pending (durably) before it, renamed to report.json after it. A kill
+// between the two leaves a finished checkpoint with its report beside it, which --resume of the
+// finished run publishes (publish_pending_report) instead of refusing a run that can never get a
+// report.
+std::filesystem::path pending_report_path(const std::filesystem::path& report_file);
+
+// Renames report.json.pending over `report_file`; false when there is none.
+bool publish_pending_report(const std::filesystem::path& report_file);
 
 }  // namespace napkin::cli

@@ -17,8 +17,9 @@ void on_signal(int sig) {
         return;
     }
     g_signal = sig;
-    constexpr char kMsg[] = "\nnapkin: stopping after this step to write the report and a checkpoint "
-                            "(again to quit now)\n";
+    constexpr char kMsg[] =
+        "\nnapkin: stopping at the next micro-batch to write the report and a "
+        "checkpoint of the last whole step (again to quit now)\n";
     [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
 }
 

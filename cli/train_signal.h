@@ -1,5 +1,6 @@
-// Ctrl-C (SIGINT) and SIGTERM during `napkin train`: the first asks the run to stop after the
-// step in progress, as --stop-after would, so that its report, trace and checkpoint are written
+// Ctrl-C (SIGINT) and SIGTERM during `napkin train`: the first asks the run to stop at the next
+// micro-batch (the step in progress is dropped: Trainer::set_stop_check), as --stop-after would
+// after the last whole step, so that its report, trace and checkpoint are written
 // and `napkin train --resume RUN_DIR` continues it; a second ends the process at once. Only a
 // single process installs it: under a launcher (mpirun) the ranks would have to agree on the
 // step, and the launcher's own signal handling ends the job.

@@ -11,11 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 
 namespace napkin {
@@ -302,18 +305,23 @@ ModelConfig load_model_config(const std::string& path) {
     if (std::filesystem::is_directory(path, ec)) {
         throw UsageError(path + ": cannot open (" + std::strerror(EISDIR) + ")");
     }
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int err = errno;
-        throw UsageError(path + ": cannot open (" +
-                         (err != 0 ? std::strerror(err) : "unknown error") + ")");
-    }
-    std::ostringstream text;
-    text << in.rdbuf();
+    // Bounded and never blocking: `--config /dev/zero` or a FIFO is refused at once.
+    std::string text;
+    if (std::string err = read_bounded_file(path, kMaxConfigBytes, text); !err.empty())
+        throw UsageError(path + ": " + err);
+    // A key given twice in one object: nlohmann keeps the last silently; refused, naming it.
+    std::vector<std::set<std::string>> keys;  // of each object open at this point
+    const json::parser_callback_t once = [&](int, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        if (event == json::parse_event_t::object_end) keys.pop_back();
+        if (event == json::parse_event_t::key &&
+            !keys.back().insert(parsed.get<std::string>()).second)
+            throw UsageError(path + ": key \"" + parsed.get<std::string>() + "\" is given twice");
+        return true;
+    };
     json doc;
     try {
-        doc = json::parse(text.str());
+        doc = json::parse(text, once);
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
         // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column
         // 5: syntax error while parsing ..."; keep it from "parse error" on, on one line.

@@ -1,10 +1,13 @@
 #include "core/durable_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <system_error>
 #include <utility>
@@ -165,6 +168,14 @@ void write_file_durably(const std::filesystem::path& path, std::string_view byte
     if (!f.commit()) throw InputError(f.error());
 }
 
+void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to) {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+        throw InputError(from.string() + ": cannot rename to " + to.string() + " (" +
+                         std::strerror(errno) + ")");
+    }
+    sync_folder(to);
+}
+
 bool is_durable_temporary(std::string_view name) {
     const std::size_t at = name.rfind(kTmpMarker);
     if (at == std::string_view::npos || at == 0) return false;
@@ -179,6 +190,22 @@ bool is_durable_temporary(std::string_view name) {
         if (i < dash ? !digit : !hex) return false;
     }
     return true;
+}
+
+std::size_t remove_dead_temporaries(const std::filesystem::path& dir) noexcept {
+    std::size_t removed = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (!is_durable_temporary(name)) continue;
+        // "<name>.tmp-<pid>-<random>": the writer's pid, checked with signal 0 (ESRCH: gone).
+        const std::size_t at = name.rfind(kTmpMarker) + kTmpMarker.size();
+        const long pid = std::strtol(name.c_str() + at, nullptr, 10);
+        if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        std::error_code rm;
+        if (std::filesystem::remove(e.path(), rm)) ++removed;
+    }
+    return removed;
 }
 
 }  // namespace napkin

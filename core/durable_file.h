@@ -62,8 +62,17 @@ private:
 // Writes `bytes` to `path` through a DurableFile; InputError with its one line on failure.
 void write_file_durably(const std::filesystem::path& path, std::string_view bytes);
 
+// Renames `from` over `to` (atomic within a folder) and fsyncs the folder (best effort, as
+// commit()). InputError naming both and errno's text when the rename fails.
+void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
+
 // Whether `name` is a DurableFile temporary ("trace.json.tmp-4242-1f2e3d4c5b6a7988"), e.g. one
 // left in a run folder by a process that was killed while writing.
 bool is_durable_temporary(std::string_view name);
+
+// Removes the DurableFile temporaries in `dir` whose writer is dead (its pid, in the name, no
+// longer runs): what a kill -9 or a second Ctrl-C during a write left. A live writer's are kept.
+// Returns how many went.
+std::size_t remove_dead_temporaries(const std::filesystem::path& dir) noexcept;
 
 }  // namespace napkin

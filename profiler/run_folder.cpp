@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 
 namespace napkin::profiler {
@@ -13,18 +14,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The whole file; InputError naming it when it is missing, a folder, unreadable or empty.
+// The whole file; InputError naming it when it is missing, not a regular file (a FIFO is never
+// waited on), unreadable, past kMaxReportBytes or empty.
 std::string read_text_file(const fs::path& file) {
     std::error_code ec;
     if (!fs::exists(file, ec)) throw InputError(file.string() + ": no such file");
     if (fs::is_directory(file, ec))
         throw InputError(file.string() + ": is a folder, expected a JSON file");
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw InputError(file.string() + ": cannot open (" + std::strerror(errno) + ")");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (text.str().empty()) throw InputError(file.string() + ": empty file, expected JSON");
-    return text.str();
+    std::string text;
+    if (std::string err = read_bounded_file(file, kMaxReportBytes, text); !err.empty())
+        throw InputError(file.string() + ": " + err);
+    if (text.empty()) throw InputError(file.string() + ": empty file, expected JSON");
+    return text;
 }
 
 // `read()`, its InputErrors prefixed with the file's name.

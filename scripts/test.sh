@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (the viewer included) and runs the tests: labels
-# unit and slow (gpu tests run too and skip themselves without a device), then the viewer's gui
-# tests under Xvfb with Mesa's llvmpipe, then the viewer's trace loader under libFuzzer for 45 s.
+# unit and slow (gpu tests run too and skip themselves without a device), then the fault suite
+# (tests/fault) within its time budget, then the viewer's gui tests under Xvfb with Mesa's
+# llvmpipe, then under libFuzzer the viewer's trace loader for 45 s and the checkpoint and config
+# readers for 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh --viewer
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON >/dev/null
 cmake --build build -j"$(nproc)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" -LE gui
+ctest --test-dir build --output-on-failure -j"$(nproc)" -LE "gui|fault"
+# The fault suite: about 40 s of napkin runs on one CPU core (18 cases, the longest the kill -9 trials
+# at about 10 s); each case may take at most 60 s (every
+# command in it is under `timeout 20`, so a hang fails one case and never stalls CI).
+ctest --test-dir build --output-on-failure -j"$(nproc)" -L fault --timeout 60
 # -noreset: by default Xvfb resets when its last client leaves, and a test connecting during the
 # reset fails to open the display (seen in CI with two gui tests at once).
 xvfb-run -a -s "-screen 0 1280x1024x24 -noreset" ctest --test-dir build --output-on-failure -j"$(nproc)" -L gui
@@ -23,3 +29,15 @@ if ! build-fuzz/run_data_fuzz -max_total_time=45 -max_len=16384 -timeout=10 -rss
     exit 1
 fi
 grep -E "^Done [0-9]+ runs" build-fuzz/fuzz.log || true
+
+# The readers of napkin train's inputs (tests/fault/fuzz): checkpoints and model configs.
+cmake -S tests/fault/fuzz -B build-fuzz-readers -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz-readers -j"$(nproc)"
+mkdir -p build-fuzz-readers/corpus
+if ! build-fuzz-readers/run_reader_fuzz -max_total_time=30 -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+        build-fuzz-readers/corpus tests/fault/fuzz/corpus >build-fuzz-readers/fuzz.log 2>&1; then
+    tail -n 60 build-fuzz-readers/fuzz.log
+    echo "test.sh: the checkpoint and config readers' fuzz target failed (build-fuzz-readers/fuzz.log)" >&2
+    exit 1
+fi
+grep -E "^Done [0-9]+ runs" build-fuzz-readers/fuzz.log || true

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -43,6 +44,7 @@ using ojson = nlohmann::ordered_json;  // keeps the header in file order, for pe
 
 constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 constexpr std::string_view kChecksumPrefix = "fnv1a64:";
+constexpr const char* kHeaderChecksumKey = "header_checksum";
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
     checkpoint_error(path, what);
@@ -184,16 +186,20 @@ public:
         out = *v;
     }
 
-    // The whole text must parse: an integer >= min_value, or any float.
+    // The whole text must parse: an integer >= min_value, or a finite float (a NaN learning
+    // rate would otherwise surface steps later as NaN gradients, blaming the wrong thing).
     template <class N>
     void number(const char* key, N& out,
                 std::type_identity_t<N> min_value = std::numeric_limits<N>::lowest()) const {
         const std::string& s = get(key);
         const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-        if (ec != std::errc{} || ptr != s.data() + s.size() || s.empty() || out < min_value) {
+        bool finite = true;
+        if constexpr (std::is_floating_point_v<N>) finite = std::isfinite(out);
+        if (ec != std::errc{} || ptr != s.data() + s.size() || s.empty() || !finite ||
+            out < min_value) {
             const std::string want = std::is_integral_v<N>
                                          ? "an integer >= " + std::to_string(min_value)
-                                         : std::string("a number");
+                                         : std::string("a finite number");
             fail(key, ": expected " + want + " (got \"" + s + "\")");
         }
     }
@@ -260,6 +266,14 @@ CheckpointInfo parse_metadata(const std::map<std::string, std::string>& meta,
     MetaReader r(meta, path);
     visit_metadata(r, info);
     info.options.optimizer.kind = info.options.plan.optimizer;
+    const PlanInputs& plan = info.options.plan;  // else the trainer would blame --lora-rank
+    if (plan.finetune != Finetune::full && plan.lora_rank <= 0) {
+        bad(path, "metadata key 'lora_rank': expected an integer >= 1 with finetune '" +
+                      std::string(enum_name(kFinetuneNames, plan.finetune)) + "' (got " +
+                      (meta.contains("lora_rank") ? "\"" + meta.at("lora_rank") + "\""
+                                                  : std::string("none")) +
+                      ")");
+    }
     return info;
 }
 
@@ -288,6 +302,45 @@ DType stored_dtype(const SafetensorsTensor& t, const std::string& path) {
                       " is not one napkin stores (F32, BF16, F16, I8)");
     }
     return *dtype;
+}
+
+// One tensor of the table, as the header hash sees it: "F32 [384, 128] 0 196608".
+std::string table_line(const std::string& dtype, const std::vector<std::int64_t>& shape,
+                       std::uint64_t begin, std::uint64_t end) {
+    return dtype + " " + dims_text(shape) + " " + std::to_string(begin) + " " + std::to_string(end);
+}
+
+// FNV-1a 64 of the header as napkin reads it: every metadata key but "header_checksum" with its
+// value, then every tensor's table line, each list by name, fields NUL-separated. The data
+// checksum cannot see the header: without this a flipped bit of "step" or "lr" resumes a
+// different run silently.
+std::uint64_t header_hash(const std::map<std::string, std::string>& meta,
+                          const std::map<std::string, std::string>& table) {
+    std::uint64_t hash = kFnv1a64Basis;
+    for (const auto* list : {&meta, &table}) {
+        for (const auto& [key, value] : *list) {
+            if (list == &meta && key == kHeaderChecksumKey) continue;
+            hash = fnv1a64(key.data(), key.size() + 1, hash);  // with its NUL
+            hash = fnv1a64(value.data(), value.size() + 1, hash);
+        }
+    }
+    return hash;
+}
+
+// The header hash of what write_checkpoint_file is about to write (offsets as header_text
+// assigns them).
+std::uint64_t header_hash_of(const ojson& meta, const std::vector<CheckpointTensor>& tensors) {
+    std::map<std::string, std::string> m, table;
+    for (const auto& [key, value] : meta.items())
+        m[key] = value.get<std::string>();
+    std::uint64_t offset = 0;
+    for (const CheckpointTensor& t : tensors) {
+        const std::uint64_t n = tensor_bytes(t);
+        table[t.name] = table_line(std::string(enum_name(kSafetensorsDTypes, t.dtype)), t.shape,
+                                   offset, offset + n);
+        offset += n;
+    }
+    return header_hash(m, table);
 }
 
 }  // namespace
@@ -336,6 +389,7 @@ WrittenCheckpoint write_checkpoint_file(
     ojson meta = metadata_of(format, info);
     for (const auto& [key, value] : extra)
         meta[key] = value;
+    meta[kHeaderChecksumKey] = checksum_text(header_hash_of(meta, tensors));
     const std::string header = header_text(meta, tensors);
 
     DurableFile f(path);
@@ -372,12 +426,29 @@ CheckpointReader::CheckpointReader(const std::string& path, const std::string& e
         bad(path, "size mismatch: " + std::to_string(present - expected) + " bytes past the " +
                       std::to_string(expected) + "-byte data section");
     }
-    for (const SafetensorsTensor& t : file_->tensors())
+    std::map<std::string, std::string> table;
+    for (const SafetensorsTensor& t : file_->tensors()) {
         tensors_.emplace(t.name,
                          CheckpointFileTensor{stored_dtype(t, path), t.shape, t.begin, t.end});
+        table[t.name] = table_line(t.dtype_name, t.shape, t.begin, t.end);
+    }
+    verify_header(meta, table);
     // As the safetensors library requires: the tensors tile the data section, no gap, no overlap.
     file_->check_tiled();
     info_.tensor_count = tensors_.size();
+}
+
+void CheckpointReader::verify_header(const std::map<std::string, std::string>& meta,
+                                     const std::map<std::string, std::string>& table) const {
+    const auto it = meta.find(kHeaderChecksumKey);
+    // Files of napkin before the header checksum have none: their header is trusted as before.
+    if (it == meta.end()) return;
+    const std::uint64_t hash = header_hash(meta, table);
+    if (it->second != checksum_text(hash)) {
+        bad(path(), "header checksum mismatch: the metadata and tensor table hash to " +
+                        checksum_text(hash) + ", the header records " + it->second +
+                        " (a value of the header was changed; the file is corrupt)");
+    }
 }
 
 const CheckpointFileTensor* CheckpointReader::find(const std::string& name) const {

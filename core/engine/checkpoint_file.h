@@ -1,8 +1,9 @@
 // The container every napkin checkpoint file shares (internal to core/engine): a safetensors
 // file whose "__metadata__" holds a format string, the run's options and loop state as strings
-// (CheckpointInfo, one key each), any extra keys of the format, and an FNV-1a 64 checksum of the
-// data section with its size. Written to a temporary name, fsynced and renamed; read back with
-// every structural check before a byte of training state is touched.
+// (CheckpointInfo, one key each), any extra keys of the format, an FNV-1a 64 checksum of the
+// data section with its size, and "header_checksum", an FNV-1a 64 of the metadata and tensor table
+// (verified on open: an edited step or lr is refused). Written to a temporary name, fsynced and
+// renamed; read back with every structural check before a byte of training state is touched.
 //   checkpoint.h       napkin-checkpoint/1: a process's whole state, tensors per parameter
 //   zero_checkpoint.h  napkin-checkpoint-shard/1: one rank's part of a sharded checkpoint
 // Tests: tests/engine/checkpoint_test.cpp, tests/engine/zero_checkpoint_test.cpp.
@@ -79,6 +80,10 @@ public:
     void read(const CheckpointFileTensor& t, std::uint64_t offset, void* out, std::size_t n) const;
 
 private:
+    // InputError when the header's "header_checksum" does not match its metadata and table.
+    void verify_header(const std::map<std::string, std::string>& meta,
+                       const std::map<std::string, std::string>& table) const;
+
     std::unique_ptr<const SafetensorsFile> file_;  // a pointer: readers move
     CheckpointInfo info_;
     std::map<std::string, CheckpointFileTensor> tensors_;

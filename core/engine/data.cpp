@@ -97,7 +97,8 @@ std::string data_fingerprint(std::uint64_t bytes, std::uint64_t hash) {
 class MappedTokens final : public TokenSource {
 public:
     MappedTokens(const std::string& path) : path_(path) {
-        fd_ = ::open(path.c_str(), O_RDONLY);
+        // O_NONBLOCK: a FIFO given as --data is refused just below, never waited on.
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd_ < 0) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
         struct stat st{};
         if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -177,9 +178,13 @@ private:
         }
         if (header[1] != 1) throw InputError(path_ + ": unsupported version " + std::to_string(header[1]) + " (expected 1)");
         const auto n = static_cast<std::uint64_t>(static_cast<std::uint32_t>(header[2]));
-        if (size_ != kHeader + n * 2) {
-            throw InputError(path_ + ": header says " + std::to_string(n) + " tokens, the file holds " +
-                             std::to_string((size_ - kHeader) / 2) + " (truncated or corrupt)");
+        if (const std::uint64_t want = kHeader + n * 2; size_ != want) {  // uint16 tokens
+            const bool longer = size_ > want;
+            throw InputError(path_ + ": header says " + std::to_string(n) + " tokens, a file of " +
+                             std::to_string(want) + " bytes; it is " + std::to_string(size_) +
+                             " (" + std::to_string(longer ? size_ - want : want - size_) +
+                             (longer ? " extra bytes: a wrong count or trailing data)"
+                                     : " bytes missing: truncated)"));
         }
         tokens16_ = reinterpret_cast<const std::uint16_t*>(base_ + kHeader);
         count_ = n;

@@ -135,7 +135,14 @@ StepRecord Trainer::step() {
     // micro-batches r G .. r G + G - 1 (every rank reads them all, to stay in step).
     const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
     const float dloss = loss_scale_ / static_cast<float>(opts_.grad_accum * world);
+    const std::uint64_t data_start = data_->position();
     for (int micro = 0; micro < opts_.grad_accum * world; ++micro) {
+        if (micro > 0 && stop_check_ && world == 1 && stop_check_()) {
+            data_->set_position(data_start);  // the gradients are zeroed by the next step
+            throw StepAbandoned("step " + std::to_string(step_) + " abandoned after " +
+                                std::to_string(micro) + " of " + std::to_string(opts_.grad_accum) +
+                                " micro-batches");
+        }
         // On a device the batch is read into host memory, then copied to the model's.
         auto* in = device_ != nullptr ? host_batch_.data() : static_cast<std::int32_t*>(inputs_.raw());
         auto* tg = device_ != nullptr ? host_batch_.data() + B * T : static_cast<std::int32_t*>(targets_.raw());

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,14 @@ struct StepRecord {
     double comm_seconds = 0;  // inside this rank's collectives, waiting for the others included
 };
 
+// Thrown by Trainer::step() when its stop check answered yes between two micro-batches: the step
+// is dropped (its gradients discarded, the data position put back), so the trainer is as after
+// its last whole step and a checkpoint of it resumes bit for bit.
+class StepAbandoned : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class Trainer {
 public:
     // Builds the model, optimizer and data source; throws UsageError/InputError on bad input.
@@ -82,6 +91,9 @@ public:
                      const std::function<void(Gpt&)>& init_weights = {},
                      std::unique_ptr<EngineDevice> device = nullptr);
     StepRecord step();  // one optimizer step (G micro-batches)
+    // Asked between a step's micro-batches (one process only: ranks would have to agree): yes
+    // abandons the step (StepAbandoned), so a stop request never waits for G micro-batches.
+    void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
     int steps_done() const { return step_; }
 
     AccountingAllocator& allocator() { return alloc_; }
@@ -136,6 +148,7 @@ private:
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;
     profiler::Recorder* rec_ = nullptr;
+    std::function<bool()> stop_check_;
     profiler::KernelTagger* tagger_ = nullptr;
     double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
     KernelCost optimizer_cost_;  // one update, for the profiler

@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/engine/checkpoint.h"
+#include "core/engine/checkpoint_file.h"
 #include "core/engine/weights_source.h"
 #include "core/safetensors.h"
 
@@ -498,6 +499,9 @@ ImportReport import_weights(const std::string& path, Gpt& model, LoadStrategy st
             execute(model, plan, fd.get(), fd.bytes(), path, strategy, r);
         } else {
             const SafetensorsFile st(path);
+            // A napkin checkpoint carries a checksum: --init-from verifies it as --resume does.
+            if (is_napkin_checkpoint(st))
+                CheckpointReader(path, kCheckpointFormat).verify_checksum();
             const ImportPlan plan = is_napkin_checkpoint(st) ? plan_napkin_checkpoint(st, model)
                                                              : plan_safetensors(st, model);
             execute(model, plan, st.fd(), st.file_bytes(), path, strategy, r);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 #include "core/comm/shard_layout.h"
 #include "core/durable_file.h"
@@ -521,13 +522,17 @@ CheckpointInfo Consolidation::write(const std::string& out_path) {
 
 }  // namespace
 
+fs::path sharded_checkpoint_dir(const fs::path& run_dir, int step) {
+    return run_dir / kShardedCheckpointsDir / step_folder_name(step);
+}
+
 fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
     ZeroEngine* z = t.zero();
     NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
     Communicator& comm = z->comm();
     const CheckpointInfo info = checkpoint_info_of(t);
     const fs::path root = run_dir / kShardedCheckpointsDir;
-    const fs::path dir = root / step_folder_name(info.steps_done);
+    const fs::path dir = sharded_checkpoint_dir(run_dir, info.steps_done);
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec)
@@ -619,11 +624,12 @@ fs::path save_sharded_checkpoint(const fs::path& run_dir, Trainer& t) {
 
 Manifest read_manifest(const fs::path& manifest_path) {
     const std::string path = manifest_path.string();
-    std::ifstream f(manifest_path);
-    if (!f) checkpoint_error(path, "cannot open");
+    std::string text;
+    if (std::string err = read_bounded_file(manifest_path, kMaxManifestBytes, text); !err.empty())
+        checkpoint_error(path, err);
     json j;
     try {
-        j = json::parse(f);
+        j = json::parse(text);
     } catch (const json::exception& e) {
         std::string msg = e.what();
         std::replace(msg.begin(), msg.end(), '\n', ' ');

@@ -58,6 +58,9 @@ struct Manifest {
 // earlier runs). Returns the step folder. InputError naming the file when one cannot be written.
 std::filesystem::path save_sharded_checkpoint(const std::filesystem::path& run_dir, Trainer& t);
 
+// The step folder save_sharded_checkpoint writes `step` into: RUN_DIR/checkpoints/step-<8 digits>.
+std::filesystem::path sharded_checkpoint_dir(const std::filesystem::path& run_dir, int step);
+
 // The last complete checkpoint under RUN_DIR/checkpoints (highest step with a manifest), or none.
 // InputError naming the manifest when it is malformed.
 std::optional<Manifest> last_complete_checkpoint(const std::filesystem::path& run_dir);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -155,11 +156,14 @@ TEST(TrainCli, ResumeIsBitwiseIdentical) {
     const CliRun r = napkin("train --resume " + b.string() + " --quiet");
     ASSERT_EQ(r.rc, 0) << r.err;
     const auto full = read_json(a / "report.json")["steps"];
+    // The report keeps the first process's steps 1-3 (docs/CHECKPOINTS.md, "Guarantees under
+    // faults"): all six are the uninterrupted run's, bit for bit.
     const auto resumed = read_json(b / "report.json")["steps"];
-    ASSERT_EQ(resumed.size(), 3u);
-    for (std::size_t i = 0; i < 3; ++i) {
-        EXPECT_EQ(resumed[i]["step"], full[i + 3]["step"]);
-        EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>()) << "step " << i + 4;
+    ASSERT_EQ(resumed.size(), 6u);
+    for (std::size_t i = 0; i < 6; ++i) {
+        EXPECT_EQ(resumed[i]["step"], full[i]["step"]);
+        EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i]["loss"].get<double>())
+            << "step " << i + 1;
     }
     // A corrupt checkpoint is refused with one line naming it.
     const fs::path ckpt = b / "checkpoint.safetensors";
@@ -273,10 +277,13 @@ TEST(TrainCli, ShardedCheckpointsInOneProcess) {
     ASSERT_EQ(p.rc, 0) << p.err;
     const auto full = read_json(a / "report.json")["steps"];
     for (const fs::path& dir : {b, c}) {
+        // b continues its own folder: its report keeps steps 1-3 of the first process too.
         const auto resumed = read_json(dir / "report.json")["steps"];
-        ASSERT_EQ(resumed.size(), 3u) << dir;
+        ASSERT_EQ(resumed.size(), dir == b ? 6u : 3u) << dir;
+        const std::size_t later = resumed.size() - 3;
         for (std::size_t i = 0; i < 3; ++i) {
-            const double want = full[i + 3]["loss"].get<double>(), got = resumed[i]["loss"].get<double>();
+            const double want = full[i + 3]["loss"].get<double>(),
+                         got = resumed[later + i]["loss"].get<double>();
             if (dir == b) EXPECT_EQ(got, want) << "step " << i + 4;
             else EXPECT_NEAR(got, want, 1e-5 * want) << "plain, step " << i + 4;  // the norm's sum order
         }
@@ -511,6 +518,92 @@ TEST(TrainCli, InterruptWritesTheReportAndACheckpoint) {
         << r.out;
 }
 
+// The final report is written to report.json.pending before the final checkpoint and renamed
+// after it: a kill between the two leaves exactly the state made here, and --resume of the
+// finished run writes the report (the run's own, every step) and exits 0 without training.
+// Without a pending report a finished run is still refused.
+TEST(TrainCli, ResumeOfAFinishedRunWritesItsMissingReport) {
+    const fs::path out = fresh_dir("finished");
+    ASSERT_EQ(napkin("train --steps 2 --micro-batch 2 --seq-len 16 --quiet --out " + out.string()).rc, 0);
+    EXPECT_FALSE(fs::exists(out / "report.json.pending"));
+    const auto report = read_json(out / "report.json");
+    fs::rename(out / "report.json", out / "report.json.pending");
+    const CliRun r = napkin("train --resume " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("the run already finished its 2 steps; wrote its report " + (out / "report.json").string()),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("\nstep "), std::string::npos) << r.out;  // nothing trained
+    EXPECT_EQ(read_json(out / "report.json"), report);
+    EXPECT_FALSE(fs::exists(out / "report.json.pending"));
+    fs::remove(out / "report.json");
+    const CliRun again = napkin("train --resume " + out.string());
+    EXPECT_EQ(again.rc, 2);
+    EXPECT_NE(again.err.find("--resume: the run already finished its 2 steps"), std::string::npos) << again.err;
+    fs::remove_all(out);
+}
+
+// A stop request is checked between micro-batches: SIGINT during a step of many micro-batches
+// drops that step (its gradients, its data) and writes the last whole step, which resumes bit for
+// bit; a step of 10^9 micro-batches is warned about, and SIGTERM stops it at once.
+TEST(TrainCli, StopRequestsAreCheckedBetweenMicroBatches) {
+    const fs::path a = fresh_dir("accum_a"), b = fresh_dir("accum_b");
+    const std::string common = " train --steps 2 --grad-accum 200 --micro-batch 2 --seq-len 16 --out ";
+    ASSERT_EQ(napkin(common.substr(1) + a.string() + " --quiet").rc, 0);
+    const std::string log = b.string() + ".log";
+    const std::string script = std::string(NAPKIN_BINARY) + common + b.string() + " >" + log + " 2>" + log +
+                               ".err & p=$!; for i in $(seq 1200); do grep -q '^step ' " + log +
+                               " && break; sleep 0.05; done; kill -INT $p; wait $p; exit $?";
+    const int status = std::system(script.c_str());  // sh -c
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const auto steps = read_json(b / "report.json")["steps"];
+    ASSERT_EQ(steps.size(), 1u) << "step 2 (200 micro-batches, about 2 s) was not stopped within one";
+    ASSERT_EQ(napkin("train --resume " + b.string() + " --quiet").rc, 0);
+    const auto full = read_json(a / "report.json")["steps"], resumed = read_json(b / "report.json")["steps"];
+    ASSERT_EQ(resumed.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i]["loss"].get<double>());
+
+    const fs::path c = fresh_dir("accum_c");
+    const std::string forever = std::string(NAPKIN_BINARY) + " train --grad-accum 1000000000 --out " + c.string() +
+                                " 2>" + c.string() + ".err & p=$!; for i in $(seq 1200); do grep -q 'warning' " +
+                                c.string() + ".err && break; sleep 0.05; done; kill -TERM $p; wait $p; exit $?";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int term = std::system(forever.c_str());
+    ASSERT_TRUE(WIFEXITED(term));
+    EXPECT_EQ(WEXITSTATUS(term), 143);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+    std::ifstream err_file(c.string() + ".err");
+    const std::string err((std::istreambuf_iterator<char>(err_file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(err.find("napkin: warning: --grad-accum 1000000000: one step is 5.12e+11 tokens, at least "),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("napkin: interrupted before the first step; nothing written"), std::string::npos) << err;
+    fs::remove_all(a);
+    fs::remove_all(b);
+}
+
+// The memory check is against the memory available now (an injected figure here, not this
+// machine's), with a margin for what the prediction does not count, and says how to go on.
+TEST(TrainCli, MemoryCheckIsAgainstAvailableMemoryWithAMargin) {
+    const fs::path out = fresh_dir("available");
+    const std::string run = "train --steps 1 --micro-batch 2 --seq-len 16 --quiet --out " + out.string();
+    ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB: the run's 0.02 GB fits, the margin not
+    const CliRun refused = napkin(run);
+    EXPECT_EQ(refused.rc, 2);
+    EXPECT_NE(refused.err.find("GB by napkin's prediction (B=2, T=16) plus a margin of 0.501 GB (10% and 0.5 GB a "
+                               "process), more than the 0.05 GB of memory available: "),
+              std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(out));
+    const CliRun forced = napkin(run + " --force");
+    ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    EXPECT_EQ(forced.rc, 0) << forced.err;
+    EXPECT_NE(napkin("train --help").out.find("--force"), std::string::npos);
+    fs::remove_all(out);
+}
+
 // A checkpoint's data position means something only in the file it was taken in: a file changed
 // under a stopped run is refused on resume, naming both fingerprints, instead of training on
 // from a position in other tokens.
@@ -550,7 +643,14 @@ TEST(TrainCli, BadInput) {
         write_bin(dir / "short.bin", std::vector<std::uint16_t>(100, 3));
         fs::resize_file(dir / "short.bin", fs::file_size(dir / "short.bin") - 10);
     }
-    expect_error("train --data " + (dir / "short.bin").string(), 1, "truncated", out);
+    expect_error("train --data " + (dir / "short.bin").string(), 1,
+                 "header says 100 tokens, a file of 1224 bytes; it is 1214 (10 bytes missing: truncated)", out);
+    {
+        write_bin(dir / "long.bin", std::vector<std::uint16_t>(100, 3));
+        std::ofstream(dir / "long.bin", std::ios::app | std::ios::binary) << 'x';
+    }
+    expect_error("train --data " + (dir / "long.bin").string(), 1,
+                 "it is 1225 (1 extra bytes: a wrong count or trailing data)", out);
     {
         std::ofstream f(dir / "tiny.txt");
         f << "abc";
@@ -581,11 +681,21 @@ TEST(TrainCli, BadInput) {
     expect_error("train --steps 0", 2, "--steps", out);
     // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.
     expect_error("train --lr inf", 2, "--lr: must be a positive number", out);
+    expect_error("train --lr 1e300", 2, "--lr: must be a positive number at most 3.4e38, the largest float (got 1e300)",
+                 out);
     expect_error("train --weight-decay nan", 2, "--weight-decay", out);
     expect_error("train --grad-clip -1", 2, "--grad-clip", out);
     expect_error("train --grad-clip nan", 2, "--grad-clip", out);
     expect_error("train --warmup -5", 2, "--warmup", out);
     expect_error("train --seed -1", 2, "--seed: must be 0 or a positive integer (got '-1')", out);
+    expect_error("train --seed 18446744073709551616", 2,
+                 "--seed: must be at most 18446744073709551615, 2^64 - 1 (got '18446744073709551616')", out);
+    {  // nlohmann keeps the last of two equal keys without a word
+        std::ofstream f(dir / "twice.json");
+        f << R"({"format": "napkin-model", "name": "a", "n_layers": 1, "n_layers": 2})";
+    }
+    expect_error("train --config " + (dir / "twice.json").string(), 2, "twice.json: key \"n_layers\" is given twice",
+                 out);
     expect_error("train --stop-after 0", 2, "--stop-after: must be a positive step number", out);
     // More memory than any machine has: refused up front, not std::bad_alloc in the first step.
     expect_error("train --micro-batch 1000000000000", 2,

@@ -85,11 +85,15 @@ std::string serialize_safetensors(const ojson& header, const std::string& data) 
     return out + text + data;
 }
 
-// Rewrites the header of the checkpoint at `p`, keeping its data section.
+// Rewrites the header of the checkpoint at `p`, keeping its data section. The header checksum
+// goes with the edit, as in a file of napkin before it (or of another writer), so that the checks
+// behind it are reached; `keep_header_checksum` keeps it, as a bit flip on disk would.
 template <class F>
-void edit_header(const fs::path& p, F&& edit) {
+void edit_header(const fs::path& p, F&& edit, bool keep_header_checksum = false) {
     SafetensorsFile f = parse_safetensors(read_bytes(p));
     edit(f.header);
+    if (!keep_header_checksum && f.header.contains("__metadata__"))
+        f.header["__metadata__"].erase("header_checksum");
     write_bytes(p, serialize_safetensors(f.header, f.data));
 }
 
@@ -424,6 +428,36 @@ TEST_F(CheckpointRefuses, BadMetadata) {
     edit_header(path_,
                 [](ojson& h) { h["__metadata__"]["model"] = "{\"format\": \"napkin-model\"}"; });
     expect_contains(load_error(), "metadata key 'model'");
+    // Values that parse but that no run writes: blamed on the field, not on what they would
+    // break later (NaN gradients, the trainer's --lora-rank).
+    write_bytes(path_, bytes_);
+    edit_header(path_, [](ojson& h) { h["__metadata__"]["lr"] = "nan"; });
+    expect_contains(load_error(), "metadata key 'lr': expected a finite number (got \"nan\")");
+    write_bytes(path_, bytes_);
+    edit_header(path_, [](ojson& h) { h["__metadata__"]["finetune"] = "qlora"; });
+    expect_contains(input_error([&] { read_checkpoint_info(path_.string()); }),
+                    "metadata key 'lora_rank': expected an integer >= 1 with finetune 'qlora' (got ");
+}
+
+// A value of the header changed under its checksum (the file's own bytes edited): refused before
+// the state is touched, even where the new value is a valid one.
+TEST_F(CheckpointRefuses, HeaderChangedUnderItsChecksum) {
+    for (const char* key : {"step", "lr", "eps", "grad_clip"}) {
+        write_bytes(path_, bytes_);
+        edit_header(
+            path_, [&](ojson& h) { h["__metadata__"][key] = "2"; }, true);
+        expect_contains(load_error(), "header checksum mismatch");
+        expect_contains(input_error([&] { read_checkpoint_info(path_.string()); }),
+                        "header checksum mismatch");
+    }
+    write_bytes(path_, bytes_);
+    edit_header(
+        path_,
+        [](ojson& h) {
+            h["wte"]["shape"] = ojson::array({128, 256});
+        },
+        true);
+    expect_contains(load_error(), "header checksum mismatch");
 }
 
 TEST_F(CheckpointRefuses, MissingTensor) {
@@ -455,6 +489,7 @@ TEST_F(CheckpointRefuses, UnexpectedTensor) {
     const std::uint64_t end = f.data.size();
     f.header["stray"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {end, end + 8}}};
     f.header["__metadata__"]["data_bytes"] = std::to_string(end + 8);
+    f.header["__metadata__"].erase("header_checksum");  // as edit_header does
     write_bytes(path_, serialize_safetensors(f.header, f.data + std::string(8, '\0')));
     expect_contains(load_error(), "unexpected tensor 'stray'");
 }

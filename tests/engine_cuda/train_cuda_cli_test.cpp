@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -60,10 +61,31 @@ TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
     const CliRun second =
         napkin("train --quiet --device cuda --resume " + (dir / "split").string());
     ASSERT_EQ(second.rc, 0) << second.err;
+    // The resumed report keeps the first process's steps: the whole run, bit for bit.
     const std::vector<double> b = report_losses(dir / "split");
-    std::vector<double> joined = a;
-    joined.insert(joined.end(), b.begin(), b.end());
-    EXPECT_EQ(joined, report_losses(dir / "whole"));
+    ASSERT_GE(b.size(), a.size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+    EXPECT_EQ(b, report_losses(dir / "whole"));
+}
+
+// The memory check of a GPU run is against the device's free memory (an injected figure here),
+// once the model is on it: what the first step adds, plus a margin, and --force past it.
+TEST(TrainCudaCli, MemoryCheckIsAgainstTheDevicesFreeMemory) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string run = "train --quiet --device cuda --steps 1 --micro-batch 2 --seq-len 32 --out " +
+                            (dir / "run").string();
+    ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB free: less than the margin
+    const CliRun refused = napkin(run);
+    EXPECT_FALSE(fs::exists(dir / "run" / "report.json"));
+    const CliRun forced = napkin(run + " --force");
+    ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
+    EXPECT_EQ(refused.rc, 2) << refused.err;
+    EXPECT_NE(refused.err.find("GB on the GPU by napkin's prediction (B=2, T=32), "), std::string::npos)
+        << refused.err;
+    EXPECT_NE(refused.err.find("more than the 0.05 GB free on "), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
+    EXPECT_EQ(forced.rc, 0) << forced.err;
 }
 
 // The CUDA engine allocates its temporaries once (the cuBLASLt workspace, the loss chunk's
@@ -120,10 +142,11 @@ TEST(CheckpointCudaCli, ZeroOverNcclWithOffloadSavesAndResumes) {
     const CliRun second = napkin("train --quiet --device cuda --zero 2 --offload optimizer --resume " +
                                  (dir / "split").string());
     ASSERT_EQ(second.rc, 0) << second.err;
-    std::vector<double> joined = a;
+    // The resumed report keeps the first process's steps: the whole run, bit for bit.
     const std::vector<double> b = report_losses(dir / "split");
-    joined.insert(joined.end(), b.begin(), b.end());
-    EXPECT_EQ(joined, report_losses(dir / "whole"));
+    ASSERT_GE(b.size(), a.size());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+    EXPECT_EQ(b, report_losses(dir / "whole"));
 }
 
 }  // namespace

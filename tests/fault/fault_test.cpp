@@ -1,0 +1,407 @@
+// The fault-injection suite (CTest label `fault`, run by scripts/test.sh within its time budget):
+// napkin run as a hostile or unlucky user would, each case one defect of issue 24 that must stay
+// fixed. Every command runs under `timeout`, so that a hang fails the case instead of the suite.
+// NAPKIN_UNDER_TEST=/path/to/napkin runs the cases against another build (the frozen one before
+// the fixes fails them).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+std::string napkin_under_test() {
+    const char* env = std::getenv("NAPKIN_UNDER_TEST");
+    return env != nullptr && *env != '\0' ? std::string(env) : std::string(NAPKIN_BINARY_PATH);
+}
+}  // namespace
+#define NAPKIN_BINARY napkin_under_test()
+#include "../cli/cli_util.h"
+#include "../cli/mpi_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A hang is a failure: 20 s is far above any case's own time (a second or two each).
+const std::string kTimeout = "timeout -s KILL 20 ";
+const std::string kTinyRun = " --steps 1 --micro-batch 2 --seq-len 16 --quiet";
+
+class Fault : public testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::path(testing::TempDir()) /
+               ("napkin_fault_" + std::to_string(getpid()) + "_" +
+                testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+
+    fs::path fifo(const std::string& name) {
+        const fs::path p = dir_ / name;
+        EXPECT_EQ(::mkfifo(p.c_str(), 0600), 0);
+        return p;
+    }
+    // A run's exit code 1 or 2 with one line naming `path` and containing `what`.
+    static void expect_refused(const CliRun& r, const std::string& path, const std::string& what) {
+        EXPECT_TRUE(r.rc == 1 || r.rc == 2) << "rc " << r.rc << "\n" << r.err;
+        EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+    }
+
+    fs::path dir_;
+};
+
+// ---- 7. Non-regular files and unbounded reads --------------------------------------------------
+
+TEST_F(Fault, FifoAsConfigIsRefusedNotWaitedOn) {
+    const fs::path f = fifo("config.json");
+    const CliRun r = napkin(
+        "train --config " + f.string() + kTinyRun + " --out " + (dir_ / "run").string(), kTimeout);
+    expect_refused(r, f.string(), "not a regular file (a FIFO)");
+    EXPECT_FALSE(fs::exists(dir_ / "run"));
+}
+
+TEST_F(Fault, DeviceAsConfigIsRefusedNotReadForever) {
+    // The address-space limit keeps a build that reads it (1 GB a second) from taking the machine.
+    const CliRun r =
+        napkin("train --config /dev/zero" + kTinyRun + " --out " + (dir_ / "run").string(),
+               "ulimit -v 4000000; " + kTimeout);
+    expect_refused(r, "/dev/zero", "not a regular file (a character device)");
+}
+
+TEST_F(Fault, ConfigPastTheSizeLimitIsRefusedWithTheLimit) {
+    const fs::path f = dir_ / "huge.json";
+    { std::ofstream(f) << "{"; }
+    fs::resize_file(f, (16u << 20) + 1);  // sparse: 16 MiB + 1 byte
+    const CliRun r = napkin("train --config " + f.string() + kTinyRun, kTimeout);
+    expect_refused(r, f.string(), "16777217 bytes, over the limit of 16777216 bytes");
+}
+
+TEST_F(Fault, FifoAsDataIsRefusedNotWaitedOn) {
+    const fs::path f = fifo("tokens.bin");
+    const CliRun r = napkin(
+        "train --data " + f.string() + kTinyRun + " --out " + (dir_ / "run").string(), kTimeout);
+    expect_refused(r, f.string(), "not a regular file");
+}
+
+TEST_F(Fault, FifoAsReportIsRefusedNotWaitedOn) {
+    const fs::path run = dir_ / "run";
+    fs::create_directories(run);
+    const fs::path f = run / "report.json";
+    ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0);
+    expect_refused(napkin("report " + run.string(), kTimeout), f.string(), "not a regular file");
+}
+
+TEST_F(Fault, FifoAsManifestIsRefusedNotWaitedOn) {
+    const fs::path step = dir_ / "run" / "checkpoints" / "step-1";
+    fs::create_directories(step);
+    const fs::path f = step / "manifest.json";
+    ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0);
+    // A FIFO does not count as a manifest (a step folder is complete once a regular one exists);
+    // the reader refuses one that took the manifest's place after that check.
+    expect_refused(napkin("ckpt consolidate " + (dir_ / "run").string(), kTimeout),
+                   (dir_ / "run" / "checkpoints").string(), "no complete sharded checkpoint");
+}
+
+TEST_F(Fault, FifoAsCheckpointAndInitFromIsRefused) {
+    const fs::path f = fifo("checkpoint.safetensors");
+    expect_refused(napkin("train --init-from " + f.string() + kTinyRun, kTimeout), f.string(),
+                   "not a regular file");
+    expect_refused(napkin("train --resume " + f.string() + " --quiet", kTimeout), f.string(),
+                   "no checkpoint at");
+}
+
+// ---- 3. --init-from verifies the checksum ------------------------------------------------------
+
+TEST_F(Fault, InitFromACorruptCheckpointIsRefused) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --out " + run.string(), kTimeout).rc, 0);
+    const fs::path ckpt = run / "checkpoint.safetensors";
+    ASSERT_TRUE(fs::exists(ckpt));
+    {
+        // One bit of the last tensor's last byte: a weight or moment changed, the header intact.
+        std::fstream f(ckpt, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-1, std::ios::end);
+        const char c = static_cast<char>(f.get() ^ 0x40);
+        f.seekp(-1, std::ios::end);
+        f.put(c);
+    }
+    const CliRun r = napkin(
+        "train --init-from " + ckpt.string() + kTinyRun + " --out " + (dir_ / "next").string(),
+        kTimeout);
+    expect_refused(r, ckpt.string(), "checksum mismatch");
+}
+
+// ---- 5. The checksum covers the header ---------------------------------------------------------
+
+// Replaces the first `from` in the checkpoint's header with `to` (of the same length), in place.
+void edit_header(const fs::path& ckpt, const std::string& from, const std::string& to) {
+    ASSERT_EQ(from.size(), to.size());
+    std::string bytes = slurp(ckpt.string());
+    const std::size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bytes.replace(at, from.size(), to);
+    std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST_F(Fault, AnEditedHeaderValueIsRefused) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train --steps 4 --stop-after 1 --micro-batch 2 --seq-len 16 --quiet --out " +
+                         run.string(),
+                     kTimeout)
+                  .rc,
+              0);
+    const fs::path ckpt = run / "checkpoint.safetensors";
+    const std::string pristine = slurp(ckpt.string());
+    // One bit of the step ('1' ^ 0x02 = '3'), then the optimizer's epsilon and the seed.
+    for (const auto& [from, to] :
+         {std::pair<std::string, std::string>{"\"step\":\"1\"", "\"step\":\"3\""},
+          {"\"seed\":\"1337\"", "\"seed\":\"1336\""}}) {
+        std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << pristine;
+        edit_header(ckpt, from, to);
+        const CliRun r = napkin("train --resume " + run.string() + " --quiet", kTimeout);
+        expect_refused(r, ckpt.string(), "header checksum mismatch");
+    }
+    std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << pristine;
+    EXPECT_EQ(napkin("train --resume " + run.string() + " --quiet", kTimeout).rc, 0);
+}
+
+// ---- 9. A resumed run's report keeps every step ------------------------------------------------
+
+TEST_F(Fault, AResumedRunsReportKeepsTheEarlierSteps) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train --steps 5 --stop-after 2 --micro-batch 2 --seq-len 16 --quiet --out " +
+                         run.string(),
+                     kTimeout)
+                  .rc,
+              0);
+    const auto first = nlohmann::json::parse(slurp((run / "report.json").string()));
+    ASSERT_EQ(first["steps"].size(), 2u);
+    ASSERT_EQ(napkin("train --resume " + run.string() + " --quiet", kTimeout).rc, 0);
+    const auto whole = nlohmann::json::parse(slurp((run / "report.json").string()));
+    ASSERT_EQ(whole["steps"].size(), 5u);
+    for (int s = 0; s < 5; ++s)
+        EXPECT_EQ(whole["steps"][s]["step"], s);
+    EXPECT_EQ(whole["steps"][0], first["steps"][0]);  // the earlier process's entries, unchanged
+    EXPECT_EQ(whole["steps"][1], first["steps"][1]);
+    EXPECT_EQ(whole["run"]["first_step"], 2);  // this process's own first step
+}
+
+// ---- 2. One writer per run folder --------------------------------------------------------------
+
+TEST_F(Fault, ASecondRunIntoTheSameFolderIsRefusedNamingTheHolder) {
+    const fs::path run = dir_ / "run", pid_file = dir_ / "pid";
+    // The first run trains long enough to be caught in the act; it is killed once checked.
+    const std::string first = NAPKIN_BINARY +
+                              " train --steps 100000 --micro-batch 1 --seq-len 8 "
+                              "--quiet --out " +
+                              run.string() + " >/dev/null 2>&1 & echo $! > " + pid_file.string();
+    ASSERT_EQ(std::system(first.c_str()), 0);
+    long pid = 0;
+    for (int i = 0; i < 200 && pid == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::ifstream(pid_file) >> pid;
+    }
+    ASSERT_GT(pid, 0);
+    // The first run holds the folder once its first step is printed... or at least once the
+    // folder exists and a moment has passed: poll the second run until it is refused.
+    CliRun r;
+    for (int i = 0; i < 100; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!fs::exists(run)) continue;
+        r = napkin("train" + kTinyRun + " --out " + run.string(), kTimeout);
+        if (r.rc != 0) break;
+    }
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    expect_refused(r, run.string(), "in use by another napkin train (pid " + std::to_string(pid));
+    EXPECT_EQ(r.rc, 2);
+    // The kernel released the dead holder's lock: the folder is usable again.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(napkin("train" + kTinyRun + " --out " + run.string(), kTimeout).rc, 0);
+}
+
+// ---- 4. Paths that JSON cannot hold ------------------------------------------------------------
+
+TEST_F(Fault, NonUtf8PathsAreRefusedBeforeTheRun) {
+    // Bytes \xe9\xff: a Latin-1 name, not UTF-8. Refused at once, not after training every step.
+    const std::string bad = (dir_ / "run\xe9\xff").string();
+    for (const std::string flag : {"--out ", "--data "}) {
+        const CliRun r = napkin("train" + kTinyRun + " " + flag + "'" + bad + "'", kTimeout);
+        EXPECT_EQ(r.rc, 2) << flag << r.err;
+        EXPECT_NE(r.err.find(flag.substr(0, flag.size() - 1) + ": the path is not valid UTF-8"),
+                  std::string::npos)
+            << r.err;
+    }
+    EXPECT_FALSE(fs::exists(bad));
+}
+
+// ---- 10. Leftovers ----------------------------------------------------------------------------
+
+TEST_F(Fault, ARunRemovesTheTemporariesOfAKilledWriter) {
+    const fs::path run = dir_ / "run";
+    fs::create_directories(run);
+    // A writer that is gone (no pid is that large) and one that runs (this test).
+    const fs::path dead = run / "checkpoint.safetensors.tmp-999999999-0123456789abcdef";
+    const fs::path live =
+        run / ("report.json.tmp-" + std::to_string(getpid()) + "-0123456789abcdef");
+    std::ofstream(dead) << "half";
+    std::ofstream(live) << "in progress";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --out " + run.string(), kTimeout).rc, 0);
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(live));
+}
+
+// An export killed mid-write (SIGTERM's default action, kill -9) leaves its temporary; the next
+// export into that folder removes it.
+TEST_F(Fault, AnExportRemovesTheTemporariesOfAKilledExport) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --profile all --out " + run.string(), kTimeout).rc, 0);
+    const fs::path dead = dir_ / "merged.json.tmp-999999999-0123456789abcdef";
+    std::ofstream(dead) << "";
+    ASSERT_EQ(
+        napkin("export " + run.string() + " -o " + (dir_ / "merged.json").string(), kTimeout).rc,
+        0);
+    EXPECT_FALSE(fs::exists(dead));
+    EXPECT_TRUE(fs::exists(dir_ / "merged.json"));
+}
+
+// ---- Kill -9 and signals at points spread over a run ------------------------------------------
+
+// A run with a checkpoint every step is killed (SIGKILL, or SIGTERM: stop and write) at points
+// spread over its life, setup and saves included, then finished by --resume (or anew when no
+// checkpoint was left): every trial ends with the uninterrupted run's final checkpoint, byte for
+// byte, and no temporary left in the folder.
+TEST_F(Fault, KillsAndSignalsAtEveryPhaseResumeBitForBit) {
+    const std::string run = " --steps 4 --save-every 1 --micro-batch 2 --seq-len 16 --quiet --out ";
+    const fs::path ref = dir_ / "ref";
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(napkin("train" + run + ref.string(), kTimeout).rc, 0);
+    const double run_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string want = slurp((ref / "checkpoint.safetensors").string());
+    constexpr int kTrials = 8;
+    for (int i = 0; i < kTrials; ++i) {
+        const fs::path out = dir_ / ("t" + std::to_string(i));
+        const char* sig = i % 2 == 0 ? "KILL" : "TERM";
+        const double delay_s = run_s * (i + 0.5) / kTrials;  // spread over setup, steps, saves
+        const std::string cmd = napkin_under_test() + " train" + run + out.string() +
+                                " >/dev/null 2>&1 & p=$!; sleep " + std::to_string(delay_s) +
+                                "; kill -" + sig + " $p 2>/dev/null; wait $p; exit $?";
+        const int status = std::system(cmd.c_str());
+        ASSERT_TRUE(WIFEXITED(status));
+        const int rc = WEXITSTATUS(status);
+        EXPECT_TRUE(rc == 0 || rc == 128 + 9 || rc == 128 + 15)
+            << sig << " at " << delay_s << " s: rc " << rc;
+        if (rc == 128 + 15) {  // stopped in order: nothing half-written
+            EXPECT_FALSE(durable_temporary_of(out / "checkpoint.safetensors")) << delay_s;
+            EXPECT_FALSE(durable_temporary_of(out / "report.json")) << delay_s;
+        }
+        if (rc != 0) {
+            const bool saved = fs::exists(out / "checkpoint.safetensors");
+            const CliRun r = napkin(saved ? "train --resume " + out.string() + " --quiet"
+                                          : "train" + run + out.string(),
+                                    kTimeout);
+            ASSERT_EQ(r.rc, 0) << sig << " at " << delay_s << " s: " << r.err;
+        }
+        EXPECT_TRUE(slurp((out / "checkpoint.safetensors").string()) == want)
+            << sig << " at " << delay_s
+            << " s: the final checkpoint differs from the uninterrupted run's";
+        EXPECT_FALSE(durable_temporary_of(out / "checkpoint.safetensors"));
+        EXPECT_TRUE(fs::exists(out / "report.json"));
+    }
+}
+
+// ---- 6. Ranks started with different flags ------------------------------------------------------
+
+// Two ranks (an MPMD launch: one command per rank) that differ in what they write: refused at
+// start-up on every rank, naming the flags, before either writes or falls out of step in MPI.
+TEST_F(Fault, RanksWithDifferentFlagsAreRefusedNamingThem) {
+    std::string why;
+    if (!have_mpi(&why)) GTEST_SKIP() << why;
+    const std::string rank =
+        " -n 1 --oversubscribe " + napkin_under_test() + " train" + kTinyRun + " --zero 1";
+    const std::string a = (dir_ / "a").string(), b = (dir_ / "b").string();
+    for (const auto& [flags0, flags1, named] :
+         {std::tuple<std::string, std::string, std::string>{" --out " + a, " --out " + b,
+                                                            "--out differs"},
+          {" --out " + a, " --out " + a + " --save-every 1", "--save-every differs"},
+          {" --out " + a + " --stop-after 1", " --out " + a, "--stop-after differs"},
+          {" --out " + a + " --resume " + b, " --out " + a, "--resume differs"}}) {
+        const fs::path log = dir_ / "mpi.log";
+        const std::string cmd = kMpiEnv + kTimeout + std::string(NAPKIN_MPIEXEC) + rank + flags0 +
+                                " :" + rank + flags1 + " >" + log.string() + " 2>&1";
+        const int status = std::system(cmd.c_str());
+        ASSERT_TRUE(WIFEXITED(status));
+        EXPECT_EQ(WEXITSTATUS(status), 2);
+        const std::string out = slurp(log.string());
+        EXPECT_NE(out.find("rank 1 of 2: " + named + " between the ranks (this rank: "),
+                  std::string::npos)
+            << out;
+        EXPECT_NE(out.find("start every rank with the same flags"), std::string::npos) << out;
+        EXPECT_FALSE(fs::exists(dir_ / "a" / "report.json"));
+    }
+}
+
+// ---- 9. Outputs never overwrite inputs ---------------------------------------------------------
+
+TEST_F(Fault, ExportRefusesToOverwriteItsInputs) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train --device cpu --steps 2 --micro-batch 1 --seq-len 16 --profile all "
+                     "--quiet --out " +
+                         run.string(),
+                     kTimeout)
+                  .rc,
+              0);
+    for (const char* name : {"report.json", "trace.json"}) {
+        const fs::path input = run / name;
+        ASSERT_TRUE(fs::exists(input)) << input;
+        const std::string before = slurp(input.string());
+        const CliRun r = napkin("export " + run.string() + " -o " + input.string(), kTimeout);
+        expect_refused(r, input.string(), "an input of this command");
+        EXPECT_EQ(r.rc, 2);
+        EXPECT_EQ(slurp(input.string()), before) << name << " was overwritten";
+    }
+    // Another name for the same file is the same file.
+    fs::create_symlink(run / "trace.json", dir_ / "link.json");
+    EXPECT_EQ(
+        napkin("export " + run.string() + " -o " + (dir_ / "link.json").string(), kTimeout).rc, 2);
+    EXPECT_EQ(
+        napkin("export " + run.string() + " -o " + (dir_ / "merged.json").string(), kTimeout).rc,
+        0);
+}
+
+TEST_F(Fault, ConsolidateRefusesToOverwriteItsInputs) {
+    const fs::path run = dir_ / "run";
+    ASSERT_EQ(napkin("train --steps 2 --micro-batch 2 --seq-len 16 --quiet --zero 2 --out " +
+                         run.string(),
+                     kTimeout)
+                  .rc,
+              0);
+    const fs::path step = run / "checkpoints" / "step-00000002";
+    for (const fs::path& input :
+         {step / "manifest.json", step / "rank0.safetensors", run / "report.json"}) {
+        ASSERT_TRUE(fs::exists(input)) << input;
+        const std::string before = slurp(input.string());
+        const CliRun r =
+            napkin("ckpt consolidate " + run.string() + " -o " + input.string(), kTimeout);
+        expect_refused(r, input.string(), "an input of this command");
+        EXPECT_EQ(r.rc, 2);
+        EXPECT_EQ(slurp(input.string()), before) << input << " was overwritten";
+    }
+    EXPECT_EQ(napkin("ckpt consolidate " + run.string(), kTimeout).rc, 0);
+}
+
+}  // namespace
