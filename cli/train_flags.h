@@ -31,6 +31,7 @@ struct TrainFlags {
     std::string profile = "off";
     std::string resume;
     bool quiet = false;
+    bool detect_anomaly = false;
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";
