@@ -44,14 +44,13 @@ auto GptImpl<Kernels>::kept_out(KeptTensors& kt, KeptId id) -> Checked {
 
 // A parameter's weight (NF4 codes are not read) or gradient (none when frozen).
 template <class Kernels>
-auto GptImpl<Kernels>::weight_of(const ParamSlot* p, int l) -> Checked {
+auto GptImpl<Kernels>::weight_of(const ParamSlot* p, int l) const -> Checked {
     if (p == nullptr || p->weight.dtype() == DType::nf4) return {};
-    std::vector<std::int64_t> shape;
-    for (int i = 0; i < p->weight.rank(); ++i) shape.push_back(p->weight.dim(i));
-    return {relative(p->name, l), p->weight.template data<T>(), p->numel, shape};
+    return {relative(p->name, l), p->weight.template data<T>(), p->numel,
+            param_shapes_[static_cast<std::size_t>(p - params_.data())]};
 }
 template <class Kernels>
-auto GptImpl<Kernels>::grad_of(const ParamSlot* p, int l) -> Checked {
+auto GptImpl<Kernels>::grad_of(const ParamSlot* p, int l) const -> Checked {
     if (p == nullptr || !p->trainable) return {};
     Checked c = weight_of(p, l);
     c.name = "d " + relative(p->name, l);

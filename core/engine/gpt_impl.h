@@ -99,6 +99,9 @@ public:
                                 plan_.block.size() * static_cast<std::size_t>(cfg_.n_layers);
         anomaly_.enable(alloc_, 2 * 4 * ops);
         check_backward_ = plan_.in.precision != Precision::fp16_amp;
+        const bool adapters = plan_.in.finetune != Finetune::full;
+        for (const ParamTensor& t : param_tensors(cfg_, adapters ? plan_.in.lora_rank : 0))
+            param_shapes_.push_back(t.shape);  // params_' order (gpt_params.cpp)
     }
 
     void zero_grads() override {
@@ -476,8 +479,8 @@ private:
     Checked act(std::string name, const T* p, std::int64_t cols) const;
     Checked kept_in(KeptTensors& kt, KeptId id);
     Checked kept_out(KeptTensors& kt, KeptId id);
-    static Checked weight_of(const ParamSlot* p, int l);
-    static Checked grad_of(const ParamSlot* p, int l);
+    Checked weight_of(const ParamSlot* p, int l) const;
+    Checked grad_of(const ParamSlot* p, int l) const;
     Checked block_input_in(int l);
     void check_forward(const PlanOp& op, int l, KeptTensors& kt);
     void check_backward(const PlanOp& op, int l, KeptTensors& kt);
@@ -503,6 +506,7 @@ private:
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
     gpt_detail::AnomalyCheck<Kernels> anomaly_;  // --detect-anomaly's slots (anomaly_check.h)
     bool check_backward_ = true;                 // false under fp16-amp: the loss scaler's
+    std::vector<std::vector<std::int64_t>> param_shapes_;  // for its messages
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches
     GptHooks* hooks_ = nullptr;
