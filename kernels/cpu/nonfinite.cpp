@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/half.h"
 
@@ -12,6 +13,7 @@ namespace napkin::cpu {
 namespace {
 
 constexpr std::int64_t kParallelMin = 1 << 16;  // elements below which threads cost more
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
 }  // namespace
 
@@ -22,10 +24,12 @@ void nonfinite_check(const NonfiniteCheckArgs<T>& args) {
     float max_finite = 0.0f;
 #pragma omp parallel for if (n > kParallelMin) reduction(+ : nan, inf) reduction(max : max_finite)
     for (std::int64_t i = 0; i < n; ++i) {
-        const float v = to_float(x[i]);
-        if (std::isnan(v)) ++nan;
-        else if (std::isinf(v)) ++inf;
-        else max_finite = std::max(max_finite, std::fabs(v));
+        // Branch-free, so the loop vectorizes and runs at the speed of the read: a NaN compares
+        // false everywhere, so it counts as NaN only and adds 0 to the maximum.
+        const float a = std::fabs(to_float(x[i]));
+        nan += static_cast<unsigned long long>(!(a == a));
+        inf += static_cast<unsigned long long>(a == kInf);
+        max_finite = std::max(max_finite, a < kInf ? a : 0.0f);
     }
     slot->nan += nan;
     slot->inf += inf;
