@@ -52,8 +52,10 @@ Row measure(const char* preset, std::int64_t B, std::int64_t T, int steps) {
     row.on_ms = median(on_s) * 1e3;
     const napkin::PlanTotals t = napkin::plan_totals(on.model().plan());
     std::int64_t params = 0;
-    for (const napkin::ParamSlot& p : on.model().params()) params += p.numel;
-    row.checked_mb = (2.0 * static_cast<double>(t.kept_bytes) + 4.0 * static_cast<double>(params)) / 1e6;
+    for (const napkin::ParamSlot& p : on.model().params())
+        params += p.numel;
+    row.checked_mb =
+        (2.0 * static_cast<double>(t.kept_bytes) + 4.0 * static_cast<double>(params)) / 1e6;
     row.name = std::string(preset) + " B=" + std::to_string(B) + " T=" + std::to_string(T);
     return row;
 }
@@ -64,8 +66,10 @@ int main(int argc, char** argv) {
     int steps = 7;
     bool gpt2 = true;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = std::atoi(argv[++i]);
-        else if (std::strcmp(argv[i], "--skip-gpt2") == 0) gpt2 = false;
+        if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            steps = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--skip-gpt2") == 0)
+            gpt2 = false;
         else {
             std::fprintf(stderr, "usage: anomaly_bench [--steps N] [--skip-gpt2]\n");
             return 2;
@@ -74,11 +78,13 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     rows.push_back(measure("tiny", 8, 64, steps));
     if (gpt2) rows.push_back(measure("gpt2", 4, 64, steps));
-    std::printf("| run (fp32, AdamW) | step ms off | step ms --detect-anomaly | ratio | MB checked/step | model GFLOP/step |\n");
+    std::printf(
+        "| run (fp32, AdamW) | step ms off | step ms --detect-anomaly | ratio | MB checked/step | "
+        "model GFLOP/step |\n");
     std::printf("|---|---:|---:|---:|---:|---:|\n");
     for (const Row& r : rows) {
-        std::printf("| %s | %.1f | %.1f | %.3f | %.1f | %.1f |\n", r.name.c_str(), r.off_ms, r.on_ms,
-                    r.on_ms / r.off_ms, r.checked_mb, r.gflop);
+        std::printf("| %s | %.1f | %.1f | %.3f | %.1f | %.1f |\n", r.name.c_str(), r.off_ms,
+                    r.on_ms, r.on_ms / r.off_ms, r.checked_mb, r.gflop);
     }
     return 0;
 }

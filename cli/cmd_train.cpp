@@ -287,7 +287,8 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
             loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
         }
     }
-    if (totals.steps.empty() && !loop.anomaly) {  // interrupted before its first step: nothing to report or resume
+    // Interrupted before its first step: nothing to report or resume.
+    if (totals.steps.empty() && !loop.anomaly) {
         throw Interrupted("interrupted before the first step; nothing written",
                           loop.stop ? loop.stop->signal() : SIGINT);
     }
@@ -330,7 +331,7 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     if (totals.steps.empty()) no_step_measured(report.measured, trainer);
     const std::filesystem::path file = loop.run.out_dir / "report.json";
     write_file_durably(file, profiler::run_report_text(report));  // whole or not there
-    if (loop.anomaly) throw AnomalyFound(*loop.anomaly);  // cli/main.cpp: its line, exit 3
+    if (loop.anomaly) throw AnomalyFound(*loop.anomaly);          // cli/main.cpp: its line, exit 3
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();

@@ -270,9 +270,9 @@ std::string run_report_text(const RunReport& r) {
 
 bool RunReport::operator==(const RunReport& o) const {
     return model_config_to_json(model) == model_config_to_json(o.model) &&
-           std::tie(schema, run, init, predicted, measured, steps, profile, communication, anomaly) ==
-               std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps, o.profile,
-                        o.communication, o.anomaly);
+           std::tie(schema, run, init, predicted, measured, steps, profile, communication,
+                    anomaly) == std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps,
+                                         o.profile, o.communication, o.anomaly);
 }
 
 double Measurement::mfu_peak_flops_per_s() const {

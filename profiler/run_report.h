@@ -230,12 +230,12 @@ struct CommunicationReport {
 // when none was found, and in reports written before the flag). core/engine/anomaly.h finds it;
 // docs/ANOMALY.md. A run stopped by it keeps the steps done before (possibly none).
 struct AnomalyReport {
-    int step = 0;         // 0-based, as "steps"
-    int micro_batch = 0;  // within the step
-    std::string op;       // the op plan's name: "attn.proj", "embedding", "lm_head+loss"
-    std::optional<int> layer;        // the block; absent outside the blocks
-    std::string direction;           // "forward" or "backward"
-    std::string tensor;              // "attn.qkv.out", "d attn.out", "d attn.proj.weight"
+    int step = 0;              // 0-based, as "steps"
+    int micro_batch = 0;       // within the step
+    std::string op;            // the op plan's name: "attn.proj", "embedding", "lm_head+loss"
+    std::optional<int> layer;  // the block; absent outside the blocks
+    std::string direction;     // "forward" or "backward"
+    std::string tensor;        // "attn.qkv.out", "d attn.out", "d attn.proj.weight"
     std::vector<std::int64_t> shape;
     std::uint64_t nan = 0, inf = 0;  // its bad elements
     // The largest finite magnitude over the op's inputs (activations, weights, incoming

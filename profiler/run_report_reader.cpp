@@ -418,7 +418,8 @@ std::vector<std::int64_t> read_shape(const json& v, const std::string& field) {
     if (!v.is_array()) fail(field, "is not an array of dimensions");
     std::vector<std::int64_t> shape;
     for (const json& d : v) {
-        if (!d.is_number_integer() || d.get<std::int64_t>() < 0) fail(field, "is not an array of dimensions");
+        if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+            fail(field, "is not an array of dimensions");
         shape.push_back(d.get<std::int64_t>());
     }
     return shape;
@@ -439,10 +440,9 @@ AnomalyReport read_anomaly(const Object& o) {
     a.inf = o.integer<std::uint64_t>("inf");
     a.input_max_finite = o.optional_number("input_max_finite");
     if (const auto b = o.optional_object("bad_input")) {
-        a.bad_input = AnomalyReport::BadInput{b->string("tensor"),
-                                              read_shape(b->require("shape"), b->at("shape")),
-                                              b->integer<std::uint64_t>("nan"),
-                                              b->integer<std::uint64_t>("inf")};
+        a.bad_input = AnomalyReport::BadInput{
+            b->string("tensor"), read_shape(b->require("shape"), b->at("shape")),
+            b->integer<std::uint64_t>("nan"), b->integer<std::uint64_t>("inf")};
     }
     return a;
 }

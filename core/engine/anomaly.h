@@ -37,7 +37,8 @@ std::string anomaly_message(const Anomaly& a);
 // Thrown by the engine at the first non-finite value; the trainer fills in the step.
 class AnomalyFound : public std::runtime_error {
 public:
-    explicit AnomalyFound(Anomaly a) : std::runtime_error(anomaly_message(a)), anomaly_(std::move(a)) {}
+    explicit AnomalyFound(Anomaly a)
+        : std::runtime_error(anomaly_message(a)), anomaly_(std::move(a)) {}
     const Anomaly& anomaly() const { return anomaly_; }
     Anomaly& anomaly() { return anomaly_; }
 

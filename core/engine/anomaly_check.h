@@ -75,12 +75,14 @@ public:
     void host_value(Kernels& k, const OpSite& site, std::string name, float v,
                     std::initializer_list<Checked<T>> inputs) {
         NonfiniteSlot r;
-        if (std::isnan(v)) r.nan = 1;
-        else if (std::isinf(v)) r.inf = 1;
-        else r.max_finite = std::fabs(v);
+        if (std::isnan(v))
+            r.nan = 1;
+        else if (std::isinf(v))
+            r.inf = 1;
+        else
+            r.max_finite = std::fabs(v);
         log_.add(CheckedEntry{site, std::move(name), {}, r});
-        if (synchronous() && r.bad())
-            stop(measured(k, log_.anomaly(log_.size() - 1, r), inputs));
+        if (synchronous() && r.bad()) stop(measured(k, log_.anomaly(log_.size() - 1, r), inputs));
     }
     // The micro-batch's slots in one read: the first bad entry, or nothing.
     std::optional<Anomaly> first_found(Kernels& k) {
@@ -122,10 +124,12 @@ private:
             k.nonfinite_check({.slot = scratch, .x = c.data, .n = c.n});
             k.copy_to_host(&r, scratch, sizeof r);
             a.input_max_finite = std::max(*a.input_max_finite, static_cast<double>(r.max_finite));
-            if (r.bad() && !a.bad_input) a.bad_input = Anomaly::BadInput{c.name, c.shape, r.nan, r.inf};
+            if (r.bad() && !a.bad_input)
+                a.bad_input = Anomaly::BadInput{c.name, c.shape, r.nan, r.inf};
         }
         // None readable (an op in place, fp8 codes): not measured.
-        if (std::all_of(inputs.begin(), inputs.end(), [](const auto& c) { return c.data == nullptr; }))
+        if (std::all_of(inputs.begin(), inputs.end(),
+                        [](const auto& c) { return c.data == nullptr; }))
             a.input_max_finite.reset();
         return a;
     }

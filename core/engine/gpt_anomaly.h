@@ -103,11 +103,11 @@ void GptImpl<Kernels>::check_head(float loss, const ParamSlot* head) {
     anomaly_.host_value(k_, {op, -1, false}, "loss", loss,
                         {kept_in(epilogue_, KeptId::ln_f_out), weight_of(head, -1)});
     if (!check_backward_) return;
-    anomaly_.op(k_, {op, -1, true},
-                {act("d ln_f.out", epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
-                     cfg_.d_model),
-                 grad_of(head, -1)},
-                {kept_in(epilogue_, KeptId::ln_f_out), weight_of(head, -1)});
+    anomaly_.op(
+        k_, {op, -1, true},
+        {act("d ln_f.out", epilogue_.get(KeptId::lm_head_dinp).template data<T>(), cfg_.d_model),
+         grad_of(head, -1)},
+        {kept_in(epilogue_, KeptId::ln_f_out), weight_of(head, -1)});
 }
 
 // After op's forward in block l.
@@ -129,9 +129,9 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
             return anomaly_.op(k_, site, {kept_out(kt, KeptId::ln_1_out)},
                                {block_input_in(l), weight_of(lp.ln1_w, l), weight_of(lp.ln1_b, l)});
         case OpRole::attn_qkv:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_qkv_out)},
-                               {kept_in(kt, KeptId::ln_1_out), weight_of(lp.qkv_w, l),
-                                weight_of(lp.qkv_b, l)});
+            return anomaly_.op(
+                k_, site, {kept_out(kt, KeptId::attn_qkv_out)},
+                {kept_in(kt, KeptId::ln_1_out), weight_of(lp.qkv_w, l), weight_of(lp.qkv_b, l)});
         case OpRole::attn_qkv_lora:
             return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_qkv_out)},
                                {kept_in(kt, KeptId::ln_1_out), weight_of(lp.qkv_lora.a, l),
@@ -142,9 +142,9 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
             return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_out)},
                                {kept_in(kt, KeptId::attn_qkv_out)});
         case OpRole::attn_proj:
-            return anomaly_.op(k_, site, {branch_out},
-                               {kept_in(kt, KeptId::attn_out), weight_of(lp.proj_w, l),
-                                weight_of(lp.proj_b, l)});
+            return anomaly_.op(
+                k_, site, {branch_out},
+                {kept_in(kt, KeptId::attn_out), weight_of(lp.proj_w, l), weight_of(lp.proj_b, l)});
         case OpRole::attn_proj_lora:
             return anomaly_.op(k_, site, {branch_out},
                                {kept_in(kt, KeptId::attn_out), weight_of(lp.proj_lora.a, l),
@@ -164,9 +164,9 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
                                {kept_in(kt, KeptId::attn_res_out), weight_of(lp.ln2_w, l),
                                 weight_of(lp.ln2_b, l)});
         case OpRole::mlp_fc:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::mlp_fc_out)},
-                               {kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_w, l),
-                                weight_of(lp.fc_b, l)});
+            return anomaly_.op(
+                k_, site, {kept_out(kt, KeptId::mlp_fc_out)},
+                {kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_w, l), weight_of(lp.fc_b, l)});
         case OpRole::mlp_fc_lora:
             return anomaly_.op(k_, site, {kept_out(kt, KeptId::mlp_fc_out)},
                                {kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_lora.a, l),
@@ -200,7 +200,8 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
     const T* dnarrow = dnarrow_.template data<T>();
     const T* dwide = dwide_.template data<T>();
     const bool attn_branch = op.role <= OpRole::attn_res;
-    const Checked dbranch = act(attn_branch ? "d attn.proj.out" : "d mlp.proj.out", branch_grad(), C);
+    const Checked dbranch =
+        act(attn_branch ? "d attn.proj.out" : "d mlp.proj.out", branch_grad(), C);
     switch (op.role) {  // the roles in the backward's order
         case OpRole::loss:
         case OpRole::lm_head:
@@ -213,39 +214,46 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
             return anomaly_.op(k_, site, {dbranch},
                                {act(attn_branch ? "d attn.res.out" : "d mlp.res.out", dres, C)});
         case OpRole::mlp_proj_lora:
-            return anomaly_.op(
-                k_, site,
-                {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_lora.a, l), grad_of(lp.down_lora.b, l)},
-                {dbranch, kept_in(kt, KeptId::mlp_act_out), weight_of(lp.down_lora.a, l),
-                 weight_of(lp.down_lora.b, l)});
+            return anomaly_.op(k_, site,
+                               {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_lora.a, l),
+                                grad_of(lp.down_lora.b, l)},
+                               {dbranch, kept_in(kt, KeptId::mlp_act_out),
+                                weight_of(lp.down_lora.a, l), weight_of(lp.down_lora.b, l)});
         case OpRole::mlp_proj:
             return anomaly_.op(
-                k_, site, {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_w, l), grad_of(lp.down_b, l)},
+                k_, site,
+                {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_w, l), grad_of(lp.down_b, l)},
                 {dbranch, kept_in(kt, KeptId::mlp_act_out), weight_of(lp.down_w, l)});
         case OpRole::mlp_act:
             return anomaly_.op(k_, site, {act("d mlp.fc.out", dwide, fc_cols)},
                                {act("d mlp.act.out", dnarrow, F), kept_in(kt, KeptId::mlp_fc_out)});
         case OpRole::mlp_fc_lora:
             return anomaly_.op(
-                k_, site, {act("d ln_2.out", dnarrow, C), grad_of(lp.fc_lora.a, l), grad_of(lp.fc_lora.b, l)},
+                k_, site,
+                {act("d ln_2.out", dnarrow, C), grad_of(lp.fc_lora.a, l), grad_of(lp.fc_lora.b, l)},
                 {act("d mlp.fc.out", dwide, fc_cols), kept_in(kt, KeptId::ln_2_out),
                  weight_of(lp.fc_lora.a, l), weight_of(lp.fc_lora.b, l)});
         case OpRole::mlp_fc:
             return anomaly_.op(
                 k_, site, {act("d ln_2.out", dnarrow, C), grad_of(lp.fc_w, l), grad_of(lp.fc_b, l)},
-                {act("d mlp.fc.out", dwide, fc_cols), kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_w, l)});
+                {act("d mlp.fc.out", dwide, fc_cols), kept_in(kt, KeptId::ln_2_out),
+                 weight_of(lp.fc_w, l)});
         case OpRole::ln_2:
             return anomaly_.op(
-                k_, site, {act("d attn.res.out", dres, C), grad_of(lp.ln2_w, l), grad_of(lp.ln2_b, l)},
-                {act("d ln_2.out", dnarrow, C), kept_in(kt, KeptId::attn_res_out), weight_of(lp.ln2_w, l)});
+                k_, site,
+                {act("d attn.res.out", dres, C), grad_of(lp.ln2_w, l), grad_of(lp.ln2_b, l)},
+                {act("d ln_2.out", dnarrow, C), kept_in(kt, KeptId::attn_res_out),
+                 weight_of(lp.ln2_w, l)});
         case OpRole::attn_proj_lora:
-            return anomaly_.op(
-                k_, site, {act("d attn.out", dnarrow, C), grad_of(lp.proj_lora.a, l), grad_of(lp.proj_lora.b, l)},
-                {dbranch, kept_in(kt, KeptId::attn_out), weight_of(lp.proj_lora.a, l),
-                 weight_of(lp.proj_lora.b, l)});
+            return anomaly_.op(k_, site,
+                               {act("d attn.out", dnarrow, C), grad_of(lp.proj_lora.a, l),
+                                grad_of(lp.proj_lora.b, l)},
+                               {dbranch, kept_in(kt, KeptId::attn_out),
+                                weight_of(lp.proj_lora.a, l), weight_of(lp.proj_lora.b, l)});
         case OpRole::attn_proj:
             return anomaly_.op(
-                k_, site, {act("d attn.out", dnarrow, C), grad_of(lp.proj_w, l), grad_of(lp.proj_b, l)},
+                k_, site,
+                {act("d attn.out", dnarrow, C), grad_of(lp.proj_w, l), grad_of(lp.proj_b, l)},
                 {dbranch, kept_in(kt, KeptId::attn_out), weight_of(lp.proj_w, l)});
         case OpRole::attn_core:
             return anomaly_.op(k_, site, {act("d attn.qkv.out", dwide, cfg_.qkv_dim())},
@@ -254,20 +262,24 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
             return anomaly_.op(k_, site, {act("d attn.qkv.out", dwide, cfg_.qkv_dim())}, {});
         case OpRole::attn_qkv_lora:
             return anomaly_.op(
-                k_, site, {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_lora.a, l), grad_of(lp.qkv_lora.b, l)},
+                k_, site,
+                {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_lora.a, l),
+                 grad_of(lp.qkv_lora.b, l)},
                 {act("d attn.qkv.out", dwide, cfg_.qkv_dim()), kept_in(kt, KeptId::ln_1_out),
                  weight_of(lp.qkv_lora.a, l), weight_of(lp.qkv_lora.b, l)});
         case OpRole::attn_qkv:
             return anomaly_.op(
-                k_, site, {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_w, l), grad_of(lp.qkv_b, l)},
+                k_, site,
+                {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_w, l), grad_of(lp.qkv_b, l)},
                 {act("d attn.qkv.out", dwide, cfg_.qkv_dim()), kept_in(kt, KeptId::ln_1_out),
                  weight_of(lp.qkv_w, l)});
         case OpRole::ln_1: {
             Checked dinp = block_input_in(l);
             dinp.name = "d " + dinp.name;
             dinp.data = dres;
-            return anomaly_.op(k_, site, {dinp, grad_of(lp.ln1_w, l), grad_of(lp.ln1_b, l)},
-                               {act("d ln_1.out", dnarrow, C), block_input_in(l), weight_of(lp.ln1_w, l)});
+            return anomaly_.op(
+                k_, site, {dinp, grad_of(lp.ln1_w, l), grad_of(lp.ln1_b, l)},
+                {act("d ln_1.out", dnarrow, C), block_input_in(l), weight_of(lp.ln1_w, l)});
         }
     }
 }

@@ -263,20 +263,21 @@ private:
         op_range(range, "lm_head+loss (fused forward and backward)", cost);
         kernel_range(k, "head_cross_entropy", cost);
         ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
-        const float loss = k_.head_cross_entropy({.losses = k_.losses(),
-                                      .dx = epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
-                                      .dw = head->grad.template data<T>(),
-                                      .x = epilogue_.get(KeptId::ln_f_out).template data<T>(),
-                                      .w = head->weight.template data<T>(),
-                                      .targets = targets,
-                                      .M = N_,
-                                      .C = cfg_.d_model,
-                                      .V = cfg_.vocab_size,
-                                      .Vp = cfg_.padded_vocab_size,
-                                      .chunk = loss_chunk_,
-                                      .dloss = dloss / static_cast<float>(N_),
-                                      .scratch = ce_scratch_.template data<float>(),
-                                      .gemm_scratch = mm_scratch_.template data<float>()});
+        const float loss =
+            k_.head_cross_entropy({.losses = k_.losses(),
+                                   .dx = epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
+                                   .dw = head->grad.template data<T>(),
+                                   .x = epilogue_.get(KeptId::ln_f_out).template data<T>(),
+                                   .w = head->weight.template data<T>(),
+                                   .targets = targets,
+                                   .M = N_,
+                                   .C = cfg_.d_model,
+                                   .V = cfg_.vocab_size,
+                                   .Vp = cfg_.padded_vocab_size,
+                                   .chunk = loss_chunk_,
+                                   .dloss = dloss / static_cast<float>(N_),
+                                   .scratch = ce_scratch_.template data<float>(),
+                                   .gemm_scratch = mm_scratch_.template data<float>()});
         if (anomaly_.on()) check_head(loss, head);
         return loss;
     }
@@ -514,5 +515,5 @@ private:
 
 }  // namespace napkin
 
-#include "core/engine/gpt_block.h"  // NOLINT(build/include): the class's block members
 #include "core/engine/gpt_anomaly.h"  // NOLINT(build/include): its anomaly checks
+#include "core/engine/gpt_block.h"    // NOLINT(build/include): the class's block members

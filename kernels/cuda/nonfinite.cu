@@ -30,14 +30,18 @@ __global__ void nonfinite_check_kernel(NonfiniteSlot* slot, const D* x, std::int
          i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
         const float v = to_f32(x[i]);
         const float a = fabsf(v);
-        if (v != v) ++nan;
-        else if (a == INFINITY) ++inf;
-        else m = fmaxf(m, a);
+        if (v != v)
+            ++nan;
+        else if (a == INFINITY)
+            ++inf;
+        else
+            m = fmaxf(m, a);
     }
     if (nan != 0) atomicAdd(&slot->nan, nan);
     if (inf != 0) atomicAdd(&slot->inf, inf);
     m = block_max(m, shared);
-    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(&slot->max_finite), magnitude_bits(m));
+    if (threadIdx.x == 0)
+        atomicMax(reinterpret_cast<unsigned*>(&slot->max_finite), magnitude_bits(m));
 }
 
 }  // namespace

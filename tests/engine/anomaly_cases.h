@@ -51,8 +51,11 @@ inline void set_values(Gpt& m, const std::string& name, float v, std::int64_t at
     const std::size_t i = param_index(m, name);
     std::vector<float> w(static_cast<std::size_t>(m.params()[i].numel));
     m.get_param(i, w.data());
-    if (at >= 0) w[static_cast<std::size_t>(at)] = v;
-    else for (float& x : w) x *= v;
+    if (at >= 0)
+        w[static_cast<std::size_t>(at)] = v;
+    else
+        for (float& x : w)
+            x *= v;
     m.set_param(i, w.data());
 }
 

@@ -77,7 +77,9 @@ TEST(Anomaly, ExplodingLearningRateStopsInTheNextStepsForward) {
         EXPECT_EQ(a.tensor, "attn.qkv.out");
         ASSERT_TRUE(a.input_max_finite.has_value());
         EXPECT_GT(*a.input_max_finite, 1e20);  // the weights the update made
-        EXPECT_EQ(std::string(e.what()).rfind("step 2, forward of attn.qkv (block 0): attn.qkv.out (2, 8, 48) has ", 0), 0u)
+        EXPECT_EQ(std::string(e.what()).rfind(
+                      "step 2, forward of attn.qkv (block 0): attn.qkv.out (2, 8, 48) has ", 0),
+                  0u)
             << e.what();
     }
 }

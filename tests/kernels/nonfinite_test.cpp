@@ -46,9 +46,12 @@ TYPED_TEST(Nonfinite, CountsNanAndInfAndTheLargestFiniteMagnitude) {
             double max_finite = 0;
             for (const T& e : x) {
                 const double v = to_float(e);
-                if (std::isnan(v)) ++nan;
-                else if (std::isinf(v)) ++inf;
-                else max_finite = std::max(max_finite, std::fabs(v));
+                if (std::isnan(v))
+                    ++nan;
+                else if (std::isinf(v))
+                    ++inf;
+                else
+                    max_finite = std::max(max_finite, std::fabs(v));
             }
             NonfiniteSlot slot;
             cpu::nonfinite_check<T>({&slot, x.data(), n});
