@@ -110,6 +110,23 @@ void GptImpl<Kernels>::check_head(float loss, const ParamSlot* head) {
         {kept_in(epilogue_, KeptId::ln_f_out), weight_of(head, -1)});
 }
 
+// An op that read x and a pair of parameters (a linear's weight and bias, a norm's, an adapter's
+// A and B; either may be null) and wrote out; its backward wrote dx and the pair's gradients
+// from dout.
+template <class Kernels>
+void GptImpl<Kernels>::check_reads(const OpSite& site, Checked out, Checked x, const ParamSlot* p,
+                                   const ParamSlot* q) {
+    anomaly_.op(k_, site, {std::move(out)},
+                {std::move(x), weight_of(p, site.layer), weight_of(q, site.layer)});
+}
+template <class Kernels>
+void GptImpl<Kernels>::check_reads_back(const OpSite& site, Checked dx, Checked dout, Checked x,
+                                        const ParamSlot* p, const ParamSlot* q) {
+    const int l = site.layer;
+    anomaly_.op(k_, site, {std::move(dx), grad_of(p, l), grad_of(q, l)},
+                {std::move(dout), std::move(x), weight_of(p, l), weight_of(q, l)});
+}
+
 // After op's forward in block l.
 template <class Kernels>
 void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
@@ -119,6 +136,8 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
     const T* branch = branch_.template data<T>();
     const bool attn_branch = op.role == OpRole::attn_proj || op.role == OpRole::attn_proj_lora;
     const Checked branch_out = act(attn_branch ? "attn.proj.out" : "mlp.proj.out", branch, C);
+    auto in = [&](KeptId id) { return kept_in(kt, id); };
+    auto out = [&](KeptId id) { return kept_out(kt, id); };
     switch (op.role) {
         case OpRole::embedding:
         case OpRole::ln_f:
@@ -126,65 +145,52 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
         case OpRole::loss:
             return not_in_block(op);
         case OpRole::ln_1:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::ln_1_out)},
-                               {block_input_in(l), weight_of(lp.ln1_w, l), weight_of(lp.ln1_b, l)});
+            return check_reads(site, out(KeptId::ln_1_out), block_input_in(l), lp.ln1_w, lp.ln1_b);
         case OpRole::attn_qkv:
-            return anomaly_.op(
-                k_, site, {kept_out(kt, KeptId::attn_qkv_out)},
-                {kept_in(kt, KeptId::ln_1_out), weight_of(lp.qkv_w, l), weight_of(lp.qkv_b, l)});
+            return check_reads(site, out(KeptId::attn_qkv_out), in(KeptId::ln_1_out), lp.qkv_w,
+                               lp.qkv_b);
         case OpRole::attn_qkv_lora:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_qkv_out)},
-                               {kept_in(kt, KeptId::ln_1_out), weight_of(lp.qkv_lora.a, l),
-                                weight_of(lp.qkv_lora.b, l)});
+            return check_reads(site, out(KeptId::attn_qkv_out), in(KeptId::ln_1_out), lp.qkv_lora.a,
+                               lp.qkv_lora.b);
         case OpRole::attn_rope:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_qkv_out)}, {});
+            return anomaly_.op(k_, site, {out(KeptId::attn_qkv_out)}, {});
         case OpRole::attn_core:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_out)},
-                               {kept_in(kt, KeptId::attn_qkv_out)});
+            return check_reads(site, out(KeptId::attn_out), in(KeptId::attn_qkv_out), nullptr,
+                               nullptr);
         case OpRole::attn_proj:
-            return anomaly_.op(
-                k_, site, {branch_out},
-                {kept_in(kt, KeptId::attn_out), weight_of(lp.proj_w, l), weight_of(lp.proj_b, l)});
+            return check_reads(site, branch_out, in(KeptId::attn_out), lp.proj_w, lp.proj_b);
         case OpRole::attn_proj_lora:
-            return anomaly_.op(k_, site, {branch_out},
-                               {kept_in(kt, KeptId::attn_out), weight_of(lp.proj_lora.a, l),
-                                weight_of(lp.proj_lora.b, l)});
+            return check_reads(site, branch_out, in(KeptId::attn_out), lp.proj_lora.a,
+                               lp.proj_lora.b);
         case OpRole::attn_res:
             if (fuse_residual_norm_) return;  // in ln_2's kernel, checked there
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::attn_res_out)},
+            return anomaly_.op(k_, site, {out(KeptId::attn_res_out)},
                                {block_input_in(l), act("attn.proj.out", branch, C)});
         case OpRole::ln_2:
             if (fuse_residual_norm_) {
-                return anomaly_.op(
-                    k_, site, {kept_out(kt, KeptId::attn_res_out), kept_out(kt, KeptId::ln_2_out)},
-                    {block_input_in(l), act("attn.proj.out", branch, C), weight_of(lp.ln2_w, l),
-                     weight_of(lp.ln2_b, l)});
+                return anomaly_.op(k_, site, {out(KeptId::attn_res_out), out(KeptId::ln_2_out)},
+                                   {block_input_in(l), act("attn.proj.out", branch, C),
+                                    weight_of(lp.ln2_w, l), weight_of(lp.ln2_b, l)});
             }
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::ln_2_out)},
-                               {kept_in(kt, KeptId::attn_res_out), weight_of(lp.ln2_w, l),
-                                weight_of(lp.ln2_b, l)});
+            return check_reads(site, out(KeptId::ln_2_out), in(KeptId::attn_res_out), lp.ln2_w,
+                               lp.ln2_b);
         case OpRole::mlp_fc:
-            return anomaly_.op(
-                k_, site, {kept_out(kt, KeptId::mlp_fc_out)},
-                {kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_w, l), weight_of(lp.fc_b, l)});
+            return check_reads(site, out(KeptId::mlp_fc_out), in(KeptId::ln_2_out), lp.fc_w,
+                               lp.fc_b);
         case OpRole::mlp_fc_lora:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::mlp_fc_out)},
-                               {kept_in(kt, KeptId::ln_2_out), weight_of(lp.fc_lora.a, l),
-                                weight_of(lp.fc_lora.b, l)});
+            return check_reads(site, out(KeptId::mlp_fc_out), in(KeptId::ln_2_out), lp.fc_lora.a,
+                               lp.fc_lora.b);
         case OpRole::mlp_act:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::mlp_act_out)},
-                               {kept_in(kt, KeptId::mlp_fc_out)});
+            return check_reads(site, out(KeptId::mlp_act_out), in(KeptId::mlp_fc_out), nullptr,
+                               nullptr);
         case OpRole::mlp_proj:
-            return anomaly_.op(k_, site, {branch_out},
-                               {kept_in(kt, KeptId::mlp_act_out), weight_of(lp.down_w, l),
-                                weight_of(lp.down_b, l)});
+            return check_reads(site, branch_out, in(KeptId::mlp_act_out), lp.down_w, lp.down_b);
         case OpRole::mlp_proj_lora:
-            return anomaly_.op(k_, site, {branch_out},
-                               {kept_in(kt, KeptId::mlp_act_out), weight_of(lp.down_lora.a, l),
-                                weight_of(lp.down_lora.b, l)});
+            return check_reads(site, branch_out, in(KeptId::mlp_act_out), lp.down_lora.a,
+                               lp.down_lora.b);
         case OpRole::mlp_res:
-            return anomaly_.op(k_, site, {kept_out(kt, KeptId::mlp_res_out)},
-                               {kept_in(kt, KeptId::attn_res_out), act("mlp.proj.out", branch, C)});
+            return anomaly_.op(k_, site, {out(KeptId::mlp_res_out)},
+                               {in(KeptId::attn_res_out), act("mlp.proj.out", branch, C)});
     }
 }
 
@@ -194,7 +200,7 @@ template <class Kernels>
 void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) {
     const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
     const OpSite site{op.name(), l, true};
-    const std::int64_t C = cfg_.d_model, F = cfg_.d_ff;
+    const std::int64_t C = cfg_.d_model, F = cfg_.d_ff, Q = cfg_.qkv_dim();
     const std::int64_t fc_cols = cfg_.mlp == MlpKind::swiglu ? 2 * F : F;
     const T* dres = dres_.template data<T>();
     const T* dnarrow = dnarrow_.template data<T>();
@@ -202,6 +208,7 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
     const bool attn_branch = op.role <= OpRole::attn_res;
     const Checked dbranch =
         act(attn_branch ? "d attn.proj.out" : "d mlp.proj.out", branch_grad(), C);
+    auto in = [&](KeptId id) { return kept_in(kt, id); };
     switch (op.role) {  // the roles in the backward's order
         case OpRole::loss:
         case OpRole::lm_head:
@@ -214,72 +221,53 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
             return anomaly_.op(k_, site, {dbranch},
                                {act(attn_branch ? "d attn.res.out" : "d mlp.res.out", dres, C)});
         case OpRole::mlp_proj_lora:
-            return anomaly_.op(k_, site,
-                               {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_lora.a, l),
-                                grad_of(lp.down_lora.b, l)},
-                               {dbranch, kept_in(kt, KeptId::mlp_act_out),
-                                weight_of(lp.down_lora.a, l), weight_of(lp.down_lora.b, l)});
+            return check_reads_back(site, act("d mlp.act.out", dnarrow, F), dbranch,
+                                    in(KeptId::mlp_act_out), lp.down_lora.a, lp.down_lora.b);
         case OpRole::mlp_proj:
-            return anomaly_.op(
-                k_, site,
-                {act("d mlp.act.out", dnarrow, F), grad_of(lp.down_w, l), grad_of(lp.down_b, l)},
-                {dbranch, kept_in(kt, KeptId::mlp_act_out), weight_of(lp.down_w, l)});
+            return check_reads_back(site, act("d mlp.act.out", dnarrow, F), dbranch,
+                                    in(KeptId::mlp_act_out), lp.down_w, lp.down_b);
         case OpRole::mlp_act:
-            return anomaly_.op(k_, site, {act("d mlp.fc.out", dwide, fc_cols)},
-                               {act("d mlp.act.out", dnarrow, F), kept_in(kt, KeptId::mlp_fc_out)});
+            return check_reads_back(site, act("d mlp.fc.out", dwide, fc_cols),
+                                    act("d mlp.act.out", dnarrow, F), in(KeptId::mlp_fc_out),
+                                    nullptr, nullptr);
         case OpRole::mlp_fc_lora:
-            return anomaly_.op(
-                k_, site,
-                {act("d ln_2.out", dnarrow, C), grad_of(lp.fc_lora.a, l), grad_of(lp.fc_lora.b, l)},
-                {act("d mlp.fc.out", dwide, fc_cols), kept_in(kt, KeptId::ln_2_out),
-                 weight_of(lp.fc_lora.a, l), weight_of(lp.fc_lora.b, l)});
+            return check_reads_back(site, act("d ln_2.out", dnarrow, C),
+                                    act("d mlp.fc.out", dwide, fc_cols), in(KeptId::ln_2_out),
+                                    lp.fc_lora.a, lp.fc_lora.b);
         case OpRole::mlp_fc:
-            return anomaly_.op(
-                k_, site, {act("d ln_2.out", dnarrow, C), grad_of(lp.fc_w, l), grad_of(lp.fc_b, l)},
-                {act("d mlp.fc.out", dwide, fc_cols), kept_in(kt, KeptId::ln_2_out),
-                 weight_of(lp.fc_w, l)});
+            return check_reads_back(site, act("d ln_2.out", dnarrow, C),
+                                    act("d mlp.fc.out", dwide, fc_cols), in(KeptId::ln_2_out),
+                                    lp.fc_w, lp.fc_b);
         case OpRole::ln_2:
-            return anomaly_.op(
-                k_, site,
-                {act("d attn.res.out", dres, C), grad_of(lp.ln2_w, l), grad_of(lp.ln2_b, l)},
-                {act("d ln_2.out", dnarrow, C), kept_in(kt, KeptId::attn_res_out),
-                 weight_of(lp.ln2_w, l)});
+            return check_reads_back(site, act("d attn.res.out", dres, C),
+                                    act("d ln_2.out", dnarrow, C), in(KeptId::attn_res_out),
+                                    lp.ln2_w, lp.ln2_b);
         case OpRole::attn_proj_lora:
-            return anomaly_.op(k_, site,
-                               {act("d attn.out", dnarrow, C), grad_of(lp.proj_lora.a, l),
-                                grad_of(lp.proj_lora.b, l)},
-                               {dbranch, kept_in(kt, KeptId::attn_out),
-                                weight_of(lp.proj_lora.a, l), weight_of(lp.proj_lora.b, l)});
+            return check_reads_back(site, act("d attn.out", dnarrow, C), dbranch,
+                                    in(KeptId::attn_out), lp.proj_lora.a, lp.proj_lora.b);
         case OpRole::attn_proj:
-            return anomaly_.op(
-                k_, site,
-                {act("d attn.out", dnarrow, C), grad_of(lp.proj_w, l), grad_of(lp.proj_b, l)},
-                {dbranch, kept_in(kt, KeptId::attn_out), weight_of(lp.proj_w, l)});
+            return check_reads_back(site, act("d attn.out", dnarrow, C), dbranch,
+                                    in(KeptId::attn_out), lp.proj_w, lp.proj_b);
         case OpRole::attn_core:
-            return anomaly_.op(k_, site, {act("d attn.qkv.out", dwide, cfg_.qkv_dim())},
-                               {act("d attn.out", dnarrow, C), kept_in(kt, KeptId::attn_qkv_out)});
+            return check_reads_back(site, act("d attn.qkv.out", dwide, Q),
+                                    act("d attn.out", dnarrow, C), in(KeptId::attn_qkv_out),
+                                    nullptr, nullptr);
         case OpRole::attn_rope:
-            return anomaly_.op(k_, site, {act("d attn.qkv.out", dwide, cfg_.qkv_dim())}, {});
+            return anomaly_.op(k_, site, {act("d attn.qkv.out", dwide, Q)}, {});
         case OpRole::attn_qkv_lora:
-            return anomaly_.op(
-                k_, site,
-                {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_lora.a, l),
-                 grad_of(lp.qkv_lora.b, l)},
-                {act("d attn.qkv.out", dwide, cfg_.qkv_dim()), kept_in(kt, KeptId::ln_1_out),
-                 weight_of(lp.qkv_lora.a, l), weight_of(lp.qkv_lora.b, l)});
+            return check_reads_back(site, act("d ln_1.out", dnarrow, C),
+                                    act("d attn.qkv.out", dwide, Q), in(KeptId::ln_1_out),
+                                    lp.qkv_lora.a, lp.qkv_lora.b);
         case OpRole::attn_qkv:
-            return anomaly_.op(
-                k_, site,
-                {act("d ln_1.out", dnarrow, C), grad_of(lp.qkv_w, l), grad_of(lp.qkv_b, l)},
-                {act("d attn.qkv.out", dwide, cfg_.qkv_dim()), kept_in(kt, KeptId::ln_1_out),
-                 weight_of(lp.qkv_w, l)});
+            return check_reads_back(site, act("d ln_1.out", dnarrow, C),
+                                    act("d attn.qkv.out", dwide, Q), in(KeptId::ln_1_out), lp.qkv_w,
+                                    lp.qkv_b);
         case OpRole::ln_1: {
-            Checked dinp = block_input_in(l);
-            dinp.name = "d " + dinp.name;
-            dinp.data = dres;
-            return anomaly_.op(
-                k_, site, {dinp, grad_of(lp.ln1_w, l), grad_of(lp.ln1_b, l)},
-                {act("d ln_1.out", dnarrow, C), block_input_in(l), weight_of(lp.ln1_w, l)});
+            Checked dx = block_input_in(l);
+            dx.name = "d " + dx.name;
+            dx.data = dres;
+            return check_reads_back(site, std::move(dx), act("d ln_1.out", dnarrow, C),
+                                    block_input_in(l), lp.ln1_w, lp.ln1_b);
         }
     }
 }

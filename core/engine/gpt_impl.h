@@ -483,6 +483,10 @@ private:
     Checked weight_of(const ParamSlot* p, int l) const;
     Checked grad_of(const ParamSlot* p, int l) const;
     Checked block_input_in(int l);
+    void check_reads(const OpSite& site, Checked out, Checked x, const ParamSlot* p,
+                     const ParamSlot* q);
+    void check_reads_back(const OpSite& site, Checked dx, Checked dout, Checked x,
+                          const ParamSlot* p, const ParamSlot* q);
     void check_forward(const PlanOp& op, int l, KeptTensors& kt);
     void check_backward(const PlanOp& op, int l, KeptTensors& kt);
     void check_embedding(bool backward);

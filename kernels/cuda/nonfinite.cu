@@ -15,12 +15,6 @@ namespace {
 
 constexpr int kBlock = 256;
 
-__device__ __forceinline__ unsigned magnitude_bits(float f) {
-    unsigned u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 template <class D>
 __global__ void nonfinite_check_kernel(NonfiniteSlot* slot, const D* x, std::int64_t n) {
     __shared__ float shared[kWarpSize];
@@ -40,8 +34,7 @@ __global__ void nonfinite_check_kernel(NonfiniteSlot* slot, const D* x, std::int
     if (nan != 0) atomicAdd(&slot->nan, nan);
     if (inf != 0) atomicAdd(&slot->inf, inf);
     m = block_max(m, shared);
-    if (threadIdx.x == 0)
-        atomicMax(reinterpret_cast<unsigned*>(&slot->max_finite), magnitude_bits(m));
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(&slot->max_finite), float_bits(m));
 }
 
 }  // namespace

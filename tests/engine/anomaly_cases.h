@@ -78,16 +78,22 @@ inline Anomaly anomaly_of(AnomalyRig& rig, Gpt& m, float dloss = 1.0f) {
     return {};
 }
 
+// Where the anomaly was found: the op, its block (-1: outside the blocks), direction, tensor.
+inline void expect_site(const Anomaly& a, const char* op, int layer, const char* direction,
+                        const char* tensor) {
+    EXPECT_EQ(a.op, op);
+    EXPECT_EQ(a.layer.value_or(-1), layer);
+    EXPECT_EQ(a.direction, direction);
+    EXPECT_EQ(a.tensor, tensor);
+}
+
 // A corrupted weight: one NaN in block 1's MLP up-projection. The first op to read it is
 // mlp.fc's forward, whose output is named, with the weight as the input that explains it.
 inline void corrupted_weight_names_its_reader(AnomalyRig& rig, Precision p) {
     auto m = rig.make(anomaly_config(), anomaly_inputs(p));
     set_values(*m, "h.1.mlp.fc.weight", std::numeric_limits<float>::quiet_NaN(), 5);
     const Anomaly a = anomaly_of(rig, *m);
-    EXPECT_EQ(a.op, "mlp.fc");
-    EXPECT_EQ(a.layer, 1);
-    EXPECT_EQ(a.direction, "forward");
-    EXPECT_EQ(a.tensor, "mlp.fc.out");
+    expect_site(a, "mlp.fc", 1, "forward", "mlp.fc.out");
     EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 8, 24}));
     EXPECT_GT(a.nan, 0u);
     ASSERT_TRUE(a.bad_input.has_value());
@@ -103,10 +109,7 @@ inline void attention_overflow_names_attention(AnomalyRig& rig) {
     auto m = rig.make(anomaly_config(), anomaly_inputs(Precision::fp32));
     set_values(*m, "h.0.attn.qkv.weight", 1e20f);
     const Anomaly a = anomaly_of(rig, *m);
-    EXPECT_EQ(a.op, "attn.core");
-    EXPECT_EQ(a.layer, 0);
-    EXPECT_EQ(a.direction, "forward");
-    EXPECT_EQ(a.tensor, "attn.out");
+    expect_site(a, "attn.core", 0, "forward", "attn.out");
     EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 8, 16}));
     EXPECT_GT(a.nan + a.inf, 0u);
     EXPECT_FALSE(a.bad_input.has_value());
@@ -119,10 +122,7 @@ inline void attention_overflow_names_attention(AnomalyRig& rig) {
 inline void nan_loss_gradient_names_the_heads_backward(AnomalyRig& rig) {
     auto m = rig.make(anomaly_config(), anomaly_inputs(Precision::fp32));
     const Anomaly a = anomaly_of(rig, *m, std::numeric_limits<float>::quiet_NaN());
-    EXPECT_EQ(a.op, "lm_head+loss");
-    EXPECT_FALSE(a.layer.has_value());
-    EXPECT_EQ(a.direction, "backward");
-    EXPECT_EQ(a.tensor, "d ln_f.out");
+    expect_site(a, "lm_head+loss", -1, "backward", "d ln_f.out");
     EXPECT_EQ(a.nan, 2u * 8u * 16u);
 }
 

@@ -72,9 +72,7 @@ TEST(Anomaly, ExplodingLearningRateStopsInTheNextStepsForward) {
         const Anomaly& a = e.anomaly();
         EXPECT_EQ(a.step, 1);
         EXPECT_EQ(a.micro_batch, 0);
-        EXPECT_EQ(a.direction, "forward");
-        EXPECT_EQ(a.op, "attn.qkv");
-        EXPECT_EQ(a.tensor, "attn.qkv.out");
+        expect_site(a, "attn.qkv", 0, "forward", "attn.qkv.out");
         ASSERT_TRUE(a.input_max_finite.has_value());
         EXPECT_GT(*a.input_max_finite, 1e20);  // the weights the update made
         EXPECT_EQ(std::string(e.what()).rfind(
