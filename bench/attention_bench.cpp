@@ -1,23 +1,30 @@
-// The two CUDA flash attentions against each other (kernels/attention.h): the SIMT kernels
-// (kernels/cuda/attention.cu, fp32 FMA) and the tensor-core ones (kernels/cuda/attention_mma.cu,
-// WMMA), forward and backward, at GPT-2 124M's shape (B = 8, T = 1024, NH = 12, HD = 64) and a
-// Llama-like one (HD = 128, 4 query heads per kv head), bf16. Median time over timed repeats
-// after warm-up (CUDA events around each call), TFLOP/s from napkin's one definition of the
-// FLOPs (attention_forward_cost: 4 B NH HD T(T+1)/2; attention_backward_cost: 8 B NH HD
-// T(T+1)/2, without the flash backward's recomputation of S), the fraction of the H100 SXM's
-// dense bf16 peak, and tensor-core / SIMT as a speedup. Each shape's forward outputs of the two
+// napkin's CUDA flash attention (kernels/attention.h), forward and backward, bf16, at GPT-2
+// 124M's shape (B 8, T 1024, NH 12, HD 64) and a Llama-like GQA one (B 2, T 4096, NH 32, KVH 8,
+// HD 128): the tensor-core kernels (attention_flash_mma_*: mma.sync at HD 64 and 128,
+// kernels/cuda/attention_fa2_*.cu) and, as the baseline in the same run, the SIMT kernels
+// (kernels/cuda/attention.cu, fp32 FMA). Median time over CUDA-event-timed calls after warm-up,
+// the napkin math beside it: model FLOPs from attention_forward_cost / attention_backward_cost
+// (4 and 8 B NH HD T(T+1)/2), the bytes they move, the fraction of the H100 SXM's dense bf16
+// peak; for the backward also the hardware rate, with the 6 B NH HD T(T+1)/2 FLOPs the two-pass
+// backward spends recomputing S (twice) and dP (once more). Each shape's forward outputs of the two
 // paths are compared first (largest difference printed; both are tested against the CPU in
-// tests/kernels_cuda/attention_test.cpp).
-//   attention_bench [--reps N] [--warmup N]
+// tests/kernels_cuda/attention_test.cpp). bench/attention_vs_sdpa.py reads --json to set napkin
+// against PyTorch's scaled_dot_product_attention on the same GPU.
+//   attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] [--json FILE]
 // Without a GPU it says so and exits 0. Never run as a test.
 #include <cuda_runtime_api.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,16 +39,66 @@ namespace {
 using namespace napkin;
 
 struct Shape {
+    const char* name;
     const char* what;
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD;
+    bool by_name_only = false;  // not in the default list
 };
 
 constexpr Shape kShapes[] = {
-    {"gpt2-124m", 8, 1024, 12, 12, 64},
-    {"llama-like gqa", 2, 2048, 32, 8, 128},
+    {"gpt2", "gpt2-124m", 8, 1024, 12, 12, 64},
+    {"llama", "llama-like gqa", 2, 4096, 32, 8, 128},
+    // A dry run of the bench and its scripts on the CPU emulator (attention_bench_emu).
+    {"tiny", "tiny", 1, 130, 4, 2, 64, true},
 };
+
+struct Options {
+    int reps = 20, warmup = 5, simt_reps = 5;
+    std::string shape, json;
+};
+
+constexpr const char* kUsage =
+    "usage: attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] "
+    "[--json FILE]\n";
+
+// Exit 2 with the usage on a flag it does not know, a flag without its value or an unknown
+// shape: a typo must not silently run the whole default list (minutes on the emulator).
+[[noreturn]] void usage_error(const std::string& what) {
+    std::fprintf(stderr, "attention_bench: %s\n%s", what.c_str(), kUsage);
+    std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i += 2) {
+        const std::string flag = argv[i];
+        if (flag == "-h" || flag == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        }
+        if (i + 1 >= argc) usage_error(flag + " needs a value");
+        const std::string value = argv[i + 1];
+        if (flag == "--reps")
+            o.reps = std::max(1, std::atoi(value.c_str()));
+        else if (flag == "--warmup")
+            o.warmup = std::max(0, std::atoi(value.c_str()));
+        else if (flag == "--simt-reps")
+            o.simt_reps = std::max(1, std::atoi(value.c_str()));
+        else if (flag == "--shape")
+            o.shape = value;
+        else if (flag == "--json")
+            o.json = value;
+        else
+            usage_error("unknown flag " + flag);
+    }
+    const bool known =
+        o.shape.empty() || std::any_of(std::begin(kShapes), std::end(kShapes),
+                                       [&](const Shape& s) { return o.shape == s.name; });
+    if (!known) usage_error("--shape: expected gpt2, llama or tiny, got " + o.shape);
+    return o;
+}
 
 // Device buffer of n bf16 values drawn from N(0, 1) with a generator, zeros without.
 class Device {
@@ -96,18 +153,125 @@ double median_ms(const std::function<void()>& call, cudaStream_t stream, int war
     return ms[ms.size() / 2];
 }
 
-int parse_int(int argc, char** argv, const char* flag, int fallback) {
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (std::strcmp(argv[i], flag) == 0) return std::max(1, std::atoi(argv[i + 1]));
+AttentionShape attention_shape(const Shape& s) {
+    return AttentionShape{.B = s.B,
+                          .T = s.T,
+                          .NH = s.NH,
+                          .KVH = s.KVH,
+                          .HD = s.HD,
+                          .impl = AttentionImpl::flash,
+                          .dt = DType::bf16};
+}
+
+struct Row {
+    const char* dir;
+    const char* path;
+    double ms, flops, hardware_flops, bytes;
+};
+
+// One shape's buffers and its four timings (mma and SIMT, forward and backward).
+std::vector<Row> measure(const Shape& s, const Options& o, cudaStream_t stream, std::mt19937& rng,
+                         double& max_diff) {
+    const std::int64_t qkv_n = s.B * s.T * (s.NH + 2ll * s.KVH) * s.HD;
+    const std::int64_t out_n = s.B * s.T * s.NH * s.HD;
+    Device qkv(qkv_n, &rng), dout(out_n, &rng), out(out_n, nullptr), out_simt(out_n, nullptr);
+    Device dqkv(qkv_n, nullptr);
+    void* lse_bytes = nullptr;
+    NAPKIN_CUDA_CHECK(cudaMalloc(&lse_bytes, static_cast<std::size_t>(s.B * s.NH * s.T) * 4));
+    float* lse = static_cast<float*>(lse_bytes);
+    const auto B = s.B, T = s.T, HD = s.HD;
+    const int NH = s.NH, KVH = s.KVH;
+    auto fwd_simt = [&] {
+        cuda::attention_flash_simt_forward<bf16_t>(
+            {out_simt.get(), lse, qkv.get(), B, T, NH, KVH, HD}, {stream});
+    };
+    auto fwd_mma = [&] {
+        cuda::attention_flash_mma_forward<bf16_t>({out.get(), lse, qkv.get(), B, T, NH, KVH, HD},
+                                                  {stream});
+    };
+    // The backward accumulates into dqkv at every call; its values only grow, and the time does
+    // not depend on them.
+    auto bwd_simt = [&] {
+        cuda::attention_flash_simt_backward<bf16_t>(
+            {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD}, {stream});
+    };
+    auto bwd_mma = [&] {
+        cuda::attention_flash_mma_backward<bf16_t>(
+            {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD}, {stream});
+    };
+    // The two forwards agree (the tests hold both to the CPU; this is the same run's check).
+    fwd_simt();
+    fwd_mma();
+    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<bf16_t> a = out.host(), b = out_simt.host();
+    max_diff = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        max_diff = std::max(max_diff, std::abs(static_cast<double>(static_cast<float>(a[i])) -
+                                               static_cast<float>(b[i])));
+
+    const AttentionShape shape = attention_shape(s);
+    const KernelCost fc = attention_forward_cost(shape), bc = attention_backward_cost(shape);
+    const double fwd = static_cast<double>(fc.flops), bwd = static_cast<double>(bc.flops);
+    const double bwd_hw =
+        bwd + 3.0 * static_cast<double>(attention_backward_recompute_flops(shape));
+    const double fwd_bytes = static_cast<double>(fc.bytes_read + fc.bytes_written);
+    const double bwd_bytes = static_cast<double>(bc.bytes_read + bc.bytes_written);
+    std::vector<Row> rows = {
+        {"fwd", "mma", median_ms(fwd_mma, stream, o.warmup, o.reps), fwd, fwd, fwd_bytes},
+        {"bwd", "mma", median_ms(bwd_mma, stream, o.warmup, o.reps), bwd, bwd_hw, bwd_bytes},
+        {"fwd", "simt", median_ms(fwd_simt, stream, 1, o.simt_reps), fwd, fwd, fwd_bytes},
+        {"bwd", "simt", median_ms(bwd_simt, stream, 1, o.simt_reps), bwd, bwd_hw, bwd_bytes}};
+    NAPKIN_CUDA_CHECK(cudaFree(lse));
+    return rows;
+}
+
+void print_rows(const Shape& s, const std::vector<Row>& rows, double max_diff, double peak) {
+    for (const Row& r : rows) {
+        const double tflops = r.flops / (r.ms * 1e-3) / 1e12;
+        const double hw = r.hardware_flops / (r.ms * 1e-3) / 1e12;
+        double baseline = 0.0;  // the SIMT row of the same direction
+        for (const Row& other : rows)
+            if (std::strcmp(other.dir, r.dir) == 0 && std::strcmp(other.path, "simt") == 0)
+                baseline = other.ms;
+        char speedup[32] = "";
+        if (std::strcmp(r.path, "mma") == 0)
+            std::snprintf(speedup, sizeof speedup, "%.1fx", baseline / r.ms);
+        std::printf(
+            "%-15s %2lld %5lld %3d %3d %4lld  %-3s %-4s %9.3f %8.1f %6.1f%% %8.1f %8.1f %8s\n",
+            s.what, static_cast<long long>(s.B), static_cast<long long>(s.T), s.NH, s.KVH,
+            static_cast<long long>(s.HD), r.dir, r.path, r.ms, tflops, 100.0 * tflops / peak, hw,
+            r.bytes / (r.ms * 1e-3) / 1e9, speedup);
     }
-    return fallback;
+    std::printf(
+        "%-15s GFLOP fwd %.1f, bwd %.1f (+%.1f recomputed); MB moved fwd %.1f, bwd %.1f; "
+        "largest |mma - simt| of out %.3g\n\n",
+        s.what, rows[0].flops / 1e9, rows[1].flops / 1e9,
+        (rows[1].hardware_flops - rows[1].flops) / 1e9, rows[0].bytes / 1e6, rows[1].bytes / 1e6,
+        max_diff);
+}
+
+nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows)
+        out.push_back({{"shape", s.name},
+                       {"B", s.B},
+                       {"T", s.T},
+                       {"NH", s.NH},
+                       {"KVH", s.KVH},
+                       {"HD", s.HD},
+                       {"dir", r.dir},
+                       {"path", r.path},
+                       {"ms", r.ms},
+                       {"flops", r.flops},
+                       {"hardware_flops", r.hardware_flops},
+                       {"tflops", r.flops / (r.ms * 1e-3) / 1e12}});
+    return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    const int reps = parse_int(argc, argv, "--reps", 20);
-    const int warmup = parse_int(argc, argv, "--warmup", 5);
+    const Options o = parse(argc, argv);
     int devices = 0;
     const cudaError_t err = cudaGetDeviceCount(&devices);
     if (err != cudaSuccess || devices == 0) {
@@ -123,109 +287,35 @@ int main(int argc, char** argv) {
         "(%.1f TFLOP/s)\n",
         prop.name, prop.major, prop.minor, std::string(h100->full_name).c_str(), h100->tflops_bf16);
     std::printf(
-        "causal flash attention, bf16 storage; median of %d after %d warm-up calls; "
-        "FLOPs from attention_forward_cost / attention_backward_cost (model FLOPs: the "
-        "backward's recomputation of S not counted)\n\n",
-        reps, warmup);
-    std::printf("%-15s %5s %5s %4s %4s %4s  %-3s %-4s %10s %9s %7s %9s\n", "shape", "B", "T", "NH",
-                "KVH", "HD", "dir", "path", "median ms", "TFLOP/s", "% peak", "mma/simt");
-
+        "causal flash attention, bf16; median of %d after %d warm-up calls (SIMT: %d after "
+        "1); TFLOP/s of model FLOPs (attention_forward_cost / attention_backward_cost), "
+        "hw: with the backward's recomputation; GB/s of the bytes the cost counts\n\n",
+        o.reps, o.warmup, o.simt_reps);
+    std::printf("%-15s %2s %5s %3s %3s %4s  %-3s %-4s %9s %8s %7s %8s %8s %8s\n", "shape", "B", "T",
+                "NH", "KVH", "HD", "dir", "path", "median ms", "TFLOP/s", "% peak", "hw TF/s",
+                "GB/s", "vs simt");
     cudaStream_t stream = nullptr;
-    NAPKIN_CUDA_CHECK(cudaStreamCreate(&stream));
+    NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
     std::mt19937 rng(1234);
+    nlohmann::json rows = nlohmann::json::array();
     for (const Shape& s : kShapes) {
-        const std::int64_t qkv_n = s.B * s.T * (s.NH + 2ll * s.KVH) * s.HD;
-        const std::int64_t out_n = s.B * s.T * s.NH * s.HD;
-        const std::int64_t heads_T = s.B * s.NH * s.T;
-        Device qkv(qkv_n, &rng), dout(out_n, &rng), out(out_n, nullptr), out_simt(out_n, nullptr);
-        Device dqkv(qkv_n, nullptr);
-        if (!cuda::attention_flash_mma_supported<bf16_t>(s.HD, {qkv.get(), out.get()})) {
-            std::printf("%-15s: the tensor-core path does not take HD %lld\n", s.what,
-                        static_cast<long long>(s.HD));
-            continue;
-        }
-        void* lse_bytes = nullptr;
-        NAPKIN_CUDA_CHECK(
-            cudaMalloc(&lse_bytes, static_cast<std::size_t>(heads_T) * sizeof(float)));
-        float* lse = static_cast<float*>(lse_bytes);
-
-        // The two forwards agree (the tests hold both to the CPU; this is the same run's check).
-        cuda::attention_flash_simt_forward<bf16_t>(
-            {out_simt.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH, s.HD}, {stream});
-        cuda::attention_flash_mma_forward<bf16_t>(
-            {out.get(), lse, qkv.get(), s.B, s.T, s.NH, s.KVH, s.HD}, {stream});
-        NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const std::vector<bf16_t> a = out.host(), b = out_simt.host();
+        if (o.shape.empty() ? s.by_name_only : o.shape != s.name) continue;
         double max_diff = 0.0;
-        for (std::size_t i = 0; i < a.size(); ++i)
-            max_diff = std::max(max_diff, std::abs(static_cast<double>(static_cast<float>(a[i])) -
-                                                   static_cast<float>(b[i])));
-
-        AttentionShape shape;
-        shape.B = s.B;
-        shape.T = s.T;
-        shape.NH = s.NH;
-        shape.KVH = s.KVH;
-        shape.HD = s.HD;
-        shape.impl = AttentionImpl::flash;
-        shape.dt = DType::bf16;
-        const double fwd_flops = static_cast<double>(attention_forward_cost(shape).flops);
-        const double bwd_flops = static_cast<double>(attention_backward_cost(shape).flops);
-
-        const auto B = s.B, T = s.T, HD = s.HD;
-        const int NH = s.NH, KVH = s.KVH;
-        const double fwd_simt = median_ms(
-            [&] {
-                cuda::attention_flash_simt_forward<bf16_t>(
-                    {out.get(), lse, qkv.get(), B, T, NH, KVH, HD}, {stream});
-            },
-            stream, warmup, reps);
-        const double fwd_mma = median_ms(
-            [&] {
-                cuda::attention_flash_mma_forward<bf16_t>(
-                    {out.get(), lse, qkv.get(), B, T, NH, KVH, HD}, {stream});
-            },
-            stream, warmup, reps);
-        // Backward accumulates into dqkv at every call; its values only grow, and the time does
-        // not depend on them.
-        const double bwd_simt = median_ms(
-            [&] {
-                cuda::attention_flash_simt_backward<bf16_t>(
-                    {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD},
-                    {stream});
-            },
-            stream, warmup, reps);
-        const double bwd_mma = median_ms(
-            [&] {
-                cuda::attention_flash_mma_backward<bf16_t>(
-                    {dqkv.get(), dout.get(), out.get(), qkv.get(), lse, B, T, NH, KVH, HD},
-                    {stream});
-            },
-            stream, warmup, reps);
-
-        struct Row {
-            const char* dir;
-            const char* path;
-            double ms, flops, baseline_ms;
-        };
-        const Row rows[] = {{"fwd", "simt", fwd_simt, fwd_flops, 0.0},
-                            {"fwd", "mma", fwd_mma, fwd_flops, fwd_simt},
-                            {"bwd", "simt", bwd_simt, bwd_flops, 0.0},
-                            {"bwd", "mma", bwd_mma, bwd_flops, bwd_simt}};
-        for (const Row& r : rows) {
-            const double tflops = r.flops / (r.ms * 1e-3) / 1e12;
-            char ratio[32] = "";
-            if (r.baseline_ms > 0.0)
-                std::snprintf(ratio, sizeof ratio, "%.2fx", r.baseline_ms / r.ms);
-            std::printf("%-15s %5lld %5lld %4d %4d %4lld  %-3s %-4s %10.3f %9.1f %6.1f%% %9s\n",
-                        s.what, static_cast<long long>(s.B), static_cast<long long>(s.T), s.NH,
-                        s.KVH, static_cast<long long>(s.HD), r.dir, r.path, r.ms, tflops,
-                        100.0 * tflops / h100->tflops_bf16, ratio);
-        }
-        std::printf("%-15s forward: largest |mma - simt| of out %.3g; FLOPs fwd %.3g, bwd %.3g\n\n",
-                    s.what, max_diff, fwd_flops, bwd_flops);
-        NAPKIN_CUDA_CHECK(cudaFree(lse));
+        const std::vector<Row> r = measure(s, o, stream, rng, max_diff);
+        print_rows(s, r, max_diff, h100->tflops_bf16);
+        for (const auto& j : json_rows(s, r))
+            rows.push_back(j);
     }
     NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
+    if (!o.json.empty()) {
+        const nlohmann::json doc = {{"device", prop.name},
+                                    {"sm", prop.major * 10 + prop.minor},
+                                    {"reps", o.reps},
+                                    {"warmup", o.warmup},
+                                    {"rows", rows}};
+        const std::string tmp = o.json + ".tmp";
+        std::ofstream(tmp) << doc.dump(2) << "\n";
+        std::filesystem::rename(tmp, o.json);
+    }
     return 0;
 }

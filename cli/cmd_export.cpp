@@ -8,10 +8,14 @@
 // and its events streamed to a durable temporary beside FILE.json (core/durable_file.h), renamed
 // into place at the end: a failure leaves no FILE.json.
 // Process ids are renumbered across runs and flow ids offset so that launch -> kernel arrows never
-// join two runs.
+// join two runs; inputs with the same name are told apart ("run", "run (2)"). Other tools' traces
+// merge too: Kineto's (torch.profiler, absolute times rebased to start at 0, as the reader does)
+// and torch's legacy bare array. Every time is rewritten from its exact nanoseconds, each "dur"
+// by trace_dur_us, so the merged file nests when its ts + dur are added in double.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,6 +27,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/durable_file.h"
+#include "profiler/chrome_trace_writer.h"
 #include "profiler/run_folder.h"
 #include "profiler/trace_reader.h"
 
@@ -50,7 +55,7 @@ std::string run_label(const fs::path& trace_file) {
 struct TraceSource {
     fs::path file;
     std::string label;
-    double offset_us = 0;  // added to every ts: the rank's clock zero after the earliest rank's
+    std::int64_t offset_ns = 0;  // added to every ts: the rank's clock zero after the earliest
     int rank = 0, world = 1;
 };
 
@@ -80,7 +85,7 @@ std::vector<TraceSource> trace_sources(const fs::path& arg) {
     }
     std::vector<TraceSource> out;
     for (const profiler::RankReport& r : run->ranks) {
-        out.push_back({profiler::run_trace_path(r.dir), r.label, 0.0, r.rank, r.world});
+        out.push_back({profiler::run_trace_path(r.dir), r.label, 0, r.rank, r.world});
     }
     // Line the ranks up: each trace's ts 0 is its own process's start, read on the steady clock,
     // which processes on one host share.
@@ -94,7 +99,7 @@ std::vector<TraceSource> trace_sources(const fs::path& arg) {
         for (const profiler::RankReport& r : ranks)
             base = std::min(base, *r.clock_origin_ns);
         for (std::size_t i = 0; i < out.size(); ++i) {
-            out[i].offset_us = static_cast<double>(*ranks[i].clock_origin_ns - base) / 1e3;
+            out[i].offset_ns = *ranks[i].clock_origin_ns - base;
         }
     } else if (ranks.size() > 1) {
         std::printf(
@@ -123,29 +128,42 @@ public:
         max_flow_ = 0;
         error_.clear();
         profiler::ScannedDocument doc;
+        const std::string file = src.file.string();
         std::string err = profiler::check_json_syntax(text.data(), text.size());
+        // First pass: the format (napkin's, by its schema, or another tool's: Kineto, torch's
+        // legacy array) and the earliest time, which rebases a trace in absolute time.
+        std::int64_t t_min_ns = std::numeric_limits<std::int64_t>::max();
         if (err.empty()) {
             err = profiler::scan_trace(
-                text.data(), text.size(), [&](const profiler::ScannedEvent& e) { event(src, e); },
+                text.data(), text.size(),
+                [&](const profiler::ScannedEvent& e) {
+                    std::int64_t t = 0;
+                    if (e.ph.text != "M" && profiler::trace_time_ns(e.ts, t))
+                        t_min_ns = std::min(t_min_ns, t);
+                },
                 doc);
         }
-        const std::string file = src.file.string();
+        if (!err.empty()) throw InputError(file + ": " + err);
+        if (doc.schema.is_string()) {  // napkin's own: this build's version only
+            const json schema = json(doc.schema.text);
+            profiler::check_schema(&schema, src.file, profiler::kTraceSchema);
+        }
+        shift_ns_ = src.offset_ns;
+        if (t_min_ns != std::numeric_limits<std::int64_t>::max() &&
+            profiler::is_absolute_time(t_min_ns))
+            shift_ns_ -= t_min_ns;
+        err = profiler::scan_trace(
+            text.data(), text.size(), [&](const profiler::ScannedEvent& e) { event(src, e); }, doc);
         if (!err.empty()) throw InputError(file + ": " + err);
         if (!error_.empty()) throw InputError(error_);
-        if (doc.is_array) {
-            throw InputError(
-                file + ": not a Chrome trace (expected an object with a \"traceEvents\" array)");
-        }
-        const json schema = doc.schema.is_string() ? json(doc.schema.text) : json();
-        profiler::check_schema(schema.is_string() ? &schema : nullptr, src.file,
-                               profiler::kTraceSchema);
         flow_base_ += max_flow_ + 1;
         json from = {{"label", src.label}, {"file", file}, {"events", doc.event_count}};
         if (src.world > 1) {
             from["rank"] = src.rank;
             from["world"] = src.world;
-            from["ts_offset_us"] = src.offset_us;
+            from["ts_offset_us"] = profiler::trace_us(src.offset_ns);
         }
+        if (shift_ns_ != src.offset_ns) from["rebased_from_us"] = profiler::trace_us(t_min_ns);
         merged_from_.push_back(std::move(from));
         ++runs_;
         std::printf("napkin export: %s: %zu events\n", file.c_str(), doc.event_count);
@@ -185,9 +203,8 @@ private:
                        {"args", {{"sort_index", it->second}}}});
         }
         e["pid"] = it->second;
-        if (src.offset_us != 0 && e.contains("ts") && e["ts"].is_number())
-            e["ts"] = e["ts"].get<double>() + src.offset_us;
         const std::string_view ph = scanned.ph.text;
+        retime(scanned, ph, e);
         const bool named = scanned.name.is_string();
         if (ph == "M" && named && scanned.name.text == "process_sort_index") return;  // above
         if (ph == "M" && named && scanned.name.text == "process_name" && e.contains("args") &&
@@ -209,6 +226,18 @@ private:
         ++total_;
     }
 
+    // "ts" from its exact ns, shifted; an X's "dur" through the writer's rule (trace_dur_us):
+    // ts + dur added in double ends exactly where the range ends, never past a successor's or
+    // parent's bound, whatever rounding the input's own text had.
+    void retime(const profiler::ScannedEvent& scanned, std::string_view ph, json& e) const {
+        std::int64_t ts_ns = 0, dur_ns = 0;
+        if (!profiler::trace_time_ns(scanned.ts, ts_ns)) return;
+        ts_ns += shift_ns_;
+        e["ts"] = profiler::trace_us(ts_ns);
+        if (ph == "X" && profiler::trace_time_ns(scanned.dur, dur_ns) && dur_ns >= 0)
+            e["dur"] = profiler::trace_dur_us(ts_ns, dur_ns);
+    }
+
     void write(const json& e) {
         out_.write((first_ ? "" : ",\n") + e.dump());
         first_ = false;
@@ -219,6 +248,7 @@ private:
     int next_pid_ = 1;
     std::map<std::string, int> pids_;  // the run's pid (dumped) -> merged pid
     std::uint64_t flow_base_ = 0, max_flow_ = 0, total_ = 0;
+    std::int64_t shift_ns_ = 0;  // added to the trace's times: rank offset, minus absolute start
     std::size_t runs_ = 0;
     json merged_from_ = json::array();
     std::string error_;  // the first problem of the trace being read
@@ -233,6 +263,11 @@ void run_export(const ExportFlags& f) {
     for (const std::string& arg : f.runs) {
         for (TraceSource& t : trace_sources(arg))
             sources.push_back(std::move(t));
+    }
+    std::map<std::string, int> seen;  // label -> inputs with it so far
+    for (TraceSource& src : sources) {
+        const int n = ++seen[src.label];
+        if (n > 1) src.label += " (" + std::to_string(n) + ")";
     }
     DurableFile out{fs::path(f.out)};
     if (!out.ok()) throw InputError(out.error());

@@ -111,17 +111,6 @@ StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
     return range;
 }
 
-// The hardware table's entry (estimator/hardware.h) for the GPU cudaGetDeviceProperties names
-// ("NVIDIA H100 80GB HBM3"), or null when it is not there.
-const GpuSpec* gpu_spec_for(const std::string& name) {
-    auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-    if (has("H100")) return find_gpu(has("PCIe") ? "h100-pcie" : "h100-sxm");
-    if (has("H200")) return find_gpu("h200");
-    if (has("A100")) return find_gpu(has("40GB") ? "a100-40gb" : "a100-80gb");
-    if (has("B200")) return find_gpu("b200");
-    return nullptr;
-}
-
 // The dtype a recipe's GEMMs run in, for the datasheet peak MFU is quoted against.
 DType gemm_dtype(Precision p) {
     switch (p) {
@@ -142,7 +131,7 @@ DType gemm_dtype(Precision p) {
 MachinePeak machine_peak(const TrainOptions& o, Trainer& trainer, bool profiled) {
     MachinePeak peak;
     if (trainer.device() != nullptr) {
-        peak.gpu = gpu_spec_for(trainer.device()->name());
+        peak.gpu = gpu_for_device_name(trainer.device()->name());
         if (peak.gpu == nullptr) {
             std::printf("  %s: not in the hardware table; MFU is against this CPU's sgemm peak\n",
                         trainer.device()->name().c_str());

@@ -66,6 +66,15 @@ const GpuSpec* find_gpu(std::string_view name) {
     return nullptr;
 }
 
+const GpuSpec* gpu_for_device_name(std::string_view device) {
+    auto has = [&](const char* s) { return device.find(s) != std::string_view::npos; };
+    if (has("H100")) return find_gpu(has("PCIe") ? "h100-pcie" : "h100-sxm");
+    if (has("H200")) return find_gpu("h200");
+    if (has("A100")) return find_gpu(has("40GB") ? "a100-40gb" : "a100-80gb");
+    if (has("B200")) return find_gpu("b200");
+    return nullptr;
+}
+
 const GpuSpec& gpu_or_throw(std::string_view name) {
     if (const GpuSpec* g = find_gpu(name)) return *g;
     std::string names;

@@ -38,6 +38,9 @@ struct GpuSpec {
 
 const std::vector<GpuSpec>& gpu_table();
 const GpuSpec* find_gpu(std::string_view name);
+// The entry for a device as cudaGetDeviceProperties names it ("NVIDIA H100 80GB HBM3", or a
+// report's "cuda: NVIDIA H200"), or null when it is not in the table.
+const GpuSpec* gpu_for_device_name(std::string_view device);
 // Throws UsageError("--gpu: unknown GPU 'x' (expected h100-sxm|h100-pcie|...)").
 const GpuSpec& gpu_or_throw(std::string_view name);
 

@@ -222,8 +222,10 @@ void attention_flash_backward(const AttentionFlashBackwardArgs<Elem>& args, cons
 // The two flash implementations behind attention_flash_forward/backward, by name (the tests
 // and bench/attention_bench.cpp run each):
 // simt (attention.cu): the kernels described above, any storage type and HD.
-// mma (attention_mma.cu): tensor cores through WMMA, for bf16 and fp16 storage with HD a multiple
-// of 16 in [16, 128], every pointer 16-byte aligned (rows move as 16-byte vectors):
+// mma (attention_mma.cu): tensor cores, for bf16 and fp16 storage with HD a multiple of 16 in
+// [16, 128], every pointer 16-byte aligned (rows move as 16-byte vectors; at HD 64 and 128 on
+// sm_80 and later, mma.sync kernels in FlashAttention-2's manner, attention_fa2_*.cu, the softmax
+// and dS in registers: docs/CUDA.md "Flash attention on mma.sync"; WMMA as below otherwise):
 // attention_flash_mma_supported<Elem>(HD, pointers) says whether they apply, and the dispatch
 // takes them whenever it does. Blocks of 4 warps own 64 queries (forward, dq) or 64 keys (dk,
 // dv), 16 per warp, and walk tiles of 64 keys (queries) in shared memory: S = Q K^T and O += P V

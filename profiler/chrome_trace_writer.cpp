@@ -1,5 +1,6 @@
 #include "profiler/chrome_trace_writer.h"
 
+#include <cmath>
 #include <type_traits>
 #include <utility>
 
@@ -33,6 +34,22 @@ ojson event_head(std::string_view name, std::string_view category, const char* p
 }
 
 }  // namespace
+
+double trace_dur_us(std::int64_t start_ns, std::int64_t dur_ns) {
+    const double ts = trace_us(start_ns), end = trace_us(start_ns + dur_ns);
+    const double quotient = trace_us(dur_ns);  // "98.37": kept whenever it adds up exactly
+    if (ts + quotient == end) return quotient;
+    double dur = end - ts;  // exact when ts >= end / 2 (Sterbenz), else within half an ulp
+    // Round-to-nearest can land ts + dur one ulp either side of end: step onto it from below.
+    for (int i = 0; i < 4 && dur > 0 && ts + dur > end; ++i)
+        dur = std::nextafter(dur, 0.0);
+    for (int i = 0; i < 4 && ts + dur < end; ++i) {
+        const double up = std::nextafter(dur, end);
+        if (ts + up > end) break;
+        dur = up;
+    }
+    return dur;
+}
 
 // ---- ChromeTraceWriter --------------------------------------------------------------------
 
@@ -109,7 +126,7 @@ void ChromeTraceWriter::write_range(const RangeEvent& e) {
     if (closed_ || !ok()) return;
     try {
         ojson j = event_head(e.name, enum_name(kCategoryNames, e.category), "X", e.start_ns);
-        j["dur"] = trace_us(e.dur_ns < 0 ? 0 : e.dur_ns);
+        j["dur"] = trace_dur_us(e.start_ns, e.dur_ns < 0 ? 0 : e.dur_ns);
         j["pid"] = options_.pid;
         j["tid"] = e.track;
         ojson args = range_args(e);

@@ -92,6 +92,15 @@ inline double trace_us(std::int64_t ns) {
     return static_cast<double>(ns) / 1000.0;
 }
 
+// A range's "dur" in microseconds, chosen so that a reader adding doubles finds it where it is:
+// trace_us(start_ns) + dur never passes trace_us(start_ns + dur_ns), and lands exactly on it
+// whenever start_ns >= dur_ns (below it by an ulp only where a rounding tie allows no better). The
+// plain quotient dur_ns / 1000 alone does not: 4952392.531 + 98.37 = 4952490.901000001 >
+// 4952490.901, a kernel ending after its successor starts (or a child after its parent ends) by one
+// ulp. So the quotient is kept where it adds up exactly, and otherwise end - ts is written
+// (98.3699999...), which differs from it by ulps, far below a nanosecond: it reads back as dur_ns.
+double trace_dur_us(std::int64_t start_ns, std::int64_t dur_ns);
+
 // The args of a range as the trace shows them: flops, bytes, the derived rates, then the
 // free-form args. Shared with anything else that writes ranges (the report, the viewer's tests).
 nlohmann::ordered_json range_args(const RangeEvent& e);

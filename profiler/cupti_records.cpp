@@ -110,9 +110,15 @@ CuptiTranslator::CostGroups CuptiTranslator::cost_groups(
                 g.flops_left = reg->cost.flops;
                 g.bytes_left = reg->cost.bytes();
             }
+            const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
             ++g.records;
             ++g.left;
-            g.dur += static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
+            g.dur += d;
+            if (a.kind == GpuActivityKind::kernel) {
+                ++g.kernels;
+                ++g.kernels_left;
+                g.kernel_dur += d;
+            }
         }
     }
     return groups;
@@ -225,18 +231,26 @@ void CuptiTranslator::add_device_record(const GpuActivity& a, RangeEvent r,
     if (const Registered* reg = registered(a)) {
         CostGroup& g = groups[corr_to_external_[a.correlation_id]];
         const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
-        const double share = g.dur > 0 ? d / g.dur : 1.0 / static_cast<double>(g.records);
-        --g.left;
-        const auto part = [&](std::uint64_t total, std::uint64_t& left) {
+        // The last record of a split takes what is left, so the parts sum to the call's cost.
+        const auto part = [](std::uint64_t total, std::uint64_t& left, double share, bool last) {
             std::uint64_t p =
-                g.left == 0 ? left : static_cast<std::uint64_t>(static_cast<double>(total) * share);
+                last ? left : static_cast<std::uint64_t>(static_cast<double>(total) * share);
             if (p > left) p = left;
             left -= p;
             return p;
         };
+        --g.left;
         r.name = reg->name;
-        r.flops = part(reg->cost.flops, g.flops_left);
-        r.bytes = part(reg->cost.bytes(), g.bytes_left);
+        r.bytes = part(reg->cost.bytes(), g.bytes_left,
+                       g.dur > 0 ? d / g.dur : 1.0 / static_cast<double>(g.records), g.left == 0);
+        r.flops = 0;
+        if (a.kind == GpuActivityKind::kernel) {
+            --g.kernels_left;
+            r.flops =
+                part(reg->cost.flops, g.flops_left,
+                     g.kernel_dur > 0 ? d / g.kernel_dur : 1.0 / static_cast<double>(g.kernels),
+                     g.kernels_left == 0);
+        }
         r.args.push_back(Arg{"kernel", own});
         r.args.push_back(Arg{"cost_split", static_cast<std::int64_t>(g.records)});
         ++tagged_;

@@ -92,9 +92,12 @@ private:
     };
     // The device records of one engine call in a batch: their count and summed duration, so that
     // each gets its share of the call's cost, and what is left to share.
+    // One engine call's device records. Bytes are split over all of them by duration; FLOPs
+    // over its kernels only (a memset or copy inside a GEMM's call does none of the GEMM's math).
     struct CostGroup {
         std::uint64_t records = 0, left = 0;
-        double dur = 0;
+        std::uint64_t kernels = 0, kernels_left = 0;
+        double dur = 0, kernel_dur = 0;
         std::uint64_t flops_left = 0, bytes_left = 0;
     };
     using CostGroups = std::map<std::uint64_t, CostGroup>;  // by external id

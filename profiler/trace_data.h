@@ -63,8 +63,15 @@ struct TraceEvent {
     std::int64_t end_ns() const { return start_ns + dur_ns; }
 };
 
-// One track: a (pid, tid) pair. Device lanes hold kernels and copies (named "device ...",
-// "stream ...", "GPU ..." or "...cuda...", or holding only kernel/memcpy/memset events).
+// Device work: what a GPU (or napkin's CPU device) executes, by its category: "kernel" (napkin's
+// and Kineto's), Kineto's "gpu_memcpy" and "gpu_memset", any other "...memcpy"/"...memset".
+// Not device work: Kineto's "gpu_user_annotation" (a user's range drawn on a stream), launches
+// and runtime calls ("launch", "cuda_runtime", "cuda_driver").
+bool is_device_work(std::string_view category);
+
+// One track: a (pid, tid) pair. A device lane is one that holds device work (whatever its name:
+// napkin's "cuda api" lane holds launches and is a host lane); a lane without ranges is a device
+// lane when named "device ...", "GPU ..." or "... stream ...".
 struct TraceLane {
     std::string pid, tid;  // as written (numbers as their JSON text)
     std::string process_name, name;

@@ -281,21 +281,23 @@ void bind_flows(TraceBuild& b) {
     }
 }
 
-// Device lanes: named so, or holding only kernels, copies and sets.
+// Device lanes: those holding device work (docs/FORMATS.md); empty ones by their name.
 void find_device_lanes(TraceData& out) {
+    std::vector<char> device_cat(out.strings.size(), 0);
+    for (std::uint32_t i = 0; i < out.strings.size(); ++i)
+        device_cat[i] = is_device_work(out.strings[i]) ? 1 : 0;
     for (TraceLane& l : out.lanes) {
-        const std::string n = lower(l.name);
-        bool device = n.rfind("device", 0) == 0 || n.find("stream") != std::string::npos ||
-                      n.rfind("gpu", 0) == 0 || n.find("cuda") != std::string::npos;
-        if (!device && l.events > 0) {
-            device = true;
-            for (const auto& [first, last] : l.levels) {
-                for (std::uint32_t e = first; e < last && device; ++e) {
-                    const std::string c = lower(out.strings[out.events[e].cat]);
-                    device = c == "kernel" || c.find("memcpy") != std::string::npos ||
-                             c.find("memset") != std::string::npos;
-                }
+        bool device = false;
+        for (const auto& [first, last] : l.levels) {
+            for (std::uint32_t e = first; e < last && !device; ++e) {
+                const TraceEvent& ev = out.events[e];
+                device = !ev.instant && device_cat[ev.cat] != 0;
             }
+        }
+        if (l.events == 0) {
+            const std::string n = lower(l.name);
+            device = n.rfind("device", 0) == 0 || n.rfind("gpu", 0) == 0 ||
+                     n.find("stream") != std::string::npos;
         }
         l.device = device;
     }
@@ -359,6 +361,12 @@ void index_trace(TraceBuild& b) {
 }
 
 }  // namespace detail
+
+bool is_device_work(std::string_view category) {
+    const std::string c = detail::lower(category);
+    return c == "kernel" || c.find("memcpy") != std::string::npos ||
+           c.find("memset") != std::string::npos;
+}
 
 std::uint32_t StringTable::intern(std::string_view s) {
     if (auto it = ids_.find(s); it != ids_.end()) return it->second;

@@ -100,6 +100,18 @@ bool micros_to_ns(const ScannedField& f, std::int64_t& ns) {
     return true;
 }
 
+}  // namespace
+
+bool trace_time_ns(const ScannedField& f, std::int64_t& ns) {
+    return micros_to_ns(f, ns);
+}
+
+bool is_absolute_time(std::int64_t t_ns) {
+    return t_ns > kMaxSpanNs || t_ns < -kMaxSpanNs;
+}
+
+namespace {
+
 enum class PhaseClass : std::uint8_t { handled, ignored, unknown };
 
 // Every phase of the Trace Event format: those napkin draws and checks, and the rest.

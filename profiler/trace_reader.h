@@ -127,6 +127,13 @@ std::string scan_trace(const char* data, std::size_t size,
                        const std::function<void(const ScannedEvent&)>& on_event,
                        ScannedDocument& doc);
 
+// A "ts" or "dur" as read_trace reads it: microseconds from the decimal text to int64 ns, exact
+// (Kineto's 19-digit epoch times keep their nanoseconds). False when not a number within range.
+bool trace_time_ns(const ScannedField& f, std::int64_t& ns);
+// Whether a trace whose earliest time is t_ns is stamped in absolute time (more than 100 days
+// from 0), which read_trace rebases to start at 0.
+bool is_absolute_time(std::int64_t t_ns);
+
 // "" when the whole document is valid JSON, else "not valid JSON (...)": a full parse (simdjson's
 // DOM), about as fast as the scan and as large in memory as the document, a few times over.
 std::string check_json_syntax(const char* data, std::size_t size);

@@ -7,9 +7,11 @@
 #   scripts/gpu_check.sh test         # every gpu-labelled test binary, with ran/skipped counts
 #   scripts/gpu_check.sh sanitize     # compute-sanitizer memcheck, racecheck, synccheck, initcheck
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
-#   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt)
-#   scripts/gpu_check.sh bench        # gemm_bench, attention_bench, the profiler's cost on GPT-2
+#   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt),
+#                                     # and PyTorch's under torch.profiler (scripts/torch_trace.py)
+#   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
+#   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh all          # all of the above, in that order
 #
 # Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
@@ -105,6 +107,13 @@ need_build() {
     fi
 }
 
+# compute-sanitizer comes with the toolkit; a device without it on PATH skips its steps.
+need_sanitizer() {
+    command -v compute-sanitizer >/dev/null && return 0
+    echo "SKIP compute-sanitizer (not on PATH)"
+    return 1
+}
+
 do_build() {
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv \
         >"$out/gpu.txt" 2>&1
@@ -162,10 +171,7 @@ do_test() {
 # barriers or warp-level calls that not every thread reaches.
 do_sanitize() {
     need_build sanitize || return 0
-    if ! command -v compute-sanitizer >/dev/null; then
-        echo "SKIP compute-sanitizer (not on PATH)"
-        return 0
-    fi
+    need_sanitizer || return 0
     local k="$b/tests/kernels_cuda_test" cs="compute-sanitizer --error-exitcode 9"
     step memcheck_kernels $cs --tool memcheck "$k" \
         --gtest_filter='Norm*:Residual*:Accumulate*:Optimizer*:AttentionFlash16*'
@@ -232,20 +238,51 @@ do_trace() {
         cp -r "$dir" "$out/traces/"
         command -v jq >/dev/null && jq .otherData.gpu_activity "$dir/trace.json" >"$out/gpu_activity.json"
     fi
+    # The same model and batch under torch.profiler (Kineto: stream lanes, ac2g and fwdbwd
+    # flows, gpu_user_annotation), for the trace reader's fixtures (tests/viewer/data/README.md):
+    # one profiled step, gzipped. Needs only PyTorch; a minute at most.
+    step_timeout=120 step torch_trace python3 scripts/torch_trace.py --device cuda --model gpt2 \
+        --batch 8 --seq 1024 --out "$out/torch_gpt2_trace.json" &&
+        gzip -f "$out/torch_gpt2_trace.json"
+    tail -n 2 "$out/torch_trace.log"
+}
+
+# attention_bench's table (napkin's tensor-core and SIMT kernels) and napkin against PyTorch's
+# scaled_dot_product_attention at GPT-2's and a Llama-like GQA shape, as ratios (issue 20's
+# target: at most 1.2x SDPA's time, forward and backward).
+attention_vs_sdpa() {
+    [ -x "$b/bench/attention_bench" ] || { echo "SKIP attention_vs_sdpa (no attention_bench)"; return 0; }
+    step attention_vs_sdpa python3 bench/attention_vs_sdpa.py --require \
+        --bench "$b/bench/attention_bench" --json "$out/attention_vs_sdpa.json"
+    tail -n 8 "$out/attention_vs_sdpa.log"
 }
 
 do_bench() {
     need_build bench || return 0
     step gemm_bench "$b/bench/gemm_bench"
     tail -n 25 "$out/gemm_bench.log"
-    if [ -x "$b/bench/attention_bench" ]; then
-        step attention_bench "$b/bench/attention_bench"
-        tail -n 12 "$out/attention_bench.log"
-    fi
+    attention_vs_sdpa
     # The profiler's cost on GPT-2's steps: a --profile window in the middle of one run.
     step profile_overhead python3 bench/profile_window_overhead.py --napkin "$b/cli/napkin" --device cuda \
         --json "$out/profile_overhead.json"
     tail -n 4 "$out/profile_overhead.log"
+}
+
+# The flash attention in one call (issue 20): its kernel tests, its speed against SDPA on a quiet
+# GPU, and compute-sanitizer's memcheck, racecheck and synccheck on the mma.sync kernels
+# (kernels/cuda/attention_fa2_*.cu) over the test of their shapes, bf16 (fp16 runs the same code).
+do_attention() {
+    need_build attention || return 0
+    local k="$b/tests/kernels_cuda_test"
+    attention_vs_sdpa
+    step attention_tests "$k" --gtest_filter='Attention*' --gtest_output="xml:$out/attention_tests.xml"
+    counts "$out/attention_tests.xml"
+    need_sanitizer || return 0
+    local cs="compute-sanitizer --error-exitcode 9" f='AttentionFlash16/0.MmaSyncShapesMatchCpu'
+    step memcheck_attention $cs --tool memcheck "$k" \
+        --gtest_filter="$f:AttentionFlash16/0.TensorCoresAreDeterministic"
+    step racecheck_attention $cs --tool racecheck "$k" --gtest_filter="$f"
+    step synccheck_attention $cs --tool synccheck "$k" --gtest_filter="$f"
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this
@@ -264,7 +301,7 @@ do_gpt2() {
 
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -274,9 +311,10 @@ case "$what" in
     trace) do_trace ;;
     bench) do_bench ;;
     gpt2) do_gpt2 ;;
+    attention) do_attention ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|all; see --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

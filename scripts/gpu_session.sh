@@ -6,14 +6,17 @@
 #
 #   scripts/gpu_bundle.sh                     # here: build and pack the CUDA targets (.gpu/)
 #   BUDGET=480 scripts/gpu_session.sh         # on the device, with .gpu carried: every phase
-#   BUDGET=200 scripts/gpu_session.sh trace test   # or the phases named (trace bench runs test
-#                                                  # gpt2 sanitize), in that order
+#   BUDGET=200 scripts/gpu_session.sh trace test   # or the phases named (attention trace bench
+#                                                  # runs test gpt2 sanitize), in that order
+#   BUDGET=420 scripts/gpu_session.sh attention    # the flash attention alone: tests, its speed
+#                                                  # against PyTorch's SDPA, memcheck, racecheck
 #
-# Order: the profiled gpt2 trace and the GEMM/attention benchmarks first, on a quiet GPU (their
-# timings are the ones quoted); then the gpu tests and the training runs side by side (correctness
-# only: nothing from them is quoted as a speed); then, if at least GPT2_MIN seconds (default 240)
-# are left, napkin against PyTorch (bench/gpt2_vs_pytorch.py, which compiles for minutes); last,
-# when named, compute-sanitizer (each tool a minute at most; what the deadline leaves).
+# Order: the attention phase (when named), the profiled gpt2 trace and the GEMM/attention
+# benchmarks first, on a quiet GPU (their timings are the ones quoted); then the gpu tests and
+# the training runs side by side (correctness only: nothing from them is quoted as a speed);
+# then, if at least GPT2_MIN seconds (default 240) are left, napkin against PyTorch
+# (bench/gpt2_vs_pytorch.py, which compiles for minutes); last, when named, compute-sanitizer
+# (each tool a minute at most; what the deadline leaves).
 # $OUT receives summary.txt (one PASS/FAIL/SKIP line per step) and results.tgz (every log, test
 # XML, run report and the trace folder; never a checkpoint: GPT-2's are hundreds of MB, and a
 # file over 16 MiB does not come back).
@@ -56,12 +59,13 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in trace|bench|runs|test|gpt2|sanitize) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|trace|bench|runs|test|gpt2|sanitize) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
+has attention && phase attention 180 attention
 has trace && phase trace 120 trace
-has bench && phase bench 90 bench
+has bench && phase bench 150 bench
 # Tests and runs share the GPU: neither's timing is quoted, and together they fit the deadline.
 has runs && phase runs 90 runs &
 has test && phase test 200 test

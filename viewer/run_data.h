@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "profiler/run_report.h"
+#include "profiler/step_profile.h"
 #include "profiler/trace_data.h"
 
 namespace napkin::viewer {
@@ -103,6 +104,8 @@ struct RunData {
     std::vector<LiveBlock> live_at(std::int64_t t_ns) const;
     // Peak FLOP/s to compare kernels against: the report's measured peak, or 0.
     double peak_flops_per_s() const;
+    // The ceilings report.json's roofline divides by (profile.roofline), or zeros.
+    profiler::Roofline roofline() const;
 };
 
 // Loads a run folder (any of trace.json, memory.json, report.json) or one trace file. Never
@@ -137,20 +140,30 @@ struct KernelStat {
     std::int64_t total_ns = 0;
     double flops = 0;  // summed over calls that report FLOPs
     double bytes = 0;
+    // napkin's roofline for these calls, summed: max(flops / peak FLOP/s, bytes / bandwidth)
+    // per call (profiler::Roofline, as report.json's roofline_seconds_per_step); 0 unknown.
+    double roofline_ns = 0;
+    // Measured over predicted: 1 is the roofline, 3 three times slower; 0 without a prediction.
+    double over_roofline() const { return roofline_ns > 0 ? work_ns() / roofline_ns : 0; }
+    // Ops: the time of the device work their launches started (each kernel, copy and set to the
+    // op enclosing its launch: a GPU's streams, napkin's CPU device lane); 0 without any.
+    std::int64_t device_ns = 0;
     double mean_ns() const {
         return count > 0 ? static_cast<double>(total_ns) / static_cast<double>(count) : 0;
     }
-    double achieved_flop_per_s() const {
-        return total_ns > 0 ? flops / (static_cast<double>(total_ns) * 1e-9) : 0;
-    }
+    // The time the work took: on the device when it ran there, else the range's own.
+    double work_ns() const { return static_cast<double>(device_ns > 0 ? device_ns : total_ns); }
+    double achieved_flop_per_s() const { return work_ns() > 0 ? flops / (work_ns() * 1e-9) : 0; }
 };
 struct KernelStats {
     std::vector<KernelStat> rows;    // by total time, largest first
     std::int64_t step_total_ns = 0;  // sum of "step" ranges, or the trace's span without steps
     int steps = 0;
 };
-// kernels: events of category "kernel" (or any event on a device lane); ops: category "op";
-// all: every range.
-KernelStats kernel_stats(const TraceData& trace, StatScope scope);
+// kernels: device work on device lanes (profiler::is_device_work: kernels, copies and sets; not
+// Kineto's gpu_user_annotation ranges nor API calls); ops: category "op"; all: every range.
+// `roofline`: the run's ceilings (RunData::roofline), or none for no roofline_ns.
+KernelStats kernel_stats(const TraceData& trace, StatScope scope,
+                         const profiler::Roofline& roofline = {});
 
 }  // namespace napkin::viewer

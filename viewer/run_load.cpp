@@ -156,6 +156,11 @@ RunData load_run(const std::filesystem::path& path) {
     return run;
 }
 
+profiler::Roofline RunData::roofline() const {
+    if (!has_report || !report.profile) return {};
+    return {report.profile->roofline.peak_flops_per_s, report.profile->roofline.peak_bytes_per_s};
+}
+
 double RunData::peak_flops_per_s() const {
     if (!has_report) return 0;
     const profiler::Measurement& m = report.measured;

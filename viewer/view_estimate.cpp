@@ -80,6 +80,12 @@ void take_run_recipe(EstimateState& s, const RunData& run) {
     if (b > 0) s.micro_batch = static_cast<int>(b);
     s.gpus = 1;
     s.zero = 0;
+    // A GPU run is estimated on its own GPU ("cuda: NVIDIA H200" -> h200), not the default.
+    if (const GpuSpec* g = gpu_for_device_name(o.device)) {
+        for (std::size_t i = 0; i < gpu_table().size(); ++i) {
+            if (&gpu_table()[i] == g) s.gpu = static_cast<int>(i);
+        }
+    }
 }
 
 void compute(EstimateState& s, const std::vector<RunData>& runs) {

@@ -1,5 +1,8 @@
 // Kernels: one row per kernel (or op, or any range) name of a run: calls, total and mean time,
-// share of the step time, FLOPs, achieved TFLOP/s and its share of the run's peak. Sortable.
+// share of the step time, for ops the device time of the work they launched (which TFLOP/s then
+// divides by), FLOPs, achieved TFLOP/s and its share of the run's peak, napkin's
+// roofline prediction for the same calls and measured / roofline (report.json's ceilings).
+// Sortable.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -13,7 +16,20 @@ namespace napkin::viewer {
 
 namespace {
 
-enum Column : int { kName, kCount, kTotal, kMean, kShare, kFlops, kTflops, kPeak, kColumns };
+enum Column : int {
+    kName,
+    kCount,
+    kTotal,
+    kDevice,
+    kMean,
+    kShare,
+    kFlops,
+    kTflops,
+    kPeak,
+    kRoofline,
+    kOverRoofline,
+    kColumns
+};
 
 double sort_key(const KernelStat& k, int column, double peak) {
     switch (column) {
@@ -21,6 +37,8 @@ double sort_key(const KernelStat& k, int column, double peak) {
             return static_cast<double>(k.count);
         case kTotal:
             return static_cast<double>(k.total_ns);
+        case kDevice:
+            return static_cast<double>(k.device_ns);
         case kMean:
             return k.mean_ns();
         case kShare:
@@ -31,6 +49,10 @@ double sort_key(const KernelStat& k, int column, double peak) {
             return k.achieved_flop_per_s();
         case kPeak:
             return peak > 0 ? k.achieved_flop_per_s() / peak : 0;
+        case kRoofline:
+            return k.roofline_ns;
+        case kOverRoofline:
+            return k.over_roofline();
         default:
             return 0;
     }
@@ -57,7 +79,7 @@ void draw_toolbar(KernelsState& s, const std::vector<RunData>& runs,
 
 void refresh_stats(KernelsState& s, const RunData& run) {
     if (s.stats_valid && s.stats_run == s.run && s.stats_scope == s.scope) return;
-    s.stats = kernel_stats(run.trace, static_cast<StatScope>(s.scope));
+    s.stats = kernel_stats(run.trace, static_cast<StatScope>(s.scope), run.roofline());
     s.stats_valid = true;
     s.stats_run = s.run;
     s.stats_scope = s.scope;
@@ -91,6 +113,9 @@ void draw_row(const KernelStat& k, double step_ns, double peak) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(fmt_duration_ns(static_cast<double>(k.total_ns)).c_str());
     ImGui::TableNextColumn();
+    ImGui::TextUnformatted(
+        k.device_ns > 0 ? fmt_duration_ns(static_cast<double>(k.device_ns)).c_str() : "-");
+    ImGui::TableNextColumn();
     ImGui::TextUnformatted(fmt_duration_ns(k.mean_ns()).c_str());
     ImGui::TableNextColumn();
     const float share =
@@ -112,6 +137,14 @@ void draw_row(const KernelStat& k, double step_ns, double peak) {
     } else {
         ImGui::TextUnformatted("-");
     }
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(k.roofline_ns > 0 ? fmt_duration_ns(k.roofline_ns).c_str() : "-");
+    ImGui::TableNextColumn();
+    if (k.roofline_ns > 0) {
+        ImGui::Text("%.2fx", k.over_roofline());
+    } else {
+        ImGui::TextUnformatted("-");
+    }
 }
 
 void draw_table(KernelsState& s, double peak) {
@@ -124,7 +157,8 @@ void draw_table(KernelsState& s, double peak) {
     ImGui::TableSetupColumn("count");
     ImGui::TableSetupColumn(
         "total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
-    for (const char* h : {"mean", "% of step", "FLOPs", "TFLOP/s", "% of peak"})
+    for (const char* h :
+         {"device", "mean", "% of step", "FLOPs", "TFLOP/s", "% of peak", "roofline", "x roofline"})
         ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_PreferSortDescending);
     ImGui::TableHeadersRow();
     sort_rows(s, peak);

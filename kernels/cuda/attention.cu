@@ -19,7 +19,8 @@
 //          backward passes draw the same bits again for dP and dV. Nothing is kept.
 // Softmax scale 1/sqrt(HD); scores, probabilities and sums in fp32 throughout.
 // attention_flash_forward/backward take the tensor-core kernels of attention_mma.cu instead for
-// bf16 and fp16 storage with HD a multiple of 16 up to 128 (attention_flash_mma_supported).
+// bf16 and fp16 storage with HD a multiple of 16 up to 128 (attention_flash_mma_supported;
+// mma.sync at HD 64 and 128, attention_fa2_*.cu).
 #include <cstdint>
 #include <type_traits>
 

@@ -5,6 +5,10 @@
 // fp32 logsumexp lse forward, dq, dk, dv accumulated into the packed dqkv backward, GQA/MQA,
 // scale 1/sqrt(HD), fp32 softmax statistics and accumulation, no atomics.
 //
+// At HD 64 and 128 on sm_80 and later the entry points run the mma.sync kernels of
+// attention_fa2_forward.cu and attention_fa2_backward.cu (attention_mma.cuh); the WMMA kernels
+// below take the other head dimensions, and older GPUs.
+//
 // The products run through WMMA (nvcuda::wmma, m16n16k16, fp32 accumulators); the rest is the
 // SIMT kernels' arithmetic. A block is 4 warps; each owns 16 rows of the block's 64 (queries in
 // the forward and the dq pass, keys in the dk/dv pass) and walks tiles of 64 keys (queries),
@@ -49,6 +53,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_dropout.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/dropout.h"
 
@@ -57,6 +62,11 @@ namespace napkin::cuda {
 namespace {
 
 namespace wmma = nvcuda::wmma;
+using mma_detail::kLn2;
+using mma_detail::kLog2e;
+using mma_detail::make_mma_layout;
+using mma_detail::mma_grid;
+using mma_detail::MmaLayout;
 
 constexpr int kRows = 64;  // queries (keys) a block owns
 constexpr int kCols = 64;  // keys (queries) per shared-memory tile
@@ -69,8 +79,6 @@ constexpr int kScoreLd = kCols + 4;       // fp32 score rows (floats; WMMA: a mu
 constexpr int kProbLd = kCols + kPad;     // 16-bit P / dS rows
 constexpr int kScratchLd = kFrag;  // a warp's 16 x 16 fp32 scratch, unpadded (see kBackwardBlocks)
 constexpr std::int64_t kMaxHD = 128;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kRescaleAbove = 8.0f;  // log2 units: the forward moves a row's max past 2^8
 
 // Blocks per SM each kernel is compiled to fit (__launch_bounds__: at most 65536 / (128 * blocks)
@@ -89,31 +97,6 @@ using FragBRow = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, D, wmma::ro
 template <class D>
 using FragBCol = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, D, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
-
-struct MmaLayout {
-    std::int64_t B = 0, T = 0;
-    int HD = 0, NH = 0, KVH = 0, group = 0;
-    std::int64_t qkv_row = 0;  // (NH + 2*KVH) * HD
-    std::int64_t out_row = 0;  // NH * HD
-    float scale = 0.0f;        // 1 / sqrt(HD)
-    float scale_log2 = 0.0f;   // log2(e) / sqrt(HD)
-
-    __device__ std::int64_t q(std::int64_t b, std::int64_t t, int h) const {
-        return (b * T + t) * qkv_row + static_cast<std::int64_t>(h) * HD;
-    }
-    __device__ std::int64_t k(std::int64_t b, std::int64_t t, int g) const {
-        return (b * T + t) * qkv_row + static_cast<std::int64_t>(NH + g) * HD;
-    }
-    __device__ std::int64_t v(std::int64_t b, std::int64_t t, int g) const {
-        return (b * T + t) * qkv_row + static_cast<std::int64_t>(NH + KVH + g) * HD;
-    }
-    __device__ std::int64_t o(std::int64_t b, std::int64_t t, int h) const {
-        return (b * T + t) * out_row + static_cast<std::int64_t>(h) * HD;
-    }
-    __device__ std::int64_t row(std::int64_t b, int h, std::int64_t t) const {
-        return (b * NH + h) * T + t;
-    }
-};
 
 // ---- shared memory: every region starts 32-byte aligned, as WMMA pointers must ----
 
@@ -680,38 +663,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocks<kFrags>)
 
 // ---- host side ----
 
-MmaLayout make_mma_layout(const char* op, std::int64_t B, std::int64_t T, int NH, int KVH,
-                          std::int64_t HD) {
-    NAPKIN_CUDA_REQUIRE(B >= 0 && T >= 0, op << ": B " << B << ", T " << T);
-    NAPKIN_CUDA_REQUIRE(NH >= 1 && KVH >= 1 && NH % KVH == 0,
-                        op << ": KVH " << KVH << " must divide NH " << NH);
-    NAPKIN_CUDA_REQUIRE(HD >= kFrag && HD <= kMaxHD && HD % kFrag == 0,
-                        op << ": HD " << HD << " is not a multiple of 16 in [16, 128]");
-    MmaLayout l;
-    l.B = B;
-    l.T = T;
-    l.HD = static_cast<int>(HD);
-    l.NH = NH;
-    l.KVH = KVH;
-    l.group = NH / KVH;
-    l.qkv_row = (NH + 2ll * KVH) * HD;
-    l.out_row = NH * HD;
-    l.scale = 1.0f / sqrtf(static_cast<float>(HD));
-    l.scale_log2 = l.scale * kLog2e;
-    return l;
-}
-
 bool aligned16(std::initializer_list<const void*> pointers) {
     for (const void* p : pointers)
         if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
     return true;
-}
-
-// Blocks for `tiles` tiles of each of `heads` heads, one dimension (no 65535 limit on heads).
-unsigned mma_grid(const char* op, std::int64_t tiles, std::int64_t heads) {
-    NAPKIN_CUDA_REQUIRE(tiles * heads <= kMaxGridX,
-                        op << ": " << tiles << " tiles of " << heads << " heads");
-    return static_cast<unsigned>(tiles * heads);
 }
 
 // The kernels compiled for HD: 2, 4 or 8 fragments of 16 columns, so that the accumulator
@@ -751,6 +706,37 @@ void require_supported(const char* op, std::int64_t HD,
 
 }  // namespace
 
+namespace mma_detail {
+
+MmaLayout make_mma_layout(const char* op, std::int64_t B, std::int64_t T, int NH, int KVH,
+                          std::int64_t HD) {
+    NAPKIN_CUDA_REQUIRE(B >= 0 && T >= 0, op << ": B " << B << ", T " << T);
+    NAPKIN_CUDA_REQUIRE(NH >= 1 && KVH >= 1 && NH % KVH == 0,
+                        op << ": KVH " << KVH << " must divide NH " << NH);
+    NAPKIN_CUDA_REQUIRE(HD >= kFrag && HD <= kMaxHD && HD % kFrag == 0,
+                        op << ": HD " << HD << " is not a multiple of 16 in [16, 128]");
+    MmaLayout l;
+    l.B = B;
+    l.T = T;
+    l.HD = static_cast<int>(HD);
+    l.NH = NH;
+    l.KVH = KVH;
+    l.group = NH / KVH;
+    l.qkv_row = (NH + 2ll * KVH) * HD;
+    l.out_row = NH * HD;
+    l.scale = 1.0f / sqrtf(static_cast<float>(HD));
+    l.scale_log2 = l.scale * kLog2e;
+    return l;
+}
+
+unsigned mma_grid(const char* op, std::int64_t tiles, std::int64_t heads) {
+    NAPKIN_CUDA_REQUIRE(tiles * heads <= kMaxGridX,
+                        op << ": " << tiles << " tiles of " << heads << " heads");
+    return static_cast<unsigned>(tiles * heads);
+}
+
+}  // namespace mma_detail
+
 template <class Elem>
 bool attention_flash_mma_supported(std::int64_t HD, std::initializer_list<const void*> pointers) {
     const bool sixteen_bit = !std::is_same_v<Elem, float>;
@@ -768,6 +754,8 @@ void attention_flash_mma_forward(const AttentionFlashForwardArgs<Elem>& args,
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout(op, dropout);
     if (B * T == 0) return;
+    if (mma_detail::fa2_supported(HD))
+        return mma_detail::fa2_forward(dev(out), lse, dev(qkv), l, drop, stream);
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const unsigned grid = mma_grid(op, tiles, B * NH);
     const std::size_t smem = forward_smem_bytes(HD);
@@ -788,6 +776,9 @@ void attention_flash_mma_backward(const AttentionFlashBackwardArgs<Elem>& args,
     const MmaLayout l = make_mma_layout(op, B, T, NH, KVH, HD);
     const FlashDropout drop = flash_dropout(op, dropout);
     if (B * T == 0) return;
+    if (mma_detail::fa2_supported(HD))
+        return mma_detail::fa2_backward(dev(dqkv), dev(dout), dev(out), dev(qkv), lse, l, drop,
+                                        stream);
     const std::int64_t tiles = (T + kRows - 1) / kRows;
     const std::size_t smem = backward_smem_bytes(HD);
     auto key_kernel = key_kernel_for<device_t<Elem>>(HD);

@@ -67,6 +67,8 @@ std::uint64_t sync(const SyncRequest& request, const char* what);
 // The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for,
 // aligned to 128 bytes.
 void* dynamic_shared_memory();
+// Its size in bytes (0 without).
+std::size_t dynamic_shared_bytes();
 
 // The running launch's number (1, 2, ... per process): seeds what the emulator chooses per
 // launch, the schedule and the WMMA fragment mapping, so that a failure reproduces.
@@ -278,3 +280,6 @@ template <class T>
 cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
     return cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
 }
+
+// mma.sync, ldmatrix and cp.async (kernels/cuda/mma.cuh's PTX), emulated.
+#include "tests/cuda_emu/emu_ptx.h"

@@ -114,6 +114,7 @@ struct Run {
     const void* scheduler_stack = nullptr;  // for AddressSanitizer's switch annotations
     std::size_t scheduler_stack_size = 0;
     SharedBytes dynamic_shared;
+    std::size_t dynamic_shared_bytes = 0;
     std::string failure;  // set inside a fiber (an exception) or by the scheduler
 };
 
@@ -495,6 +496,10 @@ void* dynamic_shared_memory() {
     return g_run.dynamic_shared.get();
 }
 
+std::size_t dynamic_shared_bytes() {
+    return g_run.dynamic_shared_bytes;
+}
+
 std::uint64_t launch_number() {
     return g_launches;
 }
@@ -532,6 +537,7 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
             for (unsigned x = 0; x < block.x; ++x, ++i)
                 g_run.fibers[i].index = uint3{x, y, z};
     std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
+    g_run.dynamic_shared_bytes = dynamic_smem;
     if (dynamic_smem > 0)
         g_run.dynamic_shared.reset(static_cast<unsigned char*>(
             ::operator new (dynamic_smem, std::align_val_t{kSharedAlign})));

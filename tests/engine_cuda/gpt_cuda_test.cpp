@@ -51,6 +51,9 @@ struct Case {
     // kernels) from the same micro-batch seed, so the CUDA kernels' masks must be the CPU's bit
     // for bit.
     double dropout = 0.0;
+    // > 0: 2 query heads of this dimension (1 kv head for Llama's GQA): 64 and 128 take the
+    // mma.sync flash attention (kernels/cuda/attention_fa2_*.cu) in 16-bit precisions.
+    int head_dim = 0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -73,6 +76,11 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
         cfg.n_kv_heads = 2;
     }
     if (c.fp8_shapes) cfg.d_ff = 64;
+    if (c.head_dim > 0) {
+        cfg.d_model = 2 * c.head_dim;
+        cfg.n_heads = 2;
+        cfg.n_kv_heads = c.llama ? 1 : 2;
+    }
     cfg.dropout = c.dropout;
     PlanInputs in;
     in.micro_batch = c.fp8_shapes ? 2 : 3;
@@ -211,6 +219,11 @@ const Case kCases[] = {
      1e-6, 1e-3, 1e-5, false, false, Finetune::full, 0.1},
     {"bf16amp_flash_gpt2_hd16_dropout", Precision::bf16_amp, AttentionImpl::flash,
      Checkpointing::none, false, 1e-4, 5e-2, 1e-2, true, false, Finetune::full, 0.1},
+    // The mma.sync flash attention: GPT-2's HD 64, and HD 128 under GQA with dropout.
+    {"bf16amp_flash_gpt2_hd64", Precision::bf16_amp, AttentionImpl::flash, Checkpointing::none,
+     false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.0, 64},
+    {"fp16amp_flash_llama_hd128_dropout", Precision::fp16_amp, AttentionImpl::flash,
+     Checkpointing::none, true, 1e-5, 2e-2, 5e-3, false, false, Finetune::full, 0.1, 128},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {

@@ -50,5 +50,15 @@ TEST(Hardware, UnknownGpuListsNames) {
     }
 }
 
+// The GPU a run names (cudaGetDeviceProperties, or report.json's run.device, which the viewer's
+// Estimate view starts from): traces/h200-gpt2's "cuda: NVIDIA H200" is the h200, not h100-sxm.
+TEST(Hardware, GpuForDeviceName) {
+    EXPECT_EQ(gpu_for_device_name("cuda: NVIDIA H200"), find_gpu("h200"));
+    EXPECT_EQ(gpu_for_device_name("NVIDIA H100 80GB HBM3"), find_gpu("h100-sxm"));
+    EXPECT_EQ(gpu_for_device_name("NVIDIA H100 PCIe"), find_gpu("h100-pcie"));
+    EXPECT_EQ(gpu_for_device_name("NVIDIA A100-SXM4-40GB"), find_gpu("a100-40gb"));
+    EXPECT_EQ(gpu_for_device_name("cpu"), nullptr);
+}
+
 }  // namespace
 }  // namespace napkin

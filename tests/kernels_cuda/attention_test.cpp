@@ -4,9 +4,10 @@
 // naive dropout's mask and Pd) are poisoned first; backward accumulates into a pre-filled dqkv.
 // Flash has two implementations: attention_flash_forward/backward (the dispatch) on every case and
 // type, and each by name for bf16 and fp16: the SIMT kernels on the same cases, the tensor-core
-// kernels on the shapes they take (HD a multiple of 16 up to 128), with a bitwise-determinism check
-// of their backward; each of the three again with dropout on P against the CPU's flash dropout
-// (the same keep bits, drawn in the kernels) and against the GPU's naive dropout.
+// kernels on the shapes they take (HD a multiple of 16 up to 128: mma.sync at HD 64 and 128, WMMA
+// at the others), with shapes of several tiles for the mma.sync ones and a bitwise-determinism
+// check of both; each of the three again with dropout on P against the CPU's flash dropout (the
+// same keep bits, drawn in the kernels) and against the GPU's naive dropout.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -335,38 +336,66 @@ TYPED_TEST(AttentionFlash16, TensorCoresDropoutMatchCpu) {
     }
 }
 
-// One writer per element and fixed orders: two backward runs give the same bits (on the
-// emulator, under two differently shuffled schedules), without dropout and with it.
-TYPED_TEST(AttentionFlash16, TensorCoreBackwardIsDeterministic) {
+// The mma.sync kernels' shapes (HD 64 and 128; kernels/cuda/attention_fa2_*.cu): several query
+// and key tiles, so that the cp.async stages wrap around (forward: 128 queries a block at HD 64,
+// 64 at 128; 64-key tiles), T not a multiple of any tile, B > 1, groups of 1 (MHA), 3 and 4
+// (MQA), and one tile exactly.
+constexpr Case kMmaSyncCases[] = {
+    {2, 200, 6, 2, 64}, {1, 257, 4, 1, 128}, {3, 70, 2, 2, 64}, {1, 64, 8, 2, 128}};
+
+TYPED_TEST(AttentionFlash16, MmaSyncShapesMatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using E = TypeParam;
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    const Case c{2, 100, 4, 2, 32};
-    const Tensors n = sizes(c);
-    const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
-    const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
-    const AttentionDropout<E> dropout{0.25f, (std::uint64_t{rng()} << 32) | rng(), nullptr,
-                                      nullptr};
-    for (const AttentionDropout<E>* drop :
-         {static_cast<const AttentionDropout<E>*>(nullptr), &dropout}) {
-        SCOPED_TRACE(drop != nullptr ? "dropout" : "no dropout");
-        DeviceBuffer<E> qkv_d(qkv), dout_d(dout), out_d(static_cast<std::size_t>(n.out_n));
-        DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
-        cuda::attention_flash_mma_forward<E>(
-            {out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, drop}, {});
-        std::vector<std::vector<E>> runs;
-        for (int run = 0; run < 2; ++run) {
-            DeviceBuffer<E> dqkv_d(dqkv0);
-            cuda::attention_flash_mma_backward<E>(
-                {dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T, c.NH,
-                 c.KVH, c.HD, drop},
-                {});
-            runs.push_back(dqkv_d.download());
+    for (const Case& c : kMmaSyncCases) {
+        check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
+                       cuda::attention_flash_mma_backward<E>, false);
+        check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
+                       cuda::attention_flash_mma_backward<E>, false, 1.0, 0.3f);
+    }
+}
+
+// One writer per element and fixed orders: two runs give the same bits (on the emulator, under
+// two differently shuffled schedules), forward and backward, without dropout and with it; the
+// WMMA kernels (HD 32) and the mma.sync ones (HD 64 and 128).
+TYPED_TEST(AttentionFlash16, TensorCoresAreDeterministic) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const Case& c : {Case{2, 100, 4, 2, 32}, Case{1, 150, 4, 2, 64}, Case{1, 90, 3, 1, 128}}) {
+        SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD));
+        const Tensors n = sizes(c);
+        const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
+        const auto dqkv0 = random_storage<E>(rng, n.qkv_n, 0.1);
+        const AttentionDropout<E> dropout{0.25f, (std::uint64_t{rng()} << 32) | rng(), nullptr,
+                                          nullptr};
+        for (const AttentionDropout<E>* drop :
+             {static_cast<const AttentionDropout<E>*>(nullptr), &dropout}) {
+            SCOPED_TRACE(drop != nullptr ? "dropout" : "no dropout");
+            DeviceBuffer<E> qkv_d(qkv), dout_d(dout);
+            std::vector<std::vector<E>> outs, dqkvs;
+            for (int run = 0; run < 2; ++run) {
+                DeviceBuffer<E> out_d(static_cast<std::size_t>(n.out_n)), dqkv_d(dqkv0);
+                DeviceBuffer<float> lse_d(static_cast<std::size_t>(n.heads_T));
+                out_d.poison();
+                cuda::attention_flash_mma_forward<E>(
+                    {out_d.get(), lse_d.get(), qkv_d.get(), c.B, c.T, c.NH, c.KVH, c.HD, drop}, {});
+                cuda::attention_flash_mma_backward<E>(
+                    {dqkv_d.get(), dout_d.get(), out_d.get(), qkv_d.get(), lse_d.get(), c.B, c.T,
+                     c.NH, c.KVH, c.HD, drop},
+                    {});
+                outs.push_back(out_d.download());
+                dqkvs.push_back(dqkv_d.download());
+            }
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(E)), 0)
+                << "out";
+            EXPECT_EQ(std::memcmp(dqkvs[0].data(), dqkvs[1].data(), dqkvs[0].size() * sizeof(E)), 0)
+                << "dqkv";
         }
-        ASSERT_EQ(runs[0].size(), runs[1].size());
-        EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(E)), 0);
     }
 }
 

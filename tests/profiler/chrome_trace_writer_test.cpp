@@ -15,6 +15,8 @@
 
 #include "profiler/host_range.h"
 #include "profiler/trace_check.h"
+#include "profiler/trace_reader.h"
+#include "tests/profiler/double_nesting.h"
 #include "tests/profiler/temp_dir.h"
 
 namespace napkin::profiler {
@@ -268,6 +270,64 @@ TEST(ChromeTraceWriter, RangeArgsOnlyForWork) {
     EXPECT_EQ(args["flops"], 8);
     EXPECT_FALSE(args.contains("achieved_gflop_per_s"));  // no rate from a zero duration
     EXPECT_FALSE(args.contains("flop_per_byte"));         // nor an intensity from zero bytes
+}
+
+// "dur" is the double that puts ts + dur on the range's end: the pair of
+// traces/h200-gpt2 (4952392.531 + 98.37 = 4952490.901000001 in double, past the successor's
+// 4952490.901) and a sweep of starts up to 10^4 s and lengths up to 10 s. Read back from its
+// shortest decimal text (as nlohmann writes it), it is the nanoseconds it was made from.
+TEST(TraceDurUs, EndsExactlyWhereTheRangeEnds) {
+    EXPECT_GT(trace_us(4'952'392'531) + trace_us(98'370), trace_us(4'952'490'901));  // the fault
+    std::mt19937_64 rng(22);
+    std::uniform_int_distribution<std::int64_t> start(0, 10'000'000'000'000),
+        len(0, 10'000'000'000);
+    for (int i = 0; i < 200'000; ++i) {
+        const std::int64_t s = i == 0 ? 4'952'392'531 : start(rng) >> (i % 40);
+        const std::int64_t d = i == 0 ? 98'370 : len(rng) >> (i % 34);
+        const double dur = trace_dur_us(s, d);
+        // Never past the end; on it exactly whenever the start is at least half the end (every
+        // range but those near the trace's zero: ts + dur then cannot be off by a rounding tie).
+        ASSERT_LE(trace_us(s) + dur, trace_us(s + d)) << s << " + " << d;
+        if (2 * s >= s + d) {
+            ASSERT_EQ(trace_us(s) + dur, trace_us(s + d)) << s << " + " << d;
+        }
+        const std::string text = json(dur).dump();
+        ScannedField f;
+        f.kind = JsonKind::number;
+        f.text = text;
+        std::int64_t back = -1;
+        ASSERT_TRUE(trace_time_ns(f, back)) << text;
+        ASSERT_EQ(back, d) << text;
+    }
+}
+
+// A written trace nests in double: kernels abutting at times whose quotients do not add up.
+TEST(TraceDurUs, WrittenTraceNestsInDouble) {
+    TempDir dir;
+    const fs::path path = dir.path() / "trace.json";
+    ChromeTraceWriter writer(path);
+    writer.write_range(range("step", Category::step, kHostTrack, 4'952'000'000, 1'000'000));
+    std::int64_t t = 4'952'392'531;
+    for (const std::int64_t d : {98'370, 17, 333, 1'001, 98'370, 7})
+        writer.write_range(range("k", Category::kernel, kHostTrack, (t += d) - d, d));
+    ASSERT_TRUE(writer.close().ok);
+    const std::vector<std::string> faults = napkin::test::double_nesting_faults(read_json(path));
+    EXPECT_TRUE(faults.empty()) << faults.front();
+}
+
+// Every sample trace under traces/ (each rank's too) nests when ts + dur is added in double.
+TEST(TraceDurUs, EverySampleTraceNestsInDouble) {
+    int checked = 0;
+    for (const auto& entry :
+         fs::recursive_directory_iterator(fs::path(NAPKIN_SOURCE_DIR) / "traces")) {
+        if (entry.path().filename() != "trace.json") continue;
+        const std::vector<std::string> faults =
+            napkin::test::double_nesting_faults(read_json(entry.path()));
+        EXPECT_TRUE(faults.empty())
+            << entry.path() << ": " << faults.size() << " faults, first " << faults.front();
+        ++checked;
+    }
+    EXPECT_GE(checked, 4);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -27,16 +29,30 @@ p::GpuActivity launch(std::uint32_t corr, std::uint64_t start, std::uint64_t end
     return a;
 }
 
-p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
+p::GpuActivity device_record(p::GpuActivityKind kind, std::string name, std::uint32_t corr,
+                             std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
     p::GpuActivity a;
-    a.kind = p::GpuActivityKind::kernel;
-    a.name = "_Z21matmul_forward_kernelPfPKfS1_i";
+    a.kind = kind;
+    a.name = std::move(name);
     a.correlation_id = corr;
     a.start_ns = start;
     a.end_ns = end;
     a.stream = stream;
+    return a;
+}
+
+p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
+    p::GpuActivity a = device_record(p::GpuActivityKind::kernel, "_Z21matmul_forward_kernelPfPKfS1_i",
+                                     corr, start, end, stream);
     a.grid[0] = 128;
     a.block[0] = 256;
+    return a;
+}
+
+p::GpuActivity memset_record(std::uint32_t corr, std::uint64_t start, std::uint64_t end,
+                             std::uint64_t bytes) {
+    p::GpuActivity a = device_record(p::GpuActivityKind::memset, "memset", corr, start, end);
+    a.bytes = bytes;
     return a;
 }
 
@@ -250,13 +266,7 @@ TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     napkin::KernelCost cost;
     cost.bytes_written = 4096;
     tr.register_external(3, "memset", cost);
-    p::GpuActivity set;
-    set.kind = p::GpuActivityKind::memset;
-    set.name = "memset";
-    set.correlation_id = 9;
-    set.start_ns = 50;
-    set.end_ns = 60;
-    set.bytes = 4096;
+    const p::GpuActivity set = memset_record(9, 50, 60, 4096);
     tr.add({launch(9, 10, 20), external(9, 3), set});
     const auto ranges = of<p::RangeEvent>(rec.take());
     const auto m = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.category == p::Category::kernel; });
@@ -264,6 +274,31 @@ TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     EXPECT_EQ(m->name, "memset");
     EXPECT_EQ(m->bytes, 4096u);
     EXPECT_EQ(m->flops, 0u);
+}
+
+// A GEMM call that clears its output first (cuBLASLt's split-K: a memset, then the GEMM): the
+// FLOPs go to the kernel alone, the memset gets none (not the call's FLOPs at 1 us, "517 TFLOP/s"
+// in traces/h200-gpt2), the bytes are still split over both by duration.
+TEST(CuptiTranslator, FlopsGoOnlyToTheCallsKernels) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    napkin::KernelCost cost;
+    cost.flops = 1'000'000;
+    cost.bytes_read = 2000;
+    tr.register_external(4, "h.0.mlp.fc", cost);
+    const p::GpuActivity set = memset_record(1, 100, 101, 64);
+    tr.add({launch(1, 0, 10), external(1, 4), launch(2, 20, 30), external(2, 4), set,
+            kernel(2, 110, 209)});
+    const auto ranges = of<p::RangeEvent>(rec.take());
+    std::uint64_t flops = 0, bytes = 0;
+    for (const auto& r : ranges) {
+        if (r.name != "h.0.mlp.fc") continue;
+        flops += r.flops;
+        bytes += r.bytes;
+        EXPECT_EQ(r.flops, r.dur_ns == 1 ? 0u : cost.flops);  // the memset: none
+    }
+    EXPECT_EQ(flops, cost.flops);
+    EXPECT_EQ(bytes, cost.bytes());
 }
 
 // A kernel whose launch never comes is counted when collection ends, never silent.

@@ -3,12 +3,15 @@
 // never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "viewer/run_data.h"
 
@@ -57,6 +60,21 @@ std::uint32_t lane_named(const TraceData& t, const std::string& name) {
     return kNone;
 }
 
+// Two lanes that must exist, the first a host lane and the second a device lane; both kNone when
+// either is missing (a failure is recorded).
+std::pair<std::uint32_t, std::uint32_t> host_and_device_lanes(const TraceData& t,
+                                                              const std::string& host_name,
+                                                              const std::string& device_name) {
+    const std::uint32_t host = lane_named(t, host_name), device = lane_named(t, device_name);
+    if (host == kNone || device == kNone) {
+        ADD_FAILURE() << "no lane '" << host_name << "' or '" << device_name << "'";
+        return {kNone, kNone};
+    }
+    EXPECT_FALSE(t.lanes[host].device) << host_name;
+    EXPECT_TRUE(t.lanes[device].device) << device_name;
+    return {host, device};
+}
+
 TEST(RunData, LoadsTheCpuTinyRunFolder) {
     const RunData run = load_run(kCpuTiny);
     EXPECT_TRUE(run.errors.empty()) << run.errors.front();
@@ -65,12 +83,8 @@ TEST(RunData, LoadsTheCpuTinyRunFolder) {
     const TraceData& t = run.trace;
     EXPECT_EQ(t.schema, "napkin-trace/1");
     EXPECT_EQ(t.skipped_events, 0);
-    const std::uint32_t host = lane_named(t, "host");
-    const std::uint32_t device = lane_named(t, "device (cpu kernels)");
-    ASSERT_NE(host, kNone);
+    const auto [host, device] = host_and_device_lanes(t, "host", "device (cpu kernels)");
     ASSERT_NE(device, kNone);
-    EXPECT_FALSE(t.lanes[host].device);
-    EXPECT_TRUE(t.lanes[device].device);
     EXPECT_LT(host, device);  // thread_sort_index: host first
     EXPECT_EQ(t.lanes[host].process_name, "napkin");
     // Steps at depth 0, their passes, layers and ops nested below.
@@ -129,6 +143,39 @@ TEST(RunData, LiveSetAtThePeakIsThePeak) {
     for (const LiveBlock& b : live)
         op_named = op_named || (b.category == "activations" && !b.op.empty());
     EXPECT_TRUE(op_named);
+}
+
+// The kernels/ops table's roofline is report.json's: the per-layer rows of an op (h.0.attn.qkv,
+// h.1.attn.qkv) sum, over the profiled steps, to the report's roofline_seconds_per_step for that
+// op (attn.qkv), and measured / roofline is the row's total over it.
+TEST(RunData, KernelStatsCarryTheReportsRoofline) {
+    const RunData run = load_run(kCpuTiny);
+    ASSERT_TRUE(run.has_report && run.report.profile);
+    const profiler::Roofline roof = run.roofline();
+    ASSERT_GT(roof.flops_per_s, 0);
+    const KernelStats k = kernel_stats(run.trace, StatScope::ops, roof);
+    const double steps = static_cast<double>(run.report.profile->steps_profiled);
+    int compared = 0;
+    for (const profiler::ProfileRow& op : run.report.profile->ops) {
+        if (op.category != "op" || op.roofline_seconds_per_step <= 0) continue;
+        double roofline_ns = 0;
+        for (const KernelStat& row : k.rows) {
+            const std::size_t dot = row.name.find('.', 2);
+            const bool layer = row.name.rfind("h.", 0) == 0 && dot != std::string::npos;
+            if ((layer ? row.name.substr(dot + 1) : row.name) == op.name) {
+                roofline_ns += row.roofline_ns;
+                EXPECT_DOUBLE_EQ(row.over_roofline(), row.work_ns() / row.roofline_ns);
+            }
+        }
+        EXPECT_NEAR(roofline_ns / steps, op.roofline_seconds_per_step * 1e9,
+                    1e-9 * roofline_ns / steps)
+            << op.name;
+        ++compared;
+    }
+    EXPECT_GE(compared, 10);
+    // Without the ceilings there is no prediction.
+    for (const KernelStat& row : kernel_stats(run.trace, StatScope::ops).rows)
+        EXPECT_EQ(row.roofline_ns, 0) << row.name;
 }
 
 TEST(RunData, KernelStatsSumTheOps) {
@@ -277,11 +324,102 @@ TEST(RunData, LoadsAPyTorchProfilerTrace) {
         }
     }
     EXPECT_EQ(memory_marks, 10);
+    // The kernels table holds device work only: every kernel, copy and set, and nothing else
+    // (not the gpu_user_annotation ranges Kineto draws on the stream, not the runtime calls).
     const KernelStats k = kernel_stats(t, StatScope::kernels);
     ASSERT_FALSE(k.rows.empty());
     EXPECT_GT(k.step_total_ns, 0);
+    std::int64_t device_work_ns = 0, table_ns = 0;
+    std::set<std::string> not_work;
+    for (const Event& e : t.events) {
+        if (e.instant) continue;
+        if (profiler::is_device_work(t.cat_of(e))) {
+            device_work_ns += e.dur_ns;
+            EXPECT_TRUE(t.lanes[e.lane].device) << t.name_of(e);
+        } else {
+            not_work.insert(t.name_of(e));
+        }
+    }
+    for (const KernelStat& row : k.rows) {
+        table_ns += row.total_ns;
+        EXPECT_EQ(not_work.count(row.name), 0u) << row.name;
+    }
+    EXPECT_EQ(table_ns, device_work_ns);
+    EXPECT_TRUE(not_work.count("cudaLaunchKernel") == 1 && not_work.count("ProfilerStep#1") == 1);
     const KernelStats ops = kernel_stats(t, StatScope::all);
     EXPECT_FALSE(ops.rows.empty());
+}
+
+// tests/viewer/data/torch_cpu_gpt_trace.json: a real torch.profiler recording (scripts/
+// torch_trace.sh: Debian's torch 1.13, built without Kineto, so its legacy exporter: a bare
+// array, integer microseconds, no categories, no flows) of one training step of
+// bench/pytorch_gpt2.py's tiny GPT on the CPU. Every event is read, the ops nest under the step
+// on one lane, and with no device work the kernels table is empty rather than full of ops.
+TEST(RunData, LoadsARealTorchProfilerRecording) {
+    const RunData run = load_run(kTestData / "torch_cpu_gpt_trace.json");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ASSERT_TRUE(run.has_trace);
+    const TraceData& t = run.trace;
+    EXPECT_EQ(t.skipped_events, 0);
+    EXPECT_EQ(static_cast<std::int64_t>(t.events.size()), t.event_count);
+    ASSERT_EQ(t.lanes.size(), 1u);
+    EXPECT_FALSE(t.lanes[0].device);
+    EXPECT_GE(t.lanes[0].levels.size(), 5u);  // step, optimizer / module ops, aten ops nested
+    const std::uint32_t step = t.event_at(0, t.t_min_ns);
+    ASSERT_NE(step, kNone);
+    EXPECT_EQ(t.name_of(t.events[step]).rfind("ProfilerStep#", 0), 0u);
+    EXPECT_EQ(t.events[step].depth, 0);
+    EXPECT_EQ(t.events[step].dur_ns, t.t_max_ns - t.t_min_ns);  // one step, trimmed to it
+    EXPECT_TRUE(kernel_stats(t, StatScope::kernels).rows.empty());
+    const KernelStats all = kernel_stats(t, StatScope::all);
+    EXPECT_TRUE(std::any_of(all.rows.begin(), all.rows.end(),
+                            [](const KernelStat& r) { return r.name == "aten::mm"; }));
+}
+
+// A GPU run's ops are timed by their kernels (each to the op enclosing its launch), not by the
+// host's launch calls: on traces/h200-gpt2 host time made ops run at up to 221% of the H200's
+// peak; device time keeps every op under it, and the ops' device time is the tagged kernels'.
+TEST(RunData, GpuRunsOpsAreTimedOnTheDevice) {
+    const RunData run = load_run(fs::path(NAPKIN_SOURCE_DIR) / "traces" / "h200-gpt2");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    const double peak = run.peak_flops_per_s();
+    ASSERT_EQ(peak, 989.5e12);
+    const KernelStats ops = kernel_stats(run.trace, StatScope::ops);
+    bool host_time_passed_peak = false;
+    std::int64_t device_ns = 0;
+    for (const KernelStat& row : ops.rows) {
+        device_ns += row.device_ns;
+        if (row.flops <= 0 || row.device_ns <= 0) continue;
+        host_time_passed_peak |= row.flops / (static_cast<double>(row.total_ns) * 1e-9) > peak;
+        EXPECT_LE(row.achieved_flop_per_s(), peak) << row.name;
+    }
+    EXPECT_TRUE(host_time_passed_peak);
+    const KernelStats kernels = kernel_stats(run.trace, StatScope::kernels);
+    std::int64_t kernel_ns = 0;
+    for (const KernelStat& row : kernels.rows)
+        kernel_ns += row.total_ns;
+    EXPECT_GT(device_ns, kernel_ns * 9 / 10);  // nearly every kernel was launched inside an op
+    EXPECT_LE(device_ns, kernel_ns);
+}
+
+// napkin's own GPU run (traces/h200-gpt2): the "cuda api" lane holds launches (cudaLaunchKernel,
+// cudaMemcpyAsync) and is a host lane whatever its name says; the kernels table is the stream's.
+TEST(RunData, GpuRunsKernelsTableIsTheStreams) {
+    const RunData run = load_run(fs::path(NAPKIN_SOURCE_DIR) / "traces" / "h200-gpt2");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    const TraceData& t = run.trace;
+    const auto [api, stream] = host_and_device_lanes(t, "cuda api", "GPU 0 stream 13");
+    ASSERT_NE(stream, kNone);
+    const KernelStats k = kernel_stats(t, StatScope::kernels);
+    ASSERT_FALSE(k.rows.empty());
+    std::int64_t stream_ns = 0, table_ns = 0;
+    for (const Event& e : t.events)
+        stream_ns += e.lane == stream && !e.instant ? e.dur_ns : 0;
+    for (const KernelStat& row : k.rows) {
+        table_ns += row.total_ns;
+        EXPECT_EQ(row.name.rfind("cuda", 0), std::string::npos) << row.name;
+    }
+    EXPECT_EQ(table_ns, stream_ns);
 }
 
 // tests/viewer/data/napkin_gpu_trace.json: napkin's own format as a CUDA run writes it, with the

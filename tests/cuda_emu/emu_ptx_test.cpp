@@ -1,0 +1,233 @@
+// The emulated PTX of kernels/cuda/mma.cuh (tests/cuda_emu/emu_ptx.h): ldmatrix against lanes
+// worked out by hand from the PTX ISA's tables; mma.sync through ldmatrix, as the flash attention
+// uses both, against CPU loops (small integers: every product and sum exact), the first product's
+// accumulators feeding the second as its A fragment; cp.async landing at the wait and not before,
+// per commit group; the misuses that fail a launch; bank-conflicted ldmatrix phases counted, and
+// none in the tensor-core flash attention's kernels.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/attention.h"
+#include "tests/cuda_emu/emu_ptx.h"
+#include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/ptx_selftest_kernels.h"
+#include "tests/kernels_cuda/cuda_test_util.h"
+
+namespace napkin::emu {
+namespace {
+
+namespace st = selftest;
+using test::DeviceBuffer;
+
+class CudaEmuPtx : public ::testing::Test {
+protected:
+    void SetUp() override { reset_for_test(); }
+    void TearDown() override { reset_for_test(); }
+};
+
+std::uint32_t pair(int lo, int hi) {
+    return static_cast<std::uint32_t>(lo) | static_cast<std::uint32_t>(hi) << 16;
+}
+
+// Matrix m's element (i, j) is 64 m + 8 i + j (st::ldmatrix_fragments).
+TEST_F(CudaEmuPtx, LdmatrixGivesEachLaneThePairsTheIsaNames) {
+    DeviceBuffer<std::uint32_t> out(256);
+    ASSERT_EQ(st::ldmatrix_fragments(out.get()), cudaSuccess);
+    const std::vector<std::uint32_t> r = out.download();
+    // By hand: lane 5 is g 1, t 1, so it holds row 1, columns 2 and 3 of each matrix, and
+    // transposed, column 1, rows 2 and 3; lane 31 (g 7, t 3) row 7, columns 6 and 7 of matrix 3,
+    // transposed column 7, rows 6 and 7 of matrix 2.
+    EXPECT_EQ(r[0], pair(0, 1));
+    EXPECT_EQ(r[4 * 5], pair(10, 11));
+    EXPECT_EQ(r[4 * 31 + 3], pair(192 + 62, 192 + 63));
+    EXPECT_EQ(r[128 + 4 * 5], pair(17, 25));
+    EXPECT_EQ(r[128 + 4 * 31 + 2], pair(128 + 55, 128 + 63));
+    for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        for (int m = 0; m < 4; ++m) {
+            EXPECT_EQ(r[4 * l + m], pair(64 * m + 8 * g + 2 * t, 64 * m + 8 * g + 2 * t + 1))
+                << "lane " << l << ", matrix " << m;
+            EXPECT_EQ(r[128 + 4 * l + m],
+                      pair(64 * m + 8 * (2 * t) + g, 64 * m + 8 * (2 * t + 1) + g))
+                << ".trans, lane " << l << ", matrix " << m;
+        }
+    }
+}
+
+// n small integers in [-range, range] as the 16-bit type's bits, and as floats.
+template <class T>
+std::vector<std::uint16_t> small_integers(std::mt19937& rng, int n, int range,
+                                          std::vector<float>& values) {
+    std::uniform_int_distribution<int> d(-range, range);
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
+    values.resize(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+        values[i] = static_cast<float>(d(rng));
+        const T v(values[i]);
+        std::memcpy(&bits[i], &v, sizeof v);
+    }
+    return bits;
+}
+
+template <class T>
+void check_mma_product(std::mt19937& rng, bool bf16) {
+    std::vector<float> a, bt, c(16 * 8);
+    const auto a_bits = small_integers<T>(rng, 256, 4, a);
+    const auto bt_bits = small_integers<T>(rng, 128, 4, bt);
+    std::uniform_int_distribution<int> d(-100, 100);
+    for (float& v : c)
+        v = static_cast<float>(d(rng));
+    DeviceBuffer<std::uint16_t> a_d(a_bits), bt_d(bt_bits);
+    DeviceBuffer<float> c_d(c), d_d(c.size());
+    d_d.poison();
+    ASSERT_EQ(st::mma_product(a_d.get(), bt_d.get(), c_d.get(), d_d.get(), bf16), cudaSuccess);
+    const std::vector<float> got = d_d.download();
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+            float want = c[static_cast<std::size_t>(i * 8 + j)];
+            for (int k = 0; k < 16; ++k)
+                want += a[static_cast<std::size_t>(i * 16 + k)] *
+                        bt[static_cast<std::size_t>(j * 16 + k)];
+            EXPECT_EQ(got[static_cast<std::size_t>(i * 8 + j)], want)
+                << "d(" << i << ", " << j << ")";
+        }
+}
+
+TEST_F(CudaEmuPtx, MmaThroughLdmatrixMatchesACpuLoop) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    {
+        SCOPED_TRACE("bf16");
+        check_mma_product<bf16_t>(rng, true);
+    }
+    {
+        SCOPED_TRACE("fp16");
+        check_mma_product<f16_t>(rng, false);
+    }
+}
+
+TEST_F(CudaEmuPtx, AccumulatorsPackedIntoTheNextProductsAFragment) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::vector<float> a, x, y;
+    const auto a_bits = small_integers<bf16_t>(rng, 256, 2, a);
+    const auto x_bits = small_integers<bf16_t>(rng, 256, 2, x);
+    const auto y_bits = small_integers<bf16_t>(rng, 256, 2, y);
+    DeviceBuffer<std::uint16_t> a_d(a_bits), x_d(x_bits), y_d(y_bits);
+    DeviceBuffer<float> e_d(256);
+    e_d.poison();
+    ASSERT_EQ(st::mma_chain(a_d.get(), x_d.get(), y_d.get(), e_d.get()), cudaSuccess);
+    const std::vector<float> got = e_d.download();
+    // (a x) y: a x's entries are integers of at most 64 in magnitude, exact in bf16.
+    float s[16][16] = {};
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 16; ++j)
+            for (int k = 0; k < 16; ++k)
+                s[i][j] += a[static_cast<std::size_t>(i * 16 + k)] *
+                           x[static_cast<std::size_t>(k * 16 + j)];
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 16; ++j) {
+            float want = 0.0f;
+            for (int k = 0; k < 16; ++k)
+                want += s[i][k] * y[static_cast<std::size_t>(k * 16 + j)];
+            EXPECT_EQ(got[static_cast<std::size_t>(i * 16 + j)], want)
+                << "e(" << i << ", " << j << ")";
+        }
+}
+
+constexpr std::uint32_t kPoison = 0xffffffffu;
+
+TEST_F(CudaEmuPtx, CpAsyncLandsAtTheWaitAndNotBefore) {
+    std::vector<std::uint32_t> in(128);
+    for (std::size_t i = 0; i < in.size(); ++i)
+        in[i] = static_cast<std::uint32_t>(1000 + i);
+    DeviceBuffer<std::uint32_t> in_d(in), out_d(64);
+    ASSERT_EQ(st::cp_async_lands_at_wait(in_d.get(), out_d.get()), cudaSuccess);
+    const std::vector<std::uint32_t> out = out_d.download();
+    for (int i = 0; i < 32; ++i) {
+        EXPECT_EQ(out[static_cast<std::size_t>(i)], kPoison)
+            << "thread " << i << " before the wait";
+        EXPECT_EQ(out[static_cast<std::size_t>(32 + i)],
+                  i == 31 ? 0u : in[4 * static_cast<std::size_t>(i)])
+            << "thread " << i << " after the wait" << (i == 31 ? " (zero-filled)" : "");
+    }
+}
+
+TEST_F(CudaEmuPtx, WaitGroupRetiresAllButTheNewestGroups) {
+    const std::vector<std::uint32_t> in = {11, 12, 13, 14, 21, 22, 23, 24};
+    DeviceBuffer<std::uint32_t> in_d(in), out_d(4);
+    ASSERT_EQ(st::cp_async_groups(in_d.get(), out_d.get()), cudaSuccess);
+    EXPECT_EQ(out_d.download(), (std::vector<std::uint32_t>{11, kPoison, 11, 21}));
+}
+
+TEST_F(CudaEmuPtx, ReadingAnotherThreadsCopyWithoutABarrierIsCaught) {
+    std::vector<std::uint32_t> in(256, 7);
+    DeviceBuffer<std::uint32_t> in_d(in), out_d(64);
+    ASSERT_EQ(st::cp_async_without_barrier(in_d.get(), out_d.get()), cudaSuccess);
+    int garbage = 0;
+    for (std::uint32_t v : out_d.download())
+        garbage += v == kPoison;
+    EXPECT_GT(garbage, 0) << "every thread read its neighbour's copy without a barrier";
+}
+
+TEST_F(CudaEmuPtx, MisusesFailTheLaunch) {
+    DeviceBuffer<std::uint32_t> in(8);
+    const struct {
+        st::PtxMisuse how;
+        const char* says;
+    } cases[] = {
+        {st::PtxMisuse::kCpAsyncMisalignedDestination, "cp.async: the destination"},
+        {st::PtxMisuse::kCpAsyncHostSource, "cp.async: the source"},
+        {st::PtxMisuse::kLdmatrixPastTheEnd, "lane 5's row"},
+        {st::PtxMisuse::kMmaInHalfAWarp, "mma.sync"},
+        {st::PtxMisuse::kLanesInDifferentCalls, "same call"},
+    };
+    for (const auto& c : cases) {
+        reset_for_test();
+        EXPECT_EQ(st::ptx_misuse(in.get(), c.how), cudaErrorLaunchFailure) << c.says;
+        const std::string message = last_error_message();
+        EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    }
+}
+
+TEST_F(CudaEmuPtx, LdmatrixBankConflictsAreCounted) {
+    const std::uint64_t before = ldmatrix_bank_conflicts();
+    ASSERT_EQ(st::ldmatrix_rows(false), cudaSuccess);
+    EXPECT_EQ(ldmatrix_bank_conflicts() - before, 4u) << "8 rows 128 bytes apart, in each phase";
+    ASSERT_EQ(st::ldmatrix_rows(true), cudaSuccess);
+    EXPECT_EQ(ldmatrix_bank_conflicts() - before, 4u) << "the swizzled rows";
+}
+
+// The mma.sync flash attention (kernels/cuda/attention_fa2_*.cu) reads every tile by ldmatrix
+// from its XOR-swizzled shared memory: forward and both backward passes, HD 64 and 128.
+TEST_F(CudaEmuPtx, FlashAttentionReadsSharedMemoryWithoutBankConflicts) {
+    std::mt19937 rng(5);
+    for (const std::int64_t hd : {64, 128}) {
+        SCOPED_TRACE("HD " + std::to_string(hd));
+        const std::int64_t B = 1, T = 150;
+        const int NH = 2, KVH = 1;
+        const std::int64_t qkv_n = B * T * (NH + 2 * KVH) * hd, out_n = B * T * NH * hd;
+        DeviceBuffer<bf16_t> qkv(test::random_storage<bf16_t>(rng, qkv_n)), out(out_n),
+            dout(test::random_storage<bf16_t>(rng, out_n)), dqkv(qkv_n);
+        DeviceBuffer<float> lse(B * NH * T);
+        const std::uint64_t before = ldmatrix_bank_conflicts();
+        cuda::attention_flash_mma_forward<bf16_t>(
+            {out.get(), lse.get(), qkv.get(), B, T, NH, KVH, hd}, {});
+        cuda::attention_flash_mma_backward<bf16_t>(
+            {dqkv.get(), dout.get(), out.get(), qkv.get(), lse.get(), B, T, NH, KVH, hd}, {});
+        test::sync_and_check();
+        EXPECT_EQ(ldmatrix_bank_conflicts(), before);
+    }
+}
+
+}  // namespace
+}  // namespace napkin::emu
