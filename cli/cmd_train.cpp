@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "core/comm/comm.h"
 #include "core/durable_file.h"
+#include "core/engine/anomaly.h"
 #include "core/engine/checkpoint.h"
 #include "core/engine/engine_device.h"
 #include "core/engine/trainer.h"
@@ -232,6 +233,7 @@ struct StepLoop {
     std::string checkpoint;  // the last one written
     std::optional<StopOnSignal>
         stop;  // Ctrl-C: stop after the step, writing what --stop-after would
+    std::optional<Anomaly> anomaly;  // --detect-anomaly stopped the run in step steps.last
 };
 
 // The progress line of one step: memory by category in MB, current/peak where they differ
@@ -276,6 +278,11 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
         } catch (const StepAbandoned&) {  // stopped between micro-batches: as before the step
             loop.steps.last = s;
             break;
+        } catch (const AnomalyFound& e) {  // the trace keeps the step up to the op, marked
+            loop.profiler.write_step(s);
+            loop.anomaly = e.anomaly();
+            loop.steps.last = s;
+            break;
         }
         loop.profiler.after_step(s, loop.steps.last);
         if (!loop.flags.quiet) {
@@ -294,7 +301,8 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
             loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
         }
     }
-    if (totals.steps.empty()) {  // interrupted before its first step: nothing to report or resume
+    // Interrupted before its first step: nothing to report or resume.
+    if (totals.steps.empty() && !loop.anomaly) {
         throw Interrupted("interrupted before the first step; nothing written",
                           loop.stop ? loop.stop->signal() : SIGINT);
     }
@@ -303,8 +311,18 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
 
 // ---- Report --------------------------------------------------------------------------------
 
+// An anomaly in the first step: no rates (0, not 0/0), the peaks of the step that stopped.
+void no_step_measured(profiler::Measurement& m, Trainer& trainer) {
+    m.seconds = m.tokens_per_s = m.model_flops_per_s = m.mfu = 0;
+    m.hardware_flops_per_s = m.hfu = 0.0;
+    for (std::size_t c = 0; c < kMemCategoryCount; ++c)
+        m.peak_bytes[c] = trainer.allocator().peak_bytes(static_cast<MemCategory>(c));
+    m.peak_total_bytes = trainer.allocator().peak_total_bytes();
+}
+
 // Writes the final checkpoint, the trace and memory snapshot, and report.json; prints the
-// closing lines. Interrupted, when a signal stopped the run, once everything is written.
+// closing lines. Interrupted, when a signal stopped the run, once everything is written;
+// AnomalyFound, when --detect-anomaly did, after the report (and no checkpoint).
 void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
                 const Estimate& pred, const std::optional<profiler::InitReport>& init,
                 const std::optional<ChosenProfile>& given_profile) {
@@ -312,7 +330,9 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     const bool parallel = loop.run.parallel;
     loop.profiler.stop_collecting();
     loop.profiler.close();
-    loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
+    // After an anomaly the state is the one that produced it: no checkpoint of it.
+    if (!loop.anomaly)
+        loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
 
     profiler::RunReport report;
     report.model = loop.run.options.model;
@@ -328,6 +348,12 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     report.steps = run_history(file, totals.steps);  // a resumed run keeps its earlier steps
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
     if (parallel) report.communication = communication_report(trainer, pred, totals.steps);
+    report.anomaly = loop.anomaly;
+    if (totals.steps.empty()) no_step_measured(report.measured, trainer);
+    if (loop.anomaly) {
+        write_file_durably(file, profiler::run_report_text(report));  // whole or not there
+        throw AnomalyFound(*loop.anomaly);  // cli/main.cpp: its line, exit 3
+    }
     // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
     // the report for --resume to publish.
     write_file_durably(pending_report_path(file), profiler::run_report_text(report));
@@ -380,6 +406,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                   peak,
                   steps,
                   run.parallel ? std::string("none") : (run.run_dir / kCheckpointFileName).string(),
+                  {},
                   {}};
     if (!run.parallel) {
         loop.stop.emplace();
@@ -481,6 +508,12 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
     cmd.add_flag("--force", f.force,
                  "Train even when the predicted memory and its margin exceed the memory "
                  "available (the check a CPU run makes before it allocates)");
+    cmd.add_flag("--detect-anomaly", f.detect_anomaly,
+                 "Check every op's outputs and gradients for NaN/inf as the step runs; at the "
+                 "first one stop with a line naming the step, op, tensor and shape (exit 3), "
+                 "and keep report.json's \"anomaly\". Costs one read of each tensor written "
+                 "(bench/anomaly_bench: a few % of a CPU step); under fp16-amp the backward is "
+                 "left to the loss scaler");
     cmd.add_option("--zero", f.zero,
                    "Data parallelism (docs/ZERO.md): ZeRO stage 0 (DDP) | 1 | 2 | 3 (FSDP); ranks "
                    "come from the launcher: mpirun -n N napkin train --zero S ... (N ranks x "

@@ -16,6 +16,7 @@
 #include "cli/train_signal.h"
 #include "cli/version.h"
 #include "core/check.h"
+#include "core/engine/anomaly.h"
 
 namespace {
 
@@ -89,6 +90,9 @@ int main(int argc, char** argv) {
     } catch (const napkin::InputError& e) {
         std::fprintf(stderr, "napkin: error: %s\n", e.what());
         return 1;
+    } catch (const napkin::AnomalyFound& e) {  // --detect-anomaly: report.json written
+        std::fprintf(stderr, "napkin train: %s\n", e.what());
+        return 3;
     } catch (const napkin::cli::Interrupted& e) {  // everything written; 130 for Ctrl-C
         std::fprintf(stderr, "napkin: %s\n", e.what());
         return e.exit_code();

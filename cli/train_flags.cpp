@@ -125,6 +125,9 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f
             {"--load-strategy", f.load_strategy},
             {"--profile", f.profile},
             {"--force", f.force ? "yes" : "no"},
+            {"--detect-anomaly", f.detect_anomaly ? "yes" : "no"},
+            {"--device-profile", f.device_profile},
+            {"--profile-force", f.profile_force ? "yes" : "no"},
             {"--model", f.model},
             {"--config", f.config},
             {"--data", f.data},
@@ -262,6 +265,7 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
     run.options =
         f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
     run.options.device = pick_device(f, comm);
+    run.options.detect_anomaly = f.detect_anomaly;
     parallel_from_flags(f, run.options);
     run.run_dir = !f.resume.empty() && cmd.count("--out") == 0 ? run.resume.run_dir
                                                                : std::filesystem::path(f.out);

@@ -34,6 +34,7 @@ struct TrainFlags {
     std::string resume;
     bool quiet = false;
     bool force = false;  // past the memory check
+    bool detect_anomaly = false;
     int zero = 0;
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";

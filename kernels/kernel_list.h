@@ -25,6 +25,7 @@
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/nf4.h"
+#include "kernels/nonfinite.h"
 #include "kernels/norm.h"
 #include "kernels/quantize.h"
 #include "kernels/residual.h"
@@ -58,7 +59,8 @@
     X(lora_backward, LoraBackwardArgs)                                                       \
     X(nf4_dequantize, Nf4DequantizeArgs)                                                     \
     X(dropout_forward, DropoutForwardArgs)                                                   \
-    X(dropout_backward, DropoutBackwardArgs)
+    X(dropout_backward, DropoutBackwardArgs)                                                 \
+    X(nonfinite_check, NonfiniteCheckArgs)
 
 // head_cross_entropy: the CPU returns the mean loss from its own reduction; CUDA leaves the
 // per-row losses on the device, and its wrapper reads them back and takes the mean.

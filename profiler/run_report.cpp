@@ -253,6 +253,24 @@ void to_json(json& j, const CommunicationReport& c) {
     put(j, "clock_origin_ns", c.clock_origin_ns);
 }
 
+void to_json(json& j, const AnomalyReport::BadInput& b) {
+    j = {{"tensor", b.tensor}, {"shape", b.shape}, {"nan", b.nan}, {"inf", b.inf}};
+}
+
+void to_json(json& j, const AnomalyReport& a) {
+    j = {{"step", a.step},
+         {"micro_batch", a.micro_batch},
+         {"op", a.op},
+         {"layer", or_null(a.layer)},
+         {"direction", a.direction},
+         {"tensor", a.tensor},
+         {"shape", a.shape},
+         {"nan", a.nan},
+         {"inf", a.inf},
+         {"input_max_finite", or_null(a.input_max_finite)},
+         {"bad_input", or_null(a.bad_input)}};
+}
+
 void to_json(json& j, const RunReport& r) {
     j = {{"schema", r.schema},
          {"model", model_config_to_json(r.model)},
@@ -263,6 +281,7 @@ void to_json(json& j, const RunReport& r) {
          {"steps", r.steps},
          {"profile", or_null(r.profile)}};
     put(j, "communication", r.communication);
+    put(j, "anomaly", r.anomaly);
 }
 
 std::string run_report_text(const RunReport& r) {
@@ -271,9 +290,9 @@ std::string run_report_text(const RunReport& r) {
 
 bool RunReport::operator==(const RunReport& o) const {
     return model_config_to_json(model) == model_config_to_json(o.model) &&
-           std::tie(schema, run, init, predicted, measured, steps, profile, communication) ==
-               std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps, o.profile,
-                        o.communication);
+           std::tie(schema, run, init, predicted, measured, steps, profile, communication,
+                    anomaly) == std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps,
+                                         o.profile, o.communication, o.anomaly);
 }
 
 double Measurement::mfu_peak_flops_per_s() const {

@@ -250,6 +250,32 @@ struct CommunicationReport {
     bool operator==(const CommunicationReport&) const = default;
 };
 
+// napkin train --detect-anomaly: the first non-finite value, where it appeared ("anomaly"; absent
+// when none was found, and in reports written before the flag). core/engine/anomaly.h finds it;
+// docs/ANOMALY.md. A run stopped by it keeps the steps done before (possibly none).
+struct AnomalyReport {
+    int step = 0;              // 0-based, as "steps"
+    int micro_batch = 0;       // within the step
+    std::string op;            // the op plan's name: "attn.proj", "embedding", "lm_head+loss"
+    std::optional<int> layer;  // the block; absent outside the blocks
+    std::string direction;     // "forward" or "backward"
+    std::string tensor;        // "attn.qkv.out", "d attn.out", "d attn.proj.weight"
+    std::vector<std::int64_t> shape;
+    std::uint64_t nan = 0, inf = 0;  // its bad elements
+    // The largest finite magnitude over the op's inputs (activations, weights, incoming
+    // gradient); absent when it could not be measured.
+    std::optional<double> input_max_finite;
+    // The first of the op's inputs that was already non-finite (a NaN weight); absent when all
+    // were finite.
+    struct BadInput {
+        std::string tensor;
+        std::vector<std::int64_t> shape;
+        std::uint64_t nan = 0, inf = 0;
+        bool operator==(const BadInput&) const = default;
+    };
+    std::optional<BadInput> bad_input;
+    bool operator==(const AnomalyReport&) const = default;
+};
 struct RunReport {
     std::string schema = std::string(kReportSchema);  // as read, and written back so
     ModelConfig model;
@@ -257,9 +283,10 @@ struct RunReport {
     std::optional<InitReport> init;  // null without --init-from
     Prediction predicted;
     Measurement measured;
-    std::vector<StepReport> steps;                     // at least one
+    std::vector<StepReport> steps;                     // at least one, but after an anomaly
     std::optional<ProfileReport> profile;              // null unless profiled
     std::optional<CommunicationReport> communication;  // data-parallel runs
+    std::optional<AnomalyReport> anomaly;              // --detect-anomaly found one
     bool operator==(const RunReport& o) const;  // the model by its JSON (ModelConfig has no ==)
 };
 

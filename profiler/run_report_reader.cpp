@@ -440,6 +440,39 @@ std::string parse_message(const std::string& what) {
 
 struct TooDeep {};
 
+std::vector<std::int64_t> read_shape(const json& v, const std::string& field) {
+    if (!v.is_array()) fail(field, "is not an array of dimensions");
+    std::vector<std::int64_t> shape;
+    for (const json& d : v) {
+        if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+            fail(field, "is not an array of dimensions");
+        shape.push_back(d.get<std::int64_t>());
+    }
+    return shape;
+}
+
+AnomalyReport read_anomaly(const Object& o) {
+    AnomalyReport a;
+    a.step = o.integer<int>("step");
+    a.micro_batch = o.integer<int>("micro_batch");
+    a.op = o.string("op");
+    a.layer = o.optional_integer<int>("layer");
+    a.direction = o.string("direction");
+    if (a.direction != "forward" && a.direction != "backward")
+        fail(o.at("direction"), "is not \"forward\" or \"backward\"");
+    a.tensor = o.string("tensor");
+    a.shape = read_shape(o.require("shape"), o.at("shape"));
+    a.nan = o.integer<std::uint64_t>("nan");
+    a.inf = o.integer<std::uint64_t>("inf");
+    a.input_max_finite = o.optional_number("input_max_finite");
+    if (const auto b = o.optional_object("bad_input")) {
+        a.bad_input = AnomalyReport::BadInput{
+            b->string("tensor"), read_shape(b->require("shape"), b->at("shape")),
+            b->integer<std::uint64_t>("nan"), b->integer<std::uint64_t>("inf")};
+    }
+    return a;
+}
+
 }  // namespace
 
 void from_json(const json& j, GpuActivitySummary& g) {
@@ -460,7 +493,10 @@ void from_json(const json& j, RunReport& r) {
     if (r.predicted.host_memory && !r.measured.host_peak_bytes)
         fail("measured.host_peak_bytes", "is missing");
     r.steps = doc.objects("steps", read_step);
-    if (r.steps.empty()) fail("steps", "is empty");
+    const auto anomaly = doc.optional_object("anomaly");
+    r.anomaly = anomaly ? std::optional(read_anomaly(*anomaly)) : std::nullopt;
+    // A run that --detect-anomaly stopped in its first step has none.
+    if (r.steps.empty() && !r.anomaly) fail("steps", "is empty");
     const auto profile = doc.optional_object("profile");
     r.profile = profile ? std::optional(read_profile(*profile)) : std::nullopt;
     const auto comm = doc.optional_object("communication");

@@ -57,6 +57,9 @@ struct CpuKernels {
     void copy_from_host(void* dst, const void* src, std::size_t bytes) {
         std::memcpy(dst, src, bytes);
     }
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
+        std::memcpy(dst, src, bytes);
+    }
     // NF4 weights (QLoRA, kernels/nf4.h): host fp32 in, quantized; and dequantized back out.
     void store_nf4(std::uint8_t* codes, std::uint8_t* state, const float* src, std::int64_t n) {
         cpu::nf4_quantize(codes, state, src, n);

@@ -84,6 +84,10 @@ struct CudaKernels {
     void copy_from_host(void* dst, const void* src, std::size_t bytes) {
         api_->copy_to_device(dst, src, bytes, stream_);
     }
+    // Waits for the stream's work: the anomaly check's one read per micro-batch.
+    void copy_to_host(void* dst, const void* src, std::size_t bytes) const {
+        api_->copy_to_host(dst, src, bytes, stream_);
+    }
     void check_tokens(const std::int32_t*, std::int64_t, std::int64_t) const {}
 
     // ---- kernels: k.<name>(args) is the plugin's cuda::<name>(args, launch), one per line of

@@ -26,6 +26,7 @@ void GptImpl<Kernels>::block_forward(int l, bool recompute) {
         kt.keep(alloc_, prefix, op, recompute);  // the op allocates what it keeps: inside its range
         if (rec_ != nullptr) open_forward_kernel(kernel, op);
         op_forward(op, l, recompute, kt, kernel);
+        if (anomaly_.on() && !recompute) check_forward(op, l, kt);  // the rebuild is the same
         // Checkpointing drops what backward rebuilds once the block's last op has run; the
         // frees are that op's work (its range), not time between ops.
         if (!recompute && &op == &plan_.block.back() &&
@@ -171,6 +172,7 @@ void GptImpl<Kernels>::block_backward(int l) {
         // The op's kernel starts here (after the memsets that clear its outputs).
         auto launch = [&] { kernel_range(kernel, gpt_detail::kernel_name(op, true, cfg_), cost); };
         op_backward(op, l, kt, kernel, launch);
+        if (anomaly_.on() && check_backward_) check_backward(op, l, kt);
         // After the block's first op the layer's activations are dead: freeing them is that
         // op's work (its range), not time between ops.
         if (std::next(it) == plan_.block.rend()) {

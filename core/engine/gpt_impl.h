@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/engine/anomaly_check.h"
 #include "core/engine/gpt.h"
 #include "core/engine/gpt_buffers.h"
 #include "core/engine/gpt_detail.h"
@@ -82,10 +83,26 @@ public:
     std::vector<ParamSlot>& params() override { return params_; }
     const OpPlan& plan() const override { return plan_; }
     DType storage() const override { return gpt_detail::storage_dtype<T>(); }
-    void set_recorder(profiler::Recorder* recorder) override { rec_ = recorder; }
+    void set_recorder(profiler::Recorder* recorder) override {
+        rec_ = recorder;
+        anomaly_.set_recorder(recorder);
+    }
     void set_kernel_tagger(profiler::KernelTagger* tagger) override { tagger_ = tagger; }
     void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
     void set_dropout_seed(std::uint64_t seed) override { dropout_.set_seed(seed); }
+    // --detect-anomaly (core/engine/anomaly.h): a slot for each tensor a micro-batch checks, at
+    // most 4 per op and direction. Under fp16-amp the backward is left to the loss scaler,
+    // which skips a step whose scaled gradients overflowed (docs/ANOMALY.md).
+    void set_anomaly_detection(bool on) override {
+        if (!on || anomaly_.on()) return;
+        const std::size_t ops = plan_.prologue.size() + plan_.epilogue.size() +
+                                plan_.block.size() * static_cast<std::size_t>(cfg_.n_layers);
+        anomaly_.enable(alloc_, 2 * 4 * ops);
+        check_backward_ = plan_.in.precision != Precision::fp16_amp;
+        const bool adapters = plan_.in.finetune != Finetune::full;
+        for (const ParamTensor& t : param_tensors(cfg_, adapters ? plan_.in.lora_rank : 0))
+            param_shapes_.push_back(t.shape);  // params_' order (gpt_params.cpp)
+    }
 
     void zero_grads() override {
         std::optional<profiler::ScopedRange> r;
@@ -132,6 +149,22 @@ public:
     }
 
     float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
+        if (!anomaly_.on()) return micro_batch(inputs, targets, dloss);
+        anomaly_.begin(k_);
+        const float loss = micro_batch(inputs, targets, dloss);  // synchronous: throws at once
+        if (anomaly_.synchronous()) return loss;
+        const std::optional<Anomaly> found = anomaly_.first_found(k_);  // one read of the slots
+        if (!found) return loss;
+        // Replay the micro-batch reading each op's slots at once, to measure the first bad op's
+        // inputs while they exist: weights and batch are unchanged (the optimizer has not run).
+        anomaly_.set_replay(true);
+        anomaly_.begin(k_);
+        micro_batch(inputs, targets, dloss);
+        throw AnomalyFound(*found);  // not reproduced: the first pass's record, inputs unmeasured
+    }
+
+private:
+    float micro_batch(const std::int32_t* inputs, const std::int32_t* targets, float dloss) {
         k_.check_tokens(inputs, N_, cfg_.vocab_size);
         const int L = cfg_.n_layers;
         const bool rebuild = plan_.in.checkpointing != Checkpointing::none;
@@ -167,7 +200,6 @@ public:
         return loss;
     }
 
-private:
     void hook_enter(int unit, bool backward) {
         if (hooks_ != nullptr) hooks_->enter(unit, backward);
     }
@@ -200,6 +232,7 @@ private:
             dropout_.forward(k_, ranges(k), out, prologue_.get(KeptId::embedding_mask),
                              N_ * cfg_.d_model, -1, DropoutSite::embedding);
         }
+        if (anomaly_.on()) check_embedding(false);
         k.reset();
         range.reset();
         hook_leave(0, false);
@@ -220,6 +253,7 @@ private:
             epilogue_.keep(alloc_, "", op, false);  // inside ln_f's range
         kernel_range(k, gpt_detail::kernel_name(lnf, false, cfg_), lnf.fwd);
         norm_forward(epilogue_, kLnfKept, block_output(cfg_.n_layers - 1), p_lnf_w_, p_lnf_b_, k);
+        if (anomaly_.on()) check_ln_f(false);
         k.reset();
         range.reset();
         KernelCost cost = plan_.epilogue[1].fwd;
@@ -229,20 +263,23 @@ private:
         op_range(range, "lm_head+loss (fused forward and backward)", cost);
         kernel_range(k, "head_cross_entropy", cost);
         ParamSlot* head = p_head_ != nullptr ? p_head_ : p_wte_;
-        return k_.head_cross_entropy({.losses = k_.losses(),
-                                      .dx = epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
-                                      .dw = head->grad.template data<T>(),
-                                      .x = epilogue_.get(KeptId::ln_f_out).template data<T>(),
-                                      .w = head->weight.template data<T>(),
-                                      .targets = targets,
-                                      .M = N_,
-                                      .C = cfg_.d_model,
-                                      .V = cfg_.vocab_size,
-                                      .Vp = cfg_.padded_vocab_size,
-                                      .chunk = loss_chunk_,
-                                      .dloss = dloss / static_cast<float>(N_),
-                                      .scratch = ce_scratch_.template data<float>(),
-                                      .gemm_scratch = mm_scratch_.template data<float>()});
+        const float loss =
+            k_.head_cross_entropy({.losses = k_.losses(),
+                                   .dx = epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
+                                   .dw = head->grad.template data<T>(),
+                                   .x = epilogue_.get(KeptId::ln_f_out).template data<T>(),
+                                   .w = head->weight.template data<T>(),
+                                   .targets = targets,
+                                   .M = N_,
+                                   .C = cfg_.d_model,
+                                   .V = cfg_.vocab_size,
+                                   .Vp = cfg_.padded_vocab_size,
+                                   .chunk = loss_chunk_,
+                                   .dloss = dloss / static_cast<float>(N_),
+                                   .scratch = ce_scratch_.template data<float>(),
+                                   .gemm_scratch = mm_scratch_.template data<float>()});
+        if (anomaly_.on()) check_head(loss, head);
+        return loss;
     }
 
     // dres = ln_f's input gradient from the head's; leaves the head region.
@@ -259,6 +296,7 @@ private:
         norm_backward(epilogue_, kLnfKept, dres,
                       epilogue_.get(KeptId::lm_head_dinp).template data<T>(),
                       block_output(cfg_.n_layers - 1), p_lnf_w_, p_lnf_b_);
+        if (anomaly_.on() && check_backward_) check_ln_f(true);
         k.reset();
         range.reset();
         if (p_head_ == nullptr) hook_leave(0, true);
@@ -287,6 +325,7 @@ private:
                  .B = B_,
                  .T = T_,
                  .C = cfg_.d_model});
+            if (anomaly_.on() && check_backward_) check_embedding(true);
             k.reset();
             range.reset();
         }
@@ -435,6 +474,25 @@ private:
     static bool recomputes(const PlanOp& op, KeptId id);
     [[noreturn]] static void not_in_block(const PlanOp& op);
 
+    // --detect-anomaly: what each op wrote and read (core/engine/gpt_anomaly.h).
+    using Checked = gpt_detail::Checked<T>;
+    static std::string relative(const std::string& name, int l);
+    Checked act(std::string name, const T* p, std::int64_t cols) const;
+    Checked kept_in(KeptTensors& kt, KeptId id);
+    Checked kept_out(KeptTensors& kt, KeptId id);
+    Checked weight_of(const ParamSlot* p, int l) const;
+    Checked grad_of(const ParamSlot* p, int l) const;
+    Checked block_input_in(int l);
+    void check_reads(const OpSite& site, Checked out, Checked x, const ParamSlot* p,
+                     const ParamSlot* q);
+    void check_reads_back(const OpSite& site, Checked dx, Checked dout, Checked x,
+                          const ParamSlot* p, const ParamSlot* q);
+    void check_forward(const PlanOp& op, int l, KeptTensors& kt);
+    void check_backward(const PlanOp& op, int l, KeptTensors& kt);
+    void check_embedding(bool backward);
+    void check_ln_f(bool backward);
+    void check_head(float loss, const ParamSlot* head);
+
     ModelConfig cfg_;
     AccountingAllocator& alloc_;
     Kernels k_;
@@ -451,6 +509,9 @@ private:
     gpt_detail::Adapters<Kernels> lora_;  // their scale and transients (gpt_lora.h)
     gpt_detail::Dropout<Kernels> dropout_;  // its probability and the micro-batch's seed (gpt_dropout.h)
     gpt_detail::Fp8Casts<Kernels> fp8_;  // fp8-amp's per-GEMM casts (gpt_fp8.h)
+    gpt_detail::AnomalyCheck<Kernels> anomaly_;  // --detect-anomaly's slots (anomaly_check.h)
+    bool check_backward_ = true;                 // false under fp16-amp: the loss scaler's
+    std::vector<std::vector<std::int64_t>> param_shapes_;  // for its messages
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;  // GPU profiling: names and costs on launches
     GptHooks* hooks_ = nullptr;
@@ -458,4 +519,5 @@ private:
 
 }  // namespace napkin
 
-#include "core/engine/gpt_block.h"  // NOLINT(build/include): the class's block members
+#include "core/engine/gpt_anomaly.h"  // NOLINT(build/include): its anomaly checks
+#include "core/engine/gpt_block.h"    // NOLINT(build/include): the class's block members

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/config_json.h"
+#include "core/engine/anomaly.h"
 #include "kernels/dropout.h"
 #include "profiler/host_range.h"
 
@@ -96,6 +97,12 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     model_ = device_ != nullptr ? device_->create_gpt(opts_.model, opts_.plan, alloc_, opts_.seed)
                                 : Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
     if (init_weights) init_weights(*model_);
+    if (opts_.detect_anomaly) {
+        if (parallel) {
+            throw UsageError("--detect-anomaly: runs in one process (no --zero, no launcher)");
+        }
+        model_->set_anomaly_detection(true);
+    }
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) {
@@ -165,7 +172,13 @@ StepRecord Trainer::step() {
         model_->set_dropout_seed(dropout_hash(
             opts_.seed, static_cast<std::uint64_t>(step_) * static_cast<std::uint64_t>(opts_.grad_accum * world) +
                             static_cast<std::uint64_t>(micro)));
-        loss_sum += model_->forward_backward(in, tg, dloss);
+        try {
+            loss_sum += model_->forward_backward(in, tg, dloss);
+        } catch (AnomalyFound& e) {  // the engine knows the op; the step is the loop's
+            e.anomaly().step = step_;
+            e.anomaly().micro_batch = micro;
+            throw AnomalyFound(e.anomaly());  // its message names the step
+        }
     }
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
     std::optional<profiler::ScopedRange> opt_range;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "core/cuda/cuda_check.h"
 
@@ -116,6 +117,14 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     __syncthreads();
     v = lane < warps ? shared[lane] : -INFINITY;
     return warp_max(v);
+}
+
+// The bits of a float: for a non-negative one they order as the value, so a maximum over
+// non-negative floats is one atomicMax on unsigned (quantize's amax, the anomaly check's).
+__device__ __forceinline__ unsigned float_bits(float f) {
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
 }
 
 // GPT-2's gelu (tanh approximation), as kernels/cpu/activation.cpp computes it: x sigmoid(2u),

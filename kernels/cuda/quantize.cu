@@ -31,12 +31,6 @@ struct Fp8Format<f8e5m2_t> {
     static constexpr float kMax = 57344.0f;
 };
 
-__device__ __forceinline__ unsigned float_bits(float f) {
-    unsigned u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 // amax_bits (the bits of a non-negative float, in scale[0]) = max(itself, max |inp|), NaN
 // skipped (fmaxf ignores a NaN operand).
 template <class D>

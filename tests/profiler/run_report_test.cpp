@@ -315,3 +315,33 @@ TEST(RunReport, MalformedAndDeepJsonIsOneLine) {
     EXPECT_EQ(error_of([&] { p::parse_run_report("{\"run\": " + deep + "}"); }),
               "JSON nested deeper than 64 levels");
 }
+
+// --detect-anomaly's record: round-trips, and a run it stopped in its first step (no steps)
+// still reads; without it, no steps is refused as before. A bad direction is named.
+TEST(RunReport, AnAnomalyRoundTripsEvenWithoutSteps) {
+    p::RunReport r = full_report();
+    p::AnomalyReport a;
+    a.step = 0;
+    a.op = "attn.proj";
+    a.layer = 3;
+    a.direction = "backward";
+    a.tensor = "d attn.out";
+    a.shape = {4, 64, 768};
+    a.nan = 12;
+    a.input_max_finite = 3.4e38;
+    a.bad_input = p::AnomalyReport::BadInput{"attn.proj.weight", {768, 768}, 1, 0};
+    r.anomaly = a;
+    r.steps.clear();
+    EXPECT_EQ(p::parse_run_report(p::run_report_text(r)), r);
+    r.anomaly->layer.reset();
+    r.anomaly->input_max_finite.reset();
+    r.anomaly->bad_input.reset();
+    const json j = r;
+    EXPECT_TRUE(j["anomaly"]["layer"].is_null());
+    EXPECT_EQ(j.get<p::RunReport>(), r);
+    json bad = j;
+    bad["anomaly"]["direction"] = "sideways";
+    EXPECT_EQ(error_of([&] { bad.get<p::RunReport>(); }),
+              "field 'anomaly.direction' is not \"forward\" or \"backward\"");
+    EXPECT_FALSE(json(full_report()).contains("anomaly"));
+}

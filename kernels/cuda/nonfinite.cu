@@ -1,0 +1,57 @@
+// The anomaly check's reduction on the GPU (declared in kernels/nonfinite.h; the CPU twin, the
+// spec, is kernels/cpu/nonfinite.cpp): a grid-stride loop, each thread's counts added to the
+// slot by an atomic only when nonzero (a healthy tensor adds none), the block's largest finite
+// magnitude by a block maximum and one atomicMax on its bits (a non-negative float orders as its
+// bits). Nothing is read back: the engine copies the step's slots to the host once.
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/nonfinite.h"
+
+namespace napkin::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+template <class D>
+__global__ void nonfinite_check_kernel(NonfiniteSlot* slot, const D* x, std::int64_t n) {
+    __shared__ float shared[kWarpSize];
+    unsigned long long nan = 0, inf = 0;
+    float m = 0.0f;
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+        const float v = to_f32(x[i]);
+        const float a = fabsf(v);
+        if (v != v)
+            ++nan;
+        else if (a == INFINITY)
+            ++inf;
+        else
+            m = fmaxf(m, a);
+    }
+    if (nan != 0) atomicAdd(&slot->nan, nan);
+    if (inf != 0) atomicAdd(&slot->inf, inf);
+    m = block_max(m, shared);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(&slot->max_finite), float_bits(m));
+}
+
+}  // namespace
+
+template <class T>
+void nonfinite_check(const NonfiniteCheckArgs<T>& args, const Launch& launch) {
+    const auto& [slot, x, n] = args;
+    NAPKIN_CUDA_REQUIRE(n >= 0, "nonfinite_check: n " << n);
+    if (n == 0) return;
+    // Enough blocks to fill the device; each adds at most three atomics.
+    const unsigned blocks = std::min(grid_for(n, kBlock), 1024u);
+    nonfinite_check_kernel<<<blocks, kBlock, 0, launch.stream>>>(slot, dev(x), n);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template void nonfinite_check<float>(const NonfiniteCheckArgs<float>&, const Launch&);
+template void nonfinite_check<bf16_t>(const NonfiniteCheckArgs<bf16_t>&, const Launch&);
+template void nonfinite_check<f16_t>(const NonfiniteCheckArgs<f16_t>&, const Launch&);
+
+}  // namespace napkin::cuda
