@@ -12,6 +12,8 @@
 #   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
+#   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
+#                                     # --detect-anomaly's cost on GPT-2
 #   scripts/gpu_check.sh all          # all of the above, in that order
 #
 # Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
@@ -299,9 +301,51 @@ do_gpt2() {
     done
 }
 
+# The performance model and the anomaly check on this GPU (issues 21 and 25): napkin calibrate's
+# profile of the device (its CUDA path: CUPTI's kernel time per op range), then GPT-2 runs whose
+# report.json holds the time predicted from that profile beside the time measured, and the same
+# run with and without --detect-anomaly, alternated (off, on, off, on) so a drift hits both.
+do_predict() {
+    need_build predict || return 0
+    local n="$b/cli/napkin" gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
+          tr '[:upper:]' '[:lower:]')
+    local profile="$out/profile-${gpu:-gpu}.json"
+    step calibrate_quick "$n" calibrate --device cuda --quick -o "$out/profile-quick.json"
+    step_timeout=200 step calibrate "$n" calibrate --device cuda -o "$profile" \
+        --note "gpu_check.sh predict; nothing else on the GPU"
+    local with=()
+    [ -f "$profile" ] && with=(--device-profile "$profile")
+    mkdir -p "$out/predict"
+    step predict_gpt2_b8 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b8-t1024-bf16"
+    step predict_gpt2_b16_t512 "$n" train --device cuda --model gpt2 --micro-batch 16 --seq-len 512 \
+        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b16-t512-bf16"
+    step predict_gpt2_b4_fp32 "$n" train --device cuda --model gpt2 --micro-batch 4 --seq-len 1024 \
+        --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b4-t1024-fp32"
+    step predict_gpt2_b32 "$n" train --device cuda --model gpt2 --micro-batch 32 --seq-len 1024 \
+        --precision bf16-amp --steps 8 --quiet "${with[@]}" --out "$out/predict/gpt2-b32-t1024-bf16"
+    local i
+    for i in 1 2; do
+        step "anomaly_off_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+            --precision bf16-amp --steps 20 --quiet --out "$out/anomaly/off-$i"
+        step "anomaly_on_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+            --precision bf16-amp --steps 20 --quiet --detect-anomaly --out "$out/anomaly/on-$i"
+    done
+    "$n" report --warmup 3 "$out/anomaly/off-1" "$out/anomaly/on-1" "$out/anomaly/off-2" \
+        "$out/anomaly/on-2" >"$out/anomaly/report.txt" 2>&1
+    rm -f "$out"/predict/*/checkpoint.safetensors "$out"/anomaly/*/checkpoint.safetensors
+    if command -v jq >/dev/null; then
+        for r in "$out"/predict/*/report.json "$out"/anomaly/*/report.json; do
+            printf '%-28s %s\n' "$(basename "$(dirname "$r")")" \
+                "$(jq -c '[.predicted.time.step_seconds, (.steps[3:] | map(.seconds) | sort | .[length/2|floor])]' "$r")"
+        done | tee "$out/predict/predicted_vs_measured.txt"
+    fi
+}
+
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|attention|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -312,6 +356,7 @@ case "$what" in
     bench) do_bench ;;
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
+    predict) do_predict ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|all; see --help)" >&2; exit 2 ;;

@@ -10,6 +10,7 @@
 #                                                  # runs test gpt2 sanitize), in that order
 #   BUDGET=420 scripts/gpu_session.sh attention    # the flash attention alone: tests, its speed
 #                                                  # against PyTorch's SDPA, memcheck, racecheck
+#   BUDGET=300 scripts/gpu_session.sh predict      # calibrate, predicted vs measured, anomaly cost
 #
 # Order: the attention phase (when named), the profiled gpt2 trace and the GEMM/attention
 # benchmarks first, on a quiet GPU (their timings are the ones quoted); then the gpu tests and
@@ -59,11 +60,12 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in attention|trace|bench|runs|test|gpt2|sanitize) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|predict|trace|bench|runs|test|gpt2|sanitize) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
 has attention && phase attention 180 attention
+has predict && phase predict 200 predict
 has trace && phase trace 120 trace
 has bench && phase bench 150 bench
 # Tests and runs share the GPU: neither's timing is quoted, and together they fit the deadline.
