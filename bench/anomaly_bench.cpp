@@ -36,7 +36,7 @@ Row measure(const char* preset, std::int64_t B, std::int64_t T, int steps) {
     o.plan.precision = napkin::Precision::fp32;
     o.steps = steps + 1;
     napkin::TrainOptions checked = o;
-    checked.detect_anomaly = true;
+    checked.plan.detect_anomaly = true;
     napkin::Trainer off(o), on(checked);
     off.step();  // warmup: first touch of every buffer
     on.step();

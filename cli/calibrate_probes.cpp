@@ -34,6 +34,7 @@ constexpr Shape kGpuShapes[] = {
     {1536, 12, 50304, 8, 1024, false}, {2048, 16, 32000, 4, 2048, true},
     {4096, 32, 32000, 2, 2048, false},
 };
+constexpr Shape kGpuQuick[] = {{256, 4, 8192, 8, 512, true}, {768, 12, 50304, 8, 1024, false}};
 
 double log_mean_exp(const std::vector<double>& logs) {
     double sum = 0;
@@ -58,7 +59,9 @@ std::string Probe::label() const {
 std::vector<Probe> calibration_probes(DeviceKind device, const std::vector<Precision>& precisions,
                                       bool quick) {
     std::vector<Shape> shapes;
-    if (device == DeviceKind::cuda)
+    if (device == DeviceKind::cuda && quick)
+        shapes.assign(std::begin(kGpuQuick), std::end(kGpuQuick));
+    else if (device == DeviceKind::cuda)
         shapes.assign(std::begin(kGpuShapes), std::end(kGpuShapes));
     else if (quick)
         shapes.assign(std::begin(kCpuQuick), std::end(kCpuQuick));

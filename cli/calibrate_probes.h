@@ -35,7 +35,7 @@ struct Probe {
 
 // The probes for a device and recipes: on a CPU widths 64-768 at 128-2048 tokens per
 // micro-batch (about two minutes on two cores for fp32 and bf16-amp), on a GPU widths 256-2048
-// at 2048-16384 tokens; `quick` keeps three small ones (tests).
+// at 2048-16384 tokens; `quick` keeps two or three small ones (tests, a GPU session's smoke run).
 std::vector<Probe> calibration_probes(DeviceKind device, const std::vector<Precision>& precisions,
                                       bool quick);
 

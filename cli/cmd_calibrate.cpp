@@ -191,7 +191,7 @@ std::string today() {
 std::vector<Precision> precisions_of(const CalibrateFlags& f, DeviceKind device) {
     TimeFlags t;
     t.solve_precisions = !f.precisions.empty()        ? f.precisions
-                         : device == DeviceKind::cuda ? "bf16-amp,fp8-amp"
+                         : device == DeviceKind::cuda ? "fp32,bf16-amp,fp8-amp"
                                                       : "fp32,bf16-amp";
     return solve_precisions(t);
 }
@@ -312,7 +312,7 @@ void add_calibrate_command(CLI::App& app) {
     cmd->add_option("--device", f->device, "cpu|cuda")->capture_default_str();
     cmd->add_option("--precisions", f->precisions,
                     "Recipes to measure, comma-separated (default: fp32,bf16-amp on a CPU, "
-                    "bf16-amp,fp8-amp on a GPU)");
+                    "fp32,bf16-amp,fp8-amp on a GPU: fp32 runs use their own tables)");
     cmd->add_option("--steps", f->steps, "Timed steps per probe (default 3 on a CPU, 5 on a GPU)");
     cmd->add_option("--warmup", f->warmup, "Untimed steps first (default 1 on a CPU, 2 on a GPU)");
     cmd->add_flag("--quick", f->quick, "A few small probes per recipe (seconds; for tests)");

@@ -356,8 +356,8 @@ public:
     template <class Cell>
     void row(const std::string& label, Cell cell) const {
         std::printf("%-*s", kLabelWidth, label.c_str());
-        for (const json* c : columns_)
-            std::printf("%*s", width_, cell(*c).c_str());
+        for (const json* c : columns_)  // two spaces apart even when a cell outgrows the width
+            std::printf("  %*s", width_ - 2, cell(*c).c_str());
         std::printf("\n");
     }
 
@@ -545,7 +545,7 @@ void print_ops(const json& r, int top) {
 }
 
 void print_table(const std::vector<json>& runs, int top) {
-    int width = 16;
+    int width = 21;  // "74270.00 / 74270.00" (an 80 GB run's MB, predicted / measured) and two
     std::vector<const json*> columns;
     for (const json& r : runs) {
         width = std::max(width, static_cast<int>(r["label"].get<std::string>().size()) + 2);

@@ -265,7 +265,7 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
     run.options =
         f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
     run.options.device = pick_device(f, comm);
-    run.options.detect_anomaly = f.detect_anomaly;
+    run.options.plan.detect_anomaly = f.detect_anomaly;
     parallel_from_flags(f, run.options);
     run.run_dir = !f.resume.empty() && cmd.count("--out") == 0 ? run.resume.run_dir
                                                                : std::filesystem::path(f.out);

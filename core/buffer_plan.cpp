@@ -7,6 +7,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
+#include "kernels/nonfinite.h"
 #include "kernels/optimizer.h"
 #include "kernels/quantize.h"
 
@@ -87,6 +88,13 @@ std::int64_t loss_chunk_rows(const PlanInputs& in) {
     return in.loss_chunk_rows > 0 ? std::min(in.loss_chunk_rows, rows) : rows;
 }
 
+std::size_t anomaly_slot_count(const OpPlan& plan) {
+    if (!plan.in.detect_anomaly) return 0;
+    const std::size_t ops = plan.prologue.size() + plan.epilogue.size() +
+                            plan.block.size() * static_cast<std::size_t>(plan.n_layers);
+    return 2 * 4 * ops + 1;
+}
+
 PlanBuffer grad_norm_scratch(int tensors) {
     const std::size_t bytes =
         cuda::kGradNormResultBytes + cuda::grad_sum_squares_scratch_bytes(tensors);
@@ -144,6 +152,9 @@ void build_buffer_plan(const OpPlan& plan, DeviceKind backend, int grad_norm_ten
         add(BufferRole::fp8_grad, "fp8.grad", DType::f8e5m2, cast.grad);
         add(BufferRole::fp8_grad_scale, "fp8.grad.scale", DType::f32, kFp8ScaleFloats);
     }
+    static_assert(sizeof(NonfiniteSlot) % 4 == 0, "slots are whole floats");
+    add(BufferRole::anomaly_slots, "anomaly.slots", DType::f32,
+        static_cast<std::int64_t>(anomaly_slot_count(plan) * sizeof(NonfiniteSlot) / 4));
     if (cuda && grad_norm_tensors > 0) out.buffers.push_back(grad_norm_scratch(grad_norm_tensors));
 }
 

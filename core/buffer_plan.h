@@ -45,6 +45,7 @@ enum class BufferRole : std::uint8_t {
     fp8_weight_scale,
     fp8_grad,  // fp8-amp: an output gradient cast to E5M2, and its scale pair
     fp8_grad_scale,
+    anomaly_slots,      // --detect-anomaly: one NonfiniteSlot per checked tensor, and one more
     grad_norm_scratch,  // CUDA optimizer step: the global norm's result and partial sums
 };
 inline constexpr std::size_t kBufferRoleCount =
@@ -68,6 +69,10 @@ struct BufferPlan {
     const PlanBuffer* find(BufferRole role) const;  // null when the plan has none
     std::uint64_t bytes(MemCategory category) const;
 };
+
+// --detect-anomaly's slots (kernels/nonfinite.h, 24 bytes each): at most 4 checked tensors per op
+// and direction of the plan, and one to measure an op's inputs in; none without the flag.
+std::size_t anomaly_slot_count(const OpPlan& plan);
 
 // Rows of fp32 logits the chunked loss holds at once: --loss-chunk rows, at most B T (0: all).
 std::int64_t loss_chunk_rows(const PlanInputs& in);

@@ -207,6 +207,9 @@ struct PlanInputs {
     // Attention FLOPs count only the (query, key) pairs the causal mask keeps (llm.c, recent
     // Megatron); false counts all T*T pairs as PaLM's MFU definition does.
     bool causal_flops = true;
+    // napkin train --detect-anomaly (core/engine/anomaly.h): the engine checks every op's
+    // outputs into a buffer of slots the buffer plan adds (anomaly_slot_count).
+    bool detect_anomaly = false;
 };
 
 struct OpPlan {

@@ -45,6 +45,7 @@ PlanInputs plan_inputs(const EstimateInputs& in, std::int64_t T) {
     pin.lora_rank = in.lora_rank;
     pin.loss_chunk_rows = in.loss_chunk_rows;
     pin.causal_flops = in.causal_attention_flops;
+    pin.detect_anomaly = in.detect_anomaly;
     return pin;
 }
 

@@ -46,6 +46,7 @@ struct EstimateInputs {
     AttentionImpl attention = AttentionImpl::flash;
     bool causal_attention_flops = true;  // 6LTC (causal) vs 12LTC (PaLM) per token
     std::int64_t loss_chunk_rows = 1024;
+    bool detect_anomaly = false;  // napkin train --detect-anomaly: its slots among the temporaries
 
     // Parallelism. gpus = T P DP: data parallelism (with ZeRO) over DP = gpus / (T P) replicas
     // of a model split T ways by tensor and P ways by pipeline parallelism (estimator/parallel.h).
@@ -135,9 +136,10 @@ struct TemporaryBytes {
     double fp8_cast = 0;  // fp8-amp: a weight and an output gradient cast to fp8 per GEMM
     double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
     double grad_norm_workspace = 0;  // the global norm's per-block partial sums (GPU optimizer step)
+    double anomaly_slots = 0;        // --detect-anomaly: 24 bytes per checked tensor
     double total() const {
         return activation_grads + op_workspace + attention_workspace + param_gather + dequant +
-               fp8_cast + gemm_workspace + grad_norm_workspace;
+               fp8_cast + gemm_workspace + grad_norm_workspace + anomaly_slots;
     }
 };
 

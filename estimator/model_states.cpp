@@ -116,6 +116,8 @@ double TemporaryBytes::*temporary_item(BufferRole role) {
             return &TemporaryBytes::gemm_workspace;
         case BufferRole::grad_norm_scratch:
             return &TemporaryBytes::grad_norm_workspace;
+        case BufferRole::anomaly_slots:
+            return &TemporaryBytes::anomaly_slots;
     }
     NAPKIN_ASSERT(false, "no temporaries line for buffer role " << static_cast<int>(role));
     return nullptr;
@@ -228,7 +230,8 @@ TemporaryBytes temporaries(const Terms& x, const StageView& v, const Estimate& e
     for (const auto item :
          {&TemporaryBytes::activation_grads, &TemporaryBytes::op_workspace,
           &TemporaryBytes::attention_workspace, &TemporaryBytes::dequant, &TemporaryBytes::fp8_cast,
-          &TemporaryBytes::gemm_workspace, &TemporaryBytes::grad_norm_workspace}) {
+          &TemporaryBytes::gemm_workspace, &TemporaryBytes::grad_norm_workspace,
+          &TemporaryBytes::anomaly_slots}) {
         std::uint64_t bytes = 0;
         for (const PlanBuffer& b : buffers.buffers) {
             if (temporary_item(b.role) == item) bytes += b.bytes();

@@ -183,6 +183,7 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
         if (t.fp8_cast > 0) row(os, "  fp8 casts (weight, grad)", t.fp8_cast);
         if (t.gemm_workspace > 0) row(os, "  GEMM workspace", t.gemm_workspace);
         if (t.grad_norm_workspace > 0) row(os, "  global norm partial sums", t.grad_norm_workspace);
+        if (t.anomaly_slots > 0) row(os, "  anomaly check slots", t.anomaly_slots);
     }
     row(os, "total", e.gpu.total());
     std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",

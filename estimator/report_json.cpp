@@ -93,7 +93,8 @@ nlohmann::json memory_json(const Estimate& e) {
                                  {"dequant", t.dequant},
                                  {"fp8_cast", t.fp8_cast},
                                  {"gemm_workspace", t.gemm_workspace},
-                                 {"grad_norm_workspace", t.grad_norm_workspace}};
+                                 {"grad_norm_workspace", t.grad_norm_workspace},
+                                 {"anomaly_slots", t.anomaly_slots}};
     json cpu = memory_bytes_json(e.cpu);
     cpu["node_total"] = e.cpu_node_bytes;
     cpu["capacity"] = e.cpu_capacity_bytes;

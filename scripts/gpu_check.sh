@@ -304,15 +304,18 @@ do_gpt2() {
 # The performance model and the anomaly check on this GPU (issues 21 and 25): napkin calibrate's
 # profile of the device (its CUDA path: CUPTI's kernel time per op range), then GPT-2 runs whose
 # report.json holds the time predicted from that profile beside the time measured, and the same
-# run with and without --detect-anomaly, alternated (off, on, off, on) so a drift hits both.
+# run with and without --detect-anomaly, alternated (off, on, off, on) so a drift hits both, and
+# once profiled (the checks' kernels in its trace). PROFILE_BASE (a profile to start from) and
+# CALIBRATE_ARGS (e.g. "--precisions fp32 --merge") measure only what that profile lacks.
 do_predict() {
     need_build predict || return 0
     local n="$b/cli/napkin" gpu
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
           tr '[:upper:]' '[:lower:]')
     local profile="$out/profile-${gpu:-gpu}.json"
-    step calibrate_quick "$n" calibrate --device cuda --quick -o "$out/profile-quick.json"
-    step_timeout=200 step calibrate "$n" calibrate --device cuda -o "$profile" \
+    [ -n "${PROFILE_BASE:-}" ] && cp "$PROFILE_BASE" "$profile"
+    # shellcheck disable=SC2086  # CALIBRATE_ARGS: words
+    step_timeout=200 step calibrate "$n" calibrate --device cuda -o "$profile" ${CALIBRATE_ARGS:-} \
         --note "gpu_check.sh predict; nothing else on the GPU"
     local with=()
     [ -f "$profile" ] && with=(--device-profile "$profile")
@@ -332,8 +335,12 @@ do_predict() {
         step "anomaly_on_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
             --precision bf16-amp --steps 20 --quiet --detect-anomaly --out "$out/anomaly/on-$i"
     done
+    step anomaly_on_profiled "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --steps 5 --quiet --detect-anomaly --profile steps:3-4 \
+        --out "$out/anomaly/on-profiled"
     "$n" report --warmup 3 "$out/anomaly/off-1" "$out/anomaly/on-1" "$out/anomaly/off-2" \
         "$out/anomaly/on-2" >"$out/anomaly/report.txt" 2>&1
+    "$n" report --warmup 3 --top 40 "$out/anomaly/on-profiled" >"$out/anomaly/profiled.txt" 2>&1
     rm -f "$out"/predict/*/checkpoint.safetensors "$out"/anomaly/*/checkpoint.safetensors
     if command -v jq >/dev/null; then
         for r in "$out"/predict/*/report.json "$out"/anomaly/*/report.json; do

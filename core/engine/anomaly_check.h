@@ -37,10 +37,12 @@ class AnomalyCheck {
 
 public:
     bool on() const { return !slots_.empty(); }
-    // Slots for `capacity` checked tensors per micro-batch, plus one to measure inputs in.
-    void enable(AccountingAllocator& alloc, std::size_t capacity) {
-        const auto floats = static_cast<std::int64_t>((capacity + 1) * sizeof(NonfiniteSlot) / 4);
-        slots_ = Tensor(alloc, "anomaly.slots", MemCategory::temporaries, DType::f32, {floats});
+    // The buffer plan's slots (core/buffer_plan.h): `capacity` checked tensors per micro-batch,
+    // plus one to measure inputs in.
+    void enable(Tensor slots, std::size_t capacity) {
+        NAPKIN_ASSERT(slots.bytes() == (capacity + 1) * sizeof(NonfiniteSlot),
+                      "anomaly slots: " << slots.bytes() << " bytes for " << capacity + 1);
+        slots_ = std::move(slots);
         capacity_ = capacity;
         host_.resize(capacity + 1);
     }

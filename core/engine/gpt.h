@@ -86,9 +86,6 @@ public:
     // The seed of the next micro-batches' dropout masks (kernels/dropout.h: each site's seed
     // derives from it); the trainer sets one per step and micro-batch. No effect without dropout.
     virtual void set_dropout_seed(std::uint64_t seed) = 0;
-    // napkin train --detect-anomaly (core/engine/anomaly.h): from now on every op's outputs are
-    // checked and forward_backward throws AnomalyFound at the first NaN or inf.
-    virtual void set_anomaly_detection(bool on) = 0;
 
     // Reads/writes one parameter's values as fp32 (tests, weight import): an NF4 weight is
     // quantized on the way in and dequantized on the way out. A frozen parameter's gradient

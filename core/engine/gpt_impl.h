@@ -90,14 +90,11 @@ public:
     void set_kernel_tagger(profiler::KernelTagger* tagger) override { tagger_ = tagger; }
     void set_hooks(GptHooks* hooks) override { hooks_ = hooks; }
     void set_dropout_seed(std::uint64_t seed) override { dropout_.set_seed(seed); }
-    // --detect-anomaly (core/engine/anomaly.h): a slot for each tensor a micro-batch checks, at
-    // most 4 per op and direction. Under fp16-amp the backward is left to the loss scaler,
-    // which skips a step whose scaled gradients overflowed (docs/ANOMALY.md).
-    void set_anomaly_detection(bool on) override {
-        if (!on || anomaly_.on()) return;
-        const std::size_t ops = plan_.prologue.size() + plan_.epilogue.size() +
-                                plan_.block.size() * static_cast<std::size_t>(cfg_.n_layers);
-        anomaly_.enable(alloc_, 2 * 4 * ops);
+    // --detect-anomaly (core/engine/anomaly.h; plan_.in.detect_anomaly): the buffer plan's
+    // slots, one for each tensor a micro-batch checks. Under fp16-amp the backward is left to the
+    // loss scaler, which skips a step whose scaled gradients overflowed (docs/ANOMALY.md).
+    void enable_anomaly_detection(Tensor slots) {
+        anomaly_.enable(std::move(slots), anomaly_slot_count(plan_) - 1);
         check_backward_ = plan_.in.precision != Precision::fp16_amp;
         const bool adapters = plan_.in.finetune != Finetune::full;
         for (const ParamTensor& t : param_tensors(cfg_, adapters ? plan_.in.lora_rank : 0))
@@ -406,6 +403,7 @@ private:
         lora_.allocate(plan_, buffers);
         k_.bind_losses(buffers.take(BufferRole::loss_rows), N_);
         fp8_.allocate(buffers);
+        if (plan_.in.detect_anomaly) enable_anomaly_detection(buffers.take(BufferRole::anomaly_slots));
     }
 
     const T* block_input(int l) {

@@ -94,15 +94,12 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                          std::to_string(data_->vocab_size() - 1) + " do not fit the model's vocabulary of " +
                          std::to_string(opts_.model.vocab_size));
     }
+    if (opts_.plan.detect_anomaly && parallel) {
+        throw UsageError("--detect-anomaly: runs in one process (no --zero, no launcher)");
+    }
     model_ = device_ != nullptr ? device_->create_gpt(opts_.model, opts_.plan, alloc_, opts_.seed)
                                 : Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
     if (init_weights) init_weights(*model_);
-    if (opts_.detect_anomaly) {
-        if (parallel) {
-            throw UsageError("--detect-anomaly: runs in one process (no --zero, no launcher)");
-        }
-        model_->set_anomaly_detection(true);
-    }
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) {

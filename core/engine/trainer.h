@@ -44,9 +44,6 @@ struct TrainOptions {
     // this many good steps in a row.
     float loss_scale_init = 65536.0f;
     int loss_scale_window = 200;
-    // Check every op's outputs for NaN/inf and stop at the first (core/engine/anomaly.h): step()
-    // throws AnomalyFound naming the step, op and tensor. One process only.
-    bool detect_anomaly = false;
 };
 
 struct StepRecord {

@@ -85,6 +85,13 @@ TEST(AnomalyCli, Fp16AmpRunIsTheSameWithTheFlag) {
         EXPECT_EQ(on.steps[i].skipped, off.steps[i].skipped);
         EXPECT_EQ(on.steps[i].loss_scale, off.steps[i].loss_scale);
     }
+    // The flag's slots are in the buffer plan: the prediction stays exact in every category.
+    for (std::size_t c = 0; c < napkin::profiler::kPredictedCategoryCount; ++c) {
+        ASSERT_TRUE(on.measured.peak_bytes[c].has_value()) << c;
+        EXPECT_EQ(on.predicted.bytes[c], static_cast<double>(*on.measured.peak_bytes[c])) << c;
+    }
+    const auto temporaries = static_cast<std::size_t>(napkin::MemCategory::temporaries);
+    EXPECT_GT(*on.measured.peak_bytes[temporaries], *off.measured.peak_bytes[temporaries]);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -82,6 +83,10 @@ TEST_F(ReportCli, TableSideBySide) {
           "step, predicted (model)", "measured / predicted", "x model"}) {
         EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
     }
+    // Cells stay apart however wide: no two numbers run together ("2460.022460.02"), no device
+    // name into the next ("cuda: NVIDIA H200cuda: ...").
+    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"(\.\d{3,}\.\d)"))) << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"(\S(cpu|cuda): )"))) << r.out;
     const CliRun j = napkin("report --json " + run("fp32").string() + " " + run("bf16-full").string());
     ASSERT_EQ(j.rc, 0) << j.err;
     const auto doc = nlohmann::json::parse(j.out);

@@ -134,6 +134,28 @@ TEST(BufferPlan, GradNormScratchOnTheDeviceStepOnly) {
               nullptr);
 }
 
+// --detect-anomaly's slots: 24 bytes for each of 8 checks per op (4 tensors, forward and
+// backward) and one more. GPT-2's plan has 124 ops (a prologue and epilogue op each, 10 per
+// block): 24 (8 x 124 + 1) = 23,832 bytes, the difference the H200 session measured between runs
+// with and without the flag (bench/results/2026-11-27-h200/runs/memdiff.txt). None without it.
+TEST(BufferPlan, AnomalySlotsOnlyWithTheFlag) {
+    const ModelConfig& c = preset_or_throw("gpt2");
+    PlanInputs in = gpt2_inputs(Precision::bf16_amp);
+    const OpPlan off = build_op_plan(c, in);
+    EXPECT_EQ(anomaly_slot_count(off), 0u);
+    EXPECT_EQ(build_buffer_plan(off, DeviceKind::cuda).find(BufferRole::anomaly_slots), nullptr);
+    in.detect_anomaly = true;
+    const OpPlan on = build_op_plan(c, in);
+    ASSERT_EQ(on.prologue.size() + on.epilogue.size() + 12 * on.block.size(), 124u);
+    EXPECT_EQ(anomaly_slot_count(on), 993u);
+    for (DeviceKind backend : {DeviceKind::cpu, DeviceKind::cuda}) {
+        const BufferPlan p = build_buffer_plan(on, backend);
+        EXPECT_EQ(bytes_of(p, BufferRole::anomaly_slots), 23832);
+        EXPECT_EQ(p.bytes(MemCategory::temporaries),
+                  build_buffer_plan(off, backend).bytes(MemCategory::temporaries) + 23832u);
+    }
+}
+
 TEST(BufferPlan, LossChunkRows) {
     PlanInputs in = gpt2_inputs(Precision::fp32);
     EXPECT_EQ(loss_chunk_rows(in), 1024);

@@ -31,6 +31,7 @@ inline PlanInputs anomaly_inputs(Precision p) {
     in.seq_len = 8;
     in.precision = p;
     in.optimizer = OptimizerKind::adamw;
+    in.detect_anomaly = true;
     return in;
 }
 
@@ -66,7 +67,6 @@ inline Anomaly anomaly_of(AnomalyRig& rig, Gpt& m, float dloss = 1.0f) {
     std::vector<std::int32_t> both = b.inputs;
     both.insert(both.end(), b.targets.begin(), b.targets.end());
     const std::int32_t* t = rig.tokens(both);
-    m.set_anomaly_detection(true);
     m.zero_grads();
     try {
         m.forward_backward(t, t + n, dloss);
@@ -134,7 +134,6 @@ inline void fp16_amp_leaves_gradient_overflow_to_the_scaler(AnomalyRig& rig) {
     std::vector<std::int32_t> both = b.inputs;
     both.insert(both.end(), b.targets.begin(), b.targets.end());
     auto m = rig.make(anomaly_config(), anomaly_inputs(Precision::fp16_amp));
-    m->set_anomaly_detection(true);
     m->zero_grads();
     const std::int32_t* t = rig.tokens(both);
     float loss = 0;

@@ -56,7 +56,7 @@ TrainOptions tiny_run(float lr, bool detect) {
     o.optimizer.total_steps = 4;
     o.optimizer.grad_clip = 0;
     o.steps = 4;
-    o.detect_anomaly = detect;
+    o.plan.detect_anomaly = detect;
     return o;
 }
 

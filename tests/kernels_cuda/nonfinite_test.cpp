@@ -1,6 +1,7 @@
 // The anomaly check's reduction: the CUDA kernel against the CPU's (kernels/cpu/nonfinite.cpp)
 // on fresh random inputs with NaN and inf injected at random places, at sizes below one block,
-// odd ones and past the grid's cap (grid-stride); the slot accumulates over launches.
+// odd ones and past the grid's cap (grid-stride), aligned (16-byte vectors) and not; the slot
+// accumulates over launches.
 #include "kernels/nonfinite.h"
 
 #include <gtest/gtest.h>
@@ -34,18 +35,23 @@ TYPED_TEST(NonfiniteCuda, CountsAndMaximumMatchCpu) {
                                            : (k % 3 == 1 ? INFINITY : -INFINITY);
                 x[static_cast<std::size_t>(at(rng))] = from_float<T>(v);
             }
-            NonfiniteSlot want;
-            cpu::nonfinite_check<T>({&want, x.data(), n});
-            cpu::nonfinite_check<T>({&want, x.data(), n});
-
             DeviceBuffer<T> x_d(x);
-            DeviceBuffer<NonfiniteSlot> slot_d(std::vector<NonfiniteSlot>(1));
-            cuda::nonfinite_check<T>({slot_d.get(), x_d.get(), n}, {});
-            cuda::nonfinite_check<T>({slot_d.get(), x_d.get(), n}, {});
-            const NonfiniteSlot got = slot_d.download()[0];
-            EXPECT_EQ(got.nan, want.nan);
-            EXPECT_EQ(got.inf, want.inf);
-            EXPECT_EQ(got.max_finite, want.max_finite);  // a maximum: exact in any order
+            // From the buffer's start (16-byte vectors and a tail) and from its second element
+            // (unaligned: element by element).
+            for (std::int64_t skip : {0, 1}) {
+                SCOPED_TRACE("from element " + std::to_string(skip));
+                const std::int64_t m = n - skip;
+                NonfiniteSlot want;
+                cpu::nonfinite_check<T>({&want, x.data() + skip, m});
+                cpu::nonfinite_check<T>({&want, x.data() + skip, m});
+                DeviceBuffer<NonfiniteSlot> slot_d(std::vector<NonfiniteSlot>(1));
+                cuda::nonfinite_check<T>({slot_d.get(), x_d.get() + skip, m}, {});
+                cuda::nonfinite_check<T>({slot_d.get(), x_d.get() + skip, m}, {});
+                const NonfiniteSlot got = slot_d.download()[0];
+                EXPECT_EQ(got.nan, want.nan);
+                EXPECT_EQ(got.inf, want.inf);
+                EXPECT_EQ(got.max_finite, want.max_finite);  // a maximum: exact in any order
+            }
         }
     }
 }
