@@ -218,26 +218,6 @@ DeviceProfile identify(DeviceKind device, Trainer* gpu_trainer) {
     return p;
 }
 
-// A one-process profile merged into `old`: this run's compute section replaces the one for the
-// same threads, its collectives those for the same (op, world); the rest stays.
-DeviceProfile merged(DeviceProfile old, const DeviceProfile& now) {
-    for (const ComputeSection& s : now.compute) {
-        std::erase_if(old.compute, [&](const ComputeSection& o) { return o.threads == s.threads; });
-        old.compute.push_back(s);
-    }
-    for (const CollectiveTable& c : now.collectives) {
-        std::erase_if(old.collectives,
-                      [&](const CollectiveTable& o) { return o.op == c.op && o.world == c.world; });
-        old.collectives.push_back(c);
-    }
-    std::sort(
-        old.compute.begin(), old.compute.end(),
-        [](const ComputeSection& a, const ComputeSection& b) { return a.threads > b.threads; });
-    old.made.command += "; " + now.made.command;
-    old.made.conditions += "; " + now.made.conditions;
-    return old;
-}
-
 std::string command_line(const CalibrateFlags& f, int world) {
     std::string c =
         world > 1 ? "mpirun -n " + std::to_string(world) + " napkin calibrate" : "napkin calibrate";
@@ -295,7 +275,12 @@ void calibrate(const CalibrateFlags& f, Communicator& comm) {
               "load average " + load_start + " at the start, " + load_average() + " at the end" +
                   (f.note.empty() ? "" : "; " + f.note)};
     if (!speaks) return;
-    if (f.merge && std::filesystem::exists(f.out)) p = merged(read_device_profile(f.out), p);
+    if (f.merge && std::filesystem::exists(f.out)) {
+        const DeviceProfile old = read_device_profile(f.out);
+        if (const std::string why = profile_mismatch(old, p.device); !why.empty())
+            throw UsageError("--merge: " + f.out + ": " + why);
+        p = merge_profiles(old, p);
+    }
     write_device_profile(p, f.out);
     std::printf("wrote %s: %s, %zu probes in %.0f s (%s)\n", f.out.c_str(), p.device.name.c_str(),
                 probes.size(), seconds_since(t0), p.made.conditions.c_str());

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/check.h"
@@ -162,6 +163,46 @@ LineFit fit_line(const std::vector<std::pair<double, double>>& xy) {
         f.slope = sxx > 0 ? std::max(num / sxx, 0.0) : 0.0;
     }
     return f;
+}
+
+namespace {
+
+// Each of `now`'s tables replaces the one of `into` with the same key, or joins them.
+template <class Table, class Key>
+void merge_tables(std::vector<Table>& into, const std::vector<Table>& now, Key key) {
+    for (const Table& t : now) {
+        std::erase_if(into, [&](const Table& o) { return key(o) == key(t); });
+        into.push_back(t);
+    }
+}
+
+}  // namespace
+
+DeviceProfile merge_profiles(DeviceProfile old, const DeviceProfile& now) {
+    for (const ComputeSection& s : now.compute) {
+        const auto same =
+            std::find_if(old.compute.begin(), old.compute.end(),
+                         [&](const ComputeSection& o) { return o.threads == s.threads; });
+        if (same == old.compute.end()) {
+            old.compute.push_back(s);
+            continue;
+        }
+        merge_tables(same->gemm, s.gemm,
+                     [](const GemmTable& t) { return std::pair(t.dtype, t.pass); });
+        merge_tables(same->attention, s.attention, [](const AttentionTable& t) {
+            return std::tuple(t.impl, t.dtype, t.causal, t.direction);
+        });
+        merge_tables(same->streaming, s.streaming,
+                     [](const StreamTable& t) { return std::pair(t.op, t.dtype); });
+    }
+    merge_tables(old.collectives, now.collectives,
+                 [](const CollectiveTable& c) { return std::pair(c.op, c.world); });
+    std::sort(
+        old.compute.begin(), old.compute.end(),
+        [](const ComputeSection& a, const ComputeSection& b) { return a.threads > b.threads; });
+    old.made.command += "; " + now.made.command;
+    old.made.conditions += "; " + now.made.conditions;
+    return old;
 }
 
 CollectiveTable fit_collective(Collective op, int world,

@@ -214,6 +214,13 @@ void write_device_profile(const DeviceProfile& p, const std::string& path);
 // number of logical CPUs). Empty when it was; else a sentence saying which device it is for.
 std::string profile_mismatch(const DeviceProfile& p, const DeviceIdentity& present);
 
+// napkin calibrate --merge: what `now` measured added to `old` (the same device). A compute
+// section for new threads is added; one for the same threads keeps its tables and takes now's
+// table for each (dtype, pass), (impl, dtype, causal, direction) or (op, dtype) measured (a GPU
+// profile calibrated in bf16 gains fp32's tables), and keeps its overheads (a merge adds recipes;
+// it does not remeasure the launch gaps). A collective replaces the one for the same (op, world).
+DeviceProfile merge_profiles(DeviceProfile old, const DeviceProfile& now);
+
 // Least squares of y = a + b x through (x, y) points with a, b >= 0 (a clamped at 0 first, then
 // b refitted through it).
 struct LineFit {

@@ -305,7 +305,8 @@ do_gpt2() {
 # profile of the device (its CUDA path: CUPTI's kernel time per op range), then GPT-2 runs whose
 # report.json holds the time predicted from that profile beside the time measured, and the same
 # run with and without --detect-anomaly, alternated (off, on, off, on) so a drift hits both, and
-# once profiled (the checks' kernels in its trace). PROFILE_BASE (a profile to start from) and
+# once profiled (the checks' kernels in its trace); the anomaly runs first, as they need no
+# profile. PROFILE_BASE (a profile to start from) and
 # CALIBRATE_ARGS (e.g. "--precisions fp32 --merge") measure only what that profile lacks.
 do_predict() {
     need_build predict || return 0
@@ -313,21 +314,6 @@ do_predict() {
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
           tr '[:upper:]' '[:lower:]')
     local profile="$out/profile-${gpu:-gpu}.json"
-    [ -n "${PROFILE_BASE:-}" ] && cp "$PROFILE_BASE" "$profile"
-    # shellcheck disable=SC2086  # CALIBRATE_ARGS: words
-    step_timeout=200 step calibrate "$n" calibrate --device cuda -o "$profile" ${CALIBRATE_ARGS:-} \
-        --note "gpu_check.sh predict; nothing else on the GPU"
-    local with=()
-    [ -f "$profile" ] && with=(--device-profile "$profile")
-    mkdir -p "$out/predict"
-    step predict_gpt2_b8 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
-        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b8-t1024-bf16"
-    step predict_gpt2_b16_t512 "$n" train --device cuda --model gpt2 --micro-batch 16 --seq-len 512 \
-        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b16-t512-bf16"
-    step predict_gpt2_b4_fp32 "$n" train --device cuda --model gpt2 --micro-batch 4 --seq-len 1024 \
-        --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b4-t1024-fp32"
-    step predict_gpt2_b32 "$n" train --device cuda --model gpt2 --micro-batch 32 --seq-len 1024 \
-        --precision bf16-amp --steps 8 --quiet "${with[@]}" --out "$out/predict/gpt2-b32-t1024-bf16"
     local i
     for i in 1 2; do
         step "anomaly_off_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
@@ -341,6 +327,21 @@ do_predict() {
     "$n" report --warmup 3 "$out/anomaly/off-1" "$out/anomaly/on-1" "$out/anomaly/off-2" \
         "$out/anomaly/on-2" >"$out/anomaly/report.txt" 2>&1
     "$n" report --warmup 3 --top 40 "$out/anomaly/on-profiled" >"$out/anomaly/profiled.txt" 2>&1
+    [ -n "${PROFILE_BASE:-}" ] && cp "$PROFILE_BASE" "$profile"
+    # shellcheck disable=SC2086  # CALIBRATE_ARGS: words
+    step_timeout="${CALIBRATE_TIMEOUT:-200}" step calibrate "$n" calibrate --device cuda -o "$profile" ${CALIBRATE_ARGS:-} \
+        --note "gpu_check.sh predict; nothing else on the GPU"
+    local with=()
+    [ -f "$profile" ] && with=(--device-profile "$profile")
+    mkdir -p "$out/predict"
+    step predict_gpt2_b4_fp32 "$n" train --device cuda --model gpt2 --micro-batch 4 --seq-len 1024 \
+        --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b4-t1024-fp32"
+    step predict_gpt2_b8 "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b8-t1024-bf16"
+    step predict_gpt2_b16_t512 "$n" train --device cuda --model gpt2 --micro-batch 16 --seq-len 512 \
+        --precision bf16-amp --steps 12 --quiet "${with[@]}" --out "$out/predict/gpt2-b16-t512-bf16"
+    step predict_gpt2_b32 "$n" train --device cuda --model gpt2 --micro-batch 32 --seq-len 1024 \
+        --precision bf16-amp --steps 8 --quiet "${with[@]}" --out "$out/predict/gpt2-b32-t1024-bf16"
     rm -f "$out"/predict/*/checkpoint.safetensors "$out"/anomaly/*/checkpoint.safetensors
     if command -v jq >/dev/null; then
         for r in "$out"/predict/*/report.json "$out"/anomaly/*/report.json; do

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 
 #include "core/check.h"
@@ -98,6 +99,42 @@ TEST(DeviceProfile, AnotherDevicesProfileIsRefusedUnlessForced) {
     const ChosenProfile none = choose_profile("", h100, false, "--device-profile", fallback);
     EXPECT_TRUE(none.fallback);
     EXPECT_NE(none.origin.find("default efficiencies"), std::string::npos);
+}
+
+// --merge: a second calibration's recipes join the first's tables (a GPU profile measured in
+// bf16 gains fp32's), a table measured again is replaced, the first's overheads stay, and a
+// section for other threads is added beside.
+TEST(DeviceProfile, MergeAddsTablesByTheirKeys) {
+    auto section = [](int threads, std::initializer_list<DType> dtypes, double rate, double op_s) {
+        ComputeSection c;
+        c.threads = threads;
+        for (DType d : dtypes) {
+            c.gemm.push_back({d, GemmPass::forward, {{64, 64, 64, rate}}});
+            c.attention.push_back(
+                {AttentionImpl::flash, d, true, Direction::forward, {{128, 64, 8, rate}}});
+            c.streaming.push_back({StreamOp::norm_forward, d, {{1e6, rate}}});
+        }
+        c.overhead = {op_s, 1e-4};
+        return c;
+    };
+    DeviceProfile old = h200(), now = h200();
+    old.compute = {section(0, {DType::bf16, DType::f16}, 1e12, 5e-6)};
+    now.compute = {section(0, {DType::f32, DType::bf16}, 2e12, 9e-6),
+                   section(8, {DType::f32}, 3e12, 1e-6)};
+    const DeviceProfile m = merge_profiles(old, now);
+    ASSERT_EQ(m.compute.size(), 2u);  // largest threads first
+    EXPECT_EQ(m.compute[0].threads, 8);
+    EXPECT_EQ(m.compute[0].gemm.size(), 1u);
+    const ComputeSection& gpu = m.compute[1];
+    EXPECT_EQ(gpu.threads, 0);
+    EXPECT_EQ(gpu.gemm.size(), 3u);  // fp16 kept, bf16 measured again, fp32 added
+    EXPECT_EQ(gpu.attention.size(), 3u);
+    EXPECT_EQ(gpu.streaming.size(), 3u);
+    for (const GemmTable& t : gpu.gemm) {
+        EXPECT_EQ(t.points.at(0).flops_per_s, t.dtype == DType::f16 ? 1e12 : 2e12)
+            << static_cast<int>(t.dtype);
+    }
+    EXPECT_EQ(gpu.overhead.op_seconds, 5e-6);
 }
 
 TEST(DeviceProfile, TablesInterpolate) {
