@@ -15,8 +15,8 @@ std::string n(double v) { return fmt_count(v); }
 std::string bound(const StepCost& s) { return s.memory_bound() ? "memory-bound" : "compute-bound"; }
 
 void row(std::ostream& os, const std::string& label, double bytes, const std::string& detail = "") {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "  %-28s ", label.c_str());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  %-28s %17s B  ", label.c_str(), n(bytes).c_str());
     os << buf << fmt_bytes(bytes) << (detail.empty() ? "" : "  " + detail) << "\n";
 }
 
@@ -34,9 +34,12 @@ void text_memory(std::ostream& os, const InferenceInputs& in, const InferenceEst
         n(m.kv_per_token) + " B/token, " + n(m.kv_per_sequence) + " B/sequence");
     const ModelConfig& c = in.model;
     os << "    per token: MHA (KVH = " << c.n_heads << ") " << n(m.kv_per_token_mha)
-       << " B, this model (KVH = " << c.n_kv_heads << ") " << n(m.kv_per_token)
-       << " B, MQA (KVH = 1) " << n(m.kv_per_token_mqa) << " B: "
-       << fmt_number("%.1f", m.kv_per_token_mha / m.kv_per_token) << "x less than MHA\n";
+       << " B; this model (KVH = " << c.n_kv_heads << ") " << n(m.kv_per_token)
+       << " B; MQA (KVH = 1) " << n(m.kv_per_token_mqa) << " B";
+    if (c.n_kv_heads < c.n_heads)
+        os << ": NH / KVH = " << fmt_exact(m.kv_per_token_mha / m.kv_per_token)
+           << "x less than MHA";
+    os << "\n";
     row(os, "activations, prefill", m.prefill_activations,
         n(static_cast<double>(in.batch * in.prompt_len)) + " tokens");
     if (m.decode_activations > 0) row(os, "activations, decode", m.decode_activations);
@@ -74,6 +77,9 @@ void text_time(std::ostream& os, const InferenceInputs& in, const InferenceEstim
     }
     if (e.compute_bound_batch > 0)
         os << "  decode turns compute-bound from B = " << n(e.compute_bound_batch) << "\n";
+    else
+        os << "  decode stays memory-bound at any batch: the KV cache read grows with B as fast "
+              "as the FLOPs\n";
     os << "  total: " << fmt_duration(e.total_seconds) << "\n";
 }
 

@@ -374,8 +374,6 @@ TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
                        "--fp32-optimizer-state: for --precision bf16");
 }
 
-}  // namespace
-
 // --inference: its JSON (schema napkin-inference/1) holds the hand count of docs/INFERENCE.md's
 // GPT-2 example; --explain shows the formulas with their numbers; --solve finds a batch.
 TEST(Cli, InferenceEstimate) {
@@ -412,3 +410,5 @@ TEST(Cli, InferenceFlagsAreRefusedOneLine) {
     expect_usage_error("estimate --inference --solve max-batch --batch 2",
                        "--solve max-batch searches over --batch");
 }
+
+}  // namespace
