@@ -578,8 +578,8 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--solve", f.solve,
                     "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
                     "TP x PP; fastest: the highest predicted tokens/s that fits over "
-                    "micro-batch, checkpointing, attention and ZeRO stage; under --inference, max-batch|"
-                    "max-context: the largest batch or prompt that fits")
+                    "micro-batch, checkpointing, attention and ZeRO stage; under --inference, "
+                    "max-batch|max-context: the largest batch or prompt that fits")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);

@@ -25,15 +25,33 @@ constexpr std::pair<const char*, const char*> kTrainingFlags[] = {
     {"--micro-batch", "--batch"},
     {"--precision", "--weights and --kv-cache"},
     {"--finetune", "--adapters and --lora-rank"},
-    {"--grad-accum", ""},     {"--tokens", ""},         {"--loss-chunk", ""},
-    {"--optimizer", ""},      {"--grads-fp32", ""},     {"--fp32-optimizer-state", ""},
-    {"--checkpointing", ""},  {"--attention", ""},      {"--attention-flops", ""},
-    {"--gpus", ""},           {"--zero", ""},           {"--tp", ""},
-    {"--pp", ""},             {"--vpp", ""},            {"--sp", ""},
-    {"--micro-batches", ""},  {"--offload", ""},        {"--cpu-mem-gb", ""},
-    {"--link", ""},           {"--link-gbps", ""},      {"--node-link", ""},
-    {"--net-link", ""},       {"--dropout", ""},        {"--ignore-activations", ""},
-    {"--overlap", ""},        {"--solve-precisions", ""}, {"--measured-tokens-per-s", ""},
+    {"--grad-accum", ""},
+    {"--tokens", ""},
+    {"--loss-chunk", ""},
+    {"--optimizer", ""},
+    {"--grads-fp32", ""},
+    {"--fp32-optimizer-state", ""},
+    {"--checkpointing", ""},
+    {"--attention", ""},
+    {"--attention-flops", ""},
+    {"--gpus", ""},
+    {"--zero", ""},
+    {"--tp", ""},
+    {"--pp", ""},
+    {"--vpp", ""},
+    {"--sp", ""},
+    {"--micro-batches", ""},
+    {"--offload", ""},
+    {"--cpu-mem-gb", ""},
+    {"--link", ""},
+    {"--link-gbps", ""},
+    {"--node-link", ""},
+    {"--net-link", ""},
+    {"--dropout", ""},
+    {"--ignore-activations", ""},
+    {"--overlap", ""},
+    {"--solve-precisions", ""},
+    {"--measured-tokens-per-s", ""},
 };
 
 void refuse_training_flags(const CLI::App& cmd) {
@@ -61,7 +79,8 @@ InferenceInputs inputs_from_flags(const InferenceFlags& f, const SharedEstimateF
         throw UsageError("--adapters: must be 0 or a positive integer (got " +
                          std::to_string(f.adapters) + ")");
     if (cmd.count("--lora-rank") > 0 && f.adapters == 0)
-        throw UsageError("--lora-rank: needs --adapters N (the LoRA adapters served beside the base)");
+        throw UsageError(
+            "--lora-rank: needs --adapters N (the LoRA adapters served beside the base)");
     if (s.lora_rank < 1) throw UsageError("--lora-rank: must be a positive integer");
     in.batch = f.batch;
     in.prompt_len = f.prompt_len;
@@ -163,7 +182,8 @@ void run_inference_estimate(const InferenceFlags& f, const SharedEstimateFlags& 
         e = estimate_inference(in);
     } else {
         InferenceSolveFor what = InferenceSolveFor::max_batch;
-        if (s.solve == "max-context") what = InferenceSolveFor::max_context;
+        if (s.solve == "max-context")
+            what = InferenceSolveFor::max_context;
         else if (s.solve != "max-batch")
             throw UsageError("--solve: unknown value '" + s.solve +
                              "' under --inference (expected max-batch|max-context)");

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "core/check.h"
+#include "estimator/solver.h"
 #include "kernels/attention.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/nf4.h"
-#include "estimator/solver.h"
 
 namespace napkin {
 
@@ -20,7 +20,9 @@ namespace {
 // Compute efficiency where the profile has no table for the GEMM dtype (and no bf16 one).
 constexpr double kStandInEfficiency = 0.5;
 
-double bytes_of(DType t) { return dtype_bits(t) / 8.0; }
+double bytes_of(DType t) {
+    return dtype_bits(t) / 8.0;
+}
 
 // One of the block's linear layers, out (M, N) = in (M, K) @ W (N, K)^T, and its LoRA parts.
 struct Linear {
@@ -45,11 +47,14 @@ bool dequantized(const InferenceInputs& in) {
     switch (in.weights) {
         case WeightFormat::fp32:
         case WeightFormat::bf16:
-        case WeightFormat::fp16: return false;
-        case WeightFormat::fp8: return in.gemm_dtype != DType::f8e4m3;
+        case WeightFormat::fp16:
+            return false;
+        case WeightFormat::fp8:
+            return in.gemm_dtype != DType::f8e4m3;
         case WeightFormat::int8:
         case WeightFormat::int4:
-        case WeightFormat::nf4: return true;
+        case WeightFormat::nf4:
+            return true;
     }
     return true;
 }
@@ -132,9 +137,9 @@ void count_weights(const InferenceInputs& in, InferenceEstimate& e) {
     const double adapter_bytes = e.adapter_params * bytes_of(w);
     e.memory.adapters = in.adapters * adapter_bytes;
     // Each step reads the base once and each adapter its sequences use: min(adapters, B).
-    e.decode_weight_bytes = e.memory.linear_weights + e.memory.other_weights - embedding_tables +
-                            static_cast<double>(std::min<std::int64_t>(in.adapters, in.batch)) *
-                                adapter_bytes;
+    e.decode_weight_bytes =
+        e.memory.linear_weights + e.memory.other_weights - embedding_tables +
+        static_cast<double>(std::min<std::int64_t>(in.adapters, in.batch)) * adapter_bytes;
 }
 
 void count_kv(const InferenceInputs& in, InferenceMemory& m) {
@@ -157,11 +162,14 @@ double step_activations(const InferenceInputs& in, double M) {
     const std::int64_t r = in.adapters > 0 ? in.lora_rank : 0;
     const auto [qkv, proj, fc, down] = block_linears(c);
     // (in + out) of each op of a block, in order: qkv, attention, proj, fc, activation, proj.
-    const std::int64_t widths[] = {
-        qkv.K + qkv.N + qkv.lora_parts * r, c.qkv_dim() + c.q_dim(),
-        proj.K + proj.N + proj.lora_parts * r, fc.K + fc.N + fc.lora_parts * r,
-        fc.N + c.d_ff, down.K + down.N + down.lora_parts * r};
-    const double widest = static_cast<double>(*std::max_element(std::begin(widths), std::end(widths)));
+    const std::int64_t widths[] = {qkv.K + qkv.N + qkv.lora_parts * r,
+                                   c.qkv_dim() + c.q_dim(),
+                                   proj.K + proj.N + proj.lora_parts * r,
+                                   fc.K + fc.N + fc.lora_parts * r,
+                                   fc.N + c.d_ff,
+                                   down.K + down.N + down.lora_parts * r};
+    const double widest =
+        static_cast<double>(*std::max_element(std::begin(widths), std::end(widths)));
     const double a = bytes_of(working_dtype(in.weights));
     return a * M * (static_cast<double>(c.d_model) + widest) +
            4.0 * static_cast<double>(in.batch) * static_cast<double>(c.padded_vocab_size);
@@ -175,7 +183,8 @@ void count_memory(const InferenceInputs& in, InferenceEstimate& e) {
     m.gemm_workspace = static_cast<double>(cuda::kMatmulWorkspaceBytes);
     if (dequantized(in)) {
         std::int64_t widest = 0;
-        for (const Linear& l : block_linears(in.model)) widest = std::max(widest, l.N * l.K);
+        for (const Linear& l : block_linears(in.model))
+            widest = std::max(widest, l.N * l.K);
         m.dequant = static_cast<double>(widest) * bytes_of(in.gemm_dtype);
     }
     m.total = m.weights() + m.kv_total + std::max(m.prefill_activations, m.decode_activations) +
@@ -186,8 +195,8 @@ void count_memory(const InferenceInputs& in, InferenceEstimate& e) {
 // A step of M = B T tokens per pass over the weights, each attending to `keys` positions
 // (prefill: T = Tp, the causal triangle; decode: T = 1 against S cached keys), with the head on
 // each sequence's last position. kv_read: the cache's bytes it reads.
-StepCost step_cost(const InferenceInputs& in, const Rates& rates,
-                   std::int64_t T, std::int64_t keys, double weight_bytes, double kv_read) {
+StepCost step_cost(const InferenceInputs& in, const Rates& rates, std::int64_t T, std::int64_t keys,
+                   double weight_bytes, double kv_read) {
     const ModelConfig& c = in.model;
     const std::int64_t B = in.batch, M = B * T, HD = c.head_dim();
     const DType act = working_dtype(in.weights);
@@ -216,10 +225,9 @@ StepCost step_cost(const InferenceInputs& in, const Rates& rates,
     layer_flops += attn;
     layer_seconds += rates.attention_seconds(attn, keys, HD, B * c.n_heads);
     const std::int64_t Vp = c.padded_vocab_size;
-    const double head =
-        static_cast<double>(matmul_forward_cost({B, Vp, c.d_model, false, in.gemm_dtype,
-                                                 DType::f32, in.gemm_dtype})
-                                .flops);
+    const double head = static_cast<double>(
+        matmul_forward_cost({B, Vp, c.d_model, false, in.gemm_dtype, DType::f32, in.gemm_dtype})
+            .flops);
     s.flops = c.n_layers * layer_flops + head;
     s.compute_seconds = c.n_layers * layer_seconds + rates.gemm_seconds(head, B, Vp, c.d_model);
     s.bytes = weight_bytes + kv_read;
@@ -232,15 +240,14 @@ void estimate_time(const InferenceInputs& in, InferenceEstimate& e) {
     const double B = static_cast<double>(in.batch), Tp = static_cast<double>(in.prompt_len);
     const double kv_tok = e.memory.kv_per_token;
     // Prefill reads the weights once and writes the prompts' K and V.
-    e.prefill = step_cost(in, rates, in.prompt_len, in.prompt_len, e.decode_weight_bytes,
-                          0.0);
+    e.prefill = step_cost(in, rates, in.prompt_len, in.prompt_len, e.decode_weight_bytes, 0.0);
     e.prefill.bytes += B * Tp * kv_tok;
     e.prefill.memory_seconds = e.prefill.bytes / in.memory_bytes_per_s;
     e.decode_steps = in.gen_len - 1;
     for (std::int64_t j = 1; j <= e.decode_steps; ++j) {
         const std::int64_t S = in.prompt_len + j;
-        const StepCost s = step_cost(in, rates, 1, S, e.decode_weight_bytes,
-                                     B * static_cast<double>(S) * kv_tok);
+        const StepCost s =
+            step_cost(in, rates, 1, S, e.decode_weight_bytes, B * static_cast<double>(S) * kv_tok);
         e.decode_seconds += s.seconds();
         e.decode_memory_bound_steps += s.memory_bound() ? 1 : 0;
         if (j == 1) e.decode_first = s;
@@ -276,11 +283,14 @@ double compute_bound_batch(const InferenceInputs& base, const InferenceEstimate&
 
 int kv_bytes_per_element(KvFormat f) {
     switch (f) {
-        case KvFormat::fp32: return 4;
+        case KvFormat::fp32:
+            return 4;
         case KvFormat::bf16:
-        case KvFormat::fp16: return 2;
+        case KvFormat::fp16:
+            return 2;
         case KvFormat::fp8:
-        case KvFormat::int8: return 1;
+        case KvFormat::int8:
+            return 1;
     }
     return 0;
 }
@@ -293,16 +303,20 @@ DType working_dtype(WeightFormat f) {
 double linear_weight_bytes(WeightFormat f, std::int64_t N, std::int64_t K) {
     const double n = static_cast<double>(N) * static_cast<double>(K);
     switch (f) {
-        case WeightFormat::fp32: return 4 * n;
+        case WeightFormat::fp32:
+            return 4 * n;
         case WeightFormat::bf16:
-        case WeightFormat::fp16: return 2 * n;
-        case WeightFormat::fp8: return n + 4;
-        case WeightFormat::int8: return n + 2.0 * static_cast<double>(N);
+        case WeightFormat::fp16:
+            return 2 * n;
+        case WeightFormat::fp8:
+            return n + 4;
+        case WeightFormat::int8:
+            return n + 2.0 * static_cast<double>(N);
         case WeightFormat::int4:
-            return std::ceil(n / 2) +
-                   4.0 * static_cast<double>(N) *
-                       static_cast<double>((K + kInt4Group - 1) / kInt4Group);
-        case WeightFormat::nf4: return static_cast<double>(nf4_storage_bytes(N * K));
+            return std::ceil(n / 2) + 4.0 * static_cast<double>(N) *
+                                          static_cast<double>((K + kInt4Group - 1) / kInt4Group);
+        case WeightFormat::nf4:
+            return static_cast<double>(nf4_storage_bytes(N * K));
     }
     return 0;
 }
@@ -327,8 +341,10 @@ InferenceSolve solve_inference(const InferenceInputs& base, InferenceSolveFor wh
     if (what == InferenceSolveFor::max_context && base.model.positions == PositionKind::learned) {
         limit = static_cast<double>(base.model.context_length - base.gen_len);
         if (limit < 1) {
-            throw UsageError("--gen-len: leaves no room for a prompt in the learned position "
-                             "table's " + std::to_string(base.model.context_length) + " rows");
+            throw UsageError(
+                "--gen-len: leaves no room for a prompt in the learned position "
+                "table's " +
+                std::to_string(base.model.context_length) + " rows");
         }
     }
     InferenceSolve r;

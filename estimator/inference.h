@@ -77,10 +77,10 @@ struct InferenceInputs {
     // where the GPU has fp8 tensor cores); a weight stored otherwise is widened into a
     // temporary before its GEMM, one at a time, as napkin's engine does with NF4.
     DType gemm_dtype = DType::bf16;
-    double peak_flops_per_s = 0;      // of gemm_dtype
-    double memory_bytes_per_s = 0;    // what decode streams at
-    double gpu_memory_bytes = 0;      // capacity
-    double mfu = 0.5;                 // compute efficiency when `profile` is null
+    double peak_flops_per_s = 0;             // of gemm_dtype
+    double memory_bytes_per_s = 0;           // what decode streams at
+    double gpu_memory_bytes = 0;             // capacity
+    double mfu = 0.5;                        // compute efficiency when `profile` is null
     const DeviceProfile* profile = nullptr;  // GEMM and attention rates (not owned)
 };
 
@@ -103,8 +103,8 @@ struct InferenceMemory {
     // Activations and workspace of each phase's step.
     double prefill_activations = 0;
     double decode_activations = 0;
-    double gemm_workspace = 0;   // cuBLASLt's
-    double dequant = 0;          // the widest linear weight widened to the GEMM dtype
+    double gemm_workspace = 0;  // cuBLASLt's
+    double dequant = 0;         // the widest linear weight widened to the GEMM dtype
     // Weights + the whole cache (allocated before the prefill, as a serving engine reserves it)
     // + the larger step's activations + workspace.
     double total = 0;
@@ -116,7 +116,9 @@ struct StepCost {
     double bytes = 0;            // read from memory (decode: weights, adapters, KV)
     double compute_seconds = 0;  // FLOPs at the GEMM and attention rates
     double memory_seconds = 0;   // bytes / memory_bytes_per_s
-    double seconds() const { return compute_seconds > memory_seconds ? compute_seconds : memory_seconds; }
+    double seconds() const {
+        return compute_seconds > memory_seconds ? compute_seconds : memory_seconds;
+    }
     bool memory_bound() const { return memory_seconds >= compute_seconds; }
 };
 
@@ -131,18 +133,18 @@ struct InferenceEstimate {
     // Decode: G - 1 steps, step j (1..G-1) feeding one token per sequence and reading Tp + j
     // cached positions.
     std::int64_t decode_steps = 0;
-    StepCost decode_first, decode_last;     // steps 1 and G - 1
-    double decode_weight_bytes = 0;         // per step: weights read (no embedding tables)
-    double decode_seconds = 0;              // all steps
-    double decode_memory_bound_steps = 0;   // how many of them the bandwidth bounds
-    double seconds_per_token = 0;           // decode_seconds / steps (0 without steps)
-    double tokens_per_s_per_sequence = 0;   // 1 / seconds_per_token
-    double tokens_per_s = 0;                // B / seconds_per_token, all sequences
-    double total_seconds = 0;               // prefill + decode
+    StepCost decode_first, decode_last;    // steps 1 and G - 1
+    double decode_weight_bytes = 0;        // per step: weights read (no embedding tables)
+    double decode_seconds = 0;             // all steps
+    double decode_memory_bound_steps = 0;  // how many of them the bandwidth bounds
+    double seconds_per_token = 0;          // decode_seconds / steps (0 without steps)
+    double tokens_per_s_per_sequence = 0;  // 1 / seconds_per_token
+    double tokens_per_s = 0;               // B / seconds_per_token, all sequences
+    double total_seconds = 0;              // prefill + decode
     // Batch at which a decode step's FLOPs time catches its bytes time (weights only, context
     // Tp): the arithmetic-intensity crossover; 0 when no batch reaches it below 2^24.
     double compute_bound_batch = 0;
-    bool past_context = false;              // Tp + G exceeds the model's context length
+    bool past_context = false;  // Tp + G exceeds the model's context length
 };
 
 // Throws UsageError on inputs out of range (a zero batch or length, no bandwidth...).

@@ -9,10 +9,18 @@ namespace napkin {
 
 namespace {
 
-std::string weights_name(WeightFormat f) { return std::string(enum_name(kWeightFormatNames, f)); }
-std::string kv_name(KvFormat f) { return std::string(enum_name(kKvFormatNames, f)); }
-std::string n(double v) { return fmt_count(v); }
-std::string bound(const StepCost& s) { return s.memory_bound() ? "memory-bound" : "compute-bound"; }
+std::string weights_name(WeightFormat f) {
+    return std::string(enum_name(kWeightFormatNames, f));
+}
+std::string kv_name(KvFormat f) {
+    return std::string(enum_name(kKvFormatNames, f));
+}
+std::string n(double v) {
+    return fmt_count(v);
+}
+std::string bound(const StepCost& s) {
+    return s.memory_bound() ? "memory-bound" : "compute-bound";
+}
 
 void row(std::ostream& os, const std::string& label, double bytes, const std::string& detail = "") {
     char buf[96];
@@ -53,8 +61,8 @@ void text_memory(std::ostream& os, const InferenceInputs& in, const InferenceEst
 }
 
 void text_step(std::ostream& os, const char* label, const StepCost& s) {
-    os << "  " << label << fmt_duration(s.seconds()) << " (" << bound(s)
-       << ": FLOPs " << fmt_sci(s.flops) << " in " << fmt_duration(s.compute_seconds) << ", "
+    os << "  " << label << fmt_duration(s.seconds()) << " (" << bound(s) << ": FLOPs "
+       << fmt_sci(s.flops) << " in " << fmt_duration(s.compute_seconds) << ", "
        << fmt_bytes(s.bytes) << " in " << fmt_duration(s.memory_seconds) << ")\n";
 }
 
@@ -68,12 +76,11 @@ void text_time(std::ostream& os, const InferenceInputs& in, const InferenceEstim
     } else {
         text_step(os, "decode step 1                 ", e.decode_first);
         text_step(os, "decode step G-1               ", e.decode_last);
-        os << "  decode, " << e.decode_steps << " steps: " << fmt_duration(e.decode_seconds)
-           << ", " << fmt_duration(e.seconds_per_token) << " per token on average ("
+        os << "  decode, " << e.decode_steps << " steps: " << fmt_duration(e.decode_seconds) << ", "
+           << fmt_duration(e.seconds_per_token) << " per token on average ("
            << n(e.decode_memory_bound_steps) << " memory-bound)\n"
-           << "  tokens/s: " << fmt_number("%.1f", e.tokens_per_s_per_sequence)
-           << " per sequence, " << fmt_number("%.1f", e.tokens_per_s) << " in all (B = "
-           << in.batch << ")\n";
+           << "  tokens/s: " << fmt_number("%.1f", e.tokens_per_s_per_sequence) << " per sequence, "
+           << fmt_number("%.1f", e.tokens_per_s) << " in all (B = " << in.batch << ")\n";
     }
     if (e.compute_bound_batch > 0)
         os << "  decode turns compute-bound from B = " << n(e.compute_bound_batch) << "\n";
@@ -85,8 +92,8 @@ void text_time(std::ostream& os, const InferenceInputs& in, const InferenceEstim
 
 std::string step_explain(const StepCost& s) {
     return "max(FLOPs " + fmt_sci(s.flops) + " -> " + fmt_duration(s.compute_seconds) + ", " +
-           n(s.bytes) + " B -> " + fmt_duration(s.memory_seconds) + ") = " +
-           fmt_duration(s.seconds()) + ", " + bound(s);
+           n(s.bytes) + " B -> " + fmt_duration(s.memory_seconds) +
+           ") = " + fmt_duration(s.seconds()) + ", " + bound(s);
 }
 
 void explain_memory(std::ostream& os, const InferenceInputs& in, const InferenceEstimate& e) {
@@ -96,16 +103,30 @@ void explain_memory(std::ostream& os, const InferenceInputs& in, const Inference
        << c.padded_vocab_size << ")\n"
        << "   linear weight (N, K) in " << weights_name(in.weights) << ": ";
     switch (in.weights) {
-        case WeightFormat::fp32: os << "4 N K"; break;
+        case WeightFormat::fp32:
+            os << "4 N K";
+            break;
         case WeightFormat::bf16:
-        case WeightFormat::fp16: os << "2 N K"; break;
-        case WeightFormat::fp8: os << "N K + 4 (an fp32 scale per tensor)"; break;
-        case WeightFormat::int8: os << "N K + 2 N (an fp16 absmax per row; LLM.int8, Dettmers et al. 2022)"; break;
-        case WeightFormat::int4: os << "ceil(N K / 2) + 4 N ceil(K / 128) (fp16 scale and zero per 128; GPTQ/AWQ)"; break;
-        case WeightFormat::nf4: os << "ceil(N K / 2) + 4 ceil(N K / 16384) + ceil(N K / 64) (QLoRA, Dettmers et al. 2023; kernels/nf4.h)"; break;
+        case WeightFormat::fp16:
+            os << "2 N K";
+            break;
+        case WeightFormat::fp8:
+            os << "N K + 4 (an fp32 scale per tensor)";
+            break;
+        case WeightFormat::int8:
+            os << "N K + 2 N (an fp16 absmax per row; LLM.int8, Dettmers et al. 2022)";
+            break;
+        case WeightFormat::int4:
+            os << "ceil(N K / 2) + 4 N ceil(K / 128) (fp16 scale and zero per 128; GPTQ/AWQ)";
+            break;
+        case WeightFormat::nf4:
+            os << "ceil(N K / 2) + 4 ceil(N K / 16384) + ceil(N K / 64) (QLoRA, Dettmers et al. "
+                  "2023; kernels/nf4.h)";
+            break;
     }
-    os << "\n   linear weights = " << c.n_layers << " layers x (qkv + proj + fc + proj) = "
-       << n(m.linear_weights) << " B\n   other weights = " << n(m.other_weights) << " B in "
+    os << "\n   linear weights = " << c.n_layers
+       << " layers x (qkv + proj + fc + proj) = " << n(m.linear_weights)
+       << " B\n   other weights = " << n(m.other_weights) << " B in "
        << dtype_name(working_dtype(in.weights)) << "\n";
     if (in.adapters > 0)
         os << "   adapters = " << in.adapters << " x " << n(e.adapter_params) << " params x "
@@ -120,11 +141,12 @@ void explain_memory(std::ostream& os, const InferenceInputs& in, const Inference
        << in.prompt_len + in.gen_len << " x " << in.batch << " = " << n(m.kv_total) << " B\n"
        << "3. Activations of a step of M tokens = a M (C + widest op's in + out) + 4 B Vp (fp32 "
           "logits of the last positions)\n   prefill M = B Tp = "
-       << in.batch * in.prompt_len << ": " << n(m.prefill_activations) << " B; decode M = B: "
-       << n(m.decode_activations) << " B\n"
+       << in.batch * in.prompt_len << ": " << n(m.prefill_activations)
+       << " B; decode M = B: " << n(m.decode_activations) << " B\n"
        << "   workspace: cuBLASLt " << n(m.gemm_workspace) << " B + dequantized weight "
-       << n(m.dequant) << " B\n   total = weights + KV + max(prefill, decode) + workspace = "
-       << n(m.total) << " B\n";
+       << n(m.dequant)
+       << " B\n   total = weights + KV + max(prefill, decode) + workspace = " << n(m.total)
+       << " B\n";
 }
 
 void explain_time(std::ostream& os, const InferenceInputs& in, const InferenceEstimate& e) {
@@ -138,10 +160,10 @@ void explain_time(std::ostream& os, const InferenceInputs& in, const InferenceEs
        << n(e.memory.kv_per_token) << "; time_j = max(FLOPs_j / rate, bytes_j / "
        << fmt_number("%.0f", in.memory_bytes_per_s / 1e9) << " GB/s)\n";
     if (e.decode_steps > 0) {
-        os << "   step 1: " << step_explain(e.decode_first) << "\n   step G-1: "
-           << step_explain(e.decode_last) << "\n   per token = sum / (G - 1) = "
-           << fmt_duration(e.seconds_per_token) << "; tokens/s = B / per token = "
-           << fmt_number("%.1f", e.tokens_per_s) << "\n";
+        os << "   step 1: " << step_explain(e.decode_first)
+           << "\n   step G-1: " << step_explain(e.decode_last)
+           << "\n   per token = sum / (G - 1) = " << fmt_duration(e.seconds_per_token)
+           << "; tokens/s = B / per token = " << fmt_number("%.1f", e.tokens_per_s) << "\n";
     }
 }
 
@@ -183,8 +205,8 @@ std::string format_inference_text(const InferenceInputs& in, const InferenceEsti
     os << "napkin estimate --inference: " << in.model.name << " (" << ctx.model_source << ") on "
        << ctx.gpu << " (" << ctx.gpu_full_name << ")\n"
        << "weights " << weights_name(in.weights) << " (GEMMs in " << dtype_name(in.gemm_dtype)
-       << "), KV cache " << kv_name(in.kv) << "; batch " << in.batch << ", prompt "
-       << in.prompt_len << ", generate " << in.gen_len << "\n";
+       << "), KV cache " << kv_name(in.kv) << "; batch " << in.batch << ", prompt " << in.prompt_len
+       << ", generate " << in.gen_len << "\n";
     if (ctx.solved != nullptr) {
         os << "--solve " << ctx.solve << ": "
            << (ctx.solved->value > 0 ? n(ctx.solved->value) : std::string("nothing fits"))
@@ -215,10 +237,14 @@ nlohmann::json inference_to_json(const InferenceInputs& in, const InferenceEstim
                   {"source", ctx.model_source},
                   {"params", e.params.total},
                   {"adapter_params", e.adapter_params}};
-    j["inputs"] = {{"weights", weights_name(in.weights)}, {"kv_cache", kv_name(in.kv)},
-                   {"gemm_dtype", dtype_name(in.gemm_dtype)}, {"batch", in.batch},
-                   {"prompt_len", in.prompt_len}, {"gen_len", in.gen_len},
-                   {"adapters", in.adapters}, {"lora_rank", in.adapters > 0 ? in.lora_rank : 0}};
+    j["inputs"] = {{"weights", weights_name(in.weights)},
+                   {"kv_cache", kv_name(in.kv)},
+                   {"gemm_dtype", dtype_name(in.gemm_dtype)},
+                   {"batch", in.batch},
+                   {"prompt_len", in.prompt_len},
+                   {"gen_len", in.gen_len},
+                   {"adapters", in.adapters},
+                   {"lora_rank", in.adapters > 0 ? in.lora_rank : 0}};
     j["gpu"] = {{"name", ctx.gpu},
                 {"memory_bytes", in.gpu_memory_bytes},
                 {"memory_bytes_per_s", in.memory_bytes_per_s},
@@ -237,12 +263,11 @@ nlohmann::json inference_to_json(const InferenceInputs& in, const InferenceEstim
                    {"tokens_per_s", e.tokens_per_s}}},
                  {"compute_bound_batch", e.compute_bound_batch},
                  {"total_seconds", e.total_seconds}};
-    j["solve"] = ctx.solved == nullptr
-                     ? nlohmann::json()
-                     : nlohmann::json{{"for", ctx.solve},
-                                      {"value", ctx.solved->value},
-                                      {"at_limit", ctx.solved->at_limit},
-                                      {"evaluations", ctx.solved->evaluations}};
+    j["solve"] = ctx.solved == nullptr ? nlohmann::json()
+                                       : nlohmann::json{{"for", ctx.solve},
+                                                        {"value", ctx.solved->value},
+                                                        {"at_limit", ctx.solved->at_limit},
+                                                        {"evaluations", ctx.solved->evaluations}};
     j["past_context"] = e.past_context;
     integers_as_integers(j);
     return j;

@@ -17,8 +17,8 @@ struct InferenceContext {
     std::string model_source;  // "preset llama3-8b", "config cfg.json", "custom shape"
     std::string gpu;           // "h100-sxm" (and what was overridden)
     std::string gpu_full_name;
-    std::string time_source;   // "--mfu 0.5", or where the device profile came from
-    std::string solve;         // "", "max-batch", "max-context"
+    std::string time_source;  // "--mfu 0.5", or where the device profile came from
+    std::string solve;        // "", "max-batch", "max-context"
     const InferenceSolve* solved = nullptr;
 };
 

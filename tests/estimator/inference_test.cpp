@@ -32,7 +32,9 @@ InferenceInputs inputs(const char* preset, std::int64_t B, std::int64_t Tp, std:
 
 // NF4 of n elements (n a multiple of 64): n/2 code bytes, an absmax byte per 64, an fp32 step per
 // 256 blocks (QLoRA's double quantization, Dettmers et al. 2023).
-double nf4_bytes(double n) { return n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256); }
+double nf4_bytes(double n) {
+    return n / 2 + n / 64 + 4 * std::ceil(n / 64 / 256);
+}
 
 // GPT-2 124M: L 12, C 768, 12 heads of 64, F 3072, Vp 50304, 1024 positions, tied, biases.
 TEST(Inference, Gpt2MemoryIsTheHandCount) {
@@ -67,7 +69,8 @@ TEST(Inference, Llama2Nf4MemoryIsTheHandCount) {
     InferenceInputs in = inputs("llama2-7b", 4, 1024, 1024);
     in.weights = WeightFormat::nf4;
     const InferenceEstimate e = estimate_inference(in);
-    const double qkv = 12288.0 * 4096, o = 4096.0 * 4096, up = 22016.0 * 4096, down = 4096.0 * 11008;
+    const double qkv = 12288.0 * 4096, o = 4096.0 * 4096, up = 22016.0 * 4096,
+                 down = 4096.0 * 11008;
     EXPECT_EQ(e.memory.linear_weights,
               32 * (nf4_bytes(qkv) + nf4_bytes(o) + nf4_bytes(up) + nf4_bytes(down)));
     // wte, lm_head (Vp C each), two RMSNorm weights per layer, the final one; bf16.
@@ -79,9 +82,8 @@ TEST(Inference, Llama2Nf4MemoryIsTheHandCount) {
     EXPECT_EQ(e.memory.dequant, 2 * up);
     // Widest op: gate and up in (2F), F out; M = B Tp.
     EXPECT_EQ(e.memory.prefill_activations, 2.0 * 4096 * (4096 + 22016 + 11008) + 4 * 4 * 32000);
-    EXPECT_EQ(e.memory.total, e.memory.linear_weights + e.memory.other_weights +
-                                  e.memory.kv_total + e.memory.prefill_activations + kWorkspace +
-                                  e.memory.dequant);
+    EXPECT_EQ(e.memory.total, e.memory.linear_weights + e.memory.other_weights + e.memory.kv_total +
+                                  e.memory.prefill_activations + kWorkspace + e.memory.dequant);
     // Untied: the embedding table is looked up by row, the head read whole.
     EXPECT_EQ(e.decode_weight_bytes,
               e.memory.linear_weights + e.memory.other_weights - 2 * 32000.0 * 4096);
@@ -100,8 +102,8 @@ TEST(Inference, Llama3GqaCacheIsAQuarterOfMha) {
     EXPECT_EQ(e.memory.kv_total, 8 * 65536.0 * 2560);
     // int4: half a byte per weight, an fp16 scale and zero per 128 inputs of each row.
     const auto int4 = [](double N, double K) { return N * K / 2 + 4 * N * (K / 128); };
-    EXPECT_EQ(e.memory.linear_weights, 32 * (int4(6144, 4096) + int4(4096, 4096) +
-                                             int4(28672, 4096) + int4(4096, 14336)));
+    EXPECT_EQ(e.memory.linear_weights,
+              32 * (int4(6144, 4096) + int4(4096, 4096) + int4(28672, 4096) + int4(4096, 14336)));
     EXPECT_EQ(e.memory.other_weights, 2 * (2 * 128256.0 * 4096 + 32 * 2 * 4096 + 4096));
 }
 
@@ -155,9 +157,9 @@ TEST(Inference, DecodeTimeIsTheFormula) {
     EXPECT_DOUBLE_EQ(e.tokens_per_s, B * (G - 1) / total);
     EXPECT_DOUBLE_EQ(e.tokens_per_s_per_sequence, (G - 1) / total);
     // Prefill: B Tp tokens, the causal pairs Tp (Tp + 1) / 2, the head on the last positions.
-    const double prefill_flops = 12 * (2.0 * B * Tp * 7077888 + B * Tp * 6912.0 +
-                                       4.0 * B * 12 * 64 * (Tp * (Tp + 1) / 2)) +
-                                 2.0 * B * 50304 * 768;
+    const double prefill_flops =
+        12 * (2.0 * B * Tp * 7077888 + B * Tp * 6912.0 + 4.0 * B * 12 * 64 * (Tp * (Tp + 1) / 2)) +
+        2.0 * B * 50304 * 768;
     EXPECT_DOUBLE_EQ(e.prefill.flops, prefill_flops);
     EXPECT_DOUBLE_EQ(e.total_seconds, e.prefill.seconds() + total);
 }
