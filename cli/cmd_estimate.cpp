@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/estimate_inference.h"
 #include "cli/estimate_time.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -55,6 +56,7 @@ struct EstimateFlags {
     double link_gbps = 0;
     std::string solve;
     TimeFlags time;
+    InferenceFlags inference;
     bool json = false, explain = false, ignore_activations = false;
     bool list_models = false, list_gpus = false, list_links = false;
 };
@@ -437,6 +439,11 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
     const int model_sources = count_model_sources(cmd);
     check_given_numbers(f, cmd);
     set_model(f, cmd, model_sources, in, ctx);
+    if (inference_requested(f.inference, cmd)) {
+        const SharedEstimateFlags shared{f.gpu,   f.peak_tflops, f.gpu_mem_gb, f.mfu, f.lora_rank,
+                                         f.solve, f.json,        f.explain,    f.time};
+        return run_inference_estimate(f.inference, shared, cmd, in.model, ctx.model_source);
+    }
     set_run(f, cmd, in);
     std::optional<ChosenProfile> profile;  // the performance model's, alive for the estimate
     set_hardware(f, cmd, in, ctx, profile);
@@ -571,7 +578,8 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--solve", f.solve,
                     "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
                     "TP x PP; fastest: the highest predicted tokens/s that fits over "
-                    "micro-batch, checkpointing, attention and ZeRO stage")
+                    "micro-batch, checkpointing, attention and ZeRO stage; under --inference, "
+                    "max-batch|max-context: the largest batch or prompt that fits")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
     cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
@@ -604,11 +612,14 @@ void add_estimate_command(CLI::App& app) {
         "                  --checkpointing selective --zero 1\n"
         "  napkin estimate --model llama2-70b --finetune qlora --gpus 2 --zero 3 --checkpointing "
         "full \\\n"
-        "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain");
+        "                  --offload optimizer+params --gpu rtx3090 --seq-len 2048 --explain\n"
+        "  napkin estimate --inference --model llama3-8b --weights nf4 --batch 16 --prompt-len "
+        "2048 --gen-len 512");
     add_model_flags(cmd, *f);
     add_run_flags(cmd, *f);
     add_hardware_and_output_flags(cmd, *f);
     add_time_flags(cmd, f->time);
+    add_inference_flags(cmd, f->inference);
 
     cmd->callback([f, cmd] { run_estimate(*f, *cmd); });
 }

@@ -9,28 +9,6 @@
 
 namespace napkin {
 
-namespace {
-
-// Largest integer x in [lo, limit] with fits(x), given fits(lo); fits is assumed monotone.
-template <class Fits>
-double largest_fitting(double lo, double limit, Fits&& fits, int& evaluations) {
-    double hi = lo * 2;
-    while (hi <= limit && (++evaluations, fits(hi))) {
-        lo = hi;
-        hi *= 2;
-    }
-    if (hi > limit) hi = limit + 1;
-    while (hi - lo > 1) {
-        const double mid = std::floor((lo + hi) / 2);
-        ++evaluations;
-        if (fits(mid)) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-}  // namespace
-
 SolveResult solve_max_params(const EstimateInputs& base, Estimator& est) {
     EstimateInputs in = base;
     in.params_only = true;

@@ -3,12 +3,33 @@
 // with ignore_activations) by doubling then bisection on integers.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "estimator/estimate.h"
 
 namespace napkin {
+
+// Largest integer x in [lo, limit] with fits(x), given fits(lo): doubling, then bisection;
+// fits is assumed monotone. Every solver here (and the inference one, estimator/inference.h)
+// searches this way.
+template <class Fits>
+double largest_fitting(double lo, double limit, Fits&& fits, int& evaluations) {
+    double hi = lo * 2;
+    while (hi <= limit && (++evaluations, fits(hi))) {
+        lo = hi;
+        hi *= 2;
+    }
+    if (hi > limit) hi = limit + 1;
+    while (hi - lo > 1) {
+        const double mid = std::floor((lo + hi) / 2);
+        ++evaluations;
+        if (fits(mid)) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
 
 // One configuration --solve fastest tried, with its prediction.
 struct SolveCandidate {

@@ -374,4 +374,41 @@ TEST(Cli, EstimateWithTensorAndPipelineParallelism) {
                        "--fp32-optimizer-state: for --precision bf16");
 }
 
+// --inference: its JSON (schema napkin-inference/1) holds the hand count of docs/INFERENCE.md's
+// GPT-2 example; --explain shows the formulas with their numbers; --solve finds a batch.
+TEST(Cli, InferenceEstimate) {
+    const CliRun r = napkin("estimate --inference --model gpt2 --json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["schema"], "napkin-inference/1");
+    EXPECT_EQ(j["memory"]["total"].get<double>(), 327534080);
+    EXPECT_EQ(j["memory"]["kv_cache"]["per_token"].get<double>(), 36864);
+    EXPECT_EQ(j["time"]["decode"]["steps"].get<int>(), 511);
+    EXPECT_EQ(j["time"]["decode"]["first"]["bound"], "memory");
+    const CliRun x = napkin("estimate --inference --model llama3-8b --weights nf4 --explain");
+    ASSERT_EQ(x.rc, 0) << x.err;
+    EXPECT_NE(x.out.find("per token = 2 (K, V) x L x KVH x HD x bytes = 2 x 32 x 8 x 128 x 2 = "
+                         "131,072 B (MHA, KVH = NH = 32: 524,288 B; MQA, KVH = 1: 16,384 B)"),
+              std::string::npos)
+        << x.out;
+    const CliRun s = napkin("estimate --inference --model llama2-7b --solve max-batch --json");
+    ASSERT_EQ(s.rc, 0) << s.err;
+    EXPECT_GT(nlohmann::json::parse(s.out)["solve"]["value"].get<double>(), 1);
+}
+
+TEST(Cli, InferenceFlagsAreRefusedOneLine) {
+    expect_usage_error("estimate --weights int4", "--weights: needs --inference");
+    expect_usage_error("estimate --inference --micro-batch 4", "--micro-batch: a training flag");
+    expect_usage_error("estimate --inference --seq-len 4", "(give --prompt-len and --gen-len)");
+    expect_usage_error("estimate --inference --weights int3", "--weights");
+    expect_usage_error("estimate --inference --kv-cache nf4", "--kv-cache");
+    expect_usage_error("estimate --inference --batch 0", "--batch: must be a positive integer");
+    expect_usage_error("estimate --inference --lora-rank 8", "--lora-rank: needs --adapters");
+    expect_usage_error("estimate --inference --prompt-len 1000 --gen-len 100",
+                       "--prompt-len + --gen-len: 1100 positions exceed");
+    expect_usage_error("estimate --inference --solve max-micro-batch", "--solve: unknown value");
+    expect_usage_error("estimate --inference --solve max-batch --batch 2",
+                       "--solve max-batch searches over --batch");
+}
+
 }  // namespace
