@@ -87,6 +87,15 @@ TimeView time_view_of(const std::vector<RunData>& runs) {
     return v;
 }
 
+int run_named(const std::vector<RunData>& runs, const std::string& name) {
+    int part = -1;
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+        if (runs[r].label == name) return static_cast<int>(r);
+        if (part < 0 && runs[r].label.find(name) != std::string::npos) part = static_cast<int>(r);
+    }
+    return part;
+}
+
 App::App(std::vector<RunData> runs) : runs_(std::move(runs)), time_(time_view_of(runs_)) {}
 
 std::string App::open(const OpenOptions& o) {
@@ -96,6 +105,16 @@ std::string App::open(const OpenOptions& o) {
     if (o.window)
         time_.window = {time_.origin_ns + o.window->t0_ns, time_.origin_ns + o.window->t1_ns};
     std::snprintf(timeline_.find, sizeof timeline_.find, "%s", o.find.c_str());
+    if (o.range) {
+        timeline_.range_t0 = time_.origin_ns + o.range->t0_ns;
+        timeline_.range_t1 = time_.origin_ns + o.range->t1_ns;
+    }
+    if (!o.versus.empty()) {
+        kernels_.versus = run_named(runs_, o.versus);
+        if (kernels_.versus < 0)
+            return "--versus: no run named '" + o.versus + "' (nor with it in its name)";
+        if (kernels_.versus == kernels_.run) kernels_.run = kernels_.versus == 0 ? 1 : 0;
+    }
     if (!o.select.empty() &&
         !select_event(timeline_, time_, runs_, o.select, !o.window.has_value())) {
         return "--select: no event named '" + o.select + "' (nor with it in its name)";

@@ -2,7 +2,7 @@
 // share of the step time, for ops the device time of the work they launched (which TFLOP/s then
 // divides by), FLOPs, achieved TFLOP/s and its share of the run's peak, napkin's
 // roofline prediction for the same calls and measured / roofline (report.json's ceilings).
-// Sortable.
+// Sortable. With a second run chosen ("vs"), the A-vs-B table of the two (view_versus.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -66,6 +66,21 @@ void draw_toolbar(KernelsState& s, const std::vector<RunData>& runs,
         for (int r : with_trace) {
             if (ImGui::Selectable(runs[static_cast<std::size_t>(r)].label.c_str(), r == s.run))
                 s.run = r;
+        }
+        ImGui::EndCombo();
+    }
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(200);
+    const char* versus = s.versus >= 0 ? runs[static_cast<std::size_t>(s.versus)].label.c_str()
+                                       : "(none: one run's table)";
+    if (ImGui::BeginCombo("vs", versus)) {
+        if (ImGui::Selectable("(none: one run's table)", s.versus < 0)) s.versus = -1;
+        for (int r : with_trace) {
+            if (r != s.run &&
+                ImGui::Selectable(runs[static_cast<std::size_t>(r)].label.c_str(), r == s.versus)) {
+                s.versus = r;
+                s.versus_run = -1;  // a new pair: the table is recomputed
+            }
         }
         ImGui::EndCombo();
     }
@@ -189,6 +204,13 @@ void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
     if (std::find(with_trace.begin(), with_trace.end(), s.run) == with_trace.end())
         s.run = with_trace.front();
     draw_toolbar(s, runs, with_trace);
+    if (s.versus == s.run ||
+        std::find(with_trace.begin(), with_trace.end(), s.versus) == with_trace.end())
+        s.versus = -1;
+    if (s.versus >= 0) {
+        draw_versus(s, runs);
+        return;
+    }
     const RunData& run = runs[static_cast<std::size_t>(s.run)];
     refresh_stats(s, run);
     const double peak = run.peak_flops_per_s();
