@@ -35,10 +35,14 @@ const std::vector<ShortcutGroup>& shortcuts() {
          {{"shift + wheel", "scroll the lanes"},
           {"hover", "a range's args; a lane label's whole name; a counter's value and scale"},
           {"click", "select a range (its args stay in the status line)"},
+          {"right drag", "mark a time range: its ops, kernels and bytes summed per run"},
+          {"right click", "clear the marked range"},
           {"find box, Enter",
            "outline every range whose name contains the text; jump to the next"}}},
         {"Memory", {{"click", "list the blocks live at that time"}}},
-        {"Kernels", {{"click a column header", "sort by it"}}},
+        {"Kernels",
+         {{"click a column header", "sort by it"},
+          {"vs", "a second run: the A-vs-B table per name"}}},
         {"Everywhere", {{"?", "this list (? or Esc closes it)"}}},
     };
     return kGroups;
