@@ -5,7 +5,10 @@
 // could be charged to the op of another that happened to overlap it in time. So each LABEL
 // becomes a run of its own (split_processes, declared in viewer/run_data.h).
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,7 +43,8 @@ TraceData part_of(const TraceData& t, const std::vector<int>& group, int g,
         lane_index[l] = static_cast<std::uint32_t>(part.lanes.size());
         part.lanes.push_back(t.lanes[l]);
         Lane& lane = part.lanes.back();
-        lane.process_name = lane.process_name.substr(run_prefix(lane.process_name).size() + 2);
+        const std::size_t prefix = run_prefix(lane.process_name).size();
+        if (prefix > 0) lane.process_name.erase(0, prefix + 2);  // "fp32: napkin" -> "napkin
     }
     std::vector<std::uint32_t> event_index(t.events.size(), kNone);
     for (std::size_t i = 0; i < t.events.size(); ++i) {
@@ -86,24 +90,45 @@ TraceData part_of(const TraceData& t, const std::vector<int>& group, int g,
     return part;
 }
 
+// A pid as `napkin export` writes it: a number (1, 2, ...); nothing for another form.
+std::optional<long long> pid_number(const std::string& pid) {
+    long long n = 0;
+    const auto [end, ec] = std::from_chars(pid.data(), pid.data() + pid.size(), n);
+    if (ec != std::errc() || end != pid.data() + pid.size()) return std::nullopt;
+    return n;
+}
+
 }  // namespace
 
 std::vector<RunData> split_processes(RunData run) {
     std::vector<RunData> out;
     const TraceData& t = run.trace;
     std::vector<std::string> labels;  // in the order their first lane is shown
-    std::vector<int> group(t.lanes.size(), 0);
+    std::vector<int> group(t.lanes.size(), -1);
     std::map<std::string, int> group_of_pid;
-    bool all_named = !t.lanes.empty() && !t.schema.empty();
-    for (std::size_t l = 0; l < t.lanes.size() && all_named; ++l) {
+    std::map<long long, int> group_of_number;  // named processes by pid number
+    for (std::size_t l = 0; l < t.lanes.size() && !t.schema.empty(); ++l) {
         const std::string prefix(run_prefix(t.lanes[l].process_name));
-        all_named = !prefix.empty();
+        if (prefix.empty()) continue;
         const auto it = std::find(labels.begin(), labels.end(), prefix);
         group[l] = static_cast<int>(it - labels.begin());
         if (it == labels.end()) labels.push_back(prefix);
         group_of_pid.emplace(t.lanes[l].pid, group[l]);
+        if (const auto n = pid_number(t.lanes[l].pid)) group_of_number.emplace(*n, group[l]);
     }
-    if (!run.has_trace || !all_named || labels.size() < 2) {
+    // A process without a name of its own (Kineto's "Spans", "Traces" and "" pids) belongs to
+    // the input whose named process precedes it: export numbers each input's processes in turn.
+    bool placed = true;
+    for (std::size_t l = 0; l < t.lanes.size() && placed; ++l) {
+        if (group[l] >= 0) continue;
+        const auto n = pid_number(t.lanes[l].pid);
+        const auto it = n ? group_of_number.upper_bound(*n) : group_of_number.begin();
+        placed = it != group_of_number.begin();
+        if (!placed) break;
+        group[l] = std::prev(it)->second;
+        group_of_pid.emplace(t.lanes[l].pid, group[l]);
+    }
+    if (!run.has_trace || !placed || labels.size() < 2) {
         out.push_back(std::move(run));
         return out;
     }

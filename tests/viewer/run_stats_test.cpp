@@ -91,6 +91,14 @@ std::string merged_trace() {
     json events = json::array();
     add_exported_run(events, 1, "fp32", 1, 1000);
     add_exported_run(events, 2, "bf16", 2, 400);
+    // A process without a name (as Kineto's "Spans" and "Traces"): the second input's.
+    events.push_back({{"name", "ProfilerStep#1"},
+                      {"cat", "user_annotation"},
+                      {"ph", "X"},
+                      {"pid", 3},
+                      {"tid", 1},
+                      {"ts", 0},
+                      {"dur", 5}});
     return json{{"traceEvents", events},
                 {"otherData", {{"schema", "napkin-trace/1"}, {"merged_from", json::array()}}}}
         .dump();
@@ -98,7 +106,7 @@ std::string merged_trace() {
 
 TEST(RunStats, AMergedExportOpensAsOneRunPerInput) {
     RunData merged = run_of_trace(merged_trace(), "merged.json");
-    ASSERT_EQ(merged.trace.lanes.size(), 4u);
+    ASSERT_EQ(merged.trace.lanes.size(), 5u);
     ASSERT_EQ(kernel_stats(merged.trace, StatScope::kernels).rows.at(0).count, 2);
     const std::vector<RunData> runs = split_processes(std::move(merged));
     ASSERT_EQ(runs.size(), 2u);
@@ -107,7 +115,7 @@ TEST(RunStats, AMergedExportOpensAsOneRunPerInput) {
     const double peaks[] = {1000, 400};
     for (std::size_t r = 0; r < runs.size(); ++r) {
         const TraceData& t = runs[r].trace;
-        ASSERT_EQ(t.lanes.size(), 2u) << r;
+        ASSERT_EQ(t.lanes.size(), r == 0 ? 2u : 3u) << r;
         EXPECT_EQ(t.lanes[0].process_name, "napkin");
         EXPECT_EQ(t.flows, 1);
         // Its own kernel only, charged to its own op; its own memory chart.
