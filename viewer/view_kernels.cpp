@@ -141,25 +141,13 @@ void draw_row(const KernelStat& k, double step_ns, double peak) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(k.flops > 0 ? fmt_flops(k.flops).c_str() : "-");
     ImGui::TableNextColumn();
-    if (k.flops > 0) {
-        ImGui::Text("%.4g", k.achieved_flop_per_s() / 1e12);
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.flops > 0, "%.4g", k.achieved_flop_per_s() / 1e12);
     ImGui::TableNextColumn();
-    if (k.flops > 0 && peak > 0) {
-        ImGui::Text("%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.flops > 0 && peak > 0, "%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(k.roofline_ns > 0 ? fmt_duration_ns(k.roofline_ns).c_str() : "-");
     ImGui::TableNextColumn();
-    if (k.roofline_ns > 0) {
-        ImGui::Text("%.2fx", k.over_roofline());
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.roofline_ns > 0, "%.2fx", k.over_roofline());
 }
 
 void draw_table(KernelsState& s, double peak) {

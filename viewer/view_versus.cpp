@@ -28,11 +28,7 @@ void draw_side(const KernelStat& k, double ns) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(fmt_duration_ns(ns).c_str());
     ImGui::TableNextColumn();
-    if (k.flops > 0) {
-        ImGui::Text("%.4g", k.achieved_flop_per_s() / 1e12);
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.flops > 0, "%.4g", k.achieved_flop_per_s() / 1e12);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(k.bytes > 0 ? fmt_bytes_short(k.bytes).c_str() : "-");
 }
@@ -77,11 +73,7 @@ void draw_versus(KernelsState& s, const std::vector<RunData>& runs) {
             draw_side(row.a, s.table.a_ns(row));
             draw_side(row.b, s.table.b_ns(row));
             ImGui::TableNextColumn();
-            if (s.table.ratio(row) > 0) {
-                ImGui::Text("%.2fx", s.table.ratio(row));
-            } else {
-                ImGui::TextUnformatted("-");
-            }
+            number_or_dash(s.table.ratio(row) > 0, "%.2fx", s.table.ratio(row));
         }
     }
     ImGui::EndTable();

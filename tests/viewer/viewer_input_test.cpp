@@ -80,6 +80,18 @@ protected:
         in.left_down = false;
         frame(in);
     }
+    // Presses `button` where the pointer is, moves in two frames to x and releases there.
+    void drag_to(float x, bool FrameInput::*button) {
+        FrameInput in = pointer_;
+        in.*button = true;
+        frame(in);  // press
+        in.mouse_x = 0.5f * (in.mouse_x + x);
+        frame(in);
+        in.mouse_x = x;
+        frame(in);
+        in.*button = false;
+        frame(in);  // release
+    }
     void press_key(int key) {
         FrameInput in = pointer_;
         in.keys_down = {key};
@@ -188,15 +200,7 @@ TEST_F(ViewerInput, DragPansByThePointersTravel) {
     const double t0 = win().t0_ns, t1 = win().t1_ns;
     const double ns_per_px = pixel_ns();
     const int selected_before = tl().selected_run;
-    FrameInput in = pointer_;
-    in.left_down = true;
-    frame(in);  // press
-    in.mouse_x = x + 60.0f;
-    frame(in);
-    in.mouse_x = x + 150.0f;
-    frame(in);
-    in.left_down = false;
-    frame(in);  // release: a drag, not a click
+    drag_to(x + 150.0f, &FrameInput::left_down);  // a drag, not a click
     // Dragged right by 150 px: the content follows the pointer, the window moves back in time.
     EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
     EXPECT_NEAR(win().t1_ns, t1 - 150.0 * ns_per_px, 0.5 * ns_per_px);
@@ -214,15 +218,7 @@ TEST_F(ViewerInput, RightDragSelectsARangeAndSumsItUp) {
     move_to(x, y);
     const double t0 = win().t0_ns, t1 = win().t1_ns;
     const double at_start = tl().axis.t(x), at_end = tl().axis.t(x + 200.0f);
-    FrameInput in = pointer_;
-    in.right_down = true;
-    frame(in);  // press
-    in.mouse_x = x + 120.0f;
-    frame(in);
-    in.mouse_x = x + 200.0f;
-    frame(in);
-    in.right_down = false;
-    frame(in);  // release
+    drag_to(x + 200.0f, &FrameInput::right_down);
     EXPECT_EQ(win().t0_ns, t0);
     EXPECT_EQ(win().t1_ns, t1);
     EXPECT_NEAR(tl().range_t0, at_start, 1.0);
@@ -232,6 +228,7 @@ TEST_F(ViewerInput, RightDragSelectsARangeAndSumsItUp) {
     EXPECT_EQ(s, summarize_range(run(), std::llround(tl().range_t0), std::llround(tl().range_t1)));
     EXPECT_GT(s.ops, 0);
     // A right click clears it.
+    FrameInput in = pointer_;
     in.right_down = true;
     frame(in);
     in.right_down = false;
