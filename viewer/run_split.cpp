@@ -81,7 +81,9 @@ TraceData part_of(const TraceData& t, const std::vector<int>& group, int g,
         const auto it = group_of_pid.find(c.pid);
         if ((it == group_of_pid.end() ? 0 : it->second) != g) continue;
         part.counters.push_back(c);
-        if (c.t_ns.empty()) continue;
+        // The span is the ranges' (the profiled window), the counters' only without ranges: as
+        // the trace reader sets it.
+        if (c.t_ns.empty() || !part.events.empty()) continue;
         part.t_min_ns = any ? std::min(part.t_min_ns, c.t_ns.front()) : c.t_ns.front();
         part.t_max_ns = any ? std::max(part.t_max_ns, c.t_ns.back()) : c.t_ns.back();
         any = true;

@@ -33,7 +33,7 @@ RunData run_of_trace(const std::string& text, const std::string& label) {
 }
 
 // One run of `napkin export`'s output: its process named "LABEL: napkin" (pid renumbered), a host
-// lane with an op that launches a kernel (flow id `flow`), and its memory counter.
+// lane with an op that launches a kernel (flow id `flow`), and its memory counter after them.
 void add_exported_run(json& events, int pid, const std::string& label, int flow,
                       double activations) {
     const auto range = [&](const char* name, const char* cat, int tid, double ts, double dur) {
@@ -63,7 +63,7 @@ void add_exported_run(json& events, int pid, const std::string& label, int flow,
     events.push_back({{"name", "memory"},
                       {"ph", "C"},
                       {"pid", pid},
-                      {"ts", 0},
+                      {"ts", 150},  // after the ranges: not in the profiled window
                       {"args", {{"activations", activations}}}});
     events.push_back(range("step", "step", 1, 0, 100));
     events.push_back(range("h.0.mlp.fc", "op", 1, 10, 50));
@@ -118,6 +118,8 @@ TEST(RunStats, AMergedExportOpensAsOneRunPerInput) {
         ASSERT_EQ(t.lanes.size(), r == 0 ? 2u : 3u) << r;
         EXPECT_EQ(t.lanes[0].process_name, "napkin");
         EXPECT_EQ(t.flows, 1);
+        EXPECT_EQ(t.t_min_ns, 0);
+        EXPECT_EQ(t.t_max_ns, 100000);  // the ranges' span, not the counters'
         // Its own kernel only, charged to its own op; its own memory chart.
         const KernelStats kernels = kernel_stats(t, StatScope::kernels);
         ASSERT_EQ(kernels.rows.size(), 1u);

@@ -403,10 +403,12 @@ TEST_F(ViewerGui, RangeMarksTheTimeGiven) {
 // run's table (whose "% of step" column is drawn as progress bars, in ImGui's histogram colour).
 TEST_F(ViewerGui, VersusPutsTwoRunsSideBySide) {
     const Rgb bars{230, 179, 0};  // ImGuiCol_PlotHistogram of the dark style
+    const std::string runs =
+        " --view kernels " + (*dir_ / "fp32").string() + " " + (*dir_ / "bf16-ckpt").string();
     int w = 0, h = 0;
-    const auto one = screenshot("kernels_one", w, h, " --mode ops");
+    const auto one = shot("kernels_one", runs + " --mode ops", w, h);
     EXPECT_GT(count_of(one, bars, w), 500u);
-    const auto two = screenshot("kernels_versus", w, h, " --mode ops --versus bf16");
+    const auto two = shot("kernels_versus", runs + " --mode ops --versus bf16", w, h);
     expect_not_blank(two);
     EXPECT_EQ(count_of(two, bars, w), 0u);
     const Result none =
