@@ -35,10 +35,14 @@ const std::vector<ShortcutGroup>& shortcuts() {
          {{"shift + wheel", "scroll the lanes"},
           {"hover", "a range's args; a lane label's whole name; a counter's value and scale"},
           {"click", "select a range (its args stay in the status line)"},
+          {"right drag", "mark a time range: its ops, kernels and bytes summed per run"},
+          {"right click", "clear the marked range"},
           {"find box, Enter",
            "outline every range whose name contains the text; jump to the next"}}},
         {"Memory", {{"click", "list the blocks live at that time"}}},
-        {"Kernels", {{"click a column header", "sort by it"}}},
+        {"Kernels",
+         {{"click a column header", "sort by it"},
+          {"vs", "a second run: the A-vs-B table per name"}}},
         {"Everywhere", {{"?", "this list (? or Esc closes it)"}}},
     };
     return kGroups;
@@ -87,6 +91,15 @@ TimeView time_view_of(const std::vector<RunData>& runs) {
     return v;
 }
 
+int run_named(const std::vector<RunData>& runs, const std::string& name) {
+    int part = -1;
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+        if (runs[r].label == name) return static_cast<int>(r);
+        if (part < 0 && runs[r].label.find(name) != std::string::npos) part = static_cast<int>(r);
+    }
+    return part;
+}
+
 App::App(std::vector<RunData> runs) : runs_(std::move(runs)), time_(time_view_of(runs_)) {}
 
 std::string App::open(const OpenOptions& o) {
@@ -96,6 +109,16 @@ std::string App::open(const OpenOptions& o) {
     if (o.window)
         time_.window = {time_.origin_ns + o.window->t0_ns, time_.origin_ns + o.window->t1_ns};
     std::snprintf(timeline_.find, sizeof timeline_.find, "%s", o.find.c_str());
+    if (o.range) {
+        timeline_.range_t0 = time_.origin_ns + o.range->t0_ns;
+        timeline_.range_t1 = time_.origin_ns + o.range->t1_ns;
+    }
+    if (!o.versus.empty()) {
+        kernels_.versus = run_named(runs_, o.versus);
+        if (kernels_.versus < 0)
+            return "--versus: no run named '" + o.versus + "' (nor with it in its name)";
+        if (kernels_.versus == kernels_.run) kernels_.run = kernels_.versus == 0 ? 1 : 0;
+    }
     if (!o.select.empty() &&
         !select_event(timeline_, time_, runs_, o.select, !o.window.has_value())) {
         return "--select: no event named '" + o.select + "' (nor with it in its name)";

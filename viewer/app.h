@@ -21,7 +21,12 @@ struct OpenOptions {
     std::string find;                  // the find box's text: its matches outlined
     std::string select;  // an event's name (else part of it): selected, and shown unless `window`
     bool keys = false;   // the `?` overlay of keys shown
+    std::optional<TimeWindow> range;  // the timeline's range selection, ns from the runs' start
+    std::string versus;  // the kernels view's second run (its label, else part of it): A vs B
 };
+
+// The index of the run labelled `name`, else of the first whose label contains it; -1 if none.
+int run_named(const std::vector<RunData>& runs, const std::string& name);
 
 class App {
 public:

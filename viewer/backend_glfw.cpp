@@ -91,6 +91,7 @@ void apply_input(ImGuiIO& io, const FrameInput& in) {
     for (bool& down : io.MouseDown)
         down = false;
     io.MouseDown[ImGuiMouseButton_Left] = in.left_down;
+    io.MouseDown[ImGuiMouseButton_Right] = in.right_down;
     io.MouseWheel = in.wheel;
     io.MouseWheelH = 0.0f;
     for (bool& down : io.KeysDown)

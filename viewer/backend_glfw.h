@@ -29,7 +29,8 @@ struct WindowOptions {
 struct FrameInput {
     float mouse_x = -1.0f, mouse_y = -1.0f;  // pixels from the top left; negative: no pointer
     bool left_down = false;
-    float wheel = 0.0f;  // notches, > 0 away from the user (zoom in)
+    bool right_down = false;  // a right drag marks a time range on the timeline
+    float wheel = 0.0f;       // notches, > 0 away from the user (zoom in)
     bool shift = false;
     std::vector<int> keys_down;
     std::string text;  // UTF-8 characters typed

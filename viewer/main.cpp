@@ -1,6 +1,7 @@
 // napkin-view: the desktop viewer (`napkin view` starts it). Opens run folders and Chrome trace
 // files; with --screenshot renders one view headless into a PNG and exits. --view, --mode,
-// --window, --find, --select and --keys open it in a given state, so that any state has a command.
+// --window, --find, --select, --range, --versus and --keys open it in a given state, so that any
+// state has a command.
 // Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select),
 // 2 usage error.
 #include <cstdio>
@@ -20,7 +21,7 @@ namespace viewer = napkin::viewer;
 
 struct Flags {
     std::vector<std::string> paths;
-    std::string screenshot, view = "timeline", mode, window, size;
+    std::string screenshot, view = "timeline", mode, window, range, size;
     int frames = 3;
     viewer::OpenOptions open;
     viewer::WindowOptions window_options;
@@ -49,6 +50,12 @@ void add_options(CLI::App& cli, Flags& f) {
                    "Select the first event with this name (else with it in its name); shown "
                    "when no --window is given");
     cli.add_flag("--keys", f.open.keys, "Show the list of keys (what ? shows)");
+    cli.add_option("--range", f.range,
+                   "Select a time range on the timeline, START:END as --window: its ops, kernels "
+                   "and bytes summed under the lanes");
+    cli.add_option("--versus", f.open.versus,
+                   "The kernels view's second run (its name, else part of it): an A-vs-B table "
+                   "of the first run against it");
     cli.add_option("--size", f.size,
                    "Window or PNG size WxH (default 1600x900 window, 1280x720 PNG)");
     cli.add_option("--frames", f.frames, "Frames rendered before a screenshot is taken")
@@ -81,6 +88,12 @@ std::string check_flags(Flags& f) {
             return "--window: " + err;
         f.open.window = w;
     }
+    if (!f.range.empty()) {
+        viewer::TimeWindow w;
+        if (std::string err = viewer::parse_time_window(f.range, w); !err.empty())
+            return "--range: " + err;
+        f.open.range = w;
+    }
     viewer::WindowOptions& opt = f.window_options;
     opt.headless = !f.screenshot.empty();
     if (opt.headless) {
@@ -99,8 +112,11 @@ std::string check_flags(Flags& f) {
 std::vector<viewer::RunData> load_runs(const Flags& f, bool& unusable) {
     std::vector<viewer::RunData> runs;
     unusable = false;
-    for (const std::string& p : f.paths)
-        runs.push_back(viewer::load_run(p));
+    for (const std::string& p : f.paths) {
+        // A merged trace (napkin export) opens as one run per run it merged.
+        for (viewer::RunData& part : viewer::split_processes(viewer::load_run(p)))
+            runs.push_back(std::move(part));
+    }
     if (!f.window_options.headless) return runs;
     for (const auto& r : runs) {
         for (const std::string& e : r.errors)

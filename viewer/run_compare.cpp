@@ -110,6 +110,41 @@ void add_parallel_results(const std::function<void(const std::string&, const Row
     });
 }
 
+// The performance model's step (predicted.time): its seconds beside the measured median, and
+// where it says the time goes (seconds_by_bucket: gemm, attention, memory_bound, ...).
+void add_time_prediction(const std::function<void(const std::string&, const Row&)>& add,
+                         const std::vector<const RunData*>& runs) {
+    add("step time (predicted)", [](const ReportData& r) {
+        return r.predicted.time ? fmt_duration_ns(r.predicted.time->step_seconds * 1e9)
+                                : std::string("-");
+    });
+    add("measured / predicted step", [](const ReportData& r) {
+        const double s = median_step_seconds(r);
+        if (!r.predicted.time || !std::isfinite(s) || r.predicted.time->step_seconds <= 0)
+            return std::string("-");
+        char b[32];
+        std::snprintf(b, sizeof b, "%.2fx", s / r.predicted.time->step_seconds);
+        return std::string(b);
+    });
+    std::vector<std::string> buckets;
+    for (const RunData* run : runs) {
+        if (!run->report.predicted.time) continue;
+        for (const auto& [bucket, seconds] : run->report.predicted.time->seconds_by_bucket) {
+            if (std::find(buckets.begin(), buckets.end(), bucket) == buckets.end())
+                buckets.push_back(bucket);
+        }
+    }
+    for (const std::string& bucket : buckets) {
+        add("  " + bucket + " (predicted)", [bucket](const ReportData& r) {
+            if (!r.predicted.time) return std::string("-");
+            const auto it = r.predicted.time->seconds_by_bucket.find(bucket);
+            return it == r.predicted.time->seconds_by_bucket.end()
+                       ? std::string("-")
+                       : fmt_duration_ns(it->second * 1e9);
+        });
+    }
+}
+
 }  // namespace
 
 double predicted_total_bytes(const ReportData& r) {
@@ -183,6 +218,8 @@ std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs) {
         const double s = median_step_seconds(r);
         return std::isfinite(s) ? fmt_duration_ns(s * 1e9) : std::string("-");
     });
+    if (any([](const ReportData& r) { return r.predicted.time.has_value(); }))
+        add_time_prediction(add, runs);
     add("tokens/s", [](const ReportData& r) { return integer_or(r.measured.tokens_per_s, "-"); });
     add("MFU", [](const ReportData& r) {
         char b[32];

@@ -23,6 +23,13 @@ std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out
 
 namespace {
 
+std::vector<char> device_work_by_string(const TraceData& t) {
+    std::vector<char> out(t.strings.size(), 0);
+    for (std::uint32_t i = 0; i < t.strings.size(); ++i)
+        out[i] = profiler::is_device_work(t.strings[i]) ? 1 : 0;
+    return out;
+}
+
 // Device time per host op (by event index; empty without device work that has a launch): each
 // device record's duration goes to the op enclosing the launch its flow comes from, so a GPU
 // run's op is timed by its kernels, not by the host's launch calls (which made "ops" divide
@@ -43,13 +50,15 @@ std::vector<std::int64_t> device_time_by_op(const TraceData& t,
 
 }  // namespace
 
+std::vector<std::int64_t> device_time_by_op(const TraceData& trace) {
+    return device_time_by_op(trace, device_work_by_string(trace));
+}
+
 KernelStats kernel_stats(const TraceData& trace, StatScope scope,
                          const profiler::Roofline& roofline) {
     KernelStats out;
     std::vector<KernelStat> by_name(trace.strings.size());
-    std::vector<char> device_work(trace.strings.size(), 0);
-    for (std::uint32_t i = 0; i < trace.strings.size(); ++i)
-        device_work[i] = profiler::is_device_work(trace.strings[i]) ? 1 : 0;
+    const std::vector<char> device_work = device_work_by_string(trace);
     const std::vector<std::int64_t> device_ns = scope == StatScope::ops
                                                     ? device_time_by_op(trace, device_work)
                                                     : std::vector<std::int64_t>();

@@ -112,6 +112,10 @@ struct RunData {
 // throws for bad content; a path that does not exist is an error in the result.
 RunData load_run(const std::filesystem::path& path);
 
+// A merged trace (`napkin export`: each process named "LABEL: NAME") as one run per LABEL, each
+// with its own lanes, counters and memory chart, labelled "FILE: LABEL"; any other run as it is.
+std::vector<RunData> split_processes(RunData run);
+
 // The parsers, on a whole document in memory. Each returns "" on success or one line saying
 // what was wrong; the output is usable (possibly partial) either way. Exposed for the tests,
 // the fuzz target and the benchmark. parse_trace is the trace reader's lenient mode.
@@ -165,5 +169,9 @@ struct KernelStats {
 // `roofline`: the run's ceilings (RunData::roofline), or none for no roofline_ns.
 KernelStats kernel_stats(const TraceData& trace, StatScope scope,
                          const profiler::Roofline& roofline = {});
+// Per event index, the device time of the work its launches started when the event is an op
+// (each kernel, copy and set to the op enclosing its launch); empty when no device work has a
+// launch flow.
+std::vector<std::int64_t> device_time_by_op(const TraceData& trace);
 
 }  // namespace napkin::viewer

@@ -13,6 +13,7 @@
 
 #include "estimator/estimate.h"
 #include "viewer/run_data.h"
+#include "viewer/run_stats.h"
 #include "viewer/time_window.h"
 
 namespace napkin::viewer {
@@ -55,6 +56,16 @@ struct TimelineState {
     int hovered_run = -1;
     std::uint32_t hovered_event = kNone;
     std::string hover_text;
+    // A time range (right-drag on the lanes, or --range): shaded, and each run's summary in the
+    // status line (summarize_range), recomputed when the range changes. t1 <= t0: none.
+    double range_t0 = 0, range_t1 = 0;
+    bool ranging = false;
+    double range_anchor = 0;  // where the drag started
+    double summary_t0 = 0, summary_t1 = 0;
+    std::vector<RangeSummary> summaries;
+    // Per run, per event: an op's device time (device_time_by_op), computed on the first hover.
+    std::vector<std::vector<std::int64_t>> device_ns;
+    bool device_ns_ready = false;
     // Drawing counters of the last frame (the benchmark prints them).
     std::int64_t drawn_boxes = 0, merged_boxes = 0, counter_rects = 0;
 };
@@ -95,6 +106,10 @@ struct KernelsState {
     bool resort = false;
     int stats_run = -1, stats_scope = -1;
     KernelStats stats;
+    // A second run beside `run` (-1: none): the A-vs-B table per name (versus_table) instead.
+    int versus = -1;
+    int versus_run = -1, versus_scope = -1;  // what `table` was computed for
+    VersusTable table;
 };
 
 struct CompareState {
@@ -115,6 +130,8 @@ struct EstimateState {
 void draw_timeline(TimelineState& state, TimeView& time, const std::vector<RunData>& runs);
 void draw_memory(MemoryState& state, TimeView& time, const std::vector<RunData>& runs);
 void draw_kernels(KernelsState& state, const std::vector<RunData>& runs);
+// The kernels view with a second run chosen: A (state.run) vs B (state.versus) per name.
+void draw_versus(KernelsState& state, const std::vector<RunData>& runs);
 void draw_compare(CompareState& state, const std::vector<RunData>& runs);
 void draw_estimate(EstimateState& state, const std::vector<RunData>& runs);
 

@@ -1,7 +1,8 @@
 // Compare: runs side by side (precision, checkpointing, attention, ZeRO stage...). Predicted vs
-// measured bytes per memory category, step time, tokens/s, MFU and (data-parallel runs) bytes
-// sent per step as bars, and the table of settings and results (compare_table, run_compare.cpp)
-// with the rows that differ marked.
+// measured bytes per memory category, step time (and the performance model's), tokens/s, MFU and
+// (data-parallel runs) bytes sent per step as bars, the table of settings and results
+// (compare_table, run_compare.cpp) with the rows that differ marked, and each op's predicted vs
+// measured time (op_time_table, run_stats.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include <imgui.h>
 
+#include "viewer/run_stats.h"
 #include "viewer/view.h"
 #include "viewer/widgets.h"
 
@@ -105,6 +107,38 @@ void draw_scalar_bars(const char* title, const std::vector<const RunData*>& rs,
     }
 }
 
+// A table of rows (CompareRow) with a column per run, `height` tall (0: the rest of the view).
+void draw_rows_table(const char* id, const char* first_column,
+                     const std::vector<const RunData*>& rs, const std::vector<CompareRow>& rows,
+                     float height) {
+    const int columns = static_cast<int>(rs.size()) + 1;
+    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders |
+                                  ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchSame;
+    if (columns > 64 ||
+        !ImGui::BeginTable(id, columns, flags,
+                           ImVec2(0, height > 0 ? height : ImGui::GetContentRegionAvail().y)))
+        return;
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableSetupColumn(first_column);
+    for (std::size_t r = 0; r < rs.size(); ++r)
+        ImGui::TableSetupColumn((run_tag(r) + ": " + rs[r]->label).c_str());
+    ImGui::TableHeadersRow();
+    for (const CompareRow& row : rows) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        if (row.differs) {
+            ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.3f, 1.0f), "%s *", row.key.c_str());
+        } else {
+            ImGui::TextUnformatted(row.key.c_str());
+        }
+        for (const std::string& v : row.values) {
+            ImGui::TableNextColumn();
+            ImGui::TextUnformatted(v.c_str());
+        }
+    }
+    ImGui::EndTable();
+}
+
 }  // namespace
 
 void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
@@ -137,6 +171,8 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     for (const RunData* r : rs) {
         step.push_back(median_step_seconds(r->report));
         step_l.push_back(std::isfinite(step.back()) ? fmt_duration_ns(step.back() * 1e9) : "-");
+        if (const double pred = predicted_step_seconds(r->report); std::isfinite(pred))
+            step_l.back() += " (predicted " + fmt_duration_ns(pred * 1e9) + ")";
         tps.push_back(r->report.measured.tokens_per_s);
         std::snprintf(buf, sizeof buf, "%.0f tok/s", tps.back());
         tps_l.push_back(std::isfinite(tps.back()) ? buf : "-");
@@ -144,7 +180,8 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
         std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * mfu.back());
         mfu_l.push_back(std::isfinite(mfu.back()) ? buf : "-");
     }
-    draw_scalar_bars("step time (median)", rs, step, step_l, ImVec2(side_w, each_h));
+    draw_scalar_bars("step time (median; the performance model's prediction)", rs, step, step_l,
+                     ImVec2(side_w, each_h));
     draw_scalar_bars("tokens/s", rs, tps, tps_l, ImVec2(side_w, each_h));
     draw_scalar_bars("MFU (model FLOP/s / peak)", rs, mfu, mfu_l, ImVec2(side_w, each_h));
     if (parallel) {
@@ -166,32 +203,12 @@ void draw_compare(CompareState& /*state*/, const std::vector<RunData>& runs) {
     ImGui::EndGroup();
 
     // The table (compare_table, run_compare.cpp): settings, then results; rows that differ marked.
-    const std::vector<CompareRow> rows = compare_table(rs);
-    const int columns = static_cast<int>(rs.size()) + 1;
-    const ImGuiTableFlags flags = ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders |
-                                  ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchSame;
-    if (columns > 64 ||
-        !ImGui::BeginTable("compare", columns, flags, ImGui::GetContentRegionAvail()))
-        return;
-    ImGui::TableSetupScrollFreeze(1, 1);
-    ImGui::TableSetupColumn("");
-    for (std::size_t r = 0; r < rs.size(); ++r)
-        ImGui::TableSetupColumn((run_tag(r) + ": " + rs[r]->label).c_str());
-    ImGui::TableHeadersRow();
-    for (const CompareRow& row : rows) {
-        ImGui::TableNextRow();
-        ImGui::TableNextColumn();
-        if (row.differs) {
-            ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.3f, 1.0f), "%s *", row.key.c_str());
-        } else {
-            ImGui::TextUnformatted(row.key.c_str());
-        }
-        for (const std::string& v : row.values) {
-            ImGui::TableNextColumn();
-            ImGui::TextUnformatted(v.c_str());
-        }
-    }
-    ImGui::EndTable();
+    // Under it, with a time prediction, each op's predicted (performance model) vs measured time.
+    const std::vector<CompareRow> ops = op_time_table(rs);
+    const float table_h = ImGui::GetContentRegionAvail().y;
+    draw_rows_table("compare", "", rs, compare_table(rs), ops.empty() ? table_h : table_h * 0.55f);
+    if (!ops.empty())
+        draw_rows_table("op times", "op: predicted / measured per step", rs, ops, 0.0f);
 }
 
 }  // namespace napkin::viewer

@@ -2,7 +2,7 @@
 // share of the step time, for ops the device time of the work they launched (which TFLOP/s then
 // divides by), FLOPs, achieved TFLOP/s and its share of the run's peak, napkin's
 // roofline prediction for the same calls and measured / roofline (report.json's ceilings).
-// Sortable.
+// Sortable. With a second run chosen ("vs"), the A-vs-B table of the two (view_versus.cpp).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -70,6 +70,21 @@ void draw_toolbar(KernelsState& s, const std::vector<RunData>& runs,
         ImGui::EndCombo();
     }
     ImGui::SameLine();
+    ImGui::SetNextItemWidth(200);
+    const char* versus = s.versus >= 0 ? runs[static_cast<std::size_t>(s.versus)].label.c_str()
+                                       : "(none: one run's table)";
+    if (ImGui::BeginCombo("vs", versus)) {
+        if (ImGui::Selectable("(none: one run's table)", s.versus < 0)) s.versus = -1;
+        for (int r : with_trace) {
+            if (r != s.run &&
+                ImGui::Selectable(runs[static_cast<std::size_t>(r)].label.c_str(), r == s.versus)) {
+                s.versus = r;
+                s.versus_run = -1;  // a new pair: the table is recomputed
+            }
+        }
+        ImGui::EndCombo();
+    }
+    ImGui::SameLine();
     ImGui::RadioButton("kernels", &s.scope, static_cast<int>(StatScope::kernels));
     ImGui::SameLine();
     ImGui::RadioButton("ops", &s.scope, static_cast<int>(StatScope::ops));
@@ -126,25 +141,13 @@ void draw_row(const KernelStat& k, double step_ns, double peak) {
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(k.flops > 0 ? fmt_flops(k.flops).c_str() : "-");
     ImGui::TableNextColumn();
-    if (k.flops > 0) {
-        ImGui::Text("%.4g", k.achieved_flop_per_s() / 1e12);
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.flops > 0, "%.4g", k.achieved_flop_per_s() / 1e12);
     ImGui::TableNextColumn();
-    if (k.flops > 0 && peak > 0) {
-        ImGui::Text("%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.flops > 0 && peak > 0, "%.1f%%", 100.0 * k.achieved_flop_per_s() / peak);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(k.roofline_ns > 0 ? fmt_duration_ns(k.roofline_ns).c_str() : "-");
     ImGui::TableNextColumn();
-    if (k.roofline_ns > 0) {
-        ImGui::Text("%.2fx", k.over_roofline());
-    } else {
-        ImGui::TextUnformatted("-");
-    }
+    number_or_dash(k.roofline_ns > 0, "%.2fx", k.over_roofline());
 }
 
 void draw_table(KernelsState& s, double peak) {
@@ -189,6 +192,13 @@ void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
     if (std::find(with_trace.begin(), with_trace.end(), s.run) == with_trace.end())
         s.run = with_trace.front();
     draw_toolbar(s, runs, with_trace);
+    if (s.versus == s.run ||
+        std::find(with_trace.begin(), with_trace.end(), s.versus) == with_trace.end())
+        s.versus = -1;
+    if (s.versus >= 0) {
+        draw_versus(s, runs);
+        return;
+    }
     const RunData& run = runs[static_cast<std::size_t>(s.run)];
     refresh_stats(s, run);
     const double peak = run.peak_flops_per_s();

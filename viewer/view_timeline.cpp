@@ -13,6 +13,7 @@
 #include <imgui.h>
 
 #include "viewer/timeline_counters.h"
+#include "viewer/timeline_range.h"
 #include "viewer/view.h"
 #include "viewer/widgets.h"
 
@@ -123,54 +124,6 @@ void find_next(TimelineState& s, TimeWindow& w, const std::vector<RunData>& runs
     s.find_run = s.selected_run = best_run;
     s.find_event = s.selected_event = best;
     show_event(w, runs[best_run].trace.events[best]);
-}
-
-// The achieved rate line of a range's args: "achieved 1.2 TFLOP/s (34.5% of peak)".
-std::string achieved_text(const RunData& run, const Event& e, const EventArgs& a) {
-    double flop_per_s = std::isfinite(a.achieved_gflop_per_s) ? a.achieved_gflop_per_s * 1e9 : NAN;
-    if (!std::isfinite(flop_per_s) && std::isfinite(a.flops) && e.dur_ns > 0)
-        flop_per_s = a.flops / (static_cast<double>(e.dur_ns) * 1e-9);
-    std::string s;
-    char buf[96];
-    if (std::isfinite(flop_per_s)) {
-        std::snprintf(buf, sizeof buf, "achieved %.4g TFLOP/s", flop_per_s / 1e12);
-        s += buf;
-        if (run.peak_flops_per_s() > 0) {
-            std::snprintf(buf, sizeof buf, " (%.1f%% of peak)",
-                          100.0 * flop_per_s / run.peak_flops_per_s());
-            s += buf;
-        }
-        s += "\n";
-    }
-    if (std::isfinite(a.achieved_gb_per_s)) {
-        std::snprintf(buf, sizeof buf, "achieved %.4g GB/s\n", a.achieved_gb_per_s);
-        s += buf;
-    }
-    return s;
-}
-
-// A range's name, place, time (from the runs' start, to `resolution_ns`) and args.
-std::string event_details(const RunData& run, const Event& e, double origin_ns,
-                          double resolution_ns) {
-    const TraceData& t = run.trace;
-    const Lane& lane = t.lanes[e.lane];
-    std::string s = t.name_of(e) + "\ncategory " + (t.cat_of(e).empty() ? "-" : t.cat_of(e)) +
-                    ", lane " + lane.process_name + " / " + lane.name + "\nstart " +
-                    fmt_time_at(static_cast<double>(e.start_ns) - origin_ns, resolution_ns) +
-                    ", duration " + fmt_duration_ns(static_cast<double>(e.dur_ns)) + "\n";
-    if (e.args != kNone) {
-        const EventArgs& a = t.args[e.args];
-        if (std::isfinite(a.flops)) s += "FLOPs " + fmt_flops(a.flops) + "\n";
-        if (std::isfinite(a.bytes)) s += "bytes " + fmt_bytes_short(a.bytes) + "\n";
-        s += achieved_text(run, e, a);
-        if (!a.other.empty()) s += a.other + "\n";
-    }
-    if (e.flow_peer != kNone) {
-        const Event& p = t.events[e.flow_peer];
-        s += std::string(t.lanes[e.lane].device ? "launched by " : "flow to ") + t.name_of(p) +
-             " on " + t.lanes[p.lane].name + "\n";
-    }
-    return s;
 }
 
 // The ruler above the lanes: ticks from the runs' start; in the gutter, what the labels count
@@ -404,7 +357,22 @@ void draw_toolbar(TimelineState& s, TimeView& time, const std::vector<RunData>& 
     ImGui::SameLine();
     if (ImGui::Button("Whole run")) time.window = time.whole;
     ImGui::SameLine();
-    ImGui::TextDisabled("%s | wheel zoom, drag pan, F fit, ? keys", window_text(time).c_str());
+    ImGui::TextDisabled("%s | wheel zoom, drag pan, right-drag a range, F fit, ? keys",
+                        window_text(time).c_str());
+}
+
+// The device time of the work event `e` of run `r` launched (0 when none): device_time_by_op of
+// every run, computed once, on the first call.
+std::int64_t device_ns_of(TimelineState& s, const std::vector<RunData>& runs, int r,
+                          std::uint32_t e) {
+    if (!s.device_ns_ready) {
+        s.device_ns.clear();
+        for (const RunData& run : runs)
+            s.device_ns.push_back(device_time_by_op(run.trace));
+        s.device_ns_ready = true;
+    }
+    const auto& d = s.device_ns[static_cast<std::size_t>(r)];
+    return e < d.size() ? d[e] : 0;
 }
 
 // The text under the pointer: a counter's value or a lane's name, else the range's args, else
@@ -418,8 +386,9 @@ void set_hover(TimelineState& s, const std::vector<RunData>& runs, const Hit& hi
     if (!hit.label_tip.empty()) {
         s.hover_text = hit.label_tip;
     } else if (hit.run >= 0 && hit.event != kNone) {
-        s.hover_text = event_details(runs[hit.run], runs[hit.run].trace.events[hit.event],
-                                     origin_ns, s.axis.ns_per_px());
+        s.hover_text =
+            event_details(runs[hit.run], runs[hit.run].trace.events[hit.event], origin_ns,
+                          s.axis.ns_per_px(), device_ns_of(s, runs, hit.run, hit.event));
     } else if (hit.run >= 0 && hit.merged > 0) {
         s.hover_text = std::to_string(hit.merged) + " events merged (" +
                        fmt_duration_ns(hit.merged_t1 - hit.merged_t0) + "): zoom in to see them";
@@ -428,13 +397,13 @@ void set_hover(TimelineState& s, const std::vector<RunData>& runs, const Hit& hi
 }
 
 // The status line: the selected event stays described here.
-void draw_status_line(const TimelineState& s, const std::vector<RunData>& runs, double origin_ns) {
+void draw_status_line(TimelineState& s, const std::vector<RunData>& runs, double origin_ns) {
     if (s.selected_run >= 0 && s.selected_event != kNone &&
         static_cast<std::size_t>(s.selected_run) < runs.size() &&
         s.selected_event < runs[s.selected_run].trace.events.size()) {
-        std::string d =
-            event_details(runs[s.selected_run], runs[s.selected_run].trace.events[s.selected_event],
-                          origin_ns, s.axis.ns_per_px());
+        std::string d = event_details(
+            runs[s.selected_run], runs[s.selected_run].trace.events[s.selected_event], origin_ns,
+            s.axis.ns_per_px(), device_ns_of(s, runs, s.selected_run, s.selected_event));
         std::replace(d.begin(), d.end(), '\n', ' ');
         ImGui::TextUnformatted(d.c_str());
     } else {
@@ -501,8 +470,9 @@ void draw_timeline(TimelineState& s, TimeView& time, const std::vector<RunData>&
     draw_ruler(ImGui::GetWindowDrawList(), m, ruler_pos, time.origin_ns);
     ImGui::Dummy(ImVec2(width, kRulerPx));
 
-    ImGui::BeginChild("lanes", ImVec2(0, -ImGui::GetFrameHeightWithSpacing()), false,
-                      ImGuiWindowFlags_NoScrollWithMouse);
+    const float status_h =
+        static_cast<float>(1 + range_summary_lines(s, runs)) * ImGui::GetFrameHeightWithSpacing();
+    ImGui::BeginChild("lanes", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollWithMouse);
     LanesFrame f;
     f.dl = ImGui::GetWindowDrawList();
     f.m = m;
@@ -523,6 +493,7 @@ void draw_timeline(TimelineState& s, TimeView& time, const std::vector<RunData>&
             y = draw_run(f, s, static_cast<int>(r), runs[r], y, hit);
     }
     draw_flows(f, s, runs, hit);
+    draw_range(f.dl, s, m, f.win_pos.y, f.win_pos.y + f.win_size.y);
     f.dl->PopClipRect();
     ImGui::Dummy(ImVec2(1, std::max(y - top, 1.0f)));
 
@@ -534,9 +505,11 @@ void draw_timeline(TimelineState& s, TimeView& time, const std::vector<RunData>&
         s.selected_run = hit.run;
         s.selected_event = hit.event;
     }
+    range_input(s, m, f.hovered);
     set_hover(s, runs, hit, f.hovered, time.origin_ns);
     ImGui::EndChild();
     draw_status_line(s, runs, time.origin_ns);
+    draw_range_summaries(s, runs);
 }
 
 }  // namespace napkin::viewer

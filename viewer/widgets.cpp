@@ -178,6 +178,14 @@ TimeTicks draw_time_ticks(ImDrawList* dl, const TimeAxis& axis, double origin_ns
     return ticks;
 }
 
+void number_or_dash(bool known, const char* format, double value) {
+    if (known) {
+        ImGui::Text(format, value);
+    } else {
+        ImGui::TextUnformatted("-");
+    }
+}
+
 bool navigate_time(TimeView& time, bool& dragging, const TimeAxis& axis, bool hovered,
                    bool wheel_zooms) {
     const ImGuiIO& io = ImGui::GetIO();

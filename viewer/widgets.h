@@ -42,6 +42,9 @@ void error_text(const std::string& message);
 // Tooltip text wrapped at a readable width.
 void tooltip_text(const std::string& text);
 
+// A table cell's number: `value` in `format` ("%.2fx") when `known`, else "-".
+void number_or_dash(bool known, const char* format, double value);
+
 // `text` at `pos`, cut to `max_w` pixels with "..." when it is wider (font_size 0: the
 // current font's). True when it was cut: the caller offers the whole text on hover.
 bool text_fitted(ImDrawList* dl, ImVec2 pos, float max_w, ImU32 color, const std::string& text,

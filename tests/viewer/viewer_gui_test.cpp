@@ -371,6 +371,53 @@ TEST_F(ViewerGui, KeysShowsTheOverlay) {
     EXPECT_LT(count_of(plain, panel, w), 1000u);  // a few anti-aliased pixels of that colour
 }
 
+// --range marks a time range: the opaque bar along the lanes' top spans the part of the time axis
+// it covers (here the middle third of the window), and a run's summary is listed under the lanes.
+TEST_F(ViewerGui, RangeMarksTheTimeGiven) {
+    const fs::path fp32 = *dir_ / "fp32";
+    std::vector<RunData> runs;
+    runs.push_back(load_run(fp32));
+    const TimeView tv = time_view_of(runs);
+    const double t0 = tv.profiled.t0_ns - tv.origin_ns, span = tv.profiled.span();
+    const auto ns = [](double t) { return std::to_string(std::llround(t)) + "ns"; };
+    const std::string args =
+        " --view timeline --window " + ns(t0) + ":" + ns(t0 + span) + " " + fp32.string();
+    const Rgb bar{255, 200, 60};
+    int w = 0, h = 0;
+    const auto marked =
+        shot("range", args + " --range " + ns(t0 + span / 3) + ":" + ns(t0 + 2 * span / 3), w, h);
+    const Span third = longest_run(marked, w, h, bar);
+    const auto whole = shot("range_whole", args + " --range " + ns(t0) + ":" + ns(t0 + span), w, h);
+    const Span all = longest_run(whole, w, h, bar);
+    EXPECT_GT(all.length, w * 3 / 4);
+    EXPECT_NEAR(third.length, all.length / 3.0, 4.0);
+    EXPECT_NEAR(third.middle, all.middle, 4.0);
+    const auto plain = shot("range_none", args, w, h);
+    EXPECT_EQ(count_of(plain, bar, w), 0u);
+    const Result bad = run(std::string(NAPKIN_BINARY) + " view --screenshot x.png --range 3:2");
+    EXPECT_EQ(bad.rc, 2);
+    EXPECT_NE(bad.err.find("--range"), std::string::npos) << bad.err;
+}
+
+// --versus sets two runs side by side in the kernels view: the A-vs-B table replaces the one
+// run's table (whose "% of step" column is drawn as progress bars, in ImGui's histogram colour).
+TEST_F(ViewerGui, VersusPutsTwoRunsSideBySide) {
+    const Rgb bars{230, 179, 0};  // ImGuiCol_PlotHistogram of the dark style
+    const std::string runs =
+        " --view kernels " + (*dir_ / "fp32").string() + " " + (*dir_ / "bf16-ckpt").string();
+    int w = 0, h = 0;
+    const auto one = shot("kernels_one", runs + " --mode ops", w, h);
+    EXPECT_GT(count_of(one, bars, w), 500u);
+    const auto two = shot("kernels_versus", runs + " --mode ops --versus bf16", w, h);
+    expect_not_blank(two);
+    EXPECT_EQ(count_of(two, bars, w), 0u);
+    const Result none =
+        run(std::string(NAPKIN_BINARY) + " view --screenshot " + (*dir_ / "none.png").string() +
+            " " + (*dir_ / "fp32").string() + " --versus nope");
+    EXPECT_EQ(none.rc, 1);
+    EXPECT_NE(none.err.find("--versus"), std::string::npos) << none.err;
+}
+
 // Single trace files from tests/viewer/data (no training needed): another tool's trace in every
 // view, counter lanes on the timeline, the device's own total in the memory view.
 class ViewerGuiFiles : public testing::Test {

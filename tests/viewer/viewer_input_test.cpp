@@ -3,9 +3,9 @@
 // button, wheel, keys, text) instead of the window's, and the effect read back from the views'
 // state, not from pixels: the timeline's visible window after a wheel, a drag, F; the range hovered
 // and its args; the range a click selects; the match find + Enter jumps to; the blocks a click on
-// the memory chart lists. The pointer is aimed with the layout the views record each frame
-// (TimelineState::axis and lane_y, MemoryChartCache::plot_*). Needs a display (label gui: CI runs
-// it under xvfb-run -a with Mesa's llvmpipe); skips without one.
+// the memory chart lists; the range a right drag marks. The pointer is aimed with the layout the
+// views record each frame (TimelineState::axis and lane_y, MemoryChartCache::plot_*). Needs a
+// display (label gui: CI runs it under xvfb-run -a with Mesa's llvmpipe); skips without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,6 +79,18 @@ protected:
         frame(in);
         in.left_down = false;
         frame(in);
+    }
+    // Presses `button` where the pointer is, moves in two frames to x and releases there.
+    void drag_to(float x, bool FrameInput::*button) {
+        FrameInput in = pointer_;
+        in.*button = true;
+        frame(in);  // press
+        in.mouse_x = 0.5f * (in.mouse_x + x);
+        frame(in);
+        in.mouse_x = x;
+        frame(in);
+        in.*button = false;
+        frame(in);  // release
     }
     void press_key(int key) {
         FrameInput in = pointer_;
@@ -188,15 +200,7 @@ TEST_F(ViewerInput, DragPansByThePointersTravel) {
     const double t0 = win().t0_ns, t1 = win().t1_ns;
     const double ns_per_px = pixel_ns();
     const int selected_before = tl().selected_run;
-    FrameInput in = pointer_;
-    in.left_down = true;
-    frame(in);  // press
-    in.mouse_x = x + 60.0f;
-    frame(in);
-    in.mouse_x = x + 150.0f;
-    frame(in);
-    in.left_down = false;
-    frame(in);  // release: a drag, not a click
+    drag_to(x + 150.0f, &FrameInput::left_down);  // a drag, not a click
     // Dragged right by 150 px: the content follows the pointer, the window moves back in time.
     EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
     EXPECT_NEAR(win().t1_ns, t1 - 150.0 * ns_per_px, 0.5 * ns_per_px);
@@ -205,6 +209,31 @@ TEST_F(ViewerInput, DragPansByThePointersTravel) {
     // Moving after the release no longer pans.
     move_to(x, y);
     EXPECT_NEAR(win().t0_ns, t0 - 150.0 * ns_per_px, 0.5 * ns_per_px);
+}
+
+// A right drag marks a time range (the window does not move) and sums it up per run; a right
+// click without a drag clears it.
+TEST_F(ViewerInput, RightDragSelectsARangeAndSumsItUp) {
+    const float x = tl().axis.x0 + 300.0f, y = lanes_y();
+    move_to(x, y);
+    const double t0 = win().t0_ns, t1 = win().t1_ns;
+    const double at_start = tl().axis.t(x), at_end = tl().axis.t(x + 200.0f);
+    drag_to(x + 200.0f, &FrameInput::right_down);
+    EXPECT_EQ(win().t0_ns, t0);
+    EXPECT_EQ(win().t1_ns, t1);
+    EXPECT_NEAR(tl().range_t0, at_start, 1.0);
+    EXPECT_NEAR(tl().range_t1, at_end, 1.0);
+    ASSERT_EQ(tl().summaries.size(), 1u);
+    const RangeSummary& s = tl().summaries[0];
+    EXPECT_EQ(s, summarize_range(run(), std::llround(tl().range_t0), std::llround(tl().range_t1)));
+    EXPECT_GT(s.ops, 0);
+    // A right click clears it.
+    FrameInput in = pointer_;
+    in.right_down = true;
+    frame(in);
+    in.right_down = false;
+    frame(in);
+    EXPECT_FALSE(tl().range_t1 > tl().range_t0);
 }
 
 TEST_F(ViewerInput, FRestoresTheProfiledWindow) {

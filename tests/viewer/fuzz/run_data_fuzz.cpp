@@ -1,13 +1,17 @@
 // libFuzzer entry for napkin's trace reader and the viewer's loader: any bytes, read as a trace in
 // both modes and as an event stream, parsed as a memory snapshot and a report, then everything
-// the panels compute from a loaded run. Must never crash, hang or leak.
+// the panels compute from a loaded run (a range summed up, a merged file split into its runs, the
+// A-vs-B table, predicted vs measured per op). Must never crash, hang or leak.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "profiler/trace_reader.h"
 #include "viewer/run_data.h"
+#include "viewer/run_stats.h"
 
 std::size_t fuzz_sink = 0;
 
@@ -46,6 +50,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             run.trace.event_at(lane, mid);
         run.trace.host_event_at(mid, "op");
         run.trace.counter(kDeviceMemoryCounter, kDeviceMemoryUsedKey);
+        fuzz_sink += summarize_range(run, run.trace.t_min_ns, mid).top.size();
+        RunData copy;
+        copy.label = "fuzz";
+        copy.has_trace = true;
+        copy.trace = run.trace;
+        const std::vector<RunData> parts = split_processes(std::move(copy));
+        for (const RunData& part : parts) {
+            fuzz_sink += versus_table(kernel_stats(part.trace, StatScope::ops),
+                                      kernel_stats(parts.front().trace, StatScope::ops))
+                             .rows.size();
+        }
     }
     if (run.has_memory) {
         run.live_at(run.memory.peak_t_ns);
@@ -57,6 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         run.peak_flops_per_s();
         const RunData single;
         compare_table({&run, &single});
+        op_time_table({&run, &single});
     }
     return 0;
 }
