@@ -356,8 +356,16 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     }
     // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
     // the report for --resume to publish.
-    write_file_durably(pending_report_path(file), profiler::run_report_text(report));
-    const std::string saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    const std::filesystem::path pending = pending_report_path(file);
+    write_file_durably(pending, profiler::run_report_text(report));
+    std::string saved;
+    try {
+        saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    } catch (...) {  // a full disk: no report of a checkpoint that is not there
+        std::error_code ec;
+        std::filesystem::remove(pending, ec);
+        throw;
+    }
     NAPKIN_ASSERT(saved == loop.checkpoint, "the report names the checkpoint written");
     publish_pending_report(file);
 

@@ -58,12 +58,14 @@ OutDir::OutDir(const fs::path& dir) {
         throw UsageError("--out: cannot create '" + dir.string() + "' (" + ec.message() + ")");
     }
     const fs::path probe = dir / ".napkin-write-test";
-    std::ofstream f(probe);
-    if (!f) {
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int err = errno;
         remove_created();  // a throwing constructor runs no destructor
-        throw UsageError("--out: '" + dir.string() + "' is not writable");
+        throw UsageError("--out: '" + dir.string() + "' is not writable (" + std::strerror(err) +
+                         ")");
     }
-    f.close();
+    ::close(fd);
     fs::remove(probe, ec);
     lock(dir);
 }

@@ -3,66 +3,9 @@
 // fixed. Every command runs under `timeout`, so that a hang fails the case instead of the suite.
 // NAPKIN_UNDER_TEST=/path/to/napkin runs the cases against another build (the frozen one before
 // the fixes fails them).
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <string>
-#include <thread>
-#include <tuple>
-#include <utility>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "fault_util.h"
 
 namespace {
-std::string napkin_under_test() {
-    const char* env = std::getenv("NAPKIN_UNDER_TEST");
-    return env != nullptr && *env != '\0' ? std::string(env) : std::string(NAPKIN_BINARY_PATH);
-}
-}  // namespace
-#define NAPKIN_BINARY napkin_under_test()
-#include "../cli/cli_util.h"
-#include "../cli/mpi_util.h"
-
-namespace fs = std::filesystem;
-
-namespace {
-
-// A hang is a failure: 20 s is far above any case's own time (a second or two each).
-const std::string kTimeout = "timeout -s KILL 20 ";
-const std::string kTinyRun = " --steps 1 --micro-batch 2 --seq-len 16 --quiet";
-
-class Fault : public testing::Test {
-protected:
-    void SetUp() override {
-        dir_ = fs::path(testing::TempDir()) /
-               ("napkin_fault_" + std::to_string(getpid()) + "_" +
-                testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-
-    fs::path fifo(const std::string& name) {
-        const fs::path p = dir_ / name;
-        EXPECT_EQ(::mkfifo(p.c_str(), 0600), 0);
-        return p;
-    }
-    // A run's exit code 1 or 2 with one line naming `path` and containing `what`.
-    static void expect_refused(const CliRun& r, const std::string& path, const std::string& what) {
-        EXPECT_TRUE(r.rc == 1 || r.rc == 2) << "rc " << r.rc << "\n" << r.err;
-        EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
-        EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
-    }
-
-    fs::path dir_;
-};
 
 // ---- 7. Non-regular files and unbounded reads --------------------------------------------------
 
