@@ -232,7 +232,7 @@ struct StepLoop {
     StepRange steps;         // last is lowered when a signal stops the run
     std::string checkpoint;  // the last one written
     std::optional<StopOnSignal>
-        stop;  // Ctrl-C: stop after the step, writing what --stop-after would
+        stop;                        // Ctrl-C: stop after the step, writing what --stop-after would
     std::optional<Anomaly> anomaly;  // --detect-anomaly stopped the run in step steps.last
 };
 
@@ -301,6 +301,7 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
             loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
         }
     }
+    if (loop.steps.last == loop.run.options.steps) inject_test_fault(comm.rank(), loop.steps.last);
     // Interrupted before its first step: nothing to report or resume.
     if (totals.steps.empty() && !loop.anomaly) {
         throw Interrupted("interrupted before the first step; nothing written",
@@ -371,7 +372,9 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
-    if (loop.stop && loop.stop->requested()) {
+    // A stop asked for once the last step was trained stops nothing: the run is whole (exit 0),
+    // and --resume would only say that it finished.
+    if (loop.stop && loop.stop->requested() && loop.steps.last < loop.run.options.steps) {
         std::fflush(stdout);
         throw Interrupted("interrupted after step " + std::to_string(loop.steps.last) + " of " +
                               std::to_string(loop.run.options.steps) +
