@@ -424,6 +424,9 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         trainer.set_stop_check([&stop = *loop.stop] { return stop.requested(); });
     }
     warn_long_steps(run.options, pred, peak);
+    const std::string repeats = data_repeat_warning(
+        run.options, comm.world_size(), steps.last - steps.first, trainer.data().tokens());
+    if (!repeats.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", repeats.c_str());
     const StepTotals totals = run_steps(loop, comm);
     finish_run(loop, totals, ei, pred, init, given_profile);
 }

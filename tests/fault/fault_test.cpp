@@ -307,6 +307,42 @@ TEST_F(Fault, SignalsAroundTheLastStep) {
     EXPECT_TRUE(slurp((killed / "checkpoint.safetensors").string()) == want);
 }
 
+// ---- 8. A run that reads its data many times over ----------------------------------------------
+
+// A token file in llm.c's format: 256 int32 (magic 20240520, version 1, the count), then uint16.
+void write_token_file(const fs::path& file, std::int32_t tokens) {
+    std::int32_t header[256] = {20240520, 1, tokens};
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    for (std::int32_t i = 0; i < tokens; ++i) {
+        const std::uint16_t t = static_cast<std::uint16_t>(i % 256);
+        out.write(reinterpret_cast<const char*>(&t), 2);
+    }
+}
+
+TEST_F(Fault, ARunThatRepeatsItsDataIsWarnedAbout) {
+    const fs::path data = dir_ / "small.bin";
+    write_token_file(data, 1000);
+    // 3 steps of B 2 x T 16 x G 20 = 640 tokens read 1920 of 1000: twice over, and more.
+    const CliRun r = napkin("train --data " + data.string() +
+                                " --steps 3 --micro-batch 2 --seq-len 16 --grad-accum 20 --quiet "
+                                "--out " +
+                                (dir_ / "run").string(),
+                            kTimeout);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find("napkin: warning: --data " + data.string() +
+                         " holds 1000 tokens; 3 steps of 640 tokens (B 2 x T 16 x G 20 x 1 ranks) "
+                         "read 1.92e+03, the data 1.92 times over"),
+              std::string::npos)
+        << r.err;
+    // One step of 32 tokens: within the data, no warning.
+    const CliRun once =
+        napkin("train --data " + data.string() + kTinyRun + " --out " + (dir_ / "once").string(),
+               kTimeout);
+    EXPECT_EQ(once.rc, 0) << once.err;
+    EXPECT_EQ(once.err.find("warning"), std::string::npos) << once.err;
+}
+
 // ---- 6. Ranks started with different flags ------------------------------------------------------
 
 // Two ranks (an MPMD launch: one command per rank) that differ in what they write: refused at
