@@ -256,21 +256,6 @@ TEST_F(FaultFlips, CheckpointsAndTheirManifests) {
     RecordProperty("cases", cases);
 }
 
-// A token file in llm.c's format (docs/ENGINE.md): 256 int32 (magic 20240520, version 1, the
-// token count), then the tokens as uint16, here below the tiny model's vocabulary of 256.
-void write_tokens(const fs::path& file, std::uint32_t tokens) {
-    std::vector<std::int32_t> header(256, 0);
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = static_cast<std::int32_t>(tokens);
-    std::ofstream out(file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header.data()), 1024);
-    for (std::uint32_t i = 0; i < tokens; ++i) {
-        const std::uint16_t t = static_cast<std::uint16_t>((i * 2654435761u) >> 24);
-        out.write(reinterpret_cast<const char*>(&t), 2);
-    }
-}
-
 TEST_F(FaultFlips, ReportsTracesProfilesConfigsAndTokens) {
     const fs::path run = dir_ / "run", inputs = dir_ / "inputs";
     ASSERT_EQ(napkin("train --steps 1 --micro-batch 1 --seq-len 8 --quiet --profile all --out " +
@@ -286,7 +271,7 @@ TEST_F(FaultFlips, ReportsTracesProfilesConfigsAndTokens) {
               0);
     fs::copy(fs::path(NAPKIN_TEST_DATA) / "napkin_tiny.json", inputs / "napkin.json");
     fs::copy(fs::path(NAPKIN_TEST_DATA) / "hf_gpt2_config.json", inputs / "hf.json");
-    write_tokens(inputs / "tokens.bin", 4096);
+    write_token_file(inputs / "tokens.bin", 4096);
     const Reader export_run = {"export {} -o {}/merged.json", ""}, report = {"report {}", ""};
     std::vector<Target> targets = {
         file_target("report.json", run, "report.json", false, {report, export_run}),

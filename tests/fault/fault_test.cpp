@@ -67,6 +67,39 @@ TEST_F(Fault, FifoAsCheckpointAndInitFromIsRefused) {
                    "no checkpoint at");
 }
 
+// A FIFO as a run's trace or as a shard, a device as a checkpoint, a link to a device: refused at
+// once. A link to a good file is followed: a correct load.
+TEST_F(Fault, FifosDevicesAndLinksAsInputs) {
+    const fs::path run = dir_ / "run", zrun = dir_ / "zrun";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --profile all --out " + run.string(), kTimeout).rc, 0);
+    ASSERT_EQ(napkin("train" + kTinyRun + " --zero 2 --out " + zrun.string(), kTimeout).rc, 0);
+    fs::remove(run / "trace.json");
+    ASSERT_EQ(::mkfifo((run / "trace.json").c_str(), 0600), 0);
+    expect_refused(napkin("export " + run.string() + " -o " + (dir_ / "m.json").string(), kTimeout),
+                   (run / "trace.json").string(), "not a regular file");
+    const fs::path shard = zrun / "checkpoints" / "step-00000001" / "rank0.safetensors";
+    const fs::path kept = dir_ / "rank0.safetensors";
+    fs::rename(shard, kept);
+    ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+    expect_refused(napkin("ckpt consolidate " + zrun.string(), kTimeout), shard.string(),
+                   "not a regular file");
+    expect_refused(napkin("train --quiet --zero 2 --resume " + zrun.string(), kTimeout),
+                   shard.string(), "not a regular file");
+    expect_refused(napkin("train --init-from /dev/null" + kTinyRun, kTimeout), "/dev/null",
+                   "not a regular file");
+    fs::create_symlink("/dev/zero", dir_ / "config.json");
+    expect_refused(napkin("train --config " + (dir_ / "config.json").string() + kTinyRun, kTimeout),
+                   (dir_ / "config.json").string(), "not a regular file");
+    // The shard back behind a link: followed, and the consolidation is the one without it.
+    fs::remove(shard);
+    fs::create_symlink(kept, shard);
+    EXPECT_EQ(
+        napkin("ckpt consolidate " + zrun.string() + " -o " + (dir_ / "one.safetensors").string(),
+               kTimeout)
+            .rc,
+        0);
+}
+
 // ---- 3. --init-from verifies the checksum ------------------------------------------------------
 
 TEST_F(Fault, InitFromACorruptCheckpointIsRefused) {
@@ -308,17 +341,6 @@ TEST_F(Fault, SignalsAroundTheLastStep) {
 }
 
 // ---- 8. A run that reads its data many times over ----------------------------------------------
-
-// A token file in llm.c's format: 256 int32 (magic 20240520, version 1, the count), then uint16.
-void write_token_file(const fs::path& file, std::int32_t tokens) {
-    std::int32_t header[256] = {20240520, 1, tokens};
-    std::ofstream out(file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header), sizeof header);
-    for (std::int32_t i = 0; i < tokens; ++i) {
-        const std::uint16_t t = static_cast<std::uint16_t>(i % 256);
-        out.write(reinterpret_cast<const char*>(&t), 2);
-    }
-}
 
 TEST_F(Fault, ARunThatRepeatsItsDataIsWarnedAbout) {
     const fs::path data = dir_ / "small.bin";

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,19 @@ inline std::vector<std::string> temporaries_under(const fs::path& dir) {
             found.push_back(it->path().string());
     }
     return found;
+}
+
+// A token file in llm.c's format (docs/ENGINE.md): 256 int32 (magic 20240520, version 1, the
+// count), then the tokens as uint16, here below the tiny model's vocabulary of 256.
+inline void write_token_file(const fs::path& file, std::int32_t tokens) {
+    std::int32_t header[256] = {20240520, 1, tokens};
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    for (std::int32_t i = 0; i < tokens; ++i) {
+        const auto t =
+            static_cast<std::uint16_t>((static_cast<std::uint32_t>(i) * 2654435761u) >> 24);
+        out.write(reinterpret_cast<const char*>(&t), 2);
+    }
 }
 
 }  // namespace
