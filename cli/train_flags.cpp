@@ -278,7 +278,9 @@ std::string data_repeat_warning(const TrainOptions& o, int world, int steps,
     const double per_step = static_cast<double>(o.plan.micro_batch) *
                             static_cast<double>(o.plan.seq_len) * o.grad_accum * world;
     const double read = per_step * steps;
-    if (data_tokens == 0 || !(read > static_cast<double>(data_tokens))) return "";
+    // Fewer tokens than one sequence: the first batch refuses the data, on its own line.
+    const auto sequence = static_cast<std::uint64_t>(o.plan.seq_len) + 1;
+    if (data_tokens < sequence || !(read > static_cast<double>(data_tokens))) return "";
     char line[512];
     std::snprintf(line, sizeof line,
                   "napkin: warning: --data %s holds %llu tokens; %d steps of %.3g tokens (B %lld x "

@@ -233,11 +233,18 @@ TEST_F(Fault, ARunRemovesTheTemporariesOfAKilledWriter) {
     const fs::path dead = run / "checkpoint.safetensors.tmp-999999999-0123456789abcdef";
     const fs::path live =
         run / ("report.json.tmp-" + std::to_string(getpid()) + "-0123456789abcdef");
+    // A rank killed while writing its shard of a sharded checkpoint.
+    const fs::path step = run / "checkpoints" / "step-00000006";
+    fs::create_directories(step);
+    const fs::path shard = step / "rank0.safetensors.tmp-999999999-0123456789abcdef";
     std::ofstream(dead) << "half";
     std::ofstream(live) << "in progress";
+    std::ofstream(shard) << "half";
     ASSERT_EQ(napkin("train" + kTinyRun + " --out " + run.string(), kTimeout).rc, 0);
     EXPECT_FALSE(fs::exists(dead));
     EXPECT_TRUE(fs::exists(live));
+    EXPECT_TRUE(temporaries_under(run / "checkpoints").empty());
+    EXPECT_TRUE(temporaries_under(run / "checkpoints.previous").empty());
 }
 
 // An export killed mid-write (SIGTERM's default action, kill -9) leaves its temporary; the next
