@@ -34,7 +34,8 @@ protected:
 
     // Runs `commands` (shell, napkin as $N, the mount as $M) with a tmpfs of `size` ("64k") on
     // $M, read-only when `mount_options` says "ro". With `fill`, a file takes all its free space
-    // first (a full disk). The result is the last command's.
+    // first (a full disk). The result is the last command's; calibrate's among them, under
+    // kLongTimeout.
     TmpfsRun in_tmpfs(const std::string& mount_options, bool fill, const std::string& commands) {
         static int calls = 0;
         const std::string tag = std::to_string(calls++);
@@ -49,7 +50,7 @@ protected:
                               << "rc=$?; rm -f $M/fill; cp -a $M/. " << seen.string()
                               << "; exit $rc\n";
         const int status =
-            std::system(("unshare -rm " + kTimeout + "sh " + script.string()).c_str());
+            std::system(("unshare -rm " + kLongTimeout + "sh " + script.string()).c_str());
         TmpfsRun r;
         r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         r.err = slurp(err.string());

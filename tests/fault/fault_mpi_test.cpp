@@ -12,7 +12,7 @@ class FaultZero : public Fault, public testing::WithParamInterface<int> {
 protected:
     // `mpirun -n 2` of napkin train: each rank writes its pid to `pids`<rank> and becomes napkin.
     std::string launch(const fs::path& pids, const std::string& args) const {
-        return kMpiEnv + "timeout -k 5 30 " + std::string(NAPKIN_MPIEXEC) +
+        return kMpiEnv + "timeout -k 5 60 " + std::string(NAPKIN_MPIEXEC) +
                " -n 2 --oversubscribe sh -c 'echo $$ > " + pids.string() +
                "$OMPI_COMM_WORLD_RANK; exec " + napkin_under_test() + " train" + args + "'";
     }
@@ -85,7 +85,7 @@ TEST_P(FaultZero, AKilledRankResumesBitForBit) {
             const CliRun r =
                 napkin("train" + (saved ? " --quiet" + zero + " --resume " + out.string()
                                         : args + out.string()),
-                       kMpiEnv + kTimeout + std::string(NAPKIN_MPIEXEC) + " -n 2 --oversubscribe ");
+                       kMpiEnv + kLongTimeout + std::string(NAPKIN_MPIEXEC) + " -n 2 --oversubscribe ");
             const bool finished =
                 reported && r.rc == 2 &&
                 r.err.find("the run already finished its 6 steps") != std::string::npos;

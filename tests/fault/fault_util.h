@@ -38,6 +38,9 @@ namespace {
 
 // A hang is a failure: 20 s is far above any case's own time (a second or two each).
 const std::string kTimeout = "timeout -s KILL 20 ";
+// For a command that measures the machine (napkin calibrate), a few seconds alone and many times
+// that on a machine loaded by other tests.
+const std::string kLongTimeout = "timeout -s KILL 60 ";
 const std::string kTinyRun = " --steps 1 --micro-batch 2 --seq-len 16 --quiet";
 
 class Fault : public testing::Test {
