@@ -232,7 +232,7 @@ struct StepLoop {
     StepRange steps;         // last is lowered when a signal stops the run
     std::string checkpoint;  // the last one written
     std::optional<StopOnSignal>
-        stop;  // Ctrl-C: stop after the step, writing what --stop-after would
+        stop;                        // Ctrl-C: stop after the step, writing what --stop-after would
     std::optional<Anomaly> anomaly;  // --detect-anomaly stopped the run in step steps.last
 };
 
@@ -301,6 +301,7 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
             loop.checkpoint = save_run_checkpoint(loop.run.run_dir, trainer, loop.run.parallel);
         }
     }
+    if (loop.steps.last == loop.run.options.steps) inject_test_fault(comm.rank(), loop.steps.last);
     // Interrupted before its first step: nothing to report or resume.
     if (totals.steps.empty() && !loop.anomaly) {
         throw Interrupted("interrupted before the first step; nothing written",
@@ -356,14 +357,24 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     }
     // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
     // the report for --resume to publish.
-    write_file_durably(pending_report_path(file), profiler::run_report_text(report));
-    const std::string saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    const std::filesystem::path pending = pending_report_path(file);
+    write_file_durably(pending, profiler::run_report_text(report));
+    std::string saved;
+    try {
+        saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
+    } catch (...) {  // a full disk: no report of a checkpoint that is not there
+        std::error_code ec;
+        std::filesystem::remove(pending, ec);
+        throw;
+    }
     NAPKIN_ASSERT(saved == loop.checkpoint, "the report names the checkpoint written");
     publish_pending_report(file);
 
     print_run_summary(report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
-    if (loop.stop && loop.stop->requested()) {
+    // A stop asked for once the last step was trained stops nothing: the run is whole (exit 0),
+    // and --resume would only say that it finished.
+    if (loop.stop && loop.stop->requested() && loop.steps.last < loop.run.options.steps) {
         std::fflush(stdout);
         throw Interrupted("interrupted after step " + std::to_string(loop.steps.last) + " of " +
                               std::to_string(loop.run.options.steps) +
@@ -413,6 +424,9 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
         trainer.set_stop_check([&stop = *loop.stop] { return stop.requested(); });
     }
     warn_long_steps(run.options, pred, peak);
+    const std::string repeats = data_repeat_warning(
+        run.options, comm.world_size(), steps.last - steps.first, trainer.data().tokens());
+    if (!repeats.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", repeats.c_str());
     const StepTotals totals = run_steps(loop, comm);
     finish_run(loop, totals, ei, pred, init, given_profile);
 }

@@ -161,6 +161,7 @@ bool fault_at(const char* var, int rank, int steps_done) {
 
 void inject_test_fault(int rank, int steps_done) {
     if (fault_at("NAPKIN_TEST_KILL_RANK_AT_STEP", rank, steps_done)) std::raise(SIGKILL);
+    if (fault_at("NAPKIN_TEST_TERM_RANK_AT_STEP", rank, steps_done)) std::raise(SIGTERM);
     if (fault_at("NAPKIN_TEST_HANG_RANK_AT_STEP", rank, steps_done)) {
         for (;;)
             ::pause();

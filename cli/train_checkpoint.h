@@ -62,7 +62,9 @@ bool continues_folder(const ResumeSource& source, const std::filesystem::path& r
 // Test-only fault injection (tests/comm/zero_mpi_test.cpp), read from the environment:
 //   NAPKIN_TEST_KILL_RANK_AT_STEP=R:S  rank R raises SIGKILL once S steps are done
 //   NAPKIN_TEST_HANG_RANK_AT_STEP=R:S  rank R sleeps forever once S steps are done
-// Called before each step. Not for users: it kills or hangs the run on purpose.
+//   NAPKIN_TEST_TERM_RANK_AT_STEP=R:S  rank R raises SIGTERM once S steps are done
+// Called before each step, and after the last one (S = --steps: before the final save). Not for
+// users: it kills, hangs or stops the run on purpose.
 void inject_test_fault(int rank, int steps_done);
 
 }  // namespace napkin::cli

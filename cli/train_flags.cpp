@@ -272,4 +272,24 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
     return run;
 }
 
+std::string data_repeat_warning(const TrainOptions& o, int world, int steps,
+                                std::uint64_t data_tokens) {
+    // Each micro-batch reads B sequences of T tokens (the targets' last one is the next's first).
+    const double per_step = static_cast<double>(o.plan.micro_batch) *
+                            static_cast<double>(o.plan.seq_len) * o.grad_accum * world;
+    const double read = per_step * steps;
+    // Fewer tokens than one sequence: the first batch refuses the data, on its own line.
+    const auto sequence = static_cast<std::uint64_t>(o.plan.seq_len) + 1;
+    if (data_tokens < sequence || !(read > static_cast<double>(data_tokens))) return "";
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "napkin: warning: --data %s holds %llu tokens; %d steps of %.3g tokens (B %lld x "
+                  "T %lld x G %d x %d ranks) read %.3g, the data %.3g times over",
+                  o.data.c_str(), static_cast<unsigned long long>(data_tokens), steps, per_step,
+                  static_cast<long long>(o.plan.micro_batch),
+                  static_cast<long long>(o.plan.seq_len), o.grad_accum, world, read,
+                  read / static_cast<double>(data_tokens));
+    return line;
+}
+
 }  // namespace napkin::cli

@@ -62,4 +62,11 @@ struct RunSetup {
 // `comm` first: the start-up handshake is already a collective.
 RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm);
 
+// The warning for a run that reads its --data more than once ("" when it does not): `steps`
+// steps of B T G tokens on each of `world` ranks against the `data_tokens` the data holds
+// (0: the synthetic corpus, which never repeats; fewer than T + 1: refused by the first batch).
+// An absurd --grad-accum shows up here too: one step that reads the data many times over.
+std::string data_repeat_warning(const TrainOptions& o, int world, int steps,
+                                std::uint64_t data_tokens);
+
 }  // namespace napkin::cli

@@ -58,12 +58,14 @@ OutDir::OutDir(const fs::path& dir) {
         throw UsageError("--out: cannot create '" + dir.string() + "' (" + ec.message() + ")");
     }
     const fs::path probe = dir / ".napkin-write-test";
-    std::ofstream f(probe);
-    if (!f) {
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        const int err = errno;
         remove_created();  // a throwing constructor runs no destructor
-        throw UsageError("--out: '" + dir.string() + "' is not writable");
+        throw UsageError("--out: '" + dir.string() + "' is not writable (" + std::strerror(err) +
+                         ")");
     }
-    f.close();
+    ::close(fd);
     fs::remove(probe, ec);
     lock(dir);
 }
@@ -71,8 +73,13 @@ OutDir::OutDir(const fs::path& dir) {
 void OutDir::lock(const fs::path& dir) {
     lock_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (lock_fd_ >= 0 && ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) {
-        remove_dead_temporaries(
-            dir);  // a killed run's half-written files: this run owns the folder
+        // A killed run's half-written files: this run owns the folder. Sharded checkpoints keep
+        // theirs in checkpoints/step-N/ (a rank killed while writing its shard of the last one).
+        remove_dead_temporaries(dir);
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec)) {
+            if (e.is_directory(ec)) remove_dead_temporaries(e.path());
+        }
         return;
     }
     const int err = errno;

@@ -6,7 +6,7 @@
 // behind, and the kernel releases it when the process dies, kill -9 included), so that two runs
 // given one --out never mix their checkpoints and reports: the second is refused with the
 // holder's pid, read from /proc/locks. Once locked, the temporaries that a killed writer left in it
-// (core/durable_file.h) are removed.
+// or in its sharded checkpoints' step folders (core/durable_file.h) are removed.
 #pragma once
 
 #include <filesystem>

@@ -144,6 +144,7 @@ public:
         }
     }
     std::int64_t vocab_size() const override { return vocab_; }
+    std::uint64_t tokens() const override { return count_; }
     std::uint64_t position() const override { return pos_; }
     void set_position(std::uint64_t pos) override { pos_ = pos; }
     std::string describe() const override {
@@ -226,6 +227,11 @@ public:
         }
     }
     std::int64_t vocab_size() const override { return vocab_; }
+    std::uint64_t tokens() const override {
+        std::uint64_t n = 0;
+        for (const auto& s : shards_) n += s->tokens();
+        return n;
+    }
     // Position: shard index in the high 16 bits, token offset in the low 48.
     std::uint64_t position() const override { return (static_cast<std::uint64_t>(shard_) << 48) | shards_[shard_]->position(); }
     void set_position(std::uint64_t pos) override {

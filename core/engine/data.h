@@ -22,6 +22,9 @@ public:
     virtual std::uint64_t position() const = 0;
     virtual void set_position(std::uint64_t pos) = 0;
     virtual std::string describe() const = 0;
+    // The tokens the source holds before it starts over (a file's count, the shards' sum); 0 for
+    // the synthetic corpus, which never repeats.
+    virtual std::uint64_t tokens() const { return 0; }
     // What a checkpoint's position refers to, compared on resume: "" for the synthetic corpus
     // (its seed is among the run's options); for files their sizes and an FNV-1a 64 of their first
     // and last MiB, so a file replaced or grown under a run is caught without reading it whole.
