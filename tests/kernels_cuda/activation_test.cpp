@@ -21,21 +21,23 @@ TYPED_TEST(ActivationCuda, GeluMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (std::int64_t n : {1, 31, 1000, 4099, 100003}) {
-        SCOPED_TRACE(case_name<T>(n));
-        const auto x = random_storage<T>(rng, n, 2.0), dout = random_storage<T>(rng, n);
-        const auto dinp0 = random_storage<T>(rng, n);
-        std::vector<T> out(x.size()), dinp = dinp0;
-        cpu::gelu_forward<T>({out.data(), x.data(), n});
-        cpu::gelu_backward<T>({dinp.data(), x.data(), dout.data(), n});
+    for (const std::size_t offset : {0, 1})  // 1: off the 16-byte vectors
+        for (std::int64_t n : {1, 31, 1000, 4099, 100003}) {
+            SCOPED_TRACE(case_name<T>(n) + " offset " + std::to_string(offset));
+            const auto x = random_storage<T>(rng, n, 2.0), dout = random_storage<T>(rng, n);
+            const auto dinp0 = random_storage<T>(rng, n);
+            std::vector<T> out(x.size()), dinp = dinp0;
+            cpu::gelu_forward<T>({out.data(), x.data(), n});
+            cpu::gelu_backward<T>({dinp.data(), x.data(), dout.data(), n});
 
-        DeviceBuffer<T> x_d(x), out_d(x.size()), dout_d(dout), dinp_d(dinp0);
-        out_d.poison();
-        cuda::gelu_forward<T>({out_d.get(), x_d.get(), n}, {});
-        cuda::gelu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), n}, {});
-        expect_match("gelu out", out_d.download(), out, tolerance<T>());
-        expect_match("gelu dinp", dinp_d.download(), dinp, tolerance<T>());
-    }
+            DeviceBuffer<T> x_d(x, offset), out_d(x.size(), offset), dout_d(dout, offset),
+                dinp_d(dinp0, offset);
+            out_d.poison();
+            cuda::gelu_forward<T>({out_d.get(), x_d.get(), n}, {});
+            cuda::gelu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), n}, {});
+            expect_match("gelu out", out_d.download(), out, tolerance<T>());
+            expect_match("gelu dinp", dinp_d.download(), dinp, tolerance<T>());
+        }
 }
 
 TYPED_TEST(ActivationCuda, SwigluMatchesCpu) {
