@@ -10,8 +10,6 @@ namespace napkin::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
 // dst += src.
 template <class D_>
 struct Accumulate {
@@ -34,13 +32,12 @@ struct Accumulate {
 template <class T>
 void accumulate(const AccumulateArgs<T>& args, const Launch& launch) {
     const auto& [dst, src, n] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "accumulate: n " << n);
     if (n == 0) return;
-    const bool vec = aligned16(dst, src);
     const Accumulate<device_t<T>> op{dev(dst), dev(src)};
-    elementwise_kernel<<<grid_for(elementwise_work<decltype(op)>(n, vec), kBlock), kBlock, 0,
-                         stream>>>(op, n, vec);
+    const bool vec = aligned16(dst, src);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -183,7 +183,7 @@ bool aligned16(const P*... p) {
 // (every pointer the op touches 16-byte aligned and, for ops with rows, rows of whole vectors)
 // the grid strides over the n / kVec whole vectors, then over the last n % kVec elements one by
 // one; without, over every element one by one. Each element is read and written by one thread
-// in one apply, so an op may write in place over what it reads. Grid: grid_for(elementwise_work).
+// in one apply, so an op may write in place over what it reads. Launch: elementwise_grid.
 template <class Op>
 __global__ void elementwise_kernel(Op op, std::int64_t n, bool vec) {
     constexpr int V = kVec<typename Op::D>;
@@ -200,11 +200,14 @@ __global__ void elementwise_kernel(Op op, std::int64_t n, bool vec) {
         op.template apply<1>(i);
 }
 
-// The threads elementwise_kernel wants: one per vector (and tail element), or per element.
+// elementwise_kernel's launch: kElementwiseBlock threads a block, one thread per vector (and
+// tail element), or per element.
+constexpr int kElementwiseBlock = 256;
+
 template <class Op>
-std::int64_t elementwise_work(std::int64_t n, bool vec) {
+unsigned elementwise_grid(const Op&, std::int64_t n, bool vec) {
     constexpr int V = kVec<typename Op::D>;
-    return vec ? n / V + n % V : n;
+    return grid_for(vec ? n / V + n % V : n, kElementwiseBlock);
 }
 
 // gridDim.y and gridDim.z are at most 65535; gridDim.x up to 2^31 - 1.

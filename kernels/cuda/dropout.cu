@@ -18,8 +18,6 @@ namespace napkin::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
 // out = inp * scale where kept, else 0; mask = keep (elementwise_kernel's op).
 template <class D_>
 struct DropoutForward {
@@ -66,39 +64,35 @@ struct DropoutBackward {
     }
 };
 
-template <class Op>
-void launch_elementwise(const Op& op, std::int64_t n, bool vec, cudaStream_t stream) {
-    elementwise_kernel<<<grid_for(elementwise_work<Op>(n, vec), kBlock), kBlock, 0, stream>>>(op, n,
-                                                                                              vec);
-    NAPKIN_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 template <class T>
 void dropout_forward(const DropoutForwardArgs<T>& args, const Launch& launch) {
     const auto& [out, mask, inp, n, p, seed] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "dropout_forward: n " << n);
     NAPKIN_CUDA_REQUIRE(p >= 0.0f && p < 1.0f, "dropout_forward: p " << p);
     if (n == 0) return;
     const std::uint32_t threshold = dropout_threshold(p);
     const float scale = 1.0f / (1.0f - p);
-    launch_elementwise(
-        DropoutForward<device_t<T>>{dev(out), mask, dev(inp), seed, threshold, scale}, n,
-        aligned16(out, mask, inp), stream);
+    const DropoutForward<device_t<T>> op{dev(out), mask, dev(inp), seed, threshold, scale};
+    const bool vec = aligned16(out, mask, inp);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
+    NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void dropout_backward(const DropoutBackwardArgs<T>& args, const Launch& launch) {
     const auto& [dinp, dout, mask, n, p] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "dropout_backward: n " << n);
     NAPKIN_CUDA_REQUIRE(p >= 0.0f && p < 1.0f, "dropout_backward: p " << p);
     if (n == 0) return;
     const float scale = 1.0f / (1.0f - p);
-    launch_elementwise(DropoutBackward<device_t<T>>{dev(dinp), dev(dout), mask, scale}, n,
-                       aligned16(dinp, dout, mask), stream);
+    const DropoutBackward<device_t<T>> op{dev(dinp), dev(dout), mask, scale};
+    const bool vec = aligned16(dinp, dout, mask);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
+    NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 #define NAPKIN_CUDA_DROPOUT_INSTANTIATE(T)                                         \

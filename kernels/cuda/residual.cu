@@ -11,8 +11,6 @@ namespace napkin::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
 // out = a + b.
 template <class D_>
 struct ResidualForward {
@@ -52,13 +50,6 @@ struct ResidualBackward {
     }
 };
 
-template <class Op>
-void launch_elementwise(const Op& op, std::int64_t n, bool vec, cudaStream_t stream) {
-    elementwise_kernel<<<grid_for(elementwise_work<Op>(n, vec), kBlock), kBlock, 0, stream>>>(op, n,
-                                                                                              vec);
-    NAPKIN_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 template <class T>
@@ -66,8 +57,11 @@ void residual_forward(const ResidualForwardArgs<T>& args, const Launch& launch) 
     const auto& [out, a, b, n] = args;
     NAPKIN_CUDA_REQUIRE(n >= 0, "residual_forward: n " << n);
     if (n == 0) return;
-    launch_elementwise(ResidualForward<device_t<T>>{dev(out), dev(a), dev(b)}, n,
-                       aligned16(out, a, b), launch.stream);
+    const ResidualForward<device_t<T>> op{dev(out), dev(a), dev(b)};
+    const bool vec = aligned16(out, a, b);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
+    NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
@@ -75,8 +69,11 @@ void residual_backward(const ResidualBackwardArgs<T>& args, const Launch& launch
     const auto& [da, db, dout, n] = args;
     NAPKIN_CUDA_REQUIRE(n >= 0, "residual_backward: n " << n);
     if (n == 0) return;
-    launch_elementwise(ResidualBackward<device_t<T>>{dev(da), dev(db), dev(dout)}, n,
-                       aligned16(da, db, dout), launch.stream);
+    const ResidualBackward<device_t<T>> op{dev(da), dev(db), dev(dout)};
+    const bool vec = aligned16(da, db, dout);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
+    NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 #define NAPKIN_CUDA_RESIDUAL_INSTANTIATE(T)                                          \
