@@ -9,7 +9,7 @@
 #   scripts/gpu_check.sh runs         # napkin train on CUDA vs CPU (tiny; gpt2 bf16; ZeRO 1-3 over NCCL)
 #   scripts/gpu_check.sh trace        # the profiled gpt2 run for traces/<gpu>-gpt2 (+ report.txt),
 #                                     # and PyTorch's under torch.profiler (scripts/torch_trace.py)
-#   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, the profiler's cost on GPT-2
+#   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, membound_bench, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
@@ -128,7 +128,7 @@ do_build() {
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
-        device_test gemm_bench attention_bench
+        device_test gemm_bench attention_bench membound_bench
 }
 
 # A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
@@ -264,6 +264,11 @@ do_bench() {
     step gemm_bench "$b/bench/gemm_bench"
     tail -n 25 "$out/gemm_bench.log"
     attention_vs_sdpa
+    # The memory-bound kernels alone: GB/s on the vector path against the scalar one.
+    if [ -x "$b/bench/membound_bench" ]; then
+        step membound_bench "$b/bench/membound_bench"
+        tail -n 12 "$out/membound_bench.log"
+    fi
     # The profiler's cost on GPT-2's steps: a --profile window in the middle of one run.
     step profile_overhead python3 bench/profile_window_overhead.py --napkin "$b/cli/napkin" --device cuda \
         --json "$out/profile_overhead.json"

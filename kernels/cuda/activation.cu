@@ -1,5 +1,7 @@
 // GELU (tanh approximation) and SwiGLU on the GPU (declared in kernels/activation.h; the CPU
-// twin, the spec, is kernels/cpu/activation.cpp): elementwise grid-stride loops, fp32 math.
+// twin, the spec, is kernels/cpu/activation.cpp): elementwise grid-stride loops, fp32 math;
+// in 16-byte vectors (cuda_common.cuh's elementwise_kernel) where the pointers (and, for
+// SwiGLU, rows of whole vectors) allow.
 #include <cstdint>
 
 #include "kernels/activation.h"
@@ -9,107 +11,155 @@ namespace napkin::cuda {
 
 namespace {
 
-constexpr int kBlock = 256;
-
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));  // expf overflow gives 0, not NaN
 }
 
-__device__ __forceinline__ std::int64_t first_index() {
-    return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-}
-__device__ __forceinline__ std::int64_t grid_stride() {
-    return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
-
-template <class D>
-__global__ void gelu_forward_kernel(D* out, const D* inp, std::int64_t n) {
-    for (std::int64_t i = first_index(); i < n; i += grid_stride())
-        out[i] = from_f32<D>(gelu_tanh(to_f32(inp[i])));
-}
-
-template <class D>
-__global__ void gelu_backward_kernel(D* dinp, const D* inp, const D* dout, std::int64_t n) {
-    for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
-        const float x = to_f32(inp[i]);
-        // As kernels/cpu/activation.cpp: s = sigmoid(2u), 1 - s = e s accurate in both tails.
-        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-        const float e = expf(fminf(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
-        const float s = 1.0f / (1.0f + e);
-        const float one_minus_s = e * s;
-        const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-        const float local = s + 2.0f * x * s * one_minus_s * du_dx;
-        dinp[i] = from_f32<D>(to_f32(dinp[i]) + local * to_f32(dout[i]));
+// out = gelu(inp), elementwise (elementwise_kernel's op).
+template <class D_>
+struct GeluForward {
+    using D = D_;
+    D* out;        // (n)
+    const D* inp;  // (n)
+    template <int W>
+    __device__ void apply(std::int64_t i) const {
+        const Pack<D, W> x = load_pack<W>(inp + i);
+        Pack<D, W> y;
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+            y.v[j] = from_f32<D>(gelu_tanh(to_f32(x.v[j])));
+        store_pack<W>(out + i, y);
     }
+};
+
+__device__ __forceinline__ float gelu_backward_local(float x) {
+    // As kernels/cpu/activation.cpp: s = sigmoid(2u), 1 - s = e s accurate in both tails.
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float e = expf(fminf(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
+    const float s = 1.0f / (1.0f + e);
+    const float one_minus_s = e * s;
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    return s + 2.0f * x * s * one_minus_s * du_dx;
 }
 
-// One thread per output element (n, f) of (N, F); inp rows are [gate (F) | up (F)].
-template <class D>
-__global__ void swiglu_forward_kernel(D* out, const D* inp, std::int64_t N, std::int64_t F) {
-    for (std::int64_t i = first_index(); i < N * F; i += grid_stride()) {
-        const std::int64_t n = i / F, f = i % F;
-        const float g = to_f32(inp[n * 2 * F + f]);
-        const float up = to_f32(inp[n * 2 * F + F + f]);
-        out[i] = from_f32<D>(g * sigmoid(g) * up);
+// dinp += gelu'(inp) dout, elementwise.
+template <class D_>
+struct GeluBackward {
+    using D = D_;
+    D* dinp;        // (n)
+    const D* inp;   // (n)
+    const D* dout;  // (n)
+    template <int W>
+    __device__ void apply(std::int64_t i) const {
+        const Pack<D, W> x = load_pack<W>(inp + i), g = load_pack<W>(dout + i);
+        Pack<D, W> dx = load_pack<W>(dinp + i);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const float local = gelu_backward_local(to_f32(x.v[j]));
+            dx.v[j] = from_f32<D>(to_f32(dx.v[j]) + local * to_f32(g.v[j]));
+        }
+        store_pack<W>(dinp + i, dx);
     }
-}
+};
 
-template <class D>
-__global__ void swiglu_backward_kernel(D* dinp, const D* inp, const D* dout, std::int64_t N,
-                                       std::int64_t F) {
-    for (std::int64_t i = first_index(); i < N * F; i += grid_stride()) {
-        const std::int64_t n = i / F, f = i % F;
-        const std::int64_t gi = n * 2 * F + f, ui = gi + F;
-        const float g = to_f32(inp[gi]);
-        const float sg = sigmoid(g);
-        const float d = to_f32(dout[i]);
-        const float dsilu = sg * (1.0f + g * (1.0f - sg));
-        dinp[gi] = from_f32<D>(to_f32(dinp[gi]) + d * to_f32(inp[ui]) * dsilu);
-        dinp[ui] = from_f32<D>(to_f32(dinp[ui]) + d * g * sg);
+// Output elements [i, i + W) of (N, F), one row's (W divides F on the vector path); inp rows
+// are [gate (F) | up (F)], so the row's gate elements start at n 2F + f and its up ones F later.
+template <class D_>
+struct SwigluForward {
+    using D = D_;
+    D* out;        // (N, F)
+    const D* inp;  // (N, 2F)
+    std::int64_t F;
+    template <int W>
+    __device__ void apply(std::int64_t i) const {
+        const std::int64_t gi = i / F * 2 * F + i % F;
+        const Pack<D, W> g = load_pack<W>(inp + gi), up = load_pack<W>(inp + gi + F);
+        Pack<D, W> y;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const float x = to_f32(g.v[j]);
+            y.v[j] = from_f32<D>(x * sigmoid(x) * to_f32(up.v[j]));
+        }
+        store_pack<W>(out + i, y);
     }
-}
+};
+
+template <class D_>
+struct SwigluBackward {
+    using D = D_;
+    D* dinp;        // (N, 2F)
+    const D* inp;   // (N, 2F)
+    const D* dout;  // (N, F)
+    std::int64_t F;
+    template <int W>
+    __device__ void apply(std::int64_t i) const {
+        const std::int64_t gi = i / F * 2 * F + i % F, ui = gi + F;
+        const Pack<D, W> g = load_pack<W>(inp + gi), up = load_pack<W>(inp + ui);
+        const Pack<D, W> d = load_pack<W>(dout + i);
+        Pack<D, W> dg = load_pack<W>(dinp + gi), du = load_pack<W>(dinp + ui);
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const float x = to_f32(g.v[j]);
+            const float sg = sigmoid(x);
+            const float dj = to_f32(d.v[j]);
+            const float dsilu = sg * (1.0f + x * (1.0f - sg));
+            dg.v[j] = from_f32<D>(to_f32(dg.v[j]) + dj * to_f32(up.v[j]) * dsilu);
+            du.v[j] = from_f32<D>(to_f32(du.v[j]) + dj * x * sg);
+        }
+        store_pack<W>(dinp + gi, dg);
+        store_pack<W>(dinp + ui, du);
+    }
+};
 
 }  // namespace
 
 template <class T>
 void gelu_forward(const GeluForwardArgs<T>& args, const Launch& launch) {
     const auto& [out, inp, n] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_forward: n " << n);
     if (n == 0) return;
-    gelu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), n);
+    const GeluForward<device_t<T>> op{dev(out), dev(inp)};
+    const bool vec = aligned16(out, inp);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void gelu_backward(const GeluBackwardArgs<T>& args, const Launch& launch) {
     const auto& [dinp, inp, dout, n] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(n >= 0, "gelu_backward: n " << n);
     if (n == 0) return;
-    gelu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp), dev(dout),
-                                                                     n);
+    const GeluBackward<device_t<T>> op{dev(dinp), dev(inp), dev(dout)};
+    const bool vec = aligned16(dinp, inp, dout);
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void swiglu_forward(const SwigluForwardArgs<T>& args, const Launch& launch) {
     const auto& [out, inp, N, F] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_forward: N " << N << ", F " << F);
     if (N * F == 0) return;
-    swiglu_forward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(out), dev(inp), N, F);
+    const SwigluForward<device_t<T>> op{dev(out), dev(inp), F};
+    const bool vec = aligned16(out, inp) && F % kVec<device_t<T>> == 0;
+    const std::int64_t n = N * F;
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void swiglu_backward(const SwigluBackwardArgs<T>& args, const Launch& launch) {
     const auto& [dinp, inp, dout, N, F] = args;
-    cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(N >= 0 && F >= 0, "swiglu_backward: N " << N << ", F " << F);
     if (N * F == 0) return;
-    swiglu_backward_kernel<<<grid_for(N * F, kBlock), kBlock, 0, stream>>>(dev(dinp), dev(inp),
-                                                                           dev(dout), N, F);
+    const SwigluBackward<device_t<T>> op{dev(dinp), dev(inp), dev(dout), F};
+    const bool vec = aligned16(dinp, inp, dout) && F % kVec<device_t<T>> == 0;
+    const std::int64_t n = N * F;
+    elementwise_kernel<<<elementwise_grid(op, n, vec), kElementwiseBlock, 0, launch.stream>>>(op, n,
+                                                                                              vec);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -150,6 +150,66 @@ inline int block_for_row(std::int64_t C, int max_threads = 1024) {
     return static_cast<int>(std::clamp<std::int64_t>(want, kWarpSize, max_threads));
 }
 
+// 16-byte vectors, the memory-bound kernels' loads and stores. A warp that moves one 2-byte
+// element per thread moves 64 bytes per instruction and keeps too few loads in flight to reach
+// HBM bandwidth; 16 bytes per thread (8 bf16/fp16, 4 fp32) move 512 in one 128-bit instruction.
+// Pack<D, W> is W consecutive elements; at W = kVec<D> it is 16 bytes and must be loaded from a
+// 16-byte aligned address (the host checks with aligned16 and otherwise takes the scalar path).
+template <class D>
+inline constexpr int kVec = 16 / static_cast<int>(sizeof(D));
+
+template <class D, int W>
+struct alignas(sizeof(D) * W) Pack {
+    D v[W];
+};
+
+template <int W, class D>
+__device__ __forceinline__ Pack<D, W> load_pack(const D* p) {
+    return *reinterpret_cast<const Pack<D, W>*>(p);
+}
+
+template <int W, class D>
+__device__ __forceinline__ void store_pack(D* p, const Pack<D, W>& x) {
+    *reinterpret_cast<Pack<D, W>*>(p) = x;
+}
+
+// True when every pointer (null included) is 16-byte aligned.
+template <class... P>
+bool aligned16(const P*... p) {
+    return ((reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// An elementwise op over n elements: op.template apply<W>(i) does elements [i, i + W). With vec
+// (every pointer the op touches 16-byte aligned and, for ops with rows, rows of whole vectors)
+// the grid strides over the n / kVec whole vectors, then over the last n % kVec elements one by
+// one; without, over every element one by one. Each element is read and written by one thread
+// in one apply, so an op may write in place over what it reads. Launch: elementwise_grid.
+template <class Op>
+__global__ void elementwise_kernel(Op op, std::int64_t n, bool vec) {
+    constexpr int V = kVec<typename Op::D>;
+    const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    std::int64_t done = 0;
+    if (vec) {
+        const std::int64_t vectors = n / V;
+        for (std::int64_t i = first; i < vectors; i += stride)
+            op.template apply<V>(i * V);
+        done = vectors * V;
+    }
+    for (std::int64_t i = done + first; i < n; i += stride)
+        op.template apply<1>(i);
+}
+
+// elementwise_kernel's launch: kElementwiseBlock threads a block, one thread per vector (and
+// tail element), or per element.
+constexpr int kElementwiseBlock = 256;
+
+template <class Op>
+unsigned elementwise_grid(const Op&, std::int64_t n, bool vec) {
+    constexpr int V = kVec<typename Op::D>;
+    return grid_for(vec ? n / V + n % V : n, kElementwiseBlock);
+}
+
 // gridDim.y and gridDim.z are at most 65535; gridDim.x up to 2^31 - 1.
 inline constexpr std::int64_t kMaxGridX = 2147483647;
 

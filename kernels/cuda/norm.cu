@@ -1,7 +1,9 @@
 // LayerNorm and RMSNorm on the GPU (declared in kernels/norm.h; the CPU twin, the spec, is
-// kernels/cpu/norm.cpp). One block per row for the forward (the residual add fused into its
-// first pass, or not) and the input gradient (statistics by block reductions in fp32, two passes
-// over the row as on the CPU); the parameter gradients by
+// kernels/cpu/norm.cpp). The forward (the residual add fused into it, or not) and the input
+// gradient: one warp per row, the row in registers as 16-byte vectors, where C is a whole number
+// of vectors of at most kRowVecs per lane and the pointers are 16-byte aligned (GPT-2's rows);
+// otherwise one block per row. Statistics in fp32 by warp or block reductions, two passes over
+// the row as on the CPU. The parameter gradients by
 // blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order fp32 sums then added
 // per column in chunk order by a second kernel into the gradient once (given scratch for the
 // chunks' sums), or by blocks that own 32 columns and walk every row (without). One writer per
@@ -108,14 +110,149 @@ __global__ void norm_backward_kernel(D* dinp, const D* dout, const D* inp, const
     }
 }
 
+// The warp-per-row kernels (GPT-2's C = 768 and every C up to 2048 in bf16/fp16, 1024 in fp32,
+// of whole 16-byte vectors): each warp owns one row, lane l holding the row's vectors l, l + 32,
+// ... in registers (Pack, up to kRowVecs per lane), so the row is read from memory once, the
+// statistics are warp shuffles with no block barrier, and every load and store is 16 bytes.
+// Block: kRowWarps warps, one row each. Sums: each lane its vectors in order, then warp_sum.
+constexpr int kRowVecs = 8;
+constexpr int kRowWarps = 8;
+
+template <class D>
+bool warp_per_row(std::int64_t C) {
+    return C % kVec<D> == 0 && C / kVec<D> <= static_cast<std::int64_t>(kWarpSize) * kRowVecs;
+}
+
+__device__ __forceinline__ std::int64_t warp_row() {
+    return blockIdx.x * static_cast<std::int64_t>(kRowWarps) + threadIdx.x / kWarpSize;
+}
+
+// Forward of row warp_row(): x = a, or round(a + b) written to x_out where b is given (the fused
+// residual); then out = (x - mean) * rstd * weight [+ bias] as norm_forward_row computes it
+// (mean null: RMSNorm, mean 0).
+template <class D>
+__global__ void norm_forward_warp_kernel(D* out, float* mean, float* rstd, D* x_out, const D* a,
+                                         const D* b, const D* weight, const D* bias, std::int64_t N,
+                                         std::int64_t C, float eps) {
+    constexpr int V = kVec<D>;
+    const std::int64_t row = warp_row();
+    if (row >= N) return;  // the whole warp, which synchronizes only with itself
+    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    const std::int64_t at = row * C;
+    const float inv_c = 1.0f / static_cast<float>(C);
+    Pack<D, V> x[kRowVecs] = {};  // zeros past the row: never read, never warned of
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+        const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
+        if (c >= C) continue;
+        x[k] = load_pack<V>(a + at + c);
+        if (b != nullptr) {
+            const Pack<D, V> y = load_pack<V>(b + at + c);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                x[k].v[j] = from_f32<D>(to_f32(x[k].v[j]) + to_f32(y.v[j]));
+            store_pack<V>(x_out + at + c, x[k]);
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+            sum += to_f32(x[k].v[j]);
+    }
+    const float m = mean != nullptr ? warp_sum(sum) * inv_c : 0.0f;
+    float var = 0.0f;  // two passes, from registers: no cancellation when |mean| >> std
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+        if (static_cast<std::int64_t>(k * kWarpSize + lane) * V >= C) continue;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float d = to_f32(x[k].v[j]) - m;
+            var += d * d;
+        }
+    }
+    const float s = 1.0f / sqrtf(warp_sum(var) * inv_c + eps);
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+        const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
+        if (c >= C) continue;
+        const Pack<D, V> w = load_pack<V>(weight + c);
+        Pack<D, V> bv{};
+        if (bias != nullptr) bv = load_pack<V>(bias + c);
+        Pack<D, V> y;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            float v = (to_f32(x[k].v[j]) - m) * s * to_f32(w.v[j]);
+            if (bias != nullptr) v += to_f32(bv.v[j]);
+            y.v[j] = from_f32<D>(v);
+        }
+        store_pack<V>(out + at + c, y);
+    }
+    if (lane == 0) {
+        if (mean != nullptr) mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// norm_backward_kernel's input gradient for row warp_row(), inp and dout held in registers.
+template <class D>
+__global__ void norm_backward_warp_kernel(D* dinp, const D* dout, const D* inp, const D* weight,
+                                          const float* mean, const float* rstd, std::int64_t N,
+                                          std::int64_t C) {
+    constexpr int V = kVec<D>;
+    const std::int64_t row = warp_row();
+    if (row >= N) return;
+    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    const std::int64_t at = row * C;
+    const float m = mean != nullptr ? mean[row] : 0.0f;
+    const float s = rstd[row];
+    const float inv_c = 1.0f / static_cast<float>(C);
+    Pack<D, V> x[kRowVecs] = {}, dy[kRowVecs] = {};
+    float dn = 0.0f, dn_xhat = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+        const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
+        if (c >= C) continue;
+        x[k] = load_pack<V>(inp + at + c);
+        dy[k] = load_pack<V>(dout + at + c);
+        const Pack<D, V> w = load_pack<V>(weight + c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float xhat = (to_f32(x[k].v[j]) - m) * s;
+            const float dnorm = to_f32(dy[k].v[j]) * to_f32(w.v[j]);
+            dn += dnorm;
+            dn_xhat += dnorm * xhat;
+        }
+    }
+    const float dnorm_mean = mean != nullptr ? warp_sum(dn) * inv_c : 0.0f;
+    const float dnorm_xhat_mean = warp_sum(dn_xhat) * inv_c;
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k) {
+        const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
+        if (c >= C) continue;
+        const Pack<D, V> w = load_pack<V>(weight + c);
+        Pack<D, V> dx = load_pack<V>(dinp + at + c);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float xhat = (to_f32(x[k].v[j]) - m) * s;
+            const float dnorm = to_f32(dy[k].v[j]) * to_f32(w.v[j]);
+            const float g = (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * s;
+            dx.v[j] = from_f32<D>(to_f32(dx.v[j]) + g);
+        }
+        store_pack<V>(dinp + at + c, dx);
+    }
+}
+
+unsigned warp_row_blocks(std::int64_t N) {
+    return static_cast<unsigned>((N + kRowWarps - 1) / kRowWarps);
+}
+
 // The block's column sums over rows [r0, r1) of dout * xhat (dw) and of dout (db), xhat from
 // inp, mean (null: RMSNorm) and rstd: threadIdx.y walks the rows Rows apart, then the threads of
 // row 0 add the Rows partials in order. True on the threads left holding a column's sums
 // (threadIdx.y 0, col < C). Block (kParamCols, Rows), the whole block calling.
 template <int Rows, class D>
 __device__ bool column_sums(float& dw_sum, float& db_sum, const D* dout, const D* inp,
-                            const float* mean, const float* rstd, std::int64_t C,
-                            std::int64_t col, std::int64_t r0, std::int64_t r1) {
+                            const float* mean, const float* rstd, std::int64_t C, std::int64_t col,
+                            std::int64_t r0, std::int64_t r1) {
     __shared__ float dw_part[Rows][kParamCols];
     __shared__ float db_part[Rows][kParamCols];
     float dw = 0.0f, db = 0.0f;
@@ -161,8 +298,8 @@ constexpr int kChunkRows = 8;
 template <class D>
 __global__ void norm_backward_params_chunk_kernel(float* dw_part, float* db_part, const D* dout,
                                                   const D* inp, const float* mean,
-                                                  const float* rstd, std::int64_t N,
-                                                  std::int64_t C, std::int64_t rows) {
+                                                  const float* rstd, std::int64_t N, std::int64_t C,
+                                                  std::int64_t rows) {
     const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kParamCols) + threadIdx.x;
     const std::int64_t chunk = blockIdx.y;
     const std::int64_t r0 = chunk * rows;
@@ -198,6 +335,13 @@ template <class D>
 void launch_forward(D* out, float* mean, float* rstd, const D* inp, const D* weight, const D* bias,
                     std::int64_t N, std::int64_t C, float eps, cudaStream_t stream) {
     if (N == 0) return;
+    if (warp_per_row<D>(C) && aligned16(out, inp, weight, bias)) {
+        norm_forward_warp_kernel<<<warp_row_blocks(N), kRowWarps * kWarpSize, 0, stream>>>(
+            out, mean, rstd, static_cast<D*>(nullptr), inp, static_cast<const D*>(nullptr), weight,
+            bias, N, C, eps);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+        return;
+    }
     norm_forward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads), 0, stream>>>(
         out, mean, rstd, inp, weight, bias, C, eps);
     NAPKIN_CUDA_CHECK_LAUNCH();
@@ -207,7 +351,11 @@ template <class D>
 void launch_backward(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp, const D* weight,
                      const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
                      cudaStream_t stream, void* scratch, std::size_t scratch_bytes) {
-    if (N > 0) {
+    if (N > 0 && warp_per_row<D>(C) && aligned16(dinp, dout, inp, weight)) {
+        norm_backward_warp_kernel<<<warp_row_blocks(N), kRowWarps * kWarpSize, 0, stream>>>(
+            dinp, dout, inp, weight, mean, rstd, N, C);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+    } else if (N > 0) {
         norm_backward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads), 0,
                                stream>>>(dinp, dout, inp, weight, mean, rstd, C);
         NAPKIN_CUDA_CHECK_LAUNCH();
@@ -282,6 +430,13 @@ void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, con
     check_shape("residual_layernorm_forward", N, C);
     NAPKIN_CUDA_REQUIRE(mean != nullptr, "residual_layernorm_forward: mean is required");
     if (N == 0) return;
+    using D = device_t<T>;
+    if (warp_per_row<D>(C) && aligned16(out, x, a, b, weight, bias)) {
+        norm_forward_warp_kernel<<<warp_row_blocks(N), kRowWarps * kWarpSize, 0, launch.stream>>>(
+            dev(out), mean, rstd, dev(x), dev(a), dev(b), dev(weight), dev(bias), N, C, eps);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+        return;
+    }
     residual_layernorm_forward_kernel<<<static_cast<unsigned>(N), block_for_row(C, kMaxRowThreads),
                                         0, launch.stream>>>(dev(out), mean, rstd, dev(x), dev(a),
                                                             dev(b), dev(weight), dev(bias), C, eps);

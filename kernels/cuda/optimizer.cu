@@ -1,12 +1,14 @@
 // Optimizer updates on the GPU (declared in kernels/optimizer.h; the CPU twin, the spec, is
 // kernels/cpu/optimizer.cpp, the engine's arithmetic). Multi-tensor: up to kMaxTensors
 // parameters per launch travel in the kernel's parameter space, blockIdx.y picks the tensor and
-// blockIdx.x strides over its elements. The global norm's sum of squares is deterministic:
-// fixed per-tensor blocks, fp64 partial sums, one final block that adds them in a fixed order.
-// 8-bit states (adamw-8bit, the CPU's update_8bit): one thread block per quantization block of
-// kOptimizer8bitBlock elements, its absmax a block maximum (order-free, so the CPU's bits).
+// blockIdx.x strides over its elements, 4 per thread where its pointers are 16-byte aligned. The
+// global norm's sum of squares is deterministic: fixed per-tensor blocks, fp64 partial sums, one
+// final block that adds them in a fixed order. 8-bit states (adamw-8bit, the CPU's update_8bit):
+// one thread block per quantization block of kOptimizer8bitBlock elements, its absmax a block
+// maximum (order-free, so the CPU's bits).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/optimizer.h"
@@ -82,21 +84,99 @@ __device__ __forceinline__ void store(void* p, DType t, std::int64_t k, float v)
     }
 }
 
+// W consecutive elements from k of a tensor of dtype t, widened (W = kOptVec: one 16-byte load
+// of fp32, one 8-byte load of bf16/fp16, from a 16-byte aligned tensor).
+template <int W>
+__device__ __forceinline__ void load_n(float (&x)[W], const void* p, DType t, std::int64_t k) {
+    auto widen = [&](const auto* q) {
+        const auto packed = load_pack<W>(q + k);
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+            x[j] = to_f32(packed.v[j]);
+    };
+    switch (t) {
+        case DType::bf16:
+            widen(static_cast<const __nv_bfloat16*>(p));
+            break;
+        case DType::f16:
+            widen(static_cast<const __half*>(p));
+            break;
+        default:
+            widen(static_cast<const float*>(p));
+            break;
+    }
+}
+
+template <int W>
+__device__ __forceinline__ void store_n(void* p, DType t, std::int64_t k, const float (&x)[W]) {
+    auto narrow = [&](auto* q) {
+        using D = std::remove_pointer_t<decltype(q)>;
+        Pack<D, W> packed;
+#pragma unroll
+        for (int j = 0; j < W; ++j)
+            packed.v[j] = from_f32<D>(x[j]);
+        store_pack<W>(q + k, packed);
+    };
+    switch (t) {
+        case DType::bf16:
+            narrow(static_cast<__nv_bfloat16*>(p));
+            break;
+        case DType::f16:
+            narrow(static_cast<__half*>(p));
+            break;
+        default:
+            narrow(static_cast<float*>(p));
+            break;
+    }
+}
+
+// The update of elements [k, k + W) of t, element by element the rule (the CPU's bits).
+template <int W>
+__device__ __forceinline__ void update_elements(const OptimizerHyper& h, const OptimizerTensor& t,
+                                                DType s, std::int64_t k) {
+    float g[W], m[W] = {}, v[W] = {}, w[W];
+    load_n<W>(g, t.grad, t.grad_dtype, k);
+    if (t.m != nullptr) load_n<W>(m, t.m, s, k);
+    if (t.v != nullptr) load_n<W>(v, t.v, s, k);
+    if (t.master != nullptr)
+        load_n<W>(w, t.master, DType::f32, k);
+    else
+        load_n<W>(w, t.weight, t.weight_dtype, k);
+#pragma unroll
+    for (int j = 0; j < W; ++j)
+        w[j] = optimizer_rule(h, g[j] * h.grad_scale, w[j], t.weight_decay, m[j], v[j]);
+    if (t.m != nullptr) store_n<W>(t.m, s, k, m);
+    if (t.v != nullptr) store_n<W>(t.v, s, k, v);
+    if (t.master != nullptr) store_n<W>(t.master, DType::f32, k, w);
+    if (t.weight != nullptr) store_n<W>(t.weight, t.weight_dtype, k, w);
+}
+
+// Elements per thread on the vector path: 16 bytes of fp32 (master, fp32 states), 8 of bf16.
+constexpr int kOptVec = 4;
+
+__device__ __forceinline__ bool vectors_fit(const OptimizerTensor& t) {
+    const auto bits =
+        reinterpret_cast<std::uintptr_t>(t.master) | reinterpret_cast<std::uintptr_t>(t.grad) |
+        reinterpret_cast<std::uintptr_t>(t.m) | reinterpret_cast<std::uintptr_t>(t.v) |
+        reinterpret_cast<std::uintptr_t>(t.weight);
+    return bits % 16 == 0;
+}
+
+// blockIdx.y: the tensor; the grid strides over its kOptVec-element vectors (every pointer
+// 16-byte aligned), then over the rest one element at a time.
 __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType s) {
     const OptimizerTensor& t = list.t[blockIdx.y];
-    const float wd = t.weight_decay;
-    for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < t.n;
-         k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-        const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
-        float m = t.m != nullptr ? load(t.m, s, k) : 0.0f;
-        float v = t.v != nullptr ? load(t.v, s, k) : 0.0f;
-        const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
-        const float wk = optimizer_rule(h, g, w, wd, m, v);
-        if (t.m != nullptr) store(t.m, s, k, m);
-        if (t.v != nullptr) store(t.v, s, k, v);
-        if (t.master != nullptr) t.master[k] = wk;
-        if (t.weight != nullptr) store(t.weight, t.weight_dtype, k, wk);
+    const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    std::int64_t done = 0;
+    if (vectors_fit(t)) {
+        const std::int64_t vectors = t.n / kOptVec;
+        for (std::int64_t i = first; i < vectors; i += stride)
+            update_elements<kOptVec>(h, t, s, i * kOptVec);
+        done = vectors * kOptVec;
     }
+    for (std::int64_t k = done + first; k < t.n; k += stride)
+        update_elements<1>(h, t, s, k);
 }
 
 // adamw-8bit (the CPU's update_8bit, element for element): for each quantization block b of the
@@ -295,8 +375,9 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
                 "optimizer_update: tensor " << first + i << " has neither a master nor a weight");
         }
         if (max_n == 0) return;
-        const dim3 grid(std::min(grid_for(max_n, kBlock), kUpdateBlocksMax),
-                        static_cast<unsigned>(list.count));
+        const dim3 grid(
+            std::min(grid_for((max_n + kOptVec - 1) / kOptVec, kBlock), kUpdateBlocksMax),
+            static_cast<unsigned>(list.count));
         optimizer_update_kernel<<<grid, kBlock, 0, stream>>>(h, list, state_dtype);
         NAPKIN_CUDA_CHECK_LAUNCH();
     });

@@ -23,21 +23,22 @@ TYPED_TEST(AccumulateCuda, MatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (std::int64_t n : {1, 3, 1000, 4097, 65537, 100003}) {
-        SCOPED_TRACE(case_name<T>(n));
-        const auto src = random_storage<T>(rng, n), dst0 = random_storage<T>(rng, n);
-        std::vector<T> dst = dst0;
-        cpu::accumulate<T>({dst.data(), src.data(), n});
+    for (const std::size_t offset : {0, 1})  // 1: off the 16-byte vectors
+        for (std::int64_t n : {1, 3, 1000, 4097, 65537, 100003}) {
+            SCOPED_TRACE(case_name<T>(n) + " offset " + std::to_string(offset));
+            const auto src = random_storage<T>(rng, n), dst0 = random_storage<T>(rng, n);
+            std::vector<T> dst = dst0;
+            cpu::accumulate<T>({dst.data(), src.data(), n});
 
-        DeviceBuffer<T> src_d(src), dst_d(dst0);
-        cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
-        expect_match("dst", dst_d.download(), dst, tolerance<T>());
+            DeviceBuffer<T> src_d(src, offset), dst_d(dst0, offset);
+            cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
+            expect_match("dst", dst_d.download(), dst, tolerance<T>());
 
-        // Twice: the second sum starts from the first's rounded result on both sides.
-        cpu::accumulate<T>({dst.data(), src.data(), n});
-        cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
-        expect_match("dst twice", dst_d.download(), dst, tolerance<T>());
-    }
+            // Twice: the second sum starts from the first's rounded result on both sides.
+            cpu::accumulate<T>({dst.data(), src.data(), n});
+            cuda::accumulate<T>({dst_d.get(), src_d.get(), n}, {});
+            expect_match("dst twice", dst_d.download(), dst, tolerance<T>());
+        }
 }
 
 }  // namespace

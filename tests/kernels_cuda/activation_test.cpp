@@ -21,21 +21,23 @@ TYPED_TEST(ActivationCuda, GeluMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (std::int64_t n : {1, 31, 1000, 4099, 100003}) {
-        SCOPED_TRACE(case_name<T>(n));
-        const auto x = random_storage<T>(rng, n, 2.0), dout = random_storage<T>(rng, n);
-        const auto dinp0 = random_storage<T>(rng, n);
-        std::vector<T> out(x.size()), dinp = dinp0;
-        cpu::gelu_forward<T>({out.data(), x.data(), n});
-        cpu::gelu_backward<T>({dinp.data(), x.data(), dout.data(), n});
+    for (const std::size_t offset : {0, 1})  // 1: off the 16-byte vectors
+        for (std::int64_t n : {1, 31, 1000, 4099, 100003}) {
+            SCOPED_TRACE(case_name<T>(n) + " offset " + std::to_string(offset));
+            const auto x = random_storage<T>(rng, n, 2.0), dout = random_storage<T>(rng, n);
+            const auto dinp0 = random_storage<T>(rng, n);
+            std::vector<T> out(x.size()), dinp = dinp0;
+            cpu::gelu_forward<T>({out.data(), x.data(), n});
+            cpu::gelu_backward<T>({dinp.data(), x.data(), dout.data(), n});
 
-        DeviceBuffer<T> x_d(x), out_d(x.size()), dout_d(dout), dinp_d(dinp0);
-        out_d.poison();
-        cuda::gelu_forward<T>({out_d.get(), x_d.get(), n}, {});
-        cuda::gelu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), n}, {});
-        expect_match("gelu out", out_d.download(), out, tolerance<T>());
-        expect_match("gelu dinp", dinp_d.download(), dinp, tolerance<T>());
-    }
+            DeviceBuffer<T> x_d(x, offset), out_d(x.size(), offset), dout_d(dout, offset),
+                dinp_d(dinp0, offset);
+            out_d.poison();
+            cuda::gelu_forward<T>({out_d.get(), x_d.get(), n}, {});
+            cuda::gelu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), n}, {});
+            expect_match("gelu out", out_d.download(), out, tolerance<T>());
+            expect_match("gelu dinp", dinp_d.download(), dinp, tolerance<T>());
+        }
 }
 
 TYPED_TEST(ActivationCuda, SwigluMatchesCpu) {
@@ -44,17 +46,21 @@ TYPED_TEST(ActivationCuda, SwigluMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    const std::int64_t shapes[][2] = {{1, 1}, {7, 33}, {64, 257}, {3, 1024}};
+    // {N, F, offset}: F a multiple of 8 takes the 16-byte vectors, offset 1 the scalar path.
+    const std::int64_t shapes[][3] = {{1, 1, 0},    {7, 33, 0}, {64, 257, 0},
+                                      {3, 1024, 0}, {5, 64, 0}, {5, 64, 1}};
     for (const auto& s : shapes) {
         const std::int64_t N = s[0], F = s[1];
-        SCOPED_TRACE(case_name<T>(N, F));
+        const auto offset = static_cast<std::size_t>(s[2]);
+        SCOPED_TRACE(case_name<T>(N, F) + " offset " + std::to_string(offset));
         const auto x = random_storage<T>(rng, N * 2 * F, 2.0), dout = random_storage<T>(rng, N * F);
         const auto dinp0 = random_storage<T>(rng, N * 2 * F);
         std::vector<T> out(static_cast<std::size_t>(N * F)), dinp = dinp0;
         cpu::swiglu_forward<T>({out.data(), x.data(), N, F});
         cpu::swiglu_backward<T>({dinp.data(), x.data(), dout.data(), N, F});
 
-        DeviceBuffer<T> x_d(x), out_d(out.size()), dout_d(dout), dinp_d(dinp0);
+        DeviceBuffer<T> x_d(x, offset), out_d(out.size(), offset), dout_d(dout, offset),
+            dinp_d(dinp0, offset);
         out_d.poison();
         cuda::swiglu_forward<T>({out_d.get(), x_d.get(), N, F}, {});
         cuda::swiglu_backward<T>({dinp_d.get(), x_d.get(), dout_d.get(), N, F}, {});

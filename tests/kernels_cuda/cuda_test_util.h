@@ -49,17 +49,23 @@ inline const std::string& cuda_unavailable_reason() {
         }                                                                                   \
     } while (0)
 
-// Device memory for n elements of T (at least one, so pointers are never null).
+// Device memory for n elements of T (at least one, so pointers are never null), `offset`
+// elements past the start of an allocation (cudaMalloc's is 256-byte aligned): offset 1 puts
+// every element off the 16-byte alignment of the kernels' vector loads, their scalar path.
 template <class T>
 class DeviceBuffer {
 public:
-    explicit DeviceBuffer(std::size_t n) : n_(n) {
+    explicit DeviceBuffer(std::size_t n, std::size_t offset = 0) : n_(n) {
         void* p = nullptr;
-        NAPKIN_CUDA_CHECK(cudaMalloc(&p, bytes_of(n)));
-        ptr_ = static_cast<T*>(p);
+        NAPKIN_CUDA_CHECK(cudaMalloc(&p, bytes_of(n + offset)));
+        base_ = static_cast<T*>(p);
+        ptr_ = base_ + offset;
     }
-    explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-    ~DeviceBuffer() { cudaFree(ptr_); }
+    explicit DeviceBuffer(const std::vector<T>& host, std::size_t offset = 0)
+        : DeviceBuffer(host.size(), offset) {
+        upload(host);
+    }
+    ~DeviceBuffer() { cudaFree(base_); }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
@@ -78,10 +84,11 @@ public:
         return host;
     }
     // Every byte 0xff: a quiet NaN in fp32, bf16 and fp16.
-    void poison() { NAPKIN_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes_of(n_))); }
+    void poison() { NAPKIN_CUDA_CHECK(cudaMemset(ptr_, 0xff, n_ * sizeof(T))); }
 
 private:
     static std::size_t bytes_of(std::size_t n) { return (n > 0 ? n : 1) * sizeof(T); }
+    T* base_ = nullptr;
     T* ptr_ = nullptr;
     std::size_t n_ = 0;
 };
@@ -132,7 +139,8 @@ std::uint32_t bits_of(T v) {
 // Equal bits element by element, or NaN on both sides (a NaN's payload and sign are the
 // hardware's): for kernels whose results must be the CPU's exactly.
 template <class T>
-void expect_same_bits(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu) {
+void expect_same_bits(const std::string& what, const std::vector<T>& gpu,
+                      const std::vector<T>& cpu) {
     ASSERT_EQ(gpu.size(), cpu.size()) << what;
     std::size_t bad = 0;
     for (std::size_t i = 0; i < gpu.size(); ++i) {

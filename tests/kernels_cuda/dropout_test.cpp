@@ -71,32 +71,34 @@ TYPED_TEST(DropoutCuda, ForwardMatchesCpuBitForBit) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const std::int64_t n : kSizes) {
-        for (const float p : kProbabilities) {
-            SCOPED_TRACE(case_name<T>(n) + " p " + std::to_string(p));
-            std::uint64_t site = rng();
-            site = site << 32 | rng();
-            const std::vector<T> x = inputs<T>(rng, n);
-            std::vector<T> out(x.size());
-            std::vector<std::uint8_t> mask(x.size());
-            cpu::dropout_forward<T>({out.data(), mask.data(), x.data(), n, p, site});
+    for (const std::size_t offset : {0, 1})  // 1: off the 16-byte vectors
+        for (const std::int64_t n : kSizes) {
+            for (const float p : kProbabilities) {
+                SCOPED_TRACE(case_name<T>(n) + " p " + std::to_string(p) + " offset " +
+                             std::to_string(offset));
+                std::uint64_t site = rng();
+                site = site << 32 | rng();
+                const std::vector<T> x = inputs<T>(rng, n);
+                std::vector<T> out(x.size());
+                std::vector<std::uint8_t> mask(x.size());
+                cpu::dropout_forward<T>({out.data(), mask.data(), x.data(), n, p, site});
 
-            DeviceBuffer<T> x_d(x), out_d(x.size());
-            DeviceBuffer<std::uint8_t> mask_d(x.size());
-            out_d.poison();
-            mask_d.poison();
-            cuda::dropout_forward<T>({out_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
-            expect_same_mask(mask_d.download(), mask);
-            expect_same_bits("out", out_d.download(), out);
-            expect_same_bits("inp (read only)", x_d.download(), x);
+                DeviceBuffer<T> x_d(x, offset), out_d(x.size(), offset);
+                DeviceBuffer<std::uint8_t> mask_d(x.size(), offset);
+                out_d.poison();
+                mask_d.poison();
+                cuda::dropout_forward<T>({out_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
+                expect_same_mask(mask_d.download(), mask);
+                expect_same_bits("out", out_d.download(), out);
+                expect_same_bits("inp (read only)", x_d.download(), x);
 
-            // In place: out is inp.
-            mask_d.poison();
-            cuda::dropout_forward<T>({x_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
-            expect_same_mask(mask_d.download(), mask);
-            expect_same_bits("out in place", x_d.download(), out);
+                // In place: out is inp.
+                mask_d.poison();
+                cuda::dropout_forward<T>({x_d.get(), mask_d.get(), x_d.get(), n, p, site}, {});
+                expect_same_mask(mask_d.download(), mask);
+                expect_same_bits("out in place", x_d.download(), out);
+            }
         }
-    }
 }
 
 TYPED_TEST(DropoutCuda, BackwardMatchesCpuBitForBit) {
@@ -105,29 +107,31 @@ TYPED_TEST(DropoutCuda, BackwardMatchesCpuBitForBit) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const std::int64_t n : kSizes) {
-        for (const float p : kProbabilities) {
-            SCOPED_TRACE(case_name<T>(n) + " p " + std::to_string(p));
-            const std::uint64_t site = rng();
-            std::vector<T> unused(static_cast<std::size_t>(n));
-            std::vector<std::uint8_t> mask(unused.size());
-            const std::vector<T> x = inputs<T>(rng, n);
-            cpu::dropout_forward<T>({unused.data(), mask.data(), x.data(), n, p, site});
-            const std::vector<T> dout = inputs<T>(rng, n);
-            std::vector<T> dinp(dout.size());
-            cpu::dropout_backward<T>({dinp.data(), dout.data(), mask.data(), n, p});
+    for (const std::size_t offset : {0, 1})  // 1: off the 16-byte vectors
+        for (const std::int64_t n : kSizes) {
+            for (const float p : kProbabilities) {
+                SCOPED_TRACE(case_name<T>(n) + " p " + std::to_string(p) + " offset " +
+                             std::to_string(offset));
+                const std::uint64_t site = rng();
+                std::vector<T> unused(static_cast<std::size_t>(n));
+                std::vector<std::uint8_t> mask(unused.size());
+                const std::vector<T> x = inputs<T>(rng, n);
+                cpu::dropout_forward<T>({unused.data(), mask.data(), x.data(), n, p, site});
+                const std::vector<T> dout = inputs<T>(rng, n);
+                std::vector<T> dinp(dout.size());
+                cpu::dropout_backward<T>({dinp.data(), dout.data(), mask.data(), n, p});
 
-            DeviceBuffer<T> dout_d(dout), dinp_d(dout.size());
-            DeviceBuffer<std::uint8_t> mask_d(mask);
-            dinp_d.poison();
-            cuda::dropout_backward<T>({dinp_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
-            expect_same_bits("dinp", dinp_d.download(), dinp);
+                DeviceBuffer<T> dout_d(dout, offset), dinp_d(dout.size(), offset);
+                DeviceBuffer<std::uint8_t> mask_d(mask, offset);
+                dinp_d.poison();
+                cuda::dropout_backward<T>({dinp_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
+                expect_same_bits("dinp", dinp_d.download(), dinp);
 
-            // In place: dinp is dout.
-            cuda::dropout_backward<T>({dout_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
-            expect_same_bits("dinp in place", dout_d.download(), dinp);
+                // In place: dinp is dout.
+                cuda::dropout_backward<T>({dout_d.get(), dout_d.get(), mask_d.get(), n, p}, {});
+                expect_same_bits("dinp in place", dout_d.download(), dinp);
+            }
         }
-    }
 }
 
 // Precondition checks on the host: no device needed.

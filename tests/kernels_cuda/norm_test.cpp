@@ -14,7 +14,12 @@ namespace {
 
 using namespace test;
 
-constexpr std::int64_t kShapes[][2] = {{1, 1}, {3, 7}, {17, 768}, {5, 1025}, {64, 33}, {2, 4099}};
+// {N, C, offset}: C = 768 and up to 2048 take the warp-per-row kernels (16-byte vectors, C a
+// multiple of 8 in bf16/fp16, at most 1024 in fp32), the rest and the pointers one element off
+// (offset 1) the block-per-row kernels.
+constexpr std::int64_t kShapes[][3] = {{1, 1, 0},   {3, 7, 0},    {17, 768, 0}, {17, 768, 1},
+                                       {9, 16, 0},  {3, 1024, 0}, {3, 2048, 0}, {5, 1025, 0},
+                                       {64, 33, 0}, {2, 4099, 0}};
 
 template <class T>
 class NormCuda : public ::testing::Test {};
@@ -28,8 +33,10 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
     std::mt19937 rng(seed);
     for (const auto& s : kShapes) {
         const std::int64_t N = s[0], C = s[1];
+        const auto offset = static_cast<std::size_t>(s[2]);
         for (bool with_bias : {true, false}) {
-            SCOPED_TRACE(case_name<T>(N, C) + (with_bias ? " bias" : ""));
+            SCOPED_TRACE(case_name<T>(N, C) + (with_bias ? " bias" : "") + " offset " +
+                         std::to_string(offset));
             const auto x = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
             const auto w = random_storage<T>(rng, C), b = random_storage<T>(rng, C);
             const auto dout = random_storage<T>(rng, N * C);
@@ -43,8 +50,8 @@ TYPED_TEST(NormCuda, LayernormMatchesCpu) {
             cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
                                         w.data(), mean.data(), rstd.data(), N, C});
 
-            DeviceBuffer<T> x_d(x), w_d(w), b_d(b), out_d(x.size()), dout_d(dout), dx_d(dx0),
-                dw_d(dw0), db_d(db0);
+            DeviceBuffer<T> x_d(x, offset), w_d(w, offset), b_d(b, offset), out_d(x.size(), offset),
+                dout_d(dout, offset), dx_d(dx0, offset), dw_d(dw0), db_d(db0);
             DeviceBuffer<float> mean_d(mean.size()), rstd_d(rstd.size());
             out_d.poison();
             mean_d.poison();
@@ -76,8 +83,10 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
     std::mt19937 rng(seed);
     for (const auto& s : kShapes) {
         const std::int64_t N = s[0], C = s[1];
+        const auto offset = static_cast<std::size_t>(s[2]);
         for (bool with_dw : {true, false}) {
-            SCOPED_TRACE(case_name<T>(N, C) + (with_dw ? "" : " frozen"));
+            SCOPED_TRACE(case_name<T>(N, C) + (with_dw ? "" : " frozen") + " offset " +
+                         std::to_string(offset));
             const auto x = random_storage<T>(rng, N * C, 2.0), w = random_storage<T>(rng, C);
             const auto dout = random_storage<T>(rng, N * C);
             const auto dx0 = random_storage<T>(rng, N * C), dw0 = random_storage<T>(rng, C);
@@ -87,7 +96,8 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
             cpu::rmsnorm_backward<T>({dx.data(), with_dw ? dw.data() : nullptr, dout.data(),
                                       x.data(), w.data(), rstd.data(), N, C});
 
-            DeviceBuffer<T> x_d(x), w_d(w), out_d(x.size()), dout_d(dout), dx_d(dx0), dw_d(dw0);
+            DeviceBuffer<T> x_d(x, offset), w_d(w, offset), out_d(x.size(), offset),
+                dout_d(dout, offset), dx_d(dx0, offset), dw_d(dw0);
             DeviceBuffer<float> rstd_d(rstd.size());
             out_d.poison();
             rstd_d.poison();
@@ -175,8 +185,9 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
 // layernorm's tolerance (the sum x exactly: one rounding of the same fp32 add), and bit for bit
 // against the GPU's own residual_forward then layernorm_forward, which the engine replaces by it.
 template <class T>
-void check_residual_layernorm(std::mt19937& rng, std::int64_t N, std::int64_t C) {
-    SCOPED_TRACE(case_name<T>(N, C));
+void check_residual_layernorm(std::mt19937& rng, std::int64_t N, std::int64_t C,
+                              std::size_t offset) {
+    SCOPED_TRACE(case_name<T>(N, C) + " offset " + std::to_string(offset));
     const auto a = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
     const auto b = random_storage<T>(rng, N * C), w = random_storage<T>(rng, C),
                bias = random_storage<T>(rng, C);
@@ -185,8 +196,9 @@ void check_residual_layernorm(std::mt19937& rng, std::int64_t N, std::int64_t C)
     cpu::residual_layernorm_forward<T>({out.data(), mean.data(), rstd.data(), x.data(), a.data(),
                                         b.data(), w.data(), bias.data(), N, C});
 
-    DeviceBuffer<T> a_d(a), b_d(b), w_d(w), bias_d(bias), x_d(a.size()), out_d(a.size()),
-        x2_d(a.size()), out2_d(a.size());
+    DeviceBuffer<T> a_d(a, offset), b_d(b, offset), w_d(w, offset), bias_d(bias, offset),
+        x_d(a.size(), offset), out_d(a.size(), offset), x2_d(a.size(), offset),
+        out2_d(a.size(), offset);
     DeviceBuffer<float> mean_d(mean.size()), rstd_d(mean.size()), mean2_d(mean.size()),
         rstd2_d(mean.size());
     for (auto* p : {&x_d, &out_d, &x2_d, &out2_d})
@@ -217,7 +229,7 @@ TYPED_TEST(NormCuda, ResidualLayernormMatchesCpuAndTheUnfusedPair) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const auto& s : kShapes)
-        check_residual_layernorm<TypeParam>(rng, s[0], s[1]);
+        check_residual_layernorm<TypeParam>(rng, s[0], s[1], static_cast<std::size_t>(s[2]));
 }
 
 }  // namespace

@@ -105,11 +105,15 @@ std::vector<Param> make_params(std::mt19937& rng, int count, DType grad_dtype, D
         p.m = random_bytes(rng, state_dtype, p.n, 0.02, 0.005, true);
         p.v = random_bytes(rng, state_dtype, p.n, 0.01, 0.001, true);
         p.weight.assign(bytes(weight_dtype, p.n), 0xff);  // poisoned: every element is written
-        p.master_d = std::make_unique<DeviceBuffer<float>>(p.master);
-        p.grad_d = std::make_unique<DeviceBuffer<unsigned char>>(p.grad);
-        p.m_d = std::make_unique<DeviceBuffer<unsigned char>>(p.m);
-        p.v_d = std::make_unique<DeviceBuffer<unsigned char>>(p.v);
-        p.weight_d = std::make_unique<DeviceBuffer<unsigned char>>(p.weight);
+        // The second six of every twelve one element off the 16-byte alignment of the update's
+        // vectors: its scalar path.
+        const std::size_t off = i % 12 < 6 ? 0 : 1;
+        p.master_d = std::make_unique<DeviceBuffer<float>>(p.master, off);
+        p.grad_d = std::make_unique<DeviceBuffer<unsigned char>>(p.grad, bytes(grad_dtype, off));
+        p.m_d = std::make_unique<DeviceBuffer<unsigned char>>(p.m, bytes(state_dtype, off));
+        p.v_d = std::make_unique<DeviceBuffer<unsigned char>>(p.v, bytes(state_dtype, off));
+        p.weight_d =
+            std::make_unique<DeviceBuffer<unsigned char>>(p.weight, bytes(weight_dtype, off));
     }
     return ps;
 }
