@@ -390,6 +390,47 @@ TEST(RunData, LoadsARealTorchProfilerRecording) {
                             [](const KernelStat& r) { return r.name == "aten::mm"; }));
 }
 
+// tests/viewer/data/torch_gpt2_trace.json.gz: a real Kineto recording on a GPU (an H200, PyTorch
+// 2.11; bench/results/2026-11-27-h200): one training step of GPT-2 124M under bf16 autocast.
+// Every event is read from the gzip; the kernels and memsets sit on stream lanes, each launched
+// one bound to its runtime or driver call (cuBLAS launches through the driver) by its ac2g flow, the backward functions to their forward ops by
+// fwdbwd; the kernels table holds device work only (no annotation, no runtime call).
+TEST(RunData, LoadsARealGpuTorchProfilerRecording) {
+    const RunData run = load_run(kTestData / "torch_gpt2_trace.json.gz");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    ASSERT_TRUE(run.has_trace);
+    const TraceData& t = run.trace;
+    EXPECT_EQ(t.skipped_events, 0);
+    std::int64_t device_work = 0, bound = 0, device_work_ns = 0;
+    std::set<std::string> not_work;
+    for (const Event& e : t.events) {
+        if (e.instant) continue;
+        if (!profiler::is_device_work(t.cat_of(e))) {
+            not_work.insert(t.name_of(e));
+            continue;
+        }
+        ++device_work;
+        device_work_ns += e.dur_ns;
+        EXPECT_TRUE(t.lanes[e.lane].device) << t.name_of(e);
+        EXPECT_EQ(t.lanes[e.lane].name.rfind("stream ", 0), 0u) << t.lanes[e.lane].name;
+        if (e.flow_peer == kNone) continue;
+        ++bound;
+        const std::string_view launch = t.cat_of(t.events[e.flow_peer]);  // cuBLAS: the driver's
+        EXPECT_TRUE(launch == "cuda_runtime" || launch == "cuda_driver") << t.name_of(e);
+        EXPECT_LE(t.events[e.flow_peer].start_ns, e.start_ns);
+    }
+    EXPECT_EQ(device_work, 252 + 37);  // kernels and memsets in the file
+    EXPECT_EQ(bound, 286);             // its ac2g pairs: every launch the step kept
+    EXPECT_EQ(t.flows, 286 + 27);      // and its fwdbwd pairs
+    const KernelStats k = kernel_stats(t, StatScope::kernels);
+    std::int64_t table_ns = 0;
+    for (const KernelStat& row : k.rows) {
+        table_ns += row.total_ns;
+        EXPECT_EQ(not_work.count(row.name), 0u) << row.name;
+    }
+    EXPECT_EQ(table_ns, device_work_ns);
+}
+
 // A GPU run's ops are timed by their kernels (each to the op enclosing its launch), not by the
 // host's launch calls: on traces/h200-gpt2 host time made ops run at up to 221% of the H200's
 // peak; device time keeps every op under it, and the ops' device time is the tagged kernels'.
