@@ -137,6 +137,21 @@ TEST(DeviceProfile, MergeAddsTablesByTheirKeys) {
     EXPECT_EQ(gpu.overhead.op_seconds, 5e-6);
 }
 
+// The shipped H200 profile is what merge_profiles makes of the two calibrations it came from
+// (estimator/profiles/README.md): the first call's tables with the second's fp32 tables added.
+// Its origin (`made`) says how it was joined, so only it may differ.
+TEST(DeviceProfile, ShippedH200IsTheMergeOfItsSources) {
+    const std::string root = NAPKIN_SOURCE_DIR;
+    const std::string results = root + "/bench/results/2026-11-27-h200/";
+    const DeviceProfile first = read_device_profile(results + "predict/profile-h200.json");
+    const DeviceProfile second =
+        read_device_profile(results + "second-call/profile-h200-after-broken-merge.json");
+    DeviceProfile merged = merge_profiles(first, second);
+    DeviceProfile shipped = read_device_profile(root + "/estimator/profiles/h200.json");
+    merged.made = shipped.made = ProfileOrigin{};
+    EXPECT_EQ(to_json(merged).dump(1), to_json(shipped).dump(1));
+}
+
 TEST(DeviceProfile, TablesInterpolate) {
     GemmTable g{
         DType::bf16, GemmPass::forward, {{1024, 1024, 1024, 1e14}, {4096, 4096, 4096, 4e14}}};
