@@ -14,7 +14,9 @@
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
-#   scripts/gpu_check.sh all          # all of the above, in that order
+#   scripts/gpu_check.sh cpuacc       # bench/time_accuracy.py on the host's CPU (quiet, unlike the
+#                                     # dev VM): calibrate, then 18 CPU runs predicted vs measured
+#   scripts/gpu_check.sh all          # all of the above but cpuacc, in that order
 #
 # Logs and results go to $OUT (the device tool brings that folder back) or /tmp/gpu_check, one
 # file per step, and one line per step is printed: "PASS name", "FAIL name (rc N, log)" or
@@ -356,9 +358,17 @@ do_predict() {
     fi
 }
 
+# The CPU accuracy benchmark (issue 21) wants a quiet machine; the GPU host's CPU is one.
+do_cpuacc() {
+    need_build cpuacc || return 0
+    step_timeout="${CPUACC_TIMEOUT:-420}" step cpu_time_accuracy python3 bench/time_accuracy.py \
+        --napkin "$b/cli/napkin" --out "$out/cpuacc"
+    rm -f "$out"/cpuacc/run*/checkpoint.safetensors
+}
+
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -370,9 +380,10 @@ case "$what" in
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
     predict) do_predict ;;
+    cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

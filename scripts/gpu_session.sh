@@ -11,6 +11,7 @@
 #   BUDGET=420 scripts/gpu_session.sh attention    # the flash attention alone: tests, its speed
 #                                                  # against PyTorch's SDPA, memcheck, racecheck
 #   BUDGET=300 scripts/gpu_session.sh predict      # calibrate, predicted vs measured, anomaly cost
+#   BUDGET=450 scripts/gpu_session.sh cpuacc       # the CPU accuracy bench on the host's quiet CPU
 #
 # Order: the attention phase (when named), the profiled gpt2 trace and the GEMM/attention
 # benchmarks first, on a quiet GPU (their timings are the ones quoted); then the gpu tests and
@@ -60,7 +61,7 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in attention|predict|trace|bench|runs|test|gpt2|sanitize) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|predict|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
@@ -80,4 +81,6 @@ if has gpt2; then
     fi
 fi
 has sanitize && phase sanitize 60 sanitize
+# Last and alone: CPU timings want the host quiet (no test binaries beside them).
+has cpuacc && phase cpuacc 440 cpuacc
 pack
