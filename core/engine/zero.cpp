@@ -113,6 +113,27 @@ void ZeroEngine::zero_fill(Tensor& t, bool host) {
         std::memset(t.raw(), 0, t.bytes());
 }
 
+void check_zero_settings(int stage, bool offload_optimizer, bool on_device, bool has_master) {
+    if (stage < 0 || stage > 3)
+        throw UsageError("{zero}: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
+    if (!offload_optimizer) return;
+    if (!on_device) {
+        throw UsageError(
+            "{offload_optimizer}: needs {device} cuda (on the CPU the optimizer's "
+            "state is in host memory already)");
+    }
+    if (stage < 1) {
+        throw UsageError(
+            "{offload_optimizer}: needs {zero} 1, 2 or 3 (the host steps this "
+            "rank's shard of the optimizer)");
+    }
+    if (!has_master) {
+        throw UsageError(
+            "{offload_optimizer}: needs a mixed-precision recipe ({precision} "
+            "bf16-amp or fp16-amp): the host steps the fp32 master copy");
+    }
+}
+
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
                        const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
                        EngineDevice* device, bool overlap, AccountingAllocator* host_alloc)
@@ -125,22 +146,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
       dev_(device),
       host_alloc_(host_alloc),
       overlap_(overlap && comm.world_size() > 1) {
-    if (stage < 0 || stage > 3)
-        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
-    if (host_alloc_ != nullptr) {
-        if (dev_ == nullptr) {
-            throw UsageError("--offload optimizer: needs --device cuda (on the CPU the optimizer's "
-                             "state is in host memory already)");
-        }
-        if (stage_ < 1) {
-            throw UsageError("--offload optimizer: needs --zero 1, 2 or 3 (the host steps this "
-                             "rank's shard of the optimizer)");
-        }
-        if (!dt_.has_master) {
-            throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
-                             "bf16-amp or fp16-amp): the host steps the fp32 master copy");
-        }
-    }
+    check_zero_settings(stage, host_alloc_ != nullptr, dev_ != nullptr, dt_.has_master);
     NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
     const ModelConfig& cfg = *model.plan().config;
     // Fine-tuning: the adapters are the units' state; the frozen base stays in the model's own

@@ -76,6 +76,11 @@ public:
     using UsageError::UsageError;
 };
 
+// The stage and --offload optimizer's needs, checked once for the trainer and the ZeRO engine:
+// UsageError naming the field unless 0 <= stage <= 3 and, with the optimizer offloaded, a CUDA
+// device, a stage of 1 or more and an fp32 master copy (has_master) for the host to step.
+void check_zero_settings(int stage, bool offload_optimizer, bool on_device, bool has_master);
+
 // Start-up handshake: rank 0 broadcasts a hash of `description` (the run's options and the
 // napkin build); every rank compares it with its own. Throws RunMismatchError on every rank
 // when any rank differs, naming how many. Counted in the communicator like any collective.
