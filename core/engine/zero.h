@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,9 +178,10 @@ private:
     void gather(std::size_t u, bool wait);  // stage 3: gathered + all-gather (started or done)
     void finish_bucket(std::size_t u);      // stage 2-3: waits for the bucket's reduction, then
     void accumulate_bucket(std::size_t u);  // adds its chunk into the shard, frees the bucket
-    // This rank's sum of squares -> the global norm (st.grad_norm) and the clip factor; false
-    // when the norm is not finite (st.skipped); counts the update (t_) otherwise.
-    bool global_norm(double sumsq, float grad_scale, StepStats& st, float& clip);
+    // The step's norm over every rank's shards (sumsq all-reduced) and its hyperparameters
+    // (begin_update, core/engine/optimizer.h); nullopt when the norm is not finite.
+    std::optional<OptimizerHyper> begin_sharded_update(double sumsq, int step_index,
+                                                       float grad_scale, StepStats& st);
     StepStats sharded_step(int step_index, float grad_scale);
     StepStats sharded_step_on_device(int step_index, float grad_scale);
     void offload_gradients();            // each unit's gradient shard -> host_grads, fp32
