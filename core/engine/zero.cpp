@@ -134,6 +134,52 @@ void check_zero_settings(int stage, bool offload_optimizer, bool on_device, bool
     }
 }
 
+// Stages 1-3: a unit's optimizer side for this rank's shard [lo, hi) of its elements: the fp32
+// master (taken over from the parameters), the moments, 8-bit scales, and, offloaded, the host
+// copy of the gradients.
+void ZeroEngine::allocate_optimizer_shard(Unit& x, const ShardUnit& su, const std::string& name,
+                                          std::int64_t lo, std::int64_t hi) {
+    auto& params = model_.params();
+    const int states = optimizer_state_count(opt_.kind);
+    // Offload: the optimizer's side in host memory, from the host's allocator.
+    const bool host = offload();
+    AccountingAllocator& sa = host ? *host_alloc_ : alloc_;
+    if (dt_.has_master) {
+        x.master =
+            Tensor(sa, name + ".master.shard", MemCategory::master_weights, DType::f32, {su.shard});
+        zero_fill(x.master, host);
+        for (std::size_t i : su.params) {
+            copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
+                       params[i].numel, lo, hi, sizeof(float), host);
+            params[i].master = Tensor();
+        }
+    }
+    if (states >= 1) {
+        x.m = Tensor(sa, name + ".opt.m.shard", MemCategory::optimizer_state, dt_.optimizer_state,
+                     {su.shard});
+        zero_fill(x.m, host);
+    }
+    if (states >= 2) {
+        x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state, dt_.optimizer_state,
+                     {su.shard});
+        zero_fill(x.v, host);
+    }
+    if (dt_.optimizer_state == DType::i8) {
+        const std::int64_t blocks = su.shard / static_cast<std::int64_t>(kOptimizer8bitBlock);
+        x.m_absmax = Tensor(sa, name + ".opt.m.absmax.shard", MemCategory::optimizer_state,
+                            DType::f32, {blocks});
+        x.v_absmax = Tensor(sa, name + ".opt.v.absmax.shard", MemCategory::optimizer_state,
+                            DType::f32, {blocks});
+        zero_fill(x.m_absmax, host);
+        zero_fill(x.v_absmax, host);
+    }
+    if (host) {
+        x.host_grads =
+            Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32, {su.shard});
+        zero_fill(x.host_grads, true);
+    }
+}
+
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
                        const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
                        EngineDevice* device, bool overlap, AccountingAllocator* host_alloc)
@@ -161,8 +207,8 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
     const std::int64_t r = comm.rank();
     const std::size_t we = storage_bytes(dt_.weights, 1);
     if (in.finetune != Finetune::full && stage_ == 3)
-        frozen_ = napkin::frozen_layout(cfg, comm.world_size(), in.lora_rank, in.finetune == Finetune::qlora, we);
-    const int states = optimizer_state_count(opt.kind);
+        frozen_ = napkin::frozen_layout(cfg, comm.world_size(), in.lora_rank,
+                                        in.finetune == Finetune::qlora, we);
     units_.resize(layout_.units.size());
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
@@ -199,45 +245,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             zero_fill(x.grads);
             clear_grads(u);
         }
-        if (stage_ >= 1) {
-            // Offload: the optimizer's side in host memory, from the host's allocator.
-            const bool host = offload();
-            AccountingAllocator& sa = host ? *host_alloc_ : alloc;
-            if (dt_.has_master) {
-                x.master = Tensor(sa, name + ".master.shard", MemCategory::master_weights,
-                                  DType::f32, {su.shard});
-                zero_fill(x.master, host);
-                for (std::size_t i : su.params) {
-                    copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
-                               params[i].numel, lo, hi, sizeof(float), host);
-                    params[i].master = Tensor();
-                }
-            }
-            if (states >= 1) {
-                x.m = Tensor(sa, name + ".opt.m.shard", MemCategory::optimizer_state,
-                             dt_.optimizer_state, {su.shard});
-                zero_fill(x.m, host);
-            }
-            if (states >= 2) {
-                x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state,
-                             dt_.optimizer_state, {su.shard});
-                zero_fill(x.v, host);
-            }
-            if (dt_.optimizer_state == DType::i8) {
-                const std::int64_t blocks = su.shard / static_cast<std::int64_t>(kOptimizer8bitBlock);
-                x.m_absmax = Tensor(sa, name + ".opt.m.absmax.shard", MemCategory::optimizer_state,
-                                    DType::f32, {blocks});
-                x.v_absmax = Tensor(sa, name + ".opt.v.absmax.shard", MemCategory::optimizer_state,
-                                    DType::f32, {blocks});
-                zero_fill(x.m_absmax, host);
-                zero_fill(x.v_absmax, host);
-            }
-            if (host) {
-                x.host_grads = Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32,
-                                      {su.shard});
-                zero_fill(x.host_grads, true);
-            }
-        }
+        if (stage_ >= 1) allocate_optimizer_shard(x, su, name, lo, hi);
     }
     // Stage 3, fine-tuning: the frozen base into this rank's shards of each unit's storage
     // (element ranges [r S, (r + 1) S) of the working dtype, copied as bytes).

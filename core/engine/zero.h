@@ -171,6 +171,8 @@ private:
     void clear_params(std::size_t u);
     void point_frozen(std::size_t u);  // stage 3 fine-tuning: frozen slots into the gathered storage
     void clear_frozen(std::size_t u);
+    void allocate_optimizer_shard(Unit& x, const ShardUnit& su, const std::string& name,
+                                  std::int64_t lo, std::int64_t hi);
     bool reads_params(std::size_t u) const;  // whether regions of u read anything this engine holds
     bool gathered(std::size_t u) const;      // stage 3: a gather of u started or done
     void clear_grads(std::size_t u);
