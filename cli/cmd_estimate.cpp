@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/estimate_inference.h"
 #include "cli/estimate_time.h"
+#include "cli/flag_names.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/model_config.h"
@@ -419,12 +420,14 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
                          "' (expected max-params|max-micro-batch|min-tp-pp|fastest)");
     }
 
+    // The report names settings by field ({tokens}); the user reads them as flags.
     if (f.json) {
-        std::cout << to_json(in, e, ctx).dump(2) << "\n";
+        std::cout << with_flags(to_json(in, e, ctx).dump(2)) << "\n";
     } else if (f.explain) {
-        std::cout << format_text(in, e, ctx) << "\n" << format_explain(in, e, ctx);
+        std::cout << with_flags(format_text(in, e, ctx)) << "\n"
+                  << with_flags(format_explain(in, e, ctx));
     } else {
-        std::cout << format_text(in, e, ctx);
+        std::cout << with_flags(format_text(in, e, ctx));
     }
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "cli/flag_names.h"
 #include "core/check.h"
 #include "estimator/hardware.h"
 #include "estimator/inference.h"
@@ -197,10 +198,10 @@ void run_inference_estimate(const InferenceFlags& f, const SharedEstimateFlags& 
         ctx.solved = &solved;
     }
     if (s.json) {
-        std::cout << inference_to_json(in, e, ctx).dump(2) << "\n";
+        std::cout << with_flags(inference_to_json(in, e, ctx).dump(2)) << "\n";
     } else {
-        std::cout << format_inference_text(in, e, ctx);
-        if (s.explain) std::cout << "\n" << format_inference_explain(in, e);
+        std::cout << with_flags(format_inference_text(in, e, ctx));
+        if (s.explain) std::cout << "\n" << with_flags(format_inference_explain(in, e));
     }
 }
 

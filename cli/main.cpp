@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/flag_names.h"
 #include "cli/train_signal.h"
 #include "cli/version.h"
 #include "core/check.h"
@@ -85,10 +86,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "napkin: error: %s (see napkin --help)\n", e.what());
         return 2;
     } catch (const napkin::UsageError& e) {
-        std::fprintf(stderr, "napkin: error: %s\n", e.what());
+        std::fprintf(stderr, "napkin: error: %s\n", napkin::cli::message_with_flags(e).c_str());
         return 2;
     } catch (const napkin::InputError& e) {
-        std::fprintf(stderr, "napkin: error: %s\n", e.what());
+        std::fprintf(stderr, "napkin: error: %s\n", napkin::cli::message_with_flags(e).c_str());
         return 1;
     } catch (const napkin::AnomalyFound& e) {  // --detect-anomaly: report.json written
         std::fprintf(stderr, "napkin train: %s\n", e.what());

@@ -60,7 +60,7 @@ ResumeSource find_resume_source(const std::string& path, bool parallel, Communic
         try {
             check_resumable(*s.manifest, comm.world_size(), zero);
         } catch (const UsageError& e) {
-            throw RunMismatchError(e.what());  // every rank read the same manifest: a clean exit
+            throw RunMismatchError(e.marked());  // every rank read the same manifest: a clean exit
         }
         s.options = read_shard_info(*s.manifest, comm.rank()).options;
         return s;

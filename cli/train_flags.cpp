@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/flag_checks.h"
+#include "cli/flag_names.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -159,6 +160,7 @@ void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
         throw UsageError("--comm-timeout: must be 0 (wait forever) or a number of seconds > 0");
     }
     comm.set_timeout_s(f.comm_timeout);
+    comm.set_field_namer(flag_for_field);
     check_same_flags(flag_values(f), comm);  // before any flag leads a rank its own way
     if (f.device != "cpu" && f.device != "auto" && f.device != "cuda") {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda|auto)");

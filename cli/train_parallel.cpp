@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/flag_names.h"
 #include "cli/version.h"
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
@@ -26,7 +27,7 @@ void run_with_ranks(const std::function<void(Communicator&)>& body) {
     } catch (const std::exception& e) {
         const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
         std::fprintf(stderr, "napkin: rank %d of %d: error: %s; ending every rank\n", comm->rank(),
-                     comm->world_size(), e.what());
+                     comm->world_size(), message_with_flags(e).c_str());
         std::fflush(stderr);
         comm->abort(usage ? 2 : 1);
     }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/flag_names.h"
 #include "core/check.h"
 #include "estimator/napkin_formulas.h"
 #include "kernels/stream.h"
@@ -116,7 +117,8 @@ profiler::TimePrediction time_prediction_report(const Estimate& pred,
         t.ops.push_back({op.name, std::string(enum_name(kTimeBucketNames, op.bucket)),
                          op.calls_per_step, op.seconds_per_step});
     }
-    t.notes = st.notes;
+    for (const std::string& note : st.notes)
+        t.notes.push_back(with_flags(note));
     return t;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/flag_names.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/durable_file.h"
@@ -164,7 +165,7 @@ std::vector<profiler::StepReport> run_history(const std::filesystem::path& repor
         }
     } catch (const InputError& e) {
         std::fprintf(stderr, "napkin: warning: the earlier steps are left out of the report (%s)\n",
-                     e.what());
+                     message_with_flags(e).c_str());
         return steps;
     }
     history.insert(history.end(), steps.begin(), steps.end());

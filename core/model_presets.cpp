@@ -109,7 +109,7 @@ const ModelConfig& preset_or_throw(const std::string& name) {
     if (const ModelConfig* p = find_preset(name)) return *p;
     std::string names;
     for (const auto& p : model_presets()) names += (names.empty() ? "" : "|") + p.name;
-    throw UsageError("--model: unknown preset '" + name + "' (expected " + names + ")");
+    throw UsageError("{model}: unknown preset '" + name + "' (expected " + names + ")");
 }
 
 }  // namespace napkin

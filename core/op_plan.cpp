@@ -218,41 +218,43 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
 
 void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
     if (in.micro_batch <= 0) {
-        throw UsageError("--micro-batch: must be a positive integer (got " +
+        throw UsageError("{micro_batch}: must be a positive integer (got " +
                          std::to_string(in.micro_batch) + ")");
     }
     if (in.seq_len <= 0) {
-        throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(in.seq_len) + ")");
+        throw UsageError("{seq_len}: must be a positive integer (got " +
+                         std::to_string(in.seq_len) + ")");
     }
     if (c.positions == PositionKind::learned && in.seq_len > c.context_length) {
-        throw UsageError("--seq-len: " + std::to_string(in.seq_len) +
-                         " exceeds the learned position table of " + std::to_string(c.context_length) +
-                         " rows (the model's context length)");
+        throw UsageError("{seq_len}: " + std::to_string(in.seq_len) +
+                         " exceeds the learned position table of " +
+                         std::to_string(c.context_length) + " rows (the model's context length)");
     }
     // Keep every count inside int64: the largest tensor is naive attention's (B, NH, T, T).
     const double biggest = static_cast<double>(in.micro_batch) * c.n_heads * static_cast<double>(in.seq_len) *
                            static_cast<double>(in.seq_len) * 8.0;
     if (biggest > 4e18 || static_cast<double>(in.micro_batch) * static_cast<double>(in.seq_len) *
                                   static_cast<double>(c.padded_vocab_size) > 4e18) {
-        throw UsageError("--micro-batch x --seq-len: " + std::to_string(in.micro_batch) + " x " +
+        throw UsageError("{micro_batch} x {seq_len}: " + std::to_string(in.micro_batch) + " x " +
                          std::to_string(in.seq_len) + " is too large to count in 64-bit integers");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {
-        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
+        throw UsageError("{lora_rank}: must be a positive integer (got " +
+                         std::to_string(in.lora_rank) + ")");
     }
     // The adapters' counts, r (K + N) per linear and B T r per adapter input, stay inside int64:
     // r is bounded like d_model (model_config.cpp).
     if (in.finetune != Finetune::full) {
         constexpr std::int64_t kMaxLoraRank = std::int64_t{1} << 18;
         if (in.lora_rank > kMaxLoraRank) {
-            throw UsageError("--lora-rank: " + std::to_string(in.lora_rank) +
+            throw UsageError("{lora_rank}: " + std::to_string(in.lora_rank) +
                              " is beyond napkin's limit of " + std::to_string(kMaxLoraRank));
         }
         if (static_cast<double>(in.micro_batch) * static_cast<double>(in.seq_len) *
                 static_cast<double>(in.lora_rank) >
             4e18) {
             throw UsageError(
-                "--micro-batch x --seq-len x --lora-rank: " + std::to_string(in.micro_batch) +
+                "{micro_batch} x {seq_len} x {lora_rank}: " + std::to_string(in.micro_batch) +
                 " x " + std::to_string(in.seq_len) + " x " + std::to_string(in.lora_rank) +
                 " is too large to count in 64-bit integers");
         }

@@ -69,9 +69,9 @@ CommunicationEstimate estimate_communication(const ShardLayout& layout, int zero
                                              std::int64_t grad_accum, DType grads, DType weights,
                                              double link_bytes_per_s) {
     if (zero < 0 || zero > 3)
-        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
-    if (grad_accum < 1) throw UsageError("--grad-accum: must be a positive integer");
-    if (link_bytes_per_s < 0) throw UsageError("--link-gbps: must be positive");
+        throw UsageError("{zero}: must be 0, 1, 2 or 3 (got " + std::to_string(zero) + ")");
+    if (grad_accum < 1) throw UsageError("{grad_accum}: must be a positive integer");
+    if (link_bytes_per_s < 0) throw UsageError("{link_bytes_per_s}: must be positive");
     CommunicationEstimate c;
     c.world = layout.world;
     c.zero = zero;

@@ -353,7 +353,7 @@ void count_flops_without_wrapping(Terms& x, const ModelConfig& c, const PlanInpu
     if (per_token * T > kMaxCountedFlops) {
         char line[256];
         std::snprintf(line, sizeof line,
-                      "--seq-len: %lld tokens could need %.3g FLOPs per sequence, beyond napkin's "
+                      "{seq_len}: %lld tokens could need %.3g FLOPs per sequence, beyond napkin's "
                       "64-bit counts (%.3g)",
                       static_cast<long long>(pin.seq_len), per_token * T, kMaxCountedFlops);
         throw UsageError(line);
@@ -392,7 +392,7 @@ ModelConfig napkin_shape(double n_params, std::int64_t seq_len) {
 
 // The 3D layout's flags alone; parallel_layout checks them against the model.
 static void validate_parallel(const EstimateInputs& in) {
-    for (const auto& [v, flag] : {std::pair{in.tp, "--tp"}, {in.pp, "--pp"}, {in.vpp, "--vpp"}}) {
+    for (const auto& [v, flag] : {std::pair{in.tp, "{tp}"}, {in.pp, "{pp}"}, {in.vpp, "{vpp}"}}) {
         if (v < 1) {
             throw UsageError(std::string(flag) + ": must be a positive integer (got " +
                              std::to_string(v) + ")");
@@ -401,23 +401,23 @@ static void validate_parallel(const EstimateInputs& in) {
     if (in.tp * static_cast<std::int64_t>(in.pp) == 1) return;
     if (in.params_only) {
         throw UsageError(
-            "--tp/--pp: need a model shape (--model, --config or --layers, --d-model "
-            "and --heads), not --params");
+            "{tp}/{pp}: need a model shape ({model}, {config} or {layers}, {d_model} "
+            "and {heads}), not {params}");
     }
     if (in.finetune != Finetune::full) {
         throw UsageError(
-            "--tp/--pp: napkin models 3D parallelism for full training (not --finetune " +
+            "{tp}/{pp}: napkin models 3D parallelism for full training (not {finetune} " +
             std::string(enum_name(kFinetuneNames, in.finetune)) + ")");
     }
     if (in.offload != Offload::none) {
         throw UsageError(
-            "--tp/--pp: napkin models 3D parallelism with the states on the GPUs (not "
-            "--offload " +
+            "{tp}/{pp}: napkin models 3D parallelism with the states on the GPUs (not "
+            "{offload} " +
             std::string(enum_name(kOffloadNames, in.offload)) + ")");
     }
     for (const LinkChoice* l : {&in.node_link, &in.network_link}) {
         if (!(l->bytes_per_s >= 0) || !std::isfinite(l->bytes_per_s)) {
-            throw UsageError("--node-link/--net-link: a bandwidth must be finite and positive");
+            throw UsageError("{node_link}/{net_link}: a bandwidth must be finite and positive");
         }
     }
 }
@@ -445,40 +445,41 @@ void validate(const EstimateInputs& in) {
         }
     };
     if (in.params_only) {
-        positive(in.params, "--params");
-        at_most(in.params, kMaxParams, "--params", "the largest model the solver searches");
+        positive(in.params, "{params}");
+        at_most(in.params, kMaxParams, "{params}", "the largest model the solver searches");
     }
-    if (in.seq_len < 0) positive(static_cast<double>(in.seq_len), "--seq-len");
-    positive(static_cast<double>(in.micro_batch), "--micro-batch");
-    positive(static_cast<double>(in.grad_accum), "--grad-accum");
-    positive(in.gpus, "--gpus");
+    if (in.seq_len < 0) positive(static_cast<double>(in.seq_len), "{seq_len}");
+    positive(static_cast<double>(in.micro_batch), "{micro_batch}");
+    positive(static_cast<double>(in.grad_accum), "{grad_accum}");
+    positive(in.gpus, "{gpus}");
     positive(in.gpus_per_node, "gpus per node");
-    zero_or_positive(in.tokens, "--tokens");
-    at_most(in.tokens, kMaxTokens, "--tokens", "20 x the largest --params");
+    zero_or_positive(in.tokens, "{tokens}");
+    at_most(in.tokens, kMaxTokens, "{tokens}", "20 x the largest {params}");
     if (in.zero < 0 || in.zero > 3) {
-        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
+        throw UsageError("{zero}: must be 0, 1, 2 or 3 (got " + std::to_string(in.zero) + ")");
     }
     // 0: the performance model predicts the time, over a device profile.
     if (!(in.mfu > 0 && in.mfu <= 1) && !(in.mfu == 0 && in.profile != nullptr)) {
-        throw UsageError("--mfu: must be in (0, 1] (got " + got(in.mfu) + ")");
+        throw UsageError("{mfu}: must be in (0, 1] (got " + got(in.mfu) + ")");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0) {
-        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
+        throw UsageError("{lora_rank}: must be a positive integer (got " +
+                         std::to_string(in.lora_rank) + ")");
     }
-    zero_or_positive(in.peak_flops_per_s, "--peak-tflops");
-    positive(in.gpu_memory_bytes, "--gpu-mem-gb");
-    zero_or_positive(in.cpu_memory_bytes, "--cpu-mem-gb");
-    zero_or_positive(in.measured_tokens_per_s, "--measured-tokens-per-s");
-    zero_or_positive(in.link_bytes_per_s, "--link-gbps");
+    zero_or_positive(in.peak_flops_per_s, "{peak_flops_per_s}");
+    positive(in.gpu_memory_bytes, "{gpu_memory_bytes}");
+    zero_or_positive(in.cpu_memory_bytes, "{cpu_memory_bytes}");
+    zero_or_positive(in.measured_tokens_per_s, "{measured_tokens_per_s}");
+    zero_or_positive(in.link_bytes_per_s, "{link_bytes_per_s}");
     validate_parallel(in);
     if (in.optimizer_fp32 && in.precision != Precision::bf16) {
         throw UsageError(
-            "--fp32-optimizer-state: for --precision bf16 (the mixed-precision recipes "
-            "keep fp32 states already; got --precision " +
+            "{fp32_optimizer_state}: for {precision} bf16 (the mixed-precision recipes "
+            "keep fp32 states already; got {precision} " +
             std::string(enum_name(kPrecisionNames, in.precision)) + ")");
     }
     if (in.optimizer_fp32 && in.optimizer == OptimizerKind::adamw_8bit) {
-        throw UsageError("--fp32-optimizer-state: not with --optimizer adamw-8bit");
+        throw UsageError("{fp32_optimizer_state}: not with {optimizer} adamw-8bit");
     }
 }
 

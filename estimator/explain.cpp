@@ -29,8 +29,8 @@ void explain_parameters(std::ostream& os, const EstimateInputs& in, const Estima
     os << "1. Parameters\n";
     if (in.params_only) {
         os << "   N = " << fmt_count(e.total_params)
-           << (ctx.solve == "max-params" ? " (the largest that fits: --solve max-params)\n"
-                                         : " (given by --params)\n");
+           << (ctx.solve == "max-params" ? " (the largest that fits: {solve} max-params)\n"
+                                         : " (given by {params})\n");
     } else {
         // Exact integers, so that the sum can be checked by hand.
         const auto n = [](std::int64_t v) { return fmt_count(static_cast<double>(v)); };
@@ -58,12 +58,15 @@ void explain_parameters(std::ostream& os, const EstimateInputs& in, const Estima
 // 2. Bytes per trainable parameter under the recipe.
 void explain_bytes_per_param(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     const auto& b = e.bytes_per_param;
-    os << "\n2. Bytes per trainable parameter ("
-       << enum_name(kPrecisionNames, in.precision) << ", " << enum_name(kOptimizerNames, in.optimizer) << ")\n"
-       << "   weights " << num(b.weights) << " + master " << num(b.master) << " + gradients " << num(b.grads)
-       << " + optimizer " << num(b.optimizer) << " = " << num(b.total()) << " bytes\n"
-       << "   (lecture: fp32 AdamW = 4 + 4 + 8 = 16; ZeRO paper sec. 3.1: mixed precision 2 + 2 + K, K = 12;\n"
-       << "    --grads-fp32 keeps fp32 gradients beside the master copy: 2 + 4 + 4 + 8 = 18, as Megatron does)\n";
+    os << "\n2. Bytes per trainable parameter (" << enum_name(kPrecisionNames, in.precision) << ", "
+       << enum_name(kOptimizerNames, in.optimizer) << ")\n"
+       << "   weights " << num(b.weights) << " + master " << num(b.master) << " + gradients "
+       << num(b.grads) << " + optimizer " << num(b.optimizer) << " = " << num(b.total())
+       << " bytes\n"
+       << "   (lecture: fp32 AdamW = 4 + 4 + 8 = 16; ZeRO paper sec. 3.1: mixed precision 2 + 2 + "
+          "K, K = 12;\n"
+       << "    {grads_fp32} keeps fp32 gradients beside the master copy: 2 + 4 + 4 + 8 = 18, as "
+          "Megatron does)\n";
     if (in.optimizer == OptimizerKind::adamw_8bit) {
         os << "   8-bit AdamW: 2 moments x (1 byte + 4 bytes / 2048-element block) (Dettmers et al. 2022)\n";
     }
@@ -129,7 +132,7 @@ void explain_activations(std::ostream& os, const EstimateInputs& in, const Estim
        << " kept;\n     + one block rebuilt during its backward (checkpointing) = " << gb(e.act_detailed_bytes) << "\n"
        << "     (the plan adds the norms' fp32 statistics, flash's logsumexp and LoRA's adapter inputs, and\n"
        << "      keeps the model's real dtypes, fp8 GEMM inputs included)\n";
-    if (in.ignore_activations) os << "   --ignore-activations: not counted in the total\n";
+    if (in.ignore_activations) os << "   {ignore_activations}: not counted in the total\n";
 }
 
 // 5. FLOPs per token.
@@ -150,8 +153,8 @@ void explain_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e
            << " * L * T * C = " << (in.causal_attention_flops ? "6" : "12") << " * " << L << " * "
            << T << " * " << C << " = " << num(e.flops_attention_per_token)
            << (in.causal_attention_flops
-                   ? "   (causal: llm.c, Megatron-LM; --attention-flops full gives PaLM's 12LTC)\n"
-                   : "   (all T^2 pairs: PaLM appendix B; --attention-flops causal gives 6LTC)\n");
+                   ? "   (causal: llm.c, Megatron-LM; {attention_flops} full gives PaLM's 12LTC)\n"
+                   : "   (all T^2 pairs: PaLM appendix B; {attention_flops} causal gives 6LTC)\n");
         if (in.finetune == Finetune::full) {
             os << "   model FLOPs from the op plan = 6 N_matmul + attention over the exact "
                   "T(T+1)/2 pairs + biases\n"
@@ -189,7 +192,7 @@ void explain_run(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
            << " FLOPs; model FLOPs = " << num(e.model_flops_per_token)
            << " * D = " << num(e.run_model_flops) << "\n";
     } else {
-        os << "   no D: fine-tuning has no default length (give --tokens for the run's FLOPs and "
+        os << "   no D: fine-tuning has no default length (give {tokens} for the run's FLOPs and "
               "time)\n";
     }
     if (e.peak_flops_per_s > 0) {

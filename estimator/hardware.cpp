@@ -82,7 +82,7 @@ const GpuSpec& gpu_or_throw(std::string_view name) {
         if (!names.empty()) names += '|';
         names += g.name;
     }
-    throw UsageError("--gpu: unknown GPU '" + std::string(name) + "' (expected " + names + ")");
+    throw UsageError("{gpu}: unknown GPU '" + std::string(name) + "' (expected " + names + ")");
 }
 
 }  // namespace napkin

@@ -96,22 +96,22 @@ struct Rates {
 
 void check_inputs(const InferenceInputs& in) {
     validate(in.model);
-    if (in.batch < 1) throw UsageError("--batch: must be a positive integer");
-    if (in.prompt_len < 1) throw UsageError("--prompt-len: must be a positive integer");
-    if (in.gen_len < 1) throw UsageError("--gen-len: must be a positive integer");
-    if (in.adapters < 0) throw UsageError("--adapters: must be 0 or a positive integer");
+    if (in.batch < 1) throw UsageError("{batch}: must be a positive integer");
+    if (in.prompt_len < 1) throw UsageError("{prompt_len}: must be a positive integer");
+    if (in.gen_len < 1) throw UsageError("{gen_len}: must be a positive integer");
+    if (in.adapters < 0) throw UsageError("{adapters}: must be 0 or a positive integer");
     if (in.adapters > 0 && in.lora_rank < 1)
-        throw UsageError("--lora-rank: must be a positive integer");
+        throw UsageError("{lora_rank}: must be a positive integer");
     if (!(in.memory_bytes_per_s > 0) || !(in.gpu_memory_bytes > 0))
-        throw UsageError("--gpu: the inference estimate needs the GPU's bandwidth and memory");
+        throw UsageError("{gpu}: the inference estimate needs the GPU's bandwidth and memory");
     if (!(in.peak_flops_per_s > 0) && in.profile == nullptr)
-        throw UsageError("--peak-tflops: the GPU has no peak for " +
+        throw UsageError("{peak_flops_per_s}: the GPU has no peak for " +
                          std::string(dtype_name(in.gemm_dtype)) + " GEMMs; give one");
     if (in.profile == nullptr && !(in.mfu > 0 && in.mfu <= 1))
-        throw UsageError("--mfu: must be in (0, 1]");
+        throw UsageError("{mfu}: must be in (0, 1]");
     const std::int64_t context = in.prompt_len + in.gen_len;
     if (in.model.positions == PositionKind::learned && context > in.model.context_length) {
-        throw UsageError("--prompt-len + --gen-len: " + std::to_string(context) +
+        throw UsageError("{prompt_len} + {gen_len}: " + std::to_string(context) +
                          " positions exceed the learned position table's " +
                          std::to_string(in.model.context_length));
     }
@@ -342,7 +342,7 @@ InferenceSolve solve_inference(const InferenceInputs& base, InferenceSolveFor wh
         limit = static_cast<double>(base.model.context_length - base.gen_len);
         if (limit < 1) {
             throw UsageError(
-                "--gen-len: leaves no room for a prompt in the learned position "
+                "{gen_len}: leaves no room for a prompt in the learned position "
                 "table's " +
                 std::to_string(base.model.context_length) + " rows");
         }

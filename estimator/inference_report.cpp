@@ -72,7 +72,7 @@ void text_time(std::ostream& os, const InferenceInputs& in, const InferenceEstim
        << fmt_number("%.0f", in.memory_bytes_per_s / 1e9) << " GB/s)\n";
     text_step(os, "prefill (time to first token) ", e.prefill);
     if (e.decode_steps == 0) {
-        os << "  decode: none (--gen-len 1: the prefill gives the only token)\n";
+        os << "  decode: none ({gen_len} 1: the prefill gives the only token)\n";
     } else {
         text_step(os, "decode step 1                 ", e.decode_first);
         text_step(os, "decode step G-1               ", e.decode_last);
@@ -202,13 +202,13 @@ nlohmann::json memory_json(const InferenceInputs& in, const InferenceEstimate& e
 std::string format_inference_text(const InferenceInputs& in, const InferenceEstimate& e,
                                   const InferenceContext& ctx) {
     std::ostringstream os;
-    os << "napkin estimate --inference: " << in.model.name << " (" << ctx.model_source << ") on "
+    os << "napkin estimate {inference}: " << in.model.name << " (" << ctx.model_source << ") on "
        << ctx.gpu << " (" << ctx.gpu_full_name << ")\n"
        << "weights " << weights_name(in.weights) << " (GEMMs in " << dtype_name(in.gemm_dtype)
        << "), KV cache " << kv_name(in.kv) << "; batch " << in.batch << ", prompt " << in.prompt_len
        << ", generate " << in.gen_len << "\n";
     if (ctx.solved != nullptr) {
-        os << "--solve " << ctx.solve << ": "
+        os << "{solve} " << ctx.solve << ": "
            << (ctx.solved->value > 0 ? n(ctx.solved->value) : std::string("nothing fits"))
            << (ctx.solved->at_limit ? " (the search's limit; the answer is at least this)" : "")
            << "\n";

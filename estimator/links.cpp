@@ -47,7 +47,7 @@ const LinkSpec& link_or_throw(std::string_view name) {
         if (!names.empty()) names += '|';
         names += l.name;
     }
-    throw UsageError("--link: unknown link '" + std::string(name) + "' (expected " + names + ")");
+    throw UsageError("{link}: unknown link '" + std::string(name) + "' (expected " + names + ")");
 }
 
 }  // namespace napkin

@@ -125,10 +125,10 @@ GroupTraffic pipeline_traffic(const ParallelLayout& p, int stage, const TrafficI
 
 ParallelLayout parallel_layout(int gpus, int tp, int pp, int vpp, bool sp,
                                std::int64_t micro_batches, const ModelConfig& c) {
-    require_at_least_one(tp, "--tp");
-    require_at_least_one(pp, "--pp");
-    require_at_least_one(vpp, "--vpp");
-    require_at_least_one(gpus, "--gpus");
+    require_at_least_one(tp, "{tp}");
+    require_at_least_one(pp, "{pp}");
+    require_at_least_one(vpp, "{vpp}");
+    require_at_least_one(gpus, "{gpus}");
     ParallelLayout p;
     p.tp = tp;
     p.pp = pp;
@@ -138,24 +138,24 @@ ParallelLayout parallel_layout(int gpus, int tp, int pp, int vpp, bool sp,
     p.layers = c.n_layers;
     const std::int64_t replica = static_cast<std::int64_t>(tp) * pp;
     if (gpus % replica != 0) {
-        throw UsageError("--gpus " + n(gpus) + ": must be a multiple of --tp " + n(tp) +
-                         " x --pp " + n(pp) + " = " + n(replica) +
+        throw UsageError("{gpus} " + n(gpus) + ": must be a multiple of {tp} " + n(tp) +
+                         " x {pp} " + n(pp) + " = " + n(replica) +
                          " (data parallelism is gpus / (T P) model replicas)");
     }
     p.dp = static_cast<int>(gpus / replica);
-    if (sp && tp == 1) throw UsageError("--sp: sequence parallelism needs --tp > 1");
+    if (sp && tp == 1) throw UsageError("{sequence_parallel}: sequence parallelism needs {tp} > 1");
     if (c.n_heads % tp != 0 || c.n_kv_heads % tp != 0 || c.d_ff % tp != 0) {
-        throw UsageError("--tp " + n(tp) + ": must divide the " + n(c.n_heads) + " heads, the " +
+        throw UsageError("{tp} " + n(tp) + ": must divide the " + n(c.n_heads) + " heads, the " +
                          n(c.n_kv_heads) + " kv-heads and d_ff " + n(c.d_ff) +
                          " (each rank holds whole heads)");
     }
     if (pp > c.n_layers) {
-        throw UsageError("--pp " + n(pp) + ": more stages than the model's " + n(c.n_layers) +
+        throw UsageError("{pp} " + n(pp) + ": more stages than the model's " + n(c.n_layers) +
                          " layers");
     }
-    if (vpp > 1 && pp == 1) throw UsageError("--vpp " + n(vpp) + ": interleaving needs --pp > 1");
+    if (vpp > 1 && pp == 1) throw UsageError("{vpp} " + n(vpp) + ": interleaving needs {pp} > 1");
     if (vpp > 1 && c.n_layers % (static_cast<std::int64_t>(vpp) * pp) != 0) {
-        throw UsageError("--vpp " + n(vpp) + " x --pp " + n(pp) + ": must divide the model's " +
+        throw UsageError("{vpp} " + n(vpp) + " x {pp} " + n(pp) + ": must divide the model's " +
                          n(c.n_layers) + " layers (every chunk holds as many)");
     }
     return p;

@@ -311,7 +311,7 @@ double collective_seconds(const Tables& t, const CommLine& line, int world,
         return line.calls * c->latency_seconds + line.sent_bytes / c->bytes_per_s;
     if (link_bytes_per_s > 0) return line.sent_bytes / link_bytes_per_s;
     t.note("no link and no measured collectives for " + std::to_string(world) +
-           " ranks: communication is not timed (--link)");
+           " ranks: communication is not timed ({link})");
     return 0;
 }
 

@@ -188,7 +188,7 @@ ChosenProfile choose_profile(const std::string& file, const DeviceIdentity& devi
     const std::string mismatch = profile_mismatch(p, device);
     if (!mismatch.empty() && !force) {
         throw UsageError(std::string(flag) + " " + file + ": " + mismatch +
-                         " (--profile-force uses it anyway)");
+                         " ({profile_force} uses it anyway)");
     }
     return {std::move(p),
             "profile " + file + (mismatch.empty() ? "" : " (forced: " + mismatch + ")"), false};

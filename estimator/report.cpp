@@ -61,7 +61,8 @@ std::string format_communication(const EstimateInputs& in, const Estimate& e, co
         }
         os << "\n";
     } else {
-        os << "  no link given: --link (napkin estimate --list-links) or --link-gbps for a time\n";
+        os << "  no link given: {link} (napkin estimate {list_links}) or {link_bytes_per_s} for a "
+              "time\n";
     }
     return os.str();
 }
@@ -238,7 +239,7 @@ void text_flops(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
            << " FLOPs, model FLOPs " << fmt_sci(e.run_model_flops) << ", " << fmt_count(e.steps)
            << " steps\n";
     } else {
-        os << "run: no length (--tokens not given; fine-tuning has no default)\n";
+        os << "run: no length ({tokens} not given; fine-tuning has no default)\n";
     }
 }
 

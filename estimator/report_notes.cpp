@@ -14,35 +14,35 @@ void model_and_recipe_notes(const EstimateInputs& in, const Estimate& e,
     const auto has = [&](Note n) { return (e.notes & n) != 0; };
     if (has(kNoteParamsOnlyFlops)) {
         out.push_back(
-            "--params: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
+            "{params}: FLOPs are 6N per token exactly (the lecture's rule); the attention term "
             "needs a shape, so it is left out");
     }
     if (has(kNoteParamsOnlyShape)) {
         out.push_back(
-            "--params: activations and temporaries use a derived dense shape of about N "
+            "{params}: activations and temporaries use a derived dense shape of about N "
             "parameters: L = " +
             std::to_string(e.n_layers) + ", d_model = 128 L = " + std::to_string(e.d_model) +
             ", 128-wide heads, d_ff = 4 d_model, vocab 32000");
     }
     if (has(kNoteSeqLenDefault)) {
-        out.push_back("--seq-len not given: T = " + std::to_string(e.seq_len) +
+        out.push_back("{seq_len} not given: T = " + std::to_string(e.seq_len) +
                       (in.params_only ? "" : " (the model's context, at most 8192)"));
     }
     if (has(kNoteTokensDefault)) {
-        out.push_back("--tokens not given: D = 20 N = " + fmt_sci(e.tokens) +
+        out.push_back("{tokens} not given: D = 20 N = " + fmt_sci(e.tokens) +
                       " tokens (Chinchilla-optimal, Hoffmann et al. 2022)");
     }
     if (has(kNoteNoPeak)) {
         out.push_back(
             std::string(
                 "no peak FLOP/s for this GPU in the recipe's GEMM dtype: no time estimate") +
-            (in.measured_tokens_per_s > 0 ? " and no MFU for --measured-tokens-per-s" : "") +
-            " (pick another --precision or give --peak-tflops)");
+            (in.measured_tokens_per_s > 0 ? " and no MFU for {measured_tokens_per_s}" : "") +
+            " (pick another {precision} or give {peak_flops_per_s})");
     }
     if (has(kNoteFp32Peak)) {
         out.push_back(
             "fp32 recipe: time uses the GPU's non-tensor-core fp32 peak, as the lecture does; "
-            "TF32 GEMMs would run faster (--peak-tflops to override)");
+            "TF32 GEMMs would run faster ({peak_flops_per_s} to override)");
     }
     if (has(kNoteSelectiveFlash)) {
         out.push_back(
@@ -51,11 +51,11 @@ void model_and_recipe_notes(const EstimateInputs& in, const Estimate& e,
     }
     if (has(kNoteActivationsIgnored)) {
         out.push_back(
-            "--ignore-activations: memory counts model states only (weights, master, "
+            "{ignore_activations}: memory counts model states only (weights, master, "
             "gradients, optimizer), as the lectures do");
     }
     if (has(kNoteSeqBeyondContext)) {
-        out.push_back("--seq-len " + std::to_string(e.seq_len) +
+        out.push_back("{seq_len} " + std::to_string(e.seq_len) +
                       " exceeds the model's context length " +
                       std::to_string(in.model.context_length));
     }
@@ -66,36 +66,36 @@ void layout_and_run_notes(const EstimateInputs& in, const Estimate& e,
                           std::vector<std::string>& out) {
     const auto has = [&](Note n) { return (e.notes & n) != 0; };
     if (has(kNoteZeroOneGpu)) {
-        out.push_back(in.tp * in.pp > 1 ? "--zero over one data-parallel replica shards nothing"
-                                        : "--zero over one GPU shards nothing");
+        out.push_back(in.tp * in.pp > 1 ? "{zero} over one data-parallel replica shards nothing"
+                                        : "{zero} over one GPU shards nothing");
     }
     if (has(kNoteOffloadReplicated)) {
-        out.push_back("--offload " + std::string(enum_name(kOffloadNames, in.offload)) +
-                      " with --zero 0 on " + std::to_string(in.gpus) +
+        out.push_back("{offload} " + std::string(enum_name(kOffloadNames, in.offload)) +
+                      " with {zero} 0 on " + std::to_string(in.gpus) +
                       " GPUs: every rank keeps a full host copy of the offloaded states (" +
-                      fmt_bytes(e.cpu.total()) + " each); --zero 1-3 shards them");
+                      fmt_bytes(e.cpu.total()) + " each); {zero} 1-3 shards them");
     }
     if (has(kNoteFinetuneNoTokens)) {
         out.push_back(
-            "--tokens not given: fine-tuning has no default length (Chinchilla's D = 20 N "
+            "{tokens} not given: fine-tuning has no default length (Chinchilla's D = 20 N "
             "is a pretraining budget), so no run FLOPs or time");
     }
     if (has(kNoteUnevenStages)) {
         out.push_back(
-            "--pp " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
+            "{pp} " + std::to_string(in.pp) + " does not divide the " + std::to_string(e.n_layers) +
             " layers: the first stages hold one more (Megatron-LM needs the first and last "
             "stage sizes given)");
     }
     if (has(kNoteFewMicroBatches)) {
-        out.push_back("fewer micro-batches per step (--grad-accum " +
-                      std::to_string(in.grad_accum) + ") than pipeline stages (--pp " +
+        out.push_back("fewer micro-batches per step ({grad_accum} " +
+                      std::to_string(in.grad_accum) + ") than pipeline stages ({pp} " +
                       std::to_string(in.pp) +
                       "): the pipeline never fills, and the bubble exceeds the compute");
     }
     if (has(kNoteGroupWithoutLink)) {
         out.push_back(
             "a parallel group has no known link for this GPU: its communication is not timed "
-            "(--node-link, --net-link)");
+            "({node_link}, {net_link})");
     }
     if (has(kNoteRunUnderOneStep)) {
         out.push_back(
@@ -105,7 +105,8 @@ void layout_and_run_notes(const EstimateInputs& in, const Estimate& e,
     }
     if (has(kNoteLinkOneGpu)) {
         out.push_back(
-            "--link / --link-gbps: one GPU exchanges nothing, so there is no communication to "
+            "{link} / {link_bytes_per_s}: one GPU exchanges nothing, so there is no communication "
+            "to "
             "time");
     }
     if (has(kNoteQloraPrecision)) {
@@ -120,7 +121,7 @@ void layout_and_run_notes(const EstimateInputs& in, const Estimate& e,
     if (has(kNoteCpuDoesNotFit)) {
         out.push_back("offloaded states need " + fmt_bytes(e.cpu_node_bytes) +
                       " of host memory per node, more than " + fmt_bytes(e.cpu_capacity_bytes) +
-                      " (--cpu-mem-gb)");
+                      " ({cpu_memory_bytes})");
     }
 }
 

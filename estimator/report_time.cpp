@@ -47,7 +47,7 @@ std::string format_time_model(const EstimateInputs& in, const Estimate& e,
                       percent(st.seconds[b], e.step_seconds).c_str());
         os << line;
         if (static_cast<TimeBucket>(b) == TimeBucket::communication && st.comm_seconds > 0)
-            os << "  exposed, of " << fmt_duration(st.comm_seconds) << " (--overlap "
+            os << "  exposed, of " << fmt_duration(st.comm_seconds) << " ({overlap} "
                << enum_name(kOverlapNames, in.overlap) << ")";
         os << "\n";
     }

@@ -34,7 +34,7 @@ SolveResult solve_max_params(const EstimateInputs& base, Estimator& est) {
 SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est) {
     if (base.ignore_activations) {
         throw UsageError(
-            "--solve max-micro-batch with --ignore-activations: the model states alone do not "
+            "{solve} max-micro-batch with {ignore_activations}: the model states alone do not "
             "depend on the micro-batch");
     }
     constexpr double kLimit = 1 << 24;
@@ -103,7 +103,7 @@ std::vector<Layout> layouts(const EstimateInputs& in) {
 SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
                           const std::vector<Precision>& precisions, int keep) {
     if (base.mfu != 0 || base.profile == nullptr) {
-        throw UsageError("--solve fastest: needs the performance model's prediction (drop --mfu)");
+        throw UsageError("{solve} fastest: needs the performance model's prediction (drop {mfu})");
     }
     SolveResult r;
     std::vector<SolveCandidate> found;
@@ -158,16 +158,16 @@ SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
 SolveResult solve_min_tp_pp(const EstimateInputs& base, Estimator& est) {
     if (base.params_only) {
         throw UsageError(
-            "--solve min-tp-pp: needs a model shape (--model, --config or --layers, "
-            "--d-model and --heads), not --params");
+            "{solve} min-tp-pp: needs a model shape ({model}, {config} or {layers}, "
+            "{d_model} and {heads}), not {params}");
     }
     validate(base.model);
     SolveResult r;
     EstimateInputs in = base;
     const std::vector<Layout> candidates = layouts(base);
     if (candidates.empty()) {
-        throw UsageError("--solve min-tp-pp: no tensor x pipeline layout of " + base.model.name +
-                         " divides --gpus " + std::to_string(base.gpus));
+        throw UsageError("{solve} min-tp-pp: no tensor x pipeline layout of " + base.model.name +
+                         " divides {gpus} " + std::to_string(base.gpus));
     }
     for (const Layout& l : candidates) {
         in.tp = l.tp;

@@ -11,6 +11,7 @@
 
 #include <imgui.h>
 
+#include "core/check.h"
 #include "core/model_config.h"
 #include "estimator/hardware.h"
 #include "estimator/report.h"
@@ -360,8 +361,8 @@ void draw_estimate(EstimateState& s, const std::vector<RunData>& runs) {
                 fmt_count(e.tokens_per_step).c_str());
     draw_breakdown(s, ImVec2(ImGui::GetContentRegionAvail().x, 150));
     draw_numbers(s);
-    for (const std::string& note : note_texts(s.inputs, e))
-        ImGui::TextDisabled("note: %s", note.c_str());
+    for (const std::string& note : note_texts(s.inputs, e))  // settings named by field
+        ImGui::TextDisabled("note: %s", name_fields(note).c_str());
     ImGui::EndChild();
 }
 

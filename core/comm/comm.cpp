@@ -139,7 +139,7 @@ void Communicator::end_job(Collective op, std::uint64_t bytes, const std::string
         std::snprintf(size, sizeof size, " of %llu bytes", static_cast<unsigned long long>(bytes));
     std::fprintf(stderr, "napkin: rank %d of %d: error: %s%s %s; ending every rank\n", rank(),
                  world_size(), std::string(enum_name(kCollectiveNames, op)).c_str(), size,
-                 why.c_str());
+                 name_fields(why, field_namer_).c_str());
     std::fflush(stderr);
     abort(1);
     std::abort();  // not reached: abort() ends the process
@@ -148,7 +148,7 @@ void Communicator::end_job(Collective op, std::uint64_t bytes, const std::string
 void Communicator::ended_by_timeout(Collective op, std::uint64_t bytes) {
     char why[96];
     std::snprintf(why, sizeof why,
-                  "did not complete within %g s (--comm-timeout); another rank is stuck or gone",
+                  "did not complete within %g s ({comm_timeout}); another rank is stuck or gone",
                   timeout_s());
     end_job(op, bytes, why);
 }

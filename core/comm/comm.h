@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/comm/collective.h"
 #include "core/dtype.h"
 
@@ -105,6 +106,9 @@ public:
     // wait for.
     virtual void set_timeout_s(double seconds) { timeout_s_ = seconds > 0 ? seconds : 0; }
     double timeout_s() const { return timeout_s_; }
+    // How the lines it prints itself name a setting (core/check.h): the CLI's flags; bare
+    // fields ("comm_timeout") by default.
+    void set_field_namer(FieldNamer namer) { field_namer_ = namer; }
 
 protected:
     Communicator(int rank, int world, int local_rank)
@@ -157,6 +161,7 @@ private:
     CommCounters counters_;
     profiler::Recorder* rec_ = nullptr;
     double timeout_s_ = 0;
+    FieldNamer field_namer_ = nullptr;
     std::vector<Started> started_;
     Ticket last_ticket_ = 0;
 };

@@ -102,7 +102,7 @@ ShardLayout shard_layout(const ModelConfig& cfg, int world, std::int64_t lora_ra
 
 std::vector<FrozenUnit> frozen_layout(const ModelConfig& cfg, int world, std::int64_t lora_rank,
                                       bool qlora, std::uint64_t element_bytes) {
-    if (lora_rank < 1) throw UsageError("--lora-rank: must be a positive integer");
+    if (lora_rank < 1) throw UsageError("{lora_rank}: must be a positive integer");
     const std::vector<ParamTensor> params = param_tensors(cfg, lora_rank);
     // The unit of each frozen tensor is its full model's (shard_layout without adapters; the
     // base tensors keep their indices in the list with adapters), and so is how often it is read.

@@ -101,7 +101,7 @@ public:
                 check_fp8(cfg, in);
                 return make<bf16_t>(cfg, in, alloc, seed);  // bf16 storage, fp8 GEMMs
         }
-        throw UsageError("--precision: not supported by the engine");
+        throw UsageError("{precision}: not supported by the engine");
     }
 
     void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {
@@ -188,9 +188,9 @@ private:
     // kernels, every block GEMM dimension a multiple of 16 (kernels/matmul.h).
     void check_fp8(const ModelConfig& cfg, const PlanInputs& in) const {
         if (sm_ < 89) {
-            throw UsageError("--precision fp8-amp: " + name_ + " (sm_" + std::to_string(sm_) +
+            throw UsageError("{precision} fp8-amp: " + name_ + " (sm_" + std::to_string(sm_) +
                              ") has no fp8 tensor cores (sm_89 or later: Ada, Hopper); "
-                             "--precision bf16-amp runs on it");
+                             "{precision} bf16-amp runs on it");
         }
         const std::int64_t fc_rows = cfg.mlp == MlpKind::swiglu ? 2 * cfg.d_ff : cfg.d_ff;
         const std::pair<const char*, std::int64_t> dims[] = {
@@ -201,7 +201,7 @@ private:
             {"micro-batch x seq-len", in.micro_batch * in.seq_len}};
         for (const auto& [what, v] : dims) {
             if (v % cuda::kFp8GemmMultiple != 0) {
-                throw UsageError("--precision fp8-amp on CUDA: " + std::string(what) + " is " +
+                throw UsageError("{precision} fp8-amp on CUDA: " + std::string(what) + " is " +
                                  std::to_string(v) +
                                  ", and cuBLASLt's fp8 GEMMs need multiples of " +
                                  std::to_string(cuda::kFp8GemmMultiple));
@@ -231,7 +231,7 @@ std::unique_ptr<EngineDevice> open_engine_device(DeviceKind kind, int index) {
     if (kind == DeviceKind::cpu) return nullptr;
     std::string reason;
     const CudaEngineApi* api = cuda_engine_api(&reason);
-    if (api == nullptr) throw UsageError("--device cuda: no CUDA device (" + reason + ")");
+    if (api == nullptr) throw UsageError("{device} cuda: no CUDA device (" + reason + ")");
     return std::make_unique<CudaEngineDevice>(*api, index);
 }
 

@@ -10,13 +10,14 @@ namespace napkin {
 
 void check_engine_support(const ModelConfig& cfg, const PlanInputs& in) {
     if (in.finetune != Finetune::full && in.precision == Precision::fp8_amp) {
-        throw UsageError("--finetune " + std::string(enum_name(kFinetuneNames, in.finetune)) +
-                         ": not with --precision fp8-amp in the engine (its adapters would read "
+        throw UsageError("{finetune} " + std::string(enum_name(kFinetuneNames, in.finetune)) +
+                         ": not with {precision} fp8-amp in the engine (its adapters would read "
                          "the fp8 GEMM inputs; use bf16-amp)");
     }
     if (in.finetune != Finetune::full && in.lora_rank <= 0)
-        throw UsageError("--lora-rank: must be a positive integer (got " + std::to_string(in.lora_rank) + ")");
-    if (in.grads_fp32) throw UsageError("--grads-fp32: not supported by the engine (for now)");
+        throw UsageError("{lora_rank}: must be a positive integer (got " +
+                         std::to_string(in.lora_rank) + ")");
+    if (in.grads_fp32) throw UsageError("{grads_fp32}: not supported by the engine (for now)");
     validate(cfg);
     if (cfg.q_dim() != cfg.d_model || cfg.qkv_bias) {
         throw UsageError(cfg.name + ": " +
@@ -40,7 +41,7 @@ std::unique_ptr<Gpt> Gpt::create(const ModelConfig& cfg, const PlanInputs& in,
         case Precision::fp16_amp:
             return std::make_unique<GptImpl<CpuKernels<f16_t>>>(cfg, in, alloc, seed);
     }
-    throw UsageError("--precision: not supported by the engine");
+    throw UsageError("{precision}: not supported by the engine");
 }
 
 }  // namespace napkin

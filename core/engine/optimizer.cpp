@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "core/check.h"
 #include "core/engine/engine_device.h"
@@ -92,44 +91,41 @@ void round_into(Tensor& t, const float* src) {
     }
 }
 
-using Hyper = UpdateHyper;
-
-OptimizerHyper kernel_hyper(const Hyper& h) {
-    OptimizerHyper kh;
-    kh.kind = h.kind;
-    kh.lr = h.lr;
-    kh.beta1 = h.b1;
-    kh.beta2 = h.b2;
-    kh.eps = h.eps;
-    kh.bias_correction1 = h.bc1;
-    kh.bias_correction2 = h.bc2;
-    kh.grad_scale = h.scale;
-    return kh;
-}
-
-// One parameter's update, w and g fp32, moments in S (float or bf16_t): the optimizer kernel
-// (kernels/cpu/optimizer.cpp), the one statement of the arithmetic that its CUDA twin is
-// tested against.
-template <class S>
-void update(const Hyper& h, float* w, const float* grad, S* m, S* v, std::int64_t n) {
-    const OptimizerHyper kh = kernel_hyper(h);
-    OptimizerTensor t;
-    t.master = w;
-    t.grad = const_cast<float*>(grad);  // read only: the update writes w and the states
-    t.m = m;
-    t.v = v;
-    t.n = n;
-    t.weight_decay = h.wd;
-    cpu::optimizer_update(kh, &t, 1, std::is_same_v<S, float> ? DType::f32 : DType::bf16);
-}
-
 }  // namespace
 
-void optimizer_update(const UpdateHyper& h, float* w, const float* grad, float* m, float* v, std::int64_t n) {
-    update<float>(h, w, grad, m, v, n);
+std::optional<OptimizerHyper> begin_update(const OptimizerConfig& cfg, int step_index, double sumsq,
+                                           float grad_scale, int& t, StepStats& st) {
+    st.lr = learning_rate(cfg, step_index);
+    const double norm = std::sqrt(sumsq) * grad_scale;
+    st.grad_norm = static_cast<float>(norm);
+    if (!std::isfinite(norm)) {
+        st.skipped = true;
+        return std::nullopt;
+    }
+    const float clip =
+        cfg.grad_clip > 0 && norm > cfg.grad_clip ? static_cast<float>(cfg.grad_clip / norm) : 1.0f;
+    ++t;
+    return OptimizerHyper{.kind = cfg.kind,
+                          .lr = st.lr,
+                          .beta1 = cfg.beta1,
+                          .beta2 = cfg.beta2,
+                          .eps = cfg.eps,
+                          .bias_correction1 = 1.0f - std::pow(cfg.beta1, static_cast<float>(t)),
+                          .bias_correction2 = 1.0f - std::pow(cfg.beta2, static_cast<float>(t)),
+                          .grad_scale = grad_scale * clip};
 }
-void optimizer_update(const UpdateHyper& h, float* w, const float* grad, bf16_t* m, bf16_t* v, std::int64_t n) {
-    update<bf16_t>(h, w, grad, m, v, n);
+
+void host_update(const OptimizerHyper& h, const HostPiece& piece, DType state_dtype) {
+    OptimizerTensor t;
+    t.master = piece.w;
+    t.grad = const_cast<float*>(piece.g);  // read only: the update writes w and the states
+    t.m = piece.m;
+    t.v = piece.v;
+    t.m_absmax = piece.m_absmax;
+    t.v_absmax = piece.v_absmax;
+    t.n = piece.n;
+    t.weight_decay = piece.weight_decay;
+    cpu::optimizer_update(h, &t, 1, state_dtype);
 }
 
 double Optimizer::host_grad_sum_squares() {
@@ -186,11 +182,34 @@ std::vector<OptimizerTensor> Optimizer::device_tensors() const {
     return ts;
 }
 
+HostPiece Optimizer::host_piece(std::size_t i) {
+    ParamSlot& p = model_.params()[i];
+    HostPiece piece;
+    piece.g = as_f32(p.grad, grad_buf_);
+    // The fp32 values the update applies to: the master copy, the fp32 weights themselves,
+    // or (pure bf16) a widened copy rounded back afterwards.
+    if (!p.master.empty()) {
+        piece.w = p.master.data<float>();
+    } else if (p.weight.dtype() == DType::f32) {
+        piece.w = p.weight.data<float>();
+    } else {
+        as_f32(p.weight, master_buf_);
+        piece.w = master_buf_.data();
+    }
+    const int states = optimizer_state_count(cfg_.kind);
+    if (states >= 1) piece.m = m_[i].raw();
+    if (states >= 2) piece.v = v_[i].raw();
+    if (state_dtype_ == DType::i8) {  // 8-bit moments, blockwise (kernels/optimizer.h)
+        piece.m_absmax = m_absmax_[i].data<float>();
+        piece.v_absmax = v_absmax_[i].data<float>();
+    }
+    piece.n = p.numel;
+    piece.weight_decay = p.decay ? cfg_.weight_decay : 0.0f;
+    return piece;
+}
+
 StepStats Optimizer::step(int step_index, float grad_scale) {
     StepStats st;
-    st.lr = learning_rate(cfg_, step_index);
-    auto& params = model_.params();
-
     // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.
     std::vector<OptimizerTensor> dev;
     double sumsq = 0.0;
@@ -200,61 +219,20 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
     } else {
         sumsq = host_grad_sum_squares();
     }
-    const double norm = std::sqrt(sumsq) * grad_scale;
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {
-        st.skipped = true;
-        return st;
-    }
-    const float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? static_cast<float>(cfg_.grad_clip / norm) : 1.0f;
-    ++t_;
-    Hyper h{cfg_.kind, st.lr, cfg_.beta1, cfg_.beta2, cfg_.eps, 0.0f,
-            1.0f - std::pow(cfg_.beta1, static_cast<float>(t_)), 1.0f - std::pow(cfg_.beta2, static_cast<float>(t_)),
-            grad_scale * clip};
+    const std::optional<OptimizerHyper> h =
+        begin_update(cfg_, step_index, sumsq, grad_scale, t_, st);
+    if (!h) return st;
     if (device_ != nullptr) {
         // One multi-tensor update: per-tensor weight decay rides in each OptimizerTensor.
-        device_->optimizer_update(kernel_hyper(h), dev.data(), static_cast<int>(dev.size()), state_dtype_);
+        device_->optimizer_update(*h, dev.data(), static_cast<int>(dev.size()), state_dtype_);
         return st;
     }
-    const int states = optimizer_state_count(cfg_.kind);
-
+    auto& params = model_.params();
     for (std::size_t i = 0; i < params.size(); ++i) {
-        ParamSlot& p = params[i];
-        if (!p.trainable) continue;
-        h.wd = p.decay ? cfg_.weight_decay : 0.0f;
-        const float* g = as_f32(p.grad, grad_buf_);
-        // The fp32 values the update applies to: the master copy, the fp32 weights themselves,
-        // or (pure bf16) a widened copy rounded back afterwards.
-        float* w = nullptr;
-        if (!p.master.empty()) {
-            w = p.master.data<float>();
-        } else if (p.weight.dtype() == DType::f32) {
-            w = p.weight.data<float>();
-        } else {
-            as_f32(p.weight, master_buf_);
-            w = master_buf_.data();
-        }
-        Tensor* m = states >= 1 ? &m_[i] : nullptr;
-        Tensor* v = states >= 2 ? &v_[i] : nullptr;
-        if (state_dtype_ == DType::i8) {  // 8-bit moments, blockwise (kernels/optimizer.h)
-            OptimizerTensor t;
-            t.master = w;
-            t.grad = const_cast<float*>(g);  // read only
-            t.m = m->raw();
-            t.v = v->raw();
-            t.m_absmax = m_absmax_[i].data<float>();
-            t.v_absmax = v_absmax_[i].data<float>();
-            t.n = p.numel;
-            t.weight_decay = h.wd;
-            cpu::optimizer_update(kernel_hyper(h), &t, 1, DType::i8);
-        } else if (state_dtype_ == DType::bf16) {
-            update<bf16_t>(h, w, g, m != nullptr ? m->data<bf16_t>() : nullptr, v != nullptr ? v->data<bf16_t>() : nullptr,
-                           p.numel);
-        } else {
-            update<float>(h, w, g, m != nullptr ? m->data<float>() : nullptr, v != nullptr ? v->data<float>() : nullptr,
-                          p.numel);
-        }
-        if (p.weight.dtype() != DType::f32) round_into(p.weight, w);
+        if (!params[i].trainable) continue;
+        const HostPiece piece = host_piece(i);
+        host_update(*h, piece, state_dtype_);
+        if (params[i].weight.dtype() != DType::f32) round_into(params[i].weight, piece.w);
     }
     return st;
 }

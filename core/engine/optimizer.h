@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/allocator.h"
@@ -39,21 +40,39 @@ struct OptimizerConfig {
 // The learning rate at `step` (0-based): linear warmup to lr, then cosine to lr * min_lr_frac.
 float learning_rate(const OptimizerConfig& c, int step);
 
-// One update of n contiguous fp32 values from fp32 gradients (multiplied by scale first), the
-// moments in fp32 or bf16 (null where the optimizer keeps fewer). Optimizer::step applies it
-// per parameter; the ZeRO engine (core/engine/zero.h) per shard.
-struct UpdateHyper {
-    OptimizerKind kind;
-    float lr, b1, b2, eps, wd, bc1, bc2, scale;  // bc1, bc2: Adam's bias corrections 1 - beta^t
-};
-void optimizer_update(const UpdateHyper& h, float* w, const float* grad, float* m, float* v, std::int64_t n);
-void optimizer_update(const UpdateHyper& h, float* w, const float* grad, bf16_t* m, bf16_t* v, std::int64_t n);
-
 struct StepStats {
     float lr = 0;
     float grad_norm = 0;  // of the unscaled gradients, before clipping
     bool skipped = false;  // non-finite gradients (fp16 overflow): no update
 };
+
+// The one optimizer step, in two calls that Optimizer::step and the ZeRO engine's sharded step
+// (core/engine/zero.h) share; they differ only in which gradients they sum and which pieces
+// (whole parameters, or a shard's slices of them) they update.
+//
+// begin_update: from the gradients' sum of squares (every rank's, summed), the norm of the
+// unscaled gradients, sqrt(sumsq) x grad_scale, into st with the schedule's lr. When the norm
+// is finite, counts one more update in `t` and returns its hyperparameters: Adam's bias
+// corrections 1 - beta^t and grad_scale x clip, clip = min(1, grad_clip / norm). Non-finite
+// (fp16 overflow): st.skipped, no update, nullopt.
+std::optional<OptimizerHyper> begin_update(const OptimizerConfig& cfg, int step_index, double sumsq,
+                                           float grad_scale, int& t, StepStats& st);
+
+// One piece of the update on the host: `n` fp32 values w (master copy, fp32 weights, or a
+// widened copy) from fp32 gradients g, the states at m and v in state_dtype (null where the
+// optimizer keeps fewer; 8-bit states with their block scales, the piece on a block boundary).
+// The CPU optimizer kernel (kernels/cpu/optimizer.cpp) does the arithmetic.
+struct HostPiece {
+    float* w = nullptr;
+    const float* g = nullptr;
+    void* m = nullptr;
+    void* v = nullptr;
+    float* m_absmax = nullptr;
+    float* v_absmax = nullptr;
+    std::int64_t n = 0;
+    float weight_decay = 0.0f;
+};
+void host_update(const OptimizerHyper& h, const HostPiece& piece, DType state_dtype);
 
 class Optimizer {
 public:
@@ -84,6 +103,8 @@ public:
 
 private:
     double host_grad_sum_squares();
+    // Parameter i's piece of the host update (master, fp32 weight or widened copy; its states).
+    HostPiece host_piece(std::size_t i);
     // The device's tensors for the kernels: gradients, fp32 values to update, states, and the
     // working copy to round into under mixed precision.
     std::vector<OptimizerTensor> device_tensors() const;

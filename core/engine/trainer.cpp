@@ -48,23 +48,10 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                                 : open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
       alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)),
       host_alloc_(host_) {
-    if (opts_.zero < 0 || opts_.zero > 3) {
-        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(opts_.zero) + ")");
-    }
-    if (opts_.offload_optimizer) {  // the ZeRO engine's own checks, before anything is built
-        if (device_ == nullptr) {
-            throw UsageError("--offload optimizer: needs --device cuda (on the CPU the optimizer's "
-                             "state is in host memory already)");
-        }
-        if (opts_.zero < 1) {
-            throw UsageError("--offload optimizer: needs --zero 1, 2 or 3 (the host steps this "
-                             "rank's shard of the optimizer)");
-        }
-        if (!precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false).has_master) {
-            throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
-                             "bf16-amp or fp16-amp): the host steps the fp32 master copy");
-        }
-    }
+    // The ZeRO engine's own checks, before anything is built.
+    check_zero_settings(
+        opts_.zero, opts_.offload_optimizer, device_ != nullptr,
+        precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false).has_master);
     comm_ = comm;
     if (comm_ == nullptr && opts_.zero > 0) {
         own_comm_ = make_single_communicator();
@@ -79,12 +66,16 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
         nccl_comm_ = device_->collectives(*comm_);
         if (nccl_comm_ != nullptr) comm_ = nccl_comm_.get();
     }
-    if (opts_.steps <= 0) throw UsageError("--steps: must be a positive integer (got " + std::to_string(opts_.steps) + ")");
+    if (opts_.steps <= 0)
+        throw UsageError("{steps}: must be a positive integer (got " + std::to_string(opts_.steps) +
+                         ")");
     if (opts_.grad_accum <= 0) {
-        throw UsageError("--grad-accum: must be a positive integer (got " + std::to_string(opts_.grad_accum) + ")");
+        throw UsageError("{grad_accum}: must be a positive integer (got " +
+                         std::to_string(opts_.grad_accum) + ")");
     }
     if (opts_.plan.seq_len > opts_.model.context_length) {
-        throw UsageError("--seq-len: " + std::to_string(opts_.plan.seq_len) + " exceeds the model's context length " +
+        throw UsageError("{seq_len}: " + std::to_string(opts_.plan.seq_len) +
+                         " exceeds the model's context length " +
                          std::to_string(opts_.model.context_length));
     }
     if (opts_.data.empty()) data_ = std::make_unique<SyntheticCorpus>(opts_.seed);
@@ -95,7 +86,7 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                          std::to_string(opts_.model.vocab_size));
     }
     if (opts_.plan.detect_anomaly && parallel) {
-        throw UsageError("--detect-anomaly: runs in one process (no --zero, no launcher)");
+        throw UsageError("{detect_anomaly}: runs in one process (no {zero}, no launcher)");
     }
     model_ = device_ != nullptr ? device_->create_gpt(opts_.model, opts_.plan, alloc_, opts_.seed)
                                 : Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);

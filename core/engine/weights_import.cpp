@@ -385,9 +385,9 @@ ModelConfig napkin_checkpoint_config(const SafetensorsFile& st) {
     const auto& meta = st.metadata();
     const auto ft = meta.find("finetune");
     if (ft != meta.end() && ft->second != "full") {
-        bad(st.path(), "a --finetune " + ft->second +
+        bad(st.path(), "a {finetune} " + ft->second +
                            " checkpoint: its adapters are not merged into the base weights; start "
-                           "from the checkpoint of a full run (or --resume this one)");
+                           "from the checkpoint of a full run (or {resume} this one)");
     }
     const auto model = meta.find("model");
     if (model == meta.end()) bad(st.path(), "metadata key 'model' missing");

@@ -113,6 +113,73 @@ void ZeroEngine::zero_fill(Tensor& t, bool host) {
         std::memset(t.raw(), 0, t.bytes());
 }
 
+void check_zero_settings(int stage, bool offload_optimizer, bool on_device, bool has_master) {
+    if (stage < 0 || stage > 3)
+        throw UsageError("{zero}: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
+    if (!offload_optimizer) return;
+    if (!on_device) {
+        throw UsageError(
+            "{offload_optimizer}: needs {device} cuda (on the CPU the optimizer's "
+            "state is in host memory already)");
+    }
+    if (stage < 1) {
+        throw UsageError(
+            "{offload_optimizer}: needs {zero} 1, 2 or 3 (the host steps this "
+            "rank's shard of the optimizer)");
+    }
+    if (!has_master) {
+        throw UsageError(
+            "{offload_optimizer}: needs a mixed-precision recipe ({precision} "
+            "bf16-amp or fp16-amp): the host steps the fp32 master copy");
+    }
+}
+
+// Stages 1-3: a unit's optimizer side for this rank's shard [lo, hi) of its elements: the fp32
+// master (taken over from the parameters), the moments, 8-bit scales, and, offloaded, the host
+// copy of the gradients.
+void ZeroEngine::allocate_optimizer_shard(Unit& x, const ShardUnit& su, const std::string& name,
+                                          std::int64_t lo, std::int64_t hi) {
+    auto& params = model_.params();
+    const int states = optimizer_state_count(opt_.kind);
+    // Offload: the optimizer's side in host memory, from the host's allocator.
+    const bool host = offload();
+    AccountingAllocator& sa = host ? *host_alloc_ : alloc_;
+    if (dt_.has_master) {
+        x.master =
+            Tensor(sa, name + ".master.shard", MemCategory::master_weights, DType::f32, {su.shard});
+        zero_fill(x.master, host);
+        for (std::size_t i : su.params) {
+            copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
+                       params[i].numel, lo, hi, sizeof(float), host);
+            params[i].master = Tensor();
+        }
+    }
+    if (states >= 1) {
+        x.m = Tensor(sa, name + ".opt.m.shard", MemCategory::optimizer_state, dt_.optimizer_state,
+                     {su.shard});
+        zero_fill(x.m, host);
+    }
+    if (states >= 2) {
+        x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state, dt_.optimizer_state,
+                     {su.shard});
+        zero_fill(x.v, host);
+    }
+    if (dt_.optimizer_state == DType::i8) {
+        const std::int64_t blocks = su.shard / static_cast<std::int64_t>(kOptimizer8bitBlock);
+        x.m_absmax = Tensor(sa, name + ".opt.m.absmax.shard", MemCategory::optimizer_state,
+                            DType::f32, {blocks});
+        x.v_absmax = Tensor(sa, name + ".opt.v.absmax.shard", MemCategory::optimizer_state,
+                            DType::f32, {blocks});
+        zero_fill(x.m_absmax, host);
+        zero_fill(x.v_absmax, host);
+    }
+    if (host) {
+        x.host_grads =
+            Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32, {su.shard});
+        zero_fill(x.host_grads, true);
+    }
+}
+
 ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllocator& alloc,
                        const OptimizerConfig& opt, const PrecisionDTypes& dtypes,
                        EngineDevice* device, bool overlap, AccountingAllocator* host_alloc)
@@ -125,22 +192,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
       dev_(device),
       host_alloc_(host_alloc),
       overlap_(overlap && comm.world_size() > 1) {
-    if (stage < 0 || stage > 3)
-        throw UsageError("--zero: must be 0, 1, 2 or 3 (got " + std::to_string(stage) + ")");
-    if (host_alloc_ != nullptr) {
-        if (dev_ == nullptr) {
-            throw UsageError("--offload optimizer: needs --device cuda (on the CPU the optimizer's "
-                             "state is in host memory already)");
-        }
-        if (stage_ < 1) {
-            throw UsageError("--offload optimizer: needs --zero 1, 2 or 3 (the host steps this "
-                             "rank's shard of the optimizer)");
-        }
-        if (!dt_.has_master) {
-            throw UsageError("--offload optimizer: needs a mixed-precision recipe (--precision "
-                             "bf16-amp or fp16-amp): the host steps the fp32 master copy");
-        }
-    }
+    check_zero_settings(stage, host_alloc_ != nullptr, dev_ != nullptr, dt_.has_master);
     NAPKIN_ASSERT(model.plan().config != nullptr, "the model has no config");
     const ModelConfig& cfg = *model.plan().config;
     // Fine-tuning: the adapters are the units' state; the frozen base stays in the model's own
@@ -155,8 +207,8 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
     const std::int64_t r = comm.rank();
     const std::size_t we = storage_bytes(dt_.weights, 1);
     if (in.finetune != Finetune::full && stage_ == 3)
-        frozen_ = napkin::frozen_layout(cfg, comm.world_size(), in.lora_rank, in.finetune == Finetune::qlora, we);
-    const int states = optimizer_state_count(opt.kind);
+        frozen_ = napkin::frozen_layout(cfg, comm.world_size(), in.lora_rank,
+                                        in.finetune == Finetune::qlora, we);
     units_.resize(layout_.units.size());
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
@@ -193,45 +245,7 @@ ZeroEngine::ZeroEngine(int stage, Communicator& comm, Gpt& model, AccountingAllo
             zero_fill(x.grads);
             clear_grads(u);
         }
-        if (stage_ >= 1) {
-            // Offload: the optimizer's side in host memory, from the host's allocator.
-            const bool host = offload();
-            AccountingAllocator& sa = host ? *host_alloc_ : alloc;
-            if (dt_.has_master) {
-                x.master = Tensor(sa, name + ".master.shard", MemCategory::master_weights,
-                                  DType::f32, {su.shard});
-                zero_fill(x.master, host);
-                for (std::size_t i : su.params) {
-                    copy_range(x.master.raw(), params[i].master.raw(), layout_.param_offset[i],
-                               params[i].numel, lo, hi, sizeof(float), host);
-                    params[i].master = Tensor();
-                }
-            }
-            if (states >= 1) {
-                x.m = Tensor(sa, name + ".opt.m.shard", MemCategory::optimizer_state,
-                             dt_.optimizer_state, {su.shard});
-                zero_fill(x.m, host);
-            }
-            if (states >= 2) {
-                x.v = Tensor(sa, name + ".opt.v.shard", MemCategory::optimizer_state,
-                             dt_.optimizer_state, {su.shard});
-                zero_fill(x.v, host);
-            }
-            if (dt_.optimizer_state == DType::i8) {
-                const std::int64_t blocks = su.shard / static_cast<std::int64_t>(kOptimizer8bitBlock);
-                x.m_absmax = Tensor(sa, name + ".opt.m.absmax.shard", MemCategory::optimizer_state,
-                                    DType::f32, {blocks});
-                x.v_absmax = Tensor(sa, name + ".opt.v.absmax.shard", MemCategory::optimizer_state,
-                                    DType::f32, {blocks});
-                zero_fill(x.m_absmax, host);
-                zero_fill(x.v_absmax, host);
-            }
-            if (host) {
-                x.host_grads = Tensor(sa, name + ".grad.host", MemCategory::gradients, DType::f32,
-                                      {su.shard});
-                zero_fill(x.host_grads, true);
-            }
-        }
+        if (stage_ >= 1) allocate_optimizer_shard(x, su, name, lo, hi);
     }
     // Stage 3, fine-tuning: the frozen base into this rank's shards of each unit's storage
     // (element ranges [r S, (r + 1) S) of the working dtype, copied as bytes).
@@ -570,18 +584,10 @@ StepStats ZeroEngine::step(int step_index, float grad_scale, Optimizer* optimize
     return st;
 }
 
-bool ZeroEngine::global_norm(double sumsq, float grad_scale, StepStats& st, float& clip) {
+std::optional<OptimizerHyper> ZeroEngine::begin_sharded_update(double sumsq, int step_index,
+                                                               float grad_scale, StepStats& st) {
     comm_.all_reduce(&sumsq, 1, "gradient norm");  // a host scalar: the communicator's to route
-    const double norm = std::sqrt(sumsq) * grad_scale;
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {
-        st.skipped = true;
-        return false;
-    }
-    clip = opt_.grad_clip > 0 && norm > opt_.grad_clip ? static_cast<float>(opt_.grad_clip / norm)
-                                                       : 1.0f;
-    ++t_;
-    return true;
+    return begin_update(opt_, step_index, sumsq, grad_scale, t_, st);
 }
 
 void ZeroEngine::offload_gradients() {
@@ -612,7 +618,6 @@ void ZeroEngine::upload_weights(std::size_t u) {
 StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
     if (dev_ != nullptr && !offload()) return sharded_step_on_device(step_index, grad_scale);
     StepStats st;
-    st.lr = learning_rate(opt_, step_index);
     const std::int64_t r = comm_.rank();
     auto& params = model_.params();
     // Offloaded: the norm and the update read the host's fp32 copy of the gradient shards.
@@ -641,26 +646,8 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
             acc += static_cast<double>(g[k]) * g[k];
         sumsq += acc;
     }
-    float clip = 1.0f;
-    if (!global_norm(sumsq, grad_scale, st, clip)) return st;
-    UpdateHyper h{opt_.kind,
-                  st.lr,
-                  opt_.beta1,
-                  opt_.beta2,
-                  opt_.eps,
-                  0.0f,
-                  1.0f - std::pow(opt_.beta1, static_cast<float>(t_)),
-                  1.0f - std::pow(opt_.beta2, static_cast<float>(t_)),
-                  grad_scale * clip};
-    OptimizerHyper kernel_hyper;  // the same, for the multi-tensor kernels (8-bit states)
-    kernel_hyper.kind = h.kind;
-    kernel_hyper.lr = h.lr;
-    kernel_hyper.beta1 = h.b1;
-    kernel_hyper.beta2 = h.b2;
-    kernel_hyper.eps = h.eps;
-    kernel_hyper.bias_correction1 = h.bc1;
-    kernel_hyper.bias_correction2 = h.bc2;
-    kernel_hyper.grad_scale = h.scale;
+    const std::optional<OptimizerHyper> h = begin_sharded_update(sumsq, step_index, grad_scale, st);
+    if (!h) return st;
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const ShardUnit& su = layout_.units[u];
         Unit& x = units_[u];
@@ -671,35 +658,27 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
             const std::int64_t b = std::min(layout_.param_offset[i] + params[i].numel, hi);
             if (a >= b) continue;
             const std::int64_t off = a - lo, n = b - a;
-            h.wd = params[i].decay ? opt_.weight_decay : 0.0f;
-            const float* g = widened(static_cast<char*>(grad_chunk(u)) +
-                                         storage_bytes(gd, static_cast<std::uint64_t>(off)),
-                                     gd, n, grad_buf_);
+            HostPiece piece;
+            piece.g = widened(static_cast<char*>(grad_chunk(u)) +
+                                  storage_bytes(gd, static_cast<std::uint64_t>(off)),
+                              gd, n, grad_buf_);
             char* wc =
                 weight_chunk(u) + storage_bytes(dt_.weights, static_cast<std::uint64_t>(off));
-            float* w = dt_.has_master ? x.master.data<float>() + off
-                                      : widened(wc, dt_.weights, n, weight_buf_);
+            piece.w = dt_.has_master ? x.master.data<float>() + off
+                                     : widened(wc, dt_.weights, n, weight_buf_);
+            piece.m = x.m.empty() ? nullptr : at(x.m, off, dt_.optimizer_state);
+            piece.v = x.v.empty() ? nullptr : at(x.v, off, dt_.optimizer_state);
             if (dt_.optimizer_state == DType::i8) {
                 // 8-bit moments: the piece starts on a block boundary (the layout's alignment),
                 // so its blocks are the single process's.
-                OptimizerTensor t;
-                t.master = w;
-                t.grad = const_cast<float*>(g);  // read only
-                t.m = at(x.m, off, DType::i8);
-                t.v = at(x.v, off, DType::i8);
-                t.m_absmax = x.m_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
-                t.v_absmax = x.v_absmax.data<float>() + off / static_cast<std::int64_t>(kOptimizer8bitBlock);
-                t.n = n;
-                t.weight_decay = h.wd;
-                cpu::optimizer_update(kernel_hyper, &t, 1, DType::i8);
-            } else if (dt_.optimizer_state == DType::bf16) {
-                optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<bf16_t>() + off,
-                                 x.v.empty() ? nullptr : x.v.data<bf16_t>() + off, n);
-            } else {
-                optimizer_update(h, w, g, x.m.empty() ? nullptr : x.m.data<float>() + off,
-                                 x.v.empty() ? nullptr : x.v.data<float>() + off, n);
+                const std::int64_t block = off / static_cast<std::int64_t>(kOptimizer8bitBlock);
+                piece.m_absmax = x.m_absmax.data<float>() + block;
+                piece.v_absmax = x.v_absmax.data<float>() + block;
             }
-            if (!offload()) round_to(wc, dt_.weights, w, n);
+            piece.n = n;
+            piece.weight_decay = params[i].decay ? opt_.weight_decay : 0.0f;
+            host_update(*h, piece, dt_.optimizer_state);
+            if (!offload()) round_to(wc, dt_.weights, piece.w, n);
         }
         if (offload()) upload_weights(u);
     }
@@ -712,7 +691,6 @@ StepStats ZeroEngine::sharded_step(int step_index, float grad_scale) {
 // CPU's to rounding, not bit for bit.
 StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
     StepStats st;
-    st.lr = learning_rate(opt_, step_index);
     const std::int64_t r = comm_.rank();
     const auto& params = model_.params();
     // The values updated: the master shard, the fp32 weights, or (pure bf16) the bf16 weights
@@ -754,19 +732,10 @@ StepStats ZeroEngine::sharded_step_on_device(int step_index, float grad_scale) {
         }
     }
     // Padding is zero and outside every parameter, so the parameters' ranges hold the norm.
-    double sumsq = dev_->grad_sum_squares(ts.data(), static_cast<int>(ts.size()), alloc_);
-    float clip = 1.0f;
-    if (!global_norm(sumsq, grad_scale, st, clip)) return st;
-    OptimizerHyper h;
-    h.kind = opt_.kind;
-    h.lr = st.lr;
-    h.beta1 = opt_.beta1;
-    h.beta2 = opt_.beta2;
-    h.eps = opt_.eps;
-    h.bias_correction1 = 1.0f - std::pow(opt_.beta1, static_cast<float>(t_));
-    h.bias_correction2 = 1.0f - std::pow(opt_.beta2, static_cast<float>(t_));
-    h.grad_scale = grad_scale * clip;
-    dev_->optimizer_update(h, ts.data(), static_cast<int>(ts.size()), dt_.optimizer_state);
+    const double sumsq = dev_->grad_sum_squares(ts.data(), static_cast<int>(ts.size()), alloc_);
+    const std::optional<OptimizerHyper> h = begin_sharded_update(sumsq, step_index, grad_scale, st);
+    if (!h) return st;
+    dev_->optimizer_update(*h, ts.data(), static_cast<int>(ts.size()), dt_.optimizer_state);
     return st;
 }
 

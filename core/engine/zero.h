@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,11 @@ class RunMismatchError : public UsageError {
 public:
     using UsageError::UsageError;
 };
+
+// The stage and --offload optimizer's needs, checked once for the trainer and the ZeRO engine:
+// UsageError naming the field unless 0 <= stage <= 3 and, with the optimizer offloaded, a CUDA
+// device, a stage of 1 or more and an fp32 master copy (has_master) for the host to step.
+void check_zero_settings(int stage, bool offload_optimizer, bool on_device, bool has_master);
 
 // Start-up handshake: rank 0 broadcasts a hash of `description` (the run's options and the
 // napkin build); every rank compares it with its own. Throws RunMismatchError on every rank
@@ -165,6 +171,8 @@ private:
     void clear_params(std::size_t u);
     void point_frozen(std::size_t u);  // stage 3 fine-tuning: frozen slots into the gathered storage
     void clear_frozen(std::size_t u);
+    void allocate_optimizer_shard(Unit& x, const ShardUnit& su, const std::string& name,
+                                  std::int64_t lo, std::int64_t hi);
     bool reads_params(std::size_t u) const;  // whether regions of u read anything this engine holds
     bool gathered(std::size_t u) const;      // stage 3: a gather of u started or done
     void clear_grads(std::size_t u);
@@ -172,9 +180,10 @@ private:
     void gather(std::size_t u, bool wait);  // stage 3: gathered + all-gather (started or done)
     void finish_bucket(std::size_t u);      // stage 2-3: waits for the bucket's reduction, then
     void accumulate_bucket(std::size_t u);  // adds its chunk into the shard, frees the bucket
-    // This rank's sum of squares -> the global norm (st.grad_norm) and the clip factor; false
-    // when the norm is not finite (st.skipped); counts the update (t_) otherwise.
-    bool global_norm(double sumsq, float grad_scale, StepStats& st, float& clip);
+    // The step's norm over every rank's shards (sumsq all-reduced) and its hyperparameters
+    // (begin_update, core/engine/optimizer.h); nullopt when the norm is not finite.
+    std::optional<OptimizerHyper> begin_sharded_update(double sumsq, int step_index,
+                                                       float grad_scale, StepStats& st);
     StepStats sharded_step(int step_index, float grad_scale);
     StepStats sharded_step_on_device(int step_index, float grad_scale);
     void offload_gradients();            // each unit's gradient shard -> host_grads, fp32

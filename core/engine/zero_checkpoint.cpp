@@ -696,11 +696,11 @@ CheckpointInfo read_shard_info(const Manifest& m, int rank) {
 void check_resumable(const Manifest& m, int world, int zero) {
     if (m.world == world && m.zero == zero) return;
     const fs::path run_dir = m.dir.parent_path().parent_path();
-    throw UsageError("--resume: " + m.dir.string() + " was written by " + std::to_string(m.world) +
+    throw UsageError("{resume}: " + m.dir.string() + " was written by " + std::to_string(m.world) +
                      " rank" + (m.world == 1 ? "" : "s") + " at ZeRO-" + std::to_string(m.zero) +
                      ", this run has " + std::to_string(world) + " rank" + (world == 1 ? "" : "s") +
                      " at ZeRO-" + std::to_string(zero) + "; run `napkin ckpt consolidate " +
-                     run_dir.string() + "` and resume from the file it writes (--resume " +
+                     run_dir.string() + "` and resume from the file it writes ({resume} " +
                      (run_dir / kCheckpointFileName).string() + ")");
 }
 

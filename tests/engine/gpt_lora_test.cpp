@@ -279,7 +279,7 @@ TEST(GptLora, WhatTheEngineDoesNotRunIsRefusedInOneLine) {
     test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "fp8-amp");
     o = tiny_lora(Finetune::lora, Precision::fp32, Checkpointing::none, AttentionImpl::flash);
     o.plan.lora_rank = 0;
-    test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "--lora-rank");
+    test::expect_contains(test::error_of<UsageError>([&] { Trainer t(o); }), "lora_rank");
 }
 
 }  // namespace

@@ -132,15 +132,20 @@ TEST(TrainerOnADevice, OffloadIsRefusedWhereItCannotRun) {
     TrainOptions o = options(1);
     o.offload_optimizer = true;
     o.device = DeviceKind::cpu;
-    expect_contains(error_of<UsageError>([&] { Trainer t(o); }), "--offload optimizer: needs --device cuda");
+    expect_contains(error_of<UsageError>([&] { Trainer t(o); }),
+                    "offload_optimizer: needs device cuda");
     o.device = DeviceKind::cuda;
     o.zero = 0;
-    expect_contains(error_of<UsageError>([&] { Trainer t(o, nullptr, "", {}, std::make_unique<test::HostDevice>()); }),
-                    "--offload optimizer: needs --zero 1, 2 or 3");
+    expect_contains(error_of<UsageError>([&] {
+                        Trainer t(o, nullptr, "", {}, std::make_unique<test::HostDevice>());
+                    }),
+                    "offload_optimizer: needs zero 1, 2 or 3");
     o.zero = 2;
     o.plan.precision = Precision::fp32;
-    expect_contains(error_of<UsageError>([&] { Trainer t(o, nullptr, "", {}, std::make_unique<test::HostDevice>()); }),
-                    "--offload optimizer: needs a mixed-precision recipe");
+    expect_contains(error_of<UsageError>([&] {
+                        Trainer t(o, nullptr, "", {}, std::make_unique<test::HostDevice>());
+                    }),
+                    "offload_optimizer: needs a mixed-precision recipe");
 }
 
 }  // namespace

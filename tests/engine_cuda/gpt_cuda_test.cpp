@@ -333,7 +333,7 @@ TEST(GptCudaDevice, Fp8AmpNeedsSm89AndDimensionsOfSixteen) {
         const std::string msg =
             test::error_of<UsageError>([&] { device->create_gpt(cfg, in, alloc, 1); });
         if (emulated) unsetenv("NAPKIN_EMU_SM");
-        test::expect_contains(msg, "--precision fp8-amp: " + device->name() + " (sm_");
+        test::expect_contains(msg, "precision fp8-amp: " + device->name() + " (sm_");
         test::expect_contains(msg, "no fp8 tensor cores");
         if (!emulated) return;
     }
@@ -342,7 +342,7 @@ TEST(GptCudaDevice, Fp8AmpNeedsSm89AndDimensionsOfSixteen) {
     cfg.d_ff = 24;
     test::expect_contains(
         test::error_of<UsageError>([&] { device->create_gpt(cfg, in, alloc, 1); }),
-        "--precision fp8-amp on CUDA: d_ff is 24, and cuBLASLt's fp8 GEMMs need "
+        "precision fp8-amp on CUDA: d_ff is 24, and cuBLASLt's fp8 GEMMs need "
         "multiples of 16");
     cfg.d_ff = 64;
     in.seq_len = 13;
@@ -360,7 +360,7 @@ TEST(GptCudaDevice, NoDeviceIsAUsageError) {
         open_engine_device(DeviceKind::cuda);
         FAIL() << "open_engine_device(cuda) succeeded without a device";
     } catch (const UsageError& e) {
-        EXPECT_EQ(std::string(e.what()), "--device cuda: no CUDA device (" + reason + ")");
+        EXPECT_EQ(std::string(e.what()), "device cuda: no CUDA device (" + reason + ")");
     }
 }
 

@@ -89,7 +89,7 @@ TEST(DeviceProfile, AnotherDevicesProfileIsRefusedUnlessForced) {
     const std::string e =
         error_of([&] { choose_profile(path.string(), h100, false, "--device-profile", fallback); });
     EXPECT_EQ(e.rfind("--device-profile " + path.string() + ": measured on ", 0), 0u) << e;
-    EXPECT_NE(e.find("(--profile-force uses it anyway)"), std::string::npos) << e;
+    EXPECT_NE(e.find("(profile_force uses it anyway)"), std::string::npos) << e;
     const ChosenProfile forced =
         choose_profile(path.string(), h100, true, "--device-profile", fallback);
     EXPECT_NE(forced.origin.find("forced"), std::string::npos);

@@ -190,12 +190,17 @@ TEST(Validate, RejectsBadFlags) {
             EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
         }
     };
-    expect_error([](EstimateInputs& in) { in.gpus = 0; }, "--gpus");
-    expect_error([](EstimateInputs& in) { in.zero = 4; }, "--zero");
-    expect_error([](EstimateInputs& in) { in.mfu = 1.5; }, "--mfu");
-    expect_error([](EstimateInputs& in) { in.micro_batch = -1; }, "--micro-batch");
-    expect_error([](EstimateInputs& in) { in.grad_accum = 0; }, "--grad-accum");
-    expect_error([](EstimateInputs& in) { in.finetune = Finetune::lora; in.lora_rank = 0; }, "--lora-rank");
+    expect_error([](EstimateInputs& in) { in.gpus = 0; }, "gpus:");
+    expect_error([](EstimateInputs& in) { in.zero = 4; }, "zero:");
+    expect_error([](EstimateInputs& in) { in.mfu = 1.5; }, "mfu:");
+    expect_error([](EstimateInputs& in) { in.micro_batch = -1; }, "micro_batch:");
+    expect_error([](EstimateInputs& in) { in.grad_accum = 0; }, "grad_accum:");
+    expect_error(
+        [](EstimateInputs& in) {
+            in.finetune = Finetune::lora;
+            in.lora_rank = 0;
+        },
+        "lora_rank:");
     expect_error([](EstimateInputs& in) { in.model.n_heads = 5; }, "heads (5) must divide d-model");
 }
 
@@ -214,27 +219,26 @@ TEST(Validate, RejectsNumbersThatAreNotFiniteOrTooLarge) {
             EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
         }
     };
-    expect_error([&](EstimateInputs& in) { in = napkin_inputs(inf); }, "--params");
-    expect_error([&](EstimateInputs& in) { in = napkin_inputs(1e30); },
-                 "--params: 1e+30 is beyond");
-    expect_error([&](EstimateInputs& in) { in.tokens = inf; }, "--tokens");
-    expect_error([&](EstimateInputs& in) { in.tokens = nan; }, "--tokens");
-    expect_error([&](EstimateInputs& in) { in.tokens = 1e308; }, "--tokens: 1e+308 is beyond");
-    expect_error([&](EstimateInputs& in) { in.peak_flops_per_s = inf; }, "--peak-tflops");
-    expect_error([&](EstimateInputs& in) { in.gpu_memory_bytes = inf; }, "--gpu-mem-gb");
-    expect_error([&](EstimateInputs& in) { in.cpu_memory_bytes = nan; }, "--cpu-mem-gb");
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(inf); }, "params:");
+    expect_error([&](EstimateInputs& in) { in = napkin_inputs(1e30); }, "params: 1e+30 is beyond");
+    expect_error([&](EstimateInputs& in) { in.tokens = inf; }, "tokens:");
+    expect_error([&](EstimateInputs& in) { in.tokens = nan; }, "tokens:");
+    expect_error([&](EstimateInputs& in) { in.tokens = 1e308; }, "tokens: 1e+308 is beyond");
+    expect_error([&](EstimateInputs& in) { in.peak_flops_per_s = inf; }, "peak_flops_per_s:");
+    expect_error([&](EstimateInputs& in) { in.gpu_memory_bytes = inf; }, "gpu_memory_bytes:");
+    expect_error([&](EstimateInputs& in) { in.cpu_memory_bytes = nan; }, "cpu_memory_bytes:");
     expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = nan; },
-                 "--measured-tokens-per-s");
+                 "measured_tokens_per_s:");
     expect_error([&](EstimateInputs& in) { in.measured_tokens_per_s = inf; },
-                 "--measured-tokens-per-s");
-    expect_error([&](EstimateInputs& in) { in.link_bytes_per_s = inf; }, "--link-gbps");
-    expect_error([&](EstimateInputs& in) { in.gpus = -1; }, "--gpus: must be positive (got -1)");
+                 "measured_tokens_per_s:");
+    expect_error([&](EstimateInputs& in) { in.link_bytes_per_s = inf; }, "link_bytes_per_s:");
+    expect_error([&](EstimateInputs& in) { in.gpus = -1; }, "gpus: must be positive (got -1)");
     expect_error(
         [](EstimateInputs& in) {
             in.finetune = Finetune::lora;
             in.lora_rank = std::numeric_limits<std::int64_t>::max();
         },
-        "--lora-rank");
+        "lora_rank:");
     // The largest accepted values still give finite figures.
     EstimateInputs big = napkin_inputs(kMaxParams);
     big.tokens = kMaxTokens;

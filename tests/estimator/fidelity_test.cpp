@@ -49,7 +49,7 @@ TEST(Overflow, LargeMicroBatchesAreCountedPerSequence) {
     }
     EstimateInputs in = h100("llama3-405b");  // RoPE: T past the context is allowed, and noted
     in.seq_len = std::int64_t{1} << 24;
-    expect_usage_error(in, "--seq-len: 16777216 tokens could need");
+    expect_usage_error(in, "seq_len: 16777216 tokens could need");
 }
 
 double log_uniform(std::mt19937_64& rng, double lo, double hi) {
@@ -208,7 +208,7 @@ TEST(Qlora, SixtyFiveBOnOneFortyEightGigabyteGpu) {
     EXPECT_GT(Estimator{}.run(in).gpu.total(), e.gpu.total());
     in.precision = Precision::fp16_amp;
     in.optimizer_fp32 = true;
-    EXPECT_NE(usage_error(in).find("--fp32-optimizer-state"), std::string::npos);
+    EXPECT_NE(usage_error(in).find("fp32_optimizer_state"), std::string::npos);
 }
 
 TEST(Consistency, DetailedLayerFollowsCheckpointing) {

@@ -1,0 +1,38 @@
+# napkin_require_layer(<target> ALLOWED <target>...): stops the configure step when <target>'s
+# link closure (its libraries, theirs, and so on) holds a napkin_* target outside ALLOWED. The
+# layers of docs/LAYOUT.md, checked where a wrong link would otherwise pass unnoticed: the
+# estimator builds against the model layer alone, never the allocator, devices, comm or engine.
+function(napkin_require_layer target)
+    cmake_parse_arguments(L "" "" "ALLOWED" ${ARGN})
+    set(seen "")
+    set(queue ${target})
+    while(queue)
+        list(POP_FRONT queue t)
+        if(t IN_LIST seen OR NOT TARGET ${t})
+            continue()
+        endif()
+        list(APPEND seen ${t})
+        get_target_property(type ${t} TYPE)
+        set(deps "")
+        if(NOT type STREQUAL "INTERFACE_LIBRARY")
+            get_target_property(direct ${t} LINK_LIBRARIES)
+            if(direct)
+                list(APPEND deps ${direct})
+            endif()
+        endif()
+        get_target_property(iface ${t} INTERFACE_LINK_LIBRARIES)
+        if(iface)
+            list(APPEND deps ${iface})
+        endif()
+        foreach(d IN LISTS deps)
+            # $<LINK_ONLY:x> and the like: the target inside.
+            string(REGEX REPLACE "^\\$<[A-Z_]+:([^>]+)>$" "\\1" d "${d}")
+            if(d MATCHES "^napkin_" AND NOT d STREQUAL target AND NOT d IN_LIST L_ALLOWED)
+                string(JOIN ", " allowed ${L_ALLOWED})
+                message(FATAL_ERROR "${target} links ${d} (through ${t}); its layer allows only "
+                                    "${allowed} (docs/LAYOUT.md)")
+            endif()
+            list(APPEND queue ${d})
+        endforeach()
+    endwhile()
+endfunction()
