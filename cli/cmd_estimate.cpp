@@ -370,6 +370,31 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
     set_time_model(f.time, cmd, gpu, in, ctx, profile);
 }
 
+// --solve fastest-layout: its flags checked, the search run, and `in` set to the answer's layout
+// (the base's when nothing fits).
+SolveResult solve_fastest_layout_flags(const CLI::App& cmd, EstimateInputs& in, ReportContext& ctx,
+                                       Estimator& est) {
+    if (in.gpus < 2) {
+        throw UsageError("--solve fastest-layout: lays out --gpus W GPUs at the global batch of "
+                         "the flags given; give --gpus > 1");
+    }
+    if (in.params_only) {
+        throw UsageError("--solve fastest-layout: needs a model shape (--model, --config or "
+                         "--layers, --d-model and --heads), not --params");
+    }
+    if (in.mfu != 0 || in.profile == nullptr || cmd.count("--mfu") > 0) {
+        throw UsageError("--solve fastest-layout: needs the performance model's prediction "
+                         "(drop --mfu)");
+    }
+    SolveResult solved = solve_fastest_layout(in, est);
+    if (!solved.candidates.empty()) {
+        std::string placed_link;
+        in = with_layout(in, solved.candidates.front(), &placed_link);
+        if (!placed_link.empty()) ctx.link = placed_link;
+    }
+    return solved;
+}
+
 // The estimate, or the --solve search and the estimate at its answer, printed as asked.
 void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in,
                         ReportContext& ctx) {
@@ -404,6 +429,11 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;
+    } else if (f.solve == "fastest-layout") {
+        solved = solve_fastest_layout_flags(cmd, in, ctx, est);
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
     } else if (f.solve == "min-tp-pp") {
         solved = solve_min_tp_pp(in, est);
         in.tp = solved.tp;  // the answer's layout, or the largest tried when nothing fits
@@ -416,7 +446,7 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solved = &solved;
     } else {
         throw UsageError("--solve: unknown value '" + f.solve +
-                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest)");
+                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest|fastest-layout)");
     }
 
     if (f.json) {
@@ -578,7 +608,9 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--solve", f.solve,
                     "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
                     "TP x PP; fastest: the highest predicted tokens/s that fits over "
-                    "micro-batch, checkpointing, attention and ZeRO stage; under --inference, "
+                    "micro-batch, checkpointing, attention and ZeRO stage; fastest-layout: the "
+                    "same over TP, PP, VPP, micro-batch and micro-batches, checkpointing and ZeRO "
+                    "stage at the global batch given; under --inference, "
                     "max-batch|max-context: the largest batch or prompt that fits")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
