@@ -229,6 +229,22 @@ void check_given_numbers(const EstimateFlags& f, const CLI::App& cmd) {
                                   {"--link-gbps", f.link_gbps}}) {
         require_positive(cmd, flag, v);
     }
+    // Counts: a whole number of parameters or tokens, and memory of at least one byte (JSON
+    // gives the bytes as integers).
+    for (const auto& [flag, v] : {std::pair<const char*, double>{"--params", f.params},
+                                  {"--tokens", f.tokens}}) {
+        if (cmd.count(flag) > 0 && v != std::floor(v)) {
+            throw UsageError(std::string(flag) + ": must be a whole number (got " + number(v) +
+                             ")");
+        }
+    }
+    for (const auto& [flag, gb] : {std::pair<const char*, double>{"--gpu-mem-gb", f.gpu_mem_gb},
+                                   {"--cpu-mem-gb", f.cpu_mem_gb}}) {
+        if (cmd.count(flag) > 0 && std::round(gb * 1e9) < 1) {
+            throw UsageError(std::string(flag) + ": must be at least one byte, 1e-9 GB (got " +
+                             number(gb) + ")");
+        }
+    }
 }
 
 // The model: solved for, a parameter count, a config file, a custom shape or a preset.
@@ -340,10 +356,10 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         ctx.gpu += " (peak overridden)";
     }
     if (cmd.count("--gpu-mem-gb") > 0) {
-        in.gpu_memory_bytes = f.gpu_mem_gb * 1e9;
+        in.gpu_memory_bytes = std::round(f.gpu_mem_gb * 1e9);  // whole bytes
         ctx.gpu += " (memory overridden)";
     }
-    in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
+    in.cpu_memory_bytes = std::round(f.cpu_mem_gb * 1e9);
     if (cmd.count("--cpu-mem-gb") > 0 && in.offload == Offload::none)
         ctx.flag_notes.push_back(
             "--cpu-mem-gb: nothing is offloaded (--offload none), so host memory is not "
