@@ -231,8 +231,8 @@ void check_given_numbers(const EstimateFlags& f, const CLI::App& cmd) {
     }
     // Counts: a whole number of parameters or tokens, and memory of at least one byte (JSON
     // gives the bytes as integers).
-    for (const auto& [flag, v] : {std::pair<const char*, double>{"--params", f.params},
-                                  {"--tokens", f.tokens}}) {
+    for (const auto& [flag, v] :
+         {std::pair<const char*, double>{"--params", f.params}, {"--tokens", f.tokens}}) {
         if (cmd.count(flag) > 0 && v != std::floor(v)) {
             throw UsageError(std::string(flag) + ": must be a whole number (got " + number(v) +
                              ")");
@@ -391,16 +391,19 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
 SolveResult solve_fastest_layout_flags(const CLI::App& cmd, EstimateInputs& in, ReportContext& ctx,
                                        Estimator& est) {
     if (in.gpus < 2) {
-        throw UsageError("--solve fastest-layout: lays out --gpus W GPUs at the global batch of "
-                         "the flags given; give --gpus > 1");
+        throw UsageError(
+            "--solve fastest-layout: lays out --gpus W GPUs at the global batch of "
+            "the flags given; give --gpus > 1");
     }
     if (in.params_only) {
-        throw UsageError("--solve fastest-layout: needs a model shape (--model, --config or "
-                         "--layers, --d-model and --heads), not --params");
+        throw UsageError(
+            "--solve fastest-layout: needs a model shape (--model, --config or "
+            "--layers, --d-model and --heads), not --params");
     }
     if (in.mfu != 0 || in.profile == nullptr || cmd.count("--mfu") > 0) {
-        throw UsageError("--solve fastest-layout: needs the performance model's prediction "
-                         "(drop --mfu)");
+        throw UsageError(
+            "--solve fastest-layout: needs the performance model's prediction "
+            "(drop --mfu)");
     }
     SolveResult solved = solve_fastest_layout(in, est);
     if (!solved.candidates.empty()) {
@@ -461,8 +464,9 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solve = f.solve;
         ctx.solved = &solved;
     } else {
-        throw UsageError("--solve: unknown value '" + f.solve +
-                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest|fastest-layout)");
+        throw UsageError(
+            "--solve: unknown value '" + f.solve +
+            "' (expected max-params|max-micro-batch|min-tp-pp|fastest|fastest-layout)");
     }
 
     if (f.json) {

@@ -18,7 +18,8 @@ struct ReportContext {
     std::string gpu;           // "h100-sxm" or "custom"
     std::string gpu_full_name;
     std::string link;          // "nvlink4", "--link-gbps 400", "" when none was given
-    std::string solve;  // "", "max-params", "max-micro-batch", "min-tp-pp", "fastest", "fastest-layout"
+    // "", "max-params", "max-micro-batch", "min-tp-pp", "fastest", "fastest-layout"
+    std::string solve;
     std::string
         profile;  // where the performance model's profile came from (estimate.time_predicted)
     const SolveResult* solved = nullptr;

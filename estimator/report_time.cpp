@@ -113,8 +113,8 @@ std::string formatted(const char* fmt, Args... args) {
 // One candidate's columns after the recipe's: rate, step, MFU and memory.
 std::string candidate_speed(const SolveCandidate& c, double gpu_capacity_bytes) {
     return formatted("%12.0f %10s %6.1f%% %9.2f GB %3.0f%%\n", c.tokens_per_s,
-                         fmt_duration(c.step_seconds).c_str(), 100 * c.mfu, c.gpu_bytes / 1e9,
-                         gpu_capacity_bytes > 0 ? 100 * c.gpu_bytes / gpu_capacity_bytes : 0.0);
+                     fmt_duration(c.step_seconds).c_str(), 100 * c.mfu, c.gpu_bytes / 1e9,
+                     gpu_capacity_bytes > 0 ? 100 * c.gpu_bytes / gpu_capacity_bytes : 0.0);
 }
 
 }  // namespace
@@ -126,13 +126,13 @@ std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes,
         os << "\nsolve " << kind << ": nothing fits (" << solved.evaluations << " estimates)\n";
         return os.str();
     }
-    os << "\nsolve " << kind << ": the highest predicted tokens/s that fits ("
-       << solved.evaluations << " estimates)\n";
-    const std::string speed_header = formatted(" %12s %10s %7s %16s\n", "tokens/s", "step",
-                                                   "MFU", "memory per GPU");
+    os << "\nsolve " << kind << ": the highest predicted tokens/s that fits (" << solved.evaluations
+       << " estimates)\n";
+    const std::string speed_header =
+        formatted(" %12s %10s %7s %16s\n", "tokens/s", "step", "MFU", "memory per GPU");
     if (layout) {
-        os << formatted("  %3s %3s %3s %5s %6s %5s %-10s %5s", "TP", "PP", "VPP", "DP", "M",
-                            "B", "ckpt", "ZeRO")
+        os << formatted("  %3s %3s %3s %5s %6s %5s %-10s %5s", "TP", "PP", "VPP", "DP", "M", "B",
+                        "ckpt", "ZeRO")
            << speed_header;
     } else {
         os << formatted("  %-9s %7s %-10s %-6s %5s", "precision", "B", "ckpt", "attn", "ZeRO")
@@ -141,15 +141,14 @@ std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes,
     for (const SolveCandidate& c : solved.candidates) {
         const std::string ckpt(enum_name(kCheckpointingNames, c.checkpointing));
         if (layout) {
-            os << formatted("  %3d %3d %3d %5d %6lld %5lld %-10s %5d ", c.tp, c.pp, c.vpp,
-                                c.dp, static_cast<long long>(c.micro_batches),
-                                static_cast<long long>(c.micro_batch), ckpt.c_str(), c.zero);
+            os << formatted("  %3d %3d %3d %5d %6lld %5lld %-10s %5d ", c.tp, c.pp, c.vpp, c.dp,
+                            static_cast<long long>(c.micro_batches),
+                            static_cast<long long>(c.micro_batch), ckpt.c_str(), c.zero);
         } else {
             os << formatted("  %-9s %7lld %-10s %-6s %5d ",
-                                std::string(enum_name(kPrecisionNames, c.precision)).c_str(),
-                                static_cast<long long>(c.micro_batch), ckpt.c_str(),
-                                std::string(enum_name(kAttentionNames, c.attention)).c_str(),
-                                c.zero);
+                            std::string(enum_name(kPrecisionNames, c.precision)).c_str(),
+                            static_cast<long long>(c.micro_batch), ckpt.c_str(),
+                            std::string(enum_name(kAttentionNames, c.attention)).c_str(), c.zero);
         }
         os << candidate_speed(c, gpu_capacity_bytes);
     }

@@ -79,8 +79,9 @@ struct Layout {
 };
 
 SolveCandidate candidate(const EstimateInputs& in, const Estimate& e) {
-    SolveCandidate c{in.precision, in.micro_batch, in.checkpointing, in.attention, in.zero,
-                     e.tokens_per_s, e.step_seconds, e.mfu, e.gpu.total()};
+    SolveCandidate c{in.precision,   in.micro_batch, in.checkpointing,
+                     in.attention,   in.zero,        e.tokens_per_s,
+                     e.step_seconds, e.mfu,          e.gpu.total()};
     c.tp = in.tp;
     c.pp = in.pp;
     c.vpp = in.vpp;
@@ -196,8 +197,8 @@ namespace {
 
 // The sequences per step of the base's layout, B G DP, which --solve fastest-layout keeps.
 std::int64_t global_batch_sequences(const EstimateInputs& base) {
-    const ParallelLayout p = parallel_layout(base.gpus, base.tp, base.pp, 1, false,
-                                             base.grad_accum, base.model);
+    const ParallelLayout p =
+        parallel_layout(base.gpus, base.tp, base.pp, 1, false, base.grad_accum, base.model);
     return base.micro_batch * base.grad_accum * p.dp;
 }
 

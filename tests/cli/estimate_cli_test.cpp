@@ -73,19 +73,20 @@ TEST(EstimateJson, CountsAreIntegersEverywhere) {
 // model FLOPs per token are at least the linear layers' 6 N_matmul (4 N under LoRA: 2/3 of it).
 TEST(EstimateFlags, NumericFlagsAtTheirExtremes) {
     const std::string shape = "--layers 4 --d-model 256 --heads 4 --seq-len 128";
-    const std::string pipeline = "--layers 8 --d-model 256 --heads 4 --seq-len 128 --gpus 8 "
-                                 "--tp 2 --pp 2 --micro-batches 4";
-    const char* flags[] = {"--params",     "--layers",     "--d-model",
-                           "--heads",      "--kv-heads",   "--d-ff",
-                           "--vocab",      "--context",    "--head-dim",
-                           "--dropout",    "--seq-len",    "--micro-batch",
-                           "--grad-accum", "--tokens",     "--loss-chunk",
-                           "--gpus",       "--zero",       "--tp",
-                           "--pp",         "--vpp",        "--micro-batches",
+    const std::string pipeline =
+        "--layers 8 --d-model 256 --heads 4 --seq-len 128 --gpus 8 "
+        "--tp 2 --pp 2 --micro-batches 4";
+    const char* flags[] = {"--params",     "--layers",      "--d-model",
+                           "--heads",      "--kv-heads",    "--d-ff",
+                           "--vocab",      "--context",     "--head-dim",
+                           "--dropout",    "--seq-len",     "--micro-batch",
+                           "--grad-accum", "--tokens",      "--loss-chunk",
+                           "--gpus",       "--zero",        "--tp",
+                           "--pp",         "--vpp",         "--micro-batches",
                            "--lora-rank",  "--peak-tflops", "--gpu-mem-gb",
-                           "--cpu-mem-gb", "--mfu",        "--measured-tokens-per-s",
+                           "--cpu-mem-gb", "--mfu",         "--measured-tokens-per-s",
                            "--link-gbps",  "--threads"};
-    const char* values[] = {"0",    "-1",   "0.5", "2147483648", "9223372036854775808",
+    const char* values[] = {"0",     "-1",     "0.5", "2147483648", "9223372036854775808",
                             "1e300", "1e-300", "nan", "inf"};
     int ran = 0, refused = 0;
     for (const std::string flag : flags) {
@@ -122,8 +123,9 @@ TEST(EstimateFlags, NumericFlagsAtTheirExtremes) {
 // --solve fastest-layout lays out the GPUs given at the global batch given: the answer's layout in
 // the estimate, the best few with their layouts; one line without several GPUs or with --mfu.
 TEST(EstimateSolve, FastestLayout) {
-    const CliRun r = napkin("estimate --model gpt2-medium --gpus 8 --micro-batches 4 --gpu h200 "
-                            "--solve fastest-layout --json");
+    const CliRun r = napkin(
+        "estimate --model gpt2-medium --gpus 8 --micro-batches 4 --gpu h200 "
+        "--solve fastest-layout --json");
     ASSERT_EQ(r.rc, 0) << r.err;
     const json j = json::parse(r.out);
     EXPECT_EQ(j["solve"]["kind"], "fastest-layout");
@@ -134,8 +136,9 @@ TEST(EstimateSolve, FastestLayout) {
     EXPECT_EQ(best["dp"].get<int>() * best["tp"].get<int>() * best["pp"].get<int>(), 8);
     EXPECT_EQ(j["flops"]["per_step"]["tokens"], 4 * 8 * 1024);  // the global batch, kept
     EXPECT_DOUBLE_EQ(j["solve"]["value"].get<double>(), best["tokens_per_s"].get<double>());
-    const CliRun text = napkin("estimate --model gpt2-medium --gpus 8 --gpu h200 "
-                               "--solve fastest-layout");
+    const CliRun text = napkin(
+        "estimate --model gpt2-medium --gpus 8 --gpu h200 "
+        "--solve fastest-layout");
     EXPECT_NE(text.out.find("solve fastest-layout: the highest predicted tokens/s that fits"),
               std::string::npos)
         << text.out;
@@ -146,6 +149,27 @@ TEST(EstimateSolve, FastestLayout) {
         EXPECT_EQ(e.rc, 2) << refused;
         EXPECT_NE(e.err.find("--solve fastest-layout"), std::string::npos) << e.err;
     }
+}
+
+// --explain shows the 3D formulas with their numbers and sources (Korthikanti et al.'s first run).
+TEST(EstimateExplain, ThreeDFormulasWithTheirSources) {
+    const std::string korthikanti_175b =
+        "--layers 96 --d-model 12288 --heads 96 --vocab 51200 --context 2048 --seq-len 2048 "
+        "--dropout 0.1 --attention naive --checkpointing selective --sp --tp 8 --pp 8 --gpus 64 "
+        "--micro-batches 64 --gpu a100-80gb --grads-fp32 --mfu 0.5";
+    const std::string out = napkin("estimate " + korthikanti_175b + " --explain").out;
+    const char* lines[] = {
+        "8. 3D parallelism (Megatron-LM: Shoeybi et al. 2019, Narayanan et al. 2021, "
+        "Korthikanti et al. 2022)",
+        "GPUs = T x P x DP = 8 x 8 x 1 = 64",
+        "(Korthikanti et al. 2022, Table 2",
+        "s*b*h*34/t + 5*a*s^2*b/t",
+        "micro-batches in flight on the stage: 8",
+        "pipeline bubble = (P - 1) / (V M) = 7 / (1 * 64) = 0.1094",
+        "(Narayanan et al. 2021, sec. 2.2)",
+        "(6 AG + 4 RS)"};
+    for (const char* line : lines)
+        EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
 }
 
 }  // namespace

@@ -30,21 +30,7 @@ constexpr Shape kShapes[] = {
 // The run of Korthikanti et al. 2022, Table 3 and 5: b = 1, s = 2048, t = 8, the paper's p, one
 // replica (DP = 1) with a global batch of 8 p sequences, A100 80 GB, fp32 main gradients.
 EstimateInputs paper_run(const Shape& s) {
-    const GpuSpec& a100 = gpu_or_throw("a100-80gb");
-    EstimateInputs in;
-    in.model = gpt3(s.layers, s.h, s.heads);
-    in.seq_len = 2048;
-    in.grads_fp32 = true;
-    in.attention = AttentionImpl::naive;
-    in.tp = 8;
-    in.pp = s.pp;
-    in.gpus = 8 * s.pp;
-    in.grad_accum = 8 * s.pp;
-    in.peak_flops_per_s = a100.tflops_bf16 * 1e12;
-    in.gpu_memory_bytes = a100.memory_gb * 1e9;
-    in.node_link = {"nvlink3", 300e9};
-    in.network_link = {"ib-hdr", 25e9};
-    return in;
+    return a100_megatron_run(gpt3(s.layers, s.h, s.heads), 8, s.pp, 8 * s.pp, 8 * s.pp);
 }
 
 // Table 2 per layer, s = 2048, b = 1, t = 8: sbh(10 + 24/t + 5as/ht) with tensor parallelism,

@@ -41,23 +41,11 @@ constexpr Row kTable1[] = {
 
 // The run: micro-batch 1 (the table gives the global batch only), M = batch / DP micro-batches
 // per replica, full recomputation, fp32 main gradients, no ZeRO (Megatron-LM then), A100 80 GB in
-// DGX A100 nodes (NVLink 3 inside, one HDR InfiniBand HCA per GPU across), MFU 0.5 assumed.
+// DGX A100 nodes, MFU 0.5 assumed.
 EstimateInputs table1_run(const Row& r) {
-    const GpuSpec& a100 = gpu_or_throw("a100-80gb");
-    EstimateInputs in;
-    in.model = gpt3(r.layers, r.h, r.heads);
-    in.seq_len = 2048;
-    in.grads_fp32 = true;
-    in.attention = AttentionImpl::naive;
+    EstimateInputs in = a100_megatron_run(gpt3(r.layers, r.h, r.heads), r.tp, r.pp, r.gpus,
+                                          r.batch / (r.gpus / (r.tp * r.pp)));
     in.checkpointing = Checkpointing::full;
-    in.tp = r.tp;
-    in.pp = r.pp;
-    in.gpus = r.gpus;
-    in.grad_accum = r.batch / (r.gpus / (r.tp * r.pp));
-    in.peak_flops_per_s = a100.tflops_bf16 * 1e12;
-    in.gpu_memory_bytes = a100.memory_gb * 1e9;
-    in.node_link = {"nvlink3", 300e9};
-    in.network_link = {"ib-hdr", 25e9};
     in.link_bytes_per_s = 25e9;  // the data-parallel group spans nodes in every row
     return in;
 }
@@ -135,8 +123,8 @@ TEST(SolveFastestLayout, FindsTheFastestLayoutThatFitsAtTheGlobalBatch) {
     EXPECT_LE(r.candidates.size(), 5u);
     for (std::size_t i = 0; i < r.candidates.size(); ++i) {
         const SolveCandidate& c = r.candidates[i];
-        SCOPED_TRACE(testing::Message() << "T " << c.tp << " P " << c.pp << " V " << c.vpp
-                                        << " B " << c.micro_batch << " ZeRO " << c.zero);
+        SCOPED_TRACE(testing::Message() << "T " << c.tp << " P " << c.pp << " V " << c.vpp << " B "
+                                        << c.micro_batch << " ZeRO " << c.zero);
         if (i > 0) {
             EXPECT_LE(c.tokens_per_s, r.candidates[i - 1].tokens_per_s);
         }

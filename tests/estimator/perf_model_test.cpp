@@ -195,8 +195,7 @@ TEST(PerfModel, OverlapHidesTheLinksTrafficBehindThePassesOnce) {
     const Estimate e = Estimator{}.run(in);
     const double compute = compute_seconds(e.step_time);
     ASSERT_GT(e.step_time.comm_seconds, compute);
-    EXPECT_GE(e.step_time.comm_exposed_seconds,
-              e.step_time.comm_seconds - compute * (1 + 1e-12));
+    EXPECT_GE(e.step_time.comm_exposed_seconds, e.step_time.comm_seconds - compute * (1 + 1e-12));
     in.link_bytes_per_s = 450e9;  // a fast one: all but the first gather and last reduction hidden
     const Estimate fast = Estimator{}.run(in);
     EXPECT_LT(fast.step_time.comm_exposed_seconds, 0.2 * fast.step_time.comm_seconds);
