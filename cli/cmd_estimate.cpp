@@ -230,6 +230,22 @@ void check_given_numbers(const EstimateFlags& f, const CLI::App& cmd) {
                                   {"--link-gbps", f.link_gbps}}) {
         require_positive(cmd, flag, v);
     }
+    // Counts: a whole number of parameters or tokens, and memory of at least one byte (JSON
+    // gives the bytes as integers).
+    for (const auto& [flag, v] :
+         {std::pair<const char*, double>{"--params", f.params}, {"--tokens", f.tokens}}) {
+        if (cmd.count(flag) > 0 && v != std::floor(v)) {
+            throw UsageError(std::string(flag) + ": must be a whole number (got " + number(v) +
+                             ")");
+        }
+    }
+    for (const auto& [flag, gb] : {std::pair<const char*, double>{"--gpu-mem-gb", f.gpu_mem_gb},
+                                   {"--cpu-mem-gb", f.cpu_mem_gb}}) {
+        if (cmd.count(flag) > 0 && std::round(gb * 1e9) < 1) {
+            throw UsageError(std::string(flag) + ": must be at least one byte, 1e-9 GB (got " +
+                             number(gb) + ")");
+        }
+    }
 }
 
 // The model: solved for, a parameter count, a config file, a custom shape or a preset.
@@ -341,10 +357,10 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         ctx.gpu += " (peak overridden)";
     }
     if (cmd.count("--gpu-mem-gb") > 0) {
-        in.gpu_memory_bytes = f.gpu_mem_gb * 1e9;
+        in.gpu_memory_bytes = std::round(f.gpu_mem_gb * 1e9);  // whole bytes
         ctx.gpu += " (memory overridden)";
     }
-    in.cpu_memory_bytes = f.cpu_mem_gb * 1e9;
+    in.cpu_memory_bytes = std::round(f.cpu_mem_gb * 1e9);
     if (cmd.count("--cpu-mem-gb") > 0 && in.offload == Offload::none)
         ctx.flag_notes.push_back(
             "--cpu-mem-gb: nothing is offloaded (--offload none), so host memory is not "
@@ -369,6 +385,34 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         ctx.link = "--link-gbps " + fmt_sci(f.link_gbps);
     }
     set_time_model(f.time, cmd, gpu, in, ctx, profile);
+}
+
+// --solve fastest-layout: its flags checked, the search run, and `in` set to the answer's layout
+// (the base's when nothing fits).
+SolveResult solve_fastest_layout_flags(const CLI::App& cmd, EstimateInputs& in, ReportContext& ctx,
+                                       Estimator& est) {
+    if (in.gpus < 2) {
+        throw UsageError(
+            "--solve fastest-layout: lays out --gpus W GPUs at the global batch of "
+            "the flags given; give --gpus > 1");
+    }
+    if (in.params_only) {
+        throw UsageError(
+            "--solve fastest-layout: needs a model shape (--model, --config or "
+            "--layers, --d-model and --heads), not --params");
+    }
+    if (in.mfu != 0 || in.profile == nullptr || cmd.count("--mfu") > 0) {
+        throw UsageError(
+            "--solve fastest-layout: needs the performance model's prediction "
+            "(drop --mfu)");
+    }
+    SolveResult solved = solve_fastest_layout(in, est);
+    if (!solved.candidates.empty()) {
+        std::string placed_link;
+        in = with_layout(in, solved.candidates.front(), &placed_link);
+        if (!placed_link.empty()) ctx.link = placed_link;
+    }
+    return solved;
 }
 
 // The estimate, or the --solve search and the estimate at its answer, printed as asked.
@@ -405,6 +449,11 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         e = solved.at;
         ctx.solve = f.solve;
         ctx.solved = &solved;
+    } else if (f.solve == "fastest-layout") {
+        solved = solve_fastest_layout_flags(cmd, in, ctx, est);
+        e = solved.at;
+        ctx.solve = f.solve;
+        ctx.solved = &solved;
     } else if (f.solve == "min-tp-pp") {
         solved = solve_min_tp_pp(in, est);
         in.tp = solved.tp;  // the answer's layout, or the largest tried when nothing fits
@@ -416,8 +465,9 @@ void estimate_and_print(const EstimateFlags& f, const CLI::App& cmd, EstimateInp
         ctx.solve = f.solve;
         ctx.solved = &solved;
     } else {
-        throw UsageError("--solve: unknown value '" + f.solve +
-                         "' (expected max-params|max-micro-batch|min-tp-pp|fastest)");
+        throw UsageError(
+            "--solve: unknown value '" + f.solve +
+            "' (expected max-params|max-micro-batch|min-tp-pp|fastest|fastest-layout)");
     }
 
     // The report names settings by field ({tokens}); the user reads them as flags.
@@ -581,7 +631,9 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--solve", f.solve,
                     "max-params|max-micro-batch: the largest that fits; min-tp-pp: the smallest "
                     "TP x PP; fastest: the highest predicted tokens/s that fits over "
-                    "micro-batch, checkpointing, attention and ZeRO stage; under --inference, "
+                    "micro-batch, checkpointing, attention and ZeRO stage; fastest-layout: the "
+                    "same over TP, PP, VPP, micro-batch and micro-batches, checkpointing and ZeRO "
+                    "stage at the global batch given; under --inference, "
                     "max-batch|max-context: the largest batch or prompt that fits")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);

@@ -72,9 +72,10 @@ double optimizer_8bit_bytes(const Terms& x) {
     return bytes;
 }
 
-// One FSDP unit's parameters: a block's (napkin mode: N / L).
+// One FSDP unit's parameters: a block's (napkin mode: N / L, rounded up to whole parameters).
 double layer_params(const Terms& x, const Estimate& e) {
-    return x.in.params_only ? x.n_alloc / x.c.n_layers : static_cast<double>(e.params.per_layer);
+    return x.in.params_only ? std::ceil(x.n_alloc / x.c.n_layers)
+                            : static_cast<double>(e.params.per_layer);
 }
 
 // One FSDP unit (a block, or the embedding / head) in its stored dtypes.
@@ -88,7 +89,7 @@ double unit_bytes(const Terms& x, const Estimate& e) {
                    : layer * wb;
     const double emb_bytes =
         x.in.params_only ? 0.0 : static_cast<double>(x.c.padded_vocab_size * x.c.d_model) * wb;
-    return std::max(layer_bytes, emb_bytes);
+    return std::ceil(std::max(layer_bytes, emb_bytes));  // NF4's 4.127 bits: whole bytes
 }
 
 // The line of the itemized temporaries a buffer of the buffer plan is on.
@@ -159,6 +160,10 @@ MemoryBytes model_states(Terms& x, Estimate& e) {
     gpu.master = shard(x.train_alloc, x.z1, W) * bpp.master;
     gpu.grads = shard(x.train_alloc, x.z2, W) * bpp.grads;
     gpu.optimizer = shard(x.train_alloc, x.z1, W) * bpp.optimizer;
+    // Napkin mode's fractional bytes per parameter (NF4's 4.127 bits, 8-bit states' absmax) in
+    // whole bytes; a shape's are counted tensor by tensor below.
+    for (double* bytes : {&gpu.weights, &gpu.master, &gpu.grads, &gpu.optimizer})
+        *bytes = std::ceil(*bytes);
     x.layout = in.params_only ? shard_layout_flat(static_cast<std::int64_t>(x.train_alloc), W)
                               : shard_layout(x.c, W, x.adapters ? in.lora_rank : 0,
                                              x.z1 ? shard_alignment(in.optimizer) : 1);

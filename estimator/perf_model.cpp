@@ -343,7 +343,9 @@ void add_data_parallel(const Tables& t, const OpPlan& plan, const StepShape& s, 
         const double hiding_bwd = s.zero >= 2 ? bwd : bwd / static_cast<double>(s.grad_accum);
         const double exposed_grads = std::max(grads / units, grads - hiding_bwd);
         const double exposed_gathers = std::max(gathers / (2 * units), gathers - (fwd + bwd));
-        exposed = exposed_grads + exposed_gathers + after_step;
+        // Both share the rank's one link: together they hide behind the passes at most once.
+        exposed =
+            std::max(exposed_grads + exposed_gathers, grads + gathers - (fwd + bwd)) + after_step;
     }
     out.comm_seconds += all;
     out.comm_exposed_seconds += exposed;

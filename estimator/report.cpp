@@ -279,8 +279,8 @@ void text_time(std::ostream& os, const EstimateInputs& in, const Estimate& e,
 
 // The answer of --solve.
 void text_solve(std::ostream& os, const ReportContext& ctx, const Estimate& e) {
-    if (ctx.solved != nullptr && ctx.solve == "fastest") {
-        os << format_fastest(*ctx.solved, e.gpu_capacity_bytes);
+    if (ctx.solved != nullptr && (ctx.solve == "fastest" || ctx.solve == "fastest-layout")) {
+        os << format_fastest(*ctx.solved, e.gpu_capacity_bytes, ctx.solve == "fastest-layout");
     } else if (ctx.solved != nullptr) {
         os << "\nsolve " << ctx.solve << ": ";
         if (ctx.solved->value <= 0) {

@@ -18,7 +18,8 @@ struct ReportContext {
     std::string gpu;           // "h100-sxm" or "custom"
     std::string gpu_full_name;
     std::string link;          // "nvlink4", "--link-gbps 400", "" when none was given
-    std::string solve;         // "", "max-params", "max-micro-batch", "fastest"
+    // "", "max-params", "max-micro-batch", "min-tp-pp", "fastest", "fastest-layout"
+    std::string solve;
     std::string
         profile;  // where the performance model's profile came from (estimate.time_predicted)
     const SolveResult* solved = nullptr;
@@ -38,9 +39,11 @@ std::string format_explain(const EstimateInputs& in, const Estimate& e, const Re
 std::string format_time_model(const EstimateInputs& in, const Estimate& e,
                               const ReportContext& ctx);
 void add_time_model_json(const Estimate& e, const ReportContext& ctx, nlohmann::json& time);
-// --solve fastest's best few: a table, and `solve.candidates` in JSON.
-std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes);
-nlohmann::json fastest_json(const SolveResult& solved);
+// --solve fastest's best few: a table, and `solve.candidates` in JSON; `layout` for
+// --solve fastest-layout's (T, P, V, DP, M in place of precision and attention).
+std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes,
+                           bool layout = false);
+nlohmann::json fastest_json(const SolveResult& solved, bool layout = false);
 
 // Formatting shared by the CLI and the viewer.
 std::string fmt_count(double n);      // 124,439,808

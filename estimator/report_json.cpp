@@ -251,7 +251,8 @@ nlohmann::json to_json(const EstimateInputs& in, const Estimate& e, const Report
             j["solve"]["tp"] = ctx.solved->tp;
             j["solve"]["pp"] = ctx.solved->pp;
         }
-        if (ctx.solve == "fastest") j["solve"]["candidates"] = fastest_json(*ctx.solved);
+        if (ctx.solve == "fastest" || ctx.solve == "fastest-layout")
+            j["solve"]["candidates"] = fastest_json(*ctx.solved, ctx.solve == "fastest-layout");
     }
     j["communication"] = communication_json(e.comm, ctx);
     j["parallelism"] = parallel_json(in, e);

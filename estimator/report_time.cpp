@@ -100,45 +100,83 @@ void add_time_model_json(const Estimate& e, const ReportContext& ctx, nlohmann::
                      {"notes", st.notes}};
 }
 
-std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes) {
+namespace {
+
+// snprintf into a string: the solve table's columns (a line is well under 256 characters).
+template <class... Args>
+std::string formatted(const char* fmt, Args... args) {
+    char line[256];
+    std::snprintf(line, sizeof line, fmt, args...);
+    return line;
+}
+
+// One candidate's columns after the recipe's: rate, step, MFU and memory.
+std::string candidate_speed(const SolveCandidate& c, double gpu_capacity_bytes) {
+    return formatted("%12.0f %10s %6.1f%% %9.2f GB %3.0f%%\n", c.tokens_per_s,
+                     fmt_duration(c.step_seconds).c_str(), 100 * c.mfu, c.gpu_bytes / 1e9,
+                     gpu_capacity_bytes > 0 ? 100 * c.gpu_bytes / gpu_capacity_bytes : 0.0);
+}
+
+}  // namespace
+
+std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes, bool layout) {
     std::ostringstream os;
+    const char* kind = layout ? "fastest-layout" : "fastest";
     if (solved.candidates.empty()) {
-        os << "\nsolve fastest: nothing fits (" << solved.evaluations << " estimates)\n";
+        os << "\nsolve " << kind << ": nothing fits (" << solved.evaluations << " estimates)\n";
         return os.str();
     }
-    char line[256];
-    os << "\nsolve fastest: the highest predicted tokens/s that fits (" << solved.evaluations
+    os << "\nsolve " << kind << ": the highest predicted tokens/s that fits (" << solved.evaluations
        << " estimates)\n";
-    std::snprintf(line, sizeof line, "  %-9s %7s %-10s %-6s %5s %12s %10s %7s %16s\n", "precision",
-                  "B", "ckpt", "attn", "ZeRO", "tokens/s", "step", "MFU", "memory per GPU");
-    os << line;
+    const std::string speed_header =
+        formatted(" %12s %10s %7s %16s\n", "tokens/s", "step", "MFU", "memory per GPU");
+    if (layout) {
+        os << formatted("  %3s %3s %3s %5s %6s %5s %-10s %5s", "TP", "PP", "VPP", "DP", "M", "B",
+                        "ckpt", "ZeRO")
+           << speed_header;
+    } else {
+        os << formatted("  %-9s %7s %-10s %-6s %5s", "precision", "B", "ckpt", "attn", "ZeRO")
+           << speed_header;
+    }
     for (const SolveCandidate& c : solved.candidates) {
-        std::snprintf(
-            line, sizeof line, "  %-9s %7lld %-10s %-6s %5d %12.0f %10s %6.1f%% %9.2f GB %3.0f%%\n",
-            std::string(enum_name(kPrecisionNames, c.precision)).c_str(),
-            static_cast<long long>(c.micro_batch),
-            std::string(enum_name(kCheckpointingNames, c.checkpointing)).c_str(),
-            std::string(enum_name(kAttentionNames, c.attention)).c_str(), c.zero, c.tokens_per_s,
-            fmt_duration(c.step_seconds).c_str(), 100 * c.mfu, c.gpu_bytes / 1e9,
-            gpu_capacity_bytes > 0 ? 100 * c.gpu_bytes / gpu_capacity_bytes : 0.0);
-        os << line;
+        const std::string ckpt(enum_name(kCheckpointingNames, c.checkpointing));
+        if (layout) {
+            os << formatted("  %3d %3d %3d %5d %6lld %5lld %-10s %5d ", c.tp, c.pp, c.vpp, c.dp,
+                            static_cast<long long>(c.micro_batches),
+                            static_cast<long long>(c.micro_batch), ckpt.c_str(), c.zero);
+        } else {
+            os << formatted("  %-9s %7lld %-10s %-6s %5d ",
+                            std::string(enum_name(kPrecisionNames, c.precision)).c_str(),
+                            static_cast<long long>(c.micro_batch), ckpt.c_str(),
+                            std::string(enum_name(kAttentionNames, c.attention)).c_str(), c.zero);
+        }
+        os << candidate_speed(c, gpu_capacity_bytes);
     }
     os << "  (the estimate above is the first)\n";
     return os.str();
 }
 
-nlohmann::json fastest_json(const SolveResult& solved) {
+nlohmann::json fastest_json(const SolveResult& solved, bool layout) {
     nlohmann::json out = nlohmann::json::array();
     for (const SolveCandidate& c : solved.candidates) {
-        out.push_back({{"precision", enum_name(kPrecisionNames, c.precision)},
-                       {"micro_batch", c.micro_batch},
-                       {"checkpointing", enum_name(kCheckpointingNames, c.checkpointing)},
-                       {"attention", enum_name(kAttentionNames, c.attention)},
-                       {"zero", c.zero},
-                       {"tokens_per_s", c.tokens_per_s},
-                       {"step_seconds", c.step_seconds},
-                       {"mfu", c.mfu},
-                       {"gpu_bytes", c.gpu_bytes}});
+        nlohmann::json j = {{"precision", enum_name(kPrecisionNames, c.precision)},
+                            {"micro_batch", c.micro_batch},
+                            {"checkpointing", enum_name(kCheckpointingNames, c.checkpointing)},
+                            {"attention", enum_name(kAttentionNames, c.attention)},
+                            {"zero", c.zero},
+                            {"tokens_per_s", c.tokens_per_s},
+                            {"step_seconds", c.step_seconds},
+                            {"mfu", c.mfu},
+                            {"gpu_bytes", c.gpu_bytes}};
+        if (layout) {
+            j["tp"] = c.tp;
+            j["pp"] = c.pp;
+            j["vpp"] = c.vpp;
+            j["dp"] = c.dp;
+            j["micro_batches"] = c.micro_batches;
+            j["sequence_parallel"] = c.tp > 1;
+        }
+        out.push_back(std::move(j));
     }
     return out;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "estimator/parallel.h"
 
 namespace napkin {
 
@@ -77,6 +78,29 @@ struct Layout {
     int tp, pp;
 };
 
+SolveCandidate candidate(const EstimateInputs& in, const Estimate& e) {
+    SolveCandidate c{in.precision,   in.micro_batch, in.checkpointing,
+                     in.attention,   in.zero,        e.tokens_per_s,
+                     e.step_seconds, e.mfu,          e.gpu.total()};
+    c.tp = in.tp;
+    c.pp = in.pp;
+    c.vpp = in.vpp;
+    c.dp = in.gpus / (in.tp * in.pp);
+    c.micro_batches = in.grad_accum;
+    return c;
+}
+
+// The fastest first (a stable sort: among equal rates, the first tried), the `keep` best into r.
+void keep_fastest(std::vector<SolveCandidate>& found, int keep, SolveResult& r) {
+    std::ranges::stable_sort(found, [](const SolveCandidate& a, const SolveCandidate& b) {
+        return a.tokens_per_s > b.tokens_per_s;
+    });
+    if (found.empty()) return;
+    r.value = found.front().tokens_per_s;
+    found.resize(std::min<std::size_t>(found.size(), static_cast<std::size_t>(keep)));
+    r.candidates = std::move(found);
+}
+
 // Every (T, P) the model admits, by T P, then the larger T first.
 std::vector<Layout> layouts(const EstimateInputs& in) {
     const ModelConfig& c = in.model;
@@ -127,31 +151,110 @@ SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
                         Estimate e = est.run(in);
                         ++r.evaluations;
                         if (!e.fits()) continue;
-                        found.push_back({p, b, ck, at, z, e.tokens_per_s, e.step_seconds, e.mfu,
-                                         e.gpu.total()});
+                        found.push_back(candidate(in, e));
                     }
                 }
             }
         }
     }
-    std::stable_sort(found.begin(), found.end(),
-                     [](const SolveCandidate& a, const SolveCandidate& b) {
-                         return a.tokens_per_s > b.tokens_per_s;
-                     });
+    keep_fastest(found, keep, r);
     in = base;
     in.micro_batch = 1;
-    if (!found.empty()) {
-        const SolveCandidate& best = found.front();
+    if (!r.candidates.empty()) {
+        const SolveCandidate& best = r.candidates.front();
         in.precision = best.precision;
         in.micro_batch = best.micro_batch;
         in.checkpointing = best.checkpointing;
         in.attention = best.attention;
         in.zero = best.zero;
-        r.value = best.tokens_per_s;
-        found.resize(std::min<std::size_t>(found.size(), static_cast<std::size_t>(keep)));
-        r.candidates = std::move(found);
     }
     r.at = est.run(in);
+    return r;
+}
+
+EstimateInputs with_layout(const EstimateInputs& base, const SolveCandidate& c,
+                           std::string* link_name) {
+    EstimateInputs in = base;
+    in.tp = c.tp;
+    in.pp = c.pp;
+    in.vpp = c.vpp;
+    in.sequence_parallel = c.tp > 1;
+    in.micro_batch = c.micro_batch;
+    in.grad_accum = c.micro_batches;
+    in.checkpointing = c.checkpointing;
+    in.zero = c.zero;
+    if (c.tp * c.pp == 1 && base.link_bytes_per_s == 0 && base.gpus > 1) {
+        const ParallelLayout p = parallel_layout(base.gpus, 1, 1, 1, false, 1, base.model);
+        const LinkChoice link =
+            group_links(p, base.gpus_per_node, base.node_link, base.network_link).data;
+        in.link_bytes_per_s = link.bytes_per_s;
+        if (link_name != nullptr) *link_name = link.name;
+    }
+    return in;
+}
+
+namespace {
+
+// The sequences per step of the base's layout, B G DP, which --solve fastest-layout keeps.
+std::int64_t global_batch_sequences(const EstimateInputs& base) {
+    const ParallelLayout p =
+        parallel_layout(base.gpus, base.tp, base.pp, 1, false, base.grad_accum, base.model);
+    return base.micro_batch * base.grad_accum * p.dp;
+}
+
+// Every micro-batch B = 1, 2, 4, ... dividing a replica's sequences, for one layout and recipe
+// (`c`), while it fits (a larger B only holds more): each fitting estimate a candidate.
+void try_micro_batches(const EstimateInputs& base, SolveCandidate c, std::int64_t sequences,
+                       Estimator& est, SolveResult& r, std::vector<SolveCandidate>& found) {
+    for (std::int64_t b = 1; b <= sequences && sequences % b == 0; b *= 2) {
+        c.micro_batch = b;
+        c.micro_batches = sequences / b;
+        if (c.vpp > 1 && c.micro_batches % c.pp != 0) continue;  // the interleaved schedule's
+        const EstimateInputs in = with_layout(base, c);
+        const Estimate e = est.run(in);
+        ++r.evaluations;
+        if (!e.fits()) return;
+        found.push_back(candidate(in, e));
+    }
+}
+
+}  // namespace
+
+SolveResult solve_fastest_layout(const EstimateInputs& base, Estimator& est, int keep) {
+    NAPKIN_ASSERT(base.mfu == 0 && base.profile != nullptr && !base.params_only && base.gpus > 1,
+                  "solve_fastest_layout: needs the performance model, a shape and several GPUs");
+    validate(base.model);
+    const std::int64_t sequences = global_batch_sequences(base);
+    SolveResult r;
+    std::vector<SolveCandidate> found;
+    EstimateInputs any_vpp = base;
+    any_vpp.vpp = 1;
+    const int layers = base.model.n_layers;
+    SolveCandidate c;
+    c.precision = base.precision;
+    c.attention = base.attention;
+    for (const Layout& l : layouts(any_vpp)) {
+        c.tp = l.tp;
+        c.pp = l.pp;
+        c.dp = base.gpus / (l.tp * l.pp);
+        if (sequences % c.dp != 0) continue;
+        const int top_stage = c.dp == 1 ? 0 : (l.pp > 1 ? 1 : 3);
+        for (const int v : {1, 2, 4}) {
+            if (v > 1 && (l.pp == 1 || layers % (v * l.pp) != 0)) continue;
+            c.vpp = v;
+            for (Checkpointing ck :
+                 {Checkpointing::none, Checkpointing::selective, Checkpointing::full}) {
+                // Selective recomputation with flash attention recomputes nothing: none again.
+                if (ck == Checkpointing::selective && base.attention == AttentionImpl::flash)
+                    continue;
+                c.checkpointing = ck;
+                for (c.zero = 0; c.zero <= top_stage; ++c.zero)
+                    try_micro_batches(base, c, sequences / c.dp, est, r, found);
+            }
+        }
+    }
+    keep_fastest(found, keep, r);
+    r.at = est.run(r.candidates.empty() ? base : with_layout(base, r.candidates.front()));
     return r;
 }
 

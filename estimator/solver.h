@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "estimator/estimate.h"
@@ -39,6 +40,9 @@ struct SolveCandidate {
     AttentionImpl attention = AttentionImpl::flash;
     int zero = 0;
     double tokens_per_s = 0, step_seconds = 0, mfu = 0, gpu_bytes = 0;
+    // --solve fastest-layout's axes (1, and G, under --solve fastest).
+    int tp = 1, pp = 1, vpp = 1, dp = 1;
+    std::int64_t micro_batches = 1;  // M (= G) per replica per step
 };
 
 struct SolveResult {
@@ -65,6 +69,23 @@ SolveResult solve_max_micro_batch(const EstimateInputs& base, Estimator& est);
 // fastest. Needs the performance model (base.mfu 0 and a profile): UsageError otherwise.
 SolveResult solve_fastest(const EstimateInputs& base, Estimator& est,
                           const std::vector<Precision>& precisions, int keep = 5);
+// The highest predicted tokens/s that fits base.gpus GPUs at the base's global batch (B G DP
+// sequences per step, kept): over T (dividing the heads, kv-heads and F, up to a node's GPUs), P
+// (T P dividing the GPUs, P <= L), V in {1, 2, 4} (dividing L / P, and P dividing M, as
+// Megatron-LM's interleaved schedule needs), B in 1, 2, 4, ... dividing a replica's sequences
+// (M = sequences / (B DP)), checkpointing (selective only with naive attention), and ZeRO
+// stage (0-3 without a pipeline, 0-1 with one: Megatron-LM's distributed optimizer; DeepSpeed
+// refuses stages 2 and 3 with pipeline parallelism; 0 on one replica); sequence parallelism
+// whenever T > 1. Precision, attention and the rest are the base's. Keeps the `keep` fastest.
+// Needs the performance model (base.mfu 0, a profile), a shape, and base.gpus > 1.
+SolveResult solve_fastest_layout(const EstimateInputs& base, Estimator& est, int keep = 5);
+// `base` with a --solve fastest-layout candidate's layout and recipe. A data-parallel layout
+// (T = P = 1) on a base without a data-parallel link gets its group's placement link (the node's
+// inside one node, the network across; estimator/parallel.h's group_links), named in
+// *link_name, as the layouts with model parallelism do: every candidate's traffic is timed.
+EstimateInputs with_layout(const EstimateInputs& base, const SolveCandidate& c,
+                           std::string* link_name = nullptr);
+
 // The smallest model-parallel group T P (Megatron-LM's layout, estimator/parallel.h) whose
 // estimate fits: T at most a node's GPUs and dividing the heads, kv-heads and d_ff, P at most L;
 // among equal T P the larger T, tensor parallelism inside a node before pipeline parallelism

@@ -11,28 +11,11 @@
 #include "estimator/hardware.h"
 #include "estimator/parallel.h"
 #include "estimator/solver.h"
+#include "tests/estimator/gpt3_shapes.h"
 #include "tests/estimator/usage_error.h"
 
 namespace napkin {
 namespace {
-
-// The GPT-3 shapes of Korthikanti et al. 2022, Table 3 (and Narayanan et al. 2021, Table 1):
-// GELU MLP of 4h, LayerNorm with biases, learned positions, tied embeddings, Megatron-LM's GPT-2
-// vocabulary padded to 51200, s = 2048, dropout on (the paper counts its masks).
-ModelConfig gpt3(int layers, std::int64_t h, int heads) {
-    ModelConfig c = preset_or_throw("gpt2");
-    c.name = "gpt3-like";
-    c.vocab_size = 51200;
-    c.padded_vocab_size = 51200;
-    c.context_length = 2048;
-    c.n_layers = layers;
-    c.d_model = h;
-    c.n_heads = heads;
-    c.n_kv_heads = heads;
-    c.d_ff = 4 * h;
-    c.dropout = 0.1;
-    return c;
-}
 
 struct Shape {
     const char* name;
@@ -47,21 +30,7 @@ constexpr Shape kShapes[] = {
 // The run of Korthikanti et al. 2022, Table 3 and 5: b = 1, s = 2048, t = 8, the paper's p, one
 // replica (DP = 1) with a global batch of 8 p sequences, A100 80 GB, fp32 main gradients.
 EstimateInputs paper_run(const Shape& s) {
-    const GpuSpec& a100 = gpu_or_throw("a100-80gb");
-    EstimateInputs in;
-    in.model = gpt3(s.layers, s.h, s.heads);
-    in.seq_len = 2048;
-    in.grads_fp32 = true;
-    in.attention = AttentionImpl::naive;
-    in.tp = 8;
-    in.pp = s.pp;
-    in.gpus = 8 * s.pp;
-    in.grad_accum = 8 * s.pp;
-    in.peak_flops_per_s = a100.tflops_bf16 * 1e12;
-    in.gpu_memory_bytes = a100.memory_gb * 1e9;
-    in.node_link = {"nvlink3", 300e9};
-    in.network_link = {"ib-hdr", 25e9};
-    return in;
+    return a100_megatron_run(gpt3(s.layers, s.h, s.heads), 8, s.pp, 8 * s.pp, 8 * s.pp);
 }
 
 // Table 2 per layer, s = 2048, b = 1, t = 8: sbh(10 + 24/t + 5as/ht) with tensor parallelism,

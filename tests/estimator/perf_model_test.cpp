@@ -185,6 +185,22 @@ bool has_row(const StepTime& t, const std::string& name) {
     return false;
 }
 
+// ZeRO-3's gathers and its gradients' reduce-scatters share the rank's one link: with more
+// traffic than compute, overlap hides at most the passes' time once, not once for each.
+TEST(PerfModel, OverlapHidesTheLinksTrafficBehindThePassesOnce) {
+    const DeviceProfile p = datasheet_profile(*find_gpu("h200"));
+    EstimateInputs in = gpt2_on(p);
+    in.overlap = Overlap::on;
+    in.link_bytes_per_s = 1e9;  // a slow link: the traffic outlasts the compute
+    const Estimate e = Estimator{}.run(in);
+    const double compute = compute_seconds(e.step_time);
+    ASSERT_GT(e.step_time.comm_seconds, compute);
+    EXPECT_GE(e.step_time.comm_exposed_seconds, e.step_time.comm_seconds - compute * (1 + 1e-12));
+    in.link_bytes_per_s = 450e9;  // a fast one: all but the first gather and last reduction hidden
+    const Estimate fast = Estimator{}.run(in);
+    EXPECT_LT(fast.step_time.comm_exposed_seconds, 0.2 * fast.step_time.comm_seconds);
+}
+
 // A pipeline stage runs its blocks only (the embedding on the first, the head on the last), its
 // tensor-parallel traffic is bytes over the group's link and exposed, and the bubble is
 // (P - 1) / (V M) of its forward and backward.
