@@ -24,8 +24,8 @@
 #include "core/engine/generate.h"
 #include "core/engine/weights_import.h"
 #include "profiler/chrome_trace_writer.h"
-#include "profiler/memory_snapshot.h"
 #include "profiler/event.h"
+#include "profiler/memory_snapshot.h"
 
 namespace napkin::cli {
 
@@ -78,10 +78,12 @@ std::vector<std::int32_t> read_prompts(const GenerateFlags& f, const ModelConfig
     if (f.synthetic > 0) {
         o.prompt = "synthetic";
         std::mt19937_64 rng(f.seed);
-        std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(cfg.vocab_size - 1));
+        std::uniform_int_distribution<std::int32_t> id(
+            0, static_cast<std::int32_t>(cfg.vocab_size - 1));
         for (std::int64_t b = 0; b < o.batch; ++b) {
             auto& r = rows.emplace_back(static_cast<std::size_t>(f.synthetic));
-            for (auto& t : r) t = id(rng);
+            for (auto& t : r)
+                t = id(rng);
         }
     } else if (!f.prompt_tokens.empty()) {
         rows.push_back(parse_ids(f.prompt_tokens, "--prompt-tokens"));
@@ -96,8 +98,8 @@ std::vector<std::int32_t> read_prompts(const GenerateFlags& f, const ModelConfig
     }
     if (rows.empty() || rows[0].empty()) throw UsageError("the prompt holds no token ids");
     if (rows.size() != 1 && static_cast<std::int64_t>(rows.size()) != o.batch) {
-        throw UsageError("--prompt-file: " + std::to_string(rows.size()) +
-                         " prompts for --batch " + std::to_string(o.batch) + " (give 1 or B)");
+        throw UsageError("--prompt-file: " + std::to_string(rows.size()) + " prompts for --batch " +
+                         std::to_string(o.batch) + " (give 1 or B)");
     }
     std::vector<std::int32_t> prompts;
     for (std::int64_t b = 0; b < o.batch; ++b) {
@@ -130,10 +132,13 @@ GenerateOptions options(const GenerateFlags& f, const CLI::App& cmd) {
     if (cmd.count("--config") > 0 && cmd.count("--model") > 0)
         throw UsageError("give one model: --model or --config");
     if (!f.init_from.empty()) {
+        if (cmd.count("--model") > 0 || cmd.count("--config") > 0)
+            throw UsageError("--init-from: the weights' file gives the model; drop --model/--config");
         o.weights = weights_path(f.init_from);
         o.model = config_from_weights(o.weights);
     } else {
-        o.model = cmd.count("--config") > 0 ? load_model_config(f.config) : preset_or_throw(f.model);
+        o.model =
+            cmd.count("--config") > 0 ? load_model_config(f.config) : preset_or_throw(f.model);
     }
     if (f.precision != "fp32" && f.precision != "bf16")
         throw UsageError("--precision: unknown value '" + f.precision + "' (expected fp32|bf16)");
@@ -142,7 +147,8 @@ GenerateOptions options(const GenerateFlags& f, const CLI::App& cmd) {
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda)");
     o.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
     if (f.batch <= 0)
-        throw UsageError("--batch: must be a positive integer (got " + std::to_string(f.batch) + ")");
+        throw UsageError("--batch: must be a positive integer (got " + std::to_string(f.batch) +
+                         ")");
     if (f.max_new_tokens <= 0) {
         throw UsageError("--max-new-tokens: must be a positive integer (got " +
                          std::to_string(f.max_new_tokens) + ")");
@@ -174,7 +180,8 @@ void pick_tokens(const std::vector<float>& logits, std::int64_t V, double temper
             sum += p[static_cast<std::size_t>(v)] = std::exp((row[v] - row[best]) / temperature);
         double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
         std::int64_t v = 0;
-        while (v + 1 < V && (u -= p[static_cast<std::size_t>(v)]) > 0) ++v;
+        while (v + 1 < V && (u -= p[static_cast<std::size_t>(v)]) > 0)
+            ++v;
         out[b] = static_cast<std::int32_t>(v);
     }
 }
@@ -258,7 +265,8 @@ void generate(const GenerateFlags& f, const CLI::App& cmd) {
     if (!f.init_from.empty()) {  // through a training model on the host, then copied
         HostMemory staging_memory;
         AccountingAllocator staging(staging_memory);
-        PlanInputs in;
+        PlanInputs in;  // fp32: the file's values reach the generator rounded once, if at all
+        in.precision = Precision::fp32;
         in.micro_batch = 1;
         in.seq_len = 1;
         const std::unique_ptr<Gpt> staged = Gpt::create(o.model, in, staging, o.seed);
@@ -291,8 +299,9 @@ void generate(const GenerateFlags& f, const CLI::App& cmd) {
 void add_generate_command(CLI::App& app) {
     auto f = std::make_shared<GenerateFlags>();
     CLI::App* cmd = app.add_subcommand(
-        "generate", "Generate tokens with a KV cache and compare memory and time per token with "
-                    "napkin estimate --inference");
+        "generate",
+        "Generate tokens with a KV cache and compare memory and time per token with "
+        "napkin estimate --inference");
     cmd->add_option("--model", f->model, "model preset (random weights from --seed)")
         ->capture_default_str();
     cmd->add_option("--config", f->config, "model config JSON (docs/CONFIG.md)");
@@ -313,7 +322,8 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--precision", f->precision, "fp32|bf16: weights, cache and activations")
         ->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda")->capture_default_str();
-    cmd->add_option("-o,--out", f->out, "run folder for generate.json (and trace.json, memory.json)");
+    cmd->add_option("-o,--out", f->out,
+                    "run folder for generate.json (and trace.json, memory.json)");
     cmd->add_flag("--json", f->json, "print generate.json instead of the summary");
     cmd->add_flag("--profile", f->profile,
                   "write RUN_DIR/trace.json: the prefill and each decode step, their ops");

@@ -99,7 +99,9 @@ double predicted_bytes(const InferenceEngineMemory& m, MemCategory c) {
     }
 }
 
-std::string name(MemCategory c) { return std::string(enum_name(kMemCategoryNames, c)); }
+std::string name(MemCategory c) {
+    return std::string(enum_name(kMemCategoryNames, c));
+}
 
 ordered_json predicted_json(const GeneratePrediction& p) {
     ordered_json mem;
@@ -178,8 +180,8 @@ void print_generate_summary(const GenerateOptions& o, const GeneratePrediction& 
     std::printf("  prefill      %10.3f ms measured, %s\n", m.prefill_seconds * 1e3,
                 timed ? (std::to_string(e.prefill.seconds() * 1e3) + " ms predicted").c_str()
                       : "no prediction");
-    std::printf("  decode       %10.3f ms/token measured (median of %zu steps), %s\n",
-                median * 1e3, m.decode_seconds.size(),
+    std::printf("  decode       %10.3f ms/token measured (median of %zu steps), %s\n", median * 1e3,
+                m.decode_seconds.size(),
                 timed ? (std::to_string(e.seconds_per_token * 1e3) + " ms predicted").c_str()
                       : "no prediction");
     if (median > 0) {

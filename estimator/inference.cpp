@@ -362,13 +362,14 @@ InferenceSolve solve_inference(const InferenceInputs& base, InferenceSolveFor wh
     return r;
 }
 
-InferenceEngineMemory inference_engine_memory(const InferenceInputs& in,
-                                              const InferenceEstimate& e, DeviceKind device) {
+InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
+                                              DeviceKind device) {
     const bool fp32 = in.weights == WeightFormat::fp32 && in.kv == KvFormat::fp32;
     const bool bf16 = in.weights == WeightFormat::bf16 && in.kv == KvFormat::bf16;
     if (!(fp32 || bf16) || in.adapters > 0) {
-        throw UsageError("the inference engine holds weights and cache in fp32 or bf16, without "
-                         "adapters");
+        throw UsageError(
+            "the inference engine holds weights and cache in fp32 or bf16, without "
+            "adapters");
     }
     const ModelConfig& c = in.model;
     const double a = fp32 ? 4.0 : 2.0, B = static_cast<double>(in.batch);

@@ -171,8 +171,8 @@ struct InferenceEngineMemory {
 };
 // Throws UsageError when weights or cache are not both fp32 or both bf16 (the engine's dtypes)
 // or adapters are asked for.
-InferenceEngineMemory inference_engine_memory(const InferenceInputs& in,
-                                              const InferenceEstimate& e, DeviceKind device);
+InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
+                                              DeviceKind device);
 
 // --solve under --inference: the largest batch (max-batch) or prompt length at the given G
 // (max-context) that fits, by solver.h's doubling then bisection, up to 2^24.

@@ -45,8 +45,8 @@ inline KernelCost decode_attention_cost(const DecodeAttentionShape& s) {
     KernelCost c;
     c.flops = 4ull * static_cast<std::uint64_t>(s.HD) * decode_attention_pairs(s);
     const std::int64_t keys = s.pos + s.Tq;  // per sequence, read once
-    c.bytes_read = nbytes(s.dt, s.B * s.Tq * s.NH * s.HD) +
-                   nbytes(s.dt, 2 * s.B * keys * s.KVH * s.HD);
+    c.bytes_read =
+        nbytes(s.dt, s.B * s.Tq * s.NH * s.HD) + nbytes(s.dt, 2 * s.B * keys * s.KVH * s.HD);
     c.bytes_written = nbytes(s.dt, s.B * s.Tq * s.NH * s.HD);
     return c;
 }
@@ -59,9 +59,9 @@ inline KernelCost kv_cache_write_cost(const DecodeAttentionShape& s) {
 // Copies k and v of the new positions from qkv into the cache.
 template <class T>
 struct KvCacheWriteArgs {
-    T* k_cache = nullptr;    // (B, S, KVH, HD)
-    T* v_cache = nullptr;    // (B, S, KVH, HD)
-    const T* qkv = nullptr;  // (B, Tq, (NH + 2 KVH) HD)
+    T* k_cache = nullptr;                        // (B, S, KVH, HD)
+    T* v_cache = nullptr;                        // (B, S, KVH, HD)
+    const T* qkv = nullptr;                      // (B, Tq, (NH + 2 KVH) HD)
     std::int64_t B = 0, Tq = 0, S = 0, pos = 0;  // pos + Tq <= S
     int NH = 0, KVH = 0;
     std::int64_t HD = 0;

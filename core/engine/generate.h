@@ -47,9 +47,8 @@ public:
     // `napkin train` initializes them from `seed`. Throws UsageError for a shape the model cannot
     // run (no batch, Tp + G past the context length, a config the engine does not run).
     static std::unique_ptr<Generator> create(const ModelConfig& cfg, DType storage,
-                                             const GenerateShape& shape,
-                                             AccountingAllocator& alloc, std::uint64_t seed,
-                                             EngineDevice* device = nullptr);
+                                             const GenerateShape& shape, AccountingAllocator& alloc,
+                                             std::uint64_t seed, EngineDevice* device = nullptr);
     virtual ~Generator() = default;
 
     // The prefill: prompts (B, Tp) host token ids, each < V; the keys and values of positions

@@ -90,12 +90,8 @@ private:
     }
     // The values `napkin train` starts from with this seed (GptImpl::init_params' order).
     void init_params(std::uint64_t seed) {
-        std::mt19937_64 rng(seed);
-        std::vector<float> buf;
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            gpt_detail::initial_values(params_[i], cfg_, rng, buf);
-            set_param(i, buf.data());
-        }
+        gpt_detail::initialize(params_, cfg_, seed,
+                               [this](std::size_t i, const float* v) { set_param(i, v); });
     }
 
     // Tq tokens per sequence at positions [pos_, pos_ + Tq): embedding, blocks, ln_f and the head
@@ -109,11 +105,13 @@ private:
         }
         std::optional<profiler::ScopedRange> range;
         if (rec_ != nullptr) range.emplace(rec_, name, profiler::Category::step);
-        k_.copy_from_host(tokens_.raw(), tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t));
+        k_.copy_from_host(tokens_.raw(), tokens,
+                          static_cast<std::size_t>(n) * sizeof(std::int32_t));
         embed(Tq);
         for (int l = 0; l < cfg_.n_layers; ++l) {
             std::optional<profiler::ScopedRange> layer;
-            if (rec_ != nullptr) layer.emplace(rec_, "h." + std::to_string(l), profiler::Category::layer);
+            if (rec_ != nullptr)
+                layer.emplace(rec_, "h." + std::to_string(l), profiler::Category::layer);
             attention_half(l, Tq);
             mlp_half(l, Tq);
         }
@@ -137,7 +135,9 @@ private:
     T* lo() { return arena_.template data<T>(); }
     T* hi(std::int64_t n) { return arena_.template data<T>() + (arena_.numel() - n); }
     T* x() { return residual_.template data<T>(); }
-    static const T* w(const ParamSlot* p) { return p != nullptr ? p->weight.template data<T>() : nullptr; }
+    static const T* w(const ParamSlot* p) {
+        return p != nullptr ? p->weight.template data<T>() : nullptr;
+    }
 
     // An op range and its one kernel's range (the kernel's name and cost), as the training
     // engine's trace shows them.
@@ -153,6 +153,20 @@ private:
         } else {
             s.kernel.tagged(tagger_, kernel, cost);
         }
+    }
+
+    // A kv_cache_write or decode_attention call's shape at this step: Tq new positions of each
+    // sequence from pos_.
+    template <class Args>
+    Args cache_step(Args a, std::int64_t Tq) const {
+        a.B = shape_.batch;
+        a.Tq = Tq;
+        a.S = shape_.positions();
+        a.pos = pos_;
+        a.NH = cfg_.n_heads;
+        a.KVH = cfg_.n_kv_heads;
+        a.HD = cfg_.head_dim();
+        return a;
     }
 
     void embed(std::int64_t Tq);

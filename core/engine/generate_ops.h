@@ -14,8 +14,11 @@ void GeneratorImpl<Kernels>::embed(std::int64_t Tq) {
     const std::int64_t C = cfg_.d_model;
     Scope s;
     open(s, "embedding", "embedding_forward",
-         embedding_forward_cost({.B = shape_.batch, .T = Tq, .C = C,
-                                 .learned_positions = p_wpe_ != nullptr, .dt = dtype()}));
+         embedding_forward_cost({.B = shape_.batch,
+                                 .T = Tq,
+                                 .C = C,
+                                 .learned_positions = p_wpe_ != nullptr,
+                                 .dt = dtype()}));
     // The position table from row pos_: every sequence is at the same position.
     k_.embedding_forward({.out = x(),
                           .tokens = tokens_.template data<std::int32_t>(),
@@ -30,14 +33,24 @@ template <class Kernels>
 void GeneratorImpl<Kernels>::norm(const std::string& name, T* out, const T* inp, std::int64_t rows,
                                   const ParamSlot* weight, const ParamSlot* bias) {
     const std::int64_t C = cfg_.d_model;
-    const NormShape shape{.N = rows, .C = C, .kind = cfg_.norm, .bias = bias != nullptr,
-                          .in = dtype(), .out = dtype()};
+    const NormShape shape{.N = rows,
+                          .C = C,
+                          .kind = cfg_.norm,
+                          .bias = bias != nullptr,
+                          .in = dtype(),
+                          .out = dtype()};
     Scope s;
     float* stats = stats_.template data<float>();  // mean (rows), then rstd (rows)
     if (cfg_.norm == NormKind::layernorm) {
         open(s, name, "layernorm_forward", norm_forward_cost(shape));
-        k_.layernorm_forward({.out = out, .mean = stats, .rstd = stats + rows, .inp = inp,
-                              .weight = w(weight), .bias = w(bias), .N = rows, .C = C});
+        k_.layernorm_forward({.out = out,
+                              .mean = stats,
+                              .rstd = stats + rows,
+                              .inp = inp,
+                              .weight = w(weight),
+                              .bias = w(bias),
+                              .N = rows,
+                              .C = C});
     } else {
         open(s, name, "rmsnorm_forward", norm_forward_cost(shape));
         k_.rmsnorm_forward(
@@ -51,10 +64,21 @@ void GeneratorImpl<Kernels>::linear(const std::string& name, T* out, const T* in
                                     std::int64_t K) {
     Scope s;
     open(s, name, "matmul_forward",
-         matmul_forward_cost({.M = M, .N = N, .K = K, .bias = bias != nullptr, .in = dtype(),
-                              .out = dtype(), .weight = dtype()}));
-    k_.matmul_forward({.out = out, .inp = inp, .weight = w(weight), .bias = w(bias), .M = M,
-                       .N = N, .K = K, .scratch = scratch_.template data<float>()});
+         matmul_forward_cost({.M = M,
+                              .N = N,
+                              .K = K,
+                              .bias = bias != nullptr,
+                              .in = dtype(),
+                              .out = dtype(),
+                              .weight = dtype()}));
+    k_.matmul_forward({.out = out,
+                       .inp = inp,
+                       .weight = w(weight),
+                       .bias = w(bias),
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .scratch = scratch_.template data<float>()});
 }
 
 // residual += branch (n elements).
@@ -87,20 +111,21 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     // Layer l's keys, then its values: (B, S, KVH, HD) each.
     const std::int64_t S = shape_.positions(), layer = B * S * cfg_.kv_dim();
     T* k_cache = cache_.template data<T>() + 2 * l * layer;
-    const DecodeAttentionShape shape{.B = B, .Tq = Tq, .pos = pos_, .NH = NH, .KVH = KVH,
-                                     .HD = HD, .dt = dtype()};
+    const DecodeAttentionShape shape{
+        .B = B, .Tq = Tq, .pos = pos_, .NH = NH, .KVH = KVH, .HD = HD, .dt = dtype()};
     {
         Scope s;
         open(s, h + "attn.kv_cache", "kv_cache_write", kv_cache_write_cost(shape));
-        k_.kv_cache_write({.k_cache = k_cache, .v_cache = k_cache + layer, .qkv = qkv, .B = B,
-                           .Tq = Tq, .S = S, .pos = pos_, .NH = NH, .KVH = KVH, .HD = HD});
+        k_.kv_cache_write(cache_step(
+            KvCacheWriteArgs<T>{.k_cache = k_cache, .v_cache = k_cache + layer, .qkv = qkv}, Tq));
     }
     {
         Scope s;
         open(s, h + "attn.core", "decode_attention", decode_attention_cost(shape));
-        k_.decode_attention({.out = lo(), .qkv = qkv, .k_cache = k_cache,
-                             .v_cache = k_cache + layer, .B = B, .Tq = Tq, .S = S, .pos = pos_,
-                             .NH = NH, .KVH = KVH, .HD = HD});
+        k_.decode_attention(cache_step(
+            DecodeAttentionArgs<T>{
+                .out = lo(), .qkv = qkv, .k_cache = k_cache, .v_cache = k_cache + layer},
+            Tq));
     }
     linear(h + "attn.proj", hi(M * C), lo(), M, p.proj_w, p.proj_b, C, cfg_.q_dim());
     residual_add(h + "attn.res", hi(M * C), M * C);

@@ -15,14 +15,13 @@ namespace napkin::cpu {
 
 namespace {
 
-void check_shape(std::int64_t B, std::int64_t Tq, std::int64_t S, std::int64_t pos, int NH,
-                 int KVH, std::int64_t HD, const char* name) {
-    NAPKIN_ASSERT(B >= 0 && Tq >= 0 && HD > 0 && NH > 0 && KVH > 0 && NH % KVH == 0,
-                  name << ": B " << B << ", Tq " << Tq << ", NH " << NH << ", KVH " << KVH
-                       << ", HD " << HD);
-    NAPKIN_ASSERT(pos >= 0 && pos + Tq <= S,
-                  name << ": positions [" << pos << ", " << pos + Tq << ") outside a cache of "
-                       << S);
+void check_shape(std::int64_t B, std::int64_t Tq, std::int64_t S, std::int64_t pos, int NH, int KVH,
+                 std::int64_t HD, const char* name) {
+    NAPKIN_ASSERT(
+        B >= 0 && Tq >= 0 && HD > 0 && NH > 0 && KVH > 0 && NH % KVH == 0,
+        name << ": B " << B << ", Tq " << Tq << ", NH " << NH << ", KVH " << KVH << ", HD " << HD);
+    NAPKIN_ASSERT(pos >= 0 && pos + Tq <= S, name << ": positions [" << pos << ", " << pos + Tq
+                                                  << ") outside a cache of " << S);
 }
 
 }  // namespace
@@ -86,7 +85,7 @@ void decode_attention(const DecodeAttentionArgs<T>& a) {
     }
 }
 
-#define NAPKIN_DECODE_ATTENTION_INSTANTIATE(T)                     \
+#define NAPKIN_DECODE_ATTENTION_INSTANTIATE(T)                   \
     template void kv_cache_write<T>(const KvCacheWriteArgs<T>&); \
     template void decode_attention<T>(const DecodeAttentionArgs<T>&);
 NAPKIN_DECODE_ATTENTION_INSTANTIATE(float)

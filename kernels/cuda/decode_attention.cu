@@ -98,15 +98,15 @@ __global__ void decode_attention_kernel(D* out, const D* qkv, const D* k_cache, 
     }
 }
 
-void check_shape(std::int64_t B, std::int64_t Tq, std::int64_t S, std::int64_t pos, int NH,
-                 int KVH, std::int64_t HD, const char* name) {
-    NAPKIN_CUDA_REQUIRE(B >= 0 && Tq >= 0 && HD > 0 && HD <= kMaxHd && NH > 0 && KVH > 0 &&
-                            NH % KVH == 0,
-                        name << ": B " << B << ", Tq " << Tq << ", NH " << NH << ", KVH " << KVH
-                             << ", HD " << HD << " (at most " << kMaxHd << ")");
-    NAPKIN_CUDA_REQUIRE(pos >= 0 && pos + Tq <= S,
-                        name << ": positions [" << pos << ", " << pos + Tq
-                             << ") outside a cache of " << S);
+void check_shape(std::int64_t B, std::int64_t Tq, std::int64_t S, std::int64_t pos, int NH, int KVH,
+                 std::int64_t HD, const char* name) {
+    NAPKIN_CUDA_REQUIRE(
+        B >= 0 && Tq >= 0 && HD > 0 && HD <= kMaxHd && NH > 0 && KVH > 0 && NH % KVH == 0,
+        name << ": B " << B << ", Tq " << Tq << ", NH " << NH << ", KVH " << KVH << ", HD " << HD
+             << " (at most " << kMaxHd << ")");
+    NAPKIN_CUDA_REQUIRE(pos >= 0 && pos + Tq <= S, name << ": positions [" << pos << ", "
+                                                        << pos + Tq << ") outside a cache of "
+                                                        << S);
 }
 
 }  // namespace
@@ -130,12 +130,12 @@ void decode_attention(const DecodeAttentionArgs<T>& a, const Launch& launch) {
     NAPKIN_CUDA_REQUIRE(blocks < (1ll << 31), "decode_attention: " << blocks << " blocks");
     const float scale = 1.0f / sqrtf(static_cast<float>(a.HD));
     decode_attention_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, launch.stream>>>(
-        dev(a.out), dev(a.qkv), dev(a.k_cache), dev(a.v_cache), a.Tq, a.S, a.pos, a.NH, a.KVH,
-        a.HD, scale);
+        dev(a.out), dev(a.qkv), dev(a.k_cache), dev(a.v_cache), a.Tq, a.S, a.pos, a.NH, a.KVH, a.HD,
+        scale);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-#define NAPKIN_CUDA_DECODE_ATTENTION_INSTANTIATE(T)                                  \
+#define NAPKIN_CUDA_DECODE_ATTENTION_INSTANTIATE(T)                             \
     template void kv_cache_write<T>(const KvCacheWriteArgs<T>&, const Launch&); \
     template void decode_attention<T>(const DecodeAttentionArgs<T>&, const Launch&);
 NAPKIN_CUDA_DECODE_ATTENTION_INSTANTIATE(float)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
@@ -23,7 +24,9 @@ struct Case {
     std::int64_t HD;
 };
 
-std::int64_t row(const Case& c) { return (c.NH + 2 * static_cast<std::int64_t>(c.KVH)) * c.HD; }
+std::int64_t row(const Case& c) {
+    return (c.NH + 2 * static_cast<std::int64_t>(c.KVH)) * c.HD;
+}
 
 // out[b, t, h] = sum_j softmax_j(q . k_j / sqrt(HD)) v_j over j <= pos + t, kv-head h / (NH / KVH).
 Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const Case& c) {
@@ -32,29 +35,47 @@ Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const Case& c) {
     for (std::int64_t b = 0; b < c.B; ++b) {
         for (std::int64_t t = 0; t < c.Tq; ++t) {
             for (std::int64_t h = 0; h < c.NH; ++h) {
-                const double* q = &qkv[static_cast<std::size_t>((b * c.Tq + t) * row(c) + h * c.HD)];
+                const double* q =
+                    &qkv[static_cast<std::size_t>((b * c.Tq + t) * row(c) + h * c.HD)];
                 const std::int64_t n = c.pos + t + 1;
                 std::vector<double> s(static_cast<std::size_t>(n));
                 double m = -1e300, sum = 0;
                 for (std::int64_t j = 0; j < n; ++j) {
-                    const double* k = &K[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD)];
+                    const double* k =
+                        &K[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD)];
                     double dot = 0;
-                    for (std::int64_t d = 0; d < c.HD; ++d) dot += q[d] * k[d];
+                    for (std::int64_t d = 0; d < c.HD; ++d)
+                        dot += q[d] * k[d];
                     s[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(c.HD));
                     m = std::max(m, s[static_cast<std::size_t>(j)]);
                 }
-                for (double& x : s) sum += x = std::exp(x - m);
+                for (double& x : s)
+                    sum += x = std::exp(x - m);
                 for (std::int64_t d = 0; d < c.HD; ++d) {
                     double o = 0;
                     for (std::int64_t j = 0; j < n; ++j)
                         o += s[static_cast<std::size_t>(j)] *
-                             V[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD + d)];
+                             V[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD +
+                                                        d)];
                     out[static_cast<std::size_t>(((b * c.Tq + t) * c.NH + h) * c.HD + d)] = o / sum;
                 }
             }
         }
     }
     return out;
+}
+
+// The case's shape into a kv_cache_write or decode_attention call.
+template <class Args>
+Args with_case(Args a, const Case& c) {
+    a.B = c.B;
+    a.Tq = c.Tq;
+    a.S = c.S;
+    a.pos = c.pos;
+    a.NH = c.NH;
+    a.KVH = c.KVH;
+    a.HD = c.HD;
+    return a;
 }
 
 template <class T>
@@ -69,9 +90,8 @@ void check_case(const Case& c) {
     auto K = test::to_storage<T>(test::random_normal(rng, cache));
     auto V = test::to_storage<T>(test::random_normal(rng, cache));
     const auto K0 = K, V0 = V;
-    cpu::kv_cache_write<T>({.k_cache = K.data(), .v_cache = V.data(), .qkv = qkv.data(), .B = c.B,
-                            .Tq = c.Tq, .S = c.S, .pos = c.pos, .NH = c.NH, .KVH = c.KVH,
-                            .HD = c.HD});
+    cpu::kv_cache_write<T>(with_case(
+        KvCacheWriteArgs<T>{.k_cache = K.data(), .v_cache = V.data(), .qkv = qkv.data()}, c));
     // The cache: positions [pos, pos + Tq) hold k and v of qkv, bit for bit; the rest unchanged.
     const std::int64_t kv = c.KVH * c.HD;
     for (std::int64_t b = 0; b < c.B; ++b) {
@@ -79,16 +99,19 @@ void check_case(const Case& c) {
             for (std::int64_t e = 0; e < kv; ++e) {
                 const auto at = static_cast<std::size_t>((b * c.S + j) * kv + e);
                 const bool written = j >= c.pos && j < c.pos + c.Tq;
-                const auto src = static_cast<std::size_t>((b * c.Tq + j - c.pos) * row(c) + c.NH * c.HD + e);
+                const auto src =
+                    static_cast<std::size_t>((b * c.Tq + j - c.pos) * row(c) + c.NH * c.HD + e);
                 ASSERT_EQ(to_float(K[at]), to_float(written ? qkv[src] : K0[at])) << b << " " << j;
-                ASSERT_EQ(to_float(V[at]), to_float(written ? qkv[src + static_cast<std::size_t>(kv)] : V0[at]));
+                ASSERT_EQ(to_float(V[at]),
+                          to_float(written ? qkv[src + static_cast<std::size_t>(kv)] : V0[at]));
             }
         }
     }
     auto out = test::nan_filled<T>(c.B * c.Tq * c.NH * c.HD);
-    cpu::decode_attention<T>({.out = out.data(), .qkv = qkv.data(), .k_cache = K.data(),
-                              .v_cache = V.data(), .B = c.B, .Tq = c.Tq, .S = c.S, .pos = c.pos,
-                              .NH = c.NH, .KVH = c.KVH, .HD = c.HD});
+    cpu::decode_attention<T>(with_case(
+        DecodeAttentionArgs<T>{
+            .out = out.data(), .qkv = qkv.data(), .k_cache = K.data(), .v_cache = V.data()},
+        c));
     const Vec want = reference(test::as_seen(qkv), test::as_seen(K), test::as_seen(V), c);
     test::expect_close("out", test::as_seen(out), want,
                        test::for_sum_of(test::tolerance<T>(), c.pos + c.Tq + c.HD));
@@ -102,13 +125,16 @@ const Case kCases[] = {
 };
 
 TEST(DecodeAttention, MatchesTheReferenceFloat) {
-    for (const Case& c : kCases) check_case<float>(c);
+    for (const Case& c : kCases)
+        check_case<float>(c);
 }
 TEST(DecodeAttention, MatchesTheReferenceBf16) {
-    for (const Case& c : kCases) check_case<bf16_t>(c);
+    for (const Case& c : kCases)
+        check_case<bf16_t>(c);
 }
 TEST(DecodeAttention, MatchesTheReferenceF16) {
-    for (const Case& c : kCases) check_case<f16_t>(c);
+    for (const Case& c : kCases)
+        check_case<f16_t>(c);
 }
 
 // Its FLOPs: 4 HD per (query head, key) pair, sum over t of pos + t + 1 keys.
