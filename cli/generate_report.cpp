@@ -177,17 +177,15 @@ void print_generate_summary(const GenerateOptions& o, const GeneratePrediction& 
     const double median = m.decode_median_seconds();
     const InferenceEstimate& e = p.estimate;
     const bool timed = !p.time_source.empty();
-    std::printf("  prefill      %10.3f ms measured, %s\n", m.prefill_seconds * 1e3,
-                timed ? (std::to_string(e.prefill.seconds() * 1e3) + " ms predicted").c_str()
-                      : "no prediction");
-    std::printf("  decode       %10.3f ms/token measured (median of %zu steps), %s\n", median * 1e3,
+    std::printf("  prefill      %10.3f ms measured%s\n", m.prefill_seconds * 1e3,
+                predicted_text(timed, e.prefill.seconds() * 1e3, "ms").c_str());
+    std::printf("  decode       %10.3f ms/token measured (median of %zu steps)%s\n", median * 1e3,
                 m.decode_seconds.size(),
-                timed ? (std::to_string(e.seconds_per_token * 1e3) + " ms predicted").c_str()
-                      : "no prediction");
+                predicted_text(timed, e.seconds_per_token * 1e3, "ms").c_str());
     if (median > 0) {
         std::printf("  tokens/s     %10.1f measured (all sequences)%s\n",
                     static_cast<double>(o.batch) / median,
-                    timed ? (", " + std::to_string(e.tokens_per_s) + " predicted").c_str() : "");
+                    predicted_text(timed, e.tokens_per_s, "").c_str());
     }
     if (timed) std::printf("  time model: %s\n", p.time_source.c_str());
     for (std::size_t b = 0; b < m.tokens.size() && b < 4; ++b) {
