@@ -162,6 +162,18 @@ std::string generate_json(const GenerateOptions& o, const GeneratePrediction& p,
     return doc.dump(2) + "\n";
 }
 
+namespace {
+
+// ", 12.345 <unit> predicted", or ", no prediction" without a time prediction.
+std::string predicted_text(bool timed, double value, const char* unit) {
+    if (!timed) return ", no prediction";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ", %.3f%s%s predicted", value, *unit != '\0' ? " " : "", unit);
+    return buf;
+}
+
+}  // namespace
+
 void print_generate_summary(const GenerateOptions& o, const GeneratePrediction& p,
                             const GenerateMeasurement& m) {
     std::printf("generated %lld x %lld tokens (%s, %s, %s)\n", static_cast<long long>(o.batch),
