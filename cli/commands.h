@@ -9,6 +9,7 @@ namespace napkin::cli {
 void add_estimate_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 void add_report_command(CLI::App& app);

@@ -12,7 +12,7 @@ namespace {
 
 // Sorted by field. The field is the library's name for the setting (TrainOptions, PlanInputs,
 // EstimateInputs, InferenceInputs); where it carries a unit the flag's does not, both are here.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 50> kFlags{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 51> kFlags{{
     {"adapters", "--adapters"},
     {"attention_flops", "--attention-flops"},
     {"batch", "--batch"},
@@ -38,6 +38,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 50> kFlags{{
     {"link_bytes_per_s", "--link-gbps"},
     {"list_links", "--list-links"},
     {"lora_rank", "--lora-rank"},
+    {"max_new_tokens", "--max-new-tokens"},
     {"measured_tokens_per_s", "--measured-tokens-per-s"},
     {"mfu", "--mfu"},
     {"micro_batch", "--micro-batch"},

@@ -23,10 +23,13 @@ namespace {
 
 // libgomp's threads spin while they wait for work by default; when anything else holds a core
 // (OpenBLAS's inner loops, another process on a shared 2-core machine) a spinning team can be
-// several times slower than one thread. Training asks for passive waiting. libgomp reads the
-// variable when it loads, before main, so the process re-executes itself once to apply it.
+// several times slower than one thread. Training and generation ask for passive waiting. libgomp
+// reads the variable when it loads, before main, so the process re-executes itself once to
+// apply it.
 void use_passive_openmp_waits(int argc, char** argv) {
-    if (argc < 2 || std::strcmp(argv[1], "train") != 0 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+    if (argc < 2 || (std::strcmp(argv[1], "train") != 0 && std::strcmp(argv[1], "generate") != 0) ||
+        std::getenv("OMP_WAIT_POLICY") != nullptr)
+        return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);
     // execv only returns on failure: go on with the default policy.
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     app.fallthrough(false);
     napkin::cli::add_estimate_command(app);
     napkin::cli::add_train_command(app);
+    napkin::cli::add_generate_command(app);
     napkin::cli::add_ckpt_command(app);
     napkin::cli::add_report_command(app);
     napkin::cli::add_export_command(app);

@@ -89,8 +89,10 @@ profiler::RunOptions run_options_report(const TrainOptions& o, Trainer& trainer,
 profiler::Measurement measurement_report(const TrainOptions& o, const StepTotals& totals,
                                          Trainer& trainer, const MachinePeak& peak) {
     profiler::Measurement m;
-    for (std::size_t c = 0; c < kMemCategoryCount; ++c)
-        m.peak_bytes[c] = totals.peaks[c];
+    // Training keeps no KV cache: its report lists the categories it always did.
+    for (std::size_t c = 0; c < kMemCategoryCount; ++c) {
+        if (static_cast<MemCategory>(c) != MemCategory::kv_cache) m.peak_bytes[c] = totals.peaks[c];
+    }
     m.peak_total_bytes = totals.peak_total;
     m.peak_rss_bytes = peak_rss_bytes();
     m.seconds = totals.seconds;

@@ -31,8 +31,9 @@ enum class MemCategory : std::uint8_t {
     temporaries,      // workspace, activation gradients, scratch
     communication,    // collective buffers
     data,             // token batches
+    kv_cache,         // napkin generate's keys and values of every position (training: none)
 };
-inline constexpr std::size_t kMemCategoryCount = 8;
+inline constexpr std::size_t kMemCategoryCount = 9;
 inline constexpr std::array kMemCategoryNames = {
     EnumName<MemCategory>{MemCategory::parameters, "parameters"},
     EnumName<MemCategory>{MemCategory::master_weights, "master_weights"},
@@ -42,6 +43,7 @@ inline constexpr std::array kMemCategoryNames = {
     EnumName<MemCategory>{MemCategory::temporaries, "temporaries"},
     EnumName<MemCategory>{MemCategory::communication, "communication"},
     EnumName<MemCategory>{MemCategory::data, "data"},
+    EnumName<MemCategory>{MemCategory::kv_cache, "kv_cache"},
 };
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };

@@ -362,4 +362,35 @@ InferenceSolve solve_inference(const InferenceInputs& base, InferenceSolveFor wh
     return r;
 }
 
+InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
+                                              DeviceKind device) {
+    const bool fp32 = in.weights == WeightFormat::fp32 && in.kv == KvFormat::fp32;
+    const bool bf16 = in.weights == WeightFormat::bf16 && in.kv == KvFormat::bf16;
+    if (!(fp32 || bf16) || in.adapters > 0) {
+        throw UsageError(
+            "the inference engine holds weights and cache in fp32 or bf16, without "
+            "adapters");
+    }
+    const ModelConfig& c = in.model;
+    const double a = fp32 ? 4.0 : 2.0, B = static_cast<double>(in.batch);
+    const auto M = in.batch * in.prompt_len;
+    const double Vp = static_cast<double>(c.padded_vocab_size);
+    InferenceEngineMemory m;
+    m.parameters = e.memory.weights();
+    m.kv_cache = e.memory.kv_total;
+    m.activations = e.memory.prefill_activations - 4.0 * B * Vp + a * B * Vp;
+    m.temporaries = 2.0 * 4.0 * static_cast<double>(M);
+    if (device == DeviceKind::cuda) {
+        m.temporaries += e.memory.gemm_workspace;
+    } else if (bf16) {
+        const auto [qkv, proj, fc, down] = block_linears(c);
+        std::int64_t floats = cpu::matmul_scratch_floats(in.batch, c.padded_vocab_size, c.d_model);
+        for (const Linear& l : {qkv, proj, fc, down})
+            floats = std::max(floats, cpu::matmul_scratch_floats(M, l.N, l.K));
+        m.temporaries += 4.0 * static_cast<double>(floats);
+    }
+    m.data = 4.0 * static_cast<double>(M);
+    return m;
+}
+
 }  // namespace napkin

@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 
+#include "core/allocator.h"
 #include "core/dtype.h"
 #include "core/enum_names.h"
 #include "core/model_config.h"
@@ -149,6 +150,29 @@ struct InferenceEstimate {
 
 // Throws UsageError on inputs out of range (a zero batch or length, no bandwidth...).
 InferenceEstimate estimate_inference(const InferenceInputs& in);
+
+// What napkin's inference engine (core/engine/generate.h, `napkin generate`) allocates for
+// these inputs, by allocator category, in bytes: the engine-exact breakdown beside the
+// serving-style one above, for weights and cache in the working dtype (--weights fp32 or bf16,
+// the same --kv-cache). Everything is allocated once, before the prefill, so each is also the
+// category's peak:
+//   parameters   every parameter tensor, a bytes each (InferenceMemory's weights())
+//   kv_cache     B (Tp + G) x KV per token (InferenceMemory's kv_total)
+//   activations  the prefill's step as InferenceMemory's prefill_activations, but with the
+//                logits in the working dtype: a B Tp (C + W) + a B Vp
+//   temporaries  the norms' fp32 mean and rstd (2 x 4 B Tp) and the GEMM scratch: on the CPU in
+//                16-bit the largest GEMM's operands widened to fp32 (kernels/matmul.h's
+//                matmul_scratch_floats, the head's at M = B included), none in fp32; on CUDA
+//                cuBLASLt's workspace (gemm_workspace)
+//   data         the token ids, 4 B Tp
+struct InferenceEngineMemory {
+    double parameters = 0, kv_cache = 0, activations = 0, temporaries = 0, data = 0;
+    double total() const { return parameters + kv_cache + activations + temporaries + data; }
+};
+// Throws UsageError when weights or cache are not both fp32 or both bf16 (the engine's dtypes)
+// or adapters are asked for.
+InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
+                                              DeviceKind device);
 
 // --solve under --inference: the largest batch (max-batch) or prompt length at the given G
 // (max-context) that fits, by solver.h's doubling then bisection, up to 2^24.

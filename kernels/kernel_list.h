@@ -1,4 +1,4 @@
-// The one list of the kernels that the training engine calls through a backend. Each line names
+// The one list of the kernels that the training and inference engines call through a backend. Each line names
 // an op's call, cpu::<name> and cuda::<name> (declared in kernels/<op>.h beside its cost), and
 // its argument struct. The preprocessor writes the rest from it:
 //   - the CUDA plugin's table of cuda:: pointers per storage type, and its fill-in
@@ -19,6 +19,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/decode_attention.h"
 #include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/launch.h"
@@ -60,7 +61,9 @@
     X(nf4_dequantize, Nf4DequantizeArgs)                                                     \
     X(dropout_forward, DropoutForwardArgs)                                                   \
     X(dropout_backward, DropoutBackwardArgs)                                                 \
-    X(nonfinite_check, NonfiniteCheckArgs)
+    X(nonfinite_check, NonfiniteCheckArgs)                                                   \
+    X(kv_cache_write, KvCacheWriteArgs)                                                      \
+    X(decode_attention, DecodeAttentionArgs)
 
 // head_cross_entropy: the CPU returns the mean loss from its own reduction; CUDA leaves the
 // per-row losses on the device, and its wrapper reads them back and takes the mean.

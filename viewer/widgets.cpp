@@ -45,6 +45,7 @@ Rgb memory_category_rgb(std::string_view category) {
         {"gradients", {234, 67, 53}},     {"optimizer_state", {251, 188, 5}},
         {"activations", {52, 168, 83}},   {"temporaries", {255, 112, 67}},
         {"communication", {0, 172, 193}}, {"data", {158, 158, 158}},
+        {"kv_cache", {171, 71, 188}},
     };
     for (const Entry& e : kTable) {
         if (e.name == category) return e.rgb;

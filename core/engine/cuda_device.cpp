@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/engine/cuda_kernels.h"
 #include "core/engine/engine_device.h"
+#include "core/engine/generate_impl.h"
 #include "core/engine/gpt_impl.h"
 #include "core/tensor.h"
 
@@ -102,6 +103,20 @@ public:
                 return make<bf16_t>(cfg, in, alloc, seed);  // bf16 storage, fp8 GEMMs
         }
         throw UsageError("{precision}: not supported by the engine");
+    }
+
+    std::unique_ptr<Generator> create_generator(const ModelConfig& cfg, DType storage,
+                                                const GenerateShape& shape,
+                                                AccountingAllocator& alloc,
+                                                std::uint64_t seed) override {
+        NAPKIN_ASSERT(alloc.device() == DeviceKind::cuda,
+                      "the CUDA model needs an allocator over device memory");
+        if (storage == DType::bf16) {
+            return std::make_unique<GeneratorImpl<CudaKernels<bf16_t>>>(
+                cfg, shape, alloc, seed, CudaKernels<bf16_t>(api_, stream_, handle_));
+        }
+        return std::make_unique<GeneratorImpl<CudaKernels<float>>>(
+            cfg, shape, alloc, seed, CudaKernels<float>(api_, stream_, handle_));
     }
 
     void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {

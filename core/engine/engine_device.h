@@ -15,6 +15,7 @@
 
 #include "core/allocator.h"
 #include "core/comm/comm.h"
+#include "core/engine/generate.h"
 #include "core/engine/gpt.h"
 #include "core/model_config.h"
 #include "core/op_plan.h"
@@ -35,6 +36,11 @@ public:
     // the CPU engine's for the same seed).
     virtual std::unique_ptr<Gpt> create_gpt(const ModelConfig& cfg, const PlanInputs& in,
                                             AccountingAllocator& alloc, std::uint64_t seed) = 0;
+    // The inference engine on this device (Generator::create checks the shape first).
+    virtual std::unique_ptr<Generator> create_generator(const ModelConfig& cfg, DType storage,
+                                                        const GenerateShape& shape,
+                                                        AccountingAllocator& alloc,
+                                                        std::uint64_t seed) = 0;
 
     // dst (device) = host_src, bytes; returns when the copy is done (host_src may be reused).
     virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;

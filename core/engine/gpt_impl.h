@@ -380,12 +380,8 @@ private:
     // GPT-2's initialization (gpt_params.h), through set_param: rounded into the working copy,
     // quantized for NF4 weights, exact in the master copy.
     void init_params(std::uint64_t seed) {
-        std::mt19937_64 rng(seed);
-        std::vector<float> buf;
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            gpt_detail::initial_values(params_[i], cfg_, rng, buf);
-            set_param(i, buf.data());
-        }
+        gpt_detail::initialize(params_, cfg_, seed,
+                               [this](std::size_t i, const float* v) { set_param(i, v); });
     }
 
     // The buffer plan's (core/buffer_plan.h), allocated in its order, each then handed to the

@@ -34,6 +34,19 @@ std::vector<ParamSlot> allocate_params(AccountingAllocator& alloc, const ModelCo
 void initial_values(const ParamSlot& p, const ModelConfig& cfg, std::mt19937_64& rng,
                     std::vector<float>& out);
 
+// Every parameter's initial values, drawn in order from one generator seeded with `seed`
+// (initial_values), each handed to set(i, values): how both engines start from the same weights.
+template <class Set>
+void initialize(const std::vector<ParamSlot>& params, const ModelConfig& cfg, std::uint64_t seed,
+                Set&& set) {
+    std::mt19937_64 rng(seed);
+    std::vector<float> buf;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        initial_values(params[i], cfg, rng, buf);
+        set(i, buf.data());
+    }
+}
+
 // The slot named `name`, or null.
 ParamSlot* find_param(std::vector<ParamSlot>& params, const std::string& name);
 

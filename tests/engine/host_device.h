@@ -137,6 +137,11 @@ public:
                                     std::uint64_t seed) override {
         return Gpt::create(cfg, in, alloc, seed);
     }
+    std::unique_ptr<Generator> create_generator(const ModelConfig& cfg, DType storage,
+                                                const GenerateShape& shape, AccountingAllocator& alloc,
+                                                std::uint64_t seed) override {
+        return Generator::create(cfg, storage, shape, alloc, seed);
+    }
     void copy_to_device(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
     void copy_to_host(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
     void copy_on_device(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }

@@ -29,6 +29,37 @@ public:
     // Mean cross-entropy over the B*T positions.
     double loss(const Params& p, const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets,
                 std::int64_t B, std::int64_t T) const {
+        const std::int64_t N = B * T;
+        const auto xf = final_norm(p, inputs, B, T);
+        double total = 0;
+        for (std::int64_t r = 0; r < N; ++r) {
+            const std::vector<double> logits = row_logits(p, xf, r);
+            double maxv = -1e300;
+            for (double lg : logits) maxv = std::max(maxv, lg);
+            double sum = 0;
+            for (double lg : logits) sum += std::exp(lg - maxv);
+            total += maxv + std::log(sum) - logits[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
+        }
+        return total / static_cast<double>(N);
+    }
+
+    // The logits (B, V) of each sequence's last position, as a forward over the whole (B, T)
+    // sequences computes them (no cache): napkin generate's reference.
+    std::vector<double> last_logits(const Params& p, const std::vector<std::int32_t>& inputs, std::int64_t B,
+                                    std::int64_t T) const {
+        const auto xf = final_norm(p, inputs, B, T);
+        std::vector<double> out;
+        for (std::int64_t b = 0; b < B; ++b) {
+            const std::vector<double> logits = row_logits(p, xf, b * T + T - 1);
+            out.insert(out.end(), logits.begin(), logits.end());
+        }
+        return out;
+    }
+
+private:
+    // The blocks and ln_f over (B, T) tokens: (B T, C).
+    std::vector<double> final_norm(const Params& p, const std::vector<std::int32_t>& inputs, std::int64_t B,
+                                   std::int64_t T) const {
         const std::int64_t C = c_.d_model, N = B * T;
         std::vector<double> x(static_cast<std::size_t>(N * C));
         const auto& wte = p.at("wte");
@@ -73,26 +104,22 @@ public:
             drop(y2, l, DropoutSite::mlp_residual);
             for (std::size_t i = 0; i < x.size(); ++i) x[i] += y2[i];
         }
-        const auto xf = norm(p, "ln_f", x, N);
-        const auto& head = c_.tied_embeddings ? p.at("wte") : p.at("lm_head");
-        double total = 0;
-        for (std::int64_t r = 0; r < N; ++r) {
-            std::vector<double> logits(static_cast<std::size_t>(c_.vocab_size));
-            double maxv = -1e300;
-            for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
-                double s = 0;
-                for (std::int64_t k = 0; k < C; ++k) s += xf[static_cast<std::size_t>(r * C + k)] * head[static_cast<std::size_t>(v * C + k)];
-                logits[static_cast<std::size_t>(v)] = s;
-                maxv = std::max(maxv, s);
-            }
-            double sum = 0;
-            for (double lg : logits) sum += std::exp(lg - maxv);
-            total += maxv + std::log(sum) - logits[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
-        }
-        return total / static_cast<double>(N);
+        return norm(p, "ln_f", x, N);
     }
 
-private:
+    // Row r of xf against the head: (V) logits.
+    std::vector<double> row_logits(const Params& p, const std::vector<double>& xf, std::int64_t r) const {
+        const std::int64_t C = c_.d_model;
+        const auto& head = c_.tied_embeddings ? p.at("wte") : p.at("lm_head");
+        std::vector<double> logits(static_cast<std::size_t>(c_.vocab_size));
+        for (std::int64_t v = 0; v < c_.vocab_size; ++v) {
+            double s = 0;
+            for (std::int64_t k = 0; k < C; ++k) s += xf[static_cast<std::size_t>(r * C + k)] * head[static_cast<std::size_t>(v * C + k)];
+            logits[static_cast<std::size_t>(v)] = s;
+        }
+        return logits;
+    }
+
     std::vector<double> norm(const Params& p, const std::string& name, const std::vector<double>& x, std::int64_t N) const {
         const std::int64_t C = c_.d_model;
         const auto& w = p.at(name + ".weight");

@@ -1,0 +1,106 @@
+// decode attention: attention of Tq new queries per sequence over a KV cache, the inference
+// engine's attention (core/engine/generate_impl.h). Two kernels:
+//
+//   kv_cache_write    the keys and values of Tq new positions, taken from the packed qkv
+//                     (B, Tq, (NH + 2 KVH) HD) (k already rotated by RoPE), stored at positions
+//                     [pos, pos + Tq) of each sequence's cache
+//   decode_attention  out (B, Tq, NH HD): query t of sequence b (position pos + t) attends
+//                     causally to the cached positions [0, pos + t]; query head h reads kv-head
+//                     h / (NH / KVH) (GQA, MQA: KVH = 1). Softmax with scale 1 / sqrt(HD), in
+//                     fp32, online (one pass over the keys, running max and sum; Milakov and
+//                     Gimelshein 2018), so nothing of size S is kept.
+//
+// The prefill is the call with pos = 0, Tq = Tp (the causal triangle); each decode step the call
+// with Tq = 1 at pos = Tp + j - 1. Cache layout per layer: k_cache and v_cache (B, S, KVH, HD),
+// S the capacity of a sequence (Tp + G), so a sequence's cache is contiguous and a decode step
+// reads it front to back.
+// FLOPs: 4 HD per (query head, key) pair (S = q k^T and o = p v), as attention_forward_cost;
+// bytes: the queries, each sequence's keys and values up to its last query's position, once (what
+// a kernel that keeps a sequence's queries while it streams the cache reads), and the output.
+// Tests: tests/kernels/decode_attention_test.cpp (against a double-precision reference, GQA and
+// MQA shapes), tests/kernels_cuda/decode_attention_test.cpp (CUDA against the CPU).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cost.h"
+#include "kernels/launch.h"
+
+namespace napkin {
+
+struct DecodeAttentionShape {
+    std::int64_t B = 0, Tq = 0;  // sequences, new queries per sequence
+    std::int64_t pos = 0;        // position of the first new query
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+    DType dt = DType::f32;  // qkv, cache and out
+};
+
+// (query head, key) pairs: per sequence and head, sum over t < Tq of (pos + t + 1).
+inline std::int64_t decode_attention_pairs(const DecodeAttentionShape& s) {
+    return s.B * s.NH * (s.Tq * (s.pos + 1) + s.Tq * (s.Tq - 1) / 2);
+}
+
+inline KernelCost decode_attention_cost(const DecodeAttentionShape& s) {
+    KernelCost c;
+    c.flops = 4ull * static_cast<std::uint64_t>(s.HD) * decode_attention_pairs(s);
+    const std::int64_t keys = s.pos + s.Tq;  // per sequence, read once
+    c.bytes_read =
+        nbytes(s.dt, s.B * s.Tq * s.NH * s.HD) + nbytes(s.dt, 2 * s.B * keys * s.KVH * s.HD);
+    c.bytes_written = nbytes(s.dt, s.B * s.Tq * s.NH * s.HD);
+    return c;
+}
+
+inline KernelCost kv_cache_write_cost(const DecodeAttentionShape& s) {
+    const std::int64_t n = 2 * s.B * s.Tq * s.KVH * s.HD;
+    return {0, nbytes(s.dt, n), nbytes(s.dt, n), 0};
+}
+
+// Copies k and v of the new positions from qkv into the cache.
+template <class T>
+struct KvCacheWriteArgs {
+    T* k_cache = nullptr;                        // (B, S, KVH, HD)
+    T* v_cache = nullptr;                        // (B, S, KVH, HD)
+    const T* qkv = nullptr;                      // (B, Tq, (NH + 2 KVH) HD)
+    std::int64_t B = 0, Tq = 0, S = 0, pos = 0;  // pos + Tq <= S
+    int NH = 0, KVH = 0;
+    std::int64_t HD = 0;
+};
+
+// out = softmax(q K^T / sqrt(HD), causal over the cache) V, the queries read from qkv.
+template <class T>
+struct DecodeAttentionArgs {
+    T* out = nullptr;            // (B, Tq, NH HD)
+    const T* qkv = nullptr;      // (B, Tq, (NH + 2 KVH) HD): the queries (the first NH heads)
+    const T* k_cache = nullptr;  // (B, S, KVH, HD), positions [0, pos + Tq) written
+    const T* v_cache = nullptr;  // (B, S, KVH, HD)
+    std::int64_t B = 0, Tq = 0, S = 0, pos = 0;  // pos + Tq <= S
+    int NH = 0, KVH = 0;                         // KVH divides NH
+    std::int64_t HD = 0;
+};
+
+namespace cpu {
+
+// CPU kernels (kernels/cpu/decode_attention.cpp), the specification: one OpenMP iteration per
+// (sequence, query, head), fp32 arithmetic, results independent of the thread count.
+template <class T>
+void kv_cache_write(const KvCacheWriteArgs<T>& a);
+template <class T>
+void decode_attention(const DecodeAttentionArgs<T>& a);
+
+}  // namespace cpu
+
+namespace cuda {
+
+// CUDA twins (kernels/cuda/decode_attention.cu): the same semantics, device pointers, queued on
+// launch.stream. decode_attention is one block per (sequence, query, head) streaming the
+// sequence's cache in tiles: simple and correct, not yet flash-decoding (which splits one
+// sequence's keys across blocks so that a batch of one fills the GPU; docs/INFERENCE.md).
+template <class T>
+void kv_cache_write(const KvCacheWriteArgs<T>& a, const Launch& launch);
+template <class T>
+void decode_attention(const DecodeAttentionArgs<T>& a, const Launch& launch);
+
+}  // namespace cuda
+
+}  // namespace napkin

@@ -1,0 +1,153 @@
+// The inference engine's checks, for any device (tests/engine/generate_test.cpp on the CPU,
+// tests/engine_cuda/generate_cuda_test.cpp on CUDA and its emulator):
+//   - every step's logits (the prefill's, then each decode step's, fed the engine's own greedy
+//     picks) against a double-precision forward over the whole prompt + generated tokens with
+//     no cache (tests/engine/reference_gpt.h), on weights moved off the init so attention is
+//     not near uniform;
+//   - the allocator's peak of every category against the estimator's engine-exact breakdown
+//     (estimator/inference.h), to the byte.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/engine/engine_device.h"
+#include "core/engine/generate.h"
+#include "estimator/inference.h"
+#include "tests/engine/reference_gpt.h"
+#include "tests/engine/test_util.h"
+
+namespace napkin::test {
+
+// GPT-2's shape (LayerNorm, learned positions, GELU, biases, tied head, MHA) and Llama's (RMSNorm,
+// RoPE, SwiGLU, GQA with 2 kv-heads, no biases, untied head), and Llama's with MQA.
+inline std::vector<ModelConfig> generate_configs() {
+    return {small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
+            small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false),
+            small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 1, false)};
+}
+
+// Moves every weight by N(0, 0.3) and returns the values as the engine holds them (rounded).
+inline Params perturb_weights(Generator& gen, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 0.3f);
+    Params ref;
+    for (std::size_t i = 0; i < gen.params().size(); ++i) {
+        std::vector<float> w(static_cast<std::size_t>(gen.params()[i].numel));
+        gen.get_param(i, w.data());
+        for (float& v : w)
+            v += nd(rng);
+        gen.set_param(i, w.data());
+        gen.get_param(i, w.data());
+        ref[gen.params()[i].name] = std::vector<double>(w.begin(), w.end());
+    }
+    return ref;
+}
+
+// |got - want| <= tol (1 + max |want|) for every logit of a step: the error of a 16-bit forward
+// grows with the scale of the values it rounds, not with each logit's own size.
+inline void expect_logits(const std::vector<float>& got, const std::vector<double>& want,
+                          double tol, const std::string& step) {
+    ASSERT_EQ(got.size(), want.size()) << step;
+    double scale = 0;
+    for (double w : want)
+        scale = std::max(scale, std::fabs(w));
+    int bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool ok = std::isfinite(got[i]) && std::fabs(got[i] - want[i]) <= tol * (1 + scale);
+        if (!ok && bad++ < 5)
+            ADD_FAILURE() << step << " logit " << i << ": " << got[i] << ", want " << want[i]
+                          << " (scale " << scale << ")";
+    }
+}
+
+// B = 2 prompts of Tp = 5 tokens, G = 7: the prefill and 6 decode steps, each against the
+// reference over all tokens so far.
+inline void check_decode_matches_full_forward(const ModelConfig& cfg, DType storage, double tol,
+                                              EngineDevice* device) {
+    const unsigned seed = std::random_device{}();
+    SCOPED_TRACE(::testing::Message()
+                 << "seed " << seed << ", " << dtype_name(storage) << ", KVH " << cfg.n_kv_heads
+                 << ", " << (cfg.positions == PositionKind::rope ? "rope" : "learned"));
+    const GenerateShape shape{2, 5, 7};
+    HostMemory host;
+    AccountingAllocator alloc(device != nullptr ? device->memory() : host);
+    auto gen = Generator::create(cfg, storage, shape, alloc, seed, device);
+    const Params params = perturb_weights(*gen, seed);
+    const ReferenceGpt ref(cfg);
+    std::vector<std::vector<std::int32_t>> seqs(2);
+    std::mt19937 rng(seed);
+    std::vector<std::int32_t> prompts;
+    for (auto& s : seqs) {
+        for (int t = 0; t < 5; ++t)
+            s.push_back(static_cast<std::int32_t>(rng() % cfg.vocab_size));
+        prompts.insert(prompts.end(), s.begin(), s.end());
+    }
+    std::vector<float> logits;
+    gen->prefill(prompts.data(), logits);
+    for (int j = 0;; ++j) {
+        const std::int64_t T = static_cast<std::int64_t>(seqs[0].size());
+        std::vector<std::int32_t> all;
+        for (const auto& s : seqs)
+            all.insert(all.end(), s.begin(), s.end());
+        expect_logits(logits, ref.last_logits(params, all, 2, T), tol, "step " + std::to_string(j));
+        if (j == 6) break;
+        std::vector<std::int32_t> next;
+        for (std::size_t b = 0; b < 2; ++b) {
+            const float* row = logits.data() + b * static_cast<std::size_t>(cfg.vocab_size);
+            next.push_back(
+                static_cast<std::int32_t>(std::max_element(row, row + cfg.vocab_size) - row));
+            seqs[b].push_back(next.back());
+        }
+        gen->decode(next.data(), logits);
+    }
+    EXPECT_EQ(gen->position(), 11);  // Tp + G - 1: the last pick is never fed
+}
+
+// A whole generation's peaks, category by category, against the estimate.
+inline void check_memory_matches_estimate(const ModelConfig& cfg, DType storage,
+                                          const GenerateShape& shape, EngineDevice* device) {
+    SCOPED_TRACE(::testing::Message()
+                 << cfg.name << " " << dtype_name(storage) << " B " << shape.batch << " Tp "
+                 << shape.prompt_len << " G " << shape.gen_len);
+    HostMemory host;
+    AccountingAllocator alloc(device != nullptr ? device->memory() : host);
+    auto gen = Generator::create(cfg, storage, shape, alloc, 7, device);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(shape.batch * shape.prompt_len), 3);
+    std::vector<float> logits;
+    gen->prefill(tokens.data(), logits);
+    for (std::int64_t j = 1; j < shape.gen_len; ++j)
+        gen->decode(tokens.data(), logits);
+
+    InferenceInputs in;
+    in.model = cfg;
+    in.weights = storage == DType::bf16 ? WeightFormat::bf16 : WeightFormat::fp32;
+    in.kv = storage == DType::bf16 ? KvFormat::bf16 : KvFormat::fp32;
+    in.batch = shape.batch;
+    in.prompt_len = shape.prompt_len;
+    in.gen_len = shape.gen_len;
+    in.gemm_dtype = storage;
+    in.peak_flops_per_s = in.memory_bytes_per_s = in.gpu_memory_bytes = 1e12;
+    const InferenceEngineMemory m = inference_engine_memory(
+        in, estimate_inference(in), device != nullptr ? DeviceKind::cuda : DeviceKind::cpu);
+    EXPECT_EQ(alloc.peak_bytes(MemCategory::parameters), m.parameters);
+    EXPECT_EQ(alloc.peak_bytes(MemCategory::kv_cache), m.kv_cache);
+    EXPECT_EQ(alloc.peak_bytes(MemCategory::activations), m.activations);
+    EXPECT_EQ(alloc.peak_bytes(MemCategory::temporaries), m.temporaries);
+    EXPECT_EQ(alloc.peak_bytes(MemCategory::data), m.data);
+    EXPECT_EQ(alloc.peak_total_bytes(), m.total());
+    for (MemCategory c : {MemCategory::gradients, MemCategory::master_weights,
+                          MemCategory::optimizer_state, MemCategory::communication})
+        EXPECT_EQ(alloc.peak_bytes(c), 0) << "no training state";
+    // The cache by hand: L 2 B (Tp + G) KVH HD elements.
+    EXPECT_EQ(m.kv_cache, 2.0 * cfg.n_layers *
+                              static_cast<double>(shape.batch * shape.positions()) *
+                              static_cast<double>(cfg.kv_dim()) * (storage == DType::bf16 ? 2 : 4));
+}
+
+}  // namespace napkin::test

@@ -1,0 +1,152 @@
+// Attention over a KV cache (kernels/decode_attention.h) against a double-precision reference
+// written from the definition, with fresh random inputs and outputs poisoned with NaN: MHA, GQA
+// and MQA, a prefill (pos 0, Tq > 1: the causal triangle), a decode step (Tq = 1 deep into the
+// cache) and a chunk in between, each storage type; and the cache write, which must store k and
+// v of the new positions and leave every other position as it was.
+#include "kernels/decode_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace napkin {
+namespace {
+
+using test::Vec;
+
+struct Case {
+    std::int64_t B, Tq, S, pos;
+    int NH, KVH;
+    std::int64_t HD;
+};
+
+std::int64_t row(const Case& c) {
+    return (c.NH + 2 * static_cast<std::int64_t>(c.KVH)) * c.HD;
+}
+
+// out[b, t, h] = sum_j softmax_j(q . k_j / sqrt(HD)) v_j over j <= pos + t, kv-head h / (NH / KVH).
+Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const Case& c) {
+    const std::int64_t kv = c.KVH * c.HD, group = c.NH / c.KVH;
+    Vec out(static_cast<std::size_t>(c.B * c.Tq * c.NH * c.HD));
+    for (std::int64_t b = 0; b < c.B; ++b) {
+        for (std::int64_t t = 0; t < c.Tq; ++t) {
+            for (std::int64_t h = 0; h < c.NH; ++h) {
+                const double* q =
+                    &qkv[static_cast<std::size_t>((b * c.Tq + t) * row(c) + h * c.HD)];
+                const std::int64_t n = c.pos + t + 1;
+                std::vector<double> s(static_cast<std::size_t>(n));
+                double m = -1e300, sum = 0;
+                for (std::int64_t j = 0; j < n; ++j) {
+                    const double* k =
+                        &K[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD)];
+                    double dot = 0;
+                    for (std::int64_t d = 0; d < c.HD; ++d)
+                        dot += q[d] * k[d];
+                    s[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(c.HD));
+                    m = std::max(m, s[static_cast<std::size_t>(j)]);
+                }
+                for (double& x : s)
+                    sum += x = std::exp(x - m);
+                for (std::int64_t d = 0; d < c.HD; ++d) {
+                    double o = 0;
+                    for (std::int64_t j = 0; j < n; ++j)
+                        o += s[static_cast<std::size_t>(j)] *
+                             V[static_cast<std::size_t>((b * c.S + j) * kv + (h / group) * c.HD +
+                                                        d)];
+                    out[static_cast<std::size_t>(((b * c.Tq + t) * c.NH + h) * c.HD + d)] = o / sum;
+                }
+            }
+        }
+    }
+    return out;
+}
+
+// The case's shape into a kv_cache_write or decode_attention call.
+template <class Args>
+Args with_case(Args a, const Case& c) {
+    a.B = c.B;
+    a.Tq = c.Tq;
+    a.S = c.S;
+    a.pos = c.pos;
+    a.NH = c.NH;
+    a.KVH = c.KVH;
+    a.HD = c.HD;
+    return a;
+}
+
+template <class T>
+void check_case(const Case& c) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << test::dtype_name<T>() << " B " << c.B << " Tq " << c.Tq
+                                      << " S " << c.S << " pos " << c.pos << " NH " << c.NH
+                                      << " KVH " << c.KVH << " HD " << c.HD << " seed " << seed);
+    std::mt19937 rng(seed);
+    const std::int64_t cache = c.B * c.S * c.KVH * c.HD;
+    auto qkv = test::to_storage<T>(test::random_normal(rng, c.B * c.Tq * row(c)));
+    auto K = test::to_storage<T>(test::random_normal(rng, cache));
+    auto V = test::to_storage<T>(test::random_normal(rng, cache));
+    const auto K0 = K, V0 = V;
+    cpu::kv_cache_write<T>(with_case(
+        KvCacheWriteArgs<T>{.k_cache = K.data(), .v_cache = V.data(), .qkv = qkv.data()}, c));
+    // The cache: positions [pos, pos + Tq) hold k and v of qkv, bit for bit; the rest unchanged.
+    const std::int64_t kv = c.KVH * c.HD;
+    for (std::int64_t b = 0; b < c.B; ++b) {
+        for (std::int64_t j = 0; j < c.S; ++j) {
+            for (std::int64_t e = 0; e < kv; ++e) {
+                const auto at = static_cast<std::size_t>((b * c.S + j) * kv + e);
+                const bool written = j >= c.pos && j < c.pos + c.Tq;
+                const auto src =
+                    static_cast<std::size_t>((b * c.Tq + j - c.pos) * row(c) + c.NH * c.HD + e);
+                ASSERT_EQ(to_float(K[at]), to_float(written ? qkv[src] : K0[at])) << b << " " << j;
+                ASSERT_EQ(to_float(V[at]),
+                          to_float(written ? qkv[src + static_cast<std::size_t>(kv)] : V0[at]));
+            }
+        }
+    }
+    auto out = test::nan_filled<T>(c.B * c.Tq * c.NH * c.HD);
+    cpu::decode_attention<T>(with_case(
+        DecodeAttentionArgs<T>{
+            .out = out.data(), .qkv = qkv.data(), .k_cache = K.data(), .v_cache = V.data()},
+        c));
+    const Vec want = reference(test::as_seen(qkv), test::as_seen(K), test::as_seen(V), c);
+    test::expect_close("out", test::as_seen(out), want,
+                       test::for_sum_of(test::tolerance<T>(), c.pos + c.Tq + c.HD));
+}
+
+const Case kCases[] = {
+    {2, 7, 9, 0, 4, 4, 8},     // MHA prefill, two slots left for decoding
+    {3, 1, 40, 37, 6, 2, 16},  // GQA decode step deep in the cache
+    {1, 5, 70, 33, 8, 1, 32},  // MQA chunk of five queries after 33 cached
+    {2, 1, 3, 0, 2, 1, 6},     // one key
+};
+
+TEST(DecodeAttention, MatchesTheReferenceFloat) {
+    for (const Case& c : kCases)
+        check_case<float>(c);
+}
+TEST(DecodeAttention, MatchesTheReferenceBf16) {
+    for (const Case& c : kCases)
+        check_case<bf16_t>(c);
+}
+TEST(DecodeAttention, MatchesTheReferenceF16) {
+    for (const Case& c : kCases)
+        check_case<f16_t>(c);
+}
+
+// Its FLOPs: 4 HD per (query head, key) pair, sum over t of pos + t + 1 keys.
+TEST(DecodeAttention, CostCountsTheCausalPairs) {
+    const DecodeAttentionShape prefill{.B = 2, .Tq = 5, .pos = 0, .NH = 3, .KVH = 1, .HD = 8};
+    EXPECT_EQ(decode_attention_cost(prefill).flops, 4ull * 8 * 2 * 3 * (1 + 2 + 3 + 4 + 5));
+    const DecodeAttentionShape step{.B = 2, .Tq = 1, .pos = 10, .NH = 3, .KVH = 1, .HD = 8};
+    EXPECT_EQ(decode_attention_cost(step).flops, 4ull * 8 * 2 * 3 * 11);
+    // The same FLOPs as the training kernel's causal attention over the whole prompt.
+    const AttentionShape whole{.B = 2, .T = 5, .NH = 3, .KVH = 1, .HD = 8};
+    EXPECT_EQ(decode_attention_cost(prefill).flops, attention_forward_cost(whole).flops);
+}
+
+}  // namespace
+}  // namespace napkin
