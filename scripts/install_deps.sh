@@ -10,8 +10,9 @@ set -euo pipefail
 # zlib: that reader's .json.gz traces (optional at configure time; without it, plain .json only).
 # jq: bench/zero_bench.sh reads `napkin report --json` with it.
 # Boost.Context: the fibers of the CUDA kernels' CPU emulation (tests/cuda_emu, docs/CUDA.md).
+# python3: the style check of function lengths (scripts/long_functions.py, a unit test).
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libopenblas-openmp-dev
-          libopenmpi-dev openmpi-bin libsimdjson-dev zlib1g-dev jq libboost-context-dev)
+          libopenmpi-dev openmpi-bin libsimdjson-dev zlib1g-dev jq libboost-context-dev python3)
 for arg in "$@"; do
     case "$arg" in
         --viewer) packages+=(libimgui-dev libglfw3-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core
