@@ -369,7 +369,7 @@ void keep_first_failure(std::exception_ptr& failed, F&& write) {
     } catch (...) {
     }
     const std::string kept =
-        reported ? "the run's report and final checkpoint are" : "the run's final checkpoint is";
+        reported ? "the run's report and checkpoint are" : "the run's checkpoint is";
     throw InputError(what + "; " + kept + " written all the same (" + saved + ")" +
                      (reported ? "" : ", its report.json is not"));
 }
