@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -321,20 +322,13 @@ void no_step_measured(profiler::Measurement& m, Trainer& trainer) {
     m.peak_total_bytes = trainer.allocator().peak_total_bytes();
 }
 
-// Writes the final checkpoint, the trace and memory snapshot, and report.json; prints the
-// closing lines. Interrupted, when a signal stopped the run, once everything is written;
-// AnomalyFound, when --detect-anomaly did, after the report (and no checkpoint).
-void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
-                const Estimate& pred, const std::optional<profiler::InitReport>& init,
-                const std::optional<ChosenProfile>& given_profile) {
+// report.json's every section, for the run as it ends.
+profiler::RunReport build_report(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
+                                 const Estimate& pred,
+                                 const std::optional<profiler::InitReport>& init,
+                                 const std::optional<ChosenProfile>& given_profile,
+                                 const std::filesystem::path& file) {
     Trainer& trainer = loop.trainer;
-    const bool parallel = loop.run.parallel;
-    loop.profiler.stop_collecting();
-    loop.profiler.close();
-    // After an anomaly the state is the one that produced it: no checkpoint of it.
-    if (!loop.anomaly)
-        loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
-
     profiler::RunReport report;
     report.model = loop.run.options.model;
     report.run = run_options_report(loop.run.options, trainer, loop.steps.first, loop.checkpoint);
@@ -345,32 +339,93 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
     // prediction (128 MiB), which must not count in the run's peak RSS.
     report.predicted.time =
         predict_run_time(loop.run.options, ei, given_profile, trainer, loop.peak);
-    const std::filesystem::path file = loop.run.out_dir / "report.json";
     report.steps = run_history(file, totals.steps);  // a resumed run keeps its earlier steps
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
-    if (parallel) report.communication = communication_report(trainer, pred, totals.steps);
+    if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
     report.anomaly = loop.anomaly;
     if (totals.steps.empty()) no_step_measured(report.measured, trainer);
+    return report;
+}
+
+// Runs `write`, keeping the first exception in `failed` instead of letting it end the run.
+template <class F>
+void keep_first_failure(std::exception_ptr& failed, F&& write) {
+    try {
+        write();
+    } catch (...) {
+        if (!failed) failed = std::current_exception();
+    }
+}
+
+// The kept failure, once the final checkpoint `saved` is written: its one line, then what the
+// run kept all the same.
+[[noreturn]] void throw_kept_failure(const std::exception_ptr& failed, const std::string& saved,
+                                     bool reported) {
+    std::string what = "an unknown exception";
+    try {
+        std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+        what = e.what();
+    } catch (...) {
+    }
+    const std::string kept =
+        reported ? "the run's report and checkpoint are" : "the run's checkpoint is";
+    throw InputError(what + "; " + kept + " written all the same (" + saved + ")" +
+                     (reported ? "" : ", its report.json is not"));
+}
+
+// Writes the trace and memory snapshot, report.json and the final checkpoint; prints the closing
+// lines. Interrupted, when a signal stopped the run, once everything is written; AnomalyFound,
+// when --detect-anomaly did, after the report (and no checkpoint). The steps' work outlives what
+// fails in writing about it: an exception from the trace or the report (a full disk, a string
+// JSON cannot hold) is kept while the rest is written, the final checkpoint included, then thrown
+// with what was written all the same. Only a failed checkpoint loses the steps since the last.
+void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& ei,
+                const Estimate& pred, const std::optional<profiler::InitReport>& init,
+                const std::optional<ChosenProfile>& given_profile) {
+    Trainer& trainer = loop.trainer;
+    const bool parallel = loop.run.parallel;
+    std::exception_ptr failed;  // the first exception of the trace's or the report's writing
+    keep_first_failure(failed, [&] {
+        loop.profiler.stop_collecting();
+        inject_end_fault("trace");
+        loop.profiler.close();
+    });
+    // After an anomaly the state is the one that produced it: no checkpoint of it.
+    if (!loop.anomaly)
+        loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
+    const std::filesystem::path file = loop.run.out_dir / "report.json";
     if (loop.anomaly) {
-        write_file_durably(file, profiler::run_report_text(report));  // whole or not there
+        if (failed) std::rethrow_exception(failed);
+        write_file_durably(file, profiler::run_report_text(build_report(
+                                     loop, totals, ei, pred, init, given_profile, file)));
         throw AnomalyFound(*loop.anomaly);  // cli/main.cpp: its line, exit 3
     }
     // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
     // the report for --resume to publish.
+    std::optional<profiler::RunReport> report;
     const std::filesystem::path pending = pending_report_path(file);
-    write_file_durably(pending, profiler::run_report_text(report));
+    bool reported = false;
+    keep_first_failure(failed, [&] {
+        report = build_report(loop, totals, ei, pred, init, given_profile, file);
+        inject_end_fault("report");
+        write_file_durably(pending, profiler::run_report_text(*report));
+        reported = true;
+    });
     std::string saved;
     try {
         saved = save_run_checkpoint(loop.run.run_dir, trainer, parallel);
     } catch (...) {  // a full disk: no report of a checkpoint that is not there
         std::error_code ec;
         std::filesystem::remove(pending, ec);
+        if (failed) std::rethrow_exception(failed);
         throw;
     }
     NAPKIN_ASSERT(saved == loop.checkpoint, "the report names the checkpoint written");
-    publish_pending_report(file);
+    if (reported) publish_pending_report(file);
+    if (failed) throw_kept_failure(failed, saved, reported);
 
-    print_run_summary(report, totals, pred, loop.steps.last, file);
+    print_run_summary(*report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
     // A stop asked for once the last step was trained stops nothing: the run is whole (exit 0),
     // and --resume would only say that it finished.

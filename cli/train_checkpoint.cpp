@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
@@ -166,6 +169,13 @@ void inject_test_fault(int rank, int steps_done) {
         for (;;)
             ::pause();
     }
+}
+
+void inject_end_fault(const char* where) {
+    const char* v = std::getenv("NAPKIN_TEST_THROW_AT_END");
+    if (v == nullptr || std::strcmp(v, where) != 0) return;
+    // Throws json::type_error 316, "invalid UTF-8 byte at index 1: 0xFF".
+    std::ignore = nlohmann::json(std::string("\xe9\xff")).dump();
 }
 
 }  // namespace napkin::cli

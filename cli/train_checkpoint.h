@@ -67,4 +67,10 @@ bool continues_folder(const ResumeSource& source, const std::filesystem::path& r
 // users: it kills, hangs or stops the run on purpose.
 void inject_test_fault(int rank, int steps_done);
 
+// Test-only (tests/fault/fault_test.cpp): NAPKIN_TEST_THROW_AT_END=trace|report makes the run's
+// end throw where it writes that file, the JSON library's exception for a string that is not
+// UTF-8 (what a path of Latin-1 bytes once did there, issue 24), to show that the steps' work
+// outlives it. Called with `where` each of those points.
+void inject_end_fault(const char* where);
+
 }  // namespace napkin::cli

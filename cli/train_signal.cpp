@@ -4,6 +4,8 @@
 
 #include <csignal>
 
+#include "core/durable_file.h"
+
 namespace napkin::cli {
 
 namespace {
@@ -11,7 +13,8 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;
 
 void on_signal(int sig) {
-    if (g_signal != 0) {  // the second: no more waiting for the step
+    if (g_signal != 0) {  // the second: no more waiting for the step, nor for a save under way
+        remove_live_temporaries();
         std::signal(sig, SIG_DFL);
         std::raise(sig);
         return;

@@ -1,9 +1,10 @@
 // Ctrl-C (SIGINT) and SIGTERM during `napkin train`: the first asks the run to stop at the next
 // micro-batch (the step in progress is dropped: Trainer::set_stop_check), as --stop-after would
-// after the last whole step, so that its report, trace and checkpoint are written
-// and `napkin train --resume RUN_DIR` continues it; a second ends the process at once. Only a
-// single process installs it: under a launcher (mpirun) the ranks would have to agree on the
-// step, and the launcher's own signal handling ends the job.
+// after the last whole step, so that its report, trace and checkpoint are written and
+// `napkin train --resume RUN_DIR` continues it; a second ends the process at once, removing the
+// temporary of a save under way (core/durable_file.h): the folder keeps the last whole checkpoint
+// and nothing half-written. Only a single process installs it: under a launcher (mpirun) the
+// ranks would have to agree on the step, and the launcher's own signal handling ends the job.
 #pragma once
 
 #include <stdexcept>

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,14 +58,82 @@ void sync_folder(const std::filesystem::path& file) {
     ::close(fd);
 }
 
+// ---- Temporaries removed on the way out ------------------------------------------------------
+
+// The temporaries not yet committed or discarded, where a signal handler can read them: fixed
+// slots (a handler may not allocate), each claimed with a compare-exchange (free -> claimed),
+// filled, then published (ready). A handler unlinks the ready ones; a slot reused while it reads
+// can at worst name a path that is gone. Writers past kLiveSlots at once go untracked, left to
+// remove_dead_temporaries.
+constexpr int kLiveSlots = 16;
+enum LiveState : int { kFree = 0, kClaimed = 1, kReady = 2 };
+struct LiveSlot {
+    std::atomic<int> state{kFree};
+    char path[PATH_MAX];
+};
+static_assert(std::atomic<int>::is_always_lock_free, "read in a signal handler");
+LiveSlot g_live[kLiveSlots];
+
+int register_live(const std::filesystem::path& tmp) noexcept {
+    const std::string& s = tmp.native();
+    if (s.size() >= PATH_MAX) return -1;
+    for (int i = 0; i < kLiveSlots; ++i) {
+        int expected = kFree;
+        if (!g_live[i].state.compare_exchange_strong(expected, kClaimed)) continue;
+        std::memcpy(g_live[i].path, s.c_str(), s.size() + 1);
+        g_live[i].state.store(kReady, std::memory_order_release);
+        return i;
+    }
+    return -1;
+}
+
+void unregister_live(int& slot) noexcept {
+    if (slot >= 0) g_live[slot].state.store(kFree, std::memory_order_release);
+    slot = -1;
+}
+
+// SIGINT, SIGTERM or SIGHUP where it had its default action: the temporaries go, then the
+// process ends of the signal as it would have (SA_RESETHAND restored the default on entry; the
+// raised signal is delivered once the handler returns).
+void end_without_temporaries(int sig) {
+    const int saved = errno;
+    remove_live_temporaries();
+    ::raise(sig);
+    errno = saved;
+}
+
+void install_end_handlers() noexcept {
+    [[maybe_unused]] static const bool installed = [] {
+        for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+            struct sigaction old {};
+            if (::sigaction(sig, nullptr, &old) != 0) continue;
+            if ((old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL) continue;
+            struct sigaction sa {};
+            sa.sa_handler = end_without_temporaries;
+            sigemptyset(&sa.sa_mask);
+            sa.sa_flags = SA_RESETHAND | SA_RESTART;
+            ::sigaction(sig, &sa, nullptr);
+        }
+        return true;
+    }();
+}
+
 }  // namespace
 
+void remove_live_temporaries() noexcept {
+    for (LiveSlot& slot : g_live) {
+        if (slot.state.load(std::memory_order_acquire) == kReady) ::unlink(slot.path);
+    }
+}
+
 DurableFile::DurableFile(std::filesystem::path path) : path_(std::move(path)) {
+    install_end_handlers();
     for (int attempt = 0; attempt < kNameTries && fd_ < 0; ++attempt) {
         tmp_path_ = temporary_name(path_);
         fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd_ < 0 && errno != EEXIST) break;
     }
+    if (fd_ >= 0) live_slot_ = register_live(tmp_path_);
     if (fd_ < 0) {
         const int err = errno;
         tmp_path_.clear();
@@ -93,6 +163,7 @@ void DurableFile::discard() noexcept {
         fd_ = -1;
     }
     if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+    unregister_live(live_slot_);
 }
 
 void DurableFile::write_through(const char* data, std::size_t bytes) noexcept {
@@ -158,6 +229,7 @@ bool DurableFile::commit() noexcept {
         return false;
     }
     committed_ = true;
+    unregister_live(live_slot_);
     sync_folder(path_);
     return true;
 }

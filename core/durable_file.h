@@ -10,11 +10,14 @@
 // Any failure leaves the target as it was, removes the temporary, and keeps one line naming the
 // target and errno's text ("runs/a/trace.json: write failed (No space left on device)"). A file
 // destroyed without commit() (an exception unwinding a failed run) removes its temporary too.
-// Temporaries left by a process that was killed match "<name>.tmp-*" (is_durable_temporary).
+// A signal that ends the process mid-write (Ctrl-C, SIGTERM, SIGHUP) removes the temporaries
+// on the way out (remove_live_temporaries); a kill -9 cannot, and leaves "<name>.tmp-*"
+// (is_durable_temporary) for the next writer into the folder (remove_dead_temporaries).
 //
 // Errors never throw from the class: after the first one, writes are no-ops and commit() returns
 // false. write_file_durably() is the one-call form, throwing InputError.
-// Tests: tests/core/durable_file_test.cpp (read-only folders, a full tmpfs, concurrent writers).
+// Tests: tests/core/durable_file_test.cpp (read-only folders, a full tmpfs, concurrent writers);
+// tests/fault/fault_end_test.cpp (a signal mid-write).
 #pragma once
 
 #include <cstddef>
@@ -57,6 +60,7 @@ private:
     std::string error_;
     std::uint64_t bytes_written_ = 0;
     bool committed_ = false;
+    int live_slot_ = -1;  // where remove_live_temporaries finds tmp_path_ (-1: not registered)
 };
 
 // Writes `bytes` to `path` through a DurableFile; InputError with its one line on failure.
@@ -66,12 +70,22 @@ void write_file_durably(const std::filesystem::path& path, std::string_view byte
 // commit()). InputError naming both and errno's text when the rename fails.
 void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
 
+// Unlinks the temporary of every DurableFile of this process not yet committed or discarded:
+// for a signal handler that ends the process (async-signal-safe: atomic loads and unlink, no
+// allocation). The first DurableFile installs such a handler for SIGINT, SIGTERM and SIGHUP
+// where the signal still has its default action (napkin export, ckpt consolidate, a rank under
+// mpirun): it removes the temporaries, then the process dies of the signal as before (exit
+// status 128 + signal). A program with its own handler calls this one before it ends the
+// process (napkin train's second Ctrl-C, cli/train_signal.cpp).
+void remove_live_temporaries() noexcept;
+
 // Whether `name` is a DurableFile temporary ("trace.json.tmp-4242-1f2e3d4c5b6a7988"), e.g. one
 // left in a run folder by a process that was killed while writing.
 bool is_durable_temporary(std::string_view name);
 
 // Removes the DurableFile temporaries in `dir` whose writer is dead (its pid, in the name, no
-// longer runs): what a kill -9 or a second Ctrl-C during a write left. A live writer's are kept.
+// longer runs): what a kill -9 (or more writers at once than remove_live_temporaries tracks)
+// left. A live writer's are kept.
 // Returns how many went.
 std::size_t remove_dead_temporaries(const std::filesystem::path& dir) noexcept;
 
