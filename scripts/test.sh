@@ -2,15 +2,15 @@
 # Installs what is missing, builds everything (the viewer included) and runs the tests: labels
 # unit and slow (gpu tests run too and skip themselves without a device), then the fault suite
 # (tests/fault) within its time budget, then the viewer's gui tests under Xvfb with Mesa's
-# llvmpipe, then under libFuzzer the viewer's trace loader for 45 s and the checkpoint and config
-# readers for 30 s.
+# llvmpipe, then under libFuzzer the viewer's trace loader for 45 s and the checkpoint, config,
+# report.json and device-profile readers for 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh --viewer
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON >/dev/null
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" -LE "gui|fault"
-# The fault suite (tests/fault, 29 cases): about 3 min of napkin runs one case at a time on the
+# The fault suite (tests/fault, 32 cases): about 3 min of napkin runs one case at a time on the
 # 2-core dev VM, 1.5 min with two at once; the longest, one ZeRO stage's kill -9 trials under
 # mpirun, 20 s alone and up to 46 s on a loaded machine, the bit flips 20 s a test past their
 # first round. Each case may take at most 120 s; every command in it is under `timeout 20` (60 for
@@ -32,14 +32,15 @@ if ! build-fuzz/run_data_fuzz -max_total_time=45 -max_len=16384 -timeout=10 -rss
 fi
 grep -E "^Done [0-9]+ runs" build-fuzz/fuzz.log || true
 
-# The readers of napkin train's inputs (tests/fault/fuzz): checkpoints and model configs.
+# The readers of napkin's inputs (tests/fault/fuzz): checkpoints, model configs, report.json and
+# device profiles, sharing the 30 s.
 cmake -S tests/fault/fuzz -B build-fuzz-readers -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz-readers -j"$(nproc)"
 mkdir -p build-fuzz-readers/corpus
 if ! build-fuzz-readers/run_reader_fuzz -max_total_time=30 -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
         build-fuzz-readers/corpus tests/fault/fuzz/corpus >build-fuzz-readers/fuzz.log 2>&1; then
     tail -n 60 build-fuzz-readers/fuzz.log
-    echo "test.sh: the checkpoint and config readers' fuzz target failed (build-fuzz-readers/fuzz.log)" >&2
+    echo "test.sh: the readers' fuzz target failed (build-fuzz-readers/fuzz.log)" >&2
     exit 1
 fi
 grep -E "^Done [0-9]+ runs" build-fuzz-readers/fuzz.log || true
