@@ -1,5 +1,6 @@
 #include "core/model_config.h"
 
+#include <limits>
 #include <string>
 
 #include "core/check.h"
@@ -67,7 +68,12 @@ void validate(const ModelConfig& c) {
     }
 }
 
-std::int64_t pad_vocab(std::int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
+std::int64_t pad_vocab(std::int64_t vocab_size) {
+    // Past int64's last multiple of 128 the size is returned as it is: rounding it up would
+    // overflow, and validate() refuses it anyway (its limit is 2^24).
+    if (vocab_size > std::numeric_limits<std::int64_t>::max() - 127) return vocab_size;
+    return (vocab_size + 127) / 128 * 128;
+}
 
 ParamCounts count_params(const ModelConfig& c) {
     const std::int64_t C = c.d_model;

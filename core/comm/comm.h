@@ -109,6 +109,7 @@ public:
     // How the lines it prints itself name a setting (core/check.h): the CLI's flags; bare
     // fields ("comm_timeout") by default.
     void set_field_namer(FieldNamer namer) { field_namer_ = namer; }
+    FieldNamer field_namer() const { return field_namer_; }
 
 protected:
     Communicator(int rank, int world, int local_rank)

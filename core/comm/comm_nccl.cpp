@@ -33,6 +33,10 @@ public:
         barrier_buf_ = memory_->allocate(kBarrierBytes);
         api_.memset_zero(barrier_buf_, kBarrierBytes, stream_);
         backend_ = "nccl (" + api_.nccl_version() + ")";
+        // The launcher's communicator carries the run's timeout and how its messages name it;
+        // the collectives that move to NCCL keep both (a stuck rank ends the job here too).
+        set_timeout_s(bootstrap.timeout_s());
+        set_field_namer(bootstrap.field_namer());
     }
     ~NcclCommunicator() override {
         for (const Started& s : started_)

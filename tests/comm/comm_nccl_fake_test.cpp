@@ -138,8 +138,19 @@ TEST_F(NcclWaitsDeathTest, AStuckCollectiveEndsTheJobAfterTheTimeout) {
     g_done_after = -1;  // a peer never joins
     EXPECT_EXIT(comm_->all_reduce(buf_.data(), 1024, DType::f32), testing::ExitedWithCode(1),
                 "napkin: rank 0 of 2: error: all_reduce of 4096 bytes did not complete within 0.2 s "
-                "\\(--comm-timeout\\); another rank is stuck or gone; ending every rank\n"
+                "\\(comm_timeout\\); another rank is stuck or gone; ending every rank\n"
                 "fake: ncclCommAbort\nfake: launcher abort");
+}
+
+// The timeout and the flag's name come from the launcher's communicator (napkin train sets them
+// there, cli/train_flags.cpp): the NCCL communicator made from it keeps both.
+TEST_F(NcclWaitsDeathTest, TheTimeoutAndItsNameComeFromTheBootstrap) {
+    boot_.set_timeout_s(0.2);
+    boot_.set_field_namer([](std::string_view f) { return "--" + std::string(f); });
+    comm_ = make_nccl_communicator(boot_, api_);
+    g_done_after = -1;
+    EXPECT_EXIT(comm_->all_reduce(buf_.data(), 1024, DType::f32), testing::ExitedWithCode(1),
+                "did not complete within 0.2 s \\(--comm_timeout\\)");
 }
 
 TEST_F(NcclWaitsDeathTest, AStartedCollectiveIsBoundedAtItsWait) {
@@ -147,7 +158,7 @@ TEST_F(NcclWaitsDeathTest, AStartedCollectiveIsBoundedAtItsWait) {
     g_done_after = -1;
     const Communicator::Ticket t = comm_->start_all_gather(buf_.data(), 512, DType::f32);
     EXPECT_EXIT(comm_->wait(t), testing::ExitedWithCode(1),
-                "error: all_gather of 4096 bytes did not complete within 0.2 s \\(--comm-timeout\\)");
+                "error: all_gather of 4096 bytes did not complete within 0.2 s \\(comm_timeout\\)");
 }
 
 TEST_F(NcclWaitsDeathTest, AnAsyncNcclErrorEndsTheJobAtOnce) {

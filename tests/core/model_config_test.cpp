@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/check.h"
 
 namespace napkin {
@@ -116,6 +118,11 @@ TEST(ModelConfig, QkvBiasAndExplicitHeadDim) {
 TEST(ModelConfig, PadVocab) {
     EXPECT_EQ(pad_vocab(50257), 50304);
     EXPECT_EQ(pad_vocab(32000), 32000);
+    // No overflow at int64's end (--vocab 2^63 - 1 reached it under UBSan): returned as it is,
+    // for validate() to refuse.
+    constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+    EXPECT_EQ(pad_vocab(kMax), kMax);
+    EXPECT_EQ(pad_vocab(kMax - 127), kMax - 127);  // int64's last multiple of 128
     EXPECT_EQ(pad_vocab(128256), 128256);
     EXPECT_EQ(pad_vocab(1), 128);
 }

@@ -261,8 +261,8 @@ TEST(ZeroDevicePath, OffloadRefusesWhatItCannotMove) {
             EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
         }
     };
-    refuses(1, Precision::bf16_amp, false, "needs --device cuda");
-    refuses(0, Precision::bf16_amp, true, "needs --zero 1, 2 or 3");
+    refuses(1, Precision::bf16_amp, false, "needs device cuda");
+    refuses(0, Precision::bf16_amp, true, "needs zero 1, 2 or 3");
     refuses(2, Precision::fp32, true, "needs a mixed-precision recipe");
 }
 
