@@ -164,4 +164,28 @@ BufferPlan build_buffer_plan(const OpPlan& plan, DeviceKind backend, int grad_no
     return out;
 }
 
+GenerateBuffers generate_buffers(const ModelConfig& cfg, const GenerateShape& shape, DType storage,
+                                 DeviceKind device) {
+    const std::int64_t C = cfg.d_model, F = cfg.d_ff, q = cfg.q_dim(), qkv = cfg.qkv_dim();
+    const std::int64_t fc_rows = cfg.mlp == MlpKind::swiglu ? 2 * F : F;
+    const std::int64_t M = shape.batch * shape.prompt_len;
+    GenerateBuffers b;
+    b.kv_cache_numel = 2 * cfg.n_layers * shape.batch * shape.positions() * cfg.kv_dim();
+    const std::int64_t widths[] = {C + C, C + qkv, qkv + q, q + C, C + fc_rows, fc_rows + F, F + C};
+    b.arena_numel = M * *std::max_element(std::begin(widths), std::end(widths));
+    if (device == DeviceKind::cuda) {
+        b.matmul_scratch_floats = static_cast<std::int64_t>(cuda::kMatmulWorkspaceBytes / 4);
+    } else if (storage != DType::f32) {
+        const std::int64_t shapes[][3] = {{M, qkv, C},
+                                          {M, C, q},
+                                          {M, fc_rows, C},
+                                          {M, C, F},
+                                          {shape.batch, cfg.padded_vocab_size, C}};
+        for (const auto& s : shapes)
+            b.matmul_scratch_floats =
+                std::max(b.matmul_scratch_floats, cpu::matmul_scratch_floats(s[0], s[1], s[2]));
+    }
+    return b;
+}
+
 }  // namespace napkin

@@ -91,4 +91,23 @@ BufferPlan build_buffer_plan(const OpPlan& plan, DeviceKind backend, int grad_no
 // (kernels/optimizer.h): 256 + 2048 n bytes.
 PlanBuffer grad_norm_scratch(int tensors);
 
+// napkin generate: B prompts of Tp tokens, G new tokens each.
+struct GenerateShape {
+    std::int64_t batch = 1;       // B sequences
+    std::int64_t prompt_len = 1;  // Tp tokens per prompt
+    std::int64_t gen_len = 1;     // G tokens generated per sequence (the first by the prefill)
+    std::int64_t positions() const { return prompt_len + gen_len; }  // S, the cache's length
+};
+
+// napkin generate's buffers (core/engine/generate.h): the sizes of those that are not one row per token: the cache (L 2 B S KVH HD),
+// the arena (B Tp W, W the widest op's in + out: ln (C, C), qkv (C, qkv), attention (qkv,
+// NH HD), proj (NH HD, C), fc (C, F or 2F), activation (F or 2F, F), down (F, C)), and the GEMM
+// scratch in floats (CPU: 16-bit operands widened, the largest GEMM's; none in fp32; CUDA:
+// cuBLASLt's workspace).
+struct GenerateBuffers {
+    std::int64_t kv_cache_numel = 0, arena_numel = 0, matmul_scratch_floats = 0;
+};
+GenerateBuffers generate_buffers(const ModelConfig& cfg, const GenerateShape& shape, DType storage,
+                                 DeviceKind device);
+
 }  // namespace napkin

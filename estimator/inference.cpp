@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/buffer_plan.h"
 #include "core/check.h"
 #include "estimator/solver.h"
 #include "kernels/attention.h"
@@ -379,16 +380,12 @@ InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const I
     m.parameters = e.memory.weights();
     m.kv_cache = e.memory.kv_total;
     m.activations = e.memory.prefill_activations - 4.0 * B * Vp + a * B * Vp;
-    m.temporaries = 2.0 * 4.0 * static_cast<double>(M);
-    if (device == DeviceKind::cuda) {
-        m.temporaries += e.memory.gemm_workspace;
-    } else if (bf16) {
-        const auto [qkv, proj, fc, down] = block_linears(c);
-        std::int64_t floats = cpu::matmul_scratch_floats(in.batch, c.padded_vocab_size, c.d_model);
-        for (const Linear& l : {qkv, proj, fc, down})
-            floats = std::max(floats, cpu::matmul_scratch_floats(M, l.N, l.K));
-        m.temporaries += 4.0 * static_cast<double>(floats);
-    }
+    // The norms' stats (2 fp32 per token) and the GEMM scratch the engine allocates from the
+    // same sizes (core/buffer_plan.h's generate_buffers).
+    const GenerateBuffers b = generate_buffers(c, {in.batch, in.prompt_len, in.gen_len},
+                                               fp32 ? DType::f32 : DType::bf16, device);
+    m.temporaries =
+        2.0 * 4.0 * static_cast<double>(M) + 4.0 * static_cast<double>(b.matmul_scratch_floats);
     m.data = 4.0 * static_cast<double>(M);
     return m;
 }

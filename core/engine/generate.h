@@ -13,7 +13,8 @@
 // A step of M tokens (prefill M = B Tp, a decode step M = B) walks each block with the residual
 // stream in "residual" and every op's input and output at the two ends of the arena (an op reads
 // one end and writes the other; W >= in + out for every op, so they never overlap).
-// Tests: tests/engine/generate_test.cpp.
+// GenerateShape and generate_buffers, the sizes both the engine and the estimator use, are in
+// core/buffer_plan.h. Tests: tests/engine/generate_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/buffer_plan.h"
 #include "core/dtype.h"
 #include "core/engine/gpt.h"
 #include "core/model_config.h"
@@ -33,13 +35,6 @@ class KernelTagger;
 }  // namespace profiler
 
 class EngineDevice;
-
-struct GenerateShape {
-    std::int64_t batch = 1;       // B sequences
-    std::int64_t prompt_len = 1;  // Tp tokens per prompt
-    std::int64_t gen_len = 1;     // G tokens generated per sequence (the first by the prefill)
-    std::int64_t positions() const { return prompt_len + gen_len; }  // S, the cache's length
-};
 
 class Generator {
 public:
@@ -68,16 +63,6 @@ public:
     virtual void set_kernel_tagger(profiler::KernelTagger* tagger) = 0;
 };
 
-// The sizes of the buffers above that are not one row per token: the cache (L 2 B S KVH HD),
-// the arena (B Tp W, W the widest op's in + out: ln (C, C), qkv (C, qkv), attention (qkv,
-// NH HD), proj (NH HD, C), fc (C, F or 2F), activation (F or 2F, F), down (F, C)), and the GEMM
-// scratch in floats (CPU: 16-bit operands widened, the largest GEMM's; none in fp32; CUDA:
-// cuBLASLt's workspace).
-struct GenerateBuffers {
-    std::int64_t kv_cache_numel = 0, arena_numel = 0, matmul_scratch_floats = 0;
-};
-GenerateBuffers generate_buffers(const ModelConfig& cfg, const GenerateShape& shape, DType storage,
-                                 DeviceKind device);
 
 // Copies every parameter of `from` (a training engine's model, e.g. one import_weights filled)
 // into `to`, by name; the two must be the same config.
