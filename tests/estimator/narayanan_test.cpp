@@ -23,20 +23,21 @@ struct Row {
     int heads;
     std::int64_t h;
     int layers, tp, pp, gpus, batch;
+    double achieved_tflops;  // "Achieved teraFLOP/s per GPU", measured on Selene
 };
 
 // Table 1 as printed: s = 2048, vocabulary 51,200.
 constexpr Row kTable1[] = {
-    {"1_7B", 1.7, 24, 2304, 24, 1, 1, 32, 512},
-    {"3_6B", 3.6, 32, 3072, 30, 2, 1, 64, 512},
-    {"7_5B", 7.5, 32, 4096, 36, 4, 1, 128, 512},
-    {"18_4B", 18.4, 48, 6144, 40, 8, 1, 256, 1024},
-    {"39_1B", 39.1, 64, 8192, 48, 8, 2, 512, 1536},
-    {"76_1B", 76.1, 80, 10240, 60, 8, 4, 1024, 1792},
-    {"145_6B", 145.6, 96, 12288, 80, 8, 8, 1536, 2304},
-    {"310_1B", 310.1, 128, 16384, 96, 8, 16, 1920, 2160},
-    {"529_6B", 529.6, 128, 20480, 105, 8, 35, 2520, 2520},
-    {"1008B", 1008.0, 160, 25600, 128, 8, 64, 3072, 3072},
+    {"1_7B", 1.7, 24, 2304, 24, 1, 1, 32, 512, 137},
+    {"3_6B", 3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {"7_5B", 7.5, 32, 4096, 36, 4, 1, 128, 512, 142},
+    {"18_4B", 18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {"39_1B", 39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},
+    {"76_1B", 76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {"145_6B", 145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148},
+    {"310_1B", 310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {"529_6B", 529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163},
+    {"1008B", 1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
 };
 
 // The run: micro-batch 1 (the table gives the global batch only), M = batch / DP micro-batches
@@ -87,6 +88,35 @@ TEST_P(Table1, FitsAndShowsItsBubbleAndTraffic) {
         flat.grad_accum = r.batch / r.gpus > 0 ? r.batch / r.gpus : 1;
         EXPECT_FALSE(Estimator{}.run(flat).fits());
     }
+}
+
+// Back-prediction of the published throughput: the performance model on napkin's default A100
+// efficiencies (no profile measured on an A100, nothing fitted to the paper) predicts each row's
+// step, and the paper's figure follows from it: Table 1 counts 96 B s l h^2 (1 + s/6h + V/16lh)
+// FLOPs a step (equation 3: recomputation included, attention not halved for causality), which is
+// napkin's hardware FLOPs with --attention-flops full, so the paper's TFLOP/s per GPU is napkin's
+// HFU x 312 TFLOP/s. The paper ran the interleaved schedule (V unstated) with its scatter/gather
+// pipeline sends; napkin runs V = 1 (docs/ESTIMATOR.md, "Published runs, predicted").
+// Every row within 10% (the worst, 7.5B, at -9.6% today; bench/published_runs.py prints them all):
+// a change to the time model that moves a row past it must say why in that section.
+TEST_P(Table1, BackPredictsThePublishedThroughput) {
+    const Row& r = GetParam();
+    const DeviceProfile profile = datasheet_profile(gpu_or_throw("a100-80gb"));
+    EstimateInputs in = table1_run(r);
+    in.mfu = 0;
+    in.profile = &profile;
+    in.causal_attention_flops = false;
+    const Estimate e = Estimator{}.run(in);
+    ASSERT_TRUE(e.time_predicted);
+    const double s = 2048, h = static_cast<double>(r.h), l = r.layers, V = 51200;
+    const double paper_flops =
+        96 * r.batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    EXPECT_NEAR(e.hardware_flops_per_step / paper_flops, 1, 0.002);  // the same count
+    const double predicted_tflops = paper_flops / (e.step_seconds * r.gpus) / 1e12;
+    EXPECT_NEAR(e.hfu * e.peak_flops_per_s / 1e12 / predicted_tflops, 1, 0.002);
+    EXPECT_NEAR(predicted_tflops / r.achieved_tflops, 1, 0.10)
+        << "predicted " << predicted_tflops << " TFLOP/s per GPU, published "
+        << r.achieved_tflops;
 }
 
 INSTANTIATE_TEST_SUITE_P(Narayanan, Table1, testing::ValuesIn(kTable1),
