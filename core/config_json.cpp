@@ -56,6 +56,34 @@ void set_head_dim(const JsonField& doc, ModelConfig& c) {
     c.explicit_head_dim = hd;
 }
 
+// The keys of the shape's fields in one format; GPT-2's differ in more than names (n_ctx when
+// n_positions is absent, no KV heads, d_ff's default) and are read by from_hf_gpt2 alone.
+struct ShapeKeys {
+    const char* vocab;
+    const char* context;
+    const char* layers;
+    const char* d_model;
+    const char* heads;
+    const char* kv_heads;  // optional: as many as heads
+    const char* d_ff;
+};
+constexpr ShapeKeys kNapkinKeys{"vocab_size", "context_length", "n_layers", "d_model",
+                                "n_heads",    "n_kv_heads",     "d_ff"};
+constexpr ShapeKeys kLlamaKeys{"vocab_size",       "max_position_embeddings", "num_hidden_layers",
+                               "hidden_size",      "num_attention_heads",     "num_key_value_heads",
+                               "intermediate_size"};
+
+void read_shape(const JsonField& doc, const ShapeKeys& k, ModelConfig& c) {
+    c.vocab_size = positive(doc[k.vocab]);
+    c.padded_vocab_size = pad_vocab(c.vocab_size);
+    c.context_length = positive(doc[k.context]);
+    c.n_layers = positive_small(doc[k.layers]);
+    c.d_model = positive(doc[k.d_model]);
+    c.n_heads = positive_small(doc[k.heads]);
+    c.n_kv_heads = doc[k.kv_heads].optional(positive_small).value_or(c.n_heads);
+    c.d_ff = positive(doc[k.d_ff]);
+}
+
 // napkin's format is strict: a misspelt optional key ("n_kv_head") would otherwise be ignored
 // and silently change the shape. The keys allowed are those written, with the two written only
 // when set, listed as nlohmann orders an object's keys (alphabetically).
@@ -73,15 +101,8 @@ ModelConfig from_napkin(const JsonField& doc, const std::string& default_name) {
     doc.refuse_unknown_keys(napkin_keys(), kInformationalKeys);
     ModelConfig c;
     c.name = doc["name"].optional(&JsonField::string).value_or(default_name);
-    c.vocab_size = positive(doc["vocab_size"]);
-    c.padded_vocab_size =
-        doc["padded_vocab_size"].optional(positive).value_or(pad_vocab(c.vocab_size));
-    c.context_length = positive(doc["context_length"]);
-    c.n_layers = positive_small(doc["n_layers"]);
-    c.d_model = positive(doc["d_model"]);
-    c.n_heads = positive_small(doc["n_heads"]);
-    c.n_kv_heads = doc["n_kv_heads"].optional(positive_small).value_or(c.n_heads);
-    c.d_ff = positive(doc["d_ff"]);
+    read_shape(doc, kNapkinKeys, c);
+    c.padded_vocab_size = doc["padded_vocab_size"].optional(positive).value_or(c.padded_vocab_size);
     c.norm = doc["norm"].enumeration(kNormNames);
     c.positions = doc["positions"].enumeration(kPositionNames);
     c.mlp = doc["mlp"].enumeration(kMlpNames);
@@ -140,14 +161,7 @@ ModelConfig from_hf_llama_family(const JsonField& doc, const std::string& defaul
                                  const std::string& type) {
     ModelConfig c;
     c.name = hf_name(doc, default_name);
-    c.vocab_size = positive(doc["vocab_size"]);
-    c.padded_vocab_size = pad_vocab(c.vocab_size);
-    c.context_length = positive(doc["max_position_embeddings"]);
-    c.n_layers = positive_small(doc["num_hidden_layers"]);
-    c.d_model = positive(doc["hidden_size"]);
-    c.n_heads = positive_small(doc["num_attention_heads"]);
-    c.n_kv_heads = doc["num_key_value_heads"].optional(positive_small).value_or(c.n_heads);
-    c.d_ff = positive(doc["intermediate_size"]);
+    read_shape(doc, kLlamaKeys, c);
     c.norm = NormKind::rmsnorm;
     c.positions = PositionKind::rope;
     c.mlp = MlpKind::swiglu;
