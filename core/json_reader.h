@@ -26,8 +26,9 @@
 namespace napkin {
 
 // Where a document came from and how its refusals are raised: the file named first in each
-// message (empty: no prefix, for a caller that adds it), the exception (UsageError for a config
-// the user names with a flag, InputError for a file napkin wrote), and what counts as an integer.
+// message (empty: no prefix, for a caller that adds it), the exception (UsageError for a model
+// config, exit 2 as for a flag; InputError for report.json and device profiles, exit 1), and what
+// counts as an integer.
 class JsonSource {
 public:
     enum class Integers {
@@ -67,12 +68,16 @@ public:
     // must outlive every field read from it.
     JsonField(const nlohmann::json& doc, const JsonSource& source, std::string path = "")
         : v_(&doc), path_(std::move(path)), source_(&source) {}
+    // A field keeps pointers: a temporary document or source would dangle.
+    JsonField(const nlohmann::json&&, const JsonSource&, std::string = "") = delete;
+    JsonField(const nlohmann::json&, const JsonSource&&, std::string = "") = delete;
 
     const std::string& path() const { return path_; }
     const JsonSource& source() const { return *source_; }
     bool present() const { return v_ != nullptr && !v_->is_null(); }
     // This value and path read under another source's rules.
     JsonField read_as(const JsonSource& source) const { return {v_, path_, &source}; }
+    JsonField read_as(const JsonSource&&) const = delete;
 
     // A member of this object, absent or not; refuses when this is not an object.
     JsonField operator[](std::string_view key) const;
