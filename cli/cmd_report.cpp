@@ -217,8 +217,9 @@ std::vector<double> collective_seconds(const RankReport& run, int warmup) {
         const auto& c = steps[i].comm;
         if (!c || !c->seconds) {
             if (v.empty()) return v;
-            throw InputError(run.file.string() + ": field 'steps[" + std::to_string(i) +
-                             "].comm_seconds' is missing");
+            throw InputError(run.file.string() + ": steps[" + std::to_string(i) +
+                             "].comm_seconds: expected a number (earlier steps have one), got "
+                             "nothing");
         }
         v.push_back(*c->seconds);
     }

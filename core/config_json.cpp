@@ -20,6 +20,7 @@
 
 #include "core/bounded_read.h"
 #include "core/check.h"
+#include "core/json_reader.h"
 
 namespace napkin {
 
@@ -33,111 +34,14 @@ constexpr std::array<std::string_view, 3> kInformationalKeys = {"params", "publi
                                                                 "source"};
 
 // Layers and heads are `int` in ModelConfig; no real model comes near this.
-constexpr std::int64_t kMaxSmallInt = 1'000'000;
+constexpr int kMaxSmallInt = 1'000'000;
 
-class Reader {
-public:
-    Reader(const json& doc, const std::string& source) : doc_(doc), source_(source) {}
-
-    [[noreturn]] void fail(std::string_view field, const std::string& what) const {
-        throw UsageError(source_ + ": field '" + std::string(field) + "': " + what);
-    }
-
-    // A null value counts as absent, as Hugging Face writes "n_inner": null for the default.
-    bool has(const char* key) const { return doc_.contains(key) && !doc_.at(key).is_null(); }
-
-    const json& require(const char* key) const {
-        if (!has(key)) throw UsageError(source_ + ": missing field '" + key + "'");
-        return doc_.at(key);
-    }
-
-    std::int64_t positive_int(const char* key) const {
-        return positive_int_value(key, require(key));
-    }
-
-    std::int64_t positive_int_or(const char* key, std::int64_t fallback) const {
-        return has(key) ? positive_int_value(key, doc_.at(key)) : fallback;
-    }
-
-    int positive_small_int(const char* key) const { return narrow(key, positive_int(key)); }
-    int positive_small_int_or(const char* key, int fallback) const {
-        return has(key) ? positive_small_int(key) : fallback;
-    }
-
-    bool boolean(const char* key) const { return boolean_value(key, require(key)); }
-    bool boolean_or(const char* key, bool fallback) const {
-        return has(key) ? boolean_value(key, doc_.at(key)) : fallback;
-    }
-
-    double probability_or(const char* key, double fallback) const {
-        if (!has(key)) return fallback;
-        const json& v = doc_.at(key);
-        // JSON has no NaN or infinity, so the range test catches every bad number.
-        if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() < 1.0)) {
-            fail(key, "expected a number in [0, 1) (got " + v.dump() + ")");
-        }
-        return v.get<double>();
-    }
-
-    std::string string(const char* key) const {
-        const json& v = require(key);
-        if (!v.is_string()) fail(key, "expected a string (got " + v.dump() + ")");
-        return v.get<std::string>();
-    }
-
-    template <class E, std::size_t N>
-    E enumeration(const char* key, const std::array<EnumName<E>, N>& names) const {
-        const std::string text = string(key);
-        if (auto v = find_enum(names, text)) return *v;
-        fail(key, "unknown value '" + text + "' (expected " + enum_choices(names) + ")");
-    }
-
-    // napkin's format is strict: a misspelt optional key ("n_kv_head") would otherwise be
-    // ignored and silently change the shape. `known` is an object whose keys are allowed.
-    template <std::size_t N>
-    void reject_unknown_keys(const json& known,
-                             const std::array<std::string_view, N>& ignored) const {
-        for (const auto& item : doc_.items()) {
-            if (known.contains(item.key())) continue;
-            if (std::ranges::find(ignored, item.key()) != ignored.end()) continue;
-            std::string expected;
-            for (const auto& k : known.items()) {
-                expected += (expected.empty() ? "" : "|") + k.key();
-            }
-            throw UsageError(source_ + ": unknown field '" + item.key() + "' (expected " +
-                             expected + ")");
-        }
-    }
-
-private:
-    std::int64_t positive_int_value(const char* key, const json& v) const {
-        // is_number_integer is false for 12.0 and 12.5: a size written as a float is a mistake.
-        if (!v.is_number_integer()) fail(key, "expected a positive integer (got " + v.dump() + ")");
-        constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-        if (v.is_number_unsigned() && v.get<std::uint64_t>() > kMax) {
-            fail(key, "expected a positive integer below 2^63 (got " + v.dump() + ")");
-        }
-        const std::int64_t n = v.get<std::int64_t>();
-        if (n <= 0) fail(key, "expected a positive integer (got " + v.dump() + ")");
-        return n;
-    }
-
-    bool boolean_value(const char* key, const json& v) const {
-        if (!v.is_boolean()) fail(key, "expected true or false (got " + v.dump() + ")");
-        return v.get<bool>();
-    }
-
-    int narrow(const char* key, std::int64_t n) const {
-        if (n > kMaxSmallInt) {
-            fail(key, "expected at most " + std::to_string(kMaxSmallInt) + " (got " +
-                          std::to_string(n) + ")");
-        }
-        return static_cast<int>(n);
-    }
-
-    const json& doc_;
-    const std::string& source_;
-};
+std::int64_t positive(const JsonField& f) {
+    return f.integer<std::int64_t>(1);
+}
+int positive_small(const JsonField& f) {
+    return f.integer<int>(1, kMaxSmallInt);
+}
 
 std::string stem_of(const std::string& source) {
     return std::filesystem::path(source).stem().string();
@@ -145,73 +49,105 @@ std::string stem_of(const std::string& source) {
 
 // "head_dim": explicit only when it is not d_model / heads (Mistral Nemo, Gemma); napkin writes
 // it for every config, Hugging Face files for some.
-void set_head_dim(const Reader& r, ModelConfig& c) {
-    if (!r.has("head_dim")) return;
-    const std::int64_t hd = r.positive_int("head_dim");
+void set_head_dim(const JsonField& doc, ModelConfig& c) {
+    if (!doc.has("head_dim")) return;
+    const std::int64_t hd = positive(doc["head_dim"]);
     if (c.n_heads > 0 && hd * c.n_heads == c.d_model) return;
     c.explicit_head_dim = hd;
 }
 
-ModelConfig from_napkin(const Reader& r, const std::string& source) {
-    // The keys written, with the two that are written only when set.
+// The keys of the shape's fields in one format; GPT-2's differ in more than names (n_ctx when
+// n_positions is absent, no KV heads, d_ff's default) and are read by from_hf_gpt2 alone.
+struct ShapeKeys {
+    const char* vocab;
+    const char* context;
+    const char* layers;
+    const char* d_model;
+    const char* heads;
+    const char* kv_heads;  // optional: as many as heads
+    const char* d_ff;
+};
+constexpr ShapeKeys kNapkinKeys{"vocab_size", "context_length", "n_layers", "d_model",
+                                "n_heads",    "n_kv_heads",     "d_ff"};
+constexpr ShapeKeys kLlamaKeys{"vocab_size",       "max_position_embeddings", "num_hidden_layers",
+                               "hidden_size",      "num_attention_heads",     "num_key_value_heads",
+                               "intermediate_size"};
+
+void read_shape(const JsonField& doc, const ShapeKeys& k, ModelConfig& c) {
+    c.vocab_size = positive(doc[k.vocab]);
+    c.padded_vocab_size = pad_vocab(c.vocab_size);
+    c.context_length = positive(doc[k.context]);
+    c.n_layers = positive_small(doc[k.layers]);
+    c.d_model = positive(doc[k.d_model]);
+    c.n_heads = positive_small(doc[k.heads]);
+    c.n_kv_heads = doc[k.kv_heads].optional(positive_small).value_or(c.n_heads);
+    c.d_ff = positive(doc[k.d_ff]);
+}
+
+// napkin's format is strict: a misspelt optional key ("n_kv_head") would otherwise be ignored
+// and silently change the shape. The keys allowed are those written, with the two written only
+// when set, listed as nlohmann orders an object's keys (alphabetically).
+std::vector<std::string> napkin_keys() {
     json known = model_config_to_json(ModelConfig{});
     known["qkv_bias"] = true;
     known["head_dim"] = 0;
-    r.reject_unknown_keys(known, kInformationalKeys);
+    std::vector<std::string> keys;
+    for (const auto& item : known.items())
+        keys.push_back(item.key());
+    return keys;
+}
+
+ModelConfig from_napkin(const JsonField& doc, const std::string& default_name) {
+    doc.refuse_unknown_keys(napkin_keys(), kInformationalKeys);
     ModelConfig c;
-    c.name = r.has("name") ? r.string("name") : stem_of(source);
-    c.vocab_size = r.positive_int("vocab_size");
-    c.padded_vocab_size = r.positive_int_or("padded_vocab_size", pad_vocab(c.vocab_size));
-    c.context_length = r.positive_int("context_length");
-    c.n_layers = r.positive_small_int("n_layers");
-    c.d_model = r.positive_int("d_model");
-    c.n_heads = r.positive_small_int("n_heads");
-    c.n_kv_heads = r.positive_small_int_or("n_kv_heads", c.n_heads);
-    c.d_ff = r.positive_int("d_ff");
-    c.norm = r.enumeration("norm", kNormNames);
-    c.positions = r.enumeration("positions", kPositionNames);
-    c.mlp = r.enumeration("mlp", kMlpNames);
+    c.name = doc["name"].optional(&JsonField::string).value_or(default_name);
+    read_shape(doc, kNapkinKeys, c);
+    c.padded_vocab_size = doc["padded_vocab_size"].optional(positive).value_or(c.padded_vocab_size);
+    c.norm = doc["norm"].enumeration(kNormNames);
+    c.positions = doc["positions"].enumeration(kPositionNames);
+    c.mlp = doc["mlp"].enumeration(kMlpNames);
     // Required: either default would be wrong for one of the two families and change the
     // parameter count without a word.
-    c.bias = r.boolean("bias");
-    c.tied_embeddings = r.boolean("tied_embeddings");
-    c.dropout = r.probability_or("dropout", 0.0);
-    c.qkv_bias = r.boolean_or("qkv_bias", false);
-    set_head_dim(r, c);
+    c.bias = doc["bias"].boolean();
+    c.tied_embeddings = doc["tied_embeddings"].boolean();
+    c.dropout = doc["dropout"].optional(&JsonField::fraction).value_or(0.0);
+    c.qkv_bias = doc["qkv_bias"].optional(&JsonField::boolean).value_or(false);
+    set_head_dim(doc, c);
     return c;
 }
 
 // transformers writes "_name_or_path" on save_pretrained; it is "" for a model built from a
-// bare config, and then the file stem is the better label.
-std::string hf_name(const Reader& r, const std::string& source) {
+// bare config, and then the default (the file stem) is the better label.
+std::string hf_name(const JsonField& doc, const std::string& default_name) {
     for (const char* key : {"_name_or_path", "name_or_path"}) {
-        if (r.has(key)) {
-            std::string name = r.string(key);
+        if (doc.has(key)) {
+            std::string name = doc[key].string();
             if (!name.empty()) return name;
         }
     }
-    return stem_of(source);
+    return default_name;
 }
 
 // Dropout is not read from Hugging Face files: their *_pdrop fields describe pretraining, and
 // fine-tuning usually turns it off; napkin takes it from --dropout.
-ModelConfig from_hf_gpt2(const Reader& r, const std::string& source) {
+ModelConfig from_hf_gpt2(const JsonField& doc, const std::string& default_name) {
     ModelConfig c;
-    c.name = hf_name(r, source);
-    c.vocab_size = r.positive_int("vocab_size");
+    c.name = hf_name(doc, default_name);
+    c.vocab_size = positive(doc["vocab_size"]);
     c.padded_vocab_size = pad_vocab(c.vocab_size);
     c.context_length =
-        r.has("n_positions") ? r.positive_int("n_positions") : r.positive_int("n_ctx");
-    c.n_layers = r.positive_small_int("n_layer");
-    c.d_model = r.positive_int("n_embd");
-    c.n_heads = r.positive_small_int("n_head");
+        doc.has("n_positions") ? positive(doc["n_positions"]) : positive(doc["n_ctx"]);
+    c.n_layers = positive_small(doc["n_layer"]);
+    c.d_model = positive(doc["n_embd"]);
+    c.n_heads = positive_small(doc["n_head"]);
     c.n_kv_heads = c.n_heads;
-    c.d_ff = r.positive_int_or("n_inner", 4 * c.d_model);  // null means 4 * n_embd
+    c.d_ff = doc["n_inner"].optional(positive).value_or(4 * c.d_model);  // null: 4 * n_embd
     c.norm = NormKind::layernorm;
     c.positions = PositionKind::learned;
     c.mlp = MlpKind::gelu;
     c.bias = true;
-    c.tied_embeddings = r.boolean_or("tie_word_embeddings", true);  // PretrainedConfig default
+    // PretrainedConfig's default
+    c.tied_embeddings = doc["tie_word_embeddings"].optional(&JsonField::boolean).value_or(true);
     return c;
 }
 
@@ -221,18 +157,11 @@ ModelConfig from_hf_gpt2(const Reader& r, const std::string& source) {
 // together; Qwen2's biases on q, k and v; an explicit head_dim (Llama, Mistral Nemo). Phi-3
 // fuses qkv and gate/up in its files, which changes no count. Sliding windows (Mistral 7B
 // v0.1, Qwen2, Phi-3) are not modelled: attention is counted over the whole sequence.
-ModelConfig from_hf_llama_family(const Reader& r, const std::string& source,
+ModelConfig from_hf_llama_family(const JsonField& doc, const std::string& default_name,
                                  const std::string& type) {
     ModelConfig c;
-    c.name = hf_name(r, source);
-    c.vocab_size = r.positive_int("vocab_size");
-    c.padded_vocab_size = pad_vocab(c.vocab_size);
-    c.context_length = r.positive_int("max_position_embeddings");
-    c.n_layers = r.positive_small_int("num_hidden_layers");
-    c.d_model = r.positive_int("hidden_size");
-    c.n_heads = r.positive_small_int("num_attention_heads");
-    c.n_kv_heads = r.positive_small_int_or("num_key_value_heads", c.n_heads);
-    c.d_ff = r.positive_int("intermediate_size");
+    c.name = hf_name(doc, default_name);
+    read_shape(doc, kLlamaKeys, c);
     c.norm = NormKind::rmsnorm;
     c.positions = PositionKind::rope;
     c.mlp = MlpKind::swiglu;
@@ -241,17 +170,21 @@ ModelConfig from_hf_llama_family(const Reader& r, const std::string& source,
         c.qkv_bias = true;
     } else if (type == "llama") {
         // attention_bias covers q, k, v and o; mlp_bias gate, up and down. napkin has one flag.
-        const bool attention_bias = r.boolean_or("attention_bias", false);
-        const bool mlp_bias = r.boolean_or("mlp_bias", false);
+        const auto flag = [&](const char* key) {
+            return doc[key].optional(&JsonField::boolean).value_or(false);
+        };
+        const bool attention_bias = flag("attention_bias");
+        const bool mlp_bias = flag("mlp_bias");
         if (attention_bias != mlp_bias) {
-            r.fail(attention_bias ? "attention_bias" : "mlp_bias",
-                   std::string("is true but ") + (attention_bias ? "mlp_bias" : "attention_bias") +
-                       " is not; napkin has one bias flag for all linear layers");
+            doc[attention_bias ? "attention_bias" : "mlp_bias"].fail(
+                std::string("is true but ") + (attention_bias ? "mlp_bias" : "attention_bias") +
+                " is not; napkin has one bias flag for all linear layers");
         }
         c.bias = attention_bias;
     }
-    c.tied_embeddings = r.boolean_or("tie_word_embeddings", false);  // the family's default
-    set_head_dim(r, c);
+    // The family's default
+    c.tied_embeddings = doc["tie_word_embeddings"].optional(&JsonField::boolean).value_or(false);
+    set_head_dim(doc, c);
     return c;
 }
 
@@ -259,45 +192,48 @@ ModelConfig from_hf_llama_family(const Reader& r, const std::string& source,
 constexpr std::array<std::string_view, 5> kHfModelTypes = {"gpt2", "llama", "mistral", "phi3",
                                                            "qwen2"};
 
-ModelConfig parse_any(const Reader& r, const std::string& source) {
-    if (r.has("format")) {
-        const std::string format = r.string("format");
-        if (format != "napkin-model") {
-            r.fail("format", "unknown value '" + format + "' (expected napkin-model)");
-        }
-        return from_napkin(r, source);
+ModelConfig parse_any(const JsonField& doc, const std::string& default_name) {
+    if (doc.has("format")) {
+        const JsonField format = doc["format"];
+        if (format.string() != "napkin-model") format.expected("\"napkin-model\"");
+        return from_napkin(doc, default_name);
     }
-    if (r.has("model_type")) {
-        const std::string type = r.string("model_type");
-        if (type == "gpt2") return from_hf_gpt2(r, source);
-        if (std::ranges::find(kHfModelTypes, type) != kHfModelTypes.end())
-            return from_hf_llama_family(r, source, type);
+    if (doc.has("model_type")) {
+        const JsonField type = doc["model_type"];
+        const std::string name = type.string();
+        if (name == "gpt2") return from_hf_gpt2(doc, default_name);
+        if (std::ranges::find(kHfModelTypes, name) != kHfModelTypes.end())
+            return from_hf_llama_family(doc, default_name, name);
         std::string known;
         for (const std::string_view t : kHfModelTypes) {
             if (!known.empty()) known += '|';
             known.append(t);
         }
-        r.fail("model_type", "unknown architecture '" + type + "' (napkin reads " + known + ")");
+        type.expected("an architecture napkin reads (" + known + ")");
     }
-    throw UsageError(source +
-                     ": expected a key 'format' (\"napkin-model\") or 'model_type' (a Hugging Face "
-                     "config.json), found neither");
+    doc.fail(
+        "expected a key 'format' (\"napkin-model\") or 'model_type' (a Hugging Face "
+        "config.json), got neither");
 }
 
 }  // namespace
 
-ModelConfig model_config_from_json(const json& doc, const std::string& source) {
-    if (!doc.is_object()) {
-        throw UsageError(source + ": expected a JSON object (got " + std::string(doc.type_name()) +
-                         ")");
-    }
-    const ModelConfig c = parse_any(Reader(doc, source), source);
+ModelConfig read_model_config(const JsonField& field, const std::string& default_name) {
+    // A config's sizes are integers as written (12, not 12.0) wherever it is embedded.
+    const JsonSource strict = field.source().with_integers(JsonSource::Integers::tokens);
+    const JsonField doc = field.read_as(strict);
+    const ModelConfig c = parse_any(doc.object(), default_name);
     try {
         validate(c);
     } catch (const UsageError& e) {
-        throw UsageError(source + ": " + e.what());
+        doc.fail(e.what());
     }
     return c;
+}
+
+ModelConfig model_config_from_json(const json& doc, const std::string& source) {
+    const JsonSource file = JsonSource::raising<UsageError>(source);
+    return read_model_config(JsonField(doc, file), stem_of(source));
 }
 
 ModelConfig load_model_config(const std::string& path) {

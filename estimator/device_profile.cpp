@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/durable_file.h"
+#include "core/json_reader.h"
 
 namespace napkin {
 
@@ -225,111 +226,49 @@ CollectiveTable fit_collective(Collective op, int world,
 
 namespace {
 
-[[noreturn]] void bad(const std::string& field, const std::string& what) {
-    throw InputError("field '" + field + "' " + what);
+// A row of `n` positive numbers: [a, b, ...].
+std::vector<double> row(const JsonField& f, std::size_t n) {
+    if (!f.present() || !f.value().is_array() || f.value().size() != n)
+        f.expected("an array of " + std::to_string(n) + " positive numbers");
+    return f.elements(&JsonField::positive);
 }
 
-// A field of the document: its value and its path, for the one-line errors.
-struct Field {
-    const json& v;
-    std::string path;
-
-    Field operator[](const char* key) const {
-        if (!v.is_object()) bad(path, "is not an object");
-        const auto it = v.find(key);
-        if (it == v.end()) bad(join(key), "is missing");
-        return {*it, join(key)};
-    }
-    bool has(const char* key) const {
-        return v.is_object() && v.contains(key) && !v.at(key).is_null();
-    }
-    std::string join(const char* key) const { return path.empty() ? key : path + "." + key; }
-
-    double positive() const {
-        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
-            bad(path, "is not a positive number");
-        return v.get<double>();
-    }
-    double non_negative() const {
-        if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
-            bad(path, "is not a number >= 0");
-        return v.get<double>();
-    }
-    std::int64_t count() const {
-        const double d = positive();
-        if (d != std::floor(d) || d > 9e15) bad(path, "is not a positive integer");
-        return static_cast<std::int64_t>(d);
-    }
-    std::string text() const {
-        if (!v.is_string()) bad(path, "is not a string");
-        return v.get<std::string>();
-    }
-    bool flag() const {
-        if (!v.is_boolean()) bad(path, "is not true or false");
-        return v.get<bool>();
-    }
-    template <class E, std::size_t N>
-    E one_of(const std::array<EnumName<E>, N>& names) const {
-        const std::string s = text();
-        if (auto e = find_enum(names, s)) return *e;
-        bad(path, "is '" + s + "' (expected " + enum_choices(names) + ")");
-    }
-    // Each element of an array, read by `read(Field)`.
-    template <class Read>
-    auto each(Read read) const {
-        if (!v.is_array()) bad(path, "is not an array");
-        std::vector<decltype(read(std::declval<Field>()))> out;
-        for (std::size_t i = 0; i < v.size(); ++i)
-            out.push_back(read(Field{v[i], path + "[" + std::to_string(i) + "]"}));
-        return out;
-    }
-    // A row of `n` numbers: [a, b, ...].
-    std::vector<double> row(std::size_t n) const {
-        if (!v.is_array() || v.size() != n)
-            bad(path, "is not an array of " + std::to_string(n) + " numbers");
-        std::vector<double> out;
-        for (std::size_t i = 0; i < n; ++i)
-            out.push_back(Field{v[i], path + "[" + std::to_string(i) + "]"}.positive());
-        return out;
-    }
-};
-
-template <class Point, class Read>
-std::vector<Point> nonempty_points(const Field& f, Read read) {
-    auto points = f.each(read);
-    if (points.empty()) bad(f.path, "has no points");
+template <class Read>
+auto nonempty_points(const JsonField& f, Read read) {
+    auto points = f.elements(read);
+    if (points.empty()) f.expected("an array of points");
     return points;
 }
 
-GemmTable read_gemm(const Field& f) {
+GemmTable read_gemm(const JsonField& f) {
     GemmTable t;
-    t.dtype = f["dtype"].one_of(kDTypeNames);
-    t.pass = f["pass"].one_of(kGemmPassNames);
-    t.points = nonempty_points<GemmPoint>(f["points"], [](const Field& p) {
-        const std::vector<double> r = p.row(4);
+    t.dtype = f["dtype"].enumeration(kDTypeNames);
+    t.pass = f["pass"].enumeration(kGemmPassNames);
+    t.points = nonempty_points(f["points"], [](const JsonField& p) {
+        const std::vector<double> r = row(p, 4);
         return GemmPoint{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
                          static_cast<std::int64_t>(r[2]), r[3]};
     });
     return t;
 }
 
-AttentionTable read_attention(const Field& f) {
+AttentionTable read_attention(const JsonField& f) {
     AttentionTable t;
-    t.impl = f["impl"].one_of(kAttentionNames);
-    t.dtype = f["dtype"].one_of(kDTypeNames);
-    t.causal = f["causal"].flag();
-    t.direction = f["direction"].one_of(kDirectionNames);
-    t.points = nonempty_points<AttentionPoint>(f["points"], [](const Field& p) {
-        const std::vector<double> r = p.row(4);
+    t.impl = f["impl"].enumeration(kAttentionNames);
+    t.dtype = f["dtype"].enumeration(kDTypeNames);
+    t.causal = f["causal"].boolean();
+    t.direction = f["direction"].enumeration(kDirectionNames);
+    t.points = nonempty_points(f["points"], [](const JsonField& p) {
+        const std::vector<double> r = row(p, 4);
         return AttentionPoint{static_cast<std::int64_t>(r[0]), static_cast<std::int64_t>(r[1]),
                               static_cast<std::int64_t>(r[2]), r[3]};
     });
     return t;
 }
 
-std::vector<StreamPoint> read_stream_points(const Field& f) {
-    std::vector<StreamPoint> points = nonempty_points<StreamPoint>(f, [](const Field& p) {
-        const std::vector<double> r = p.row(2);
+std::vector<StreamPoint> read_stream_points(const JsonField& f) {
+    std::vector<StreamPoint> points = nonempty_points(f, [](const JsonField& p) {
+        const std::vector<double> r = row(p, 2);
         return StreamPoint{r[0], r[1]};
     });
     std::sort(points.begin(), points.end(),
@@ -337,13 +276,13 @@ std::vector<StreamPoint> read_stream_points(const Field& f) {
     return points;
 }
 
-ComputeSection read_section(const Field& f) {
+ComputeSection read_section(const JsonField& f) {
     ComputeSection s;
-    s.threads = static_cast<int>(f["threads"].non_negative());
-    s.gemm = f["gemm"].each(read_gemm);
-    s.attention = f["attention"].each(read_attention);
-    s.streaming = f["streaming"].each([](const Field& t) {
-        return StreamTable{t["op"].one_of(kStreamOpNames), t["dtype"].one_of(kDTypeNames),
+    s.threads = f["threads"].integer<int>(0);
+    s.gemm = f["gemm"].elements(read_gemm);
+    s.attention = f["attention"].elements(read_attention);
+    s.streaming = f["streaming"].elements([](const JsonField& t) {
+        return StreamTable{t["op"].enumeration(kStreamOpNames), t["dtype"].enumeration(kDTypeNames),
                            read_stream_points(t["points"])};
     });
     s.overhead = {f["overhead"]["op_seconds"].non_negative(),
@@ -351,45 +290,26 @@ ComputeSection read_section(const Field& f) {
     return s;
 }
 
-CollectiveTable read_collective(const Field& f) {
+CollectiveTable read_collective(const JsonField& f) {
     CollectiveTable c;
-    c.op = f["op"].one_of(kCollectiveNames);
-    c.world = static_cast<int>(f["world"].count());
+    c.op = f["op"].enumeration(kCollectiveNames);
+    c.world = f["world"].integer<int>(1);
     c.latency_seconds = f["latency_seconds"].non_negative();
     c.bytes_per_s = f["bytes_per_s"].positive();
     c.points = read_stream_points(f["points"]);
     return c;
 }
 
-void read_identity(const Field& f, DeviceProfile& p) {
-    p.device.kind = f["device"]["kind"].one_of(kDeviceKindNames);
-    p.device.name = f["device"]["name"].text();
-    if (p.device.kind == DeviceKind::cpu)
-        p.device.logical_cpus = static_cast<int>(f["device"]["logical_cpus"].count());
-    if (f["device"].has("gpu")) p.device.gpu = f["device"]["gpu"].text();
-    p.device.memory_bytes = f["device"]["memory_bytes"].positive();
-    const Field m = f["made"];
-    p.made = {m["source"].text(), m["command"].text(), m["build"].text(), m["date"].text(),
-              m["conditions"].text()};
-}
-
-void check_schema(const Field& f) {
-    const std::string schema = f["schema"].text();
-    const std::string prefix = std::string(kProfileSchemaName) + "/";
-    int version = 0;
-    if (schema.rfind(prefix, 0) == 0) {
-        try {
-            version = std::stoi(schema.substr(prefix.size()));
-        } catch (const std::exception&) {
-            version = 0;
-        }
-    }
-    if (version < 1 || version > kProfileSchemaVersion) {
-        const std::string versions = kProfileSchemaVersion == 1
-                                         ? std::string("1")
-                                         : "1-" + std::to_string(kProfileSchemaVersion);
-        bad("schema", "is '" + schema + "' (this napkin reads " + prefix + versions + ")");
-    }
+void read_identity(const JsonField& f, DeviceProfile& p) {
+    const JsonField d = f["device"];
+    p.device.kind = d["kind"].enumeration(kDeviceKindNames);
+    p.device.name = d["name"].string();
+    if (p.device.kind == DeviceKind::cpu) p.device.logical_cpus = d["logical_cpus"].integer<int>(1);
+    p.device.gpu = d["gpu"].optional(&JsonField::string).value_or("");
+    p.device.memory_bytes = d["memory_bytes"].positive();
+    const JsonField m = f["made"];
+    p.made = {m["source"].string(), m["command"].string(), m["build"].string(), m["date"].string(),
+              m["conditions"].string()};
 }
 
 }  // namespace
@@ -401,30 +321,29 @@ DeviceProfile parse_device_profile(std::string_view text) {
     } catch (const json::exception& e) {
         throw InputError(std::string("not valid JSON (") + e.what() + ")");
     }
-    const Field f{doc, ""};
-    if (!doc.is_object()) bad("(document)", "is not an object");
-    check_schema(f);
+    // Profiles hold measured figures; a tool that rewrites one through doubles writes 8.0.
+    const JsonSource source =
+        JsonSource::raising<InputError>("", JsonSource::Integers::integral_values);
+    const JsonField f = JsonField(doc, source).object();
+    f["schema"].schema_version(kProfileSchemaName, kProfileSchemaVersion);
     DeviceProfile p;
     read_identity(f, p);
-    for (const auto& [name, peak] : f["peak_flops_per_s"].v.items()) {
+    f["peak_flops_per_s"].members([&](const std::string& name, const JsonField& peak) {
         const auto dtype = find_enum(kDTypeNames, name);
-        if (!dtype)
-            bad("peak_flops_per_s." + name,
-                "names no dtype (expected " + enum_choices(kDTypeNames) + ")");
-        p.peak_flops_per_s.emplace_back(*dtype, Field{peak, "peak_flops_per_s." + name}.positive());
-    }
-    if (p.peak_flops_per_s.empty()) bad("peak_flops_per_s", "names no dtype's peak");
+        if (!dtype) peak.fail("unknown dtype (expected " + enum_choices(kDTypeNames) + ")");
+        p.peak_flops_per_s.emplace_back(*dtype, peak.positive());
+    });
+    if (p.peak_flops_per_s.empty()) f["peak_flops_per_s"].expected("a peak for some dtype");
     p.memory_bytes_per_s = f["memory_bytes_per_s"].positive();
-    p.compute = f["compute"].each(read_section);
-    if (p.compute.empty()) bad("compute", "has no section");
-    if (f.has("host_device")) {
-        const Field h = f["host_device"];
-        p.host_device = HostDeviceCopy{h["to_device_bytes_per_s"].positive(),
-                                       h["to_host_bytes_per_s"].positive(),
-                                       h["host_optimizer_bytes_per_s"].positive()};
-    }
-    p.collectives = f["collectives"].each(read_collective);
-    p.gaps = f["gaps"].each([](const Field& g) { return g.text(); });
+    p.compute = f["compute"].elements(read_section);
+    if (p.compute.empty()) f["compute"].expected("at least one section");
+    p.host_device = f["host_device"].optional([](const JsonField& h) {
+        return HostDeviceCopy{h["to_device_bytes_per_s"].positive(),
+                              h["to_host_bytes_per_s"].positive(),
+                              h["host_optimizer_bytes_per_s"].positive()};
+    });
+    p.collectives = f["collectives"].elements(read_collective);
+    p.gaps = f["gaps"].elements(&JsonField::string);
     return p;
 }
 

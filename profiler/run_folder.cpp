@@ -119,7 +119,13 @@ RunRanks load_run_ranks(const fs::path& path) {
     run.ranks.push_back(std::move(first));
     if (!all) return run;
     std::error_code ec;
-    const std::string says = "rank 0 (" + first_file.string() + ") says ";
+    // A rank that disagrees with rank 0: one line in the readers' shape (core/json_reader.h).
+    const auto disagree = [&](const RankReport& rr, const std::string& field, int expected,
+                              const std::string& why, int got) {
+        throw InputError(rr.file.string() + ": " + field + ": expected " +
+                         std::to_string(expected) + " (" + why + "), got " + std::to_string(got));
+    };
+    const std::string rank0 = "rank 0's, " + first_file.string();
     for (int r = 1; r < run.world; ++r) {
         const fs::path dir = run.dir / ("rank" + std::to_string(r));
         if (!fs::is_directory(dir, ec)) {
@@ -129,24 +135,15 @@ RunRanks load_run_ranks(const fs::path& path) {
         }
         RankReport rr = load_run_report(dir);
         if (!rr.report.communication) {
-            throw InputError(rr.file.string() + ": field 'communication' is missing, but " + says +
-                             "world size " + std::to_string(run.world));
+            throw InputError(rr.file.string() + ": communication: expected an object (rank 0, " +
+                             first_file.string() + ", says world size " +
+                             std::to_string(run.world) + "), got nothing");
         }
-        if (rr.world != run.world) {
-            throw InputError(rr.file.string() + ": field 'communication.world' is " +
-                             std::to_string(rr.world) + ", but " + says +
-                             std::to_string(run.world));
-        }
-        if (rr.rank != r) {
-            throw InputError(rr.file.string() + ": field 'communication.rank' is " +
-                             std::to_string(rr.rank) + ", expected " + std::to_string(r) +
-                             " (its folder is rank" + std::to_string(r) + ")");
-        }
-        if (rr.zero != run.zero) {
-            throw InputError(rr.file.string() + ": field 'communication.zero' is " +
-                             std::to_string(rr.zero) + ", but " + says + "ZeRO stage " +
-                             std::to_string(run.zero));
-        }
+        if (rr.world != run.world) disagree(rr, "communication.world", run.world, rank0, rr.world);
+        if (rr.rank != r)
+            disagree(rr, "communication.rank", r, "its folder is rank" + std::to_string(r),
+                     rr.rank);
+        if (rr.zero != run.zero) disagree(rr, "communication.zero", run.zero, rank0, rr.zero);
         rr.label = rank_label(run.label, r, run.world);
         run.ranks.push_back(std::move(rr));
     }

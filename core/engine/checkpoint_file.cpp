@@ -111,8 +111,9 @@ void visit_metadata(V& v, CheckpointInfo& info) {
     v.number("grad_clip", oc.grad_clip);
     v.number("loss_scale_init", o.loss_scale_init);
     v.number("loss_scale_window", o.loss_scale_window, 1);
-    v.optional_text("data_fingerprint", info.data_fingerprint);  // absent before 2026-11-25
-    // Absent before 2026-11-26 (full fine-tuning only then).
+    // Optional: checkpoints written before these keys existed lack them (and those without
+    // "finetune" are full fine-tuning runs, the default).
+    v.optional_text("data_fingerprint", info.data_fingerprint);
     v.optional_enumeration("finetune", o.plan.finetune, kFinetuneNames);
     v.optional_number("lora_rank", o.plan.lora_rank, 0);
     v.optional_number("lora_alpha", o.plan.lora_alpha, 0.0f);

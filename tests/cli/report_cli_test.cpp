@@ -231,10 +231,11 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
              future(trace, "napkin-trace/1", "napkin-trace/9"));
     expect_error(
         "report " + v9, 1,
-        "schema napkin-train-report/9 is newer than this napkin reads (1-2); update napkin");
+        "schema: expected napkin-train-report/1-2, got \"napkin-train-report/9\" (newer than this "
+        "napkin reads: update napkin)");
     expect_error("export " + v9 + " -o " + out.string(), 1, "napkin-trace/9 is not supported");
     const std::string wrong_type = make("wrong_type", future(report, "\"tokens_per_s\":", "\"tokens_per_s\": \"fast\", \"x\":"), trace);
-    expect_error("report " + wrong_type, 1, "field 'measured.tokens_per_s' is not a number");
+    expect_error("report " + wrong_type, 1, "measured.tokens_per_s: expected a number, got \"fast\"");
     // A run without a trace cannot be exported.
     const fs::path plain = bad / "plain";
     ASSERT_EQ(napkin("train --device cpu --steps 1 --quiet --out " + plain.string()).rc, 0);

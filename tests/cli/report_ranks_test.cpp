@@ -264,19 +264,19 @@ TEST_F(ReportRanks, BadRanksAreOneLineAndWriteNothing) {
 
     run = make_run("world", 2);
     edit(run / "rank1" / "report.json", [](json& j) { j["communication"]["world"] = 3; });
-    expect_error(run, "rank1/report.json: field 'communication.world' is 3, but rank 0 (");
+    expect_error(run, "rank1/report.json: communication.world: expected 2 (rank 0's, ");
 
     run = make_run("stage", 2);
     edit(run / "rank1" / "report.json", [](json& j) { j["communication"]["zero"] = 3; });
-    expect_error(run, "rank1/report.json: field 'communication.zero' is 3");
+    expect_error(run, "rank1/report.json: communication.zero: expected ");
 
     run = make_run("number", 2);
     edit(run / "rank1" / "report.json", [](json& j) { j["communication"]["rank"] = 0; });
-    expect_error(run, "rank1/report.json: field 'communication.rank' is 0, expected 1");
+    expect_error(run, "rank1/report.json: communication.rank: expected 1 (its folder is rank1), got 0");
 
     run = make_run("single", 2);
     edit(run / "rank1" / "report.json", [](json& j) { j["communication"] = nullptr; });
-    expect_error(run, "rank1/report.json: field 'communication' is missing");
+    expect_error(run, "rank1/report.json: communication: expected an object (rank 0, ");
 
     run = make_run("truncated", 2);
     {

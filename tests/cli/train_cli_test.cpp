@@ -676,7 +676,7 @@ TEST(TrainCli, BadInput) {
         f << R"({"schema": "napkin-device-profile/1", "device": {"kind": "cpu"}})";
     }
     expect_error("train --device-profile " + (dir / "bad_profile.json").string(), 1,
-                 "bad_profile.json: field 'device.name' is missing", out);
+                 "bad_profile.json: device.name: expected a string, got nothing", out);
     expect_error("train --model nope", 2, "unknown preset 'nope'", out);
     expect_error("train --steps 0", 2, "--steps", out);
     // Numbers the optimizer would turn into NaN weights, or read as "off" without a word.

@@ -59,19 +59,19 @@ TEST(DeviceProfile, AMalformedOrNewerProfileIsOneLineNamingTheField) {
         return e;
     };
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["schema"] = "napkin-device-profile/2"; }),
-              "field 'schema' is 'napkin-device-profile/2' (this napkin reads "
-              "napkin-device-profile/1)");
+              "schema: expected napkin-device-profile/1, got \"napkin-device-profile/2\" (newer "
+              "than this napkin reads: update napkin)");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["compute"][0]["gemm"][1]["points"] = "x"; }),
-              "field 'compute[0].gemm[1].points' is not an array");
+              "compute[0].gemm[1].points: expected an array, got \"x\"");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["memory_bytes_per_s"] = -1; }),
-              "field 'memory_bytes_per_s' is not a positive number");
+              "memory_bytes_per_s: expected a positive number, got -1");
     EXPECT_EQ(
         error_after([](nlohmann::json& j) { j["peak_flops_per_s"] = nlohmann::json::object(); }),
-        "field 'peak_flops_per_s' names no dtype's peak");
+        "peak_flops_per_s: expected a peak for some dtype, got an object");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["compute"] = nlohmann::json::array(); }),
-              "field 'compute' has no section");
+              "compute: expected at least one section, got an array");
     EXPECT_EQ(error_after([](nlohmann::json& j) { j["device"].erase("name"); }),
-              "field 'device.name' is missing");
+              "device.name: expected a string, got nothing");
     EXPECT_EQ(error_of([] { parse_device_profile("{\"schema\": "); }).rfind("not valid JSON (", 0),
               0u);
     EXPECT_EQ(error_of([] { read_device_profile("/nonexistent/p.json"); }),

@@ -15,8 +15,8 @@
 
 namespace p = napkin::profiler;
 namespace fs = std::filesystem;
-using nlohmann::json;
 using napkin::profiler::test::error_of;
+using nlohmann::json;
 
 namespace {
 
@@ -199,19 +199,20 @@ TEST(RunReport, ANewerSchemaIsRefusedByName) {
     json j = full_report();
     j["schema"] = "napkin-train-report/3";
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "schema napkin-train-report/3 is newer than this napkin reads (1-2); update napkin");
+              "schema: expected napkin-train-report/1-2, got \"napkin-train-report/3\" (newer "
+              "than this napkin reads: update napkin)");
     for (const char* bad :
          {"napkin-train-report/0", "napkin-train-report/x", "napkin-train-report/"}) {
         j["schema"] = bad;
         EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-                  "schema \"" + std::string(bad) + "\" is not a version this napkin reads (1-2)");
+                  "schema: expected napkin-train-report/1-2, got \"" + std::string(bad) + "\"");
     }
     j["schema"] = "napkin-trace/1";
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "schema \"napkin-trace/1\" is not a napkin-train-report file");
+              "schema: expected napkin-train-report/1-2, got \"napkin-trace/1\"");
     j.erase("schema");
     EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "not a napkin-train-report file (no schema \"napkin-train-report/2\")");
+              "schema: expected napkin-train-report/1-2, got nothing");
 }
 
 // Each problem is one line naming the field by its path in the file.
@@ -225,44 +226,47 @@ TEST(RunReport, AWrongOrMissingFieldIsNamed) {
         return e;
     };
     EXPECT_EQ(error_after([](json& j) { j["measured"]["tokens_per_s"] = "fast"; }),
-              "field 'measured.tokens_per_s' is not a number");
+              "measured.tokens_per_s: expected a number, got \"fast\"");
     EXPECT_EQ(error_after([](json& j) { j["steps"][1]["loss"] = nullptr; }),
-              "field 'steps[1].loss' is missing");
+              "steps[1].loss: expected a number, got null");
     EXPECT_EQ(error_after([](json& j) { j["run"]["steps"] = 2.5; }),
-              "field 'run.steps' is not an integer");
+              "run.steps: expected an integer, got 2.5");
     EXPECT_EQ(error_after([](json& j) { j["run"]["seed"] = -1; }),
-              "field 'run.seed' is not an integer");
+              "run.seed: expected an integer >= 0, got -1");
     EXPECT_EQ(error_after([](json& j) { j["steps"][0]["skipped"] = 0; }),
-              "field 'steps[0].skipped' is not true or false");
+              "steps[0].skipped: expected true or false, got 0");
     EXPECT_EQ(error_after([](json& j) { j["run"]["device"] = 3; }),
-              "field 'run.device' is not a string");
+              "run.device: expected a string, got 3");
     EXPECT_EQ(error_after([](json& j) { j["profile"]["ops"] = json::object(); }),
-              "field 'profile.ops' is not an array");
+              "profile.ops: expected an array, got an object");
     EXPECT_EQ(error_after([](json& j) { j["predicted"] = 1; }),
-              "field 'predicted' is not an object");
-    EXPECT_EQ(error_after([](json& j) { j["steps"] = json::array(); }), "field 'steps' is empty");
+              "predicted: expected an object, got 1");
+    EXPECT_EQ(error_after([](json& j) { j["steps"] = json::array(); }),
+              "steps: expected at least one step, got an array");
     EXPECT_EQ(error_after([](json& j) { j["measured"]["peak_bytes"].erase("gradients"); }),
-              "field 'measured.peak_bytes.gradients' is missing");
+              "measured.peak_bytes.gradients: expected an integer, got nothing");
     EXPECT_EQ(error_after([](json& j) {
                   j["communication"]["measured_total"]["by_op"]["all_gather"]["calls"] = "x";
               }),
-              "field 'communication.measured_total.by_op.all_gather.calls' is not an integer");
+              "communication.measured_total.by_op.all_gather.calls: expected an integer >= 0, "
+              "got \"x\"");
     EXPECT_EQ(error_after([](json& j) { j["communication"]["rank"] = 4; }),
-              "field 'communication.rank' is 4, outside world size 4");
+              "communication.rank: expected a rank below the world size 4, got 4");
     EXPECT_EQ(error_after([](json& j) { j["communication"]["world"] = 0; }),
-              "field 'communication.world' is not an integer >= 1");
+              "communication.world: expected a positive integer, got 0");
     EXPECT_EQ(error_after([](json& j) { j["run"]["lora_rank"] = nullptr; }),
-              "field 'run.lora_rank' is missing");
-    EXPECT_EQ(error_after([](json& j) { j["model"]["n_layers"] = 0; }).rfind("model: ", 0), 0u);
+              "run.lora_rank: expected an integer, got null");
+    EXPECT_EQ(error_after([](json& j) { j["model"]["n_layers"] = 0; }),
+              "model.n_layers: expected an integer in [1, 1000000], got 0");
     EXPECT_EQ(
         error_after([](json& j) { j["predicted"]["time"]["ops"][1]["seconds_per_step"] = "x"; }),
-        "field 'predicted.time.ops[1].seconds_per_step' is not a number");
+        "predicted.time.ops[1].seconds_per_step: expected a number, got \"x\"");
     EXPECT_EQ(
         error_after([](json& j) { j["predicted"]["time"]["seconds_by_bucket"]["gemm"] = "x"; }),
-        "field 'predicted.time.seconds_by_bucket.gemm' is not a number");
+        "predicted.time.seconds_by_bucket.gemm: expected a number, got \"x\"");
     EXPECT_EQ(error_after([](json& j) { j["predicted"]["time"]["notes"] = {1}; }),
-              "field 'predicted.time.notes' holds something other than a string");
-    EXPECT_EQ(error_after([](json& j) { j = json::array(); }), "expected a JSON object");
+              "predicted.time.notes[0]: expected a string, got 1");
+    EXPECT_EQ(error_after([](json& j) { j = json::array(); }), "expected an object, got an array");
 }
 
 // Fields added within schema /1 may be absent: reports written before them still read.
@@ -284,8 +288,9 @@ TEST(RunReport, EarlierReportsOfTheSameSchemaRead) {
     EXPECT_FALSE(r.measured.hfu.has_value());
     EXPECT_EQ(r.measured.mfu_peak_flops_per_s(), *r.measured.sgemm_peak_flops_per_s);
     j["measured"].erase("sgemm_peak_flops_per_s");
-    EXPECT_EQ(error_of([&] { j.get<p::RunReport>(); }),
-              "field 'measured.peak_flops_per_s' is missing");
+    EXPECT_EQ(
+        error_of([&] { j.get<p::RunReport>(); }),
+        "measured.peak_flops_per_s: expected a number (or sgemm_peak_flops_per_s), got nothing");
 }
 
 // Version 1 (before predicted.time) still reads, and writes back under its own schema; a new
@@ -308,8 +313,9 @@ TEST(RunReport, MalformedAndDeepJsonIsOneLine) {
               0u);
     // A number too large for a double is nlohmann's out_of_range, not its parse_error: still
     // one line, never an escaped exception (found by the run_data fuzzer).
-    EXPECT_EQ(error_of([] { p::parse_run_report("{\"schema\": 0.36017e74180997086}"); })
-                  .rfind("not valid JSON (number overflow", 0),
+    EXPECT_EQ(error_of([] {
+                  p::parse_run_report("{\"schema\": 0.36017e74180997086}");
+              }).rfind("not valid JSON (number overflow", 0),
               0u);
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     EXPECT_EQ(error_of([&] { p::parse_run_report("{\"run\": " + deep + "}"); }),
@@ -342,6 +348,6 @@ TEST(RunReport, AnAnomalyRoundTripsEvenWithoutSteps) {
     json bad = j;
     bad["anomaly"]["direction"] = "sideways";
     EXPECT_EQ(error_of([&] { bad.get<p::RunReport>(); }),
-              "field 'anomaly.direction' is not \"forward\" or \"backward\"");
+              "anomaly.direction: expected \"forward\" or \"backward\", got \"sideways\"");
     EXPECT_FALSE(json(full_report()).contains("anomaly"));
 }
