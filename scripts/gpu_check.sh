@@ -235,6 +235,10 @@ do_trace() {
     rm -rf "$dir"
     step trace_gpt2 "$b/cli/napkin" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --steps 3 --profile steps:2-3 --out "$dir"
+    # Host waits per step on the real device (docs/ENGINE.md, "One host synchronization per
+    # step"): the CUPTI synchronization records of one step, which must be 1.
+    [ -x "$b/tests/engine_cuda_test" ] &&
+        step step_syncs "$b/tests/engine_cuda_test" --gtest_filter='*StepSyncCuda*'
     if [ -f "$dir/report.json" ]; then
         "$b/cli/napkin" report --warmup 1 "$dir" >"$dir/report.txt" 2>&1
         rm -f "$dir/checkpoint.safetensors"  # hundreds of MB; never committed
