@@ -245,6 +245,9 @@ do_trace() {
         mkdir -p "$out/traces"
         cp -r "$dir" "$out/traces/"
         command -v jq >/dev/null && jq .otherData.gpu_activity "$dir/trace.json" >"$out/gpu_activity.json"
+        # The device's idle gaps per step (against the committed traces/<gpu>-gpt2 of before:
+        # the host waits inside a step showed as gaps behind the loss and the norm).
+        python3 scripts/trace_gaps.py "$dir" >"$out/trace_gaps.txt" 2>&1 && head -n 12 "$out/trace_gaps.txt"
     fi
     # The same model and batch under torch.profiler (Kineto: stream lanes, ac2g and fwdbwd
     # flows, gpu_user_annotation), for the trace reader's fixtures (tests/viewer/data/README.md):
