@@ -92,10 +92,6 @@ void round_into(Tensor& t, const float* src) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 // The hyperparameters of update number t (1-based) at learning rate lr.
 OptimizerHyper update_hyper(const OptimizerConfig& cfg, float lr, int t, float grad_scale) {
     return OptimizerHyper{.kind = cfg.kind,

@@ -6,7 +6,8 @@
 // warmup + cosine learning-rate schedule.
 // On a device (EngineDevice, core/engine/engine_device.h) the state lives in device memory and
 // the two passes (global norm, update) run as the multi-tensor kernels of kernels/optimizer.h;
-// the schedule, clipping and bias corrections are this file's on either side.
+// the schedule and bias corrections are this file's on either side, the clip factor and the
+// skip kernels/step_scalars_rule.h's (on the device too, when the trainer passes a gate).
 #pragma once
 
 #include <cstdint>
