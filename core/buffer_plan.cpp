@@ -10,6 +10,7 @@
 #include "kernels/nonfinite.h"
 #include "kernels/optimizer.h"
 #include "kernels/quantize.h"
+#include "kernels/step_scalars.h"
 
 namespace napkin {
 
@@ -143,6 +144,11 @@ void build_buffer_plan(const OpPlan& plan, DeviceKind backend, int grad_norm_ten
         add(BufferRole::lora_dh, "lora.dh", dt, N * 3 * in.lora_rank);
     add(BufferRole::nf4_dequantized, "nf4.dequantized", dt, dequantized_numel(plan));
     if (cuda) add(BufferRole::loss_rows, "loss.rows", DType::f32, N);
+    // The step's scalars, which the host reads once per step (kernels/step_scalars.h).
+    if (cuda) {
+        add(BufferRole::step_scalars, "step.scalars", DType::i8,
+            static_cast<std::int64_t>(kStepScalarsBytes));
+    }
     // fp8-amp: one block GEMM's weight (E4M3) and output gradient (E5M2) casts at a time, each
     // with its scale pair, sized for the largest (core/engine/gpt_fp8.h).
     const Fp8CastNumel cast = fp8_cast_numel(plan);

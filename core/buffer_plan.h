@@ -47,9 +47,10 @@ enum class BufferRole : std::uint8_t {
     fp8_grad_scale,
     anomaly_slots,      // --detect-anomaly: one NonfiniteSlot per checked tensor, and one more
     grad_norm_scratch,  // CUDA optimizer step: the global norm's result and partial sums
+    step_scalars,  // CUDA: the step's loss, norm, clip factor and skip (kernels/step_scalars.h)
 };
 inline constexpr std::size_t kBufferRoleCount =
-    static_cast<std::size_t>(BufferRole::grad_norm_scratch) + 1;
+    static_cast<std::size_t>(BufferRole::step_scalars) + 1;
 
 struct PlanBuffer {
     BufferRole role = BufferRole::grad_residual;

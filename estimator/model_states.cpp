@@ -103,6 +103,7 @@ double TemporaryBytes::*temporary_item(BufferRole role) {
             return &TemporaryBytes::activation_grads;
         case BufferRole::loss_scratch:
         case BufferRole::loss_rows:
+        case BufferRole::step_scalars:
             return &TemporaryBytes::op_workspace;
         case BufferRole::attention_scratch:
             return &TemporaryBytes::attention_workspace;

@@ -28,6 +28,8 @@ struct CUstream_st;  // cudaStream_t, without the CUDA headers (op headers compi
 
 namespace napkin {
 
+struct StepScalars;  // kernels/step_scalars.h
+
 struct OptimizerHyper {
     OptimizerKind kind = OptimizerKind::adamw;
     float lr = 0.0f;
@@ -35,6 +37,11 @@ struct OptimizerHyper {
     float bias_correction1 = 1.0f;  // 1 - beta1^t (Adam family)
     float bias_correction2 = 1.0f;  // 1 - beta2^t
     float grad_scale = 1.0f;        // every gradient is multiplied by this first
+    // Null: grad_scale as given. Else the step's scalars in the kernel's memory (device memory
+    // for cuda::, host for cpu::), written by optimizer_gate before the update runs: every
+    // gradient is multiplied by gate->update_scale instead, and gate->skip != 0 makes the update
+    // a no-op, so the host queues the update without reading the norm first.
+    const StepScalars* gate = nullptr;
 };
 
 // One parameter. The states m and v are in the state dtype of the call (f32 or bf16) and null

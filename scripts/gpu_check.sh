@@ -235,12 +235,19 @@ do_trace() {
     rm -rf "$dir"
     step trace_gpt2 "$b/cli/napkin" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
         --precision bf16-amp --steps 3 --profile steps:2-3 --out "$dir"
+    # Host waits per step on the real device (docs/ENGINE.md, "One host synchronization per
+    # step"): the CUPTI synchronization records of one step, which must be 1.
+    [ -x "$b/tests/engine_cuda_test" ] &&
+        step step_syncs "$b/tests/engine_cuda_test" --gtest_filter='*StepSyncCuda*'
     if [ -f "$dir/report.json" ]; then
         "$b/cli/napkin" report --warmup 1 "$dir" >"$dir/report.txt" 2>&1
         rm -f "$dir/checkpoint.safetensors"  # hundreds of MB; never committed
         mkdir -p "$out/traces"
         cp -r "$dir" "$out/traces/"
         command -v jq >/dev/null && jq .otherData.gpu_activity "$dir/trace.json" >"$out/gpu_activity.json"
+        # The device's idle gaps per step (against the committed traces/<gpu>-gpt2 of before:
+        # the host waits inside a step showed as gaps behind the loss and the norm).
+        python3 scripts/trace_gaps.py "$dir" >"$out/trace_gaps.txt" 2>&1 && head -n 12 "$out/trace_gaps.txt"
     fi
     # The same model and batch under torch.profiler (Kineto: stream lanes, ac2g and fwdbwd
     # flows, gpu_user_annotation), for the trace reader's fixtures (tests/viewer/data/README.md):

@@ -2,7 +2,8 @@
 # Do two napkin builds (or two sets of flags) train to the same numbers, bit for bit? For
 # refactors that must not change arithmetic: runs the same short CPU trainings with both and
 # compares every step's loss, gradient norm and learning rate, and the measured peak bytes of
-# every memory category, exactly (the JSON numbers as written, compared as text by jq).
+# every memory category, exactly (the JSON numbers as written, compared as text by jq), with
+# each step's loss scale and whether it was skipped (fp16-amp).
 #
 #   scripts/same_numbers.sh --a OLD/napkin --b NEW/napkin           # two builds
 #   scripts/same_numbers.sh --a build/cli/napkin --b-flags "--overlap off"   # two flag sets
@@ -89,6 +90,8 @@ cuda_configs=(
     "cuda-qlora|--finetune qlora --lora-rank 4 --precision bf16-amp"
     "cuda-fp8|--precision fp8-amp"
     "cuda-zero3|--zero 3 --grad-accum 2"
+    "cuda-fp16-amp-accum|--precision fp16-amp --grad-accum 2"
+    "cuda-adamw-8bit-accum|--optimizer adamw-8bit --grad-accum 3 --grad-clip 0.05"
 )
 if [ -n "$a_plugin$b_plugin" ]; then
     for p in "$a_plugin" "$b_plugin"; do
@@ -115,7 +118,7 @@ estimates=(
 )
 
 # The numbers compared, one JSON document per run (rank 0's report).
-numbers='{steps: [.steps[] | {step, loss, grad_norm, lr}], peaks: .measured.peak_bytes}'
+numbers='{steps: [.steps[] | {step, loss, grad_norm, lr, loss_scale, skipped}], peaks: .measured.peak_bytes}'
 
 failed=0
 for c in "${configs[@]}"; do

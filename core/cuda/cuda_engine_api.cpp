@@ -95,6 +95,12 @@ void copy_to_host(void* host_dst, const void* src, std::size_t bytes, CUstream_s
     NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void copy_to_device_queued(void* dst, const void* host_src, std::size_t bytes,
+                           CUstream_st* stream) {
+    if (bytes == 0) return;
+    NAPKIN_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
 void memset_zero(void* dst, std::size_t bytes, CUstream_st* stream) {
     if (bytes == 0) return;
     NAPKIN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));
@@ -157,6 +163,10 @@ CudaEngineApi make_api() {
     a.activity_pop_external = &cuda::activity_pop_external;
     a.activity_timestamp = &cuda::activity_timestamp;
     a.activity_flush = &cuda::activity_flush;
+    // a step without host waits
+    a.loss_mean = &cuda::loss_mean;
+    a.optimizer_gate = &cuda::optimizer_gate;
+    a.copy_to_device_queued = &copy_to_device_queued;
     return a;
 }
 

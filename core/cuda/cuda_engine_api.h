@@ -30,6 +30,7 @@
 #include "core/half.h"
 #include "kernels/kernel_list.h"
 #include "kernels/optimizer.h"
+#include "kernels/step_scalars.h"
 #include "kernels/zero.h"
 #include "profiler/gpu_activity.h"
 
@@ -131,6 +132,15 @@ struct CudaEngineApi {
     decltype(&cuda::activity_pop_external) activity_pop_external = nullptr;
     decltype(&cuda::activity_timestamp) activity_timestamp = nullptr;
     decltype(&cuda::activity_flush) activity_flush = nullptr;
+
+    // ---- a step without host waits (kernels/step_scalars.h; docs/ENGINE.md) ----------------
+    decltype(&cuda::loss_mean) loss_mean = nullptr;
+    decltype(&cuda::optimizer_gate) optimizer_gate = nullptr;
+    // Host to device, queued on `stream` without waiting for it: returns once host_src is
+    // staged (the runtime copies pageable memory to its own staging first), so host_src may be
+    // reused at once; the copy runs in stream order.
+    void (*copy_to_device_queued)(void* dst, const void* host_src, std::size_t bytes,
+                                  CUstream_st* stream) = nullptr;
 };
 
 // The table for storage type T.

@@ -20,6 +20,7 @@
 #include "core/op_plan.h"
 #include "core/tensor.h"
 #include "kernels/kernel_list.h"
+#include "kernels/step_scalars.h"
 #include "kernels/zero.h"
 
 namespace napkin {
@@ -36,11 +37,15 @@ struct CpuKernels {
 
     // The per-row losses of head_cross_entropy (N): host memory outside the accounting, as
     // always (the buffer plan lists no loss.rows for the CPU: `rows` is empty).
-    void bind_losses(Tensor rows, std::int64_t N) {
-        NAPKIN_ASSERT(rows.empty(), "the CPU's losses are host memory outside the accounting");
+    // No step scalars either: the CPU's loss is the kernel's return value.
+    void bind_losses(Tensor rows, Tensor scalars, std::int64_t N) {
+        NAPKIN_ASSERT(rows.empty() && scalars.empty(),
+                      "the CPU's losses are host memory outside the accounting");
         losses_.assign(static_cast<std::size_t>(N), 0.0f);
     }
     float* losses() { return losses_.data(); }
+    StepScalars* step_scalars() { return nullptr; }
+    void defer_loss(bool on) { NAPKIN_ASSERT(!on, "the CPU's loss is never deferred"); }
 
     // ---- memory
     void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }

@@ -122,6 +122,9 @@ public:
     void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {
         api_.copy_to_device(dst, host_src, bytes, stream_);
     }
+    void upload(void* dst, const void* host_src, std::size_t bytes) override {
+        api_.copy_to_device_queued(dst, host_src, bytes, stream_);
+    }
     void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
         api_.copy_to_host(host_dst, src, bytes, stream_);
     }
@@ -151,12 +154,17 @@ public:
         timer_start_ = nullptr;
         timer_start_ = api_.event_record(stream_, true);
     }
-    double timer_stop_seconds() override {
-        NAPKIN_ASSERT(timer_start_ != nullptr, "timer_stop_seconds without timer_start");
+    double timer_stop_seconds() override { return timer_stop_read(nullptr, nullptr, 0); }
+    // Without bytes to read, the wait is on the mark itself.
+    double timer_stop_read(void* host_dst, const void* src, std::size_t bytes) override {
+        NAPKIN_ASSERT(timer_start_ != nullptr, "timer_stop without timer_start");
         cuda::CudaEvent* end = api_.event_record(stream_, true);
         double ms = 0;
         try {
-            api_.event_wait(end);
+            if (bytes > 0)
+                api_.copy_to_host(host_dst, src, bytes, stream_);
+            else
+                api_.event_wait(end);
             ms = api_.event_elapsed_ms(timer_start_, end);
         } catch (...) {
             api_.event_destroy(end);
@@ -175,17 +183,17 @@ public:
 
     double grad_sum_squares(const OptimizerTensor* tensors, int count,
                             AccountingAllocator& alloc) override {
-        // scratch (the buffer plan's): the result (one double, padded to 256 bytes) then the
-        // per-block partials.
-        constexpr std::size_t kResultBytes = cuda::kGradNormResultBytes;
-        const PlanBuffer b = grad_norm_scratch(count);
-        Tensor scratch(alloc, std::string(b.name), b.category, b.dtype, {b.numel});
-        auto* base = static_cast<unsigned char*>(scratch.raw());
-        api_.grad_sum_squares(reinterpret_cast<double*>(base), tensors, count, base + kResultBytes,
-                              stream_);
         double sumsq = 0.0;
-        api_.copy_to_host(&sumsq, base, sizeof sumsq, stream_);
+        queue_grad_sum_squares(tensors, count, alloc, [&](const double* result) {
+            api_.copy_to_host(&sumsq, result, sizeof sumsq, stream_);
+        });
         return sumsq;
+    }
+    void optimizer_gate(const OptimizerTensor* tensors, int count, AccountingAllocator& alloc,
+                        float grad_scale, float grad_clip, StepScalars* gate) override {
+        queue_grad_sum_squares(tensors, count, alloc, [&](const double* result) {
+            api_.optimizer_gate(gate, result, grad_scale, grad_clip, stream_);
+        });
     }
     void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                           DType state_dtype) override {
@@ -199,6 +207,22 @@ public:
     }
 
 private:
+    // The global norm's pass, then then(result), result the sum of squares in device memory,
+    // while the scratch lives. The scratch (the buffer plan's grad_norm_scratch): the result
+    // (one double, padded to 256 bytes) then the per-block partials. Freed on return with work
+    // still queued: the caching allocator hands it out again only to work queued after it on
+    // this one stream.
+    template <class Then>
+    void queue_grad_sum_squares(const OptimizerTensor* tensors, int count,
+                                AccountingAllocator& alloc, Then&& then) {
+        const PlanBuffer b = grad_norm_scratch(count);
+        Tensor scratch(alloc, std::string(b.name), b.category, b.dtype, {b.numel});
+        auto* base = static_cast<unsigned char*>(scratch.raw());
+        auto* result = reinterpret_cast<double*>(base);
+        api_.grad_sum_squares(result, tensors, count, base + cuda::kGradNormResultBytes, stream_);
+        then(result);
+    }
+
     // fp8-amp needs fp8 tensor cores (sm_89: Ada, Hopper and later) and, for cuBLASLt's fp8
     // kernels, every block GEMM dimension a multiple of 16 (kernels/matmul.h).
     void check_fp8(const ModelConfig& cfg, const PlanInputs& in) const {

@@ -2,8 +2,10 @@
 // names and argument structs (core/engine/cpu_kernels.h), forwarded to napkin::cuda through the
 // plugin's table (core/cuda/cuda_engine_api.h) with the engine's stream and cuBLASLt handle, one
 // wrapper per line of kernels/kernel_list.h. What differs from the CPU is adapted here:
-//   head_cross_entropy  per-row losses stay on the device; the mean is taken on the host after
-//                       one copy (a synchronization per micro-batch, as llm.c's)
+//   head_cross_entropy  per-row losses stay on the device; loss_mean (kernels/step_scalars.h)
+//                       takes their mean into the step's scalars on the device; the host reads
+//                       the mean at once (a synchronization per micro-batch) unless the loss is
+//                       deferred (defer_loss: the trainer reads the step's sum once, late)
 //   check_tokens        a no-op: tokens are device memory; the trainer checks the token
 //                       source's vocabulary, and the loss of an out-of-range target is NaN
 //   store_nf4, load_nf4 NF4 is quantized and, for reading back, dequantized on the host
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +27,7 @@
 #include "core/tensor.h"
 #include "kernels/lora.h"
 #include "kernels/nf4.h"
+#include "kernels/step_scalars.h"
 
 namespace napkin {
 
@@ -40,13 +44,19 @@ struct CudaKernels {
     CudaKernels(const CudaEngineApi& api, CUstream_st* stream, cublasLtContext* handle)
         : api_(&api), k_(&cuda_kernel_table<T>(api)), stream_(stream), launch_{stream, handle} {}
 
-    // The per-row losses (N) on the device: the buffer plan's loss.rows, a temporary.
-    void bind_losses(Tensor rows, std::int64_t N) {
+    // The per-row losses (N) on the device and the step's scalars: the buffer plan's loss.rows
+    // and step.scalars, temporaries.
+    void bind_losses(Tensor rows, Tensor scalars, std::int64_t N) {
         NAPKIN_ASSERT(rows.numel() == N, "loss.rows: " << rows.numel() << " rows for " << N);
+        NAPKIN_ASSERT(scalars.bytes() >= sizeof(StepScalars), "step.scalars: " << scalars.bytes());
         losses_ = std::move(rows);
-        host_losses_.assign(static_cast<std::size_t>(N), 0.0f);
+        scalars_ = std::move(scalars);
+        api_->memset_zero(scalars_.raw(), scalars_.bytes(), stream_);
     }
     float* losses() { return losses_.data<float>(); }
+    StepScalars* step_scalars() { return static_cast<StepScalars*>(scalars_.raw()); }
+    // On: head_cross_entropy returns NaN and leaves the mean in step_scalars() only.
+    void defer_loss(bool on) { defer_loss_ = on; }
 
     // ---- memory
     void zero(void* p, std::size_t bytes) { api_->memset_zero(p, bytes, stream_); }
@@ -102,17 +112,15 @@ struct CudaKernels {
     NAPKIN_FP8_KERNELS(NAPKIN_CUDA_FP8_KERNEL)
 #undef NAPKIN_CUDA_FP8_KERNEL
     // clang-format on
-    // Returns the mean loss over the M rows: the kernel's per-row losses (M) copied to the host
-    // (waits) and summed in fp64 in row order.
+    // The mean loss over the M rows, their fp64 row-order sum (loss_mean, on the device, also
+    // added to the step's loss_sum): read back (waits), or NaN when the loss is deferred.
     float head_cross_entropy(const HeadCrossEntropyArgs<T>& a) {
         k_->head_cross_entropy(a, launch_);
-        host_losses_.resize(static_cast<std::size_t>(a.M));
-        api_->copy_to_host(host_losses_.data(), a.losses, host_losses_.size() * sizeof(float),
-                           stream_);
-        double total = 0.0;
-        for (float l : host_losses_)
-            total += l;
-        return static_cast<float>(total / static_cast<double>(a.M));
+        api_->loss_mean(step_scalars(), a.losses, a.M, stream_);
+        if (defer_loss_) return std::numeric_limits<float>::quiet_NaN();
+        float mean = 0.0f;
+        api_->copy_to_host(&mean, &step_scalars()->loss_mean, sizeof mean, stream_);
+        return mean;
     }
 
 private:
@@ -120,8 +128,8 @@ private:
     const CudaKernelTable<T>* k_;
     CUstream_st* stream_;
     cuda::Launch launch_;
-    Tensor losses_;
-    std::vector<float> host_losses_;
+    Tensor losses_, scalars_;
+    bool defer_loss_ = false;
 };
 
 }  // namespace napkin

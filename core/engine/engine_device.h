@@ -20,6 +20,7 @@
 #include "core/model_config.h"
 #include "core/op_plan.h"
 #include "kernels/optimizer.h"
+#include "kernels/step_scalars.h"
 #include "profiler/cupti_collector.h"
 
 namespace napkin {
@@ -44,6 +45,9 @@ public:
 
     // dst (device) = host_src, bytes; returns when the copy is done (host_src may be reused).
     virtual void copy_to_device(void* dst, const void* host_src, std::size_t bytes) = 0;
+    // The same, queued: returns once host_src is staged (it may be reused) without waiting for
+    // the device; the copy runs in stream order (the trainer's batches).
+    virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
     // host_dst = src (device), bytes; waits for the work queued before it, then for the copy.
     virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
     virtual void zero(void* dst, std::size_t bytes) = 0;  // queued
@@ -57,6 +61,10 @@ public:
     // (so everything queued before it has run, as synchronize()) and returns the seconds between.
     virtual void timer_start() = 0;
     virtual double timer_stop_seconds() = 0;
+    // The step's one wait: marks the stream as timer_stop_seconds does, then copies src (device,
+    // bytes) to host_dst, which waits for everything queued, the mark included; returns the
+    // seconds since timer_start.
+    virtual double timer_stop_read(void* host_dst, const void* src, std::size_t bytes) = 0;
     // The driver's view of the whole device (cudaMemGetInfo): bytes in use by anyone (this
     // context, its libraries, other processes) and the capacity.
     struct MemoryUse {
@@ -69,6 +77,12 @@ public:
     // allocated from `alloc` as a temporary.
     virtual double grad_sum_squares(const OptimizerTensor* tensors, int count,
                                     AccountingAllocator& alloc) = 0;
+    // The same pass with its result left on the device, then optimizer_gate into *gate
+    // (device memory, kernels/step_scalars.h): the norm, the clip factor and the skip flag
+    // that an update with OptimizerHyper::gate reads. Queued; nothing is read back.
+    virtual void optimizer_gate(const OptimizerTensor* tensors, int count,
+                                AccountingAllocator& alloc, float grad_scale, float grad_clip,
+                                StepScalars* gate) = 0;
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/check.h"
 #include "core/model_config.h"
 #include "core/op_plan.h"
 #include "core/tensor.h"
@@ -25,6 +26,7 @@ namespace profiler {
 class Recorder;
 class KernelTagger;
 }
+struct StepScalars;  // kernels/step_scalars.h
 
 // One parameter tensor with its gradient and (mixed precision) its fp32 master copy. When
 // fine-tuning with LoRA/QLoRA only the adapters are trainable: a frozen parameter has neither
@@ -70,6 +72,12 @@ public:
     // times the loss scale under fp16). inputs, targets: (B, T) token ids in the model's memory
     // (host on the CPU, device on CUDA: core/engine/engine_device.h). Returns the mean loss.
     virtual float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) = 0;
+    // CUDA: the step's scalars in device memory (kernels/step_scalars.h), where each
+    // micro-batch's mean loss is also added into loss_sum; null on the CPU.
+    virtual StepScalars* step_scalars() { return nullptr; }
+    // On (CUDA only): forward_backward queues its work without waiting and returns NaN; the
+    // mean losses are summed in step_scalars()->loss_sum, which the caller zeroes and reads.
+    virtual void defer_loss(bool on) { NAPKIN_ASSERT(!on, "this model cannot defer its loss"); }
 
     virtual std::vector<ParamSlot>& params() = 0;
     virtual void zero_grads() = 0;

@@ -145,6 +145,12 @@ public:
         if (!p.master.empty()) k_.copy_from_host(p.master.raw(), values, static_cast<std::size_t>(p.numel) * sizeof(float));
     }
 
+    StepScalars* step_scalars() override { return k_.step_scalars(); }
+    void defer_loss(bool on) override {
+        NAPKIN_ASSERT(!on || !anomaly_.on(), "the anomaly check reads every micro-batch's loss");
+        k_.defer_loss(on);
+    }
+
     float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
         if (!anomaly_.on()) return micro_batch(inputs, targets, dloss);
         anomaly_.begin(k_);
@@ -397,7 +403,8 @@ private:
         mm_scratch_ = buffers.take(BufferRole::matmul_scratch);
         attn_scratch_ = buffers.take(BufferRole::attention_scratch);
         lora_.allocate(plan_, buffers);
-        k_.bind_losses(buffers.take(BufferRole::loss_rows), N_);
+        k_.bind_losses(buffers.take(BufferRole::loss_rows), buffers.take(BufferRole::step_scalars),
+                       N_);
         fp8_.allocate(buffers);
         if (plan_.in.detect_anomaly) enable_anomaly_detection(buffers.take(BufferRole::anomaly_slots));
     }

@@ -8,6 +8,7 @@
 #include "core/engine/engine_device.h"
 #include "core/half.h"
 #include "kernels/optimizer.h"
+#include "kernels/step_scalars_rule.h"
 
 namespace napkin {
 
@@ -91,28 +92,32 @@ void round_into(Tensor& t, const float* src) {
     }
 }
 
-}  // namespace
-
-std::optional<OptimizerHyper> begin_update(const OptimizerConfig& cfg, int step_index, double sumsq,
-                                           float grad_scale, int& t, StepStats& st) {
-    st.lr = learning_rate(cfg, step_index);
-    const double norm = std::sqrt(sumsq) * grad_scale;
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {
-        st.skipped = true;
-        return std::nullopt;
-    }
-    const float clip =
-        cfg.grad_clip > 0 && norm > cfg.grad_clip ? static_cast<float>(cfg.grad_clip / norm) : 1.0f;
-    ++t;
+// The hyperparameters of update number t (1-based) at learning rate lr.
+OptimizerHyper update_hyper(const OptimizerConfig& cfg, float lr, int t, float grad_scale) {
     return OptimizerHyper{.kind = cfg.kind,
-                          .lr = st.lr,
+                          .lr = lr,
                           .beta1 = cfg.beta1,
                           .beta2 = cfg.beta2,
                           .eps = cfg.eps,
                           .bias_correction1 = 1.0f - std::pow(cfg.beta1, static_cast<float>(t)),
                           .bias_correction2 = 1.0f - std::pow(cfg.beta2, static_cast<float>(t)),
-                          .grad_scale = grad_scale * clip};
+                          .grad_scale = grad_scale};
+}
+
+}  // namespace
+
+std::optional<OptimizerHyper> begin_update(const OptimizerConfig& cfg, int step_index, double sumsq,
+                                           float grad_scale, int& t, StepStats& st) {
+    st.lr = learning_rate(cfg, step_index);
+    StepScalars gate;  // the device's optimizer_gate, on the host
+    optimizer_gate_rule(gate, sumsq, grad_scale, cfg.grad_clip);
+    st.grad_norm = gate.grad_norm;
+    if (gate.skip != 0) {
+        st.skipped = true;
+        return std::nullopt;
+    }
+    ++t;
+    return update_hyper(cfg, st.lr, t, gate.update_scale);
 }
 
 void host_update(const OptimizerHyper& h, const HostPiece& piece, DType state_dtype) {
@@ -208,8 +213,20 @@ HostPiece Optimizer::host_piece(std::size_t i) {
     return piece;
 }
 
-StepStats Optimizer::step(int step_index, float grad_scale) {
+StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
     StepStats st;
+    if (gate != nullptr) {  // everything queued on the device; finish_step reads the outcome
+        NAPKIN_ASSERT(device_ != nullptr, "optimizer: a gate needs a device");
+        const std::vector<OptimizerTensor> dev = device_tensors();
+        const int count = static_cast<int>(dev.size());
+        device_->optimizer_gate(dev.data(), count, alloc_, grad_scale, cfg_.grad_clip, gate);
+        st.lr = learning_rate(cfg_, step_index);
+        // Update number t_ + 1 if the gate lets it run; the device reads the gradient scale.
+        OptimizerHyper h = update_hyper(cfg_, st.lr, t_ + 1, 1.0f);
+        h.gate = gate;
+        device_->optimizer_update(h, dev.data(), count, state_dtype_);
+        return st;
+    }
     // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.
     std::vector<OptimizerTensor> dev;
     double sumsq = 0.0;
@@ -235,6 +252,12 @@ StepStats Optimizer::step(int step_index, float grad_scale) {
         if (params[i].weight.dtype() != DType::f32) round_into(params[i].weight, piece.w);
     }
     return st;
+}
+
+void Optimizer::finish_step(const StepScalars& read, StepStats& st) {
+    st.grad_norm = read.grad_norm;
+    st.skipped = read.skip != 0;
+    if (!st.skipped) ++t_;
 }
 
 namespace {

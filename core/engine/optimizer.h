@@ -6,7 +6,8 @@
 // warmup + cosine learning-rate schedule.
 // On a device (EngineDevice, core/engine/engine_device.h) the state lives in device memory and
 // the two passes (global norm, update) run as the multi-tensor kernels of kernels/optimizer.h;
-// the schedule, clipping and bias corrections are this file's on either side.
+// the schedule and bias corrections are this file's on either side, the clip factor and the
+// skip kernels/step_scalars_rule.h's (on the device too, when the trainer passes a gate).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "core/recipe.h"
 #include "kernels/cost.h"
 #include "kernels/optimizer.h"
+#include "kernels/step_scalars.h"
 
 namespace napkin {
 
@@ -82,7 +84,12 @@ public:
 
     // One update from the accumulated gradients, which are first multiplied by grad_scale
     // (1 / loss scale under fp16). Skips the update when the gradients are not finite.
-    StepStats step(int step_index, float grad_scale);
+    // With `gate` (the model's step scalars in device memory, kernels/step_scalars.h) the norm,
+    // clip factor and skip stay on the device and the whole step is queued without a wait: the
+    // returned stats hold the learning rate only, and finish_step completes them from the
+    // scalars once the caller has read them back.
+    StepStats step(int step_index, float grad_scale, StepScalars* gate = nullptr);
+    void finish_step(const StepScalars& read, StepStats& st);
 
     // The state, for checkpoints: per parameter (in Gpt::params() order) its first and second
     // moments (empty tensors where the optimizer keeps fewer), and Adam's update count.

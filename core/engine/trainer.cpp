@@ -109,26 +109,20 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     model_flops_per_micro_ = static_cast<double>(t.model_flops());
     hardware_flops_per_micro_ = static_cast<double>(t.model_flops() + t.recompute_flops);
     if (optimizer_ != nullptr) optimizer_cost_ = optimizer_->step_cost();
+    // One process on a device, no anomaly check (which reads every micro-batch's loss): the
+    // step is queued whole and its scalars read once, at its end (kernels/step_scalars.h).
+    if (device_ != nullptr && zero_ == nullptr && !opts_.plan.detect_anomaly) {
+        scalars_ = model_->step_scalars();
+        if (scalars_ != nullptr) model_->defer_loss(true);
+    }
     kernel_name_ = std::string(enum_name(kOptimizerNames, opts_.plan.optimizer)) + "_update";
 }
 
-StepRecord Trainer::step() {
-    StepRecord r;
-    r.step = step_;
-    alloc_.reset_peaks();
-    std::optional<profiler::ScopedRange> step_range;
-    if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (device_ != nullptr) device_->timer_start();
-    const CommCounters comm0 = comm_ != nullptr ? comm_->counters() : CommCounters{};
-    const CommCounters state0 = zero_ != nullptr ? zero_->state_traffic() : CommCounters{};
-    if (zero_ != nullptr) zero_->zero_grads();
-    else model_->zero_grads();
+// The step's micro-batches (this rank's): returns the sum of their mean losses, or 0 when the
+// loss is deferred (the step's scalars on the device sum it).
+double Trainer::run_micro_batches(int world, int rank) {
     double loss_sum = 0.0;
     const std::int64_t B = opts_.plan.micro_batch, T = opts_.plan.seq_len;
-    // Data parallelism: the global batch is W G micro-batches in the data's order; rank r runs
-    // micro-batches r G .. r G + G - 1 (every rank reads them all, to stay in step).
-    const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
     const float dloss = loss_scale_ / static_cast<float>(opts_.grad_accum * world);
     const std::uint64_t data_start = data_->position();
     for (int micro = 0; micro < opts_.grad_accum * world; ++micro) {
@@ -149,9 +143,11 @@ StepRecord Trainer::step() {
         if (micro / opts_.grad_accum != rank) continue;
         if (zero_ != nullptr) zero_->begin_micro_batch(micro % opts_.grad_accum == opts_.grad_accum - 1);
         if (device_ != nullptr) {
+            // Queued in stream order behind the previous micro-batch's kernels, which read the
+            // same buffers; host_batch_ is free again when upload returns.
             const auto bytes = static_cast<std::size_t>(B * T) * sizeof(std::int32_t);
-            device_->copy_to_device(inputs_.raw(), in, bytes);
-            device_->copy_to_device(targets_.raw(), tg, bytes);
+            device_->upload(inputs_.raw(), in, bytes);
+            device_->upload(targets_.raw(), tg, bytes);
             in = static_cast<std::int32_t*>(inputs_.raw());
             tg = static_cast<std::int32_t*>(targets_.raw());
         }
@@ -161,26 +157,20 @@ StepRecord Trainer::step() {
             opts_.seed, static_cast<std::uint64_t>(step_) * static_cast<std::uint64_t>(opts_.grad_accum * world) +
                             static_cast<std::uint64_t>(micro)));
         try {
-            loss_sum += model_->forward_backward(in, tg, dloss);
+            const float loss = model_->forward_backward(in, tg, dloss);
+            if (scalars_ == nullptr) loss_sum += loss;
         } catch (AnomalyFound& e) {  // the engine knows the op; the step is the loop's
             e.anomaly().step = step_;
             e.anomaly().micro_batch = micro;
             throw AnomalyFound(e.anomaly());  // its message names the step
         }
     }
-    if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
-    std::optional<profiler::ScopedRange> opt_range;
-    profiler::KernelScope opt_kernel;
-    if (rec_ != nullptr) {
-        opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
-        // On a device the passes' kernels are the device's records, tagged with the update.
-        if (device_ != nullptr) opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
-        else opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
-    }
-    const StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
-                                          : optimizer_->step(step_, 1.0f / loss_scale_);
-    opt_kernel.reset();
-    opt_range.reset();
+    return loss_sum;
+}
+
+// fp16-amp's loss scaler: halve on a skipped (overflowed) step, double after loss_scale_window
+// good ones. Any other precision stops on non-finite gradients.
+void Trainer::update_loss_scale(const StepStats& st) {
     if (opts_.plan.precision == Precision::fp16_amp) {
         if (st.skipped) {
             loss_scale_ = std::max(1.0f, loss_scale_ / 2);
@@ -192,8 +182,50 @@ StepRecord Trainer::step() {
     } else if (st.skipped) {
         throw InputError("step " + std::to_string(step_) + ": the gradients are not finite (NaN or inf); training stopped");
     }
+}
+
+StepRecord Trainer::step() {
+    StepRecord r;
+    r.step = step_;
+    alloc_.reset_peaks();
+    std::optional<profiler::ScopedRange> step_range;
+    if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (device_ != nullptr) device_->timer_start();
+    const CommCounters comm0 = comm_ != nullptr ? comm_->counters() : CommCounters{};
+    const CommCounters state0 = zero_ != nullptr ? zero_->state_traffic() : CommCounters{};
+    if (zero_ != nullptr) zero_->zero_grads();
+    else model_->zero_grads();
+    if (scalars_ != nullptr) device_->zero(&scalars_->loss_sum, sizeof scalars_->loss_sum);
+    // Data parallelism: the global batch is W G micro-batches in the data's order; rank r runs
+    // micro-batches r G .. r G + G - 1 (every rank reads them all, to stay in step).
+    const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
+    double loss_sum = run_micro_batches(world, rank);
+    if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
+    std::optional<profiler::ScopedRange> opt_range;
+    profiler::KernelScope opt_kernel;
+    if (rec_ != nullptr) {
+        opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
+        // On a device the passes' kernels are the device's records, tagged with the update.
+        if (device_ != nullptr) opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
+        else opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
+    }
+    StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
+                                    : optimizer_->step(step_, 1.0f / loss_scale_, scalars_);
+    opt_kernel.reset();
+    opt_range.reset();
     // Launches are asynchronous: the step ends on the device (the timer's stop waits for it).
-    if (device_ != nullptr) r.device_seconds = device_->timer_stop_seconds();
+    // With the step's scalars on the device that wait is their read, the step's one
+    // synchronization: loss, norm and skip come back together, after everything is queued.
+    if (scalars_ != nullptr) {
+        StepScalars read;
+        r.device_seconds = device_->timer_stop_read(&read, scalars_, sizeof read);
+        optimizer_->finish_step(read, st);
+        loss_sum = read.loss_sum;
+    } else if (device_ != nullptr) {
+        r.device_seconds = device_->timer_stop_seconds();
+    }
+    update_loss_scale(st);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));
     if (zero_ != nullptr) {
@@ -208,6 +240,7 @@ StepRecord Trainer::step() {
     r.grad_norm = st.grad_norm;
     r.skipped = st.skipped;
     r.loss_scale = loss_scale_;
+    const std::int64_t B = opts_.plan.micro_batch, T = opts_.plan.seq_len;
     r.tokens = static_cast<double>(B * T * opts_.grad_accum);
     r.model_flops = model_flops_per_micro_ * opts_.grad_accum;
     r.hardware_flops = hardware_flops_per_micro_ * opts_.grad_accum;

@@ -130,6 +130,9 @@ public:
     const TrainOptions& options() const { return opts_; }
 
 private:
+    double run_micro_batches(int world, int rank);
+    void update_loss_scale(const StepStats& st);
+
     TrainOptions opts_;
     HostMemory host_;
     std::unique_ptr<EngineDevice> device_;  // null on the CPU; declared before alloc_, which uses its memory
@@ -144,6 +147,8 @@ private:
     std::unique_ptr<TokenSource> data_;
     Tensor inputs_, targets_;
     std::vector<std::int32_t> host_batch_;  // on a device: inputs and targets on the host before the copy
+    StepScalars* scalars_ =
+        nullptr;  // the model's, in device memory, when the step is queued whole
     int step_ = 0;
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;

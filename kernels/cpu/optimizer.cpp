@@ -2,6 +2,7 @@
 // core/engine/optimizer.cpp's Optimizer::step, per tensor, as the reference for the CUDA twin.
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_rule.h"
+#include "kernels/step_scalars_rule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -39,10 +40,10 @@ void store(void* p, DType t, std::int64_t k, float v) {
 }
 
 void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
-    const float wd = t.weight_decay;
+    const float wd = t.weight_decay, scale = optimizer_grad_scale(h);
 #pragma omp parallel for if (t.n > 16384)
     for (std::int64_t k = 0; k < t.n; ++k) {
-        const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+        const float g = load(t.grad, t.grad_dtype, k) * scale;
         float m = t.m != nullptr ? load(t.m, s, k) : 0.0f;
         float v = t.v != nullptr ? load(t.v, s, k) : 0.0f;
         const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
@@ -58,7 +59,7 @@ void update(const OptimizerHyper& h, const OptimizerTensor& t, DType s) {
 // fp32, then the block's new absmax and the nearest codes.
 void update_8bit(const OptimizerHyper& h, const OptimizerTensor& t) {
     static const DynamicMap m_map = dynamic_map(true), v_map = dynamic_map(false);
-    const float wd = t.weight_decay;
+    const float wd = t.weight_decay, scale = optimizer_grad_scale(h);
     const std::int64_t blocks = optimizer_8bit_blocks(t.n);
     constexpr auto kBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
     auto* mq = static_cast<std::uint8_t*>(t.m);
@@ -69,7 +70,7 @@ void update_8bit(const OptimizerHyper& h, const OptimizerTensor& t) {
         const std::int64_t k0 = b * kBlock, k1 = std::min(t.n, k0 + kBlock);
         float m_max = 0.0f, v_max = 0.0f;
         for (std::int64_t k = k0; k < k1; ++k) {
-            const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+            const float g = load(t.grad, t.grad_dtype, k) * scale;
             float m = m_map.value[mq[k]] * t.m_absmax[b];
             float v = v_map.value[vq[k]] * t.v_absmax[b];
             const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);
@@ -96,6 +97,7 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
                       DType state_dtype) {
     NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
                   "optimizer_update: state dtype " << dtype_name(state_dtype));
+    if (optimizer_skips(h)) return;  // the gate's non-finite norm: no update
     for (int i = 0; i < count; ++i) {
         const OptimizerTensor& t = tensors[i];
         NAPKIN_ASSERT(t.master != nullptr || t.weight != nullptr,

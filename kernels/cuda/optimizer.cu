@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_rule.h"
+#include "kernels/step_scalars_rule.h"
 
 namespace napkin::cuda {
 
@@ -132,8 +133,8 @@ __device__ __forceinline__ void store_n(void* p, DType t, std::int64_t k, const 
 
 // The update of elements [k, k + W) of t, element by element the rule (the CPU's bits).
 template <int W>
-__device__ __forceinline__ void update_elements(const OptimizerHyper& h, const OptimizerTensor& t,
-                                                DType s, std::int64_t k) {
+__device__ __forceinline__ void update_elements(const OptimizerHyper& h, float scale,
+                                                const OptimizerTensor& t, DType s, std::int64_t k) {
     float g[W], m[W] = {}, v[W] = {}, w[W];
     load_n<W>(g, t.grad, t.grad_dtype, k);
     if (t.m != nullptr) load_n<W>(m, t.m, s, k);
@@ -144,7 +145,7 @@ __device__ __forceinline__ void update_elements(const OptimizerHyper& h, const O
         load_n<W>(w, t.weight, t.weight_dtype, k);
 #pragma unroll
     for (int j = 0; j < W; ++j)
-        w[j] = optimizer_rule(h, g[j] * h.grad_scale, w[j], t.weight_decay, m[j], v[j]);
+        w[j] = optimizer_rule(h, g[j] * scale, w[j], t.weight_decay, m[j], v[j]);
     if (t.m != nullptr) store_n<W>(t.m, s, k, m);
     if (t.v != nullptr) store_n<W>(t.v, s, k, v);
     if (t.master != nullptr) store_n<W>(t.master, DType::f32, k, w);
@@ -163,8 +164,11 @@ __device__ __forceinline__ bool vectors_fit(const OptimizerTensor& t) {
 }
 
 // blockIdx.y: the tensor; the grid strides over its kOptVec-element vectors (every pointer
-// 16-byte aligned), then over the rest one element at a time.
+// 16-byte aligned), then over the rest one element at a time. A gate's skip: every thread
+// returns (kernels/step_scalars.h).
 __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType s) {
+    if (optimizer_skips(h)) return;
+    const float scale = optimizer_grad_scale(h);
     const OptimizerTensor& t = list.t[blockIdx.y];
     const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
     const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -172,11 +176,11 @@ __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType
     if (vectors_fit(t)) {
         const std::int64_t vectors = t.n / kOptVec;
         for (std::int64_t i = first; i < vectors; i += stride)
-            update_elements<kOptVec>(h, t, s, i * kOptVec);
+            update_elements<kOptVec>(h, scale, t, s, i * kOptVec);
         done = vectors * kOptVec;
     }
     for (std::int64_t k = done + first; k < t.n; k += stride)
-        update_elements<1>(h, t, s, k);
+        update_elements<1>(h, scale, t, s, k);
 }
 
 // adamw-8bit (the CPU's update_8bit, element for element): for each quantization block b of the
@@ -188,6 +192,8 @@ __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType
 // __fmul_rn / __fdiv_rn: never fused into a multiply-add, always IEEE-rounded, so that equal
 // states give the CPU's codes; only the rule itself may differ in the last bit (contractions).
 __global__ void optimizer_update_8bit_kernel(OptimizerHyper h, TensorList8bit list, Maps8bit maps) {
+    if (optimizer_skips(h)) return;  // the whole grid: no barrier is skipped
+    const float scale = optimizer_grad_scale(h);
     const OptimizerTensor& t = list.t[blockIdx.y];
     constexpr auto kQuantBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
     const std::int64_t blocks = (t.n + kQuantBlock - 1) / kQuantBlock;  // optimizer_8bit_blocks
@@ -222,7 +228,7 @@ __global__ void optimizer_update_8bit_kernel(OptimizerHyper h, TensorList8bit li
             ms[j] = 0.0f;
             vs[j] = 0.0f;
             if (k >= t.n) continue;
-            const float g = load(t.grad, t.grad_dtype, k) * h.grad_scale;
+            const float g = load(t.grad, t.grad_dtype, k) * scale;
             float m = __fmul_rn(m_map->value[mq[k]], m_scale);
             float v = __fmul_rn(v_map->value[vq[k]], v_scale);
             const float w = t.master != nullptr ? t.master[k] : load(t.weight, t.weight_dtype, k);

@@ -39,7 +39,8 @@ std::int64_t bytes_of(const BufferPlan& p, BufferRole role) {
 
 // GPT-2 (C 768, F 3072, Vp 50304), B T = 4096 rows, bf16: the gradient buffers 2 bytes a row
 // element; the CUDA loss chunk (1024 rows) is fp32 logits, bf16 dlogits and the head gradient's
-// fp32 sum (each a multiple of 256 bytes here); the cuBLASLt workspace 32 MiB; the row losses.
+// fp32 sum (each a multiple of 256 bytes here); the cuBLASLt workspace 32 MiB; the row losses;
+// the step's scalars (kernels/step_scalars.h), one padded block.
 TEST(BufferPlan, Gpt2OnCudaByHand) {
     const ModelConfig& c = preset_or_throw("gpt2");
     const OpPlan plan = build_op_plan(c, gpt2_inputs(Precision::bf16_amp));
@@ -49,7 +50,8 @@ TEST(BufferPlan, Gpt2OnCudaByHand) {
         {"grad.residual", N * C * 2},  {"grad.narrow", N * F * 2},
         {"grad.wide", N * F * 2},  // max(3C, F)
         {"branch.out", N * C * 2},     {"loss.scratch", 1024 * Vp * 4 + 1024 * Vp * 2 + Vp * C * 4},
-        {"matmul.scratch", 32 * kMiB}, {"loss.rows", N * 4}};
+        {"matmul.scratch", 32 * kMiB}, {"loss.rows", N * 4},
+        {"step.scalars", 256}};
     EXPECT_EQ(listed(p), want);
     for (const PlanBuffer& b : p.buffers)
         EXPECT_EQ(b.category, MemCategory::temporaries) << b.name;
@@ -76,6 +78,7 @@ TEST(BufferPlan, Gpt2OnCpuByHand) {
               4 * (1024 * Vp + 2 * Vp * C + 2 * 1024 * C));
     EXPECT_EQ(bytes_of(bf16, BufferRole::matmul_scratch), 4 * (N * C + F * C + N * F));
     EXPECT_EQ(bf16.find(BufferRole::loss_rows), nullptr);
+    EXPECT_EQ(bf16.find(BufferRole::step_scalars), nullptr);
 }
 
 TEST(BufferPlan, RecipesAddTheirBuffers) {

@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "kernels/accumulate.h"
 #include "kernels/optimizer.h"
+#include "kernels/step_scalars.h"
 
 namespace napkin::test {
 
@@ -143,6 +144,7 @@ public:
         return Generator::create(cfg, storage, shape, alloc, seed);
     }
     void copy_to_device(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
+    void upload(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
     void copy_to_host(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
     void copy_on_device(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
     void zero(void* dst, std::size_t bytes) override {
@@ -162,11 +164,21 @@ public:
     void synchronize() override {}
     void timer_start() override {}
     double timer_stop_seconds() override { return 0; }
+    double timer_stop_read(void* dst, const void* src, std::size_t bytes) override {
+        copy(dst, src, bytes);
+        return 0;
+    }
     MemoryUse memory_use() override { return {}; }
     std::unique_ptr<Communicator> collectives(Communicator&) override { return nullptr; }
     double grad_sum_squares(const OptimizerTensor* tensors, int count, AccountingAllocator&) override {
         ++calls;
         return cpu::grad_sum_squares(tensors, count);
+    }
+    void optimizer_gate(const OptimizerTensor* tensors, int count, AccountingAllocator&, float grad_scale,
+                        float grad_clip, StepScalars* gate) override {
+        ++calls;
+        const double sumsq = cpu::grad_sum_squares(tensors, count);
+        cpu::optimizer_gate(gate, &sumsq, grad_scale, grad_clip);
     }
     void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                           DType state_dtype) override {
