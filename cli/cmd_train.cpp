@@ -594,6 +594,12 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "computation (the same results bit for bit); auto: on with GPUs (NCCL), off "
                    "with CPU ranks (MPI)")
         ->capture_default_str();
+    cmd.add_option("--fusion", f.fusion,
+                   "on|off: on the GPU with 16-bit storage, run the MLP's GELU in its GEMMs' "
+                   "cuBLASLt epilogues (forward GELU_AUX, backward DGELU with the fc's bias "
+                   "gradient) and the linears' bias gradients in their weight-gradient GEMMs "
+                   "(BGRADB); off: the separate kernels, for comparing traces (docs/ENGINE.md)")
+        ->capture_default_str();
     cmd.add_option("--offload", f.offload,
                    "none|optimizer: keep the fp32 master copy and optimizer state of each rank's "
                    "shard in host memory and step it there (ZeRO-Offload; --device cuda, --zero "

@@ -152,7 +152,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f
             {"--seed", text(f.seed)},
             {"--zero", text(f.zero)},
             {"--overlap", f.overlap},
-            {"--offload", f.offload}};
+            {"--offload", f.offload},
+            {"--fusion", f.fusion}};
 }
 
 void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
@@ -268,6 +269,10 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
         f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
     run.options.device = pick_device(f, comm);
     run.options.plan.detect_anomaly = f.detect_anomaly;
+    // Like --detect-anomaly, a switch of how the step runs, which a resumed run may change.
+    if (f.fusion != "on" && f.fusion != "off")
+        throw UsageError("--fusion: unknown value '" + f.fusion + "' (expected on|off)");
+    run.options.plan.gemm_epilogues = f.fusion == "on" && run.options.device == DeviceKind::cuda;
     parallel_from_flags(f, run.options);
     run.run_dir = !f.resume.empty() && cmd.count("--out") == 0 ? run.resume.run_dir
                                                                : std::filesystem::path(f.out);

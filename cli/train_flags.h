@@ -43,6 +43,7 @@ struct TrainFlags {
     double dropout = -1;          // < 0: the model config's
     std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's
     float lora_alpha = 0;         // 0: the rank (a scale of 1)
+    std::string fusion = "on";    // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
 };
 
 // What validation decided: the run's options, where it continues from and where it writes.

@@ -34,6 +34,7 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.checkpointing = o.plan.checkpointing;
     ei.attention = o.plan.attention;
     ei.detect_anomaly = o.plan.detect_anomaly;
+    ei.gemm_epilogues = o.plan.gemm_epilogues;
     ei.finetune = o.plan.finetune;
     if (o.plan.finetune != Finetune::full) ei.lora_rank = o.plan.lora_rank;
     ei.gpus = world;

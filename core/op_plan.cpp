@@ -214,7 +214,45 @@ void build_block(const ModelConfig& c, const PlanInputs& in, const Dims& d,
     }
 }
 
+// The MLP under EpilogueFusions::gelu (core/op_plan.h): the fc GEMM writes GELU's output as
+// well, so it keeps mlp.act.out; GELU's passes over memory go, its FLOPs stay with mlp.act; the
+// proj's input gradient reads the pre-activation and takes the fc's bias gradient along.
+void fuse_gelu(std::vector<PlanOp>& block, const PrecisionDTypes& pd) {
+    const auto find = [&](OpRole role) -> PlanOp& {
+        const auto it = std::find_if(block.begin(), block.end(),
+                                     [role](const PlanOp& op) { return op.role == role; });
+        NAPKIN_ASSERT(it != block.end(), "fuse_gelu: no " << op_role_name(role));
+        return *it;
+    };
+    PlanOp& fc = find(OpRole::mlp_fc);
+    PlanOp& act = find(OpRole::mlp_act);
+    PlanOp& proj = find(OpRole::mlp_proj);
+    MatmulShape fc_shape = std::get<MatmulShape>(fc.shape);
+    fc.fwd = matmul_gelu_forward_cost(fc_shape);
+    for (int i = 0; i < act.n_saved; ++i)
+        fc.saved[static_cast<std::size_t>(fc.n_saved++)] = act.saved[static_cast<std::size_t>(i)];
+    act.n_saved = 0;
+    act.fwd = KernelCost{act.fwd.flops, 0, 0, 0};
+    act.bwd_input = KernelCost{act.bwd_input.flops, 0, 0, 0};
+    const bool fc_bias = fc_shape.bias;
+    if (fc_bias && fc.bwd_weight.flops > 0) {  // trainable: its bias gradient moves to proj's
+        fc_shape.bias = false;
+        fc.bwd_weight = matmul_backward_weight_cost(fc_shape, pd.grads);
+    }
+    proj.bwd_input =
+        matmul_gelu_backward_input_cost(std::get<MatmulShape>(proj.shape), fc_bias, pd.grads);
+}
+
 }  // namespace
+
+EpilogueFusions epilogue_fusions(const ModelConfig& c, const PlanInputs& in) {
+    const DType storage = precision_dtypes(in.precision, in.optimizer, in.grads_fp32).activations;
+    EpilogueFusions f;
+    if (!in.gemm_epilogues || in.precision == Precision::fp8_amp || storage == DType::f32) return f;
+    f.gelu = c.mlp == MlpKind::gelu && in.finetune == Finetune::full && c.d_ff % 8 == 0;
+    f.bias_grad = true;
+    return f;
+}
 
 void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
     if (in.micro_batch <= 0) {
@@ -280,6 +318,8 @@ void build_op_plan(const ModelConfig& c, const PlanInputs& in, OpPlan& out) {
     out.prologue.push_back(emb);
 
     build_block(c, in, d, pd, out.block);
+    out.fusions = epilogue_fusions(c, in);
+    if (out.fusions.gelu) fuse_gelu(out.block, pd);
 
     // The output layer runs in the activations' dtype under every recipe: fp8-amp casts the
     // blocks' linear layers only (as Transformer Engine's recipe is applied in Megatron-LM and

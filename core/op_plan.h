@@ -210,7 +210,28 @@ struct PlanInputs {
     // napkin train --detect-anomaly (core/engine/anomaly.h): the engine checks every op's
     // outputs into a buffer of slots the buffer plan adds (anomaly_slot_count).
     bool detect_anomaly = false;
+    // napkin train --fusion on (its default) on the CUDA backend: cuBLASLt's epilogues may take
+    // the MLP's GELU into its GEMMs and the linears' bias gradients into their weight-gradient
+    // GEMMs. A request: the plan decides where it applies (epilogue_fusions below).
+    bool gemm_epilogues = false;
 };
+
+// What in.gemm_epilogues turns on for a model and recipe. Only for 16-bit storage (bf16-amp,
+// fp16-amp, bf16): the epilogues round where the unfused kernels do not (GELU of the fp32
+// product; bias gradients rounded before their add), which fp32 would show as changed bits and
+// fp8-amp's GEMMs do not offer.
+//   gelu: a GELU MLP, fully trained (an fc adapter adds between the GEMM and GELU), d_ff a
+//     multiple of 8 (cuBLASLt's AUX leading dimension). mlp.fc runs matmul_gelu_forward and
+//     keeps mlp.act.out too; mlp.act launches nothing, forward or backward, and keeps GELU's
+//     FLOPs only; mlp.proj's backward runs matmul_gelu_backward (DGELU, and the fc's bias
+//     gradient by DGELU_BGRAD).
+//   bias_grad: the other linears' bias gradients by BGRADB on their weight-gradient GEMMs (the
+//     costs already count a bias gradient without a second read of dout).
+struct EpilogueFusions {
+    bool gelu = false;
+    bool bias_grad = false;
+};
+EpilogueFusions epilogue_fusions(const ModelConfig& cfg, const PlanInputs& in);
 
 struct OpPlan {
     const ModelConfig* config = nullptr;
@@ -219,6 +240,7 @@ struct OpPlan {
     std::vector<PlanOp> block;  // one transformer block; repeats config->n_layers times
     std::vector<PlanOp> epilogue;
     int n_layers = 0;
+    EpilogueFusions fusions;  // epilogue_fusions(*config, in)
 };
 
 // Builds the plan into `out`, reusing its vectors' capacity (the estimator's sweep builds

@@ -46,6 +46,7 @@ PlanInputs plan_inputs(const EstimateInputs& in, std::int64_t T) {
     pin.loss_chunk_rows = in.loss_chunk_rows;
     pin.causal_flops = in.causal_attention_flops;
     pin.detect_anomaly = in.detect_anomaly;
+    pin.gemm_epilogues = in.gemm_epilogues;
     return pin;
 }
 

@@ -47,6 +47,7 @@ struct EstimateInputs {
     bool causal_attention_flops = true;  // 6LTC (causal) vs 12LTC (PaLM) per token
     std::int64_t loss_chunk_rows = 1024;
     bool detect_anomaly = false;  // napkin train --detect-anomaly: its slots among the temporaries
+    bool gemm_epilogues = false;  // napkin train --fusion on, on a GPU (PlanInputs'): the op costs
 
     // Parallelism. gpus = T P DP: data parallelism (with ZeRO) over DP = gpus / (T P) replicas
     // of a model split T ways by tensor and P ways by pipeline parallelism (estimator/parallel.h).

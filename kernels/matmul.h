@@ -58,6 +58,29 @@ inline KernelCost matmul_backward_weight_cost(const MatmulShape& s, DType grad) 
     return c;
 }
 
+// The MLP's GEMMs with GELU in their epilogues (matmul_gelu_forward, matmul_gelu_backward below),
+// as the op plan counts them (core/op_plan.cpp): GELU's FLOPs stay with the activation op (they
+// are not model FLOPs, and they are still done), its passes over memory are gone. The fc forward
+// (s its shape) writes the pre-activation (M, N) beside GELU's output.
+inline KernelCost matmul_gelu_forward_cost(const MatmulShape& s) {
+    KernelCost c = matmul_forward_cost(s);
+    c.bytes_written += nbytes(s.out, s.M * s.N);
+    return c;
+}
+
+// The proj's input gradient through GELU (s the proj's shape, its K the fc's N): the GEMM also
+// reads the pre-activation (M, K) and, with the fc's bias, sums its (M, K) result into that
+// bias's gradient (K), read and written as matmul_backward_weight_cost counts a bias.
+inline KernelCost matmul_gelu_backward_input_cost(const MatmulShape& s, bool fc_bias, DType grad) {
+    KernelCost c = matmul_backward_input_cost(s);
+    c.bytes_read += nbytes(s.in, s.M * s.K);
+    if (fc_bias) {
+        c.flops += 1ull * s.M * s.K;
+        c.bytes_written += 2 * nbytes(grad, s.K);
+    }
+    return c;
+}
+
 // The fp8 GEMMs of fp8-amp, as the kernels below run them (the op plan's costs above count the
 // op: its bf16 weight read once): E4M3 inp and weight, an E5M2 output gradient, at 1 byte per
 // element; out, dinp, dweight and bias in s.out's dtype (bf16); the scale pairs' 8 bytes each
@@ -111,6 +134,10 @@ struct MatmulBackwardArgs {
     const T* weight = nullptr;  // (N, K)
     std::int64_t M = 0, N = 0, K = 0;
     float* scratch = nullptr;
+    // CUDA: dbias from cuBLASLt's BGRADB epilogue on the dweight GEMM instead of a kernel that
+    // reads dout once more (kernels/cuda/matmul.cu says how it still accumulates). The sums then
+    // come in cuBLASLt's order, rounded into T before the add: the CPU ignores the flag.
+    bool bias_grad_epilogue = false;
 };
 
 // out (M, N) = gelu(pre_gelu), pre_gelu (M, N) = inp (M, K) @ weight (N, K)^T [+ bias (N)]:
@@ -122,6 +149,28 @@ struct MatmulGeluForwardArgs {
     const T* inp = nullptr;     // (M, K)
     const T* weight = nullptr;  // (N, K)
     const T* bias = nullptr;    // (N) or null
+    std::int64_t M = 0, N = 0, K = 0;
+    float* scratch = nullptr;
+};
+
+// The MLP's proj backward with the GELU backward in the input gradient's epilogue (cuBLASLt's
+// DGELU, DGELU_BGRAD with the fc's bias), the proj's own gradients as matmul_backward's:
+//   dpre (M, K)       = (dout (M, N) @ weight (N, K)) * gelu'(pre_gelu (M, K)), OVERWRITTEN: the
+//                       fp32 product times gelu', rounded once into T
+//   dpre_bias (K)    += column sums of those fp32 values (the fc's bias gradient)
+//   dweight (N, K)   += dout^T @ inp (M, K);  dbias (N) += column sums of dout
+// inp is the proj's input, gelu(pre_gelu) as the forward kept it. dpre_bias, dweight and dbias
+// may each be null.
+template <class T>
+struct MatmulGeluBackwardArgs {
+    T* dpre = nullptr;            // (M, K)
+    T* dpre_bias = nullptr;       // (K) or null
+    T* dweight = nullptr;         // (N, K) or null
+    T* dbias = nullptr;           // (N) or null
+    const T* dout = nullptr;      // (M, N)
+    const T* inp = nullptr;       // (M, K)
+    const T* weight = nullptr;    // (N, K)
+    const T* pre_gelu = nullptr;  // (M, K)
     std::int64_t M = 0, N = 0, K = 0;
     float* scratch = nullptr;
 };
@@ -175,6 +224,15 @@ void matmul_forward(const MatmulForwardArgs<T>& a);
 template <class T>
 void matmul_backward(const MatmulBackwardArgs<T>& a);
 
+// The twins of CUDA's fused GELU epilogues, the spec they round to: out = gelu of the fp32
+// product (+ bias) rounded once into T, pre_gelu that fp32 value rounded, where matmul_forward
+// then gelu_forward round the product first; and dpre as MatmulGeluBackwardArgs says. For float
+// storage the same bits as the unfused pairs.
+template <class T>
+void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& a);
+template <class T>
+void matmul_gelu_backward(const MatmulGeluBackwardArgs<T>& a);
+
 // The fp8 GEMMs: the codes are widened exactly into fp32 scratch (matmul_scratch_floats, as the
 // 16-bit paths), multiplied by sgemm (products of fp8 values are exact in fp32, the sums
 // accumulate in fp32), and the product is scaled by the two scale_inv multiplied together in
@@ -207,10 +265,18 @@ template <class T>
 void matmul_forward(const MatmulForwardArgs<T>& a, const Launch& launch);
 
 // The fc matmul and GELU fused in cuBLASLt's GELU_AUX_BIAS epilogue (pre_gelu is the AUX output,
-// kept for gelu_backward). Where cuBLASLt has no fused algorithm (AUX needs N % 8 == 0), a plain
-// GEMM and kernels/cuda/activation.cu's GELU.
+// kept for the backward), the CPU twin's rounding. Where cuBLASLt has no fused algorithm (AUX
+// needs N % 8 == 0), a plain GEMM and GELU: matmul_forward then gelu_forward's rounding.
 template <class T>
 void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& a, const Launch& launch);
+
+// DGELU(_BGRAD) on the input gradient's GEMM (AUX, the pre-activation, needs K % 8 == 0; the
+// fc's bias gradient lands in a T scratch at the end of the workspace and is added by a kernel,
+// since an epilogue's bias gradient overwrites), then the weight gradient as matmul_backward's.
+// Where cuBLASLt declines: the GEMM, then dpre = gelu' * dpre and the column sums as kernels,
+// the rounding of matmul_backward then gelu_backward.
+template <class T>
+void matmul_gelu_backward(const MatmulGeluBackwardArgs<T>& a, const Launch& launch);
 
 // Accumulation is cuBLASLt's beta = 1 (one rounding of the fp32 result into T, as the CPU's
 // 16-bit path rounds once).

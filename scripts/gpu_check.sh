@@ -12,6 +12,7 @@
 #   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, membound_bench, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
+#   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
 #   scripts/gpu_check.sh cpuacc       # bench/time_accuracy.py on the host's CPU (quiet, unlike the
@@ -284,6 +285,53 @@ do_bench() {
     tail -n 4 "$out/profile_overhead.log"
 }
 
+# The cuBLASLt epilogue fusions (issue 20; docs/ENGINE.md, "Epilogue fusions"): GPT-2 bf16-amp
+# at B 8 and B 64 with --fusion off and on, alternated (off, on, off, on) so a drift hits both,
+# then each run's median step on the device (steps after the first 3) and the on/off ratio; the
+# fused kernels' tests on this GPU; one profiled B 8 step of each (report.txt: the mlp ops'
+# kernels, matmul_gelu_forward/backward against matmul_forward + gelu_forward, ...).
+do_fusion() {
+    need_build fusion || return 0
+    local n="$b/cli/napkin" bsz i f dir
+    step fusion_tests "$b/tests/kernels_cuda_test" --gtest_filter='MatmulGelu*:MatmulCuda*' \
+        --gtest_output="xml:$out/fusion_tests.xml"
+    for bsz in 8 64; do
+        for i in 1 2; do
+            for f in off on; do
+                dir="$out/fusion/b$bsz-$f-$i"
+                step "fusion_b${bsz}_${f}_$i" "$n" train --device cuda --model gpt2 --micro-batch "$bsz" \
+                    --seq-len 1024 --precision bf16-amp --steps 10 --quiet --force --fusion "$f" --out "$dir"
+                rm -f "$dir/checkpoint.safetensors"
+            done
+        done
+    done
+    python3 - "$out/fusion" <<'PY' | tee "$out/fusion_summary.txt"
+import json, os, statistics, sys
+root = sys.argv[1]
+def step_s(run):
+    try:
+        with open(os.path.join(root, run, "report.json")) as f:
+            steps = json.load(f)["steps"][3:]
+        return statistics.median(s.get("device_seconds", s["seconds"]) for s in steps)
+    except (OSError, KeyError, ValueError):
+        return None
+for bsz in (8, 64):
+    t = {f: [step_s(f"b{bsz}-{f}-{i}") for i in (1, 2)] for f in ("off", "on")}
+    if any(v is None for v in t["off"] + t["on"]):
+        print(f"B {bsz}: a run is missing"); continue
+    off, on = min(t["off"]), min(t["on"])
+    print(f"B {bsz}: fusion off {off * 1e3:.2f} ms, on {on * 1e3:.2f} ms a step; "
+          f"tokens/s on/off {off / on:.3f}")
+PY
+    for f in off on; do
+        dir="$out/fusion/trace-$f"
+        step "fusion_trace_$f" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+            --precision bf16-amp --steps 3 --profile steps:2-3 --fusion "$f" --out "$dir" &&
+            "$n" report --warmup 1 "$dir" >"$dir/report.txt" 2>&1
+        rm -f "$dir/checkpoint.safetensors"
+    done
+}
+
 # The flash attention in one call (issue 20): its kernel tests, its speed against SDPA on a quiet
 # GPU, and compute-sanitizer's memcheck, racecheck and synccheck on the mma.sync kernels
 # (kernels/cuda/attention_fa2_*.cu) over the test of their shapes, bf16 (fp16 runs the same code).
@@ -386,11 +434,12 @@ case "$what" in
     bench) do_bench ;;
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
+    fusion) do_fusion ;;
     predict) do_predict ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|predict|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

@@ -175,12 +175,18 @@ void GptImpl<Kernels>::check_forward(const PlanOp& op, int l, KeptTensors& kt) {
             return check_reads(site, out(KeptId::ln_2_out), in(KeptId::attn_res_out), lp.ln2_w,
                                lp.ln2_b);
         case OpRole::mlp_fc:
+            if (plan_.fusions.gelu) {  // the fc's GEMM wrote GELU's output as well
+                return anomaly_.op(
+                    k_, site, {out(KeptId::mlp_fc_out), out(KeptId::mlp_act_out)},
+                    {in(KeptId::ln_2_out), weight_of(lp.fc_w, l), weight_of(lp.fc_b, l)});
+            }
             return check_reads(site, out(KeptId::mlp_fc_out), in(KeptId::ln_2_out), lp.fc_w,
                                lp.fc_b);
         case OpRole::mlp_fc_lora:
             return check_reads(site, out(KeptId::mlp_fc_out), in(KeptId::ln_2_out), lp.fc_lora.a,
                                lp.fc_lora.b);
         case OpRole::mlp_act:
+            if (plan_.fusions.gelu) return;  // in mlp.fc's GEMM, checked there
             return check_reads(site, out(KeptId::mlp_act_out), in(KeptId::mlp_fc_out), nullptr,
                                nullptr);
         case OpRole::mlp_proj:
@@ -224,9 +230,17 @@ void GptImpl<Kernels>::check_backward(const PlanOp& op, int l, KeptTensors& kt) 
             return check_reads_back(site, act("d mlp.act.out", dnarrow, F), dbranch,
                                     in(KeptId::mlp_act_out), lp.down_lora.a, lp.down_lora.b);
         case OpRole::mlp_proj:
+            if (plan_.fusions.gelu) {  // through GELU: the fc's output and bias gradients
+                return anomaly_.op(k_, site,
+                                   {act("d mlp.fc.out", dwide, fc_cols), grad_of(lp.down_w, l),
+                                    grad_of(lp.down_b, l), grad_of(lp.fc_b, l)},
+                                   {dbranch, in(KeptId::mlp_act_out), in(KeptId::mlp_fc_out),
+                                    weight_of(lp.down_w, l)});
+            }
             return check_reads_back(site, act("d mlp.act.out", dnarrow, F), dbranch,
                                     in(KeptId::mlp_act_out), lp.down_w, lp.down_b);
         case OpRole::mlp_act:
+            if (plan_.fusions.gelu) return;  // in mlp.proj's backward, checked there
             return check_reads_back(site, act("d mlp.fc.out", dwide, fc_cols),
                                     act("d mlp.act.out", dnarrow, F), in(KeptId::mlp_fc_out),
                                     nullptr, nullptr);

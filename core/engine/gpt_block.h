@@ -68,6 +68,7 @@ template <class Kernels>
 void GptImpl<Kernels>::open_forward_kernel(profiler::KernelScope& kernel, const PlanOp& op) {
     if (op.kind == OpKind::matmul) return;
     if (fuse_residual_norm_ && op.role == OpRole::attn_res) return;
+    if (plan_.fusions.gelu && op.role == OpRole::mlp_act) return;  // in mlp.fc's GEMM
     if (fuse_residual_norm_ && op.role == OpRole::ln_2) {
         kernel_range(kernel, "residual_layernorm_forward",
                      residual_layernorm_forward_cost(std::get<NormShape>(op.shape)));
@@ -126,12 +127,14 @@ void GptImpl<Kernels>::op_forward(const PlanOp& op, int l, bool recompute, KeptT
             return norm_forward(kt, kLn2Kept, kept<T>(kt, KeptId::attn_res_out), lp.ln2_w, lp.ln2_b,
                                 kernel);
         case OpRole::mlp_fc:
+            if (plan_.fusions.gelu) return fc_gelu_forward(op, l, kt, kernel);
             return matmul(op, kept<T>(kt, KeptId::mlp_fc_out), kt, KeptId::ln_2_out, lp.fc_w,
                           lp.fc_b, kernel);
         case OpRole::mlp_fc_lora:
             return lora_forward(op, lp.fc_lora, kt, KeptId::ln_2_out,
                                 kept<T>(kt, KeptId::mlp_fc_out), KeptId::mlp_fc_lora_h);
         case OpRole::mlp_act:
+            if (plan_.fusions.gelu) return;  // in mlp.fc's GEMM epilogue
             return activation_forward(kt, kernel);
         case OpRole::mlp_proj:
             matmul(op, branch, kt, KeptId::mlp_act_out, lp.down_w, lp.down_b, kernel);
@@ -204,18 +207,21 @@ void GptImpl<Kernels>::op_backward(const PlanOp& op, int l, KeptTensors& kt,
             return lora_backward(op, lp.down_lora, kt, KeptId::mlp_act_out, branch_grad(),
                                  KeptId::mlp_proj_lora_h, launch);
         case OpRole::mlp_proj:
+            if (plan_.fusions.gelu) return proj_gelu_backward(op, l, kt, kernel);
             if (!adapters_) zero(dnarrow, N_ * cfg_.d_ff);  // else its adapter's backward did
             return matmul_back(op, dnarrow, branch_grad(), kt, KeptId::mlp_act_out, lp.down_w,
                                lp.down_b, kernel, launch);
         case OpRole::mlp_act:
+            if (plan_.fusions.gelu) return;  // in mlp.proj's backward GEMM epilogue
             return activation_backward(kt, launch);
         case OpRole::mlp_fc_lora:
             return lora_backward(op, lp.fc_lora, kt, KeptId::ln_2_out, dwide, KeptId::mlp_fc_lora_h,
                                  launch);
         case OpRole::mlp_fc:
             if (!adapters_) zero(dnarrow, N_ * C);
-            return matmul_back(op, dnarrow, dwide, kt, KeptId::ln_2_out, lp.fc_w, lp.fc_b, kernel,
-                               launch);
+            // Under the GELU fusion the fc's bias gradient came with mlp.proj's backward.
+            return matmul_back(op, dnarrow, dwide, kt, KeptId::ln_2_out, lp.fc_w,
+                               plan_.fusions.gelu ? nullptr : lp.fc_b, kernel, launch);
         case OpRole::ln_2:
             launch();
             return norm_backward(kt, kLn2Kept, dres, dnarrow, kept<T>(kt, KeptId::attn_res_out),
@@ -436,7 +442,8 @@ void GptImpl<Kernels>::matmul_back(const PlanOp& op, T* dinp, const T* dout, Kep
                         .M = s.M,
                         .N = s.N,
                         .K = s.K,
-                        .scratch = mm_scratch_.template data<float>()});
+                        .scratch = mm_scratch_.template data<float>(),
+                        .bias_grad_epilogue = plan_.fusions.bias_grad});
 }
 
 // A linear layer's adapter (op "<linear>.lora", gpt_lora.h): the base GEMM's output
@@ -472,6 +479,54 @@ void GptImpl<Kernels>::activation_forward(KeptTensors& kt, profiler::KernelScope
     else
         k_.swiglu_forward({.out = out, .inp = inp, .N = N_, .F = cfg_.d_ff});
     finish_output(kt, KeptId::mlp_act_out, kernel);
+}
+
+// mlp.fc and GELU in one GEMM (plan_.fusions.gelu): mlp.act.out = gelu(ln_2.out @ fc^T + b),
+// and mlp.fc.out keeps the pre-activation for the backward's DGELU.
+template <class Kernels>
+void GptImpl<Kernels>::fc_gelu_forward(const PlanOp& op, int l, KeptTensors& kt,
+                                       profiler::KernelScope& kernel) {
+    const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+    const auto& s = std::get<MatmulShape>(op.shape);
+    if (rec_ != nullptr) kernel_range(kernel, "matmul_gelu_forward", op.fwd);
+    k_.matmul_gelu_forward(
+        {.out = kept<T>(kt, KeptId::mlp_act_out),
+         .pre_gelu = kept<T>(kt, KeptId::mlp_fc_out),
+         .inp = kept<T>(kt, KeptId::ln_2_out),
+         .weight = lp.fc_w->weight.template data<T>(),
+         .bias = lp.fc_b != nullptr ? lp.fc_b->weight.template data<T>() : nullptr,
+         .M = s.M,
+         .N = s.N,
+         .K = s.K,
+         .scratch = mm_scratch_.template data<float>()});
+}
+
+// mlp.proj's backward with GELU's (plan_.fusions.gelu): dwide_ (N, F) = the fc's output
+// gradient straight from the branch's, overwritten (no zeroing, no dnarrow_ in between); the
+// proj's gradients and the fc's bias gradient accumulate.
+template <class Kernels>
+void GptImpl<Kernels>::proj_gelu_backward(const PlanOp& op, int l, KeptTensors& kt,
+                                          profiler::KernelScope& kernel) {
+    const LayerParams& lp = layer_params_[static_cast<std::size_t>(l)];
+    const auto& s = std::get<MatmulShape>(op.shape);
+    KernelCost cost = op.bwd_input;
+    cost += op.bwd_weight;
+    kernel_range(kernel, "matmul_gelu_backward", cost);
+    const auto grad = [](ParamSlot* p) {
+        return p != nullptr ? p->grad.template data<T>() : nullptr;
+    };
+    k_.matmul_gelu_backward({.dpre = dwide_.template data<T>(),
+                             .dpre_bias = grad(lp.fc_b),
+                             .dweight = grad(lp.down_w),
+                             .dbias = grad(lp.down_b),
+                             .dout = branch_grad(),
+                             .inp = kept<T>(kt, KeptId::mlp_act_out),
+                             .weight = lp.down_w->weight.template data<T>(),
+                             .pre_gelu = kept<T>(kt, KeptId::mlp_fc_out),
+                             .M = s.M,
+                             .N = s.N,
+                             .K = s.K,
+                             .scratch = mm_scratch_.template data<float>()});
 }
 
 // dwide_ (N, fc rows) = the activation's input gradient from dnarrow_ (N, F).

@@ -467,6 +467,9 @@ private:
     void attention_backward(const PlanOp& op, int l, KeptTensors& kt, profiler::KernelScope& kernel,
                             Launch&& launch);
     void activation_forward(KeptTensors& kt, profiler::KernelScope& kernel);
+    void fc_gelu_forward(const PlanOp& op, int l, KeptTensors& kt, profiler::KernelScope& kernel);
+    void proj_gelu_backward(const PlanOp& op, int l, KeptTensors& kt,
+                            profiler::KernelScope& kernel);
     template <class Launch>
     void activation_backward(KeptTensors& kt, Launch&& launch);
     void residual_backward(KeptTensors& kt, KeptId mask, profiler::KernelScope& kernel);

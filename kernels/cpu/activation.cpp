@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "kernels/cpu/gelu.h"
 
 namespace napkin::cpu {
 
@@ -14,8 +15,6 @@ namespace {
 
 constexpr std::int64_t kParallelMin =
     1 << 15;  // elements below which threads cost more than they save
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
 
 float sigmoid(float x) {
     return 1.0f / (1.0f + std::exp(-x));
@@ -23,35 +22,21 @@ float sigmoid(float x) {
 
 }  // namespace
 
-// GPT-2's gelu, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
-// x s with s = sigmoid(2u), the same function (1 + tanh(u) = 2 sigmoid(2u)): one expf instead of
-// glibc's slow tanhf (2-4x faster per element, bench/activation_bench), and no cancellation in
-// 1 + tanh(u) for negative x, where the tanh form loses every digit (x = -5: 0, not -1.5e-8).
+// GPT-2's gelu and its derivative: kernels/cpu/gelu.h.
 template <class T>
 void gelu_forward(const GeluForwardArgs<T>& args) {
     const auto& [out, inp, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
-    for (std::int64_t i = 0; i < n; ++i) {
-        const float x = to_float(inp[i]);
-        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-        out[i] = from_float<T>(x / (1.0f + std::exp(-2.0f * u)));  // exp overflow: -0, not NaN
-    }
+    for (std::int64_t i = 0; i < n; ++i)
+        out[i] = from_float<T>(gelu_value(to_float(inp[i])));
 }
 
-// d gelu / dx = s + 2 x s (1 - s) du/dx, with 1 - s = e s (e = exp(-2u)), which keeps its digits
-// as s -> 1; e is capped at exp(88) < FLT_MAX, so s (1 - s) is never inf * 0 (s is then ~1e-38).
 template <class T>
 void gelu_backward(const GeluBackwardArgs<T>& args) {
     const auto& [dinp, inp, dout, n] = args;
 #pragma omp parallel for if (n > kParallelMin)
     for (std::int64_t i = 0; i < n; ++i) {
-        const float x = to_float(inp[i]);
-        const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-        const float e = std::exp(std::min(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
-        const float s = 1.0f / (1.0f + e);
-        const float one_minus_s = e * s;
-        const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-        const float local = s + 2.0f * x * s * one_minus_s * du_dx;
+        const float local = gelu_grad(to_float(inp[i]));
         dinp[i] = from_float<T>(to_float(dinp[i]) + local * to_float(dout[i]));
     }
 }

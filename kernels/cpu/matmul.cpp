@@ -10,6 +10,7 @@
 
 #include "core/fp8.h"
 #include "core/half.h"
+#include "kernels/cpu/gelu.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
 
@@ -58,12 +59,15 @@ void scale_in_place(float* p, float s, std::int64_t n) {
         p[i] *= s;
 }
 
+// dbias (N) += column sums of dout (M, N). round_sum: the sum is rounded into T before the add,
+// as CUDA's epilogues hand it over (they write their bias gradient, kernels/cuda/matmul.cu).
 template <class T>
-void bias_sums(T* dbias, const T* dout, std::int64_t M, std::int64_t N) {
+void bias_sums(T* dbias, const T* dout, std::int64_t M, std::int64_t N, bool round_sum = false) {
 #pragma omp parallel for if (M * N > 65536)
     for (std::int64_t n = 0; n < N; ++n) {
         float sum = 0.0f;
         for (std::int64_t m = 0; m < M; ++m) sum += to_float(dout[m * N + n]);
+        if (round_sum) sum = to_float(from_float<T>(sum));
         dbias[n] = from_float<T>(to_float(dbias[n]) + sum);
     }
 }
@@ -99,7 +103,7 @@ void matmul_forward(const MatmulForwardArgs<T>& args) {
 
 template <class T>
 void matmul_backward(const MatmulBackwardArgs<T>& args) {
-    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch] = args;
+    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch, bias_epilogue] = args;
     if constexpr (std::is_same_v<T, float>) {
         if (dinp != nullptr) gemm_nn(dinp, dout, weight, M, N, K, 1.0f);
         if (dweight != nullptr) gemm_tn(dweight, dout, inp, M, N, K, 1.0f);
@@ -121,7 +125,67 @@ void matmul_backward(const MatmulBackwardArgs<T>& args) {
             accumulate(dweight, product, N * K);
         }
     }
-    if (dbias != nullptr) bias_sums(dbias, dout, M, N);
+    if (dbias != nullptr) bias_sums(dbias, dout, M, N, bias_epilogue && dweight != nullptr);
+}
+
+// The fp32 product of a (a_n elements) and b (b_n) by gemm(c, a, b), one of the three above:
+// for float in `out` itself, else the operands widened into scratch and the product after them.
+// Returns where it is.
+template <class T, class Gemm>
+float* fp32_product(T* out, const T* a, std::int64_t a_n, const T* b, std::int64_t b_n,
+                    float* scratch, const Gemm& gemm) {
+    if constexpr (std::is_same_v<T, float>) {
+        gemm(out, a, b);
+        return out;
+    } else {
+        float* wa = scratch;
+        float* wb = wa + a_n;
+        widen(wa, a, a_n);
+        widen(wb, b, b_n);
+        gemm(wb + b_n, wa, wb);
+        return wb + b_n;
+    }
+}
+
+template <class T>
+void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& args) {
+    const auto& [out, pre_gelu, inp, weight, bias, M, N, K, scratch] = args;
+    float* c = fp32_product(
+        out, inp, M * K, weight, N * K, scratch,
+        [&](float* y, const float* x, const float* w) { gemm_nt(y, x, w, M, N, K, 0.0f); });
+    const std::int64_t n = M * N;
+#pragma omp parallel for if (n > 65536)
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float x = c[i] + (bias != nullptr ? to_float(bias[i % N]) : 0.0f);
+        if (pre_gelu != nullptr) pre_gelu[i] = from_float<T>(x);
+        out[i] = from_float<T>(gelu_value(x));  // c may be out itself (float): x read first
+    }
+}
+
+template <class T>
+void matmul_gelu_backward(const MatmulGeluBackwardArgs<T>& args) {
+    const auto& [dpre, dpre_bias, dweight, dbias, dout, inp, weight, pre_gelu, M, N, K, scratch] =
+        args;
+    matmul_backward<T>({nullptr, dweight, dbias, dout, inp, weight, M, N, K, scratch, true});
+    // The input gradient's fp32 product (M, K): in dpre itself for float, else in scratch.
+    float* product = fp32_product(
+        dpre, dout, M * N, weight, N * K, scratch,
+        [&](float* y, const float* g, const float* w) { gemm_nn(y, g, w, M, N, K, 0.0f); });
+#pragma omp parallel for if (M * K > 65536)
+    for (std::int64_t i = 0; i < M * K; ++i) {
+        product[i] *= gelu_grad(to_float(pre_gelu[i]));
+        dpre[i] = from_float<T>(product[i]);
+    }
+    // The fc's bias gradient from the unrounded values, rows in order (as the emulated
+    // DGELU_BGRAD sums them), rounded into T and then added (the epilogue writes it).
+    if (dpre_bias == nullptr) return;
+#pragma omp parallel for if (M * K > 65536)
+    for (std::int64_t k = 0; k < K; ++k) {
+        float sum = 0.0f;
+        for (std::int64_t m = 0; m < M; ++m)
+            sum += product[m * K + k];
+        dpre_bias[k] = from_float<T>(to_float(dpre_bias[k]) + to_float(from_float<T>(sum)));
+    }
 }
 
 void matmul_fp8_forward(const MatmulFp8ForwardArgs& args) {
@@ -178,9 +242,11 @@ double sgemm_peak_flops(int n, int reps) {
     return best;
 }
 
-#define NAPKIN_INSTANTIATE_MATMUL(T)                              \
-    template void matmul_forward<T>(const MatmulForwardArgs<T>&); \
-    template void matmul_backward<T>(const MatmulBackwardArgs<T>&);
+#define NAPKIN_INSTANTIATE_MATMUL(T)                                       \
+    template void matmul_forward<T>(const MatmulForwardArgs<T>&);          \
+    template void matmul_backward<T>(const MatmulBackwardArgs<T>&);        \
+    template void matmul_gelu_forward<T>(const MatmulGeluForwardArgs<T>&); \
+    template void matmul_gelu_backward<T>(const MatmulGeluBackwardArgs<T>&);
 NAPKIN_INSTANTIATE_MATMUL(float)
 NAPKIN_INSTANTIATE_MATMUL(bf16_t)
 NAPKIN_INSTANTIATE_MATMUL(f16_t)

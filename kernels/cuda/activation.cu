@@ -32,16 +32,6 @@ struct GeluForward {
     }
 };
 
-__device__ __forceinline__ float gelu_backward_local(float x) {
-    // As kernels/cpu/activation.cpp: s = sigmoid(2u), 1 - s = e s accurate in both tails.
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float e = expf(fminf(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
-    const float s = 1.0f / (1.0f + e);
-    const float one_minus_s = e * s;
-    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    return s + 2.0f * x * s * one_minus_s * du_dx;
-}
-
 // dinp += gelu'(inp) dout, elementwise.
 template <class D_>
 struct GeluBackward {
@@ -55,7 +45,7 @@ struct GeluBackward {
         Pack<D, W> dx = load_pack<W>(dinp + i);
 #pragma unroll
         for (int j = 0; j < W; ++j) {
-            const float local = gelu_backward_local(to_f32(x.v[j]));
+            const float local = gelu_tanh_grad(to_f32(x.v[j]));
             dx.v[j] = from_f32<D>(to_f32(dx.v[j]) + local * to_f32(g.v[j]));
         }
         store_pack<W>(dinp + i, dx);

@@ -137,6 +137,17 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return x / (1.0f + expf(-2.0f * u));  // expf overflow: -0, not NaN
 }
 
+// Its derivative, as kernels/cpu/gelu.h: s + 2 x s (1 - s) du/dx with s = sigmoid(2u) and
+// 1 - s = e s (e = exp(-2u)), accurate in both tails.
+__device__ __forceinline__ float gelu_tanh_grad(float x) {
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float e = expf(fminf(-2.0f * u, 88.0f));  // finite: e s s is never inf * 0
+    const float s = 1.0f / (1.0f + e);
+    const float one_minus_s = e * s;
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    return s + 2.0f * x * s * one_minus_s * du_dx;
+}
+
 // Blocks for a grid-stride loop over n elements: enough to fill the device, never more than
 // the elements need (gridDim.x may go to 2^31 - 1; 1 << 20 blocks of 256 is plenty).
 inline unsigned grid_for(std::int64_t n, int block) {

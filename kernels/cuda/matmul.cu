@@ -292,6 +292,77 @@ __global__ void matmul_backward_bias_kernel(D* dbias, const D* dout, std::int64_
     }
 }
 
+// dpre (n) = gelu'(pre) dpre in place: the unfused DGELU, rounded as gelu_backward into a zeroed
+// gradient rounds (0 + gelu' dout).
+template <class D>
+__global__ void matmul_dgelu_kernel(D* dpre, const D* pre, std::int64_t n) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+        dpre[i] = from_f32<D>(0.0f + gelu_tanh_grad(to_f32(pre[i])) * to_f32(dpre[i]));
+}
+
+// dbias (n) += grad (n): an epilogue's bias gradient, which cuBLASLt writes, added into the
+// gradient that accumulates over micro-batches (the sum in fp32, rounded once more).
+template <class D>
+__global__ void matmul_bias_accumulate_kernel(D* dbias, const D* grad, std::int64_t n) {
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+        dbias[i] = from_f32<D>(to_f32(dbias[i]) + to_f32(grad[i]));
+}
+
+template <class D>
+void bias_sums(D* dbias, const D* dout, std::int64_t M, std::int64_t N, cudaStream_t stream) {
+    if (dbias == nullptr || N == 0) return;
+    const dim3 block(kBiasCols, kBiasRows);
+    const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);
+    matmul_backward_bias_kernel<<<grid, block, 0, stream>>>(dev(dbias), dev(dout), M, N);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+// An epilogue's bias gradient of n elements of T: at the end of the workspace, which cuBLASLt
+// then gets that much less of (a few KiB of its 32 MiB). Null when there is no workspace, or the
+// vector would not leave it most of it.
+struct BiasGradScratch {
+    void* grad = nullptr;
+    MatmulContext ctx;
+};
+BiasGradScratch bias_grad_scratch(const MatmulContext& ctx, std::int64_t n, std::size_t elem) {
+    BiasGradScratch b;
+    b.ctx = ctx;
+    const std::size_t bytes = (static_cast<std::size_t>(n) * elem + 255) / 256 * 256;
+    if (ctx.workspace == nullptr || bytes > ctx.workspace_bytes / 4) return b;
+    b.ctx.workspace_bytes = ctx.workspace_bytes - bytes;
+    b.grad = static_cast<char*>(ctx.workspace) + b.ctx.workspace_bytes;
+    return b;
+}
+
+// dweight (N, K) += dout^T @ inp; dbias (N) += the column sums of dout, by BGRADB on that GEMM
+// when asked and cuBLASLt has it (the sums then cost no second read of dout), else the kernel.
+template <class T>
+void weight_grads(T* dweight, T* dbias, const T* dout, const T* inp, std::int64_t M, std::int64_t N,
+                  std::int64_t K, bool bias_epilogue, const MatmulContext& ctx,
+                  cudaStream_t stream) {
+    constexpr cudaDataType_t type = cuda_data_type<T>();
+    if (dweight == nullptr) return bias_sums(dbias, dout, M, N, stream);
+    GemmCall c = gemm_tn(dweight, dout, inp, M, N, K, type, type, 1.0f);
+    const BiasGradScratch b = bias_grad_scratch(ctx, N, sizeof(device_t<T>));
+    if (dbias != nullptr && bias_epilogue && b.grad != nullptr && M > 0 && N > 0 && K > 0) {
+        c.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+        c.bias = b.grad;
+        if (gemm(b.ctx, c, stream, /*may_decline=*/true)) {
+            constexpr int kBlock = 256;
+            matmul_bias_accumulate_kernel<<<grid_for(N, kBlock), kBlock, 0, stream>>>(
+                dev(dbias), dev(static_cast<const T*>(b.grad)), N);
+            NAPKIN_CUDA_CHECK_LAUNCH();
+            return;
+        }
+        c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        c.bias = nullptr;
+    }
+    gemm(ctx, c, stream);
+    bias_sums(dbias, dout, M, N, stream);
+}
+
 template <class T>
 void forward_impl(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, std::int64_t M,
                   std::int64_t N, std::int64_t K, bool gelu, const MatmulContext& ctx,
@@ -374,21 +445,63 @@ void matmul_gelu_forward(const MatmulGeluForwardArgs<T>& a, const Launch& launch
 
 template <class T>
 void matmul_backward(const MatmulBackwardArgs<T>& args, const Launch& launch) {
-    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch] = args;
+    const auto& [dinp, dweight, dbias, dout, inp, weight, M, N, K, scratch, bias_epilogue] = args;
     const MatmulContext ctx = matmul_context(launch, scratch);
     cudaStream_t stream = launch.stream;
     NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0,
                         "matmul_backward: M " << M << ", N " << N << ", K " << K);
     constexpr cudaDataType_t type = cuda_data_type<T>();
     if (dinp != nullptr) gemm(ctx, gemm_nn(dinp, dout, weight, M, N, K, type, type, 1.0f), stream);
-    if (dweight != nullptr)
-        gemm(ctx, gemm_tn(dweight, dout, inp, M, N, K, type, type, 1.0f), stream);
-    if (dbias != nullptr && N > 0) {
-        const dim3 block(kBiasCols, kBiasRows);
-        const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);
-        matmul_backward_bias_kernel<<<grid, block, 0, stream>>>(dev(dbias), dev(dout), M, N);
-        NAPKIN_CUDA_CHECK_LAUNCH();
+    weight_grads(dweight, dbias, dout, inp, M, N, K, bias_epilogue, ctx, stream);
+}
+
+// dpre (M, K) = DGELU(dout @ weight): gemm_nn's D is the column-major (K, M) matrix dpre^T, and
+// the pre-activation, stored like dpre, is the AUX input with leading dimension K (cuBLASLt wants
+// it divisible by 8). DGELU_BGRAD's bias gradient runs along D's rows: the K columns of dpre.
+template <class T>
+void matmul_gelu_backward(const MatmulGeluBackwardArgs<T>& args, const Launch& launch) {
+    const auto& [dpre, dpre_bias, dweight, dbias, dout, inp, weight, pre_gelu, M, N, K, scratch] =
+        args;
+    const MatmulContext ctx = matmul_context(launch, scratch);
+    cudaStream_t stream = launch.stream;
+    NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0,
+                        "matmul_gelu_backward: M " << M << ", N " << N << ", K " << K);
+    if (M > 0 && K > 0) {
+        constexpr cudaDataType_t type = cuda_data_type<T>();
+        GemmCall c = gemm_nn(dpre, dout, weight, M, N, K, type, type, 0.0f);
+        const BiasGradScratch b = bias_grad_scratch(ctx, K, sizeof(device_t<T>));
+        // Without a workspace to hold it, the fc's bias gradient is summed from dpre by the kernel.
+        const bool bgrad = dpre_bias != nullptr && b.grad != nullptr;
+        c.epilogue = bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+        c.aux = const_cast<T*>(pre_gelu);
+        c.aux_ld = K;
+        c.bias = bgrad ? b.grad : nullptr;
+        constexpr int kBlock = 256;
+        if (N > 0 && K % 8 == 0 && gemm(b.ctx, c, stream, /*may_decline=*/true)) {
+            if (bgrad) {
+                matmul_bias_accumulate_kernel<<<grid_for(K, kBlock), kBlock, 0, stream>>>(
+                    dev(dpre_bias), dev(static_cast<const T*>(b.grad)), K);
+                NAPKIN_CUDA_CHECK_LAUNCH();
+            } else {
+                bias_sums(dpre_bias, static_cast<const T*>(dpre), M, K, stream);
+            }
+        } else {
+            c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+            c.aux = nullptr;
+            c.aux_ld = 0;
+            c.bias = nullptr;
+            if (N > 0) {
+                gemm(ctx, c, stream);
+            } else {
+                NAPKIN_CUDA_CHECK(cudaMemsetAsync(dpre, 0, sizeof(device_t<T>) * M * K, stream));
+            }
+            matmul_dgelu_kernel<<<grid_for(M * K, kBlock), kBlock, 0, stream>>>(
+                dev(dpre), dev(pre_gelu), M * K);
+            NAPKIN_CUDA_CHECK_LAUNCH();
+            bias_sums(dpre_bias, static_cast<const T*>(dpre), M, K, stream);
+        }
     }
+    weight_grads(dweight, dbias, dout, inp, M, N, K, /*bias_epilogue=*/true, ctx, stream);
 }
 
 // ---- fp8 (kernels/matmul.h): cuBLASLt's fp8 kernels take the TN form only.
@@ -497,18 +610,14 @@ void matmul_fp8_backward(const MatmulFp8BackwardArgs& args, const Launch& launch
         c.beta = 1.0f;
         gemm(ctx, c, stream);
     }
-    if (dbias != nullptr && N > 0) {
-        const dim3 block(kBiasCols, kBiasRows);
-        const auto grid = static_cast<unsigned>((N + kBiasCols - 1) / kBiasCols);
-        matmul_backward_bias_kernel<<<grid, block, 0, stream>>>(dev(dbias), dev(dout), M, N);
-        NAPKIN_CUDA_CHECK_LAUNCH();
-    }
+    bias_sums(dbias, dout, M, N, stream);
 }
 
 #define NAPKIN_CUDA_MATMUL_INSTANTIATE(T)                                                 \
     template void matmul_forward<T>(const MatmulForwardArgs<T>&, const Launch&);          \
     template void matmul_gelu_forward<T>(const MatmulGeluForwardArgs<T>&, const Launch&); \
-    template void matmul_backward<T>(const MatmulBackwardArgs<T>&, const Launch&);
+    template void matmul_backward<T>(const MatmulBackwardArgs<T>&, const Launch&);        \
+    template void matmul_gelu_backward<T>(const MatmulGeluBackwardArgs<T>&, const Launch&);
 NAPKIN_CUDA_MATMUL_INSTANTIATE(float)
 NAPKIN_CUDA_MATMUL_INSTANTIATE(bf16_t)
 NAPKIN_CUDA_MATMUL_INSTANTIATE(f16_t)

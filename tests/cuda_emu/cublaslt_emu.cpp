@@ -9,7 +9,8 @@
 // bits) as the tensor cores see it. Work is done when called; streams and the workspace are
 // ignored. Emulated is exactly what matmul.cu uses: A, B fp32/bf16/fp16 (the same type), D fp32
 // or A's type, compute 32F or 32F_FAST_TF32, scale fp32, host alpha/beta, C == D, epilogues
-// DEFAULT, BIAS, GELU[_AUX][_BIAS]; and fp8 A and B as cublasLtMatmul documents its fp8 kernels
+// DEFAULT, BIAS, GELU[_AUX][_BIAS], and the backward ones DGELU[_BGRAD], BGRADA, BGRADB (their
+// semantics below, at cublasLtMatmul); and fp8 A and B as cublasLtMatmul documents its fp8 kernels
 // on Ada and Hopper (E4M3 or E5M2 each, not both E5M2; the "TN" form only, A transposed and B
 // not; compute 32F; every dimension and leading dimension a multiple of 16 bytes, operands
 // 16-byte aligned; A/B_SCALE_POINTER device fp32 factors of the product, which no other types
@@ -28,6 +29,7 @@
 #include <cuda_fp8.h>
 #include <cupti_runtime_cbid.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -51,8 +53,8 @@ struct MatmulDesc {
     cudaDataType_t scale;
     std::int32_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
     std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    const void* bias = nullptr;  // (m), D's type
-    void* aux = nullptr;         // (m, n), ld aux_ld, D's type
+    const void* bias = nullptr;  // (m), or (n) under BGRADB; D's type; written by the BGRAD ones
+    void* aux = nullptr;         // (m, n), ld aux_ld, D's type; read by DGELU[_BGRAD]
     std::int64_t aux_ld = 0;
     const void* a_scale = nullptr;  // fp8 A and B: device fp32 factors
     const void* b_scale = nullptr;
@@ -108,6 +110,21 @@ bool has_aux(std::uint32_t e) {
 bool has_gelu(std::uint32_t e) {
     return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || has_aux(e);
 }
+// The backward epilogues: DGELU reads the GELU input (AUX) and multiplies the product by
+// gelu'(aux); the BGRAD ones write a bias gradient through BIAS_POINTER.
+bool has_dgelu(std::uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+bool has_bgrad(std::uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_DGELU_BGRAD || e == CUBLASLT_EPILOGUE_BGRADA ||
+           e == CUBLASLT_EPILOGUE_BGRADB;
+}
+bool uses_bias_pointer(std::uint32_t e) {
+    return has_bias(e) || has_bgrad(e);
+}
+bool uses_aux_pointer(std::uint32_t e) {
+    return has_aux(e) || has_dgelu(e);
+}
 
 bool is_fp8(cudaDataType_t t) {
     return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
@@ -155,6 +172,16 @@ float round_to_tf32(float x) {
 float gelu_tanh(float x) {
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return x / (1.0f + std::exp(-2.0f * u));
+}
+
+// Its derivative as kernels/cuda/activation.cu's gelu_backward computes it: s + 2 x s (1 - s)
+// du/dx with s = sigmoid(2u), 1 - s = e s, e = exp(-2u) capped at exp(88).
+float gelu_tanh_grad(float x) {
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    const float e = std::exp(std::min(-2.0f * u, 88.0f));
+    const float s = 1.0f / (1.0f + e);
+    const float du_dx = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+    return s + 2.0f * x * s * (e * s) * du_dx;
 }
 
 // The fp8 kernels' documented requirements (cublasLtMatmul, "FP8"; on Ada and Hopper): A and B
@@ -223,10 +250,13 @@ cublasStatus_t check_problem(cublasLtHandle_t handle, const MatmulDesc* op, cons
         (tb ? b->rows : b->cols) != d->cols)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "shapes of op(A), op(B) and D disagree");
     const std::uint32_t e = op->epilogue;
-    if (e != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(e) && !has_gelu(e))
-        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue other than DEFAULT, BIAS, GELU*");
-    // cublasLt.h: the GELU input's leading dimension must be divisible by 8 and >= D's rows.
-    if (has_aux(e) && (op->aux_ld < d->rows || op->aux_ld % 8 != 0))
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(e) && !has_gelu(e) && !has_dgelu(e) &&
+        !has_bgrad(e))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      "epilogue other than DEFAULT, BIAS, GELU*, DGELU*, BGRADA, BGRADB");
+    // cublasLt.h: the GELU input's leading dimension must be divisible by 8 and >= D's rows, for
+    // the forward's output and the backward's input alike.
+    if (uses_aux_pointer(e) && (op->aux_ld < d->rows || op->aux_ld % 8 != 0))
         return refuse(CUBLAS_STATUS_INVALID_VALUE,
                       "EPILOGUE_AUX_LD below m or not a multiple of 8");
     return CUBLAS_STATUS_SUCCESS;
@@ -421,9 +451,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "null alpha, beta, A, B or D");
     if (C != D) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "C and D differ (only C == D)");
     const std::uint32_t e = op->epilogue;
-    if (has_bias(e) && op->bias == nullptr)
-        return refuse(CUBLAS_STATUS_INVALID_VALUE, "BIAS epilogue without BIAS_POINTER");
-    if (has_aux(e) && op->aux == nullptr)
+    if (uses_bias_pointer(e) && op->bias == nullptr)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "BIAS or BGRAD epilogue without BIAS_POINTER");
+    if (uses_aux_pointer(e) && op->aux == nullptr)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "AUX epilogue without EPILOGUE_AUX_POINTER");
     const std::size_t ab_bytes = element_bytes(la->type), d_bytes = element_bytes(ld->type);
     const bool fp8 = is_fp8(la->type);
@@ -435,7 +465,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
             (algo != nullptr && !aligned(operands[i], algo->data[i])))
             return refuse(CUBLAS_STATUS_INVALID_VALUE,
                           "A, B, C or D less aligned than its element or the algorithm");
-    if ((has_bias(e) && !aligned(op->bias, d_bytes)) || (has_aux(e) && !aligned(op->aux, d_bytes)))
+    if ((uses_bias_pointer(e) && !aligned(op->bias, d_bytes)) ||
+        (uses_aux_pointer(e) && !aligned(op->aux, d_bytes)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias or aux not aligned to its element");
     // As cuBLASLt 13.1 does on an H200 (the fp8 scale probe of the H200 session, bench/results):
     // the heuristic offers its algorithms, then cublasLtMatmul refuses an A or B scale pointer
@@ -443,11 +474,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if ((op->a_scale != nullptr && !aligned(op->a_scale, 16)) ||
         (op->b_scale != nullptr && !aligned(op->b_scale, 16)))
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "A or B scale pointer not 16-byte aligned");
+    // The bias (gradient) runs along D's rows, but BGRADB's along its columns.
+    const std::int64_t bias_len = e == CUBLASLT_EPILOGUE_BGRADB ? ld->cols : ld->rows;
     if (!on_device(A, la->rows, la->cols, la->ld, ab_bytes) ||
         !on_device(B, lb->rows, lb->cols, lb->ld, ab_bytes) ||
         !on_device(D, ld->rows, ld->cols, ld->ld, d_bytes) ||
-        (has_bias(e) && !on_device(op->bias, ld->rows, 1, ld->rows, d_bytes)) ||
-        (has_aux(e) && !on_device(op->aux, ld->rows, ld->cols, op->aux_ld, d_bytes)) ||
+        (uses_bias_pointer(e) && !on_device(op->bias, bias_len, 1, bias_len, d_bytes)) ||
+        (uses_aux_pointer(e) && !on_device(op->aux, ld->rows, ld->cols, op->aux_ld, d_bytes)) ||
         (workspace != nullptr && !napkin::emu::is_device_memory(workspace, workspace_bytes)) ||
         (op->a_scale != nullptr && !napkin::emu::is_device_memory(op->a_scale, sizeof(float))) ||
         (op->b_scale != nullptr && !napkin::emu::is_device_memory(op->b_scale, sizeof(float))))
@@ -478,6 +511,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const float alpha_f =
         *static_cast<const float*>(alpha) * factor(op->a_scale) * factor(op->b_scale);
     const float beta_f = *static_cast<const float*>(beta);
+    // DGELU_BGRAD's bias gradient: row i's sum over the columns of the fp32 values D is rounded
+    // from, in column order (cublasLt.h does not say whether it sums before or after rounding;
+    // the CPU twin, kernels/cpu/matmul.cpp, sums the same fp32 values).
+    std::vector<float> row_sums(
+        e == CUBLASLT_EPILOGUE_DGELU_BGRAD ? static_cast<std::size_t>(m) : 0, 0.0f);
     for (std::int64_t j = 0; j < n; ++j) {
         for (std::int64_t i = 0; i < m; ++i) {
             float acc = 0.0f;
@@ -489,7 +527,25 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
             if (has_bias(e)) v += load(op->bias, ld->type, i);
             if (has_aux(e)) store(op->aux, ld->type, i + j * op->aux_ld, v);
             if (has_gelu(e)) v = gelu_tanh(v);
+            if (has_dgelu(e)) v *= gelu_tanh_grad(load(op->aux, ld->type, i + j * op->aux_ld));
+            if (!row_sums.empty()) row_sums[static_cast<std::size_t>(i)] += v;
             store(D, ld->type, i + j * ld->ld, v);
+        }
+    }
+    // The bias gradients, each rounded once into D's type: DGELU_BGRAD's row sums of the output;
+    // BGRADA's of op(A) (m, k) and BGRADB's of op(B) (k, n), summed over k in order.
+    void* bgrad = const_cast<void*>(op->bias);
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        for (std::int64_t i = 0; i < m; ++i)
+            store(bgrad, ld->type, i, row_sums[static_cast<std::size_t>(i)]);
+    } else if (e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB) {
+        const bool on_a = e == CUBLASLT_EPILOGUE_BGRADA;
+        const std::vector<float>& rows = on_a ? a_rows : b_cols;
+        for (std::int64_t i = 0; i < (on_a ? m : n); ++i) {
+            float sum = 0.0f;
+            for (std::int64_t p = 0; p < k; ++p)
+                sum += rows[i * k + p];
+            store(bgrad, ld->type, i, sum);
         }
     }
     napkin::emu::trace::kernel(call.correlation(), "cublasLt_emulated_gemm", dim3(1), dim3(1), 0,

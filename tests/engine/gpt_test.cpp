@@ -17,6 +17,7 @@
 #include "estimator/estimate.h"
 #include "profiler/event.h"
 #include "tests/engine/estimate_util.h"
+#include "tests/engine/kernel_count.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
 
@@ -192,25 +193,7 @@ TEST(GptKernels, Ln2RunsTheResidualAddInItsKernel) {
             m->set_recorder(&rec);
             const Batch batch = random_batch(2 * 9, cfg.vocab_size, 7);
             m->forward_backward(batch.inputs.data(), batch.targets.data(), 1.0f);
-            std::vector<profiler::RangeEvent> ops, kernels;
-            for (auto& e : rec.take()) {
-                if (auto* r = std::get_if<profiler::RangeEvent>(&e)) {
-                    if (r->category == profiler::Category::op) ops.push_back(*r);
-                    if (r->category == profiler::Category::kernel) kernels.push_back(*r);
-                }
-            }
-            // "<op without h.<l>. and (recompute)> <kernel>" for every kernel, by its op's range.
-            std::map<std::string, int> count;
-            for (const auto& k : kernels) {
-                for (const auto& o : ops) {
-                    if (k.start_ns < o.start_ns || k.start_ns + k.dur_ns > o.start_ns + o.dur_ns)
-                        continue;
-                    std::string op = o.name.substr(o.name.find('.', 2) + 1);
-                    if (const auto at = op.find(" (recompute)"); at != std::string::npos)
-                        op.resize(at);
-                    ++count[op + " " + k.name];
-                }
-            }
+            std::map<std::string, int> count = test::kernels_by_op(rec);
             const int L = cfg.n_layers, runs = ck == Checkpointing::full ? 2 : 1;
             if (norm == NormKind::layernorm) {
                 EXPECT_EQ(count["ln_2 residual_layernorm_forward"], L * runs);

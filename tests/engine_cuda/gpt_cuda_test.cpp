@@ -54,6 +54,10 @@ struct Case {
     // > 0: 2 query heads of this dimension (1 kv head for Llama's GQA): 64 and 128 take the
     // mma.sync flash attention (kernels/cuda/attention_fa2_*.cu) in 16-bit precisions.
     int head_dim = 0;
+    // The CUDA engine with cuBLASLt's epilogue fusions (PlanInputs::gemm_epilogues: GELU in the
+    // MLP's GEMMs, bias gradients by BGRADB) against the CPU's unfused kernels: they round in
+    // other places (core/op_plan.h), within the recipe's tolerance.
+    bool epilogues = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -108,7 +112,10 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     auto device = open_engine_device(DeviceKind::cuda);
     AccountingAllocator dev_alloc(device->memory());
     {
-        auto gpu = device->create_gpt(cfg, in, dev_alloc, 1234);
+        PlanInputs gpu_in = in;
+        gpu_in.gemm_epilogues = c.epilogues;
+        auto gpu = device->create_gpt(cfg, gpu_in, dev_alloc, 1234);
+        EXPECT_EQ(gpu->plan().fusions.gelu, c.epilogues) << "the plan did not fuse as asked";
         std::normal_distribution<float> nd(0.0f, 0.2f);
         for (std::size_t i = 0; i < cpu->params().size(); ++i) {
             if (!cpu->params()[i].adapter) continue;
@@ -224,6 +231,17 @@ const Case kCases[] = {
      false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.0, 64},
     {"fp16amp_flash_llama_hd128_dropout", Precision::fp16_amp, AttentionImpl::flash,
      Checkpointing::none, true, 1e-5, 2e-2, 5e-3, false, false, Finetune::full, 0.1, 128},
+    // The epilogue fusions: GELU forward and backward and the bias gradients in the GEMMs, under
+    // each 16-bit recipe, with dropout (the branch gradient through its mask into DGELU) and
+    // with full checkpointing (the fused fc rebuilt for the backward).
+    {"bf16amp_flash_gpt2_epilogues", Precision::bf16_amp, AttentionImpl::flash, Checkpointing::none,
+     false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.0, 0, true},
+    {"fp16amp_flash_gpt2_epilogues", Precision::fp16_amp, AttentionImpl::flash, Checkpointing::none,
+     false, 1e-5, 2e-2, 5e-3, false, false, Finetune::full, 0.0, 0, true},
+    {"bf16_naive_gpt2_dropout_epilogues", Precision::bf16, AttentionImpl::naive,
+     Checkpointing::none, false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.1, 0, true},
+    {"bf16amp_flash_gpt2_full_checkpointing_epilogues", Precision::bf16_amp, AttentionImpl::flash,
+     Checkpointing::full, false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.0, 0, true},
 };
 INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<Case>& i) {
@@ -231,8 +249,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
                          });
 
 TrainOptions tiny_run(Precision precision, DeviceKind device,
-                      OptimizerKind optimizer = OptimizerKind::adamw) {
+                      OptimizerKind optimizer = OptimizerKind::adamw, bool epilogues = false) {
     TrainOptions o;
+    o.plan.gemm_epilogues = epilogues;
     o.model = preset_or_throw("tiny");
     o.plan.micro_batch = 4;
     o.plan.seq_len = 64;
@@ -250,9 +269,9 @@ TrainOptions tiny_run(Precision precision, DeviceKind device,
 // the CPU's step by step (the gap may grow as rounding differences compound, within a few
 // percent) and, over 50 steps, learns.
 void follow_cpu(Precision precision, double rtol, OptimizerKind optimizer = OptimizerKind::adamw,
-                int steps = 50) {
+                int steps = 50, bool epilogues = false) {
     Trainer cpu(tiny_run(precision, DeviceKind::cpu, optimizer));
-    Trainer gpu(tiny_run(precision, DeviceKind::cuda, optimizer));
+    Trainer gpu(tiny_run(precision, DeviceKind::cuda, optimizer, epilogues));
     std::vector<float> cpu_loss, gpu_loss;
     for (int s = 0; s < steps; ++s) {
         cpu_loss.push_back(cpu.step().loss);
@@ -274,6 +293,19 @@ TEST(GptCudaTraining, Bf16AmpFiftyStepsFollowCpu) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
     follow_cpu(Precision::bf16_amp, 5e-2);
+}
+
+// The epilogue fusions (napkin train's default on a GPU) against the CPU's unfused kernels.
+TEST(GptCudaTraining, Bf16AmpEpiloguesFiftyStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    NAPKIN_SKIP_ON_EMULATOR("50 steps take minutes (LossAndEveryGradientMatch checks one)");
+    follow_cpu(Precision::bf16_amp, 5e-2, OptimizerKind::adamw, 50, true);
+}
+
+// Three steps on the emulator too: the fused run's first updates follow the unfused CPU's.
+TEST(GptCudaTraining, Bf16AmpEpiloguesFirstStepsFollowCpu) {
+    NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
+    follow_cpu(Precision::bf16_amp, 2e-2, OptimizerKind::adamw, 3, true);
 }
 
 TEST(GptCudaTraining, PureBf16FiftyStepsFollowCpu) {
