@@ -214,6 +214,12 @@ Prediction read_predicted(const Object& o) {
     }
     if (const auto h = o.optional_object("host_memory"))
         p.host_memory = read_host_state<double>(*h);
+    if (const auto g = o.optional_object("paged_optimizer")) {
+        p.paged_optimizer = PagedPrediction{
+            g->number("state_bytes"), g->number("device_peak_bytes"),
+            g->number("traffic_bytes_per_step"), g->number("traffic_seconds_per_step"),
+            g->boolean("link_assumed")};
+    }
     if (const auto t = o.optional_object("time")) p.time = read_time_prediction(*t);
     return p;
 }
@@ -246,6 +252,11 @@ Measurement read_measured(const Object& o) {
         m.device_memory = DeviceMemory{d->integer<std::uint64_t>("baseline_used_bytes"),
                                        d->integer<std::uint64_t>("peak_used_bytes"),
                                        d->integer<std::uint64_t>("total_bytes")};
+    }
+    if (const auto g = o.optional_object("paged_optimizer")) {
+        m.paged_optimizer = PagedMeasurement{
+            g->integer<std::int64_t>("state_bytes"), g->number("to_device_bytes_per_step"),
+            g->number("to_host_bytes_per_step"), g->number("traffic_seconds_per_step")};
     }
     return m;
 }

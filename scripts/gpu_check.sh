@@ -14,6 +14,8 @@
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
+#   scripts/gpu_check.sh paged        # --paged-optimizer on GPT-2: device peak (cudaMemGetInfo)
+#                                     # and page traffic and its time, against the prediction
 #   scripts/gpu_check.sh cpuacc       # bench/time_accuracy.py on the host's CPU (quiet, unlike the
 #                                     # dev VM): calibrate, then 18 CPU runs predicted vs measured
 #   scripts/gpu_check.sh all          # all of the above but cpuacc, in that order
@@ -358,6 +360,33 @@ do_predict() {
     fi
 }
 
+# The paged optimizer (issue 25): GPT-2 bf16-amp AdamW with and without --paged-optimizer, the
+# same numbers bit for bit expected; report.json holds the paged state and the page traffic
+# (bytes each way and the prefetches' time on the stream) predicted beside measured, and the
+# driver's device peak (cudaMemGetInfo) of both runs. The prediction's link is assumed (PCIe 4.0
+# x16) unless the run's device profile measured host-device copies.
+do_paged() {
+    need_build paged || return 0
+    local n="$b/cli/napkin" m
+    mkdir -p "$out/paged"
+    for m in off on; do
+        local flag=()
+        [ "$m" = on ] && flag=(--paged-optimizer)
+        step "paged_gpt2_$m" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+            --precision bf16-amp --steps 10 --quiet "${flag[@]}" --out "$out/paged/$m"
+    done
+    rm -f "$out"/paged/*/checkpoint.safetensors
+    "$n" report "$out/paged/off" "$out/paged/on" >"$out/paged/report.txt" 2>&1
+    if command -v jq >/dev/null; then
+        for m in off on; do
+            echo "$m $(jq -c '{device_peak_used: .measured.device_memory.peak_used_bytes,
+                baseline: .measured.device_memory.baseline_used_bytes,
+                losses: [.steps[].loss], predicted: .predicted.paged_optimizer,
+                measured: .measured.paged_optimizer}' "$out/paged/$m/report.json")"
+        done | tee "$out/paged/paged.txt"
+    fi
+}
+
 # The CPU accuracy benchmark (issue 21) wants a quiet machine; the GPU host's CPU is one.
 do_cpuacc() {
     need_build cpuacc || return 0
@@ -368,7 +397,7 @@ do_cpuacc() {
 
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|paged|cpuacc|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -380,10 +409,11 @@ case "$what" in
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
     predict) do_predict ;;
+    paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

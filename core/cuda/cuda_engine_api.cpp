@@ -79,6 +79,9 @@ void stream_synchronize(CUstream_st* stream) {
 RawMemory* memory_create() {
     return new CachingDeviceMemory();
 }
+RawMemory* paged_memory_create() {
+    return new cuda::ManagedMemory();
+}
 void memory_destroy(RawMemory* memory) noexcept {
     delete memory;
 }
@@ -157,6 +160,9 @@ CudaEngineApi make_api() {
     a.activity_pop_external = &cuda::activity_pop_external;
     a.activity_timestamp = &cuda::activity_timestamp;
     a.activity_flush = &cuda::activity_flush;
+    // Paged memory
+    a.paged_memory_create = &paged_memory_create;
+    a.prefetch = &cuda::prefetch;
     return a;
 }
 

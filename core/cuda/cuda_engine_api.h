@@ -131,6 +131,13 @@ struct CudaEngineApi {
     decltype(&cuda::activity_pop_external) activity_pop_external = nullptr;
     decltype(&cuda::activity_timestamp) activity_timestamp = nullptr;
     decltype(&cuda::activity_flush) activity_flush = nullptr;
+
+    // ---- Paged memory (napkin train --paged-optimizer; core/cuda/device_memory.h) ----------
+    // Managed memory preferred on the host, for an accounting allocator of its own; returned
+    // with memory_destroy. prefetch moves a range to the current device or back, queued.
+    RawMemory* (*paged_memory_create)() = nullptr;
+    void (*prefetch)(const void* ptr, std::size_t bytes, bool to_device,
+                     CUstream_st* stream) = nullptr;
 };
 
 // The table for storage type T.

@@ -21,3 +21,12 @@ const bool g_host_guard = [] {
 }();
 
 }  // namespace
+
+// For the engine's tests, which load this plugin (dlsym): the managed memory the engine asked
+// for (tests/cuda_emu/emu_state.h ManagedStats), and a fresh count.
+extern "C" void napkin_emu_managed_stats(napkin::emu::ManagedStats* out) {
+    *out = napkin::emu::managed_stats();
+}
+extern "C" void napkin_emu_reset_managed_stats() {
+    napkin::emu::reset_managed_stats();
+}
