@@ -470,13 +470,17 @@ void print_memory(const Columns& t, const std::vector<json>& runs) {
     }
     if (std::any_of(runs.begin(), runs.end(),
                     [](const json& r) { return r.contains("paged_optimizer"); })) {
-        for (const char* c : {"state", "to_device_per_step", "to_host_per_step"}) {
-            t.row(std::string("  paged optimizer ") + c, [&](const json& r) {
+        const std::pair<const char*, const char*> rows[] = {
+            {"state", "  paged optimizer state"},
+            {"to_device_per_step", "    paged in per step"},
+            {"to_host_per_step", "    paged out per step"}};
+        for (const auto& [c, label] : rows) {
+            t.row(label, [&](const json& r) {
                 return r.contains("paged_optimizer") ? both_mb(r["paged_optimizer"][c])
                                                      : std::string("-");
             });
         }
-        t.row("  paged optimizer ms/step", [&](const json& r) {
+        t.row("    paging ms per step", [&](const json& r) {
             if (!r.contains("paged_optimizer")) return std::string("-");
             const json& p = r["paged_optimizer"]["seconds_per_step"];
             return fmt("%.3f", 1e3 * p["predicted"].get<double>()) + " / " +

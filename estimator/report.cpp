@@ -147,10 +147,10 @@ void text_parameters(std::ostream& os, const EstimateInputs& in, const Estimate&
 // --paged-optimizer: the state in managed memory, the update's resident peak, the traffic.
 void text_paged(std::ostream& os, const PagedOptimizerEstimate& p) {
     os << "paged optimizer state (managed memory, preferred on the host)\n";
-    row(os, "optimizer state, paged", p.state_bytes);
+    row(os, "optimizer state S, paged", p.state_bytes);
     row(os, "update's resident set", p.step_peak_bytes);
     row(os, "device peak", p.device_peak_bytes);
-    row(os, "page traffic per step (2 x state)", p.traffic_bytes_per_step);
+    row(os, "page traffic per step (2 S)", p.traffic_bytes_per_step);
     os << "  page traffic time per step " << printf_string("%.3f", 1e3 * p.traffic_seconds_per_step)
        << " ms over "
        << (p.link_assumed ? "an assumed 25 GB/s each way (PCIe 4.0 x16)"

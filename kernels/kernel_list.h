@@ -63,7 +63,8 @@
     X(dropout_backward, DropoutBackwardArgs)                                                 \
     X(nonfinite_check, NonfiniteCheckArgs)                                                   \
     X(kv_cache_write, KvCacheWriteArgs)                                                      \
-    X(decode_attention, DecodeAttentionArgs)
+    X(decode_attention, DecodeAttentionArgs)                                                 \
+    X(nonfinite_check_many, NonfiniteCheckManyArgs)
 
 // head_cross_entropy: the CPU returns the mean loss from its own reduction; CUDA leaves the
 // per-row losses on the device, and its wrapper reads them back and takes the mean.

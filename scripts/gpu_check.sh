@@ -14,6 +14,7 @@
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
+#   scripts/gpu_check.sh anomaly      # --detect-anomaly's cost on GPT-2 alone (predict runs it too)
 #   scripts/gpu_check.sh paged        # --paged-optimizer on GPT-2: device peak (cudaMemGetInfo)
 #                                     # and page traffic and its time, against the prediction
 #   scripts/gpu_check.sh cpuacc       # bench/time_accuracy.py on the host's CPU (quiet, unlike the
@@ -317,13 +318,11 @@ do_gpt2() {
 # once profiled (the checks' kernels in its trace); the anomaly runs first, as they need no
 # profile. PROFILE_BASE (a profile to start from) and
 # CALIBRATE_ARGS (e.g. "--precisions fp32 --merge") measure only what that profile lacks.
-do_predict() {
-    need_build predict || return 0
-    local n="$b/cli/napkin" gpu
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
-          tr '[:upper:]' '[:lower:]')
-    local profile="$out/profile-${gpu:-gpu}.json"
-    local i
+# --detect-anomaly's cost alone (issue 25: one batched check launch per op): GPT-2 B=8 T=1024
+# bf16-amp off and on, alternated, and once profiled; `report.txt` has the step times side by side.
+do_anomaly() {
+    need_build anomaly || return 0
+    local n="$b/cli/napkin" i
     for i in 1 2; do
         step "anomaly_off_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
             --precision bf16-amp --steps 20 --quiet --out "$out/anomaly/off-$i"
@@ -336,6 +335,15 @@ do_predict() {
     "$n" report --warmup 3 "$out/anomaly/off-1" "$out/anomaly/on-1" "$out/anomaly/off-2" \
         "$out/anomaly/on-2" >"$out/anomaly/report.txt" 2>&1
     "$n" report --warmup 3 --top 40 "$out/anomaly/on-profiled" >"$out/anomaly/profiled.txt" 2>&1
+}
+
+do_predict() {
+    need_build predict || return 0
+    local n="$b/cli/napkin" gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
+          tr '[:upper:]' '[:lower:]')
+    local profile="$out/profile-${gpu:-gpu}.json"
+    do_anomaly
     [ -n "${PROFILE_BASE:-}" ] && cp "$PROFILE_BASE" "$profile"
     # shellcheck disable=SC2086  # CALIBRATE_ARGS: words
     step_timeout="${CALIBRATE_TIMEOUT:-200}" step calibrate "$n" calibrate --device cuda -o "$profile" ${CALIBRATE_ARGS:-} \
@@ -397,7 +405,7 @@ do_cpuacc() {
 
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|paged|cpuacc|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|anomaly|paged|cpuacc|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -409,11 +417,12 @@ case "$what" in
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
     predict) do_predict ;;
+    anomaly) do_anomaly ;;
     paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

@@ -145,6 +145,8 @@ public:
         if (!p.master.empty()) k_.copy_from_host(p.master.raw(), values, static_cast<std::size_t>(p.numel) * sizeof(float));
     }
 
+    std::size_t anomaly_check_launches() const override { return anomaly_.launches(); }
+
     float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
         if (!anomaly_.on()) return micro_batch(inputs, targets, dloss);
         anomaly_.begin(k_);

@@ -63,6 +63,10 @@ std::size_t managed_host_bytes();   // managed bytes on the host now (not device
 ManagedStats managed_stats();
 void reset_managed_stats();
 
+// Launches of the kernel named `kernel` (its name in the .cu: "nonfinite_check_many_kernel")
+// that ran so far in this process.
+std::uint64_t launches_of(const std::string& kernel);
+
 // For the emulator's own tests (tests/cuda_emu/emu_test.cpp): the last failure's message, and
 // a fresh device (errors cleared, no kernel opted in), which a real context cannot give.
 std::string last_error_message();
