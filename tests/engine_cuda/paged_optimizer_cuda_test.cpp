@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "core/check.h"
 #include "core/engine/trainer.h"
 #include "core/model_config.h"
+#include "profiler/event.h"
 #include "tests/engine/estimate_util.h"
 #include "tests/engine_cuda/cuda_engine_test_util.h"
 
@@ -99,7 +101,9 @@ TEST_P(PagedOptimizerCuda, SameNumbersExactMemoryAndTraffic) {
     EXPECT_EQ(b.paged_allocator()->current_bytes(MemCategory::optimizer_state),
               static_cast<std::int64_t>(state));
     EXPECT_EQ(b.paged_allocator()->current_total_bytes(), static_cast<std::int64_t>(state));
+    profiler::Recorder rec;
     for (int s = 0; s < 3; ++s) {
+        if (s == 2) b.set_recorder(&rec);  // the last step profiled: its trace shows the paging
         const StepRecord r = b.step();
         // The same arithmetic on other memory: bit for bit.
         EXPECT_EQ(r.loss, plain[s].loss) << "step " << s;
@@ -113,6 +117,18 @@ TEST_P(PagedOptimizerCuda, SameNumbersExactMemoryAndTraffic) {
         EXPECT_EQ(r.paged_to_host_bytes, state) << "step " << s;
         EXPECT_GE(r.paged_seconds, 0.0);
     }
+    // The trace's "paged optimizer" counter: the profiled step's bytes each way.
+    int counters = 0;
+    for (const profiler::Event& ev : rec.take()) {
+        const auto* c = std::get_if<profiler::CounterEvent>(&ev);
+        if (c == nullptr || c->name != "paged optimizer") continue;
+        ++counters;
+        ASSERT_EQ(c->values.size(), 3u);
+        EXPECT_EQ(c->values[0].series, "to_device_bytes");
+        EXPECT_EQ(c->values[0].value, static_cast<double>(state));
+        EXPECT_EQ(c->values[1].value, static_cast<double>(state));
+    }
+    EXPECT_EQ(counters, 1);
     if (emu) {  // what the driver was asked: advice on every state byte, the start's move home
         EmuManagedStats m;
         emu->stats(&m);
