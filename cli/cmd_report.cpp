@@ -136,7 +136,8 @@ void summarize_memory(const profiler::RunReport& r, json& s) {
     if (const auto& p = r.predicted.paged_optimizer) {
         const auto& m = r.measured.paged_optimizer;  // there whenever the prediction is
         auto pair = [](double predicted, std::optional<double> measured) {
-            return json{{"predicted", predicted}, {"measured", measured ? json(*measured) : json()}};
+            return json{{"predicted", predicted},
+                        {"measured", measured ? json(*measured) : json()}};
         };
         const auto measured = [&](auto field) {
             return m ? std::optional<double>(static_cast<double>((*m).*field)) : std::nullopt;

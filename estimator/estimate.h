@@ -159,8 +159,8 @@ struct PagedOptimizerEstimate {
     // The update's resident set: the model states without the optimizer's, the state paged in,
     // and the global norm's workspace (a framework that frees activations before the step).
     double step_peak_bytes = 0;
-    double device_peak_bytes = 0;         // max(forward/backward total, step_peak_bytes)
-    double traffic_bytes_per_step = 0;    // 2 x state_bytes: to the GPU before, back after
+    double device_peak_bytes = 0;       // max(forward/backward total, step_peak_bytes)
+    double traffic_bytes_per_step = 0;  // 2 x state_bytes: to the GPU before, back after
     double to_device_bytes_per_s = 0, to_host_bytes_per_s = 0;  // the host link's rates
     bool link_assumed = false;            // no device profile's copy rates: PCIe 4.0 x16 assumed
     double traffic_seconds_per_step = 0;  // state / to-device rate + state / to-host rate

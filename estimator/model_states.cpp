@@ -216,12 +216,12 @@ void page_optimizer(const Terms& x, Estimate& e) {
     PagedOptimizerEstimate p;
     p.state_bytes = e.gpu.optimizer;
     e.gpu.optimizer = 0;
-    p.step_peak_bytes =
-        e.gpu.model_states() + p.state_bytes + e.temporaries.grad_norm_workspace;
+    p.step_peak_bytes = e.gpu.model_states() + p.state_bytes + e.temporaries.grad_norm_workspace;
     p.device_peak_bytes = std::max(e.gpu.total(), p.step_peak_bytes);
     p.traffic_bytes_per_step = 2.0 * p.state_bytes;
     const DeviceProfile* profile = x.in.profile;
-    if (profile != nullptr && profile->host_device && profile->host_device->to_device_bytes_per_s > 0 &&
+    if (profile != nullptr && profile->host_device &&
+        profile->host_device->to_device_bytes_per_s > 0 &&
         profile->host_device->to_host_bytes_per_s > 0) {
         p.to_device_bytes_per_s = profile->host_device->to_device_bytes_per_s;
         p.to_host_bytes_per_s = profile->host_device->to_host_bytes_per_s;

@@ -203,8 +203,9 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
     row(os, "total", e.gpu.total());
     if (e.paged) text_paged(os, *e.paged);
     const double peak = e.paged ? e.paged->device_peak_bytes : e.gpu.total();
-    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
-                  e.gpu_capacity_bytes / kGB, 100.0 * peak / e.gpu_capacity_bytes);
+    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n",
+                  e.fits_gpu ? "fits" : "DOES NOT FIT", e.gpu_capacity_bytes / kGB,
+                  100.0 * peak / e.gpu_capacity_bytes);
     os << line;
     if (e.cpu.total() > 0) {
         os << "host memory for offloaded states, per GPU\n";

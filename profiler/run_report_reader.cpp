@@ -215,10 +215,10 @@ Prediction read_predicted(const Object& o) {
     if (const auto h = o.optional_object("host_memory"))
         p.host_memory = read_host_state<double>(*h);
     if (const auto g = o.optional_object("paged_optimizer")) {
-        p.paged_optimizer = PagedPrediction{
-            g->number("state_bytes"), g->number("device_peak_bytes"),
-            g->number("traffic_bytes_per_step"), g->number("traffic_seconds_per_step"),
-            g->boolean("link_assumed")};
+        p.paged_optimizer =
+            PagedPrediction{g->number("state_bytes"), g->number("device_peak_bytes"),
+                            g->number("traffic_bytes_per_step"),
+                            g->number("traffic_seconds_per_step"), g->boolean("link_assumed")};
     }
     if (const auto t = o.optional_object("time")) p.time = read_time_prediction(*t);
     return p;

@@ -1,7 +1,8 @@
 // gpt_detail::AnomalyCheck: napkin train --detect-anomaly's slots in the GPT engine, on either
 // backend (core/engine/anomaly.h has the design): one nonfinite_check_many per op over the
-// tensors it wrote, each into its slot of a zeroed per-micro-batch buffer, read after each op on the CPU (and in a GPU's replay),
-// once per micro-batch on a GPU. Which tensors each op checks: core/engine/gpt_anomaly.h.
+// tensors it wrote, each into its slot of a zeroed per-micro-batch buffer, read after each op on
+// the CPU (and in a GPU's replay), once per micro-batch on a GPU. Which tensors each op checks:
+// core/engine/gpt_anomaly.h.
 #pragma once
 
 #include <algorithm>

@@ -132,6 +132,20 @@ void Trainer::open_paged_memory() {
     paged_alloc_ = std::make_unique<AccountingAllocator>(*paged);
 }
 
+void Trainer::take_page_traffic(StepRecord& r) {
+    const EngineDevice::PageTraffic pages = device_->take_page_traffic();
+    r.paged_to_device_bytes = pages.to_device_bytes;
+    r.paged_to_host_bytes = pages.to_host_bytes;
+    r.paged_seconds = pages.seconds;
+    if (rec_ != nullptr && paged_alloc_ != nullptr) {  // the trace's "paged optimizer" counter
+        rec_->record(profiler::CounterEvent{"paged optimizer",
+                                            rec_->now_ns(),
+                                            {{"to_device_bytes", static_cast<double>(pages.to_device_bytes)},
+                                             {"to_host_bytes", static_cast<double>(pages.to_host_bytes)},
+                                             {"prefetch_ms", 1e3 * pages.seconds}}});
+    }
+}
+
 StepRecord Trainer::step() {
     StepRecord r;
     r.step = step_;
@@ -215,17 +229,7 @@ StepRecord Trainer::step() {
     // Launches are asynchronous: the step ends on the device (the timer's stop waits for it).
     if (device_ != nullptr) {
         r.device_seconds = device_->timer_stop_seconds();
-        const EngineDevice::PageTraffic pages = device_->take_page_traffic();
-        r.paged_to_device_bytes = pages.to_device_bytes;
-        r.paged_to_host_bytes = pages.to_host_bytes;
-        r.paged_seconds = pages.seconds;
-        if (rec_ != nullptr && paged_alloc_ != nullptr) {  // the trace's "paged optimizer" counter
-            rec_->record(profiler::CounterEvent{
-                "paged optimizer", rec_->now_ns(),
-                {{"to_device_bytes", static_cast<double>(pages.to_device_bytes)},
-                 {"to_host_bytes", static_cast<double>(pages.to_host_bytes)},
-                 {"prefetch_ms", 1e3 * pages.seconds}}});
-        }
+        take_page_traffic(r);
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));

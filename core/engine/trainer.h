@@ -141,6 +141,8 @@ public:
 
 private:
     void open_paged_memory();  // --paged-optimizer's allocator, or UsageError naming why not
+    // The step's prefetches (EngineDevice::take_page_traffic) into r, and the trace's counter.
+    void take_page_traffic(StepRecord& r);
 
     TrainOptions opts_;
     HostMemory host_;

@@ -94,8 +94,8 @@ cudaError_t cudaMemPrefetchAsync(const void* ptr, std::size_t bytes, cudaMemLoca
                                    " bytes outside managed memory");
     const bool to_device = location.type == cudaMemLocationTypeDevice;
     if (to_device && location.id != 0)
-        return napkin::emu::refuse("cudaMemPrefetchAsync to device " +
-                                   std::to_string(location.id) + " (the emulator has device 0)");
+        return napkin::emu::refuse("cudaMemPrefetchAsync to device " + std::to_string(location.id) +
+                                   " (the emulator has device 0)");
     // Residency is per allocation: a prefetch of part of one moves only part of it, which the
     // flag cannot say, so the emulator asks for whole allocations (the engine prefetches tensors).
     if (bytes != m->bytes)

@@ -52,14 +52,14 @@ int dynamic_shared_limit(const void* kernel);
 // the driver for. Bytes are counted per call, whole allocations (the emulator refuses a prefetch
 // of part of one).
 struct ManagedStats {
-    std::uint64_t allocations = 0;       // cudaMallocManaged calls
+    std::uint64_t allocations = 0;         // cudaMallocManaged calls
     std::uint64_t advised_host_bytes = 0;  // cudaMemAdvise(SetPreferredLocation, host)
     std::uint64_t prefetches = 0;
     std::uint64_t to_device_bytes = 0, to_host_bytes = 0;  // cudaMemPrefetchAsync, by direction
 };
 void managed_added(const void* p, std::size_t bytes);  // cudaMallocManaged's
 bool managed_removed(const void* p);  // cudaFree's: true when p was managed (and is no more)
-std::size_t managed_host_bytes();   // managed bytes on the host now (not device memory)
+std::size_t managed_host_bytes();     // managed bytes on the host now (not device memory)
 ManagedStats managed_stats();
 void reset_managed_stats();
 

@@ -63,8 +63,8 @@ TEST(AnomalyCuda, NanLossGradientNamesTheHeadsBackward) {
 TEST(AnomalyCuda, OneCheckLaunchPerOp) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     const char* path = std::getenv("NAPKIN_CUDA_PLUGIN");
-    void* lib = path != nullptr && cuda_engine_emulated() ? dlopen(path, RTLD_NOW | RTLD_NOLOAD)
-                                                          : nullptr;
+    void* lib =
+        path != nullptr && cuda_engine_emulated() ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
     auto launches = lib == nullptr ? nullptr
                                    : reinterpret_cast<std::uint64_t (*)(const char*)>(
                                          dlsym(lib, "napkin_emu_launches_of"));

@@ -84,7 +84,8 @@ TEST_P(PagedOptimizerCuda, SameNumbersExactMemoryAndTraffic) {
         Trainer a(tiny(GetParam(), false));
         for (int s = 0; s < 3; ++s)
             plain.push_back(a.step());
-        plain_state = plain.back().peak_bytes[static_cast<std::size_t>(MemCategory::optimizer_state)];
+        plain_state =
+            plain.back().peak_bytes[static_cast<std::size_t>(MemCategory::optimizer_state)];
         plain_total = plain.back().peak_total_bytes;
     }
     const TrainOptions o = tiny(GetParam(), true);
@@ -140,11 +141,10 @@ TEST_P(PagedOptimizerCuda, SameNumbersExactMemoryAndTraffic) {
 
 INSTANTIATE_TEST_SUITE_P(
     Recipes, PagedOptimizerCuda,
-    testing::Values(Recipe{"fp32_adamw", Precision::fp32, OptimizerKind::adamw, Finetune::full},
-                    Recipe{"bf16amp_adamw8bit", Precision::bf16_amp, OptimizerKind::adamw_8bit,
-                           Finetune::full},
-                    Recipe{"bf16amp_qlora_adamw", Precision::bf16_amp, OptimizerKind::adamw,
-                           Finetune::qlora}),
+    testing::Values(
+        Recipe{"fp32_adamw", Precision::fp32, OptimizerKind::adamw, Finetune::full},
+        Recipe{"bf16amp_adamw8bit", Precision::bf16_amp, OptimizerKind::adamw_8bit, Finetune::full},
+        Recipe{"bf16amp_qlora_adamw", Precision::bf16_amp, OptimizerKind::adamw, Finetune::qlora}),
     [](const testing::TestParamInfo<Recipe>& i) { return std::string(i.param.name); });
 
 TEST(PagedOptimizer, CpuEngineIsAUsageError) {

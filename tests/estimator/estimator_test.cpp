@@ -138,7 +138,8 @@ TEST(EstimatorPaged, QloraLlama2SevenBByHand) {
     EXPECT_EQ(e.paged->device_peak_bytes, std::max(e.gpu.total(), e.paged->step_peak_bytes));
     // A device profile's measured copy rates replace the assumption.
     DeviceProfile profile;
-    profile.host_device = HostDeviceCopy{.to_device_bytes_per_s = 50e9, .to_host_bytes_per_s = 40e9};
+    profile.host_device =
+        HostDeviceCopy{.to_device_bytes_per_s = 50e9, .to_host_bytes_per_s = 40e9};
     in.profile = &profile;
     const Estimate m = est.run(in);
     EXPECT_FALSE(m.paged->link_assumed);
