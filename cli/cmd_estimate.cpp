@@ -40,7 +40,7 @@ struct EstimateFlags {
     // Recipe.
     std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none", attention = "flash";
     std::string attention_flops = "causal";
-    bool grads_fp32 = false, fp32_optimizer_state = false;
+    bool grads_fp32 = false, fp32_optimizer_state = false, paged_optimizer = false;
     // Parallel.
     int gpus = 1, zero = 0, tp = 1, pp = 1, vpp = 1;
     bool sp = false;
@@ -303,6 +303,7 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     in.causal_attention_flops = f.attention_flops == "causal";
     in.grads_fp32 = f.grads_fp32;
     in.optimizer_fp32 = f.fp32_optimizer_state;
+    in.paged_optimizer = f.paged_optimizer;
     in.gpus = f.gpus;
     in.zero = f.zero;
     in.tp = f.tp;
@@ -559,6 +560,10 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
         ->group(g);
     cmd->add_flag("--fp32-optimizer-state", f.fp32_optimizer_state,
                   "With --precision bf16: optimizer moments in fp32, no master (QLoRA's recipe)")
+        ->group(g);
+    cmd->add_flag("--paged-optimizer", f.paged_optimizer,
+                  "Optimizer state in managed memory preferred on the host, paged in for the "
+                  "update and out after it (QLoRA's paged optimizer; napkin train on CUDA)")
         ->group(g);
     cmd->add_option("--checkpointing", f.checkpointing, "none|full|selective")->group(g)->capture_default_str();
     cmd->add_option("--attention", f.attention, "naive|flash")->group(g)->capture_default_str();

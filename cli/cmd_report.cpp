@@ -132,6 +132,28 @@ void summarize_memory(const profiler::RunReport& r, json& s) {
                             {"gradients", pair(p->gradients, m->gradients)},
                             {"optimizer_state", pair(p->optimizer_state, m->optimizer_state)}};
     }
+    // --paged-optimizer: the state in managed memory and its page traffic (absent otherwise).
+    if (const auto& p = r.predicted.paged_optimizer) {
+        const auto& m = r.measured.paged_optimizer;  // there whenever the prediction is
+        auto pair = [](double predicted, std::optional<double> measured) {
+            return json{{"predicted", predicted},
+                        {"measured", measured ? json(*measured) : json()}};
+        };
+        const auto measured = [&](auto field) {
+            return m ? std::optional<double>(static_cast<double>((*m).*field)) : std::nullopt;
+        };
+        s["paged_optimizer"] = {
+            {"state", pair(p->state_bytes, measured(&profiler::PagedMeasurement::state_bytes))},
+            {"to_device_per_step",
+             pair(p->traffic_bytes_per_step / 2,
+                  measured(&profiler::PagedMeasurement::to_device_bytes_per_step))},
+            {"to_host_per_step",
+             pair(p->traffic_bytes_per_step / 2,
+                  measured(&profiler::PagedMeasurement::to_host_bytes_per_step))},
+            {"seconds_per_step",
+             pair(p->traffic_seconds_per_step,
+                  measured(&profiler::PagedMeasurement::traffic_seconds_per_step))}};
+    }
     const auto& cf = r.predicted.closed_form;
     s["closed_form"] = {{"model_state_bytes", cf ? json(cf->model_state_bytes) : json()},
                         {"bytes_per_param", cf ? json(cf->bytes_per_param) : json()},
@@ -447,6 +469,26 @@ void print_memory(const Columns& t, const std::vector<json>& runs) {
                 return r["host_memory"].is_null() ? std::string("-") : both_mb(r["host_memory"][c]);
             });
         }
+    }
+    if (std::any_of(runs.begin(), runs.end(),
+                    [](const json& r) { return r.contains("paged_optimizer"); })) {
+        const std::pair<const char*, const char*> rows[] = {
+            {"state", "  paged optimizer state"},
+            {"to_device_per_step", "    paged in per step"},
+            {"to_host_per_step", "    paged out per step"}};
+        for (const auto& [c, label] : rows) {
+            t.row(label, [&](const json& r) {
+                return r.contains("paged_optimizer") ? both_mb(r["paged_optimizer"][c])
+                                                     : std::string("-");
+            });
+        }
+        t.row("    paging ms per step", [&](const json& r) {
+            if (!r.contains("paged_optimizer")) return std::string("-");
+            const json& p = r["paged_optimizer"]["seconds_per_step"];
+            return fmt("%.3f", 1e3 * p["predicted"].get<double>()) + " / " +
+                   (p["measured"].is_null() ? std::string("-")
+                                            : fmt("%.3f", 1e3 * p["measured"].get<double>()));
+        });
     }
     t.row("  closed form: model states",
           [&](const json& r) { return mb(r["closed_form"]["model_state_bytes"]); });

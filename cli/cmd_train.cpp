@@ -605,6 +605,10 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "shard in host memory and step it there (ZeRO-Offload; --device cuda, --zero "
                    "1-3, a mixed-precision recipe)")
         ->capture_default_str();
+    cmd.add_flag("--paged-optimizer", f.paged_optimizer,
+                 "Keep the optimizer state in CUDA managed memory preferred on the host, "
+                 "prefetched to the GPU for the update and back after it (QLoRA's paged "
+                 "optimizer; --device cuda, no --zero 1-3 or --offload)");
     cmd.add_option("--comm-timeout", f.comm_timeout,
                    "Seconds one collective may wait for the other ranks before the job ends with "
                    "an error naming it (a rank stuck or gone); 0: wait forever. Only under a "

@@ -12,7 +12,7 @@ namespace {
 
 // Sorted by field. The field is the library's name for the setting (TrainOptions, PlanInputs,
 // EstimateInputs, InferenceInputs); where it carries a unit the flag's does not, both are here.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 51> kFlags{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 52> kFlags{{
     {"adapters", "--adapters"},
     {"attention_flops", "--attention-flops"},
     {"batch", "--batch"},
@@ -49,6 +49,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 51> kFlags{{
     {"offload_optimizer", "--offload optimizer"},
     {"optimizer", "--optimizer"},
     {"overlap", "--overlap"},
+    {"paged_optimizer", "--paged-optimizer"},
     {"params", "--params"},
     {"peak_flops_per_s", "--peak-tflops"},
     {"pp", "--pp"},

@@ -232,7 +232,8 @@ DeviceKind pick_device(const TrainFlags& f, Communicator& comm) {
     return f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
 }
 
-// --zero, --overlap and --offload: like the device, a resumed run may change the last two.
+// --zero, --overlap, --offload and --paged-optimizer: like the device, a resumed run may change
+// all but the first.
 void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
     o.zero = f.zero;
     if (f.overlap != "auto" && f.overlap != "on" && f.overlap != "off") {
@@ -251,6 +252,7 @@ void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
         throw UsageError("--offload: unknown value '" + f.offload + "' (expected none|optimizer)");
     }
     o.offload_optimizer = f.offload == "optimizer";
+    o.paged_optimizer = f.paged_optimizer;  // a memory placement: the same numbers either way
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ struct TrainFlags {
     double comm_timeout = 600;  // seconds; 0: wait forever
     std::string overlap = "auto";
     std::string offload = "none";
+    bool paged_optimizer = false;
     std::string finetune = "full";
     double dropout = -1;          // < 0: the model config's
     std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's

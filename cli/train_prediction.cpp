@@ -40,6 +40,7 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.gpus = world;
     ei.zero = o.zero;
     ei.offload = o.offload_optimizer ? Offload::optimizer : Offload::none;
+    ei.paged_optimizer = o.paged_optimizer;
     ei.peak_flops_per_s = peak_flops_per_s;
     ei.gpu_memory_bytes = 1e15;
     ei.engine =
@@ -80,6 +81,11 @@ profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInpu
         .bytes_per_param = pred.bytes_per_param.total(),
         .activations = pred.act_closed_form_bytes};
     if (o.offload_optimizer) p.host_memory = {pred.cpu.master, pred.cpu.grads, pred.cpu.optimizer};
+    if (const auto& g = pred.paged) {
+        p.paged_optimizer = profiler::PagedPrediction{g->state_bytes, g->device_peak_bytes,
+                                                      g->traffic_bytes_per_step,
+                                                      g->traffic_seconds_per_step, g->link_assumed};
+    }
     return p;
 }
 

@@ -42,6 +42,9 @@ const profiler::StepReport& StepTotals::add(const StepRecord& r, double peak_flo
     for (std::size_t c = 0; c < kMemCategoryCount; ++c)
         peaks[c] = std::max(peaks[c], r.peak_bytes[c]);
     peak_total = std::max(peak_total, r.peak_total_bytes);
+    paged_to_device_bytes += static_cast<double>(r.paged_to_device_bytes);
+    paged_to_host_bytes += static_cast<double>(r.paged_to_host_bytes);
+    paged_seconds += r.paged_seconds;
     profiler::StepReport s;
     s.step = r.step;
     s.loss = r.loss;
@@ -116,6 +119,12 @@ profiler::Measurement measurement_report(const TrainOptions& o, const StepTotals
         m.device_memory = {totals.device_baseline->used_bytes, totals.device_peak->used_bytes,
                            totals.device_peak->total_bytes};
     }
+    if (const AccountingAllocator* paged = trainer.paged_allocator()) {  // per step, averaged
+        const auto n = static_cast<double>(totals.steps.size());
+        m.paged_optimizer = profiler::PagedMeasurement{
+            paged->peak_bytes(MemCategory::optimizer_state), totals.paged_to_device_bytes / n,
+            totals.paged_to_host_bytes / n, totals.paged_seconds / n};
+    }
     return m;
 }
 
@@ -151,6 +160,15 @@ void print_run_summary(const profiler::RunReport& report, const StepTotals& tota
             mb(static_cast<double>(h->master_weights)).c_str(),
             mb(static_cast<double>(h->gradients)).c_str(),
             mb(static_cast<double>(h->optimizer_state)).c_str(), mb(predicted.cpu.total()).c_str());
+    }
+    if (const auto& g = report.measured.paged_optimizer) {
+        const double predicted_state = predicted.paged ? predicted.paged->state_bytes : 0.0;
+        std::printf(
+            "  paged optimizer state: %s (predicted %s); page traffic per step %s in, %s out, "
+            "%.3f ms\n",
+            mb(static_cast<double>(g->state_bytes)).c_str(), mb(predicted_state).c_str(),
+            mb(g->to_device_bytes_per_step).c_str(), mb(g->to_host_bytes_per_step).c_str(),
+            1e3 * g->traffic_seconds_per_step);
     }
     std::printf("  report: %s, checkpoint: %s\n", report_file.string().c_str(),
                 run.checkpoint.c_str());

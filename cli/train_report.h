@@ -34,6 +34,8 @@ struct StepTotals {
     // On a GPU, the driver's view of the device beside the allocator's: before the first step
     // (context, libraries, model) and the largest after a step.
     std::optional<EngineDevice::MemoryUse> device_baseline, device_peak;
+    // --paged-optimizer: the steps' page traffic summed (StepRecord's paged_*).
+    double paged_to_device_bytes = 0, paged_to_host_bytes = 0, paged_seconds = 0;
 
     // The step's entry (MFU and HFU against `peak_flops_per_s`) and its share of the totals.
     const profiler::StepReport& add(const StepRecord& r, double peak_flops_per_s, bool on_gpu,

@@ -72,7 +72,7 @@ void capacity(Terms& x, Estimate& e) {
     const EstimateInputs& in = x.in;
     e.gpu_capacity_bytes = in.gpu_memory_bytes;
     e.cpu_capacity_bytes = in.cpu_memory_bytes;
-    e.fits_gpu = e.gpu.total() <= in.gpu_memory_bytes;
+    e.fits_gpu = (e.paged ? e.paged->device_peak_bytes : e.gpu.total()) <= in.gpu_memory_bytes;
     e.cpu_node_bytes = e.cpu.total() * std::min(x.W, in.gpus_per_node);
     e.fits_cpu =
         e.cpu.total() == 0 || in.cpu_memory_bytes <= 0 || e.cpu_node_bytes <= in.cpu_memory_bytes;
@@ -112,6 +112,7 @@ void memory(Terms& x, BufferPlan& buffers, Estimate& e) {
             e.temporaries = estimate_steps::temporaries(x, whole, e, buffers);
             e.gpu.temporaries = e.temporaries.total();
         }
+        if (x.in.paged_optimizer) estimate_steps::page_optimizer(x, e);
         return;
     }
     Estimate::Parallel& par = e.parallel;
@@ -410,6 +411,11 @@ static void validate_parallel(const EstimateInputs& in) {
             "{tp}/{pp}: napkin models 3D parallelism for full training (not {finetune} " +
             std::string(enum_name(kFinetuneNames, in.finetune)) + ")");
     }
+    if (in.paged_optimizer) {
+        throw UsageError(
+            "{tp}/{pp}: napkin models 3D parallelism with the states on the GPUs (not "
+            "{paged_optimizer})");
+    }
     if (in.offload != Offload::none) {
         throw UsageError(
             "{tp}/{pp}: napkin models 3D parallelism with the states on the GPUs (not "
@@ -481,6 +487,10 @@ void validate(const EstimateInputs& in) {
     }
     if (in.optimizer_fp32 && in.optimizer == OptimizerKind::adamw_8bit) {
         throw UsageError("{fp32_optimizer_state}: not with {optimizer} adamw-8bit");
+    }
+    if (in.paged_optimizer && in.offload != Offload::none) {
+        throw UsageError(
+            "{paged_optimizer}: not with {offload} (the state is either paged or offloaded)");
     }
 }
 

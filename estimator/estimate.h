@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct EstimateInputs {
     LinkChoice node_link;     // inside a node (NVLink): tensor-parallel groups and small ones
     LinkChoice network_link;  // across nodes
     Offload offload = Offload::none;
+    // QLoRA's paged optimizer (napkin train --paged-optimizer): the optimizer state in managed
+    // memory preferred on the host, prefetched to the GPU for the update and back after it.
+    bool paged_optimizer = false;
     int gpus_per_node = 8;  // for host memory: offloaded states of a node's GPUs share its RAM
 
     // Fine-tuning.
@@ -144,6 +148,25 @@ struct TemporaryBytes {
     }
 };
 
+// The paged optimizer (EstimateInputs::paged_optimizer; docs/ESTIMATOR.md "Paged optimizer
+// states"): the state leaves the GPU's categories (MemoryBytes::optimizer is 0) for managed
+// memory, and comes back for the update.
+// PCIe 4.0 x16's practical copy rate each way (32 GB/s raw), for page traffic when no device
+// profile measured the host link.
+inline constexpr double kAssumedHostLinkBytesPerS = 25e9;
+
+struct PagedOptimizerEstimate {
+    double state_bytes = 0;  // in managed memory: what MemoryBytes::optimizer would have held
+    // The update's resident set: the model states without the optimizer's, the state paged in,
+    // and the global norm's workspace (a framework that frees activations before the step).
+    double step_peak_bytes = 0;
+    double device_peak_bytes = 0;       // max(forward/backward total, step_peak_bytes)
+    double traffic_bytes_per_step = 0;  // 2 x state_bytes: to the GPU before, back after
+    double to_device_bytes_per_s = 0, to_host_bytes_per_s = 0;  // the host link's rates
+    bool link_assumed = false;            // no device profile's copy rates: PCIe 4.0 x16 assumed
+    double traffic_seconds_per_step = 0;  // state / to-device rate + state / to-host rate
+};
+
 struct Estimate {
     // Parameters.
     ParamCounts params;          // of the config (napkin mode: of the derived shape)
@@ -161,6 +184,7 @@ struct Estimate {
     MemoryBytes gpu;
     MemoryBytes cpu;  // per GPU's share; cpu_node_bytes sums a node
     TemporaryBytes temporaries;
+    std::optional<PagedOptimizerEstimate> paged;  // --paged-optimizer
     double cpu_node_bytes = 0;
     double gpu_capacity_bytes = 0;
     double cpu_capacity_bytes = 0;

@@ -88,6 +88,11 @@ StageView pipeline_stage(const Terms& x, int stage);
 MemoryBytes model_states(Terms& x, Estimate& e);
 MemoryBytes megatron_model_states(const Terms& x, const StageView& v, Estimate& e,
                                   double& stage_params);
+// --paged-optimizer: moves the optimizer state out of e.gpu into e.paged, with the update's
+// resident peak and the page traffic over the host link (the profile's copy rates, else
+// PCIe 4.0 x16 assumed). After the temporaries, which the peak compares against.
+void page_optimizer(const Terms& x, Estimate& e);
+
 // Moves the offloaded states from `gpu` to the host's share per GPU, returned.
 MemoryBytes offload(const Terms& x, const Estimate& e, MemoryBytes& gpu);
 // Activations of one micro-batch (times the stage's micro-batches in flight), both views.

@@ -115,6 +115,23 @@ void explain_model_states(std::ostream& os, const EstimateInputs& in, const Esti
            << ": " << gb(e.cpu.total()) << " per GPU, " << gb(e.cpu_node_bytes) << " per node of "
            << std::min(W, in.gpus_per_node) << " GPUs\n";
     }
+    if (const auto& p = e.paged) {
+        os << "   paged optimizer (QLoRA, Dettmers et al. 2023 sec. 3: NVIDIA unified memory): the "
+              "state S = "
+           << gb(p->state_bytes) << " lives in managed\n"
+           << "     memory preferred on the host, prefetched to the GPU before the update and back "
+              "after it:\n"
+           << "     device peak = max(forward/backward total without S, w + master + g + S + norm "
+              "workspace)\n"
+           << "                 = max(" << gb(e.gpu.total()) << ", " << gb(p->step_peak_bytes)
+           << ") = " << gb(p->device_peak_bytes) << "\n"
+           << "     page traffic = 2 S per step = " << gb(p->traffic_bytes_per_step) << ", S / "
+           << gb(p->to_device_bytes_per_s) << "/s + S / " << gb(p->to_host_bytes_per_s)
+           << "/s = " << num(1e3 * p->traffic_seconds_per_step) << " ms"
+           << (p->link_assumed ? " (link assumed: PCIe 4.0 x16, no device profile's copy rates)"
+                               : " (the device profile's host-device copy rates)")
+           << "\n";
+    }
 }
 
 // 4. Activations, the closed form beside the op plan's.

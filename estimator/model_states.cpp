@@ -210,6 +210,31 @@ MemoryBytes offload(const Terms& x, const Estimate& e, MemoryBytes& gpu) {
     return cpu;
 }
 
+// QLoRA's paged optimizer (Dettmers et al. 2023, section 3: NVIDIA unified memory, the state
+// evicted to CPU RAM under memory pressure and paged back for the update). napkin pages it in
+// and out every step (core/engine/optimizer.h), so the traffic is the state both ways per step.
+void page_optimizer(const Terms& x, Estimate& e) {
+    PagedOptimizerEstimate p;
+    p.state_bytes = e.gpu.optimizer;
+    e.gpu.optimizer = 0;
+    p.step_peak_bytes = e.gpu.model_states() + p.state_bytes + e.temporaries.grad_norm_workspace;
+    p.device_peak_bytes = std::max(e.gpu.total(), p.step_peak_bytes);
+    p.traffic_bytes_per_step = 2.0 * p.state_bytes;
+    const DeviceProfile* profile = x.in.profile;
+    if (profile != nullptr && profile->host_device &&
+        profile->host_device->to_device_bytes_per_s > 0 &&
+        profile->host_device->to_host_bytes_per_s > 0) {
+        p.to_device_bytes_per_s = profile->host_device->to_device_bytes_per_s;
+        p.to_host_bytes_per_s = profile->host_device->to_host_bytes_per_s;
+    } else {
+        p.to_device_bytes_per_s = p.to_host_bytes_per_s = kAssumedHostLinkBytesPerS;
+        p.link_assumed = true;
+    }
+    p.traffic_seconds_per_step =
+        p.state_bytes / p.to_device_bytes_per_s + p.state_bytes / p.to_host_bytes_per_s;
+    e.paged = p;
+}
+
 // Temporaries: the buffer plan's (core/buffer_plan.h), which the engine allocates, for the
 // engine whose scratch the estimate counts; and the units ZeRO-3 or offloaded parameters gather
 // (two: the one computing and the next), which the engine keeps in its `communication` category.

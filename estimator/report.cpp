@@ -144,6 +144,20 @@ void text_parameters(std::ostream& os, const EstimateInputs& in, const Estimate&
     os << line;
 }
 
+// --paged-optimizer: the state in managed memory, the update's resident peak, the traffic.
+void text_paged(std::ostream& os, const PagedOptimizerEstimate& p) {
+    os << "paged optimizer state (managed memory, preferred on the host)\n";
+    row(os, "optimizer state S, paged", p.state_bytes);
+    row(os, "update's resident set", p.step_peak_bytes);
+    row(os, "device peak", p.device_peak_bytes);
+    row(os, "page traffic per step (2 S)", p.traffic_bytes_per_step);
+    os << "  page traffic time per step " << printf_string("%.3f", 1e3 * p.traffic_seconds_per_step)
+       << " ms over "
+       << (p.link_assumed ? "an assumed 25 GB/s each way (PCIe 4.0 x16)"
+                          : "the profile's host-device copy rates")
+       << "\n";
+}
+
 // Memory per GPU by category, the temporaries itemized, and the host's share when offloading.
 void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) {
     char line[256];
@@ -187,8 +201,11 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
         if (t.anomaly_slots > 0) row(os, "  anomaly check slots", t.anomaly_slots);
     }
     row(os, "total", e.gpu.total());
-    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n", e.fits_gpu ? "fits" : "DOES NOT FIT",
-                  e.gpu_capacity_bytes / kGB, 100.0 * e.gpu.total() / e.gpu_capacity_bytes);
+    if (e.paged) text_paged(os, *e.paged);
+    const double peak = e.paged ? e.paged->device_peak_bytes : e.gpu.total();
+    std::snprintf(line, sizeof line, "  => %s the GPU's %.0f GB (%.0f%% used)\n",
+                  e.fits_gpu ? "fits" : "DOES NOT FIT", e.gpu_capacity_bytes / kGB,
+                  100.0 * peak / e.gpu_capacity_bytes);
     os << line;
     if (e.cpu.total() > 0) {
         os << "host memory for offloaded states, per GPU\n";

@@ -99,7 +99,18 @@ nlohmann::json memory_json(const Estimate& e) {
     cpu["node_total"] = e.cpu_node_bytes;
     cpu["capacity"] = e.cpu_capacity_bytes;
     cpu["fits"] = e.fits_cpu;
-    return {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
+    json out = {{"unit", "bytes"}, {"gpu", gpu}, {"cpu", cpu}};
+    if (const auto& p = e.paged) {  // --paged-optimizer only: other estimates' JSON is unchanged
+        out["paged_optimizer"] = {{"state", p->state_bytes},
+                                  {"step_peak", p->step_peak_bytes},
+                                  {"device_peak", p->device_peak_bytes},
+                                  {"traffic_per_step", p->traffic_bytes_per_step},
+                                  {"to_device_bytes_per_s", p->to_device_bytes_per_s},
+                                  {"to_host_bytes_per_s", p->to_host_bytes_per_s},
+                                  {"link_assumed", p->link_assumed},
+                                  {"traffic_seconds_per_step", p->traffic_seconds_per_step}};
+    }
+    return out;
 }
 
 // FLOPs per token, per step (all GPUs) and per run (null without a run length).

@@ -65,7 +65,8 @@
     X(kv_cache_write, KvCacheWriteArgs)                                                      \
     X(decode_attention, DecodeAttentionArgs)                                                 \
     X(matmul_gelu_forward, MatmulGeluForwardArgs)                                            \
-    X(matmul_gelu_backward, MatmulGeluBackwardArgs)
+    X(matmul_gelu_backward, MatmulGeluBackwardArgs)                                          \
+    X(nonfinite_check_many, NonfiniteCheckManyArgs)
 
 // head_cross_entropy: the CPU returns the mean loss from its own reduction; CUDA leaves the
 // per-row losses on the device, and its wrapper reads them back and takes the mean.

@@ -36,10 +36,23 @@ struct NonfiniteCheckArgs {
     std::int64_t n = 0;
 };
 
+// Up to kNonfiniteBatch checks in one launch: each of checks[0, count) as nonfinite_check
+// would do it (its own slot), so an op's outputs (or gradients) cost one launch, not one per
+// tensor. The checks travel in the launch's arguments (kNonfiniteBatch x 24 bytes): no device
+// array to fill and no copy before the launch.
+inline constexpr int kNonfiniteBatch = 8;
+template <class T>
+struct NonfiniteCheckManyArgs {
+    NonfiniteCheckArgs<T> checks[kNonfiniteBatch] = {};
+    int count = 0;  // 0..kNonfiniteBatch
+};
+
 namespace cpu {
 
 template <class T>
 void nonfinite_check(const NonfiniteCheckArgs<T>& args);
+template <class T>
+void nonfinite_check_many(const NonfiniteCheckManyArgs<T>& args);
 
 }  // namespace cpu
 
@@ -48,6 +61,8 @@ namespace cuda {
 // Device pointers (the slot too), queued on launch.stream; no synchronization.
 template <class T>
 void nonfinite_check(const NonfiniteCheckArgs<T>& args, const Launch& launch);
+template <class T>
+void nonfinite_check_many(const NonfiniteCheckManyArgs<T>& args, const Launch& launch);
 
 }  // namespace cuda
 

@@ -36,6 +36,21 @@ void to_json(json& j, const HostStateBytes<Bytes>& h) {
          {"optimizer_state", h.optimizer_state}};
 }
 
+void to_json(json& j, const PagedPrediction& p) {
+    j = {{"state_bytes", p.state_bytes},
+         {"device_peak_bytes", p.device_peak_bytes},
+         {"traffic_bytes_per_step", p.traffic_bytes_per_step},
+         {"traffic_seconds_per_step", p.traffic_seconds_per_step},
+         {"link_assumed", p.link_assumed}};
+}
+
+void to_json(json& j, const PagedMeasurement& m) {
+    j = {{"state_bytes", m.state_bytes},
+         {"to_device_bytes_per_step", m.to_device_bytes_per_step},
+         {"to_host_bytes_per_step", m.to_host_bytes_per_step},
+         {"traffic_seconds_per_step", m.traffic_seconds_per_step}};
+}
+
 void to_json(json& j, const RunOptions& o) {
     j = {{"steps", o.steps},
          {"micro_batch", o.micro_batch},
@@ -103,6 +118,7 @@ void to_json(json& j, const Prediction& p) {
     put(j, "hardware_flops_per_step", p.hardware_flops_per_step);
     put(j, "closed_form", p.closed_form);
     put(j, "host_memory", p.host_memory);
+    put(j, "paged_optimizer", p.paged_optimizer);
     put(j, "time", p.time);
 }
 
@@ -131,6 +147,7 @@ void to_json(json& j, const Measurement& m) {
     put(j, "sgemm_peak_flops_per_s", m.sgemm_peak_flops_per_s);
     put(j, "host_peak_bytes", m.host_peak_bytes);
     put(j, "device_memory", m.device_memory);
+    put(j, "paged_optimizer", m.paged_optimizer);
 }
 
 void to_json(json& j, const StepReport& s) {

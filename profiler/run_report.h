@@ -72,6 +72,22 @@ struct HostStateBytes {
     bool operator==(const HostStateBytes&) const = default;
 };
 
+// --paged-optimizer (docs/ESTIMATOR.md "Paged optimizer states"): the state in managed memory
+// and its page traffic, predicted ("predicted.paged_optimizer") and measured (the paged
+// allocator's peak, the prefetches' bytes and stream time per step averaged over the run's
+// steps: "measured.paged_optimizer"). Absent otherwise, and in reports written before them.
+struct PagedPrediction {
+    double state_bytes = 0, device_peak_bytes = 0, traffic_bytes_per_step = 0,
+           traffic_seconds_per_step = 0;
+    bool link_assumed = false;  // no device profile's copy rates: PCIe 4.0 x16's assumed
+    bool operator==(const PagedPrediction&) const = default;
+};
+struct PagedMeasurement {
+    std::int64_t state_bytes = 0;
+    double to_device_bytes_per_step = 0, to_host_bytes_per_step = 0, traffic_seconds_per_step = 0;
+    bool operator==(const PagedMeasurement&) const = default;
+};
+
 // The estimator predicts the first six memory categories (MemCategory order); the engine's
 // `communication` and `data` are measured only.
 inline constexpr std::size_t kPredictedCategoryCount = 6;
@@ -113,6 +129,7 @@ struct Prediction {
     std::optional<double> hardware_flops_per_step;  // plus recomputation
     std::optional<ClosedForm> closed_form;
     std::optional<HostStateBytes<double>> host_memory;  // --offload optimizer
+    std::optional<PagedPrediction> paged_optimizer;     // --paged-optimizer
     std::optional<TimePrediction> time;
     bool operator==(const Prediction&) const = default;
 };
@@ -140,6 +157,7 @@ struct Measurement {
     std::optional<double> sgemm_peak_flops_per_s;
     std::optional<HostStateBytes<std::int64_t>> host_peak_bytes;  // --offload optimizer
     std::optional<DeviceMemory> device_memory;                    // GPU runs
+    std::optional<PagedMeasurement> paged_optimizer;              // --paged-optimizer
     bool operator==(const Measurement&) const = default;
 
     // peak_flops_per_s, or sgemm_peak_flops_per_s in reports that have only it; 0 with neither.

@@ -109,6 +109,11 @@ Prediction read_predicted(const JsonField& o) {
                           c["bytes_per_param"].number(), c["activations"].number()};
     });
     p.host_memory = o["host_memory"].optional(read_host_state<double>);
+    p.paged_optimizer = o["paged_optimizer"].optional([](const JsonField& g) {
+        return PagedPrediction{g["state_bytes"].number(), g["device_peak_bytes"].number(),
+                               g["traffic_bytes_per_step"].number(),
+                               g["traffic_seconds_per_step"].number(), g["link_assumed"].boolean()};
+    });
     p.time = o["time"].optional(read_time_prediction);
     return p;
 }
@@ -139,6 +144,12 @@ Measurement read_measured(const JsonField& o) {
         return DeviceMemory{d["baseline_used_bytes"].integer<std::uint64_t>(),
                             d["peak_used_bytes"].integer<std::uint64_t>(),
                             d["total_bytes"].integer<std::uint64_t>()};
+    });
+    m.paged_optimizer = o["paged_optimizer"].optional([](const JsonField& g) {
+        return PagedMeasurement{g["state_bytes"].integer<std::int64_t>(),
+                                g["to_device_bytes_per_step"].number(),
+                                g["to_host_bytes_per_step"].number(),
+                                g["traffic_seconds_per_step"].number()};
     });
     return m;
 }

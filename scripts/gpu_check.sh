@@ -15,6 +15,9 @@
 #   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
+#   scripts/gpu_check.sh anomaly      # --detect-anomaly's cost on GPT-2 alone (predict runs it too)
+#   scripts/gpu_check.sh paged        # --paged-optimizer on GPT-2: device peak (cudaMemGetInfo)
+#                                     # and page traffic and its time, against the prediction
 #   scripts/gpu_check.sh cpuacc       # bench/time_accuracy.py on the host's CPU (quiet, unlike the
 #                                     # dev VM): calibrate, then 18 CPU runs predicted vs measured
 #   scripts/gpu_check.sh all          # all of the above but cpuacc, in that order
@@ -370,13 +373,11 @@ do_gpt2() {
 # once profiled (the checks' kernels in its trace); the anomaly runs first, as they need no
 # profile. PROFILE_BASE (a profile to start from) and
 # CALIBRATE_ARGS (e.g. "--precisions fp32 --merge") measure only what that profile lacks.
-do_predict() {
-    need_build predict || return 0
-    local n="$b/cli/napkin" gpu
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
-          tr '[:upper:]' '[:lower:]')
-    local profile="$out/profile-${gpu:-gpu}.json"
-    local i
+# --detect-anomaly's cost alone (issue 25: one batched check launch per op): GPT-2 B=8 T=1024
+# bf16-amp off and on, alternated, and once profiled; `report.txt` has the step times side by side.
+do_anomaly() {
+    need_build anomaly || return 0
+    local n="$b/cli/napkin" i
     for i in 1 2; do
         step "anomaly_off_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
             --precision bf16-amp --steps 20 --quiet --out "$out/anomaly/off-$i"
@@ -389,6 +390,15 @@ do_predict() {
     "$n" report --warmup 3 "$out/anomaly/off-1" "$out/anomaly/on-1" "$out/anomaly/off-2" \
         "$out/anomaly/on-2" >"$out/anomaly/report.txt" 2>&1
     "$n" report --warmup 3 --top 40 "$out/anomaly/on-profiled" >"$out/anomaly/profiled.txt" 2>&1
+}
+
+do_predict() {
+    need_build predict || return 0
+    local n="$b/cli/napkin" gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'H100|H200|A100|B200' |
+          tr '[:upper:]' '[:lower:]')
+    local profile="$out/profile-${gpu:-gpu}.json"
+    do_anomaly
     [ -n "${PROFILE_BASE:-}" ] && cp "$PROFILE_BASE" "$profile"
     # shellcheck disable=SC2086  # CALIBRATE_ARGS: words
     step_timeout="${CALIBRATE_TIMEOUT:-200}" step calibrate "$n" calibrate --device cuda -o "$profile" ${CALIBRATE_ARGS:-} \
@@ -413,6 +423,33 @@ do_predict() {
     fi
 }
 
+# The paged optimizer (issue 25): GPT-2 bf16-amp AdamW with and without --paged-optimizer, the
+# same numbers bit for bit expected; report.json holds the paged state and the page traffic
+# (bytes each way and the prefetches' time on the stream) predicted beside measured, and the
+# driver's device peak (cudaMemGetInfo) of both runs. The prediction's link is assumed (PCIe 4.0
+# x16) unless the run's device profile measured host-device copies.
+do_paged() {
+    need_build paged || return 0
+    local n="$b/cli/napkin" m
+    mkdir -p "$out/paged"
+    for m in off on; do
+        local flag=()
+        [ "$m" = on ] && flag=(--paged-optimizer)
+        step "paged_gpt2_$m" "$n" train --device cuda --model gpt2 --micro-batch 8 --seq-len 1024 \
+            --precision bf16-amp --steps 10 --quiet "${flag[@]}" --out "$out/paged/$m"
+    done
+    rm -f "$out"/paged/*/checkpoint.safetensors
+    "$n" report "$out/paged/off" "$out/paged/on" >"$out/paged/report.txt" 2>&1
+    if command -v jq >/dev/null; then
+        for m in off on; do
+            echo "$m $(jq -c '{device_peak_used: .measured.device_memory.peak_used_bytes,
+                baseline: .measured.device_memory.baseline_used_bytes,
+                losses: [.steps[].loss], predicted: .predicted.paged_optimizer,
+                measured: .measured.paged_optimizer}' "$out/paged/$m/report.json")"
+        done | tee "$out/paged/paged.txt"
+    fi
+}
+
 # The CPU accuracy benchmark (issue 21) wants a quiet machine; the GPU host's CPU is one.
 do_cpuacc() {
     need_build cpuacc || return 0
@@ -423,7 +460,7 @@ do_cpuacc() {
 
 what="${1:-all}"
 case "$what" in
-    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|cpuacc|all) use_bundle; find_libs ;;
+    build|test|sanitize|runs|trace|bench|gpt2|attention|predict|anomaly|paged|cpuacc|all) use_bundle; find_libs ;;
 esac
 case "$what" in
     build) do_build ;;
@@ -436,10 +473,12 @@ case "$what" in
     attention) do_attention ;;
     fusion) do_fusion ;;
     predict) do_predict ;;
+    anomaly) do_anomaly ;;
+    paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|predict|cpuacc|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

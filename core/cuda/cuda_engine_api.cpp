@@ -79,6 +79,9 @@ void stream_synchronize(CUstream_st* stream) {
 RawMemory* memory_create() {
     return new CachingDeviceMemory();
 }
+RawMemory* paged_memory_create() {
+    return new cuda::ManagedMemory();
+}
 void memory_destroy(RawMemory* memory) noexcept {
     delete memory;
 }
@@ -167,6 +170,9 @@ CudaEngineApi make_api() {
     a.loss_mean = &cuda::loss_mean;
     a.optimizer_gate = &cuda::optimizer_gate;
     a.copy_to_device_queued = &copy_to_device_queued;
+    // Paged memory
+    a.paged_memory_create = &paged_memory_create;
+    a.prefetch = &cuda::prefetch;
     return a;
 }
 

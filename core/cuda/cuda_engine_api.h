@@ -141,6 +141,12 @@ struct CudaEngineApi {
     // reused at once; the copy runs in stream order.
     void (*copy_to_device_queued)(void* dst, const void* host_src, std::size_t bytes,
                                   CUstream_st* stream) = nullptr;
+    // ---- Paged memory (napkin train --paged-optimizer; core/cuda/device_memory.h) ----------
+    // Managed memory preferred on the host, for an accounting allocator of its own; returned
+    // with memory_destroy. prefetch moves a range to the current device or back, queued.
+    RawMemory* (*paged_memory_create)() = nullptr;
+    void (*prefetch)(const void* ptr, std::size_t bytes, bool to_device,
+                     CUstream_st* stream) = nullptr;
 };
 
 // The table for storage type T.

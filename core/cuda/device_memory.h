@@ -9,6 +9,8 @@
 
 #include "core/cuda/caching_allocator.h"
 
+struct CUstream_st;
+
 namespace napkin::cuda {
 
 // cudaMalloc on the current device. Out of memory answers nullptr (the caching allocator then
@@ -19,6 +21,23 @@ public:
     void raw_free(void* ptr) noexcept override;  // a failing cudaFree is reported on stderr
     DeviceKind device() const override { return DeviceKind::cuda; }
 };
+
+// Paged memory (napkin train --paged-optimizer, QLoRA's paged optimizer): cudaMallocManaged,
+// advised to live on the host (cudaMemAdviseSetPreferredLocation host), so the driver may evict
+// it from the device under pressure and a kernel touching it faults its pages in. The engine
+// does not rely on faults: it prefetches the whole range before the kernels that read it and
+// back after them (prefetch below). Not cached: the optimizer allocates its states once.
+// Out of memory throws std::bad_alloc, as RawMemory asks.
+class ManagedMemory final : public RawMemory {
+public:
+    void* allocate(std::size_t bytes) override;
+    void deallocate(void* ptr, std::size_t bytes) noexcept override;
+    DeviceKind device() const override { return DeviceKind::cuda; }
+};
+
+// cudaMemPrefetchAsync of [ptr, ptr + bytes) (managed memory) to the current device, or to the
+// host, queued on `stream`.
+void prefetch(const void* ptr, std::size_t bytes, bool to_device, CUstream_st* stream);
 
 struct DeviceMemoryInfo {
     std::uint64_t free_bytes = 0;

@@ -1,9 +1,10 @@
 // napkin train --detect-anomaly: after every op of a micro-batch, forward and backward, the
 // op's outputs (activations, input gradients, parameter gradients) are counted for NaN and inf
-// by one small reduction per tensor (kernels/nonfinite.h) into a slot of a per-micro-batch
-// buffer. The first slot with a bad count names the op (its role and block), the direction, the
-// tensor and its shape; the op's inputs are then measured (largest finite magnitude, and the
-// first input already non-finite, such as a NaN weight) to say where the value came from.
+// by one batched reduction per op (kernels/nonfinite.h nonfinite_check_many), each tensor into
+// its slot of a per-micro-batch buffer. The first slot with a bad count names the op (its role and
+// block), the direction, the tensor and its shape; the op's inputs are then measured (largest
+// finite magnitude, and the first input already non-finite, such as a NaN weight) to say where the
+// value came from.
 //
 // On the CPU each op's slots are read as soon as it ends (host memory: no cost beyond the
 // pass) and the run stops at the first bad one. On a GPU the slots stay on the device: the host

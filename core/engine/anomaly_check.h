@@ -1,7 +1,8 @@
 // gpt_detail::AnomalyCheck: napkin train --detect-anomaly's slots in the GPT engine, on either
-// backend (core/engine/anomaly.h has the design): one nonfinite_check per tensor an op wrote
-// into a zeroed per-micro-batch buffer, read after each op on the CPU (and in a GPU's replay),
-// once per micro-batch on a GPU. Which tensors each op checks: core/engine/gpt_anomaly.h.
+// backend (core/engine/anomaly.h has the design): one nonfinite_check_many per op over the
+// tensors it wrote, each into its slot of a zeroed per-micro-batch buffer, read after each op on
+// the CPU (and in a GPU's replay), once per micro-batch on a GPU. Which tensors each op checks:
+// core/engine/gpt_anomaly.h.
 #pragma once
 
 #include <algorithm>
@@ -52,8 +53,12 @@ public:
     // Profiling: the anomaly is marked on the host track, inside the op's range.
     void set_recorder(profiler::Recorder* rec) { rec_ = rec; }
 
+    // The batched check's launches since begin() (the micro-batch's).
+    std::size_t launches() const { return launches_; }
+
     void begin(Kernels& k) {
         log_.clear();
+        launches_ = 0;
         k.zero(slots_.raw(), slots_.bytes());
     }
 
@@ -62,12 +67,17 @@ public:
     void op(Kernels& k, const OpSite& site, std::initializer_list<Checked<T>> outputs,
             std::initializer_list<Checked<T>> inputs) {
         const std::size_t first = log_.size();
+        // One launch for the op's tensors (kNonfiniteBatch at a time): a GPT-2 step has about
+        // 400 checked tensors, whose launches alone cost more than the checks' reading.
+        NonfiniteCheckManyArgs<T> batch;
         for (const Checked<T>& c : outputs) {
             if (c.data == nullptr) continue;
             NAPKIN_ASSERT(log_.size() < capacity_, "anomaly slots: more checks than planned");
-            k.nonfinite_check({.slot = slot(log_.size()), .x = c.data, .n = c.n});
+            batch.checks[batch.count++] = {.slot = slot(log_.size()), .x = c.data, .n = c.n};
             log_.add(CheckedEntry{site, c.name, c.shape, std::nullopt});
+            if (batch.count == kNonfiniteBatch) launch(k, batch);
         }
+        if (batch.count > 0) launch(k, batch);
         if (!synchronous() || log_.size() == first) return;
         read(k, first, log_.size());
         const std::size_t bad = log_.first_bad(host_.data(), first);
@@ -110,6 +120,11 @@ private:
         }
         throw AnomalyFound(std::move(a));
     }
+    void launch(Kernels& k, NonfiniteCheckManyArgs<T>& batch) {
+        k.nonfinite_check_many(batch);
+        batch.count = 0;
+        ++launches_;
+    }
     NonfiniteSlot* slot(std::size_t i) { return slots_.template data<NonfiniteSlot>() + i; }
     void read(Kernels& k, std::size_t from, std::size_t to) {
         if (to > from)
@@ -138,6 +153,7 @@ private:
 
     Tensor slots_;
     std::size_t capacity_ = 0;
+    std::size_t launches_ = 0;
     std::vector<NonfiniteSlot> host_;
     AnomalyLog log_;
     bool replay_ = false;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/buffer_plan.h"
 #include "core/comm/comm_nccl.h"
@@ -74,6 +75,11 @@ public:
         } catch (const std::exception&) {  // a destructor cannot throw; the error was the run's
         }
         api_.event_destroy(timer_start_);
+        for (auto& [start, end] : prefetch_events_) {
+            api_.event_destroy(start);
+            api_.event_destroy(end);
+        }
+        api_.memory_destroy(paged_);
         api_.memory_destroy(memory_);
         api_.matmul_destroy_handle(handle_);
         api_.stream_destroy(stream_);
@@ -199,6 +205,36 @@ public:
                           DType state_dtype) override {
         api_.optimizer_update(h, tensors, count, state_dtype, stream_);
     }
+    RawMemory* paged_memory() override {
+        if (paged_ == nullptr) paged_ = api_.paged_memory_create();
+        return paged_;
+    }
+    void begin_prefetch() override {
+        NAPKIN_ASSERT(prefetch_start_ == nullptr, "begin_prefetch twice");
+        prefetch_start_ = api_.event_record(stream_, true);
+    }
+    void prefetch(const void* ptr, std::size_t bytes, bool to_device) override {
+        api_.prefetch(ptr, bytes, to_device, stream_);
+        (to_device ? traffic_.to_device_bytes : traffic_.to_host_bytes) += bytes;
+    }
+    void end_prefetch() override {
+        NAPKIN_ASSERT(prefetch_start_ != nullptr, "end_prefetch without begin_prefetch");
+        cuda::CudaEvent* end = api_.event_record(stream_, true);
+        prefetch_events_.emplace_back(prefetch_start_, end);
+        prefetch_start_ = nullptr;
+    }
+    PageTraffic take_page_traffic() override {
+        PageTraffic t = traffic_;
+        for (auto& [start, end] : prefetch_events_) {
+            api_.event_wait(end);
+            t.seconds += 1e-3 * api_.event_elapsed_ms(start, end);
+            api_.event_destroy(start);
+            api_.event_destroy(end);
+        }
+        prefetch_events_.clear();
+        traffic_ = {};
+        return t;
+    }
     std::unique_ptr<Communicator> collectives(Communicator& bootstrap) override {
         return make_nccl_communicator(bootstrap);
     }
@@ -262,6 +298,10 @@ private:
     cublasLtContext* handle_ = nullptr;
     RawMemory* memory_ = nullptr;
     cuda::CudaEvent* timer_start_ = nullptr;  // timer_start's, until timer_stop_seconds
+    RawMemory* paged_ = nullptr;              // managed memory, made on first use
+    cuda::CudaEvent* prefetch_start_ = nullptr;  // begin_prefetch's, until end_prefetch
+    std::vector<std::pair<cuda::CudaEvent*, cuda::CudaEvent*>> prefetch_events_;  // untaken
+    PageTraffic traffic_;                                                         // untaken
 };
 
 }  // namespace

@@ -86,6 +86,23 @@ public:
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
 
+    // Paged memory (napkin train --paged-optimizer, QLoRA's paged optimizer): raw memory the
+    // device can page out to the host (CUDA managed memory preferred on the host), for an
+    // accounting allocator of its own; null where the device has none. prefetch queues the move
+    // of [ptr, ptr + bytes) (whole tensors of that memory) to the device or back to the host,
+    // counted, and timed with events on the stream around each batch of prefetches
+    // (begin_prefetch .. end_prefetch). take_page_traffic returns the counts since the last
+    // call and waits for the batches' end events (free after the step's own wait).
+    struct PageTraffic {
+        std::uint64_t to_device_bytes = 0, to_host_bytes = 0;
+        double seconds = 0;  // the prefetches' time on the stream
+    };
+    virtual RawMemory* paged_memory() { return nullptr; }
+    virtual void begin_prefetch() {}
+    virtual void prefetch(const void* /*ptr*/, std::size_t /*bytes*/, bool /*to_device*/) {}
+    virtual void end_prefetch() {}
+    virtual PageTraffic take_page_traffic() { return {}; }
+
     // The collectives between ranks whose tensors live on devices like this one, bootstrapped
     // by the launcher's communicator: NCCL on CUDA (core/comm/comm_nccl.h). Null: `bootstrap`
     // itself serves them (a device whose memory the host can read, as tests' stand-ins).

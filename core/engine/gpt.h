@@ -94,6 +94,9 @@ public:
     // The seed of the next micro-batches' dropout masks (kernels/dropout.h: each site's seed
     // derives from it); the trainer sets one per step and micro-batch. No effect without dropout.
     virtual void set_dropout_seed(std::uint64_t seed) = 0;
+    // --detect-anomaly: the check launches of the last micro-batch, one per op (and direction)
+    // whose tensors were checked (core/engine/anomaly_check.h); 0 without the flag.
+    virtual std::size_t anomaly_check_launches() const { return 0; }
 
     // Reads/writes one parameter's values as fp32 (tests, weight import): an NF4 weight is
     // quantized on the way in and dequantized on the way out. A frozen parameter's gradient

@@ -150,6 +150,7 @@ public:
         NAPKIN_ASSERT(!on || !anomaly_.on(), "the anomaly check reads every micro-batch's loss");
         k_.defer_loss(on);
     }
+    std::size_t anomaly_check_launches() const override { return anomaly_.launches(); }
 
     float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float dloss) override {
         if (!anomaly_.on()) return micro_batch(inputs, targets, dloss);

@@ -22,8 +22,11 @@ float learning_rate(const OptimizerConfig& c, int step) {
 }
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
-                     EngineDevice* device)
-    : cfg_(cfg), model_(model), alloc_(alloc), device_(device), state_dtype_(state_dtype) {
+                     EngineDevice* device, AccountingAllocator* paged)
+    : cfg_(cfg), model_(model), alloc_(alloc), device_(device), paged_(paged != nullptr),
+      state_dtype_(state_dtype) {
+    NAPKIN_ASSERT(!paged_ || device != nullptr, "paged optimizer state without a device");
+    AccountingAllocator& state_alloc = paged_ ? *paged : alloc;
     NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
                   "optimizer state dtype");
     NAPKIN_ASSERT((device == nullptr) == (alloc.device() == DeviceKind::cpu), "optimizer: allocator and device disagree");
@@ -44,23 +47,34 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
             continue;
         }
         if (states >= 1) {
-            m_.emplace_back(alloc, p.name + ".opt.m", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
+            m_.emplace_back(state_alloc, p.name + ".opt.m", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(m_.back());
         }
         if (states >= 2) {
-            v_.emplace_back(alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
+            v_.emplace_back(state_alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(v_.back());
         }
         if (quantized) {  // 8-bit moments: one fp32 absmax per block each (kernels/optimizer.h)
             const std::int64_t blocks = optimizer_8bit_blocks(p.numel);
-            m_absmax_.emplace_back(alloc, p.name + ".opt.m.absmax", MemCategory::optimizer_state, DType::f32,
+            m_absmax_.emplace_back(state_alloc, p.name + ".opt.m.absmax", MemCategory::optimizer_state, DType::f32,
                                    std::initializer_list<std::int64_t>{blocks});
             zero(m_absmax_.back());
-            v_absmax_.emplace_back(alloc, p.name + ".opt.v.absmax", MemCategory::optimizer_state, DType::f32,
+            v_absmax_.emplace_back(state_alloc, p.name + ".opt.v.absmax", MemCategory::optimizer_state, DType::f32,
                                    std::initializer_list<std::int64_t>{blocks});
             zero(v_absmax_.back());
         }
     }
+    // Zeroed by the device, which may have pulled the pages over: the state starts on the host.
+    if (paged_) page_states(false);
+}
+
+void Optimizer::page_states(bool to_device) {
+    device_->begin_prefetch();
+    for (const std::vector<Tensor>* states : {&m_, &v_, &m_absmax_, &v_absmax_}) {
+        for (const Tensor& t : *states)
+            if (!t.empty()) device_->prefetch(t.raw(), t.bytes(), to_device);
+    }
+    device_->end_prefetch();
 }
 
 namespace {
@@ -241,7 +255,9 @@ StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
     if (!h) return st;
     if (device_ != nullptr) {
         // One multi-tensor update: per-tensor weight decay rides in each OptimizerTensor.
+        if (paged_) page_states(true);
         device_->optimizer_update(*h, dev.data(), static_cast<int>(dev.size()), state_dtype_);
+        if (paged_) page_states(false);
         return st;
     }
     auto& params = model_.params();

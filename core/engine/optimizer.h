@@ -8,6 +8,10 @@
 // the two passes (global norm, update) run as the multi-tensor kernels of kernels/optimizer.h;
 // the schedule and bias corrections are this file's on either side, the clip factor and the
 // skip kernels/step_scalars_rule.h's (on the device too, when the trainer passes a gate).
+// Paged (napkin train --paged-optimizer, QLoRA's paged optimizer): the state comes from a second
+// allocator over the device's paged memory (EngineDevice::paged_memory, CUDA managed memory
+// preferred on the host) and is prefetched to the device before the update and back after it,
+// so forward and backward run without it on the device. The same arithmetic on other memory.
 #pragma once
 
 #include <cstdint>
@@ -78,9 +82,10 @@ void host_update(const OptimizerHyper& h, const HostPiece& piece, DType state_dt
 
 class Optimizer {
 public:
-    // device: where the model's tensors live; null for host memory (the CPU).
+    // device: where the model's tensors live; null for host memory (the CPU). paged: where the
+    // state goes instead of `alloc` (an allocator over device->paged_memory()); null: alloc.
     Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
-              EngineDevice* device = nullptr);
+              EngineDevice* device = nullptr, AccountingAllocator* paged = nullptr);
 
     // One update from the accumulated gradients, which are first multiplied by grad_scale
     // (1 / loss scale under fp16). Skips the update when the gradients are not finite.
@@ -115,11 +120,14 @@ private:
     // The device's tensors for the kernels: gradients, fp32 values to update, states, and the
     // working copy to round into under mixed precision.
     std::vector<OptimizerTensor> device_tensors() const;
+    // Paged: every state tensor prefetched to the device or back to the host, one timed batch.
+    void page_states(bool to_device);
 
     OptimizerConfig cfg_;
     Gpt& model_;
     AccountingAllocator& alloc_;
     EngineDevice* device_ = nullptr;
+    bool paged_ = false;
     DType state_dtype_;
     std::vector<Tensor> m_, v_;  // per parameter; v_ unused by one-state optimizers
     std::vector<Tensor> m_absmax_, v_absmax_;  // adamw-8bit: per parameter, the block scales

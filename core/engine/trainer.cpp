@@ -29,6 +29,7 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
                         {"lora", {o.plan.lora_rank, o.plan.lora_alpha}},
                         {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap},
                         {"offload", o.offload_optimizer ? "optimizer" : "none"},
+                        {"paged_optimizer", o.paged_optimizer},
                         {"world", world}, {"seed", o.seed}, {"data", o.data},
                         {"device", o.device == DeviceKind::cuda ? "cuda" : "cpu"},
                         {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
@@ -52,6 +53,7 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     check_zero_settings(
         opts_.zero, opts_.offload_optimizer, device_ != nullptr,
         precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false).has_master);
+    if (opts_.paged_optimizer) open_paged_memory();
     comm_ = comm;
     if (comm_ == nullptr && opts_.zero > 0) {
         own_comm_ = make_single_communicator();
@@ -98,7 +100,9 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                                              opts_.overlap, opts_.offload_optimizer ? &host_alloc_ : nullptr);
     }
     if (zero_ == nullptr || zero_->stage() == 0) {
-        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state, device_.get());
+        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state,
+                                                 device_.get(), paged_alloc_.get());
+        if (device_ != nullptr) device_->take_page_traffic();  // the start's, not a step's
     }
     const std::int64_t n = opts_.plan.micro_batch * opts_.plan.seq_len;
     inputs_ = Tensor(alloc_, "batch.inputs", MemCategory::data, DType::f32, {n});  // int32, same size
@@ -116,6 +120,36 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
         if (scalars_ != nullptr) model_->defer_loss(true);
     }
     kernel_name_ = std::string(enum_name(kOptimizerNames, opts_.plan.optimizer)) + "_update";
+}
+
+void Trainer::open_paged_memory() {
+    if (device_ == nullptr) {
+        throw UsageError(
+            "{paged_optimizer}: CUDA only (the CPU engine's state is in host memory already; "
+            "{device} cuda)");
+    }
+    if (opts_.zero > 0 || opts_.offload_optimizer) {
+        throw UsageError(
+            "{paged_optimizer}: not with {zero} 1-3 or {offload_optimizer} (the ZeRO engine "
+            "shards the state, and offloads it to the host itself)");
+    }
+    RawMemory* paged = device_->paged_memory();
+    if (paged == nullptr) throw UsageError("{paged_optimizer}: the device has no paged memory");
+    paged_alloc_ = std::make_unique<AccountingAllocator>(*paged);
+}
+
+void Trainer::take_page_traffic(StepRecord& r) {
+    const EngineDevice::PageTraffic pages = device_->take_page_traffic();
+    r.paged_to_device_bytes = pages.to_device_bytes;
+    r.paged_to_host_bytes = pages.to_host_bytes;
+    r.paged_seconds = pages.seconds;
+    if (rec_ != nullptr && paged_alloc_ != nullptr) {  // the trace's "paged optimizer" counter
+        rec_->record(profiler::CounterEvent{"paged optimizer",
+                                            rec_->now_ns(),
+                                            {{"to_device_bytes", static_cast<double>(pages.to_device_bytes)},
+                                             {"to_host_bytes", static_cast<double>(pages.to_host_bytes)},
+                                             {"prefetch_ms", 1e3 * pages.seconds}}});
+    }
 }
 
 // The step's micro-batches (this rank's): returns the sum of their mean losses, or 0 when the
@@ -225,6 +259,7 @@ StepRecord Trainer::step() {
     } else if (device_ != nullptr) {
         r.device_seconds = device_->timer_stop_seconds();
     }
+    if (device_ != nullptr) take_page_traffic(r);
     update_loss_scale(st);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.loss = static_cast<float>(loss_sum / (opts_.grad_accum * world));

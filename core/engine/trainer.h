@@ -35,6 +35,10 @@ struct TrainOptions {
     // --offload optimizer: the fp32 master and optimizer moments of each rank's shard, and their
     // update, in host memory (ZeRO stages 1-3 on a device, mixed precision; core/engine/zero.h).
     bool offload_optimizer = false;
+    // --paged-optimizer: the optimizer state in the device's paged memory (CUDA managed memory
+    // preferred on the host), in for the update and out after it (core/engine/optimizer.h).
+    // CUDA only; not with ZeRO stages 1-3 or the offload.
+    bool paged_optimizer = false;
     std::uint64_t seed = 1337;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
@@ -66,6 +70,10 @@ struct StepRecord {
     std::uint64_t comm_state_sent_bytes = 0, comm_state_received_bytes = 0;
     std::uint64_t comm_sent_bytes = 0, comm_received_bytes = 0;
     double comm_seconds = 0;  // inside this rank's collectives, waiting for the others included
+    // --paged-optimizer: this step's prefetches of the state, bytes each way and their time on
+    // the stream (EngineDevice::take_page_traffic); 0 otherwise.
+    std::uint64_t paged_to_device_bytes = 0, paged_to_host_bytes = 0;
+    double paged_seconds = 0;
 };
 
 // Thrown by Trainer::step() when its stop check answered yes between two micro-batches: the step
@@ -99,6 +107,8 @@ public:
     AccountingAllocator& allocator() { return alloc_; }
     // Host memory of the run's model state: the offloaded optimizer's (empty without --offload).
     AccountingAllocator& host_allocator() { return host_alloc_; }
+    // The paged optimizer state's (--paged-optimizer); null otherwise.
+    AccountingAllocator* paged_allocator() { return paged_alloc_.get(); }
     Optimizer& optimizer() {
         NAPKIN_ASSERT(optimizer_ != nullptr, "ZeRO stages 1-3 shard the optimizer: no whole one");
         return *optimizer_;
@@ -132,12 +142,16 @@ public:
 private:
     double run_micro_batches(int world, int rank);
     void update_loss_scale(const StepStats& st);
+    void open_paged_memory();  // --paged-optimizer's allocator, or UsageError naming why not
+    // The step's prefetches (EngineDevice::take_page_traffic) into r, and the trace's counter.
+    void take_page_traffic(StepRecord& r);
 
     TrainOptions opts_;
     HostMemory host_;
     std::unique_ptr<EngineDevice> device_;  // null on the CPU; declared before alloc_, which uses its memory
     AccountingAllocator alloc_;
     AccountingAllocator host_alloc_;  // over host_: the offloaded optimizer state
+    std::unique_ptr<AccountingAllocator> paged_alloc_;  // over the device's paged memory
     std::unique_ptr<Gpt> model_;
     std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
     std::unique_ptr<Communicator> own_comm_;  // a world-size-1 one when none was given

@@ -36,6 +36,16 @@ void nonfinite_check(const NonfiniteCheckArgs<T>& args) {
     slot->max_finite = std::max(slot->max_finite, max_finite);
 }
 
+// The spec of the batch: the checks one after the other.
+template <class T>
+void nonfinite_check_many(const NonfiniteCheckManyArgs<T>& args) {
+    for (int i = 0; i < args.count; ++i)
+        nonfinite_check(args.checks[i]);
+}
+
+template void nonfinite_check_many<float>(const NonfiniteCheckManyArgs<float>&);
+template void nonfinite_check_many<bf16_t>(const NonfiniteCheckManyArgs<bf16_t>&);
+template void nonfinite_check_many<f16_t>(const NonfiniteCheckManyArgs<f16_t>&);
 template void nonfinite_check<float>(const NonfiniteCheckArgs<float>&);
 template void nonfinite_check<bf16_t>(const NonfiniteCheckArgs<bf16_t>&);
 template void nonfinite_check<f16_t>(const NonfiniteCheckArgs<f16_t>&);

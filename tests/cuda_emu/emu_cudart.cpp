@@ -345,9 +345,32 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
     return cudaSuccess;
 }
 
+// Managed memory: host memory in the device table (kernels and copies take it) that the host
+// may touch too, so never guarded; where its pages are is emu_managed.cpp's.
+cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    *ptr = nullptr;
+    if (bytes == 0 || flags != cudaMemAttachGlobal)
+        return napkin::emu::fail(cudaErrorInvalidValue,
+                                 "cudaMallocManaged: zero bytes or flags other than global");
+    void* p = nullptr;
+    if (posix_memalign(&p, 256, bytes) != 0)
+        return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaMallocManaged failed");
+    std::memset(p, 0xff, bytes);
+    g_allocations[static_cast<unsigned char*>(p)] = bytes;
+    napkin::emu::managed_added(p, bytes);
+    *ptr = p;
+    return cudaSuccess;
+}
+
 cudaError_t cudaFree(void* ptr) {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (ptr == nullptr) return cudaSuccess;
+    if (napkin::emu::managed_removed(ptr)) {
+        g_allocations.erase(static_cast<unsigned char*>(ptr));
+        std::free(ptr);
+        return cudaSuccess;
+    }
     const auto it = g_allocations.find(static_cast<unsigned char*>(ptr));
     if (it == g_allocations.end())
         return napkin::emu::fail(cudaErrorInvalidValue,
@@ -434,6 +457,8 @@ cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
     std::size_t used = 0;
     for (const auto& [p, bytes] : g_allocations)
         used += bytes;
+    // Managed allocations take device memory only while their pages are there.
+    used -= napkin::emu::managed_host_bytes();
     *total = napkin::emu::kGlobalMemoryBytes;
     *free = used < *total ? *total - used : 0;
     return cudaSuccess;

@@ -161,6 +161,7 @@ std::mutex g_launch_mutex;
 StackPool g_stacks;
 Run g_run;
 std::uint64_t g_launches = 0;
+std::map<std::string, std::uint64_t> g_launches_by_name;  // kernel -> launches that ran
 
 // ---- switching, with AddressSanitizer told about each stack change ----
 
@@ -504,6 +505,12 @@ std::uint64_t launch_number() {
     return g_launches;
 }
 
+std::uint64_t launches_of(const std::string& kernel) {
+    std::lock_guard<std::mutex> lock(g_launch_mutex);
+    const auto it = g_launches_by_name.find(kernel);
+    return it == g_launches_by_name.end() ? 0 : it->second;
+}
+
 void warp_collective(WarpCollective& op, const char* what) {
     sync({Sync::kWarpOp, 0xffffffffu, to_bits(&op), 0, kWarp}, what);
 }
@@ -537,6 +544,7 @@ bool launch_blocks(const char* name, const char* file, int line, const void* ker
             for (unsigned x = 0; x < block.x; ++x, ++i)
                 g_run.fibers[i].index = uint3{x, y, z};
     std::minstd_rand rng(static_cast<std::uint32_t>(++g_launches));
+    ++g_launches_by_name[name];
     g_run.dynamic_shared_bytes = dynamic_smem;
     if (dynamic_smem > 0)
         g_run.dynamic_shared.reset(static_cast<unsigned char*>(

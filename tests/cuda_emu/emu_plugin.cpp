@@ -3,6 +3,7 @@
 // pointer (on a GPU that is a segfault), so the host guard (emu_state.h) is on there, unless
 // NAPKIN_EMU_HOST_GUARD=0 asks otherwise or AddressSanitizer runs (its exact-size heap blocks
 // catch a kernel reading past an allocation's end, which the guard's whole pages would hide).
+#include <cstdint>
 #include <cstdlib>
 
 #include "tests/cuda_emu/emu_state.h"
@@ -21,3 +22,15 @@ const bool g_host_guard = [] {
 }();
 
 }  // namespace
+
+// For the engine's tests, which load this plugin (dlsym): the managed memory the engine asked
+// for (tests/cuda_emu/emu_state.h ManagedStats), and a fresh count.
+extern "C" void napkin_emu_managed_stats(napkin::emu::ManagedStats* out) {
+    *out = napkin::emu::managed_stats();
+}
+extern "C" void napkin_emu_reset_managed_stats() {
+    napkin::emu::reset_managed_stats();
+}
+extern "C" std::uint64_t napkin_emu_launches_of(const char* kernel) {
+    return napkin::emu::launches_of(kernel);
+}

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace napkin::emu {
@@ -46,6 +47,25 @@ public:
 // The dynamic shared memory `kernel` may launch with: 48 KiB, or more where
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize) allowed it.
 int dynamic_shared_limit(const void* kernel);
+
+// Managed memory (emu_managed.cpp; cudaMallocManaged in emu_cudart.cpp): what the engine asked
+// the driver for. Bytes are counted per call, whole allocations (the emulator refuses a prefetch
+// of part of one).
+struct ManagedStats {
+    std::uint64_t allocations = 0;         // cudaMallocManaged calls
+    std::uint64_t advised_host_bytes = 0;  // cudaMemAdvise(SetPreferredLocation, host)
+    std::uint64_t prefetches = 0;
+    std::uint64_t to_device_bytes = 0, to_host_bytes = 0;  // cudaMemPrefetchAsync, by direction
+};
+void managed_added(const void* p, std::size_t bytes);  // cudaMallocManaged's
+bool managed_removed(const void* p);  // cudaFree's: true when p was managed (and is no more)
+std::size_t managed_host_bytes();     // managed bytes on the host now (not device memory)
+ManagedStats managed_stats();
+void reset_managed_stats();
+
+// Launches of the kernel named `kernel` (its name in the .cu: "nonfinite_check_many_kernel")
+// that ran so far in this process.
+std::uint64_t launches_of(const std::string& kernel);
 
 // For the emulator's own tests (tests/cuda_emu/emu_test.cpp): the last failure's message, and
 // a fresh device (errors cleared, no kernel opted in), which a real context cannot give.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -103,6 +104,49 @@ TEST(Lora, TrainableAndFrozen) {
     EXPECT_TRUE(q32.notes & kNoteQloraPrecision);
     in.precision = Precision::fp8_amp;
     EXPECT_TRUE(est.run(in).notes & kNoteQloraPrecision);
+}
+
+// QLoRA's recipe on Llama 2 7B (bf16 adapters and gradients, fp32 AdamW states, r = 64 on every
+// linear: 159,907,840 adapter parameters) with the paged optimizer, by hand: S = 2 moments x 4
+// bytes x 159,907,840 = 1,279,262,720 bytes leave the GPU's optimizer row for managed memory;
+// the traffic is 2 S per step, at the assumed 25 GB/s each way 2 S / 25e9 s; the device peak is
+// the larger of the total without S and the update's resident set (model states + S + the norm's
+// workspace).
+TEST(EstimatorPaged, QloraLlama2SevenBByHand) {
+    Estimator est;
+    EstimateInputs in = preset_inputs("llama2-7b");
+    in.finetune = Finetune::qlora;
+    in.lora_rank = 64;
+    in.precision = Precision::bf16;
+    in.optimizer_fp32 = true;
+    in.seq_len = 512;
+    const Estimate plain = est.run(in);
+    in.paged_optimizer = true;
+    const Estimate e = est.run(in);
+    ASSERT_TRUE(e.paged.has_value());
+    ASSERT_FALSE(plain.paged.has_value());
+    const double S = 2 * 4 * 159907840.0;
+    EXPECT_EQ(plain.gpu.optimizer, S);
+    EXPECT_EQ(e.paged->state_bytes, S);
+    EXPECT_EQ(e.gpu.optimizer, 0.0);
+    EXPECT_EQ(e.gpu.total(), plain.gpu.total() - S);
+    EXPECT_EQ(e.paged->traffic_bytes_per_step, 2 * S);
+    EXPECT_TRUE(e.paged->link_assumed);
+    EXPECT_DOUBLE_EQ(e.paged->traffic_seconds_per_step, 2 * S / 25e9);
+    EXPECT_EQ(e.paged->step_peak_bytes,
+              e.gpu.weights + e.gpu.master + e.gpu.grads + S + e.temporaries.grad_norm_workspace);
+    EXPECT_EQ(e.paged->device_peak_bytes, std::max(e.gpu.total(), e.paged->step_peak_bytes));
+    // A device profile's measured copy rates replace the assumption.
+    DeviceProfile profile;
+    profile.host_device =
+        HostDeviceCopy{.to_device_bytes_per_s = 50e9, .to_host_bytes_per_s = 40e9};
+    in.profile = &profile;
+    const Estimate m = est.run(in);
+    EXPECT_FALSE(m.paged->link_assumed);
+    EXPECT_DOUBLE_EQ(m.paged->traffic_seconds_per_step, S / 50e9 + S / 40e9);
+    // The state is paged or offloaded, not both.
+    in.offload = Offload::optimizer;
+    EXPECT_THROW(est.run(in), UsageError);
 }
 
 TEST(Flops, Gpt2PerTokenIsSixNPlusAttention) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -66,6 +67,28 @@ TYPED_TEST(Nonfinite, CountsNanAndInfAndTheLargestFiniteMagnitude) {
             EXPECT_EQ(static_cast<double>(slot.max_finite), max_finite);
         }
     }
+}
+
+// The batch is the checks one by one, each into its own slot.
+TYPED_TEST(Nonfinite, ManyIsEachCheckIntoItsSlot) {
+    using T = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const std::int64_t sizes[] = {1, 7, 1000, 70001, 3};
+    std::vector<std::vector<T>> xs;
+    for (std::size_t i = 0; i < std::size(sizes); ++i)
+        xs.push_back(poisoned<T>(rng, sizes[i], static_cast<int>(i % 3)));
+    std::vector<NonfiniteSlot> want(xs.size()), got(xs.size());
+    NonfiniteCheckManyArgs<T> many;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        const auto n = static_cast<std::int64_t>(xs[i].size());
+        cpu::nonfinite_check<T>({&want[i], xs[i].data(), n});
+        many.checks[many.count++] = {&got[i], xs[i].data(), n};
+    }
+    cpu::nonfinite_check_many<T>(many);
+    // Bit for bit: the same arithmetic in the same order.
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(NonfiniteSlot)), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <memory>
 
 #include "tests/kernels_cuda/cuda_test_util.h"
 
@@ -53,6 +54,42 @@ TYPED_TEST(NonfiniteCuda, CountsAndMaximumMatchCpu) {
                 EXPECT_EQ(got.max_finite, want.max_finite);  // a maximum: exact in any order
             }
         }
+    }
+}
+
+// One launch over a batch (sizes far apart: the grid is sized for the largest, the smaller
+// checks' spare blocks read nothing) equals the CPU's checks one by one.
+TYPED_TEST(NonfiniteCuda, ManyMatchesCpuCheckByCheck) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using T = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const std::int64_t sizes[] = {1, 300001, 255, 2, 4097};
+    std::vector<std::vector<T>> xs;
+    std::vector<std::unique_ptr<DeviceBuffer<T>>> xs_d;
+    for (std::int64_t n : sizes) {
+        std::vector<T> x = random_storage<T>(rng, n, 50.0);
+        if (n > 2) x[static_cast<std::size_t>(n / 2)] = from_float<T>(INFINITY);
+        if (n > 3) x[1] = from_float<T>(std::numeric_limits<float>::quiet_NaN());
+        xs.push_back(x);
+    }
+    for (const auto& x : xs)
+        xs_d.push_back(std::make_unique<DeviceBuffer<T>>(x));
+    DeviceBuffer<NonfiniteSlot> slots_d(std::vector<NonfiniteSlot>(xs.size()));
+    NonfiniteCheckManyArgs<T> many;
+    std::vector<NonfiniteSlot> want(xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        const auto n = static_cast<std::int64_t>(xs[i].size());
+        cpu::nonfinite_check<T>({&want[i], xs[i].data(), n});
+        many.checks[many.count++] = {slots_d.get() + i, xs_d[i]->get(), n};
+    }
+    cuda::nonfinite_check_many<T>(many, {});
+    const std::vector<NonfiniteSlot> got = slots_d.download();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        EXPECT_EQ(got[i].nan, want[i].nan) << i;
+        EXPECT_EQ(got[i].inf, want[i].inf) << i;
+        EXPECT_EQ(got[i].max_finite, want[i].max_finite) << i;
     }
 }
 

@@ -58,6 +58,7 @@ p::RunReport full_report() {
     r.predicted.hardware_flops_per_step = 2e12;
     r.predicted.closed_form = p::ClosedForm{1.4e12, 9e6, 16, 4.5e6};
     r.predicted.host_memory = p::HostStateBytes<double>{1e6, 1e6, 2e6};
+    r.predicted.paged_optimizer = p::PagedPrediction{2e6, 3.5e6, 4e6, 1.6e-4, true};
     p::TimePrediction time;
     time.profile = "profile h200.json (shipped)";
     time.step_seconds = 0.21;
@@ -83,6 +84,7 @@ p::RunReport full_report() {
     r.measured.peak_source = "h200 datasheet, bf16 dense";
     r.measured.host_peak_bytes = p::HostStateBytes<std::int64_t>{1000000, 1000000, 2000000};
     r.measured.device_memory = p::DeviceMemory{3ull << 30, 6ull << 30, 150000000000};
+    r.measured.paged_optimizer = p::PagedMeasurement{2000000, 2e6, 2e6, 2.5e-4};
     for (int s = 0; s < 3; ++s) {
         r.steps.push_back({s, 5.5 - s, 1e-4, 0.9, 65536, s == 1, 0.2, 4096, 0.4, 0.5, 0.19,
                            p::StepTraffic{100, 200, 300, 400, 0.01 * s}});
@@ -129,7 +131,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.run.data_entropy_nats.reset();
     bare.run.offload.reset();
     bare.init.reset();
-    bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt,
+    bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt, std::nullopt,
                       std::nullopt,         std::nullopt, std::nullopt};
     bare.measured.peak_bytes[static_cast<std::size_t>(napkin::MemCategory::communication)].reset();
     bare.measured.hardware_flops_per_s.reset();
@@ -137,6 +139,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.measured.peak_source.reset();
     bare.measured.host_peak_bytes.reset();
     bare.measured.device_memory.reset();
+    bare.measured.paged_optimizer.reset();
     bare.measured.sgemm_peak_flops_per_s = 1e11;
     bare.steps.resize(1);
     bare.steps[0].device_seconds.reset();
@@ -149,6 +152,8 @@ TEST(RunReport, RoundTripsThroughJson) {
     EXPECT_TRUE(j["run"]["lora_rank"].is_null());
     EXPECT_FALSE(j.contains("communication"));
     EXPECT_FALSE(j["run"].contains("offload"));
+    EXPECT_FALSE(j["predicted"].contains("paged_optimizer"));
+    EXPECT_FALSE(j["measured"].contains("paged_optimizer"));
     EXPECT_EQ(j.get<p::RunReport>(), bare);
 }
 
