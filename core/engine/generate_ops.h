@@ -6,14 +6,24 @@
 #include <string>
 
 #include "core/engine/generate_impl.h"  // NOLINT(build/include): the class these members belong to
+#include "core/op_plan.h"
 
 namespace napkin {
+
+namespace generate_detail {
+// An op's name in the op plan's words (core/op_plan.h's roles), "h.<l>." before a block's: the
+// trace's ranges and report's ops match the training engine's by construction.
+inline std::string op_name(OpRole role) { return std::string(enum_name(kOpRoleNames, role)); }
+inline std::string op_name(int l, OpRole role) {
+    return "h." + std::to_string(l) + "." + op_name(role);
+}
+}  // namespace generate_detail
 
 template <class Kernels>
 void GeneratorImpl<Kernels>::embed(std::int64_t Tq) {
     const std::int64_t C = cfg_.d_model;
     Scope s;
-    open(s, "embedding", "embedding_forward",
+    open(s, generate_detail::op_name(OpRole::embedding), "embedding_forward",
          embedding_forward_cost({.B = shape_.batch,
                                  .T = Tq,
                                  .C = C,
@@ -95,15 +105,14 @@ void GeneratorImpl<Kernels>::residual_add(const std::string& name, const T* bran
 template <class Kernels>
 void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     const gpt_detail::LayerParams& p = layers_[static_cast<std::size_t>(l)];
-    const std::string h = "h." + std::to_string(l) + ".";
     const std::int64_t B = shape_.batch, M = B * Tq, C = cfg_.d_model, HD = cfg_.head_dim();
     const int NH = cfg_.n_heads, KVH = cfg_.n_kv_heads;
-    norm(h + "ln_1", lo(), x(), M, p.ln1_w, p.ln1_b);
+    norm(generate_detail::op_name(l, OpRole::ln_1), lo(), x(), M, p.ln1_w, p.ln1_b);
     T* qkv = hi(M * cfg_.qkv_dim());
-    linear(h + "attn.qkv", qkv, lo(), M, p.qkv_w, p.qkv_b, cfg_.qkv_dim(), C);
+    linear(generate_detail::op_name(l, OpRole::attn_qkv), qkv, lo(), M, p.qkv_w, p.qkv_b, cfg_.qkv_dim(), C);
     if (cfg_.positions == PositionKind::rope) {
         Scope s;
-        open(s, h + "attn.rope", "rope_forward",
+        open(s, generate_detail::op_name(l, OpRole::attn_rope), "rope_forward",
              rope_forward_cost({.B = B, .T = Tq, .NH = NH, .KVH = KVH, .HD = HD, .dt = dtype()}));
         k_.rope_forward(
             {.qkv = qkv, .B = B, .T = Tq, .NH = NH, .KVH = KVH, .HD = HD, .pos_offset = pos_});
@@ -115,35 +124,35 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
         .B = B, .Tq = Tq, .pos = pos_, .NH = NH, .KVH = KVH, .HD = HD, .dt = dtype()};
     {
         Scope s;
-        open(s, h + "attn.kv_cache", "kv_cache_write", kv_cache_write_cost(shape));
+        // attn.kv_cache: decoding's own op, in no training plan.
+        open(s, "h." + std::to_string(l) + ".attn.kv_cache", "kv_cache_write", kv_cache_write_cost(shape));
         k_.kv_cache_write(cache_step(
             KvCacheWriteArgs<T>{.k_cache = k_cache, .v_cache = k_cache + layer, .qkv = qkv}, Tq));
     }
     {
         Scope s;
-        open(s, h + "attn.core", "decode_attention", decode_attention_cost(shape));
+        open(s, generate_detail::op_name(l, OpRole::attn_core), "decode_attention", decode_attention_cost(shape));
         k_.decode_attention(cache_step(
             DecodeAttentionArgs<T>{
                 .out = lo(), .qkv = qkv, .k_cache = k_cache, .v_cache = k_cache + layer},
             Tq));
     }
-    linear(h + "attn.proj", hi(M * C), lo(), M, p.proj_w, p.proj_b, C, cfg_.q_dim());
-    residual_add(h + "attn.res", hi(M * C), M * C);
+    linear(generate_detail::op_name(l, OpRole::attn_proj), hi(M * C), lo(), M, p.proj_w, p.proj_b, C, cfg_.q_dim());
+    residual_add(generate_detail::op_name(l, OpRole::attn_res), hi(M * C), M * C);
 }
 
 // ln_2, fc, the activation, the down projection, the add.
 template <class Kernels>
 void GeneratorImpl<Kernels>::mlp_half(int l, std::int64_t Tq) {
     const gpt_detail::LayerParams& p = layers_[static_cast<std::size_t>(l)];
-    const std::string h = "h." + std::to_string(l) + ".";
     const std::int64_t M = shape_.batch * Tq, C = cfg_.d_model, F = cfg_.d_ff;
     const bool swiglu = cfg_.mlp == MlpKind::swiglu;
     const std::int64_t fc_rows = swiglu ? 2 * F : F;
-    norm(h + "ln_2", lo(), x(), M, p.ln2_w, p.ln2_b);
-    linear(h + "mlp.fc", hi(M * fc_rows), lo(), M, p.fc_w, p.fc_b, fc_rows, C);
+    norm(generate_detail::op_name(l, OpRole::ln_2), lo(), x(), M, p.ln2_w, p.ln2_b);
+    linear(generate_detail::op_name(l, OpRole::mlp_fc), hi(M * fc_rows), lo(), M, p.fc_w, p.fc_b, fc_rows, C);
     {
         Scope s;
-        open(s, h + "mlp.act", swiglu ? "swiglu_forward" : "gelu_forward",
+        open(s, generate_detail::op_name(l, OpRole::mlp_act), swiglu ? "swiglu_forward" : "gelu_forward",
              activation_forward_cost(
                  {.N = M, .F = F, .kind = cfg_.mlp, .dt = dtype(), .out = dtype()}));
         if (swiglu) {
@@ -152,8 +161,8 @@ void GeneratorImpl<Kernels>::mlp_half(int l, std::int64_t Tq) {
             k_.gelu_forward({.out = lo(), .inp = hi(M * fc_rows), .n = M * F});
         }
     }
-    linear(h + "mlp.proj", hi(M * C), lo(), M, p.down_w, p.down_b, C, F);
-    residual_add(h + "mlp.res", hi(M * C), M * C);
+    linear(generate_detail::op_name(l, OpRole::mlp_proj), hi(M * C), lo(), M, p.down_w, p.down_b, C, F);
+    residual_add(generate_detail::op_name(l, OpRole::mlp_res), hi(M * C), M * C);
 }
 
 // ln_f on each sequence's last position (one row each, into the arena's low end), then the head:
@@ -162,8 +171,8 @@ template <class Kernels>
 void GeneratorImpl<Kernels>::head(std::int64_t Tq) {
     const std::int64_t B = shape_.batch, C = cfg_.d_model;
     for (std::int64_t b = 0; b < B; ++b)
-        norm("ln_f", lo() + b * C, x() + (b * Tq + Tq - 1) * C, 1, p_lnf_w_, p_lnf_b_);
-    linear("lm_head", logits_.template data<T>(), lo(), B, p_head_ != nullptr ? p_head_ : p_wte_,
+        norm(generate_detail::op_name(OpRole::ln_f), lo() + b * C, x() + (b * Tq + Tq - 1) * C, 1, p_lnf_w_, p_lnf_b_);
+    linear(generate_detail::op_name(OpRole::lm_head), logits_.template data<T>(), lo(), B, p_head_ != nullptr ? p_head_ : p_wte_,
            nullptr, cfg_.padded_vocab_size, C);
 }
 

@@ -238,7 +238,11 @@ StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
         // Update number t_ + 1 if the gate lets it run; the device reads the gradient scale.
         OptimizerHyper h = update_hyper(cfg_, st.lr, t_ + 1, 1.0f);
         h.gate = gate;
+        // Paged states move whether or not the gate lets the update run: the host does not
+        // know until the step's one read (a skipped fp16 step pages them too).
+        if (paged_) page_states(true);
         device_->optimizer_update(h, dev.data(), count, state_dtype_);
+        if (paged_) page_states(false);
         return st;
     }
     // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.

@@ -17,6 +17,7 @@
 #include "core/durable_file.h"
 #include "core/engine/checkpoint_file.h"
 #include "core/engine/checkpoint_state.h"
+#include "core/json_reader.h"
 #include "kernels/optimizer.h"
 
 namespace napkin {
@@ -267,17 +268,6 @@ void check_piece(const CheckpointReader& r, const std::string& name, DType dtype
                                        " " + dims_text(ft->shape) + ", expected " +
                                        safetensors_dtype_name(dtype) + " [" +
                                        std::to_string(elements) + "]");
-    }
-}
-
-template <class T>
-T field(const json& j, const char* key, const std::string& path) {
-    const auto it = j.find(key);
-    if (it == j.end()) checkpoint_error(path, std::string("field '") + key + "' missing");
-    try {
-        return it->get<T>();
-    } catch (const json::exception&) {
-        checkpoint_error(path, std::string("field '") + key + "': unexpected value " + it->dump());
     }
 }
 
@@ -635,40 +625,40 @@ Manifest read_manifest(const fs::path& manifest_path) {
         std::replace(msg.begin(), msg.end(), '\n', ' ');
         checkpoint_error(path, "not valid JSON: " + msg);
     }
-    if (!j.is_object()) checkpoint_error(path, "expected a JSON object");
-    const std::string format = field<std::string>(j, "format", path);
+    // Every field through the one JSON reader (core/json_reader.h): "<manifest>: shards[1].rank:
+    // expected an integer >= 0, got 2.5", never a fraction taken as an integer.
+    const JsonSource source = JsonSource::raising<InputError>(path);
+    const JsonField root = JsonField(j, source).object();
+    const std::string format = root["format"].string();
     if (format != kManifestFormat) {
         checkpoint_error(path, "format \"" + format + "\", expected \"" + kManifestFormat + "\"");
     }
     Manifest m;
     m.dir = manifest_path.parent_path();
-    m.step = field<int>(j, "step", path);
-    m.world = field<int>(j, "world", path);
-    m.zero = field<int>(j, "zero", path);
-    m.options_hash = parse_checksum(field<std::string>(j, "options_hash", path), path);
-    if (m.step < 0 || m.world < 1 || m.zero < 0 || m.zero > 3) {
-        checkpoint_error(path, "step " + std::to_string(m.step) + ", world " +
-                                   std::to_string(m.world) + ", zero " + std::to_string(m.zero) +
-                                   ": expected step >= 0, world >= 1, zero 0..3");
-    }
-    const json shards = field<json>(j, "shards", path);
-    if (!shards.is_array() || shards.size() != static_cast<std::size_t>(m.world)) {
-        checkpoint_error(path, "field 'shards': expected an array of " + std::to_string(m.world) +
-                                   " shards, one per rank");
-    }
-    for (std::size_t r = 0; r < shards.size(); ++r) {
+    m.step = root["step"].integer<int>(0);
+    m.world = root["world"].integer<int>(1);
+    m.zero = root["zero"].integer<int>(0, 3);
+    m.options_hash = parse_checksum(root["options_hash"].string(), path);
+    const JsonField shards = root["shards"];
+    m.shards = shards.elements([&](const JsonField& f) {
         ManifestShard s;
-        s.rank = field<int>(shards[r], "rank", path);
-        s.file = field<std::string>(shards[r], "file", path);
-        s.file_bytes = field<std::uint64_t>(shards[r], "bytes", path);
-        s.checksum = parse_checksum(field<std::string>(shards[r], "checksum", path), path);
+        s.rank = f["rank"].integer<int>(0);
+        s.file = f["file"].string();
+        s.file_bytes = f["bytes"].integer<std::uint64_t>();
+        s.checksum = parse_checksum(f["checksum"].string(), path);
+        return s;
+    });
+    if (m.shards.size() != static_cast<std::size_t>(m.world)) {
+        shards.fail("expected an array of " + std::to_string(m.world) + " shards, one per rank");
+    }
+    for (std::size_t r = 0; r < m.shards.size(); ++r) {
+        const ManifestShard& s = m.shards[r];
         if (s.rank != static_cast<int>(r) || s.file.empty() ||
             s.file.find('/') != std::string::npos || s.file == "." || s.file == "..") {
             checkpoint_error(path, "shard " + std::to_string(r) + ": expected rank " +
                                        std::to_string(r) +
                                        " and a file name within the step folder");
         }
-        m.shards.push_back(std::move(s));
     }
     return m;
 }

@@ -199,7 +199,12 @@ TEST(ShardedCheckpoint, DamagedShardsAreRefusedNamingTheFile) {
     std::ofstream(step_dir / "manifest.json") << "{\"format\": \"napkin-checkpoint-manifest/1\"}";
     msg = error_of<InputError>([&] { last_complete_checkpoint(dir); });
     expect_contains(msg, "manifest.json");
-    expect_contains(msg, "field 'step' missing");
+    expect_contains(msg, "step: expected an integer >= 0, got nothing");
+    // A fraction is not taken as an integer (the manifest's reader is core/json_reader.h's).
+    std::ofstream(step_dir / "manifest.json")
+        << "{\"format\": \"napkin-checkpoint-manifest/1\", \"step\": 2.5}";
+    expect_contains(error_of<InputError>([&] { last_complete_checkpoint(dir); }),
+                    "step: expected an integer >= 0, got 2.5");
 }
 
 // The consolidated file is an ordinary checkpoint: one process, and every stage, continue from
