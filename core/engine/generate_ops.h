@@ -13,7 +13,9 @@ namespace napkin {
 namespace generate_detail {
 // An op's name in the op plan's words (core/op_plan.h's roles), "h.<l>." before a block's: the
 // trace's ranges and report's ops match the training engine's by construction.
-inline std::string op_name(OpRole role) { return std::string(enum_name(kOpRoleNames, role)); }
+inline std::string op_name(OpRole role) {
+    return std::string(enum_name(kOpRoleNames, role));
+}
 inline std::string op_name(int l, OpRole role) {
     return "h." + std::to_string(l) + "." + op_name(role);
 }
@@ -109,7 +111,8 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     const int NH = cfg_.n_heads, KVH = cfg_.n_kv_heads;
     norm(generate_detail::op_name(l, OpRole::ln_1), lo(), x(), M, p.ln1_w, p.ln1_b);
     T* qkv = hi(M * cfg_.qkv_dim());
-    linear(generate_detail::op_name(l, OpRole::attn_qkv), qkv, lo(), M, p.qkv_w, p.qkv_b, cfg_.qkv_dim(), C);
+    linear(generate_detail::op_name(l, OpRole::attn_qkv), qkv, lo(), M, p.qkv_w, p.qkv_b,
+           cfg_.qkv_dim(), C);
     if (cfg_.positions == PositionKind::rope) {
         Scope s;
         open(s, generate_detail::op_name(l, OpRole::attn_rope), "rope_forward",
@@ -125,19 +128,22 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     {
         Scope s;
         // attn.kv_cache: decoding's own op, in no training plan.
-        open(s, "h." + std::to_string(l) + ".attn.kv_cache", "kv_cache_write", kv_cache_write_cost(shape));
+        open(s, "h." + std::to_string(l) + ".attn.kv_cache", "kv_cache_write",
+             kv_cache_write_cost(shape));
         k_.kv_cache_write(cache_step(
             KvCacheWriteArgs<T>{.k_cache = k_cache, .v_cache = k_cache + layer, .qkv = qkv}, Tq));
     }
     {
         Scope s;
-        open(s, generate_detail::op_name(l, OpRole::attn_core), "decode_attention", decode_attention_cost(shape));
+        open(s, generate_detail::op_name(l, OpRole::attn_core), "decode_attention",
+             decode_attention_cost(shape));
         k_.decode_attention(cache_step(
             DecodeAttentionArgs<T>{
                 .out = lo(), .qkv = qkv, .k_cache = k_cache, .v_cache = k_cache + layer},
             Tq));
     }
-    linear(generate_detail::op_name(l, OpRole::attn_proj), hi(M * C), lo(), M, p.proj_w, p.proj_b, C, cfg_.q_dim());
+    linear(generate_detail::op_name(l, OpRole::attn_proj), hi(M * C), lo(), M, p.proj_w, p.proj_b,
+           C, cfg_.q_dim());
     residual_add(generate_detail::op_name(l, OpRole::attn_res), hi(M * C), M * C);
 }
 
@@ -149,10 +155,12 @@ void GeneratorImpl<Kernels>::mlp_half(int l, std::int64_t Tq) {
     const bool swiglu = cfg_.mlp == MlpKind::swiglu;
     const std::int64_t fc_rows = swiglu ? 2 * F : F;
     norm(generate_detail::op_name(l, OpRole::ln_2), lo(), x(), M, p.ln2_w, p.ln2_b);
-    linear(generate_detail::op_name(l, OpRole::mlp_fc), hi(M * fc_rows), lo(), M, p.fc_w, p.fc_b, fc_rows, C);
+    linear(generate_detail::op_name(l, OpRole::mlp_fc), hi(M * fc_rows), lo(), M, p.fc_w, p.fc_b,
+           fc_rows, C);
     {
         Scope s;
-        open(s, generate_detail::op_name(l, OpRole::mlp_act), swiglu ? "swiglu_forward" : "gelu_forward",
+        open(s, generate_detail::op_name(l, OpRole::mlp_act),
+             swiglu ? "swiglu_forward" : "gelu_forward",
              activation_forward_cost(
                  {.N = M, .F = F, .kind = cfg_.mlp, .dt = dtype(), .out = dtype()}));
         if (swiglu) {
@@ -161,7 +169,8 @@ void GeneratorImpl<Kernels>::mlp_half(int l, std::int64_t Tq) {
             k_.gelu_forward({.out = lo(), .inp = hi(M * fc_rows), .n = M * F});
         }
     }
-    linear(generate_detail::op_name(l, OpRole::mlp_proj), hi(M * C), lo(), M, p.down_w, p.down_b, C, F);
+    linear(generate_detail::op_name(l, OpRole::mlp_proj), hi(M * C), lo(), M, p.down_w, p.down_b, C,
+           F);
     residual_add(generate_detail::op_name(l, OpRole::mlp_res), hi(M * C), M * C);
 }
 
@@ -171,9 +180,10 @@ template <class Kernels>
 void GeneratorImpl<Kernels>::head(std::int64_t Tq) {
     const std::int64_t B = shape_.batch, C = cfg_.d_model;
     for (std::int64_t b = 0; b < B; ++b)
-        norm(generate_detail::op_name(OpRole::ln_f), lo() + b * C, x() + (b * Tq + Tq - 1) * C, 1, p_lnf_w_, p_lnf_b_);
-    linear(generate_detail::op_name(OpRole::lm_head), logits_.template data<T>(), lo(), B, p_head_ != nullptr ? p_head_ : p_wte_,
-           nullptr, cfg_.padded_vocab_size, C);
+        norm(generate_detail::op_name(OpRole::ln_f), lo() + b * C, x() + (b * Tq + Tq - 1) * C, 1,
+             p_lnf_w_, p_lnf_b_);
+    linear(generate_detail::op_name(OpRole::lm_head), logits_.template data<T>(), lo(), B,
+           p_head_ != nullptr ? p_head_ : p_wte_, nullptr, cfg_.padded_vocab_size, C);
 }
 
 }  // namespace napkin

@@ -109,14 +109,12 @@ TEST_P(Table1, BackPredictsThePublishedThroughput) {
     const Estimate e = Estimator{}.run(in);
     ASSERT_TRUE(e.time_predicted);
     const double s = 2048, h = static_cast<double>(r.h), l = r.layers, V = 51200;
-    const double paper_flops =
-        96 * r.batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    const double paper_flops = 96 * r.batch * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
     EXPECT_NEAR(e.hardware_flops_per_step / paper_flops, 1, 0.002);  // the same count
     const double predicted_tflops = paper_flops / (e.step_seconds * r.gpus) / 1e12;
     EXPECT_NEAR(e.hfu * e.peak_flops_per_s / 1e12 / predicted_tflops, 1, 0.002);
     EXPECT_NEAR(predicted_tflops / r.achieved_tflops, 1, 0.10)
-        << "predicted " << predicted_tflops << " TFLOP/s per GPU, published "
-        << r.achieved_tflops;
+        << "predicted " << predicted_tflops << " TFLOP/s per GPU, published " << r.achieved_tflops;
 }
 
 INSTANTIATE_TEST_SUITE_P(Narayanan, Table1, testing::ValuesIn(kTable1),
