@@ -240,9 +240,7 @@ StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
         h.gate = gate;
         // Paged states move whether or not the gate lets the update run: the host does not
         // know until the step's one read (a skipped fp16 step pages them too).
-        if (paged_) page_states(true);
-        device_->optimizer_update(h, dev.data(), count, state_dtype_);
-        if (paged_) page_states(false);
+        device_update(h, dev);
         return st;
     }
     // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.
@@ -258,10 +256,7 @@ StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
         begin_update(cfg_, step_index, sumsq, grad_scale, t_, st);
     if (!h) return st;
     if (device_ != nullptr) {
-        // One multi-tensor update: per-tensor weight decay rides in each OptimizerTensor.
-        if (paged_) page_states(true);
-        device_->optimizer_update(*h, dev.data(), static_cast<int>(dev.size()), state_dtype_);
-        if (paged_) page_states(false);
+        device_update(*h, dev);
         return st;
     }
     auto& params = model_.params();
@@ -272,6 +267,13 @@ StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
         if (params[i].weight.dtype() != DType::f32) round_into(params[i].weight, piece.w);
     }
     return st;
+}
+
+void Optimizer::device_update(const OptimizerHyper& h, const std::vector<OptimizerTensor>& dev) {
+    // One multi-tensor update: per-tensor weight decay rides in each OptimizerTensor.
+    if (paged_) page_states(true);
+    device_->optimizer_update(h, dev.data(), static_cast<int>(dev.size()), state_dtype_);
+    if (paged_) page_states(false);
 }
 
 void Optimizer::finish_step(const StepScalars& read, StepStats& st) {

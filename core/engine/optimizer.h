@@ -122,6 +122,8 @@ private:
     std::vector<OptimizerTensor> device_tensors() const;
     // Paged: every state tensor prefetched to the device or back to the host, one timed batch.
     void page_states(bool to_device);
+    // The device's multi-tensor update, the paged states brought in around it.
+    void device_update(const OptimizerHyper& h, const std::vector<OptimizerTensor>& dev);
 
     OptimizerConfig cfg_;
     Gpt& model_;
