@@ -23,6 +23,18 @@ std::string parse_trace_padded(simdjson::padded_string_view text, TraceData& out
 
 namespace {
 
+// napkin's ops are category "op"; torch.profiler's are "cpu_op" (aten:: calls, nested: the
+// innermost one enclosing a launch gets its kernels' time).
+std::string_view op_category(const TraceData& t) {
+    for (std::uint32_t i = 0; i < t.strings.size(); ++i) {
+        if (t.strings[i] != "op") continue;
+        for (const Event& e : t.events) {
+            if (e.cat == i) return "op";
+        }
+    }
+    return "cpu_op";
+}
+
 std::vector<char> device_work_by_string(const TraceData& t) {
     std::vector<char> out(t.strings.size(), 0);
     for (std::uint32_t i = 0; i < t.strings.size(); ++i)
@@ -36,11 +48,12 @@ std::vector<char> device_work_by_string(const TraceData& t) {
 // FLOPs by launch time: 130-221% of peak on traces/h200-gpt2).
 std::vector<std::int64_t> device_time_by_op(const TraceData& t,
                                             const std::vector<char>& device_work) {
+    const std::string_view op_cat = op_category(t);
     std::vector<std::int64_t> out;
     for (const Event& e : t.events) {
         if (e.instant || device_work[e.cat] == 0 || !t.lanes[e.lane].device || e.flow_peer == kNone)
             continue;
-        const std::uint32_t op = t.host_event_at(t.events[e.flow_peer].start_ns, "op");
+        const std::uint32_t op = t.host_event_at(t.events[e.flow_peer].start_ns, op_cat);
         if (op == kNone) continue;
         if (out.empty()) out.assign(t.events.size(), 0);
         out[op] += e.dur_ns;
@@ -57,8 +70,13 @@ std::vector<std::int64_t> device_time_by_op(const TraceData& trace) {
 KernelStats kernel_stats(const TraceData& trace, StatScope scope,
                          const profiler::Roofline& roofline) {
     KernelStats out;
+    struct StepSum {
+        std::int64_t ns = 0;
+        int count = 0;
+    } kineto_host, kineto_device;
     std::vector<KernelStat> by_name(trace.strings.size());
     const std::vector<char> device_work = device_work_by_string(trace);
+    const std::string_view op_cat = op_category(trace);
     const std::vector<std::int64_t> device_ns = scope == StatScope::ops
                                                     ? device_time_by_op(trace, device_work)
                                                     : std::vector<std::int64_t>();
@@ -69,6 +87,11 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope,
         if (cat == "step") {
             out.step_total_ns += e.dur_ns;
             ++out.steps;
+        } else if (trace.strings[e.name].rfind("ProfilerStep#", 0) == 0) {
+            // torch.profiler's step: a user annotation on the host, mirrored on a GPU lane.
+            StepSum& k = trace.lanes[e.lane].device ? kineto_device : kineto_host;
+            k.ns += e.dur_ns;
+            ++k.count;
         }
         bool take = false;
         switch (scope) {
@@ -77,7 +100,7 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope,
                 take = device_work[e.cat] != 0 && trace.lanes[e.lane].device;
                 break;
             case StatScope::ops:
-                take = cat == "op";
+                take = cat == op_cat;
                 break;
             case StatScope::all:
                 take = true;
@@ -97,7 +120,14 @@ KernelStats kernel_stats(const TraceData& trace, StatScope scope,
             s.roofline_ns += 1e9 * roofline.seconds(flops, bytes);
         }
     }
-    if (out.step_total_ns == 0) out.step_total_ns = trace.t_max_ns - trace.t_min_ns;
+    // napkin's steps, else torch.profiler's host steps, else their GPU copies (a trimmed trace
+    // may keep only those), else the trace's whole span.
+    for (const StepSum& k : {kineto_host, kineto_device}) {
+        if (out.steps > 0) break;
+        out.steps = k.count;
+        out.step_total_ns = k.ns;
+    }
+    if (out.steps == 0) out.step_total_ns = trace.t_max_ns - trace.t_min_ns;
     for (std::uint32_t i = 0; i < by_name.size(); ++i) {
         if (by_name[i].count == 0) continue;
         by_name[i].name = trace.strings[i];

@@ -161,11 +161,14 @@ struct KernelStat {
 };
 struct KernelStats {
     std::vector<KernelStat> rows;    // by total time, largest first
-    std::int64_t step_total_ns = 0;  // sum of "step" ranges, or the trace's span without steps
+    // Sum of the steps' ranges (napkin's "step", else torch.profiler's "ProfilerStep#N"), or the
+    // trace's span when it has none (steps 0).
+    std::int64_t step_total_ns = 0;
     int steps = 0;
 };
 // kernels: device work on device lanes (profiler::is_device_work: kernels, copies and sets; not
-// Kineto's gpu_user_annotation ranges nor API calls); ops: category "op"; all: every range.
+// Kineto's gpu_user_annotation ranges nor API calls); ops: category "op" (a torch.profiler
+// trace's "cpu_op" when it has none); all: every range.
 // `roofline`: the run's ceilings (RunData::roofline), or none for no roofline_ns.
 KernelStats kernel_stats(const TraceData& trace, StatScope scope,
                          const profiler::Roofline& roofline = {});

@@ -157,12 +157,18 @@ void draw_table(KernelsState& s, double peak) {
     if (!ImGui::BeginTable("kernels", kColumns, flags, ImGui::GetContentRegionAvail())) return;
     ImGui::TableSetupScrollFreeze(1, 1);
     ImGui::TableSetupColumn("name", ImGuiTableColumnFlags_WidthStretch, 3.0f);
-    ImGui::TableSetupColumn("count");
-    ImGui::TableSetupColumn(
-        "total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
-    for (const char* h :
-         {"device", "mean", "% of step", "FLOPs", "TFLOP/s", "% of peak", "roofline", "x roofline"})
-        ImGui::TableSetupColumn(h, ImGuiTableColumnFlags_PreferSortDescending);
+    // Numbers fit their widest cell or header (never a clipped "TFLO"); the name takes the rest.
+    const ImGuiTableColumnFlags number = ImGuiTableColumnFlags_WidthFixed;
+    ImGui::TableSetupColumn("count", number);
+    ImGui::TableSetupColumn("total", number | ImGuiTableColumnFlags_DefaultSort |
+                                         ImGuiTableColumnFlags_PreferSortDescending);
+    for (const char* h : {"device", "mean"})
+        ImGui::TableSetupColumn(h, number | ImGuiTableColumnFlags_PreferSortDescending);
+    // The share's bar fills its column: a fixed width, room for the header and "100.0%".
+    ImGui::TableSetupColumn("% of step", number | ImGuiTableColumnFlags_PreferSortDescending,
+                            ImGui::CalcTextSize("% of step ").x * 1.5f);
+    for (const char* h : {"FLOPs", "TFLOP/s", "% of peak", "roofline", "x roofline"})
+        ImGui::TableSetupColumn(h, number | ImGuiTableColumnFlags_PreferSortDescending);
     ImGui::TableHeadersRow();
     sort_rows(s, peak);
     const double step = static_cast<double>(s.stats.step_total_ns);
@@ -203,9 +209,14 @@ void draw_kernels(KernelsState& s, const std::vector<RunData>& runs) {
     refresh_stats(s, run);
     const double peak = run.peak_flops_per_s();
     ImGui::SameLine();
-    ImGui::TextDisabled("| %d steps, %s of steps | peak %s", s.stats.steps,
-                        fmt_duration_ns(static_cast<double>(s.stats.step_total_ns)).c_str(),
-                        peak > 0 ? fmt_rate(peak, "FLOP").c_str() : "unknown (no report.json)");
+    const std::string span = fmt_duration_ns(static_cast<double>(s.stats.step_total_ns));
+    const std::string peak_text = peak > 0 ? fmt_rate(peak, "FLOP") : "unknown (no report.json)";
+    if (s.stats.steps > 0)
+        ImGui::TextDisabled("| %d step%s, %s | peak %s", s.stats.steps,
+                            s.stats.steps == 1 ? "" : "s", span.c_str(), peak_text.c_str());
+    else  // "% of step" is then a share of the whole trace
+        ImGui::TextDisabled("| no step ranges: %% of the trace's %s | peak %s", span.c_str(),
+                            peak_text.c_str());
     if (s.stats.rows.empty()) {
         empty_state(s.scope == static_cast<int>(StatScope::kernels)
                         ? "No kernel events in this trace (category \"kernel\" or a device lane). "

@@ -431,6 +431,40 @@ TEST(RunData, LoadsARealGpuTorchProfilerRecording) {
     EXPECT_EQ(table_ns, device_work_ns);
 }
 
+// The same recording's step is torch.profiler's ProfilerStep#3 (kept here only as its GPU lane's
+// copy, 14,989.633 us), so "% of step" divides by it, not by the file's span; its ops are the
+// aten:: calls ("cpu_op"), each timed on the device by the kernels it launched.
+TEST(RunData, TorchProfilerStepsAndOpsFeedTheTables) {
+    const RunData run = load_run(kTestData / "torch_gpt2_trace.json.gz");
+    ASSERT_TRUE(run.errors.empty()) << run.errors.front();
+    const KernelStats kernels = kernel_stats(run.trace, StatScope::kernels);
+    EXPECT_EQ(kernels.steps, 1);
+    EXPECT_EQ(kernels.step_total_ns, 14989633);
+    EXPECT_LT(kernels.step_total_ns, run.trace.t_max_ns - run.trace.t_min_ns);
+    const KernelStats ops = kernel_stats(run.trace, StatScope::ops);
+    EXPECT_EQ(ops.steps, 1);
+    std::int64_t op_device_ns = 0;
+    const KernelStat* addmm = nullptr;
+    for (const KernelStat& row : ops.rows) {
+        EXPECT_EQ(row.name.rfind("ProfilerStep#", 0), std::string::npos) << row.name;
+        op_device_ns += row.device_ns;
+        if (row.name == "aten::addmm") addmm = &row;
+    }
+    ASSERT_NE(addmm, nullptr);
+    EXPECT_EQ(addmm->count, 48);
+    EXPECT_GT(addmm->device_ns, addmm->total_ns);  // its GEMMs outlast their launches
+    // Each launched kernel's time goes to exactly one op, the innermost around its launch.
+    std::int64_t launched_ns = 0;
+    for (const Event& e : run.trace.events) {
+        if (!e.instant && run.trace.lanes[e.lane].device && e.flow_peer != kNone &&
+            profiler::is_device_work(run.trace.cat_of(e)) &&
+            run.trace.host_event_at(run.trace.events[e.flow_peer].start_ns, "cpu_op") != kNone)
+            launched_ns += e.dur_ns;
+    }
+    EXPECT_GT(launched_ns, 0);
+    EXPECT_EQ(op_device_ns, launched_ns);
+}
+
 // A GPU run's ops are timed by their kernels (each to the op enclosing its launch), not by the
 // host's launch calls: on traces/h200-gpt2 host time made ops run at up to 221% of the H200's
 // peak; device time keeps every op under it, and the ops' device time is the tagged kernels'.
