@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/durable_file.h"
 
 #ifndef NAPKIN_BINARY
@@ -35,6 +37,20 @@ inline bool durable_temporary_of(const std::filesystem::path& target) {
         if (name.rfind(prefix, 0) == 0 && napkin::is_durable_temporary(name)) return true;
     }
     return false;
+}
+
+// A run folder of this test's own, removed first: <TempDir>/napkin_<name>_<pid> (ctest runs tests
+// as parallel processes).
+inline std::filesystem::path fresh_dir(const std::string& name) {
+    const std::filesystem::path d = std::filesystem::path(testing::TempDir()) /
+                                    ("napkin_" + name + "_" + std::to_string(getpid()));
+    std::filesystem::remove_all(d);
+    return d;
+}
+
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
 }
 
 std::string slurp(const std::string& path) {

@@ -17,17 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d = fs::path(testing::TempDir()) / (name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-}
-
-json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    return json::parse(f);
-}
-
 TEST(GenerateCli, HelpNamesTheFlags) {
     const CliRun r = napkin("generate --help");
     EXPECT_EQ(r.rc, 0);

@@ -18,17 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d = fs::path(testing::TempDir()) / ("napkin_report_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    return nlohmann::json::parse(f);
-}
-
 int lines(const std::string& s) {
     int n = 0;
     for (char c : s) n += c == '\n';

@@ -23,18 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d =
-        fs::path(testing::TempDir()) / ("napkin_ranks_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-}
-
-json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    return json::parse(f);
-}
-
 void write_json(const fs::path& p, const json& j) {
     std::ofstream(p) << j.dump(1);
 }

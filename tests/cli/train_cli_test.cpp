@@ -20,17 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d = fs::path(testing::TempDir()) / ("napkin_train_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    return nlohmann::json::parse(f);
-}
-
 // llm.c's token file: a 256 x int32 header (magic, version, count) and uint16 tokens.
 void write_bin(const fs::path& p, const std::vector<std::uint16_t>& tokens, std::int32_t magic = 20240520) {
     std::int32_t header[256] = {};

@@ -25,26 +25,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
-
-
 #define SKIP_WITHOUT_MPI()                          \
     do {                                            \
         std::string why_;                           \
         if (!have_mpi(&why_)) GTEST_SKIP() << why_; \
     } while (0)
-
-fs::path fresh_dir(const std::string& name) {
-    const fs::path d =
-        fs::path(testing::TempDir()) / ("napkin_zero_" + name + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    return d;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-    std::ifstream f(p);
-    return nlohmann::json::parse(f);
-}
 
 CliRun shell(const std::string& cmd) {
     const std::string stem = testing::TempDir() + "/napkin_zero_sh_" + std::to_string(getpid());

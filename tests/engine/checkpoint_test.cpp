@@ -59,14 +59,14 @@ void write_bytes(const fs::path& p, const std::string& bytes) {
 }
 
 // The file split as safetensors defines it.
-struct SafetensorsFile {
+struct ParsedSafetensors {
     std::uint64_t header_bytes = 0;
     ojson header;
     std::string data;
 };
 
-SafetensorsFile parse_safetensors(const std::string& bytes) {
-    SafetensorsFile f;
+ParsedSafetensors parse_safetensors(const std::string& bytes) {
+    ParsedSafetensors f;
     EXPECT_GE(bytes.size(), 8u);
     for (int i = 7; i >= 0; --i)
         f.header_bytes =
@@ -90,7 +90,7 @@ std::string serialize_safetensors(const ojson& header, const std::string& data) 
 // behind it are reached; `keep_header_checksum` keeps it, as a bit flip on disk would.
 template <class F>
 void edit_header(const fs::path& p, F&& edit, bool keep_header_checksum = false) {
-    SafetensorsFile f = parse_safetensors(read_bytes(p));
+    ParsedSafetensors f = parse_safetensors(read_bytes(p));
     edit(f.header);
     if (!keep_header_checksum && f.header.contains("__metadata__"))
         f.header["__metadata__"].erase("header_checksum");
@@ -254,7 +254,7 @@ TEST(CheckpointFile, IsValidSafetensors) {
     t.step();
     save_checkpoint(path.string(), t);
     const std::string bytes = read_bytes(path);
-    const SafetensorsFile f = parse_safetensors(bytes);
+    const ParsedSafetensors f = parse_safetensors(bytes);
     EXPECT_EQ(f.header_bytes % 8, 0u) << "the data section starts 8-byte aligned";
     ASSERT_TRUE(f.header.contains("__metadata__"));
     const ojson& meta = f.header["__metadata__"];
@@ -367,7 +367,7 @@ protected:
 };
 
 TEST_F(CheckpointRefuses, CorruptData) {
-    const SafetensorsFile f = parse_safetensors(bytes_);
+    const ParsedSafetensors f = parse_safetensors(bytes_);
     std::string b = bytes_;
     b[8 + f.header_bytes + f.data.size() / 2] ^= 0x01;
     write_bytes(path_, b);
@@ -485,7 +485,7 @@ TEST_F(CheckpointRefuses, WrongDtypeOrShape) {
 
 TEST_F(CheckpointRefuses, UnexpectedTensor) {
     // One tensor more at the end of the data section; sizes consistent, so only its name is wrong.
-    SafetensorsFile f = parse_safetensors(bytes_);
+    ParsedSafetensors f = parse_safetensors(bytes_);
     const std::uint64_t end = f.data.size();
     f.header["stray"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {end, end + 8}}};
     f.header["__metadata__"]["data_bytes"] = std::to_string(end + 8);

@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TrainOptions tiny_options(Precision p, int zero) {
+TrainOptions zckpt_options(Precision p, int zero) {
     TrainOptions o;
     o.model = preset_or_throw("tiny");
     o.plan.micro_batch = 2;
@@ -41,7 +41,7 @@ TrainOptions tiny_options(Precision p, int zero) {
     return o;
 }
 
-fs::path scratch_dir() {
+fs::path zckpt_dir() {
     return test::scratch_dir("napkin_zckpt_");
 }
 
@@ -75,8 +75,8 @@ class ShardedResume : public testing::TestWithParam<std::tuple<int, Precision>> 
 
 TEST_P(ShardedResume, RepeatsTheUninterruptedRunBitForBit) {
     const auto [zero, precision] = GetParam();
-    const TrainOptions o = tiny_options(precision, zero);
-    const fs::path dir = scratch_dir();
+    const TrainOptions o = zckpt_options(precision, zero);
+    const fs::path dir = zckpt_dir();
     const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
 
     const std::optional<Manifest> m = last_complete_checkpoint(dir);
@@ -113,8 +113,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, ShardedResume,
                          });
 
 TEST(ShardedCheckpoint, ManifestNamesEveryShard) {
-    const fs::path dir = scratch_dir();
-    Trainer t(tiny_options(Precision::bf16_amp, 3));
+    const fs::path dir = zckpt_dir();
+    Trainer t(zckpt_options(Precision::bf16_amp, 3));
     t.step();
     const fs::path step_dir = save_sharded_checkpoint(dir, t);
     std::ifstream f(step_dir / "manifest.json");
@@ -135,8 +135,8 @@ TEST(ShardedCheckpoint, ManifestNamesEveryShard) {
 }
 
 TEST(ShardedCheckpoint, AHalfWrittenCheckpointIsIgnored) {
-    const TrainOptions o = tiny_options(Precision::fp32, 2);
-    const fs::path dir = scratch_dir();
+    const TrainOptions o = zckpt_options(Precision::fp32, 2);
+    const fs::path dir = zckpt_dir();
     const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
     // A later checkpoint whose rank died before the manifest: its shard is there, no manifest.
     const fs::path partial = dir / "checkpoints" / "step-00000005";
@@ -156,12 +156,12 @@ TEST(ShardedCheckpoint, AHalfWrittenCheckpointIsIgnored) {
     EXPECT_FALSE(fs::exists(partial));
     EXPECT_FALSE(fs::exists(dir / "checkpoints" / "step-00000003"));
     EXPECT_EQ(last_complete_checkpoint(dir)->step, 6);
-    EXPECT_FALSE(last_complete_checkpoint(scratch_dir()).has_value());
+    EXPECT_FALSE(last_complete_checkpoint(zckpt_dir()).has_value());
 }
 
 TEST(ShardedCheckpoint, AnotherWorldSizeOrStageIsRefused) {
-    const fs::path dir = scratch_dir();
-    Trainer t(tiny_options(Precision::fp32, 3));
+    const fs::path dir = zckpt_dir();
+    Trainer t(zckpt_options(Precision::fp32, 3));
     t.step();
     save_sharded_checkpoint(dir, t);
     const Manifest m = *last_complete_checkpoint(dir);
@@ -169,14 +169,14 @@ TEST(ShardedCheckpoint, AnotherWorldSizeOrStageIsRefused) {
     const std::string msg = error_of<UsageError>([&] { check_resumable(m, 2, 1); });
     expect_contains(msg, "1 rank at ZeRO-3, this run has 2 ranks at ZeRO-1");
     expect_contains(msg, "napkin ckpt consolidate " + dir.string());
-    Trainer other(tiny_options(Precision::fp32, 2));
+    Trainer other(zckpt_options(Precision::fp32, 2));
     expect_contains(error_of<UsageError>([&] { load_sharded_checkpoint(m, other); }),
                     "this run has 1 rank at ZeRO-2");
 }
 
 TEST(ShardedCheckpoint, DamagedShardsAreRefusedNamingTheFile) {
-    const fs::path dir = scratch_dir();
-    const TrainOptions o = tiny_options(Precision::fp32, 1);
+    const fs::path dir = zckpt_dir();
+    const TrainOptions o = zckpt_options(Precision::fp32, 1);
     Trainer t(o);
     t.step();
     const fs::path step_dir = save_sharded_checkpoint(dir, t);
@@ -211,8 +211,8 @@ TEST(ShardedCheckpoint, DamagedShardsAreRefusedNamingTheFile) {
 // it bit for bit (world size 1 everywhere, so the sums run in the same order... but for the
 // norm at stages 1-3, compared to the plain trainer within rounding).
 TEST(ShardedCheckpoint, ConsolidatedFileResumesAtAnyStage) {
-    const fs::path dir = scratch_dir();
-    const TrainOptions o = tiny_options(Precision::bf16_amp, 3);
+    const fs::path dir = zckpt_dir();
+    const TrainOptions o = zckpt_options(Precision::bf16_amp, 3);
     const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
     const fs::path file = dir / "consolidated.safetensors";
     const CheckpointInfo written =
@@ -245,7 +245,7 @@ TEST(ShardedCheckpoint, ConsolidatedFileResumesAtAnyStage) {
 // one (each rank loading its shards of the file), within `tol` (relative). Returns what
 // consolidation wrote.
 CheckpointInfo expect_resume_and_consolidate(const TrainOptions& o, double tol) {
-    const fs::path dir = scratch_dir();
+    const fs::path dir = zckpt_dir();
     const std::vector<StepRecord> ref = run_and_checkpoint(o, dir);
     const Manifest m = *last_complete_checkpoint(dir);
     {
@@ -278,7 +278,7 @@ TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
          {std::tuple{Finetune::qlora, 1, Precision::bf16_amp}, std::tuple{Finetune::lora, 2, Precision::fp32},
           std::tuple{Finetune::qlora, 3, Precision::bf16_amp}, std::tuple{Finetune::lora, 3, Precision::fp32}}) {
         SCOPED_TRACE(std::string(enum_name(kFinetuneNames, finetune)) + " ZeRO-" + std::to_string(zero));
-        TrainOptions o = tiny_options(precision, zero);
+        TrainOptions o = zckpt_options(precision, zero);
         o.plan.finetune = finetune;
         o.plan.lora_rank = 4;
         const CheckpointInfo written = expect_resume_and_consolidate(o, precision == Precision::fp32 ? 1e-6 : 2e-3);
@@ -301,7 +301,7 @@ TEST(ShardedCheckpoint, AdaptersResumeAndConsolidate) {
 TEST(ShardedCheckpoint, EightBitStatesResumeAndConsolidate) {
     for (int zero : {1, 3}) {
         SCOPED_TRACE("ZeRO-" + std::to_string(zero));
-        TrainOptions o = tiny_options(Precision::bf16_amp, zero);
+        TrainOptions o = zckpt_options(Precision::bf16_amp, zero);
         o.plan.optimizer = OptimizerKind::adamw_8bit;
         const CheckpointInfo written = expect_resume_and_consolidate(o, 2e-3);
         EXPECT_EQ(written.tensor_count, 6 * param_tensors(o.model).size());  // w, master, m, v, 2 absmax

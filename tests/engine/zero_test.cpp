@@ -14,7 +14,7 @@
 namespace napkin {
 namespace {
 
-TrainOptions tiny_options(Precision p, int zero) {
+TrainOptions zero_options(Precision p, int zero) {
     TrainOptions o;
     o.model = preset_or_throw("tiny");
     o.plan.micro_batch = 1;
@@ -32,14 +32,14 @@ TrainOptions tiny_options(Precision p, int zero) {
 TEST(ZeroEngine, OneRankTrainsAsThePlainTrainer) {
     // fp32, and bf16-amp (master weights, 16-bit gradients and their MPI sums).
     for (Precision p : {Precision::fp32, Precision::bf16_amp}) {
-        Trainer plain(tiny_options(p, 0));
+        Trainer plain(zero_options(p, 0));
         std::vector<float> ref;
         for (int s = 0; s < 2; ++s)
             ref.push_back(plain.step().loss);
         for (int zero = 1; zero <= 3; ++zero) {
             SCOPED_TRACE("ZeRO-" + std::to_string(zero) + " " +
                          std::string(enum_name(kPrecisionNames, p)));
-            Trainer t(tiny_options(p, zero));
+            Trainer t(zero_options(p, zero));
             ASSERT_NE(t.zero(), nullptr);
             EstimateInputs ei;
             ei.model = t.options().model;
@@ -85,8 +85,8 @@ TEST(ZeroEngine, OneRankTrainsAsThePlainTrainer) {
 }
 
 TEST(ZeroEngine, RejectsAStageOutsideZeroToThree) {
-    EXPECT_THROW(Trainer(tiny_options(Precision::fp32, 4)), UsageError);
-    EXPECT_THROW(Trainer(tiny_options(Precision::fp32, -1)), UsageError);
+    EXPECT_THROW(Trainer(zero_options(Precision::fp32, 4)), UsageError);
+    EXPECT_THROW(Trainer(zero_options(Precision::fp32, -1)), UsageError);
 }
 
 TEST(Communicator, SingleProcessIsANoOp) {

@@ -30,7 +30,7 @@ namespace {
 using test::cuda_engine_unavailable;
 using test::small_config;
 
-struct Case {
+struct GptCudaTestCase {
     const char* name;
     Precision precision;
     AttentionImpl attention;
@@ -60,17 +60,17 @@ struct Case {
     bool epilogues = false;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const GptCudaTestCase& c, std::ostream* os) {
     *os << c.name;
 }
 
-class GptCudaVsCpu : public testing::TestWithParam<Case> {};
+class GptCudaVsCpu : public testing::TestWithParam<GptCudaTestCase> {};
 
 // Loss and every gradient of one micro-batch, CUDA against CPU, from the same seed (the weights
 // are drawn on the host and set through set_param on both).
 TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    const Case& c = GetParam();
+    const GptCudaTestCase& c = GetParam();
     ModelConfig cfg =
         c.llama ? small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)
                 : small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
@@ -178,7 +178,7 @@ TEST_P(GptCudaVsCpu, LossAndEveryGradientMatch) {
     EXPECT_EQ(dev_alloc.live_blocks(), 0);
 }
 
-const Case kCases[] = {
+const GptCudaTestCase kGptCudaTestCases[] = {
     {"fp32_flash_gpt2", Precision::fp32, AttentionImpl::flash, Checkpointing::none, false, 1e-6,
      1e-3, 1e-5},
     {"fp32_naive_gpt2", Precision::fp32, AttentionImpl::naive, Checkpointing::none, false, 1e-6,
@@ -243,8 +243,8 @@ const Case kCases[] = {
     {"bf16amp_flash_gpt2_full_checkpointing_epilogues", Precision::bf16_amp, AttentionImpl::flash,
      Checkpointing::full, false, 1e-4, 5e-2, 1e-2, false, false, Finetune::full, 0.0, 0, true},
 };
-INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kCases),
-                         [](const testing::TestParamInfo<Case>& i) {
+INSTANTIATE_TEST_SUITE_P(Recipes, GptCudaVsCpu, testing::ValuesIn(kGptCudaTestCases),
+                         [](const testing::TestParamInfo<GptCudaTestCase>& i) {
                              return std::string(i.param.name);
                          });
 

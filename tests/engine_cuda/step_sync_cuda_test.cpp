@@ -78,12 +78,12 @@ StepWaits waits_of_a_step(const TrainOptions& o, int counted = 1) {
     return w;
 }
 
-struct Case {
+struct StepSyncCudaTestCase {
     Precision precision;
     int grad_accum;
 };
 
-class StepSyncCuda : public testing::TestWithParam<Case> {};
+class StepSyncCuda : public testing::TestWithParam<StepSyncCudaTestCase> {};
 
 TEST_P(StepSyncCuda, OneReadAtTheEndOfTheStep) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
@@ -94,8 +94,9 @@ TEST_P(StepSyncCuda, OneReadAtTheEndOfTheStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, StepSyncCuda,
-                         testing::Values(Case{Precision::fp32, 1}, Case{Precision::bf16_amp, 2},
-                                         Case{Precision::fp16_amp, 2}));
+                         testing::Values(StepSyncCudaTestCase{Precision::fp32, 1},
+                                         StepSyncCudaTestCase{Precision::bf16_amp, 2},
+                                         StepSyncCudaTestCase{Precision::fp16_amp, 2}));
 
 // fp16-amp from a loss scale that overflows: the skip is decided on the device and read at the
 // step's end, and the loss scaler follows it as the CPU engine's does (the same skipped steps,

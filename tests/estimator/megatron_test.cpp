@@ -17,19 +17,19 @@
 namespace napkin {
 namespace {
 
-struct Shape {
+struct MegatronTestShape {
     const char* name;
     int layers;
     std::int64_t h;
     int heads;
     int pp;  // Korthikanti et al.'s Table 3, t = 8
 };
-constexpr Shape kShapes[] = {
+constexpr MegatronTestShape kMegatronTestShapes[] = {
     {"175B", 96, 12288, 96, 8}, {"530B", 105, 20480, 128, 35}, {"1T", 128, 25600, 160, 64}};
 
 // The run of Korthikanti et al. 2022, Table 3 and 5: b = 1, s = 2048, t = 8, the paper's p, one
 // replica (DP = 1) with a global batch of 8 p sequences, A100 80 GB, fp32 main gradients.
-EstimateInputs paper_run(const Shape& s) {
+EstimateInputs paper_run(const MegatronTestShape& s) {
     return a100_megatron_run(gpt3(s.layers, s.h, s.heads), 8, s.pp, 8 * s.pp, 8 * s.pp);
 }
 
@@ -39,7 +39,7 @@ EstimateInputs paper_run(const Shape& s) {
 // agrees to 0.1% (it adds the norms' fp32 statistics, 16 s b / t bytes).
 TEST(Korthikanti, PerLayerActivationsWithTensorAndSequenceParallelism) {
     Estimator est;
-    for (const Shape& shape : kShapes) {
+    for (const MegatronTestShape& shape : kMegatronTestShapes) {
         SCOPED_TRACE(shape.name);
         const double s = 2048, b = 1, h = static_cast<double>(shape.h), a = shape.heads, t = 8;
         const double sbh = s * b * h;
@@ -75,7 +75,7 @@ TEST(Korthikanti, PerLayerActivationsWithTensorAndSequenceParallelism) {
 // worth; the interleaved schedule multiplies that by 1 + (p - 1) / (p m), m chunks per GPU.
 TEST(Korthikanti, FirstStageHoldsTheWholeModelsLayers) {
     Estimator est;
-    const Shape& shape = kShapes[0];  // 175B, p = 8: 12 layers per stage
+    const MegatronTestShape& shape = kMegatronTestShapes[0];  // 175B, p = 8: 12 layers per stage
     EstimateInputs in = paper_run(shape);
     in.sequence_parallel = true;
     in.checkpointing = Checkpointing::selective;
@@ -104,18 +104,18 @@ TEST(Korthikanti, FirstStageHoldsTheWholeModelsLayers) {
 TEST(Megatron, PublishedConfigurationsFitAndShowBubbleAndTraffic) {
     Estimator est;
     std::vector<EstimateInputs> runs;
-    for (const Shape& shape : kShapes) {
+    for (const MegatronTestShape& shape : kMegatronTestShapes) {
         EstimateInputs in = paper_run(shape);
         in.sequence_parallel = true;
         in.checkpointing = Checkpointing::selective;
         runs.push_back(in);
     }
-    EstimateInputs trillion = paper_run(kShapes[2]);
+    EstimateInputs trillion = paper_run(kMegatronTestShapes[2]);
     trillion.checkpointing = Checkpointing::full;
     trillion.gpus = 3072;       // DP = 6
     trillion.grad_accum = 512;  // 3072 sequences / 6 replicas
     runs.push_back(trillion);
-    EstimateInputs gpt3_175b = paper_run(kShapes[0]);
+    EstimateInputs gpt3_175b = paper_run(kMegatronTestShapes[0]);
     gpt3_175b.checkpointing = Checkpointing::full;
     gpt3_175b.pp = 16;
     gpt3_175b.gpus = 1024;       // DP = 8
@@ -212,7 +212,7 @@ TEST(Megatron, StagesHoldTheModelOnce) {
 
 TEST(Megatron, BubbleAndInterleaving) {
     Estimator est;
-    EstimateInputs in = paper_run(kShapes[0]);
+    EstimateInputs in = paper_run(kMegatronTestShapes[0]);
     in.sequence_parallel = true;
     in.checkpointing = Checkpointing::selective;
     const Estimate one = est.run(in);

@@ -18,7 +18,7 @@ namespace {
 
 using test::Vec;
 
-struct Shape {
+struct AttentionDropoutTestShape {
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD;
@@ -39,7 +39,7 @@ struct Reference {
 };
 
 // Forward from the definitions; with `grad`, also dqkv of L = sum(out * grad) into *dqkv.
-Reference run(const Shape& s, const Vec& x, float prob, std::uint64_t seed,
+Reference run(const AttentionDropoutTestShape& s, const Vec& x, float prob, std::uint64_t seed,
               const Vec* grad = nullptr, Vec* dqkv = nullptr) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.HD));
     const double keep_scale = 1.0 / (1.0 - static_cast<double>(prob));
@@ -105,7 +105,7 @@ Reference run(const Shape& s, const Vec& x, float prob, std::uint64_t seed,
 }
 
 template <class T>
-void check(const Shape& s, float prob, unsigned seed) {
+void check(const AttentionDropoutTestShape& s, float prob, unsigned seed) {
     SCOPED_TRACE(testing::Message()
                  << test::dtype_name<T>() << " seed " << seed << " B " << s.B << " T " << s.T
                  << " NH " << s.NH << " KVH " << s.KVH << " HD " << s.HD << " p " << prob);
@@ -160,9 +160,10 @@ void check(const Shape& s, float prob, unsigned seed) {
 TEST(AttentionDropout, NaiveAndFlashMatchTheReferenceAndItsGradient) {
     const unsigned seed = test::fresh_seed();
     // T = 70 spans two of flash's 64-key forward blocks and three 32-key backward blocks.
-    const Shape shapes[] = {{1, 1, 1, 1, 1}, {2, 7, 4, 2, 8}, {1, 13, 2, 1, 5}, {1, 70, 2, 2, 4}};
+    const AttentionDropoutTestShape shapes[] = {
+        {1, 1, 1, 1, 1}, {2, 7, 4, 2, 8}, {1, 13, 2, 1, 5}, {1, 70, 2, 2, 4}};
     unsigned k = 0;
-    for (const Shape& s : shapes) {
+    for (const AttentionDropoutTestShape& s : shapes) {
         for (const float p : {0.0f, 0.1f, 0.5f}) {
             check<float>(s, p, seed + k);
             check<bf16_t>(s, p, seed + k);
@@ -172,7 +173,7 @@ TEST(AttentionDropout, NaiveAndFlashMatchTheReferenceAndItsGradient) {
 }
 
 TEST(AttentionDropout, ZeroProbabilityIsNoDropout) {
-    const Shape s{2, 9, 2, 2, 4};
+    const AttentionDropoutTestShape s{2, 9, 2, 2, 4};
     std::mt19937 rng(5);
     const auto qkv =
         test::to_storage<float>(test::random_normal(rng, s.B * s.T * (s.NH + 2 * s.KVH) * s.HD));

@@ -23,7 +23,7 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct AttentionTestCase {
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD;
@@ -34,20 +34,21 @@ struct Case {
     std::int64_t p_numel() const { return B * NH * T * T; }
 };
 
-std::ostream& operator<<(std::ostream& os, const Case& c) {
+std::ostream& operator<<(std::ostream& os, const AttentionTestCase& c) {
     return os << "B " << c.B << " T " << c.T << " NH " << c.NH << " KVH " << c.KVH << " HD "
               << c.HD;
 }
 
 // T = 1; T equal to, one past and one short of the tiles (64 keys forward, 32 backward); MHA,
 // GQA, MQA; several forward tiles.
-const Case kCases[] = {{1, 1, 1, 1, 8},   {1, 64, 2, 2, 16}, {2, 65, 4, 2, 8},  {1, 70, 4, 1, 64},
-                       {2, 33, 3, 3, 16}, {1, 31, 4, 4, 8},  {1, 130, 2, 1, 16}};
+const AttentionTestCase kAttentionTestCases[] = {
+    {1, 1, 1, 1, 8},   {1, 64, 2, 2, 16}, {2, 65, 4, 2, 8},  {1, 70, 4, 1, 64},
+    {2, 33, 3, 3, 16}, {1, 31, 4, 4, 8},  {1, 130, 2, 1, 16}};
 
 // B 1-2, T 1-70, NH 1-4, KVH in {1, NH, a divisor of NH}, HD in {8, 16, 64}.
-Case random_case(std::mt19937& rng) {
+AttentionTestCase random_case(std::mt19937& rng) {
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    Case c{};
+    AttentionTestCase c{};
     c.B = pick(1, 2);
     c.T = pick(1, 70);
     c.NH = pick(1, 4);
@@ -63,7 +64,7 @@ Case random_case(std::mt19937& rng) {
 
 // The double-precision reference, written out from the definitions.
 struct AttentionRef {
-    Case c;
+    AttentionTestCase c;
 
     std::size_t q(std::int64_t b, std::int64_t t, int h) const { return at(b, t, h); }
     std::size_t k(std::int64_t b, std::int64_t t, int g) const { return at(b, t, c.NH + g); }
@@ -231,7 +232,7 @@ struct Forward {
 };
 
 template <class Elem>
-Forward<Elem> run_forward(const Case& c, const std::vector<Elem>& qkv) {
+Forward<Elem> run_forward(const AttentionTestCase& c, const std::vector<Elem>& qkv) {
     Forward<Elem> f;
     f.naive_out = test::nan_filled<Elem>(c.out_numel());
     f.p = test::nan_filled<Elem>(c.p_numel());
@@ -246,7 +247,7 @@ Forward<Elem> run_forward(const Case& c, const std::vector<Elem>& qkv) {
 
 // dqkv after naive backward accumulated into a copy of `prefill`; scratch starts as NaN.
 template <class Elem>
-std::vector<Elem> run_naive_backward(const Case& c, std::vector<Elem> dqkv,
+std::vector<Elem> run_naive_backward(const AttentionTestCase& c, std::vector<Elem> dqkv,
                                      const std::vector<Elem>& dout, const std::vector<Elem>& qkv,
                                      const Forward<Elem>& f) {
     std::vector<float> scratch(
@@ -258,7 +259,7 @@ std::vector<Elem> run_naive_backward(const Case& c, std::vector<Elem> dqkv,
 }
 
 template <class Elem>
-std::vector<Elem> run_flash_backward(const Case& c, std::vector<Elem> dqkv,
+std::vector<Elem> run_flash_backward(const AttentionTestCase& c, std::vector<Elem> dqkv,
                                      const std::vector<Elem>& dout, const std::vector<Elem>& qkv,
                                      const Forward<Elem>& f) {
     cpu::attention_flash_backward<Elem>({dqkv.data(), dout.data(), f.flash_out.data(), qkv.data(),
@@ -267,7 +268,7 @@ std::vector<Elem> run_flash_backward(const Case& c, std::vector<Elem> dqkv,
 }
 
 template <class Elem>
-void check_forward(const Case& c, unsigned seed) {
+void check_forward(const AttentionTestCase& c, unsigned seed) {
     SCOPED_TRACE(testing::Message()
                  << "seed " << seed << " " << test::dtype_name<Elem>() << " " << c);
     std::mt19937 rng(seed);
@@ -310,14 +311,14 @@ double unit_roundoff() {
 // kept P (naive) or out (flash) brings, which grows with the sums over T, is each element's own
 // bound from AttentionRef::stored_rounding on top.
 template <class Elem>
-test::Tolerance gradient_tolerance(const Case& c) {
+test::Tolerance gradient_tolerance(const AttentionTestCase& c) {
     test::Tolerance tol = test::tolerance<Elem>();
     if constexpr (!std::is_same_v<Elem, float>) tol = {2.0 * tol.abs, 2.0 * tol.rel};
     return test::for_sum_of(tol, (c.NH / c.KVH) * c.T);
 }
 
 template <class Elem>
-void check_backward(const Case& c, unsigned seed, std::size_t fd_samples = 48) {
+void check_backward(const AttentionTestCase& c, unsigned seed, std::size_t fd_samples = 48) {
     SCOPED_TRACE(testing::Message()
                  << "seed " << seed << " " << test::dtype_name<Elem>() << " " << c);
     std::mt19937 rng(seed);
@@ -353,7 +354,7 @@ void check_backward(const Case& c, unsigned seed, std::size_t fd_samples = 48) {
 TEST(Attention, ForwardFloat) {
     const unsigned seed = test::fresh_seed();
     std::mt19937 shapes(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_forward<float>(c, seed);
     for (int n = 0; n < 12; ++n)
         check_forward<float>(random_case(shapes), seed + 1 + static_cast<unsigned>(n));
@@ -362,7 +363,7 @@ TEST(Attention, ForwardFloat) {
 TEST(Attention, ForwardBf16) {
     const unsigned seed = test::fresh_seed();
     std::mt19937 shapes(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_forward<bf16_t>(c, seed);
     for (int n = 0; n < 12; ++n)
         check_forward<bf16_t>(random_case(shapes), seed + 1 + static_cast<unsigned>(n));
@@ -378,7 +379,7 @@ TEST(Attention, ForwardF16) {
 TEST(Attention, BackwardFloat) {
     const unsigned seed = test::fresh_seed();
     std::mt19937 shapes(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_backward<float>(c, seed);
     for (int n = 0; n < 8; ++n)
         check_backward<float>(random_case(shapes), seed + 1 + static_cast<unsigned>(n));
@@ -387,7 +388,7 @@ TEST(Attention, BackwardFloat) {
 TEST(Attention, BackwardBf16) {
     const unsigned seed = test::fresh_seed();
     std::mt19937 shapes(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_backward<bf16_t>(c, seed);
     for (int n = 0; n < 8; ++n)
         check_backward<bf16_t>(random_case(shapes), seed + 1 + static_cast<unsigned>(n));
@@ -404,7 +405,9 @@ TEST(Attention, BackwardF16) {
 // shapes that still span more than one backward key block.
 TEST(Attention, BackwardEveryElementFiniteDifferences) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : {Case{1, 5, 4, 2, 8}, Case{2, 3, 2, 2, 8}, Case{1, 35, 2, 1, 8}}) {
+    for (const AttentionTestCase& c :
+         {AttentionTestCase{1, 5, 4, 2, 8}, AttentionTestCase{2, 3, 2, 2, 8},
+          AttentionTestCase{1, 35, 2, 1, 8}}) {
         check_backward<float>(c, seed, static_cast<std::size_t>(c.qkv_numel()));
     }
 }
@@ -413,7 +416,7 @@ TEST(Attention, BackwardEveryElementFiniteDifferences) {
 // gradient once more, so from zero the result is exactly twice the first (float storage).
 TEST(Attention, BackwardAccumulates) {
     const unsigned seed = test::fresh_seed();
-    const Case c{2, 37, 4, 2, 16};
+    const AttentionTestCase c{2, 37, 4, 2, 16};
     SCOPED_TRACE(testing::Message() << "seed " << seed << " " << c);
     std::mt19937 rng(seed);
     const auto qkv = test::to_storage<float>(test::random_normal(rng, c.qkv_numel()));
@@ -435,7 +438,7 @@ TEST(Attention, BackwardAccumulates) {
 // Changing token t0's keys and values leaves every earlier query's out, P row and lse exactly
 // as they were, and does change out at t0 itself (so the check can fail).
 template <class Elem>
-void check_causal(const Case& c, unsigned seed) {
+void check_causal(const AttentionTestCase& c, unsigned seed) {
     SCOPED_TRACE(testing::Message()
                  << "seed " << seed << " " << test::dtype_name<Elem>() << " " << c);
     std::mt19937 rng(seed);
@@ -482,7 +485,9 @@ void check_causal(const Case& c, unsigned seed) {
 
 TEST(Attention, Causal) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : {Case{2, 70, 4, 2, 16}, Case{1, 9, 3, 1, 8}, Case{1, 2, 1, 1, 64}}) {
+    for (const AttentionTestCase& c :
+         {AttentionTestCase{2, 70, 4, 2, 16}, AttentionTestCase{1, 9, 3, 1, 8},
+          AttentionTestCase{1, 2, 1, 1, 64}}) {
         check_causal<float>(c, seed);
         check_causal<bf16_t>(c, seed + 1);
     }
@@ -491,7 +496,7 @@ TEST(Attention, Causal) {
 // Threads (the shape is large enough for the parallel paths) do not change a single bit.
 TEST(Attention, Deterministic) {
     const unsigned seed = test::fresh_seed();
-    const Case c{2, 70, 4, 1, 64};
+    const AttentionTestCase c{2, 70, 4, 1, 64};
     SCOPED_TRACE(testing::Message() << "seed " << seed << " " << c);
     std::mt19937 rng(seed);
     const auto qkv = test::to_storage<bf16_t>(test::random_normal(rng, c.qkv_numel()));

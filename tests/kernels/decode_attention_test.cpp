@@ -18,18 +18,18 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct DecodeAttentionTestCase {
     std::int64_t B, Tq, S, pos;
     int NH, KVH;
     std::int64_t HD;
 };
 
-std::int64_t row(const Case& c) {
+std::int64_t row(const DecodeAttentionTestCase& c) {
     return (c.NH + 2 * static_cast<std::int64_t>(c.KVH)) * c.HD;
 }
 
 // out[b, t, h] = sum_j softmax_j(q . k_j / sqrt(HD)) v_j over j <= pos + t, kv-head h / (NH / KVH).
-Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const Case& c) {
+Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const DecodeAttentionTestCase& c) {
     const std::int64_t kv = c.KVH * c.HD, group = c.NH / c.KVH;
     Vec out(static_cast<std::size_t>(c.B * c.Tq * c.NH * c.HD));
     for (std::int64_t b = 0; b < c.B; ++b) {
@@ -67,7 +67,7 @@ Vec reference(const Vec& qkv, const Vec& K, const Vec& V, const Case& c) {
 
 // The case's shape into a kv_cache_write or decode_attention call.
 template <class Args>
-Args with_case(Args a, const Case& c) {
+Args with_case(Args a, const DecodeAttentionTestCase& c) {
     a.B = c.B;
     a.Tq = c.Tq;
     a.S = c.S;
@@ -79,7 +79,7 @@ Args with_case(Args a, const Case& c) {
 }
 
 template <class T>
-void check_case(const Case& c) {
+void check_case(const DecodeAttentionTestCase& c) {
     const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << test::dtype_name<T>() << " B " << c.B << " Tq " << c.Tq
                                       << " S " << c.S << " pos " << c.pos << " NH " << c.NH
@@ -117,7 +117,7 @@ void check_case(const Case& c) {
                        test::for_sum_of(test::tolerance<T>(), c.pos + c.Tq + c.HD));
 }
 
-const Case kCases[] = {
+const DecodeAttentionTestCase kDecodeAttentionTestCases[] = {
     {2, 7, 9, 0, 4, 4, 8},     // MHA prefill, two slots left for decoding
     {3, 1, 40, 37, 6, 2, 16},  // GQA decode step deep in the cache
     {1, 5, 70, 33, 8, 1, 32},  // MQA chunk of five queries after 33 cached
@@ -125,15 +125,15 @@ const Case kCases[] = {
 };
 
 TEST(DecodeAttention, MatchesTheReferenceFloat) {
-    for (const Case& c : kCases)
+    for (const DecodeAttentionTestCase& c : kDecodeAttentionTestCases)
         check_case<float>(c);
 }
 TEST(DecodeAttention, MatchesTheReferenceBf16) {
-    for (const Case& c : kCases)
+    for (const DecodeAttentionTestCase& c : kDecodeAttentionTestCases)
         check_case<bf16_t>(c);
 }
 TEST(DecodeAttention, MatchesTheReferenceF16) {
-    for (const Case& c : kCases)
+    for (const DecodeAttentionTestCase& c : kDecodeAttentionTestCases)
         check_case<f16_t>(c);
 }
 

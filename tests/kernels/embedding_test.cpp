@@ -20,7 +20,7 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct EmbeddingTestCase {
     std::int64_t B, T, C, Vp;
 };
 
@@ -34,7 +34,7 @@ std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::int64_t n, std::
 
 // out (B, T, C) = wte[tokens] (+ wpe[t]); wpe empty means none.
 Vec embedding_ref(const Vec& wte, const Vec& wpe, const std::vector<std::int32_t>& tokens,
-                  const Case& c) {
+                  const EmbeddingTestCase& c) {
     Vec out(static_cast<std::size_t>(c.B * c.T * c.C));
     for (std::int64_t p = 0; p < c.B * c.T; ++p) {
         for (std::int64_t k = 0; k < c.C; ++k) {
@@ -47,7 +47,7 @@ Vec embedding_ref(const Vec& wte, const Vec& wpe, const std::vector<std::int32_t
 }
 
 template <class T>
-void check_embedding(const Case& c, bool positions, unsigned seed) {
+void check_embedding(const EmbeddingTestCase& c, bool positions, unsigned seed) {
     SCOPED_TRACE(testing::Message()
                  << "seed " << seed << " " << test::dtype_name<T>() << " B " << c.B << " T " << c.T
                  << " C " << c.C << " Vp " << c.Vp << " positions " << positions);
@@ -92,12 +92,12 @@ void check_embedding(const Case& c, bool positions, unsigned seed) {
 }
 
 // Few vocabulary rows so tokens repeat; odd widths; the last is big enough for the threaded paths.
-const Case kCases[] = {
+const EmbeddingTestCase kEmbeddingTestCases[] = {
     {1, 1, 1, 1}, {2, 5, 33, 7}, {3, 16, 64, 100}, {4, 64, 160, 50}, {2, 300, 70, 3}};
 
 TEST(Embedding, Float) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases) {
+    for (const EmbeddingTestCase& c : kEmbeddingTestCases) {
         check_embedding<float>(c, true, seed);
         check_embedding<float>(c, false, seed + 1);
     }
@@ -105,7 +105,7 @@ TEST(Embedding, Float) {
 
 TEST(Embedding, Bf16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases) {
+    for (const EmbeddingTestCase& c : kEmbeddingTestCases) {
         check_embedding<bf16_t>(c, true, seed);
         check_embedding<bf16_t>(c, false, seed + 1);
     }
@@ -113,8 +113,8 @@ TEST(Embedding, Bf16) {
 
 TEST(Embedding, F16) {
     const unsigned seed = test::fresh_seed();
-    check_embedding<f16_t>(Case{2, 5, 33, 7}, true, seed);
-    check_embedding<f16_t>(Case{4, 64, 160, 50}, true, seed + 1);
+    check_embedding<f16_t>(EmbeddingTestCase{2, 5, 33, 7}, true, seed);
+    check_embedding<f16_t>(EmbeddingTestCase{4, 64, 160, 50}, true, seed + 1);
 }
 
 // The backward from the same inputs, run with one thread and with the default team, twice each.
@@ -122,7 +122,7 @@ template <class T>
 void check_deterministic(unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " " << test::dtype_name<T>());
     std::mt19937 rng(seed);
-    const Case c{8, 128, 96, 5};  // heavy repeats, well over the threading threshold
+    const EmbeddingTestCase c{8, 128, 96, 5};  // heavy repeats, well over the threading threshold
     const auto tokens = random_tokens(rng, c.B * c.T, c.Vp);
     const auto g = test::to_storage<T>(test::random_normal(rng, c.B * c.T * c.C));
     const auto dwte0 = test::to_storage<T>(test::random_normal(rng, c.Vp * c.C));

@@ -12,13 +12,13 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct LoraTestCase {
     std::int64_t M, N, K, r;
     int parts;
     std::int64_t n_first;
 };
 
-LoraShape shape_of(const Case& c) {
+LoraShape shape_of(const LoraTestCase& c) {
     LoraShape s;
     s.M = c.M;
     s.N = c.N;
@@ -120,7 +120,7 @@ double rounding_of() {
 }
 
 template <class T>
-void check_case(const Case& c, unsigned seed) {
+void check_case(const LoraTestCase& c, unsigned seed) {
     SCOPED_TRACE(testing::Message() << test::dtype_name<T>() << " seed " << seed << " M " << c.M
                                     << " N " << c.N << " K " << c.K << " r " << c.r << " parts "
                                     << c.parts << " n_first " << c.n_first);
@@ -196,7 +196,7 @@ TYPED_TEST_SUITE(Lora, StorageTypes);
 
 TYPED_TEST(Lora, MatchesReferenceAndFiniteDifferences) {
     const unsigned seed = test::fresh_seed();
-    const Case cases[] = {
+    const LoraTestCase cases[] = {
         {1, 1, 1, 1, 1, 0},    // the smallest
         {7, 5, 9, 3, 1, 0},    // odd sizes, one adapter
         {6, 16, 8, 2, 3, 8},   // qkv under GQA: q 8 rows, k and v 4 each
@@ -205,7 +205,7 @@ TYPED_TEST(Lora, MatchesReferenceAndFiniteDifferences) {
         {13, 4, 17, 8, 1, 0},  // rank above N
     };
     unsigned k = 0;
-    for (const Case& c : cases)
+    for (const LoraTestCase& c : cases)
         check_case<TypeParam>(c, seed + k++);
 }
 

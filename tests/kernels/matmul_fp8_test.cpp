@@ -20,7 +20,7 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct MatmulFp8TestCase {
     std::int64_t M, N, K;
 };
 
@@ -75,7 +75,7 @@ test::Tolerance gemm_tolerance(std::int64_t terms, double term_size) {
     return t;
 }
 
-void check_case(const Case& c, bool bias, unsigned seed) {
+void check_case(const MatmulFp8TestCase& c, bool bias, unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " M " << c.M << " N " << c.N << " K "
                                     << c.K << " bias " << bias);
     std::mt19937 rng(seed);
@@ -140,8 +140,10 @@ void check_case(const Case& c, bool bias, unsigned seed) {
 TEST(MatmulFp8, MatchesReferenceOnDequantizedOperands) {
     const unsigned seed = test::fresh_seed();
     int i = 0;
-    for (const Case c : {Case{1, 1, 1}, Case{3, 5, 7}, Case{17, 9, 33}, Case{16, 48, 32},
-                         Case{64, 96, 80}, Case{37, 11, 130}}) {
+    for (const MatmulFp8TestCase c :
+         {MatmulFp8TestCase{1, 1, 1}, MatmulFp8TestCase{3, 5, 7}, MatmulFp8TestCase{17, 9, 33},
+          MatmulFp8TestCase{16, 48, 32}, MatmulFp8TestCase{64, 96, 80},
+          MatmulFp8TestCase{37, 11, 130}}) {
         check_case(c, true, seed + static_cast<unsigned>(i++));
         check_case(c, false, seed + static_cast<unsigned>(i++));
     }

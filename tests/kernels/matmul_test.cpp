@@ -13,7 +13,7 @@
 namespace napkin {
 namespace {
 
-struct Case {
+struct MatmulTestCase {
     std::int64_t M, N, K;
 };
 
@@ -40,7 +40,7 @@ std::vector<double> as_seen(const std::vector<T>& v) {
 }
 
 std::vector<double> reference_forward(const std::vector<double>& x, const std::vector<double>& w,
-                                      const std::vector<double>& b, const Case& c) {
+                                      const std::vector<double>& b, const MatmulTestCase& c) {
     std::vector<double> out(static_cast<std::size_t>(c.M * c.N));
     for (std::int64_t m = 0; m < c.M; ++m) {
         for (std::int64_t n = 0; n < c.N; ++n) {
@@ -58,7 +58,7 @@ double tolerance() {
 }
 
 template <class T>
-void check_case(const Case& c, bool bias, unsigned seed) {
+void check_case(const MatmulTestCase& c, bool bias, unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " M " << c.M << " N " << c.N << " K " << c.K << " bias " << bias);
     std::mt19937 rng(seed);
     const auto x = to_storage<T>(random_vector(rng, c.M * c.K));
@@ -113,7 +113,8 @@ void check_case(const Case& c, bool bias, unsigned seed) {
 
 TEST(Matmul, FloatMatchesReferenceAndFiniteDifferences) {
     const unsigned seed = std::random_device{}();
-    for (const Case c : {Case{1, 1, 1}, Case{3, 5, 7}, Case{17, 9, 33}, Case{8, 16, 4}}) {
+    for (const MatmulTestCase c : {MatmulTestCase{1, 1, 1}, MatmulTestCase{3, 5, 7},
+                                   MatmulTestCase{17, 9, 33}, MatmulTestCase{8, 16, 4}}) {
         check_case<float>(c, true, seed);
         check_case<float>(c, false, seed + 1);
     }
@@ -121,7 +122,7 @@ TEST(Matmul, FloatMatchesReferenceAndFiniteDifferences) {
 
 TEST(Matmul, Bf16AndFp16Storage) {
     const unsigned seed = std::random_device{}();
-    for (const Case c : {Case{3, 5, 7}, Case{12, 6, 10}}) {
+    for (const MatmulTestCase c : {MatmulTestCase{3, 5, 7}, MatmulTestCase{12, 6, 10}}) {
         check_case<bf16_t>(c, true, seed);
         check_case<f16_t>(c, true, seed + 1);
     }

@@ -16,7 +16,7 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct NormTestCase {
     std::int64_t N, C;
 };
 
@@ -93,7 +93,7 @@ Vec floats_as_double(const std::vector<float>& v) {
 }
 
 template <class T>
-void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
+void check_norm(const NormTestCase& cs, bool rms, bool bias, unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " " << test::dtype_name<T>()
                                     << (rms ? " rmsnorm" : " layernorm") << " N " << cs.N << " C "
                                     << cs.C << " bias " << bias);
@@ -160,11 +160,11 @@ void check_norm(const Case& cs, bool rms, bool bias, unsigned seed) {
 }
 
 // Odd sizes, one-element rows, and one large enough for the threaded paths.
-const Case kCases[] = {{1, 1}, {3, 7}, {5, 33}, {17, 64}, {2, 1000}, {300, 129}};
+const NormTestCase kNormTestCases[] = {{1, 1}, {3, 7}, {5, 33}, {17, 64}, {2, 1000}, {300, 129}};
 
 TEST(Norm, LayerNormFloat) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases) {
+    for (const NormTestCase& c : kNormTestCases) {
         check_norm<float>(c, false, true, seed);
         check_norm<float>(c, false, false, seed + 1);
     }
@@ -172,7 +172,7 @@ TEST(Norm, LayerNormFloat) {
 
 TEST(Norm, LayerNormBf16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases) {
+    for (const NormTestCase& c : kNormTestCases) {
         check_norm<bf16_t>(c, false, true, seed);
         check_norm<bf16_t>(c, false, false, seed + 1);
     }
@@ -180,25 +180,25 @@ TEST(Norm, LayerNormBf16) {
 
 TEST(Norm, LayerNormF16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : {Case{5, 33}, Case{64, 96}})
+    for (const NormTestCase& c : {NormTestCase{5, 33}, NormTestCase{64, 96}})
         check_norm<f16_t>(c, false, true, seed);
 }
 
 TEST(Norm, RmsNormFloat) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases)
+    for (const NormTestCase& c : kNormTestCases)
         check_norm<float>(c, true, false, seed);
 }
 
 TEST(Norm, RmsNormBf16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases)
+    for (const NormTestCase& c : kNormTestCases)
         check_norm<bf16_t>(c, true, false, seed);
 }
 
 TEST(Norm, RmsNormF16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : {Case{5, 33}, Case{64, 96}})
+    for (const NormTestCase& c : {NormTestCase{5, 33}, NormTestCase{64, 96}})
         check_norm<f16_t>(c, true, false, seed);
 }
 
@@ -206,7 +206,7 @@ TEST(Norm, RmsNormF16) {
 // the bits of residual_forward then layernorm_forward (the engine swaps one for the other), x and
 // out near the double-precision sum and its norm; from NaN-poisoned outputs, odd shapes.
 template <class T>
-void check_residual_layernorm(const Case& cs, bool bias, unsigned seed) {
+void check_residual_layernorm(const NormTestCase& cs, bool bias, unsigned seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed << " " << test::dtype_name<T>() << " N "
                                     << cs.N << " C " << cs.C << " bias " << bias);
     std::mt19937 rng(seed);
@@ -247,12 +247,12 @@ void check_residual_layernorm(const Case& cs, bool bias, unsigned seed) {
 
 TEST(Norm, ResidualLayerNormIsTheAddThenTheNorm) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases) {
+    for (const NormTestCase& c : kNormTestCases) {
         check_residual_layernorm<float>(c, true, seed);
         check_residual_layernorm<bf16_t>(c, true, seed + 1);
         check_residual_layernorm<bf16_t>(c, false, seed + 2);
     }
-    check_residual_layernorm<f16_t>(Case{5, 33}, true, seed + 3);
+    check_residual_layernorm<f16_t>(NormTestCase{5, 33}, true, seed + 3);
 }
 
 // Its cost, counted by hand: the add's FLOP and the norm's 7 per element; a and b read with the

@@ -18,7 +18,7 @@ namespace {
 
 using test::Vec;
 
-struct Case {
+struct RopeTestCase {
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD;
@@ -26,13 +26,13 @@ struct Case {
     std::int64_t pos_offset;
 };
 
-std::int64_t row_width(const Case& c) {
+std::int64_t row_width(const RopeTestCase& c) {
     return (c.NH + 2 * static_cast<std::int64_t>(c.KVH)) * c.HD;
 }
 
 // Rotates the q and k heads by sign * angle, written independently of the kernel:
 // x'[i] = x[i] cos a - x[i + HD/2] sin a, x'[i + HD/2] = x[i + HD/2] cos a + x[i] sin a.
-Vec rope_ref(const Vec& qkv, const Case& c, double sign) {
+Vec rope_ref(const Vec& qkv, const RopeTestCase& c, double sign) {
     Vec out = qkv;
     const std::int64_t half = c.HD / 2, W = row_width(c);
     for (std::int64_t b = 0; b < c.B; ++b) {
@@ -57,7 +57,7 @@ Vec rope_ref(const Vec& qkv, const Case& c, double sign) {
 
 // Bitwise equality of the v heads of two buffers.
 template <class T>
-bool v_untouched(const std::vector<T>& a, const std::vector<T>& b, const Case& c) {
+bool v_untouched(const std::vector<T>& a, const std::vector<T>& b, const RopeTestCase& c) {
     const std::int64_t W = row_width(c), v0 = (c.NH + c.KVH) * c.HD;
     for (std::int64_t bt = 0; bt < c.B * c.T; ++bt) {
         const std::size_t off = static_cast<std::size_t>(bt * W + v0);
@@ -69,7 +69,7 @@ bool v_untouched(const std::vector<T>& a, const std::vector<T>& b, const Case& c
 }
 
 template <class T>
-void check_rope(const Case& c, unsigned seed) {
+void check_rope(const RopeTestCase& c, unsigned seed) {
     SCOPED_TRACE(testing::Message()
                  << "seed " << seed << " " << test::dtype_name<T>() << " B " << c.B << " T " << c.T
                  << " NH " << c.NH << " KVH " << c.KVH << " HD " << c.HD << " theta " << c.theta
@@ -100,27 +100,27 @@ void check_rope(const Case& c, unsigned seed) {
 
 // theta 10000 (Llama 2) and 500000 (Llama 3); GQA (KVH < NH); positions offset as in
 // incremental decoding; the last big enough for the threaded path.
-const Case kCases[] = {
+const RopeTestCase kRopeTestCases[] = {
     {1, 1, 1, 1, 2, 10000.0, 0},     {2, 5, 4, 2, 8, 10000.0, 0},   {3, 7, 3, 3, 66, 500000.0, 17},
     {1, 9, 2, 1, 16, 10000.0, 4000}, {2, 40, 8, 2, 64, 10000.0, 0},
 };
 
 TEST(Rope, Float) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases)
+    for (const RopeTestCase& c : kRopeTestCases)
         check_rope<float>(c, seed);
 }
 
 TEST(Rope, Bf16) {
     const unsigned seed = test::fresh_seed();
-    for (const Case& c : kCases)
+    for (const RopeTestCase& c : kRopeTestCases)
         check_rope<bf16_t>(c, seed);
 }
 
 TEST(Rope, F16) {
     const unsigned seed = test::fresh_seed();
-    check_rope<f16_t>(kCases[1], seed);
-    check_rope<f16_t>(kCases[3], seed + 1);
+    check_rope<f16_t>(kRopeTestCases[1], seed);
+    check_rope<f16_t>(kRopeTestCases[3], seed + 1);
 }
 
 // Position 0 is the identity; forward then backward is the identity (the rotation is orthogonal).
@@ -128,7 +128,7 @@ TEST(Rope, IdentityAtZeroAndInverse) {
     const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
-    const Case c{2, 6, 3, 1, 10, 10000.0, 0};
+    const RopeTestCase c{2, 6, 3, 1, 10, 10000.0, 0};
     const auto x = test::to_storage<float>(test::random_normal(rng, c.B * c.T * row_width(c)));
     auto y = x;
     cpu::rope_forward<float>({y.data(), 1, 1, c.NH, c.KVH, c.HD});

@@ -21,20 +21,20 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct AttentionTestCase {
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD;
 };
-constexpr Case kCases[] = {{1, 1, 1, 1, 1},   {2, 7, 4, 2, 8},     {1, 33, 2, 1, 64},
-                           {2, 65, 6, 3, 24}, {1, 100, 4, 4, 128}, {1, 40, 2, 2, 256},
-                           {1, 17, 2, 1, 5},  {1, 129, 3, 1, 32}};
+constexpr AttentionTestCase kAttentionTestCases[] = {
+    {1, 1, 1, 1, 1},     {2, 7, 4, 2, 8},    {1, 33, 2, 1, 64}, {2, 65, 6, 3, 24},
+    {1, 100, 4, 4, 128}, {1, 40, 2, 2, 256}, {1, 17, 2, 1, 5},  {1, 129, 3, 1, 32}};
 
 struct Tensors {
     std::int64_t qkv_n, out_n, heads_T;
 };
 
-Tensors sizes(const Case& c) {
+Tensors sizes(const AttentionTestCase& c) {
     return {c.B * c.T * (c.NH + 2 * c.KVH) * c.HD, c.B * c.T * c.NH * c.HD, c.B * c.NH * c.T};
 }
 
@@ -48,7 +48,7 @@ TYPED_TEST(AttentionCuda, NaiveMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases) {
+    for (const AttentionTestCase& c : kAttentionTestCases) {
         SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD));
         const Tensors n = sizes(c);
         const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);
@@ -93,7 +93,7 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const float prob : {0.1f, 0.5f}) {
-        for (const Case& c : kCases) {
+        for (const AttentionTestCase& c : kAttentionTestCases) {
             SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD) + " p " + std::to_string(prob));
             const Tensors n = sizes(c);
             const std::size_t np = static_cast<std::size_t>(n.heads_T * c.T);
@@ -179,8 +179,8 @@ TYPED_TEST(AttentionCuda, NaiveDropoutMatchesCpu) {
 // seed cut to 32 bits would draw other bits): the kept terms grow by 1 / (1 - p), and so do the
 // absolute tolerances; the naive forward then draws its mask from the same seed.
 template <class E, class Forward, class Backward>
-void check_flash(std::mt19937& rng, const Case& c, Forward fwd, Backward bwd, bool vs_naive,
-                 double stddev = 1.0, float dropout_p = 0.0f) {
+void check_flash(std::mt19937& rng, const AttentionTestCase& c, Forward fwd, Backward bwd,
+                 bool vs_naive, double stddev = 1.0, float dropout_p = 0.0f) {
     SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD) + " qkv stddev " +
                  std::to_string(stddev) + " dropout " + std::to_string(dropout_p));
     const Tensors n = sizes(c);
@@ -240,7 +240,7 @@ TYPED_TEST(AttentionCuda, FlashMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_flash<E>(rng, c, cuda::attention_flash_forward<E>, cuda::attention_flash_backward<E>,
                        true);
 }
@@ -255,7 +255,7 @@ TYPED_TEST(AttentionCuda, FlashDropoutMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const float prob : {0.1f, 0.5f}) {
-        for (const Case& c : kCases)
+        for (const AttentionTestCase& c : kAttentionTestCases)
             check_flash<E>(rng, c, cuda::attention_flash_forward<E>,
                            cuda::attention_flash_backward<E>, true, 1.0, prob);
     }
@@ -264,9 +264,9 @@ TYPED_TEST(AttentionCuda, FlashDropoutMatchesCpu) {
 // The tensor-core path's shapes: HD 16, 32, 48, 64, 80 and 128 (2, 4 and 8 fragments compiled,
 // used partly); T = 1, within one 64-row tile, exactly one, and past two (tails); MHA, GQA
 // (groups of 2 and 3) and MQA.
-constexpr Case kMmaCases[] = {{1, 1, 2, 1, 64},    {2, 17, 4, 2, 16}, {1, 100, 4, 1, 64},
-                              {1, 130, 2, 2, 128}, {2, 64, 3, 3, 32}, {1, 129, 6, 2, 48},
-                              {1, 33, 2, 1, 80}};
+constexpr AttentionTestCase kMmaCases[] = {
+    {1, 1, 2, 1, 64},  {2, 17, 4, 2, 16},  {1, 100, 4, 1, 64}, {1, 130, 2, 2, 128},
+    {2, 64, 3, 3, 32}, {1, 129, 6, 2, 48}, {1, 33, 2, 1, 80}};
 
 template <class T>
 class AttentionFlash16 : public ::testing::Test {};
@@ -281,7 +281,7 @@ TYPED_TEST(AttentionFlash16, SimtMatchesCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases)
+    for (const AttentionTestCase& c : kAttentionTestCases)
         check_flash<E>(rng, c, cuda::attention_flash_simt_forward<E>,
                        cuda::attention_flash_simt_backward<E>, false);
 }
@@ -293,7 +293,7 @@ TYPED_TEST(AttentionFlash16, SimtDropoutMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const float prob : {0.1f, 0.5f}) {
-        for (const Case& c : kCases)
+        for (const AttentionTestCase& c : kAttentionTestCases)
             check_flash<E>(rng, c, cuda::attention_flash_simt_forward<E>,
                            cuda::attention_flash_simt_backward<E>, true, 1.0, prob);
     }
@@ -305,7 +305,7 @@ TYPED_TEST(AttentionFlash16, TensorCoresMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kMmaCases) {
+    for (const AttentionTestCase& c : kMmaCases) {
         ASSERT_TRUE(cuda::attention_flash_mma_supported<E>(c.HD, {}));
         check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
                        cuda::attention_flash_mma_backward<E>, true);
@@ -313,7 +313,8 @@ TYPED_TEST(AttentionFlash16, TensorCoresMatchCpu) {
     // Scores of standard deviation about 9 (q . k / sqrt(HD) with q, k ~ N(0, 9)): a row's max
     // climbs by more than 2^8 from tile to tile, which the forward's lazy rescaling of its output
     // must follow.
-    for (const Case& c : {Case{1, 200, 2, 1, 64}, Case{1, 130, 2, 2, 128}})
+    for (const AttentionTestCase& c :
+         {AttentionTestCase{1, 200, 2, 1, 64}, AttentionTestCase{1, 130, 2, 2, 128}})
         check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
                        cuda::attention_flash_mma_backward<E>, false, 3.0);
 }
@@ -328,11 +329,12 @@ TYPED_TEST(AttentionFlash16, TensorCoresDropoutMatchCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     for (const float prob : {0.1f, 0.5f}) {
-        for (const Case& c : kMmaCases)
+        for (const AttentionTestCase& c : kMmaCases)
             check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
                            cuda::attention_flash_mma_backward<E>, true, 1.0, prob);
-        check_flash<E>(rng, Case{1, 200, 2, 1, 64}, cuda::attention_flash_mma_forward<E>,
-                       cuda::attention_flash_mma_backward<E>, false, 3.0, prob);
+        check_flash<E>(rng, AttentionTestCase{1, 200, 2, 1, 64},
+                       cuda::attention_flash_mma_forward<E>, cuda::attention_flash_mma_backward<E>,
+                       false, 3.0, prob);
     }
 }
 
@@ -340,7 +342,7 @@ TYPED_TEST(AttentionFlash16, TensorCoresDropoutMatchCpu) {
 // and key tiles, so that the cp.async stages wrap around (forward: 128 queries a block at HD 64,
 // 64 at 128; 64-key tiles), T not a multiple of any tile, B > 1, groups of 1 (MHA), 3 and 4
 // (MQA), and one tile exactly.
-constexpr Case kMmaSyncCases[] = {
+constexpr AttentionTestCase kMmaSyncCases[] = {
     {2, 200, 6, 2, 64}, {1, 257, 4, 1, 128}, {3, 70, 2, 2, 64}, {1, 64, 8, 2, 128}};
 
 TYPED_TEST(AttentionFlash16, MmaSyncShapesMatchCpu) {
@@ -349,7 +351,7 @@ TYPED_TEST(AttentionFlash16, MmaSyncShapesMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kMmaSyncCases) {
+    for (const AttentionTestCase& c : kMmaSyncCases) {
         check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
                        cuda::attention_flash_mma_backward<E>, false);
         check_flash<E>(rng, c, cuda::attention_flash_mma_forward<E>,
@@ -366,7 +368,9 @@ TYPED_TEST(AttentionFlash16, TensorCoresAreDeterministic) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : {Case{2, 100, 4, 2, 32}, Case{1, 150, 4, 2, 64}, Case{1, 90, 3, 1, 128}}) {
+    for (const AttentionTestCase& c :
+         {AttentionTestCase{2, 100, 4, 2, 32}, AttentionTestCase{1, 150, 4, 2, 64},
+          AttentionTestCase{1, 90, 3, 1, 128}}) {
         SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD));
         const Tensors n = sizes(c);
         const auto qkv = random_storage<E>(rng, n.qkv_n), dout = random_storage<E>(rng, n.out_n);

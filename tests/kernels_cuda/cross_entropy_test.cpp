@@ -14,14 +14,14 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct CrossEntropyTestCase {
     std::int64_t M, C, V, Vp, chunk;
 };
-constexpr Case kCases[] = {{1, 8, 13, 16, 1},
-                           {7, 33, 100, 128, 4},
-                           {65, 64, 1000, 1024, 64},
-                           {64, 16, 50, 50, 16},
-                           {130, 96, 301, 384, 50}};
+constexpr CrossEntropyTestCase kCrossEntropyTestCases[] = {{1, 8, 13, 16, 1},
+                                                           {7, 33, 100, 128, 4},
+                                                           {65, 64, 1000, 1024, 64},
+                                                           {64, 16, 50, 50, 16},
+                                                           {130, 96, 301, 384, 50}};
 
 // Floats that hold `bytes`.
 std::size_t floats_of(std::size_t bytes) {
@@ -39,7 +39,7 @@ TYPED_TEST(CrossEntropyCuda, LossesAndGradientsMatchCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Case& c : kCases) {
+    for (const CrossEntropyTestCase& c : kCrossEntropyTestCases) {
         for (bool frozen : {false, true}) {
             SCOPED_TRACE(case_name<T>(c.M, c.C, c.V, c.Vp, c.chunk) + (frozen ? " frozen" : ""));
             const auto x = random_storage<T>(rng, c.M * c.C),

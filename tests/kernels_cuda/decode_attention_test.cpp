@@ -13,14 +13,14 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct DecodeAttentionTestCase {
     std::int64_t B, Tq, S, pos;
     int NH, KVH;
     std::int64_t HD;
 };
-constexpr Case kCases[] = {{2, 7, 9, 0, 4, 4, 8},     {3, 1, 100, 70, 6, 2, 16},
-                           {1, 5, 70, 33, 8, 1, 36},  {2, 1, 3, 0, 2, 1, 6},
-                           {1, 2, 40, 31, 2, 2, 512}, {2, 33, 33, 0, 3, 1, 130}};
+constexpr DecodeAttentionTestCase kDecodeAttentionTestCases[] = {
+    {2, 7, 9, 0, 4, 4, 8}, {3, 1, 100, 70, 6, 2, 16}, {1, 5, 70, 33, 8, 1, 36},
+    {2, 1, 3, 0, 2, 1, 6}, {1, 2, 40, 31, 2, 2, 512}, {2, 33, 33, 0, 3, 1, 130}};
 
 template <class T>
 class DecodeAttentionCuda : public ::testing::Test {};
@@ -32,7 +32,7 @@ TYPED_TEST(DecodeAttentionCuda, CacheWriteAndAttentionMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases) {
+    for (const DecodeAttentionTestCase& c : kDecodeAttentionTestCases) {
         SCOPED_TRACE(case_name<E>(c.B, c.Tq, c.S, c.pos, c.NH, c.KVH, c.HD));
         const std::int64_t cache = c.B * c.S * c.KVH * c.HD;
         const auto qkv = random_storage<E>(rng, c.B * c.Tq * (c.NH + 2 * c.KVH) * c.HD);

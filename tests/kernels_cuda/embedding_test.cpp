@@ -12,10 +12,10 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct EmbeddingTestCase {
     std::int64_t B, T, C, Vp;
 };
-constexpr Case kCases[] = {
+constexpr EmbeddingTestCase kEmbeddingTestCases[] = {
     {1, 1, 1, 1}, {2, 5, 7, 3}, {3, 17, 33, 11}, {4, 64, 768, 50}, {2, 300, 1100, 1000}};
 
 template <class T>
@@ -28,7 +28,7 @@ TYPED_TEST(EmbeddingCuda, ForwardAndBackwardMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases) {
+    for (const EmbeddingTestCase& c : kEmbeddingTestCases) {
         for (bool positions : {true, false}) {
             SCOPED_TRACE(case_name<E>(c.B, c.T, c.C, c.Vp) + (positions ? " wpe" : ""));
             const std::int64_t BT = c.B * c.T;

@@ -16,12 +16,12 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct LoraTestCase {
     std::int64_t M, N, K, r;
     int parts;
     std::int64_t n_first;
 };
-constexpr Case kCases[] = {
+constexpr LoraTestCase kLoraTestCases[] = {
     {1, 1, 1, 1, 1, 0},        // the smallest
     {7, 5, 9, 3, 1, 0},        // odd sizes, one adapter
     {13, 4, 17, 8, 1, 0},      // rank above N
@@ -34,7 +34,7 @@ constexpr Case kCases[] = {
     {4, 6, 5, 2, 3, 6},        // q takes every row: k and v have none (dh's columns are 0)
 };
 
-LoraShape shape_of(const Case& c) {
+LoraShape shape_of(const LoraTestCase& c) {
     LoraShape s;
     s.M = c.M;
     s.N = c.N;
@@ -45,7 +45,7 @@ LoraShape shape_of(const Case& c) {
     return s;
 }
 
-std::string case_name_of(const Case& c, const char* dtype) {
+std::string case_name_of(const LoraTestCase& c, const char* dtype) {
     return std::string(dtype) + " M " + std::to_string(c.M) + " N " + std::to_string(c.N) + " K " +
            std::to_string(c.K) + " r " + std::to_string(c.r) + " parts " + std::to_string(c.parts) +
            " n_first " + std::to_string(c.n_first);
@@ -96,7 +96,7 @@ TYPED_TEST(LoraCuda, ForwardMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Case& c : kCases) {
+    for (const LoraTestCase& c : kLoraTestCases) {
         SCOPED_TRACE(case_name_of(c, dtype_name<T>()));
         const LoraShape s = shape_of(c);
         const std::int64_t PR = s.parts * s.r;
@@ -134,7 +134,7 @@ TYPED_TEST(LoraCuda, BackwardAccumulatesLikeCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Case& c : kCases) {
+    for (const LoraTestCase& c : kLoraTestCases) {
         SCOPED_TRACE(case_name_of(c, dtype_name<T>()));
         const LoraShape s = shape_of(c);
         const std::int64_t PR = s.parts * s.r;
@@ -193,7 +193,7 @@ TYPED_TEST(LoraCuda, ZeroBLeavesOutUnchanged) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    const Case c = {37, 99, 45, 5, 3, 51};
+    const LoraTestCase c = {37, 99, 45, 5, 3, 51};
     const LoraShape s = shape_of(c);
     const std::int64_t PR = s.parts * s.r;
     const auto x = random_storage<T>(rng, s.M * s.K), a = random_storage<T>(rng, PR * s.K),

@@ -17,10 +17,10 @@ namespace {
 
 using namespace test;
 
-struct Shape {
+struct MatmulFp8TestShape {
     std::int64_t M, N, K;
 };
-constexpr Shape kShapes[] = {
+constexpr MatmulFp8TestShape kMatmulFp8TestShapes[] = {
     {16, 16, 16}, {32, 48, 64}, {64, 96, 80}, {128, 768, 64}, {48, 16, 256}};
 
 // Both sides multiply the same exact fp8 products; only the fp32 accumulation order differs
@@ -52,7 +52,7 @@ TEST(MatmulFp8Cuda, ForwardAndBackwardMatchCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Shape& s : kShapes) {
+    for (const MatmulFp8TestShape& s : kMatmulFp8TestShapes) {
         for (bool with_bias : {false, true}) {
             SCOPED_TRACE(case_name<bf16_t>(s.M, s.N, s.K) + (with_bias ? " bias" : ""));
             const auto x = operand<f8e4m3_t>(rng, s.M * s.K, 1.0);
@@ -117,7 +117,9 @@ TEST(MatmulFp8Cuda, ShapesOffSixteenAreRefused) {
     DeviceBuffer<f8e4m3_t> a(64 * 64), b(64 * 64);
     DeviceBuffer<float> scale(std::vector<float>{1.0f, 1.0f});
     DeviceBuffer<bf16_t> out(64 * 64);
-    for (const Shape& s : {Shape{8, 16, 16}, Shape{16, 24, 16}, Shape{16, 16, 40}}) {
+    for (const MatmulFp8TestShape& s :
+         {MatmulFp8TestShape{8, 16, 16}, MatmulFp8TestShape{16, 24, 16},
+          MatmulFp8TestShape{16, 16, 40}}) {
         EXPECT_THROW(cuda::matmul_fp8_forward({out.get(), a.get(), scale.get(), b.get(),
                                                scale.get(), nullptr, s.M, s.N, s.K, lt.workspace},
                                               lt.launch),

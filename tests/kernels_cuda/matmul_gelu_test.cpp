@@ -21,7 +21,7 @@ namespace {
 
 using namespace test;
 
-struct Shape {
+struct MatmulGeluTestShape {
     std::int64_t M, N, K;
 };
 
@@ -37,7 +37,7 @@ std::vector<T> exact_storage(std::mt19937& rng, std::int64_t n) {
 }
 
 template <class T>
-std::vector<float> cpu_scratch(const Shape& s) {
+std::vector<float> cpu_scratch(const MatmulGeluTestShape& s) {
     return std::vector<float>(static_cast<std::size_t>(cpu::matmul_scratch_floats(s.M, s.N, s.K)));
 }
 
@@ -59,7 +59,9 @@ TYPED_TEST(MatmulGeluCuda, ForwardEpilogueRoundsAsItsCpuTwin) {
     SCOPED_TRACE(this->seed_trace());
     std::mt19937& rng = this->rng_;
     CublasLt lt;
-    for (const Shape& s : {Shape{7, 16, 40}, Shape{33, 64, 96}, Shape{5, 13, 40}}) {
+    for (const MatmulGeluTestShape& s :
+         {MatmulGeluTestShape{7, 16, 40}, MatmulGeluTestShape{33, 64, 96},
+          MatmulGeluTestShape{5, 13, 40}}) {
         const bool fused = s.N % 8 == 0;
         SCOPED_TRACE(case_name<T>(s.M, s.N, s.K) + (fused ? " fused" : " unfused"));
         const auto inp = exact_storage<T>(rng, s.M * s.K), w = exact_storage<T>(rng, s.N * s.K);
@@ -92,7 +94,7 @@ TYPED_TEST(MatmulGeluCuda, ForwardEpilogueRoundsAsItsCpuTwin) {
 template <class T>
 struct BackwardCase {
     std::vector<T> dout, w, inp, pre, dpre_bias0, dw0, db0;
-    BackwardCase(std::mt19937& rng, const Shape& s)
+    BackwardCase(std::mt19937& rng, const MatmulGeluTestShape& s)
         : dout(exact_storage<T>(rng, s.M * s.N)),
           w(exact_storage<T>(rng, s.N * s.K)),
           inp(exact_storage<T>(rng, s.M * s.K)),
@@ -105,7 +107,7 @@ struct BackwardCase {
 // The unfused sequence the engine runs without the epilogues: the proj's backward into a zeroed
 // dnarrow, gelu_backward into a zeroed dwide, the fc's bias gradient from dwide.
 template <class T>
-void unfused_backward(const BackwardCase<T>& c, const Shape& s, std::vector<T>& dpre,
+void unfused_backward(const BackwardCase<T>& c, const MatmulGeluTestShape& s, std::vector<T>& dpre,
                       std::vector<T>& dpre_bias, std::vector<T>& dw, std::vector<T>& db) {
     auto scratch = cpu_scratch<T>(s);
     std::vector<T> dact(static_cast<std::size_t>(s.M * s.K), from_float<T>(0.0f));
@@ -123,7 +125,9 @@ TYPED_TEST(MatmulGeluCuda, BackwardEpiloguesMatchTheirCpuTwin) {
     SCOPED_TRACE(this->seed_trace());
     std::mt19937& rng = this->rng_;
     CublasLt lt;
-    for (const Shape& s : {Shape{7, 13, 16}, Shape{40, 24, 64}, Shape{5, 8, 3}, Shape{9, 16, 13}}) {
+    for (const MatmulGeluTestShape& s :
+         {MatmulGeluTestShape{7, 13, 16}, MatmulGeluTestShape{40, 24, 64},
+          MatmulGeluTestShape{5, 8, 3}, MatmulGeluTestShape{9, 16, 13}}) {
         const bool fused = s.K % 8 == 0;
         SCOPED_TRACE(case_name<T>(s.M, s.N, s.K) + (fused ? " fused" : " unfused"));
         const BackwardCase<T> c(rng, s);
@@ -161,7 +165,7 @@ TYPED_TEST(MatmulGeluCuda, BackwardWithoutWorkspaceSumsTheBiasesByKernel) {
     SCOPED_TRACE(this->seed_trace());
     std::mt19937& rng = this->rng_;
     CublasLt lt(0);
-    const Shape s{12, 24, 32};
+    const MatmulGeluTestShape s{12, 24, 32};
     const BackwardCase<T> c(rng, s);
     std::vector<T> dpre(static_cast<std::size_t>(s.M * s.K));
     std::vector<T> dpre_bias = c.dpre_bias0, dw = c.dw0, db = c.db0;

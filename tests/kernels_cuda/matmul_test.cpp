@@ -16,11 +16,11 @@ namespace {
 
 using namespace test;
 
-struct Shape {
+struct MatmulTestShape {
     std::int64_t M, N, K;
 };
-constexpr Shape kShapes[] = {{1, 1, 1},     {7, 13, 5},     {64, 96, 80},
-                             {33, 50, 257}, {128, 768, 64}, {5, 8, 3}};
+constexpr MatmulTestShape kMatmulTestShapes[] = {{1, 1, 1},     {7, 13, 5},     {64, 96, 80},
+                                                 {33, 50, 257}, {128, 768, 64}, {5, 8, 3}};
 
 // A GEMM output element sums K products: the fp32 accumulation order differs between OpenBLAS
 // and cuBLAS, which the absolute part covers (kernel_test_util.h's for_sum_of).
@@ -40,7 +40,7 @@ TYPED_TEST(MatmulCuda, ForwardMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Shape& s : kShapes) {
+    for (const MatmulTestShape& s : kMatmulTestShapes) {
         for (bool with_bias : {false, true}) {
             SCOPED_TRACE(case_name<T>(s.M, s.N, s.K) + (with_bias ? " bias" : ""));
             const auto inp = random_storage<T>(rng, s.M * s.K),
@@ -71,7 +71,8 @@ TYPED_TEST(MatmulCuda, GeluEpilogueMatchesCpuMatmulThenGelu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Shape& s : kShapes) {  // N % 8 == 0 takes the fused AUX path, others the fallback
+    for (const MatmulTestShape& s :
+         kMatmulTestShapes) {  // N % 8 == 0 takes the fused AUX path, others the fallback
         for (bool keep_pre : {false, true}) {
             for (bool with_bias : {false, true}) {
                 SCOPED_TRACE(case_name<T>(s.M, s.N, s.K) + (keep_pre ? " aux" : "") +
@@ -114,7 +115,7 @@ TYPED_TEST(MatmulCuda, BackwardAccumulatesLikeCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     CublasLt lt;
-    for (const Shape& s : kShapes) {
+    for (const MatmulTestShape& s : kMatmulTestShapes) {
         SCOPED_TRACE(case_name<T>(s.M, s.N, s.K));
         const auto inp = random_storage<T>(rng, s.M * s.K), w = random_storage<T>(rng, s.N * s.K);
         const auto dout = random_storage<T>(rng, s.M * s.N);
@@ -153,7 +154,7 @@ TEST(MatmulCudaFp32, Tf32AndNoWorkspace) {
     std::mt19937 rng(seed);
     CublasLt with_ws, without_ws(0);
     with_ws.launch.tf32 = true;
-    for (const Shape& s : kShapes) {
+    for (const MatmulTestShape& s : kMatmulTestShapes) {
         SCOPED_TRACE(case_name<float>(s.M, s.N, s.K));
         const auto inp = random_storage<float>(rng, s.M * s.K),
                    w = random_storage<float>(rng, s.N * s.K);

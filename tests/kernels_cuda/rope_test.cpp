@@ -12,16 +12,16 @@ namespace {
 
 using namespace test;
 
-struct Case {
+struct RopeTestCase {
     std::int64_t B, T;
     int NH, KVH;
     std::int64_t HD, pos_offset;
 };
-constexpr Case kCases[] = {{1, 1, 1, 1, 2, 0},
-                           {2, 7, 4, 2, 6, 3},
-                           {1, 33, 8, 1, 64, 0},
-                           {2, 65, 6, 3, 128, 100000},
-                           {1, 5, 2, 2, 10, 7}};
+constexpr RopeTestCase kRopeTestCases[] = {{1, 1, 1, 1, 2, 0},
+                                           {2, 7, 4, 2, 6, 3},
+                                           {1, 33, 8, 1, 64, 0},
+                                           {2, 65, 6, 3, 128, 100000},
+                                           {1, 5, 2, 2, 10, 7}};
 
 template <class T>
 class RopeCuda : public ::testing::Test {};
@@ -33,7 +33,7 @@ TYPED_TEST(RopeCuda, ForwardAndBackwardMatchCpu) {
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    for (const Case& c : kCases) {
+    for (const RopeTestCase& c : kRopeTestCases) {
         SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD, c.pos_offset));
         const std::int64_t n = c.B * c.T * (c.NH + 2 * c.KVH) * c.HD;
         const auto qkv0 = random_storage<E>(rng, n);

@@ -217,18 +217,18 @@ TEST(TraceReader, TheEventStreamHandsOverEachEventsOwnText) {
         R"({"traceEvents": [ {"ph":"X", "name":"a\"b", "args":{"x":[1,{"y":2}]}} ,
         3, {"ph":"i","name":"m"}], "otherData": {"schema": "napkin-trace/1"}, "displayTimeUnit": "ms"})";
     std::string padded = text + std::string(kTracePadding, '\0');
-    std::vector<std::string> json;
+    std::vector<std::string> texts;
     std::vector<std::string> names;
     ScannedDocument doc;
     const std::string err = scan_trace(
         padded.data(), text.size(),
         [&](const ScannedEvent& e) {
-            json.emplace_back(e.json);
+            texts.emplace_back(e.json);
             names.emplace_back(e.is_object ? e.name.text : "-");
         },
         doc);
     ASSERT_EQ(err, "");
-    EXPECT_EQ(json,
+    EXPECT_EQ(texts,
               (std::vector<std::string>{R"({"ph":"X", "name":"a\"b", "args":{"x":[1,{"y":2}]}})",
                                         "", R"({"ph":"i","name":"m"})"}));
     EXPECT_EQ(names, (std::vector<std::string>{"a\"b", "-", "m"}));

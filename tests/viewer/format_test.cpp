@@ -11,7 +11,7 @@
 namespace napkin::viewer {
 namespace {
 
-struct Case {
+struct FormatTestCase {
     std::function<std::string(double)> format;
     double value;
     const char* expected;
@@ -22,7 +22,7 @@ std::string rate(double v) {
 }
 
 TEST(Format, AsPrintfGDidWhereItWroteNoExponent) {
-    const std::vector<Case> cases = {
+    const std::vector<FormatTestCase> cases = {
         {fmt_duration_ns, 850, "850 ns"},     {fmt_duration_ns, 12345, "12.3 us"},
         {fmt_duration_ns, 4.56e6, "4.56 ms"}, {fmt_duration_ns, 1.2344e9, "1.234 s"},
         {fmt_duration_ns, 1.5e9, "1.5 s"},    {fmt_duration_ns, 12e6, "12 ms"},
@@ -33,12 +33,12 @@ TEST(Format, AsPrintfGDidWhereItWroteNoExponent) {
         {fmt_flops, 500, "0.5 kFLOP"},        {rate, 16.9e9, "16.9 GFLOP/s"},
         {rate, 108e9, "108 GFLOP/s"},
     };
-    for (const Case& c : cases)
+    for (const FormatTestCase& c : cases)
         EXPECT_EQ(c.format(c.value), c.expected) << c.value;
 }
 
 TEST(Format, NeverAnExponent) {
-    const std::vector<Case> cases = {
+    const std::vector<FormatTestCase> cases = {
         {fmt_duration_ns, 999.7, "1 us"},          // "%.0f": "1000 ns"
         {fmt_duration_ns, 999.6e3, "1 ms"},        // "%.3g": "1e+03 us"
         {fmt_duration_ns, 999.7e6, "0.9997 s"},    // "%.3g": "1e+03 ms"
@@ -46,7 +46,7 @@ TEST(Format, NeverAnExponent) {
         {fmt_bytes_short, 999.7e6, "1 GB"},       {fmt_bytes_short, 3.2e15, "3200 TB"},
         {fmt_flops, 5.17e17, "517000 TFLOP"},     {rate, 9.996e11, "1 TFLOP/s"},
     };
-    for (const Case& c : cases)
+    for (const FormatTestCase& c : cases)
         EXPECT_EQ(c.format(c.value), c.expected) << c.value;
     for (double v = 1e-3; v < 1e20; v *= 1.37) {
         for (const std::string& s :
