@@ -72,7 +72,7 @@ GeneratePrediction predict_generate(const GenerateOptions& o) {
         in.gpu_memory_bytes = std::numeric_limits<double>::max();
     }
     p.estimate = estimate_inference(in);
-    p.memory = inference_engine_memory(in, p.estimate, o.device);
+    p.memory = inference_engine_memory(in, p.estimate, o.device, o.flash_decoding);
     return p;
 }
 
@@ -152,7 +152,8 @@ std::string generate_json(const GenerateOptions& o, const GeneratePrediction& p,
                               {"max_new_tokens", o.gen_len},
                               {"prompt", o.prompt},
                               {"temperature", o.temperature},
-                              {"seed", o.seed}};
+                              {"seed", o.seed},
+                              {"flash_decoding", o.flash_decoding}};
     const ordered_json doc = {{"schema", "napkin-generate/1"},
                               {"model", model_config_to_json(o.model)},
                               {"run", run},

@@ -26,6 +26,9 @@ struct GenerateOptions {
     std::string prompt = "tokens";  // tokens | file | synthetic
     double temperature = 0;         // 0: greedy
     std::uint64_t seed = 1337;
+    // --flash-decoding as the engine runs it: on CUDA the decode steps' split-KV attention (its
+    // workspace among the temporaries); always false on the CPU, whose engine has one kernel.
+    bool flash_decoding = false;
 };
 
 struct GeneratePrediction {
