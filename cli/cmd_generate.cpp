@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 struct GenerateFlags {
     std::string model = "tiny", config, init_from, prompt_tokens, prompt_file, out;
-    std::string precision = "fp32", device = "cpu";
+    std::string precision = "fp32", device = "cpu", flash_decoding = "on";
     std::int64_t synthetic = 0, batch = 1, max_new_tokens = 16;
     double temperature = 0;
     std::uint64_t seed = 1337;
@@ -133,7 +133,8 @@ GenerateOptions options(const GenerateFlags& f, const CLI::App& cmd) {
         throw UsageError("give one model: --model or --config");
     if (!f.init_from.empty()) {
         if (cmd.count("--model") > 0 || cmd.count("--config") > 0)
-            throw UsageError("--init-from: the weights' file gives the model; drop --model/--config");
+            throw UsageError(
+                "--init-from: the weights' file gives the model; drop --model/--config");
         o.weights = weights_path(f.init_from);
         o.model = config_from_weights(o.weights);
     } else {
@@ -146,6 +147,12 @@ GenerateOptions options(const GenerateFlags& f, const CLI::App& cmd) {
     if (f.device != "cpu" && f.device != "cuda")
         throw UsageError("--device: unknown value '" + f.device + "' (expected cpu|cuda)");
     o.device = f.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+    if (f.flash_decoding != "on" && f.flash_decoding != "off") {
+        throw UsageError("--flash-decoding: unknown value '" + f.flash_decoding +
+                         "' (expected on|off)");
+    }
+    // A no-op on the CPU: its engine has one attention kernel (docs/INFERENCE.md).
+    o.flash_decoding = o.device == DeviceKind::cuda && f.flash_decoding == "on";
     if (f.batch <= 0)
         throw UsageError("--batch: must be a positive integer (got " + std::to_string(f.batch) +
                          ")");
@@ -259,7 +266,7 @@ void generate(const GenerateFlags& f, const CLI::App& cmd) {
         rec = std::make_unique<profiler::Recorder>(profiler::Recorder::kDefaultCapacity,
                                                    alloc.start());
     }
-    const GenerateShape shape{o.batch, o.prompt_len, o.gen_len};
+    const GenerateShape shape{o.batch, o.prompt_len, o.gen_len, o.flash_decoding};
     std::unique_ptr<Generator> gen =
         Generator::create(o.model, o.storage, shape, alloc, o.seed, device.get());
     if (!f.init_from.empty()) {  // through a training model on the host, then copied
@@ -322,6 +329,12 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--precision", f->precision, "fp32|bf16: weights, cache and activations")
         ->capture_default_str();
     cmd->add_option("--device", f->device, "cpu|cuda")->capture_default_str();
+    cmd->add_option("--flash-decoding", f->flash_decoding,
+                    "on|off: on CUDA, the decode steps' attention splits each sequence's keys "
+                    "into chunks of 128 across blocks, then combines them (a workspace among the "
+                    "temporaries); off: one block per head streams the whole cache. No effect on "
+                    "the CPU")
+        ->capture_default_str();
     cmd->add_option("-o,--out", f->out,
                     "run folder for generate.json (and trace.json, memory.json)");
     cmd->add_flag("--json", f->json, "print generate.json instead of the summary");

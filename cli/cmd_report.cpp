@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/report_generate.h"
 #include "core/check.h"
 #include "profiler/run_folder.h"
 
@@ -607,15 +608,24 @@ void print_table(const std::vector<json>& runs, int top) {
     }
 }
 
+// Training runs side by side, then each generate run's inference report (cli/report_generate.h).
 void run_report(const ReportFlags& f) {
-    std::vector<json> runs;
-    for (const std::string& dir : f.runs)
-        runs.push_back(summarize_run(profiler::load_run_ranks(dir), f.warmup));
+    std::vector<json> runs, generate_runs;
+    for (const std::string& dir : f.runs) {
+        if (run_kind(dir) == RunKind::generate)
+            generate_runs.push_back(summarize_generate_run(dir));
+        else
+            runs.push_back(summarize_run(profiler::load_run_ranks(dir), f.warmup));
+    }
     if (f.json) {
-        std::printf("%s\n", json{{"schema", "napkin-report/1"}, {"runs", runs}}.dump(2).c_str());
+        const json doc = {
+            {"schema", "napkin-report/1"}, {"runs", runs}, {"generate_runs", generate_runs}};
+        std::printf("%s\n", doc.dump(2).c_str());
         return;
     }
-    print_table(runs, f.top);
+    if (!runs.empty()) print_table(runs, f.top);
+    if (!runs.empty() && !generate_runs.empty()) std::printf("\n");
+    print_generate_runs(generate_runs);
 }
 
 }  // namespace
@@ -624,8 +634,11 @@ void add_report_command(CLI::App& app) {
     auto f = std::make_shared<ReportFlags>();
     CLI::App* cmd = app.add_subcommand("report",
                                        "Predicted vs measured for napkin train runs, side by side "
-                                       "(memory, FLOPs, time, MFU, ops)");
-    cmd->add_option("runs", f->runs, "Run folders (napkin train --out) or their report.json files")
+                                       "(memory, FLOPs, time, MFU, ops), and for napkin generate "
+                                       "runs (memory, prefill and decode time, tokens/s)");
+    cmd->add_option("runs", f->runs,
+                    "Run folders (napkin train --out, napkin generate --out) or their report.json "
+                    "or generate.json files")
         ->required();
     cmd->add_option("--top", f->top, "Ops listed per profiled run (0: none)")
         ->capture_default_str()
@@ -643,7 +656,9 @@ void add_report_command(CLI::App& app) {
         "that "
         "disagree on the world size or stage, malformed or truncated JSON, a report from another "
         "format "
-        "version.");
+        "version, a folder with neither report.json nor generate.json.\nA generate run's "
+        "report: memory by category and time (prefill, decode per token, tokens/s), predicted "
+        "and measured; --json lists it under generate_runs[].");
     cmd->callback([f] { run_report(*f); });
 }
 

@@ -4,15 +4,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/config_json.h"
+#include "core/json_reader.h"
 #include "estimator/hardware.h"
 #include "estimator/profile_catalog.h"
 #include "kernels/matmul.h"
 #include "kernels/stream.h"
+#include "profiler/run_folder.h"
 
 namespace napkin::cli {
 
@@ -72,7 +75,7 @@ GeneratePrediction predict_generate(const GenerateOptions& o) {
         in.gpu_memory_bytes = std::numeric_limits<double>::max();
     }
     p.estimate = estimate_inference(in);
-    p.memory = inference_engine_memory(in, p.estimate, o.device);
+    p.memory = inference_engine_memory(in, p.estimate, o.device, o.flash_decoding);
     return p;
 }
 
@@ -81,6 +84,7 @@ namespace {
 constexpr MemCategory kGenerateCategories[] = {MemCategory::parameters, MemCategory::kv_cache,
                                                MemCategory::activations, MemCategory::temporaries,
                                                MemCategory::data};
+static_assert(std::size(kGenerateCategories) == std::size(kGenerateCategoryNames));
 
 double predicted_bytes(const InferenceEngineMemory& m, MemCategory c) {
     switch (c) {
@@ -152,7 +156,8 @@ std::string generate_json(const GenerateOptions& o, const GeneratePrediction& p,
                               {"max_new_tokens", o.gen_len},
                               {"prompt", o.prompt},
                               {"temperature", o.temperature},
-                              {"seed", o.seed}};
+                              {"seed", o.seed},
+                              {"flash_decoding", o.flash_decoding}};
     const ordered_json doc = {{"schema", "napkin-generate/1"},
                               {"model", model_config_to_json(o.model)},
                               {"run", run},
@@ -160,6 +165,44 @@ std::string generate_json(const GenerateOptions& o, const GeneratePrediction& p,
                               {"measured", measured_json(o, m)},
                               {"tokens", m.tokens}};
     return doc.dump(2) + "\n";
+}
+
+GenerateReport read_generate_report(const std::string& file) {
+    const nlohmann::json doc = profiler::read_json_file(file);
+    const JsonSource source =
+        JsonSource::raising<InputError>(file, JsonSource::Integers::integral_values);
+    const JsonField root(doc, source);
+    root["schema"].schema_version("napkin-generate", 1);
+    GenerateReport r;
+    r.model = root["model"]["name"].string();
+    const JsonField run = root["run"];
+    r.device = run["device"].string();
+    r.device_name = run["device_name"].string();
+    r.precision = run["precision"].string();
+    r.weights = run["weights"].string();
+    r.batch = run["batch"].integer<std::int64_t>(1);
+    r.prompt_len = run["prompt_len"].integer<std::int64_t>(1);
+    r.max_new_tokens = run["max_new_tokens"].integer<std::int64_t>(1);
+    r.flash_decoding = run["flash_decoding"].optional(&JsonField::boolean).value_or(false);
+    const JsonField predicted = root["predicted"], measured = root["measured"];
+    for (std::size_t c = 0; c < std::size(kGenerateCategoryNames); ++c) {
+        r.predicted_bytes[c] =
+            predicted["memory"][kGenerateCategoryNames[c]].integer<std::int64_t>(0);
+        r.measured_bytes[c] =
+            measured["peak_bytes"][kGenerateCategoryNames[c]].integer<std::int64_t>(0);
+    }
+    r.predicted_total_bytes = predicted["memory"]["total"].integer<std::int64_t>(0);
+    r.measured_total_bytes = measured["peak_total_bytes"].integer<std::int64_t>(0);
+    r.predicted_time = predicted["time"].optional([](const JsonField& t) {
+        return GenerateReport::Time{t["source"].string(), t["prefill_seconds"].non_negative(),
+                                    t["decode_seconds_per_token"].non_negative(),
+                                    t["tokens_per_s"].non_negative()};
+    });
+    r.prefill_seconds = measured["prefill_seconds"].non_negative();
+    r.decode_steps = measured["decode_steps"].integer<std::int64_t>(0);
+    r.decode_seconds_per_token = measured["decode_seconds_per_token"].non_negative();
+    r.tokens_per_s = measured["tokens_per_s"].non_negative();
+    return r;
 }
 
 namespace {

@@ -26,6 +26,9 @@ struct GenerateOptions {
     std::string prompt = "tokens";  // tokens | file | synthetic
     double temperature = 0;         // 0: greedy
     std::uint64_t seed = 1337;
+    // --flash-decoding as the engine runs it: on CUDA the decode steps' split-KV attention (its
+    // workspace among the temporaries); always false on the CPU, whose engine has one kernel.
+    bool flash_decoding = false;
 };
 
 struct GeneratePrediction {
@@ -50,6 +53,28 @@ GeneratePrediction predict_generate(const GenerateOptions& o);
 // generate.json, and the summary lines.
 std::string generate_json(const GenerateOptions& o, const GeneratePrediction& p,
                           const GenerateMeasurement& m);
+
+// generate.json read back, for `napkin report` (cli/report_generate.cpp): the run, the memory by
+// category predicted and measured (the order of kGenerateCategoryNames), the times. Every field
+// is one generate_json writes.
+inline constexpr const char* kGenerateCategoryNames[] = {"parameters", "kv_cache", "activations",
+                                                         "temporaries", "data"};
+struct GenerateReport {
+    std::string model, device, device_name, precision, weights;
+    std::int64_t batch = 0, prompt_len = 0, max_new_tokens = 0;
+    bool flash_decoding = false;
+    std::array<std::int64_t, 5> predicted_bytes{}, measured_bytes{};
+    std::int64_t predicted_total_bytes = 0, measured_total_bytes = 0;
+    struct Time {
+        std::string source;
+        double prefill_seconds = 0, decode_seconds_per_token = 0, tokens_per_s = 0;
+    };
+    std::optional<Time> predicted_time;  // none for a GPU the hardware table lacks
+    double prefill_seconds = 0, decode_seconds_per_token = 0, tokens_per_s = 0;
+    std::int64_t decode_steps = 0;
+};
+// InputError naming the file and the field (core/json_reader.h) on anything else.
+GenerateReport read_generate_report(const std::string& file);
 void print_generate_summary(const GenerateOptions& o, const GeneratePrediction& p,
                             const GenerateMeasurement& m);
 

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/decode_attention.h"
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/nonfinite.h"
@@ -181,6 +182,12 @@ GenerateBuffers generate_buffers(const ModelConfig& cfg, const GenerateShape& sh
     b.arena_numel = M * *std::max_element(std::begin(widths), std::end(widths));
     if (device == DeviceKind::cuda) {
         b.matmul_scratch_floats = static_cast<std::int64_t>(cuda::kMatmulWorkspaceBytes / 4);
+        if (shape.flash_decoding &&
+            decode_attention_can_split(cfg.n_heads, cfg.n_kv_heads, cfg.head_dim())) {
+            b.decode_workspace_floats =
+                decode_attention_workspace_floats(shape.batch, 1, cfg.n_heads, cfg.head_dim(),
+                                                  shape.positions(), kDecodeAttentionChunk);
+        }
     } else if (storage != DType::f32) {
         const std::int64_t shapes[][3] = {{M, qkv, C},
                                           {M, C, q},

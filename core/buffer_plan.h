@@ -97,16 +97,25 @@ struct GenerateShape {
     std::int64_t batch = 1;       // B sequences
     std::int64_t prompt_len = 1;  // Tp tokens per prompt
     std::int64_t gen_len = 1;     // G tokens generated per sequence (the first by the prefill)
+    // Flash-decoding: the CUDA engine's decode steps split each sequence's keys across blocks
+    // (kernels/decode_attention.h) in a workspace of their own; the CPU engine ignores it.
+    bool flash_decoding = true;
     std::int64_t positions() const { return prompt_len + gen_len; }  // S, the cache's length
 };
 
-// napkin generate's buffers (core/engine/generate.h): the sizes of those that are not one row per token: the cache (L 2 B S KVH HD),
-// the arena (B Tp W, W the widest op's in + out: ln (C, C), qkv (C, qkv), attention (qkv,
-// NH HD), proj (NH HD, C), fc (C, F or 2F), activation (F or 2F, F), down (F, C)), and the GEMM
-// scratch in floats (CPU: 16-bit operands widened, the largest GEMM's; none in fp32; CUDA:
-// cuBLASLt's workspace).
+// napkin generate's buffers (core/engine/generate.h), those not one row per token:
+//   kv_cache_numel           the cache, L 2 B S KVH HD
+//   arena_numel              B Tp W, W the widest op's in + out: ln (C, C), qkv (C, qkv),
+//                            attention (qkv, NH HD), proj (NH HD, C), fc (C, F or 2F),
+//                            activation (F or 2F, F), down (F, C)
+//   matmul_scratch_floats    the GEMM scratch (CPU: 16-bit operands widened, the largest GEMM's;
+//                            none in fp32; CUDA: cuBLASLt's workspace)
+//   decode_workspace_floats  flash-decoding's partials (CUDA with flash_decoding, a shape
+//                            decode_attention_can_split): decode_attention_workspace_floats at
+//                            Tq = 1 and S keys, B NH ceil(S / kDecodeAttentionChunk) (HD + 2)
 struct GenerateBuffers {
     std::int64_t kv_cache_numel = 0, arena_numel = 0, matmul_scratch_floats = 0;
+    std::int64_t decode_workspace_floats = 0;
 };
 GenerateBuffers generate_buffers(const ModelConfig& cfg, const GenerateShape& shape, DType storage,
                                  DeviceKind device);

@@ -364,7 +364,7 @@ InferenceSolve solve_inference(const InferenceInputs& base, InferenceSolveFor wh
 }
 
 InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
-                                              DeviceKind device) {
+                                              DeviceKind device, bool flash_decoding) {
     const bool fp32 = in.weights == WeightFormat::fp32 && in.kv == KvFormat::fp32;
     const bool bf16 = in.weights == WeightFormat::bf16 && in.kv == KvFormat::bf16;
     if (!(fp32 || bf16) || in.adapters > 0) {
@@ -380,12 +380,14 @@ InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const I
     m.parameters = e.memory.weights();
     m.kv_cache = e.memory.kv_total;
     m.activations = e.memory.prefill_activations - 4.0 * B * Vp + a * B * Vp;
-    // The norms' stats (2 fp32 per token) and the GEMM scratch the engine allocates from the
-    // same sizes (core/buffer_plan.h's generate_buffers).
-    const GenerateBuffers b = generate_buffers(c, {in.batch, in.prompt_len, in.gen_len},
-                                               fp32 ? DType::f32 : DType::bf16, device);
-    m.temporaries =
-        2.0 * 4.0 * static_cast<double>(M) + 4.0 * static_cast<double>(b.matmul_scratch_floats);
+    // The norms' stats (2 fp32 per token), the GEMM scratch and flash-decoding's partials, which
+    // the engine allocates from the same sizes (core/buffer_plan.h's generate_buffers).
+    const GenerateBuffers b =
+        generate_buffers(c, {in.batch, in.prompt_len, in.gen_len, flash_decoding},
+                         fp32 ? DType::f32 : DType::bf16, device);
+    m.temporaries = 2.0 * 4.0 * static_cast<double>(M) +
+                    4.0 * static_cast<double>(b.matmul_scratch_floats) +
+                    4.0 * static_cast<double>(b.decode_workspace_floats);
     m.data = 4.0 * static_cast<double>(M);
     return m;
 }

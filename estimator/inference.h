@@ -163,16 +163,20 @@ InferenceEstimate estimate_inference(const InferenceInputs& in);
 //   temporaries  the norms' fp32 mean and rstd (2 x 4 B Tp) and the GEMM scratch: on the CPU in
 //                16-bit the largest GEMM's operands widened to fp32 (kernels/matmul.h's
 //                matmul_scratch_floats, the head's at M = B included), none in fp32; on CUDA
-//                cuBLASLt's workspace (gemm_workspace)
+//                cuBLASLt's workspace (gemm_workspace), and with flash-decoding the decode
+//                steps' split-KV partials, 4 B NH ceil((Tp + G) / 128) (HD + 2) (none on the CPU,
+//                whose engine has one attention kernel, nor for a kv-head group past the split
+//                kernel's limits; kernels/decode_attention.h)
 //   data         the token ids, 4 B Tp
 struct InferenceEngineMemory {
     double parameters = 0, kv_cache = 0, activations = 0, temporaries = 0, data = 0;
     double total() const { return parameters + kv_cache + activations + temporaries + data; }
 };
 // Throws UsageError when weights or cache are not both fp32 or both bf16 (the engine's dtypes)
-// or adapters are asked for.
+// or adapters are asked for. The device and flash_decoding are the engine's (`napkin generate
+// --device`, `--flash-decoding`): the temporaries differ by both.
 InferenceEngineMemory inference_engine_memory(const InferenceInputs& in, const InferenceEstimate& e,
-                                              DeviceKind device);
+                                              DeviceKind device, bool flash_decoding);
 
 // --solve under --inference: the largest batch (max-batch) or prompt length at the given G
 // (max-context) that fits, by solver.h's doubling then bisection, up to 2^24.

@@ -13,6 +13,8 @@
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
+#   scripts/gpu_check.sh decode       # flash-decoding: its tests, decode_attention_bench, and
+#                                     # napkin generate on GPT-2 with --flash-decoding off vs on
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
 #                                     # --detect-anomaly's cost on GPT-2
 #   scripts/gpu_check.sh anomaly      # --detect-anomaly's cost on GPT-2 alone (predict runs it too)
@@ -134,7 +136,7 @@ do_build() {
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
-        device_test gemm_bench attention_bench membound_bench
+        device_test gemm_bench attention_bench membound_bench decode_attention_bench
 }
 
 # A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
@@ -392,6 +394,34 @@ do_anomaly() {
     "$n" report --warmup 3 --top 40 "$out/anomaly/on-profiled" >"$out/anomaly/profiled.txt" 2>&1
 }
 
+# Flash-decoding (docs/INFERENCE.md, "The CUDA kernel"): the decode attention tests on this GPU,
+# decode_attention_bench (split-KV against the single-pass kernel, B 1 and 8, 1k-32k keys; the
+# table the doc quotes), then napkin generate on GPT-2 (random weights, bf16, B 1, 960 + 64
+# tokens) with --flash-decoding off and on, alternated, each run folder's `napkin report`
+# (memory and time per token, predicted and measured) beside its generate.json.
+do_decode() {
+    need_build decode || return 0
+    local n="$b/cli/napkin" i m d
+    step decode_tests "$b/tests/kernels_cuda_test" --gtest_filter='DecodeAttention*'
+    if [ -x "$b/bench/decode_attention_bench" ]; then
+        step decode_attention_bench "$b/bench/decode_attention_bench" \
+            --json "$out/decode_attention_bench.json"
+        tail -n 24 "$out/decode_attention_bench.log"
+    fi
+    mkdir -p "$out/decode"
+    for i in 1 2; do
+        for m in off on; do
+            step "generate_${m}_$i" "$n" generate --device cuda --model gpt2 --precision bf16 \
+                --synthetic-prompt 960 --max-new-tokens 64 --flash-decoding "$m" \
+                --out "$out/decode/$m-$i"
+        done
+    done
+    for d in "$out"/decode/*/; do
+        "$n" report "$d" >"${d%/}.txt" 2>&1
+    done
+    grep -h "decode" "$out"/decode/*.txt
+}
+
 do_predict() {
     need_build predict || return 0
     local n="$b/cli/napkin" gpu
@@ -472,13 +502,14 @@ case "$what" in
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
     fusion) do_fusion ;;
+    decode) do_decode ;;
     predict) do_predict ;;
     anomaly) do_anomaly ;;
     paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

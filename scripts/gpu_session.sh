@@ -14,6 +14,8 @@
 #   BUDGET=300 scripts/gpu_session.sh fusion       # GPT-2 B 8 and B 64, --fusion off vs on, the
 #                                                  # fused GEMM tests, a profiled step of each
 #   BUDGET=200 scripts/gpu_session.sh paged        # --paged-optimizer: device peak, page traffic
+#   BUDGET=240 scripts/gpu_session.sh decode       # flash-decoding: its tests, decode_attention_bench
+#                                                  # (split vs single pass), generate off vs on
 #   BUDGET=200 scripts/gpu_session.sh anomaly      # --detect-anomaly's cost (batched checks)
 #   BUDGET=450 scripts/gpu_session.sh cpuacc       # the CPU accuracy bench on the host's quiet CPU
 #
@@ -65,13 +67,14 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in attention|predict|fusion|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|predict|fusion|decode|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
 has attention && phase attention 180 attention
 has predict && phase predict 200 predict
 has fusion && phase fusion 120 fusion
+has decode && phase decode 150 decode
 has anomaly && phase anomaly 150 anomaly
 has paged && phase paged 150 paged
 has trace && phase trace 120 trace

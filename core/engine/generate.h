@@ -8,7 +8,9 @@
 //   kv_cache      "kv_cache", (L, 2, B, S, KVH, HD), S = Tp + G positions per sequence
 //   activations   "residual" (B Tp, C), "arena" (B Tp, W) with W the widest op's in + out,
 //                 "logits" (B, Vp): the head's output on each sequence's last position
-//   temporaries   "norm.stats" (2 B Tp fp32), "matmul.scratch" (the GEMM scratch of the backend)
+//   temporaries   "norm.stats" (2 B Tp fp32), "matmul.scratch" (the GEMM scratch of the backend),
+//                 on CUDA with flash-decoding "decode_attention.workspace" (the decode steps'
+//                 split-KV partials, B NH ceil(S / chunk) (HD + 2) fp32)
 //   data          "tokens" (B Tp int32), the step's token ids on the device
 // A step of M tokens (prefill M = B Tp, a decode step M = B) walks each block with the residual
 // stream in "residual" and every op's input and output at the two ends of the arena (an op reads
@@ -62,7 +64,6 @@ public:
     virtual void set_recorder(profiler::Recorder* recorder) = 0;
     virtual void set_kernel_tagger(profiler::KernelTagger* tagger) = 0;
 };
-
 
 // Copies every parameter of `from` (a training engine's model, e.g. one import_weights filled)
 // into `to`, by name; the two must be the same config.

@@ -42,6 +42,10 @@ public:
             scratch_ = Tensor(alloc, "matmul.scratch", MemCategory::temporaries, DType::f32,
                               {m.matmul_scratch_floats});
         }
+        if (m.decode_workspace_floats > 0) {
+            decode_ws_ = Tensor(alloc, "decode_attention.workspace", MemCategory::temporaries,
+                                DType::f32, {m.decode_workspace_floats});
+        }
         tokens_ = Tensor(alloc, "tokens", MemCategory::data, DType::f32, {M});  // int32, same size
         init_params(seed);
     }
@@ -186,7 +190,7 @@ private:
     std::vector<gpt_detail::LayerParams> layers_;
     ParamSlot *p_wte_ = nullptr, *p_wpe_ = nullptr, *p_lnf_w_ = nullptr, *p_lnf_b_ = nullptr,
               *p_head_ = nullptr;
-    Tensor cache_, residual_, arena_, logits_, stats_, scratch_, tokens_;
+    Tensor cache_, residual_, arena_, logits_, stats_, scratch_, decode_ws_, tokens_;
     std::int64_t pos_ = 0;  // positions the cache holds
     profiler::Recorder* rec_ = nullptr;
     profiler::KernelTagger* tagger_ = nullptr;

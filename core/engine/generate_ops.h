@@ -123,7 +123,10 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     // Layer l's keys, then its values: (B, S, KVH, HD) each.
     const std::int64_t S = shape_.positions(), layer = B * S * cfg_.kv_dim();
     T* k_cache = cache_.template data<T>() + 2 * l * layer;
-    const DecodeAttentionShape shape{
+    // Flash-decoding's split for the decode steps when the backend allocated its workspace; the
+    // prefill's B Tp NH single-pass blocks already fill the device.
+    const bool split = decode_ws_.numel() > 0 && Tq == 1;
+    DecodeAttentionShape shape{
         .B = B, .Tq = Tq, .pos = pos_, .NH = NH, .KVH = KVH, .HD = HD, .dt = dtype()};
     {
         Scope s;
@@ -135,11 +138,17 @@ void GeneratorImpl<Kernels>::attention_half(int l, std::int64_t Tq) {
     }
     {
         Scope s;
+        if (split) shape.chunk = kDecodeAttentionChunk;
         open(s, generate_detail::op_name(l, OpRole::attn_core), "decode_attention",
              decode_attention_cost(shape));
         k_.decode_attention(cache_step(
-            DecodeAttentionArgs<T>{
-                .out = lo(), .qkv = qkv, .k_cache = k_cache, .v_cache = k_cache + layer},
+            DecodeAttentionArgs<T>{.out = lo(),
+                                   .qkv = qkv,
+                                   .k_cache = k_cache,
+                                   .v_cache = k_cache + layer,
+                                   .workspace = split ? decode_ws_.template data<float>() : nullptr,
+                                   .workspace_floats = split ? decode_ws_.numel() : 0,
+                                   .chunk = kDecodeAttentionChunk},
             Tq));
     }
     linear(generate_detail::op_name(l, OpRole::attn_proj), hi(M * C), lo(), M, p.proj_w, p.proj_b,

@@ -20,8 +20,9 @@ using nlohmann::json;
 TEST(GenerateCli, HelpNamesTheFlags) {
     const CliRun r = napkin("generate --help");
     EXPECT_EQ(r.rc, 0);
-    for (const char* flag : {"--prompt-tokens", "--synthetic-prompt", "--max-new-tokens",
-                             "--temperature", "--init-from", "--profile", "--json"})
+    for (const char* flag :
+         {"--prompt-tokens", "--synthetic-prompt", "--max-new-tokens", "--temperature",
+          "--init-from", "--profile", "--json", "--flash-decoding"})
         EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
@@ -55,6 +56,7 @@ TEST(GenerateCli, TinyRunMeasuresThePredictedMemoryToTheByte) {
         EXPECT_EQ(g["measured"]["decode_steps"], 4);
         EXPECT_GT(g["measured"]["decode_seconds_per_token"].get<double>(), 0);
         EXPECT_GT(g["predicted"]["time"]["decode_seconds_per_token"].get<double>(), 0);
+        EXPECT_EQ(g["run"]["flash_decoding"], false);  // the CPU's one kernel: the flag's no-op
         // A second run into the same folder is refused, the report kept.
         const CliRun again = napkin("generate --synthetic-prompt 4 -o " + dir.string());
         EXPECT_EQ(again.rc, 2);
@@ -134,6 +136,8 @@ TEST(GenerateCli, RefusesInOneLine) {
         {"generate --synthetic-prompt 4 --init-from /nonexistent/run", 1,
          "napkin: error: --init-from /nonexistent/run: no such file"},
         {"generate --max-new-tokens 3", 2, "napkin: error: give one prompt"},
+        {"generate --synthetic-prompt 4 --flash-decoding yes", 2,
+         "napkin: error: --flash-decoding: unknown value 'yes' (expected on|off)"},
     };
     for (const Case& c : cases) {
         const CliRun r = napkin(c.args);

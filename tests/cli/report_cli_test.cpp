@@ -181,7 +181,8 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
     };
     expect_error("report", 2, "runs is required");
     expect_error("report " + (bad / "missing").string(), 1, "no such folder");
-    expect_error("report " + bad.string(), 1, "report.json: no such file");
+    expect_error("report " + bad.string(), 1,
+                 "holds neither report.json (napkin train --out) nor generate.json");
     expect_error("report --warmup -1 " + run("fp32").string(), 2,
                  "--warmup: must be 0 or a positive integer (got '-1')");
     expect_error("report --top x " + run("fp32").string(), 2,
@@ -236,6 +237,87 @@ TEST_F(ReportCli, BadInputIsOneLineAndWritesNothing) {
 // traces/h200-gpt2 (a real GPU run, given twice: named apart), torch.profiler's Kineto layout
 // (tests/viewer/data), a real torch 1.13 recording (the legacy bare array), a Kineto trace in
 // Unix-epoch microseconds (19 digits), rebased to start at 0 with its nanoseconds kept.
+// napkin report on a napkin generate run folder: the inference report (memory by category
+// predicted and measured, prefill and decode time, tokens/s), --json's generate_runs[] equal to
+// generate.json's numbers, beside a training run, and its refusals in one line.
+TEST_F(ReportCli, GenerateRunShowsTheInferenceReport) {
+    const fs::path gen = fresh_dir("generate");
+    ASSERT_EQ(napkin("generate --synthetic-prompt 6 --batch 2 --max-new-tokens 4 --precision bf16 "
+                     "-o " +
+                     gen.string())
+                  .rc,
+              0);
+    const auto g = read_json(gen / "generate.json");
+    const CliRun t = napkin("report " + gen.string());
+    ASSERT_EQ(t.rc, 0) << t.err;
+    for (const char* needle : {"generate run", "parameters", "kv_cache", "temporaries", "total",
+                               "prefill", "decode per token (3)", "tokens/s", "time model:"})
+        EXPECT_NE(t.out.find(needle), std::string::npos) << needle << "\n" << t.out;
+    EXPECT_EQ(t.out.find("DIFFERS"), std::string::npos) << t.out;
+
+    // --json: the file's numbers, under generate_runs[]; the same through generate.json's path.
+    for (const fs::path& arg : {gen, gen / "generate.json"}) {
+        const CliRun j = napkin("report --json " + arg.string());
+        ASSERT_EQ(j.rc, 0) << j.err;
+        const auto doc = nlohmann::json::parse(j.out);
+        EXPECT_EQ(doc["schema"], "napkin-report/1");
+        EXPECT_TRUE(doc["runs"].empty());
+        ASSERT_EQ(doc["generate_runs"].size(), 1u);
+        const auto& r = doc["generate_runs"][0];
+        EXPECT_EQ(r["model"], g["model"]["name"]);
+        EXPECT_EQ(r["batch"], 2);
+        EXPECT_EQ(r["prompt_len"], 6);
+        EXPECT_EQ(r["precision"], "bf16");
+        EXPECT_EQ(r["flash_decoding"], false);  // the CPU
+        for (const char* c : {"parameters", "kv_cache", "activations", "temporaries", "data"}) {
+            EXPECT_EQ(r["memory"][c]["predicted"], g["predicted"]["memory"][c]) << c;
+            EXPECT_EQ(r["memory"][c]["measured"], g["measured"]["peak_bytes"][c]) << c;
+            EXPECT_EQ(r["memory"][c]["predicted"], r["memory"][c]["measured"]) << c;
+        }
+        EXPECT_EQ(r["memory"]["total"]["measured"], g["measured"]["peak_total_bytes"]);
+        EXPECT_EQ(r["prefill_seconds"]["measured"], g["measured"]["prefill_seconds"]);
+        EXPECT_EQ(r["prefill_seconds"]["predicted"], g["predicted"]["time"]["prefill_seconds"]);
+        EXPECT_EQ(r["decode_seconds_per_token"]["measured"],
+                  g["measured"]["decode_seconds_per_token"]);
+        EXPECT_EQ(r["decode_seconds_per_token"]["predicted"],
+                  g["predicted"]["time"]["decode_seconds_per_token"]);
+        EXPECT_EQ(r["tokens_per_s"]["measured"], g["measured"]["tokens_per_s"]);
+        EXPECT_EQ(r["decode_steps"], 3);
+    }
+
+    // Beside a training run: the training table, then the inference report.
+    const CliRun both = napkin("report " + run("fp32").string() + " " + gen.string());
+    ASSERT_EQ(both.rc, 0) << both.err;
+    EXPECT_NE(both.out.find("time and throughput"), std::string::npos) << both.out;
+    EXPECT_NE(both.out.find("decode per token"), std::string::npos) << both.out;
+    const CliRun both_json = napkin("report --json " + run("fp32").string() + " " + gen.string());
+    ASSERT_EQ(both_json.rc, 0) << both_json.err;
+    const auto doc = nlohmann::json::parse(both_json.out);
+    EXPECT_EQ(doc["runs"].size(), 1u);
+    EXPECT_EQ(doc["generate_runs"].size(), 1u);
+
+    // A generate.json with a field of the wrong type, or from a newer schema: one line, exit 1.
+    const fs::path bad = fresh_dir("generate_bad");
+    fs::create_directories(bad);
+    auto g2 = g;
+    g2["measured"]["prefill_seconds"] = "slow";
+    std::ofstream(bad / "generate.json") << g2.dump();
+    CliRun r = napkin("report " + bad.string());
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("generate.json: measured.prefill_seconds: expected"), std::string::npos)
+        << r.err;
+    g2 = g;
+    g2["schema"] = "napkin-generate/2";
+    std::ofstream(bad / "generate.json") << g2.dump();
+    r = napkin("report " + bad.string());
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("schema"), std::string::npos) << r.err;
+    fs::remove_all(bad);
+    fs::remove_all(gen);
+}
+
 TEST(ExportCli, MergesKinetoTracesAndNestsInDouble) {
     const fs::path src(NAPKIN_SOURCE_DIR);
     const fs::path dir = fresh_dir("export_kineto");

@@ -133,8 +133,9 @@ inline void check_memory_matches_estimate(const ModelConfig& cfg, DType storage,
     in.gen_len = shape.gen_len;
     in.gemm_dtype = storage;
     in.peak_flops_per_s = in.memory_bytes_per_s = in.gpu_memory_bytes = 1e12;
-    const InferenceEngineMemory m = inference_engine_memory(
-        in, estimate_inference(in), device != nullptr ? DeviceKind::cuda : DeviceKind::cpu);
+    const DeviceKind kind = device != nullptr ? DeviceKind::cuda : DeviceKind::cpu;
+    const InferenceEngineMemory m =
+        inference_engine_memory(in, estimate_inference(in), kind, shape.flash_decoding);
     EXPECT_EQ(alloc.peak_bytes(MemCategory::parameters), m.parameters);
     EXPECT_EQ(alloc.peak_bytes(MemCategory::kv_cache), m.kv_cache);
     EXPECT_EQ(alloc.peak_bytes(MemCategory::activations), m.activations);
@@ -144,6 +145,15 @@ inline void check_memory_matches_estimate(const ModelConfig& cfg, DType storage,
     for (MemCategory c : {MemCategory::gradients, MemCategory::master_weights,
                           MemCategory::optimizer_state, MemCategory::communication})
         EXPECT_EQ(alloc.peak_bytes(c), 0) << "no training state";
+    // Flash-decoding's partials by hand, CUDA only: B NH ceil((Tp + G) / 128) (HD + 2) fp32.
+    const double partials = kind == DeviceKind::cuda && shape.flash_decoding
+                                ? 4.0 * static_cast<double>(shape.batch) * cfg.n_heads *
+                                      static_cast<double>((shape.positions() + 127) / 128) *
+                                      static_cast<double>(cfg.head_dim() + 2)
+                                : 0.0;
+    EXPECT_EQ(m.temporaries -
+                  inference_engine_memory(in, estimate_inference(in), kind, false).temporaries,
+              partials);
     // The cache by hand: L 2 B (Tp + G) KVH HD elements.
     EXPECT_EQ(m.kv_cache, 2.0 * cfg.n_layers *
                               static_cast<double>(shape.batch * shape.positions()) *

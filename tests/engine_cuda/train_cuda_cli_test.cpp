@@ -1,6 +1,7 @@
 // `napkin train --device cuda` checkpoints (label gpu): the end-of-run checkpoint is written,
 // --stop-after and --save-every save, --resume continues, and the two halves' losses are the
-// uninterrupted CUDA run's bit for bit. Skips when the binary finds no CUDA device. Kept apart
+// uninterrupted CUDA run's bit for bit; `napkin generate --device cuda` with and without
+// flash-decoding. Skips when the binary finds no CUDA device. Kept apart
 // from checkpoint_cuda_test.cpp: cli_util.h's napkin() cannot live beside namespace napkin.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -147,6 +148,37 @@ TEST(CheckpointCudaCli, ZeroOverNcclWithOffloadSavesAndResumes) {
     ASSERT_GE(b.size(), a.size());
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
     EXPECT_EQ(b, report_losses(dir / "whole"));
+}
+
+// napkin generate --device cuda with --flash-decoding on (the default) and off: generate.json's
+// measured memory is the prediction's in every category, the split's workspace among the
+// temporaries only when on (tiny: B 3, 17 positions, 4 heads of 32: 4 x 3 x 4 x 1 x 34 bytes),
+// and `napkin report` reads the folder back.
+TEST(GenerateCudaCli, FlashDecodingMeasuresThePredictedMemoryToTheByte) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    std::int64_t temporaries[2] = {};
+    for (int on = 0; on < 2; ++on) {
+        const fs::path out = dir / (on ? "on" : "off");
+        const CliRun r = napkin(
+            "generate --device cuda --precision bf16 --synthetic-prompt 12 --batch 3 "
+            "--max-new-tokens 5 --flash-decoding " +
+            std::string(on ? "on" : "off") + " -o " + out.string());
+        ASSERT_EQ(r.rc, 0) << r.err;
+        std::ifstream f(out / "generate.json");
+        const nlohmann::json g = nlohmann::json::parse(f);
+        EXPECT_EQ(g["run"]["flash_decoding"], on == 1);
+        for (const char* c : {"parameters", "kv_cache", "activations", "temporaries", "data"})
+            EXPECT_EQ(g["measured"]["peak_bytes"][c], g["predicted"]["memory"][c]) << c;
+        temporaries[on] = g["measured"]["peak_bytes"]["temporaries"].get<std::int64_t>();
+        const CliRun report = napkin("report " + out.string());
+        ASSERT_EQ(report.rc, 0) << report.err;
+        EXPECT_NE(report.out.find(on ? "flash-decoding on" : "flash-decoding off"),
+                  std::string::npos)
+            << report.out;
+        EXPECT_EQ(report.out.find("DIFFERS"), std::string::npos) << report.out;
+    }
+    EXPECT_EQ(temporaries[1] - temporaries[0], 4 * 3 * 4 * 1 * (32 + 2));
 }
 
 }  // namespace

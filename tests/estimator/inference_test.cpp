@@ -220,5 +220,27 @@ TEST(Inference, OneTokenHasNoDecodeStep) {
     EXPECT_EQ(e.total_seconds, e.prefill.seconds());
 }
 
+// The engine's temporaries on CUDA with flash-decoding: the decode steps' partials, 4 B NH
+// ceil(S / 128) (HD + 2) bytes (docs/INFERENCE.md: GPT-2, B 1, 1,024 positions: 25,344); none on
+// the CPU or with it off.
+TEST(Inference, FlashDecodingWorkspaceIsAnEngineTemporary) {
+    InferenceInputs in = inputs("gpt2", 1, 512, 512);
+    in.weights = WeightFormat::fp32;
+    in.kv = KvFormat::fp32;
+    const InferenceEstimate e = estimate_inference(in);
+    const double off = inference_engine_memory(in, e, DeviceKind::cuda, false).temporaries;
+    EXPECT_EQ(inference_engine_memory(in, e, DeviceKind::cuda, true).temporaries - off, 25'344);
+    EXPECT_EQ(off, 2.0 * 4 * 512 + kWorkspace);
+    EXPECT_EQ(inference_engine_memory(in, e, DeviceKind::cpu, true).temporaries,
+              inference_engine_memory(in, e, DeviceKind::cpu, false).temporaries);
+    in.batch = 3;
+    in.prompt_len = 100;
+    in.gen_len = 157;  // 257 positions: 3 chunks
+    const InferenceEstimate e3 = estimate_inference(in);
+    EXPECT_EQ(inference_engine_memory(in, e3, DeviceKind::cuda, true).temporaries -
+                  inference_engine_memory(in, e3, DeviceKind::cuda, false).temporaries,
+              4.0 * 3 * 12 * 3 * 66);
+}
+
 }  // namespace
 }  // namespace napkin

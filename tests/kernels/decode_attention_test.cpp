@@ -146,6 +146,26 @@ TEST(DecodeAttention, CostCountsTheCausalPairs) {
     // The same FLOPs as the training kernel's causal attention over the whole prompt.
     const AttentionShape whole{.B = 2, .T = 5, .NH = 3, .KVH = 1, .HD = 8};
     EXPECT_EQ(decode_attention_cost(prefill).flops, attention_forward_cost(whole).flops);
+    // Flash-decoding's split (chunks of 4 of the step's 11 keys: 3): the same FLOPs, plus its
+    // partials, written then read back: 4 B NH 3 (HD + 2) bytes, also the call's workspace.
+    DecodeAttentionShape split = step;
+    split.chunk = 4;
+    const KernelCost single = decode_attention_cost(step), two_pass = decode_attention_cost(split);
+    const std::uint64_t partials = 4ull * 2 * 3 * 3 * (8 + 2);
+    EXPECT_EQ(two_pass.flops, single.flops);
+    EXPECT_EQ(two_pass.bytes_written, single.bytes_written + partials);
+    EXPECT_EQ(two_pass.bytes_read, single.bytes_read + partials);
+    EXPECT_EQ(two_pass.workspace_bytes, partials);
+    EXPECT_EQ(single.workspace_bytes, 0u);
+    EXPECT_EQ(decode_attention_workspace_floats(2, 1, 3, 8, 11, 4), 2 * 3 * 3 * (8 + 2));
+    EXPECT_EQ(decode_attention_splits(128, 128), 1);
+    EXPECT_EQ(decode_attention_splits(129, 128), 2);
+    // The split's limits: kv-head groups of at most 64 heads and 4096 elements.
+    EXPECT_TRUE(decode_attention_can_split(12, 12, 64));   // GPT-2
+    EXPECT_TRUE(decode_attention_can_split(32, 8, 128));   // Llama 3 8B
+    EXPECT_TRUE(decode_attention_can_split(32, 1, 128));   // MQA, 4096 elements
+    EXPECT_FALSE(decode_attention_can_split(64, 1, 128));  // 8192
+    EXPECT_FALSE(decode_attention_can_split(65, 1, 16));   // 65 heads
 }
 
 }  // namespace
