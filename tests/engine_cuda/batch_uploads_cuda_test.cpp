@@ -22,21 +22,21 @@ namespace napkin {
 namespace {
 
 // The emulated driver's counts (tests/cuda_emu/emu_state.h StreamStats, field for field).
-struct EmuStreamStats {
+struct BatchUploadsEmuStats {
     std::uint64_t pinned_allocations = 0, pinned_bytes = 0, stream_waits = 0;
 };
 
 // The emulator plugin's entry point, or null on a real GPU.
-using StreamStatsFn = void (*)(EmuStreamStats*);
-StreamStatsFn emu_stream_stats() {
+using BatchUploadsStatsFn = void (*)(BatchUploadsEmuStats*);
+BatchUploadsStatsFn batch_uploads_emu_stats() {
     const char* path = std::getenv("NAPKIN_CUDA_PLUGIN");
     if (path == nullptr || !test::cuda_engine_emulated()) return nullptr;
     void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
     if (lib == nullptr) return nullptr;
-    return reinterpret_cast<StreamStatsFn>(dlsym(lib, "napkin_emu_stream_stats"));
+    return reinterpret_cast<BatchUploadsStatsFn>(dlsym(lib, "napkin_emu_stream_stats"));
 }
 
-TrainOptions tiny(Precision precision, int grad_accum, bool copy_stream) {
+TrainOptions batch_uploads_tiny(Precision precision, int grad_accum, bool copy_stream) {
     TrainOptions o;
     o.model = preset_or_throw("tiny");
     o.plan.micro_batch = 2;
@@ -49,14 +49,14 @@ TrainOptions tiny(Precision precision, int grad_accum, bool copy_stream) {
     return o;
 }
 
-struct TrainRun {
+struct BatchUploadsRun {
     std::vector<float> losses, grad_norms;
     std::int64_t data_bytes = 0;
 };
 
-TrainRun train(const TrainOptions& o) {
+BatchUploadsRun batch_uploads_train(const TrainOptions& o) {
     Trainer trainer(o);
-    TrainRun r;
+    BatchUploadsRun r;
     for (int s = 0; s < o.steps; ++s) {
         const StepRecord rec = trainer.step();
         r.losses.push_back(rec.loss);
@@ -66,27 +66,28 @@ TrainRun train(const TrainOptions& o) {
     return r;
 }
 
-struct Case {
+struct BatchUploadsCase {
     Precision precision;
     int grad_accum;
 };
 
-class BatchUploadsCuda : public testing::TestWithParam<Case> {};
+class BatchUploadsCuda : public testing::TestWithParam<BatchUploadsCase> {};
 
 TEST_P(BatchUploadsCuda, TrainsBitForBitAsTheEngineStreamsUploads) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
-    const Case c = GetParam();
-    const StreamStatsFn stats = emu_stream_stats();
+    const BatchUploadsCase c = GetParam();
+    const BatchUploadsStatsFn stats = batch_uploads_emu_stats();
     if (test::cuda_engine_emulated()) {
         ASSERT_NE(stats, nullptr) << "napkin_emu_stream_stats";
     }
-    EmuStreamStats before;
+    BatchUploadsEmuStats before;
     if (stats != nullptr) stats(&before);
-    const TrainOptions o = tiny(c.precision, c.grad_accum, true);
-    const TrainRun copy_stream = train(o);
-    EmuStreamStats after;
+    const TrainOptions o = batch_uploads_tiny(c.precision, c.grad_accum, true);
+    const BatchUploadsRun copy_stream = batch_uploads_train(o);
+    BatchUploadsEmuStats after;
     if (stats != nullptr) stats(&after);
-    const TrainRun engine_stream = train(tiny(c.precision, c.grad_accum, false));
+    const BatchUploadsRun engine_stream =
+        batch_uploads_train(batch_uploads_tiny(c.precision, c.grad_accum, false));
     for (std::size_t s = 0; s < copy_stream.losses.size(); ++s) {
         SCOPED_TRACE(testing::Message() << "step " << s);
         EXPECT_TRUE(std::isfinite(copy_stream.losses[s]));
@@ -108,7 +109,8 @@ TEST_P(BatchUploadsCuda, TrainsBitForBitAsTheEngineStreamsUploads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, BatchUploadsCuda,
-                         testing::Values(Case{Precision::fp32, 1}, Case{Precision::bf16_amp, 3}));
+                         testing::Values(BatchUploadsCase{Precision::fp32, 1},
+                                         BatchUploadsCase{Precision::bf16_amp, 3}));
 
 }  // namespace
 }  // namespace napkin

@@ -194,12 +194,12 @@ TEST(NormCudaScratch, RowsPerBlockAndScratchFollowN) {
 // One layernorm (or RMSNorm: mean null) backward through layernorm_backward (or rmsnorm_'s) and
 // through the two-pass path, from the same inputs into copies of the same gradients.
 template <class T>
-struct NormGrads {
+struct NormOnePassGrads {
     std::vector<T> dx, dw, db;
 };
 
 template <class T>
-struct OnePassCase {
+struct NormOnePassCase {
     std::int64_t N, C;
     bool rms, with_dw, with_db;
     std::size_t scratch_bytes;
@@ -208,7 +208,7 @@ struct OnePassCase {
 };
 
 template <class T>
-NormGrads<T> run_backward(const OnePassCase<T>& c, bool two_pass) {
+NormOnePassGrads<T> norm_one_pass_run(const NormOnePassCase<T>& c, bool two_pass) {
     DeviceBuffer<T> x_d(c.x), w_d(c.w), dout_d(c.dout), dx_d(c.dx0), dw_d(c.dw0), db_d(c.db0);
     DeviceBuffer<float> mean_d(c.mean), rstd_d(c.rstd);
     DeviceBuffer<float> scratch(std::max<std::size_t>(c.scratch_bytes / sizeof(float), 1));
@@ -277,18 +277,18 @@ TYPED_TEST(NormCuda, OnePassBackwardMatchesCpu) {
                                             with_db ? db.data() : nullptr, dout.data(), x.data(),
                                             w.data(), mean.data(), rstd.data(), N, C});
             }
-            const OnePassCase<T> c{N, C,    rms, with_dw, with_db, bytes, x,
-                                   w, dout, dx0, dw0,     db0,     mean,  rstd};
-            const NormGrads<T> got = run_backward(c, false);
+            const NormOnePassCase<T> c{N, C,    rms, with_dw, with_db, bytes, x,
+                                       w, dout, dx0, dw0,     db0,     mean,  rstd};
+            const NormOnePassGrads<T> got = norm_one_pass_run(c, false);
             expect_match("dinp", got.dx, dx, for_sum_of(tolerance<T>(), C));
             expect_match("dweight", got.dw, dw, for_sum_of(tolerance<T>(), N));
             expect_match("dbias", got.db, db, for_sum_of(tolerance<T>(), N));
-            const NormGrads<T> again = run_backward(c, false);
+            const NormOnePassGrads<T> again = norm_one_pass_run(c, false);
             expect_same_bits("dinp, second run", again.dx, got.dx);
             expect_same_bits("dweight, second run", again.dw, got.dw);
             expect_same_bits("dbias, second run", again.db, got.db);
             if (!one_pass) {
-                const NormGrads<T> two = run_backward(c, true);
+                const NormOnePassGrads<T> two = norm_one_pass_run(c, true);
                 expect_same_bits("dinp vs two passes", got.dx, two.dx);
                 expect_same_bits("dweight vs two passes", got.dw, two.dw);
                 expect_same_bits("dbias vs two passes", got.db, two.db);
