@@ -7,9 +7,14 @@
 //
 //   membound_bench [--reps N] [--tiny]
 //
+// Then the layernorm backward at B T = 64 1024 (C 768, bf16): the one-pass kernel (inp and dout
+// read once, kernels/norm.h) against the two passes it replaced, median microseconds of single
+// calls and GB/s of the bytes the op must move (inp, dout read; dinp read and written).
+//
 // --tiny (64 rows, 100003 parameters): a dry run, for membound_bench_emu on the CUDA emulator.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +34,8 @@ namespace napkin {
 namespace {
 
 // The shapes, set once by main before anything runs.
-std::int64_t g_rows = 8 * 1024;  // B T; --tiny: 64
+std::int64_t g_rows = 8 * 1024;        // B T; --tiny: 64
+std::int64_t g_norm_rows = 64 * 1024;  // the layernorm backward table's B T; --tiny: 64
 constexpr std::int64_t kC = 768;
 std::int64_t g_params = 124'439'808;  // GPT-2 124M, tied embedding; --tiny: 100003
 
@@ -117,9 +123,9 @@ std::vector<Case> cases(const std::vector<Arena*>& a, float* stats) {
                                                   p(3, o), p(3, o + 2 * kC), g_rows, kC},
                                                  {});
          }},
-        // dinp read and written, inp and dout read by the row pass and again by the parameter
-        // gradients' pass.
-        {"layernorm backward", 6 * e * n_res,
+        // dinp read and written, inp and dout read (once on the vector path; the scalar path's
+        // parameter gradients read them again).
+        {"layernorm backward", 4 * e * n_res,
          [=](std::size_t o) {
              cuda::layernorm_backward<T>(
                  {p(0, o), p(3, o), p(3, o + 2 * kC), p(1, o), p(2, o), p(3, o + 4 * kC), mean,
@@ -127,6 +133,66 @@ std::vector<Case> cases(const std::vector<Arena*>& a, float* stats) {
                  {});
          }},
     };
+}
+
+// Median milliseconds of `reps` single calls, each between its own two events, after two
+// untimed calls.
+double median_ms(const std::function<void()>& call, int reps) {
+    call();
+    call();
+    cudaEvent_t events[2];
+    for (auto& e : events)
+        NAPKIN_CUDA_CHECK(cudaEventCreate(&e));
+    std::vector<float> ms(static_cast<std::size_t>(reps));
+    for (float& m : ms) {
+        NAPKIN_CUDA_CHECK(cudaEventRecord(events[0], nullptr));
+        call();
+        NAPKIN_CUDA_CHECK(cudaEventRecord(events[1], nullptr));
+        NAPKIN_CUDA_CHECK(cudaEventSynchronize(events[1]));
+        NAPKIN_CUDA_CHECK(cudaEventElapsedTime(&m, events[0], events[1]));
+    }
+    for (auto& e : events)
+        NAPKIN_CUDA_CHECK(cudaEventDestroy(e));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// The layernorm backward at GPT-2's largest batch (B T = 64 1024; --tiny: 64 rows): one pass
+// against two. Bytes: inp and dout read, dinp read and written (4 e N C), the parameters and
+// statistics beside them; the two passes read inp and dout once more (6 e N C in all).
+void norm_backward_table(std::int64_t rows, int reps) {
+    using T = bf16_t;
+    const std::int64_t n = rows * kC;
+    const double e = sizeof(T);
+    const std::size_t act = static_cast<std::size_t>(n) * sizeof(T);
+    const std::size_t scratch_bytes = cuda::norm_backward_scratch_bytes(rows, kC);
+    Arena inp(act), dout(act), dinp(act), params(3 * kC * sizeof(T)), stats(2 * rows * 4),
+        scratch(scratch_bytes);
+    const LayernormBackwardArgs<T> args{dinp.at<T>(0),
+                                        params.at<T>(0),
+                                        params.at<T>(2 * kC),
+                                        dout.at<T>(0),
+                                        inp.at<T>(0),
+                                        params.at<T>(4 * kC),
+                                        stats.at<float>(0),
+                                        stats.at<float>(4 * rows),
+                                        rows,
+                                        kC,
+                                        scratch.at<float>(0),
+                                        scratch_bytes};
+    const double bytes = 4 * e * n;
+    std::printf(
+        "\nlayernorm backward, N %lld (B*T), C %lld, bf16: median of %d calls; %.1f MB "
+        "moved at least (inp, dout read; dinp read and written)\n",
+        static_cast<long long>(rows), static_cast<long long>(kC), reps, bytes / 1e6);
+    std::printf("%-34s %10s %10s\n", "path", "median us", "GB/s");
+    const double two = median_ms([&] { cuda::layernorm_backward_two_pass<T>(args, {}); }, reps);
+    const double one = median_ms([&] { cuda::layernorm_backward<T>(args, {}); }, reps);
+    NAPKIN_CUDA_CHECK(cudaGetLastError());
+    std::printf("%-34s %10.1f %10.1f\n", "two passes (reads inp, dout twice)", two * 1e3,
+                bytes / two / 1e6);
+    std::printf("%-34s %10.1f %10.1f\n", "one pass", one * 1e3, bytes / one / 1e6);
+    std::printf("%-34s %9.2fx\n", "speedup", two / one);
 }
 
 int run(int reps) {
@@ -165,6 +231,7 @@ int run(int reps) {
         std::printf("%-28s %10.1f %10.4f %10.1f %10.4f %7.2fx\n", c.name, c.bytes / 1e6, vec,
                     c.bytes / vec / 1e6, scalar, scalar / vec);
     }
+    norm_backward_table(g_norm_rows, reps);
     return 0;
 }
 
@@ -178,6 +245,7 @@ int main(int argc, char** argv) {
             reps = std::atoi(argv[++i]);
         } else if (std::strcmp(argv[i], "--tiny") == 0) {
             napkin::g_rows = 64;
+            napkin::g_norm_rows = 64;
             napkin::g_params = 100003;
         } else {
             std::fprintf(stderr, "usage: membound_bench [--reps N] [--tiny]\n");

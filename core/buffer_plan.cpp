@@ -9,6 +9,7 @@
 #include "kernels/lora.h"
 #include "kernels/matmul.h"
 #include "kernels/nonfinite.h"
+#include "kernels/norm.h"
 #include "kernels/optimizer.h"
 #include "kernels/quantize.h"
 #include "kernels/step_scalars.h"
@@ -34,6 +35,12 @@ std::int64_t cpu_gemm_scratch_floats(const std::vector<PlanOp>& block, bool wide
     }
     return floats;
 }
+
+// The norms' backward borrows the GEMM scratch for its partials (kernels/norm.h): the one-pass
+// kernel's largest, kNormBackwardBlocks blocks x 2 x the widest warp row's C in fp32, fits the
+// workspace alone, so it never needs a byte more than the GEMMs.
+static_assert(cuda::kNormBackwardBlocks * 2 * (cuda::kNormWarpRowBytes / 2) * sizeof(float) <=
+              cuda::kMatmulWorkspaceBytes);
 
 // The CUDA GEMM scratch in bytes: the cuBLASLt workspace, then, when the block's GEMMs are fp8,
 // the fp8 backward's transposed operands for the largest of them (kernels/matmul.h).

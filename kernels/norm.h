@@ -19,18 +19,21 @@ struct NormShape {
     std::int64_t C = 0;
     NormKind kind = NormKind::layernorm;
     bool bias = true;
-    DType in = DType::f32;   // inp and weight
+    DType in = DType::f32;  // inp and weight
     DType out = DType::f32;
 };
 
-inline std::int64_t norm_stats_per_row(NormKind k) { return k == NormKind::layernorm ? 2 : 1; }
+inline std::int64_t norm_stats_per_row(NormKind k) {
+    return k == NormKind::layernorm ? 2 : 1;
+}
 
 inline KernelCost norm_forward_cost(const NormShape& s) {
     KernelCost c;
     const std::uint64_t per_elem = s.kind == NormKind::layernorm ? 7 : 4;
     c.flops = per_elem * s.N * s.C;
     c.bytes_read = nbytes(s.in, s.N * s.C) + nbytes(s.in, s.C) * (s.bias ? 2 : 1);
-    c.bytes_written = nbytes(s.out, s.N * s.C) + nbytes(DType::f32, s.N * norm_stats_per_row(s.kind));
+    c.bytes_written =
+        nbytes(s.out, s.N * s.C) + nbytes(DType::f32, s.N * norm_stats_per_row(s.kind));
     return c;
 }
 
@@ -65,7 +68,8 @@ struct LayernormForwardArgs {
 // dinp (N, C) += dL/dinp; dweight (C) += sum over rows of dout * xhat; dbias (C) += sum of dout.
 // xhat is recomputed from inp, mean and rstd. dweight and dbias may be null (frozen).
 // scratch (CUDA only; null: none): device memory of scratch_bytes, free for the call's duration,
-// for the parameter gradients' per-chunk sums (below); the engine lends its GEMM scratch.
+// for the parameter gradients' per-block or per-chunk sums (below); the engine lends its GEMM
+// scratch.
 template <class T>
 struct LayernormBackwardArgs {
     T* dinp = nullptr;            // (N, C)
@@ -160,16 +164,45 @@ namespace cuda {
 // into dinp, dweight and dbias (each parameter gradient summed over rows in fp32 in a fixed
 // order and added once: deterministic, no atomics). Device pointers, queued on launch.stream.
 //
-// The parameter gradients' column sums over N rows: with scratch, blocks of 32 columns x
+// The backward in one pass (GPT-2's rows): where a row fits one warp's registers (C a whole
+// number of 16-byte vectors, C sizeof(T) <= kNormWarpRowBytes: C <= 2048 in bf16/fp16, 1024 in
+// fp32), the pointers are 16-byte aligned and scratch holds norm_backward_scratch_bytes(N, C),
+// inp and dout are read once: blocks of R = norm_backward_rows_per_block(N) rows, a warp per row
+// computing dinp from registers and adding dout * xhat and dout into its own fp32 column sums in
+// shared memory; each block writes its warps' sums, added in warp order, once into the scratch
+// (dweight's [blocks][C], then dbias's [blocks][C]), and a second kernel adds the blocks'
+// partials per column in block order into the gradients. R comes from N alone (at most
+// kNormBackwardBlocks blocks, at least kNormBackwardMinRows rows each), so the scratch is known
+// without the device: 2 ceil(N / R) C floats, at most kNormBackwardBlocks 2 C floats (8 MiB at
+// C = 2048), which the engine's GEMM scratch (32 MiB on CUDA, core/buffer_plan.cpp) always holds.
+//
+// Otherwise (C too wide or not whole vectors, pointers off 16 bytes, too little or no scratch)
+// two passes, the second reading inp and dout again: the input gradient (warp or block per row),
+// then the parameter gradients' column sums over N rows. With scratch, blocks of 32 columns x
 // kNormRowsPerChunk rows (more rows a chunk where the scratch holds fewer chunks) each sum their
-// chunk into the scratch, and a second kernel adds the chunks' sums per column in chunk order:
-// N/64 times the blocks of the one-stage path, whose blocks (one per 32 columns: 24 for C = 768,
-// on a GPU of 132 multiprocessors) each walk every row. Without scratch, or with room for fewer
-// than two chunks, the one-stage path. Both sum in a fixed order: the same bits run to run; the
-// two orders differ in fp32 rounding. norm_backward_scratch_bytes is what 64-row chunks take:
-// 2 ceil(N / 64) C floats.
+// chunk into the scratch, and a second kernel adds the chunks' sums per column in chunk order.
+// Without scratch, or with room for fewer than two chunks, one block per 32 columns walking every
+// row. Every path sums in a fixed order: the same bits run to run; the orders differ from each
+// other in fp32 rounding.
+inline constexpr std::int64_t kNormWarpRowBytes = 4096;  // 32 lanes x 8 vectors x 16 bytes
+inline constexpr std::int64_t kNormBackwardBlocks = 512;
+inline constexpr std::int64_t kNormBackwardMinRows = 16;
 inline constexpr std::int64_t kNormRowsPerChunk = 64;
-std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C);
+
+// R: ceil(N / kNormBackwardBlocks) rounded up to a multiple of 8 (one row per warp of a full
+// block), at least kNormBackwardMinRows. GPT-2 at B T = 64 1024: 128 rows, 512 blocks.
+inline std::int64_t norm_backward_rows_per_block(std::int64_t N) {
+    const std::int64_t r = (N + kNormBackwardBlocks - 1) / kNormBackwardBlocks;
+    const std::int64_t rows = (r + 7) / 8 * 8;
+    return rows < kNormBackwardMinRows ? kNormBackwardMinRows : rows;
+}
+
+// The one-pass backward's partials: 2 ceil(N / R) C floats (dweight's and dbias's).
+inline std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C) {
+    const std::int64_t rows = norm_backward_rows_per_block(N);
+    const std::int64_t blocks = (N + rows - 1) / rows;
+    return static_cast<std::size_t>(2 * blocks * C) * sizeof(float);
+}
 
 template <class T>
 void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch);
@@ -179,6 +212,13 @@ template <class T>
 void rmsnorm_forward(const RmsnormForwardArgs<T>& args, const Launch& launch);
 template <class T>
 void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch);
+// The two-pass backward alone, whatever the shape: what the two above fall back to where the
+// one-pass kernel does not apply (the same arguments, results within fp32 rounding of theirs);
+// for the tests of that path and membound_bench's baseline.
+template <class T>
+void layernorm_backward_two_pass(const LayernormBackwardArgs<T>& args, const Launch& launch);
+template <class T>
+void rmsnorm_backward_two_pass(const RmsnormBackwardArgs<T>& args, const Launch& launch);
 // One block per row, as layernorm_forward, its first pass writing x: the sums and block
 // reductions of the two kernels, so the same bits.
 template <class T>

@@ -19,7 +19,8 @@ enum class GpuActivityKind : std::uint8_t {
     memset,
     runtime,               // a CUDA runtime API call on a host thread (cudaLaunchKernel, ...)
     driver,                // a driver API call (cuLaunchKernel: how cuBLAS(Lt) launches)
-    synchronization,       // cudaStreamSynchronize, cudaEventSynchronize, ...
+    synchronization,       // cudaStreamSynchronize, cudaEventSynchronize, ... ("synchronize");
+                           // cudaStreamWaitEvent ("stream wait event")
     external_correlation,  // correlation_id -> external_id (the engine's kernel tag)
 };
 
@@ -39,11 +40,11 @@ struct GpuActivity {
 
 // What the plugin's collection lost or could not do, counted since activity was enabled.
 struct GpuActivityStats {
-    std::uint64_t records = 0;           // records handed over
-    std::uint64_t dropped_records = 0;   // CUPTI's count (cuptiActivityGetNumDroppedRecords)
-    std::uint64_t buffers_refused = 0;   // buffer requests refused at the cap (their records are
-                                         // counted in dropped_records)
-    std::uint64_t failures = 0;          // CUPTI calls that failed (each warned once on stderr)
+    std::uint64_t records = 0;          // records handed over
+    std::uint64_t dropped_records = 0;  // CUPTI's count (cuptiActivityGetNumDroppedRecords)
+    std::uint64_t buffers_refused = 0;  // buffer requests refused at the cap (their records are
+                                        // counted in dropped_records)
+    std::uint64_t failures = 0;         // CUPTI calls that failed (each warned once on stderr)
 };
 
 }  // namespace napkin::profiler

@@ -282,7 +282,7 @@ do_bench() {
     # The memory-bound kernels alone: GB/s on the vector path against the scalar one.
     if [ -x "$b/bench/membound_bench" ]; then
         step membound_bench "$b/bench/membound_bench"
-        tail -n 12 "$out/membound_bench.log"
+        tail -n 20 "$out/membound_bench.log"
     fi
     # The profiler's cost on GPT-2's steps: a --profile window in the middle of one run.
     step profile_overhead python3 bench/profile_window_overhead.py --napkin "$b/cli/napkin" --device cuda \

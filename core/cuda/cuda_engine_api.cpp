@@ -1,7 +1,7 @@
 // Fills the engine's table of the CUDA backend (core/cuda/cuda_engine_api.h): the cuda::
 // kernels of kernels/cuda/ per storage type, and the few runtime calls the engine needs
-// (device, stream, caching device memory, copies), and the CUPTI activity entries. Compiled by the host compiler into
-// libnapkin_cuda.so; depends on nothing of napkin_core.
+// (device, stream, caching device memory, copies), and the CUPTI activity entries. Compiled by the
+// host compiler into libnapkin_cuda.so; depends on nothing of napkin_core.
 #include "core/cuda/cuda_engine_api.h"
 
 #include <cuda_runtime_api.h>
@@ -173,6 +173,10 @@ CudaEngineApi make_api() {
     // Paged memory
     a.paged_memory_create = &paged_memory_create;
     a.prefetch = &cuda::prefetch;
+    // Batches on a copy stream
+    a.pinned_allocate = &cuda::pinned_allocate;
+    a.pinned_free = &cuda::pinned_free;
+    a.stream_wait_event = &cuda::stream_wait_event;
     return a;
 }
 

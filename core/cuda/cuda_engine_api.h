@@ -59,7 +59,7 @@ struct CudaFp8KernelTable {
     // clang-format on
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 12;
+inline constexpr int kNapkinCudaEngineApiVersion = 13;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -147,6 +147,11 @@ struct CudaEngineApi {
     RawMemory* (*paged_memory_create)() = nullptr;
     void (*prefetch)(const void* ptr, std::size_t bytes, bool to_device,
                      CUstream_st* stream) = nullptr;
+    // ---- Batches on a copy stream (core/engine/cuda_device.cpp's CudaBatchUploads) ----------
+    // Pinned host memory (core/cuda/device_memory.h), and a stream waiting for an event.
+    void* (*pinned_allocate)(std::size_t bytes) = nullptr;
+    void (*pinned_free)(void* ptr) noexcept = nullptr;
+    decltype(&cuda::stream_wait_event) stream_wait_event = nullptr;
 };
 
 // The table for storage type T.

@@ -17,7 +17,8 @@ cudaEvent_t handle(CudaEvent* e) {
 
 CudaEvent* event_record(CUstream_st* stream, bool timing) {
     cudaEvent_t e = nullptr;
-    NAPKIN_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    NAPKIN_CUDA_CHECK(
+        cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
     const cudaError_t rc = cudaEventRecord(e, stream);
     if (rc != cudaSuccess) cudaEventDestroy(e);
     NAPKIN_CUDA_CHECK(rc);
@@ -46,6 +47,10 @@ float event_elapsed_ms(CudaEvent* start, CudaEvent* end) {
 
 void event_destroy(CudaEvent* event) noexcept {
     if (event != nullptr) cudaEventDestroy(handle(event));
+}
+
+void stream_wait_event(CUstream_st* stream, CudaEvent* event) {
+    NAPKIN_CUDA_CHECK(cudaStreamWaitEvent(stream, handle(event), 0));
 }
 
 }  // namespace napkin::cuda

@@ -15,11 +15,13 @@ namespace {
 using profiler::GpuActivity;
 using profiler::GpuActivityKind;
 
-constexpr CUpti_ActivityKind kKinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_RUNTIME,
-    CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET,
+                                         CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER,
+                                         CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 
 // The process's one collection (CUPTI's callbacks are plain C functions).
 struct State {
@@ -47,12 +49,18 @@ bool check(CUptiResult r, const char* call) noexcept {
 
 const char* memcpy_name(std::uint8_t kind) {
     switch (kind) {
-        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
-        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
-        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
-        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "memcpy HtoH";
-        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
-        default: return "memcpy";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+            return "memcpy HtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+            return "memcpy DtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+            return "memcpy DtoD";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+            return "memcpy HtoH";
+        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+            return "memcpy PtoP";
+        default:
+            return "memcpy";
     }
 }
 
@@ -82,7 +90,8 @@ bool convert(const CUpti_Activity* record, GpuActivity& a) {
             a.start_ns = m->start;
             a.end_ns = m->end;
             // correlationId is the driver call's; the runtime call (cudaMemcpyAsync) has its own.
-            a.correlation_id = m->runtimeCorrelationId != 0 ? m->runtimeCorrelationId : m->correlationId;
+            a.correlation_id =
+                m->runtimeCorrelationId != 0 ? m->runtimeCorrelationId : m->correlationId;
             a.device = m->deviceId;
             a.stream = m->streamId;
             a.bytes = m->bytes;
@@ -124,7 +133,10 @@ bool convert(const CUpti_Activity* record, GpuActivity& a) {
         case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
             const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
             a.kind = GpuActivityKind::synchronization;
-            a.name = "synchronize";
+            // A stream waiting for an event (cudaStreamWaitEvent) holds the device, not the host.
+            a.name = s->type == CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT
+                         ? "stream wait event"
+                         : "synchronize";
             a.start_ns = s->start;
             a.end_ns = s->end;
             a.correlation_id = s->correlationId;
@@ -147,7 +159,7 @@ bool convert(const CUpti_Activity* record, GpuActivity& a) {
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
     *buffer = nullptr;
     *size = 0;
-    *max_records = 0;  // fill the buffer
+    *max_records = 0;                                         // fill the buffer
     if (g_state.buffers_out.load() >= kActivityMaxBuffers) {  // CUPTI drops and counts
         g_state.refused.fetch_add(1);
         return;
@@ -187,7 +199,8 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
         if (g_state.pending.empty()) {
             g_state.pending.swap(out);
         } else {
-            for (auto& a : out) g_state.pending.push_back(std::move(a));
+            for (auto& a : out)
+                g_state.pending.push_back(std::move(a));
         }
     } catch (...) {
         g_state.dropped.fetch_add(out.size());
@@ -203,7 +216,8 @@ bool activity_enable(char* error, std::size_t error_bytes) noexcept {
         if (error_bytes > 0) std::snprintf(error, error_bytes, "%s", why);
         return false;
     };
-    if (g_state.enabled.exchange(true)) return fail("GPU activity is already being collected in this process");
+    if (g_state.enabled.exchange(true))
+        return fail("GPU activity is already being collected in this process");
     g_state.records = 0;
     g_state.dropped = 0;
     g_state.refused = 0;
@@ -221,9 +235,11 @@ bool activity_enable(char* error, std::size_t error_bytes) noexcept {
         return fail("CUPTI activity callbacks could not be registered (see the warning above)");
     }
     bool ok = true;
-    for (CUpti_ActivityKind kind : kKinds) ok &= check(cuptiActivityEnable(kind), "cuptiActivityEnable");
+    for (CUpti_ActivityKind kind : kKinds)
+        ok &= check(cuptiActivityEnable(kind), "cuptiActivityEnable");
     if (!ok) {
-        for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+        for (CUpti_ActivityKind kind : kKinds)
+            cuptiActivityDisable(kind);
         g_state.enabled = false;
         return fail("CUPTI activity collection could not be enabled (see the warning above)");
     }
@@ -234,7 +250,8 @@ void activity_disable() noexcept {
     if (!g_state.enabled.load()) return;
     // Disable first, then flush (libkineto's order): a record written between the two would
     // otherwise stay in CUPTI's buffers for the next collection, or never arrive.
-    for (CUpti_ActivityKind kind : kKinds) check(cuptiActivityDisable(kind), "cuptiActivityDisable");
+    for (CUpti_ActivityKind kind : kKinds)
+        check(cuptiActivityDisable(kind), "cuptiActivityDisable");
     check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     g_state.enabled = false;
 }
@@ -277,7 +294,8 @@ void activity_flush(bool wait, std::vector<profiler::GpuActivity>* out,
         if (out->empty()) {
             out->swap(g_state.pending);
         } else {
-            for (auto& a : g_state.pending) out->push_back(std::move(a));
+            for (auto& a : g_state.pending)
+                out->push_back(std::move(a));
             g_state.pending.clear();
         }
     } catch (...) {

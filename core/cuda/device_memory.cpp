@@ -66,6 +66,19 @@ void ManagedMemory::deallocate(void* ptr, std::size_t /*bytes*/) noexcept {
     }
 }
 
+void* pinned_allocate(std::size_t bytes) {
+    void* p = nullptr;
+    NAPKIN_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    return p;
+}
+
+void pinned_free(void* ptr) noexcept {
+    const cudaError_t err = cudaFreeHost(ptr);
+    if (err != cudaSuccess) {
+        std::fprintf(stderr, "napkin: cudaFreeHost(%p) failed: %s\n", ptr, cudaGetErrorString(err));
+    }
+}
+
 void prefetch(const void* ptr, std::size_t bytes, bool to_device, CUstream_st* stream) {
     if (bytes == 0) return;
     cudaMemLocation where = host_location();

@@ -39,6 +39,13 @@ public:
 // host, queued on `stream`.
 void prefetch(const void* ptr, std::size_t bytes, bool to_device, CUstream_st* stream);
 
+// Pinned (page-locked) host memory, cudaHostAlloc: the trainer's batch staging, which the copy
+// engine reads without the runtime's own staging copy, so a copy from it runs while the host goes
+// on. Host memory: neither device memory nor in the accounting allocator. pinned_allocate throws
+// CudaError (out of memory included); pinned_free reports a failure on stderr.
+void* pinned_allocate(std::size_t bytes);
+void pinned_free(void* ptr) noexcept;
+
 struct DeviceMemoryInfo {
     std::uint64_t free_bytes = 0;
     std::uint64_t total_bytes = 0;

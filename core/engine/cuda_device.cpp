@@ -4,6 +4,7 @@
 // only ordering needed), the caching device allocator under the accounting allocator, and the
 // GptImpl instantiations over CudaKernels. Everything CUDA goes through the plugin's table
 // (core/cuda/cuda_engine_api.h): this file includes no CUDA header and compiles in every build.
+#include <array>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -49,6 +50,89 @@ public:
 
 private:
     const CudaEngineApi& api_;
+};
+
+// BatchUploads on CUDA: a second non-blocking stream for the host-to-device copies, two pinned
+// staging buffers, and per slot two events: `copied` (on the copy stream, behind the slot's
+// copies: the engine's stream waits for it, the host too before refilling the staging buffer)
+// and `released` (on the engine's stream, behind the micro-batch that read the slot's device
+// buffers: the copy stream waits for it before overwriting them). Must go before the device.
+class CudaBatchUploads final : public BatchUploads {
+public:
+    CudaBatchUploads(const CudaEngineApi& api, CUstream_st* engine_stream, std::size_t bytes)
+        : api_(api), engine_stream_(engine_stream) {
+        copy_stream_ = api_.stream_create();
+        try {
+            for (void*& p : host_)
+                p = api_.pinned_allocate(bytes);
+        } catch (...) {
+            free_all();
+            throw;
+        }
+    }
+    ~CudaBatchUploads() override {
+        try {
+            api_.stream_synchronize(copy_stream_);  // no copy may still read a staging buffer
+        } catch (const std::exception&) {  // a destructor cannot throw; the error was the run's
+        }
+        free_all();
+    }
+    CudaBatchUploads(const CudaBatchUploads&) = delete;
+    CudaBatchUploads& operator=(const CudaBatchUploads&) = delete;
+
+    void* host(int slot) override {
+        cuda::CudaEvent*& copied = copied_[index(slot)];
+        // A query first: a wait on an event already done would still be a synchronization.
+        if (copied != nullptr && !api_.event_done(copied)) api_.event_wait(copied);
+        api_.event_destroy(copied);
+        copied = nullptr;
+        return host_[index(slot)];
+    }
+    void upload(int slot, void* dst, std::size_t offset, std::size_t bytes) override {
+        cuda::CudaEvent*& released = released_[index(slot)];
+        if (released != nullptr) {
+            api_.stream_wait_event(copy_stream_, released);
+            api_.event_destroy(released);
+            released = nullptr;
+        }
+        api_.copy_to_device_queued(dst, static_cast<const char*>(host_[index(slot)]) + offset,
+                                   bytes, copy_stream_);
+    }
+    void hand_over(int slot) override {
+        cuda::CudaEvent*& copied = copied_[index(slot)];
+        api_.event_destroy(copied);
+        copied = api_.event_record(copy_stream_, false);
+        api_.stream_wait_event(engine_stream_, copied);
+    }
+    void release(int slot) noexcept override {
+        cuda::CudaEvent*& released = released_[index(slot)];
+        api_.event_destroy(released);
+        released = nullptr;
+        try {
+            released = api_.event_record(engine_stream_, false);
+        } catch (const std::exception&) {  // the device failed; the next call reports it
+        }
+    }
+
+private:
+    static std::size_t index(int slot) {
+        NAPKIN_ASSERT(slot == 0 || slot == 1, "batch upload slot " << slot);
+        return static_cast<std::size_t>(slot);
+    }
+    void free_all() noexcept {
+        for (std::size_t i = 0; i < 2; ++i) {
+            api_.event_destroy(copied_[i]);
+            api_.event_destroy(released_[i]);
+            if (host_[i] != nullptr) api_.pinned_free(host_[i]);
+        }
+        api_.stream_destroy(copy_stream_);
+    }
+
+    const CudaEngineApi& api_;
+    CUstream_st* engine_stream_ = nullptr;
+    CUstream_st* copy_stream_ = nullptr;
+    std::array<void*, 2> host_{};
+    std::array<cuda::CudaEvent*, 2> copied_{}, released_{};
 };
 
 class CudaEngineDevice final : public EngineDevice {
@@ -130,6 +214,9 @@ public:
     }
     void upload(void* dst, const void* host_src, std::size_t bytes) override {
         api_.copy_to_device_queued(dst, host_src, bytes, stream_);
+    }
+    std::unique_ptr<BatchUploads> batch_uploads(std::size_t bytes) override {
+        return std::make_unique<CudaBatchUploads>(api_, stream_, bytes);
     }
     void copy_to_host(void* host_dst, const void* src, std::size_t bytes) override {
         api_.copy_to_host(host_dst, src, bytes, stream_);
@@ -297,8 +384,8 @@ private:
     CUstream_st* stream_ = nullptr;
     cublasLtContext* handle_ = nullptr;
     RawMemory* memory_ = nullptr;
-    cuda::CudaEvent* timer_start_ = nullptr;  // timer_start's, until timer_stop_seconds
-    RawMemory* paged_ = nullptr;              // managed memory, made on first use
+    cuda::CudaEvent* timer_start_ = nullptr;     // timer_start's, until timer_stop_seconds
+    RawMemory* paged_ = nullptr;                 // managed memory, made on first use
     cuda::CudaEvent* prefetch_start_ = nullptr;  // begin_prefetch's, until end_prefetch
     std::vector<std::pair<cuda::CudaEvent*, cuda::CudaEvent*>> prefetch_events_;  // untaken
     PageTraffic traffic_;                                                         // untaken

@@ -25,6 +25,27 @@
 
 namespace napkin {
 
+// The token batches' uploads, double-buffered on a copy stream (CUDA; docs/CUDA.md "Batches on a
+// copy stream"). Two slots, each a pinned host staging buffer (read the data into host(s)) and
+// the trainer's device buffers for that slot. Micro-batch k takes slot k % 2: its copies run on
+// the copy stream while the engine's stream still computes micro-batch k - 1, and the engine's
+// stream waits for them (an event) before its first kernel of k.
+class BatchUploads {
+public:
+    virtual ~BatchUploads() = default;
+    // Slot `slot`'s (0 or 1) staging buffer, of the bytes asked for, once the copies that last
+    // read it have finished (a host wait only while they still run).
+    virtual void* host(int slot) = 0;
+    // Queued on the copy stream, behind the engine stream's work up to release(slot): dst
+    // (device) = host(slot) + offset, bytes.
+    virtual void upload(int slot, void* dst, std::size_t offset, std::size_t bytes) = 0;
+    // The engine's stream waits for the slot's uploads before the work queued after this call.
+    virtual void hand_over(int slot) = 0;
+    // The slot's device buffers are free once the engine stream's work queued so far has run.
+    // Never throws (a failed record leaves the slot waited for by the next step's one wait).
+    virtual void release(int slot) noexcept = 0;
+};
+
 class EngineDevice {
 public:
     virtual ~EngineDevice() = default;
@@ -48,6 +69,9 @@ public:
     // The same, queued: returns once host_src is staged (it may be reused) without waiting for
     // the device; the copy runs in stream order (the trainer's batches).
     virtual void upload(void* dst, const void* host_src, std::size_t bytes) = 0;
+    // The batches' double-buffered uploads with staging buffers of `bytes` each (CUDA); null:
+    // the device has no copy stream (the trainer then uses upload()).
+    virtual std::unique_ptr<BatchUploads> batch_uploads(std::size_t /*bytes*/) { return nullptr; }
     // host_dst = src (device), bytes; waits for the work queued before it, then for the copy.
     virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
     virtual void zero(void* dst, std::size_t bytes) = 0;  // queued

@@ -20,20 +20,27 @@ namespace {
 std::string run_description(const TrainOptions& o, int world, const std::string& build_id) {
     const auto& q = o.optimizer;
     nlohmann::json j = {{"model", model_config_to_json(o.model)},
-                        {"micro_batch", o.plan.micro_batch}, {"seq_len", o.plan.seq_len},
+                        {"micro_batch", o.plan.micro_batch},
+                        {"seq_len", o.plan.seq_len},
                         {"precision", enum_name(kPrecisionNames, o.plan.precision)},
                         {"optimizer", enum_name(kOptimizerNames, o.plan.optimizer)},
                         {"checkpointing", enum_name(kCheckpointingNames, o.plan.checkpointing)},
                         {"attention", enum_name(kAttentionNames, o.plan.attention)},
                         {"finetune", enum_name(kFinetuneNames, o.plan.finetune)},
                         {"lora", {o.plan.lora_rank, o.plan.lora_alpha}},
-                        {"steps", o.steps}, {"grad_accum", o.grad_accum}, {"zero", o.zero}, {"overlap", o.overlap},
+                        {"steps", o.steps},
+                        {"grad_accum", o.grad_accum},
+                        {"zero", o.zero},
+                        {"overlap", o.overlap},
                         {"offload", o.offload_optimizer ? "optimizer" : "none"},
                         {"paged_optimizer", o.paged_optimizer},
-                        {"world", world}, {"seed", o.seed}, {"data", o.data},
+                        {"world", world},
+                        {"seed", o.seed},
+                        {"data", o.data},
                         {"device", o.device == DeviceKind::cuda ? "cuda" : "cpu"},
-                        {"opt", {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2, q.eps,
-                                 q.weight_decay, q.grad_clip}},
+                        {"opt",
+                         {q.lr, q.min_lr_frac, q.warmup_steps, q.total_steps, q.beta1, q.beta2,
+                          q.eps, q.weight_decay, q.grad_clip}},
                         {"loss_scale", {o.loss_scale_init, o.loss_scale_window}},
                         {"build", build_id}};
     return j.dump();
@@ -42,11 +49,13 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id,
-                 const std::function<void(Gpt&)>& init_weights, std::unique_ptr<EngineDevice> device)
+                 const std::function<void(Gpt&)>& init_weights,
+                 std::unique_ptr<EngineDevice> device)
     : opts_(opts),
       // Data parallelism on GPUs: one rank per GPU, the local rank's.
-      device_(device != nullptr ? std::move(device)
-                                : open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
+      device_(device != nullptr
+                  ? std::move(device)
+                  : open_engine_device(opts.device, comm != nullptr ? comm->local_rank() : 0)),
       alloc_(device_ != nullptr ? device_->memory() : static_cast<RawMemory&>(host_)),
       host_alloc_(host_) {
     // The ZeRO engine's own checks, before anything is built.
@@ -80,11 +89,14 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
                          " exceeds the model's context length " +
                          std::to_string(opts_.model.context_length));
     }
-    if (opts_.data.empty()) data_ = std::make_unique<SyntheticCorpus>(opts_.seed);
-    else data_ = open_token_source(opts_.data);
+    if (opts_.data.empty())
+        data_ = std::make_unique<SyntheticCorpus>(opts_.seed);
+    else
+        data_ = open_token_source(opts_.data);
     if (data_->vocab_size() > opts_.model.vocab_size) {
-        throw InputError((opts_.data.empty() ? std::string("synthetic corpus") : opts_.data) + ": token ids up to " +
-                         std::to_string(data_->vocab_size() - 1) + " do not fit the model's vocabulary of " +
+        throw InputError((opts_.data.empty() ? std::string("synthetic corpus") : opts_.data) +
+                         ": token ids up to " + std::to_string(data_->vocab_size() - 1) +
+                         " do not fit the model's vocabulary of " +
                          std::to_string(opts_.model.vocab_size));
     }
     if (opts_.plan.detect_anomaly && parallel) {
@@ -96,18 +108,28 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     const PrecisionDTypes pd = precision_dtypes(opts_.plan.precision, opts_.plan.optimizer, false);
     opts_.optimizer.kind = opts_.plan.optimizer;
     if (parallel) {
-        zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer, pd, device_.get(),
-                                             opts_.overlap, opts_.offload_optimizer ? &host_alloc_ : nullptr);
+        zero_ = std::make_unique<ZeroEngine>(opts_.zero, *comm_, *model_, alloc_, opts_.optimizer,
+                                             pd, device_.get(), opts_.overlap,
+                                             opts_.offload_optimizer ? &host_alloc_ : nullptr);
     }
     if (zero_ == nullptr || zero_->stage() == 0) {
-        optimizer_ = std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state,
-                                                 device_.get(), paged_alloc_.get());
+        optimizer_ =
+            std::make_unique<Optimizer>(opts_.optimizer, *model_, alloc_, pd.optimizer_state,
+                                        device_.get(), paged_alloc_.get());
         if (device_ != nullptr) device_->take_page_traffic();  // the start's, not a step's
     }
     const std::int64_t n = opts_.plan.micro_batch * opts_.plan.seq_len;
-    inputs_ = Tensor(alloc_, "batch.inputs", MemCategory::data, DType::f32, {n});  // int32, same size
-    targets_ = Tensor(alloc_, "batch.targets", MemCategory::data, DType::f32, {n});
-    if (device_ != nullptr) host_batch_.resize(static_cast<std::size_t>(2 * n));
+    const auto batch_bytes = static_cast<std::size_t>(n) * sizeof(std::int32_t);
+    if (device_ != nullptr && opts_.copy_stream) uploads_ = device_->batch_uploads(2 * batch_bytes);
+    for (std::size_t slot = 0; slot < (uploads_ != nullptr ? 2u : 1u); ++slot) {
+        const std::string suffix = slot == 0 ? "" : ".1";
+        inputs_[slot] =
+            Tensor(alloc_, "batch.inputs" + suffix, MemCategory::data, DType::f32, {n});  // int32
+        targets_[slot] =
+            Tensor(alloc_, "batch.targets" + suffix, MemCategory::data, DType::f32, {n});
+    }
+    if (device_ != nullptr && uploads_ == nullptr)
+        host_batch_.resize(static_cast<std::size_t>(2 * n));
     if (opts_.plan.precision == Precision::fp16_amp) loss_scale_ = opts_.loss_scale_init;
     const PlanTotals t = plan_totals(model_->plan());
     model_flops_per_micro_ = static_cast<double>(t.model_flops());
@@ -144,19 +166,60 @@ void Trainer::take_page_traffic(StepRecord& r) {
     r.paged_to_host_bytes = pages.to_host_bytes;
     r.paged_seconds = pages.seconds;
     if (rec_ != nullptr && paged_alloc_ != nullptr) {  // the trace's "paged optimizer" counter
-        rec_->record(profiler::CounterEvent{"paged optimizer",
-                                            rec_->now_ns(),
-                                            {{"to_device_bytes", static_cast<double>(pages.to_device_bytes)},
-                                             {"to_host_bytes", static_cast<double>(pages.to_host_bytes)},
-                                             {"prefetch_ms", 1e3 * pages.seconds}}});
+        rec_->record(
+            profiler::CounterEvent{"paged optimizer",
+                                   rec_->now_ns(),
+                                   {{"to_device_bytes", static_cast<double>(pages.to_device_bytes)},
+                                    {"to_host_bytes", static_cast<double>(pages.to_host_bytes)},
+                                    {"prefetch_ms", 1e3 * pages.seconds}}});
     }
+}
+
+bool Trainer::load_batch(int micro, int rank, std::int32_t*& in, std::int32_t*& tg) {
+    const std::int64_t B = opts_.plan.micro_batch, T = opts_.plan.seq_len;
+    // On a device the batch is read into host memory (a slot's pinned staging with a copy
+    // stream), then copied to the model's.
+    if (uploads_ != nullptr) {
+        in = static_cast<std::int32_t*>(uploads_->host(slot_));
+        tg = in + B * T;
+    } else if (device_ != nullptr) {
+        in = host_batch_.data();
+        tg = host_batch_.data() + B * T;
+    } else {
+        in = static_cast<std::int32_t*>(inputs_[0].raw());
+        tg = static_cast<std::int32_t*>(targets_[0].raw());
+    }
+    {
+        std::optional<profiler::ScopedRange> data_range;
+        if (rec_ != nullptr) data_range.emplace(rec_, "data", profiler::Category::op);
+        data_->next_batch(in, tg, B, T);
+    }
+    if (micro / opts_.grad_accum != rank) return false;
+    const auto bytes = static_cast<std::size_t>(B * T) * sizeof(std::int32_t);
+    if (uploads_ != nullptr) {
+        // On the copy stream, behind the micro-batch two back (the slot's last reader), while
+        // the engine's stream may still run the previous one; the engine's stream waits.
+        uploads_->upload(slot_, inputs_[slot_].raw(), 0, bytes);
+        uploads_->upload(slot_, targets_[slot_].raw(), bytes, bytes);
+        uploads_->hand_over(slot_);
+    } else if (device_ != nullptr) {
+        // Queued in stream order behind the previous micro-batch's kernels, which read the
+        // same buffers; host_batch_ is free again when upload returns.
+        device_->upload(inputs_[0].raw(), in, bytes);
+        device_->upload(targets_[0].raw(), tg, bytes);
+    }
+    const std::size_t slot = uploads_ != nullptr ? static_cast<std::size_t>(slot_) : 0;
+    if (device_ != nullptr) {
+        in = static_cast<std::int32_t*>(inputs_[slot].raw());
+        tg = static_cast<std::int32_t*>(targets_[slot].raw());
+    }
+    return true;
 }
 
 // The step's micro-batches (this rank's): returns the sum of their mean losses, or 0 when the
 // loss is deferred (the step's scalars on the device sum it).
 double Trainer::run_micro_batches(int world, int rank) {
     double loss_sum = 0.0;
-    const std::int64_t B = opts_.plan.micro_batch, T = opts_.plan.seq_len;
     const float dloss = loss_scale_ / static_cast<float>(opts_.grad_accum * world);
     const std::uint64_t data_start = data_->position();
     for (int micro = 0; micro < opts_.grad_accum * world; ++micro) {
@@ -166,30 +229,27 @@ double Trainer::run_micro_batches(int world, int rank) {
                                 std::to_string(micro) + " of " + std::to_string(opts_.grad_accum) +
                                 " micro-batches");
         }
-        // On a device the batch is read into host memory, then copied to the model's.
-        auto* in = device_ != nullptr ? host_batch_.data() : static_cast<std::int32_t*>(inputs_.raw());
-        auto* tg = device_ != nullptr ? host_batch_.data() + B * T : static_cast<std::int32_t*>(targets_.raw());
-        {
-            std::optional<profiler::ScopedRange> data_range;
-            if (rec_ != nullptr) data_range.emplace(rec_, "data", profiler::Category::op);
-            data_->next_batch(in, tg, B, T);
-        }
-        if (micro / opts_.grad_accum != rank) continue;
-        if (zero_ != nullptr) zero_->begin_micro_batch(micro % opts_.grad_accum == opts_.grad_accum - 1);
-        if (device_ != nullptr) {
-            // Queued in stream order behind the previous micro-batch's kernels, which read the
-            // same buffers; host_batch_ is free again when upload returns.
-            const auto bytes = static_cast<std::size_t>(B * T) * sizeof(std::int32_t);
-            device_->upload(inputs_.raw(), in, bytes);
-            device_->upload(targets_.raw(), tg, bytes);
-            in = static_cast<std::int32_t*>(inputs_.raw());
-            tg = static_cast<std::int32_t*>(targets_.raw());
-        }
+        std::int32_t *in = nullptr, *tg = nullptr;
+        if (!load_batch(micro, rank, in, tg)) continue;
+        // The slot's device buffers are free again behind this micro-batch's kernels, however
+        // it ends.
+        struct Release {
+            BatchUploads* uploads;
+            int& slot;
+            ~Release() {
+                if (uploads == nullptr) return;
+                uploads->release(slot);
+                slot ^= 1;
+            }
+        } release{uploads_.get(), slot_};
+        if (zero_ != nullptr)
+            zero_->begin_micro_batch(micro % opts_.grad_accum == opts_.grad_accum - 1);
         // Dropout's masks: one seed per step and global micro-batch (the same on any number of
         // ranks, and after a resume).
-        model_->set_dropout_seed(dropout_hash(
-            opts_.seed, static_cast<std::uint64_t>(step_) * static_cast<std::uint64_t>(opts_.grad_accum * world) +
-                            static_cast<std::uint64_t>(micro)));
+        model_->set_dropout_seed(
+            dropout_hash(opts_.seed, static_cast<std::uint64_t>(step_) *
+                                             static_cast<std::uint64_t>(opts_.grad_accum * world) +
+                                         static_cast<std::uint64_t>(micro)));
         try {
             const float loss = model_->forward_backward(in, tg, dloss);
             if (scalars_ == nullptr) loss_sum += loss;
@@ -214,7 +274,8 @@ void Trainer::update_loss_scale(const StepStats& st) {
             good_steps_ = 0;
         }
     } else if (st.skipped) {
-        throw InputError("step " + std::to_string(step_) + ": the gradients are not finite (NaN or inf); training stopped");
+        throw InputError("step " + std::to_string(step_) +
+                         ": the gradients are not finite (NaN or inf); training stopped");
     }
 }
 
@@ -223,17 +284,21 @@ StepRecord Trainer::step() {
     r.step = step_;
     alloc_.reset_peaks();
     std::optional<profiler::ScopedRange> step_range;
-    if (rec_ != nullptr) step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
+    if (rec_ != nullptr)
+        step_range.emplace(rec_, "step " + std::to_string(step_), profiler::Category::step);
     const auto t0 = std::chrono::steady_clock::now();
     if (device_ != nullptr) device_->timer_start();
     const CommCounters comm0 = comm_ != nullptr ? comm_->counters() : CommCounters{};
     const CommCounters state0 = zero_ != nullptr ? zero_->state_traffic() : CommCounters{};
-    if (zero_ != nullptr) zero_->zero_grads();
-    else model_->zero_grads();
+    if (zero_ != nullptr)
+        zero_->zero_grads();
+    else
+        model_->zero_grads();
     if (scalars_ != nullptr) device_->zero(&scalars_->loss_sum, sizeof scalars_->loss_sum);
     // Data parallelism: the global batch is W G micro-batches in the data's order; rank r runs
     // micro-batches r G .. r G + G - 1 (every rank reads them all, to stay in step).
-    const int world = zero_ != nullptr ? comm_->world_size() : 1, rank = zero_ != nullptr ? comm_->rank() : 0;
+    const int world = zero_ != nullptr ? comm_->world_size() : 1,
+              rank = zero_ != nullptr ? comm_->rank() : 0;
     double loss_sum = run_micro_batches(world, rank);
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
     std::optional<profiler::ScopedRange> opt_range;
@@ -241,8 +306,10 @@ StepRecord Trainer::step() {
     if (rec_ != nullptr) {
         opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
         // On a device the passes' kernels are the device's records, tagged with the update.
-        if (device_ != nullptr) opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
-        else opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
+        if (device_ != nullptr)
+            opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
+        else
+            opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
     }
     StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
                                     : optimizer_->step(step_, 1.0f / loss_scale_, scalars_);
@@ -285,7 +352,8 @@ StepRecord Trainer::step() {
     }
     r.peak_total_bytes = alloc_.peak_total_bytes();
     if (!std::isfinite(r.loss) && !r.skipped) {
-        throw InputError("step " + std::to_string(step_) + ": the loss is not finite; training stopped");
+        throw InputError("step " + std::to_string(step_) +
+                         ": the loss is not finite; training stopped");
     }
     ++step_;
     return r;

@@ -40,6 +40,10 @@ struct TrainOptions {
     // CUDA only; not with ZeRO stages 1-3 or the offload.
     bool paged_optimizer = false;
     std::uint64_t seed = 1337;
+    // On CUDA: the batches uploaded double-buffered on a copy stream from pinned staging
+    // (EngineDevice::batch_uploads; the same results bit for bit). Off: each batch queued on the
+    // engine's stream from pageable memory, one device buffer (tests compare the two).
+    bool copy_stream = true;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
     // local rank; core/engine/engine_device.h).
@@ -95,7 +99,8 @@ public:
     // `init_weights`, when given, runs on the freshly initialized model before the ZeRO engine
     // shards it (napkin train --init-from). `device`, when given, is the device to run on
     // instead of opening opts.device's (tests: a host-memory stand-in for CUDA).
-    explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr, const std::string& build_id = "",
+    explicit Trainer(const TrainOptions& opts, Communicator* comm = nullptr,
+                     const std::string& build_id = "",
                      const std::function<void(Gpt&)>& init_weights = {},
                      std::unique_ptr<EngineDevice> device = nullptr);
     StepRecord step();  // one optimizer step (G micro-batches)
@@ -141,6 +146,9 @@ public:
 
 private:
     double run_micro_batches(int world, int rank);
+    // Micro-batch `micro`'s tokens into host memory, then (on a device) into device memory:
+    // false when another rank runs it. in and tg point at the batch the model reads.
+    bool load_batch(int micro, int rank, std::int32_t*& in, std::int32_t*& tg);
     void update_loss_scale(const StepStats& st);
     void open_paged_memory();  // --paged-optimizer's allocator, or UsageError naming why not
     // The step's prefetches (EngineDevice::take_page_traffic) into r, and the trace's counter.
@@ -148,19 +156,25 @@ private:
 
     TrainOptions opts_;
     HostMemory host_;
-    std::unique_ptr<EngineDevice> device_;  // null on the CPU; declared before alloc_, which uses its memory
+    // Null on the CPU; declared before alloc_, which uses its memory.
+    std::unique_ptr<EngineDevice> device_;
     AccountingAllocator alloc_;
-    AccountingAllocator host_alloc_;  // over host_: the offloaded optimizer state
+    AccountingAllocator host_alloc_;                    // over host_: the offloaded optimizer state
     std::unique_ptr<AccountingAllocator> paged_alloc_;  // over the device's paged memory
     std::unique_ptr<Gpt> model_;
-    std::unique_ptr<Optimizer> optimizer_;  // null under ZeRO 1-3 (the engine steps shards)
+    std::unique_ptr<Optimizer> optimizer_;    // null under ZeRO 1-3 (the engine steps shards)
     std::unique_ptr<Communicator> own_comm_;  // a world-size-1 one when none was given
-    std::unique_ptr<Communicator> nccl_comm_;  // on a GPU: the device's collectives (NCCL) over own_comm_ or the one given
+    // On a GPU: the device's collectives (NCCL) over own_comm_ or the one given.
+    std::unique_ptr<Communicator> nccl_comm_;
     Communicator* comm_ = nullptr;
     std::unique_ptr<ZeroEngine> zero_;  // after model_: unhooks it first
     std::unique_ptr<TokenSource> data_;
-    Tensor inputs_, targets_;
-    std::vector<std::int32_t> host_batch_;  // on a device: inputs and targets on the host before the copy
+    // The batch's device (or, on the CPU, host) buffers; slot 1 only with a copy stream.
+    std::array<Tensor, 2> inputs_, targets_;
+    // On a device without uploads_: inputs and targets on the host before the copy.
+    std::vector<std::int32_t> host_batch_;
+    std::unique_ptr<BatchUploads> uploads_;  // CUDA's copy stream; after device_, which it uses
+    int slot_ = 0;                           // the next uploaded micro-batch's slot
     StepScalars* scalars_ =
         nullptr;  // the model's, in device memory, when the step is queued whole
     int step_ = 0;

@@ -3,11 +3,17 @@
 // gradient: one warp per row, the row in registers as 16-byte vectors, where C is a whole number
 // of vectors of at most kRowVecs per lane and the pointers are 16-byte aligned (GPT-2's rows);
 // otherwise one block per row. Statistics in fp32 by warp or block reductions, two passes over
-// the row as on the CPU. The parameter gradients by
-// blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order fp32 sums then added
-// per column in chunk order by a second kernel into the gradient once (given scratch for the
-// chunks' sums), or by blocks that own 32 columns and walk every row (without). One writer per
-// element, no atomics: deterministic.
+// the row as on the CPU.
+//
+// The backward in one pass where the warp path applies and the scratch holds the partials
+// (norm_backward_scratch_bytes): blocks of norm_backward_rows_per_block(N) rows, each warp adding
+// dout * xhat and dout from its registers into its own shared-memory column sums, the block's
+// warps' sums added in warp order into one partial row per block, then the blocks' partials per
+// column in block order into the gradient. Otherwise two passes: the input gradient, then the
+// parameter gradients by blocks that own 32 columns and kNormRowsPerChunk rows, their fixed-order
+// fp32 sums then added per column in chunk order by a second kernel into the gradient once (given
+// scratch for the chunks' sums), or by blocks that own 32 columns and walk every row (without).
+// One writer per element, no atomics: deterministic.
 #include <cstdint>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -117,6 +123,7 @@ __global__ void norm_backward_kernel(D* dinp, const D* dout, const D* inp, const
 // Block: kRowWarps warps, one row each. Sums: each lane its vectors in order, then warp_sum.
 constexpr int kRowVecs = 8;
 constexpr int kRowWarps = 8;
+static_assert(kWarpSize * kRowVecs * 16 == kNormWarpRowBytes, "kernels/norm.h's widest warp row");
 
 template <class D>
 bool warp_per_row(std::int64_t C) {
@@ -192,23 +199,25 @@ __global__ void norm_forward_warp_kernel(D* out, float* mean, float* rstd, D* x_
     }
 }
 
-// norm_backward_kernel's input gradient for row warp_row(), inp and dout held in registers.
-template <class D>
-__global__ void norm_backward_warp_kernel(D* dinp, const D* dout, const D* inp, const D* weight,
-                                          const float* mean, const float* rstd, std::int64_t N,
-                                          std::int64_t C) {
+// norm_backward_kernel's input gradient for one row, by one warp, inp and dout held in
+// registers. With acc (the warp's column sums, lane-major: the sum of column (k 32 + lane) V + j
+// at acc[(k V + j) 32 + lane], so a warp's 32 lanes touch 32 banks), dout * xhat is added into
+// acc[0 ..) and, with db (acc + cpad), dout into db: each lane only its own columns, so no
+// barrier; the same registers, no second read of inp or dout.
+template <int Vecs, class D>
+__device__ __forceinline__ void norm_backward_row(D* dinp, const D* dout, const D* inp,
+                                                  const D* weight, const float* mean,
+                                                  const float* rstd, std::int64_t row,
+                                                  std::int64_t C, int lane, float* acc, float* db) {
     constexpr int V = kVec<D>;
-    const std::int64_t row = warp_row();
-    if (row >= N) return;
-    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
     const std::int64_t at = row * C;
     const float m = mean != nullptr ? mean[row] : 0.0f;
     const float s = rstd[row];
     const float inv_c = 1.0f / static_cast<float>(C);
-    Pack<D, V> x[kRowVecs] = {}, dy[kRowVecs] = {};
+    Pack<D, V> x[Vecs] = {}, dy[Vecs] = {};
     float dn = 0.0f, dn_xhat = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < Vecs; ++k) {
         const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
         if (c >= C) continue;
         x[k] = load_pack<V>(inp + at + c);
@@ -220,12 +229,14 @@ __global__ void norm_backward_warp_kernel(D* dinp, const D* dout, const D* inp, 
             const float dnorm = to_f32(dy[k].v[j]) * to_f32(w.v[j]);
             dn += dnorm;
             dn_xhat += dnorm * xhat;
+            if (acc != nullptr) acc[(k * V + j) * kWarpSize + lane] += to_f32(dy[k].v[j]) * xhat;
+            if (db != nullptr) db[(k * V + j) * kWarpSize + lane] += to_f32(dy[k].v[j]);
         }
     }
     const float dnorm_mean = mean != nullptr ? warp_sum(dn) * inv_c : 0.0f;
     const float dnorm_xhat_mean = warp_sum(dn_xhat) * inv_c;
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < Vecs; ++k) {
         const std::int64_t c = static_cast<std::int64_t>(k * kWarpSize + lane) * V;
         if (c >= C) continue;
         const Pack<D, V> w = load_pack<V>(weight + c);
@@ -238,6 +249,63 @@ __global__ void norm_backward_warp_kernel(D* dinp, const D* dout, const D* inp, 
             dx.v[j] = from_f32<D>(to_f32(dx.v[j]) + g);
         }
         store_pack<V>(dinp + at + c, dx);
+    }
+}
+
+template <class D>
+__global__ void norm_backward_warp_kernel(D* dinp, const D* dout, const D* inp, const D* weight,
+                                          const float* mean, const float* rstd, std::int64_t N,
+                                          std::int64_t C) {
+    const std::int64_t row = warp_row();
+    if (row >= N) return;
+    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    norm_backward_row<kRowVecs>(dinp, dout, inp, weight, mean, rstd, row, C, lane,
+                                static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+}
+
+// The one-pass backward: block b owns rows [b R, b R + R) (R = rows, the last block fewer), its
+// warp w the rows b R + w, b R + w + warps, ...; each warp computes dinp of its rows as
+// norm_backward_warp_kernel does and, from the same registers, sums dout * xhat (and dout, where
+// db_part is given) per column into its own slice of shared memory (cpad floats a sum: C rounded
+// up to whole 32-lane rows of vectors). Then the block adds its warps' sums in warp order and
+// writes them once: dw_part[b][col], db_part[b][col]. Every sum in a fixed order, no atomics.
+// Block: warps x 32 threads; dynamic shared memory warps (1 or 2) cpad floats. Vecs: the most
+// vectors of a row a lane holds (registers); two blocks a multiprocessor where Vecs <= 4 (at most
+// 128 registers: 119 at sm_90 for bf16, no spills), the widest rows taking what they need.
+template <int Vecs, class D>
+__global__ void __launch_bounds__(kRowWarps* kWarpSize, Vecs <= 4 ? 2 : 1)
+    norm_backward_one_pass_kernel(D* dinp, float* dw_part, float* db_part, const D* dout,
+                                  const D* inp, const D* weight, const float* mean,
+                                  const float* rstd, std::int64_t N, std::int64_t C,
+                                  std::int64_t cpad, std::int64_t rows) {
+    extern __shared__ float sums[];  // [warps][dw, db][cpad], lane-major as norm_backward_row's
+    const int warps = static_cast<int>(blockDim.x / kWarpSize);
+    const int warp = static_cast<int>(threadIdx.x / kWarpSize);
+    const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+    const int parts = db_part != nullptr ? 2 : 1;
+    float* acc = sums + static_cast<std::int64_t>(warp) * parts * cpad;
+    float* db = db_part != nullptr ? acc + cpad : nullptr;
+    for (std::int64_t i = lane; i < parts * cpad; i += kWarpSize)
+        acc[i] = 0.0f;  // each lane its own slots (i % 32 == lane), which only it touches
+    const std::int64_t r0 = blockIdx.x * rows;
+    const std::int64_t r1 = r0 + rows < N ? r0 + rows : N;
+    for (std::int64_t row = r0 + warp; row < r1; row += warps)
+        norm_backward_row<Vecs>(dinp, dout, inp, weight, mean, rstd, row, C, lane, acc, db);
+    __syncthreads();
+    constexpr int V = kVec<D>;
+    for (std::int64_t i = threadIdx.x; i < cpad; i += blockDim.x) {
+        // Slot i = (k V + j) 32 + l holds column (k 32 + l) V + j.
+        const std::int64_t l = i % kWarpSize, kj = i / kWarpSize;
+        const std::int64_t col = (kj / V * kWarpSize + l) * V + kj % V;
+        if (col >= C) continue;
+        float dw = 0.0f, dbs = 0.0f;
+        for (int w = 0; w < warps; ++w) {
+            dw += sums[static_cast<std::int64_t>(w) * parts * cpad + i];
+            if (db_part != nullptr)
+                dbs += sums[(static_cast<std::int64_t>(w) * parts + 1) * cpad + i];
+        }
+        dw_part[blockIdx.x * C + col] = dw;
+        if (db_part != nullptr) db_part[blockIdx.x * C + col] = dbs;
     }
 }
 
@@ -320,7 +388,7 @@ __global__ void norm_backward_params_sum_kernel(D* dweight, D* dbias, const floa
     float dw = 0.0f, db = 0.0f;
     for (std::int64_t k = 0; k < chunks; ++k) {
         dw += dw_part[k * C + col];
-        db += db_part[k * C + col];
+        if (dbias != nullptr) db += db_part[k * C + col];
     }
     if (dweight != nullptr) dweight[col] = from_f32<D>(to_f32(dweight[col]) + dw);
     if (dbias != nullptr) dbias[col] = from_f32<D>(to_f32(dbias[col]) + db);
@@ -347,10 +415,71 @@ void launch_forward(D* out, float* mean, float* rstd, const D* inp, const D* wei
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
+// The one-pass kernel's shared memory: each warp's sums (dw, and db where asked) of cpad floats,
+// as many warps (at most kRowWarps) as fit in kOnePassSmemBytes, which every GPU from sm_80 on
+// grants a block (99 KiB on sm_86/89). GPT-2's C = 768 with a bias: 8 warps, 48 KiB.
+constexpr std::int64_t kOnePassSmemBytes = 96 << 10;
+
+struct OnePassShape {
+    int warps = 0;
+    std::int64_t cpad = 0;  // C rounded up to a whole number of 32-lane rows of vectors
+    std::size_t smem_bytes = 0;
+};
+
+template <class D>
+OnePassShape one_pass_shape(std::int64_t C, bool with_db) {
+    constexpr std::int64_t lane_row = static_cast<std::int64_t>(kWarpSize) * kVec<D>;
+    OnePassShape p;
+    p.cpad = (C + lane_row - 1) / lane_row * lane_row;
+    const std::int64_t per_warp =
+        (with_db ? 2 : 1) * p.cpad * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t fit = kOnePassSmemBytes / per_warp;
+    p.warps = static_cast<int>(fit < kRowWarps ? (fit < 1 ? 1 : fit) : kRowWarps);
+    p.smem_bytes = static_cast<std::size_t>(p.warps * per_warp);
+    return p;
+}
+
+// True (and launched) where the one-pass kernel applies: parameter gradients wanted, rows for the
+// warp path, aligned pointers and scratch for the partials.
+template <class D>
+bool launch_one_pass(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp, const D* weight,
+                     const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                     cudaStream_t stream, void* scratch, std::size_t scratch_bytes) {
+    if (N == 0 || (dweight == nullptr && dbias == nullptr)) return false;
+    if (!warp_per_row<D>(C) || !aligned16(dinp, dout, inp, weight)) return false;
+    if (scratch == nullptr || scratch_bytes < norm_backward_scratch_bytes(N, C)) return false;
+    const std::int64_t rows = norm_backward_rows_per_block(N);
+    const std::int64_t blocks = (N + rows - 1) / rows;
+    auto* dw_part = static_cast<float*>(scratch);
+    float* db_part = dbias != nullptr ? dw_part + blocks * C : nullptr;
+    const OnePassShape p = one_pass_shape<D>(C, dbias != nullptr);
+    // Registers for the lane's vectors of the row: 2, 4 or kRowVecs (GPT-2's C = 768 in bf16:
+    // 3 a lane, the 4 instance), so narrow rows do not pay for the widest's.
+    const std::int64_t vecs = (C / kVec<D> + kWarpSize - 1) / kWarpSize;
+    auto* kernel = vecs <= 2   ? norm_backward_one_pass_kernel<2, D>
+                   : vecs <= 4 ? norm_backward_one_pass_kernel<4, D>
+                               : norm_backward_one_pass_kernel<kRowVecs, D>;
+    allow_smem(kernel, p.smem_bytes, "layernorm/rmsnorm backward");
+    kernel<<<static_cast<unsigned>(blocks), p.warps * kWarpSize, p.smem_bytes, stream>>>(
+        dinp, dw_part, db_part, dout, inp, weight, mean, rstd, N, C, p.cpad, rows);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    constexpr int kSumBlock = 256;
+    norm_backward_params_sum_kernel<<<static_cast<unsigned>((C + kSumBlock - 1) / kSumBlock),
+                                      kSumBlock, 0, stream>>>(dweight, dbias, dw_part, db_part,
+                                                              blocks, C);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    return true;
+}
+
+// The backward: one pass where launch_one_pass applies (one_pass), else the input gradient then
+// the parameter gradients, which read inp and dout a second time.
 template <class D>
 void launch_backward(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp, const D* weight,
                      const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                     cudaStream_t stream, void* scratch, std::size_t scratch_bytes) {
+                     cudaStream_t stream, void* scratch, std::size_t scratch_bytes, bool one_pass) {
+    if (one_pass && launch_one_pass(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                    stream, scratch, scratch_bytes))
+        return;
     if (N > 0 && warp_per_row<D>(C) && aligned16(dinp, dout, inp, weight)) {
         norm_backward_warp_kernel<<<warp_row_blocks(N), kRowWarps * kWarpSize, 0, stream>>>(
             dinp, dout, inp, weight, mean, rstd, N, C);
@@ -388,12 +517,27 @@ void launch_backward(D* dinp, D* dweight, D* dbias, const D* dout, const D* inp,
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-std::size_t norm_backward_scratch_bytes(std::int64_t N, std::int64_t C) {
-    const std::int64_t chunks = (N + kNormRowsPerChunk - 1) / kNormRowsPerChunk;
-    return static_cast<std::size_t>(2 * chunks * C) * sizeof(float);  // dweight's, dbias's
+template <class T>
+void layernorm_backward_on(const LayernormBackwardArgs<T>& args, const Launch& launch,
+                           bool one_pass) {
+    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                 scratch_bytes] = args;
+    check_shape("layernorm_backward", N, C);
+    NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_backward: mean is required");
+    launch_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean,
+                    rstd, N, C, launch.stream, scratch, scratch_bytes, one_pass);
 }
+
+template <class T>
+void rmsnorm_backward_on(const RmsnormBackwardArgs<T>& args, const Launch& launch, bool one_pass) {
+    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
+    check_shape("rmsnorm_backward", N, C);
+    launch_backward(dev(dinp), dev(dweight), static_cast<device_t<T>*>(nullptr), dev(dout),
+                    dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C,
+                    launch.stream, scratch, scratch_bytes, one_pass);
+}
+
+}  // namespace
 
 template <class T>
 void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch) {
@@ -406,13 +550,22 @@ void layernorm_forward(const LayernormForwardArgs<T>& args, const Launch& launch
 
 template <class T>
 void layernorm_backward(const LayernormBackwardArgs<T>& args, const Launch& launch) {
-    const auto& [dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
-                 scratch_bytes] = args;
-    cudaStream_t stream = launch.stream;
-    check_shape("layernorm_backward", N, C);
-    NAPKIN_CUDA_REQUIRE(mean != nullptr, "layernorm_backward: mean is required");
-    launch_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean,
-                    rstd, N, C, stream, scratch, scratch_bytes);
+    layernorm_backward_on(args, launch, true);
+}
+
+template <class T>
+void layernorm_backward_two_pass(const LayernormBackwardArgs<T>& args, const Launch& launch) {
+    layernorm_backward_on(args, launch, false);
+}
+
+template <class T>
+void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
+    rmsnorm_backward_on(args, launch, true);
+}
+
+template <class T>
+void rmsnorm_backward_two_pass(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
+    rmsnorm_backward_on(args, launch, false);
 }
 
 template <class T>
@@ -443,22 +596,14 @@ void residual_layernorm_forward(const ResidualLayernormForwardArgs<T>& args, con
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-template <class T>
-void rmsnorm_backward(const RmsnormBackwardArgs<T>& args, const Launch& launch) {
-    const auto& [dinp, dweight, dout, inp, weight, rstd, N, C, scratch, scratch_bytes] = args;
-    cudaStream_t stream = launch.stream;
-    check_shape("rmsnorm_backward", N, C);
-    launch_backward(dev(dinp), dev(dweight), static_cast<device_t<T>*>(nullptr), dev(dout),
-                    dev(inp), dev(weight), static_cast<const float*>(nullptr), rstd, N, C, stream,
-                    scratch, scratch_bytes);
-}
-
-#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                  \
-    template void layernorm_forward<T>(const LayernormForwardArgs<T>&, const Launch&);   \
-    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&, const Launch&); \
-    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&, const Launch&);       \
-    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);     \
-    template void residual_layernorm_forward<T>(const ResidualLayernormForwardArgs<T>&,  \
+#define NAPKIN_CUDA_NORM_INSTANTIATE(T)                                                           \
+    template void layernorm_forward<T>(const LayernormForwardArgs<T>&, const Launch&);            \
+    template void layernorm_backward<T>(const LayernormBackwardArgs<T>&, const Launch&);          \
+    template void rmsnorm_forward<T>(const RmsnormForwardArgs<T>&, const Launch&);                \
+    template void rmsnorm_backward<T>(const RmsnormBackwardArgs<T>&, const Launch&);              \
+    template void layernorm_backward_two_pass<T>(const LayernormBackwardArgs<T>&, const Launch&); \
+    template void rmsnorm_backward_two_pass<T>(const RmsnormBackwardArgs<T>&, const Launch&);     \
+    template void residual_layernorm_forward<T>(const ResidualLayernormForwardArgs<T>&,           \
                                                 const Launch&);
 NAPKIN_CUDA_NORM_INSTANTIATE(float)
 NAPKIN_CUDA_NORM_INSTANTIATE(bf16_t)

@@ -36,6 +36,8 @@ std::mutex g_mutex;
 Errors g_errors;
 std::map<const unsigned char*, std::size_t> g_allocations;  // start -> bytes
 std::map<const void*, int> g_dynamic_shared_optin;          // kernel -> bytes it may launch with
+std::map<const void*, std::size_t> g_pinned;                // cudaHostAlloc's: start -> bytes
+StreamStats g_stream_stats;
 
 // The host guard (emu_state.h's DeviceAccess): allocations made while it is on are whole pages
 // of their own (g_mapped), inaccessible while no DeviceAccess is open.
@@ -222,6 +224,11 @@ void reset_for_test() {
     g_dynamic_shared_optin.clear();
 }
 
+StreamStats stream_stats() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_stream_stats;
+}
+
 }  // namespace napkin::emu
 
 using napkin::emu::g_allocations;
@@ -360,6 +367,43 @@ cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
     g_allocations[static_cast<unsigned char*>(p)] = bytes;
     napkin::emu::managed_added(p, bytes);
     *ptr = p;
+    return cudaSuccess;
+}
+
+// Pinned host memory: host memory (not in the device table, so not in cudaMemGetInfo, and never
+// guarded) that the emulator keeps a table of, so that cudaFreeHost takes only what
+// cudaHostAlloc returned. Copies from it are host-to-device copies like any other.
+cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    *ptr = nullptr;
+    if (flags != cudaHostAllocDefault)
+        return napkin::emu::fail(cudaErrorInvalidValue, "cudaHostAlloc: flags other than default");
+    if (bytes == 0) return cudaSuccess;
+    void* p = nullptr;
+    if (posix_memalign(&p, 256, bytes) != 0)
+        return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaHostAlloc failed");
+    std::memset(p, 0xff, bytes);
+    napkin::emu::g_pinned[p] = bytes;
+    ++napkin::emu::g_stream_stats.pinned_allocations;
+    napkin::emu::g_stream_stats.pinned_bytes += bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
+    return cudaHostAlloc(ptr, bytes, cudaHostAllocDefault);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (ptr == nullptr) return cudaSuccess;
+    const auto it = napkin::emu::g_pinned.find(ptr);
+    if (it == napkin::emu::g_pinned.end())
+        return napkin::emu::fail(cudaErrorInvalidValue,
+                                 "cudaFreeHost of a pointer cudaHostAlloc did not return");
+    napkin::emu::g_stream_stats.pinned_bytes -= it->second;
+    napkin::emu::g_pinned.erase(it);
+    std::free(ptr);
     return cudaSuccess;
 }
 
@@ -511,6 +555,32 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
     if (e == nullptr) return cudaErrorInvalidResourceHandle;
     e->recorded = true;
     e->ns = napkin::emu::trace::now();
+    return napkin::emu::sticky();
+}
+
+// Work is done when queued, so a stream waiting for an event has nothing to wait for; the call
+// is checked (a stream and an event the emulator made), counted, and recorded as CUPTI records
+// it: a synchronization of type stream-wait-event (the host does not wait).
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+    napkin::emu::trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020);
+    const std::uint64_t start = napkin::emu::trace::now();
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        if (stream != nullptr && napkin::emu::g_streams.count(stream) == 0)
+            return napkin::emu::fail(cudaErrorInvalidResourceHandle,
+                                     "cudaStreamWaitEvent on a stream cudaStreamCreate did not "
+                                     "return");
+        if (napkin::emu::find_event(event, "cudaStreamWaitEvent") == nullptr)
+            return cudaErrorInvalidResourceHandle;
+        if (flags != cudaEventWaitDefault)
+            return napkin::emu::fail(cudaErrorInvalidValue,
+                                     "cudaStreamWaitEvent: flags other than 0");
+        ++napkin::emu::g_stream_stats.stream_waits;
+    }
+    napkin::emu::trace::synchronize(call.correlation(),
+                                    CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT, stream,
+                                    event, start, napkin::emu::trace::now());
+    std::lock_guard<std::mutex> lock(g_mutex);
     return napkin::emu::sticky();
 }
 

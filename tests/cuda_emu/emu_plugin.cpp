@@ -31,6 +31,10 @@ extern "C" void napkin_emu_managed_stats(napkin::emu::ManagedStats* out) {
 extern "C" void napkin_emu_reset_managed_stats() {
     napkin::emu::reset_managed_stats();
 }
+// The copy stream's pinned staging and cross-stream waits (emu_state.h StreamStats).
+extern "C" void napkin_emu_stream_stats(napkin::emu::StreamStats* out) {
+    *out = napkin::emu::stream_stats();
+}
 extern "C" std::uint64_t napkin_emu_launches_of(const char* kernel) {
     return napkin::emu::launches_of(kernel);
 }

@@ -63,6 +63,15 @@ std::size_t managed_host_bytes();     // managed bytes on the host now (not devi
 ManagedStats managed_stats();
 void reset_managed_stats();
 
+// Pinned host memory and cross-stream waits (emu_cudart.cpp): cudaHostAlloc calls, the pinned
+// bytes held now, and cudaStreamWaitEvent calls, for the engine's tests of its copy stream.
+struct StreamStats {
+    std::uint64_t pinned_allocations = 0;
+    std::uint64_t pinned_bytes = 0;
+    std::uint64_t stream_waits = 0;
+};
+StreamStats stream_stats();
+
 // Launches of the kernel named `kernel` (its name in the .cu: "nonfinite_check_many_kernel")
 // that ran so far in this process.
 std::uint64_t launches_of(const std::string& kernel);

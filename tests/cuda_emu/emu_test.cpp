@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -199,6 +200,43 @@ TEST_F(CudaEmu, CopiesMustNameDeviceMemoryAsTheirKindSays) {
     EXPECT_EQ(cudaFree(host.data()), cudaErrorInvalidValue);
 }
 
+// Pinned host memory (the trainer's batch staging) is host memory: a copy's source, never a
+// kernel's or a memset's, outside cudaMemGetInfo; cudaFreeHost takes only what cudaHostAlloc
+// returned. cudaStreamWaitEvent checks its stream and event (work is done when queued).
+TEST_F(CudaEmu, PinnedHostMemoryAndStreamWaitsAreCheckedAndCounted) {
+    const StreamStats before = stream_stats();
+    std::size_t free_before = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    void* pinned = nullptr;
+    ASSERT_EQ(cudaHostAlloc(&pinned, 16, cudaHostAllocDefault), cudaSuccess);
+    std::size_t free_after = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    EXPECT_EQ(free_after, free_before) << "pinned memory is not device memory";
+    EXPECT_EQ(stream_stats().pinned_bytes - before.pinned_bytes, 16u);
+    std::vector<int> values{1, 2, 3, 4};
+    std::memcpy(pinned, values.data(), 16);
+    Ints dev(4);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(dev.get(), pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    EXPECT_EQ(dev.host(), values);
+    EXPECT_EQ(cudaMemset(pinned, 0, 16), cudaErrorInvalidValue);
+    cudaEvent_t event = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(event, stream), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(nullptr, event, 0), cudaSuccess);
+    EXPECT_EQ(stream_stats().stream_waits - before.stream_waits, 1u);
+    ASSERT_EQ(cudaEventDestroy(event), cudaSuccess);
+    EXPECT_EQ(cudaStreamWaitEvent(stream, event, 0), cudaErrorInvalidResourceHandle)
+        << "a destroyed event";
+    EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+    EXPECT_EQ(cudaFreeHost(values.data()), cudaErrorInvalidValue) << "not cudaHostAlloc's";
+    EXPECT_EQ(cudaFree(pinned), cudaErrorInvalidValue) << "not device memory";
+    EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+    EXPECT_EQ(stream_stats().pinned_bytes, before.pinned_bytes);
+    EXPECT_EQ(stream_stats().pinned_allocations - before.pinned_allocations, 1u);
+}
+
 // A kernel handed a host pointer reads host memory here and would pass; on a GPU it faults.
 TEST_F(CudaEmu, AHostPointerArgumentFailsTheLaunch) {
     const std::vector<int> host(32, 1);
@@ -249,7 +287,8 @@ TEST_F(CudaEmu, GemmOperandsMustLieInDeviceMemory) {
 
 // fp8 GEMMs as cublasLtMatmul documents them for Ada and Hopper: TN only, compute 32F, E4M3 or
 // E5M2 each but not both E5M2, dimensions multiples of 16, the A/B scale factors device fp32,
-// 16-byte aligned (as an H200 showed), multiplying the product (and refused on other types). What the library refuses, refused.
+// 16-byte aligned (as an H200 showed), multiplying the product (and refused on other types). What
+// the library refuses, refused.
 TEST_F(CudaEmu, Fp8GemmTakesWhatCublasLtDocumentsOnly) {
     cublasLtHandle_t handle = nullptr;
     ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);

@@ -23,6 +23,7 @@ namespace {
 
 struct StepWaits {
     int synchronizations = 0;  // stream, event and device synchronizations
+    int stream_waits = 0;      // cudaStreamWaitEvent calls
     int blocking_copies = 0;   // synchronous cudaMemcpy calls (they wait without a record)
     int copies_to_host = 0;    // device-to-host copies of any kind
     bool skipped = false;      // the step's (fp16-amp)
@@ -31,7 +32,11 @@ struct StepWaits {
 StepWaits count_waits(const std::vector<profiler::GpuActivity>& records) {
     StepWaits w;
     for (const profiler::GpuActivity& a : records) {
-        if (a.kind == profiler::GpuActivityKind::synchronization) ++w.synchronizations;
+        // Host waits; a stream waiting for another's event (the batches' copy stream) is not.
+        if (a.kind == profiler::GpuActivityKind::synchronization && a.name == "synchronize")
+            ++w.synchronizations;
+        if (a.kind == profiler::GpuActivityKind::synchronization && a.name == "stream wait event")
+            ++w.stream_waits;
         if (a.kind == profiler::GpuActivityKind::runtime && a.name.rfind("cudaMemcpy_", 0) == 0)
             ++w.blocking_copies;
         if (a.kind == profiler::GpuActivityKind::memcpy && a.name == "memcpy DtoH")
@@ -91,6 +96,8 @@ TEST_P(StepSyncCuda, OneReadAtTheEndOfTheStep) {
     EXPECT_EQ(w.synchronizations, 1);
     EXPECT_EQ(w.blocking_copies, 0);
     EXPECT_EQ(w.copies_to_host, 1);
+    // Each batch reaches the engine's stream from the copy stream by an event, not a host wait.
+    EXPECT_GE(w.stream_waits, GetParam().grad_accum);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, StepSyncCuda,

@@ -114,10 +114,11 @@ TYPED_TEST(NormCuda, RmsnormMatchesCpu) {
     }
 }
 
-// The parameter gradients in two stages (scratch given, as the engine lends the GEMM workspace):
-// chunks of 64 rows, a last one short, and a scratch with room for only 3 chunks (longer chunks);
-// against the CPU, and the same bits on a second run (a fixed order, no atomics). One chunk's
-// worth of rows and too little scratch take the one-stage path, checked the same way.
+// The two-pass backward's parameter gradients in two stages (scratch given, as the engine lends
+// the GEMM workspace): chunks of 64 rows, a last one short, and a scratch with room for only 3
+// chunks (longer chunks); against the CPU, and the same bits on a second run (a fixed order, no
+// atomics). One chunk's worth of rows and too little scratch take the one-stage path, checked the
+// same way.
 TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using T = TypeParam;
@@ -142,12 +143,8 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
                                    static_cast<const T*>(nullptr), N, C});
         cpu::layernorm_backward<T>({dx.data(), dw.data(), db.data(), dout.data(), x.data(),
                                     w.data(), mean.data(), rstd.data(), N, C});
-        const std::size_t bytes =
-            c.scratch_chunks == 0
-                ? cuda::norm_backward_scratch_bytes(N, C)
-                : static_cast<std::size_t>(2 * c.scratch_chunks * C) * sizeof(float);
-        EXPECT_EQ(cuda::norm_backward_scratch_bytes(N, C),
-                  static_cast<std::size_t>(2 * ((N + 63) / 64) * C) * sizeof(float));
+        const std::int64_t chunks = c.scratch_chunks == 0 ? (N + 63) / 64 : c.scratch_chunks;
+        const std::size_t bytes = static_cast<std::size_t>(2 * chunks * C) * sizeof(float);
         DeviceBuffer<T> x_d(x), w_d(w), dout_d(dout), dx_d(dx.size());
         DeviceBuffer<float> mean_d(mean), rstd_d(rstd);
         DeviceBuffer<float> scratch(bytes / sizeof(float));
@@ -155,7 +152,7 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
         for (int run = 0; run < 2; ++run) {
             DeviceBuffer<T> dw_d(dw0), db_d(db0);
             scratch.poison();
-            cuda::layernorm_backward<T>(
+            cuda::layernorm_backward_two_pass<T>(
                 {dx_d.get(), dw_d.get(), db_d.get(), dout_d.get(), x_d.get(), w_d.get(),
                  mean_d.get(), rstd_d.get(), N, C, scratch.get(), bytes},
                 {});
@@ -174,10 +171,129 @@ TYPED_TEST(NormCuda, ParameterGradientsInChunksMatchCpu) {
             {rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rrstd.data(), N, C});
         DeviceBuffer<T> rdw_d(dw0);
         rstd_d.upload(rrstd);
-        cuda::rmsnorm_backward<T>({dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(), w_d.get(),
-                                   rstd_d.get(), N, C, scratch.get(), bytes},
-                                  {});
+        cuda::rmsnorm_backward_two_pass<T>({dx_d.get(), rdw_d.get(), dout_d.get(), x_d.get(),
+                                            w_d.get(), rstd_d.get(), N, C, scratch.get(), bytes},
+                                           {});
         expect_match("rmsnorm dweight", rdw_d.download(), rdw, for_sum_of(tolerance<T>(), N));
+    }
+}
+
+// The one-pass backward's scratch: 2 ceil(N / R) C floats, R from N alone.
+TEST(NormCudaScratch, RowsPerBlockAndScratchFollowN) {
+    EXPECT_EQ(cuda::norm_backward_rows_per_block(1), 16);
+    EXPECT_EQ(cuda::norm_backward_rows_per_block(8192), 16);
+    EXPECT_EQ(cuda::norm_backward_rows_per_block(8193), 24);
+    EXPECT_EQ(cuda::norm_backward_rows_per_block(64 * 1024), 128);
+    EXPECT_EQ(cuda::norm_backward_scratch_bytes(64 * 1024, 768), 2u * 512 * 768 * 4);
+    EXPECT_EQ(cuda::norm_backward_scratch_bytes(1000, 768), 2u * 63 * 768 * 4);
+    for (std::int64_t N : {1, 15, 16, 17, 8191, 8193, 65536, 1000003})
+        EXPECT_LE(cuda::norm_backward_scratch_bytes(N, 1) / 8,
+                  static_cast<std::size_t>(cuda::kNormBackwardBlocks));
+}
+
+// One layernorm (or RMSNorm: mean null) backward through layernorm_backward (or rmsnorm_'s) and
+// through the two-pass path, from the same inputs into copies of the same gradients.
+template <class T>
+struct NormOnePassGrads {
+    std::vector<T> dx, dw, db;
+};
+
+template <class T>
+struct NormOnePassCase {
+    std::int64_t N, C;
+    bool rms, with_dw, with_db;
+    std::size_t scratch_bytes;
+    const std::vector<T>&x, &w, &dout, &dx0, &dw0, &db0;
+    const std::vector<float>&mean, &rstd;
+};
+
+template <class T>
+NormOnePassGrads<T> norm_one_pass_run(const NormOnePassCase<T>& c, bool two_pass) {
+    DeviceBuffer<T> x_d(c.x), w_d(c.w), dout_d(c.dout), dx_d(c.dx0), dw_d(c.dw0), db_d(c.db0);
+    DeviceBuffer<float> mean_d(c.mean), rstd_d(c.rstd);
+    DeviceBuffer<float> scratch(std::max<std::size_t>(c.scratch_bytes / sizeof(float), 1));
+    scratch.poison();
+    T* dw = c.with_dw ? dw_d.get() : nullptr;
+    T* db = c.with_db ? db_d.get() : nullptr;
+    if (c.rms) {
+        const RmsnormBackwardArgs<T> a{
+            dx_d.get(),   dw,  dout_d.get(), x_d.get(),     w_d.get(),
+            rstd_d.get(), c.N, c.C,          scratch.get(), c.scratch_bytes};
+        two_pass ? cuda::rmsnorm_backward_two_pass<T>(a, {}) : cuda::rmsnorm_backward<T>(a, {});
+    } else {
+        const LayernormBackwardArgs<T> a{
+            dx_d.get(),   dw,           db,  dout_d.get(), x_d.get(),     w_d.get(),
+            mean_d.get(), rstd_d.get(), c.N, c.C,          scratch.get(), c.scratch_bytes};
+        two_pass ? cuda::layernorm_backward_two_pass<T>(a, {}) : cuda::layernorm_backward<T>(a, {});
+    }
+    return {dx_d.download(), dw_d.download(), db_d.download()};
+}
+
+// The one-pass backward (inp and dout read once) against the CPU: LayerNorm with both parameter
+// gradients, with the bias frozen, with the weight frozen, and RMSNorm; N not a multiple of
+// the rows per block (and past 8192 rows, where a block's warps take several rows each), C = 768,
+// 1024, 2048 (fp32: the two-pass fallback), gradients accumulated into random ones, the scratch
+// poisoned. The same bits on a second run. Odd C (not whole vectors) and a scratch one float
+// short fall back to the two passes: bit for bit layernorm_backward_two_pass.
+TYPED_TEST(NormCuda, OnePassBackwardMatchesCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using T = TypeParam;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    struct Shape {
+        std::int64_t N, C;
+        bool short_scratch;
+    };
+    const bool vec16 = sizeof(T) == 2;
+    for (const Shape& s : {Shape{100, 768, false}, Shape{37, 1024, false}, Shape{9, 2048, false},
+                           Shape{8203, 16, false}, Shape{50, 771, false}, Shape{40, 768, true}}) {
+        const std::int64_t N = s.N, C = s.C;
+        const bool one_pass = !s.short_scratch && C % (vec16 ? 8 : 4) == 0 &&
+                              C * static_cast<std::int64_t>(sizeof(T)) <= cuda::kNormWarpRowBytes;
+        const auto x = to_storage<T>(random_normal(rng, N * C, 0.5, 2.0));
+        const auto w = random_storage<T>(rng, C), b = random_storage<T>(rng, C);
+        const auto dout = random_storage<T>(rng, N * C);
+        const auto dx0 = random_storage<T>(rng, N * C), dw0 = random_storage<T>(rng, C);
+        const auto db0 = random_storage<T>(rng, C);
+        const std::size_t bytes =
+            cuda::norm_backward_scratch_bytes(N, C) - (s.short_scratch ? 4 : 0);
+        for (int variant = 0; variant < 4; ++variant) {
+            const bool rms = variant == 3, with_dw = variant != 2;
+            const bool with_db = variant == 0 || variant == 2;
+            SCOPED_TRACE(case_name<T>(N, C) + (rms ? " rmsnorm" : " layernorm") +
+                         (with_dw ? " dw" : "") + (with_db ? " db" : "") +
+                         (one_pass ? " one pass" : " two passes"));
+            std::vector<T> out(x.size()), dx = dx0, dw = dw0, db = db0;
+            std::vector<float> mean(static_cast<std::size_t>(N)), rstd(mean.size());
+            if (rms) {
+                cpu::rmsnorm_forward<T>({out.data(), rstd.data(), x.data(), w.data(), N, C});
+                cpu::rmsnorm_backward<T>({dx.data(), with_dw ? dw.data() : nullptr, dout.data(),
+                                          x.data(), w.data(), rstd.data(), N, C});
+            } else {
+                cpu::layernorm_forward<T>(
+                    {out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C});
+                cpu::layernorm_backward<T>({dx.data(), with_dw ? dw.data() : nullptr,
+                                            with_db ? db.data() : nullptr, dout.data(), x.data(),
+                                            w.data(), mean.data(), rstd.data(), N, C});
+            }
+            const NormOnePassCase<T> c{N, C,    rms, with_dw, with_db, bytes, x,
+                                       w, dout, dx0, dw0,     db0,     mean,  rstd};
+            const NormOnePassGrads<T> got = norm_one_pass_run(c, false);
+            expect_match("dinp", got.dx, dx, for_sum_of(tolerance<T>(), C));
+            expect_match("dweight", got.dw, dw, for_sum_of(tolerance<T>(), N));
+            expect_match("dbias", got.db, db, for_sum_of(tolerance<T>(), N));
+            const NormOnePassGrads<T> again = norm_one_pass_run(c, false);
+            expect_same_bits("dinp, second run", again.dx, got.dx);
+            expect_same_bits("dweight, second run", again.dw, got.dw);
+            expect_same_bits("dbias, second run", again.db, got.db);
+            if (!one_pass) {
+                const NormOnePassGrads<T> two = norm_one_pass_run(c, true);
+                expect_same_bits("dinp vs two passes", got.dx, two.dx);
+                expect_same_bits("dweight vs two passes", got.dw, two.dw);
+                expect_same_bits("dbias vs two passes", got.db, two.db);
+            }
+        }
     }
 }
 
