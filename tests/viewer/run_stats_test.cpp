@@ -179,15 +179,16 @@ TEST(RunStats, VersusTableMatchesTwoRunsByName) {
     EXPECT_EQ(t.rows[2].a.count, 0);
 }
 
-// napkin's run against a real torch.profiler recording: no steps in torch's (ProfilerStep#N is a
-// user annotation), so times are over each whole trace; rows of both.
+// napkin's run against a real torch.profiler recording: both have steps (napkin's "step" ranges,
+// torch's ProfilerStep#2), so times are per step; rows of both.
 TEST(RunStats, VersusTableOfNapkinAgainstPyTorch) {
     const RunData a = load_run(kSource / "traces" / "cpu-tiny");
     const RunData b = load_run(kSource / "tests" / "viewer" / "data" / "torch_cpu_gpt_trace.json");
     ASSERT_TRUE(a.errors.empty() && b.errors.empty());
     const VersusTable t =
         versus_table(kernel_stats(a.trace, StatScope::all), kernel_stats(b.trace, StatScope::all));
-    EXPECT_FALSE(t.per_step);
+    EXPECT_TRUE(t.per_step);
+    EXPECT_EQ(t.steps_b, 1);
     bool only_a = false, only_b = false;
     for (const VersusRow& r : t.rows) {
         only_a |= r.b.count == 0 && t.a_ns(r) > 0;
