@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench.h"
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/durable_file.h"
@@ -54,104 +55,23 @@ constexpr Shape kShapes[] = {
     {"tiny", "tiny", 1, 130, 4, 2, 64, true},
 };
 
-struct Options {
-    int reps = 20, warmup = 5, simt_reps = 5;
-    std::string shape, json;
-};
-
 constexpr const char* kUsage =
     "usage: attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] "
     "[--json FILE]\n";
 
-// Exit 2 with the usage on a flag it does not know, a flag without its value or an unknown
-// shape: a typo must not silently run the whole default list (minutes on the emulator).
-[[noreturn]] void usage_error(const std::string& what) {
-    std::fprintf(stderr, "attention_bench: %s\n%s", what.c_str(), kUsage);
-    std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-    Options o;
-    for (int i = 1; i < argc; i += 2) {
-        const std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (i + 1 >= argc) usage_error(flag + " needs a value");
-        const std::string value = argv[i + 1];
-        if (flag == "--reps")
-            o.reps = std::max(1, std::atoi(value.c_str()));
-        else if (flag == "--warmup")
-            o.warmup = std::max(0, std::atoi(value.c_str()));
-        else if (flag == "--simt-reps")
-            o.simt_reps = std::max(1, std::atoi(value.c_str()));
-        else if (flag == "--shape")
-            o.shape = value;
-        else if (flag == "--json")
-            o.json = value;
-        else
-            usage_error("unknown flag " + flag);
-    }
-    const bool known =
-        o.shape.empty() || std::any_of(std::begin(kShapes), std::end(kShapes),
-                                       [&](const Shape& s) { return o.shape == s.name; });
-    if (!known) usage_error("--shape: expected gpt2, llama or tiny, got " + o.shape);
+// --simt-reps: the SIMT baseline's timed calls (it is slow: fewer).
+bench::BenchFlags parse(int argc, char** argv) {
+    bench::BenchFlags o;
+    o.counts["simt-reps"] = 5;
+    std::vector<std::string> names;
+    for (const Shape& s : kShapes)
+        names.emplace_back(s.name);
+    bench::parse_flags(argc, argv, "attention_bench", kUsage, names, o);
     return o;
 }
 
-// Device buffer of n bf16 values drawn from N(0, 1) with a generator, zeros without.
-class Device {
-public:
-    Device(std::int64_t n, std::mt19937* rng) : bytes_(static_cast<std::size_t>(n) * 2) {
-        NAPKIN_CUDA_CHECK(cudaMalloc(&p_, bytes_));
-        if (rng == nullptr) {
-            NAPKIN_CUDA_CHECK(cudaMemset(p_, 0, bytes_));
-            return;
-        }
-        std::normal_distribution<float> d(0.0f, 1.0f);
-        std::vector<bf16_t> host(static_cast<std::size_t>(n));
-        for (bf16_t& v : host)
-            v = bf16_t(d(*rng));
-        NAPKIN_CUDA_CHECK(cudaMemcpy(p_, host.data(), bytes_, cudaMemcpyHostToDevice));
-    }
-    ~Device() { cudaFree(p_); }
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
-    bf16_t* get() const { return static_cast<bf16_t*>(p_); }
-    std::vector<bf16_t> host() const {
-        std::vector<bf16_t> h(bytes_ / 2);
-        NAPKIN_CUDA_CHECK(cudaMemcpy(h.data(), p_, bytes_, cudaMemcpyDeviceToHost));
-        return h;
-    }
-
-private:
-    std::size_t bytes_;
-    void* p_ = nullptr;
-};
-
-// Median milliseconds of `call` on `stream` over `reps` timed calls after `warmup`.
-double median_ms(const std::function<void()>& call, cudaStream_t stream, int warmup, int reps) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    NAPKIN_CUDA_CHECK(cudaEventCreate(&start));
-    NAPKIN_CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmup; ++i)
-        call();
-    std::vector<double> ms;
-    for (int i = 0; i < reps; ++i) {
-        NAPKIN_CUDA_CHECK(cudaEventRecord(start, stream));
-        call();
-        NAPKIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-        NAPKIN_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0.0f;
-        NAPKIN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        ms.push_back(t);
-    }
-    NAPKIN_CUDA_CHECK(cudaEventDestroy(start));
-    NAPKIN_CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
+using Device = bench::DeviceBuffer<bf16_t>;
+using bench::median_ms;
 
 AttentionShape attention_shape(const Shape& s) {
     return AttentionShape{.B = s.B,
@@ -170,8 +90,8 @@ struct Row {
 };
 
 // One shape's buffers and its four timings (mma and SIMT, forward and backward).
-std::vector<Row> measure(const Shape& s, const Options& o, cudaStream_t stream, std::mt19937& rng,
-                         double& max_diff) {
+std::vector<Row> measure(const Shape& s, const bench::BenchFlags& o, cudaStream_t stream,
+                         std::mt19937& rng, double& max_diff) {
     const std::int64_t qkv_n = s.B * s.T * (s.NH + 2ll * s.KVH) * s.HD;
     const std::int64_t out_n = s.B * s.T * s.NH * s.HD;
     Device qkv(qkv_n, &rng), dout(out_n, &rng), out(out_n, nullptr), out_simt(out_n, nullptr);
@@ -219,8 +139,10 @@ std::vector<Row> measure(const Shape& s, const Options& o, cudaStream_t stream, 
     std::vector<Row> rows = {
         {"fwd", "mma", median_ms(fwd_mma, stream, o.warmup, o.reps), fwd, fwd, fwd_bytes},
         {"bwd", "mma", median_ms(bwd_mma, stream, o.warmup, o.reps), bwd, bwd_hw, bwd_bytes},
-        {"fwd", "simt", median_ms(fwd_simt, stream, 1, o.simt_reps), fwd, fwd, fwd_bytes},
-        {"bwd", "simt", median_ms(bwd_simt, stream, 1, o.simt_reps), bwd, bwd_hw, bwd_bytes}};
+        {"fwd", "simt", median_ms(fwd_simt, stream, 1, o.counts.at("simt-reps")), fwd, fwd,
+         fwd_bytes},
+        {"bwd", "simt", median_ms(bwd_simt, stream, 1, o.counts.at("simt-reps")), bwd, bwd_hw,
+         bwd_bytes}};
     NAPKIN_CUDA_CHECK(cudaFree(lse));
     return rows;
 }
@@ -271,7 +193,7 @@ nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const bench::BenchFlags o = parse(argc, argv);
     int devices = 0;
     const cudaError_t err = cudaGetDeviceCount(&devices);
     if (err != cudaSuccess || devices == 0) {
@@ -290,7 +212,7 @@ int main(int argc, char** argv) {
         "causal flash attention, bf16; median of %d after %d warm-up calls (SIMT: %d after "
         "1); TFLOP/s of model FLOPs (attention_forward_cost / attention_backward_cost), "
         "hw: with the backward's recomputation; GB/s of the bytes the cost counts\n\n",
-        o.reps, o.warmup, o.simt_reps);
+        o.reps, o.warmup, o.counts.at("simt-reps"));
     std::printf("%-15s %2s %5s %3s %3s %4s  %-3s %-4s %9s %8s %7s %8s %8s %8s\n", "shape", "B", "T",
                 "NH", "KVH", "HD", "dir", "path", "median ms", "TFLOP/s", "% peak", "hw TF/s",
                 "GB/s", "vs simt");

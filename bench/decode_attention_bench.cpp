@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/cuda_bench.h"
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/durable_file.h"
@@ -52,100 +53,27 @@ const Model kModels[] = {
     {"tiny", 4, 2, 64, {1}, {300}, true},
 };
 
-struct Options {
-    int reps = 50, warmup = 10;
-    std::string shape, json;
-};
-
 constexpr const char* kUsage =
     "usage: decode_attention_bench [--reps N] [--warmup N] [--shape gpt2|llama|tiny] "
     "[--json FILE]\n";
 
-[[noreturn]] void usage_error(const std::string& what) {
-    std::fprintf(stderr, "decode_attention_bench: %s\n%s", what.c_str(), kUsage);
-    std::exit(2);
-}
-
-Options parse(int argc, char** argv) {
-    Options o;
-    for (int i = 1; i < argc; i += 2) {
-        const std::string flag = argv[i];
-        if (flag == "-h" || flag == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (i + 1 >= argc) usage_error(flag + " needs a value");
-        const std::string value = argv[i + 1];
-        if (flag == "--reps")
-            o.reps = std::max(1, std::atoi(value.c_str()));
-        else if (flag == "--warmup")
-            o.warmup = std::max(0, std::atoi(value.c_str()));
-        else if (flag == "--shape")
-            o.shape = value;
-        else if (flag == "--json")
-            o.json = value;
-        else
-            usage_error("unknown flag " + flag);
-    }
-    const bool known =
-        o.shape.empty() || std::any_of(std::begin(kModels), std::end(kModels),
-                                       [&](const Model& m) { return o.shape == m.name; });
-    if (!known) usage_error("--shape: expected gpt2, llama or tiny, got " + o.shape);
+bench::BenchFlags parse(int argc, char** argv) {
+    bench::BenchFlags o;
+    o.reps = 50;
+    o.warmup = 10;
+    std::vector<std::string> names;
+    for (const Model& m : kModels)
+        names.emplace_back(m.name);
+    bench::parse_flags(argc, argv, "decode_attention_bench", kUsage, names, o);
     return o;
 }
 
-// Device memory of n elements of T; bf16 drawn from N(0, 1) when a generator is given.
 template <class T>
-class Device {
-public:
-    Device(std::int64_t n, std::mt19937* rng) : n_(static_cast<std::size_t>(n)) {
-        NAPKIN_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
-        NAPKIN_CUDA_CHECK(cudaMemset(p_, 0, n_ * sizeof(T)));
-        if constexpr (std::is_same_v<T, bf16_t>) {
-            if (rng == nullptr) return;
-            std::normal_distribution<float> d(0.0f, 1.0f);
-            std::vector<bf16_t> host(n_);
-            for (bf16_t& v : host)
-                v = bf16_t(d(*rng));
-            NAPKIN_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * 2, cudaMemcpyHostToDevice));
-        }
-    }
-    ~Device() { cudaFree(p_); }
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
-    T* get() const { return static_cast<T*>(p_); }
-    std::vector<T> host() const {
-        std::vector<T> h(n_);
-        NAPKIN_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
+using Device = bench::DeviceBuffer<T>;
 
-private:
-    std::size_t n_;
-    void* p_ = nullptr;
-};
-
-// Median microseconds of `call` on `stream` over `reps` timed calls after `warmup`.
+// Median microseconds of `call` (bench::median_ms).
 double median_us(const std::function<void()>& call, cudaStream_t stream, int warmup, int reps) {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    NAPKIN_CUDA_CHECK(cudaEventCreate(&start));
-    NAPKIN_CUDA_CHECK(cudaEventCreate(&stop));
-    for (int i = 0; i < warmup; ++i)
-        call();
-    std::vector<double> us;
-    for (int i = 0; i < reps; ++i) {
-        NAPKIN_CUDA_CHECK(cudaEventRecord(start, stream));
-        call();
-        NAPKIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-        NAPKIN_CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        NAPKIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        us.push_back(1e3 * ms);
-    }
-    NAPKIN_CUDA_CHECK(cudaEventDestroy(start));
-    NAPKIN_CUDA_CHECK(cudaEventDestroy(stop));
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return 1e3 * bench::median_ms(call, stream, warmup, reps);
 }
 
 struct Row {
@@ -156,7 +84,7 @@ struct Row {
 };
 
 // One decode step at `keys` keys (pos = keys - 1, a cache of exactly that many positions).
-Row measure(const Model& m, std::int64_t B, std::int64_t keys, const Options& o,
+Row measure(const Model& m, std::int64_t B, std::int64_t keys, const bench::BenchFlags& o,
             cudaStream_t stream, std::mt19937& rng) {
     const std::int64_t S = keys, HD = m.HD;
     const std::int64_t cache = B * S * m.KVH * HD;
@@ -229,7 +157,7 @@ nlohmann::json json_row(const Row& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const Options o = parse(argc, argv);
+    const bench::BenchFlags o = parse(argc, argv);
     int devices = 0;
     const cudaError_t err = cudaGetDeviceCount(&devices);
     if (err != cudaSuccess || devices == 0) {
