@@ -128,14 +128,35 @@ void remove_live_temporaries() noexcept {
 
 DurableFile::DurableFile(std::filesystem::path path) : path_(std::move(path)) {
     install_end_handlers();
-    for (int attempt = 0; attempt < kNameTries && fd_ < 0; ++attempt) {
-        tmp_path_ = temporary_name(path_);
-        fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd_ < 0 && errno != EEXIST) break;
+    // The ending signals wait while the temporary is created and registered: one arriving in
+    // between would end the process with a file its handler does not know (the fault suite's
+    // FaultEnd.SigtermDuringAnExportLeavesNoTemporary signals the moment the file appears). A
+    // signal sent meanwhile is delivered when the mask is restored, the temporary registered.
+    struct EndingSignalsWait {
+        sigset_t before;
+        EndingSignalsWait() {
+            sigset_t ending;
+            sigemptyset(&ending);
+            for (const int sig : {SIGINT, SIGTERM, SIGHUP})
+                sigaddset(&ending, sig);
+            ::pthread_sigmask(SIG_BLOCK, &ending, &before);
+        }
+        ~EndingSignalsWait() { ::pthread_sigmask(SIG_SETMASK, &before, nullptr); }
+        EndingSignalsWait(const EndingSignalsWait&) = delete;
+        EndingSignalsWait& operator=(const EndingSignalsWait&) = delete;
+    };
+    int err = 0;
+    {
+        const EndingSignalsWait wait;
+        for (int attempt = 0; attempt < kNameTries && fd_ < 0; ++attempt) {
+            tmp_path_ = temporary_name(path_);
+            fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            err = fd_ < 0 ? errno : 0;
+            if (fd_ < 0 && err != EEXIST) break;
+        }
+        if (fd_ >= 0) live_slot_ = register_live(tmp_path_);
     }
-    if (fd_ >= 0) live_slot_ = register_live(tmp_path_);
     if (fd_ < 0) {
-        const int err = errno;
         tmp_path_.clear();
         const std::filesystem::path folder = path_.parent_path();
         fail("cannot create a file in " + (folder.empty() ? std::string(".") : folder.string()),
