@@ -194,15 +194,9 @@ nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
 
 int main(int argc, char** argv) {
     const bench::BenchFlags o = parse(argc, argv);
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    if (err != cudaSuccess || devices == 0) {
-        std::printf("attention_bench: no CUDA device (%s); nothing to measure\n",
-                    err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        return 0;
-    }
-    cudaDeviceProp prop{};
-    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const std::optional<cudaDeviceProp> device = bench::first_device("attention_bench");
+    if (!device) return 0;
+    const cudaDeviceProp& prop = *device;
     const GpuSpec* h100 = find_gpu("h100-sxm");
     std::printf(
         "attention_bench on %s (sm_%d%d); %% of peak is of the %s dense bf16 peak "
@@ -235,12 +229,7 @@ int main(int argc, char** argv) {
                                     {"reps", o.reps},
                                     {"warmup", o.warmup},
                                     {"rows", rows}};
-        try {
-            write_file_durably(o.json, doc.dump(2) + "\n");
-        } catch (const InputError& e) {
-            std::fprintf(stderr, "attention_bench: %s\n", e.what());
-            return 1;
-        }
+        return bench::write_json("attention_bench", o.json, doc);
     }
     return 0;
 }

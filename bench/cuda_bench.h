@@ -6,18 +6,23 @@
 
 #include <cuda_runtime_api.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cuda/cuda_check.h"
+#include "core/durable_file.h"
 #include "core/half.h"
 
 namespace napkin::bench {
@@ -129,6 +134,32 @@ inline void parse_flags(int argc, char** argv, const char* bench, const std::str
             names += (names.empty() ? "" : ", ") + s;
         fail("--shape: expected one of " + names + ", got " + flags.shape);
     }
+}
+
+// Device 0's properties, or none after one line saying there is no device (the bench then
+// exits 0: there is nothing to measure, which is not an error).
+inline std::optional<cudaDeviceProp> first_device(const char* bench) {
+    int devices = 0;
+    const cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        std::printf("%s: no CUDA device (%s); nothing to measure\n", bench,
+                    err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        return std::nullopt;
+    }
+    cudaDeviceProp prop{};
+    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return prop;
+}
+
+// --json's document written whole or not at all; the exit status (1 with one line on failure).
+inline int write_json(const char* bench, const std::string& path, const nlohmann::json& doc) {
+    try {
+        write_file_durably(path, doc.dump(2) + "\n");
+    } catch (const InputError& e) {
+        std::fprintf(stderr, "%s: %s\n", bench, e.what());
+        return 1;
+    }
+    return 0;
 }
 
 }  // namespace napkin::bench

@@ -158,15 +158,9 @@ nlohmann::json json_row(const Row& r) {
 
 int main(int argc, char** argv) {
     const bench::BenchFlags o = parse(argc, argv);
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    if (err != cudaSuccess || devices == 0) {
-        std::printf("decode_attention_bench: no CUDA device (%s); nothing to measure\n",
-                    err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        return 0;
-    }
-    cudaDeviceProp prop{};
-    NAPKIN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const std::optional<cudaDeviceProp> device = bench::first_device("decode_attention_bench");
+    if (!device) return 0;
+    const cudaDeviceProp& prop = *device;
     const GpuSpec* gpu = gpu_for_device_name(prop.name);
     if (gpu == nullptr) gpu = find_gpu("h100-sxm");
     const double bandwidth = gpu->bandwidth_tbs * 1e12;
@@ -208,12 +202,7 @@ int main(int argc, char** argv) {
                                     {"reps", o.reps},
                                     {"warmup", o.warmup},
                                     {"rows", rows}};
-        try {
-            write_file_durably(o.json, doc.dump(2) + "\n");
-        } catch (const InputError& e) {
-            std::fprintf(stderr, "decode_attention_bench: %s\n", e.what());
-            return 1;
-        }
+        return bench::write_json("decode_attention_bench", o.json, doc);
     }
     return 0;
 }
