@@ -39,10 +39,12 @@ struct ReportFlags {
 };
 
 // Memory categories as report.json names them, in the order the table shows them: the
-// estimator's six (MemCategory order), then `communication`, measured only (the estimator has no
-// category of its own for ZeRO's buckets and gathered units).
+// estimator's six (MemCategory order), `data` (predicted in reports written since the estimator
+// counts the token batches), then `communication`, measured only (the estimator has no category
+// of its own for ZeRO's buckets and gathered units).
 constexpr const char* kCategories[] = {"parameters",      "master_weights", "gradients",
                                        "optimizer_state", "activations",    "temporaries"};
+constexpr const char* kData = "data";
 constexpr const char* kCommunication = "communication";
 
 double median(std::vector<double> v) {
@@ -86,6 +88,9 @@ json memory_summary(const profiler::RunReport& r) {
         m[kCategories[c]] = {{"predicted", r.predicted.bytes[c]},
                              {"measured", static_cast<double>(*r.measured.peak_bytes[c])}};
     }
+    m[kData] = {
+        {"predicted", or_null(r.predicted.data)},
+        {"measured", or_null(r.measured.peak_bytes[static_cast<std::size_t>(MemCategory::data)])}};
     return m;
 }
 
@@ -410,6 +415,7 @@ void print_ranks(const json& run) {
     for (const char* c : kCategories) {
         t.row(std::string("  ") + c, [&](const json& r) { return both_mb(r["memory"][c]); });
     }
+    t.row("  data", [&](const json& r) { return both_mb(r["memory"][kData]); });
     t.row("  communication", [&](const json& r) { return both_mb(r["memory"][kCommunication]); });
     t.row("  total (measured peak)", [](const json& r) { return mb(r["peak_total_bytes"]); });
     auto comm = [&](const json& r, const char* key) {
@@ -460,6 +466,7 @@ void print_memory(const Columns& t, const std::vector<json>& runs) {
     std::printf("\nmemory, MB: predicted / measured peak\n");
     for (const char* c : kCategories)
         t.row(std::string("  ") + c, [&](const json& r) { return both_mb(r["memory"][c]); });
+    t.row("  data", [&](const json& r) { return both_mb(r["memory"][kData]); });
     t.row("  communication (measured)",
           [&](const json& r) { return mb(r["ranks"][0]["memory"][kCommunication]["measured"]); });
     t.row("  total (measured peak)", [&](const json& r) { return mb(r["peak_total_bytes"]); });

@@ -58,6 +58,7 @@ profiler::Prediction prediction_report(const TrainOptions& o, const EstimateInpu
         // prediction for it.
         pred.gpu.temporaries - pred.temporaries.param_gather};
     std::copy(std::begin(by_category), std::end(by_category), p.bytes.begin());
+    p.data = pred.gpu.data;
     p.model_flops_per_step = pred.model_flops_per_step;
     p.hardware_flops_per_step = pred.hardware_flops_per_step;
     // The lectures' closed forms beside the detailed numbers above: 6N + attention FLOPs per

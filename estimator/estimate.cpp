@@ -92,6 +92,7 @@ Estimate::StageSummary stage_memory(Terms& x, const StageView& v, BufferPlan& bu
         e.gpu.activations = e.act_detailed_bytes;
         e.temporaries = estimate_steps::temporaries(x, v, e, buffers);
         e.gpu.temporaries = e.temporaries.total();
+        e.gpu.data = estimate_steps::batch_data(x);
     }
     s.gpu = e.gpu;
     return s;
@@ -111,6 +112,7 @@ void memory(Terms& x, BufferPlan& buffers, Estimate& e) {
             e.gpu.activations = e.act_detailed_bytes;
             e.temporaries = estimate_steps::temporaries(x, whole, e, buffers);
             e.gpu.temporaries = e.temporaries.total();
+            e.gpu.data = estimate_steps::batch_data(x);
         }
         if (x.in.paged_optimizer) estimate_steps::page_optimizer(x, e);
         return;

@@ -125,8 +125,11 @@ struct MemoryBytes {
     double optimizer = 0;
     double activations = 0;
     double temporaries = 0;
+    // The token batches (inputs and targets, int32, B x T each): one micro-batch's on the CPU
+    // engine, two on CUDA, whose batches go up double-buffered on a copy stream.
+    double data = 0;
     double model_states() const { return weights + master + grads + optimizer; }
-    double total() const { return model_states() + activations + temporaries; }
+    double total() const { return model_states() + activations + temporaries + data; }
 };
 
 // Temporaries, itemized (all included in MemoryBytes::temporaries): the buffer plan's

@@ -97,6 +97,9 @@ void page_optimizer(const Terms& x, Estimate& e);
 MemoryBytes offload(const Terms& x, const Estimate& e, MemoryBytes& gpu);
 // Activations of one micro-batch (times the stage's micro-batches in flight), both views.
 void activations(Terms& x, const StageView& v, Estimate& e);
+// The token batches the engine keeps (MemoryBytes::data): inputs and targets, int32, B x T each;
+// two micro-batches' on the CUDA engine (its copy stream's double buffer), one on the CPU.
+double batch_data(const Terms& x);
 // The buffer plan's temporaries (of the rank's plan) and ZeRO-3's gathered units.
 TemporaryBytes temporaries(const Terms& x, const StageView& v, const Estimate& e,
                            BufferPlan& buffers);

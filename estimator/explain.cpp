@@ -122,7 +122,7 @@ void explain_model_states(std::ostream& os, const EstimateInputs& in, const Esti
            << "     memory preferred on the host, prefetched to the GPU before the update and back "
               "after it:\n"
            << "     device peak = max(forward/backward total without S, w + master + g + S + norm "
-              "workspace)\n"
+              "workspace + batches)\n"
            << "                 = max(" << gb(e.gpu.total()) << ", " << gb(p->step_peak_bytes)
            << ") = " << gb(p->device_peak_bytes) << "\n"
            << "     page traffic = 2 S per step = " << gb(p->traffic_bytes_per_step) << ", S / "

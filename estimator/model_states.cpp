@@ -217,7 +217,8 @@ void page_optimizer(const Terms& x, Estimate& e) {
     PagedOptimizerEstimate p;
     p.state_bytes = e.gpu.optimizer;
     e.gpu.optimizer = 0;
-    p.step_peak_bytes = e.gpu.model_states() + p.state_bytes + e.temporaries.grad_norm_workspace;
+    p.step_peak_bytes =
+        e.gpu.model_states() + p.state_bytes + e.temporaries.grad_norm_workspace + e.gpu.data;
     p.device_peak_bytes = std::max(e.gpu.total(), p.step_peak_bytes);
     p.traffic_bytes_per_step = 2.0 * p.state_bytes;
     const DeviceProfile* profile = x.in.profile;
@@ -233,6 +234,13 @@ void page_optimizer(const Terms& x, Estimate& e) {
     p.traffic_seconds_per_step =
         p.state_bytes / p.to_device_bytes_per_s + p.state_bytes / p.to_host_bytes_per_s;
     e.paged = p;
+}
+
+double batch_data(const Terms& x) {
+    // core/engine/trainer.cpp: batch.inputs and batch.targets (.1 for the second slot).
+    const double slots = x.in.engine == EstimateInputs::Engine::cuda ? 2.0 : 1.0;
+    return slots * 2.0 * static_cast<double>(x.in.micro_batch) * static_cast<double>(x.T) *
+           static_cast<double>(sizeof(std::int32_t));
 }
 
 // Temporaries: the buffer plan's (core/buffer_plan.h), which the engine allocates, for the

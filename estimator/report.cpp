@@ -200,6 +200,7 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
         if (t.grad_norm_workspace > 0) row(os, "  global norm partial sums", t.grad_norm_workspace);
         if (t.anomaly_slots > 0) row(os, "  anomaly check slots", t.anomaly_slots);
     }
+    if (e.gpu.data > 0) row(os, "data (token batches)", e.gpu.data);
     row(os, "total", e.gpu.total());
     if (e.paged) text_paged(os, *e.paged);
     const double peak = e.paged ? e.paged->device_peak_bytes : e.gpu.total();

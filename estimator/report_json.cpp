@@ -192,6 +192,7 @@ nlohmann::json memory_bytes_json(const MemoryBytes& m) {
             {"optimizer", m.optimizer},
             {"activations", m.activations},
             {"temporaries", m.temporaries},
+            {"data", m.data},
             {"model_states", m.model_states()},
             {"total", m.total()}};
 }

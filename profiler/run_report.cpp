@@ -114,6 +114,7 @@ void to_json(json& j, const Prediction& p) {
     j = json::object();
     for (std::size_t c = 0; c < kPredictedCategoryCount; ++c)
         j[category_name(c)] = p.bytes[c];
+    put(j, "data", p.data);
     j["model_flops_per_step"] = p.model_flops_per_step;
     put(j, "hardware_flops_per_step", p.hardware_flops_per_step);
     put(j, "closed_form", p.closed_form);

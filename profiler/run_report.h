@@ -88,8 +88,8 @@ struct PagedMeasurement {
     bool operator==(const PagedMeasurement&) const = default;
 };
 
-// The estimator predicts the first six memory categories (MemCategory order); the engine's
-// `communication` and `data` are measured only.
+// The estimator predicts the first six memory categories (MemCategory order) and `data`
+// (Prediction::data); the engine's `communication` is measured only.
 inline constexpr std::size_t kPredictedCategoryCount = 6;
 
 // The lectures' closed forms beside the detailed prediction: (6N + attention) x tokens FLOPs
@@ -131,6 +131,8 @@ struct Prediction {
     std::optional<HostStateBytes<double>> host_memory;  // --offload optimizer
     std::optional<PagedPrediction> paged_optimizer;     // --paged-optimizer
     std::optional<TimePrediction> time;
+    // The token batches (MemCategory::data); absent in reports written before it was predicted.
+    std::optional<double> data;
     bool operator==(const Prediction&) const = default;
 };
 

@@ -102,6 +102,7 @@ Prediction read_predicted(const JsonField& o) {
     Prediction p;
     for (std::size_t c = 0; c < kPredictedCategoryCount; ++c)
         p.bytes[c] = o[category_name(c)].number();
+    p.data = o["data"].optional(number);
     p.model_flops_per_step = o["model_flops_per_step"].number();
     p.hardware_flops_per_step = o["hardware_flops_per_step"].optional(number);
     p.closed_form = o["closed_form"].optional([](const JsonField& c) {

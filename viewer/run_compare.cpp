@@ -151,7 +151,7 @@ double predicted_total_bytes(const ReportData& r) {
     double total = 0;
     for (double b : r.predicted.bytes)
         total += b;
-    return total;
+    return total + r.predicted.data.value_or(0);
 }
 
 double median_step_seconds(const ReportData& r) {
@@ -205,6 +205,10 @@ std::vector<CompareRow> compare_table(const std::vector<const RunData*>& runs) {
                    bytes_or_dash(measured_peak(r, static_cast<MemCategory>(c)));
         });
     }
+    add("data pred / meas", [](const ReportData& r) {
+        return bytes_or_dash(r.predicted.data.value_or(NAN)) + " / " +
+               bytes_or_dash(measured_peak(r, MemCategory::data));
+    });
     if (any([](const ReportData& r) {
             return std::isfinite(measured_peak(r, MemCategory::communication));
         })) {

@@ -112,7 +112,7 @@ TEST(TrainCli, Fp8AmpMemoryMatchesThePrediction) {
     const auto j = read_json(out / "report.json");
     EXPECT_EQ(j["run"]["precision"], "fp8-amp");
     for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state",
-                          "activations", "temporaries"})
+                          "activations", "temporaries", "data"})
         EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
             << k;
     const auto& steps = j["steps"];
@@ -386,7 +386,7 @@ TEST(TrainCli, FinetuneLlmcWeightsWithAdapters) {
         EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
         const auto j = read_json(out / "report.json");
         for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state",
-                              "activations", "temporaries"}) {
+                              "activations", "temporaries", "data"}) {
             EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
                 << flags << ": " << k;
         }

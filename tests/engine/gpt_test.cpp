@@ -288,6 +288,7 @@ TEST(GptMemory, MeasuredMatchesEstimator) {
                     EXPECT_EQ(peak(MemCategory::master_weights), e.gpu.master);
                     EXPECT_EQ(peak(MemCategory::gradients), e.gpu.grads);
                     EXPECT_EQ(peak(MemCategory::optimizer_state), e.gpu.optimizer);
+                    EXPECT_EQ(peak(MemCategory::data), e.gpu.data);
                     EXPECT_NEAR(peak(MemCategory::activations) / e.gpu.activations, 1.0, 0.05);
                 }
             }

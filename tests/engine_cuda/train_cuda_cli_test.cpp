@@ -114,8 +114,8 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
         ASSERT_EQ(r.rc, 0) << recipe << ": " << r.err;
         std::ifstream f(out / "report.json");
         const nlohmann::json j = nlohmann::json::parse(f);
-        for (const char* k :
-             {"parameters", "master_weights", "gradients", "optimizer_state", "temporaries"})
+        for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state",
+                              "temporaries", "data"})
             EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
                 << recipe << ": " << k;
     }

@@ -133,8 +133,8 @@ TEST(EstimatorPaged, QloraLlama2SevenBByHand) {
     EXPECT_EQ(e.paged->traffic_bytes_per_step, 2 * S);
     EXPECT_TRUE(e.paged->link_assumed);
     EXPECT_DOUBLE_EQ(e.paged->traffic_seconds_per_step, 2 * S / 25e9);
-    EXPECT_EQ(e.paged->step_peak_bytes,
-              e.gpu.weights + e.gpu.master + e.gpu.grads + S + e.temporaries.grad_norm_workspace);
+    EXPECT_EQ(e.paged->step_peak_bytes, e.gpu.weights + e.gpu.master + e.gpu.grads + S +
+                                            e.temporaries.grad_norm_workspace + e.gpu.data);
     EXPECT_EQ(e.paged->device_peak_bytes, std::max(e.gpu.total(), e.paged->step_peak_bytes));
     // A device profile's measured copy rates replace the assumption.
     DeviceProfile profile;

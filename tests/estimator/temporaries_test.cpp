@@ -110,5 +110,22 @@ TEST(Temporaries, Zero3AddsTwoGatheredUnits) {
                   build_buffer_plan(est.plan(), DeviceKind::cuda).bytes(MemCategory::temporaries)));
 }
 
+// The token batches (core/engine/trainer.cpp): inputs and targets, int32, B x T each; two
+// micro-batches' on CUDA (the copy stream's double buffer), one on the CPU; in the total, and
+// none when only the model states are counted.
+TEST(BatchData, IsTheEnginesTokenBuffers) {
+    EstimateInputs in = inputs("gpt2");
+    const double one = 2.0 * 2 * 512 * 4;  // (inputs + targets) x B x T x 4 bytes
+    in.engine = Engine::cuda;
+    const Estimate cuda = Estimator{}.run(in);
+    EXPECT_EQ(cuda.gpu.data, 2 * one);
+    EXPECT_EQ(cuda.gpu.total(),
+              cuda.gpu.model_states() + cuda.gpu.activations + cuda.gpu.temporaries + 2 * one);
+    in.engine = Engine::cpu;
+    EXPECT_EQ(Estimator{}.run(in).gpu.data, one);
+    in.ignore_activations = true;
+    EXPECT_EQ(Estimator{}.run(in).gpu.data, 0);
+}
+
 }  // namespace
 }  // namespace napkin

@@ -54,6 +54,7 @@ p::RunReport full_report() {
              .offload = "optimizer"};
     r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
     r.predicted.bytes = {1e6, 2e6, 3e6, 4e6, 5e6, 6e6};
+    r.predicted.data = 8192;
     r.predicted.model_flops_per_step = 1.5e12;
     r.predicted.hardware_flops_per_step = 2e12;
     r.predicted.closed_form = p::ClosedForm{1.4e12, 9e6, 16, 4.5e6};
@@ -132,7 +133,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.run.offload.reset();
     bare.init.reset();
     bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt, std::nullopt,
-                      std::nullopt,         std::nullopt, std::nullopt};
+                      std::nullopt,         std::nullopt, std::nullopt, std::nullopt};
     bare.measured.peak_bytes[static_cast<std::size_t>(napkin::MemCategory::communication)].reset();
     bare.measured.hardware_flops_per_s.reset();
     bare.measured.hfu.reset();
@@ -281,6 +282,7 @@ TEST(RunReport, EarlierReportsOfTheSameSchemaRead) {
     j["run"].erase("lora_rank");
     j["run"].erase("lora_alpha");
     j["predicted"].erase("closed_form");
+    j["predicted"].erase("data");
     j["measured"].erase("hfu");
     j["measured"].erase("peak_flops_per_s");
     j["measured"].erase("peak_source");
@@ -290,6 +292,7 @@ TEST(RunReport, EarlierReportsOfTheSameSchemaRead) {
     const p::RunReport r = j.get<p::RunReport>();
     EXPECT_EQ(r.run.finetune, "full");
     EXPECT_FALSE(r.predicted.closed_form.has_value());
+    EXPECT_FALSE(r.predicted.data.has_value());
     EXPECT_FALSE(r.measured.hfu.has_value());
     EXPECT_EQ(r.measured.mfu_peak_flops_per_s(), *r.measured.sgemm_peak_flops_per_s);
     j["measured"].erase("sgemm_peak_flops_per_s");
