@@ -9,7 +9,9 @@ the measured steps after the warm-up, the error, and the median and worst absolu
 
     bench/time_accuracy.py --napkin build/cli/napkin [--profile cpu.json] [--out DIR] [--quick]
 
-Without --profile it first runs `napkin calibrate -o DIR/profile.json` (about two minutes): the
+Without --profile it first runs `napkin calibrate -o DIR/profile.json` (about two minutes), then
+for the 2-rank configs `mpirun -n 2 napkin calibrate --merge` (the ranks' thread count and their
+collectives, two minutes more): the
 prediction is only as good as the profile, and a profile is only good for the machine, threads and
 load it was measured under. Measure on a quiet machine: on a shared one both the profile and the
 runs measure the neighbours. Writes DIR/accuracy.json (every config's numbers) and prints a
@@ -66,6 +68,16 @@ GRID = [
 ]
 
 
+def rank_env(ranks):
+    """The environment of an MPI launch: each rank an equal share of the cores (the profile's
+    sections are per thread count), and Open MPI allowed to run as root (CI and the dev VM do)."""
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) // ranks))
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
 def run(cmd, env=None, timeout=1800):
     started = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -91,16 +103,24 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     napkin = os.path.abspath(a.napkin)
 
+    grid = GRID[:4] if a.quick else GRID
     profile = a.profile
     if not profile:
         profile = os.path.join(a.out, "profile.json")
         print(f"calibrating this CPU -> {profile} ...", flush=True)
         run([napkin, "calibrate", "-o", profile])
+        ranks = max(r for *_, r in grid)
+        if ranks > 1 and a.mpirun:
+            # The ranks' own section (their share of the cores) and the collectives between them:
+            # without them a 2-rank run is predicted with the whole machine's threads and no
+            # communication.
+            print(f"calibrating {ranks} ranks (their threads and collectives) -> {profile} ...", flush=True)
+            run([a.mpirun, "-n", str(ranks), "--oversubscribe", "-x", "OMP_NUM_THREADS", napkin, "calibrate",
+                 "--merge", "-o", profile], env=rank_env(ranks))
     for name, fields in SHAPES.items():
         with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump(shape_config(name, fields), f, indent=2)
 
-    grid = GRID[:4] if a.quick else GRID
     rows = []
     for i, (label, model, flags, ranks) in enumerate(grid, 1):
         if ranks > 1 and not a.mpirun:
@@ -113,11 +133,9 @@ def main():
         cmd = [napkin, "train", *model_flags, *flags, "--steps", str(a.steps), "--warmup", "1",
                "--device", "cpu", "--device-profile", profile, "--profile-force", "--quiet",
                "--out", out_dir]
-        env = dict(os.environ)
+        env = None
         if ranks > 1:
-            # Each rank gets an equal share of the cores, as the profile's sections are per thread count.
-            threads = max(1, (os.cpu_count() or 2) // ranks)
-            env["OMP_NUM_THREADS"] = str(threads)
+            env = rank_env(ranks)
             cmd = [a.mpirun, "-n", str(ranks), "--oversubscribe", "-x", "OMP_NUM_THREADS", *cmd]
         wall = run(cmd, env=env)
         report = json.load(open(os.path.join(out_dir, "report.json")))
