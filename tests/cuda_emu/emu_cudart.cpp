@@ -4,8 +4,6 @@
 // synchronize only reports errors). Strict where the real runtime is: copies and frees must name
 // memory cudaMalloc returned, and a fault inside a kernel stays for every later call.
 #include <cuda_runtime_api.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cupti_activity.h>
 #include <cupti_runtime_cbid.h>
@@ -39,8 +37,8 @@ std::map<const void*, int> g_dynamic_shared_optin;          // kernel -> bytes i
 std::map<const void*, std::size_t> g_pinned;                // cudaHostAlloc's: start -> bytes
 StreamStats g_stream_stats;
 
-// The host guard (emu_state.h's DeviceAccess): allocations made while it is on are whole pages
-// of their own (g_mapped), inaccessible while no DeviceAccess is open.
+// The host guard (emu_state.h's DeviceAccess): allocations made while it is on live in
+// emu_guard.cpp's arena, inaccessible but to the emulated device.
 // Whether allocations made now are guarded: NAPKIN_EMU_HOST_GUARD=1, or set_host_guard's say (a
 // function-local static, so that the plugin's static initializer may set it first).
 bool& guard() {
@@ -49,26 +47,6 @@ bool& guard() {
         return v != nullptr && v[0] == '1';
     }();
     return on;
-}
-std::set<const unsigned char*> g_mapped;
-int g_access_depth = 0;
-
-std::size_t mapped_bytes(std::size_t bytes) {
-    const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    return (bytes + page - 1) / page * page;
-}
-
-void protect_all_locked(int prot) {
-    for (const unsigned char* p : g_mapped)
-        mprotect(const_cast<unsigned char*>(p), mapped_bytes(g_allocations.at(p)), prot);
-}
-
-void open_locked() {
-    if (g_access_depth++ == 0 && !g_mapped.empty()) protect_all_locked(PROT_READ | PROT_WRITE);
-}
-
-void close_locked() {
-    if (--g_access_depth == 0 && !g_mapped.empty()) protect_all_locked(PROT_NONE);
 }
 
 // Whether [p, p + bytes) lies inside one allocation.
@@ -106,9 +84,9 @@ cudaError_t copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k
         return fail(cudaErrorInvalidValue, "cudaMemcpy of " + std::to_string(bytes) +
                                                " bytes: the pointers do not match the kind " +
                                                std::to_string(static_cast<int>(kind)));
-    open_locked();
+    guard_open();
     std::memmove(dst, src, bytes);
-    close_locked();
+    guard_close();
     return cudaSuccess;
 }
 
@@ -119,9 +97,9 @@ cudaError_t set(void* dst, int value, std::size_t bytes) {
     if (!is_device(dst, bytes))
         return fail(cudaErrorInvalidValue,
                     "cudaMemset of " + std::to_string(bytes) + " bytes outside device memory");
-    open_locked();
+    guard_open();
     std::memset(dst, value, bytes);
-    close_locked();
+    guard_close();
     return cudaSuccess;
 }
 
@@ -182,12 +160,12 @@ cudaError_t traced_wait(unsigned cbid, int type, cudaStream_t stream, cudaEvent_
 
 DeviceAccess::DeviceAccess() {
     std::lock_guard<std::mutex> lock(g_mutex);
-    open_locked();
+    guard_open();
 }
 
 DeviceAccess::~DeviceAccess() {
     std::lock_guard<std::mutex> lock(g_mutex);
-    close_locked();
+    guard_close();
 }
 
 void set_host_guard(bool on) {
@@ -331,21 +309,15 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     // Aligned as cudaMalloc's are, and exactly `bytes` long, so AddressSanitizer catches a
     // kernel that reads one element past the end.
-    // Under the host guard, pages of its own that only the emulated device may touch.
+    // Under the host guard, chunks of the guard's arena that only the emulated device may touch.
     void* p = nullptr;
     if (napkin::emu::guard()) {
-        p = mmap(nullptr, napkin::emu::mapped_bytes(bytes), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+        p = napkin::emu::guarded_allocate(bytes);
+        if (p == nullptr) return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaMalloc failed");
+    } else {
+        if (posix_memalign(&p, 256, bytes) != 0)
             return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaMalloc failed");
-    } else if (posix_memalign(&p, 256, bytes) != 0) {
-        return napkin::emu::fail(cudaErrorMemoryAllocation, "cudaMalloc failed");
-    }
-    std::memset(p, 0xff, bytes);  // not zero: nothing promises cudaMalloc'd memory is
-    if (napkin::emu::guard()) {
-        napkin::emu::g_mapped.insert(static_cast<unsigned char*>(p));
-        if (napkin::emu::g_access_depth == 0)
-            mprotect(p, napkin::emu::mapped_bytes(bytes), PROT_NONE);
+        std::memset(p, 0xff, bytes);  // not zero: nothing promises cudaMalloc'd memory is
     }
     g_allocations[static_cast<unsigned char*>(p)] = bytes;
     *ptr = p;
@@ -421,8 +393,8 @@ cudaError_t cudaFree(void* ptr) {
                                  "cudaFree of a pointer cudaMalloc did not return");
     const std::size_t bytes = it->second;
     g_allocations.erase(it);
-    if (napkin::emu::g_mapped.erase(static_cast<unsigned char*>(ptr)) != 0)
-        munmap(ptr, napkin::emu::mapped_bytes(bytes));
+    if (napkin::emu::guarded(ptr))
+        napkin::emu::guarded_free(ptr, bytes);
     else
         std::free(ptr);
     return cudaSuccess;

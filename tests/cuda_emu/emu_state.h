@@ -34,8 +34,17 @@ void set_error(cudaError_t error, bool sticky, const std::string& message);
 // guarded allocation until the outermost one ends), so such a host access faults here too. On
 // with NAPKIN_EMU_HOST_GUARD=1, and in the emulated CUDA backend plugin (emu_plugin.cpp) unless
 // that is 0; set_host_guard switches it for allocations made afterwards. Guarded allocations are
-// whole pages, so AddressSanitizer no longer sees a read just past their end.
+// whole 64 KiB chunks, so AddressSanitizer no longer sees a read just past their end.
 void set_host_guard(bool on);
+// The guard's memory (emu_guard.cpp), under the emulator's mutex: an allocation of its arena
+// (filled with 0xff; null when the address space cannot be had), whether a pointer is in the
+// arena, its release, and the DeviceAccess nesting (the outermost end closes what the device
+// opened).
+void* guarded_allocate(std::size_t bytes);
+bool guarded(const void* p);
+void guarded_free(void* p, std::size_t bytes);
+void guard_open();
+void guard_close();
 class DeviceAccess {
 public:
     DeviceAccess();

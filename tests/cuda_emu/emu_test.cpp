@@ -400,6 +400,45 @@ TEST(CudaEmuDeathTest, HostGuardFaultsAHostReadOfDeviceMemory) {
     set_host_guard(false);
 }
 
+// The guard opens what the device touches, one 64 KiB chunk at a time, and only chunks of live
+// allocations: the device reading memory already freed (through a pointer the launch's
+// argument check cannot see, one stored in device memory) faults, as it may on a GPU.
+TEST(CudaEmuDeathTest, HostGuardFaultsADeviceReadOfFreedMemory) {
+    set_host_guard(true);
+    int* freed = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&freed), 256 * sizeof(int)), cudaSuccess);
+    {
+        const DeviceAccess device;
+        EXPECT_EQ(*static_cast<volatile int*>(freed), -1);  // 0xff bytes: live, let in
+    }
+    ASSERT_EQ(cudaFree(freed), cudaSuccess);
+    const auto read_freed = [freed] {
+        const DeviceAccess device;
+        (void)*static_cast<volatile int*>(freed);
+    };
+    EXPECT_DEATH(read_freed(), "");
+    set_host_guard(false);
+}
+
+// More chunks opened in one access than the guard notes one by one (8192): it opens its whole
+// arena, and the access's end closes it whole, so the host is kept out again.
+TEST(CudaEmuDeathTest, HostGuardClosesEverythingAfterManyChunks) {
+    set_host_guard(true);
+    std::vector<int*> buffers(9000);
+    for (int*& b : buffers)
+        ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&b), sizeof(int)), cudaSuccess);
+    {
+        const DeviceAccess device;  // as a kernel would: each first touch opens a chunk
+        for (int* b : buffers)
+            *static_cast<volatile int*>(b) = 7;
+    }
+    ASSERT_EQ(cudaMemset(buffers.back(), 0, sizeof(int)), cudaSuccess);
+    EXPECT_DEATH((void)*static_cast<volatile int*>(buffers.front()), "");
+    for (int* b : buffers)
+        ASSERT_EQ(cudaFree(b), cudaSuccess);
+    set_host_guard(false);
+}
+
 // ---- WMMA ----
 
 // A 16 x 16 matrix stored with leading dimension ld (row- or column-major), of 16-bit values
