@@ -161,7 +161,7 @@ MachinePeak machine_peak(const TrainOptions& o, Trainer& trainer, bool profiled)
 
 // The run's opening lines: the model and recipe, the machine's peak, the adapters, the ranks.
 void print_header(const TrainOptions& o, Trainer& trainer, const MachinePeak& peak,
-                  const Estimate& pred, bool parallel) {
+                  const Estimate& pred, bool parallel, const std::string& cuda_graph_off) {
     std::printf("napkin train: %s (%s params), %s, %s, B=%lld T=%lld G=%d, %d steps on %s\n",
                 o.model.name.c_str(), std::to_string(count_params(o.model).total).c_str(),
                 std::string(enum_name(kPrecisionNames, o.plan.precision)).c_str(),
@@ -175,6 +175,15 @@ void print_header(const TrainOptions& o, Trainer& trainer, const MachinePeak& pe
     } else {
         std::printf("  cpu: measured sgemm peak %.1f GFLOP/s; MFU below is against it\n",
                     peak.flops_per_s / 1e9);
+    }
+    if (o.device == DeviceKind::cuda) {
+        if (o.cuda_graph) {
+            std::printf(
+                "  cuda graphs: on, each micro-batch captured at step 2 (one graph per "
+                "batch slot)\n");
+        } else {
+            std::printf("  cuda graphs: off (%s)\n", cuda_graph_off.c_str());
+        }
     }
     if (o.plan.finetune != Finetune::full) {
         std::int64_t trainable = 0, frozen = 0;
@@ -332,6 +341,10 @@ profiler::RunReport build_report(StepLoop& loop, const StepTotals& totals, const
     profiler::RunReport report;
     report.model = loop.run.options.model;
     report.run = run_options_report(loop.run.options, trainer, loop.steps.first, loop.checkpoint);
+    if (loop.run.options.device == DeviceKind::cuda) {
+        report.run.cuda_graph = loop.run.options.cuda_graph;
+        if (!loop.run.options.cuda_graph) report.run.cuda_graph_off = loop.run.cuda_graph_off;
+    }
     report.init = init;
     report.predicted = prediction_report(loop.run.options, ei, pred);
     report.measured = measurement_report(loop.run.options, totals, trainer, loop.peak);
@@ -427,6 +440,13 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
 
     print_run_summary(*report, totals, pred, loop.steps.last, file);
     loop.profiler.print_summary();
+    if (trainer.cuda_graphs_captured() > 0) {  // what scripts/gpu_session.sh graph reads
+        std::printf(
+            "  cuda graphs: %d captured; device memory the driver took for them: %.1f MB "
+            "(cudaMemGetInfo before each capture and after its instantiation)\n",
+            trainer.cuda_graphs_captured(),
+            static_cast<double>(trainer.cuda_graph_driver_bytes()) / 1e6);
+    }
     // A stop asked for once the last step was trained stops nothing: the run is whole (exit 0),
     // and --resume would only say that it finished.
     if (loop.stop && loop.stop->requested() && loop.steps.last < loop.run.options.steps) {
@@ -462,7 +482,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     const std::optional<ChosenProfile> given_profile =
         f.device_profile.empty() ? std::nullopt
                                  : time_profile(f.device_profile, f.profile_force, trainer, peak);
-    print_header(run.options, trainer, peak, pred, run.parallel);
+    print_header(run.options, trainer, peak, pred, run.parallel, run.cuda_graph_off);
     claim_run_dir(f, run, comm);
 
     StepLoop loop{f,
@@ -599,6 +619,14 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "cuBLASLt epilogues (forward GELU_AUX, backward DGELU with the fc's bias "
                    "gradient) and the linears' bias gradients in their weight-gradient GEMMs "
                    "(BGRADB); off: the separate kernels, for comparing traces (docs/ENGINE.md)")
+        ->capture_default_str();
+    cmd.add_option("--cuda-graph", f.cuda_graph,
+                   "auto|on|off: capture each micro-batch's forward and backward into a CUDA "
+                   "graph (one per batch slot) at the second step and launch it as one from then "
+                   "on (the same results bit for bit; the optimizer's launches stay outside); "
+                   "auto: on where the capture holds (--device cuda, one process, no "
+                   "--detect-anomaly, --paged-optimizer, --dropout, fp16-amp or --profile); on: "
+                   "refuses the others (docs/CUDA.md)")
         ->capture_default_str();
     cmd.add_option("--offload", f.offload,
                    "none|optimizer: keep the fp32 master copy and optimizer state of each rank's "

@@ -12,16 +12,18 @@ namespace {
 
 // Sorted by field. The field is the library's name for the setting (TrainOptions, PlanInputs,
 // EstimateInputs, InferenceInputs); where it carries a unit the flag's does not, both are here.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 52> kFlags{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 55> kFlags{{
     {"adapters", "--adapters"},
     {"attention_flops", "--attention-flops"},
     {"batch", "--batch"},
     {"comm_timeout", "--comm-timeout"},
     {"config", "--config"},
     {"cpu_memory_bytes", "--cpu-mem-gb"},
+    {"cuda_graph", "--cuda-graph"},
     {"d_model", "--d-model"},
     {"detect_anomaly", "--detect-anomaly"},
     {"device", "--device"},
+    {"dropout", "--dropout"},
     {"finetune", "--finetune"},
     {"fp32_optimizer_state", "--fp32-optimizer-state"},
     {"gen_len", "--gen-len"},
@@ -54,6 +56,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 52> kFlags{{
     {"peak_flops_per_s", "--peak-tflops"},
     {"pp", "--pp"},
     {"precision", "--precision"},
+    {"profile", "--profile"},
     {"profile_force", "--profile-force"},
     {"prompt_len", "--prompt-len"},
     {"resume", "--resume"},

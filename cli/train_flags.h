@@ -41,10 +41,11 @@ struct TrainFlags {
     std::string offload = "none";
     bool paged_optimizer = false;
     std::string finetune = "full";
-    double dropout = -1;          // < 0: the model config's
-    std::int64_t lora_rank = 64;  // the QLoRA paper's, as napkin estimate's
-    float lora_alpha = 0;         // 0: the rank (a scale of 1)
-    std::string fusion = "on";    // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
+    double dropout = -1;              // < 0: the model config's
+    std::int64_t lora_rank = 64;      // the QLoRA paper's, as napkin estimate's
+    float lora_alpha = 0;             // 0: the rank (a scale of 1)
+    std::string fusion = "on";        // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
+    std::string cuda_graph = "auto";  // TrainOptions::cuda_graph: auto|on|off
 };
 
 // What validation decided: the run's options, where it continues from and where it writes.
@@ -57,6 +58,9 @@ struct RunSetup {
     LoadStrategy load_strategy = LoadStrategy::sequential;
     ProfileSteps profile;
     std::filesystem::path run_dir, out_dir;
+    // --cuda-graph: why the step is not captured, flags named ("" when it is): `off` asked, or
+    // what auto found the capture cannot hold (report.json's run.cuda_graph_off).
+    std::string cuda_graph_off;
 };
 
 // Checks the flags and decides the run: its options (a resumed run's from its checkpoint, which

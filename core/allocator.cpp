@@ -1,9 +1,11 @@
 #include "core/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iomanip>
 #include <new>
 #include <sstream>
+#include <utility>
 
 #include "core/check.h"
 
@@ -69,14 +71,17 @@ void HostMemory::release_cache_locked() noexcept {
     cached_bytes_ = 0;
 }
 
-AccountingAllocator::AccountingAllocator(RawMemory& raw) : raw_(raw), start_(std::chrono::steady_clock::now()) {
+AccountingAllocator::AccountingAllocator(RawMemory& raw)
+    : raw_(raw), start_(std::chrono::steady_clock::now()) {
     names_.emplace_back("");  // id 0: unnamed
 }
 
 AccountingAllocator::~AccountingAllocator() = default;
 
 std::int64_t AccountingAllocator::now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                start_)
+        .count();
 }
 
 std::uint32_t AccountingAllocator::intern(std::string_view name) {
@@ -88,7 +93,8 @@ std::uint32_t AccountingAllocator::intern(std::string_view name) {
     return id;
 }
 
-MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory category, std::size_t bytes) {
+MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory category,
+                                       std::size_t bytes) {
     MemBlock b;
     b.category = category;
     if (bytes == 0) return b;
@@ -109,8 +115,10 @@ MemBlock AccountingAllocator::allocate(std::string_view name, MemCategory catego
     current_total_ += n;
     if (current_total_ > peak_total_) peak_total_ = current_total_;
     ++live_;
-    if (record_events_) {
-        events_.push_back(MemEvent{now_ns(), n, reinterpret_cast<std::uint64_t>(p), b.name_id, category});
+    if (record_events_ || taping_) {
+        const MemEvent e{now_ns(), n, reinterpret_cast<std::uint64_t>(p), b.name_id, category};
+        if (record_events_) events_.push_back(e);
+        if (taping_) tape_.push_back(e);
     }
     return b;
 }
@@ -142,12 +150,41 @@ void AccountingAllocator::free(MemBlock& b) noexcept {
         current_[c] -= n;
         current_total_ -= n;
         --live_;
-        if (record_events_) {
-            events_.push_back(MemEvent{now_ns(), -n, reinterpret_cast<std::uint64_t>(b.ptr), b.name_id, b.category});
+        if (record_events_ || taping_) {
+            const MemEvent e{now_ns(), -n, reinterpret_cast<std::uint64_t>(b.ptr), b.name_id,
+                             b.category};
+            if (record_events_) events_.push_back(e);
+            if (taping_) tape_.push_back(e);
         }
     }
     raw_.deallocate(b.ptr, b.bytes);
     b = MemBlock{};
+}
+
+void AccountingAllocator::begin_tape() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    taping_ = true;
+    tape_.clear();
+}
+
+std::vector<MemEvent> AccountingAllocator::end_tape() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    taping_ = false;
+    return std::move(tape_);
+}
+
+void AccountingAllocator::replay(const std::vector<MemEvent>& tape) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const MemEvent& e : tape) {
+        const auto c = static_cast<std::size_t>(e.category);
+        current_[c] += e.bytes;
+        peak_[c] = std::max(peak_[c], current_[c]);
+        current_total_ += e.bytes;
+        peak_total_ = std::max(peak_total_, current_total_);
+        live_ += e.bytes > 0 ? 1 : -1;
+        if (record_events_)
+            events_.push_back(MemEvent{now_ns(), e.bytes, e.address, e.name_id, e.category});
+    }
 }
 
 void AccountingAllocator::set_record_events(bool on) {

@@ -23,15 +23,15 @@
 namespace napkin {
 
 enum class MemCategory : std::uint8_t {
-    parameters,       // working weights (and frozen base weights)
-    master_weights,   // fp32 master copies under mixed precision
+    parameters,      // working weights (and frozen base weights)
+    master_weights,  // fp32 master copies under mixed precision
     gradients,
     optimizer_state,
-    activations,      // tensors kept for backward
-    temporaries,      // workspace, activation gradients, scratch
-    communication,    // collective buffers
-    data,             // token batches
-    kv_cache,         // napkin generate's keys and values of every position (training: none)
+    activations,    // tensors kept for backward
+    temporaries,    // workspace, activation gradients, scratch
+    communication,  // collective buffers
+    data,           // token batches
+    kv_cache,       // napkin generate's keys and values of every position (training: none)
 };
 inline constexpr std::size_t kMemCategoryCount = 9;
 inline constexpr std::array kMemCategoryNames = {
@@ -123,6 +123,14 @@ public:
     // Starts a new peak window (e.g. per training step): peaks become the current values.
     void reset_peaks();
 
+    // A tape of the allocations and frees between begin_tape and end_tape, for work run once and
+    // then repeated without its host code (a micro-batch captured into a CUDA graph, whose
+    // launches reuse the addresses it was captured with): replay applies the same sequence to
+    // the counts and peaks (and to the events while they are recorded), touching no memory.
+    void begin_tape();
+    std::vector<MemEvent> end_tape();
+    void replay(const std::vector<MemEvent>& tape);
+
     // Events are recorded from construction until turned off; a run that is not profiled turns
     // them off (and drops what it has) so that they do not grow with every step.
     void set_record_events(bool on);
@@ -148,7 +156,9 @@ private:
     std::int64_t peak_total_ = 0;
     std::int64_t live_ = 0;
     bool record_events_ = true;
+    bool taping_ = false;
     std::vector<MemEvent> events_;
+    std::vector<MemEvent> tape_;
     std::vector<std::string> names_;
     std::unordered_map<std::string, std::uint32_t> name_ids_;
 };

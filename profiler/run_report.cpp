@@ -71,6 +71,8 @@ void to_json(json& j, const RunOptions& o) {
          {"device", o.device}};
     put(j, "data_entropy_nats", o.data_entropy_nats);
     put(j, "offload", o.offload);
+    put(j, "cuda_graph", o.cuda_graph);
+    put(j, "cuda_graph_off", o.cuda_graph_off);
 }
 
 void to_json(json& j, const InitReport& i) {

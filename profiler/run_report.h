@@ -51,6 +51,11 @@ struct RunOptions {
     std::string device;                       // "cpu", or "cuda: <the device's name>"
     std::optional<double> data_entropy_nats;  // the synthetic corpus's, the loss it tends to
     std::optional<std::string> offload;       // "optimizer" under --offload optimizer
+    // CUDA runs: whether each micro-batch ran as a CUDA graph (--cuda-graph), and when not, why
+    // ("--cuda-graph off", or what auto found the capture cannot hold). Absent on the CPU and in
+    // reports written before them.
+    std::optional<bool> cuda_graph;
+    std::optional<std::string> cuda_graph_off;
     bool operator==(const RunOptions&) const = default;
 };
 

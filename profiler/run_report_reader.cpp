@@ -66,6 +66,8 @@ RunOptions read_run(const JsonField& o) {
     r.device = o["device"].string();
     r.data_entropy_nats = o["data_entropy_nats"].optional(number);
     r.offload = o["offload"].optional(text);
+    r.cuda_graph = o["cuda_graph"].optional(&JsonField::boolean);
+    r.cuda_graph_off = o["cuda_graph_off"].optional(text);
     return r;
 }
 
@@ -147,10 +149,9 @@ Measurement read_measured(const JsonField& o) {
                             d["total_bytes"].integer<std::uint64_t>()};
     });
     m.paged_optimizer = o["paged_optimizer"].optional([](const JsonField& g) {
-        return PagedMeasurement{g["state_bytes"].integer<std::int64_t>(),
-                                g["to_device_bytes_per_step"].number(),
-                                g["to_host_bytes_per_step"].number(),
-                                g["traffic_seconds_per_step"].number()};
+        return PagedMeasurement{
+            g["state_bytes"].integer<std::int64_t>(), g["to_device_bytes_per_step"].number(),
+            g["to_host_bytes_per_step"].number(), g["traffic_seconds_per_step"].number()};
     });
     return m;
 }

@@ -13,6 +13,8 @@
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
 #   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
+#   scripts/gpu_check.sh graph        # GPT-2 B 8 with --cuda-graph off vs on: tokens/s, the
+#                                     # driver's memory for the graphs, the graph tests
 #   scripts/gpu_check.sh decode       # flash-decoding: its tests, decode_attention_bench, and
 #                                     # napkin generate on GPT-2 with --flash-decoding off vs on
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
@@ -337,6 +339,45 @@ PY
     done
 }
 
+# CUDA graphs (issue 20; docs/CUDA.md "CUDA graphs"): the graph tests on this GPU, then GPT-2
+# bf16-amp at B 8 with --cuda-graph off and on, alternated (off, on, off, on) so a drift hits
+# both; each run's median host step (steps after the first 3: the capture is step 2) as tokens/s,
+# the on/off ratio, and the device memory the driver took for the graphs (cudaMemGetInfo before
+# each capture and after its instantiation, printed by napkin train).
+do_graph() {
+    need_build graph || return 0
+    local n="$b/cli/napkin" i g dir
+    step graph_tests "$b/tests/engine_cuda_test" --gtest_filter='*CudaGraph*' \
+        --gtest_output="xml:$out/graph_tests.xml"
+    for i in 1 2; do
+        for g in off on; do
+            dir="$out/graph/b8-$g-$i"
+            step "graph_b8_${g}_$i" "$n" train --device cuda --model gpt2 --micro-batch 8 \
+                --seq-len 1024 --precision bf16-amp --steps 12 --force --cuda-graph "$g" \
+                --out "$dir" >"$out/graph_b8_${g}_$i.stdout" 2>&1
+            grep -h "cuda graphs:" "$out/graph_b8_${g}_$i.stdout"
+            rm -f "$dir/checkpoint.safetensors"
+        done
+    done
+    python3 - "$out/graph" <<'PY' | tee "$out/graph_summary.txt"
+import json, os, statistics, sys
+root = sys.argv[1]
+def tokens_per_s(run):
+    try:
+        with open(os.path.join(root, run, "report.json")) as f:
+            steps = json.load(f)["steps"][3:]
+        return statistics.median(s["tokens_per_s"] for s in steps)
+    except (OSError, KeyError, ValueError, ZeroDivisionError):
+        return None
+t = {g: [tokens_per_s(f"b8-{g}-{i}") for i in (1, 2)] for g in ("off", "on")}
+if any(v is None for v in t["off"] + t["on"]):
+    print("B 8: a run is missing")
+else:
+    off, on = max(t["off"]), max(t["on"])
+    print(f"GPT-2 B 8 bf16-amp: --cuda-graph off {off:,.0f} tokens/s, on {on:,.0f}; on/off {on / off:.3f}")
+PY
+}
+
 # The flash attention in one call (issue 20): its kernel tests, its speed against SDPA on a quiet
 # GPU, and compute-sanitizer's memcheck, racecheck and synccheck on the mma.sync kernels
 # (kernels/cuda/attention_fa2_*.cu) over the test of their shapes, bf16 (fp16 runs the same code).
@@ -502,14 +543,15 @@ case "$what" in
     gpt2) do_gpt2 ;;
     attention) do_attention ;;
     fusion) do_fusion ;;
+    graph) do_graph ;;
     decode) do_decode ;;
     predict) do_predict ;;
     anomaly) do_anomaly ;;
     paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|graph|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

@@ -13,6 +13,8 @@
 #   BUDGET=300 scripts/gpu_session.sh predict      # calibrate, predicted vs measured, anomaly cost
 #   BUDGET=300 scripts/gpu_session.sh fusion       # GPT-2 B 8 and B 64, --fusion off vs on, the
 #                                                  # fused GEMM tests, a profiled step of each
+#   BUDGET=240 scripts/gpu_session.sh graph        # --cuda-graph off vs on: GPT-2 B 8 tokens/s, the
+#                                                  # driver's memory for the graphs, their tests
 #   BUDGET=200 scripts/gpu_session.sh paged        # --paged-optimizer: device peak, page traffic
 #   BUDGET=240 scripts/gpu_session.sh decode       # flash-decoding: its tests, decode_attention_bench
 #                                                  # (split vs single pass), generate off vs on
@@ -67,13 +69,14 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in attention|predict|fusion|decode|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|predict|fusion|graph|decode|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
 has attention && phase attention 180 attention
 has predict && phase predict 200 predict
 has fusion && phase fusion 120 fusion
+has graph && phase graph 120 graph
 has decode && phase decode 150 decode
 has anomaly && phase anomaly 150 anomaly
 has paged && phase paged 150 paged

@@ -177,6 +177,11 @@ CudaEngineApi make_api() {
     a.pinned_allocate = &cuda::pinned_allocate;
     a.pinned_free = &cuda::pinned_free;
     a.stream_wait_event = &cuda::stream_wait_event;
+    // CUDA graphs
+    a.graph_begin_capture = &cuda::graph_begin_capture;
+    a.graph_end_capture = &cuda::graph_end_capture;
+    a.graph_launch = &cuda::graph_launch;
+    a.graph_destroy = &cuda::graph_destroy;
     return a;
 }
 

@@ -25,6 +25,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/cuda_events.h"
+#include "core/cuda/cuda_graph.h"
 #include "core/cuda/cupti_activity.h"
 #include "core/cuda/nccl_ops.h"
 #include "core/half.h"
@@ -59,7 +60,7 @@ struct CudaFp8KernelTable {
     // clang-format on
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 13;
+inline constexpr int kNapkinCudaEngineApiVersion = 14;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -152,6 +153,11 @@ struct CudaEngineApi {
     void* (*pinned_allocate)(std::size_t bytes) = nullptr;
     void (*pinned_free)(void* ptr) noexcept = nullptr;
     decltype(&cuda::stream_wait_event) stream_wait_event = nullptr;
+    // ---- CUDA graphs (core/cuda/cuda_graph.h; napkin train --cuda-graph) -------------------
+    decltype(&cuda::graph_begin_capture) graph_begin_capture = nullptr;
+    decltype(&cuda::graph_end_capture) graph_end_capture = nullptr;
+    decltype(&cuda::graph_launch) graph_launch = nullptr;
+    decltype(&cuda::graph_destroy) graph_destroy = nullptr;
 };
 
 // The table for storage type T.

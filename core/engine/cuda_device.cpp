@@ -135,6 +135,22 @@ private:
     std::array<cuda::CudaEvent*, 2> copied_{}, released_{};
 };
 
+// A captured graph (core/cuda/cuda_graph.h), launched on the engine's stream.
+class CudaDeviceGraph final : public DeviceGraph {
+public:
+    CudaDeviceGraph(const CudaEngineApi& api, CUstream_st* stream, cuda::CudaGraph* graph)
+        : api_(api), stream_(stream), graph_(graph) {}
+    ~CudaDeviceGraph() override { api_.graph_destroy(graph_); }
+    CudaDeviceGraph(const CudaDeviceGraph&) = delete;
+    CudaDeviceGraph& operator=(const CudaDeviceGraph&) = delete;
+    void launch() override { api_.graph_launch(graph_, stream_); }
+
+private:
+    const CudaEngineApi& api_;
+    CUstream_st* stream_ = nullptr;
+    cuda::CudaGraph* graph_ = nullptr;
+};
+
 class CudaEngineDevice final : public EngineDevice {
 public:
     CudaEngineDevice(const CudaEngineApi& api, int index) : api_(api) {
@@ -291,6 +307,11 @@ public:
     void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                           DType state_dtype) override {
         api_.optimizer_update(h, tensors, count, state_dtype, stream_);
+    }
+    bool can_capture() const override { return true; }
+    void begin_capture() override { api_.graph_begin_capture(stream_); }
+    std::unique_ptr<DeviceGraph> end_capture() override {
+        return std::make_unique<CudaDeviceGraph>(api_, stream_, api_.graph_end_capture(stream_));
     }
     RawMemory* paged_memory() override {
         if (paged_ == nullptr) paged_ = api_.paged_memory_create();

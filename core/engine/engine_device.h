@@ -46,6 +46,14 @@ public:
     virtual void release(int slot) noexcept = 0;
 };
 
+// Device work captured once and launched as one (a CUDA graph; docs/CUDA.md "CUDA graphs"),
+// queued on the engine's stream in order with the rest of its work.
+class DeviceGraph {
+public:
+    virtual ~DeviceGraph() = default;
+    virtual void launch() = 0;
+};
+
 class EngineDevice {
 public:
     virtual ~EngineDevice() = default;
@@ -109,6 +117,15 @@ public:
                                 StepScalars* gate) = 0;
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
+
+    // CUDA graphs (napkin train --cuda-graph): between begin_capture and end_capture, the work
+    // queued on the engine's stream is recorded, not run, and anything that would wait for the
+    // device, allocate device memory or use another stream without joining fails; the graph
+    // end_capture returns runs that work at each launch(), reading and writing the addresses it
+    // was captured with. can_capture: whether the device has graphs (else end_capture is null).
+    virtual bool can_capture() const { return false; }
+    virtual void begin_capture() {}
+    virtual std::unique_ptr<DeviceGraph> end_capture() { return nullptr; }
 
     // Paged memory (napkin train --paged-optimizer, QLoRA's paged optimizer): raw memory the
     // device can page out to the host (CUDA managed memory preferred on the host), for an

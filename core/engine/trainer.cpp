@@ -48,6 +48,24 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 
 }  // namespace
 
+std::string cuda_graph_refusal(const TrainOptions& o, int world, bool profiling) {
+    if (o.device != DeviceKind::cuda) return "{device} cpu: graphs are CUDA's";
+    if (world > 1 || o.zero > 0 || o.offload_optimizer)
+        return "{zero}: data parallelism's collectives and the ZeRO engine's host reads are not "
+               "captured";
+    if (o.plan.detect_anomaly) return "{detect_anomaly} reads every micro-batch's results";
+    if (o.paged_optimizer)
+        return "{paged_optimizer} moves the optimizer state's pages around each update";
+    if (o.model.dropout > 0)
+        return "{dropout}: each micro-batch's mask seed is a kernel argument a graph would freeze";
+    if (o.plan.precision == Precision::fp16_amp)
+        return "{precision} fp16-amp: the loss scale is a kernel argument that changes on overflow";
+    if (profiling)
+        return "{profile}: the profiler names each kernel by the launch call that a graph launch "
+               "replaces";
+    return "";
+}
+
 Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string& build_id,
                  const std::function<void(Gpt&)>& init_weights,
                  std::unique_ptr<EngineDevice> device)
@@ -140,6 +158,13 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     if (device_ != nullptr && zero_ == nullptr && !opts_.plan.detect_anomaly) {
         scalars_ = model_->step_scalars();
         if (scalars_ != nullptr) model_->defer_loss(true);
+    }
+    if (opts_.cuda_graph) {
+        const std::string why =
+            cuda_graph_refusal(opts_, parallel ? comm_->world_size() : 1, false);
+        if (!why.empty()) throw UsageError("{cuda_graph} on: " + why);
+        NAPKIN_ASSERT(device_->can_capture() && scalars_ != nullptr,
+                      "CUDA graphs need a device that captures and the step's scalars on it");
     }
     kernel_name_ = std::string(enum_name(kOptimizerNames, opts_.plan.optimizer)) + "_update";
 }
@@ -251,8 +276,12 @@ double Trainer::run_micro_batches(int world, int rank) {
                                              static_cast<std::uint64_t>(opts_.grad_accum * world) +
                                          static_cast<std::uint64_t>(micro)));
         try {
-            const float loss = model_->forward_backward(in, tg, dloss);
-            if (scalars_ == nullptr) loss_sum += loss;
+            if (opts_.cuda_graph) {
+                forward_backward_graphed(in, tg, dloss);
+            } else {
+                const float loss = model_->forward_backward(in, tg, dloss);
+                if (scalars_ == nullptr) loss_sum += loss;
+            }
         } catch (AnomalyFound& e) {  // the engine knows the op; the step is the loop's
             e.anomaly().step = step_;
             e.anomaly().micro_batch = micro;
@@ -260,6 +289,44 @@ double Trainer::run_micro_batches(int world, int rank) {
         }
     }
     return loss_sum;
+}
+
+void Trainer::forward_backward_graphed(const std::int32_t* in, const std::int32_t* tg,
+                                       float dloss) {
+    if (!warmed_up_) {
+        model_->forward_backward(in, tg, dloss);
+        return;
+    }
+    // Each slot's device buffers have their own addresses, which its graph reads.
+    SlotGraph& g = graphs_[uploads_ != nullptr ? static_cast<std::size_t>(slot_) : 0];
+    if (g.graph != nullptr && g.live_bytes != alloc_.current_total_bytes()) {
+        for (SlotGraph& stale : graphs_)  // the memory under them moved: capture both again
+            stale = SlotGraph{};
+    }
+    if (g.graph == nullptr) {
+        const std::uint64_t driver_before = device_->memory_use().used_bytes;
+        g.live_bytes = alloc_.current_total_bytes();
+        alloc_.begin_tape();
+        device_->begin_capture();
+        try {
+            model_->forward_backward(in, tg, dloss);
+        } catch (...) {
+            alloc_.end_tape();
+            try {
+                device_->end_capture();  // ends the stream's capture; the failure is the first's
+            } catch (const std::exception&) {
+            }
+            throw;
+        }
+        g.graph = device_->end_capture();
+        g.tape = alloc_.end_tape();
+        ++graphs_captured_;
+        graph_driver_bytes_ += static_cast<std::int64_t>(device_->memory_use().used_bytes) -
+                               static_cast<std::int64_t>(driver_before);
+    } else {
+        alloc_.replay(g.tape);  // the counts and peaks of the work the launch does
+    }
+    g.graph->launch();
 }
 
 // fp16-amp's loss scaler: halve on a skipped (overflowed) step, double after loss_scale_window
@@ -356,6 +423,7 @@ StepRecord Trainer::step() {
                          ": the loss is not finite; training stopped");
     }
     ++step_;
+    warmed_up_ = true;
     return r;
 }
 

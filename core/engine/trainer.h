@@ -44,6 +44,10 @@ struct TrainOptions {
     // (EngineDevice::batch_uploads; the same results bit for bit). Off: each batch queued on the
     // engine's stream from pageable memory, one device buffer (tests compare the two).
     bool copy_stream = true;
+    // On CUDA: each micro-batch's forward and backward captured into a CUDA graph (one per batch
+    // slot) at the second step and launched as one from then on; the same results bit for bit
+    // (docs/CUDA.md "CUDA graphs"). Only where cuda_graph_refusal() finds nothing.
+    bool cuda_graph = false;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
     // local rank; core/engine/engine_device.h).
@@ -53,6 +57,13 @@ struct TrainOptions {
     float loss_scale_init = 65536.0f;
     int loss_scale_window = 200;
 };
+
+// Why the step of `o` on `world` ranks cannot be captured into CUDA graphs ("" when it can),
+// naming the setting by field: what the graph would freeze that changes from one micro-batch or
+// step to the next (a kernel argument: dropout's seed, fp16-amp's loss scale), or what waits for
+// the device or for other ranks inside a micro-batch. `profiling`: the profiler attributes kernels
+// to ops by the launch calls a graph launch replaces (napkin train --profile).
+std::string cuda_graph_refusal(const TrainOptions& o, int world, bool profiling);
 
 struct StepRecord {
     int step = 0;
@@ -108,6 +119,11 @@ public:
     // abandons the step (StepAbandoned), so a stop request never waits for G micro-batches.
     void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
     int steps_done() const { return step_; }
+    // CUDA graphs (TrainOptions::cuda_graph): captured so far, and the device memory their
+    // instantiation took as cudaMemGetInfo saw it (the accounting allocator's counts none: graphs
+    // of kernels, copies and sets allocate nothing of napkin's).
+    int cuda_graphs_captured() const { return graphs_captured_; }
+    std::int64_t cuda_graph_driver_bytes() const { return graph_driver_bytes_; }
 
     AccountingAllocator& allocator() { return alloc_; }
     // Host memory of the run's model state: the offloaded optimizer's (empty without --offload).
@@ -146,6 +162,10 @@ public:
 
 private:
     double run_micro_batches(int world, int rank);
+    // One micro-batch's forward and backward on the device, as a CUDA graph where the run has them
+    // (TrainOptions::cuda_graph): the first step runs as is, filling the caching allocator's pools
+    // (a capture cannot allocate); then each batch slot's work is captured once and launched.
+    void forward_backward_graphed(const std::int32_t* in, const std::int32_t* tg, float dloss);
     // Micro-batch `micro`'s tokens into host memory, then (on a device) into device memory:
     // false when another rank runs it. in and tg point at the batch the model reads.
     bool load_batch(int micro, int rank, std::int32_t*& in, std::int32_t*& tg);
@@ -177,6 +197,18 @@ private:
     int slot_ = 0;                           // the next uploaded micro-batch's slot
     StepScalars* scalars_ =
         nullptr;  // the model's, in device memory, when the step is queued whole
+    // CUDA graphs, one per batch slot: the graph, the allocator's tape of its capture (replayed
+    // at each launch) and the live bytes at its capture (a change means another layout: recapture).
+    struct SlotGraph {
+        std::unique_ptr<DeviceGraph> graph;
+        std::vector<MemEvent> tape;
+        std::int64_t live_bytes = 0;
+    };
+    std::array<SlotGraph, 2> graphs_;
+    bool warmed_up_ = false;  // a step ran in this process (the graphs' warm-up)
+    int graphs_captured_ = 0;
+    std::int64_t graph_driver_bytes_ =
+        0;  // device memory the driver took for them (cudaMemGetInfo)
     int step_ = 0;
     float loss_scale_ = 1.0f;
     int good_steps_ = 0;

@@ -701,6 +701,8 @@ TEST(TrainCli, BadInput) {
                  "--profile steps:5-10: this run trains steps 1-3", out);
     expect_error("train --device tpu", 2, "--device", out);
     expect_error("train --overlap maybe", 2, "--overlap: unknown value 'maybe' (expected auto|on|off)", out);
+    expect_error("train --cuda-graph maybe", 2, "--cuda-graph: unknown value 'maybe' (expected auto|on|off)", out);
+    expect_error("train --device cpu --cuda-graph on", 2, "--cuda-graph on: --device cpu: graphs are CUDA's", out);
     expect_error("train --offload disk", 2, "--offload: unknown value 'disk' (expected none|optimizer)", out);
     expect_error("train --offload optimizer+params", 2, "napkin train offloads the optimizer only", out);
     expect_error("train --device cpu --zero 1 --offload optimizer", 2, "--offload optimizer: needs --device cuda", out);

@@ -105,6 +105,37 @@ TEST(AccountingAllocator, RecordingOffKeepsTheCountsAndClearDropsTheEvents) {
     EXPECT_EQ(a.current_total_bytes(), 0);
 }
 
+// A micro-batch captured into a CUDA graph runs its host code once: the tape of its allocations
+// and frees, replayed at each launch, gives the counts and peaks (and events) as if it ran again.
+TEST(AccountingAllocator, ATapeReplaysTheCountsAndPeaksOfWhatItRecorded) {
+    HostMemory host;
+    AccountingAllocator a(host);
+    MemBlock w = a.allocate("wte", MemCategory::parameters, 100);
+    a.begin_tape();
+    MemBlock act = a.allocate("h.0.ln_1.out", MemCategory::activations, 40);
+    MemBlock tmp = a.allocate("grad.wide", MemCategory::temporaries, 30);
+    a.free(act);
+    a.free(tmp);
+    const std::vector<MemEvent> tape = a.end_tape();
+    ASSERT_EQ(tape.size(), 4u);
+    MemBlock after = a.allocate("not on the tape", MemCategory::temporaries, 5);
+    a.free(after);
+    a.reset_peaks();
+    const std::size_t events = a.events().size();
+    a.replay(tape);
+    EXPECT_EQ(a.peak_bytes(MemCategory::activations), 40);
+    EXPECT_EQ(a.peak_bytes(MemCategory::temporaries), 30);
+    EXPECT_EQ(a.peak_total_bytes(), 170);
+    EXPECT_EQ(a.current_total_bytes(), 100);
+    EXPECT_EQ(a.live_blocks(), 1);
+    ASSERT_EQ(a.events().size(), events + 4);
+    for (std::size_t i = 0; i < tape.size(); ++i) {
+        EXPECT_EQ(a.events()[events + i].bytes, tape[i].bytes);
+        EXPECT_EQ(a.events()[events + i].name_id, tape[i].name_id);
+    }
+    a.free(w);
+}
+
 TEST(AccountingAllocator, EventsRecordEveryAllocAndFree) {
     HostMemory host;
     AccountingAllocator a(host);
@@ -151,7 +182,8 @@ TEST(AccountingAllocator, RandomSequenceBalances) {
         ASSERT_EQ(a.current_total_bytes(), expected);
     }
     EXPECT_EQ(a.peak_total_bytes(), expected_peak);
-    for (auto& b : live) a.free(b);
+    for (auto& b : live)
+        a.free(b);
     EXPECT_EQ(a.current_total_bytes(), 0);
 }
 

@@ -299,6 +299,74 @@ bool on_device(const void* p, std::int64_t rows, std::int64_t cols, std::int64_t
     return napkin::emu::is_device_memory(p, static_cast<std::size_t>(elements) * element);
 }
 
+// The GEMM itself: D = alpha op(A) op(B) + beta D with the epilogue, as cublasLtMatmul's
+// checks let it through. alpha and beta are the host values read at the call (host pointer
+// mode: the library reads them then, a capture included); the fp8 scales are device memory,
+// read when the GEMM runs.
+void emulated_gemm(const MatmulDesc* op, const Layout* la, const Layout* lb, const Layout* ld,
+                   const void* A, const void* B, void* D, float alpha_host, float beta_host) {
+    const std::uint32_t e = op->epilogue;
+    const napkin::emu::DeviceAccess access;
+    const std::int64_t m = ld->rows, n = ld->cols;
+    const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
+    const std::int64_t k = ta ? la->rows : la->cols;
+    const bool tf32 = op->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    const auto input = [tf32](float x) { return tf32 ? round_to_tf32(x) : x; };
+    // op(A) row by row and op(B) column by column, widened to fp32: a_rows (m, k), b_cols (n, k).
+    std::vector<float> a_rows(static_cast<std::size_t>(m * k)),
+        b_cols(static_cast<std::size_t>(n * k));
+    for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t p = 0; p < k; ++p)
+            a_rows[i * k + p] = input(load(A, la->type, ta ? p + i * la->ld : i + p * la->ld));
+    for (std::int64_t j = 0; j < n; ++j)
+        for (std::int64_t p = 0; p < k; ++p)
+            b_cols[j * k + p] = input(load(B, lb->type, tb ? j + p * lb->ld : p + j * lb->ld));
+
+    // fp8: the product's factor alpha scale_a scale_b (an unset scale is 1).
+    const auto factor = [](const void* p) {
+        return p != nullptr ? *static_cast<const float*>(p) : 1.0f;
+    };
+    const float alpha_f = alpha_host * factor(op->a_scale) * factor(op->b_scale);
+    const float beta_f = beta_host;
+    // DGELU_BGRAD's bias gradient: row i's sum over the columns of the fp32 values D is rounded
+    // from, in column order (cublasLt.h does not say whether it sums before or after rounding;
+    // the CPU twin, kernels/cpu/matmul.cpp, sums the same fp32 values).
+    std::vector<float> row_sums(
+        e == CUBLASLT_EPILOGUE_DGELU_BGRAD ? static_cast<std::size_t>(m) : 0, 0.0f);
+    for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t i = 0; i < m; ++i) {
+            float acc = 0.0f;
+            for (std::int64_t p = 0; p < k; ++p)
+                acc += a_rows[i * k + p] * b_cols[j * k + p];
+            float v = alpha_f * acc;
+            // With beta == 0, C is not read (cuBLAS's rule), so NaN in an output buffer stays out.
+            if (beta_f != 0.0f) v += beta_f * load(D, ld->type, i + j * ld->ld);
+            if (has_bias(e)) v += load(op->bias, ld->type, i);
+            if (has_aux(e)) store(op->aux, ld->type, i + j * op->aux_ld, v);
+            if (has_gelu(e)) v = gelu_tanh(v);
+            if (has_dgelu(e)) v *= gelu_tanh_grad(load(op->aux, ld->type, i + j * op->aux_ld));
+            if (!row_sums.empty()) row_sums[static_cast<std::size_t>(i)] += v;
+            store(D, ld->type, i + j * ld->ld, v);
+        }
+    }
+    // The bias gradients, each rounded once into D's type: DGELU_BGRAD's row sums of the output;
+    // BGRADA's of op(A) (m, k) and BGRADB's of op(B) (k, n), summed over k in order.
+    void* bgrad = const_cast<void*>(op->bias);
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        for (std::int64_t i = 0; i < m; ++i)
+            store(bgrad, ld->type, i, row_sums[static_cast<std::size_t>(i)]);
+    } else if (e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB) {
+        const bool on_a = e == CUBLASLT_EPILOGUE_BGRADA;
+        const std::vector<float>& rows = on_a ? a_rows : b_cols;
+        for (std::int64_t i = 0; i < (on_a ? m : n); ++i) {
+            float sum = 0.0f;
+            for (std::int64_t p = 0; p < k; ++p)
+                sum += rows[i * k + p];
+            store(bgrad, ld->type, i, sum);
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -488,68 +556,29 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                       "A, B, D, bias, aux, workspace or a scale not inside one device allocation "
                       "(a host pointer, or a layout running past the allocation's end)");
 
-    const napkin::emu::DeviceAccess access;
-    const std::int64_t m = ld->rows, n = ld->cols;
-    const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
-    const std::int64_t k = ta ? la->rows : la->cols;
-    const bool tf32 = op->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-    const auto input = [tf32](float x) { return tf32 ? round_to_tf32(x) : x; };
-    // op(A) row by row and op(B) column by column, widened to fp32: a_rows (m, k), b_cols (n, k).
-    std::vector<float> a_rows(static_cast<std::size_t>(m * k)),
-        b_cols(static_cast<std::size_t>(n * k));
-    for (std::int64_t i = 0; i < m; ++i)
-        for (std::int64_t p = 0; p < k; ++p)
-            a_rows[i * k + p] = input(load(A, la->type, ta ? p + i * la->ld : i + p * la->ld));
-    for (std::int64_t j = 0; j < n; ++j)
-        for (std::int64_t p = 0; p < k; ++p)
-            b_cols[j * k + p] = input(load(B, lb->type, tb ? j + p * lb->ld : p + j * lb->ld));
-
-    // fp8: the product's factor alpha scale_a scale_b (an unset scale is 1).
-    const auto factor = [](const void* p) {
-        return p != nullptr ? *static_cast<const float*>(p) : 1.0f;
+    // Copies of the descriptors and the host scalars: on a capturing stream the GEMM runs at
+    // each launch of the graph, when the descriptors may be gone.
+    const MatmulDesc op_v = *op;
+    const Layout la_v = *la, lb_v = *lb, ld_v = *ld;
+    const float alpha_v = *static_cast<const float*>(alpha),
+                beta_v = *static_cast<const float*>(beta);
+    napkin::emu::Work work = [=](std::uint32_t correlation) {
+        const std::uint64_t t0 = napkin::emu::trace::now();
+        emulated_gemm(&op_v, &la_v, &lb_v, &ld_v, A, B, D, alpha_v, beta_v);
+        napkin::emu::trace::kernel(correlation, "cublasLt_emulated_gemm", dim3(1), dim3(1), 0,
+                                   stream, t0, napkin::emu::trace::now());
     };
-    const float alpha_f =
-        *static_cast<const float*>(alpha) * factor(op->a_scale) * factor(op->b_scale);
-    const float beta_f = *static_cast<const float*>(beta);
-    // DGELU_BGRAD's bias gradient: row i's sum over the columns of the fp32 values D is rounded
-    // from, in column order (cublasLt.h does not say whether it sums before or after rounding;
-    // the CPU twin, kernels/cpu/matmul.cpp, sums the same fp32 values).
-    std::vector<float> row_sums(
-        e == CUBLASLT_EPILOGUE_DGELU_BGRAD ? static_cast<std::size_t>(m) : 0, 0.0f);
-    for (std::int64_t j = 0; j < n; ++j) {
-        for (std::int64_t i = 0; i < m; ++i) {
-            float acc = 0.0f;
-            for (std::int64_t p = 0; p < k; ++p)
-                acc += a_rows[i * k + p] * b_cols[j * k + p];
-            float v = alpha_f * acc;
-            // With beta == 0, C is not read (cuBLAS's rule), so NaN in an output buffer stays out.
-            if (beta_f != 0.0f) v += beta_f * load(D, ld->type, i + j * ld->ld);
-            if (has_bias(e)) v += load(op->bias, ld->type, i);
-            if (has_aux(e)) store(op->aux, ld->type, i + j * op->aux_ld, v);
-            if (has_gelu(e)) v = gelu_tanh(v);
-            if (has_dgelu(e)) v *= gelu_tanh_grad(load(op->aux, ld->type, i + j * op->aux_ld));
-            if (!row_sums.empty()) row_sums[static_cast<std::size_t>(i)] += v;
-            store(D, ld->type, i + j * ld->ld, v);
-        }
+    cudaError_t refused = cudaSuccess;
+    switch (napkin::emu::route(stream, "cublasLtMatmul", &refused)) {
+        case napkin::emu::Route::refused:
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+        case napkin::emu::Route::record:
+            napkin::emu::record(stream, std::move(work));
+            return CUBLAS_STATUS_SUCCESS;
+        case napkin::emu::Route::run:
+            break;
     }
-    // The bias gradients, each rounded once into D's type: DGELU_BGRAD's row sums of the output;
-    // BGRADA's of op(A) (m, k) and BGRADB's of op(B) (k, n), summed over k in order.
-    void* bgrad = const_cast<void*>(op->bias);
-    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-        for (std::int64_t i = 0; i < m; ++i)
-            store(bgrad, ld->type, i, row_sums[static_cast<std::size_t>(i)]);
-    } else if (e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_BGRADB) {
-        const bool on_a = e == CUBLASLT_EPILOGUE_BGRADA;
-        const std::vector<float>& rows = on_a ? a_rows : b_cols;
-        for (std::int64_t i = 0; i < (on_a ? m : n); ++i) {
-            float sum = 0.0f;
-            for (std::int64_t p = 0; p < k; ++p)
-                sum += rows[i * k + p];
-            store(bgrad, ld->type, i, sum);
-        }
-    }
-    napkin::emu::trace::kernel(call.correlation(), "cublasLt_emulated_gemm", dim3(1), dim3(1), 0,
-                               stream, start, napkin::emu::trace::now());
+    work(call.correlation());
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -92,6 +92,7 @@ void warp_collective(WarpCollective& op, const char* what);
 // (a bad configuration, a deadlock, an exception inside a thread) is printed with the block and
 // thread, and becomes the error cudaGetLastError and the next synchronizing call return.
 // `kernel` is the kernel's address, for the dynamic shared memory cudaFuncSetAttribute allowed it.
+// On a stream that captures (emu_graph.cpp), the launch is recorded and runs at each graph launch.
 void run_kernel(const char* name, const char* file, int line, const void* kernel, dim3 grid,
                 dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
                 const std::function<void()>& body);
@@ -140,8 +141,9 @@ public:
         int index = 0, host = -1;
         ((host < 0 && is_host_pointer(args) ? host = index : 0, ++index), ...);
         if (host >= 0) return refuse_host_pointer(name_, file_, line_, host);
+        // By value: on a capturing stream the launch runs later, at each launch of the graph.
         run_kernel(name_, file_, line_, kernel_, grid_, block_, smem_, stream_,
-                   [&] { kernel(args...); });
+                   [=] { kernel(args...); });
     }
 
 private:

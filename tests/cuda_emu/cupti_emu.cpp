@@ -549,6 +549,9 @@ CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t cbid, con
         NAPKIN_CUPTI_RUNTIME(cudaDeviceSynchronize_v3020)
         NAPKIN_CUPTI_RUNTIME(cudaStreamSynchronize_v3020)
         NAPKIN_CUPTI_RUNTIME(cudaEventSynchronize_v3020)
+        NAPKIN_CUPTI_RUNTIME(cudaStreamBeginCapture_v10000)
+        NAPKIN_CUPTI_RUNTIME(cudaGraphInstantiateWithFlags_v11040)
+        NAPKIN_CUPTI_RUNTIME(cudaGraphLaunch_v10000)
 #undef NAPKIN_CUPTI_RUNTIME
         default:
             return CUPTI_ERROR_INVALID_PARAMETER;

@@ -121,11 +121,60 @@ Event* find_event(cudaEvent_t event, const char* call) {
     return reinterpret_cast<Event*>(event);
 }
 
+// Whether [p, p + bytes) lies inside one cudaHostAlloc allocation.
+bool is_pinned_locked(const void* p, std::size_t bytes) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    auto it = g_pinned.upper_bound(p);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    const auto* start = static_cast<const unsigned char*>(it->first);
+    return c >= start && c + bytes <= start + it->second;
+}
+
+// A copy recorded into a capture: checked now (the pointers against the kind, as copy() does at
+// once), run at each launch of the graph. Host memory must be pinned: the graph reads and writes
+// it at every launch, long after the call returned, which pageable memory staged by the runtime
+// at the call would not give.
+cudaError_t record_copy(std::uint32_t /*correlation*/, void* dst, const void* src,
+                        std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+    bool host_ok = false;
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        const bool dst_dev = is_device(dst, bytes), src_dev = is_device(src, bytes);
+        host_ok =
+            (dst_dev || is_pinned_locked(dst, bytes)) && (src_dev || is_pinned_locked(src, bytes));
+    }
+    if (!host_ok)
+        return unsafe_stream_call(stream,
+                                  "cudaMemcpyAsync of host memory that cudaHostAlloc did not "
+                                  "return (a graph copies it at every launch)");
+    record(stream, [=](std::uint32_t correlation) {
+        const std::uint64_t start = trace::now();
+        if (copy(dst, src, bytes, kind) == cudaSuccess && bytes > 0)
+            trace::memcpy(correlation, kind, bytes, stream, start, trace::now());
+    });
+    return cudaSuccess;
+}
+
 cudaError_t traced_copy(unsigned cbid, void* dst, const void* src, std::size_t bytes,
                         cudaMemcpyKind kind, cudaStream_t stream, bool async) {
+    if (!async) {
+        if (const cudaError_t e = unsafe_call("cudaMemcpy"); e != cudaSuccess) return e;
+    }
     trace::ApiCall call(cbid);
     const std::uint64_t start = trace::now();
-    if (async) call.returned_at(start);
+    if (async) {
+        call.returned_at(start);
+        cudaError_t e = cudaSuccess;
+        switch (route(stream, "cudaMemcpyAsync", &e)) {
+            case Route::refused:
+                return e;
+            case Route::record:
+                return record_copy(call.correlation(), dst, src, bytes, kind, stream);
+            case Route::run:
+                break;
+        }
+    }
     const cudaError_t e = copy(dst, src, bytes, kind);
     if (e == cudaSuccess && bytes > 0)
         trace::memcpy(call.correlation(), kind, bytes, stream, start, trace::now());
@@ -134,9 +183,34 @@ cudaError_t traced_copy(unsigned cbid, void* dst, const void* src, std::size_t b
 
 cudaError_t traced_set(unsigned cbid, void* dst, int value, std::size_t bytes, cudaStream_t stream,
                        bool async) {
+    if (!async) {
+        if (const cudaError_t e = unsafe_call("cudaMemset"); e != cudaSuccess) return e;
+    }
     trace::ApiCall call(cbid);
     const std::uint64_t start = trace::now();
-    if (async) call.returned_at(start);
+    if (async) {
+        call.returned_at(start);
+        cudaError_t e = cudaSuccess;
+        switch (route(stream, "cudaMemsetAsync", &e)) {
+            case Route::refused:
+                return e;
+            case Route::record: {
+                std::lock_guard<std::mutex> lock(g_mutex);
+                if (!is_device(dst, bytes))
+                    return fail(cudaErrorInvalidValue, "cudaMemsetAsync of " +
+                                                           std::to_string(bytes) +
+                                                           " bytes outside device memory");
+            }
+                record(stream, [=](std::uint32_t correlation) {
+                    const std::uint64_t t0 = trace::now();
+                    if (set(dst, value, bytes) == cudaSuccess && bytes > 0)
+                        trace::memset(correlation, value, bytes, stream, t0, trace::now());
+                });
+                return cudaSuccess;
+            case Route::run:
+                break;
+        }
+    }
     const cudaError_t e = set(dst, value, bytes);
     if (e == cudaSuccess && bytes > 0)
         trace::memset(call.correlation(), value, bytes, stream, start, trace::now());
@@ -304,6 +378,7 @@ const char* cudaGetErrorName(cudaError_t error) {
 }
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaMalloc"); e != cudaSuccess) return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     *ptr = nullptr;
     if (bytes == 0) return cudaSuccess;
@@ -327,6 +402,8 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 // Managed memory: host memory in the device table (kernels and copies take it) that the host
 // may touch too, so never guarded; where its pages are is emu_managed.cpp's.
 cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaMallocManaged"); e != cudaSuccess)
+        return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     *ptr = nullptr;
     if (bytes == 0 || flags != cudaMemAttachGlobal)
@@ -346,6 +423,7 @@ cudaError_t cudaMallocManaged(void** ptr, std::size_t bytes, unsigned flags) {
 // guarded) that the emulator keeps a table of, so that cudaFreeHost takes only what
 // cudaHostAlloc returned. Copies from it are host-to-device copies like any other.
 cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned flags) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaHostAlloc"); e != cudaSuccess) return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     *ptr = nullptr;
     if (flags != cudaHostAllocDefault)
@@ -367,6 +445,7 @@ cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaFreeHost"); e != cudaSuccess) return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     if (ptr == nullptr) return cudaSuccess;
     const auto it = napkin::emu::g_pinned.find(ptr);
@@ -380,6 +459,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaFree"); e != cudaSuccess) return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     if (ptr == nullptr) return cudaSuccess;
     if (napkin::emu::managed_removed(ptr)) {
@@ -422,12 +502,19 @@ cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    if (const cudaError_t e = napkin::emu::unsafe_call("cudaDeviceSynchronize"); e != cudaSuccess)
+        return e;
     return napkin::emu::traced_wait(CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020,
                                     CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE,
                                     nullptr, nullptr);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (const cudaError_t e =
+            stream == nullptr ? napkin::emu::unsafe_call("cudaStreamSynchronize")
+                              : napkin::emu::unsafe_stream_call(stream, "cudaStreamSynchronize");
+        e != cudaSuccess)
+        return e;
     return napkin::emu::traced_wait(CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020,
                                     CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, stream,
                                     nullptr);
@@ -517,14 +604,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
     if (napkin::emu::g_events.erase(event) == 0)
         return napkin::emu::fail(cudaErrorInvalidResourceHandle,
                                  "cudaEventDestroy of an event cudaEventCreate did not return");
+    napkin::emu::event_destroyed(event);
     delete reinterpret_cast<napkin::emu::Event*>(event);
     return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
+// On a capturing stream the record is the capture's (a point to fork from or join at), not a
+// time: the event keeps what it held.
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(g_mutex);
     napkin::emu::Event* e = napkin::emu::find_event(event, "cudaEventRecord");
     if (e == nullptr) return cudaErrorInvalidResourceHandle;
+    if (napkin::emu::event_recorded(event, stream)) return cudaSuccess;
     e->recorded = true;
     e->ns = napkin::emu::trace::now();
     return napkin::emu::sticky();
@@ -547,6 +638,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
         if (flags != cudaEventWaitDefault)
             return napkin::emu::fail(cudaErrorInvalidValue,
                                      "cudaStreamWaitEvent: flags other than 0");
+    }
+    // In a capture the wait is an edge of the graph (a fork or a join), not a wait.
+    if (const cudaError_t e = napkin::emu::stream_waits_for(stream, event); e != cudaSuccess)
+        return e;
+    cudaError_t refused = cudaSuccess;
+    switch (napkin::emu::route(stream, "cudaStreamWaitEvent", &refused)) {
+        case napkin::emu::Route::refused:
+            return refused;
+        case napkin::emu::Route::record:
+            return cudaSuccess;
+        case napkin::emu::Route::run:
+            break;
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
         ++napkin::emu::g_stream_stats.stream_waits;
     }
     napkin::emu::trace::synchronize(call.correlation(),
@@ -557,6 +663,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+    if (const cudaError_t e = napkin::emu::unsafe_event_call(event, "cudaEventQuery");
+        e != cudaSuccess)
+        return e;
     std::lock_guard<std::mutex> lock(g_mutex);
     if (napkin::emu::find_event(event, "cudaEventQuery") == nullptr)
         return cudaErrorInvalidResourceHandle;
@@ -564,6 +673,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    if (const cudaError_t e = napkin::emu::unsafe_event_call(event, "cudaEventSynchronize");
+        e != cudaSuccess)
+        return e;
     {
         std::lock_guard<std::mutex> lock(g_mutex);
         if (napkin::emu::find_event(event, "cudaEventSynchronize") == nullptr)
@@ -575,6 +687,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    for (cudaEvent_t e : {start, end})
+        if (const cudaError_t r = napkin::emu::unsafe_event_call(e, "cudaEventElapsedTime");
+            r != cudaSuccess)
+            return r;
     std::lock_guard<std::mutex> lock(g_mutex);
     const napkin::emu::Event* a = napkin::emu::find_event(start, "cudaEventElapsedTime");
     const napkin::emu::Event* b = napkin::emu::find_event(end, "cudaEventElapsedTime");

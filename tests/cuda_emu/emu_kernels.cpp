@@ -588,13 +588,23 @@ void run_kernel(const char* name, const char* file, int line, const void* kernel
                 dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
                 const std::function<void()>& body) {
     trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-    const std::uint64_t start = trace::now();
-    call.returned_at(start);
-    if (!launch_blocks(name, file, line, kernel, grid, block, dynamic_smem, body)) return;
-    const std::uint64_t end = trace::now();
-    trace::kernel(call.correlation(), name, grid, block, dynamic_smem, stream, start, end);
-    g_stats.add(name, file, line, std::uint64_t{grid.x} * grid.y * grid.z,
-                std::uint64_t{block.x} * block.y * block.z, end - start);
+    call.returned_at(trace::now());
+    cudaError_t refused = cudaSuccess;
+    const Route route_taken = route(stream, name, &refused);
+    if (route_taken == Route::refused) return;  // the error is set for cudaGetLastError
+    // What the launch does, now or at each launch of the graph a capture makes of it.
+    Work work = [=](std::uint32_t correlation) {
+        const std::uint64_t start = trace::now();
+        if (!launch_blocks(name, file, line, kernel, grid, block, dynamic_smem, body)) return;
+        const std::uint64_t end = trace::now();
+        trace::kernel(correlation, name, grid, block, dynamic_smem, stream, start, end);
+        g_stats.add(name, file, line, std::uint64_t{grid.x} * grid.y * grid.z,
+                    std::uint64_t{block.x} * block.y * block.z, end - start);
+    };
+    if (route_taken == Route::record)
+        record(stream, std::move(work));
+    else
+        work(call.correlation());
 }
 
 }  // namespace napkin::emu

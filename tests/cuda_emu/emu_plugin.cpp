@@ -38,3 +38,7 @@ extern "C" void napkin_emu_stream_stats(napkin::emu::StreamStats* out) {
 extern "C" std::uint64_t napkin_emu_launches_of(const char* kernel) {
     return napkin::emu::launches_of(kernel);
 }
+// Captures, graph launches and the nodes they ran (emu_state.h GraphStats).
+extern "C" void napkin_emu_graph_stats(napkin::emu::GraphStats* out) {
+    *out = napkin::emu::graph_stats();
+}

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace napkin::emu {
@@ -80,6 +81,39 @@ struct StreamStats {
     std::uint64_t stream_waits = 0;
 };
 StreamStats stream_stats();
+
+// Stream capture and CUDA graphs (emu_graph.cpp). Work queued on a stream that captures is
+// recorded, not run: a Work runs at each launch of the graph made from the capture, in the order
+// it was recorded (a valid order of the real graph's dependencies: the host queued it so), with
+// the correlation id of the cudaGraphLaunch call for its activity record.
+using Work = std::function<void(std::uint32_t correlation)>;
+// What becomes of work queued on `stream` by `call`: run now, recorded into the stream's
+// capture, or refused (the legacy stream while a capture is under way, or a stream whose capture
+// was invalidated: the error is set, printed and returned through *error).
+enum class Route : std::uint8_t { run, record, refused };
+Route route(cudaStream_t stream, const char* call, cudaError_t* error);
+void record(cudaStream_t stream, Work work);  // after route() said record
+// A call that is not capture-safe (cudaMalloc, cudaFree, a synchronous copy, a device-wide
+// synchronize): while a capture in global or thread-local mode is under way it fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture, as the real runtime does;
+// returns the error, or cudaSuccess.
+cudaError_t unsafe_call(const char* call);
+// A host wait on `stream` (cudaStreamSynchronize): the same error while that stream captures.
+cudaError_t unsafe_stream_call(cudaStream_t stream, const char* call);
+// Events and capture: a record on a capturing stream marks the event as the capture's (a fork
+// or join point, never a timestamp); a host query, synchronize or elapsed time of such an event
+// is refused (unsafe_event_call), and a stream waiting for it joins the capture
+// (stream_waits_for: also refuses a capturing stream waiting for an event from outside it,
+// cudaErrorStreamCaptureIsolation). event_recorded returns whether the record was captured.
+bool event_recorded(cudaEvent_t event, cudaStream_t stream);
+cudaError_t unsafe_event_call(cudaEvent_t event, const char* call);
+cudaError_t stream_waits_for(cudaStream_t stream, cudaEvent_t event);
+void event_destroyed(cudaEvent_t event);
+// Captures ended into graphs, graph launches and the nodes they ran, so far in this process.
+struct GraphStats {
+    std::uint64_t captures = 0, launches = 0, nodes_run = 0;
+};
+GraphStats graph_stats();
 
 // Launches of the kernel named `kernel` (its name in the .cu: "nonfinite_check_many_kernel")
 // that ran so far in this process.

@@ -91,7 +91,7 @@ while(TRUE)
     endif()
     string(APPEND out "${before}::napkin::emu::Launch(\"${name}\", __FILE__, __LINE__, "
                       "${address}, ${config})"
-                      "${paren}[&](const auto&... napkin_emu_args) { ${name}(napkin_emu_args...); }${comma}")
+                      "${paren}[=](const auto&... napkin_emu_args) { ${name}(napkin_emu_args...); }${comma}")
     set(text "${rest}")
 endwhile()
 string(APPEND out "${text}")

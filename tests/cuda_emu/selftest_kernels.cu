@@ -29,6 +29,11 @@ __global__ void block_sum_kernel(const int* in, int* out, bool barriers) {
     if (t == 0) out[blockIdx.x] = shared[0];
 }
 
+__global__ void double_add_kernel(int* data, int n, int k) {
+    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) data[i] = 2 * data[i] + k;
+}
+
 __global__ void warp_ops_kernel(int* out) {
     const int lane = static_cast<int>(threadIdx.x);
     const int v = lane + 1;
@@ -253,6 +258,11 @@ cudaError_t dynamic_shared(int* out, int threads, int smem, bool optin) {
         if (e != cudaSuccess) return e;
     }
     dynamic_shared_kernel<<<1, threads, static_cast<std::size_t>(smem)>>>(out, smem);
+    return cudaGetLastError();
+}
+
+cudaError_t double_add(int* data, int n, int k, cudaStream_t stream) {
+    double_add_kernel<<<(n + 127) / 128, 128, 0, stream>>>(data, n, k);
     return cudaGetLastError();
 }
 

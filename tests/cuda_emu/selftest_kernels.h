@@ -43,6 +43,10 @@ cudaError_t dynamic_shared(int* out, int threads, int smem, bool optin);
 // out[0] = in[n]: one element past the end of an n-element allocation.
 cudaError_t read_past_end(const int* in, int n, int* out);
 
+// Per element i of n, on `stream`: data[i] = 2 data[i] + k. Order matters (2 (2x + a) + b is
+// not 2 (2x + b) + a), so a test sees whether queued launches ran, and in which order.
+cudaError_t double_add(int* data, int n, int k, cudaStream_t stream);
+
 // ---- WMMA (tests/cuda_emu/emu_wmma.h); 16-bit matrices are passed as their bits ----
 
 // One warp: d (16, 16) = 2 (a b + c) through wmma: a, b and c loaded (a, b as __half or

@@ -69,20 +69,57 @@ TEST(CheckpointCudaCli, StopAndResumeRepeatTheUninterruptedRun) {
     EXPECT_EQ(b, report_losses(dir / "whole"));
 }
 
+// --cuda-graph: auto captures a plain run and says so in report.json; on refuses, in one line
+// naming why, what the capture cannot hold (--profile: the profiler names kernels by their
+// launch calls); off says it was asked.
+TEST(TrainCudaCli, CudaGraphIsReportedAndRefusedByName) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string common = "train --quiet --device cuda --micro-batch 1 --seq-len 16 ";
+    const auto run_json = [&](const std::string& flags, std::string* out = nullptr) {
+        fs::remove_all(dir / "g");
+        const CliRun r = napkin(common + flags + " --out " + (dir / "g").string());
+        EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
+        if (out != nullptr) *out = r.out;
+        std::ifstream f(dir / "g" / "report.json");
+        return nlohmann::json::parse(f)["run"];
+    };
+    std::string printed;
+    const nlohmann::json on = run_json("--steps 2", &printed);  // step 2 captures slot 1
+    EXPECT_EQ(on["cuda_graph"], true);
+    EXPECT_FALSE(on.contains("cuda_graph_off"));
+    EXPECT_NE(printed.find("cuda graphs: 1 captured; device memory the driver took for them: "),
+              std::string::npos)
+        << printed;
+    const nlohmann::json off = run_json("--steps 1 --cuda-graph off");
+    EXPECT_EQ(off["cuda_graph"], false);
+    EXPECT_EQ(off["cuda_graph_off"], "--cuda-graph off");
+    const nlohmann::json dropout = run_json("--steps 1 --dropout 0.1");
+    EXPECT_EQ(dropout["cuda_graph"], false);
+    EXPECT_EQ(dropout["cuda_graph_off"].get<std::string>().rfind("--dropout: ", 0), 0u) << dropout;
+    const CliRun refused =
+        napkin(common + "--steps 1 --cuda-graph on --profile all --out " + (dir / "p").string());
+    EXPECT_EQ(refused.rc, 2);
+    EXPECT_EQ(refused.err.find('\n'), refused.err.size() - 1) << "not one line: " << refused.err;
+    EXPECT_NE(refused.err.find("--cuda-graph on: --profile: "), std::string::npos) << refused.err;
+}
+
 // The memory check of a GPU run is against the device's free memory (an injected figure here),
 // once the model is on it: what the first step adds, plus a margin, and --force past it.
 TEST(TrainCudaCli, MemoryCheckIsAgainstTheDevicesFreeMemory) {
     SKIP_WITHOUT_CUDA();
     const fs::path dir = scratch_dir();
-    const std::string run = "train --quiet --device cuda --steps 1 --micro-batch 2 --seq-len 32 --out " +
-                            (dir / "run").string();
+    const std::string run =
+        "train --quiet --device cuda --steps 1 --micro-batch 2 --seq-len 32 --out " +
+        (dir / "run").string();
     ::setenv("NAPKIN_TEST_AVAILABLE_BYTES", "50000000", 1);  // 50 MB free: less than the margin
     const CliRun refused = napkin(run);
     EXPECT_FALSE(fs::exists(dir / "run" / "report.json"));
     const CliRun forced = napkin(run + " --force");
     ::unsetenv("NAPKIN_TEST_AVAILABLE_BYTES");
     EXPECT_EQ(refused.rc, 2) << refused.err;
-    EXPECT_NE(refused.err.find("GB on the GPU by napkin's prediction (B=2, T=32), "), std::string::npos)
+    EXPECT_NE(refused.err.find("GB on the GPU by napkin's prediction (B=2, T=32), "),
+              std::string::npos)
         << refused.err;
     EXPECT_NE(refused.err.find("more than the 0.05 GB free on "), std::string::npos) << refused.err;
     EXPECT_NE(refused.err.find("or --force to try anyway"), std::string::npos) << refused.err;
@@ -140,8 +177,9 @@ TEST(CheckpointCudaCli, ZeroOverNcclWithOffloadSavesAndResumes) {
         << "no sharded checkpoint";
     const std::vector<double> a = report_losses(dir / "split");
     // A sharded run resumes at its stage; the offload is a placement the resumed run chooses.
-    const CliRun second = napkin("train --quiet --device cuda --zero 2 --offload optimizer --resume " +
-                                 (dir / "split").string());
+    const CliRun second =
+        napkin("train --quiet --device cuda --zero 2 --offload optimizer --resume " +
+               (dir / "split").string());
     ASSERT_EQ(second.rc, 0) << second.err;
     // The resumed report keeps the first process's steps: the whole run, bit for bit.
     const std::vector<double> b = report_losses(dir / "split");

@@ -51,7 +51,9 @@ p::RunReport full_report() {
              .data = "tokens.bin",
              .device = "cuda: NVIDIA H200",
              .data_entropy_nats = 1.25,
-             .offload = "optimizer"};
+             .offload = "optimizer",
+             .cuda_graph = false,
+             .cuda_graph_off = "--cuda-graph off"};
     r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
     r.predicted.bytes = {1e6, 2e6, 3e6, 4e6, 5e6, 6e6};
     r.predicted.data = 8192;
