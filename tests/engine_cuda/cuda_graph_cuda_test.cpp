@@ -120,7 +120,13 @@ TEST_P(CudaGraphCuda, TrainsBitForBitAsWithoutGraphs) {
 INSTANTIATE_TEST_SUITE_P(
     Recipes, CudaGraphCuda,
     testing::Values(CudaGraphCase{Precision::fp32, 1, Checkpointing::none, false, false},
-                    CudaGraphCase{Precision::bf16_amp, 3, Checkpointing::full, true, true}));
+                    CudaGraphCase{Precision::bf16_amp, 3, Checkpointing::full, true, true}),
+    [](const testing::TestParamInfo<CudaGraphCase>& c) {  // fp32_G1, bf16_amp_G3
+        std::string name(enum_name(kPrecisionNames, c.param.precision));
+        for (char& ch : name)
+            if (ch == '-') ch = '_';
+        return name + "_G" + std::to_string(c.param.grad_accum);
+    });
 
 // What a graph would freeze or cannot hold, refused by name with --cuda-graph on.
 TEST(CudaGraphRefusal, NamesWhatTheCaptureCannotHold) {
