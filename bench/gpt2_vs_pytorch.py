@@ -10,6 +10,9 @@ script, printed as ratios.
   3. napkin at the largest micro-batch that fits: the estimator's answer
      (`napkin estimate --solve max-micro-batch`), stepped down by a tenth while it runs out of
      memory.
+  4. napkin fp8-amp at the same B as 2, twice: delayed scaling (napkin's default, an amax history
+     of 16 steps per cast) and current scaling (--fp8-amax-history 0, one more pass per cast),
+     each as a ratio to napkin's bf16-amp tokens/s (--no-fp8 leaves them out; they need sm_89+).
 
 Each napkin run is `napkin train --device cuda --model gpt2 --seq-len 1024 --precision bf16-amp
 --attention flash`; its step time is the median over the steps after the first --skip of
@@ -45,11 +48,11 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
-def napkin_train(args, batch, out):
+def napkin_train(args, batch, out, recipe=("--precision", "bf16-amp")):
     """One napkin run; returns its measurements, or None when it ran out of device memory."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [args.napkin, "train", "--device", "cuda", "--model", args.model, "--seq-len", str(args.seq_len),
-           "--micro-batch", str(batch), "--precision", "bf16-amp", "--attention", "flash",
+           "--micro-batch", str(batch), *recipe, "--attention", "flash",
            "--steps", str(args.steps), "--warmup", "2", "--quiet", "--out", out,
            # The largest B is found by trying: past train's own check (prediction + 10% + 0.5 GB
            # against the free memory), down to what the device really holds.
@@ -136,6 +139,7 @@ def main():
                    help="the estimator's GPU for the largest B (napkin estimate --list-gpus); auto: the "
                         "one napkin info names")
     p.add_argument("--no-pytorch", action="store_true")
+    p.add_argument("--no-fp8", action="store_true", help="leave out napkin's fp8-amp runs")
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON (atomically)")
     p.add_argument("--keep", metavar="DIR", help="keep napkin's run folders here")
     p.add_argument("--require", action="store_true", help="exit 1, not 0, when there is no GPU")
@@ -180,6 +184,20 @@ def main():
         if r is not None:
             r["mode"] = "same B"
             results.append(r)
+        fp8_recipes = {"fp8 delayed": ("--precision", "fp8-amp"),
+                       "fp8 current": ("--precision", "fp8-amp", "--fp8-amax-history", "0")}
+        for mode, recipe in ({} if args.no_fp8 else fp8_recipes).items():
+            print(f"napkin {mode} ({' '.join(recipe)}) at B={same_b} ...", flush=True)
+            tag = mode.replace(" ", "-")
+            try:
+                r = napkin_train(args, same_b, os.path.join(workdir, f"napkin-{tag}-b{same_b}"), recipe)
+            except RuntimeError as e:  # an sm_80 GPU refuses fp8-amp: say so, go on
+                print(f"  {e}", flush=True)
+                continue
+            if r is not None:
+                r["mode"] = mode
+                r["recipe"] = " ".join(recipe)
+                results.append(r)
     if not args.batch:
         print("napkin at the largest B that fits ...", flush=True)
         r = largest_napkin(args, workdir)
@@ -195,6 +213,11 @@ def main():
     for mode, t in torch_by_mode.items():
         for nmode, n in nap.items():
             print(f"napkin ({nmode}) / PyTorch {mode} tokens/s: {n['tokens_per_s'] / t['tokens_per_s']:.2f}")
+    if "same B" in nap:
+        for nmode in ("fp8 delayed", "fp8 current"):
+            if nmode in nap:
+                print(f"napkin {nmode} / napkin bf16-amp tokens/s at B={nap[nmode]['batch']}: "
+                      f"{nap[nmode]['tokens_per_s'] / nap['same B']['tokens_per_s']:.2f}")
 
     if args.json:
         d = os.path.dirname(os.path.abspath(args.json))

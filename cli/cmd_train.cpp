@@ -545,6 +545,12 @@ void add_recipe_options(CLI::App& cmd, TrainFlags& f) {
     cmd.add_option("--lora-alpha", f.lora_alpha,
                    "Adapter scale alpha: the adapters' output is scaled by alpha / r (default: r, "
                    "a scale of 1)");
+    cmd.add_option("--fp8-amax-history", f.fp8_amax_history,
+                   "fp8-amp's scaling: each cast's scale from the largest |x| of the same tensor "
+                   "in the last N steps (delayed scaling, one pass per cast; the first step "
+                   "scales from the tensor itself); 0: from the tensor itself every time "
+                   "(current scaling, one more pass)")
+        ->capture_default_str();
     cmd.add_option("--dropout", f.dropout,
                    "Dropout probability on the embeddings, attention probabilities and residual "
                    "branches (GPT-2's; default: the model config's, 0 for the presets)");

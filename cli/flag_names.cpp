@@ -12,7 +12,7 @@ namespace {
 
 // Sorted by field. The field is the library's name for the setting (TrainOptions, PlanInputs,
 // EstimateInputs, InferenceInputs); where it carries a unit the flag's does not, both are here.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 55> kFlags{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 56> kFlags{{
     {"adapters", "--adapters"},
     {"attention_flops", "--attention-flops"},
     {"batch", "--batch"},
@@ -26,6 +26,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 55> kFlags{{
     {"dropout", "--dropout"},
     {"finetune", "--finetune"},
     {"fp32_optimizer_state", "--fp32-optimizer-state"},
+    {"fp8_amax_history", "--fp8-amax-history"},
     {"gen_len", "--gen-len"},
     {"gpu", "--gpu"},
     {"gpu_memory_bytes", "--gpu-mem-gb"},

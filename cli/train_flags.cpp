@@ -20,6 +20,9 @@ namespace napkin::cli {
 
 namespace {
 
+// Transformer Engine's recipes use up to 1024 steps; more than this is a typo.
+constexpr std::int64_t kMaxFp8AmaxHistory = 4096;
+
 // Paths go into JSON (report.json, the checkpoint header), which holds UTF-8 only: a path of other
 // bytes would train every step and then fail to write the report. Refused before the run.
 void require_utf8_paths(const TrainFlags& f) {
@@ -98,6 +101,16 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
         o.model.dropout = f.dropout;
     }
     finetune_from_flags(f, cmd, o);
+    if (f.fp8_amax_history < 0 || f.fp8_amax_history > kMaxFp8AmaxHistory) {
+        throw UsageError(
+            "--fp8-amax-history: must be 0 (current scaling) or a number of steps up "
+            "to " +
+            std::to_string(kMaxFp8AmaxHistory) + " (got " + std::to_string(f.fp8_amax_history) +
+            ")");
+    }
+    if (cmd.count("--fp8-amax-history") > 0 && o.plan.precision != Precision::fp8_amp)
+        throw UsageError("--fp8-amax-history: applies to --precision fp8-amp");
+    o.plan.fp8_amax_history = f.fp8_amax_history;
     o.steps = f.steps;
     o.grad_accum = f.grad_accum;
     o.seed = f.seed;
@@ -153,7 +166,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f
             {"--zero", text(f.zero)},
             {"--overlap", f.overlap},
             {"--offload", f.offload},
-            {"--fusion", f.fusion}};
+            {"--fusion", f.fusion},
+            {"--fp8-amax-history", text(f.fp8_amax_history)}};
 }
 
 void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
@@ -185,11 +199,12 @@ void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
 // A resumed run takes every option from its checkpoint, so it continues bit for bit.
 TrainOptions resumed_options(const TrainFlags& f, const CLI::App& cmd, Communicator& comm,
                              RunSetup& run) {
-    for (const char* flag :
-         {"--model",      "--config",    "--data",         "--micro-batch",   "--seq-len",
-          "--grad-accum", "--precision", "--optimizer",    "--checkpointing", "--attention",
-          "--lr",         "--warmup",    "--weight-decay", "--grad-clip",     "--seed",
-          "--steps",      "--finetune",  "--lora-rank",    "--lora-alpha",    "--dropout"}) {
+    for (const char* flag : {"--model",           "--config",     "--data",       "--micro-batch",
+                             "--seq-len",         "--grad-accum", "--precision",  "--optimizer",
+                             "--checkpointing",   "--attention",  "--lr",         "--warmup",
+                             "--weight-decay",    "--grad-clip",  "--seed",       "--steps",
+                             "--finetune",        "--lora-rank",  "--lora-alpha", "--dropout",
+                             "--fp8-amax-history"}) {
         if (cmd.count(flag) > 0) {
             throw UsageError(std::string("--resume continues a run with its own options; drop ") +
                              flag);

@@ -41,11 +41,12 @@ struct TrainFlags {
     std::string offload = "none";
     bool paged_optimizer = false;
     std::string finetune = "full";
-    double dropout = -1;              // < 0: the model config's
-    std::int64_t lora_rank = 64;      // the QLoRA paper's, as napkin estimate's
-    float lora_alpha = 0;             // 0: the rank (a scale of 1)
-    std::string fusion = "on";        // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
-    std::string cuda_graph = "auto";  // TrainOptions::cuda_graph: auto|on|off
+    double dropout = -1;                 // < 0: the model config's
+    std::int64_t lora_rank = 64;         // the QLoRA paper's, as napkin estimate's
+    float lora_alpha = 0;                // 0: the rank (a scale of 1)
+    std::string fusion = "on";           // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
+    std::string cuda_graph = "auto";     // TrainOptions::cuda_graph: auto|on|off
+    std::int64_t fp8_amax_history = 16;  // fp8-amp: delayed scaling's history; 0: current scaling
 };
 
 // What validation decided: the run's options, where it continues from and where it writes.

@@ -35,6 +35,7 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.attention = o.plan.attention;
     ei.detect_anomaly = o.plan.detect_anomaly;
     ei.gemm_epilogues = o.plan.gemm_epilogues;
+    ei.fp8_amax_history = o.plan.fp8_amax_history;
     ei.finetune = o.plan.finetune;
     if (o.plan.finetune != Finetune::full) ei.lora_rank = o.plan.lora_rank;
     ei.gpus = world;

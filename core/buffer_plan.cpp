@@ -166,6 +166,11 @@ void build_buffer_plan(const OpPlan& plan, DeviceKind backend, int grad_norm_ten
         add(BufferRole::fp8_grad, "fp8.grad", DType::f8e5m2, cast.grad);
         add(BufferRole::fp8_grad_scale, "fp8.grad.scale", DType::f32, kFp8ScaleFloats);
     }
+    // Delayed scaling: each cast site's amax history and scale pair (op_plan.h, fp8_slots).
+    const Fp8Slots slots = fp8_slots(plan);
+    add(BufferRole::fp8_amax_history, "fp8.amax_history", DType::f32,
+        slots.total() * in.fp8_amax_history);
+    add(BufferRole::fp8_scales, "fp8.scales", DType::f32, slots.total() * kFp8ScaleFloats);
     static_assert(sizeof(NonfiniteSlot) % 4 == 0, "slots are whole floats");
     add(BufferRole::anomaly_slots, "anomaly.slots", DType::f32,
         static_cast<std::int64_t>(anomaly_slot_count(plan) * sizeof(NonfiniteSlot) / 4));

@@ -1,7 +1,8 @@
 // The buffer plan, beside the op plan: every buffer the engine allocates besides the parameters,
 // their optimizer states and the op plan's kept activations, for one backend. The backward's
-// gradient buffers, the kernels' scratch, LoRA's and fp8's transients, and the CUDA optimizer
-// step's global-norm scratch: name (the allocator's), memory category, dtype, elements.
+// gradient buffers, the kernels' scratch, LoRA's and fp8's transients, fp8's delayed-scaling
+// state (kept across steps, saved in checkpoints), and the CUDA optimizer step's global-norm
+// scratch: name (the allocator's), memory category, dtype, elements.
 //
 // It is the one place that sizes them: the engine allocates its entries in order
 // (core/engine/gpt_buffers.h) and the CUDA optimizer step its global-norm scratch
@@ -45,6 +46,8 @@ enum class BufferRole : std::uint8_t {
     fp8_weight_scale,
     fp8_grad,  // fp8-amp: an output gradient cast to E5M2, and its scale pair
     fp8_grad_scale,
+    fp8_amax_history,   // fp8-amp, delayed scaling: every cast site's amax history (slots, H)
+    fp8_scales,         // and its scale pair for the step (slots, kFp8ScaleFloats)
     anomaly_slots,      // --detect-anomaly: one NonfiniteSlot per checked tensor, and one more
     grad_norm_scratch,  // CUDA optimizer step: the global norm's result and partial sums
     step_scalars,  // CUDA: the step's loss, norm, clip factor and skip (kernels/step_scalars.h)

@@ -382,6 +382,18 @@ Fp8CastNumel fp8_cast_numel(const OpPlan& plan) {
     return n;
 }
 
+Fp8Slots fp8_slots(const OpPlan& plan) {
+    Fp8Slots n;
+    if (plan.in.fp8_amax_history <= 0) return n;
+    for (const PlanOp& op : plan.block) {
+        if (op.kind == OpKind::matmul && std::get<MatmulShape>(op.shape).in == DType::f8e4m3)
+            ++n.gemms;
+    }
+    n.e4m3 = 2 * plan.n_layers * n.gemms;
+    n.e5m2 = plan.n_layers * n.gemms;
+    return n;
+}
+
 PlanTotals plan_totals(const OpPlan& plan) {
     PlanTotals t;
     auto add_ops = [&](const std::vector<PlanOp>& ops, std::uint64_t times, bool is_block) {

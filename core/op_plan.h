@@ -214,6 +214,10 @@ struct PlanInputs {
     // the MLP's GELU into its GEMMs and the linears' bias gradients into their weight-gradient
     // GEMMs. A request: the plan decides where it applies (epilogue_fusions below).
     bool gemm_epilogues = false;
+    // fp8-amp's scaling (kernels/quantize.h): the length H of each cast site's amax history
+    // (delayed scaling, Transformer Engine's default recipe); 0: current scaling. The histories
+    // and scale pairs are buffers of the buffer plan (fp8_slots below).
+    std::int64_t fp8_amax_history = 16;
 };
 
 // What in.gemm_epilogues turns on for a model and recipe. Only for 16-bit storage (bf16-amp,
@@ -256,6 +260,19 @@ struct Fp8CastNumel {
     std::int64_t grad = 0;
 };
 Fp8CastNumel fp8_cast_numel(const OpPlan& plan);
+
+// fp8-amp's delayed scaling (in.fp8_amax_history H > 0): one slot (an amax history of H fp32 and
+// a scale pair) per cast site: in layer l, for the block's fp8 GEMM g of G (qkv, attention
+// projection, MLP up, MLP down, in plan order), its input and its weight (E4M3), its output
+// gradient (E5M2). Rows: the E4M3 slots first, input 2 (l G + g), weight 2 (l G + g) + 1; then
+// the E5M2 slots, 2 L G + l G + g. All zero without fp8 GEMMs or with H = 0.
+struct Fp8Slots {
+    std::int64_t gemms = 0;  // G, per block
+    std::int64_t e4m3 = 0;   // 2 L G
+    std::int64_t e5m2 = 0;   // L G
+    std::int64_t total() const { return e4m3 + e5m2; }
+};
+Fp8Slots fp8_slots(const OpPlan& plan);
 
 // Sums over the plan (block ops counted n_layers times). All FLOPs per micro-batch step.
 struct PlanTotals {

@@ -47,6 +47,7 @@ PlanInputs plan_inputs(const EstimateInputs& in, std::int64_t T) {
     pin.causal_flops = in.causal_attention_flops;
     pin.detect_anomaly = in.detect_anomaly;
     pin.gemm_epilogues = in.gemm_epilogues;
+    pin.fp8_amax_history = in.fp8_amax_history;
     return pin;
 }
 

@@ -49,6 +49,7 @@ struct EstimateInputs {
     std::int64_t loss_chunk_rows = 1024;
     bool detect_anomaly = false;  // napkin train --detect-anomaly: its slots among the temporaries
     bool gemm_epilogues = false;  // napkin train --fusion on, on a GPU (PlanInputs'): the op costs
+    std::int64_t fp8_amax_history = 16;  // fp8-amp's amax history length (PlanInputs'); 0: current
 
     // Parallelism. gpus = T P DP: data parallelism (with ZeRO) over DP = gpus / (T P) replicas
     // of a model split T ways by tensor and P ways by pipeline parallelism (estimator/parallel.h).
@@ -142,12 +143,13 @@ struct TemporaryBytes {
     double param_gather = 0;         // ZeRO-3 / offloaded parameters gathered for 2 units
     double dequant = 0;              // QLoRA: one linear weight dequantized to the working dtype
     double fp8_cast = 0;  // fp8-amp: a weight and an output gradient cast to fp8 per GEMM
+    double fp8_history = 0;  // fp8-amp, delayed scaling: amax histories and scale pairs
     double gemm_workspace = 0;       // cuBLASLt workspace (GPU); fp32 widening scratch (CPU, 16-bit)
     double grad_norm_workspace = 0;  // the global norm's per-block partial sums (GPU optimizer step)
     double anomaly_slots = 0;        // --detect-anomaly: 24 bytes per checked tensor
     double total() const {
         return activation_grads + op_workspace + attention_workspace + param_gather + dequant +
-               fp8_cast + gemm_workspace + grad_norm_workspace + anomaly_slots;
+               fp8_cast + fp8_history + gemm_workspace + grad_norm_workspace + anomaly_slots;
     }
 };
 

@@ -114,6 +114,9 @@ double TemporaryBytes::*temporary_item(BufferRole role) {
         case BufferRole::fp8_grad:
         case BufferRole::fp8_grad_scale:
             return &TemporaryBytes::fp8_cast;
+        case BufferRole::fp8_amax_history:
+        case BufferRole::fp8_scales:
+            return &TemporaryBytes::fp8_history;
         case BufferRole::matmul_scratch:
             return &TemporaryBytes::gemm_workspace;
         case BufferRole::grad_norm_scratch:
@@ -269,8 +272,8 @@ TemporaryBytes temporaries(const Terms& x, const StageView& v, const Estimate& e
     for (const auto item :
          {&TemporaryBytes::activation_grads, &TemporaryBytes::op_workspace,
           &TemporaryBytes::attention_workspace, &TemporaryBytes::dequant, &TemporaryBytes::fp8_cast,
-          &TemporaryBytes::gemm_workspace, &TemporaryBytes::grad_norm_workspace,
-          &TemporaryBytes::anomaly_slots}) {
+          &TemporaryBytes::fp8_history, &TemporaryBytes::gemm_workspace,
+          &TemporaryBytes::grad_norm_workspace, &TemporaryBytes::anomaly_slots}) {
         std::uint64_t bytes = 0;
         for (const PlanBuffer& b : buffers.buffers) {
             if (temporary_item(b.role) == item) bytes += b.bytes();

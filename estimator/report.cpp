@@ -196,6 +196,7 @@ void text_memory(std::ostream& os, const EstimateInputs& in, const Estimate& e) 
         if (t.param_gather > 0) row(os, "  gathered params (2 units)", t.param_gather);
         if (t.dequant > 0) row(os, "  NF4 dequant buffer", t.dequant);
         if (t.fp8_cast > 0) row(os, "  fp8 casts (weight, grad)", t.fp8_cast);
+        if (t.fp8_history > 0) row(os, "  fp8 amax histories, scales", t.fp8_history);
         if (t.gemm_workspace > 0) row(os, "  GEMM workspace", t.gemm_workspace);
         if (t.grad_norm_workspace > 0) row(os, "  global norm partial sums", t.grad_norm_workspace);
         if (t.anomaly_slots > 0) row(os, "  anomaly check slots", t.anomaly_slots);

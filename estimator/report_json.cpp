@@ -92,6 +92,7 @@ nlohmann::json memory_json(const Estimate& e) {
                                  {"param_gather", t.param_gather},
                                  {"dequant", t.dequant},
                                  {"fp8_cast", t.fp8_cast},
+                                 {"fp8_history", t.fp8_history},
                                  {"gemm_workspace", t.gemm_workspace},
                                  {"grad_norm_workspace", t.grad_norm_workspace},
                                  {"anomaly_slots", t.anomaly_slots}};

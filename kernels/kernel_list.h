@@ -77,6 +77,7 @@
     X(quantize_e4m3, quantize, Fp8QuantizeArgs<f8e4m3_t>)                                    \
     X(quantize_e5m2, quantize, Fp8QuantizeArgs<f8e5m2_t>)                                    \
     X(dequantize_e4m3, dequantize, Fp8DequantizeArgs<f8e4m3_t>)                              \
+    X(amax_history_roll, amax_history_roll, AmaxHistoryRollArgs)                             \
     X(matmul_fp8_forward, matmul_fp8_forward, MatmulFp8ForwardArgs)                          \
     X(matmul_fp8_backward, matmul_fp8_backward, MatmulFp8BackwardArgs)
 // clang-format on

@@ -15,13 +15,26 @@
 // H200 with cuBLASLt 13.1: 4 bytes in refused, 0 and 16 accepted). Each pair is a tensor of its
 // own, so its start is aligned, and so is scale_inv.
 //
-// Current scaling (this tensor's own amax) rather than delayed scaling (Transformer Engine's
-// default, the amax of earlier steps): it keeps no history across steps, a tensor that outgrows
-// its history cannot saturate, and it is the simpler of the two to get right; it reads the tensor
-// once more than a fused delayed-scaling cast. The amax is a maximum, so it is the same in any
-// order: deterministic on every backend.
+// Two ways to pick the scale (Transformer Engine's two recipes):
+//   current  this tensor's own amax, as above: one more read of the tensor than the cast, before
+//            it (on CUDA four launches: the amax zeroed, the amax, the scale pair, the cast);
+//   delayed  (napkin train --fp8-amax-history H > 0, the default H = 16) the scale pair of a slot
+//            (one per cast site: a GEMM's input, weight or output gradient in one layer), computed
+//            at the previous step's end from the slot's amax history, the tensor's amaxes of the
+//            last H steps: scale = fp8_scale(max of the history). The cast reads the tensor once:
+//            it writes the codes with that scale and records the tensor's amax into the history's
+//            entry 0 (max with what is there: micro-batches and recomputes of a step share it), in
+//            one pass and one launch. A value above the scale's range (|x| scale > max_finite: the
+//            tensor outgrew its history) saturates to +-max_finite, as Transformer Engine's casts
+//            (satfinite) do; the next step's scale then covers it.
+//   amax_history_roll, at each step's end, over every slot: scale pair = fp8_scale(max of the
+//   history), then the history shifts by one (entry h + 1 = entry h, the oldest dropped) and
+//   entry 0 becomes 0, ready for the next step. Transformer Engine keeps the previous scale when
+//   the amax is 0 or not finite; here fp8_scale's rule gives 1 (the formula of current scaling).
+// A maximum is the same in any order: deterministic on every backend.
 // Cost: 2 FLOPs per element (the |x| comparison and the scaling multiply), the input read and
-// the codes written once, plus the scale pair; dequantize 1 FLOP per element.
+// the codes written once, plus the scale pair; dequantize 1 FLOP per element; the roll 1 FLOP
+// per history entry, the histories read and written and the scale pairs written.
 // CPU: kernels/cpu/quantize.cpp, tested in tests/kernels/quantize_test.cpp. CUDA:
 // kernels/cuda/quantize.cu, tested against the CPU in tests/kernels_cuda/quantize_test.cpp.
 #pragma once
@@ -54,6 +67,20 @@ inline KernelCost quantize_cost(const QuantizeShape& s) {
     return c;
 }
 
+// The delayed-scaling state: `slots` amax histories of H entries, and a scale pair per slot.
+struct AmaxHistoryShape {
+    std::int64_t slots = 0;
+    std::int64_t H = 0;
+};
+
+inline KernelCost amax_history_roll_cost(const AmaxHistoryShape& s) {
+    KernelCost c;
+    c.flops = static_cast<std::uint64_t>(s.slots * s.H);
+    c.bytes_read = nbytes(DType::f32, s.slots * s.H);
+    c.bytes_written = nbytes(DType::f32, s.slots * (s.H + kFp8ScaleFloats));
+    return c;
+}
+
 inline KernelCost dequantize_cost(const QuantizeShape& s) {
     KernelCost c;
     c.flops = static_cast<std::uint64_t>(s.n);
@@ -73,12 +100,27 @@ inline float fp8_scale(float amax, float max_finite) {
 
 // out (n) fp8 codes, scale (kFp8ScaleFloats) = the pair (scale, scale_inv) as laid out above,
 // from inp (n) in T. Q: f8e4m3_t or f8e5m2_t; T: float, bf16_t or f16_t.
+// delayed null: current scaling. delayed set: delayed scaling, the pair taken from delayed (a
+// slot's, written by amax_history_roll) and copied into scale. amax set (either way):
+// amax[0] = max(amax[0], the amax of inp), NaN skipped; amax[0] must be >= +0.
 template <class Q, class T>
 struct QuantizeArgs {
     Q* out = nullptr;        // (n)
     float* scale = nullptr;  // (kFp8ScaleFloats)
     const T* inp = nullptr;  // (n)
     std::int64_t n = 0;
+    const float* delayed = nullptr;  // (kFp8ScaleFloats), not aliasing scale
+    float* amax = nullptr;           // (1): entry 0 of the slot's history
+};
+
+// Delayed scaling's step end (the rule above). The first e4m3_slots slots are E4M3 casts' (max
+// 448), the rest E5M2's (57344).
+struct AmaxHistoryRollArgs {
+    float* history = nullptr;  // (slots, H), entry 0 the step's amax
+    float* scales = nullptr;   // (slots, kFp8ScaleFloats)
+    std::int64_t slots = 0;
+    std::int64_t e4m3_slots = 0;
+    std::int64_t H = 0;  // > 0
 };
 
 // out (n) in T = float(inp) * scale[kFp8ScaleInv], inp (n) fp8 codes with their scale pair.
@@ -102,20 +144,25 @@ template <class Q, class T>
 void quantize(const QuantizeArgs<Q, T>& args);
 template <class T, class Q>
 void dequantize(const DequantizeArgs<T, Q>& args);
+void amax_history_roll(const AmaxHistoryRollArgs& args);
 
 }  // namespace cpu
 
 namespace cuda {
 
-// The same on device pointers (scale too), queued on launch.stream; codes and scales bit for
-// bit the CPU's. quantize is four launches: the amax slot (scale[0]) zeroed, the amax (each
-// block's maximum, then one atomicMax per block on the float's bits, which order like the values
-// for non-negative floats: a maximum is the same in any order, so the result is deterministic),
-// the scale pair from it (one thread), the cast (cvt.rn.satfinite on sm_89+).
+// The same on device pointers (scale, delayed, amax too), queued on launch.stream; codes, scales
+// and amaxes bit for bit the CPU's. Current scaling is four launches: the amax slot (scale[0])
+// zeroed, the amax (each block's maximum, then one atomicMax per block on the float's bits, which
+// order like the values for non-negative floats: a maximum is the same in any order, so the result
+// is deterministic), the scale pair from it (one thread, which also records the amax), the cast
+// (cvt.rn.satfinite on sm_89+). Delayed scaling is one launch: each block casts its elements with
+// the slot's scale, then adds its maximum to amax[0] by one atomicMax, and block 0 copies the
+// pair. amax_history_roll: one thread per slot.
 template <class Q, class T>
 void quantize(const QuantizeArgs<Q, T>& args, const Launch& launch);
 template <class T, class Q>
 void dequantize(const DequantizeArgs<T, Q>& args, const Launch& launch);
+void amax_history_roll(const AmaxHistoryRollArgs& args, const Launch& launch);
 
 }  // namespace cuda
 

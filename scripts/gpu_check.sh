@@ -15,6 +15,8 @@
 #   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
 #   scripts/gpu_check.sh graph        # GPT-2 B 8 with --cuda-graph off vs on: tokens/s, the
 #                                     # driver's memory for the graphs, the graph tests
+#   scripts/gpu_check.sh fp8          # GPT-2 B 64: bf16-amp, fp8-amp delayed, fp8-amp current
+#                                     # scaling (--fp8-amax-history 0); the fp8 kernels' tests
 #   scripts/gpu_check.sh decode       # flash-decoding: its tests, decode_attention_bench, and
 #                                     # napkin generate on GPT-2 with --flash-decoding off vs on
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
@@ -375,6 +377,44 @@ if any(v is None for v in t["off"] + t["on"]):
 else:
     off, on = max(t["off"]), max(t["on"])
     print(f"GPT-2 B 8 bf16-amp: --cuda-graph off {off:,.0f} tokens/s, on {on:,.0f}; on/off {on / off:.3f}")
+# fp8-amp that pays (issue 20, deliverable 4; docs/ENGINE.md "Precision on the CPU"): GPT-2 at
+# B 64, T 1024 under bf16-amp, fp8-amp with delayed scaling (the default, one pass per cast) and
+# fp8-amp with current scaling (--fp8-amax-history 0), alternated twice so a drift hits all three;
+# each run's median step on the device (steps after the first 3), tokens/s and the ratios to
+# bf16-amp; the fp8 kernels' tests on this GPU first.
+do_fp8() {
+    need_build fp8 || return 0
+    local n="$b/cli/napkin" i r dir
+    step fp8_tests "$b/tests/kernels_cuda_test" \
+        --gtest_filter='QuantizeCuda*:QuantizeDelayedCuda*:AmaxHistoryRollCuda*:MatmulFp8*' \
+        --gtest_output="xml:$out/fp8_tests.xml"
+    local -A recipe=([bf16]="--precision bf16-amp" [delayed]="--precision fp8-amp"
+                     [current]="--precision fp8-amp --fp8-amax-history 0")
+    for i in 1 2; do
+        for r in bf16 delayed current; do
+            dir="$out/fp8/$r-$i"
+            # shellcheck disable=SC2086 # the recipe is several flags
+            step "fp8_b64_${r}_$i" "$n" train --device cuda --model gpt2 --micro-batch 64 \
+                --seq-len 1024 ${recipe[$r]} --steps 10 --quiet --force --out "$dir"
+            rm -f "$dir/checkpoint.safetensors"
+        done
+    done
+    python3 - "$out/fp8" <<'PY' | tee "$out/fp8_summary.txt"
+import json, os, statistics, sys
+root = sys.argv[1]
+def step_s(run):
+    try:
+        with open(os.path.join(root, run, "report.json")) as f:
+            steps = json.load(f)["steps"][3:]
+        return statistics.median(s.get("device_seconds", s["seconds"]) for s in steps)
+    except (OSError, KeyError, ValueError):
+        return None
+t = {r: [step_s(f"{r}-{i}") for i in (1, 2)] for r in ("bf16", "delayed", "current")}
+best = {r: min(v for v in t[r] if v is not None) for r in t if any(v is not None for v in t[r])}
+tokens = 64 * 1024
+for r, s in best.items():
+    ratio = f", {best['bf16'] / s:.3f}x bf16-amp" if "bf16" in best and r != "bf16" else ""
+    print(f"GPT-2 B 64 T 1024 {r:8s}: {s * 1e3:8.2f} ms a step, {tokens / s:10.0f} tokens/s{ratio}")
 PY
 }
 
@@ -544,14 +584,15 @@ case "$what" in
     attention) do_attention ;;
     fusion) do_fusion ;;
     graph) do_graph ;;
+    fp8) do_fp8 ;;
     decode) do_decode ;;
     predict) do_predict ;;
     anomaly) do_anomaly ;;
     paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|graph|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|graph|fp8|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"
 exit $failed

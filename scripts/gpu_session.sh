@@ -15,6 +15,8 @@
 #                                                  # fused GEMM tests, a profiled step of each
 #   BUDGET=240 scripts/gpu_session.sh graph        # --cuda-graph off vs on: GPT-2 B 8 tokens/s, the
 #                                                  # driver's memory for the graphs, their tests
+#   BUDGET=240 scripts/gpu_session.sh fp8          # GPT-2 B 64: bf16-amp, fp8-amp delayed and
+#                                                  # current scaling; the fp8 kernels' tests
 #   BUDGET=200 scripts/gpu_session.sh paged        # --paged-optimizer: device peak, page traffic
 #   BUDGET=240 scripts/gpu_session.sh decode       # flash-decoding: its tests, decode_attention_bench
 #                                                  # (split vs single pass), generate off vs on
@@ -69,7 +71,7 @@ pack() {
 
 wanted=" ${*:-trace bench runs test gpt2} "
 for p in $wanted; do
-    case "$p" in attention|predict|fusion|graph|decode|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+    case "$p" in attention|predict|fusion|graph|fp8|decode|anomaly|paged|trace|bench|runs|test|gpt2|sanitize|cpuacc) ;; *) echo "gpu_session.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ "$wanted" == *" $1 "* ]]; }
 
@@ -77,6 +79,7 @@ has attention && phase attention 180 attention
 has predict && phase predict 200 predict
 has fusion && phase fusion 120 fusion
 has graph && phase graph 120 graph
+has fp8 && phase fp8 120 fp8
 has decode && phase decode 150 decode
 has anomaly && phase anomaly 150 anomaly
 has paged && phase paged 150 paged

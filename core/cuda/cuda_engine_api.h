@@ -60,7 +60,7 @@ struct CudaFp8KernelTable {
     // clang-format on
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 14;
+inline constexpr int kNapkinCudaEngineApiVersion = 15;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;

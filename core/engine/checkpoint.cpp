@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "core/engine/checkpoint_state.h"
 #include "kernels/nf4.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 namespace napkin {
 
@@ -33,6 +35,26 @@ struct Entry {
     StateKind kind;
     HeldState held;
 };
+
+// fp8-amp's delayed scaling (core/engine/gpt_fp8.h): "fp8.amax_history" (slots, H) and
+// "fp8.scales" (slots, 8), F32, in the model's memory (one process: the trainer refuses them
+// under ZeRO); none with current scaling.
+void add_fp8_state(Trainer& t, std::vector<Entry>& out) {
+    Gpt& model = t.model();
+    const std::int64_t slots = fp8_slots(model.plan()).total();
+    for (const auto& [name, tensor, width] :
+         {std::tuple{"fp8.amax_history", model.fp8_amax_history(),
+                     t.options().plan.fp8_amax_history},
+          std::tuple{"fp8.scales", model.fp8_scales(), kFp8ScaleFloats}}) {
+        if (tensor == nullptr || tensor->empty()) continue;
+        NAPKIN_ASSERT(tensor->numel() == slots * width,
+                      "checkpoint: " << name << " holds " << tensor->numel());
+        out.push_back({name,
+                       {slots, width},
+                       StateKind::weights,
+                       {true, DType::f32, static_cast<char*>(tensor->raw()), 0, slots * width}});
+    }
+}
 
 // Every tensor a checkpoint of `t` holds, per parameter (Gpt::params() order): its weights,
 // master, first and second moments where the recipe keeps them (a frozen parameter: its
@@ -88,6 +110,7 @@ std::vector<Entry> entries_of(Trainer& t) {
             }
         }
     }
+    add_fp8_state(t, out);
     return out;
 }
 
@@ -120,6 +143,10 @@ void check_compatible(const TrainOptions& saved, const TrainOptions& trainer,
          std::string(enum_name(kOptimizerNames, trainer.plan.optimizer)));
     same("finetune", std::string(enum_name(kFinetuneNames, saved.plan.finetune)),
          std::string(enum_name(kFinetuneNames, trainer.plan.finetune)));
+    if (saved.plan.precision == Precision::fp8_amp) {
+        same("fp8 amax history length", std::to_string(saved.plan.fp8_amax_history),
+             std::to_string(trainer.plan.fp8_amax_history));
+    }
     if (saved.plan.finetune != Finetune::full) {
         same("lora rank", std::to_string(saved.plan.lora_rank), std::to_string(trainer.plan.lora_rank));
         same("lora alpha", std::to_string(saved.plan.lora_alpha), std::to_string(trainer.plan.lora_alpha));
@@ -149,7 +176,8 @@ void check_tensors(const CheckpointReader& r, const std::vector<Entry>& entries,
             if (expected.count(kv.first) == 0) {
                 checkpoint_error(path,
                                  "unexpected tensor '" + kv.first +
-                                     "' (no parameter, master copy or moment of this trainer)");
+                                     "' (no parameter, master copy, moment or fp8 scaling state of "
+                                     "this trainer)");
             }
         }
     }

@@ -117,6 +117,7 @@ void visit_metadata(V& v, CheckpointInfo& info) {
     v.optional_enumeration("finetune", o.plan.finetune, kFinetuneNames);
     v.optional_number("lora_rank", o.plan.lora_rank, 0);
     v.optional_number("lora_alpha", o.plan.lora_alpha, 0.0f);
+    v.optional_number("fp8_amax_history", o.plan.fp8_amax_history, std::int64_t{0});
     v.number("data_bytes", info.data_bytes, 0);
     v.checksum("checksum", info.checksum);
 }
@@ -264,6 +265,8 @@ ojson metadata_of(const std::string& format, const CheckpointInfo& info) {
 CheckpointInfo parse_metadata(const std::map<std::string, std::string>& meta,
                               const std::string& path) {
     CheckpointInfo info;
+    // Without the key: current scaling, which every fp8-amp run used before delayed scaling.
+    info.options.plan.fp8_amax_history = 0;
     MetaReader r(meta, path);
     visit_metadata(r, info);
     info.options.optimizer.kind = info.options.plan.optimizer;

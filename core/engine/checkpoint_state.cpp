@@ -199,6 +199,7 @@ void restore_checkpoint_state(Trainer& t, const CheckpointInfo& info) {
     set_update_count(t, info.update_count);
     t.data().set_position(info.data_position);
     t.restore_loop_state(info.steps_done, info.loss_scale, info.good_steps);
+    t.model().fp8_state_restored(info.steps_done);
 }
 
 }  // namespace napkin

@@ -79,6 +79,16 @@ public:
     // mean losses are summed in step_scalars()->loss_sum, which the caller zeroes and reads.
     virtual void defer_loss(bool on) { NAPKIN_ASSERT(!on, "this model cannot defer its loss"); }
 
+    // Called once per step after its micro-batches: fp8-amp's delayed scaling rolls its amax
+    // histories into the next step's scale pairs on the device (core/engine/gpt_fp8.h).
+    virtual void end_step() {}
+    // fp8-amp's delayed-scaling state in the model's memory, fp32, for checkpoints: the amax
+    // histories (slots, H) and the scale pairs (slots, 8); empty tensors (or null) without it.
+    virtual Tensor* fp8_amax_history() { return nullptr; }
+    virtual Tensor* fp8_scales() { return nullptr; }
+    // After a checkpoint wrote them, with the steps it had done.
+    virtual void fp8_state_restored(int /*steps_done*/) {}
+
     virtual std::vector<ParamSlot>& params() = 0;
     virtual void zero_grads() = 0;
     // Copies master weights into the working copies (after an optimizer step).

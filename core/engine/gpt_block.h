@@ -312,7 +312,7 @@ void GptImpl<Kernels>::finish_output(KeptTensors& kt, KeptId id, profiler::Kerne
     Tensor& kept = kt.get(id);
     if (gpt_detail::is_fp8(kept)) {
         fp8_.cast_output(k_, ranges(kernel), kept, kt.get(kept_scale(id)),
-                         dnarrow_.template data<T>());
+                         dnarrow_.template data<T>(), {layer_of(kt), id});
     }
 }
 
@@ -402,7 +402,8 @@ void GptImpl<Kernels>::matmul(const PlanOp& op, T* out, KeptTensors& kt, KeptId 
     const T* bias = b != nullptr ? b->weight.template data<T>() : nullptr;
     if (gpt_detail::is_fp8(x)) {
         fp8_.forward(k_, ranges(kernel), s, out, x, kt.get(kept_scale(inp)),
-                     w->weight.template data<T>(), bias, mm_scratch_.template data<float>());
+                     w->weight.template data<T>(), bias, mm_scratch_.template data<float>(),
+                     {layer_of(kt), inp});
         return;
     }
     const T* weight = lora_.weight(k_, ranges(kernel), *w);
@@ -428,7 +429,7 @@ void GptImpl<Kernels>::matmul_back(const PlanOp& op, T* dinp, const T* dout, Kep
     if (gpt_detail::is_fp8(x)) {
         fp8_.backward(k_, ranges(kernel), s, dinp, w->grad.template data<T>(), dbias, dout, x,
                       kt.get(kept_scale(inp)), w->weight.template data<T>(),
-                      mm_scratch_.template data<float>());
+                      mm_scratch_.template data<float>(), {layer_of(kt), inp});
         return;
     }
     const T* weight = lora_.weight(k_, ranges(kernel), *w);

@@ -1,5 +1,5 @@
 // fp8-amp's part of the GPT engine's orchestration (core/engine/gpt_impl.h), Transformer
-// Engine's recipe with current per-tensor scaling (kernels/quantize.h says why current):
+// Engine's recipe with per-tensor scaling, delayed or current (kernels/quantize.h has both):
 //   - a block GEMM's input is kept by its producer (ln_1, attention, ln_2, the activation) as
 //     E4M3 codes with a scale pair, as the op plan lists them ("ln_1.out", "ln_1.out.scale");
 //     the producer writes its bf16 result into a staging buffer and casts it (cast_output);
@@ -12,9 +12,17 @@
 //     bf16 buffer (dequantized): the plan keeps attn.out once, in fp8.
 // The two transients (a weight and an output gradient, with their scale pairs) are temporaries
 // sized for the block's largest GEMM by the buffer plan (core/buffer_plan.h), which the
-// estimator sums too. The output layer stays bf16 (core/op_plan.cpp). Kernel ranges: each cast
-// is a "quantize" or "dequantize" kernel, each GEMM a "matmul_forward" / "matmul_backward" with
-// the fp8 kernels' own costs (kernels/matmul.h).
+// estimator sums too.
+// Delayed scaling (plan.in.fp8_amax_history H > 0): every cast names its site (Fp8Site: the
+// layer and the GEMM's kept input), whose slot (op_plan.h, fp8_slots) holds an amax history and
+// a scale pair (the buffer plan's fp8.amax_history and fp8.scales). Each cast records its amax
+// into the slot's history; from the second step on it casts with the slot's scale pair, which
+// end_step() (amax_history_roll, queued at each step's end: no host wait) computes from the
+// history. The first step has no history yet and casts with current scaling (still recording).
+// Within a step the scales do not change, so a checkpointing recompute casts the same codes.
+// The output layer stays bf16 (core/op_plan.cpp). Kernel ranges: each cast is a "quantize" or
+// "dequantize" kernel, each GEMM a "matmul_forward" / "matmul_backward" with the fp8 kernels'
+// own costs (kernels/matmul.h); the step end's roll an "amax_history_roll" in "fp8.amax_roll".
 #pragma once
 
 #include <string_view>
@@ -27,11 +35,37 @@
 #include "core/tensor.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
+#include "kernels/zero.h"
 
 namespace napkin::gpt_detail {
 
 inline bool is_fp8(const Tensor& t) {
     return t.dtype() == DType::f8e4m3;
+}
+
+// Where a cast happens: block `layer`'s GEMM whose kept input is `input` (ln_1.out: qkv,
+// attn.out: the projection, ln_2.out: the MLP's up, mlp.act.out: its down projection).
+struct Fp8Site {
+    int layer = 0;
+    KeptId input = KeptId::ln_1_out;
+};
+
+// The GEMM's index g in the block (op_plan.h, fp8_slots), from its kept input.
+inline std::int64_t fp8_gemm_index(KeptId input) {
+    switch (input) {
+        case KeptId::ln_1_out:
+            return 0;
+        case KeptId::attn_out:
+            return 1;
+        case KeptId::ln_2_out:
+            return 2;
+        case KeptId::mlp_act_out:
+            return 3;
+        default:
+            break;
+    }
+    NAPKIN_ASSERT(false, kept_name(input) << " is no fp8 GEMM input");
+    return 0;
 }
 
 // Range: a callable (std::string_view kernel_name, const KernelCost& cost) that opens the next
@@ -42,29 +76,64 @@ class Fp8Casts {
 
 public:
     // The transients from the buffer plan (none unless the plan's block GEMMs are fp8).
-    void allocate(GptBuffers& buffers) {
+    // And the delayed-scaling state (none when H is 0), zeroed: no history yet.
+    void allocate(GptBuffers& buffers, const OpPlan& plan, Kernels& k) {
         w8_ = buffers.take(BufferRole::fp8_weight);
         w8_scale_ = buffers.take(BufferRole::fp8_weight_scale);
         g8_ = buffers.take(BufferRole::fp8_grad);
         g8_scale_ = buffers.take(BufferRole::fp8_grad_scale);
+        history_ = buffers.take(BufferRole::fp8_amax_history);
+        scales_ = buffers.take(BufferRole::fp8_scales);
         NAPKIN_ASSERT(w8_.empty() || Kernels::kFp8, "this backend has no fp8 kernels");
+        slots_ = fp8_slots(plan);
+        H_ = plan.in.fp8_amax_history;
+        if (history_.empty()) return;
+        NAPKIN_ASSERT(slots_.gemms == 4,
+                      "fp8 delayed scaling: " << slots_.gemms << " fp8 GEMMs per block, not 4");
+        const ZeroSpan spans[] = {{history_.raw(), history_.bytes()},
+                                  {scales_.raw(), scales_.bytes()}};
+        k.zero(spans, 2);
     }
 
-    // kept (codes, n) and scale = the cast of staged (n, bf16).
+    // kept (codes, n) and scale = the cast of staged (n, bf16), the GEMM input of `site`.
     template <class Range>
-    void cast_output(Kernels& k, Range&& range, Tensor& kept, Tensor& scale, const T* staged) {
+    void cast_output(Kernels& k, Range&& range, Tensor& kept, Tensor& scale, const T* staged,
+                     const Fp8Site& site) {
         const std::int64_t n = kept.numel();
         range("quantize", quantize_cost({n, storage(), DType::f8e4m3}));
         if constexpr (Kernels::kFp8)
-            k.quantize(Fp8QuantizeArgs<f8e4m3_t>{
-                .out = kept.data<f8e4m3_t>(), .scale = scale.data<float>(), .inp = staged, .n = n});
+            k.quantize(
+                cast_args(kept.data<f8e4m3_t>(), scale.data<float>(), staged, n, input_slot(site)));
     }
+
+    // The delayed-scaling step end: each slot's scale pair for the next step from its history,
+    // then the histories shifted (kernels/quantize.h). Nothing without histories.
+    template <class Range>
+    void end_step(Kernels& k, Range&& range) {
+        if (history_.empty()) return;
+        range("amax_history_roll", amax_history_roll_cost({slots_.total(), H_}));
+        if constexpr (Kernels::kFp8)
+            k.amax_history_roll({.history = history_.data<float>(),
+                                 .scales = scales_.data<float>(),
+                                 .slots = slots_.total(),
+                                 .e4m3_slots = slots_.e4m3,
+                                 .H = H_});
+        delayed_ = true;
+    }
+
+    // The delayed-scaling state, for checkpoints (empty tensors when H is 0); restored() after
+    // a checkpoint wrote them: steps_done > 0 means a step has rolled them, so the next casts
+    // use the scale pairs.
+    Tensor& amax_history() { return history_; }
+    Tensor& scales() { return scales_; }
+    void restored(int steps_done) { delayed_ = !history_.empty() && steps_done > 0; }
 
     // out (M, N) = inp (M, K) codes @ cast(weight (N, K))^T [+ bias (N)].
     template <class Range>
     void forward(Kernels& k, Range&& range, const MatmulShape& s, T* out, const Tensor& inp,
-                 const Tensor& inp_scale, const T* weight, const T* bias, float* scratch) {
-        cast_weight(k, range, s, weight);
+                 const Tensor& inp_scale, const T* weight, const T* bias, float* scratch,
+                 const Fp8Site& site) {
+        cast_weight(k, range, s, weight, site);
         range("matmul_forward", matmul_fp8_forward_cost(s));
         if constexpr (Kernels::kFp8) {
             k.matmul_fp8_forward({.out = out,
@@ -85,14 +154,12 @@ public:
     template <class Range>
     void backward(Kernels& k, Range&& range, const MatmulShape& s, T* dinp, T* dweight, T* dbias,
                   const T* dout, const Tensor& inp, const Tensor& inp_scale, const T* weight,
-                  float* scratch) {
+                  float* scratch, const Fp8Site& site) {
         range("quantize", quantize_cost({s.M * s.N, storage(), DType::f8e5m2}));
         if constexpr (Kernels::kFp8)
-            k.quantize(Fp8QuantizeArgs<f8e5m2_t>{.out = g8_.data<f8e5m2_t>(),
-                                                 .scale = g8_scale_.data<float>(),
-                                                 .inp = dout,
-                                                 .n = s.M * s.N});
-        cast_weight(k, range, s, weight);
+            k.quantize(cast_args(g8_.data<f8e5m2_t>(), g8_scale_.data<float>(), dout, s.M * s.N,
+                                 grad_slot(site)));
+        cast_weight(k, range, s, weight, site);
         range("matmul_backward", matmul_fp8_backward_cost(s));
         if constexpr (Kernels::kFp8) {
             k.matmul_fp8_backward({.dinp = dinp,
@@ -128,17 +195,39 @@ private:
     static constexpr DType storage() { return DType::bf16; }
 
     template <class Range>
-    void cast_weight(Kernels& k, Range&& range, const MatmulShape& s, const T* weight) {
+    void cast_weight(Kernels& k, Range&& range, const MatmulShape& s, const T* weight,
+                     const Fp8Site& site) {
         range("quantize", quantize_cost({s.N * s.K, storage(), DType::f8e4m3}));
         if constexpr (Kernels::kFp8)
-            k.quantize(Fp8QuantizeArgs<f8e4m3_t>{.out = w8_.data<f8e4m3_t>(),
-                                                 .scale = w8_scale_.data<float>(),
-                                                 .inp = weight,
-                                                 .n = s.N * s.K});
+            k.quantize(cast_args(w8_.data<f8e4m3_t>(), w8_scale_.data<float>(), weight, s.N * s.K,
+                                 weight_slot(site)));
     }
+
+    // A cast's arguments: current scaling, or the slot's delayed pair once a step has rolled
+    // them; the amax recorded into the slot's history whenever there is one.
+    template <class Q>
+    Fp8QuantizeArgs<Q> cast_args(Q* out, float* scale, const T* inp, std::int64_t n,
+                                 std::int64_t slot) {
+        Fp8QuantizeArgs<Q> a{.out = out, .scale = scale, .inp = inp, .n = n};
+        if (history_.empty()) return a;
+        a.amax = history_.data<float>() + slot * H_;
+        if (delayed_) a.delayed = scales_.data<float>() + slot * kFp8ScaleFloats;
+        return a;
+    }
+    std::int64_t site_index(const Fp8Site& site) const {
+        return site.layer * slots_.gemms + fp8_gemm_index(site.input);
+    }
+    std::int64_t input_slot(const Fp8Site& site) const { return 2 * site_index(site); }
+    std::int64_t weight_slot(const Fp8Site& site) const { return 2 * site_index(site) + 1; }
+    std::int64_t grad_slot(const Fp8Site& site) const { return slots_.e4m3 + site_index(site); }
 
     Tensor w8_, w8_scale_;  // one block weight (N, K) cast to E4M3
     Tensor g8_, g8_scale_;  // one output gradient (M, N) cast to E5M2
+    // Delayed scaling: (slots, H) amax histories and (slots, kFp8ScaleFloats) scale pairs.
+    Tensor history_, scales_;
+    Fp8Slots slots_;
+    std::int64_t H_ = 0;
+    bool delayed_ = false;  // a step has rolled the histories: cast with the slots' pairs
 };
 
 }  // namespace napkin::gpt_detail

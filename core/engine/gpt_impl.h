@@ -101,6 +101,20 @@ public:
             param_shapes_.push_back(t.shape);  // params_' order (gpt_params.cpp)
     }
 
+    // fp8-amp's delayed scaling: the histories rolled into the next step's scales, in an op
+    // range of its own ("fp8.amax_roll").
+    void end_step() override {
+        std::optional<profiler::ScopedRange> r;
+        profiler::KernelScope k;
+        fp8_.end_step(k_, [&](std::string_view name, const KernelCost& cost) {
+            op_range(r, "fp8.amax_roll", cost);
+            kernel_range(k, name, cost);
+        });
+    }
+    Tensor* fp8_amax_history() override { return &fp8_.amax_history(); }
+    Tensor* fp8_scales() override { return &fp8_.scales(); }
+    void fp8_state_restored(int steps_done) override { fp8_.restored(steps_done); }
+
     void zero_grads() override {
         std::optional<profiler::ScopedRange> r;
         profiler::KernelScope k;
@@ -406,7 +420,7 @@ private:
         lora_.allocate(plan_, buffers);
         k_.bind_losses(buffers.take(BufferRole::loss_rows), buffers.take(BufferRole::step_scalars),
                        N_);
-        fp8_.allocate(buffers);
+        fp8_.allocate(buffers, plan_, k_);
         if (plan_.in.detect_anomaly) enable_anomaly_detection(buffers.take(BufferRole::anomaly_slots));
     }
 
@@ -416,6 +430,14 @@ private:
     }
     const T* block_output(int l) {
         return layers_[static_cast<std::size_t>(l)].get(KeptId::mlp_res_out).template data<T>();
+    }
+
+    // The block whose kept tensors kt are.
+    int layer_of(const KeptTensors& kt) const {
+        const auto l = &kt - layers_.data();
+        NAPKIN_ASSERT(l >= 0 && l < static_cast<std::ptrdiff_t>(layers_.size()),
+                      "kept tensors of no block");
+        return static_cast<int>(l);
     }
 
     // The kernel ranges an fp8 helper opens inside the op in progress.

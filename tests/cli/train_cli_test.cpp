@@ -92,7 +92,8 @@ TEST(TrainCli, TemporariesMatchThePredictionExactly) {
          {"--precision fp32 --attention flash", "--precision bf16-amp --attention flash",
           "--precision fp16-amp --attention naive", "--precision bf16 --attention naive",
           "--precision fp32 --attention naive --micro-batch 3 --seq-len 24",
-          "--precision fp8-amp --attention flash", "--precision fp8-amp --attention naive"}) {
+          "--precision fp8-amp --attention flash", "--precision fp8-amp --attention naive",
+          "--precision fp8-amp --fp8-amax-history 0", "--precision fp8-amp --fp8-amax-history 3"}) {
         const fs::path out = fresh_dir("temporaries");
         const CliRun r = napkin(std::string("train --device cpu --steps 1 --quiet ") + recipe + " --out " + out.string());
         ASSERT_EQ(r.rc, 0) << recipe << ": " << r.err;
@@ -730,6 +731,12 @@ TEST(TrainCli, BadInput) {
     expect_error("train --finetune lora --lora-alpha 0", 2, "--lora-alpha: must be a positive number", out);
     expect_error("train --finetune qlora --precision fp8-amp", 2, "not with --precision fp8-amp", out);
     expect_error("train --dropout 1", 2, "--dropout: must be in [0, 1)", out);
+    expect_error("train --fp8-amax-history 4", 2,
+                 "--fp8-amax-history: applies to --precision fp8-amp", out);
+    expect_error("train --precision fp8-amp --fp8-amax-history -1", 2,
+                 "--fp8-amax-history: must be 0 (current scaling) or a number of steps", out);
+    expect_error("train --precision fp8-amp --zero 1", 2,
+                 "--fp8-amax-history: delayed scaling runs in one process", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);

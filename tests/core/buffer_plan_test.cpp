@@ -117,9 +117,17 @@ TEST(BufferPlan, Fp8CastsAndTransposes) {
         EXPECT_EQ(bytes_of(p, BufferRole::fp8_weight_scale), 32);
         EXPECT_EQ(bytes_of(p, BufferRole::fp8_grad), N * F);
         EXPECT_EQ(bytes_of(p, BufferRole::fp8_grad_scale), 32);
+        // Delayed scaling (H 16 by default): 12 layers x 4 GEMMs x 3 sites, (16 + 8) floats each.
+        EXPECT_EQ(bytes_of(p, BufferRole::fp8_amax_history), 12 * 4 * 3 * 16 * 4);
+        EXPECT_EQ(bytes_of(p, BufferRole::fp8_scales), 12 * 4 * 3 * 8 * 4);
     }
     const BufferPlan cuda = build_buffer_plan(plan, DeviceKind::cuda);
     EXPECT_EQ(bytes_of(cuda, BufferRole::matmul_scratch), 32 * kMiB + F * C + N * F + N * C);
+    PlanInputs current = gpt2_inputs(Precision::fp8_amp);
+    current.fp8_amax_history = 0;  // current scaling keeps no state
+    const BufferPlan none = build_buffer_plan(build_op_plan(c, current), DeviceKind::cuda);
+    EXPECT_EQ(none.find(BufferRole::fp8_amax_history), nullptr);
+    EXPECT_EQ(none.find(BufferRole::fp8_scales), nullptr);
 }
 
 // The global norm's scratch: 256 bytes for the result, 256 fp64 partial sums per tensor; on
