@@ -120,6 +120,18 @@ TEST(TrainCli, Fp8AmpMemoryMatchesThePrediction) {
     EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.5);
 }
 
+// Under ZeRO (or a launcher) fp8-amp scales currently unless told otherwise: the default history
+// would be refused there, and a default must not make a valid command fail.
+TEST(TrainCli, Fp8AmpUnderZeroScalesCurrentlyByDefault) {
+    const fs::path out = fresh_dir("fp8_zero");
+    const CliRun r = napkin(
+        "train --device cpu --steps 2 --precision fp8-amp --zero 1 --quiet --out " + out.string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = read_json(out / "report.json");
+    EXPECT_EQ(j["measured"]["peak_bytes"]["temporaries"].get<double>(),
+              j["predicted"]["temporaries"].get<double>());
+}
+
 TEST(TrainCli, TrainsOnTextAndBinFiles) {
     const fs::path dir = fresh_dir("data");
     fs::create_directories(dir);
@@ -735,7 +747,7 @@ TEST(TrainCli, BadInput) {
                  "--fp8-amax-history: applies to --precision fp8-amp", out);
     expect_error("train --precision fp8-amp --fp8-amax-history -1", 2,
                  "--fp8-amax-history: must be 0 (current scaling) or a number of steps", out);
-    expect_error("train --precision fp8-amp --zero 1", 2,
+    expect_error("train --precision fp8-amp --zero 1 --fp8-amax-history 16", 2,
                  "--fp8-amax-history: delayed scaling runs in one process", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
