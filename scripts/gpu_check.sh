@@ -315,15 +315,12 @@ do_fusion() {
         done
     done
     python3 - "$out/fusion" <<'PY' | tee "$out/fusion_summary.txt"
-import json, os, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from run_steps import median_step
 root = sys.argv[1]
-def step_s(run):
-    try:
-        with open(os.path.join(root, run, "report.json")) as f:
-            steps = json.load(f)["steps"][3:]
-        return statistics.median(s.get("device_seconds", s["seconds"]) for s in steps)
-    except (OSError, KeyError, ValueError):
-        return None
+def step_s(run):  # seconds a step on the device where it was timed there
+    return median_step(root, run, "device_seconds", "seconds")
 for bsz in (8, 64):
     t = {f: [step_s(f"b{bsz}-{f}-{i}") for i in (1, 2)] for f in ("off", "on")}
     if any(v is None for v in t["off"] + t["on"]):
@@ -362,21 +359,21 @@ do_graph() {
         done
     done
     python3 - "$out/graph" <<'PY' | tee "$out/graph_summary.txt"
-import json, os, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from run_steps import median_step
 root = sys.argv[1]
 def tokens_per_s(run):
-    try:
-        with open(os.path.join(root, run, "report.json")) as f:
-            steps = json.load(f)["steps"][3:]
-        return statistics.median(s["tokens_per_s"] for s in steps)
-    except (OSError, KeyError, ValueError, ZeroDivisionError):
-        return None
+    return median_step(root, run, "tokens_per_s")
 t = {g: [tokens_per_s(f"b8-{g}-{i}") for i in (1, 2)] for g in ("off", "on")}
 if any(v is None for v in t["off"] + t["on"]):
     print("B 8: a run is missing")
 else:
     off, on = max(t["off"]), max(t["on"])
     print(f"GPT-2 B 8 bf16-amp: --cuda-graph off {off:,.0f} tokens/s, on {on:,.0f}; on/off {on / off:.3f}")
+PY
+}
+
 # fp8-amp that pays (issue 20, deliverable 4; docs/ENGINE.md "Precision on the CPU"): GPT-2 at
 # B 64, T 1024 under bf16-amp, fp8-amp with delayed scaling (the default, one pass per cast) and
 # fp8-amp with current scaling (--fp8-amax-history 0), alternated twice so a drift hits all three;
@@ -400,15 +397,12 @@ do_fp8() {
         done
     done
     python3 - "$out/fp8" <<'PY' | tee "$out/fp8_summary.txt"
-import json, os, statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from run_steps import median_step
 root = sys.argv[1]
-def step_s(run):
-    try:
-        with open(os.path.join(root, run, "report.json")) as f:
-            steps = json.load(f)["steps"][3:]
-        return statistics.median(s.get("device_seconds", s["seconds"]) for s in steps)
-    except (OSError, KeyError, ValueError):
-        return None
+def step_s(run):  # seconds a step on the device where it was timed there
+    return median_step(root, run, "device_seconds", "seconds")
 t = {r: [step_s(f"{r}-{i}") for i in (1, 2)] for r in ("bf16", "delayed", "current")}
 best = {r: min(v for v in t[r] if v is not None) for r in t if any(v is not None for v in t[r])}
 tokens = 64 * 1024
