@@ -15,25 +15,12 @@
 #include "core/fp8.h"
 #include "kernels/quantize.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
+#include "tests/kernels_cuda/fp8_codes.h"
 
 namespace napkin {
 namespace {
 
 using namespace test;
-
-template <class Q>
-void expect_same_delayed_codes(const std::vector<Q>& gpu, const std::vector<Q>& cpu) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < gpu.size(); ++i) {
-        const bool both_nan =
-            std::isnan(static_cast<float>(gpu[i])) && std::isnan(static_cast<float>(cpu[i]));
-        if (gpu[i].bits != cpu[i].bits && !both_nan && bad++ < 5)
-            ADD_FAILURE() << "element " << i << ": code " << int(gpu[i].bits) << ", the CPU's "
-                          << int(cpu[i].bits);
-    }
-    EXPECT_EQ(bad, 0u);
-}
 
 std::uint32_t delayed_bits(float f) {
     return std::bit_cast<std::uint32_t>(f);
@@ -72,7 +59,7 @@ void check_delayed(const std::vector<T>& x, const float* delayed, float prior) {
     for (std::int64_t i = 0; i < kFp8ScaleFloats; ++i)
         EXPECT_EQ(delayed_bits(s[static_cast<std::size_t>(i)]), delayed_bits(scale[i])) << "pair slot " << i;
     EXPECT_EQ(delayed_bits(amax_d.download()[0]), delayed_bits(amax)) << "recorded amax";
-    expect_same_delayed_codes(q_d.download(), q);
+    expect_same_codes(q_d.download(), q);
 }
 
 std::vector<float> delayed_pair_of(float scale) {

@@ -14,6 +14,7 @@
 
 #include "core/fp8.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
+#include "tests/kernels_cuda/fp8_codes.h"
 
 namespace napkin {
 namespace {
@@ -23,21 +24,6 @@ using namespace test;
 template <class Q>
 constexpr __nv_fp8_interpretation_t kind() {
     return std::is_same_v<Q, f8e4m3_t> ? __NV_E4M3 : __NV_E5M2;
-}
-
-// Codes equal, or both NaN (the hardware's conversion may give a NaN another sign).
-template <class Q>
-void expect_same_codes(const std::vector<Q>& gpu, const std::vector<Q>& cpu) {
-    ASSERT_EQ(gpu.size(), cpu.size());
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < gpu.size(); ++i) {
-        const bool both_nan =
-            std::isnan(static_cast<float>(gpu[i])) && std::isnan(static_cast<float>(cpu[i]));
-        if (gpu[i].bits != cpu[i].bits && !both_nan && bad++ < 5)
-            ADD_FAILURE() << "element " << i << ": code " << int(gpu[i].bits) << ", the CPU's "
-                          << int(cpu[i].bits);
-    }
-    EXPECT_EQ(bad, 0u);
 }
 
 template <class Q, class T>
