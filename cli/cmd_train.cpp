@@ -632,8 +632,9 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
                    "graph (one per batch slot) at the second step and launch it as one from then "
                    "on (the same results bit for bit; the optimizer's launches stay outside); "
                    "auto: on where the capture holds (--device cuda, one process, no "
-                   "--detect-anomaly, --paged-optimizer, --dropout, fp16-amp or --profile); on: "
-                   "refuses the others (docs/CUDA.md)")
+                   "--detect-anomaly, --paged-optimizer, --dropout or fp16-amp); on: refuses the "
+                   "others; --profile attributes each graph-launched kernel to its op "
+                   "(docs/CUDA.md)")
         ->capture_default_str();
     cmd.add_option("--offload", f.offload,
                    "none|optimizer: keep the fp32 master copy and optimizer state of each rank's "

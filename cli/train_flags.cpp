@@ -270,18 +270,17 @@ void parallel_from_flags(const TrainFlags& f, TrainOptions& o) {
     o.paged_optimizer = f.paged_optimizer;  // a memory placement: the same numbers either way
 }
 
-// --cuda-graph auto|on|off (docs/CUDA.md "CUDA graphs"), once the device, the ranks and the
-// profile are known: on refuses a run the capture cannot hold, naming why; auto captures where
+// --cuda-graph auto|on|off (docs/CUDA.md "CUDA graphs"), once the device and the ranks are
+// known: on refuses a run the capture cannot hold, naming why; auto captures where
 // it can and keeps why not.
 void cuda_graph_from_flags(const TrainFlags& f, RunSetup& run, int world) {
     if (f.cuda_graph != "auto" && f.cuda_graph != "on" && f.cuda_graph != "off") {
         throw UsageError("--cuda-graph: unknown value '" + f.cuda_graph +
                          "' (expected auto|on|off)");
     }
-    const std::string why =
-        f.cuda_graph == "off"
-            ? std::string("--cuda-graph off")
-            : with_flags(cuda_graph_refusal(run.options, world, run.profile.any()));
+    const std::string why = f.cuda_graph == "off"
+                                ? std::string("--cuda-graph off")
+                                : with_flags(cuda_graph_refusal(run.options, world));
     if (f.cuda_graph == "on" && !why.empty()) throw UsageError("--cuda-graph on: " + why);
     run.options.cuda_graph = why.empty();
     run.cuda_graph_off = why;

@@ -175,6 +175,7 @@ std::vector<MemEvent> AccountingAllocator::end_tape() {
 
 void AccountingAllocator::replay(const std::vector<MemEvent>& tape) {
     std::lock_guard<std::mutex> lock(mutex_);
+    std::int64_t t = now_ns();
     for (const MemEvent& e : tape) {
         const auto c = static_cast<std::size_t>(e.category);
         current_[c] += e.bytes;
@@ -182,8 +183,12 @@ void AccountingAllocator::replay(const std::vector<MemEvent>& tape) {
         current_total_ += e.bytes;
         peak_total_ = std::max(peak_total_, current_total_);
         live_ += e.bytes > 0 ? 1 : -1;
-        if (record_events_)
-            events_.push_back(MemEvent{now_ns(), e.bytes, e.address, e.name_id, e.category});
+        if (record_events_) {
+            // 1 ns apart at least: events at one instant make one sample of the trace's memory
+            // counters (profiler::memory_counter_events), which would hide the tape's peak.
+            if (!events_.empty() && t <= events_.back().t_ns) t = events_.back().t_ns + 1;
+            events_.push_back(MemEvent{t, e.bytes, e.address, e.name_id, e.category});
+        }
     }
 }
 

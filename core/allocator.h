@@ -126,7 +126,8 @@ public:
     // A tape of the allocations and frees between begin_tape and end_tape, for work run once and
     // then repeated without its host code (a micro-batch captured into a CUDA graph, whose
     // launches reuse the addresses it was captured with): replay applies the same sequence to
-    // the counts and peaks (and to the events while they are recorded), touching no memory.
+    // the counts and peaks (and to the events while they are recorded, each at least 1 ns after
+    // the one before, so that the trace's memory counters show every step), touching no memory.
     void begin_tape();
     std::vector<MemEvent> end_tape();
     void replay(const std::vector<MemEvent>& tape);

@@ -33,7 +33,7 @@ void CuptiCollector::push_kernel(std::string_view name, const KernelCost& cost) 
     if (!active_) return;
     const std::uint64_t id = next_external_++;
     try {
-        translator_.register_external(id, std::string(name), cost);
+        translator_.register_external(id, std::string(name), cost, recorder_.open_op());
     } catch (...) {  // the kernel keeps CUPTI's name and no cost
         ++failures_;
     }

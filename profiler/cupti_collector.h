@@ -53,7 +53,8 @@ public:
     // Appends the completed records to *out; wait: a forced flush, every buffer, also one with
     // a record still incomplete (call it once the device is idle: the trainer flushes after the
     // step's synchronize). *stats gets the totals since enable().
-    virtual void flush(bool wait, std::vector<GpuActivity>* out, GpuActivityStats* stats) noexcept = 0;
+    virtual void flush(bool wait, std::vector<GpuActivity>* out,
+                       GpuActivityStats* stats) noexcept = 0;
 };
 
 class CuptiCollector final : public KernelTagger {
@@ -66,8 +67,9 @@ public:
     bool active() const { return active_; }
     const std::string& error() const { return error_; }  // why not active
 
-    // Around one engine kernel call: the device records it causes get `name` and `cost` (an
-    // external correlation id links them).
+    // Around one engine kernel call: the device records it causes get `name`, `cost` and the
+    // op range open on the recorder (an external correlation id links them; under a CUDA graph
+    // capture, the nodes the call makes, whose launches run later).
     void push_kernel(std::string_view name, const KernelCost& cost) noexcept override;
     void pop_kernel() noexcept override;
 

@@ -14,6 +14,9 @@ namespace {
 // Flow ids of CUPTI correlations live above the engine's own (Recorder::next_flow_id counts
 // from 1), so the two kinds never collide in one trace.
 constexpr std::uint64_t kCorrelationFlowBase = std::uint64_t{1} << 40;
+// A graph launch's records share its correlation id: each gets a flow id of its own, above
+// every correlation's.
+constexpr std::uint64_t kGraphFlowBase = std::uint64_t{1} << 41;
 
 // Keeps at most this many launches waiting for their kernel: calls that launch nothing
 // (cudaMemcpy's API record has a memcpy, cudaMalloc has nothing) would otherwise pile up.
@@ -72,8 +75,8 @@ std::int64_t ClockSync::to_run_ns(std::uint64_t cupti_ns) const {
 }
 
 void CuptiTranslator::register_external(std::uint64_t external_id, std::string name,
-                                        const KernelCost& cost) {
-    external_[external_id] = Registered{std::move(name), cost};
+                                        const KernelCost& cost, std::string op) {
+    external_[external_id] = Registered{std::move(name), cost, std::move(op)};
 }
 
 TrackId CuptiTranslator::stream_track(std::uint32_t device, std::uint32_t stream) {
@@ -92,10 +95,21 @@ TrackId CuptiTranslator::api_track() {
     return api_track_;
 }
 
-const CuptiTranslator::Registered* CuptiTranslator::registered(const GpuActivity& a) const {
+// A graph-launched record's call is its node's (the correlation id is the launch's); any other
+// record's, its launch call's.
+std::uint64_t CuptiTranslator::external_of(const GpuActivity& a) const {
+    if (a.graph_node_id != 0) {
+        auto node = node_to_external_.find(a.graph_node_id);
+        return node != node_to_external_.end() ? node->second : 0;
+    }
     auto ext = corr_to_external_.find(a.correlation_id);
-    if (ext == corr_to_external_.end()) return nullptr;
-    auto reg = external_.find(ext->second);
+    return ext != corr_to_external_.end() ? ext->second : 0;
+}
+
+const CuptiTranslator::Registered* CuptiTranslator::registered(const GpuActivity& a) const {
+    const std::uint64_t external = external_of(a);
+    if (external == 0) return nullptr;
+    auto reg = external_.find(external);
     return reg != external_.end() ? &reg->second : nullptr;
 }
 
@@ -105,7 +119,7 @@ CuptiTranslator::CostGroups CuptiTranslator::cost_groups(
     for (const GpuActivity& a : batch) {
         if (!is_device(a)) continue;
         if (const Registered* reg = registered(a)) {
-            CostGroup& g = groups[corr_to_external_.at(a.correlation_id)];
+            CostGroup& g = groups[cost_key(a, external_of(a))];
             if (g.records == 0) {
                 g.flops_left = reg->cost.flops;
                 g.bytes_left = reg->cost.bytes();
@@ -154,23 +168,26 @@ std::map<std::size_t, std::int64_t> CuptiTranslator::early_starts(
     return early;
 }
 
-void CuptiTranslator::flow_pair(std::uint32_t correlation, std::int64_t launch_ns,
-                                TrackId kernel_track, std::int64_t kernel_ns) {
-    const std::uint64_t id = kCorrelationFlowBase + correlation;
-    recorder_.flow("launch", FlowPhase::start, id, api_track(), launch_ns);
-    recorder_.flow("launch", FlowPhase::end, id, kernel_track, kernel_ns);
+void CuptiTranslator::flow_pair(std::uint64_t flow_id, std::int64_t launch_ns, TrackId kernel_track,
+                                std::int64_t kernel_ns) {
+    recorder_.flow("launch", FlowPhase::start, flow_id, api_track(), launch_ns);
+    recorder_.flow("launch", FlowPhase::end, flow_id, kernel_track, kernel_ns);
 }
 
 void CuptiTranslator::add(const std::vector<GpuActivity>& batch) {
     for (const GpuActivity& a : batch) {
         if (a.kind == GpuActivityKind::external_correlation)
             corr_to_external_[a.correlation_id] = a.external_id;
+        if (a.kind == GpuActivityKind::graph_node)
+            node_to_external_[a.graph_node_id] = a.external_id;
     }
     CostGroups groups = cost_groups(batch);
     const std::map<std::size_t, std::int64_t> early = early_starts(batch);
     for (std::size_t index = 0; index < batch.size(); ++index) {
         const GpuActivity& a = batch[index];
-        if (a.kind == GpuActivityKind::external_correlation) continue;
+        if (a.kind == GpuActivityKind::external_correlation ||
+            a.kind == GpuActivityKind::graph_node)
+            continue;
         const auto trimmed = early.find(index);
         const std::int64_t started_early = trimmed != early.end() ? trimmed->second : 0;
         const std::int64_t start =
@@ -203,15 +220,39 @@ void CuptiTranslator::add_host_record(const GpuActivity& a, RangeEvent r) {
     r.args.push_back(Arg{"host_thread", static_cast<std::int64_t>(a.host_thread)});
     if (a.kind == GpuActivityKind::driver) r.args.push_back(Arg{"api", std::string("driver")});
     const std::int64_t mid = r.start_ns + r.dur_ns / 2;  // inside the launch range
+    // cudaGraphLaunch, cuGraphLaunch: its nodes' records may come in later batches too.
+    const bool graph = a.name.find("GraphLaunch") != std::string::npos;
     recorder_.record(std::move(r));
     if (!launch) return;
-    auto waiting = kernel_waiting_.find(a.correlation_id);
-    if (waiting != kernel_waiting_.end()) {
-        flow_pair(a.correlation_id, mid, waiting->second.second, waiting->second.first);
-        kernel_waiting_.erase(waiting);
-    } else {
+    const auto [first, last] = kernel_waiting_.equal_range(a.correlation_id);
+    const bool matched = first != last;
+    for (auto it = first; it != last; ++it)
+        flow_pair(it->second.flow_id, mid, it->second.track, it->second.t_ns);
+    kernel_waiting_.erase(first, last);
+    if (!matched || graph) {
         if (launch_at_.size() >= kMaxPending) launch_at_.clear();  // launched nothing
         launch_at_[a.correlation_id] = mid;
+    }
+}
+
+// The flow from a device record's launch: its correlation's, or for a graph launch's records
+// one each, the launch kept for the graph's other nodes.
+void CuptiTranslator::launch_flow(const GpuActivity& a, TrackId track, std::int64_t start,
+                                  std::int64_t end) {
+    const bool graph = a.graph_node_id != 0;
+    const std::uint64_t id =
+        graph ? kGraphFlowBase + ++graph_flows_ : kCorrelationFlowBase + a.correlation_id;
+    const std::int64_t mid = start + (end - start) / 2;
+    auto launch = launch_at_.find(a.correlation_id);
+    if (launch != launch_at_.end()) {
+        flow_pair(id, launch->second, track, mid);
+        if (!graph) launch_at_.erase(launch);  // one record per plain launch
+    } else if (a.correlation_id != 0) {
+        if (kernel_waiting_.size() >= kMaxPending) {
+            unmatched_ += kernel_waiting_.size();
+            kernel_waiting_.clear();
+        }
+        kernel_waiting_.emplace(a.correlation_id, Waiting{mid, track, id});
     }
 }
 
@@ -228,8 +269,10 @@ void CuptiTranslator::add_device_record(const GpuActivity& a, RangeEvent r,
     const std::string own = a.kind == GpuActivityKind::kernel ? demangle(a.name) : a.name;
     r.name = own;
     if (a.kind != GpuActivityKind::kernel) r.bytes = a.bytes;
+    if (a.graph_node_id != 0)
+        r.args.push_back(Arg{"graph_node", static_cast<std::int64_t>(a.graph_node_id)});
     if (const Registered* reg = registered(a)) {
-        CostGroup& g = groups[corr_to_external_[a.correlation_id]];
+        CostGroup& g = groups[cost_key(a, external_of(a))];
         const double d = static_cast<double>(a.end_ns > a.start_ns ? a.end_ns - a.start_ns : 0);
         // The last record of a split takes what is left, so the parts sum to the call's cost.
         const auto part = [](std::uint64_t total, std::uint64_t& left, double share, bool last) {
@@ -253,7 +296,10 @@ void CuptiTranslator::add_device_record(const GpuActivity& a, RangeEvent r,
         }
         r.args.push_back(Arg{"kernel", own});
         r.args.push_back(Arg{"cost_split", static_cast<std::int64_t>(g.records)});
+        if (!reg->op.empty()) r.args.push_back(Arg{"op", reg->op});
         ++tagged_;
+    } else if (a.graph_node_id != 0) {  // a node the capture made outside every engine call
+        r.args.push_back(Arg{"op", std::string(kUnmappedGraphOp)});
     }
     if (a.kind == GpuActivityKind::kernel) {
         ++kernels_;
@@ -264,17 +310,7 @@ void CuptiTranslator::add_device_record(const GpuActivity& a, RangeEvent r,
     }
     const TrackId track = r.track;
     recorder_.record(std::move(r));
-    auto launch = launch_at_.find(a.correlation_id);
-    if (launch != launch_at_.end()) {
-        flow_pair(a.correlation_id, launch->second, track, start + (end - start) / 2);
-        launch_at_.erase(launch);  // one record per launch (no CUDA graphs in the engine)
-    } else if (a.correlation_id != 0) {
-        if (kernel_waiting_.size() >= kMaxPending) {
-            unmatched_ += kernel_waiting_.size();
-            kernel_waiting_.clear();
-        }
-        kernel_waiting_[a.correlation_id] = {start + (end - start) / 2, track};
-    }
+    launch_flow(a, track, start, end);
 }
 
 void CuptiTranslator::finish() {

@@ -19,6 +19,16 @@
 //    engine call may run several kernels (a backward matmul is two or three GEMMs): their share of
 //    the call's cost is in proportion to their durations, so the shares add up to the cost exactly
 //    and each kernel shows the call's achieved FLOP/s (arg "cost_split" says how many shared it);
+//  - CUDA graphs: the kernels, copies and sets of a graph launch share the launch's correlation
+//    id and carry their node's id (graph_node_id). graph_node records, made by the plugin when
+//    the capture created each node while the engine's external id was pushed (and when
+//    instantiation cloned it), map node ids to external ids; a graph-launched record takes the
+//    engine's name, cost and op through its node, and shares its call's cost with the other
+//    nodes of that call in the same launch. A node with no mapping keeps CUPTI's name and gets
+//    the op "cuda_graph". Each graph-launched record gets a flow of its own from the launch;
+//  - every record tagged with an op (the host range open when the engine made the call) carries
+//    it in arg "op": the per-op table's attribution (profiler/step_profile.h), with or without
+//    graphs;
 //  - GPU timestamps (CUPTI's clock, ns) move to the run's clock through a ClockSync, a linear
 //    map fitted from pairs of (cuptiGetTimestamp, steady_clock) taken at start and at each flush;
 //  - records the collector lost (CUPTI's dropped count, buffers refused at the cap) are counted,
@@ -63,8 +73,13 @@ class CuptiTranslator {
 public:
     explicit CuptiTranslator(Recorder& recorder) : recorder_(recorder) {}
 
-    // The engine names the kernel behind an external id before launching it.
-    void register_external(std::uint64_t external_id, std::string name, const KernelCost& cost);
+    // The engine names the kernel behind an external id before launching it, and the op range
+    // it is called in ("" for none).
+    void register_external(std::uint64_t external_id, std::string name, const KernelCost& cost,
+                           std::string op = {});
+
+    // The op of graph-launched work whose node maps to no engine call.
+    static constexpr const char* kUnmappedGraphOp = "cuda_graph";
 
     ClockSync& clock() { return clock_; }
 
@@ -89,6 +104,7 @@ private:
     struct Registered {
         std::string name;
         KernelCost cost;
+        std::string op;
     };
     // The device records of one engine call in a batch: their count and summed duration, so that
     // each gets its share of the call's cost, and what is left to share.
@@ -100,17 +116,25 @@ private:
         double dur = 0, kernel_dur = 0;
         std::uint64_t flops_left = 0, bytes_left = 0;
     };
-    using CostGroups = std::map<std::uint64_t, CostGroup>;  // by external id
+    // By (graph launch's correlation id or 0, external id): a graph launch runs every call of
+    // its capture again, each a group of its own.
+    using CostKey = std::pair<std::uint32_t, std::uint64_t>;
+    using CostGroups = std::map<CostKey, CostGroup>;
 
     TrackId stream_track(std::uint32_t device, std::uint32_t stream);
     TrackId api_track();
+    std::uint64_t external_of(const GpuActivity& a) const;  // 0: none known
     const Registered* registered(const GpuActivity& a) const;
+    static CostKey cost_key(const GpuActivity& a, std::uint64_t external) {
+        return {a.graph_node_id != 0 ? a.correlation_id : 0u, external};
+    }
+    void launch_flow(const GpuActivity& a, TrackId track, std::int64_t start, std::int64_t end);
     CostGroups cost_groups(const std::vector<GpuActivity>& batch) const;
     std::map<std::size_t, std::int64_t> early_starts(const std::vector<GpuActivity>& batch);
     void add_host_record(const GpuActivity& a, RangeEvent r);
     void add_device_record(const GpuActivity& a, RangeEvent r, std::int64_t started_early,
                            CostGroups& groups);
-    void flow_pair(std::uint32_t correlation, std::int64_t launch_ns, TrackId kernel_track,
+    void flow_pair(std::uint64_t flow_id, std::int64_t launch_ns, TrackId kernel_track,
                    std::int64_t kernel_ns);
 
     Recorder& recorder_;
@@ -122,11 +146,19 @@ private:
     TrackId api_track_ = 0, sync_track_ = 0;
     std::map<std::uint64_t, Registered> external_;  // external id -> what the engine said
     std::map<std::uint32_t, std::uint64_t> corr_to_external_;
+    std::map<std::uint64_t, std::uint64_t> node_to_external_;  // graph node id -> external id
     std::map<std::uint32_t, std::int64_t>
         launch_at_;  // correlation id -> launch time (run ns), flow started
-    // Kernels seen before their launch: correlation id -> (time inside the kernel, its track).
-    std::map<std::uint32_t, std::pair<std::int64_t, TrackId>> kernel_waiting_;
+    // Device records seen before their launch: correlation id -> (time inside the record, its
+    // track, its flow id); several for a graph launch.
+    struct Waiting {
+        std::int64_t t_ns;
+        TrackId track;
+        std::uint64_t flow_id;
+    };
+    std::multimap<std::uint32_t, Waiting> kernel_waiting_;
     std::uint64_t lost_ = 0, kernels_ = 0, tagged_ = 0, unmatched_ = 0;
+    std::uint64_t graph_flows_ = 0;  // flow ids handed to graph-launched records
 };
 
 }  // namespace napkin::profiler

@@ -214,6 +214,14 @@ public:
     // Counts an event its producer could not even build (out of memory).
     void record_drop() noexcept { dropped_.fetch_add(1); }
 
+    // The host track's op or optimizer range open now ("" when none): ScopedRange keeps it, the
+    // CUPTI collector names the op of each kernel call it tags by it (a graph launch opens no op
+    // range, so its kernels carry the op of their capture). Op ranges never nest. The engine's
+    // thread only.
+    const std::string& open_op() const noexcept { return open_op_; }
+    void set_open_op(std::string_view name) { open_op_.assign(name); }
+    void clear_open_op() noexcept { open_op_.clear(); }
+
     // Moves the buffered events out, oldest first (ranges are recorded when they end, so a
     // parent follows its children). Call it once a step to stream them into a writer: the cap
     // then bounds one step's events, not the run's.
@@ -239,6 +247,7 @@ private:
     std::vector<Track> tracks_;
     std::atomic<std::uint64_t> dropped_{0};
     std::atomic<std::uint64_t> flow_ids_{0};
+    std::string open_op_;
 };
 
 }  // namespace napkin::profiler

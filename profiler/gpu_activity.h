@@ -22,6 +22,9 @@ enum class GpuActivityKind : std::uint8_t {
     synchronization,       // cudaStreamSynchronize, cudaEventSynchronize, ... ("synchronize");
                            // cudaStreamWaitEvent ("stream wait event")
     external_correlation,  // correlation_id -> external_id (the engine's kernel tag)
+    graph_node,            // graph_node_id -> external_id: a CUDA graph node made while the
+                           // engine's id was pushed (at capture), or cloned from one (at
+                           // instantiation); no time, no device
 };
 
 // One CUPTI record, reduced to what the trace shows.
@@ -30,7 +33,11 @@ struct GpuActivity {
     std::string name;  // mangled kernel name, "cudaLaunchKernel", "memcpy HtoD"
     std::uint64_t start_ns = 0, end_ns = 0;
     std::uint32_t correlation_id = 0;
-    std::uint64_t external_id = 0;  // external_correlation records only
+    std::uint64_t external_id = 0;  // external_correlation and graph_node records only
+    // Device records of work a graph launch ran (CUPTI's graphId, graphNodeId; 0 otherwise): the
+    // node of the executable graph, which graph_node records map to the engine's call.
+    std::uint32_t graph_id = 0;
+    std::uint64_t graph_node_id = 0;
     std::uint32_t device = 0, stream = 0;
     std::uint32_t host_thread = 0;  // runtime, driver and synchronization records
     std::int32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};

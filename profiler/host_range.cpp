@@ -2,6 +2,15 @@
 
 namespace napkin::profiler::detail {
 
+namespace {
+
+bool names_op(const RangeEvent& e) {
+    return e.track == kHostTrack &&
+           (e.category == Category::op || e.category == Category::optimizer);
+}
+
+}  // namespace
+
 void begin_range(std::optional<RangeEvent>& slot, Recorder& recorder, std::string_view name,
                  Category category, const KernelCost& cost, TrackId track) noexcept {
     try {
@@ -11,6 +20,7 @@ void begin_range(std::optional<RangeEvent>& slot, Recorder& recorder, std::strin
         e.track = track;
         e.flops = cost.flops;
         e.bytes = cost.bytes();
+        if (names_op(e)) recorder.set_open_op(name);
         e.start_ns = recorder.now_ns();  // last: the copy of the name is not the range's time
     } catch (...) {                      // no memory for a name: the range is lost, the run goes on
         slot.reset();
@@ -19,6 +29,7 @@ void begin_range(std::optional<RangeEvent>& slot, Recorder& recorder, std::strin
 }
 
 void end_range(std::optional<RangeEvent>& slot, Recorder& recorder) noexcept {
+    if (names_op(*slot)) recorder.clear_open_op();
     slot->dur_ns = recorder.now_ns() - slot->start_ns;
     recorder.record(std::move(*slot));
     slot.reset();

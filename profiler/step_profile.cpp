@@ -5,6 +5,18 @@
 
 namespace napkin::profiler {
 
+namespace {
+
+// The op a device record names (arg "op"), or null.
+const std::string* named_op(const RangeEvent& r) {
+    for (const Arg& a : r.args) {
+        if (a.key == "op") return std::get_if<std::string>(&a.value);
+    }
+    return nullptr;
+}
+
+}  // namespace
+
 double Roofline::seconds(double flops, double bytes) const {
     const double compute = flops_per_s > 0 ? flops / flops_per_s : 0.0;
     const double memory = bytes_per_s > 0 ? bytes / bytes_per_s : 0.0;
@@ -15,7 +27,8 @@ std::string StepProfile::op_key(const std::string& name) {
     // "h.<digits>." prefix.
     if (name.size() < 4 || name[0] != 'h' || name[1] != '.') return name;
     std::size_t i = 2;
-    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])))
+        ++i;
     if (i == 2 || i >= name.size() || name[i] != '.') return name;
     return name.substr(i + 1);
 }
@@ -31,7 +44,8 @@ void StepProfile::add(const std::vector<Event>& events) {
     auto step_of = [&](const RangeEvent& r) -> StepTiming* {
         for (std::size_t i = first_step; i < steps_.size(); ++i) {
             StepTiming& s = steps_[i];
-            if (r.start_ns >= s.start_ns && r.start_ns + r.dur_ns <= s.start_ns + s.dur_ns) return &s;
+            if (r.start_ns >= s.start_ns && r.start_ns + r.dur_ns <= s.start_ns + s.dur_ns)
+                return &s;
         }
         return nullptr;
     };
@@ -40,7 +54,8 @@ void StepProfile::add(const std::vector<Event>& events) {
     for (const Event& e : events) {
         const auto* r = std::get_if<RangeEvent>(&e);
         if (r == nullptr) continue;
-        const bool is_op = r->track == kHostTrack && (r->category == Category::op || r->category == Category::optimizer);
+        const bool is_op = r->track == kHostTrack &&
+                           (r->category == Category::op || r->category == Category::optimizer);
         const bool is_kernel = r->category == Category::kernel;
         if (!is_op && !is_kernel) continue;
         const std::string key = is_op ? op_key(r->name) : r->name;
@@ -78,16 +93,31 @@ void StepProfile::attribute_to_ops(const std::vector<Event>& events, std::vector
     for (const Event& e : events) {
         const auto* f = std::get_if<FlowEvent>(&e);
         if (f == nullptr) continue;
-        if (f->phase == FlowPhase::start) launched_at[f->id] = f->t_ns;
-        else ends[f->track].emplace_back(f->t_ns, f->id);
+        if (f->phase == FlowPhase::start)
+            launched_at[f->id] = f->t_ns;
+        else
+            ends[f->track].emplace_back(f->t_ns, f->id);
     }
-    for (auto& [track, list] : ends) std::sort(list.begin(), list.end());
-    std::sort(op_spans.begin(), op_spans.end(), [](const OpSpan& a, const OpSpan& b) { return a.start < b.start; });
+    for (auto& [track, list] : ends)
+        std::sort(list.begin(), list.end());
+    std::sort(op_spans.begin(), op_spans.end(),
+              [](const OpSpan& a, const OpSpan& b) { return a.start < b.start; });
     for (const RangeEvent* r : device_records) {
+        if (const std::string* op = named_op(*r)) {
+            WorkStats& w = ops_[op_key(*op)];
+            if (w.calls == 0 && w.device_records == 0) {
+                w.name = op_key(*op);
+                w.category = *op == "optimizer" ? Category::optimizer : Category::op;
+            }
+            ++w.device_records;
+            w.device_ns += r->dur_ns;
+            continue;
+        }
         const auto on_track = ends.find(r->track);
         if (on_track == ends.end()) continue;
         const auto& list = on_track->second;
-        const auto end = std::lower_bound(list.begin(), list.end(), std::make_pair(r->start_ns, std::uint64_t{0}));
+        const auto end = std::lower_bound(list.begin(), list.end(),
+                                          std::make_pair(r->start_ns, std::uint64_t{0}));
         if (end == list.end() || end->first > r->start_ns + r->dur_ns) continue;  // no launch flow
         const auto launch = launched_at.find(end->second);
         if (launch == launched_at.end()) continue;
@@ -105,8 +135,11 @@ void StepProfile::attribute_to_ops(const std::vector<Event>& events, std::vector
 std::vector<WorkStats> StepProfile::sorted(const std::map<std::string, WorkStats>& rows) {
     std::vector<WorkStats> out;
     out.reserve(rows.size());
-    for (const auto& [key, w] : rows) out.push_back(w);
-    std::stable_sort(out.begin(), out.end(), [](const WorkStats& a, const WorkStats& b) { return a.total_ns > b.total_ns; });
+    for (const auto& [key, w] : rows)
+        out.push_back(w);
+    std::stable_sort(out.begin(), out.end(), [](const WorkStats& a, const WorkStats& b) {
+        return a.total_ns > b.total_ns;
+    });
     return out;
 }
 

@@ -13,10 +13,14 @@
 // the host track's ranges of category op and optimizer; they never nest, so their sum over a
 // step is the step time they account for. Kernels are the device track's ranges.
 //
-// Device time per op: each device record with a launch flow (its flow's end inside the record,
-// its start at the launch) counts toward the op range that holds the launch. On a GPU, where
-// the host only queues work, that is the op's time on the device; the op range's own time is
-// when the host launched it and whatever it waited for.
+// Device time per op: a device record that names its op (arg "op": on a GPU, the op range open
+// when the engine made the call, profiler/cupti_records.h) counts toward that op, even where no
+// range of it is in the batch (a CUDA graph launch runs a captured micro-batch's kernels with no
+// op range on the host; its unmapped nodes count toward "cuda_graph"). Any other device record
+// with a launch flow (its flow's end inside the record, its start at the launch) counts toward
+// the op range that holds the launch (the CPU's host-timed kernels). On a GPU, where the host
+// only queues work, that is the op's time on the device; the op range's own time is when the
+// host launched it and whatever it waited for.
 #pragma once
 
 #include <cstdint>
@@ -43,11 +47,11 @@ struct Roofline {
 
 // One op or kernel name, over every profiled step.
 struct WorkStats {
-    std::string name;      // "attn.qkv backward", "matmul_forward"
+    std::string name;  // "attn.qkv backward", "matmul_forward"
     Category category = Category::op;
     std::uint64_t calls = 0;
     std::int64_t total_ns = 0;
-    std::uint64_t flops = 0;   // sum over calls of the analytic cost
+    std::uint64_t flops = 0;  // sum over calls of the analytic cost
     std::uint64_t bytes = 0;
     double roofline_seconds = 0;  // sum over calls
     // Ops only: the device records launched inside the op's ranges, and their summed time.
@@ -59,10 +63,12 @@ struct StepTiming {
     std::string name;  // "step 12"
     std::int64_t start_ns = 0;
     std::int64_t dur_ns = 0;
-    std::int64_t op_ns = 0;      // inside op and optimizer ranges
-    std::int64_t kernel_ns = 0;  // inside device-track kernels
+    std::int64_t op_ns = 0;       // inside op and optimizer ranges
+    std::int64_t kernel_ns = 0;   // inside device-track kernels
     double roofline_seconds = 0;  // sum of the ops' rooflines
-    double coverage() const { return dur_ns > 0 ? static_cast<double>(op_ns) / static_cast<double>(dur_ns) : 0.0; }
+    double coverage() const {
+        return dur_ns > 0 ? static_cast<double>(op_ns) / static_cast<double>(dur_ns) : 0.0;
+    }
 };
 
 class StepProfile {
@@ -93,9 +99,10 @@ private:
         std::int64_t start = 0, end = 0;
         WorkStats* row = nullptr;
     };
-    // Adds each device record's time to the op whose range holds its launch (flows).
-    static void attribute_to_ops(const std::vector<Event>& events, std::vector<OpSpan>& op_spans,
-                                 const std::vector<const RangeEvent*>& device_records);
+    // Adds each device record's time to the op it names, or else to the op whose range holds its
+    // launch (flows).
+    void attribute_to_ops(const std::vector<Event>& events, std::vector<OpSpan>& op_spans,
+                          const std::vector<const RangeEvent*>& device_records);
 
     Roofline roofline_;
     std::map<std::string, WorkStats> ops_, kernels_;

@@ -23,10 +23,15 @@ inline constexpr std::size_t kActivityBufferBytes = std::size_t{8} << 20;
 inline constexpr std::size_t kActivityMaxBuffers = 64;  // 512 MiB of records in flight at most
 
 // Enables concurrent kernel, memcpy, memset, runtime, driver, synchronization and external
-// correlation records. false with the reason in error (NUL-terminated) when it cannot.
+// correlation records, and subscribes to CUPTI's graph-node resource callbacks: a CUDA graph
+// node made while an external id is pushed (stream capture), or cloned from one
+// (instantiation), comes back as a graph_node record mapping its id to that external id, and
+// graph-launched records carry their node's id (docs/CUDA.md "CUDA graphs"). false with the
+// reason in error (NUL-terminated) when it cannot; a failed subscription only warns and counts.
 bool activity_enable(char* error, std::size_t error_bytes) noexcept;
 void activity_disable() noexcept;  // flushes (forced) and disables; pending records are kept
-// CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 ids around the engine's kernel calls.
+// CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 ids around the engine's kernel calls (mirrored per
+// thread: CUPTI shows its stack to no callback).
 void activity_push_external(std::uint64_t id) noexcept;
 void activity_pop_external() noexcept;
 std::uint64_t activity_timestamp() noexcept;  // cuptiGetTimestamp, ns

@@ -48,7 +48,7 @@ std::string run_description(const TrainOptions& o, int world, const std::string&
 
 }  // namespace
 
-std::string cuda_graph_refusal(const TrainOptions& o, int world, bool profiling) {
+std::string cuda_graph_refusal(const TrainOptions& o, int world) {
     if (o.device != DeviceKind::cuda) return "{device} cpu: graphs are CUDA's";
     if (world > 1 || o.zero > 0 || o.offload_optimizer)
         return "{zero}: data parallelism's collectives and the ZeRO engine's host reads are not "
@@ -60,9 +60,6 @@ std::string cuda_graph_refusal(const TrainOptions& o, int world, bool profiling)
         return "{dropout}: each micro-batch's mask seed is a kernel argument a graph would freeze";
     if (o.plan.precision == Precision::fp16_amp)
         return "{precision} fp16-amp: the loss scale is a kernel argument that changes on overflow";
-    if (profiling)
-        return "{profile}: the profiler names each kernel by the launch call that a graph launch "
-               "replaces";
     return "";
 }
 
@@ -167,8 +164,7 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
         if (scalars_ != nullptr) model_->defer_loss(true);
     }
     if (opts_.cuda_graph) {
-        const std::string why =
-            cuda_graph_refusal(opts_, parallel ? comm_->world_size() : 1, false);
+        const std::string why = cuda_graph_refusal(opts_, parallel ? comm_->world_size() : 1);
         if (!why.empty()) throw UsageError("{cuda_graph} on: " + why);
         NAPKIN_ASSERT(device_->can_capture() && scalars_ != nullptr,
                       "CUDA graphs need a device that captures and the step's scalars on it");
@@ -310,9 +306,15 @@ void Trainer::forward_backward_graphed(const std::int32_t* in, const std::int32_
         for (SlotGraph& stale : graphs_)  // the memory under them moved: capture both again
             stale = SlotGraph{};
     }
+    // The profiler maps each node to the engine's call it was captured in (the plugin's CUPTI
+    // callbacks, under this tagger's ids): a graph captured before it collected, or for another
+    // collection, is captured again (docs/CUDA.md "CUDA graphs").
+    if (g.graph != nullptr && tagger_ != nullptr && g.tagger_epoch != tagger_epoch_)
+        g = SlotGraph{};
     if (g.graph == nullptr) {
         const std::uint64_t driver_before = device_->memory_use().used_bytes;
         g.live_bytes = alloc_.current_total_bytes();
+        g.tagger_epoch = tagger_epoch_;
         alloc_.begin_tape();
         device_->begin_capture();
         try {

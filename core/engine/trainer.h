@@ -61,9 +61,9 @@ struct TrainOptions {
 // Why the step of `o` on `world` ranks cannot be captured into CUDA graphs ("" when it can),
 // naming the setting by field: what the graph would freeze that changes from one micro-batch or
 // step to the next (a kernel argument: dropout's seed, fp16-amp's loss scale), or what waits for
-// the device or for other ranks inside a micro-batch. `profiling`: the profiler attributes kernels
-// to ops by the launch calls a graph launch replaces (napkin train --profile).
-std::string cuda_graph_refusal(const TrainOptions& o, int world, bool profiling);
+// the device or for other ranks inside a micro-batch. Profiling is no reason: the profiler maps
+// each graph node to the op it was captured in.
+std::string cuda_graph_refusal(const TrainOptions& o, int world);
 
 struct StepRecord {
     int step = 0;
@@ -143,7 +143,10 @@ public:
         if (comm_ != nullptr) comm_->set_recorder(recorder);
     }
     // GPU profiling: the CUPTI collector that names the device's kernels (null: none).
+    // A collector that was not tagging before opens an epoch: CUDA graphs captured in another
+    // are captured again under it, so that it knows their nodes.
     void set_kernel_tagger(profiler::KernelTagger* tagger) {
+        if (tagger != nullptr && tagger != tagger_) ++tagger_epoch_;
         tagger_ = tagger;
         model_->set_kernel_tagger(tagger);
     }
@@ -203,6 +206,7 @@ private:
         std::unique_ptr<DeviceGraph> graph;
         std::vector<MemEvent> tape;
         std::int64_t live_bytes = 0;
+        int tagger_epoch = 0;  // the profiler's epoch at the capture (set_kernel_tagger)
     };
     std::array<SlotGraph, 2> graphs_;
     bool warmed_up_ = false;  // a step ran in this process (the graphs' warm-up)
@@ -215,6 +219,7 @@ private:
     profiler::Recorder* rec_ = nullptr;
     std::function<bool()> stop_check_;
     profiler::KernelTagger* tagger_ = nullptr;
+    int tagger_epoch_ = 0;
     double model_flops_per_micro_ = 0, hardware_flops_per_micro_ = 0;
     KernelCost optimizer_cost_;  // one update, for the profiler
     std::string kernel_name_;    // "adamw_update": the optimizer's kernel on the device track

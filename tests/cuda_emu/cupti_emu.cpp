@@ -23,6 +23,12 @@
 // written when the call starts, so before its API record. Callbacks are never called with the
 // state's lock held, so they may call CUPTI.
 //
+// The callback API for CUDA graphs only: one subscriber (cuptiSubscribe, cuptiUnsubscribe), which
+// may enable the resource domain's GRAPHNODE_CREATED and GRAPHNODE_CLONED callbacks
+// (cuptiEnableCallback refuses any other as not supported), cuptiGetGraphNodeId; the emulated
+// runtime calls them where CUDA does (emu_trace.h), and the kernel, memcpy and memset records of a
+// graph launch's work carry graphId and graphNodeId.
+//
 // How it differs from CUPTI on a GPU: work is done when it is queued, so a kernel's, copy's or
 // set's record precedes its call's API record in the buffer (on a GPU device records come
 // later); an asynchronous call's API record ends where its work starts, a synchronous one's
@@ -137,6 +143,11 @@ struct State {
     std::unordered_set<std::string> names;  // kernel names the records point into
     std::int64_t next_grid_id = 1;
     std::uint64_t next_event_sync_id = 1;
+    // The one subscriber of the callback API, and the resource callbacks it enabled (graph
+    // nodes' only: every other enable is refused as not supported).
+    CUpti_CallbackFunc callback = nullptr;
+    void* userdata = nullptr;
+    std::array<bool, CUPTI_CBID_RESOURCE_SIZE> resource_enabled{};
 
     bool collecting(CUpti_ActivityKind kind) const {
         return request != nullptr && complete != nullptr && kind > CUPTI_ACTIVITY_KIND_INVALID &&
@@ -165,6 +176,27 @@ thread_local std::size_t t_call_depth = 0;
 // External correlation ids pushed on this thread, per CUpti_ExternalCorrelationKind.
 thread_local std::array<std::vector<std::uint64_t>, CUPTI_EXTERNAL_CORRELATION_KIND_SIZE>
     t_external;
+
+// The graph node a launch is running on this thread (GraphNodeScope).
+thread_local std::uint32_t t_graph_id = 0;
+thread_local std::uint64_t t_graph_node = 0;
+
+// The subscriber's resource callback for a graph node, if it enabled `cbid`; called unlocked.
+void graph_node_callback(CUpti_CallbackIdResource cbid, CUpti_GraphData data) noexcept {
+    State& s = state();
+    CUpti_CallbackFunc callback = nullptr;
+    void* userdata = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (s.callback == nullptr || !s.resource_enabled[cbid]) return;
+        callback = s.callback;
+        userdata = s.userdata;
+    }
+    CUpti_ResourceData resource;
+    std::memset(&resource, 0, sizeof resource);
+    resource.resourceDescriptor = &data;
+    callback(userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, &resource);
+}
 
 bool valid_external_kind(CUpti_ExternalCorrelationKind kind) {
     return kind > CUPTI_EXTERNAL_CORRELATION_KIND_INVALID &&
@@ -364,6 +396,8 @@ void kernel(std::uint32_t correlation, const char* name, dim3 grid, dim3 block,
         r.gridId = s.next_grid_id++;
         r.name = name != nullptr ? s.names.insert(std::string(name)).first->c_str() : nullptr;
         r.launchType = CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR;
+        r.graphId = t_graph_id;
+        r.graphNodeId = t_graph_node;
     });
 }
 
@@ -403,6 +437,8 @@ void memcpy(std::uint32_t correlation, cudaMemcpyKind kind, std::size_t bytes, c
         r.correlationId = correlation;  // no driver call in between: the runtime call's
         r.runtimeCorrelationId = correlation;
         r.copyCount = 1;
+        r.graphId = t_graph_id;
+        r.graphNodeId = t_graph_node;
     });
 }
 
@@ -422,6 +458,8 @@ void memset(std::uint32_t correlation, int value, std::size_t bytes, cudaStream_
                                     if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020)
                                         r.flags = CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC;
                                     r.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+                                    r.graphId = t_graph_id;
+                                    r.graphNodeId = t_graph_node;
                                 });
 }
 
@@ -446,6 +484,36 @@ void synchronize(std::uint32_t correlation, int type, cudaStream_t stream, cudaE
                                             : std::uint64_t{CUPTI_SYNCHRONIZATION_INVALID_VALUE};
             r.returnValue = 0;
         });
+}
+
+GraphNodeScope::GraphNodeScope(std::uint32_t graph_id, std::uint64_t node_id) {
+    t_graph_id = graph_id;
+    t_graph_node = node_id;
+}
+
+GraphNodeScope::~GraphNodeScope() {
+    t_graph_id = 0;
+    t_graph_node = 0;
+}
+
+void graph_node_created(cudaGraph_t graph, GraphNodeInfo* node) {
+    CUpti_GraphData data;
+    std::memset(&data, 0, sizeof data);
+    data.graph = graph;
+    data.node = reinterpret_cast<CUgraphNode>(node);
+    graph_node_callback(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, data);
+}
+
+void graph_node_cloned(cudaGraph_t graph, GraphNodeInfo* node, GraphNodeInfo* original,
+                       cudaGraphExec_t exec) {
+    CUpti_GraphData data;
+    std::memset(&data, 0, sizeof data);
+    data.graph = graph;
+    data.originalGraph = graph;
+    data.node = reinterpret_cast<CUgraphNode>(node);
+    data.originalNode = reinterpret_cast<CUgraphNode>(original);
+    data.graphExec = exec;
+    graph_node_callback(CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED, data);
 }
 
 }  // namespace trace
@@ -635,6 +703,50 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropp
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     *dropped = std::exchange(s.dropped, 0);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                           void* userdata) {
+    if (subscriber == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.callback != nullptr) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    s.callback = callback;
+    s.userdata = userdata;
+    s.resource_enabled.fill(false);
+    *subscriber = reinterpret_cast<CUpti_SubscriberHandle>(&s);  // the one subscriber
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (subscriber != reinterpret_cast<CUpti_SubscriberHandle>(&s) || s.callback == nullptr)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    s.callback = nullptr;
+    s.userdata = nullptr;
+    s.resource_enabled.fill(false);
+    return CUPTI_SUCCESS;
+}
+
+// The resource domain's graph-node callbacks only; any other is refused as not supported.
+CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (subscriber != reinterpret_cast<CUpti_SubscriberHandle>(&s) || s.callback == nullptr)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    if (domain != CUPTI_CB_DOMAIN_RESOURCE || (cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED &&
+                                               cbid != CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED))
+        return CUPTI_ERROR_NOT_SUPPORTED;
+    s.resource_enabled[cbid] = enable != 0;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetGraphNodeId(CUgraphNode node, uint64_t* id) {
+    if (node == nullptr || id == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+    *id = reinterpret_cast<const napkin::emu::trace::GraphNodeInfo*>(node)->id;
     return CUPTI_SUCCESS;
 }
 

@@ -295,6 +295,65 @@ TEST(CuptiEmu, ExternalIdsPushedAroundALaunchComeBackLinkedToIt) {
     EXPECT_EQ(collection.stats().failures, 0u);  // every pop found its push
 }
 
+// CUDA graphs: each node captured while an external id is pushed comes back as a graph_node
+// record, and so does its clone at instantiation; the launched work's records carry the clone's
+// id (and the executable graph's), which maps to that id, and the launch's correlation id. A
+// node captured under no id maps to nothing. Nothing runs at the capture.
+TEST(CuptiEmu, GraphNodesAreReportedAndTheirWorkCarriesTheirIds) {
+    Collection collection;
+    Stream stream;
+    DeviceMemory mem(64);
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+    cuda::activity_push_external(51);
+    launch_on(stream.get(), dim3(2), dim3(32), 0);
+    cuda::activity_pop_external();
+    cuda::activity_push_external(52);
+    ASSERT_EQ(cudaMemsetAsync(mem.get(), 0, 64, stream.get()), cudaSuccess);
+    cuda::activity_pop_external();
+    launch_on(stream.get(), dim3(1), dim3(32), 0);  // under no id
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    for (int launch = 0; launch < 2; ++launch)
+        ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    const std::vector<GpuActivity> records = collection.flush();
+
+    std::map<std::uint64_t, std::uint64_t> node_external;
+    for (const GpuActivity& a : of_kind(records, GpuActivityKind::graph_node)) {
+        EXPECT_NE(a.graph_node_id, 0u);
+        EXPECT_EQ(node_external.count(a.graph_node_id), 0u) << "node " << a.graph_node_id;
+        node_external[a.graph_node_id] = a.external_id;
+    }
+    EXPECT_EQ(node_external.size(), 4u);  // the two captured under ids, and their clones
+    const std::vector<GpuActivity> kernels = of_kind(records, GpuActivityKind::kernel);
+    const std::vector<GpuActivity> sets = of_kind(records, GpuActivityKind::memset);
+    ASSERT_EQ(kernels.size(), 4u);  // two per launch, none at the capture
+    ASSERT_EQ(sets.size(), 2u);
+    std::set<std::uint64_t> launched_nodes;
+    for (std::size_t launch = 0; launch < 2; ++launch) {
+        SCOPED_TRACE(testing::Message() << "launch " << launch);
+        const GpuActivity &first = kernels[2 * launch], &set = sets[launch],
+                          &last = kernels[2 * launch + 1];
+        EXPECT_EQ(node_external[first.graph_node_id], 51u);
+        EXPECT_EQ(node_external[set.graph_node_id], 52u);
+        EXPECT_NE(last.graph_node_id, 0u);
+        EXPECT_EQ(node_external.count(last.graph_node_id), 0u);
+        for (const GpuActivity* a : {&first, &set, &last}) {
+            EXPECT_EQ(a->correlation_id, first.correlation_id);
+            EXPECT_EQ(a->graph_id, kernels[0].graph_id);
+            EXPECT_NE(a->graph_id, 0u);
+            launched_nodes.insert(a->graph_node_id);
+        }
+        EXPECT_EQ(runtime_of(records, first.correlation_id).name, "cudaGraphLaunch_v10000");
+    }
+    EXPECT_EQ(launched_nodes.size(), 3u);  // the executable graph's nodes, the same each launch
+    EXPECT_EQ(collection.stats().failures, 0u);
+}
+
 TEST(CuptiEmu, NothingIsRecordedWhileDisabled) {
     { Collection on; }  // registered, then every kind disabled again
     cuda::activity_push_external(7);

@@ -15,6 +15,9 @@
 // an event recorded in it) must be joined back into the origin stream after its last work
 // (cudaErrorStreamCaptureUnjoined otherwise), and the capture must end on its origin stream
 // (cudaErrorStreamCaptureUnmatched). cudaStreamCaptureModeRelaxed allows the unsafe calls.
+// Nodes have ids as CUPTI's (cuptiGetGraphNodeId): a captured node's is reported to CUPTI's
+// subscriber inside the call that made it, instantiation clones each under a new id (reported
+// too), and a launch runs each clone's work under its ids (emu_trace.h GraphNodeScope).
 #include <cuda_runtime_api.h>
 
 #include <cupti_runtime_cbid.h>
@@ -36,12 +39,18 @@ namespace napkin::emu {
 
 namespace {
 
+// A node: its handle (cudaGraphNode_t) points here, its id is CUPTI's (cupti_emu.cpp).
+struct GraphNode : trace::GraphNodeInfo {
+    Work work;
+};
+using Nodes = std::vector<std::shared_ptr<GraphNode>>;
+
 struct Capture {
     cudaStream_t origin = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
     bool invalidated = false;
     std::string why;  // the call that invalidated it
-    std::vector<Work> nodes;
+    Nodes nodes;
     std::map<cudaStream_t, std::uint64_t> work;    // nodes recorded per stream of the capture
     std::map<cudaStream_t, std::uint64_t> joined;  // per forked stream: how far the origin waited
 };
@@ -53,7 +62,8 @@ struct CapturedEvent {
 };
 
 struct Graph {
-    std::vector<Work> nodes;
+    Nodes nodes;
+    std::uint32_t id = 0;  // CUPTI's graphId: an executable graph's is its launches' records'
 };
 
 std::mutex g_graph_mutex;
@@ -62,6 +72,8 @@ std::map<cudaEvent_t, CapturedEvent> g_captured_events;
 std::set<Graph*> g_graphs;  // cudaGraph_t
 std::set<Graph*> g_execs;   // cudaGraphExec_t
 GraphStats g_graph_stats;
+std::uint64_t g_next_node_id = 1;
+std::uint32_t g_next_graph_id = 1;
 
 cudaGraph_t graph_handle(Graph* g) {
     return reinterpret_cast<cudaGraph_t>(g);
@@ -117,11 +129,19 @@ Route route(cudaStream_t stream, const char* call, cudaError_t* error) {
     return Route::refused;
 }
 
+// The node's creation is reported inside the call that queued the work, as CUPTI's
+// GRAPHNODE_CREATED is (the capture's graph is made at its end here: the callback's is null).
 void record(cudaStream_t stream, Work work) {
-    std::lock_guard<std::mutex> lock(g_graph_mutex);
-    const std::shared_ptr<Capture>& c = g_capturing.at(stream);
-    c->nodes.push_back(std::move(work));
-    ++c->work[stream];
+    auto node = std::make_shared<GraphNode>();
+    node->work = std::move(work);
+    {
+        std::lock_guard<std::mutex> lock(g_graph_mutex);
+        const std::shared_ptr<Capture>& c = g_capturing.at(stream);
+        node->id = g_next_node_id++;
+        c->nodes.push_back(node);
+        ++c->work[stream];
+    }
+    trace::graph_node_created(nullptr, node.get());
 }
 
 cudaError_t unsafe_call(const char* call) {
@@ -279,7 +299,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
                 }
         }
         if (error == cudaSuccess) {
-            auto* g = new napkin::emu::Graph{std::move(c->nodes)};
+            auto* g = new napkin::emu::Graph{std::move(c->nodes), napkin::emu::g_next_graph_id++};
             napkin::emu::g_graphs.insert(g);
             ++napkin::emu::g_graph_stats.captures;
             *graph = napkin::emu::graph_handle(g);
@@ -308,9 +328,21 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t gra
         return lock.unlock(),
                napkin::emu::graph_fail(cudaErrorInvalidValue,
                                        "cudaGraphInstantiate of a graph no capture made");
-    auto* e = new napkin::emu::Graph{g->nodes};  // a copy: the graph may be destroyed
+    // Every node cloned into the executable graph (the graph may be destroyed), each clone a
+    // node id of its own, reported to CUPTI's subscriber once the lock is released.
+    auto* e = new napkin::emu::Graph{{}, napkin::emu::g_next_graph_id++};
+    for (const auto& node : g->nodes) {
+        auto clone = std::make_shared<napkin::emu::GraphNode>();
+        clone->id = napkin::emu::g_next_node_id++;
+        clone->work = node->work;
+        e->nodes.push_back(std::move(clone));
+    }
+    const napkin::emu::Nodes originals = g->nodes;
     napkin::emu::g_execs.insert(e);
     *exec = napkin::emu::exec_handle(e);
+    lock.unlock();
+    for (std::size_t i = 0; i < originals.size(); ++i)
+        napkin::emu::trace::graph_node_cloned(graph, e->nodes[i].get(), originals[i].get(), *exec);
     return cudaSuccess;
 }
 
@@ -334,7 +366,8 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, std::si
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     napkin::emu::trace::ApiCall call(CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000);
     call.returned_at(napkin::emu::trace::now());
-    std::vector<napkin::emu::Work> nodes;
+    napkin::emu::Nodes nodes;
+    std::uint32_t graph_id = 0;
     {
         std::unique_lock<std::mutex> lock(g_graph_mutex);
         auto* e = reinterpret_cast<napkin::emu::Graph*>(exec);
@@ -344,16 +377,20 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
                                            "cudaGraphLaunch of a graph cudaGraphInstantiate did "
                                            "not make (or destroyed)");
         nodes = e->nodes;
+        graph_id = e->id;
     }
     cudaError_t error = cudaSuccess;
-    const auto run = [nodes](std::uint32_t correlation) {
+    // Each node's work under its ids: its records carry them (graphId, graphNodeId).
+    const auto run = [nodes, graph_id](std::uint32_t correlation) {
         {
             std::unique_lock<std::mutex> lock(g_graph_mutex);
             ++napkin::emu::g_graph_stats.launches;
             napkin::emu::g_graph_stats.nodes_run += nodes.size();
         }
-        for (const napkin::emu::Work& w : nodes)
-            w(correlation);
+        for (const auto& node : nodes) {
+            napkin::emu::trace::GraphNodeScope scope(graph_id, node->id);
+            node->work(correlation);
+        }
     };
     switch (napkin::emu::route(stream, "cudaGraphLaunch", &error)) {
         case napkin::emu::Route::refused:

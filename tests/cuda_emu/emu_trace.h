@@ -46,4 +46,29 @@ void memset(std::uint32_t correlation, int value, std::size_t bytes, cudaStream_
 void synchronize(std::uint32_t correlation, int type, cudaStream_t stream, cudaEvent_t event,
                  std::uint64_t start, std::uint64_t end);
 
+// CUDA graphs. A graph node's handle (cudaGraphNode_t) points at its GraphNodeInfo, whose id is
+// what cuptiGetGraphNodeId returns: unique in the process, the clones instantiation makes
+// included. While a graph launch runs a node's work on this thread (GraphNodeScope), the kernel,
+// memcpy and memset records of that work carry the executable graph's id and the node's, as
+// CUpti_ActivityKernel10's graphId and graphNodeId do on a GPU; 0 outside a launch.
+struct GraphNodeInfo {
+    std::uint64_t id = 0;
+};
+
+class GraphNodeScope {
+public:
+    GraphNodeScope(std::uint32_t graph_id, std::uint64_t node_id);
+    ~GraphNodeScope();
+    GraphNodeScope(const GraphNodeScope&) = delete;
+    GraphNodeScope& operator=(const GraphNodeScope&) = delete;
+};
+
+// The resource callbacks of a CUPTI subscriber (cuptiSubscribe, cuptiEnableCallback) for graph
+// nodes, each called where the runtime calls it, with no emulator lock held:
+// GRAPHNODE_CREATED inside the call that made the node (a captured launch, copy or set), and
+// GRAPHNODE_CLONED for each node cudaGraphInstantiate copies into the executable graph.
+void graph_node_created(cudaGraph_t graph, GraphNodeInfo* node);
+void graph_node_cloned(cudaGraph_t graph, GraphNodeInfo* node, GraphNodeInfo* original,
+                       cudaGraphExec_t exec);
+
 }  // namespace napkin::emu::trace

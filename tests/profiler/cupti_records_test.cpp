@@ -41,9 +41,10 @@ p::GpuActivity device_record(p::GpuActivityKind kind, std::string name, std::uin
     return a;
 }
 
-p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end, std::uint32_t stream = 7) {
-    p::GpuActivity a = device_record(p::GpuActivityKind::kernel, "_Z21matmul_forward_kernelPfPKfS1_i",
-                                     corr, start, end, stream);
+p::GpuActivity kernel(std::uint32_t corr, std::uint64_t start, std::uint64_t end,
+                      std::uint32_t stream = 7) {
+    p::GpuActivity a = device_record(
+        p::GpuActivityKind::kernel, "_Z21matmul_forward_kernelPfPKfS1_i", corr, start, end, stream);
     a.grid[0] = 128;
     a.block[0] = 256;
     return a;
@@ -72,7 +73,8 @@ p::TraceCheckResult write_and_check(p::Recorder& rec, const std::filesystem::pat
     w.write_tracks(rec.tracks());
     EXPECT_TRUE(w.close().ok);
     auto check = p::check_trace_file(path);
-    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    for (const auto& problem : check.problems)
+        ADD_FAILURE() << problem;
     return check;
 }
 
@@ -150,7 +152,8 @@ TEST(CuptiTranslator, KernelsFlowsAndCosts) {
     ASSERT_EQ(flows.size(), 4u);  // two flows, both ends each
     EXPECT_EQ(tr.kernels(), 2u);
 
-    const auto k1 = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.name == "matmul_forward"; });
+    const auto k1 = std::find_if(ranges.begin(), ranges.end(),
+                                 [](const p::RangeEvent& r) { return r.name == "matmul_forward"; });
     ASSERT_NE(k1, ranges.end());
     EXPECT_EQ(k1->category, p::Category::kernel);
     EXPECT_EQ(k1->start_ns, 300);
@@ -225,11 +228,13 @@ TEST(CuptiTranslator, SplitsACallsCostOverItsKernels) {
         flops += r.flops;
         bytes += r.bytes;
         // The same achieved rate on each: flops / duration within rounding.
-        EXPECT_NEAR(static_cast<double>(r.flops) / static_cast<double>(r.dur_ns), 1'000'001.0 / 400.0, 1.0);
+        EXPECT_NEAR(static_cast<double>(r.flops) / static_cast<double>(r.dur_ns),
+                    1'000'001.0 / 400.0, 1.0);
         bool split = false, own = false;
         for (const auto& a : r.args) {
             split |= a.key == "cost_split" && std::get<std::int64_t>(a.value) == 3;
-            own |= a.key == "kernel" && std::get<std::string>(a.value).rfind("matmul_forward_kernel(", 0) == 0;
+            own |= a.key == "kernel" &&
+                   std::get<std::string>(a.value).rfind("matmul_forward_kernel(", 0) == 0;
         }
         EXPECT_TRUE(split);
         EXPECT_TRUE(own);
@@ -252,7 +257,9 @@ TEST(CuptiTranslator, DriverLaunchesStartFlows) {
     EXPECT_EQ(of<p::FlowEvent>(ev).size(), 2u);
     const auto ranges = of<p::RangeEvent>(ev);
     ASSERT_EQ(ranges.size(), 2u);
-    const auto api = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.name == "cuLaunchKernelEx"; });
+    const auto api = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) {
+        return r.name == "cuLaunchKernelEx";
+    });
     ASSERT_NE(api, ranges.end());
     EXPECT_EQ(api->category, p::Category::launch);
     tr.finish();
@@ -269,7 +276,9 @@ TEST(CuptiTranslator, TaggedMemsetTakesTheEngineCost) {
     const p::GpuActivity set = memset_record(9, 50, 60, 4096);
     tr.add({launch(9, 10, 20), external(9, 3), set});
     const auto ranges = of<p::RangeEvent>(rec.take());
-    const auto m = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) { return r.category == p::Category::kernel; });
+    const auto m = std::find_if(ranges.begin(), ranges.end(), [](const p::RangeEvent& r) {
+        return r.category == p::Category::kernel;
+    });
     ASSERT_NE(m, ranges.end());
     EXPECT_EQ(m->name, "memset");
     EXPECT_EQ(m->bytes, 4096u);
@@ -324,8 +333,10 @@ TEST(CuptiTranslator, TrimsAKernelThatStartsBeforeItsPredecessorEnds) {
     // kernel 4 (the next batch) overlaps kernel 3 by 30 ns, kernel 5 on stream 13 overlaps none.
     tr.add({launch(1, 0, 10), launch(2, 20, 30), launch(3, 40, 50), kernel(3, 1870, 2500),
             kernel(1, 100, 1000), kernel(2, 1000, 2000)});
-    tr.add({launch(4, 60, 70), launch(5, 80, 90), kernel(4, 2470, 3000), kernel(5, 1500, 2600, 13)});
-    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> by_corr;  // corr -> (start, early)
+    tr.add(
+        {launch(4, 60, 70), launch(5, 80, 90), kernel(4, 2470, 3000), kernel(5, 1500, 2600, 13)});
+    std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>>
+        by_corr;  // corr -> (start, early)
     for (const auto& r : of<p::RangeEvent>(rec.take())) {
         if (r.category != p::Category::kernel) continue;
         std::int64_t corr = 0, early = 0;
@@ -338,7 +349,8 @@ TEST(CuptiTranslator, TrimsAKernelThatStartsBeforeItsPredecessorEnds) {
     }
     ASSERT_EQ(by_corr.size(), 5u);
     EXPECT_EQ(by_corr[1], std::make_pair(std::int64_t{100}, std::int64_t{0}));
-    EXPECT_EQ(by_corr[2], std::make_pair(std::int64_t{1000}, std::int64_t{0}));  // touching is not overlap
+    EXPECT_EQ(by_corr[2],
+              std::make_pair(std::int64_t{1000}, std::int64_t{0}));  // touching is not overlap
     EXPECT_EQ(by_corr[3], std::make_pair(std::int64_t{2000}, std::int64_t{130}));
     EXPECT_EQ(by_corr[4], std::make_pair(std::int64_t{2500}, std::int64_t{30}));
     EXPECT_EQ(by_corr[5], std::make_pair(std::int64_t{1500}, std::int64_t{0}));
@@ -348,4 +360,73 @@ TEST(CuptiTranslator, TrimsAKernelThatStartsBeforeItsPredecessorEnds) {
     p::CuptiTranslator tr2(rec2);
     tr2.add({launch(1, 0, 10), launch(2, 20, 30), kernel(1, 100, 1000), kernel(2, 870, 1500)});
     write_and_check(rec2, dir.path() / "trace.json");
+}
+
+// CUDA graphs: a launch's records share its correlation id and carry their node's id; nodes map
+// to the engine's calls through graph_node records. Each record takes its call's name, share of
+// cost and op, each launch splits the call's cost anew, each record gets a flow of its own
+// (launch first or last), and a node of no call is named "cuda_graph", not dropped.
+TEST(CuptiTranslator, GraphLaunchedRecordsTakeTheirNodesCall) {
+    p::Recorder rec;
+    p::CuptiTranslator tr(rec);
+    tr.clock().add_pair(0, 0);
+    napkin::KernelCost cost;
+    cost.flops = 3000;
+    cost.bytes_read = 300;
+    tr.register_external(7, "matmul_backward", cost, "h.0.attn.qkv backward");
+    const auto node = [](std::uint64_t id, std::uint64_t ext) {
+        p::GpuActivity a;
+        a.kind = p::GpuActivityKind::graph_node;
+        a.graph_node_id = id;
+        a.external_id = ext;
+        return a;
+    };
+    const auto in_graph = [](p::GpuActivity a, std::uint64_t id) {
+        a.graph_id = 3;
+        a.graph_node_id = id;
+        return a;
+    };
+    p::GpuActivity graph_launch = launch(50, 0, 10);
+    graph_launch.name = "cudaGraphLaunch_v10000";
+    p::GpuActivity second_launch = launch(60, 1000, 1010);
+    second_launch.name = "cudaGraphLaunch_v10000";
+    // Two nodes of call 7 (the clones 21, 22 of captured nodes 11, 12), and node 23 of none.
+    tr.add({node(11, 7), node(12, 7), node(21, 7), node(22, 7), graph_launch,
+            in_graph(kernel(50, 100, 200), 21), in_graph(kernel(50, 200, 300), 22),
+            in_graph(kernel(50, 300, 400), 23)});
+    tr.add({in_graph(kernel(60, 1100, 1200), 21), in_graph(kernel(60, 1200, 1300), 22),
+            second_launch});  // the launch after its records
+    const std::vector<p::Event> events = rec.take();
+    std::uint64_t flops = 0;
+    int tagged = 0, unmapped = 0;
+    for (const auto& r : of<p::RangeEvent>(events)) {
+        if (r.category != p::Category::kernel) continue;
+        std::string op;
+        bool node_arg = false;
+        for (const auto& a : r.args) {
+            if (a.key == "op") op = std::get<std::string>(a.value);
+            node_arg |= a.key == "graph_node";
+        }
+        EXPECT_TRUE(node_arg) << r.name;
+        if (r.name == "matmul_backward") {
+            ++tagged;
+            flops += r.flops;
+            EXPECT_EQ(op, "h.0.attn.qkv backward");
+        } else {
+            ++unmapped;
+            EXPECT_EQ(op, "cuda_graph");
+            EXPECT_EQ(r.flops, 0u);
+        }
+    }
+    EXPECT_EQ(tagged, 4);
+    EXPECT_EQ(unmapped, 1);
+    EXPECT_EQ(flops, 2 * cost.flops);  // each launch shares the call's cost over its two nodes
+    std::map<std::uint64_t, int> ends;
+    for (const auto& f : of<p::FlowEvent>(events))
+        ends[f.id] += f.phase == p::FlowPhase::end;
+    EXPECT_EQ(ends.size(), 5u);  // one flow per record
+    for (const auto& [id, n] : ends)
+        EXPECT_EQ(n, 1) << "flow " << id;
+    tr.finish();
+    EXPECT_EQ(tr.unmatched_flows(), 0u);
 }

@@ -10,8 +10,9 @@ namespace p = napkin::profiler;
 
 namespace {
 
-p::RangeEvent range(std::string name, p::Category cat, std::int64_t start, std::int64_t dur, std::uint64_t flops = 0,
-                    std::uint64_t bytes = 0, p::TrackId track = p::kHostTrack) {
+p::RangeEvent range(std::string name, p::Category cat, std::int64_t start, std::int64_t dur,
+                    std::uint64_t flops = 0, std::uint64_t bytes = 0,
+                    p::TrackId track = p::kHostTrack) {
     p::RangeEvent r;
     r.name = std::move(name);
     r.category = cat;
@@ -28,9 +29,11 @@ p::RangeEvent range(std::string name, p::Category cat, std::int64_t start, std::
 std::vector<p::Event> one_step(std::int64_t t0, const std::string& name) {
     std::vector<p::Event> ev;
     ev.push_back(range("h.0.attn.qkv", p::Category::op, t0 + 10, 100, 2000, 100));
-    ev.push_back(range("matmul_forward", p::Category::kernel, t0 + 12, 95, 2000, 100, p::kDeviceTrack));
+    ev.push_back(
+        range("matmul_forward", p::Category::kernel, t0 + 12, 95, 2000, 100, p::kDeviceTrack));
     ev.push_back(range("h.1.attn.qkv", p::Category::op, t0 + 120, 100, 2000, 100));
-    ev.push_back(range("matmul_forward", p::Category::kernel, t0 + 122, 95, 2000, 100, p::kDeviceTrack));
+    ev.push_back(
+        range("matmul_forward", p::Category::kernel, t0 + 122, 95, 2000, 100, p::kDeviceTrack));
     ev.push_back(range("h.1", p::Category::layer, t0 + 115, 110));
     ev.push_back(range("h.1.attn.qkv backward", p::Category::op, t0 + 300, 400, 4000, 200));
     ev.push_back(range("optimizer", p::Category::optimizer, t0 + 750, 200, 0, 1000));
@@ -63,9 +66,10 @@ TEST(StepProfile, SumsOpsKernelsAndSteps) {
     }
 
     const auto ops = sp.ops();
-    ASSERT_EQ(ops.size(), 3u);  // qkv (both layers), qkv backward, optimizer
+    ASSERT_EQ(ops.size(), 3u);                    // qkv (both layers), qkv backward, optimizer
     EXPECT_EQ(ops[0].name, "attn.qkv backward");  // 800 ns over the run, first by total time
-    const auto qkv = std::find_if(ops.begin(), ops.end(), [](const p::WorkStats& w) { return w.name == "attn.qkv"; });
+    const auto qkv = std::find_if(ops.begin(), ops.end(),
+                                  [](const p::WorkStats& w) { return w.name == "attn.qkv"; });
     ASSERT_NE(qkv, ops.end());
     EXPECT_EQ(qkv->calls, 4u);
     EXPECT_EQ(qkv->total_ns, 400);
@@ -123,8 +127,10 @@ TEST(StepProfile, DeviceRecordsCountTowardTheOpThatLaunchedThem) {
     };
     ev.push_back(range("h.0.attn.qkv", p::Category::op, 10, 20, 3000));
     ev.push_back(range("h.0.attn.qkv backward", p::Category::op, 40, 10, 6000));
-    ev.push_back(range("matmul_forward", p::Category::kernel, 100, 300, 1000, 0, gpu));  // launched at 12
-    ev.push_back(range("matmul_forward", p::Category::kernel, 400, 600, 2000, 0, gpu));  // launched at 25
+    ev.push_back(
+        range("matmul_forward", p::Category::kernel, 100, 300, 1000, 0, gpu));  // launched at 12
+    ev.push_back(
+        range("matmul_forward", p::Category::kernel, 400, 600, 2000, 0, gpu));  // launched at 25
     ev.push_back(range("matmul_backward", p::Category::kernel, 1000, 2000, 6000, 0, gpu));  // at 45
     ev.push_back(range("memcpy HtoD", p::Category::kernel, 3000, 50, 0, 0, gpu));  // no flow
     flow(1, api, 12, p::FlowPhase::start);
@@ -139,7 +145,8 @@ TEST(StepProfile, DeviceRecordsCountTowardTheOpThatLaunchedThem) {
     sp.add(ev);
     const auto ops = sp.ops();
     const auto row = [&](const std::string& name) {
-        return *std::find_if(ops.begin(), ops.end(), [&](const p::WorkStats& w) { return w.name == name; });
+        return *std::find_if(ops.begin(), ops.end(),
+                             [&](const p::WorkStats& w) { return w.name == name; });
     };
     EXPECT_EQ(row("attn.qkv").total_ns, 20);  // the host's range, unchanged
     EXPECT_EQ(row("attn.qkv").device_ns, 900);
@@ -154,5 +161,37 @@ TEST(StepProfile, DeviceRecordsCountTowardTheOpThatLaunchedThem) {
             EXPECT_DOUBLE_EQ(o["device_flops_per_s"].get<double>(), 3000.0 / 900e-9);
         }
     }
-    for (const auto& k : j["kernels"]) EXPECT_FALSE(k.contains("device_seconds_per_step"));
+    for (const auto& k : j["kernels"])
+        EXPECT_FALSE(k.contains("device_seconds_per_step"));
+}
+
+// A device record that names its op (arg "op": a graph launch's, whose micro-batch opened no op
+// range) counts toward that op, even with no range of it in the batch and no flow.
+TEST(StepProfile, DeviceRecordsNamingTheirOpCountTowardIt) {
+    const p::TrackId gpu = 100;
+    std::vector<p::Event> ev;
+    auto named = [&](std::string op, std::int64_t start, std::int64_t dur) {
+        p::RangeEvent r = range("matmul_backward", p::Category::kernel, start, dur, 1000, 0, gpu);
+        r.args.push_back(p::Arg{"op", std::move(op)});
+        ev.push_back(r);
+    };
+    ev.push_back(range("h.0.attn.qkv", p::Category::op, 10, 20, 3000));
+    named("h.1.attn.qkv", 100, 300);
+    named("h.0.mlp.fc backward", 400, 200);
+    named("cuda_graph", 600, 50);
+    ev.push_back(range("step 0", p::Category::step, 0, 1000));
+    p::StepProfile sp;
+    sp.add(ev);
+    const auto ops = sp.ops();
+    const auto row = [&](const std::string& name) {
+        const auto it = std::find_if(ops.begin(), ops.end(),
+                                     [&](const p::WorkStats& w) { return w.name == name; });
+        EXPECT_NE(it, ops.end()) << name;
+        return it != ops.end() ? *it : p::WorkStats{};
+    };
+    EXPECT_EQ(row("attn.qkv").device_ns, 300);
+    EXPECT_EQ(row("attn.qkv").calls, 1u);
+    EXPECT_EQ(row("mlp.fc backward").device_records, 1u);
+    EXPECT_EQ(row("mlp.fc backward").calls, 0u);  // no host range: device columns only
+    EXPECT_EQ(row("cuda_graph").device_ns, 50);
 }
