@@ -20,9 +20,6 @@ namespace napkin::cli {
 
 namespace {
 
-// Transformer Engine's recipes use up to 1024 steps; more than this is a typo.
-constexpr std::int64_t kMaxFp8AmaxHistory = 4096;
-
 // Paths go into JSON (report.json, the checkpoint header), which holds UTF-8 only: a path of other
 // bytes would train every step and then fail to write the report. Refused before the run.
 void require_utf8_paths(const TrainFlags& f) {
@@ -101,15 +98,8 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
         o.model.dropout = f.dropout;
     }
     finetune_from_flags(f, cmd, o);
-    if (f.fp8_amax_history < 0 || f.fp8_amax_history > kMaxFp8AmaxHistory) {
-        throw UsageError(
-            "--fp8-amax-history: must be 0 (current scaling) or a number of steps up "
-            "to " +
-            std::to_string(kMaxFp8AmaxHistory) + " (got " + std::to_string(f.fp8_amax_history) +
-            ")");
-    }
-    if (cmd.count("--fp8-amax-history") > 0 && o.plan.precision != Precision::fp8_amp)
-        throw UsageError("--fp8-amax-history: applies to --precision fp8-amp");
+    check_fp8_amax_history(f.fp8_amax_history, cmd.count("--fp8-amax-history") > 0,
+                           o.plan.precision);
     o.plan.fp8_amax_history = f.fp8_amax_history;
     o.steps = f.steps;
     o.grad_accum = f.grad_accum;

@@ -120,6 +120,16 @@ TEST(TrainCli, Fp8AmpMemoryMatchesThePrediction) {
     EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.5);
 }
 
+// The delayed-scaling state train allocates is estimate's fp8_history to the byte, at the
+// default history, a short one and none (current scaling).
+TEST(TrainCli, Fp8HistoryIsTheEstimatorsAtEveryLength) {
+    for (const int history : {16, 4, 0}) {
+        const fs::path out = fresh_dir("fp8_history_" + std::to_string(history));
+        expect_fp8_history_as_estimated("cpu", history, out);
+        fs::remove_all(out);
+    }
+}
+
 // Under ZeRO (or a launcher) fp8-amp scales currently unless told otherwise: the default history
 // would be refused there, and a default must not make a valid command fail.
 TEST(TrainCli, Fp8AmpUnderZeroScalesCurrentlyByDefault) {

@@ -158,6 +158,18 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
     }
 }
 
+// fp8-amp's delayed-scaling state on the device is estimate's fp8_history to the byte at the
+// default history, a short one and none (current scaling).
+TEST(TrainCudaCli, Fp8HistoryIsTheEstimatorsAtEveryLength) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    for (const int history : {16, 4, 0}) {
+        const fs::path out = dir / ("fp8_history_" + std::to_string(history));
+        expect_fp8_history_as_estimated("cuda", history, out);
+        if (HasFatalFailure()) return;
+    }
+}
+
 // The data-parallel path of the binary over NCCL at world size 1, with the optimizer offloaded
 // and a sharded checkpoint each step: the run hash and the checkpoint sizes are host values
 // broadcast through NCCL (once read by NCCL as device addresses; found on the emulator), the
