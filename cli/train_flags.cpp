@@ -292,10 +292,6 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
     run.options =
         f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
     run.options.device = pick_device(f, comm);
-    // Delayed scaling runs in one process (the Trainer refuses it with ranks or ZeRO): unless
-    // asked for, a data-parallel fp8-amp run scales each cast from its own tensor.
-    if (run.parallel && f.resume.empty() && cmd.count("--fp8-amax-history") == 0)
-        run.options.plan.fp8_amax_history = 0;
     run.options.plan.detect_anomaly = f.detect_anomaly;
     // Like --detect-anomaly, a switch of how the step runs, which a resumed run may change.
     if (f.fusion != "on" && f.fusion != "off")

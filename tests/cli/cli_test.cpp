@@ -64,7 +64,8 @@ TEST(Cli, HelpAndVersion) {
     EXPECT_EQ(help.rc, 0);
     for (const char* flag : {"--model", "--config", "--params", "--seq-len", "--micro-batch", "--grad-accum", "--tokens",
                              "--precision", "--optimizer", "--checkpointing", "--attention", "--gpus", "--zero",
-                             "--offload", "--finetune", "--lora-rank", "--fp8-amax-history", "--gpu", "--peak-tflops", "--gpu-mem-gb",
+                             "--offload", "--finetune", "--lora-rank", "--gpu", "--peak-tflops", "--gpu-mem-gb",
+                             "--fp8-amax-history",
                              "--mfu", "--measured-tokens-per-s", "--solve", "--json", "--explain",
                              "--ignore-activations", "--list-models", "--list-gpus"}) {
         EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
