@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/estimate_inference.h"
 #include "cli/estimate_time.h"
+#include "cli/flag_checks.h"
 #include "cli/flag_names.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -41,6 +42,7 @@ struct EstimateFlags {
     std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none", attention = "flash";
     std::string attention_flops = "causal";
     bool grads_fp32 = false, fp32_optimizer_state = false, paged_optimizer = false;
+    std::int64_t fp8_amax_history = 16;  // fp8-amp: delayed scaling's history; 0: current scaling
     // Parallel.
     int gpus = 1, zero = 0, tp = 1, pp = 1, vpp = 1;
     bool sp = false;
@@ -301,6 +303,8 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
         throw UsageError("--attention-flops: unknown value '" + f.attention_flops + "' (expected causal|full)");
     }
     in.causal_attention_flops = f.attention_flops == "causal";
+    check_fp8_amax_history(f.fp8_amax_history, cmd.count("--fp8-amax-history") > 0, in.precision);
+    in.fp8_amax_history = f.fp8_amax_history;
     in.grads_fp32 = f.grads_fp32;
     in.optimizer_fp32 = f.fp32_optimizer_state;
     in.paged_optimizer = f.paged_optimizer;
@@ -573,6 +577,12 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
         ->capture_default_str();
 
     g = "Parallel";
+    cmd->add_option("--fp8-amax-history", f.fp8_amax_history,
+                    "fp8-amp's scaling, as napkin train's: delayed over the last N steps' amaxes "
+                    "(an amax history of N floats and a scale pair per cast site); 0: current "
+                    "scaling, no history")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_option("--gpus", f.gpus, "GPUs W (data parallelism over W / (TP PP) replicas)")
         ->group(g)
         ->capture_default_str();

@@ -104,6 +104,7 @@ void summarize_settings(const RankReport& run, json& s) {
     s["d_model"] = r.model.d_model;
     s["device"] = r.run.device;
     s["precision"] = r.run.precision;
+    s["fp8_amax_history"] = or_null(r.run.fp8_amax_history);  // fp8-amp's; null otherwise
     s["optimizer"] = r.run.optimizer;
     s["checkpointing"] = r.run.checkpointing;
     s["attention"] = r.run.attention;
@@ -445,7 +446,7 @@ std::string str(const json& v) {
     return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
-void print_settings(const Columns& t) {
+void print_settings(const Columns& t, const std::vector<json>& runs) {
     t.row("run", [&](const json& r) { return r["label"].get<std::string>(); });
     t.row("model", [&](const json& r) {
         return str(r["model"]) + " L" + str(r["n_layers"]) + " C" + str(r["d_model"]);
@@ -453,6 +454,15 @@ void print_settings(const Columns& t) {
     for (const char* key :
          {"device", "precision", "optimizer", "checkpointing", "attention", "finetune"})
         t.row(key, [&](const json& r) { return str(r[key]); });
+    // fp8-amp's scaling: delayed over the last H steps' amaxes, or current (H 0).
+    if (std::any_of(runs.begin(), runs.end(),
+                    [](const json& r) { return r["precision"] == "fp8-amp"; })) {
+        t.row("fp8 amax history", [&](const json& r) {
+            const json& h = r["fp8_amax_history"];
+            if (h.is_null()) return std::string("-");
+            return h.get<std::int64_t>() == 0 ? std::string("0 (current scaling)") : str(h);
+        });
+    }
     t.row("B x T x G", [&](const json& r) {
         return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]);
     });
@@ -603,7 +613,7 @@ void print_table(const std::vector<json>& runs, int top) {
         columns.push_back(&r);
     }
     const Columns t(std::move(columns), width);
-    print_settings(t);
+    print_settings(t, runs);
     print_memory(t, runs);
     print_time(t);
     for (const json& r : runs) {

@@ -549,8 +549,8 @@ void add_recipe_options(CLI::App& cmd, TrainFlags& f) {
                    "fp8-amp's scaling: each cast's scale from the largest |x| of the same tensor "
                    "in the last N steps (delayed scaling, one pass per cast; the first step "
                    "scales from the tensor itself); 0: from the tensor itself every time "
-                   "(current scaling, one more pass; the default under --zero or a launcher, "
-                   "where delayed scaling does not run yet)")
+                   "(current scaling, one more pass). Under --zero or a launcher the ranks' "
+                   "amaxes are reduced to their maximum each step (one small all-reduce)")
         ->capture_default_str();
     cmd.add_option("--dropout", f.dropout,
                    "Dropout probability on the embeddings, attention probabilities and residual "

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/check.h"
+#include "core/recipe.h"
 
 namespace napkin::cli {
 
@@ -39,6 +40,20 @@ inline void refuse_overwriting_input(const char* flag, const std::filesystem::pa
                              ", an input of this command; name another output file");
         }
     }
+}
+
+// --fp8-amax-history, as train and estimate take it: 0 (current scaling) or a history of up to
+// kMaxFp8AmaxHistory steps (Transformer Engine's recipes use up to 1024: more is a typo), and
+// only with --precision fp8-amp when given. UsageError naming the flag otherwise.
+inline constexpr std::int64_t kMaxFp8AmaxHistory = 4096;
+inline void check_fp8_amax_history(std::int64_t history, bool given, Precision precision) {
+    if (history < 0 || history > kMaxFp8AmaxHistory) {
+        throw UsageError(
+            "--fp8-amax-history: must be 0 (current scaling) or a number of steps up to " +
+            std::to_string(kMaxFp8AmaxHistory) + " (got " + std::to_string(history) + ")");
+    }
+    if (given && precision != Precision::fp8_amp)
+        throw UsageError("--fp8-amax-history: applies to --precision fp8-amp");
 }
 
 }  // namespace napkin::cli

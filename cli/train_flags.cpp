@@ -20,9 +20,6 @@ namespace napkin::cli {
 
 namespace {
 
-// Transformer Engine's recipes use up to 1024 steps; more than this is a typo.
-constexpr std::int64_t kMaxFp8AmaxHistory = 4096;
-
 // Paths go into JSON (report.json, the checkpoint header), which holds UTF-8 only: a path of other
 // bytes would train every step and then fail to write the report. Refused before the run.
 void require_utf8_paths(const TrainFlags& f) {
@@ -101,15 +98,8 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
         o.model.dropout = f.dropout;
     }
     finetune_from_flags(f, cmd, o);
-    if (f.fp8_amax_history < 0 || f.fp8_amax_history > kMaxFp8AmaxHistory) {
-        throw UsageError(
-            "--fp8-amax-history: must be 0 (current scaling) or a number of steps up "
-            "to " +
-            std::to_string(kMaxFp8AmaxHistory) + " (got " + std::to_string(f.fp8_amax_history) +
-            ")");
-    }
-    if (cmd.count("--fp8-amax-history") > 0 && o.plan.precision != Precision::fp8_amp)
-        throw UsageError("--fp8-amax-history: applies to --precision fp8-amp");
+    check_fp8_amax_history(f.fp8_amax_history, cmd.count("--fp8-amax-history") > 0,
+                           o.plan.precision);
     o.plan.fp8_amax_history = f.fp8_amax_history;
     o.steps = f.steps;
     o.grad_accum = f.grad_accum;
@@ -301,10 +291,6 @@ RunSetup validate(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) 
     run.options =
         f.resume.empty() ? options_from_flags(f, cmd) : resumed_options(f, cmd, comm, run);
     run.options.device = pick_device(f, comm);
-    // Delayed scaling runs in one process (the Trainer refuses it with ranks or ZeRO): unless
-    // asked for, a data-parallel fp8-amp run scales each cast from its own tensor.
-    if (run.parallel && f.resume.empty() && cmd.count("--fp8-amax-history") == 0)
-        run.options.plan.fp8_amax_history = 0;
     run.options.plan.detect_anomaly = f.detect_anomaly;
     // Like --detect-anomaly, a switch of how the step runs, which a resumed run may change.
     if (f.fusion != "on" && f.fusion != "off")

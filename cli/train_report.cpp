@@ -86,6 +86,7 @@ profiler::RunOptions run_options_report(const TrainOptions& o, Trainer& trainer,
     r.device = trainer.device() != nullptr ? "cuda: " + trainer.device()->name() : "cpu";
     if (o.data.empty()) r.data_entropy_nats = SyntheticCorpus::entropy_nats();
     if (o.offload_optimizer) r.offload = "optimizer";
+    if (o.plan.precision == Precision::fp8_amp) r.fp8_amax_history = o.plan.fp8_amax_history;
     return r;
 }
 

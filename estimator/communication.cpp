@@ -154,4 +154,16 @@ void add_frozen_base_gathers_flat(CommunicationEstimate& c, double numel, double
     append(c, l);
 }
 
+void add_fp8_amax_reduce(CommunicationEstimate& c, std::int64_t history_floats) {
+    if (c.world <= 1 || history_floats <= 0) return;
+    const RingTraffic t = ring_traffic(Collective::all_reduce,
+                                       static_cast<std::uint64_t>(history_floats), 4, c.world);
+    CommLine l{"fp8 amaxes", Collective::all_reduce, DType::f32};
+    l.calls = 1;
+    l.elements = static_cast<double>(history_floats);
+    l.sent_bytes = static_cast<double>(t.sent_bytes);
+    l.received_bytes = static_cast<double>(t.received_bytes);
+    append(c, l);
+}
+
 }  // namespace napkin

@@ -80,4 +80,11 @@ void add_frozen_base_gathers(CommunicationEstimate& c, const std::vector<FrozenU
 void add_frozen_base_gathers_flat(CommunicationEstimate& c, double numel, double bytes_per_param,
                                   bool qlora, DType weights, std::int64_t grad_accum);
 
+// fp8-amp's delayed scaling under data parallelism (core/engine/gpt_fp8.h): at each step's end,
+// before the histories roll, every rank's amaxes are reduced to their maximum so that all ranks
+// scale alike. One all-reduce (maximum) of the whole amax histories, `history_floats` fp32
+// (slots x H: entry 0 the step's, the older entries already equal on every rank), a line "fp8
+// amaxes" added to `c` and its totals; nothing at one rank or without histories.
+void add_fp8_amax_reduce(CommunicationEstimate& c, std::int64_t history_floats);
+
 }  // namespace napkin

@@ -153,6 +153,11 @@ ModelParallelTraffic stage_traffic(const Terms& x, int stage) {
         x.par, stage, t, group_links(x.par, in.gpus_per_node, in.node_link, in.network_link));
 }
 
+// fp8-amp's amax histories, slots x H fp32 (none without delayed scaling).
+std::int64_t fp8_history_floats(const OpPlan& plan) {
+    return fp8_slots(plan).total() * plan.in.fp8_amax_history;
+}
+
 // Data-parallel communication per step per rank; ZeRO-3 shards the frozen base too (its
 // weights in model_states), so it is gathered as it is used. With T P > 1, the DP group's over
 // the shown stage's parameters, and the tensor and pipeline groups' traffic.
@@ -167,6 +172,7 @@ void communication(Terms& x, Estimate& e) {
             add_frozen_base_gathers_flat(e.comm, x.n_alloc, x.linear_bytes,
                                          in.finetune == Finetune::qlora, x.pd.weights,
                                          in.grad_accum);
+        add_fp8_amax_reduce(e.comm, fp8_history_floats(*x.rank_plan));
         return;
     }
     const GroupLinks links = group_links(x.par, in.gpus_per_node, in.node_link, in.network_link);
@@ -174,6 +180,7 @@ void communication(Terms& x, Estimate& e) {
     e.comm = estimate_communication(x.layout, in.zero, in.grad_accum, x.pd.grads, x.pd.weights,
                                     given ? in.link_bytes_per_s : links.data.bytes_per_s);
     if (!given) e.comm.link = links.data.name;
+    add_fp8_amax_reduce(e.comm, fp8_history_floats(*x.rank_plan));
     Estimate::Parallel& par = e.parallel;
     par.traffic = stage_traffic(x, par.stages[static_cast<std::size_t>(par.shown)].stage);
     for (const GroupTraffic* g : {&par.traffic.tensor, &par.traffic.pipeline}) {

@@ -84,6 +84,12 @@ void text_header(std::ostream& os, const EstimateInputs& in, const Estimate& e,
     if (in.finetune != Finetune::full) {
         os << ", " << enum_name(kFinetuneNames, in.finetune) << " rank " << in.lora_rank;
     }
+    if (in.precision == Precision::fp8_amp) {
+        if (in.fp8_amax_history > 0)
+            os << ", fp8 amax history " << in.fp8_amax_history;
+        else
+            os << ", fp8 current scaling";
+    }
     os << "\n  B=" << in.micro_batch << " T=" << e.seq_len << " G=" << in.grad_accum
        << " W=" << in.gpus;
     if (in.tp * in.pp > 1) {

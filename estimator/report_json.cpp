@@ -57,6 +57,9 @@ nlohmann::json inputs_json(const EstimateInputs& in, const Estimate& e, const Re
     inputs["precision"] = enum_name(kPrecisionNames, in.precision);
     inputs["optimizer"] = enum_name(kOptimizerNames, in.optimizer);
     inputs["grads_fp32"] = in.grads_fp32;
+    // fp8-amp's delayed scaling history length (0: current scaling); null for other recipes.
+    inputs["fp8_amax_history"] =
+        in.precision == Precision::fp8_amp ? json(in.fp8_amax_history) : json(nullptr);
     inputs["optimizer_fp32"] = in.optimizer_fp32;
     inputs["checkpointing"] = enum_name(kCheckpointingNames, in.checkpointing);
     inputs["attention"] = enum_name(kAttentionNames, in.attention);

@@ -51,6 +51,9 @@ struct RunOptions {
     std::string device;                       // "cpu", or "cuda: <the device's name>"
     std::optional<double> data_entropy_nats;  // the synthetic corpus's, the loss it tends to
     std::optional<std::string> offload;       // "optimizer" under --offload optimizer
+    // fp8-amp: the amax history length of delayed scaling (0: current scaling). Absent outside
+    // fp8-amp and in reports written before it.
+    std::optional<std::int64_t> fp8_amax_history;
     // CUDA runs: whether each micro-batch ran as a CUDA graph (--cuda-graph), and when not, why
     // ("--cuda-graph off", or what auto found the capture cannot hold). Absent on the CPU and in
     // reports written before them.

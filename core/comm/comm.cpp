@@ -111,6 +111,10 @@ void Communicator::all_reduce(double* values, std::uint64_t count, std::string_v
     run(Collective::all_reduce, what, count, 8, 0,
         [&] { do_all_reduce(values, count, Wire::f64); });
 }
+void Communicator::all_reduce_max(float* buf, std::uint64_t count, std::string_view what) {
+    run(Collective::all_reduce, what, count, 4, 0,
+        [&] { do_all_reduce(buf, count, Wire::f32_max); });
+}
 void Communicator::reduce_scatter(void* buf, std::uint64_t shard, DType dtype,
                                   std::string_view what) {
     const std::uint64_t n = shard * static_cast<std::uint64_t>(world_);
@@ -364,6 +368,8 @@ private:
                 return napkin_mpi_bf16;
             case Wire::f64:
                 return napkin_mpi_f64;
+            case Wire::f32_max:
+                return napkin_mpi_f32_max;
         }
         return napkin_mpi_f32;
     }

@@ -63,6 +63,9 @@ public:
     void all_reduce(void* buf, std::uint64_t count, DType dtype, std::string_view what = {});
     void all_reduce(double* values, std::uint64_t count,
                     std::string_view what = {});  // fp64 scalars
+    // Maximum over ranks, in place: count fp32 values (fp8-amp's amaxes, core/engine/gpt_fp8.h).
+    // Counted as an all-reduce of fp32.
+    void all_reduce_max(float* buf, std::uint64_t count, std::string_view what = {});
     // buf: world_size() * shard elements. Afterwards chunk rank() (elements [rank shard,
     // (rank + 1) shard)) holds the sum over ranks of that chunk; the other chunks are scratch.
     void reduce_scatter(void* buf, std::uint64_t shard, DType dtype, std::string_view what = {});
@@ -114,7 +117,8 @@ public:
 protected:
     Communicator(int rank, int world, int local_rank)
         : rank_(rank), world_(world), local_rank_(local_rank) {}
-    enum class Wire : std::uint8_t { f32, f16, bf16, f64 };
+    // f32_max: fp32 reduced by maximum (all-reduce only); every other wire type is summed.
+    enum class Wire : std::uint8_t { f32, f16, bf16, f64, f32_max };
     virtual void do_all_reduce(void* buf, std::uint64_t count, Wire t) = 0;
     virtual void do_reduce_scatter(void* buf, std::uint64_t shard, Wire t) = 0;
     virtual void do_all_gather(void* buf, std::uint64_t shard, Wire t) = 0;
@@ -128,7 +132,9 @@ protected:
     virtual bool do_test(std::uint64_t handle);
     virtual void do_wait(std::uint64_t handle);
     static Wire wire(DType dtype);
-    static std::uint64_t wire_size(Wire t) { return t == Wire::f64 ? 8 : t == Wire::f32 ? 4 : 2; }
+    static std::uint64_t wire_size(Wire t) {
+        return t == Wire::f64 ? 8 : t == Wire::f32 || t == Wire::f32_max ? 4 : 2;
+    }
     // Ends the job from inside a collective that cannot finish: one line "napkin: rank R of W:
     // error: <op> of <size> <why>; ending every rank" to stderr, then abort(1), without
     // unwinding (the library may still write into the buffer). ended_by_timeout is the

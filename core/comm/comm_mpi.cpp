@@ -110,6 +110,7 @@ int too_big(const char* call, char* err) {
 MPI_Datatype mpi_type(int type) {
     switch (type) {
         case napkin_mpi_f32:
+        case napkin_mpi_f32_max:
             return MPI_FLOAT;
         case napkin_mpi_f64:
             return MPI_DOUBLE;
@@ -121,11 +122,14 @@ MPI_Datatype mpi_type(int type) {
 MPI_Op sum_op(int type) {
     if (type == napkin_mpi_f16) return g_sum_f16;
     if (type == napkin_mpi_bf16) return g_sum_bf16;
+    if (type == napkin_mpi_f32_max) return MPI_MAX;
     return MPI_SUM;
 }
 
 std::size_t type_bytes(int type) {
-    return type == napkin_mpi_f32 ? 4 : type == napkin_mpi_f64 ? 8 : 2;
+    return type == napkin_mpi_f32 || type == napkin_mpi_f32_max ? 4
+           : type == napkin_mpi_f64                             ? 8
+                                                                : 2;
 }
 
 int init(int* rank, int* size, char* err) {

@@ -10,7 +10,7 @@
 
 extern "C" {
 
-inline constexpr int kNapkinMpiAbi = 3;
+inline constexpr int kNapkinMpiAbi = 4;
 inline constexpr int kNapkinMpiErrBytes = 512;
 inline constexpr int kNapkinMpiTimedOut = -1;  // MPI's error codes are positive
 
@@ -24,7 +24,8 @@ enum NapkinMpiType : int {
     napkin_mpi_f32 = 0,
     napkin_mpi_f16 = 1,
     napkin_mpi_bf16 = 2,
-    napkin_mpi_f64 = 3
+    napkin_mpi_f64 = 3,
+    napkin_mpi_f32_max = 4  // fp32 reduced by maximum (all_reduce only), not summed
 };
 
 struct NapkinMpiApi {
@@ -35,7 +36,7 @@ struct NapkinMpiApi {
     // Each collective below is started nonblocking and polled until done or `seconds` have
     // passed (then kNapkinMpiTimedOut); 0, the default: wait forever.
     void (*set_timeout)(double seconds);
-    // In place, sum over ranks.
+    // In place, sum over ranks (maximum for napkin_mpi_f32_max).
     int (*all_reduce)(void* buf, std::uint64_t count, int type, char* err);
     // buf holds size * shard elements; afterwards chunk `rank` holds the sum over ranks.
     int (*reduce_scatter)(void* buf, std::uint64_t shard, int type, char* err);

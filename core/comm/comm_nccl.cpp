@@ -200,6 +200,7 @@ private:
             case Wire::f16: return cuda::NcclType::f16;
             case Wire::bf16: return cuda::NcclType::bf16;
             case Wire::f64: return cuda::NcclType::f64;
+            case Wire::f32_max: return cuda::NcclType::f32_max;
         }
         NAPKIN_ASSERT(false, "unknown wire type " << static_cast<int>(t));
         return cuda::NcclType::f32;

@@ -32,7 +32,8 @@ ncclComm_t handle(NcclComm* c) {
 
 ncclDataType_t nccl_type(NcclType t) {
     switch (t) {
-        case NcclType::f32: return ncclFloat32;
+        case NcclType::f32:
+        case NcclType::f32_max: return ncclFloat32;
         case NcclType::f16: return ncclFloat16;
         case NcclType::bf16: return ncclBfloat16;
         case NcclType::f64: return ncclFloat64;
@@ -42,7 +43,7 @@ ncclDataType_t nccl_type(NcclType t) {
 }
 
 std::size_t type_bytes(NcclType t) {
-    return t == NcclType::f64 ? 8 : t == NcclType::f32 ? 4 : 2;
+    return t == NcclType::f64 ? 8 : t == NcclType::f32 || t == NcclType::f32_max ? 4 : 2;
 }
 
 }  // namespace
@@ -89,7 +90,8 @@ const char* nccl_async_error(NcclComm* comm) noexcept {
 }
 
 void nccl_all_reduce(NcclComm* comm, void* buf, std::uint64_t count, NcclType type, CUstream_st* stream) {
-    NAPKIN_GPU_CHECK(ncclAllReduce(buf, buf, count, nccl_type(type), ncclSum, handle(comm), stream));
+    const ncclRedOp_t op = type == NcclType::f32_max ? ncclMax : ncclSum;
+    NAPKIN_GPU_CHECK(ncclAllReduce(buf, buf, count, nccl_type(type), op, handle(comm), stream));
 }
 
 void nccl_reduce_scatter(NcclComm* comm, void* buf, std::uint64_t shard, NcclType type, int rank,

@@ -19,7 +19,8 @@ namespace napkin::cuda {
 struct NcclComm;                               // ncclComm_t's struct, opaque here
 inline constexpr std::size_t kNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
-enum class NcclType : std::uint8_t { f32, f16, bf16, f64 };
+// f32_max: fp32 reduced by maximum (nccl_all_reduce only); the others are summed.
+enum class NcclType : std::uint8_t { f32, f16, bf16, f64, f32_max };
 
 std::string nccl_version();                  // "NCCL 2.27.7"
 void nccl_unique_id(unsigned char* id);      // kNcclIdBytes, made by rank 0 and broadcast
@@ -31,7 +32,7 @@ void nccl_abort(NcclComm* comm) noexcept;    // ncclCommAbort: unblocks pending 
 // progress), else NCCL's text for the error (a peer gone, a network failure, ...).
 const char* nccl_async_error(NcclComm* comm) noexcept;
 
-// buf (count) summed over ranks.
+// buf (count) summed over ranks (its maximum for NcclType::f32_max).
 void nccl_all_reduce(NcclComm* comm, void* buf, std::uint64_t count, NcclType type, CUstream_st* stream);
 // buf (world * shard): chunk `rank` becomes the sum over ranks of that chunk.
 void nccl_reduce_scatter(NcclComm* comm, void* buf, std::uint64_t shard, NcclType type, int rank,

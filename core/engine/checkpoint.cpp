@@ -37,8 +37,8 @@ struct Entry {
 };
 
 // fp8-amp's delayed scaling (core/engine/gpt_fp8.h): "fp8.amax_history" (slots, H) and
-// "fp8.scales" (slots, 8), F32, in the model's memory (one process: the trainer refuses them
-// under ZeRO); none with current scaling.
+// "fp8.scales" (slots, 8), F32, in the model's memory (the same on every rank under ZeRO: the
+// ranks reduce their amaxes); none with current scaling.
 void add_fp8_state(Trainer& t, std::vector<Entry>& out) {
     Gpt& model = t.model();
     const std::int64_t slots = fp8_slots(model.plan()).total();

@@ -117,13 +117,6 @@ Trainer::Trainer(const TrainOptions& opts, Communicator* comm, const std::string
     if (opts_.plan.detect_anomaly && parallel) {
         throw UsageError("{detect_anomaly}: runs in one process (no {zero}, no launcher)");
     }
-    // Delayed scaling keeps each rank's own amax histories, which ranks would have to agree on
-    // and ZeRO's sharded checkpoints do not hold: one process for now.
-    if (parallel && opts_.plan.precision == Precision::fp8_amp && opts_.plan.fp8_amax_history > 0) {
-        throw UsageError(
-            "{fp8_amax_history}: delayed scaling runs in one process (no {zero}, no "
-            "launcher); {fp8_amax_history} 0 trains with current scaling");
-    }
     model_ = device_ != nullptr ? device_->create_gpt(opts_.model, opts_.plan, alloc_, opts_.seed)
                                 : Gpt::create(opts_.model, opts_.plan, alloc_, opts_.seed);
     if (init_weights) init_weights(*model_);
@@ -376,7 +369,9 @@ StepRecord Trainer::step() {
     const int world = zero_ != nullptr ? comm_->world_size() : 1,
               rank = zero_ != nullptr ? comm_->rank() : 0;
     double loss_sum = run_micro_batches(world, rank);
-    model_->end_step();  // fp8-amp's amax histories into the next step's scales
+    // fp8-amp's amax histories, agreed over ranks, into the next step's scales.
+    if (zero_ != nullptr) zero_->reduce_fp8_amaxes(model_->fp8_amax_history());
+    model_->end_step();
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
     std::optional<profiler::ScopedRange> opt_range;
     profiler::KernelScope opt_kernel;

@@ -385,6 +385,14 @@ void ZeroEngine::zero_grads() {
         zero_fill(x.grads);
 }
 
+void ZeroEngine::reduce_fp8_amaxes(Tensor* history) {
+    if (history == nullptr || history->empty()) return;
+    collective([&] {
+        comm_.all_reduce_max(history->data<float>(), static_cast<std::uint64_t>(history->numel()),
+                             "fp8 amaxes");
+    });
+}
+
 double ZeroEngine::sum_over_ranks(double value) {
     comm_.all_reduce(&value, 1, "loss");
     return value;

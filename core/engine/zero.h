@@ -122,6 +122,13 @@ public:
     StepStats step(int step_index, float grad_scale, Optimizer* optimizer);
     // Sum of a scalar over ranks (the step's loss).
     double sum_over_ranks(double value);
+    // fp8-amp's delayed scaling, after the step's micro-batches and before the roll
+    // (Gpt::end_step): each amax of `history` (slots, H; null or empty: none) becomes its maximum
+    // over ranks, so every rank rolls the same histories into the same scales. One all-reduce
+    // of the whole histories: entry 0 is the step's, the older entries are equal on every rank
+    // already (each was reduced so), and one contiguous buffer needs no packing. Counted in
+    // state_traffic() (the estimator's "fp8 amaxes" line).
+    void reduce_fp8_amaxes(Tensor* history);
 
     // Bytes of parameter and gradient collectives since the engine started (the handshake and
     // scalar all-reduces are not in it): what the estimator's communication predicts.

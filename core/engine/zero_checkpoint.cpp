@@ -19,6 +19,7 @@
 #include "core/engine/checkpoint_state.h"
 #include "core/json_reader.h"
 #include "kernels/optimizer.h"
+#include "kernels/quantize.h"
 
 namespace napkin {
 
@@ -108,8 +109,33 @@ void frozen_pieces(ParamSlot& p, std::vector<Piece>& out) {
     out.push_back({p.name, 0, StateKind::weights, p.weight.dtype(), 0, p.numel, true, &p.weight});
 }
 
+// fp8-amp's delayed-scaling state (core/engine/gpt_fp8.h): the amax histories and scale pairs,
+// the same on every rank (the ranks reduce their amaxes each step, ZeroEngine::reduce_fp8_amaxes),
+// so kept whole: rank 0's file holds them, 1-D, under the whole-state checkpoint's names. In the
+// model's memory, like its weights. None with current scaling.
+void fp8_pieces(Trainer& t, std::vector<Piece>& out) {
+    Gpt& model = t.model();
+    for (auto [name, x] : {std::pair{"fp8.amax_history", model.fp8_amax_history()},
+                           std::pair{"fp8.scales", model.fp8_scales()}}) {
+        if (x == nullptr || x->empty()) continue;
+        out.push_back({name, 0, StateKind::weights, DType::f32, 0, x->numel(), true, x});
+    }
+}
+
+// A shard written with another fp8 amax history length than this trainer's: refused by name on
+// every rank before anything else is compared (the histories' shapes differ).
+void check_fp8_history(const CheckpointReader& r, const TrainOptions& trainer) {
+    const PlanInputs& saved = r.info().options.plan;
+    if (saved.precision != Precision::fp8_amp || trainer.plan.precision != Precision::fp8_amp ||
+        saved.fp8_amax_history == trainer.plan.fp8_amax_history)
+        return;
+    checkpoint_error(r.path(), "fp8 amax history length differs: " +
+                                   std::to_string(saved.fp8_amax_history) + " (checkpoint) vs " +
+                                   std::to_string(trainer.plan.fp8_amax_history) + " (trainer)");
+}
+
 // Every piece of trainer t, by unit then kind (the kinds the recipe keeps), then the frozen
-// parameters' in parameter order.
+// parameters' in parameter order, then fp8-amp's delayed-scaling state.
 std::vector<Piece> pieces_of(Trainer& t) {
     ZeroEngine* z = t.zero();
     NAPKIN_ASSERT(z != nullptr, "sharded checkpoints need the ZeRO engine (a data-parallel run)");
@@ -147,6 +173,7 @@ std::vector<Piece> pieces_of(Trainer& t) {
             if (layout.param_unit[i] < 0) frozen_pieces(params[i], out);
         }
     }
+    fp8_pieces(t, out);
     // adamw-8bit at stages 1-3: each unit's shard of each moment's block absmax, beside the
     // codes' shards ("<unit>.opt.m.absmax": S_u / kOptimizer8bitBlock floats).
     const auto block = static_cast<std::int64_t>(kOptimizer8bitBlock);
@@ -302,6 +329,7 @@ private:
     void gather_absmax();
     void gather_frozen_storage();
     void add_parameter(std::size_t i);
+    void add_fp8_state();
 
     const Manifest& m_;
     std::vector<CheckpointReader> readers_;
@@ -492,12 +520,23 @@ void Consolidation::add_parameter(std::size_t i) {
     }
 }
 
+// fp8-amp's delayed-scaling state, rank 0's whole copy, shaped as the whole-state checkpoint
+// holds it: (slots, H) and (slots, kFp8ScaleFloats).
+void Consolidation::add_fp8_state() {
+    const PlanInputs& plan = info_.options.plan;
+    if (plan.precision != Precision::fp8_amp || plan.fp8_amax_history <= 0) return;
+    const std::int64_t slots = fp8_slots(build_op_plan(info_.options.model, plan)).total();
+    copy_whole("fp8.amax_history", DType::f32, {slots, plan.fp8_amax_history});
+    copy_whole("fp8.scales", DType::f32, {slots, kFp8ScaleFloats});
+}
+
 CheckpointInfo Consolidation::write(const std::string& out_path) {
     gather_units();
     gather_absmax();
     gather_frozen_storage();
     for (std::size_t i = 0; i < shapes_.size(); ++i)
         add_parameter(i);
+    add_fp8_state();
     // One process with the same global batch: it accumulates what the ranks did together.
     CheckpointInfo info = info_;
     info.options.grad_accum *= m_.world;
@@ -700,6 +739,7 @@ void load_sharded_checkpoint(const Manifest& m, Trainer& t) {
     check_resumable(m, z->comm().world_size(), z->stage());
     const int rank = z->comm().rank();
     const CheckpointReader r = open_shard(m, rank);
+    check_fp8_history(r, t.options());
     const std::string saved = checkpoint_options_text(r.info().options);
     if (saved != checkpoint_options_text(checkpoint_info_of(t).options)) {
         checkpoint_error(r.path(), "was written with other run options than this trainer's");

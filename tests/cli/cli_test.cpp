@@ -65,6 +65,7 @@ TEST(Cli, HelpAndVersion) {
     for (const char* flag : {"--model", "--config", "--params", "--seq-len", "--micro-batch", "--grad-accum", "--tokens",
                              "--precision", "--optimizer", "--checkpointing", "--attention", "--gpus", "--zero",
                              "--offload", "--finetune", "--lora-rank", "--gpu", "--peak-tflops", "--gpu-mem-gb",
+                             "--fp8-amax-history",
                              "--mfu", "--measured-tokens-per-s", "--solve", "--json", "--explain",
                              "--ignore-activations", "--list-models", "--list-gpus"}) {
         EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
@@ -325,6 +326,13 @@ TEST(Cli, GivenFlagsAreUsedOrRefused) {
     expect_usage_error("estimate --precision fp32 --grads-fp32",
                        "--grads-fp32: applies to the mixed-precision");
     expect_usage_error("estimate --precision bf16 --grads-fp32", "--grads-fp32");
+    // train's rule: fp8-amp only, 0 (current scaling) up to 4096 steps.
+    expect_usage_error("estimate --fp8-amax-history 4",
+                       "--fp8-amax-history: applies to --precision fp8-amp");
+    expect_usage_error(
+        "estimate --precision fp8-amp --fp8-amax-history -1",
+        "--fp8-amax-history: must be 0 (current scaling) or a number of steps up to 4096");
+    expect_usage_error("estimate --precision fp8-amp --fp8-amax-history 4097", "(got 4097)");
     expect_usage_error("estimate --solve max-micro-batch --micro-batch 4", "drop --micro-batch");
     expect_usage_error("estimate --solve ''", "--solve: unknown value ''");
     expect_usage_error("estimate --solve max-micro-batch --ignore-activations",

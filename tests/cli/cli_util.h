@@ -78,4 +78,34 @@ CliRun napkin(const std::string& args, const std::string& shell_prefix = "") {
     return r;
 }
 
+// fp8-amp's delayed-scaling state as `napkin train --device <device>` allocates it (the live
+// allocations "fp8.amax_history" and "fp8.scales" at the memory peak of memory.json) against
+// `napkin estimate`'s fp8_history for the same model, batch and --fp8-amax-history: equal to the
+// byte; 0 for current scaling.
+inline void expect_fp8_history_as_estimated(const std::string& device, int history,
+                                            const std::filesystem::path& out) {
+    const std::string shape =
+        " --model tiny --micro-batch 2 --seq-len 32 --precision fp8-amp "
+        "--fp8-amax-history " +
+        std::to_string(history);
+    const CliRun t = napkin("train --quiet --steps 2 --profile all --device " + device + shape +
+                            " --out " + out.string());
+    ASSERT_EQ(t.rc, 0) << t.err;
+    const CliRun e = napkin("estimate --json" + shape);
+    ASSERT_EQ(e.rc, 0) << e.err;
+    const auto predicted =
+        nlohmann::json::parse(e.out)["memory"]["gpu"]["temporaries_detail"]["fp8_history"]
+            .get<double>();
+    double measured = 0;
+    const nlohmann::json memory = read_json(out / "memory.json");
+    for (const auto& a : memory["peak"]["live"]) {
+        if (a["name"] == "fp8.amax_history" || a["name"] == "fp8.scales")
+            measured += a["bytes"].get<double>();
+    }
+    EXPECT_EQ(measured, predicted) << device << ", H " << history;
+    // 2 layers x 4 block GEMMs x 3 cast sites, (H + 8) floats each; none without a history.
+    EXPECT_EQ(predicted, history > 0 ? 24.0 * (history + 8) * 4 : 0.0) << "H " << history;
+    EXPECT_EQ(read_json(out / "report.json")["run"]["fp8_amax_history"], history);
+}
+
 }  // namespace

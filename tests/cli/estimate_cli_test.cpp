@@ -126,6 +126,29 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --solve fastest-layout lays out the GPUs given at the global batch given: the answer's layout in
 // the estimate, the best few with their layouts; one line without several GPUs or with --mfu.
+// --fp8-amax-history: GPT-2's 144 cast sites keep (H + 8) floats each under delayed scaling
+// (16 by default), none under current scaling (0); the text names the scaling and the bytes.
+TEST(EstimateFp8, AmaxHistoryLengthSetsTheHistoryBytes) {
+    for (const auto& [flag, history] : std::vector<std::pair<std::string, int>>{
+             {"", 16}, {" --fp8-amax-history 4", 4}, {" --fp8-amax-history 0", 0}}) {
+        const CliRun r = napkin("estimate --precision fp8-amp --json" + flag);
+        ASSERT_EQ(r.rc, 0) << r.err;
+        const json j = json::parse(r.out);
+        EXPECT_EQ(j["inputs"]["fp8_amax_history"], history);
+        EXPECT_EQ(j["memory"]["gpu"]["temporaries_detail"]["fp8_history"].get<double>(),
+                  history > 0 ? 144.0 * (history + 8) * 4 : 0.0)
+            << flag;
+        const CliRun text = napkin("estimate --precision fp8-amp" + flag);
+        ASSERT_EQ(text.rc, 0) << text.err;
+        EXPECT_NE(text.out.find(history > 0 ? "fp8 amax history " + std::to_string(history)
+                                            : std::string("fp8 current scaling")),
+                  std::string::npos)
+            << text.out;
+        EXPECT_EQ(text.out.find("fp8 amax histories, scales") != std::string::npos, history > 0);
+    }
+    EXPECT_TRUE(json::parse(napkin("estimate --json").out)["inputs"]["fp8_amax_history"].is_null());
+}
+
 TEST(EstimateSolve, FastestLayout) {
     const CliRun r = napkin(
         "estimate --model gpt2-medium --gpus 8 --micro-batches 4 --gpu h200 "

@@ -359,3 +359,34 @@ TEST(ExportCli, MergesKinetoTracesAndNestsInDouble) {
 }
 
 }  // namespace
+
+namespace {
+
+// An fp8-amp run records its amax history length in report.json (run.fp8_amax_history), and
+// `napkin report` prints it in the settings: 4, "0 (current scaling)", "-" for a run of another
+// precision (which has no key).
+TEST(ReportCliFp8, PrintsTheAmaxHistoryLength) {
+    const fs::path dir = fresh_dir("fp8_history");
+    const std::string common = "train --device cpu --steps 1 --quiet --precision ";
+    ASSERT_EQ(napkin(common + "fp8-amp --fp8-amax-history 4 --out " + (dir / "h4").string()).rc, 0);
+    ASSERT_EQ(napkin(common + "fp8-amp --fp8-amax-history 0 --out " + (dir / "h0").string()).rc, 0);
+    ASSERT_EQ(napkin(common + "bf16-amp --out " + (dir / "bf16").string()).rc, 0);
+    EXPECT_EQ(read_json(dir / "h4" / "report.json")["run"]["fp8_amax_history"], 4);
+    EXPECT_EQ(read_json(dir / "h0" / "report.json")["run"]["fp8_amax_history"], 0);
+    EXPECT_FALSE(read_json(dir / "bf16" / "report.json")["run"].contains("fp8_amax_history"));
+    const CliRun r = napkin("report --top 0 " + (dir / "h4").string() + " " +
+                            (dir / "h0").string() + " " + (dir / "bf16").string());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const std::size_t row = r.out.find("fp8 amax history");
+    ASSERT_NE(row, std::string::npos) << r.out;
+    const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+    EXPECT_NE(line.find(" 4 "), std::string::npos) << line;
+    EXPECT_NE(line.find("0 (current scaling)"), std::string::npos) << line;
+    EXPECT_NE(line.find(" -"), std::string::npos) << line;
+    // A plain run's report prints no such row.
+    EXPECT_EQ(napkin("report --top 0 " + (dir / "bf16").string()).out.find("fp8 amax history"),
+              std::string::npos);
+    fs::remove_all(dir);
+}
+
+}  // namespace

@@ -120,14 +120,25 @@ TEST(TrainCli, Fp8AmpMemoryMatchesThePrediction) {
     EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>() - 0.5);
 }
 
-// Under ZeRO (or a launcher) fp8-amp scales currently unless told otherwise: the default history
-// would be refused there, and a default must not make a valid command fail.
-TEST(TrainCli, Fp8AmpUnderZeroScalesCurrentlyByDefault) {
+// The delayed-scaling state train allocates is estimate's fp8_history to the byte, at the
+// default history, a short one and none (current scaling).
+TEST(TrainCli, Fp8HistoryIsTheEstimatorsAtEveryLength) {
+    for (const int history : {16, 4, 0}) {
+        const fs::path out = fresh_dir("fp8_history_" + std::to_string(history));
+        expect_fp8_history_as_estimated("cpu", history, out);
+        fs::remove_all(out);
+    }
+}
+
+// Under ZeRO (or a launcher) fp8-amp scales with delayed scaling by default too, as one process
+// does (the ranks reduce their amaxes: tests/comm/zero_mpi_test.cpp).
+TEST(TrainCli, Fp8AmpUnderZeroScalesDelayedByDefault) {
     const fs::path out = fresh_dir("fp8_zero");
     const CliRun r = napkin(
         "train --device cpu --steps 2 --precision fp8-amp --zero 1 --quiet --out " + out.string());
     ASSERT_EQ(r.rc, 0) << r.err;
     const auto j = read_json(out / "report.json");
+    EXPECT_EQ(j["run"]["fp8_amax_history"], 16);
     EXPECT_EQ(j["measured"]["peak_bytes"]["temporaries"].get<double>(),
               j["predicted"]["temporaries"].get<double>());
 }
@@ -747,8 +758,6 @@ TEST(TrainCli, BadInput) {
                  "--fp8-amax-history: applies to --precision fp8-amp", out);
     expect_error("train --precision fp8-amp --fp8-amax-history -1", 2,
                  "--fp8-amax-history: must be 0 (current scaling) or a number of steps", out);
-    expect_error("train --precision fp8-amp --zero 1 --fp8-amax-history 16", 2,
-                 "--fp8-amax-history: delayed scaling runs in one process", out);
     expect_error("train --comm-timeout -1", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout soon", 2, "--comm-timeout", out);
     expect_error("train --comm-timeout nan", 2, "--comm-timeout", out);

@@ -6,6 +6,7 @@
 // its own from all ranks' inputs (small integers, so any order of addition is exact in fp32 and
 // bf16). The bytes counted must be the blocking calls'.
 // Prints "ok rank R of N" and exits 0, or prints what differed and exits 1.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -128,6 +129,27 @@ int main() {
         expect(started.calls[i] == blocking.calls[i], "calls counted as the blocking calls", r);
     }
     expect(blocking.total_sent() > 0 || w == 1, "bytes counted at all", r);
+
+    // all_reduce_max (fp8-amp's amaxes): every rank ends with the elementwise maximum of all
+    // ranks' values, which each rank computes from their seeds; counted as an fp32 all-reduce.
+    const std::size_t n_max = 517;
+    auto amax = random_values<float>(n_max, seed + 3);
+    std::vector<float> want = amax;
+    for (int q = 0; q < w; ++q) {
+        const auto other = random_values<float>(n_max, seed_of(q) + 3);
+        for (std::size_t i = 0; i < n_max; ++i)
+            want[i] = std::max(want[i], other[i]);
+    }
+    const napkin::CommCounters before_max = comm->counters();
+    comm->all_reduce_max(amax.data(), n_max, "amaxes");
+    expect(std::memcmp(amax.data(), want.data(), n_max * sizeof(float)) == 0,
+           "all_reduce_max is the elementwise maximum over ranks", r);
+    const napkin::CommCounters max_bytes = comm->counters() - before_max;
+    const auto ar_index = static_cast<std::size_t>(napkin::Collective::all_reduce);
+    expect(max_bytes.sent_bytes[ar_index] ==
+               napkin::ring_traffic(napkin::Collective::all_reduce, n_max, 4, w).sent_bytes,
+           "all_reduce_max counts an fp32 all-reduce's ring bytes", r);
+
     if (g_failures == 0) std::printf("ok rank %d of %d\n", r, w);
     return g_failures == 0 ? 0 : 1;
 }

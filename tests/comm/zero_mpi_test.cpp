@@ -132,6 +132,15 @@ TEST(ZeroMpi, TwoRanksInBf16) {
     check_stages(2, "--precision bf16-amp", 2e-3);
 }
 
+// fp8-amp with delayed scaling (the default, H 16): the ranks reduce their amaxes to the maximum
+// each step, so they scale as one process accumulating the global batch does; its losses within
+// bf16's 2e-3 (the gradient sums), and the amax all-reduce among the predicted bytes.
+// tests/engine/gpt_fp8_ranks_test.cpp checks the ranks' scales bit for bit.
+TEST(ZeroMpi, TwoRanksFp8Delayed) {
+    SKIP_WITHOUT_MPI();
+    check_stages(2, "--precision fp8-amp", 2e-3);
+}
+
 // --overlap changes when collectives run, not what they compute: on 2 ranks at every stage the
 // losses, gradient norms and model-state peaks are bit for bit those of --overlap off, the
 // bytes are the same, and a profiled step shows the collectives started inside the backward
@@ -324,7 +333,8 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
 }
 
 // State beside the units' weights and moments: a fine-tuning run's frozen base (NF4 codes and
-// scales; sharded at ZeRO-3) and adamw-8bit's block absmax (whole at stage 0, sharded at 1-3).
+// scales; sharded at ZeRO-3), adamw-8bit's block absmax (whole at stage 0, sharded at 1-3) and
+// fp8-amp's amax histories and scales (whole, in rank 0's file).
 // Resumed on 2 ranks the run is bit for bit the uninterrupted one; consolidated, one process
 // and 2 ranks at ZeRO-3 continue it.
 TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
@@ -332,7 +342,9 @@ TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
     for (const auto& [recipe, tol] : {std::pair<std::string, double>{"--finetune qlora --lora-rank 4 "
                                                                      "--precision bf16-amp --zero 3 ", 2e-3},
                                       std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6},
-                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6}}) {
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6},
+                                      std::pair<std::string, double>{"--precision fp8-amp --zero 1 ", 2e-3},
+                                      std::pair<std::string, double>{"--precision fp8-amp --zero 3 ", 2e-3}}) {
         SCOPED_TRACE(recipe);
         const std::string tag = std::to_string(recipe.size());
         const fs::path full = fresh_dir("afull" + tag), part = fresh_dir("apart" + tag);

@@ -1,7 +1,8 @@
 // fp8-amp's delayed scaling in the engine (core/engine/gpt_fp8.h, kernels/quantize.h): the first
 // step is current scaling's, later steps differ from it but stay close; checkpointing's recompute
 // casts with the same scales; the histories are in the buffer plan and the checkpoint; a
-// checkpoint of another history length is refused in one line; ZeRO refuses delayed scaling.
+// checkpoint of another history length is refused in one line. Under ZeRO:
+// tests/engine/gpt_fp8_ranks_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

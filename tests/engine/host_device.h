@@ -4,6 +4,7 @@
 // Used by zero_device_test.cpp (the ZeRO engine) and trainer_device_test.cpp (the Trainer).
 #pragma once
 
+#include <algorithm>
 #include <barrier>
 #include <cstdlib>
 #include <cstring>
@@ -68,11 +69,12 @@ protected:
     void do_barrier() override { g_.sync.arrive_and_wait(); }
 
 private:
-    static std::size_t size(Wire t) { return t == Wire::f64 ? 8 : t == Wire::f32 ? 4 : 2; }
+    static std::size_t size(Wire t) { return wire_size(t); }
     static double get(const void* p, std::uint64_t i, Wire t) {
         switch (t) {
             case Wire::f64: return static_cast<const double*>(p)[i];
-            case Wire::f32: return static_cast<const float*>(p)[i];
+            case Wire::f32:
+            case Wire::f32_max: return static_cast<const float*>(p)[i];
             case Wire::bf16: return to_float(static_cast<const bf16_t*>(p)[i]);
             case Wire::f16: return to_float(static_cast<const f16_t*>(p)[i]);
         }
@@ -82,14 +84,18 @@ private:
         g_.buffers[static_cast<std::size_t>(rank())] = buf;
         g_.sync.arrive_and_wait();
     }
-    // Rank 0 sums every rank's buffer in rank order (fp32 for fp32 and 16-bit wires, rounded
+    // Rank 0 sums (f32_max: takes the maximum of) every rank's buffer in rank order (fp32 for fp32 and 16-bit wires, rounded
     // once into the wire type by put(), as NCCL and napkin's MPI op do; fp64 for scalars).
     void sum(void* buf, std::uint64_t n, Wire t) {
         publish(buf);
         if (rank() == 0) {
             g_.sums.assign(n, 0.0);
             for (std::uint64_t i = 0; i < n; ++i) {
-                if (t == Wire::f64) {
+                if (t == Wire::f32_max) {  // fp8-amp's amaxes: the maximum
+                    float m = static_cast<float>(get(g_.buffers[0], i, t));
+                    for (void* b : g_.buffers) m = std::max(m, static_cast<float>(get(b, i, t)));
+                    g_.sums[i] = m;
+                } else if (t == Wire::f64) {
                     double s = 0;
                     for (void* b : g_.buffers) s += get(b, i, t);
                     g_.sums[i] = s;
@@ -107,7 +113,8 @@ private:
             const double s = g_.sums[i];
             switch (t) {
                 case Wire::f64: static_cast<double*>(buf)[i] = s; break;
-                case Wire::f32: static_cast<float*>(buf)[i] = static_cast<float>(s); break;
+                case Wire::f32:
+                case Wire::f32_max: static_cast<float*>(buf)[i] = static_cast<float>(s); break;
                 case Wire::bf16: static_cast<bf16_t*>(buf)[i] = bf16_t(static_cast<float>(s)); break;
                 case Wire::f16: static_cast<f16_t*>(buf)[i] = f16_t(static_cast<float>(s)); break;
             }

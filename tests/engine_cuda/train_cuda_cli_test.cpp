@@ -162,6 +162,44 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
     }
 }
 
+// fp8-amp's delayed-scaling state on the device is estimate's fp8_history to the byte at the
+// default history, a short one and none (current scaling).
+TEST(TrainCudaCli, Fp8HistoryIsTheEstimatorsAtEveryLength) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    for (const int history : {16, 4, 0}) {
+        const fs::path out = dir / ("fp8_history_" + std::to_string(history));
+        expect_fp8_history_as_estimated("cuda", history, out);
+        if (HasFatalFailure()) return;
+    }
+}
+
+// fp8-amp's delayed scaling under ZeRO-3 over NCCL: the amaxes reduced by ncclMax each step
+// (world size 1 here: the path, not the spread), the histories and scales in rank 0's shard;
+// resumed, the run is the uninterrupted one bit for bit, its memory the prediction.
+TEST(CheckpointCudaCli, Fp8DelayedUnderZeroSavesAndResumes) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    const std::string common =
+        "train --quiet --device cuda --zero 3 --precision fp8-amp --steps 4 --micro-batch 2 "
+        "--seq-len 32 ";
+    const CliRun whole = napkin(common + "--out " + (dir / "whole").string());
+    ASSERT_EQ(whole.rc, 0) << whole.err;
+    const CliRun first =
+        napkin(common + "--stop-after 2 --save-every 1 --out " + (dir / "split").string());
+    ASSERT_EQ(first.rc, 0) << first.err;
+    const CliRun second =
+        napkin("train --quiet --device cuda --zero 3 --resume " + (dir / "split").string());
+    ASSERT_EQ(second.rc, 0) << second.err;
+    EXPECT_EQ(report_losses(dir / "split"), report_losses(dir / "whole"));
+    std::ifstream f(dir / "whole" / "report.json");
+    const nlohmann::json j = nlohmann::json::parse(f);
+    EXPECT_EQ(j["run"]["fp8_amax_history"], 16);
+    for (const char* k : {"parameters", "gradients", "optimizer_state", "temporaries"})
+        EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
+            << k;
+}
+
 // The data-parallel path of the binary over NCCL at world size 1, with the optimizer offloaded
 // and a sharded checkpoint each step: the run hash and the checkpoint sizes are host values
 // broadcast through NCCL (once read by NCCL as device addresses; found on the emulator), the

@@ -52,6 +52,7 @@ p::RunReport full_report() {
              .device = "cuda: NVIDIA H200",
              .data_entropy_nats = 1.25,
              .offload = "optimizer",
+             .fp8_amax_history = 4,
              .cuda_graph = false,
              .cuda_graph_off = "--cuda-graph off"};
     r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
@@ -133,6 +134,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.run.lora_alpha.reset();
     bare.run.data_entropy_nats.reset();
     bare.run.offload.reset();
+    bare.run.fp8_amax_history.reset();
     bare.init.reset();
     bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt, std::nullopt,
                       std::nullopt,         std::nullopt, std::nullopt, std::nullopt};
@@ -155,6 +157,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     EXPECT_TRUE(j["run"]["lora_rank"].is_null());
     EXPECT_FALSE(j.contains("communication"));
     EXPECT_FALSE(j["run"].contains("offload"));
+    EXPECT_FALSE(j["run"].contains("fp8_amax_history"));  // not fp8-amp, or an earlier report
     EXPECT_FALSE(j["predicted"].contains("paged_optimizer"));
     EXPECT_FALSE(j["measured"].contains("paged_optimizer"));
     EXPECT_EQ(j.get<p::RunReport>(), bare);
