@@ -28,30 +28,23 @@ ctest --test-dir build --output-on-failure -j"$(nproc)" -L fault --timeout 120
 stage "gui tests"
 xvfb-run -a -s "-screen 0 1280x1024x24 -noreset" ctest --test-dir build --output-on-failure -j"$(nproc)" -L gui
 
-# libFuzzer needs clang: the loader's fuzz target is a small project of its own (tests/viewer/fuzz).
-stage "trace loader fuzz target"
-cmake -S tests/viewer/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# libFuzzer needs clang: the two fuzz targets are a small project of their own (tests/fuzz), the
+# sources both read compiled once. The trace loader's target (tests/viewer/fuzz) runs 45 s, the
+# readers' of napkin's inputs (tests/fault/fuzz: checkpoints, model configs, report.json and
+# device profiles, sharing the time) 30 s.
+stage "fuzz targets"
+cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)"
-mkdir -p build-fuzz/corpus
-if ! build-fuzz/run_data_fuzz -max_total_time=45 -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
-        build-fuzz/corpus tests/viewer/fuzz/corpus >build-fuzz/fuzz.log 2>&1; then
-    tail -n 60 build-fuzz/fuzz.log
-    echo "test.sh: the trace loader's fuzz target failed (build-fuzz/fuzz.log)" >&2
-    exit 1
-fi
-grep -E "^Done [0-9]+ runs" build-fuzz/fuzz.log || true
-
-# The readers of napkin's inputs (tests/fault/fuzz): checkpoints, model configs, report.json and
-# device profiles, sharing the 30 s.
-stage "readers' fuzz target"
-cmake -S tests/fault/fuzz -B build-fuzz-readers -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz-readers -j"$(nproc)"
-mkdir -p build-fuzz-readers/corpus
-if ! build-fuzz-readers/run_reader_fuzz -max_total_time=30 -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
-        build-fuzz-readers/corpus tests/fault/fuzz/corpus >build-fuzz-readers/fuzz.log 2>&1; then
-    tail -n 60 build-fuzz-readers/fuzz.log
-    echo "test.sh: the readers' fuzz target failed (build-fuzz-readers/fuzz.log)" >&2
-    exit 1
-fi
-grep -E "^Done [0-9]+ runs" build-fuzz-readers/fuzz.log || true
+fuzz() {  # target seconds corpus what
+    mkdir -p "build-fuzz/corpus-$1"
+    if ! "build-fuzz/$1" -max_total_time="$2" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+            "build-fuzz/corpus-$1" "$3" >"build-fuzz/$1.log" 2>&1; then
+        tail -n 60 "build-fuzz/$1.log"
+        echo "test.sh: $4's fuzz target failed (build-fuzz/$1.log)" >&2
+        exit 1
+    fi
+    grep -E "^Done [0-9]+ runs" "build-fuzz/$1.log" || true
+}
+fuzz run_data_fuzz 45 tests/viewer/fuzz/corpus "the trace loader"
+fuzz run_reader_fuzz 30 tests/fault/fuzz/corpus "the readers"
 stage "done"

@@ -334,7 +334,8 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
 
 // State beside the units' weights and moments: a fine-tuning run's frozen base (NF4 codes and
 // scales; sharded at ZeRO-3), adamw-8bit's block absmax (whole at stage 0, sharded at 1-3) and
-// fp8-amp's amax histories and scales (whole, in rank 0's file).
+// fp8-amp's amax histories and scales (whole, in rank 0's file at every stage; resumed here at
+// ZeRO-3, which shards the most).
 // Resumed on 2 ranks the run is bit for bit the uninterrupted one; consolidated, one process
 // and 2 ranks at ZeRO-3 continue it.
 TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
@@ -343,7 +344,6 @@ TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
                                                                      "--precision bf16-amp --zero 3 ", 2e-3},
                                       std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6},
                                       std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6},
-                                      std::pair<std::string, double>{"--precision fp8-amp --zero 1 ", 2e-3},
                                       std::pair<std::string, double>{"--precision fp8-amp --zero 3 ", 2e-3}}) {
         SCOPED_TRACE(recipe);
         const std::string tag = std::to_string(recipe.size());
