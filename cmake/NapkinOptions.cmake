@@ -16,8 +16,15 @@ target_compile_options(napkin_options INTERFACE
 if(NAPKIN_SANITIZE)
     set(_napkin_san -fsanitize=address,undefined -fno-omit-frame-pointer
         -fno-sanitize-recover=undefined)
-    target_compile_options(napkin_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_napkin_san}>)
+    # Not in a target whose NAPKIN_UNINSTRUMENTED property is on (the test binaries' own units,
+    # tests/CMakeLists.txt): it links the runtimes all the same. A target's own -fno-sanitize
+    # could not undo these, which come after it on the command line.
+    target_compile_options(napkin_options INTERFACE
+        $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<BOOL:$<TARGET_PROPERTY:NAPKIN_UNINSTRUMENTED>>>>:${_napkin_san}>)
     target_link_options(napkin_options INTERFACE -fsanitize=address,undefined)
+    # What an uninstrumented test unit checks for a sanitized build (it has no
+    # __SANITIZE_ADDRESS__).
+    target_compile_definitions(napkin_options INTERFACE NAPKIN_SANITIZED=1)
     # Executables not position-independent: the sanitizers' per-global and per-check-site data
     # are pointers, 1.46 million relative relocations in a PIE napkin that the loader applies at
     # every start (0.54 s of `napkin --version`, 0.30 s without; the CLI tests start napkin

@@ -478,7 +478,7 @@ void expect_error(const std::string& args, int rc, const std::string& needle, co
 // A run that does not fit ends with one line naming the tensor it could not allocate, what was
 // live, and the estimator's predicted peak for the run, and leaves no report behind.
 TEST(TrainCli, OutOfMemoryNamesTheTensorAndThePrediction) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(NAPKIN_SANITIZED)
     GTEST_SKIP() << "ASan reserves terabytes of address space: ulimit -v would stop it first";
 #endif
     const fs::path out = fresh_dir("oom");
