@@ -95,7 +95,8 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
                       DType state_dtype, CUstream_st* stream);
 
 // *sumsq (a device double) = the sum of squares of every gradient, summed in fp64 in a fixed
-// order (per tensor kGradNormBlocks partial sums, then one block adds them): deterministic.
+// order (per tensor up to kGradNormBlocks partial sums, as many as its size calls for, then one
+// block adds them): deterministic.
 // scratch: grad_sum_squares_scratch_bytes(count) bytes of device memory (inline: the estimator
 // predicts the engine's scratch with it, which adds kGradNormResultBytes for *sumsq in front).
 inline constexpr int kGradNormBlocks = 256;

@@ -269,20 +269,28 @@ __device__ double block_sum_fixed(double v, double* shared) {
     return shared[0];
 }
 
+// Blocks a tensor's sum of squares is split over: each thread adds at least kGradNormPerThread
+// elements (a GPT-2 bias of 768 is one block, not 256 blocks of three elements each), at most
+// kGradNormBlocks. On the emulator every block's 256 threads and 9 barriers are fibers and their
+// switches: a tiny model's norm was 7168 blocks a step, most of an emulated step.
+constexpr std::int64_t kGradNormPerThread = 16;
+__device__ __host__ inline std::int64_t grad_norm_blocks(std::int64_t n) {
+    const std::int64_t share = kGradNormPerThread * kBlock;
+    const std::int64_t blocks = (n + share - 1) / share;
+    return blocks < 1 ? 1 : (blocks > kGradNormBlocks ? kGradNormBlocks : blocks);
+}
+
 // partial[(first + y) * kGradNormBlocks + x] = sum of squares of block x's contiguous share of
-// tensor y's gradient.
+// tensor y's gradient; slots past a tensor's grad_norm_blocks stay as zeroed.
 __global__ void grad_sum_squares_partial_kernel(double* partial, TensorList list, int first) {
     __shared__ double shared[kBlock];
     const OptimizerTensor& t = list.t[blockIdx.y];
-    const std::int64_t per = (t.n + kGradNormBlocks - 1) / kGradNormBlocks;
+    const std::int64_t per = (t.n + grad_norm_blocks(t.n) - 1) / grad_norm_blocks(t.n);
     const std::int64_t begin = blockIdx.x * per;
     const std::int64_t end = min(t.n, begin + per);
     const std::int64_t slot =
         (first + static_cast<std::int64_t>(blockIdx.y)) * kGradNormBlocks + blockIdx.x;
-    if (begin >= t.n) {  // past a small tensor's end: the whole block, so no barrier is skipped
-        if (threadIdx.x == 0) partial[slot] = 0.0;
-        return;
-    }
+    if (begin >= t.n) return;  // past this tensor's share (its slot stays 0): the whole block
     double acc = 0.0;
     for (std::int64_t k = begin + threadIdx.x; k < end; k += kBlock) {
         const double g = load(t.grad, t.grad_dtype, k);
@@ -393,8 +401,11 @@ void grad_sum_squares(double* sumsq, const OptimizerTensor* tensors, int count, 
                       CUstream_st* stream) {
     NAPKIN_CUDA_REQUIRE(scratch != nullptr, "grad_sum_squares: scratch is required");
     auto* partial = static_cast<double*>(scratch);  // (count, kGradNormBlocks)
-    for_each_group(tensors, count, [&](const TensorList& list, int first, std::int64_t) {
-        const dim3 grid(kGradNormBlocks, static_cast<unsigned>(list.count));
+    NAPKIN_CUDA_CHECK(cudaMemsetAsync(
+        partial, 0, static_cast<std::size_t>(count) * kGradNormBlocks * sizeof(double), stream));
+    for_each_group(tensors, count, [&](const TensorList& list, int first, std::int64_t max_n) {
+        const dim3 grid(static_cast<unsigned>(grad_norm_blocks(max_n)),
+                        static_cast<unsigned>(list.count));
         grad_sum_squares_partial_kernel<<<grid, kBlock, 0, stream>>>(partial, list, first);
         NAPKIN_CUDA_CHECK_LAUNCH();
     });

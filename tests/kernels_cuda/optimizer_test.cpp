@@ -310,6 +310,40 @@ TEST(OptimizerCuda, GradSumSquaresAndUnscaleCheckMatchCpu) {
     }
 }
 
+// The norm splits each tensor over blocks by its size (16 elements a thread at least, at most
+// kGradNormBlocks blocks): one block, two, a block's share and one more, past the cap, in one
+// launch beside each other. The scratch is poisoned: every partial sum read was written or zeroed.
+TEST(OptimizerCuda, GradSumSquaresSplitsEachTensorByItsSize) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const std::int64_t sizes[] = {
+        1, 4096, 4097, 8191, cuda::kGradNormBlocks * std::int64_t{4096} + 5, 300};
+    constexpr int count = static_cast<int>(std::size(sizes));
+    std::vector<std::vector<unsigned char>> grads;
+    std::vector<std::unique_ptr<DeviceBuffer<unsigned char>>> grads_d;
+    std::vector<OptimizerTensor> hts(count), dts(count);
+    for (int i = 0; i < count; ++i) {
+        grads.push_back(random_bytes(rng, DType::f32, sizes[i], 0.0, 0.1));
+        grads_d.push_back(std::make_unique<DeviceBuffer<unsigned char>>(grads.back()));
+        hts[static_cast<std::size_t>(i)].grad = grads.back().data();
+        dts[static_cast<std::size_t>(i)].grad = grads_d.back()->get();
+        hts[static_cast<std::size_t>(i)].n = dts[static_cast<std::size_t>(i)].n = sizes[i];
+    }
+    DeviceBuffer<unsigned char> scratch(cuda::grad_sum_squares_scratch_bytes(count));
+    scratch.poison();
+    DeviceBuffer<double> sumsq(1);
+    sumsq.poison();
+    cuda::grad_sum_squares(sumsq.get(), dts.data(), count, scratch.get(), nullptr);
+    const double want = cpu::grad_sum_squares(hts.data(), count);
+    const double first = sumsq.download()[0];
+    EXPECT_NEAR(first, want, 1e-10 * want);
+    scratch.poison();
+    cuda::grad_sum_squares(sumsq.get(), dts.data(), count, scratch.get(), nullptr);
+    EXPECT_EQ(sumsq.download()[0], first);
+}
+
 // ---- 8-bit states (adamw-8bit): codes into the dynamic-tree maps, an fp32 absmax per block ----
 
 constexpr auto kQuantBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
