@@ -52,6 +52,14 @@ fuzz() {  # target seconds corpus what
     fi
     grep -E "^Done [0-9]+ runs" "build-fuzz/$1.log" || true
 }
-fuzz run_data_fuzz 45 tests/viewer/fuzz/corpus "the trace loader"
-fuzz run_reader_fuzz 30 tests/fault/fuzz/corpus "the readers"
+# Both at once: each fuzzer is one single-threaded process and the machine has two cores (45 s
+# of wall, not 75).
+fuzz run_data_fuzz 45 tests/viewer/fuzz/corpus "the trace loader" &
+data_fuzz=$!
+fuzz run_reader_fuzz 30 tests/fault/fuzz/corpus "the readers" &
+reader_fuzz=$!
+fuzz_rc=0
+wait "$data_fuzz" || fuzz_rc=1
+wait "$reader_fuzz" || fuzz_rc=1
+[ "$fuzz_rc" = 0 ] || exit 1
 stage "done"
