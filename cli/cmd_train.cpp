@@ -179,8 +179,8 @@ void print_header(const TrainOptions& o, Trainer& trainer, const MachinePeak& pe
     if (o.device == DeviceKind::cuda) {
         if (o.cuda_graph) {
             std::printf(
-                "  cuda graphs: on, each micro-batch captured at step 2 (one graph per "
-                "batch slot)\n");
+                "  cuda graphs: on, each micro-batch and the optimizer captured at step 2 "
+                "(one graph per batch slot, one for the optimizer)\n");
         } else {
             std::printf("  cuda graphs: off (%s)\n", cuda_graph_off.c_str());
         }
@@ -629,8 +629,10 @@ void add_run_options(CLI::App& cmd, TrainFlags& f) {
         ->capture_default_str();
     cmd.add_option("--cuda-graph", f.cuda_graph,
                    "auto|on|off: capture each micro-batch's forward and backward into a CUDA "
-                   "graph (one per batch slot) at the second step and launch it as one from then "
-                   "on (the same results bit for bit; the optimizer's launches stay outside); "
+                   "graph (one per batch slot), and the optimizer's passes into one more, at the "
+                   "second step and launch them as one each from then on (the same results bit "
+                   "for bit: the update reads its learning rate and bias corrections from device "
+                   "memory); "
                    "auto: on where the capture holds (--device cuda, one process, no "
                    "--detect-anomaly, --paged-optimizer, --dropout or fp16-amp); on: refuses the "
                    "others; --profile attributes each graph-launched kernel to its op "

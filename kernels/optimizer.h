@@ -42,6 +42,10 @@ struct OptimizerHyper {
     // gradient is multiplied by gate->update_scale instead, and gate->skip != 0 makes the update
     // a no-op, so the host queues the update without reading the norm first.
     const StepScalars* gate = nullptr;
+    // With a gate: lr and the two bias corrections are read from gate->schedule (step_schedule)
+    // and the three above are ignored, so that an update captured in a CUDA graph, whose
+    // arguments the graph freezes, still follows the schedule (docs/CUDA.md "CUDA graphs").
+    bool schedule_from_gate = false;
 };
 
 // One parameter. The states m and v are in the state dtype of the call (f32 or bf16) and null

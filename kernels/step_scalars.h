@@ -11,6 +11,10 @@
 //                     skip = norm is not finite (fp16 overflow): the update does nothing
 //                     clip = grad_clip / norm when grad_clip > 0 and norm > grad_clip, else 1
 //                     update_scale = grad_scale * clip                        (fp32)
+//   step_schedule   before the update: the host's learning rate and Adam's bias corrections for
+//                     this step, written as given (kernel arguments on CUDA), which an update
+//                     with OptimizerHyper::schedule_from_gate reads instead of its own: a CUDA
+//                     graph of the update freezes its arguments, not this memory
 // Both are the host's arithmetic, statement for statement (step_scalars_rule.h is shared by
 // the two backends and by begin_update, core/engine/optimizer.cpp), so the numbers are the bits
 // the host computed when it read the per-row losses and the sum of squares itself.
@@ -26,15 +30,23 @@ struct CUstream_st;  // cudaStream_t, without the CUDA headers
 
 namespace napkin {
 
+// The schedule's values for one update (core/engine/optimizer.cpp computes them on the host).
+struct StepSchedule {
+    float lr = 0.0f;
+    float bias_correction1 = 1.0f;  // 1 - beta1^t
+    float bias_correction2 = 1.0f;  // 1 - beta2^t
+};
+
 struct StepScalars {
     double loss_sum = 0.0;   // the step's micro-batch mean losses, summed (the trainer zeroes it)
     float loss_mean = 0.0f;  // the last micro-batch's mean loss
     float grad_norm = 0.0f;  // of the unscaled gradients, before clipping
     float update_scale = 1.0f;  // what the update multiplies every gradient by
     std::int32_t skip = 0;      // 1: the gradients are not finite, the update does nothing
+    StepSchedule schedule;      // this step's lr and bias corrections (step_schedule)
 };
 
-// The buffer plan's step.scalars (core/buffer_plan.h): one StepScalars, padded.
+// The buffer plan's step.scalars (core/buffer_plan.h): one StepScalars, padded (40 bytes used).
 inline constexpr std::size_t kStepScalarsBytes = 256;
 static_assert(sizeof(StepScalars) <= kStepScalarsBytes, "StepScalars outgrew its buffer");
 
@@ -43,6 +55,7 @@ namespace cpu {
 // The same on host memory (the reference of the CUDA twin, and the test device's kernels).
 void loss_mean(StepScalars* s, const float* losses, std::int64_t M);
 void optimizer_gate(StepScalars* s, const double* sumsq, float grad_scale, float grad_clip);
+void step_schedule(StepScalars* s, StepSchedule schedule);
 
 }  // namespace cpu
 
@@ -52,6 +65,8 @@ namespace cuda {
 void loss_mean(StepScalars* s, const float* losses, std::int64_t M, CUstream_st* stream);
 void optimizer_gate(StepScalars* s, const double* sumsq, float grad_scale, float grad_clip,
                     CUstream_st* stream);
+// s->schedule = schedule, from the launch's arguments: no host memory to keep alive.
+void step_schedule(StepScalars* s, StepSchedule schedule, CUstream_st* stream);
 
 }  // namespace cuda
 

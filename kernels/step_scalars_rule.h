@@ -45,4 +45,17 @@ NAPKIN_STEP_HD inline float optimizer_grad_scale(const OptimizerHyper& h) {
     return h.gate != nullptr ? h.gate->update_scale : h.grad_scale;
 }
 
+// The hyperparameters the update applies: h's own, or with h.schedule_from_gate its learning
+// rate and bias corrections from the gate's schedule (step_schedule). The same floats either
+// way, so the two modes give the same bits.
+NAPKIN_STEP_HD inline OptimizerHyper optimizer_scheduled(const OptimizerHyper& h) {
+    OptimizerHyper r = h;
+    if (h.schedule_from_gate && h.gate != nullptr) {
+        r.lr = h.gate->schedule.lr;
+        r.bias_correction1 = h.gate->schedule.bias_correction1;
+        r.bias_correction2 = h.gate->schedule.bias_correction2;
+    }
+    return r;
+}
+
 }  // namespace napkin

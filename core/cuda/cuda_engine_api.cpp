@@ -169,6 +169,7 @@ CudaEngineApi make_api() {
     // a step without host waits
     a.loss_mean = &cuda::loss_mean;
     a.optimizer_gate = &cuda::optimizer_gate;
+    a.step_schedule = &cuda::step_schedule;
     a.copy_to_device_queued = &copy_to_device_queued;
     // Paged memory
     a.paged_memory_create = &paged_memory_create;

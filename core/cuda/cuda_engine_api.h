@@ -60,7 +60,7 @@ struct CudaFp8KernelTable {
     // clang-format on
 };
 
-inline constexpr int kNapkinCudaEngineApiVersion = 15;
+inline constexpr int kNapkinCudaEngineApiVersion = 16;
 
 struct CudaEngineApi {
     int version = kNapkinCudaEngineApiVersion;
@@ -137,6 +137,7 @@ struct CudaEngineApi {
     // ---- a step without host waits (kernels/step_scalars.h; docs/ENGINE.md) ----------------
     decltype(&cuda::loss_mean) loss_mean = nullptr;
     decltype(&cuda::optimizer_gate) optimizer_gate = nullptr;
+    decltype(&cuda::step_schedule) step_schedule = nullptr;
     // Host to device, queued on `stream` without waiting for it: returns once host_src is
     // staged (the runtime copies pageable memory to its own staging first), so host_src may be
     // reused at once; the copy runs in stream order.

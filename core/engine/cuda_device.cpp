@@ -308,6 +308,9 @@ public:
                           DType state_dtype) override {
         api_.optimizer_update(h, tensors, count, state_dtype, stream_);
     }
+    void step_schedule(StepScalars* gate, const StepSchedule& schedule) override {
+        api_.step_schedule(gate, schedule, stream_);
+    }
     bool can_capture() const override { return true; }
     void begin_capture() override { api_.graph_begin_capture(stream_); }
     std::unique_ptr<DeviceGraph> end_capture() override {

@@ -117,6 +117,12 @@ public:
                                 StepScalars* gate) = 0;
     virtual void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors,
                                   int count, DType state_dtype) = 0;
+    // gate->schedule (device memory) = schedule, queued in stream order: what an update with
+    // OptimizerHyper::schedule_from_gate reads (CUDA: a one-thread kernel whose arguments carry
+    // the values, so no host memory must outlive the call). The default copies and waits.
+    virtual void step_schedule(StepScalars* gate, const StepSchedule& schedule) {
+        copy_to_device(&gate->schedule, &schedule, sizeof schedule);
+    }
 
     // CUDA graphs (napkin train --cuda-graph): between begin_capture and end_capture, the work
     // queued on the engine's stream is recorded, not run, and anything that would wait for the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "core/engine/engine_device.h"
@@ -13,27 +14,37 @@
 namespace napkin {
 
 float learning_rate(const OptimizerConfig& c, int step) {
-    if (step < c.warmup_steps) return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
+    if (step < c.warmup_steps)
+        return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
     const int decay_steps = std::max(1, c.total_steps - c.warmup_steps);
-    const float progress = std::min(1.0f, static_cast<float>(step - c.warmup_steps) / static_cast<float>(decay_steps));
+    const float progress =
+        std::min(1.0f, static_cast<float>(step - c.warmup_steps) / static_cast<float>(decay_steps));
     const float cosine = 0.5f * (1.0f + std::cos(3.14159265358979f * progress));
     const float min_lr = c.lr * c.min_lr_frac;
     return min_lr + (c.lr - min_lr) * cosine;
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc, DType state_dtype,
-                     EngineDevice* device, AccountingAllocator* paged)
-    : cfg_(cfg), model_(model), alloc_(alloc), device_(device), paged_(paged != nullptr),
+Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator& alloc,
+                     DType state_dtype, EngineDevice* device, AccountingAllocator* paged)
+    : cfg_(cfg),
+      model_(model),
+      alloc_(alloc),
+      device_(device),
+      paged_(paged != nullptr),
       state_dtype_(state_dtype) {
     NAPKIN_ASSERT(!paged_ || device != nullptr, "paged optimizer state without a device");
     AccountingAllocator& state_alloc = paged_ ? *paged : alloc;
-    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
-                  "optimizer state dtype");
-    NAPKIN_ASSERT((device == nullptr) == (alloc.device() == DeviceKind::cpu), "optimizer: allocator and device disagree");
+    NAPKIN_ASSERT(
+        state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
+        "optimizer state dtype");
+    NAPKIN_ASSERT((device == nullptr) == (alloc.device() == DeviceKind::cpu),
+                  "optimizer: allocator and device disagree");
     const int states = optimizer_state_count(cfg.kind);
     auto zero = [&](Tensor& t) {
-        if (device_ != nullptr) device_->zero(t.raw(), t.bytes());
-        else std::memset(t.raw(), 0, t.bytes());
+        if (device_ != nullptr)
+            device_->zero(t.raw(), t.bytes());
+        else
+            std::memset(t.raw(), 0, t.bytes());
     };
     for (const ParamSlot& p : model.params()) {
         const bool quantized = state_dtype == DType::i8;
@@ -47,19 +58,23 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Gpt& model, AccountingAllocator
             continue;
         }
         if (states >= 1) {
-            m_.emplace_back(state_alloc, p.name + ".opt.m", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
+            m_.emplace_back(state_alloc, p.name + ".opt.m", MemCategory::optimizer_state,
+                            state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(m_.back());
         }
         if (states >= 2) {
-            v_.emplace_back(state_alloc, p.name + ".opt.v", MemCategory::optimizer_state, state_dtype, std::initializer_list<std::int64_t>{p.numel});
+            v_.emplace_back(state_alloc, p.name + ".opt.v", MemCategory::optimizer_state,
+                            state_dtype, std::initializer_list<std::int64_t>{p.numel});
             zero(v_.back());
         }
         if (quantized) {  // 8-bit moments: one fp32 absmax per block each (kernels/optimizer.h)
             const std::int64_t blocks = optimizer_8bit_blocks(p.numel);
-            m_absmax_.emplace_back(state_alloc, p.name + ".opt.m.absmax", MemCategory::optimizer_state, DType::f32,
+            m_absmax_.emplace_back(state_alloc, p.name + ".opt.m.absmax",
+                                   MemCategory::optimizer_state, DType::f32,
                                    std::initializer_list<std::int64_t>{blocks});
             zero(m_absmax_.back());
-            v_absmax_.emplace_back(state_alloc, p.name + ".opt.v.absmax", MemCategory::optimizer_state, DType::f32,
+            v_absmax_.emplace_back(state_alloc, p.name + ".opt.v.absmax",
+                                   MemCategory::optimizer_state, DType::f32,
                                    std::initializer_list<std::int64_t>{blocks});
             zero(v_absmax_.back());
         }
@@ -85,10 +100,12 @@ const float* as_f32(const Tensor& t, std::vector<float>& buf) {
     buf.resize(static_cast<std::size_t>(t.numel()));
     if (t.dtype() == DType::bf16) {
         const bf16_t* p = t.data<bf16_t>();
-        for (std::int64_t i = 0; i < t.numel(); ++i) buf[static_cast<std::size_t>(i)] = to_float(p[i]);
+        for (std::int64_t i = 0; i < t.numel(); ++i)
+            buf[static_cast<std::size_t>(i)] = to_float(p[i]);
     } else {
         const f16_t* p = t.data<f16_t>();
-        for (std::int64_t i = 0; i < t.numel(); ++i) buf[static_cast<std::size_t>(i)] = to_float(p[i]);
+        for (std::int64_t i = 0; i < t.numel(); ++i)
+            buf[static_cast<std::size_t>(i)] = to_float(p[i]);
     }
     return buf.data();
 }
@@ -98,11 +115,13 @@ void round_into(Tensor& t, const float* src) {
     if (t.dtype() == DType::bf16) {
         bf16_t* p = t.data<bf16_t>();
 #pragma omp parallel for if (n > 65536)
-        for (std::int64_t i = 0; i < n; ++i) p[i] = bf16_t(src[i]);
+        for (std::int64_t i = 0; i < n; ++i)
+            p[i] = bf16_t(src[i]);
     } else if (t.dtype() == DType::f16) {
         f16_t* p = t.data<f16_t>();
 #pragma omp parallel for if (n > 65536)
-        for (std::int64_t i = 0; i < n; ++i) p[i] = f16_t(src[i]);
+        for (std::int64_t i = 0; i < n; ++i)
+            p[i] = f16_t(src[i]);
     }
 }
 
@@ -162,10 +181,12 @@ double Optimizer::host_grad_sum_squares() {
 #pragma omp parallel for if (n > 65536)
         for (std::int64_t b = 0; b < kBlocks; ++b) {
             double acc = 0.0;
-            for (std::int64_t k = b * per; k < std::min(n, (b + 1) * per); ++k) acc += static_cast<double>(g[k]) * g[k];
+            for (std::int64_t k = b * per; k < std::min(n, (b + 1) * per); ++k)
+                acc += static_cast<double>(g[k]) * g[k];
             parts[b] = acc;
         }
-        for (double part : parts) sumsq += part;
+        for (double part : parts)
+            sumsq += part;
     }
     return sumsq;
 }
@@ -227,22 +248,44 @@ HostPiece Optimizer::host_piece(std::size_t i) {
     return piece;
 }
 
-StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
+StepStats Optimizer::schedule_into(int step_index, StepScalars* gate) {
+    NAPKIN_ASSERT(device_ != nullptr && gate != nullptr, "optimizer: a gate needs a device");
     StepStats st;
+    st.lr = learning_rate(cfg_, step_index);
+    // Update number t_ + 1 if the gate lets it run (finish_step counts it once the host knows).
+    const OptimizerHyper next = update_hyper(cfg_, st.lr, t_ + 1, 1.0f);
+    device_->step_schedule(gate, StepSchedule{.lr = next.lr,
+                                              .bias_correction1 = next.bias_correction1,
+                                              .bias_correction2 = next.bias_correction2});
+    return st;
+}
+
+void Optimizer::queue_gated_update(float grad_scale, StepScalars* gate) {
+    NAPKIN_ASSERT(device_ != nullptr && gate != nullptr, "optimizer: a gate needs a device");
+    const std::vector<OptimizerTensor> dev = device_tensors();
+    const int count = static_cast<int>(dev.size());
+    device_->optimizer_gate(dev.data(), count, alloc_, grad_scale, cfg_.grad_clip, gate);
+    // Everything that changes from step to step is read from the gate: the gradient scale and
+    // skip (optimizer_gate) and the schedule (schedule_into). The host's three are NaN, so an
+    // update that ignored the gate's schedule would show at once.
+    const float unused = std::numeric_limits<float>::quiet_NaN();
+    OptimizerHyper h = update_hyper(cfg_, unused, 1, 1.0f);
+    h.bias_correction1 = unused;
+    h.bias_correction2 = unused;
+    h.gate = gate;
+    h.schedule_from_gate = true;
+    // Paged states move whether or not the gate lets the update run: the host does not
+    // know until the step's one read (a skipped fp16 step pages them too).
+    device_update(h, dev);
+}
+
+StepStats Optimizer::step(int step_index, float grad_scale, StepScalars* gate) {
     if (gate != nullptr) {  // everything queued on the device; finish_step reads the outcome
-        NAPKIN_ASSERT(device_ != nullptr, "optimizer: a gate needs a device");
-        const std::vector<OptimizerTensor> dev = device_tensors();
-        const int count = static_cast<int>(dev.size());
-        device_->optimizer_gate(dev.data(), count, alloc_, grad_scale, cfg_.grad_clip, gate);
-        st.lr = learning_rate(cfg_, step_index);
-        // Update number t_ + 1 if the gate lets it run; the device reads the gradient scale.
-        OptimizerHyper h = update_hyper(cfg_, st.lr, t_ + 1, 1.0f);
-        h.gate = gate;
-        // Paged states move whether or not the gate lets the update run: the host does not
-        // know until the step's one read (a skipped fp16 step pages them too).
-        device_update(h, dev);
+        const StepStats st = schedule_into(step_index, gate);
+        queue_gated_update(grad_scale, gate);
         return st;
     }
+    StepStats st;
     // Global norm of the unscaled gradients (fp64 sum), on the device the model lives on.
     std::vector<OptimizerTensor> dev;
     double sumsq = 0.0;
@@ -289,13 +332,18 @@ namespace {
 // the global-norm pass (square, add).
 std::uint64_t update_flops_per_element(OptimizerKind kind) {
     switch (kind) {
-        case OptimizerKind::sgd: return 5 + 2;
-        case OptimizerKind::momentum: return 7 + 2;
-        case OptimizerKind::adagrad: return 10 + 2;
-        case OptimizerKind::rmsprop: return 12 + 2;
+        case OptimizerKind::sgd:
+            return 5 + 2;
+        case OptimizerKind::momentum:
+            return 7 + 2;
+        case OptimizerKind::adagrad:
+            return 10 + 2;
+        case OptimizerKind::rmsprop:
+            return 12 + 2;
         case OptimizerKind::adam:
         case OptimizerKind::adamw:
-        case OptimizerKind::adamw_8bit: return 17 + 2;
+        case OptimizerKind::adamw_8bit:
+            return 17 + 2;
     }
     return 0;
 }
@@ -312,7 +360,9 @@ KernelCost Optimizer::step_cost() const {
         const std::uint64_t grad = p.grad.bytes(), weight = p.weight.bytes();
         std::uint64_t state = states * storage_bytes(state_dtype_, n);
         if (state_dtype_ == DType::i8)  // and their block absmax
-            state += states * storage_bytes(DType::f32, static_cast<std::uint64_t>(optimizer_8bit_blocks(p.numel)));
+            state +=
+                states * storage_bytes(DType::f32,
+                                       static_cast<std::uint64_t>(optimizer_8bit_blocks(p.numel)));
         c.bytes_read += 2 * grad + state + (p.master.empty() ? weight : p.master.bytes());
         c.bytes_written += state + weight + (p.master.empty() ? 0 : p.master.bytes());
     }

@@ -1,17 +1,18 @@
 // Optimizers over the engine's parameters: SGD, momentum, AdaGrad, RMSprop, Adam, AdamW, and
 // AdamW over 8-bit states. Their state is allocated as optimizer_state (fp32, bf16 under pure
 // bf16, or for adamw-8bit one byte per element plus an fp32 absmax per 2048: kernels/optimizer.h)
-// so its memory is measured. Mixed precision updates the fp32 master copy and rounds it into the working weights.
-// Also: decoupled weight decay (AdamW) or L2 (the others), clipping by global gradient norm,
-// warmup + cosine learning-rate schedule.
-// On a device (EngineDevice, core/engine/engine_device.h) the state lives in device memory and
-// the two passes (global norm, update) run as the multi-tensor kernels of kernels/optimizer.h;
-// the schedule and bias corrections are this file's on either side, the clip factor and the
-// skip kernels/step_scalars_rule.h's (on the device too, when the trainer passes a gate).
-// Paged (napkin train --paged-optimizer, QLoRA's paged optimizer): the state comes from a second
-// allocator over the device's paged memory (EngineDevice::paged_memory, CUDA managed memory
-// preferred on the host) and is prefetched to the device before the update and back after it,
-// so forward and backward run without it on the device. The same arithmetic on other memory.
+// so its memory is measured. Mixed precision updates the fp32 master copy and rounds it into the
+// working weights. Also: decoupled weight decay (AdamW) or L2 (the others), clipping by global
+// gradient norm, warmup + cosine learning-rate schedule. On a device (EngineDevice,
+// core/engine/engine_device.h) the state lives in device memory and the two passes (global norm,
+// update) run as the multi-tensor kernels of kernels/optimizer.h; the schedule and bias corrections
+// are this file's on either side, the clip factor and the skip kernels/step_scalars_rule.h's (on
+// the device too, when the trainer passes a gate, which then also carries the schedule's values to
+// the update: kernels/step_scalars.h). Paged (napkin train --paged-optimizer, QLoRA's paged
+// optimizer): the state comes from a second allocator over the device's paged memory
+// (EngineDevice::paged_memory, CUDA managed memory preferred on the host) and is prefetched to the
+// device before the update and back after it, so forward and backward run without it on the device.
+// The same arithmetic on other memory.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ float learning_rate(const OptimizerConfig& c, int step);
 
 struct StepStats {
     float lr = 0;
-    float grad_norm = 0;  // of the unscaled gradients, before clipping
+    float grad_norm = 0;   // of the unscaled gradients, before clipping
     bool skipped = false;  // non-finite gradients (fp16 overflow): no update
 };
 
@@ -94,6 +95,14 @@ public:
     // returned stats hold the learning rate only, and finish_step completes them from the
     // scalars once the caller has read them back.
     StepStats step(int step_index, float grad_scale, StepScalars* gate = nullptr);
+    // The gated step in its two parts, which the trainer splits around a CUDA graph of the
+    // second (docs/CUDA.md "CUDA graphs"): schedule_into queues this step's lr and bias
+    // corrections into gate->schedule (EngineDevice::step_schedule) and returns the stats with
+    // the lr; queue_gated_update queues the norm, the gate and an update that reads the
+    // gradient scale, the skip and the schedule from the gate (OptimizerHyper::
+    // schedule_from_gate), so its launches' arguments are the same at every step.
+    StepStats schedule_into(int step_index, StepScalars* gate);
+    void queue_gated_update(float grad_scale, StepScalars* gate);
     void finish_step(const StepScalars& read, StepStats& st);
 
     // The state, for checkpoints: per parameter (in Gpt::params() order) its first and second
@@ -131,7 +140,7 @@ private:
     EngineDevice* device_ = nullptr;
     bool paged_ = false;
     DType state_dtype_;
-    std::vector<Tensor> m_, v_;  // per parameter; v_ unused by one-state optimizers
+    std::vector<Tensor> m_, v_;                // per parameter; v_ unused by one-state optimizers
     std::vector<Tensor> m_absmax_, v_absmax_;  // adamw-8bit: per parameter, the block scales
     std::vector<float> grad_buf_, master_buf_;
     int t_ = 0;  // Adam's bias-correction step count (updates actually applied)

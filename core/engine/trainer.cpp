@@ -299,36 +299,93 @@ void Trainer::forward_backward_graphed(const std::int32_t* in, const std::int32_
         for (SlotGraph& stale : graphs_)  // the memory under them moved: capture both again
             stale = SlotGraph{};
     }
+    drop_if_other_epoch(g);
+    capture_or_launch(g, [&] { model_->forward_backward(in, tg, dloss); });
+}
+
+void Trainer::drop_if_other_epoch(SlotGraph& g) {
     // The profiler maps each node to the engine's call it was captured in (the plugin's CUPTI
     // callbacks, under this tagger's ids): a graph captured before it collected, or for another
     // collection, is captured again (docs/CUDA.md "CUDA graphs").
     if (g.graph != nullptr && tagger_ != nullptr && g.tagger_epoch != tagger_epoch_)
         g = SlotGraph{};
-    if (g.graph == nullptr) {
-        const std::uint64_t driver_before = device_->memory_use().used_bytes;
-        g.live_bytes = alloc_.current_total_bytes();
-        g.tagger_epoch = tagger_epoch_;
-        alloc_.begin_tape();
-        device_->begin_capture();
-        try {
-            model_->forward_backward(in, tg, dloss);
-        } catch (...) {
-            alloc_.end_tape();
-            try {
-                device_->end_capture();  // ends the stream's capture; the failure is the first's
-            } catch (const std::exception&) {
-            }
-            throw;
-        }
-        g.graph = device_->end_capture();
-        g.tape = alloc_.end_tape();
-        ++graphs_captured_;
-        graph_driver_bytes_ += static_cast<std::int64_t>(device_->memory_use().used_bytes) -
-                               static_cast<std::int64_t>(driver_before);
-    } else {
+}
+
+void Trainer::capture_or_launch(SlotGraph& g, const std::function<void()>& work) {
+    if (g.graph != nullptr) {
         alloc_.replay(g.tape);  // the counts and peaks of the work the launch does
+        g.graph->launch();
+        return;
     }
+    const std::uint64_t driver_before = device_->memory_use().used_bytes;
+    g.live_bytes = alloc_.current_total_bytes();
+    g.tagger_epoch = tagger_epoch_;
+    alloc_.begin_tape();
+    device_->begin_capture();
+    try {
+        work();
+    } catch (...) {
+        alloc_.end_tape();
+        try {
+            device_->end_capture();  // ends the stream's capture; the failure is the first's
+        } catch (const std::exception&) {
+        }
+        throw;
+    }
+    g.graph = device_->end_capture();
+    g.tape = alloc_.end_tape();
+    ++graphs_captured_;
+    graph_driver_bytes_ += static_cast<std::int64_t>(device_->memory_use().used_bytes) -
+                           static_cast<std::int64_t>(driver_before);
     g.graph->launch();
+}
+
+StepStats Trainer::schedule_step() {
+    profiler::KernelScope k;
+    if (rec_ != nullptr)
+        k.tagged(tagger_, "step_schedule", KernelCost{.bytes_written = sizeof(StepSchedule)});
+    return optimizer_->schedule_into(step_, scalars_);
+}
+
+void Trainer::tag_optimizer(profiler::KernelScope& k) {
+    if (rec_ == nullptr) return;
+    // On a device the passes' kernels are the device's records, tagged with the update.
+    if (device_ != nullptr)
+        k.tagged(tagger_, kernel_name_, optimizer_cost_);
+    else
+        k.host_timed(rec_, kernel_name_, optimizer_cost_);
+}
+
+StepStats Trainer::update() {
+    std::optional<profiler::ScopedRange> opt_range;
+    if (rec_ != nullptr)
+        opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
+    const float grad_scale = 1.0f / loss_scale_;
+    if (zero_ != nullptr || scalars_ == nullptr) {
+        profiler::KernelScope k;
+        tag_optimizer(k);
+        return zero_ != nullptr ? zero_->step(step_, grad_scale, optimizer_.get())
+                                : optimizer_->step(step_, grad_scale);
+    }
+    // The step's scalars on the device: the schedule, then the passes that read it.
+    const StepStats st = schedule_step();
+    const auto queue = [&] {
+        profiler::KernelScope k;
+        tag_optimizer(k);
+        optimizer_->queue_gated_update(grad_scale, scalars_);
+    };
+    if (!opts_.cuda_graph || !warmed_up_) {
+        queue();
+        return st;
+    }
+    // A graph of its own, launched once per step after the last micro-batch: the norm, the gate
+    // and the update read everything that changes (gradient scale, skip, lr, bias corrections)
+    // from the scalars, so their arguments are the same at every step.
+    if (update_graph_.graph != nullptr && update_graph_.live_bytes != alloc_.current_total_bytes())
+        update_graph_ = SlotGraph{};
+    drop_if_other_epoch(update_graph_);
+    capture_or_launch(update_graph_, queue);
+    return st;
 }
 
 // fp16-amp's loss scaler: halve on a skipped (overflowed) step, double after loss_scale_window
@@ -373,20 +430,7 @@ StepRecord Trainer::step() {
     if (zero_ != nullptr) zero_->reduce_fp8_amaxes(model_->fp8_amax_history());
     model_->end_step();
     if (zero_ != nullptr) loss_sum = zero_->sum_over_ranks(loss_sum);
-    std::optional<profiler::ScopedRange> opt_range;
-    profiler::KernelScope opt_kernel;
-    if (rec_ != nullptr) {
-        opt_range.emplace(rec_, "optimizer", profiler::Category::optimizer, optimizer_cost_);
-        // On a device the passes' kernels are the device's records, tagged with the update.
-        if (device_ != nullptr)
-            opt_kernel.tagged(tagger_, kernel_name_, optimizer_cost_);
-        else
-            opt_kernel.host_timed(rec_, kernel_name_, optimizer_cost_);
-    }
-    StepStats st = zero_ != nullptr ? zero_->step(step_, 1.0f / loss_scale_, optimizer_.get())
-                                    : optimizer_->step(step_, 1.0f / loss_scale_, scalars_);
-    opt_kernel.reset();
-    opt_range.reset();
+    StepStats st = update();
     // Launches are asynchronous: the step ends on the device (the timer's stop waits for it).
     // With the step's scalars on the device that wait is their read, the step's one
     // synchronization: loss, norm and skip come back together, after everything is queued.

@@ -45,8 +45,9 @@ struct TrainOptions {
     // engine's stream from pageable memory, one device buffer (tests compare the two).
     bool copy_stream = true;
     // On CUDA: each micro-batch's forward and backward captured into a CUDA graph (one per batch
-    // slot) at the second step and launched as one from then on; the same results bit for bit
-    // (docs/CUDA.md "CUDA graphs"). Only where cuda_graph_refusal() finds nothing.
+    // slot), and the optimizer's passes into one more, at the second step and launched as one
+    // each from then on; the same results bit for bit (docs/CUDA.md "CUDA graphs"). Only where
+    // cuda_graph_refusal() finds nothing.
     bool cuda_graph = false;
     std::string data;  // empty: the synthetic corpus
     // Where tensors live and kernels run: cpu, or cuda (device 0, or a data-parallel rank's
@@ -119,9 +120,9 @@ public:
     // abandons the step (StepAbandoned), so a stop request never waits for G micro-batches.
     void set_stop_check(std::function<bool()> check) { stop_check_ = std::move(check); }
     int steps_done() const { return step_; }
-    // CUDA graphs (TrainOptions::cuda_graph): captured so far, and the device memory their
-    // instantiation took as cudaMemGetInfo saw it (the accounting allocator's counts none: graphs
-    // of kernels, copies and sets allocate nothing of napkin's).
+    // CUDA graphs (TrainOptions::cuda_graph): captured so far (batch slots' and the optimizer's),
+    // and the device memory their instantiation took as cudaMemGetInfo saw it (the accounting
+    // allocator's counts none: graphs of kernels, copies and sets allocate nothing of napkin's).
     int cuda_graphs_captured() const { return graphs_captured_; }
     std::int64_t cuda_graph_driver_bytes() const { return graph_driver_bytes_; }
 
@@ -169,6 +170,17 @@ private:
     // (TrainOptions::cuda_graph): the first step runs as is, filling the caching allocator's pools
     // (a capture cannot allocate); then each batch slot's work is captured once and launched.
     void forward_backward_graphed(const std::int32_t* in, const std::int32_t* tg, float dloss);
+    // The optimizer step: with the step's scalars on the device, the schedule queued into them
+    // (schedule_step), then the gated passes, as a CUDA graph of their own where the run has
+    // graphs (docs/CUDA.md "CUDA graphs"); else the host's or the ZeRO engine's step.
+    StepStats update();
+    StepStats schedule_step();
+    void tag_optimizer(profiler::KernelScope& k);  // the profiler's name and cost of the passes
+    struct SlotGraph;
+    // g's work captured into it (the allocator's tape, the live bytes and the profiler's epoch
+    // kept) and launched; or, when g holds a graph already, its tape replayed and it launched.
+    void capture_or_launch(SlotGraph& g, const std::function<void()>& work);
+    void drop_if_other_epoch(SlotGraph& g);  // captured for another profiler collection
     // Micro-batch `micro`'s tokens into host memory, then (on a device) into device memory:
     // false when another rank runs it. in and tg point at the batch the model reads.
     bool load_batch(int micro, int rank, std::int32_t*& in, std::int32_t*& tg);
@@ -209,6 +221,7 @@ private:
         int tagger_epoch = 0;  // the profiler's epoch at the capture (set_kernel_tagger)
     };
     std::array<SlotGraph, 2> graphs_;
+    SlotGraph update_graph_;  // the optimizer's passes (update())
     bool warmed_up_ = false;  // a step ran in this process (the graphs' warm-up)
     int graphs_captured_ = 0;
     std::int64_t graph_driver_bytes_ =

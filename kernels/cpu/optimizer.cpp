@@ -85,7 +85,8 @@ void update_8bit(const OptimizerHyper& h, const OptimizerTensor& t) {
         t.m_absmax[b] = m_max;
         t.v_absmax[b] = v_max;
         for (std::int64_t k = k0; k < k1; ++k) {
-            mq[k] = m_max > 0.0f ? dynamic_quantize(ms[k - k0] / m_max, m_map) : dynamic_quantize(0.0f, m_map);
+            mq[k] = m_max > 0.0f ? dynamic_quantize(ms[k - k0] / m_max, m_map)
+                                 : dynamic_quantize(0.0f, m_map);
             vq[k] = v_max > 0.0f ? dynamic_quantize(vs[k - k0] / v_max, v_map) : 0;
         }
     }
@@ -95,19 +96,24 @@ void update_8bit(const OptimizerHyper& h, const OptimizerTensor& t) {
 
 void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, int count,
                       DType state_dtype) {
-    NAPKIN_ASSERT(state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
-                  "optimizer_update: state dtype " << dtype_name(state_dtype));
+    NAPKIN_ASSERT(
+        state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
+        "optimizer_update: state dtype " << dtype_name(state_dtype));
+    NAPKIN_ASSERT(!h.schedule_from_gate || h.gate != nullptr,
+                  "optimizer_update: schedule_from_gate without a gate");
     if (optimizer_skips(h)) return;  // the gate's non-finite norm: no update
+    const OptimizerHyper hs = optimizer_scheduled(h);
     for (int i = 0; i < count; ++i) {
         const OptimizerTensor& t = tensors[i];
         NAPKIN_ASSERT(t.master != nullptr || t.weight != nullptr,
                       "optimizer_update: tensor " << i << " has neither a master nor a weight");
         if (state_dtype == DType::i8) {
-            NAPKIN_ASSERT(t.m != nullptr && t.v != nullptr && t.m_absmax != nullptr && t.v_absmax != nullptr,
-                          "optimizer_update: tensor " << i << ": 8-bit states need m, v and their absmax");
-            update_8bit(h, t);
+            NAPKIN_ASSERT(
+                t.m != nullptr && t.v != nullptr && t.m_absmax != nullptr && t.v_absmax != nullptr,
+                "optimizer_update: tensor " << i << ": 8-bit states need m, v and their absmax");
+            update_8bit(hs, t);
         } else {
-            update(h, t, state_dtype);
+            update(hs, t, state_dtype);
         }
     }
 }

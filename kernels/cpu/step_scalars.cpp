@@ -20,4 +20,9 @@ void optimizer_gate(StepScalars* s, const double* sumsq, float grad_scale, float
     optimizer_gate_rule(*s, *sumsq, grad_scale, grad_clip);
 }
 
+void step_schedule(StepScalars* s, StepSchedule schedule) {
+    NAPKIN_ASSERT(s != nullptr, "step_schedule: null scalars");
+    s->schedule = schedule;
+}
+
 }  // namespace napkin::cpu

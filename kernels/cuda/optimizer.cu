@@ -165,10 +165,12 @@ __device__ __forceinline__ bool vectors_fit(const OptimizerTensor& t) {
 
 // blockIdx.y: the tensor; the grid strides over its kOptVec-element vectors (every pointer
 // 16-byte aligned), then over the rest one element at a time. A gate's skip: every thread
-// returns (kernels/step_scalars.h).
-__global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType s) {
-    if (optimizer_skips(h)) return;
-    const float scale = optimizer_grad_scale(h);
+// returns (kernels/step_scalars.h); its schedule, with schedule_from_gate: every thread reads
+// the same three floats (one cache line with the skip and the scale).
+__global__ void optimizer_update_kernel(OptimizerHyper hyper, TensorList list, DType s) {
+    if (optimizer_skips(hyper)) return;
+    const float scale = optimizer_grad_scale(hyper);
+    const OptimizerHyper h = optimizer_scheduled(hyper);  // lr, bias corrections: maybe the gate's
     const OptimizerTensor& t = list.t[blockIdx.y];
     const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
     const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
@@ -191,9 +193,11 @@ __global__ void optimizer_update_kernel(OptimizerHyper h, TensorList list, DType
 // (absmax 0: the map's zero). The dequantizing product and the quantizing quotient are
 // __fmul_rn / __fdiv_rn: never fused into a multiply-add, always IEEE-rounded, so that equal
 // states give the CPU's codes; only the rule itself may differ in the last bit (contractions).
-__global__ void optimizer_update_8bit_kernel(OptimizerHyper h, TensorList8bit list, Maps8bit maps) {
-    if (optimizer_skips(h)) return;  // the whole grid: no barrier is skipped
-    const float scale = optimizer_grad_scale(h);
+__global__ void optimizer_update_8bit_kernel(OptimizerHyper hyper, TensorList8bit list,
+                                             Maps8bit maps) {
+    if (optimizer_skips(hyper)) return;  // the whole grid: no barrier is skipped
+    const float scale = optimizer_grad_scale(hyper);
+    const OptimizerHyper h = optimizer_scheduled(hyper);  // lr, bias corrections: maybe the gate's
     const OptimizerTensor& t = list.t[blockIdx.y];
     constexpr auto kQuantBlock = static_cast<std::int64_t>(kOptimizer8bitBlock);
     const std::int64_t blocks = (t.n + kQuantBlock - 1) / kQuantBlock;  // optimizer_8bit_blocks
@@ -378,6 +382,8 @@ void optimizer_update(const OptimizerHyper& h, const OptimizerTensor* tensors, i
     NAPKIN_CUDA_REQUIRE(
         state_dtype == DType::f32 || state_dtype == DType::bf16 || state_dtype == DType::i8,
         "optimizer_update: state dtype " << static_cast<int>(state_dtype));
+    NAPKIN_CUDA_REQUIRE(!h.schedule_from_gate || h.gate != nullptr,
+                        "optimizer_update: schedule_from_gate without a gate");
     if (state_dtype == DType::i8) {
         optimizer_update_8bit(h, tensors, count, stream);
         return;

@@ -39,6 +39,10 @@ __global__ void optimizer_gate_kernel(StepScalars* s, const double* sumsq, float
     optimizer_gate_rule(*s, *sumsq, grad_scale, grad_clip);
 }
 
+__global__ void step_schedule_kernel(StepScalars* s, StepSchedule schedule) {
+    s->schedule = schedule;
+}
+
 }  // namespace
 
 void loss_mean(StepScalars* s, const float* losses, std::int64_t M, CUstream_st* stream) {
@@ -51,6 +55,12 @@ void optimizer_gate(StepScalars* s, const double* sumsq, float grad_scale, float
                     CUstream_st* stream) {
     NAPKIN_CUDA_REQUIRE(s != nullptr && sumsq != nullptr, "optimizer_gate: null scalars");
     optimizer_gate_kernel<<<1, 1, 0, stream>>>(s, sumsq, grad_scale, grad_clip);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+void step_schedule(StepScalars* s, StepSchedule schedule, CUstream_st* stream) {
+    NAPKIN_CUDA_REQUIRE(s != nullptr, "step_schedule: null scalars");
+    step_schedule_kernel<<<1, 1, 0, stream>>>(s, schedule);
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 

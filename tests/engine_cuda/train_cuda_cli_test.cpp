@@ -85,10 +85,11 @@ TEST(TrainCudaCli, CudaGraphIsReportedAndRefusedByName) {
         return nlohmann::json::parse(f)["run"];
     };
     std::string printed;
-    const nlohmann::json on = run_json("--steps 2", &printed);  // step 2 captures slot 1
+    // Step 2 captures slot 1 and the optimizer.
+    const nlohmann::json on = run_json("--steps 2", &printed);
     EXPECT_EQ(on["cuda_graph"], true);
     EXPECT_FALSE(on.contains("cuda_graph_off"));
-    EXPECT_NE(printed.find("cuda graphs: 1 captured; device memory the driver took for them: "),
+    EXPECT_NE(printed.find("cuda graphs: 2 captured; device memory the driver took for them: "),
               std::string::npos)
         << printed;
     const nlohmann::json off = run_json("--steps 1 --cuda-graph off");

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/step_scalars.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/optimizer_schedule_util.h"
 
 namespace napkin {
 namespace {
@@ -31,7 +33,8 @@ double round_state(double x, bool bf16) {
 }
 
 // One step of `kind` in double; g already scaled.
-void reference_step(const OptimizerHyper& h, double wd, const Vec& g_in, Reference& r, bool bf16_states) {
+void reference_step(const OptimizerHyper& h, double wd, const Vec& g_in, Reference& r,
+                    bool bf16_states) {
     for (std::size_t k = 0; k < r.w.size(); ++k) {
         double g = g_in[k], w = r.w[k];
         double& m = r.m[k];
@@ -65,7 +68,8 @@ void reference_step(const OptimizerHyper& h, double wd, const Vec& g_in, Referen
                 if (!decoupled) g += wd * w;
                 m = h.beta1 * m + (1 - h.beta1) * g;
                 v = h.beta2 * v + (1 - h.beta2) * g * g;
-                const double step = (m / h.bias_correction1) / (std::sqrt(v / h.bias_correction2) + h.eps);
+                const double step =
+                    (m / h.bias_correction1) / (std::sqrt(v / h.bias_correction2) + h.eps);
                 w -= h.lr * (step + (decoupled ? wd * w : 0.0));
                 m = round_state(m, bf16_states);
                 v = round_state(v, bf16_states);
@@ -78,24 +82,28 @@ void reference_step(const OptimizerHyper& h, double wd, const Vec& g_in, Referen
 
 int states_of(OptimizerKind k) {
     switch (k) {
-        case OptimizerKind::sgd: return 0;
+        case OptimizerKind::sgd:
+            return 0;
         case OptimizerKind::momentum:
         case OptimizerKind::adagrad:
-        case OptimizerKind::rmsprop: return 1;
-        default: return 2;
+        case OptimizerKind::rmsprop:
+            return 1;
+        default:
+            return 2;
     }
 }
 
 template <class S>
 void check_kind(OptimizerKind kind, std::int64_t n, unsigned seed) {
     constexpr bool bf16_states = std::is_same_v<S, bf16_t>;
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " " << enum_name(kOptimizerNames, kind) << " n " << n
-                                    << " states " << (bf16_states ? "bf16" : "f32"));
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " " << enum_name(kOptimizerNames, kind)
+                                    << " n " << n << " states " << (bf16_states ? "bf16" : "f32"));
     std::mt19937 rng(seed);
     const int states = states_of(kind);
     std::vector<float> w(static_cast<std::size_t>(n));
     const Vec w0 = test::random_normal(rng, n);
-    for (std::size_t k = 0; k < w.size(); ++k) w[k] = static_cast<float>(w0[k]);
+    for (std::size_t k = 0; k < w.size(); ++k)
+        w[k] = static_cast<float>(w0[k]);
     std::vector<S> m(w.size(), from_float<S>(0.0f)), v(w.size(), from_float<S>(0.0f));
     std::vector<bf16_t> working(w.size());  // the rounded copy a mixed-precision run computes with
     Reference ref{test::as_seen(w), Vec(w.size(), 0.0), Vec(w.size(), 0.0)};
@@ -123,7 +131,8 @@ void check_kind(OptimizerKind kind, std::int64_t n, unsigned seed) {
         const std::vector<float> before = w;
         cpu::optimizer_update(h, &ts, 1, bf16_states ? DType::bf16 : DType::f32);
         Vec scaled(g.size());
-        for (std::size_t k = 0; k < g.size(); ++k) scaled[k] = static_cast<double>(g[k]) * h.grad_scale;
+        for (std::size_t k = 0; k < g.size(); ++k)
+            scaled[k] = static_cast<double>(g[k]) * h.grad_scale;
         // The reference starts each step from the kernel's own values (fp32 w, stored states), so
         // errors do not compound and the comparison is of one step's arithmetic.
         ref.w = test::as_seen(before);
@@ -157,17 +166,20 @@ void check_kind(OptimizerKind kind, std::int64_t n, unsigned seed) {
         test::expect_close("update at step " + std::to_string(t), got_delta, want_delta,
                            {5e-7, 1e-4}, &slack);
         if (states >= 1) {
-            test::expect_close("m at step " + std::to_string(t), test::as_seen(m), ref.m,
-                               bf16_states ? test::Tolerance{1e-6, 1e-2} : test::Tolerance{1e-7, 1e-5});
+            test::expect_close(
+                "m at step " + std::to_string(t), test::as_seen(m), ref.m,
+                bf16_states ? test::Tolerance{1e-6, 1e-2} : test::Tolerance{1e-7, 1e-5});
             ref.m = test::as_seen(m);
         }
         if (states >= 2) {
-            test::expect_close("v at step " + std::to_string(t), test::as_seen(v), ref.v,
-                               bf16_states ? test::Tolerance{1e-7, 1e-2} : test::Tolerance{1e-9, 1e-5});
+            test::expect_close(
+                "v at step " + std::to_string(t), test::as_seen(v), ref.v,
+                bf16_states ? test::Tolerance{1e-7, 1e-2} : test::Tolerance{1e-9, 1e-5});
             ref.v = test::as_seen(v);
         }
         for (std::size_t k = 0; k < w.size(); ++k) {
-            ASSERT_EQ(working[k].bits, bf16_t(w[k]).bits) << "the working copy is not bf16(master) at " << k;
+            ASSERT_EQ(working[k].bits, bf16_t(w[k]).bits)
+                << "the working copy is not bf16(master) at " << k;
         }
     }
 }
@@ -248,9 +260,12 @@ TEST(Optimizer, SumOfSquaresOverTensorsOfEveryGradientType) {
     ts[2].n = static_cast<std::int64_t>(c.size());
     ts[2].grad_dtype = DType::f16;
     double want = 0;
-    for (double x : test::as_seen(a)) want += x * x;
-    for (double x : test::as_seen(b)) want += x * x;
-    for (double x : test::as_seen(c)) want += x * x;
+    for (double x : test::as_seen(a))
+        want += x * x;
+    for (double x : test::as_seen(b))
+        want += x * x;
+    for (double x : test::as_seen(c))
+        want += x * x;
     const double got = cpu::grad_sum_squares(ts, 3);
     EXPECT_NEAR(got, want, 1e-12 * want);
     EXPECT_EQ(cpu::grad_sum_squares(ts, 3), got) << "the fixed-block sum is not deterministic";
@@ -269,6 +284,63 @@ TEST(Optimizer, UnscaleMultipliesInPlaceAndFlagsOverflow) {
     EXPECT_TRUE(cpu::grad_unscale_check(&t, 1, 1.0f));
     g[2] = f16_t(std::numeric_limits<float>::quiet_NaN());
     EXPECT_TRUE(cpu::grad_unscale_check(&t, 1, 1.0f));
+}
+
+// The update reads lr and the bias corrections from the gate's schedule (a CUDA graph's update,
+// kernels/step_scalars.h) or takes them as arguments: the same bits, for every optimizer, state
+// dtype, gradient dtype and way of holding the values (tests/kernels/optimizer_schedule_util.h).
+TEST(Optimizer, ScheduleFromTheGateGivesTheBitsOfTheArguments) {
+    const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const test::ScheduleCase& c : test::schedule_cases()) {
+        SCOPED_TRACE(c.name());
+        const std::vector<test::RawParam> start = test::random_raw_params(rng, c);
+        std::vector<test::RawParam> args = start, gated = start;
+        const auto tensors = [&](std::vector<test::RawParam>& ps) {
+            std::vector<OptimizerTensor> ts;
+            for (std::size_t i = 0; i < ps.size(); ++i) {
+                test::RawParam& p = ps[i];
+                ts.push_back(
+                    test::raw_tensor(p, i, c,
+                                     {p.master.data(), p.grad.data(), p.m.data(), p.v.data(),
+                                      p.weight.data(), p.m_absmax.data(), p.v_absmax.data()}));
+            }
+            return ts;
+        };
+        const StepScalars args_gate = test::schedule_test_gate();
+        StepScalars gate = test::schedule_test_gate();
+        const OptimizerHyper h = test::schedule_as_arguments(c.kind, &args_gate);
+        cpu::step_schedule(&gate, test::schedule_of(h));
+        const auto ta = tensors(args), tg = tensors(gated);
+        cpu::optimizer_update(h, ta.data(), static_cast<int>(ta.size()), c.state);
+        cpu::optimizer_update(test::schedule_from_gate(h, &gate), tg.data(),
+                              static_cast<int>(tg.size()), c.state);
+        for (std::size_t i = 0; i < start.size(); ++i) {
+            SCOPED_TRACE("tensor " + std::to_string(i));
+            const test::RawParam &a = args[i], &g = gated[i];
+            EXPECT_EQ(a.master, g.master);
+            EXPECT_EQ(a.m, g.m);
+            EXPECT_EQ(a.v, g.v);
+            EXPECT_EQ(a.weight, g.weight);
+            EXPECT_EQ(a.m_absmax, g.m_absmax);
+            EXPECT_EQ(a.v_absmax, g.v_absmax);
+            // The update ran (NaN read from the arguments would have spread into it, and made
+            // the two differ).
+            if (c.weights != test::ScheduleWeights::bf16_only) {
+                EXPECT_NE(a.master, start[i].master);
+            }
+        }
+    }
+}
+
+// Without a gate there is no schedule to read: refused, not read through a null pointer.
+TEST(Optimizer, ScheduleFromTheGateNeedsAGate) {
+    float w = 1.0f, g = 0.5f;
+    OptimizerTensor t{.master = &w, .grad = &g, .n = 1};
+    OptimizerHyper h{.kind = OptimizerKind::sgd, .lr = 0.1f};
+    h.schedule_from_gate = true;
+    EXPECT_THROW(cpu::optimizer_update(h, &t, 1, DType::f32), std::exception);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The step's scalars (kernels/step_scalars.h): the CUDA twins against the CPU's, bit for bit
 // (the loss's fp64 row-order sum over more rows than one tile, the gate over finite, huge and
-// non-finite sums of squares), and the optimizer update through a gate: skip leaves every
-// weight and state as it was, and update_scale does what OptimizerHyper::grad_scale does.
+// non-finite sums of squares, the schedule written as given), and the optimizer update through a
+// gate: skip leaves every weight and state as it was, update_scale does what OptimizerHyper::
+// grad_scale does, and the schedule read from the gate gives the bits of the same values as
+// arguments for every optimizer, state, gradient and weight dtype.
 #include "kernels/step_scalars.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +12,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "kernels/optimizer.h"
+#include "tests/kernels/optimizer_schedule_util.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
 namespace napkin {
@@ -31,6 +35,12 @@ void expect_same_bits(const StepScalars& want, const StepScalars& got) {
     EXPECT_EQ(std::bit_cast<std::uint32_t>(want.update_scale),
               std::bit_cast<std::uint32_t>(got.update_scale));
     EXPECT_EQ(want.skip, got.skip);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(want.schedule.lr),
+              std::bit_cast<std::uint32_t>(got.schedule.lr));
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(want.schedule.bias_correction1),
+              std::bit_cast<std::uint32_t>(got.schedule.bias_correction1));
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(want.schedule.bias_correction2),
+              std::bit_cast<std::uint32_t>(got.schedule.bias_correction2));
 }
 
 // Two micro-batches of 70001 rows (a tile is 4096): the mean of each and their fp64 sum.
@@ -129,6 +139,87 @@ TEST(StepScalarsCuda, GatedUpdateSkipsOrScalesAsTheHostWould) {
     cpu::optimizer_update(hc, &t, 1, DType::f32);
     expect_close("cpu gated vs cuda given", Vec(w.begin(), w.end()),
                  Vec(given.begin(), given.end()), tolerance<float>());
+}
+
+// The schedule lands as given, and nothing else of the block moves.
+TEST(StepScalarsCuda, ScheduleIsWrittenAsGiven) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    StepScalars start;
+    start.loss_sum = 12.5;
+    start.loss_mean = 3.25f;
+    start.grad_norm = 0.75f;
+    start.update_scale = 0.5f;
+    start.skip = 1;
+    const StepSchedule schedule{
+        .lr = 6e-4f, .bias_correction1 = 0.271f, .bias_correction2 = 0.142625f};
+    StepScalars want = start;
+    cpu::step_schedule(&want, schedule);
+    EXPECT_EQ(want.schedule.lr, schedule.lr);
+    DeviceBuffer<StepScalars> got(std::vector<StepScalars>{start});
+    cuda::step_schedule(got.get(), schedule, nullptr);
+    expect_same_bits(want, got.download()[0]);
+}
+
+// One parameter's device copies (test::RawParam's fields).
+struct DeviceRaw {
+    explicit DeviceRaw(const test::RawParam& p)
+        : master(p.master),
+          grad(p.grad),
+          m(p.m),
+          v(p.v),
+          weight(p.weight),
+          m_absmax(p.m_absmax),
+          v_absmax(p.v_absmax) {}
+    DeviceBuffer<float> master;
+    DeviceBuffer<unsigned char> grad, m, v, weight;
+    DeviceBuffer<float> m_absmax, v_absmax;
+};
+
+// The update with lr and bias corrections from the gate (a CUDA graph's) against the same values
+// as arguments: bit for bit, on the device, for every case of test::schedule_cases().
+TEST(StepScalarsCuda, ScheduleFromTheGateGivesTheBitsOfTheArguments) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const test::ScheduleCase& c : test::schedule_cases()) {
+        SCOPED_TRACE(c.name());
+        const std::vector<test::RawParam> start = test::random_raw_params(rng, c);
+        std::vector<std::unique_ptr<DeviceRaw>> args, gated;
+        std::vector<OptimizerTensor> ta, tg;
+        for (std::size_t i = 0; i < start.size(); ++i) {
+            for (auto* side : {&args, &gated}) {
+                DeviceRaw& d = *side->emplace_back(std::make_unique<DeviceRaw>(start[i]));
+                (side == &args ? ta : tg)
+                    .push_back(
+                        test::raw_tensor(start[i], i, c,
+                                         {d.master.get(), d.grad.get(), d.m.get(), d.v.get(),
+                                          d.weight.get(), d.m_absmax.get(), d.v_absmax.get()}));
+            }
+        }
+        DeviceBuffer<StepScalars> args_gate(std::vector<StepScalars>{test::schedule_test_gate()});
+        DeviceBuffer<StepScalars> gate(std::vector<StepScalars>{test::schedule_test_gate()});
+        const OptimizerHyper h = test::schedule_as_arguments(c.kind, args_gate.get());
+        cuda::step_schedule(gate.get(), test::schedule_of(h), nullptr);
+        const int count = static_cast<int>(start.size());
+        cuda::optimizer_update(h, ta.data(), count, c.state, nullptr);
+        cuda::optimizer_update(test::schedule_from_gate(h, gate.get()), tg.data(), count, c.state,
+                               nullptr);
+        for (std::size_t i = 0; i < start.size(); ++i) {
+            SCOPED_TRACE("tensor " + std::to_string(i));
+            const DeviceRaw &a = *args[i], &g = *gated[i];
+            const std::vector<float> master = a.master.download();
+            EXPECT_EQ(master, g.master.download());
+            EXPECT_EQ(a.m.download(), g.m.download());
+            EXPECT_EQ(a.v.download(), g.v.download());
+            EXPECT_EQ(a.weight.download(), g.weight.download());
+            EXPECT_EQ(a.m_absmax.download(), g.m_absmax.download());
+            EXPECT_EQ(a.v_absmax.download(), g.v_absmax.download());
+            if (c.weights != test::ScheduleWeights::bf16_only) {
+                EXPECT_NE(master, start[i].master);
+            }
+        }
+    }
 }
 
 }  // namespace
