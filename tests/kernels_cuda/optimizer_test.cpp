@@ -17,6 +17,7 @@
 
 #include "kernels/optimizer_rule.h"
 
+#include "tests/kernels/optimizer_schedule_util.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
 namespace napkin {
@@ -37,29 +38,6 @@ struct Param {
 
 std::size_t bytes(DType t, std::int64_t n) {
     return static_cast<std::size_t>(storage_bytes(t, static_cast<std::uint64_t>(n)));
-}
-
-// Normal values in dtype t; with `positive`, their magnitudes (a state that holds g^2 must not
-// go negative: a normal with mean 4 sigma above zero still does, a few times in 70001 draws).
-std::vector<unsigned char> random_bytes(std::mt19937& rng, DType t, std::int64_t n, double mean,
-                                        double stddev, bool positive = false) {
-    const Vec v = random_normal(rng, n, mean, stddev);
-    std::vector<unsigned char> out(bytes(t, n));
-    for (std::int64_t i = 0; i < n; ++i) {
-        double d = v[static_cast<std::size_t>(i)];
-        if (positive) d = std::fabs(d);
-        const float f = static_cast<float>(d);
-        if (t == DType::bf16) {
-            const bf16_t b(f);
-            std::memcpy(out.data() + 2 * i, &b, 2);
-        } else if (t == DType::f16) {
-            const f16_t h(f);
-            std::memcpy(out.data() + 2 * i, &h, 2);
-        } else {
-            std::memcpy(out.data() + 4 * i, &f, 4);
-        }
-    }
-    return out;
 }
 
 Vec values(DType t, const std::vector<unsigned char>& raw) {
@@ -100,10 +78,10 @@ std::vector<Param> make_params(std::mt19937& rng, int count, DType grad_dtype, D
         p.weight_dtype = weight_dtype;
         const Vec w = random_normal(rng, p.n);
         p.master.assign(w.begin(), w.end());
-        p.grad = random_bytes(rng, grad_dtype, p.n, 0.0, 0.1);
+        p.grad = raw_values(rng, grad_dtype, p.n, 0.0, 0.1, false);
         // Positive: adagrad and rmsprop keep g^2 in m, adam its second moment in v.
-        p.m = random_bytes(rng, state_dtype, p.n, 0.02, 0.005, true);
-        p.v = random_bytes(rng, state_dtype, p.n, 0.01, 0.001, true);
+        p.m = raw_values(rng, state_dtype, p.n, 0.02, 0.005, true);
+        p.v = raw_values(rng, state_dtype, p.n, 0.01, 0.001, true);
         p.weight.assign(bytes(weight_dtype, p.n), 0xff);  // poisoned: every element is written
         // The second six of every twelve one element off the 16-byte alignment of the update's
         // vectors: its scalar path.
@@ -221,7 +199,7 @@ TEST(OptimizerCuda, WeightsWithoutAMasterMatchCpu) {
         const int count = 35;
         std::vector<Param> ps = make_params(rng, count, DType::bf16, DType::bf16, DType::bf16);
         for (Param& p : ps) {
-            p.weight = random_bytes(rng, DType::bf16, p.n, 0.0, 1.0);
+            p.weight = raw_values(rng, DType::bf16, p.n, 0.0, 1.0, false);
             p.weight_d->upload(p.weight);
         }
         OptimizerHyper h;
@@ -325,7 +303,7 @@ TEST(OptimizerCuda, GradSumSquaresSplitsEachTensorByItsSize) {
     std::vector<std::unique_ptr<DeviceBuffer<unsigned char>>> grads_d;
     std::vector<OptimizerTensor> hts(count), dts(count);
     for (int i = 0; i < count; ++i) {
-        grads.push_back(random_bytes(rng, DType::f32, sizes[i], 0.0, 0.1));
+        grads.push_back(raw_values(rng, DType::f32, sizes[i], 0.0, 0.1, false));
         grads_d.push_back(std::make_unique<DeviceBuffer<unsigned char>>(grads.back()));
         hts[static_cast<std::size_t>(i)].grad = grads.back().data();
         dts[static_cast<std::size_t>(i)].grad = grads_d.back()->get();
@@ -390,7 +368,7 @@ std::vector<Param> make_params_8bit(std::mt19937& rng, int count, DType grad_dty
         const Vec w = random_normal(rng, p.n);
         p.master.assign(w.begin(), w.end());
         p.grad = zero ? std::vector<unsigned char>(bytes(grad_dtype, p.n), 0)
-                      : random_bytes(rng, grad_dtype, p.n, 0.0, 0.1);
+                      : raw_values(rng, grad_dtype, p.n, 0.0, 0.1, false);
         p.m.assign(static_cast<std::size_t>(p.n), 0);
         p.v = p.m;
         const auto blocks = static_cast<std::size_t>(optimizer_8bit_blocks(p.n));
@@ -409,7 +387,7 @@ std::vector<Param> make_params_8bit(std::mt19937& rng, int count, DType grad_dty
             }
         }
         p.weight = weights == Weights::bf16_only
-                       ? random_bytes(rng, DType::bf16, p.n, 0.0, 1.0)
+                       ? raw_values(rng, DType::bf16, p.n, 0.0, 1.0, false)
                        : std::vector<unsigned char>(bytes(p.weight_dtype, p.n), 0xff);
         p.master_d = std::make_unique<DeviceBuffer<float>>(p.master);
         p.grad_d = std::make_unique<DeviceBuffer<unsigned char>>(p.grad);
@@ -542,7 +520,7 @@ void expect_moment_8bit(const std::string& what, const std::vector<unsigned char
 
 // Fresh gradients on both sides, in place: the host tensors point at p.grad.
 void new_grads(std::mt19937& rng, Param& p) {
-    const std::vector<unsigned char> g = random_bytes(rng, p.grad_dtype, p.n, 0.0, 0.1);
+    const std::vector<unsigned char> g = raw_values(rng, p.grad_dtype, p.n, 0.0, 0.1, false);
     std::copy(g.begin(), g.end(), p.grad.begin());
     p.grad_d->upload(p.grad);
 }
