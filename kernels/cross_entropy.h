@@ -56,7 +56,8 @@ namespace cpu {
 
 // Floats of scratch head_cross_entropy needs: the logits chunk, plus (16-bit storage) the
 // head weight and its gradient widened to fp32 and a widened chunk of x and dx.
-inline std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C, std::int64_t Vp, bool widen) {
+inline std::int64_t head_cross_entropy_scratch_floats(std::int64_t chunk, std::int64_t C,
+                                                      std::int64_t Vp, bool widen) {
     const std::int64_t logits = chunk * Vp;
     return widen ? logits + 2 * Vp * C + 2 * chunk * C : logits;
 }
@@ -94,7 +95,7 @@ inline std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int
     };
     std::size_t bytes = part(chunk * Vp, sizeof(float));  // logits
     if (dt != DType::f32) {
-        bytes += part(chunk * Vp, 2);                     // dlogits in T
+        bytes += part(chunk * Vp, 2);                       // dlogits in T
         if (with_dw) bytes += part(Vp * C, sizeof(float));  // dw in fp32
     }
     return bytes;
@@ -102,6 +103,18 @@ inline std::size_t head_cross_entropy_scratch_bytes(std::int64_t chunk, std::int
 
 template <class T>
 void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launch);
+
+namespace detail {
+
+// For bench/head_ce_bench's before/after only, not a user choice: the row kernel the op runs
+// (two_pass: max and sum of exponentials in one online-softmax pass over 16-byte loads, then the
+// gradient) or the one it replaced (three_pass: max, sum, gradient, scalar loads). Same results.
+enum class HeadCrossEntropyRows { two_pass, three_pass };
+template <class T>
+void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launch,
+                        HeadCrossEntropyRows rows);
+
+}  // namespace detail
 
 }  // namespace cuda
 
