@@ -108,8 +108,9 @@ namespace detail {
 
 // For bench/head_ce_bench's before/after only, not a user choice: the row kernel the op runs
 // (two_pass: max and sum of exponentials in one online-softmax pass over 16-byte loads, then the
-// gradient) or the one it replaced (three_pass: max, sum, gradient, scalar loads). Same results.
-enum class HeadCrossEntropyRows { two_pass, three_pass };
+// gradient), the one it replaced (three_pass: max, sum, gradient, scalar loads; same results), or
+// none (the GEMMs alone, on whatever dlogits the scratch holds: losses and dx are then garbage).
+enum class HeadCrossEntropyRows { two_pass, three_pass, none };
 template <class T>
 void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launch,
                         HeadCrossEntropyRows rows);

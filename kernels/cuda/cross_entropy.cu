@@ -201,9 +201,11 @@ void head_cross_entropy(const HeadCrossEntropyArgs<T>& args, const Launch& launc
         auto kernel = vec ? head_cross_entropy_kernel<4, D> : head_cross_entropy_kernel<1, D>;
         if (rows == HeadCrossEntropyRows::three_pass)
             kernel = head_cross_entropy_three_pass_kernel<D>;
-        kernel<<<static_cast<unsigned>(R), kRowBlock, 0, stream>>>(losses + r0, logits, dlogits,
-                                                                   targets + r0, V, Vp, dloss);
-        NAPKIN_CUDA_CHECK_LAUNCH();
+        if (rows != HeadCrossEntropyRows::none) {
+            kernel<<<static_cast<unsigned>(R), kRowBlock, 0, stream>>>(losses + r0, logits, dlogits,
+                                                                       targets + r0, V, Vp, dloss);
+            NAPKIN_CUDA_CHECK_LAUNCH();
+        }
         const void* g =
             kFloat ? static_cast<const void*>(logits) : static_cast<const void*>(dlogits);
         // dx (R, C) = dlogits (R, Vp) @ w (Vp, C), overwritten
