@@ -73,7 +73,9 @@ namespace cuda {
 // The CUDA twin (kernels/cuda/cross_entropy.cu, tested against the CPU in
 // tests/kernels_cuda/cross_entropy_test.cpp): the same chunked head + loss, forward and backward
 // in one pass, on device pointers queued on launch.stream. Per chunk: the logits GEMM (cuBLASLt,
-// fp32 output), one block per row for max, logsumexp, loss and dlogits, then the dx and dw GEMMs.
+// fp32 output), one block per row for the loss and dlogits (two passes over the row: max and
+// sum of exponentials together, online, then the gradient), then the dx and dw GEMMs; the
+// account of their bytes: docs/CUDA.md, "The LM head and the loss".
 // Differences from the CPU, each for the GPU's sake:
 //  - it returns nothing: losses (M) holds the per-row losses on the device; their mean is the
 //    caller's (a copy, or a reduction), so no step waits on the host here;
@@ -82,9 +84,9 @@ namespace cuda {
 //  - a target outside [0, V) cannot throw from a kernel: its row's loss is NaN and its dlogits
 //    are 0 (the CPU throws UsageError; callers validate tokens when loading them).
 // scratch: head_cross_entropy_scratch_bytes(...) bytes of device memory, 256-byte aligned: the
-// fp32 logits chunk and, for 16-bit storage, dlogits in T and (with_dw) dw's fp32 sum, each
-// starting on a 256-byte boundary. Inline: the estimator predicts the CUDA engine's scratch
-// with it, to the byte.
+// fp32 logits chunk and, for 16-bit storage, dlogits in T and (with_dw) dw's fp32 sum (which
+// the first chunk's GEMM overwrites), each starting on a 256-byte boundary. Inline: the estimator
+// predicts the CUDA engine's scratch with it, to the byte.
 inline std::size_t head_cross_entropy_scratch_align(std::size_t bytes) {
     return (bytes + 255) / 256 * 256;
 }
