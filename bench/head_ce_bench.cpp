@@ -66,32 +66,30 @@ struct Account {
     }
 };
 
-// The launches of one head_cross_entropy call at bf16 (2-byte x, w, dx, dw, dlogits; fp32
-// logits and dw32). `rows`: which row kernel, or none.
+// The launches of one head_cross_entropy call at bf16 (kernels/cross_entropy.h's
+// head_cross_entropy_chunk_costs, chunk by chunk). `rows`: which row kernel, or none.
 Account account(const Shape& s, std::int64_t chunk, HeadCrossEntropyRows rows) {
     const GpuSpec& gpu = *find_gpu("h100-sxm");
     const double peak = gpu.tflops_bf16 * 1e12, bw = gpu.bandwidth_tbs * 1e12;
-    const double Vp = static_cast<double>(s.Vp), C = static_cast<double>(s.C);
     LaunchAccount logits{"logits GEMM x w^T -> fp32"}, row{"row kernel"}, dx{"dx GEMM dlogits w"},
         dw{"dw GEMM dlogits^T x -> dw32"}, acc{"dw += dw32"};
-    const auto add = [&](LaunchAccount& l, double flops, double bytes) {
+    const auto add = [&](LaunchAccount& l, const KernelCost& c) {
+        const auto flops = static_cast<double>(c.flops), bytes = static_cast<double>(c.bytes());
         ++l.launches;
         l.flops += flops;
         l.bytes += bytes;
         l.roofline_s += std::max(flops / peak, bytes / bw);
     };
-    const double reads = rows == HeadCrossEntropyRows::three_pass ? 3 : 2;
+    const int reads = rows == HeadCrossEntropyRows::three_pass ? 3 : 2;
     for (std::int64_t r0 = 0; r0 < s.M; r0 += chunk) {
-        const double R = static_cast<double>(std::min(chunk, s.M - r0));
-        const double gemm_flops = 2 * R * Vp * C;
-        add(logits, gemm_flops, 2 * R * C + 2 * Vp * C + 4 * R * Vp);
-        if (rows != HeadCrossEntropyRows::none)
-            add(row, 5 * R * static_cast<double>(s.V), reads * 4 * R * Vp + 2 * R * Vp + 8 * R);
-        add(dx, gemm_flops, 2 * R * Vp + 2 * Vp * C + 2 * R * C);
-        // dw32 written; read too after the first chunk (beta 1)
-        add(dw, gemm_flops, 2 * R * Vp + 2 * R * C + (r0 == 0 ? 4 : 8) * Vp * C);
+        const HeadCrossEntropyLaunchCosts c = head_cross_entropy_chunk_costs(
+            std::min(chunk, s.M - r0), s.V, s.Vp, s.C, r0 == 0, reads);
+        add(logits, c.logits);
+        if (rows != HeadCrossEntropyRows::none) add(row, c.rows);
+        add(dx, c.dx);
+        add(dw, c.dw);
     }
-    add(acc, Vp * C, (2 + 4 + 2) * Vp * C);
+    add(acc, head_cross_entropy_accumulate_cost(s.Vp, s.C));
     Account a;
     a.launches = {logits};
     if (rows != HeadCrossEntropyRows::none) a.launches.push_back(row);

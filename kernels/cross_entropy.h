@@ -29,6 +29,44 @@ inline KernelCost cross_entropy_forward_cost(const CrossEntropyShape& s) {
     return c;
 }
 
+// The CUDA op's launches for one chunk of R rows at 16-bit storage (2-byte x, w, dx, dlogits;
+// fp32 logits and dw's fp32 sum dw32), each tensor read or written once per launch
+// (docs/CUDA.md, "The LM head and the loss", and bench/head_ce_bench's account):
+//   logits (R, Vp) fp32 = x @ w^T          2 R Vp C FLOPs; x, w read; logits written
+//   row kernel                             5 R V; the logits read `row_reads` times over Vp
+//                                          columns, dlogits written; targets read, losses written
+//   dx (R, C) = dlogits @ w                2 R Vp C; dlogits, w read; dx written
+//   dw32 (Vp, C) (+)= dlogits^T @ x        2 R Vp C; dlogits, x read, dw32 read unless `first`
+//                                          (beta 0), dw32 written
+// and once per call dw (Vp, C) += dw32: Vp C FLOPs; dw, dw32 read, dw written.
+struct HeadCrossEntropyLaunchCosts {
+    KernelCost logits, rows, dx, dw;
+};
+inline HeadCrossEntropyLaunchCosts head_cross_entropy_chunk_costs(std::int64_t R, std::int64_t V,
+                                                                  std::int64_t Vp, std::int64_t C,
+                                                                  bool first, int row_reads) {
+    const std::uint64_t gemm_flops = 2ull * R * Vp * C;
+    HeadCrossEntropyLaunchCosts c;
+    c.logits = {gemm_flops, nbytes(DType::bf16, R * C) + nbytes(DType::bf16, Vp * C),
+                nbytes(DType::f32, R * Vp), 0};
+    c.rows = {5ull * R * V,
+              static_cast<std::uint64_t>(row_reads) * nbytes(DType::f32, R * Vp) +
+                  nbytes(DType::i8, 4 * R),
+              nbytes(DType::bf16, R * Vp) + nbytes(DType::f32, R), 0};
+    c.dx = {gemm_flops, nbytes(DType::bf16, R * Vp) + nbytes(DType::bf16, Vp * C),
+            nbytes(DType::bf16, R * C), 0};
+    c.dw = {gemm_flops,
+            nbytes(DType::bf16, R * Vp) + nbytes(DType::bf16, R * C) +
+                (first ? 0 : nbytes(DType::f32, Vp * C)),
+            nbytes(DType::f32, Vp * C), 0};
+    return c;
+}
+inline KernelCost head_cross_entropy_accumulate_cost(std::int64_t Vp, std::int64_t C) {
+    return {static_cast<std::uint64_t>(Vp * C),
+            nbytes(DType::bf16, Vp * C) + nbytes(DType::f32, Vp * C), nbytes(DType::bf16, Vp * C),
+            0};
+}
+
 // The head and the loss, fused and chunked, forward and backward in one pass:
 //   for each chunk of R rows: logits (R, Vp) fp32 = x (R, C) @ w (Vp, C)^T
 //     losses[m] = logsumexp(logits[m, :V]) - logits[m, targets[m]]     (columns >= V: padding)

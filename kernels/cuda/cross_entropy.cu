@@ -77,6 +77,8 @@ __global__ void head_cross_entropy_kernel(float* losses, float* logits, D* dlogi
     const bool valid = target >= 0 && target < V;
     const std::int64_t whole = V / W * W;  // columns read as whole packs
     RowSum r;
+    // Unrolled: the loads do not wait for the running sum, so several are in flight.
+#pragma unroll 4
     for (std::int64_t v = threadIdx.x * static_cast<std::int64_t>(W); v < whole;
          v += static_cast<std::int64_t>(blockDim.x) * W) {
         const Pack<float, W> p = load_pack<W>(l + v);
@@ -90,6 +92,7 @@ __global__ void head_cross_entropy_kernel(float* losses, float* logits, D* dlogi
     r = block_row_sum(r, shared);
     const float lse = r.max + logf(r.sum);
     if (threadIdx.x == 0) losses[row] = valid ? lse - target_logit : NAN;
+#pragma unroll 4
     for (std::int64_t v = threadIdx.x * static_cast<std::int64_t>(W); v < Vp;
          v += static_cast<std::int64_t>(blockDim.x) * W) {
         Pack<float, W> p = load_pack<W>(l + v);
