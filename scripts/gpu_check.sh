@@ -12,7 +12,8 @@
 #   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, membound_bench, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
 #   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
-#   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues)
+#   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues);
+#                                     # the LM head + loss: its tests, head_ce_bench
 #   scripts/gpu_check.sh graph        # GPT-2 B 8 with --cuda-graph off vs on: tokens/s, the
 #                                     # driver's memory for the graphs, the graph tests
 #   scripts/gpu_check.sh fp8          # GPT-2 B 64: bf16-amp, fp8-amp delayed, fp8-amp current
@@ -140,7 +141,7 @@ do_build() {
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
-        device_test gemm_bench attention_bench membound_bench decode_attention_bench
+        device_test gemm_bench attention_bench membound_bench decode_attention_bench head_ce_bench
 }
 
 # A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
@@ -298,12 +299,23 @@ do_bench() {
 # at B 8 and B 64 with --fusion off and on, alternated (off, on, off, on) so a drift hits both,
 # then each run's median step on the device (steps after the first 3) and the on/off ratio; the
 # fused kernels' tests on this GPU; one profiled B 8 step of each (report.txt: the mlp ops'
-# kernels, matmul_gelu_forward/backward against matmul_forward + gelu_forward, ...).
+# kernels, matmul_gelu_forward/backward against matmul_forward + gelu_forward, ...). The LM head
+# and the loss (docs/CUDA.md, "The LM head and the loss"): its tests on this GPU, then
+# head_ce_bench at GPT-2 B 8 and B 64 (the op, its old three-pass row kernel, its GEMMs alone,
+# chunks 1024-8192, against the account's roofline).
 do_fusion() {
     need_build fusion || return 0
     local n="$b/cli/napkin" bsz i f dir
     step fusion_tests "$b/tests/kernels_cuda_test" --gtest_filter='MatmulGelu*:MatmulCuda*' \
         --gtest_output="xml:$out/fusion_tests.xml"
+    step head_ce_tests "$b/tests/kernels_cuda_test" --gtest_filter='CrossEntropyCuda*' \
+        --gtest_output="xml:$out/head_ce_tests.xml"
+    if [ -x "$b/bench/head_ce_bench" ]; then
+        step head_ce_bench "$b/bench/head_ce_bench" --json "$out/head_ce_bench.json"
+        tail -n 30 "$out/head_ce_bench.log"
+    else
+        echo "SKIP head_ce_bench (not built)"
+    fi
     for bsz in 8 64; do
         for i in 1 2; do
             for f in off on; do

@@ -12,7 +12,8 @@
 #                                                  # against PyTorch's SDPA, memcheck, racecheck
 #   BUDGET=300 scripts/gpu_session.sh predict      # calibrate, predicted vs measured, anomaly cost
 #   BUDGET=300 scripts/gpu_session.sh fusion       # GPT-2 B 8 and B 64, --fusion off vs on, the
-#                                                  # fused GEMM tests, a profiled step of each
+#                                                  # fused GEMM tests, a profiled step of each;
+#                                                  # the LM head + loss tests and head_ce_bench
 #   BUDGET=240 scripts/gpu_session.sh graph        # --cuda-graph off vs on: GPT-2 B 8 tokens/s, the
 #                                                  # driver's memory for the graphs, their tests
 #   BUDGET=240 scripts/gpu_session.sh fp8          # GPT-2 B 64: bf16-amp, fp8-amp delayed and

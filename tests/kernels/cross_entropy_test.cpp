@@ -21,37 +21,48 @@ struct Problem {
 };
 
 // Mean loss over rows of logsumexp(x w^T) - logit[target], in double.
-double reference_loss(const Problem& p, const std::vector<double>& x, const std::vector<double>& w) {
+double reference_loss(const Problem& p, const std::vector<double>& x,
+                      const std::vector<double>& w) {
     double total = 0;
     for (std::int64_t m = 0; m < p.M; ++m) {
         std::vector<double> logits(static_cast<std::size_t>(p.V));
         double maxv = -1e300;
         for (std::int64_t v = 0; v < p.V; ++v) {
             double s = 0;
-            for (std::int64_t c = 0; c < p.C; ++c) s += x[static_cast<std::size_t>(m * p.C + c)] * w[static_cast<std::size_t>(v * p.C + c)];
+            for (std::int64_t c = 0; c < p.C; ++c)
+                s += x[static_cast<std::size_t>(m * p.C + c)] *
+                     w[static_cast<std::size_t>(v * p.C + c)];
             logits[static_cast<std::size_t>(v)] = s;
             maxv = std::max(maxv, s);
         }
         double sum = 0;
-        for (double l : logits) sum += std::exp(l - maxv);
-        total += maxv + std::log(sum) - logits[static_cast<std::size_t>(p.targets[static_cast<std::size_t>(m)])];
+        for (double l : logits)
+            sum += std::exp(l - maxv);
+        total += maxv + std::log(sum) -
+                 logits[static_cast<std::size_t>(p.targets[static_cast<std::size_t>(m)])];
     }
     return total / static_cast<double>(p.M);
 }
 
 template <class T>
-void check(std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk, unsigned seed) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed << " M " << M << " C " << C << " V " << V << " Vp " << Vp
-                                    << " chunk " << chunk);
+void check(std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std::int64_t chunk,
+           unsigned seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed << " M " << M << " C " << C << " V " << V
+                                    << " Vp " << Vp << " chunk " << chunk);
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<T> x(static_cast<std::size_t>(M * C)), w(static_cast<std::size_t>(Vp * C));
-    for (auto& v : x) v = from_float<T>(nd(rng));
-    for (auto& v : w) v = from_float<T>(nd(rng) * 0.5f);
+    for (auto& v : x)
+        v = from_float<T>(nd(rng));
+    for (auto& v : w)
+        v = from_float<T>(nd(rng) * 0.5f);
     Problem p{M, C, V, Vp, {}, {}, {}};
-    for (auto v : x) p.x.push_back(to_float(v));
-    for (auto v : w) p.w.push_back(to_float(v));
-    for (std::int64_t m = 0; m < M; ++m) p.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(V)));
+    for (auto v : x)
+        p.x.push_back(to_float(v));
+    for (auto v : w)
+        p.w.push_back(to_float(v));
+    for (std::int64_t m = 0; m < M; ++m)
+        p.targets.push_back(static_cast<std::int32_t>(rng() % static_cast<unsigned>(V)));
 
     std::vector<float> losses(static_cast<std::size_t>(M));
     std::vector<T> dx(x.size(), from_float<T>(7.0f));  // overwritten
@@ -78,13 +89,15 @@ void check(std::int64_t M, std::int64_t C, std::int64_t V, std::int64_t Vp, std:
         wp[i] += h;
         wm[i] -= h;
         const double fd = (reference_loss(p, p.x, wp) - reference_loss(p, p.x, wm)) / (2 * h);
-        ASSERT_NEAR(to_float(dw[i]) - 1.0, fd, tol * (1 + std::fabs(fd))) << "dw " << i;  // padding rows: 0
+        ASSERT_NEAR(to_float(dw[i]) - 1.0, fd, tol * (1 + std::fabs(fd)))
+            << "dw " << i;  // padding rows: 0
     }
 }
 
 TEST(HeadCrossEntropy, MatchesReferenceForEveryChunking) {
     const unsigned seed = std::random_device{}();
-    for (std::int64_t chunk : {1, 3, 7, 100}) check<float>(7, 5, 11, 16, chunk, seed);
+    for (std::int64_t chunk : {1, 3, 7, 100})
+        check<float>(7, 5, 11, 16, chunk, seed);
     check<float>(1, 1, 2, 2, 1, seed + 1);
 }
 
@@ -99,11 +112,35 @@ TEST(HeadCrossEntropy, UniformLogitsGiveLnV) {
     const std::int64_t M = 4, C = 3, V = 256, Vp = 256;
     std::vector<float> x(M * C, 1.0f), w(Vp * C, 0.0f), dx(M * C), losses(M);
     std::vector<std::int32_t> t = {0, 5, 255, 17};
-    std::vector<float> scratch(static_cast<std::size_t>(cpu::head_cross_entropy_scratch_floats(2, C, Vp, false)));
+    std::vector<float> scratch(
+        static_cast<std::size_t>(cpu::head_cross_entropy_scratch_floats(2, C, Vp, false)));
     const float loss =
         cpu::head_cross_entropy<float>({losses.data(), dx.data(), nullptr, x.data(), w.data(),
                                         t.data(), M, C, V, Vp, 2, 0.25f, scratch.data()});
     EXPECT_NEAR(loss, std::log(256.0), 1e-6);
+}
+
+// The CUDA op's per-launch account at GPT-2's shape, counted here tensor by tensor in bytes.
+TEST(HeadCrossEntropy, LaunchCostsCountEachTensorOncePerLaunch) {
+    const std::int64_t R = 1024, V = 50257, Vp = 50304, C = 768;
+    const std::uint64_t x = 1024ull * 768 * 2, w = 50304ull * 768 * 2, logits = 1024ull * 50304 * 4,
+                        dlogits = 1024ull * 50304 * 2, dw32 = 50304ull * 768 * 4;
+    const std::uint64_t gemm = 2ull * 1024 * 50304 * 768;  // 79.1 GFLOP
+    for (const bool first : {true, false}) {
+        const HeadCrossEntropyLaunchCosts c = head_cross_entropy_chunk_costs(R, V, Vp, C, first, 2);
+        EXPECT_EQ(c.logits.flops, gemm);
+        EXPECT_EQ(c.logits.bytes(), x + w + logits);
+        EXPECT_EQ(c.rows.flops, 5ull * 1024 * 50257);
+        EXPECT_EQ(c.rows.bytes(), 2 * logits + dlogits + 1024ull * 4 * 2);  // targets, losses
+        EXPECT_EQ(c.dx.flops, gemm);
+        EXPECT_EQ(c.dx.bytes(), dlogits + w + x);
+        EXPECT_EQ(c.dw.flops, gemm);
+        EXPECT_EQ(c.dw.bytes(), dlogits + x + (first ? 1 : 2) * dw32);
+    }
+    EXPECT_EQ(head_cross_entropy_chunk_costs(R, V, Vp, C, false, 3).rows.bytes_read,
+              3 * logits + 1024ull * 4);
+    const KernelCost acc = head_cross_entropy_accumulate_cost(Vp, C);
+    EXPECT_EQ(acc.bytes(), w + dw32 + w);
 }
 
 TEST(HeadCrossEntropy, RejectsTargetsOutsideTheVocabulary) {
