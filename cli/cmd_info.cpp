@@ -8,9 +8,10 @@
 namespace napkin::cli {
 
 void add_info_command(CLI::App& app) {
-    CLI::App* cmd = app.add_subcommand("info", "Show the build configuration and the devices napkin can use");
+    CLI::App* cmd =
+        app.add_subcommand("info", "Show the build configuration and the devices napkin can use");
     cmd->callback([] {
-        const DeviceInfo& d = probe_devices();
+        const DeviceInfo& d = probe_devices_and_backend();
         std::printf("napkin %s\n", NAPKIN_VERSION);
         std::printf("build: CUDA backend %s\n", NAPKIN_BUILD_CUDA);
         if (d.cuda_built && !d.libraries.empty()) {  // empty: the backend did not load (below)

@@ -26,8 +26,13 @@ struct DeviceInfo {
     bool has_cuda() const { return cuda_devices > 0; }
 };
 
-// Never throws; the result is computed once and cached.
+// Never throws; the result is computed once and cached. When the CUDA driver alone says there is
+// no device (no libcuda.so.1, or it finds none), the backend is not loaded and `libraries` stays
+// empty: the reason is the driver's.
 const DeviceInfo& probe_devices();
+// The same, but loading the backend whatever the driver says (`napkin info`: the CUDA libraries'
+// versions show they load on any machine, GPU or not).
+const DeviceInfo& probe_devices_and_backend();
 
 struct CudaEngineApi;  // core/cuda/cuda_engine_api.h
 // The training engine's table of the CUDA backend (kernels and runtime calls) from the loaded
