@@ -535,6 +535,11 @@ void add_recipe_options(CLI::App& cmd, TrainFlags& f) {
     cmd.add_option("--checkpointing", f.checkpointing, "none|full|selective")
         ->capture_default_str();
     cmd.add_option("--attention", f.attention, "naive|flash")->capture_default_str();
+    cmd.add_option("--loss-chunk", f.loss_chunk,
+                   "Rows of fp32 logits the LM head and loss hold at once (0: all B x T): more "
+                   "rows, fewer and larger GEMMs for more temporary memory (napkin estimate "
+                   "--loss-chunk predicts both)")
+        ->capture_default_str();
     cmd.add_option("--finetune", f.finetune,
                    "full|lora|qlora: train every parameter, or freeze the model and train LoRA "
                    "adapters on every block linear (qlora: the frozen linears in NF4); usually "

@@ -12,7 +12,7 @@ namespace {
 
 // Sorted by field. The field is the library's name for the setting (TrainOptions, PlanInputs,
 // EstimateInputs, InferenceInputs); where it carries a unit the flag's does not, both are here.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 56> kFlags{{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 57> kFlags{{
     {"adapters", "--adapters"},
     {"attention_flops", "--attention-flops"},
     {"batch", "--batch"},
@@ -41,6 +41,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 56> kFlags{{
     {"link_bytes_per_s", "--link-gbps"},
     {"list_links", "--list-links"},
     {"lora_rank", "--lora-rank"},
+    {"loss_chunk_rows", "--loss-chunk"},
     {"max_new_tokens", "--max-new-tokens"},
     {"measured_tokens_per_s", "--measured-tokens-per-s"},
     {"mfu", "--mfu"},

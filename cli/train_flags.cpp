@@ -91,6 +91,13 @@ TrainOptions options_from_flags(const TrainFlags& f, const CLI::App& cmd) {
     o.plan.optimizer = parse_enum(kOptimizerNames, f.optimizer, "--optimizer");
     o.plan.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
     o.plan.attention = parse_enum(kAttentionNames, f.attention, "--attention");
+    if (f.loss_chunk < 0) {
+        throw UsageError(
+            "--loss-chunk: must be 0 (all B x T rows at once) or a positive number "
+            "of rows (got " +
+            std::to_string(f.loss_chunk) + ")");
+    }
+    o.plan.loss_chunk_rows = f.loss_chunk;
     if (cmd.count("--dropout") > 0) {
         if (!(f.dropout >= 0.0 && f.dropout < 1.0))
             throw UsageError("--dropout: must be in [0, 1) (got " + std::to_string(f.dropout) +
@@ -144,6 +151,7 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainFlags& f
             {"--optimizer", f.optimizer},
             {"--checkpointing", f.checkpointing},
             {"--attention", f.attention},
+            {"--loss-chunk", text(f.loss_chunk)},
             {"--finetune", f.finetune},
             {"--lora-rank", text(f.lora_rank)},
             {"--lora-alpha", text(f.lora_alpha)},
@@ -189,12 +197,14 @@ void check_flags(const TrainFlags& f, const CLI::App& cmd, Communicator& comm) {
 // A resumed run takes every option from its checkpoint, so it continues bit for bit.
 TrainOptions resumed_options(const TrainFlags& f, const CLI::App& cmd, Communicator& comm,
                              RunSetup& run) {
-    for (const char* flag : {"--model",           "--config",     "--data",       "--micro-batch",
-                             "--seq-len",         "--grad-accum", "--precision",  "--optimizer",
-                             "--checkpointing",   "--attention",  "--lr",         "--warmup",
-                             "--weight-decay",    "--grad-clip",  "--seed",       "--steps",
-                             "--finetune",        "--lora-rank",  "--lora-alpha", "--dropout",
-                             "--fp8-amax-history"}) {
+    for (const char* flag : {"--model",        "--config",    "--data",
+                             "--micro-batch",  "--seq-len",   "--grad-accum",
+                             "--precision",    "--optimizer", "--checkpointing",
+                             "--attention",    "--lr",        "--warmup",
+                             "--weight-decay", "--grad-clip", "--seed",
+                             "--steps",        "--finetune",  "--lora-rank",
+                             "--lora-alpha",   "--dropout",   "--fp8-amax-history",
+                             "--loss-chunk"}) {
         if (cmd.count(flag) > 0) {
             throw UsageError(std::string("--resume continues a run with its own options; drop ") +
                              flag);

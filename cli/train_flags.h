@@ -47,6 +47,7 @@ struct TrainFlags {
     std::string fusion = "on";           // cuBLASLt epilogue fusions (PlanInputs::gemm_epilogues)
     std::string cuda_graph = "auto";     // TrainOptions::cuda_graph: auto|on|off
     std::int64_t fp8_amax_history = 16;  // fp8-amp: delayed scaling's history; 0: current scaling
+    std::int64_t loss_chunk = PlanInputs{}.loss_chunk_rows;  // rows of fp32 logits at once; 0: all
 };
 
 // What validation decided: the run's options, where it continues from and where it writes.

@@ -33,6 +33,7 @@ EstimateInputs prediction_inputs(const TrainOptions& o, int world, bool on_gpu,
     ei.optimizer = o.plan.optimizer;
     ei.checkpointing = o.plan.checkpointing;
     ei.attention = o.plan.attention;
+    ei.loss_chunk_rows = o.plan.loss_chunk_rows;
     ei.detect_anomaly = o.plan.detect_anomaly;
     ei.gemm_epilogues = o.plan.gemm_epilogues;
     ei.fp8_amax_history = o.plan.fp8_amax_history;

@@ -87,6 +87,7 @@ profiler::RunOptions run_options_report(const TrainOptions& o, Trainer& trainer,
     if (o.data.empty()) r.data_entropy_nats = SyntheticCorpus::entropy_nats();
     if (o.offload_optimizer) r.offload = "optimizer";
     if (o.plan.precision == Precision::fp8_amp) r.fp8_amax_history = o.plan.fp8_amax_history;
+    r.loss_chunk = o.plan.loss_chunk_rows;
     return r;
 }
 

@@ -72,6 +72,7 @@ void to_json(json& j, const RunOptions& o) {
     put(j, "data_entropy_nats", o.data_entropy_nats);
     put(j, "offload", o.offload);
     put(j, "fp8_amax_history", o.fp8_amax_history);
+    put(j, "loss_chunk", o.loss_chunk);
     put(j, "cuda_graph", o.cuda_graph);
     put(j, "cuda_graph_off", o.cuda_graph_off);
 }

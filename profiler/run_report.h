@@ -54,6 +54,9 @@ struct RunOptions {
     // fp8-amp: the amax history length of delayed scaling (0: current scaling). Absent outside
     // fp8-amp and in reports written before it.
     std::optional<std::int64_t> fp8_amax_history;
+    // Rows of fp32 logits the LM head and loss held at once (--loss-chunk; 0: all B x T). Absent
+    // in reports written before it.
+    std::optional<std::int64_t> loss_chunk;
     // CUDA runs: whether each micro-batch ran as a CUDA graph (--cuda-graph), and when not, why
     // ("--cuda-graph off", or what auto found the capture cannot hold). Absent on the CPU and in
     // reports written before them.

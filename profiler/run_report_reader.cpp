@@ -67,6 +67,7 @@ RunOptions read_run(const JsonField& o) {
     r.data_entropy_nats = o["data_entropy_nats"].optional(number);
     r.offload = o["offload"].optional(text);
     r.fp8_amax_history = o["fp8_amax_history"].optional(integer<std::int64_t>);
+    r.loss_chunk = o["loss_chunk"].optional(integer<std::int64_t>);
     r.cuda_graph = o["cuda_graph"].optional(&JsonField::boolean);
     r.cuda_graph_off = o["cuda_graph_off"].optional(text);
     return r;

@@ -93,13 +93,18 @@ TEST(TrainCli, TemporariesMatchThePredictionExactly) {
           "--precision fp16-amp --attention naive", "--precision bf16 --attention naive",
           "--precision fp32 --attention naive --micro-batch 3 --seq-len 24",
           "--precision fp8-amp --attention flash", "--precision fp8-amp --attention naive",
-          "--precision fp8-amp --fp8-amax-history 0", "--precision fp8-amp --fp8-amax-history 3"}) {
+          "--precision fp8-amp --fp8-amax-history 0", "--precision fp8-amp --fp8-amax-history 3",
+          // B T = 512 rows: five chunks of 100 and a short one; all rows at once.
+          "--precision fp32 --loss-chunk 100", "--precision bf16-amp --loss-chunk 0"}) {
         const fs::path out = fresh_dir("temporaries");
         const CliRun r = napkin(std::string("train --device cpu --steps 1 --quiet ") + recipe + " --out " + out.string());
         ASSERT_EQ(r.rc, 0) << recipe << ": " << r.err;
         const auto j = read_json(out / "report.json");
         EXPECT_EQ(j["measured"]["peak_bytes"]["temporaries"].get<double>(), j["predicted"]["temporaries"].get<double>())
             << recipe;
+        if (std::string(recipe).find("--loss-chunk 100") != std::string::npos) {
+            EXPECT_EQ(j["run"]["loss_chunk"], 100);
+        }
     }
 }
 
@@ -670,6 +675,7 @@ TEST(TrainCli, BadInput) {
     }
     expect_error("train --data " + (dir / "tiny.txt").string(), 1, "fewer than one sequence", out);
     expect_error("train --seq-len 500", 2, "exceeds the model's context length 128", out);
+    expect_error("train --loss-chunk -1", 2, "--loss-chunk: must be 0 (all B x T rows at once) or a positive number of rows (got -1)", out);
     // --device-profile: another device's is refused before the first step, a malformed one named.
     {
         std::ofstream f(dir / "h200.json");
