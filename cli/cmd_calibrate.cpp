@@ -21,6 +21,7 @@
 #include "cli/calibrate_probes.h"
 #include "cli/commands.h"
 #include "cli/estimate_time.h"
+#include "cli/timing.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
 #include "core/comm/comm.h"
@@ -43,17 +44,6 @@ struct CalibrateFlags {
     int steps = 0, warmup = 0;
     bool quick = false, merge = false;
 };
-
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string load_average() {
     std::ifstream in("/proc/loadavg");

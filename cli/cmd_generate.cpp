@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/generate_report.h"
+#include "cli/timing.h"
 #include "cli/train_out_dir.h"
 #include "core/check.h"
 #include "core/config_json.h"
@@ -193,10 +194,6 @@ void pick_tokens(const std::vector<float>& logits, std::int64_t V, double temper
     }
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The prefill, then G - 1 decode steps, each timed whole (its logits read back, so the device
 // has finished). A progress line to stderr every 5 s on long runs.
 void run_generation(Generator& gen, const GenerateOptions& o, std::vector<std::int32_t> prompts,
@@ -288,13 +285,13 @@ void generate(const GenerateFlags& f, const CLI::App& cmd) {
         m.peak_bytes[c] = alloc.peak_bytes(static_cast<MemCategory>(c));
     m.peak_total_bytes = alloc.peak_total_bytes();
     const GeneratePrediction p = predict_generate(o);
-    const std::string json = generate_json(o, p, m);
+    const std::string report = generate_json(o, p, m);
     if (out) {
         if (rec) write_profile(*rec, alloc, f.out);
-        write_file_durably(fs::path(f.out) / "generate.json", json);
+        write_file_durably(fs::path(f.out) / "generate.json", report);
     }
     if (f.json) {
-        std::fputs(json.c_str(), stdout);
+        std::fputs(report.c_str(), stdout);
     } else {
         print_generate_summary(o, p, m);
         if (out) std::printf("  report: %s\n", (fs::path(f.out) / "generate.json").c_str());

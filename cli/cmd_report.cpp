@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
 #include "cli/report_generate.h"
+#include "cli/timing.h"
 #include "core/check.h"
 #include "profiler/run_folder.h"
 
@@ -46,12 +47,6 @@ constexpr const char* kCategories[] = {"parameters",      "master_weights", "gra
                                        "optimizer_state", "activations",    "temporaries"};
 constexpr const char* kData = "data";
 constexpr const char* kCommunication = "communication";
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 template <class T>
 json or_null(const std::optional<T>& v) {
