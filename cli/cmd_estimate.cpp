@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -39,7 +40,8 @@ struct EstimateFlags {
     std::int64_t seq_len = 0, micro_batch = 1, grad_accum = 1, loss_chunk = 1024;
     double tokens = 0;
     // Recipe.
-    std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none", attention = "flash";
+    std::string precision = "bf16-amp", optimizer = "adamw", checkpointing = "none",
+                attention = "flash";
     std::string attention_flops = "causal";
     bool grads_fp32 = false, fp32_optimizer_state = false, paged_optimizer = false;
     std::int64_t fp8_amax_history = 16;  // fp8-amp: delayed scaling's history; 0: current scaling
@@ -67,8 +69,8 @@ struct EstimateFlags {
 void list_models(bool as_json) {
     nlohmann::json out = nlohmann::json::array();
     if (!as_json) {
-        std::printf("%-12s %16s %4s %6s %4s %4s %6s %7s %7s  %s\n", "name", "params", "L", "C", "NH", "KVH", "F", "V",
-                    "context", "published count");
+        std::printf("%-12s %16s %4s %6s %4s %4s %6s %7s %7s  %s\n", "name", "params", "L", "C",
+                    "NH", "KVH", "F", "V", "context", "published count");
     }
     for (const auto& src : preset_sources()) {
         const ModelConfig& c = preset_or_throw(src.name);
@@ -81,9 +83,10 @@ void list_models(bool as_json) {
             out.push_back(j);
         } else {
             std::printf("%-12s %16s %4d %6lld %4d %4d %6lld %7lld %7lld  %s\n", src.name,
-                        fmt_count(static_cast<double>(p.total)).c_str(), c.n_layers, static_cast<long long>(c.d_model),
-                        c.n_heads, c.n_kv_heads, static_cast<long long>(c.d_ff),
-                        static_cast<long long>(c.vocab_size), static_cast<long long>(c.context_length), src.source);
+                        fmt_count(static_cast<double>(p.total)).c_str(), c.n_layers,
+                        static_cast<long long>(c.d_model), c.n_heads, c.n_kv_heads,
+                        static_cast<long long>(c.d_ff), static_cast<long long>(c.vocab_size),
+                        static_cast<long long>(c.context_length), src.source);
         }
     }
     if (as_json) std::cout << out.dump(2) << "\n";
@@ -92,25 +95,33 @@ void list_models(bool as_json) {
 void list_gpus(bool as_json) {
     nlohmann::json out = nlohmann::json::array();
     if (!as_json) {
-        std::printf("dense peak TFLOP/s (no sparsity); memory GB = 1e9 bytes; sources in docs/HARDWARE.md\n");
-        std::printf("%-10s %-30s %7s %7s %7s %7s %7s %7s %6s %6s\n", "name", "part", "fp32", "tf32", "bf16", "fp16",
-                    "fp8", "int8", "GB", "TB/s");
+        std::printf(
+            "dense peak TFLOP/s (no sparsity); memory GB = 1e9 bytes; sources in "
+            "docs/HARDWARE.md\n");
+        std::printf("%-10s %-30s %7s %7s %7s %7s %7s %7s %6s %6s\n", "name", "part", "fp32", "tf32",
+                    "bf16", "fp16", "fp8", "int8", "GB", "TB/s");
     }
     for (const auto& g : gpu_table()) {
         if (as_json) {
             out.push_back({{"name", g.name},
                            {"full_name", g.full_name},
-                           {"tflops", {{"fp32", g.tflops_fp32}, {"tf32", g.tflops_tf32}, {"bf16", g.tflops_bf16},
-                                       {"fp16", g.tflops_fp16}, {"fp8", g.tflops_fp8}, {"int8", g.tflops_int8}}},
+                           {"tflops",
+                            {{"fp32", g.tflops_fp32},
+                             {"tf32", g.tflops_tf32},
+                             {"bf16", g.tflops_bf16},
+                             {"fp16", g.tflops_fp16},
+                             {"fp8", g.tflops_fp8},
+                             {"int8", g.tflops_int8}}},
                            {"memory_gb", g.memory_gb},
                            {"bandwidth_tb_per_s", g.bandwidth_tbs},
                            {"node_link", g.node_link},
                            {"network_link", g.network_link},
                            {"source", g.source}});
         } else {
-            std::printf("%-10s %-30s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %6.0f %6.3f\n", std::string(g.name).c_str(),
-                        std::string(g.full_name).c_str(), g.tflops_fp32, g.tflops_tf32, g.tflops_bf16, g.tflops_fp16,
-                        g.tflops_fp8, g.tflops_int8, g.memory_gb, g.bandwidth_tbs);
+            std::printf("%-10s %-30s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %6.0f %6.3f\n",
+                        std::string(g.name).c_str(), std::string(g.full_name).c_str(),
+                        g.tflops_fp32, g.tflops_tf32, g.tflops_bf16, g.tflops_fp16, g.tflops_fp8,
+                        g.tflops_int8, g.memory_gb, g.bandwidth_tbs);
         }
     }
     if (as_json) std::cout << out.dump(2) << "\n";
@@ -119,16 +130,21 @@ void list_gpus(bool as_json) {
 void list_links(bool as_json) {
     nlohmann::json out = nlohmann::json::array();
     if (!as_json) {
-        std::printf("bandwidth per GPU, one direction; Gb/s = 1e9 bits/s, GB/s = 1e9 bytes/s; sources in docs/HARDWARE.md\n");
+        std::printf(
+            "bandwidth per GPU, one direction; Gb/s = 1e9 bits/s, GB/s = 1e9 bytes/s; sources in "
+            "docs/HARDWARE.md\n");
         std::printf("%-8s %-58s %8s %8s\n", "name", "link", "Gb/s", "GB/s");
     }
     for (const auto& l : link_table()) {
         if (as_json) {
-            out.push_back({{"name", l.name}, {"full_name", l.full_name}, {"gbit_per_s", l.gbit_per_s},
-                           {"bytes_per_s", l.bytes_per_s()}, {"source", l.source}});
+            out.push_back({{"name", l.name},
+                           {"full_name", l.full_name},
+                           {"gbit_per_s", l.gbit_per_s},
+                           {"bytes_per_s", l.bytes_per_s()},
+                           {"source", l.source}});
         } else {
-            std::printf("%-8s %-58s %8.1f %8.2f\n", std::string(l.name).c_str(), std::string(l.full_name).c_str(),
-                        l.gbit_per_s, l.bytes_per_s() / 1e9);
+            std::printf("%-8s %-58s %8.1f %8.2f\n", std::string(l.name).c_str(),
+                        std::string(l.full_name).c_str(), l.gbit_per_s, l.bytes_per_s() / 1e9);
         }
     }
     if (as_json) std::cout << out.dump(2) << "\n";
@@ -169,7 +185,8 @@ ModelConfig shape_from_flags(const EstimateFlags& f, const CLI::App& cmd) {
         }
     }
     if (f.layers == 0 || f.d_model == 0 || f.heads == 0) {
-        throw UsageError("a model needs --model, --config, --params, or all of --layers, --d-model and --heads");
+        throw UsageError(
+            "a model needs --model, --config, --params, or all of --layers, --d-model and --heads");
     }
     ModelConfig c;
     c.name = "custom";
@@ -203,10 +220,11 @@ bool has_shape_flags(const CLI::App& cmd) {
 // How many models the flags name (one at most), refusing the shape-only flags without a shape.
 int count_model_sources(const CLI::App& cmd) {
     const bool shape_flags = has_shape_flags(cmd);
-    const int model_sources = (cmd.count("--model") > 0) + (cmd.count("--config") > 0) + (cmd.count("--params") > 0) +
-                              (shape_flags ? 1 : 0);
+    const int model_sources = (cmd.count("--model") > 0) + (cmd.count("--config") > 0) +
+                              (cmd.count("--params") > 0) + (shape_flags ? 1 : 0);
     if (model_sources > 1) {
-        throw UsageError("give one model: --model, --config, --params, or --layers/--d-model/--heads");
+        throw UsageError(
+            "give one model: --model, --config, --params, or --layers/--d-model/--heads");
     }
     if (!shape_flags) {
         for (const char* flag : kShapeOnlyFlags) {
@@ -256,7 +274,9 @@ void set_model(const EstimateFlags& f, const CLI::App& cmd, int model_sources, E
     const bool shape_flags = has_shape_flags(cmd);
     if (f.solve == "max-params") {
         if (model_sources > 0) {
-            throw UsageError("--solve max-params searches over model size: drop --model/--config/--params/--layers");
+            throw UsageError(
+                "--solve max-params searches over model size: drop "
+                "--model/--config/--params/--layers");
         }
         ctx.model_source = "napkin shape (solving for N)";
     } else if (cmd.count("--params") > 0) {
@@ -288,7 +308,8 @@ void set_model(const EstimateFlags& f, const CLI::App& cmd, int model_sources, E
 void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     in.seq_len = f.seq_len;
     if (cmd.count("--seq-len") > 0 && f.seq_len <= 0) {
-        throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(f.seq_len) + ")");
+        throw UsageError("--seq-len: must be a positive integer (got " + std::to_string(f.seq_len) +
+                         ")");
     }
     in.micro_batch = f.micro_batch;
     in.grad_accum = f.grad_accum;
@@ -300,7 +321,8 @@ void set_run(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& in) {
     in.checkpointing = parse_enum(kCheckpointingNames, f.checkpointing, "--checkpointing");
     in.attention = parse_enum(kAttentionNames, f.attention, "--attention");
     if (f.attention_flops != "causal" && f.attention_flops != "full") {
-        throw UsageError("--attention-flops: unknown value '" + f.attention_flops + "' (expected causal|full)");
+        throw UsageError("--attention-flops: unknown value '" + f.attention_flops +
+                         "' (expected causal|full)");
     }
     in.causal_attention_flops = f.attention_flops == "causal";
     check_fp8_amax_history(f.fp8_amax_history, cmd.count("--fp8-amax-history") > 0, in.precision);
@@ -380,7 +402,8 @@ void set_hardware(const EstimateFlags& f, const CLI::App& cmd, EstimateInputs& i
         link_choice(cmd.count("--node-link") > 0 ? std::string_view(f.node_link) : gpu.node_link);
     in.network_link =
         link_choice(cmd.count("--net-link") > 0 ? std::string_view(f.net_link) : gpu.network_link);
-    if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0) throw UsageError("--link and --link-gbps: pick one");
+    if (cmd.count("--link") > 0 && cmd.count("--link-gbps") > 0)
+        throw UsageError("--link and --link-gbps: pick one");
     if (cmd.count("--link") > 0) {
         const LinkSpec& l = link_or_throw(f.link);
         in.link_bytes_per_s = l.bytes_per_s();
@@ -511,25 +534,37 @@ void run_estimate(const EstimateFlags& f, const CLI::App& cmd) {
 // The model: a preset, a config file, a parameter count or a custom shape.
 void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     auto g = "Model";
-    cmd->add_option("--model", f.model, "Preset name (--list-models)")->group(g)->default_str("gpt2");
+    cmd->add_option("--model", f.model, "Preset name (--list-models)")
+        ->group(g)
+        ->default_str("gpt2");
     f.model = "gpt2";
     cmd->add_option("--config", f.config,
                     "Model config JSON: napkin's format or a Hugging Face config.json (gpt2, "
                     "llama, mistral, phi3, qwen2)")
         ->group(g);
-    cmd->add_option("--params", f.params, "Napkin mode: a dense model known only by its size N (e.g. 70e9)")->group(g);
+    cmd->add_option("--params", f.params,
+                    "Napkin mode: a dense model known only by its size N (e.g. 70e9)")
+        ->group(g);
     cmd->add_option("--layers", f.layers, "Custom shape: layers L")->group(g);
     cmd->add_option("--d-model", f.d_model, "Custom shape: d_model C")->group(g);
     cmd->add_option("--heads", f.heads, "Custom shape: attention heads")->group(g);
-    cmd->add_option("--kv-heads", f.kv_heads, "Custom shape: kv heads (default: heads; GQA/MQA when fewer)")->group(g);
+    cmd->add_option("--kv-heads", f.kv_heads,
+                    "Custom shape: kv heads (default: heads; GQA/MQA when fewer)")
+        ->group(g);
     cmd->add_option("--d-ff", f.d_ff, "Custom shape: MLP width (default 4 d_model)")->group(g);
     cmd->add_option("--vocab", f.vocab, "Custom shape: vocabulary (padded to a multiple of 128)")
         ->group(g)
         ->capture_default_str();
-    cmd->add_option("--context", f.context, "Custom shape: context length (default: --seq-len, or 2048)")->group(g);
-    cmd->add_option("--norm", f.norm, "Custom shape: layernorm|rmsnorm")->group(g)->capture_default_str();
+    cmd->add_option("--context", f.context,
+                    "Custom shape: context length (default: --seq-len, or 2048)")
+        ->group(g);
+    cmd->add_option("--norm", f.norm, "Custom shape: layernorm|rmsnorm")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_option("--mlp", f.mlp, "Custom shape: gelu|swiglu")->group(g)->capture_default_str();
-    cmd->add_option("--positions", f.positions, "Custom shape: learned|rope")->group(g)->capture_default_str();
+    cmd->add_option("--positions", f.positions, "Custom shape: learned|rope")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_flag("--no-bias", f.no_bias, "Custom shape: no biases")->group(g);
     cmd->add_flag("--untied", f.untied, "Custom shape: separate output head")->group(g);
     cmd->add_option("--head-dim", f.head_dim, "Custom shape: head dim (default d_model / heads)")
@@ -537,29 +572,40 @@ void add_model_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_flag("--qkv-bias", f.qkv_bias,
                   "Custom shape: biases on q, k and v only (with --no-bias; Qwen2)")
         ->group(g);
-    cmd->add_option("--dropout", f.dropout, "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
+    cmd->add_option("--dropout", f.dropout,
+                    "Dropout probability (> 0 keeps 1-byte masks; default: the model's, 0)")
         ->group(g);
 }
 
 // The data, the recipe, data parallelism and fine-tuning.
 void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
     auto g = "Data";
-    cmd->add_option("--seq-len", f.seq_len, "Sequence length T (default min(context, 8192); 2048 with --params)")
+    cmd->add_option("--seq-len", f.seq_len,
+                    "Sequence length T (default min(context, 8192); 2048 with --params)")
         ->group(g);
-    cmd->add_option("--micro-batch", f.micro_batch, "Micro-batch B per GPU")->group(g)->capture_default_str();
-    cmd->add_option("--grad-accum", f.grad_accum, "Gradient accumulation steps G")->group(g)->capture_default_str();
+    cmd->add_option("--micro-batch", f.micro_batch, "Micro-batch B per GPU")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--grad-accum", f.grad_accum, "Gradient accumulation steps G")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_option("--tokens", f.tokens, "Training tokens D (default 20 N, Chinchilla)")->group(g);
-    cmd->add_option("--loss-chunk", f.loss_chunk, "Rows of fp32 logits alive at once in the chunked loss (0: all)")
+    cmd->add_option("--loss-chunk", f.loss_chunk,
+                    "Rows of fp32 logits alive at once in the chunked loss (0: all)")
         ->group(g)
         ->capture_default_str();
 
     g = "Recipe";
-    cmd->add_option("--precision", f.precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")->group(g)->capture_default_str();
-    cmd->add_option("--optimizer", f.optimizer, "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
+    cmd->add_option("--precision", f.precision, "fp32|fp16-amp|bf16-amp|bf16|fp8-amp")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--optimizer", f.optimizer,
+                    "sgd|momentum|adagrad|rmsprop|adam|adamw|adamw-8bit")
         ->group(g)
         ->capture_default_str();
     cmd->add_flag("--grads-fp32", f.grads_fp32,
-                  "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, Megatron) instead of "
+                  "Mixed precision: keep fp32 gradients beside the fp32 master (18 B/param, "
+                  "Megatron) instead of "
                   "half-precision ones (16, ZeRO paper)")
         ->group(g);
     cmd->add_flag("--fp32-optimizer-state", f.fp32_optimizer_state,
@@ -569,7 +615,9 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
                   "Optimizer state in managed memory preferred on the host, paged in for the "
                   "update and out after it (QLoRA's paged optimizer; napkin train on CUDA)")
         ->group(g);
-    cmd->add_option("--checkpointing", f.checkpointing, "none|full|selective")->group(g)->capture_default_str();
+    cmd->add_option("--checkpointing", f.checkpointing, "none|full|selective")
+        ->group(g)
+        ->capture_default_str();
     cmd->add_option("--attention", f.attention, "naive|flash")->group(g)->capture_default_str();
     cmd->add_option("--attention-flops", f.attention_flops,
                     "causal (6LTC per token, llm.c/Megatron) | full (12LTC, PaLM's MFU)")
@@ -615,8 +663,11 @@ void add_run_flags(CLI::App* cmd, EstimateFlags& f) {
 // The hardware, and what to print.
 void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     auto g = "Hardware";
-    cmd->add_option("--gpu", f.gpu, "GPU from the table (--list-gpus)")->group(g)->capture_default_str();
-    cmd->add_option("--peak-tflops", f.peak_tflops, "Override the peak dense TFLOP/s of the recipe's GEMM dtype")
+    cmd->add_option("--gpu", f.gpu, "GPU from the table (--list-gpus)")
+        ->group(g)
+        ->capture_default_str();
+    cmd->add_option("--peak-tflops", f.peak_tflops,
+                    "Override the peak dense TFLOP/s of the recipe's GEMM dtype")
         ->group(g);
     cmd->add_option("--gpu-mem-gb", f.gpu_mem_gb, "Override GPU memory, GB (1e9 bytes)")->group(g);
     cmd->add_option("--cpu-mem-gb", f.cpu_mem_gb, "Host memory per node for offloaded states, GB")
@@ -628,8 +679,9 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
     cmd->add_option("--measured-tokens-per-s", f.measured_tokens_per_s,
                     "A measured throughput (whole job): prints the MFU it means")
         ->group(g);
-    cmd->add_option("--link", f.link,
-                    "Data-parallel link from the table (--list-links): time of the step's collectives")
+    cmd->add_option(
+           "--link", f.link,
+           "Data-parallel link from the table (--list-links): time of the step's collectives")
         ->group(g);
     cmd->add_option("--link-gbps", f.link_gbps,
                     "Data-parallel link bandwidth per GPU, one direction, in Gb/s (1e9 bits/s)")
@@ -652,23 +704,28 @@ void add_hardware_and_output_flags(CLI::App* cmd, EstimateFlags& f) {
                     "max-batch|max-context: the largest batch or prompt that fits")
         ->group(g);
     cmd->add_flag("--json", f.json, "One JSON document (keys in docs/ESTIMATOR.md)")->group(g);
-    cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")->group(g);
-    cmd->add_flag("--ignore-activations", f.ignore_activations,
-                  "Count model states only (weights, master, gradients, optimizer), as the lectures do")
+    cmd->add_flag("--explain", f.explain, "Every formula with its numbers and its source")
+        ->group(g);
+    cmd->add_flag(
+           "--ignore-activations", f.ignore_activations,
+           "Count model states only (weights, master, gradients, optimizer), as the lectures do")
         ->group(g);
     cmd->add_flag("--list-models", f.list_models, "List the presets and exit")->group(g);
     cmd->add_flag("--list-gpus", f.list_gpus, "List the GPU table and exit")->group(g);
-    cmd->add_flag("--list-links", f.list_links, "List the link table (NVLink, InfiniBand, PCIe) and exit")->group(g);
+    cmd->add_flag("--list-links", f.list_links,
+                  "List the link table (NVLink, InfiniBand, PCIe) and exit")
+        ->group(g);
 }
 
 }  // namespace
 
 void add_estimate_command(CLI::App& app) {
     auto f = std::make_shared<EstimateFlags>();
-    CLI::App* cmd = app.add_subcommand(
-        "estimate",
-        "Napkin math for a training run: parameters, memory per GPU by category, FLOPs, time and MFU.\n"
-        "Units: GB = 1e9 bytes, GiB = 2^30 bytes, TFLOP/s = 1e12 FLOP/s. Formulas: docs/ESTIMATOR.md.");
+    CLI::App* cmd = app.add_subcommand("estimate",
+                                       "Napkin math for a training run: parameters, memory per GPU "
+                                       "by category, FLOPs, time and MFU.\n"
+                                       "Units: GB = 1e9 bytes, GiB = 2^30 bytes, TFLOP/s = 1e12 "
+                                       "FLOP/s. Formulas: docs/ESTIMATOR.md.");
     cmd->footer(
         "Examples:\n"
         "  napkin estimate --model gpt2 --seq-len 1024 --micro-batch 16\n"

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace napkin::cli {
 

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <exception>
+#include <nlohmann/json.hpp>
 
 namespace napkin {
 

@@ -1,6 +1,7 @@
 // The inference estimate as text, --explain and JSON (estimator/inference_report.h).
 #include "estimator/inference_report.h"
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "estimator/report.h"

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "estimator/estimate.h"
 #include "estimator/solver.h"
@@ -17,7 +17,7 @@ struct ReportContext {
     std::string model_source;  // "preset gpt2", "config cfg.json", "--params", "flags"
     std::string gpu;           // "h100-sxm" or "custom"
     std::string gpu_full_name;
-    std::string link;          // "nvlink4", "--link-gbps 400", "" when none was given
+    std::string link;  // "nvlink4", "--link-gbps 400", "" when none was given
     // "", "max-params", "max-micro-batch", "min-tp-pp", "fastest", "fastest-layout"
     std::string solve;
     std::string
@@ -46,9 +46,9 @@ std::string format_fastest(const SolveResult& solved, double gpu_capacity_bytes,
 nlohmann::json fastest_json(const SolveResult& solved, bool layout = false);
 
 // Formatting shared by the CLI and the viewer.
-std::string fmt_count(double n);      // 124,439,808
-std::string fmt_sci(double x);        // 6.30e+24
-std::string fmt_bytes(double bytes);  // "12.35 GB (11.50 GiB)"
+std::string fmt_count(double n);           // 124,439,808
+std::string fmt_sci(double x);             // 6.30e+24
+std::string fmt_bytes(double bytes);       // "12.35 GB (11.50 GiB)"
 std::string fmt_duration(double seconds);  // "850.0 ms", "2.45 s", "3.1 h", "143.9 days"
 std::string fmt_exact(double x);           // the shortest text that reads back as x: "0.555"
 std::string fmt_number(const char* printf_format, double v);  // fmt_number("%.1f", x)

@@ -1,6 +1,7 @@
 // The --json document of an estimate: one object, its keys documented in docs/ESTIMATOR.md,
 // "JSON output" (schema napkin-estimate/1).
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/config_json.h"
 #include "core/dtype.h"

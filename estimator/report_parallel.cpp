@@ -2,6 +2,7 @@
 // tensor- and pipeline-parallel traffic per step, and the pipeline bubble, as text, JSON and
 // --explain. docs/ESTIMATOR.md, "3D parallelism", derives the same numbers in prose.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/dtype.h"

@@ -2,6 +2,7 @@
 // the time goes, the slowest ops, and the same in JSON (docs/ESTIMATOR.md, "JSON output").
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "estimator/report.h"

@@ -1,6 +1,7 @@
 #include "profiler/chrome_trace_writer.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <type_traits>
 #include <utility>
 

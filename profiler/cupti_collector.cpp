@@ -1,5 +1,6 @@
 #include "profiler/cupti_collector.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace napkin::profiler {

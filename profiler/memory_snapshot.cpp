@@ -1,6 +1,7 @@
 #include "profiler/memory_snapshot.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <utility>
 

@@ -1,6 +1,7 @@
 // report.json's writer: to_json of each part, in the file's names (profiler/run_report.h).
 #include "profiler/run_report.h"
 
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "core/config_json.h"

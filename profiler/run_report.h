@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/allocator.h"
 #include "core/model_config.h"

@@ -3,6 +3,7 @@
 #include "profiler/run_report.h"
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <type_traits>
 
 #include "core/check.h"

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "profiler/event.h"
 #include "profiler/run_report.h"

@@ -1,5 +1,6 @@
 #include "profiler/trace_check.h"
 
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "profiler/trace_reader.h"

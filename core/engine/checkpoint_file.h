@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/dtype.h"
 #include "core/engine/checkpoint.h"

@@ -3,6 +3,7 @@
 #include "core/json_reader.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/check.h"

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <tuple>
 

@@ -4,6 +4,7 @@
 // behind (#10: "a 0-byte .tmp after SIGTERM during export", "a partial checkpoint .tmp after a
 // second Ctrl-C"). Like the rest of the suite, NAPKIN_UNDER_TEST runs it against another build.
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include "fault_util.h"
 

@@ -6,6 +6,7 @@
 // user namespace in which the caller is root, so no root is needed where the kernel allows user
 // namespaces; CI runs as root, where it always works). The mount vanishes with the namespace, so
 // nothing is left mounted if a case dies. Where neither works the cases skip, saying why.
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "fault_util.h"

@@ -3,6 +3,8 @@
 // fixed. Every command runs under `timeout`, so that a hang fails the case instead of the suite.
 // NAPKIN_UNDER_TEST=/path/to/napkin runs the cases against another build (the frozen one before
 // the fixes fails them).
+#include <nlohmann/json.hpp>
+
 #include "fault_util.h"
 
 namespace {

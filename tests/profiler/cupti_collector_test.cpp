@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "profiler/chrome_trace_writer.h"
 #include "profiler/cupti_collector.h"
@@ -61,9 +62,11 @@ public:
     std::uint64_t timestamp_ns() noexcept override {
         return static_cast<std::uint64_t>(rec_.now_ns()) + kOffset;
     }
-    void flush(bool, std::vector<p::GpuActivity>* out, p::GpuActivityStats* stats) noexcept override {
+    void flush(bool, std::vector<p::GpuActivity>* out,
+               p::GpuActivityStats* stats) noexcept override {
         stats_.records += pending_.size();
-        for (auto& a : pending_) out->push_back(a);
+        for (auto& a : pending_)
+            out->push_back(a);
         pending_.clear();
         *stats = stats_;
     }
@@ -132,7 +135,8 @@ TEST(CuptiCollector, NamesCostsClockAndFlowsFromTheSource) {
             EXPECT_GE(r->start_ns, before - kPairing);
             EXPECT_LE(r->start_ns, after + 3 * 11'000 + kPairing);
         }
-        if (const auto* f = std::get_if<p::FlowEvent>(&e)) flow_ends += f->phase == p::FlowPhase::end;
+        if (const auto* f = std::get_if<p::FlowEvent>(&e))
+            flow_ends += f->phase == p::FlowPhase::end;
     }
     EXPECT_EQ(kernels, 3);
     EXPECT_EQ(flow_ends, 3);
@@ -143,7 +147,8 @@ TEST(CuptiCollector, NamesCostsClockAndFlowsFromTheSource) {
     w.write_tracks(rec.tracks());
     ASSERT_TRUE(w.close().ok);
     const auto check = p::check_trace_file(dir.path() / "trace.json");
-    for (const auto& problem : check.problems) ADD_FAILURE() << problem;
+    for (const auto& problem : check.problems)
+        ADD_FAILURE() << problem;
 }
 
 TEST(CuptiCollector, CountsWhatTheSourceLost) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/model_config.h"
@@ -53,6 +54,7 @@ p::RunReport full_report() {
              .data_entropy_nats = 1.25,
              .offload = "optimizer",
              .fp8_amax_history = 4,
+             .loss_chunk = 512,
              .cuda_graph = false,
              .cuda_graph_off = "--cuda-graph off"};
     r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
@@ -135,6 +137,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     bare.run.data_entropy_nats.reset();
     bare.run.offload.reset();
     bare.run.fp8_amax_history.reset();
+    bare.run.loss_chunk.reset();
     bare.init.reset();
     bare.predicted = {bare.predicted.bytes, 1e9,          std::nullopt, std::nullopt,
                       std::nullopt,         std::nullopt, std::nullopt, std::nullopt};
@@ -158,6 +161,7 @@ TEST(RunReport, RoundTripsThroughJson) {
     EXPECT_FALSE(j.contains("communication"));
     EXPECT_FALSE(j["run"].contains("offload"));
     EXPECT_FALSE(j["run"].contains("fp8_amax_history"));  // not fp8-amp, or an earlier report
+    EXPECT_FALSE(j["run"].contains("loss_chunk"));        // an earlier report
     EXPECT_FALSE(j["predicted"].contains("paged_optimizer"));
     EXPECT_FALSE(j["measured"].contains("paged_optimizer"));
     EXPECT_EQ(j.get<p::RunReport>(), bare);
