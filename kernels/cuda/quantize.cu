@@ -144,6 +144,7 @@ __device__ __forceinline__ int tile_slot(int row, int chunk) {
 __device__ __forceinline__ Bytes16 tile_column(const uint4* tile, int col, int q) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(tile);
     Bytes16 v;
+#pragma unroll
     for (int b = 0; b < kChunk; ++b) {
         const int row = q * kChunk + b;
         v.b[b] = bytes[tile_slot(row, col / kChunk) * kChunk + col % kChunk];
@@ -160,8 +161,9 @@ __device__ __forceinline__ void store_chunk(std::uint8_t* dst, const Bytes16& v,
         *reinterpret_cast<uint4*>(dst) = w;
         return;
     }
-    for (int b = 0; b < count; ++b)
-        dst[b] = v.b[b];
+#pragma unroll  // constant indices keep v in registers
+    for (int b = 0; b < kChunk; ++b)
+        if (b < count) dst[b] = v.b[b];
 }
 
 // The tile's second half: each thread's 16 codes of a column of the shared tile to out_t (C, R).
@@ -195,15 +197,18 @@ __global__ void quantize_transpose_kernel(__nv_fp8_storage_t* out, __nv_fp8_stor
     float m = 0.0f;
     Bytes16 v{};
     const D* src = inp + r * C + c;
+#pragma unroll
     for (int j = 0; j < kChunk; j += kPer) {
         D x[kPer];
         if (vector && count == kChunk) {
             const uint4 w = *reinterpret_cast<const uint4*>(src + j);
             memcpy(static_cast<void*>(x), &w, sizeof(w));
         } else {
+#pragma unroll
             for (int e = 0; e < kPer; ++e)
                 x[e] = j + e < count ? src[j + e] : D(0.0f);
         }
+#pragma unroll
         for (int e = 0; e < kPer; ++e) {
             const float f = to_f32(x[e]);
             m = fmaxf(m, fabsf(f));
@@ -239,8 +244,9 @@ __global__ void transpose_fp8_kernel(std::uint8_t* out, const std::uint8_t* inp,
         const uint4 w = *reinterpret_cast<const uint4*>(src);
         memcpy(v.b, &w, sizeof(w));
     } else {
-        for (int b = 0; b < count; ++b)
-            v.b[b] = src[b];
+#pragma unroll
+        for (int b = 0; b < kChunk; ++b)
+            if (b < count) v.b[b] = src[b];
     }
     memcpy(&tile[tile_slot(row, chunk)], v.b, sizeof(uint4));
     __syncthreads();
