@@ -177,9 +177,10 @@ __device__ __forceinline__ void write_transposed(std::uint8_t* out_t, const uint
     store_chunk(out_t + c * R + r, tile_column(tile, col, q), count, vector);
 }
 
-// out (R, C) and/or out_t (C, R) = fp8(inp * s[0]), one tile a block (grid x over columns, y
-// over rows). amax_bits (or null) = max(itself, max |inp|) by one atomicMax per block; copy (or
-// null) = s's pair, by block (0, 0). vector: every pointer and row start 16-byte aligned.
+// out (R, C) and/or out_t (C, R) = fp8(inp * s[0]), one tile a block (grid x over rows, up to
+// 2^31 - 1 tiles: the tokens; y over columns, up to 65535). amax_bits (or null) = max(itself, max
+// |inp|) by one atomicMax per block; copy (or null) = s's pair, by block (0, 0). vector: every
+// pointer and row start 16-byte aligned.
 template <class D>
 __global__ void quantize_transpose_kernel(__nv_fp8_storage_t* out, __nv_fp8_storage_t* out_t,
                                           float* copy, unsigned* amax_bits, const float* s_pair,
@@ -189,8 +190,8 @@ __global__ void quantize_transpose_kernel(__nv_fp8_storage_t* out, __nv_fp8_stor
     __shared__ float shared[kWarpSize];
     constexpr int kPer = static_cast<int>(sizeof(uint4) / sizeof(D));  // elements per load
     const float s = s_pair[0];
-    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
-    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
     const int row = threadIdx.x / 4, chunk = threadIdx.x % 4;
     const std::int64_t r = r0 + row, c = c0 + chunk * kChunk;
     const int count = r < R && c < C ? static_cast<int>(C - c < kChunk ? C - c : kChunk) : 0;
@@ -233,8 +234,8 @@ __global__ void quantize_transpose_kernel(__nv_fp8_storage_t* out, __nv_fp8_stor
 __global__ void transpose_fp8_kernel(std::uint8_t* out, const std::uint8_t* inp, std::int64_t R,
                                      std::int64_t C, bool vector) {
     __shared__ uint4 tile[kTile * kTile / kChunk];
-    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
-    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
+    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
     const int row = threadIdx.x / 4, chunk = threadIdx.x % 4;
     const std::int64_t r = r0 + row, c = c0 + chunk * kChunk;
     const int count = r < R && c < C ? static_cast<int>(C - c < kChunk ? C - c : kChunk) : 0;
@@ -258,7 +259,7 @@ bool aligned16(const void* p) {
 }
 
 dim3 tile_grid(std::int64_t R, std::int64_t C, const char* op) {
-    const std::int64_t x = (C + kTile - 1) / kTile, y = (R + kTile - 1) / kTile;
+    const std::int64_t x = (R + kTile - 1) / kTile, y = (C + kTile - 1) / kTile;
     NAPKIN_CUDA_REQUIRE(x <= 0x7fffffff && y <= 65535,
                         op << ": " << R << " x " << C << " is more tiles than a grid holds");
     return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
