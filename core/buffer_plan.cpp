@@ -43,7 +43,8 @@ static_assert(cuda::kNormBackwardBlocks * 2 * (cuda::kNormWarpRowBytes / 2) * si
               cuda::kMatmulWorkspaceBytes);
 
 // The CUDA GEMM scratch in bytes: the cuBLASLt workspace, then, when the block's GEMMs are fp8,
-// the fp8 backward's transposed operands for the largest of them (kernels/matmul.h).
+// the fp8 backward's transposed output gradient and input for the largest of them
+// (kernels/matmul.h; the weight's transpose is cast into fp8.weight).
 std::size_t cuda_gemm_scratch_bytes(const std::vector<PlanOp>& block) {
     std::size_t transposes = 0;
     for (const PlanOp& op : block) {

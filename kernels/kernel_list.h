@@ -76,6 +76,8 @@
 #define NAPKIN_FP8_KERNELS(X)                                                                \
     X(quantize_e4m3, quantize, Fp8QuantizeArgs<f8e4m3_t>)                                    \
     X(quantize_e5m2, quantize, Fp8QuantizeArgs<f8e5m2_t>)                                    \
+    X(quantize_transpose_e4m3, quantize_transpose, Fp8QuantizeTransposeArgs<f8e4m3_t>)       \
+    X(quantize_transpose_e5m2, quantize_transpose, Fp8QuantizeTransposeArgs<f8e5m2_t>)       \
     X(dequantize_e4m3, dequantize, Fp8DequantizeArgs<f8e4m3_t>)                              \
     X(amax_history_roll, amax_history_roll, AmaxHistoryRollArgs)                             \
     X(matmul_fp8_forward, matmul_fp8_forward, MatmulFp8ForwardArgs)                          \

@@ -194,17 +194,21 @@ struct MatmulFp8ForwardArgs {
 // dweight (N, K) += (dout8^T @ inp (M, K)) * (dout_scale[kFp8ScaleInv] * inp_scale[kFp8ScaleInv]);
 // dbias (N) += column sums of dout (M, N), the bf16 gradient that dout8 was cast from (as
 // Transformer Engine takes dbias from the high-precision gradient). dinp, dweight and dbias may
-// each be null; dout only when dbias is.
+// each be null; dout only when dbias is. The weight comes transposed, weight_t (K, N), as the
+// dinp GEMM reads it (the backward's cast writes only that: quantize_transpose); dout8_t
+// (N, M), dout8 transposed by the same cast, is what CUDA's dweight GEMM reads (required there
+// with dweight; the CPU reads dout8 and ignores it).
 struct MatmulFp8BackwardArgs {
     bf16_t* dinp = nullptr;               // (M, K) or null
     bf16_t* dweight = nullptr;            // (N, K) or null
     bf16_t* dbias = nullptr;              // (N) or null
     const bf16_t* dout = nullptr;         // (M, N)
     const f8e5m2_t* dout8 = nullptr;      // (M, N)
+    const f8e5m2_t* dout8_t = nullptr;    // (N, M) or null
     const float* dout_scale = nullptr;    // (kFp8ScaleFloats)
     const f8e4m3_t* inp = nullptr;        // (M, K)
     const float* inp_scale = nullptr;     // (kFp8ScaleFloats)
-    const f8e4m3_t* weight = nullptr;     // (N, K)
+    const f8e4m3_t* weight_t = nullptr;   // (K, N)
     const float* weight_scale = nullptr;  // (kFp8ScaleFloats)
     std::int64_t M = 0, N = 0, K = 0;
     float* scratch = nullptr;
@@ -288,16 +292,24 @@ void matmul_backward(const MatmulBackwardArgs<T>& a, const Launch& launch);
 // bias by the BIAS epilogue, accumulation by beta = 1. cuBLASLt documents them for the "TN" form
 // only (A transposed, B not: both operands contiguous along k) and for dimensions and leading
 // dimensions that are multiples of 16 bytes: the forward is TN as it stands; the backward
-// contracts over N (dinp) and over M (dweight), so it first transposes weight8, dout8 and inp8
-// (exact: a per-tensor scale survives a transpose) into its scratch after the workspace:
-// matmul_fp8_backward_scratch_bytes more. M, N and K must be multiples of kFp8GemmMultiple.
+// contracts over N (dinp: weight8^T and dout8) and over M (dweight: inp8^T and dout8^T). The
+// casts before it write weight8^T and dout8^T (quantize_transpose); inp8, cast in the forward,
+// is transposed here (transpose_fp8; exact: a per-tensor scale survives a transpose). The
+// scratch after the workspace: round(M N) bytes where the caller may cast dout8^T
+// (matmul_fp8_dout_t), then round(M K) for inp8^T: matmul_fp8_backward_scratch_bytes in all.
+// M, N and K must be multiples of kFp8GemmMultiple.
 inline constexpr std::int64_t kFp8GemmMultiple = 16;
+inline std::size_t matmul_fp8_scratch_round(std::int64_t bytes) {
+    return (static_cast<std::size_t>(bytes) + 255) / 256 * 256;
+}
 inline std::size_t matmul_fp8_backward_scratch_bytes(std::int64_t M, std::int64_t N,
                                                      std::int64_t K) {
-    const auto round = [](std::int64_t b) {
-        return (static_cast<std::size_t>(b) + 255) / 256 * 256;
-    };
-    return round(N * K) + round(M * N) + round(M * K);  // weight^T, dout^T, inp^T
+    return matmul_fp8_scratch_round(M * N) + matmul_fp8_scratch_round(M * K);  // dout^T, inp^T
+}
+// Where in the scratch (kMatmulWorkspaceBytes + matmul_fp8_backward_scratch_bytes) dout8^T goes.
+inline f8e5m2_t* matmul_fp8_dout_t(float* scratch) {
+    return reinterpret_cast<f8e5m2_t*>(reinterpret_cast<unsigned char*>(scratch) +
+                                       kMatmulWorkspaceBytes);
 }
 
 void matmul_fp8_forward(const MatmulFp8ForwardArgs& a, const Launch& launch);

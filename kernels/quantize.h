@@ -32,11 +32,20 @@
 //   entry 0 becomes 0, ready for the next step. Transformer Engine keeps the previous scale when
 //   the amax is 0 or not finite; here fp8_scale's rule gives 1 (the formula of current scaling).
 // A maximum is the same in any order: deterministic on every backend.
+// quantize_transpose is the same cast of a row-major (R, C) matrix in one read of it, writing
+// the codes (R, C), their transpose (C, R), or both (Transformer Engine's cast-transpose): the
+// codes, the scale pair and the amax are bit for bit quantize's on the same elements, since a
+// cast is element-wise and a maximum is the same in any order. fp8-amp's backward takes its
+// fp8 GEMMs' TN operands from it (kernels/matmul.h, core/engine/gpt_fp8.h).
+// transpose_fp8 transposes codes already made (R, C) -> (C, R), bytes moved as they are.
 // Cost: 2 FLOPs per element (the |x| comparison and the scaling multiply), the input read and
 // the codes written once, plus the scale pair; dequantize 1 FLOP per element; the roll 1 FLOP
-// per history entry, the histories read and written and the scale pairs written.
-// CPU: kernels/cpu/quantize.cpp, tested in tests/kernels/quantize_test.cpp. CUDA:
-// kernels/cuda/quantize.cu, tested against the CPU in tests/kernels_cuda/quantize_test.cpp.
+// per history entry, the histories read and written and the scale pairs written;
+// quantize_transpose as quantize with the codes written once per layout asked for;
+// transpose_fp8 0 FLOPs, the codes read and written once.
+// CPU: kernels/cpu/quantize.cpp, tested in tests/kernels/quantize_test.cpp and
+// quantize_transpose_test.cpp. CUDA: kernels/cuda/quantize.cu, tested against the CPU in
+// tests/kernels_cuda/quantize_test.cpp and quantize_transpose_test.cpp.
 #pragma once
 
 #include <limits>
@@ -64,6 +73,33 @@ inline KernelCost quantize_cost(const QuantizeShape& s) {
     c.flops = 2ull * static_cast<std::uint64_t>(s.n);
     c.bytes_read = nbytes(s.in, s.n);
     c.bytes_written = nbytes(s.fp8, s.n) + nbytes(DType::f32, kFp8ScaleFloats);
+    return c;
+}
+
+// The cast-transpose of a row-major (R, C) matrix: the codes (R, C) if `rows`, their transpose
+// (C, R) if `transposed`.
+struct QuantizeTransposeShape {
+    std::int64_t R = 0, C = 0;
+    DType in = DType::bf16;
+    DType fp8 = DType::f8e4m3;
+    bool rows = true;
+    bool transposed = true;
+};
+
+inline KernelCost quantize_transpose_cost(const QuantizeTransposeShape& s) {
+    const std::int64_t n = s.R * s.C;
+    KernelCost c;
+    c.flops = 2ull * static_cast<std::uint64_t>(n);
+    c.bytes_read = nbytes(s.in, n);
+    c.bytes_written = nbytes(s.fp8, n) * ((s.rows ? 1 : 0) + (s.transposed ? 1 : 0)) +
+                      nbytes(DType::f32, kFp8ScaleFloats);
+    return c;
+}
+
+inline KernelCost transpose_fp8_cost(std::int64_t R, std::int64_t C) {
+    KernelCost c;
+    c.bytes_read = nbytes(DType::f8e4m3, R * C);
+    c.bytes_written = nbytes(DType::f8e4m3, R * C);
     return c;
 }
 
@@ -113,6 +149,26 @@ struct QuantizeArgs {
     float* amax = nullptr;           // (1): entry 0 of the slot's history
 };
 
+// out (R, C) and/or out_t (C, R) = the fp8 codes of inp (R, C), row-major, scaled as
+// QuantizeArgs says (scale, delayed, amax alike). out or out_t may be null, not both.
+template <class Q, class T>
+struct QuantizeTransposeArgs {
+    Q* out = nullptr;        // (R, C) or null
+    Q* out_t = nullptr;      // (C, R) or null
+    float* scale = nullptr;  // (kFp8ScaleFloats)
+    const T* inp = nullptr;  // (R, C)
+    std::int64_t R = 0, C = 0;
+    const float* delayed = nullptr;  // (kFp8ScaleFloats), not aliasing scale
+    float* amax = nullptr;           // (1)
+};
+
+// out (C, R) = inp (R, C) transposed: fp8 codes as bytes (the scale pair stays valid).
+struct TransposeFp8Args {
+    void* out = nullptr;        // (C, R) bytes
+    const void* inp = nullptr;  // (R, C) bytes
+    std::int64_t R = 0, C = 0;
+};
+
 // Delayed scaling's step end (the rule above). The first e4m3_slots slots are E4M3 casts' (max
 // 448), the rest E5M2's (57344).
 struct AmaxHistoryRollArgs {
@@ -137,11 +193,16 @@ template <class Q>
 using Fp8QuantizeArgs = QuantizeArgs<Q, bf16_t>;
 template <class Q>
 using Fp8DequantizeArgs = DequantizeArgs<bf16_t, Q>;
+template <class Q>
+using Fp8QuantizeTransposeArgs = QuantizeTransposeArgs<Q, bf16_t>;
 
 namespace cpu {
 
 template <class Q, class T>
 void quantize(const QuantizeArgs<Q, T>& args);
+template <class Q, class T>
+void quantize_transpose(const QuantizeTransposeArgs<Q, T>& args);
+void transpose_fp8(const TransposeFp8Args& args);
 template <class T, class Q>
 void dequantize(const DequantizeArgs<T, Q>& args);
 void amax_history_roll(const AmaxHistoryRollArgs& args);
@@ -158,8 +219,19 @@ namespace cuda {
 // (cvt.rn.satfinite on sm_89+). Delayed scaling is one launch: each block casts its elements with
 // the slot's scale, then adds its maximum to amax[0] by one atomicMax, and block 0 copies the
 // pair. amax_history_roll: one thread per slot.
+// quantize_transpose: the same launches, the cast one pass over 64 x 64 tiles of 256 threads:
+// each thread reads 16 elements of a row (16-byte loads), writes their 16 codes to out (one
+// 16-byte store) and into a shared tile, whose 16-byte chunks are swizzled (chunk k of row i at
+// k ^ (i / 16 % 4)) so that the column reads below meet no bank conflict; after the barrier each
+// thread gathers 16 codes of a column and writes them to out_t (one 16-byte store, four threads
+// a 64-byte row segment). A tile at the matrix's edge, or any pointer or row not 16-byte aligned
+// (C * sizeof(T), C or R not multiples of 16 bytes), takes the same path element by element.
+// transpose_fp8: the same tiles over bytes.
 template <class Q, class T>
 void quantize(const QuantizeArgs<Q, T>& args, const Launch& launch);
+template <class Q, class T>
+void quantize_transpose(const QuantizeTransposeArgs<Q, T>& args, const Launch& launch);
+void transpose_fp8(const TransposeFp8Args& args, const Launch& launch);
 template <class T, class Q>
 void dequantize(const DequantizeArgs<T, Q>& args, const Launch& launch);
 void amax_history_roll(const AmaxHistoryRollArgs& args, const Launch& launch);

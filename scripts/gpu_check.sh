@@ -17,7 +17,9 @@
 #   scripts/gpu_check.sh graph        # GPT-2 B 8 with --cuda-graph off vs on: tokens/s, the
 #                                     # driver's memory for the graphs, the graph tests
 #   scripts/gpu_check.sh fp8          # GPT-2 B 64: bf16-amp, fp8-amp delayed, fp8-amp current
-#                                     # scaling (--fp8-amax-history 0); the fp8 kernels' tests
+#                                     # scaling (--fp8-amax-history 0); the fp8 kernels' tests;
+#                                     # fp8_cast_bench (the backward's cast-transposes vs casts
+#                                     # + transposes), racecheck on the cast-transpose
 #   scripts/gpu_check.sh decode       # flash-decoding: its tests, decode_attention_bench, and
 #                                     # napkin generate on GPT-2 with --flash-decoding off vs on
 #   scripts/gpu_check.sh predict      # napkin calibrate's profile; predicted vs measured step time;
@@ -141,7 +143,8 @@ do_build() {
         -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
-        device_test gemm_bench attention_bench membound_bench decode_attention_bench head_ce_bench
+        device_test gemm_bench attention_bench membound_bench decode_attention_bench head_ce_bench \
+        fp8_cast_bench
 }
 
 # A test binary's counts from its XML, so that a PASS of skipped tests cannot pass for a run.
@@ -390,13 +393,24 @@ PY
 # B 64, T 1024 under bf16-amp, fp8-amp with delayed scaling (the default, one pass per cast) and
 # fp8-amp with current scaling (--fp8-amax-history 0), alternated twice so a drift hits all three;
 # each run's median step on the device (steps after the first 3), tokens/s and the ratios to
-# bf16-amp; the fp8 kernels' tests on this GPU first.
+# bf16-amp; the fp8 kernels' tests on this GPU first, then the backward's casts per block linear
+# at B 64 (bench/fp8_cast_bench: the cast-transposes against the casts + byte transposes they
+# replaced, against docs/CUDA.md's account) and racecheck over the cast-transpose's shared tile.
 do_fp8() {
     need_build fp8 || return 0
     local n="$b/cli/napkin" i r dir
     step fp8_tests "$b/tests/kernels_cuda_test" \
-        --gtest_filter='QuantizeCuda*:QuantizeDelayedCuda*:AmaxHistoryRollCuda*:MatmulFp8*' \
+        --gtest_filter='QuantizeCuda*:QuantizeDelayedCuda*:AmaxHistoryRollCuda*:MatmulFp8*:QuantizeTranspose*:TransposeFp8*' \
         --gtest_output="xml:$out/fp8_tests.xml"
+    counts "$out/fp8_tests.xml"
+    if [ -x "$b/bench/fp8_cast_bench" ]; then
+        step fp8_cast_bench "$b/bench/fp8_cast_bench" --shape gpt2-b64
+        tail -n 16 "$out/fp8_cast_bench.log"
+    fi
+    if need_sanitizer; then
+        step racecheck_fp8_cast compute-sanitizer --error-exitcode 9 --tool racecheck \
+            "$b/tests/kernels_cuda_test" --gtest_filter='QuantizeTransposeCuda/1.*:TransposeFp8Cuda.*'
+    fi
     local -A recipe=([bf16]="--precision bf16-amp" [delayed]="--precision fp8-amp"
                      [current]="--precision fp8-amp --fp8-amax-history 0")
     for i in 1 2; do

@@ -7,7 +7,10 @@
 //     out (bf16) = inp8 @ weight8^T [+ bias] (forward);
 //   - backward: the bf16 output gradient is cast to E5M2 and the weight to E4M3 again, then
 //     dinp += dout8 @ weight8 and dweight += dout8^T @ inp8 (fp8 GEMMs), dbias from the bf16
-//     dout (backward);
+//     dout (backward). The casts are cast-transposes (quantize_transpose) that write what the
+//     GEMMs read: the weight only as weight8^T (K, N), the gradient as dout8 and, on CUDA, whose
+//     fp8 GEMMs take the TN form only, dout8^T too, into the GEMM scratch after cuBLASLt's
+//     workspace (kernels/matmul.h); the CPU's sgemm reads dout8 transposed as it is;
 //   - flash attention's backward reads its output O from the kept codes, dequantized into a
 //     bf16 buffer (dequantized): the plan keeps attn.out once, in fp8.
 // The two transients (a weight and an output gradient, with their scale pairs) are temporaries
@@ -155,11 +158,39 @@ public:
     void backward(Kernels& k, Range&& range, const MatmulShape& s, T* dinp, T* dweight, T* dbias,
                   const T* dout, const Tensor& inp, const Tensor& inp_scale, const T* weight,
                   float* scratch, const Fp8Site& site) {
-        range("quantize", quantize_cost({s.M * s.N, storage(), DType::f8e5m2}));
-        if constexpr (Kernels::kFp8)
-            k.quantize(cast_args(g8_.data<f8e5m2_t>(), g8_scale_.data<float>(), dout, s.M * s.N,
-                                 grad_slot(site)));
-        cast_weight(k, range, s, weight, site);
+        f8e5m2_t* g8_t = nullptr;  // dout8^T, which only CUDA's dweight GEMM reads
+        if constexpr (Kernels::kDevice == DeviceKind::cuda)
+            if (dweight != nullptr) g8_t = cuda::matmul_fp8_dout_t(scratch);
+        range("quantize", quantize_transpose_cost({.R = s.M,
+                                                   .C = s.N,
+                                                   .in = storage(),
+                                                   .fp8 = DType::f8e5m2,
+                                                   .rows = true,
+                                                   .transposed = g8_t != nullptr}));
+        if constexpr (Kernels::kFp8) {
+            Fp8QuantizeTransposeArgs<f8e5m2_t> a{.out = g8_.data<f8e5m2_t>(),
+                                                 .out_t = g8_t,
+                                                 .scale = g8_scale_.data<float>(),
+                                                 .inp = dout,
+                                                 .R = s.M,
+                                                 .C = s.N};
+            k.quantize_transpose(with_slot(a, grad_slot(site)));
+        }
+        // weight8^T (K, N) alone: the dinp GEMM's operand.
+        range("quantize", quantize_transpose_cost({.R = s.N,
+                                                   .C = s.K,
+                                                   .in = storage(),
+                                                   .fp8 = DType::f8e4m3,
+                                                   .rows = false,
+                                                   .transposed = true}));
+        if constexpr (Kernels::kFp8) {
+            Fp8QuantizeTransposeArgs<f8e4m3_t> a{.out_t = w8_.data<f8e4m3_t>(),
+                                                 .scale = w8_scale_.data<float>(),
+                                                 .inp = weight,
+                                                 .R = s.N,
+                                                 .C = s.K};
+            k.quantize_transpose(with_slot(a, weight_slot(site)));
+        }
         range("matmul_backward", matmul_fp8_backward_cost(s));
         if constexpr (Kernels::kFp8) {
             k.matmul_fp8_backward({.dinp = dinp,
@@ -167,10 +198,11 @@ public:
                                    .dbias = dbias,
                                    .dout = dout,
                                    .dout8 = g8_.data<f8e5m2_t>(),
+                                   .dout8_t = g8_t,
                                    .dout_scale = g8_scale_.data<float>(),
                                    .inp = inp.data<f8e4m3_t>(),
                                    .inp_scale = inp_scale.data<float>(),
-                                   .weight = w8_.data<f8e4m3_t>(),
+                                   .weight_t = w8_.data<f8e4m3_t>(),
                                    .weight_scale = w8_scale_.data<float>(),
                                    .M = s.M,
                                    .N = s.N,
@@ -208,7 +240,10 @@ private:
     template <class Q>
     Fp8QuantizeArgs<Q> cast_args(Q* out, float* scale, const T* inp, std::int64_t n,
                                  std::int64_t slot) {
-        Fp8QuantizeArgs<Q> a{.out = out, .scale = scale, .inp = inp, .n = n};
+        return with_slot(Fp8QuantizeArgs<Q>{.out = out, .scale = scale, .inp = inp, .n = n}, slot);
+    }
+    template <class Args>
+    Args with_slot(Args a, std::int64_t slot) {
         if (history_.empty()) return a;
         a.amax = history_.data<float>() + slot * H_;
         if (delayed_) a.delayed = scales_.data<float>() + slot * kFp8ScaleFloats;
@@ -221,7 +256,7 @@ private:
     std::int64_t weight_slot(const Fp8Site& site) const { return 2 * site_index(site) + 1; }
     std::int64_t grad_slot(const Fp8Site& site) const { return slots_.e4m3 + site_index(site); }
 
-    Tensor w8_, w8_scale_;  // one block weight (N, K) cast to E4M3
+    Tensor w8_, w8_scale_;  // one block weight cast to E4M3: (N, K) forward, (K, N) backward
     Tensor g8_, g8_scale_;  // one output gradient (M, N) cast to E5M2
     // Delayed scaling: (slots, H) amax histories and (slots, kFp8ScaleFloats) scale pairs.
     Tensor history_, scales_;

@@ -24,6 +24,15 @@ void widen(float* dst, const T* src, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
+// dst (C, R) = src (R, C) transposed, widened.
+template <class T>
+void widen_transposed(float* dst, const T* src, std::int64_t R, std::int64_t C) {
+#pragma omp parallel for if (R * C > 65536)
+    for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t r = 0; r < R; ++r)
+            dst[c * R + r] = to_float(src[r * C + c]);
+}
+
 // dst += src (narrowing the sum back to T).
 template <class T>
 void accumulate(T* dst, const float* src, std::int64_t n) {
@@ -207,15 +216,16 @@ void matmul_fp8_forward(const MatmulFp8ForwardArgs& args) {
 }
 
 void matmul_fp8_backward(const MatmulFp8BackwardArgs& args) {
-    const auto& [dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
+    const auto& [dinp, dweight, dbias, dout, dout8, dout8_t, dout_scale, inp, inp_scale, weight_t,
                  weight_scale, M, N, K, scratch] = args;
-    // Scratch as the 16-bit path: dout8 widened (M*N), the operand, then the product.
+    // Scratch as the 16-bit path: dout8 widened (M*N), the operand, then the product. The
+    // weight is widened back into its (N, K) layout: the same sgemm as on (N, K) codes.
     float* g = scratch;
     float* operand = g + M * N;
     if (dinp != nullptr || dweight != nullptr) widen(g, dout8, M * N);
     if (dinp != nullptr) {
         float* product = operand + N * K;
-        widen(operand, weight, N * K);
+        widen_transposed(operand, weight_t, K, N);
         gemm_nn(product, g, operand, M, N, K, 0.0f);
         scale_in_place(product, dout_scale[kFp8ScaleInv] * weight_scale[kFp8ScaleInv], M * K);
         accumulate(dinp, product, M * K);

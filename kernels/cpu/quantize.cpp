@@ -4,7 +4,9 @@
 #include "kernels/quantize.h"
 
 #include <cmath>
+#include <cstdint>
 
+#include "core/check.h"
 #include "core/fp8.h"
 #include "core/half.h"
 
@@ -52,6 +54,52 @@ void quantize(const QuantizeArgs<Q, T>& args) {
     if (amax_out != nullptr && amax > *amax_out) *amax_out = amax;
 }
 
+// quantize's arithmetic, element (r, c) written to out[r C + c] and out_t[c R + r].
+template <class Q, class T>
+void quantize_transpose(const QuantizeTransposeArgs<Q, T>& args) {
+    const auto& [out, out_t, scale, inp, R, C, delayed, amax_out] = args;
+    NAPKIN_ASSERT(R * C == 0 || out != nullptr || out_t != nullptr,
+                  "quantize_transpose: no output");
+    const std::int64_t n = R * C;
+    float amax = 0.0f;
+    float s = 0.0f;
+    if (delayed == nullptr) {
+#pragma omp parallel for reduction(max : amax) if (n > 65536)
+        for (std::int64_t i = 0; i < n; ++i) {
+            const float a = std::fabs(to_float(inp[i]));
+            if (a > amax) amax = a;  // false for NaN
+        }
+        s = fp8_scale(amax, Q::kMax);
+        write_pair(scale, s);
+    } else {
+        for (std::int64_t i = 0; i < kFp8ScaleFloats; ++i)
+            scale[i] = delayed[i];
+        s = delayed[0];
+    }
+    const bool take_amax = delayed != nullptr;
+#pragma omp parallel for reduction(max : amax) if (n > 65536)
+    for (std::int64_t r = 0; r < R; ++r) {
+        for (std::int64_t c = 0; c < C; ++c) {
+            const float x = to_float(inp[r * C + c]);
+            if (take_amax && std::fabs(x) > amax) amax = std::fabs(x);
+            const Q q(x * s);
+            if (out != nullptr) out[r * C + c] = q;
+            if (out_t != nullptr) out_t[c * R + r] = q;
+        }
+    }
+    if (amax_out != nullptr && amax > *amax_out) *amax_out = amax;
+}
+
+void transpose_fp8(const TransposeFp8Args& args) {
+    const auto& [out, inp, R, C] = args;
+    auto* o = static_cast<std::uint8_t*>(out);
+    const auto* in = static_cast<const std::uint8_t*>(inp);
+#pragma omp parallel for if (R * C > 65536)
+    for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t r = 0; r < R; ++r)
+            o[c * R + r] = in[r * C + c];
+}
+
 void amax_history_roll(const AmaxHistoryRollArgs& args) {
     const auto& [history, scales, slots, e4m3_slots, H] = args;
     for (std::int64_t r = 0; r < slots; ++r) {
@@ -76,8 +124,9 @@ void dequantize(const DequantizeArgs<T, Q>& args) {
         out[i] = from_float<T>(static_cast<float>(inp[i]) * s);
 }
 
-#define NAPKIN_INSTANTIATE_QUANTIZE(Q, T)                    \
-    template void quantize<Q, T>(const QuantizeArgs<Q, T>&); \
+#define NAPKIN_INSTANTIATE_QUANTIZE(Q, T)                                       \
+    template void quantize<Q, T>(const QuantizeArgs<Q, T>&);                    \
+    template void quantize_transpose<Q, T>(const QuantizeTransposeArgs<Q, T>&); \
     template void dequantize<T, Q>(const DequantizeArgs<T, Q>&);
 NAPKIN_INSTANTIATE_QUANTIZE(f8e4m3_t, float)
 NAPKIN_INSTANTIATE_QUANTIZE(f8e4m3_t, bf16_t)

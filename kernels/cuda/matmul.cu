@@ -508,38 +508,6 @@ void matmul_gelu_backward(const MatmulGeluBackwardArgs<T>& args, const Launch& l
 
 namespace {
 
-// out (C, R) = in (R, C) transposed, one byte per element (fp8 codes): 32 x 32 tiles through
-// shared memory (a padded row against bank conflicts), block (32, 8), each thread 4 rows.
-constexpr int kTile = 32;
-constexpr int kTileRows = 8;
-
-__global__ void transpose_bytes_kernel(std::uint8_t* out, const std::uint8_t* in, std::int64_t R,
-                                       std::int64_t C) {
-    __shared__ std::uint8_t tile[kTile][kTile + 1];
-    const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kTile;
-    const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.y) * kTile;
-    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-        const std::int64_t r = r0 + i, c = c0 + threadIdx.x;
-        if (r < R && c < C) tile[i][threadIdx.x] = in[r * C + c];
-    }
-    __syncthreads();
-    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-        const std::int64_t c = c0 + i, r = r0 + threadIdx.x;
-        if (r < R && c < C) out[c * R + r] = tile[threadIdx.x][i];
-    }
-}
-
-template <class Q>
-Q* transpose(void* out, const Q* in, std::int64_t R, std::int64_t C, cudaStream_t stream) {
-    const dim3 block(kTile, kTileRows);
-    const dim3 grid(static_cast<unsigned>((C + kTile - 1) / kTile),
-                    static_cast<unsigned>((R + kTile - 1) / kTile));
-    transpose_bytes_kernel<<<grid, block, 0, stream>>>(
-        static_cast<std::uint8_t*>(out), reinterpret_cast<const std::uint8_t*>(in), R, C);
-    NAPKIN_CUDA_CHECK_LAUNCH();
-    return static_cast<Q*>(out);
-}
-
 void require_fp8_shape(const char* op, std::int64_t M, std::int64_t N, std::int64_t K) {
     NAPKIN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0 && M % kFp8GemmMultiple == 0 &&
                             N % kFp8GemmMultiple == 0 && K % kFp8GemmMultiple == 0,
@@ -572,25 +540,22 @@ void matmul_fp8_forward(const MatmulFp8ForwardArgs& args, const Launch& launch) 
 // dout (M, N). TN: A under op T stored (M, K) column-major: the row-major (K, M) inp^T; B under
 // op N stored (M, N) column-major: the row-major (N, M) dout^T. m = K, n = N, k = M.
 void matmul_fp8_backward(const MatmulFp8BackwardArgs& args, const Launch& launch) {
-    const auto& [dinp, dweight, dbias, dout, dout8, dout_scale, inp, inp_scale, weight,
+    const auto& [dinp, dweight, dbias, dout, dout8, dout8_t, dout_scale, inp, inp_scale, weight_t,
                  weight_scale, M, N, K, scratch] = args;
     require_fp8_shape("matmul_fp8_backward", M, N, K);
     NAPKIN_CUDA_REQUIRE(scratch != nullptr, "matmul_fp8_backward: scratch is required");
+    NAPKIN_CUDA_REQUIRE(dweight == nullptr || dout8_t != nullptr,
+                        "matmul_fp8_backward: dweight needs dout8_t");
     const MatmulContext ctx = matmul_context(launch, scratch);
     cudaStream_t stream = launch.stream;
-    // The transposes follow the workspace.
-    auto* at = reinterpret_cast<std::uint8_t*>(scratch) + kMatmulWorkspaceBytes;
-    const auto round = [](std::int64_t b) {
-        return (static_cast<std::size_t>(b) + 255) / 256 * 256;
-    };
-    void* weight_t = at;
-    void* dout_t = at + round(N * K);
-    void* inp_t = at + round(N * K) + round(M * N);
+    // inp8^T follows the workspace and dout8^T's place.
+    auto* inp_t = reinterpret_cast<std::uint8_t*>(scratch) + kMatmulWorkspaceBytes +
+                  matmul_fp8_scratch_round(M * N);
     if (dinp != nullptr && M > 0 && K > 0) {
         GemmCall c;
         c.trans_a = true, c.trans_b = false;
         c.m = K, c.n = M, c.k = N;
-        c.a = transpose(weight_t, weight, N, K, stream), c.lda = N;
+        c.a = weight_t, c.lda = N;
         c.b = dout8, c.ldb = N;
         c.d = dinp, c.ldd = K;
         c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
@@ -602,8 +567,9 @@ void matmul_fp8_backward(const MatmulFp8BackwardArgs& args, const Launch& launch
         GemmCall c;
         c.trans_a = true, c.trans_b = false;
         c.m = K, c.n = N, c.k = M;
-        c.a = transpose(inp_t, inp, M, K, stream), c.lda = M;
-        c.b = transpose(dout_t, dout8, M, N, stream), c.ldb = M;
+        transpose_fp8({.out = inp_t, .inp = inp, .R = M, .C = K}, launch);
+        c.a = inp_t, c.lda = M;
+        c.b = dout8_t, c.ldb = M;
         c.d = dweight, c.ldd = K;
         c.a_type = CUDA_R_8F_E4M3, c.b_type = CUDA_R_8F_E5M2, c.d_type = CUDA_R_16BF;
         c.a_scale = inp_scale + kFp8ScaleInv, c.b_scale = dout_scale + kFp8ScaleInv;

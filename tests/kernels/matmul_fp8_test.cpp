@@ -43,6 +43,16 @@ Operand<Q> random_operand(std::mt19937& rng, std::int64_t n, double stddev) {
     return o;
 }
 
+// codes (R, C) transposed to (C, R).
+template <class Q>
+std::vector<Q> transposed_codes(const std::vector<Q>& codes, std::int64_t R, std::int64_t C) {
+    std::vector<Q> t(codes.size());
+    for (std::int64_t r = 0; r < R; ++r)
+        for (std::int64_t c = 0; c < C; ++c)
+            t[static_cast<std::size_t>(c * R + r)] = codes[static_cast<std::size_t>(r * C + c)];
+    return t;
+}
+
 // out (M, N) = a (M, K) @ b (N, K)^T, in double.
 Vec product_nt(const Vec& a, const Vec& b, std::int64_t M, std::int64_t N, std::int64_t K) {
     Vec out(static_cast<std::size_t>(M * N));
@@ -110,9 +120,11 @@ void check_case(const MatmulFp8TestCase& c, bool bias, unsigned seed) {
     const float dx0 = 1e-4f, dw0 = -1e-3f, db0 = 1e-3f;
     std::vector<bf16_t> dx(x.codes.size(), bf16_t(dx0)), dw(w.codes.size(), bf16_t(dw0)),
         db(static_cast<std::size_t>(c.N), bf16_t(db0));
+    // The weight's codes transposed, (K, N), as the backward's cast writes them.
+    const auto wt = transposed_codes(w.codes, c.N, c.K);
     cpu::matmul_fp8_backward({dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(),
-                              g8.data(), g_scale, x.codes.data(), x.scale, w.codes.data(), w.scale,
-                              c.M, c.N, c.K, scratch.data()});
+                              g8.data(), nullptr, g_scale, x.codes.data(), x.scale, wt.data(),
+                              w.scale, c.M, c.N, c.K, scratch.data()});
     // dinp (M, K) = dout (M, N) @ weight (N, K) = product_nt(dout, weight^T); dweight (N, K) =
     // dout^T @ inp.
     Vec ref_dx = product_nt(gd, transpose(w.dequantized, c.N, c.K), c.M, c.K, c.N);
@@ -160,12 +172,15 @@ TEST(MatmulFp8, NullGradientsAreSkipped) {
     float gs[kFp8ScaleFloats];
     cpu::quantize<f8e5m2_t, bf16_t>({g8.data(), gs, dout.data(), M * N});
     std::vector<float> scratch(static_cast<std::size_t>(cpu::matmul_scratch_floats(M, N, K)));
+    const auto wt = transposed_codes(w.codes, N, K);
     std::vector<bf16_t> dx(static_cast<std::size_t>(M * K), bf16_t(7.0f));
-    cpu::matmul_fp8_backward({dx.data(), nullptr, nullptr, nullptr, g8.data(), gs, x.codes.data(),
-                              x.scale, w.codes.data(), w.scale, M, N, K, scratch.data()});
+    cpu::matmul_fp8_backward({dx.data(), nullptr, nullptr, nullptr, g8.data(), nullptr, gs,
+                              x.codes.data(), x.scale, wt.data(), w.scale, M, N, K,
+                              scratch.data()});
     std::vector<bf16_t> dw(static_cast<std::size_t>(N * K), bf16_t(7.0f));
-    cpu::matmul_fp8_backward({nullptr, dw.data(), nullptr, nullptr, g8.data(), gs, x.codes.data(),
-                              x.scale, w.codes.data(), w.scale, M, N, K, scratch.data()});
+    cpu::matmul_fp8_backward({nullptr, dw.data(), nullptr, nullptr, g8.data(), nullptr, gs,
+                              x.codes.data(), x.scale, wt.data(), w.scale, M, N, K,
+                              scratch.data()});
     int changed_dx = 0, changed_dw = 0;
     for (auto v : dx)
         changed_dx += to_float(v) != 7.0f;

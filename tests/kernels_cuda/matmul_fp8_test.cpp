@@ -75,17 +75,23 @@ TEST(MatmulFp8Cuda, ForwardAndBackwardMatchCpu) {
                        dw0 = random_storage<bf16_t>(rng, s.N * s.K, 0.01);
             const auto db0 = random_storage<bf16_t>(rng, s.N, 0.01);
             std::vector<bf16_t> dx = dx0, dw = dw0, db = db0;
+            // The transposed codes the backward's casts write (quantize_transpose).
+            std::vector<f8e4m3_t> wt(w.codes.size());
+            cpu::transpose_fp8({wt.data(), w.codes.data(), s.N, s.K});
+            std::vector<f8e5m2_t> gt(g.codes.size());
+            cpu::transpose_fp8({gt.data(), g.codes.data(), s.M, s.N});
             cpu::matmul_fp8_backward({dx.data(), dw.data(), with_bias ? db.data() : nullptr,
-                                      dout.data(), g.codes.data(), g.scale.data(), x.codes.data(),
-                                      x.scale.data(), w.codes.data(), w.scale.data(), s.M, s.N, s.K,
-                                      scratch.data()});
+                                      dout.data(), g.codes.data(), nullptr, g.scale.data(),
+                                      x.codes.data(), x.scale.data(), wt.data(), w.scale.data(),
+                                      s.M, s.N, s.K, scratch.data()});
 
-            DeviceBuffer<f8e4m3_t> x_d(x.codes), w_d(w.codes);
+            DeviceBuffer<f8e4m3_t> x_d(x.codes), w_d(w.codes), wt_d(wt);
             DeviceBuffer<f8e5m2_t> g_d(g.codes);
             DeviceBuffer<float> xs_d(x.scale), ws_d(w.scale), gs_d(g.scale);
             DeviceBuffer<bf16_t> bias_d(bias), dout_d(dout), out_d(out.size()), dx_d(dx0),
                 dw_d(dw0), db_d(db0);
-            // The backward's scratch: the workspace, then the transposes (poisoned).
+            // The backward's scratch: the workspace, then dout8^T's place and inp8^T's
+            // (poisoned); dout8^T is copied into its place, as the engine's cast writes it.
             DeviceBuffer<float> scratch_d((cuda::kMatmulWorkspaceBytes +
                                            cuda::matmul_fp8_backward_scratch_bytes(s.M, s.N, s.K)) /
                                           sizeof(float));
@@ -95,10 +101,14 @@ TEST(MatmulFp8Cuda, ForwardAndBackwardMatchCpu) {
                 {out_d.get(), x_d.get(), xs_d.get(), w_d.get(), ws_d.get(),
                  with_bias ? bias_d.get() : nullptr, s.M, s.N, s.K, lt.workspace},
                 lt.launch);
-            cuda::matmul_fp8_backward({dx_d.get(), dw_d.get(), with_bias ? db_d.get() : nullptr,
-                                       dout_d.get(), g_d.get(), gs_d.get(), x_d.get(), xs_d.get(),
-                                       w_d.get(), ws_d.get(), s.M, s.N, s.K, scratch_d.get()},
-                                      lt.launch);
+            f8e5m2_t* gt_in_scratch = cuda::matmul_fp8_dout_t(scratch_d.get());
+            NAPKIN_CUDA_CHECK(
+                cudaMemcpy(gt_in_scratch, gt.data(), gt.size(), cudaMemcpyHostToDevice));
+            cuda::matmul_fp8_backward(
+                {dx_d.get(), dw_d.get(), with_bias ? db_d.get() : nullptr, dout_d.get(), g_d.get(),
+                 gt_in_scratch, gs_d.get(), x_d.get(), xs_d.get(), wt_d.get(), ws_d.get(), s.M, s.N,
+                 s.K, scratch_d.get()},
+                lt.launch);
             expect_match("out", out_d.download(), out, fp8_tolerance(s.K, 0.02 * std::sqrt(s.K)));
             // dinp's terms are dout (~1) x weight (~0.02), dweight's dout x inp (~1).
             expect_match("dinp", dx_d.download(), dx, fp8_tolerance(s.N, 0.02 * std::sqrt(s.N)));
