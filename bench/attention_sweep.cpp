@@ -1,7 +1,8 @@
 // attention_bench --sweep (bench/attention_sweep.h). Per candidate the napkin math beside its
-// time: model FLOPs (attention_forward_cost / attention_backward_cost), and per pass the block's
-// threads, rows and shared memory and the shared-memory bytes a warp reads per m16n8k16 product,
-// the number the candidates were chosen by (an SM reads 128 bytes of shared memory a clock).
+// time: model FLOPs (attention_forward_cost / attention_backward_cost); the bytes its streamed
+// tiles bring from L2 into shared memory (tile_bytes); and per pass the block's threads, rows
+// and shared memory and the shared-memory bytes a warp reads per m16n8k16 product, the number
+// the candidates were chosen by (an SM reads 128 bytes of shared memory a clock).
 #include "bench/attention_sweep.h"
 
 #include <algorithm>
@@ -30,7 +31,9 @@ struct Buffers {
           dout(s.B * s.T * s.NH * s.HD, &rng),
           out(s.B * s.T * s.NH * s.HD, nullptr),
           dqkv(qkv_n, nullptr) {
-        NAPKIN_CUDA_CHECK(cudaMalloc(&lse, static_cast<std::size_t>(s.B * s.NH * s.T) * 4));
+        void* bytes = nullptr;
+        NAPKIN_CUDA_CHECK(cudaMalloc(&bytes, static_cast<std::size_t>(s.B * s.NH * s.T) * 4));
+        lse = static_cast<float*>(bytes);
     }
     ~Buffers() { cudaFree(lse); }
     Buffers(const Buffers&) = delete;
@@ -41,6 +44,25 @@ struct SweepRow {
     const Fa2Candidate* c;
     double ms, max_diff;
 };
+
+// The bytes of the tiles a call streams into shared memory (causal): a block of R queries reads
+// the K and V rows (2 HD 16-bit elements each) of keys 0 .. min(T, i0 + R) (forward, pass 2); a
+// pass-1 block of R keys reads the Q, dout and out rows (3 HD) of queries j0 .. T of each of the
+// group's heads. About B NH T^2 HD (2 or 3) / R: what more rows a block save. The rows loaded
+// once per block (Q, dout; K, V in pass 1) are left out.
+double tile_bytes(const Fa2Candidate& c, const SweepShape& s) {
+    double bytes = 0.0;
+    for (int pass = 0; pass < c.passes; ++pass) {
+        const std::int64_t R = c.rows[pass];
+        const bool key_pass = c.backward && pass == 0;
+        double rows = 0.0;  // per head
+        for (std::int64_t t0 = 0; t0 < s.T; t0 += R)
+            rows += static_cast<double>(key_pass ? s.T - t0 : std::min(s.T, t0 + R));
+        bytes += rows * static_cast<double>(s.B * s.NH) * (key_pass ? 3.0 : 2.0) *
+                 static_cast<double>(s.HD) * 2.0;
+    }
+    return bytes;
+}
 
 double max_abs_diff(const std::vector<bf16_t>& a, const std::vector<bf16_t>& b) {
     double m = 0.0;
@@ -88,9 +110,11 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
                       c.threads[0], c.rows[0], static_cast<double>(c.smem_bytes[0]) / 1024.0,
                       c.smem_read_per_mma[0], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
-    std::printf("%-11s %-3s %-13s %9.3f %8.1f %6.3f %9.2g %1s  %s\n", s.name,
+    const double tiles = tile_bytes(c, s);
+    std::printf("%-11s %-3s %-13s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
                 c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
-                r.ms / default_ms, r.max_diff, best ? "*" : "", passes);
+                r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
+                tiles / (r.ms * 1e-3) / 1e12, passes);
 }
 
 }  // namespace
@@ -100,10 +124,11 @@ void print_sweep_header() {
         "candidate tiles of the mma.sync flash attention (bench/attention_fa2_candidates.cu), "
         "causal, bf16, no dropout; vs default: time / the engine's time (the first row of each "
         "direction); diff: largest |candidate - engine| of out (fwd) or dqkv (bwd); * the "
-        "fastest; per pass: threads/rows a block, shared memory a block, shared-memory bytes "
-        "read per m16n8k16 product (bwd: pass 1 | pass 2)\n\n");
-    std::printf("%-11s %-3s %-13s %9s %8s %6s %9s %1s  %s\n", "shape", "dir", "candidate",
-                "median ms", "TFLOP/s", "vs def", "diff", "", "per pass");
+        "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
+        "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
+        "m16n8k16 product (bwd: pass 1 | pass 2)\n\n");
+    std::printf("%-11s %-3s %-13s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
+                "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
 
 nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
@@ -150,6 +175,7 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                             {"tflops", flops / (r.ms * 1e-3) / 1e12},
                             {"vs_default", r.ms / default_ms},
                             {"max_diff", r.max_diff},
+                            {"tile_bytes", tile_bytes(*r.c, s)},
                             {"best", &r == &*best}});
         }
     }
