@@ -10,7 +10,11 @@
 // paths are compared first (largest difference printed; both are tested against the CPU in
 // tests/kernels_cuda/attention_test.cpp). bench/attention_vs_sdpa.py reads --json to set napkin
 // against PyTorch's scaled_dot_product_attention on the same GPU.
-//   attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] [--json FILE]
+// --sweep times the mma.sync kernels' candidate tiles against the engine's instead
+// (bench/attention_sweep.h): at gpt2, llama and gpt2-hd128 (GPT-2's sizes at HD 128, MHA), or the
+// one --shape; tiny and tiny-hd128 are its dry runs on the emulator.
+//   attention_bench [--sweep] [--reps N] [--warmup N] [--simt-reps N]
+//                   [--shape gpt2|llama|gpt2-hd128|tiny|tiny-hd128] [--json FILE]
 // Without a GPU it says so and exits 0. Never run as a test.
 #include <cuda_runtime_api.h>
 
@@ -27,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/attention_sweep.h"
 #include "bench/cuda_bench.h"
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
@@ -46,27 +51,41 @@ struct Shape {
     int NH, KVH;
     std::int64_t HD;
     bool by_name_only = false;  // not in the default list
+    bool swept = false;         // in --sweep's default list
 };
 
 constexpr Shape kShapes[] = {
-    {"gpt2", "gpt2-124m", 8, 1024, 12, 12, 64},
-    {"llama", "llama-like gqa", 2, 4096, 32, 8, 128},
-    // A dry run of the bench and its scripts on the CPU emulator (attention_bench_emu).
+    {"gpt2", "gpt2-124m", 8, 1024, 12, 12, 64, false, true},
+    {"llama", "llama-like gqa", 2, 4096, 32, 8, 128, false, true},
+    {"gpt2-hd128", "gpt2 sizes hd128", 8, 1024, 12, 12, 128, true, true},
+    // Dry runs of the bench, its sweep and its scripts on the CPU emulator (attention_bench_emu).
     {"tiny", "tiny", 1, 130, 4, 2, 64, true},
+    {"tiny-hd128", "tiny hd128", 1, 100, 4, 2, 128, true},
 };
 
 constexpr const char* kUsage =
-    "usage: attention_bench [--reps N] [--warmup N] [--simt-reps N] [--shape gpt2|llama|tiny] "
-    "[--json FILE]\n";
+    "usage: attention_bench [--sweep] [--reps N] [--warmup N] [--simt-reps N]\n"
+    "                       [--shape gpt2|llama|gpt2-hd128|tiny|tiny-hd128] [--json FILE]\n"
+    "  --sweep: the mma.sync kernels' candidate tiles against the engine's "
+    "(bench/attention_fa2_candidates.cu)\n";
 
-// --simt-reps: the SIMT baseline's timed calls (it is slow: fewer).
-bench::BenchFlags parse(int argc, char** argv) {
+// --simt-reps: the SIMT baseline's timed calls (it is slow: fewer). --sweep, a switch, is taken
+// out before the flags with values are parsed.
+bench::BenchFlags parse(int argc, char** argv, bool& sweep) {
     bench::BenchFlags o;
     o.counts["simt-reps"] = 5;
     std::vector<std::string> names;
     for (const Shape& s : kShapes)
         names.emplace_back(s.name);
-    bench::parse_flags(argc, argv, "attention_bench", kUsage, names, o);
+    std::vector<char*> rest;
+    for (int i = 0; i < argc; ++i) {
+        if (i > 0 && std::strcmp(argv[i], "--sweep") == 0)
+            sweep = true;
+        else
+            rest.push_back(argv[i]);
+    }
+    bench::parse_flags(static_cast<int>(rest.size()), rest.data(), "attention_bench", kUsage, names,
+                       o);
     return o;
 }
 
@@ -190,18 +209,23 @@ nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
     return out;
 }
 
-}  // namespace
+// --sweep: the candidate tiles at each shape of the sweep's list (or --shape's).
+nlohmann::json sweep(const bench::BenchFlags& o, cudaStream_t stream, std::mt19937& rng) {
+    std::printf("median of %d after %d warm-up calls\n", o.reps, o.warmup);
+    bench::print_sweep_header();
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Shape& s : kShapes) {
+        if (o.shape.empty() ? !s.swept : o.shape != s.name) continue;
+        const bench::SweepShape shape{s.name, s.what, s.B, s.T, s.NH, s.KVH, s.HD};
+        for (auto& row : bench::sweep_shape(shape, o.warmup, o.reps, stream, rng))
+            rows.push_back(row);
+    }
+    return rows;
+}
 
-int main(int argc, char** argv) {
-    const bench::BenchFlags o = parse(argc, argv);
-    const std::optional<cudaDeviceProp> device = bench::first_device("attention_bench");
-    if (!device) return 0;
-    const cudaDeviceProp& prop = *device;
-    const GpuSpec* h100 = find_gpu("h100-sxm");
-    std::printf(
-        "attention_bench on %s (sm_%d%d); %% of peak is of the %s dense bf16 peak "
-        "(%.1f TFLOP/s)\n",
-        prop.name, prop.major, prop.minor, std::string(h100->full_name).c_str(), h100->tflops_bf16);
+// The default table: mma and SIMT, forward and backward, at each shape.
+nlohmann::json table(const bench::BenchFlags& o, cudaStream_t stream, std::mt19937& rng,
+                     double peak) {
     std::printf(
         "causal flash attention, bf16; median of %d after %d warm-up calls (SIMT: %d after "
         "1); TFLOP/s of model FLOPs (attention_forward_cost / attention_backward_cost), "
@@ -210,25 +234,43 @@ int main(int argc, char** argv) {
     std::printf("%-15s %2s %5s %3s %3s %4s  %-3s %-4s %9s %8s %7s %8s %8s %8s\n", "shape", "B", "T",
                 "NH", "KVH", "HD", "dir", "path", "median ms", "TFLOP/s", "% peak", "hw TF/s",
                 "GB/s", "vs simt");
-    cudaStream_t stream = nullptr;
-    NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
-    std::mt19937 rng(1234);
     nlohmann::json rows = nlohmann::json::array();
     for (const Shape& s : kShapes) {
         if (o.shape.empty() ? s.by_name_only : o.shape != s.name) continue;
         double max_diff = 0.0;
         const std::vector<Row> r = measure(s, o, stream, rng, max_diff);
-        print_rows(s, r, max_diff, h100->tflops_bf16);
+        print_rows(s, r, max_diff, peak);
         for (const auto& j : json_rows(s, r))
             rows.push_back(j);
     }
+    return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool sweep_tiles = false;
+    const bench::BenchFlags o = parse(argc, argv, sweep_tiles);
+    const std::optional<cudaDeviceProp> device = bench::first_device("attention_bench");
+    if (!device) return 0;
+    const cudaDeviceProp& prop = *device;
+    const GpuSpec* h100 = find_gpu("h100-sxm");
+    std::printf(
+        "attention_bench on %s (sm_%d%d); %% of peak is of the %s dense bf16 peak "
+        "(%.1f TFLOP/s)\n",
+        prop.name, prop.major, prop.minor, std::string(h100->full_name).c_str(), h100->tflops_bf16);
+    cudaStream_t stream = nullptr;
+    NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
+    std::mt19937 rng(1234);
+    const nlohmann::json rows =
+        sweep_tiles ? sweep(o, stream, rng) : table(o, stream, rng, h100->tflops_bf16);
     NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
     if (!o.json.empty()) {
         const nlohmann::json doc = {{"device", prop.name},
                                     {"sm", prop.major * 10 + prop.minor},
                                     {"reps", o.reps},
                                     {"warmup", o.warmup},
-                                    {"rows", rows}};
+                                    {sweep_tiles ? "sweep" : "rows", rows}};
         return bench::write_json("attention_bench", o.json, doc);
     }
     return 0;

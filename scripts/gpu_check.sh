@@ -11,7 +11,8 @@
 #                                     # and PyTorch's under torch.profiler (scripts/torch_trace.py)
 #   scripts/gpu_check.sh bench        # gemm_bench, attention vs PyTorch's SDPA, membound_bench, the profiler's cost on GPT-2
 #   scripts/gpu_check.sh gpt2         # bench/gpt2_vs_pytorch.py: napkin vs PyTorch eager/compile
-#   scripts/gpu_check.sh attention    # the flash attention: tests, vs SDPA, memcheck and racecheck
+#   scripts/gpu_check.sh attention    # the flash attention: vs SDPA, the tile sweep, tests,
+#                                     # memcheck and racecheck
 #   scripts/gpu_check.sh fusion       # GPT-2 B 8 / B 64 with --fusion off vs on (cuBLASLt epilogues);
 #                                     # the LM head + loss: its tests, head_ce_bench
 #   scripts/gpu_check.sh graph        # GPT-2 B 8 with --cuda-graph off vs on: tokens/s, the
@@ -445,7 +446,11 @@ do_attention() {
     need_build attention || return 0
     local k="$b/tests/kernels_cuda_test"
     attention_vs_sdpa
-    step attention_tests "$k" --gtest_filter='Attention*' --gtest_output="xml:$out/attention_tests.xml"
+    # The mma.sync kernels' candidate tiles against the engine's (docs/CUDA.md "Flash
+    # attention's tiles by measurement"): GPT-2, the GQA shape and GPT-2's sizes at HD 128.
+    step attention_sweep "$b/bench/attention_bench" --sweep --json "$out/attention_sweep.json"
+    tail -n 32 "$out/attention_sweep.log"
+    step attention_tests "$k" --gtest_filter='Attention*:Tiles/AttentionFa2Candidates.*' --gtest_output="xml:$out/attention_tests.xml"
     counts "$out/attention_tests.xml"
     need_sanitizer || return 0
     local cs="compute-sanitizer --error-exitcode 9" f='AttentionFlash16/0.MmaSyncShapesMatchCpu'
@@ -453,6 +458,9 @@ do_attention() {
         --gtest_filter="$f:AttentionFlash16/0.TensorCoresAreDeterministic"
     step racecheck_attention $cs --tool racecheck "$k" --gtest_filter="$f"
     step synccheck_attention $cs --tool synccheck "$k" --gtest_filter="$f"
+    # The candidate tiles' 8-warp blocks (their loads and barriers span twice the threads).
+    step racecheck_attention_tiles $cs --tool racecheck "$k" \
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*w8*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this
@@ -611,7 +619,7 @@ case "$what" in
     paged) do_paged ;;
     cpuacc) do_cpuacc ;;
     all) do_build; do_test; do_sanitize; do_runs; do_trace; do_bench; do_gpt2 ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown step '$what' (build|test|sanitize|runs|trace|bench|gpt2|attention|fusion|graph|fp8|decode|predict|anomaly|paged|cpuacc|all; see --help)" >&2; exit 2 ;;
 esac
 echo "logs in $out"

@@ -32,9 +32,6 @@
 
 namespace napkin::cuda::fa2 {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpSize;
-
 // A swizzled tile of rows of kHD elements of D in shared memory, at shared address `at`
 // (mma.cuh's shared_address: all of its addressing is 32-bit).
 template <class D, int kHD>
@@ -66,9 +63,9 @@ struct Shared {
 };
 
 // Rows [t0, t0 + kRows) of one head of a packed (B, T, stride) buffer (head at `src`: the head's
-// column offset already added) into `dst` by cp.async, zeros past T. The whole block calls it;
-// the caller commits.
-template <int kRows, class D, int kHD>
+// column offset already added) into `dst` by cp.async, zeros past T. The whole block of kThreads
+// calls it; the caller commits.
+template <int kRows, int kThreads, class D, int kHD>
 __device__ void load_rows(Tile<D, kHD> dst, const D* src, std::int64_t stride, std::int64_t b,
                           std::int64_t T, std::int64_t t0) {
     constexpr int kChunks = Tile<D, kHD>::kChunks;
@@ -140,8 +137,8 @@ __device__ int causal_key_tiles(const mma_detail::MmaLayout& l, std::int64_t i0,
 }
 
 // The pipeline of `tiles` tiles of kBlockN keys of kv head kvh (batch b): K into k_tile(stage),
-// V into v_tile(stage).
-template <int kStages, int kBlockN, class D, class KTile, class VTile>
+// V into v_tile(stage), by a block of kThreads.
+template <int kStages, int kBlockN, int kThreads, class D, class KTile, class VTile>
 __device__ auto kv_pipeline(KTile k_tile, VTile v_tile, const D* qkv,
                             const mma_detail::MmaLayout& l, std::int64_t b, int kvh, int tiles) {
     const std::int64_t hd = l.HD, stride = l.qkv_row, T = l.T;
@@ -150,8 +147,8 @@ __device__ auto kv_pipeline(KTile k_tile, VTile v_tile, const D* qkv,
     return make_pipeline<kStages>(
         [=](int tile, int stage) {
             const std::int64_t j0 = static_cast<std::int64_t>(tile) * kBlockN;
-            load_rows<kBlockN>(k_tile(stage), k_src, stride, b, T, j0);
-            load_rows<kBlockN>(v_tile(stage), v_src, stride, b, T, j0);
+            load_rows<kBlockN, kThreads>(k_tile(stage), k_src, stride, b, T, j0);
+            load_rows<kBlockN, kThreads>(v_tile(stage), v_src, stride, b, T, j0);
         },
         tiles);
 }

@@ -7,13 +7,17 @@
 // kernels on the shapes they take (HD a multiple of 16 up to 128: mma.sync at HD 64 and 128, WMMA
 // at the others), with shapes of several tiles for the mma.sync ones and a bitwise-determinism
 // check of both; each of the three again with dropout on P against the CPU's flash dropout (the
-// same keep bits, drawn in the kernels) and against the GPU's naive dropout.
+// same keep bits, drawn in the kernels) and against the GPU's naive dropout. The mma.sync kernels'
+// candidate tiles (bench/attention_fa2_candidates.h, which attention_bench --sweep times) are held
+// to the CPU too, bf16, each on small shapes of several tiles for its head dimension.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
+#include "bench/attention_fa2_candidates.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
 namespace napkin {
@@ -363,6 +367,41 @@ TYPED_TEST(AttentionFlash16, MmaSyncShapesMatchCpu) {
                        cuda::attention_flash_mma_backward<E>, false, 1.0, 0.3f);
     }
 }
+
+// The candidate tiles of the mma.sync kernels, bf16, one test each (the engine's own among them):
+// a forward candidate with the engine's backward, a backward one after the engine's forward (each
+// compared on its own: check_flash runs the backward from the CPU's out and lse). Shapes: T past
+// a block's rows for every candidate (256 queries a block at most), not a multiple of any tile;
+// MQA, GQA and MHA, B > 1; with and without dropout. Small, for the emulator.
+class AttentionFa2Candidates : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(AttentionFa2Candidates, MatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = bf16_t;
+    const bench::Fa2Candidate& tiles = bench::fa2_candidates()[GetParam()];
+    SCOPED_TRACE(std::string(tiles.name) + ": " + tiles.tiles);
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    const auto fwd = tiles.fwd != nullptr ? tiles.fwd : cuda::attention_flash_mma_forward<E>;
+    const auto bwd = tiles.bwd != nullptr ? tiles.bwd : cuda::attention_flash_mma_backward<E>;
+    const std::vector<AttentionTestCase> cases =
+        tiles.HD == 64 ? std::vector<AttentionTestCase>{{1, 291, 2, 1, 64}, {2, 77, 3, 3, 64}}
+                       : std::vector<AttentionTestCase>{{1, 150, 4, 2, 128}, {2, 33, 2, 2, 128}};
+    for (const AttentionTestCase& c : cases) {
+        check_flash<E>(rng, c, fwd, bwd, false);
+        check_flash<E>(rng, c, fwd, bwd, false, 1.0, 0.3f);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, AttentionFa2Candidates,
+                         ::testing::Range<std::size_t>(0, bench::fa2_candidates().size()),
+                         [](const ::testing::TestParamInfo<std::size_t>& param) {
+                             std::string name = bench::fa2_candidates()[param.param].name;
+                             for (char& ch : name)
+                                 if (ch == '-') ch = '_';
+                             return name;
+                         });
 
 // One writer per element and fixed orders: two runs give the same bits (on the emulator, under
 // two differently shuffled schedules), forward and backward, without dropout and with it; the

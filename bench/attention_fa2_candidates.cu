@@ -1,0 +1,226 @@
+// The candidate tiles of the mma.sync flash attention (bench/attention_fa2_candidates.h;
+// docs/CUDA.md "Flash attention's tiles by measurement" has the arithmetic behind each), bf16:
+// the kernels of attention_fa2_forward.cu and attention_fa2_backward.cu again, as thin wrappers
+// over the same block bodies (attention_fa2_forward.cuh, attention_fa2_backward.cuh), with other
+// tiles. The default of each (HD, direction) calls the engine's entry point instead, so its
+// kernels are the engine's own and are not compiled twice.
+#include "bench/attention_fa2_candidates.h"
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_fa2_backward.cuh"
+#include "kernels/cuda/attention_fa2_forward.cuh"
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace napkin::bench {
+
+namespace {
+
+using cuda::FlashDropout;
+using cuda::mma_detail::MmaLayout;
+using D = __nv_bfloat16;
+
+template <class Tiles, bool kDropout>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_fa2_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l, FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_fa2_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                      const float* lse, MmaLayout l, FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_fa2_backward_query_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                        const float* lse, MmaLayout l, FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::backward_query_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+}
+
+// The entry points' checks, for the candidate's head dimension.
+MmaLayout checked_layout(const char* op, const AttentionDims& d, std::int64_t HD,
+                         std::initializer_list<const void*> pointers) {
+    NAPKIN_CUDA_REQUIRE(d.HD == HD && cuda::mma_detail::fa2_supported(HD),
+                        op << ": a candidate for HD " << HD << " called at HD " << d.HD
+                           << " (or the device is older than sm_80)");
+    for (const void* p : pointers)
+        NAPKIN_CUDA_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0,
+                            op << ": pointers must be 16-byte aligned");
+    return cuda::mma_detail::make_mma_layout(op, d.B, d.T, d.NH, d.KVH, d.HD);
+}
+
+template <class Tiles>
+void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    const char* op = "attention_fa2_candidate_forward";
+    const MmaLayout l = checked_layout(op, args.dims, Tiles::kHD, {args.out, args.qkv});
+    const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
+    if (l.B * l.T == 0) return;
+    auto* out = cuda::dev(args.out);
+    const auto* qkv = cuda::dev(args.qkv);
+    const std::int64_t tiles = (l.T + Tiles::kBlockM - 1) / Tiles::kBlockM;
+    const unsigned grid = cuda::mma_detail::mma_grid(op, tiles, l.B * l.NH);
+    constexpr std::size_t smem = Tiles::smem_bytes();
+    auto kernel = drop.on ? attention_fa2_forward_kernel<Tiles, true>
+                          : attention_fa2_forward_kernel<Tiles, false>;
+    cuda::allow_smem(kernel, smem, op);
+    kernel<<<grid, Tiles::kThreads, smem, launch.stream>>>(out, args.lse, qkv, l, drop);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Tiles>
+void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    const char* op = "attention_fa2_candidate_backward";
+    const MmaLayout l =
+        checked_layout(op, args.dims, Tiles::kHD, {args.dqkv, args.dout, args.out, args.qkv});
+    const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
+    if (l.B * l.T == 0) return;
+    auto* dqkv = cuda::dev(args.dqkv);
+    const auto *dout = cuda::dev(args.dout), *out = cuda::dev(args.out);
+    const auto* qkv = cuda::dev(args.qkv);
+    using Key = typename Tiles::KeyPass;
+    using Query = typename Tiles::QueryPass;
+    auto key_kernel = attention_fa2_backward_key_kernel<Key>;
+    constexpr std::size_t key_smem = Key::smem_bytes();
+    cuda::allow_smem(key_kernel, key_smem, op);
+    const unsigned key_grid =
+        cuda::mma_detail::mma_grid(op, (l.T + Key::kKeys - 1) / Key::kKeys, l.B * l.KVH);
+    key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(dqkv, dout, out, qkv, args.lse,
+                                                                     l, drop);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    auto query_kernel = attention_fa2_backward_query_kernel<Query>;
+    constexpr std::size_t query_smem = Query::smem_bytes();
+    cuda::allow_smem(query_kernel, query_smem, op);
+    const unsigned query_grid =
+        cuda::mma_detail::mma_grid(op, (l.T + Query::kQueries - 1) / Query::kQueries, l.B * l.NH);
+    query_kernel<<<query_grid, Query::kThreads, query_smem, launch.stream>>>(dqkv, dout, out, qkv,
+                                                                             args.lse, l, drop);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+void engine_forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    cuda::attention_flash_mma_forward<bf16_t>(args, launch);
+}
+void engine_backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    cuda::attention_flash_mma_backward<bf16_t>(args, launch);
+}
+
+// kIsDefault: the engine's tiles, called through the engine's entry point (so that their kernels
+// are not instantiated here again).
+template <class Tiles, bool kIsDefault>
+auto forward_fn() {
+    if constexpr (kIsDefault)
+        return &engine_forward;
+    else
+        return &forward<Tiles>;
+}
+template <class Tiles, bool kIsDefault>
+auto backward_fn() {
+    if constexpr (kIsDefault)
+        return &engine_backward;
+    else
+        return &backward<Tiles>;
+}
+
+template <class Tiles, bool kIsDefault = false>
+Fa2Candidate forward_candidate(const char* name, const char* tiles) {
+    return Fa2Candidate{name,
+                        Tiles::kHD,
+                        false,
+                        kIsDefault,
+                        tiles,
+                        1,
+                        {Tiles::kThreads, 0},
+                        {Tiles::kBlockM, 0},
+                        {Tiles::smem_bytes(), 0},
+                        {Tiles::smem_read_per_mma(), 0.0},
+                        forward_fn<Tiles, kIsDefault>(),
+                        nullptr};
+}
+
+template <class Tiles, bool kIsDefault = false>
+Fa2Candidate backward_candidate(const char* name, const char* tiles) {
+    using Key = typename Tiles::KeyPass;
+    using Query = typename Tiles::QueryPass;
+    return Fa2Candidate{name,
+                        Tiles::kHD,
+                        true,
+                        kIsDefault,
+                        tiles,
+                        2,
+                        {Key::kThreads, Query::kThreads},
+                        {Key::kKeys, Query::kQueries},
+                        {Key::smem_bytes(), Query::smem_bytes()},
+                        {Key::smem_read_per_mma(), Query::smem_read_per_mma()},
+                        nullptr,
+                        backward_fn<Tiles, kIsDefault>()};
+}
+
+using cuda::fa2::BackwardTiles;
+using cuda::fa2::DefaultBackwardTiles;
+using cuda::fa2::DefaultForwardTiles;
+using cuda::fa2::ForwardTiles;
+using cuda::fa2::KeyTiles;
+using cuda::fa2::QueryTiles;
+
+// ForwardTiles<HD, m-tiles a warp, keys a tile, stages, Q in registers, warps, min blocks>;
+// KeyTiles<HD, m-tiles of keys a warp, queries an item, stages, K and V in registers, ...>;
+// QueryTiles<HD, m-tiles of queries a warp, keys a tile, stages, Q and dout in registers, ...>.
+using Key64 = DefaultBackwardTiles<64>::KeyPass;
+using Query64 = DefaultBackwardTiles<64>::QueryPass;
+using Key128 = DefaultBackwardTiles<128>::KeyPass;
+using Query128 = DefaultBackwardTiles<128>::QueryPass;
+
+// Each default first; the others differ from it as their names say (docs/CUDA.md has the
+// arithmetic, ptxas's registers and spills, and the expectation for each).
+const std::vector<Fa2Candidate> kCandidates = {
+    forward_candidate<DefaultForwardTiles<64>, true>(
+        "f64", "engine: 4 warps of 2 m-tiles, 32-key tiles, 3 stages, Q in registers"),
+    forward_candidate<ForwardTiles<64, 2, 32, 3, true, 8, 1>>(
+        "f64-w8", "8 warps (256 queries a block: K and V read once for twice the queries)"),
+    forward_candidate<ForwardTiles<64, 2, 32, 4, true>>("f64-s4",
+                                                        "4 stages (3 key tiles in flight)"),
+
+    forward_candidate<DefaultForwardTiles<128>, true>(
+        "f128", "engine: 4 warps of 1 m-tile, 64-key tiles, 2 stages, Q from the tile"),
+    forward_candidate<ForwardTiles<128, 1, 64, 2, false, 8, 1>>(
+        "f128-w8", "8 warps (128 queries a block: K and V read once for twice the queries)"),
+    forward_candidate<ForwardTiles<128, 1, 32, 3, true>>(
+        "f128-qreg", "Q in registers, 32-key tiles, 3 stages (256 B a product, not 288)"),
+    forward_candidate<ForwardTiles<128, 1, 32, 3, true, 8, 1>>(
+        "f128-w8-qreg", "8 warps, Q in registers, 32-key tiles, 3 stages"),
+
+    backward_candidate<DefaultBackwardTiles<64>, true>(
+        "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),
+    backward_candidate<
+        BackwardTiles<KeyTiles<64, 2, 32, 3, false>, QueryTiles<64, 2, 32, 3, false>>>(
+        "b64-s3", "both passes 3 stages"),
+    backward_candidate<
+        BackwardTiles<KeyTiles<64, 2, 32, 2, false, 8, 1>, QueryTiles<64, 2, 32, 2, false, 8, 1>>>(
+        "b64-w8", "both passes 8 warps (256 keys, 256 queries a block)"),
+    backward_candidate<BackwardTiles<Key64, QueryTiles<64, 2, 48, 2, false>>>(
+        "b64-q-n48", "pass 2: 48-key tiles (185 B a product, not 213)"),
+
+    backward_candidate<DefaultBackwardTiles<128>, true>(
+        "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
+    backward_candidate<BackwardTiles<KeyTiles<128, 1, 32, 2, false, 8, 1>,
+                                     QueryTiles<128, 1, 64, 2, false, 8, 1>>>(
+        "b128-w8", "both passes 8 warps (128 keys, 128 queries a block)"),
+    backward_candidate<BackwardTiles<Key128, QueryTiles<128, 1, 32, 3, true>>>(
+        "b128-q-reg", "pass 2: Q and dout in registers, 32-key tiles, 3 stages (256 B, not 299)"),
+    backward_candidate<BackwardTiles<KeyTiles<128, 1, 32, 3, false>, Query128>>("b128-k-s3",
+                                                                                "pass 1: 3 stages"),
+};
+
+}  // namespace
+
+const std::vector<Fa2Candidate>& fa2_candidates() {
+    return kCandidates;
+}
+
+}  // namespace napkin::bench

@@ -1,0 +1,45 @@
+// The mma.sync flash attention's candidate tiles (docs/CUDA.md "Flash attention's tiles by
+// measurement"): per head dimension (64, 128) and direction, at most four tile configurations,
+// the engine's own among them, that `attention_bench --sweep` times on a GPU and
+// tests/kernels_cuda/attention_test.cpp holds to the CPU. Their kernels are instantiated in
+// bench/attention_fa2_candidates.cu alone (napkin_fa2_candidates, linked by the bench and the
+// test), so that the engine's nvcc time does not grow with them. bf16 only. Compiled by nvcc as
+// C++17.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/launch.h"
+
+namespace napkin {
+struct bf16_t;  // core/half.h (C++20), which nvcc's C++17 does not compile
+}  // namespace napkin
+
+namespace napkin::bench {
+
+struct Fa2Candidate {
+    const char* name;  // e.g. "f128-m2-n64": direction, HD, what differs from the default
+    std::int64_t HD;
+    bool backward;
+    bool is_default;    // the engine's tiles: calls attention_flash_mma_forward/backward itself
+    const char* tiles;  // the configuration in words
+    // Per pass (the forward has one; the backward's key pass then query pass): threads a block,
+    // rows a block (queries, or keys), shared memory a block, and the shared-memory bytes a warp
+    // reads per m16n8k16 product (the tile structs' smem_read_per_mma).
+    int passes;
+    int threads[2], rows[2];
+    std::size_t smem_bytes[2];
+    double smem_read_per_mma[2];
+    // Exactly one is set, by `backward`. Same contract as attention_flash_mma_forward/backward;
+    // HD must be the candidate's, the device sm_80 or later.
+    void (*fwd)(const AttentionFlashForwardArgs<bf16_t>&, const cuda::Launch&);
+    void (*bwd)(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&);
+};
+
+// Every candidate, the forwards first, each (HD, direction)'s default first.
+const std::vector<Fa2Candidate>& fa2_candidates();
+
+}  // namespace napkin::bench

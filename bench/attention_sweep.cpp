@@ -1,0 +1,186 @@
+// attention_bench --sweep (bench/attention_sweep.h). Per candidate the napkin math beside its
+// time: model FLOPs (attention_forward_cost / attention_backward_cost); the bytes its streamed
+// tiles bring from L2 into shared memory (tile_bytes); and per pass the block's threads, rows
+// and shared memory and the shared-memory bytes a warp reads per m16n8k16 product, the number
+// the candidates were chosen by (an SM reads 128 bytes of shared memory a clock).
+#include "bench/attention_sweep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/attention_fa2_candidates.h"
+#include "bench/cuda_bench.h"
+#include "core/cuda/cuda_check.h"
+#include "kernels/attention.h"
+
+namespace napkin::bench {
+
+namespace {
+
+struct Buffers {
+    std::int64_t qkv_n;
+    DeviceBuffer<bf16_t> qkv, dout, out, dqkv;
+    float* lse = nullptr;
+
+    Buffers(const SweepShape& s, std::mt19937& rng)
+        : qkv_n(s.B * s.T * (s.NH + 2ll * s.KVH) * s.HD),
+          qkv(qkv_n, &rng),
+          dout(s.B * s.T * s.NH * s.HD, &rng),
+          out(s.B * s.T * s.NH * s.HD, nullptr),
+          dqkv(qkv_n, nullptr) {
+        void* bytes = nullptr;
+        NAPKIN_CUDA_CHECK(cudaMalloc(&bytes, static_cast<std::size_t>(s.B * s.NH * s.T) * 4));
+        lse = static_cast<float*>(bytes);
+    }
+    ~Buffers() { cudaFree(lse); }
+    Buffers(const Buffers&) = delete;
+    Buffers& operator=(const Buffers&) = delete;
+};
+
+struct SweepRow {
+    const Fa2Candidate* c;
+    double ms, max_diff;
+};
+
+// The bytes of the tiles a call streams into shared memory (causal): a block of R queries reads
+// the K and V rows (2 HD 16-bit elements each) of keys 0 .. min(T, i0 + R) (forward, pass 2); a
+// pass-1 block of R keys reads the Q, dout and out rows (3 HD) of queries j0 .. T of each of the
+// group's heads. About B NH T^2 HD (2 or 3) / R: what more rows a block save. The rows loaded
+// once per block (Q, dout; K, V in pass 1) are left out.
+double tile_bytes(const Fa2Candidate& c, const SweepShape& s) {
+    double bytes = 0.0;
+    for (int pass = 0; pass < c.passes; ++pass) {
+        const std::int64_t R = c.rows[pass];
+        const bool key_pass = c.backward && pass == 0;
+        double rows = 0.0;  // per head
+        for (std::int64_t t0 = 0; t0 < s.T; t0 += R)
+            rows += static_cast<double>(key_pass ? s.T - t0 : std::min(s.T, t0 + R));
+        bytes += rows * static_cast<double>(s.B * s.NH) * (key_pass ? 3.0 : 2.0) *
+                 static_cast<double>(s.HD) * 2.0;
+    }
+    return bytes;
+}
+
+double max_abs_diff(const std::vector<bf16_t>& a, const std::vector<bf16_t>& b) {
+    double m = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double d = std::abs(static_cast<double>(static_cast<float>(a[i])) -
+                                  static_cast<double>(static_cast<float>(b[i])));
+        m = std::isnan(d) ? INFINITY : std::max(m, d);
+    }
+    return m;
+}
+
+// One call of candidate c (its direction) on the shape's buffers.
+void call(const Fa2Candidate& c, const SweepShape& s, Buffers& b, cudaStream_t stream) {
+    const AttentionDims dims{s.B, s.T, s.NH, s.KVH, s.HD};
+    if (c.backward)
+        c.bwd({b.dqkv.get(), b.dout.get(), b.out.get(), b.qkv.get(), b.lse, dims, nullptr},
+              {stream});
+    else
+        c.fwd({b.out.get(), b.lse, b.qkv.get(), dims, nullptr}, {stream});
+}
+
+// The candidate's output from fresh: out (forward), or dqkv from zeros (backward, from the
+// engine's forward's out and lse).
+std::vector<bf16_t> output(const Fa2Candidate& c, const SweepShape& s, Buffers& b,
+                           cudaStream_t stream) {
+    if (c.backward) {
+        cuda::attention_flash_mma_forward<bf16_t>(
+            {b.out.get(), b.lse, b.qkv.get(), {s.B, s.T, s.NH, s.KVH, s.HD}, nullptr}, {stream});
+        NAPKIN_CUDA_CHECK(cudaMemsetAsync(
+            b.dqkv.get(), 0, static_cast<std::size_t>(b.qkv_n) * sizeof(bf16_t), stream));
+    }
+    call(c, s, b, stream);
+    NAPKIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return c.backward ? b.dqkv.host() : b.out.host();
+}
+
+void print_row(const SweepShape& s, const SweepRow& r, double flops, double default_ms, bool best) {
+    const Fa2Candidate& c = *r.c;
+    char passes[96];
+    if (c.passes == 1)
+        std::snprintf(passes, sizeof passes, "%d/%d %5.1fK %3.0f", c.threads[0], c.rows[0],
+                      static_cast<double>(c.smem_bytes[0]) / 1024.0, c.smem_read_per_mma[0]);
+    else
+        std::snprintf(passes, sizeof passes, "%d/%d %5.1fK %3.0f | %d/%d %5.1fK %3.0f",
+                      c.threads[0], c.rows[0], static_cast<double>(c.smem_bytes[0]) / 1024.0,
+                      c.smem_read_per_mma[0], c.threads[1], c.rows[1],
+                      static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
+    const double tiles = tile_bytes(c, s);
+    std::printf("%-11s %-3s %-13s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
+                c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
+                r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
+                tiles / (r.ms * 1e-3) / 1e12, passes);
+}
+
+}  // namespace
+
+void print_sweep_header() {
+    std::printf(
+        "candidate tiles of the mma.sync flash attention (bench/attention_fa2_candidates.cu), "
+        "causal, bf16, no dropout; vs default: time / the engine's time (the first row of each "
+        "direction); diff: largest |candidate - engine| of out (fwd) or dqkv (bwd); * the "
+        "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
+        "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
+        "m16n8k16 product (bwd: pass 1 | pass 2)\n\n");
+    std::printf("%-11s %-3s %-13s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
+                "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
+}
+
+nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
+                           std::mt19937& rng) {
+    Buffers b(s, rng);
+    const AttentionShape shape{.B = s.B,
+                               .T = s.T,
+                               .NH = s.NH,
+                               .KVH = s.KVH,
+                               .HD = s.HD,
+                               .impl = AttentionImpl::flash,
+                               .dt = DType::bf16};
+    nlohmann::json rows = nlohmann::json::array();
+    for (const bool backward : {false, true}) {
+        const double flops = static_cast<double>(backward ? attention_backward_cost(shape).flops
+                                                          : attention_forward_cost(shape).flops);
+        std::vector<SweepRow> timed;
+        std::vector<bf16_t> reference;
+        for (const Fa2Candidate& c : fa2_candidates()) {
+            if (c.HD != s.HD || c.backward != backward) continue;
+            const std::vector<bf16_t> got = output(c, s, b, stream);
+            if (c.is_default) reference = got;
+            const double diff = reference.empty() ? NAN : max_abs_diff(got, reference);
+            const double ms = median_ms([&] { call(c, s, b, stream); }, stream, warmup, reps);
+            timed.push_back({&c, ms, diff});
+        }
+        if (timed.empty()) continue;
+        const double default_ms = timed.front().ms;  // each direction's default comes first
+        const auto best = std::min_element(timed.begin(), timed.end(),
+                                           [](auto& x, auto& y) { return x.ms < y.ms; });
+        for (const SweepRow& r : timed) {
+            print_row(s, r, flops, default_ms, &r == &*best);
+            rows.push_back({{"shape", s.name},
+                            {"B", s.B},
+                            {"T", s.T},
+                            {"NH", s.NH},
+                            {"KVH", s.KVH},
+                            {"HD", s.HD},
+                            {"dir", backward ? "bwd" : "fwd"},
+                            {"candidate", r.c->name},
+                            {"tiles", r.c->tiles},
+                            {"default", r.c->is_default},
+                            {"ms", r.ms},
+                            {"tflops", flops / (r.ms * 1e-3) / 1e12},
+                            {"vs_default", r.ms / default_ms},
+                            {"max_diff", r.max_diff},
+                            {"tile_bytes", tile_bytes(*r.c, s)},
+                            {"best", &r == &*best}});
+        }
+    }
+    std::printf("\n");
+    return rows;
+}
+
+}  // namespace napkin::bench

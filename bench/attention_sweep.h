@@ -1,0 +1,34 @@
+// attention_bench --sweep: the mma.sync flash attention's candidate tiles
+// (bench/attention_fa2_candidates.h) timed against the engine's at one shape, forward and
+// backward, so that one GPU session picks each (HD, direction)'s tiles (docs/CUDA.md "Flash
+// attention's tiles by measurement").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <random>
+
+namespace napkin::bench {
+
+struct SweepShape {
+    const char* name;
+    const char* what;
+    std::int64_t B, T;
+    int NH, KVH;
+    std::int64_t HD;
+};
+
+// The table's header (once, before the shapes).
+void print_sweep_header();
+
+// Every candidate of the shape's HD, forward then backward: each checked against the engine's
+// tiles on the same inputs (largest difference of out, or of dqkv from zeros), then its median ms
+// over `reps` calls after `warmup`; one printed row per candidate, the fastest of each direction
+// marked. Returns the rows as JSON.
+nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
+                           std::mt19937& rng);
+
+}  // namespace napkin::bench
