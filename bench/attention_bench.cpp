@@ -69,23 +69,15 @@ constexpr const char* kUsage =
     "  --sweep: the mma.sync kernels' candidate tiles against the engine's "
     "(bench/attention_fa2_candidates.cu)\n";
 
-// --simt-reps: the SIMT baseline's timed calls (it is slow: fewer). --sweep, a switch, is taken
-// out before the flags with values are parsed.
-bench::BenchFlags parse(int argc, char** argv, bool& sweep) {
+// --simt-reps: the SIMT baseline's timed calls (it is slow: fewer); --sweep, a switch.
+bench::BenchFlags parse(int argc, char** argv) {
     bench::BenchFlags o;
     o.counts["simt-reps"] = 5;
+    o.switches["sweep"] = false;
     std::vector<std::string> names;
     for (const Shape& s : kShapes)
         names.emplace_back(s.name);
-    std::vector<char*> rest;
-    for (int i = 0; i < argc; ++i) {
-        if (i > 0 && std::strcmp(argv[i], "--sweep") == 0)
-            sweep = true;
-        else
-            rest.push_back(argv[i]);
-    }
-    bench::parse_flags(static_cast<int>(rest.size()), rest.data(), "attention_bench", kUsage, names,
-                       o);
+    bench::parse_flags(argc, argv, "attention_bench", kUsage, names, o);
     return o;
 }
 
@@ -249,8 +241,8 @@ nlohmann::json table(const bench::BenchFlags& o, cudaStream_t stream, std::mt199
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool sweep_tiles = false;
-    const bench::BenchFlags o = parse(argc, argv, sweep_tiles);
+    const bench::BenchFlags o = parse(argc, argv);
+    const bool sweep_tiles = o.switches.at("sweep");
     const std::optional<cudaDeviceProp> device = bench::first_device("attention_bench");
     if (!device) return 0;
     const cudaDeviceProp& prop = *device;

@@ -84,11 +84,13 @@ inline double median_ms(const std::function<void()>& call, cudaStream_t stream, 
 
 struct BenchFlags {
     int reps = 20, warmup = 5;
-    std::map<std::string, int> counts;  // the bench's own "--name" -> value (at least 1)
+    std::map<std::string, int> counts;     // the bench's own "--name" -> value (at least 1)
+    std::map<std::string, bool> switches;  // the bench's own valueless "--name" -> given
     std::string shape, json;
 };
 
-// Parses `--flag value` pairs into `flags` (whose fields hold the defaults). A flag it does not
+// Parses `--flag value` pairs and the bench's own switches (`flags.switches`, no value) into
+// `flags` (whose fields hold the defaults). A flag it does not
 // know, a flag without its value, a count that is not a positive whole number or a --shape not
 // in `shapes` exits 2 with the usage: a typo must not silently run the whole default list
 // (minutes on the emulator). -h/--help prints the usage and exits 0.
@@ -112,6 +114,15 @@ inline void parse_flags(int argc, char** argv, const char* bench, const std::str
             std::fputs(usage.c_str(), stdout);
             std::exit(0);
         }
+        if (flag.rfind("--", 0) == 0 && flags.switches.count(flag.substr(2)) != 0) {
+            flags.switches[flag.substr(2)] = true;
+            --i;  // no value follows
+            continue;
+        }
+        const bool known = flag == "--reps" || flag == "--warmup" || flag == "--shape" ||
+                           flag == "--json" ||
+                           (flag.rfind("--", 0) == 0 && flags.counts.count(flag.substr(2)) != 0);
+        if (!known) fail("unknown flag " + flag);
         if (i + 1 >= argc) fail(flag + " needs a value");
         const std::string value = argv[i + 1];
         if (flag == "--reps")

@@ -174,21 +174,13 @@ int main(int argc, char** argv) {
     using namespace napkin;
     const std::string usage =
         "usage: fp8_cast_bench [--account] [--reps N] [--warmup N] [--shape gpt2-b64|tiny]\n";
-    std::vector<char*> args = {argv[0]};
-    bool account_only = false;
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "--account")
-            account_only = true;
-        else
-            args.push_back(argv[i]);
-    }
     bench::BenchFlags flags;
-    bench::parse_flags(static_cast<int>(args.size()), args.data(), "fp8_cast_bench", usage,
-                       {"gpt2-b64", "tiny"}, flags);
+    flags.switches["account"] = false;
+    bench::parse_flags(argc, argv, "fp8_cast_bench", usage, {"gpt2-b64", "tiny"}, flags);
     for (const CastShape& s : cast_shapes())
         if (flags.shape.empty() ? s.name != std::string("tiny") : flags.shape == s.name)
             print_account(s);
-    if (account_only) return 0;
+    if (flags.switches.at("account")) return 0;
     const auto prop = bench::first_device("fp8_cast_bench");
     if (!prop) return 0;
     return run(flags, *prop);

@@ -226,23 +226,15 @@ int main(int argc, char** argv) {
     const std::string usage =
         "usage: head_ce_bench [--account] [--reps N] [--warmup N] "
         "[--shape gpt2-b8|gpt2-b64|tiny] [--json FILE]\n";
-    std::vector<char*> args = {argv[0]};
-    bool account_only = false;
-    for (int i = 1; i < argc; ++i) {
-        if (std::string(argv[i]) == "--account")
-            account_only = true;
-        else
-            args.push_back(argv[i]);
-    }
     bench::BenchFlags flags;
+    flags.switches["account"] = false;
     flags.reps = 10;
     flags.warmup = 3;
-    bench::parse_flags(static_cast<int>(args.size()), args.data(), "head_ce_bench", usage,
-                       {"gpt2-b8", "gpt2-b64", "tiny"}, flags);
+    bench::parse_flags(argc, argv, "head_ce_bench", usage, {"gpt2-b8", "gpt2-b64", "tiny"}, flags);
     for (const Shape& s : shapes())
         if (s.name != std::string("tiny") && (flags.shape.empty() || flags.shape == s.name))
             print_account(s);
-    if (account_only) return 0;
+    if (flags.switches.at("account")) return 0;
     const auto prop = bench::first_device("head_ce_bench");
     if (!prop) return 0;
     return run(flags, *prop);

@@ -274,6 +274,22 @@ const __nv_fp8_storage_t* codes(const Q* p) {
     return reinterpret_cast<const __nv_fp8_storage_t*>(p);
 }
 
+// Current scaling's first two launches: the scale pair from inp's own amax (kept in *amax when
+// given), scale[0] zeroed first as the amax kernels' +0.
+template <class Q, class T>
+void scale_from_own_amax(float* scale, float* amax, const T* inp, std::int64_t n,
+                         cudaStream_t stream) {
+    NAPKIN_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));  // amax = +0
+    if (n > 0) {
+        const unsigned blocks = std::min(grid_for(n, kBlock), 1024u);  // each adds one atomic
+        quantize_amax_kernel<<<blocks, kBlock, 0, stream>>>(reinterpret_cast<unsigned*>(scale),
+                                                            dev(inp), n);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+    }
+    quantize_scale_kernel<<<1, 1, 0, stream>>>(scale, Fp8Format<Q>::kMax, amax);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <class Q, class T>
@@ -292,14 +308,7 @@ void quantize(const QuantizeArgs<Q, T>& args, const Launch& launch) {
         NAPKIN_CUDA_CHECK_LAUNCH();
         return;
     }
-    NAPKIN_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));  // amax = +0
-    if (n > 0) {
-        quantize_amax_kernel<<<blocks, kBlock, 0, stream>>>(reinterpret_cast<unsigned*>(scale),
-                                                            dev(inp), n);
-        NAPKIN_CUDA_CHECK_LAUNCH();
-    }
-    quantize_scale_kernel<<<1, 1, 0, stream>>>(scale, Fp8Format<Q>::kMax, amax);
-    NAPKIN_CUDA_CHECK_LAUNCH();
+    scale_from_own_amax<Q>(scale, amax, inp, n, stream);
     if (n == 0) return;
     quantize_cast_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(codes(out), scale, dev(inp), n,
                                                                      Fp8Format<Q>::kind);
@@ -332,15 +341,7 @@ void quantize_transpose(const QuantizeTransposeArgs<Q, T>& args, const Launch& l
         NAPKIN_CUDA_CHECK_LAUNCH();
         return;
     }
-    NAPKIN_CUDA_CHECK(cudaMemsetAsync(scale, 0, sizeof(float), stream));  // amax = +0
-    if (n > 0) {
-        const unsigned blocks = std::min(grid_for(n, kBlock), 1024u);
-        quantize_amax_kernel<<<blocks, kBlock, 0, stream>>>(reinterpret_cast<unsigned*>(scale),
-                                                            dev(inp), n);
-        NAPKIN_CUDA_CHECK_LAUNCH();
-    }
-    quantize_scale_kernel<<<1, 1, 0, stream>>>(scale, Fp8Format<Q>::kMax, amax);
-    NAPKIN_CUDA_CHECK_LAUNCH();
+    scale_from_own_amax<Q>(scale, amax, inp, n, stream);
     if (n == 0) return;
     quantize_transpose_kernel<<<grid, kTileThreads, 0, stream>>>(codes(out), codes(out_t), nullptr,
                                                                  nullptr, scale, dev(inp), R, C,
