@@ -30,7 +30,7 @@ fi
 # The executables gpu_check.sh runs; the first is the CLI, the rest its gpu tests and benchmark.
 targets=(napkin napkin_cuda device_test caching_allocator_test kernels_cuda_test engine_cuda_test
          train_cuda_cli_test profile_cuda_test nccl_test gemm_bench attention_bench
-         membound_bench decode_attention_bench head_ce_bench)
+         membound_bench decode_attention_bench head_ce_bench fp8_cast_bench)
 
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=OFF \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
