@@ -445,6 +445,9 @@ PY
 do_attention() {
     need_build attention || return 0
     local k="$b/tests/kernels_cuda_test"
+    # First, the sm_90a wgmma primitives (kernels/cuda/wgmma.cuh) against the CPU through their
+    # probe: the hardware's word on the layouts the emulator assumes (docs/CUDA.md "wgmma").
+    step wgmma_tests "$k" --gtest_filter='Wgmma*' --gtest_output="xml:$out/wgmma_tests.xml"
     attention_vs_sdpa
     # The mma.sync kernels' candidate tiles against the engine's (docs/CUDA.md "Flash
     # attention's tiles by measurement"): GPT-2, the GQA shape and GPT-2's sizes at HD 128.

@@ -285,3 +285,5 @@ cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
 
 // mma.sync, ldmatrix and cp.async (kernels/cuda/mma.cuh's PTX), emulated.
 #include "tests/cuda_emu/emu_ptx.h"
+// wgmma (kernels/cuda/wgmma.cuh's sm_90a PTX), emulated.
+#include "tests/cuda_emu/emu_wgmma.h"

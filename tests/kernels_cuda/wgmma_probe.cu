@@ -1,0 +1,199 @@
+// The wgmma probe (wgmma_probe.h): one block, each warpgroup its own 64 rows of A and D, A and B
+// staged into 128-byte-swizzled shared tiles by plain 16-byte stores, four k-steps of 16 in one
+// group, as a flash attention's S = Q K^T (K-major B) and O += P V (N-major B, A from registers)
+// will use them.
+#include "tests/kernels_cuda/wgmma_probe.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+#if !defined(__CUDACC__)
+#include "tests/cuda_emu/emu_state.h"
+#endif
+
+namespace napkin::cuda::probe {
+
+namespace {
+
+constexpr int kK = 64;          // A's columns, B's k: one 128-byte row of 16-bit elements
+constexpr int kRowBytes = 128;  // a swizzled row
+constexpr std::uint32_t kAtom = 1024;
+
+__global__ void wgmma_compiled_kernel(int* out) {
+    *out = wgmma::compiled_in() ? 1 : 0;
+}
+
+// Copies a rows x 64 row-major 16-bit matrix into a K-major swizzled tile at `tile`.
+__device__ void stage_k_major(unsigned char* tile, const std::uint16_t* src, int rows) {
+    for (int i = static_cast<int>(threadIdx.x); i < rows * 8; i += static_cast<int>(blockDim.x)) {
+        const int r = i / 8, c = i % 8;
+        const uint4 v = *reinterpret_cast<const uint4*>(src + r * kK + c * 8);
+        *reinterpret_cast<uint4*>(tile + wgmma::swizzle128(r * kRowBytes + c * 16)) = v;
+    }
+}
+
+// Copies a 64 x n row-major matrix (k by n) into N-major swizzled 64-column blocks.
+__device__ void stage_n_major(unsigned char* tile, const std::uint16_t* src, int n) {
+    const int chunks = n / 8;  // 16-byte chunks a row
+    for (int i = static_cast<int>(threadIdx.x); i < kK * chunks;
+         i += static_cast<int>(blockDim.x)) {
+        const int k = i / chunks, cn = i % chunks;
+        const uint4 v = *reinterpret_cast<const uint4*>(src + k * n + cn * 8);
+        const int block = cn / 8, c = cn % 8;
+        *reinterpret_cast<uint4*>(tile + block * kK * kRowBytes +
+                                  wgmma::swizzle128(k * kRowBytes + c * 16)) = v;
+    }
+}
+
+template <class T, int N, bool kTransB, bool kRegisters>
+__global__ void wgmma_product_kernel(const std::uint16_t* a, const std::uint16_t* b,
+                                     const float* c_in, float* d, bool accumulate,
+                                     WgmmaMisuse misuse) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    // The tiles at a multiple of 1024 bytes of the shared window, which the swizzle assumes.
+    const std::uint32_t window = shared_address(smem);
+    const std::uint32_t a_at = (window + kAtom - 1) / kAtom * kAtom;
+    unsigned char* a_tile = smem + (a_at - window);
+    const int rows = static_cast<int>(blockDim.x) / 128 * 64;
+    const std::uint32_t b_at = a_at + static_cast<std::uint32_t>(rows * kRowBytes);
+    unsigned char* b_tile = a_tile + rows * kRowBytes;
+    stage_k_major(a_tile, a, rows);
+    if constexpr (kTransB)
+        stage_n_major(b_tile, b, N);
+    else
+        stage_k_major(b_tile, b, N);
+    wgmma::fence_proxy_async();
+    __syncthreads();
+
+    const int group = static_cast<int>(threadIdx.x) / 128,
+              warp = static_cast<int>(threadIdx.x) / 32 % 4;
+    const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+    const int row0 = 64 * group + 16 * warp + g;  // this lane's first row of A and D
+    float acc[N / 2];
+    for (int i = 0; i < N / 2; ++i) {
+        const int j = i / 4, h = i % 4 / 2, e = i % 2;
+        acc[i] = accumulate ? c_in[(row0 + 8 * h) * N + 8 * j + 2 * t + e] : 0.0f;
+    }
+    if (misuse != WgmmaMisuse::kNoFence) wgmma::fence();
+    for (int ks = 0; ks < kK / 16; ++ks) {
+        const std::uint64_t bd =
+            kTransB ? wgmma::descriptor(b_at + ks * 16 * kRowBytes, kK * kRowBytes, kAtom,
+                                        wgmma::Swizzle::k128)
+                    : wgmma::descriptor(b_at + ks * 32, 16, kAtom, wgmma::Swizzle::k128);
+        const bool acc_in = accumulate || ks > 0;
+        if constexpr (kRegisters) {
+            std::uint32_t ar[4];
+            for (int r = 0; r < 4; ++r) {
+                const int row = row0 + 8 * (r % 2), col = 16 * ks + 2 * t + 8 * (r / 2);
+                ar[r] = a[row * kK + col] | std::uint32_t{a[row * kK + col + 1]} << 16;
+            }
+            wgmma::mma_rs<T, N, kTransB>(acc, ar, bd, acc_in);
+        } else {
+            const std::uint64_t ad = wgmma::descriptor(
+                a_at + static_cast<std::uint32_t>(64 * group * kRowBytes + ks * 32), 16, kAtom,
+                wgmma::Swizzle::k128);
+            wgmma::mma_ss<T, N, kTransB>(acc, ad, bd, acc_in);
+        }
+    }
+    wgmma::commit();
+    if (misuse == WgmmaMisuse::kOverwriteInFlight && threadIdx.x == 0)
+        a_tile[0] = static_cast<unsigned char>(~a_tile[0]);
+    if (misuse != WgmmaMisuse::kNoWait) wgmma::wait<0>();
+    for (int i = 0; i < N / 2; ++i) {
+        const int j = i / 4, h = i % 4 / 2, e = i % 2;
+        d[(row0 + 8 * h) * N + 8 * j + 2 * t + e] = acc[i];
+    }
+}
+
+template <class T, int N, bool kTransB, bool kRegisters>
+cudaError_t launch(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
+                   const float* c_in, float* d) {
+    const int threads = c.threads > 0 ? c.threads : 128 * c.warpgroups;
+    const std::size_t smem = kAtom + static_cast<std::size_t>(64 * c.warpgroups + N) * kRowBytes;
+    auto* kernel = &wgmma_product_kernel<T, N, kTransB, kRegisters>;
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem));
+        e != cudaSuccess)
+        return e;
+    kernel<<<1, threads, smem>>>(a, b, c_in, d, c.accumulate, c.misuse);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    return cudaDeviceSynchronize();
+}
+
+template <class T, int N>
+cudaError_t launch_n(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
+                     const float* c_in, float* d) {
+    if (c.b_n_major)
+        return c.a_registers ? launch<T, N, true, true>(c, a, b, c_in, d)
+                             : launch<T, N, true, false>(c, a, b, c_in, d);
+    return c.a_registers ? launch<T, N, false, true>(c, a, b, c_in, d)
+                         : launch<T, N, false, false>(c, a, b, c_in, d);
+}
+
+template <class T>
+cudaError_t launch_t(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
+                     const float* c_in, float* d) {
+    return c.n == 128 ? launch_n<T, 128>(c, a, b, c_in, d) : launch_n<T, 64>(c, a, b, c_in, d);
+}
+
+}  // namespace
+
+bool wgmma_emulated() {
+#if defined(__CUDACC__)
+    return false;
+#else
+    return true;
+#endif
+}
+
+std::string wgmma_unavailable() {
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return "no CUDA device";
+    }
+    if (!wgmma_emulated() && (prop.major != 9 || prop.minor != 0))
+        return "wgmma needs an sm_90 device; this one is sm_" + std::to_string(prop.major) +
+               std::to_string(prop.minor);
+    int* flag = nullptr;
+    if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
+        cudaGetLastError();
+        return "cudaMalloc failed";
+    }
+    int compiled = 0;
+    wgmma_compiled_kernel<<<1, 1>>>(flag);
+    const bool ok = cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(flag);
+    if (!ok) {
+        cudaGetLastError();
+        return "the probe's flag kernel failed";
+    }
+    return compiled == 1 ? std::string()
+                         : "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90)";
+}
+
+cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
+                          const float* c_in, float* d, std::string* failure) {
+    if ((c.n != 64 && c.n != 128) || c.warpgroups < 1 || c.warpgroups > 4)
+        return cudaErrorInvalidValue;
+    const cudaError_t e =
+        c.bf16 ? launch_t<__nv_bfloat16>(c, a, b, c_in, d) : launch_t<__half>(c, a, b, c_in, d);
+#if !defined(__CUDACC__)
+    // The emulator's message, and a fresh device for the next case (a GPU's launch failure
+    // sticks to its context; the misuses run only here).
+    if (e != cudaSuccess) {
+        if (failure != nullptr) *failure = ::napkin::emu::last_error_message();
+        ::napkin::emu::reset_for_test();
+    }
+#else
+    if (e != cudaSuccess && failure != nullptr) *failure = cudaGetErrorString(e);
+#endif
+    return e;
+}
+
+}  // namespace napkin::cuda::probe

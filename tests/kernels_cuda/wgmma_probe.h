@@ -1,0 +1,48 @@
+// A kernel that multiplies through kernels/cuda/wgmma.cuh alone, for tests/kernels_cuda/
+// wgmma_test.cpp: on an sm_90 GPU it holds the header's descriptors, swizzle and register layouts
+// to the hardware, on the emulator (tests/cuda_emu/emu_wgmma.h) the emulator to the same product.
+// Built by nvcc for the gpu tests (sm_90a among the architectures when 90 is) and rewritten for
+// the emulator; never part of the engine.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace napkin::cuda::probe {
+
+// Empty when wgmma_product can run here (the emulator, or an sm_90 device with sm_90a code),
+// else why not.
+std::string wgmma_unavailable();
+
+// Whether this build is the emulator's.
+bool wgmma_emulated();
+
+// What the kernel does wrong on purpose, for the emulator's checks (a GPU's result is undefined).
+enum class WgmmaMisuse {
+    kNone,
+    kNoFence,            // no wgmma.fence before the first product
+    kNoWait,             // reads the accumulators without wgmma.wait_group
+    kOverwriteInFlight,  // stores into A's tile between the commit and the wait
+};
+
+struct WgmmaCase {
+    bool bf16 = true;          // else fp16
+    int n = 64;                // 64 or 128
+    bool b_n_major = false;    // B stored k by n (N-major, imm-trans-b), else n by k (K-major)
+    bool a_registers = false;  // A from registers, else from shared memory
+    bool accumulate = false;   // d = A B + c, else A B
+    int warpgroups = 1;        // blocks of 128 threads, each its own 64 rows of A and D
+    int threads = 0;           // the block's threads when not 128 warpgroups (a misuse)
+    WgmmaMisuse misuse = WgmmaMisuse::kNone;
+};
+
+// d (64 W x n, fp32, row-major) = a (64 W x 64, row-major) b (+ c), K = 64 in four k-steps of
+// one group, W warpgroups in one block; b as the case stores it (n x 64 or 64 x n, row-major);
+// 16-bit matrices as their bits; device pointers. Returns the launch's error after a synchronize,
+// its message in *failure (on the emulator, which then clears the error for the next case).
+cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
+                          const float* c_in, float* d, std::string* failure = nullptr);
+
+}  // namespace napkin::cuda::probe
