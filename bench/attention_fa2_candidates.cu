@@ -7,10 +7,12 @@
 #include "bench/attention_fa2_candidates.h"
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_wgmma_forward.cuh"
 
 namespace napkin::bench {
 
@@ -25,6 +27,18 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
     attention_fa2_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l, FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     cuda::fa2::forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+}
+
+template <class Tiles, bool kDropout>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l,
+                                   FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+}
+
+__global__ void sm90a_flag_kernel(int* out) {
+    *out = cuda::wgmma::compiled_in() ? 1 : 0;
 }
 
 template <class Tiles>
@@ -55,9 +69,10 @@ MmaLayout checked_layout(const char* op, const AttentionDims& d, std::int64_t HD
     return cuda::mma_detail::make_mma_layout(op, d.B, d.T, d.NH, d.KVH, d.HD);
 }
 
-template <class Tiles>
-void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
-    const char* op = "attention_fa2_candidate_forward";
+// A forward candidate's launch: the entry point's checks, then `with_dropout` or `without`.
+template <class Tiles, class Kernel>
+void launch_forward(const char* op, const AttentionFlashForwardArgs<bf16_t>& args,
+                    const cuda::Launch& launch, Kernel with_dropout, Kernel without) {
     const MmaLayout l = checked_layout(op, args.dims, Tiles::kHD, {args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
     if (l.B * l.T == 0) return;
@@ -66,11 +81,26 @@ void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& 
     const std::int64_t tiles = (l.T + Tiles::kBlockM - 1) / Tiles::kBlockM;
     const unsigned grid = cuda::mma_detail::mma_grid(op, tiles, l.B * l.NH);
     constexpr std::size_t smem = Tiles::smem_bytes();
-    auto kernel = drop.on ? attention_fa2_forward_kernel<Tiles, true>
-                          : attention_fa2_forward_kernel<Tiles, false>;
+    auto kernel = drop.on ? with_dropout : without;
     cuda::allow_smem(kernel, smem, op);
     kernel<<<grid, Tiles::kThreads, smem, launch.stream>>>(out, args.lse, qkv, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Tiles>
+void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    launch_forward<Tiles>("attention_fa2_candidate_forward", args, launch,
+                          attention_fa2_forward_kernel<Tiles, true>,
+                          attention_fa2_forward_kernel<Tiles, false>);
+}
+
+template <class Tiles>
+void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    const char* op = "attention_wgmma_candidate_forward";
+    const std::string why = fa2_sm90a_unavailable();
+    NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
+    launch_forward<Tiles>(op, args, launch, attention_wgmma_forward_kernel<Tiles, true>,
+                          attention_wgmma_forward_kernel<Tiles, false>);
 }
 
 template <class Tiles>
@@ -143,6 +173,23 @@ Fa2Candidate forward_candidate(const char* name, const char* tiles) {
                         nullptr};
 }
 
+template <class Tiles>
+Fa2Candidate wgmma_forward_candidate(const char* name, const char* tiles) {
+    return Fa2Candidate{name,
+                        Tiles::kHD,
+                        false,
+                        false,
+                        tiles,
+                        1,
+                        {Tiles::kThreads, 0},
+                        {Tiles::kBlockM, 0},
+                        {Tiles::smem_bytes(), 0},
+                        {Tiles::smem_read_per_mma(), 0.0},
+                        &forward_wgmma<Tiles>,
+                        nullptr,
+                        true};
+}
+
 template <class Tiles, bool kIsDefault = false>
 Fa2Candidate backward_candidate(const char* name, const char* tiles) {
     using Key = typename Tiles::KeyPass;
@@ -194,6 +241,10 @@ const std::vector<Fa2Candidate> kCandidates = {
         "f128-qreg", "Q in registers, 32-key tiles, 3 stages (256 B a product, not 288)"),
     forward_candidate<ForwardTiles<128, 1, 32, 3, true, 8, 1>>(
         "f128-w8-qreg", "8 warps, Q in registers, 32-key tiles, 3 stages"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<64, 2, 128, 2>>(
+        "f64-wgmma", "sm_90a wgmma: 2 warpgroups (128 queries), 128-key tiles, 2 stages"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 2>>(
+        "f128-wgmma", "sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles, 2 stages"),
 
     backward_candidate<DefaultBackwardTiles<64>, true>(
         "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),
@@ -221,6 +272,40 @@ const std::vector<Fa2Candidate> kCandidates = {
 
 const std::vector<Fa2Candidate>& fa2_candidates() {
     return kCandidates;
+}
+
+std::string fa2_sm90a_unavailable() {
+    static const std::string why = [] {
+        int device = 0;
+        cudaDeviceProp prop{};
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+            cudaGetLastError();
+            return std::string("no CUDA device");
+        }
+        if (prop.major != 9 || prop.minor != 0)
+            return "wgmma needs an sm_90 device; this one is sm_" + std::to_string(prop.major) +
+                   std::to_string(prop.minor);
+        int* flag = nullptr;
+        int compiled = 0;
+        if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
+            cudaGetLastError();
+            return std::string("cudaMalloc failed");
+        }
+        sm90a_flag_kernel<<<1, 1>>>(flag);
+        const bool ok =
+            cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+        cudaFree(flag);
+        if (!ok) {
+            cudaGetLastError();
+            return std::string("the sm_90a flag kernel failed");
+        }
+        return compiled == 1 ? std::string()
+                             : std::string(
+                                   "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES "
+                                   "without 90)");
+    }();
+    return why;
 }
 
 }  // namespace napkin::bench

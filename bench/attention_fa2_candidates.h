@@ -4,11 +4,12 @@
 // tests/kernels_cuda/attention_test.cpp holds to the CPU. Their kernels are instantiated in
 // bench/attention_fa2_candidates.cu alone (napkin_fa2_candidates, linked by the bench and the
 // test), so that the engine's nvcc time does not grow with them. bf16 only. Compiled by nvcc as
-// C++17.
+// C++17. Two forwards run on Hopper's wgmma instead of mma.sync (sm90a), the rest on mma.sync.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -37,9 +38,16 @@ struct Fa2Candidate {
     // HD must be the candidate's, the device sm_80 or later.
     void (*fwd)(const AttentionFlashForwardArgs<bf16_t>&, const cuda::Launch&);
     void (*bwd)(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&);
+    // On wgmma (kernels/cuda/attention_wgmma_forward.cuh): runs only where
+    // fa2_sm90a_unavailable() is empty.
+    bool sm90a = false;
 };
 
 // Every candidate, the forwards first, each (HD, direction)'s default first.
 const std::vector<Fa2Candidate>& fa2_candidates();
+
+// Empty when the sm90a candidates can run here (an sm_90 device and this build's sm_90a code,
+// or the emulator), else why not.
+std::string fa2_sm90a_unavailable();
 
 }  // namespace napkin::bench

@@ -121,7 +121,8 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
 
 void print_sweep_header() {
     std::printf(
-        "candidate tiles of the mma.sync flash attention (bench/attention_fa2_candidates.cu), "
+        "candidate tiles of the mma.sync flash attention, and forwards on wgmma (*-wgmma, sm_90 "
+        "only; bench/attention_fa2_candidates.cu), "
         "causal, bf16, no dropout; vs default: time / the engine's time (the first row of each "
         "direction); diff: largest |candidate - engine| of out (fwd) or dqkv (bwd); * the "
         "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
@@ -149,6 +150,10 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
         std::vector<bf16_t> reference;
         for (const Fa2Candidate& c : fa2_candidates()) {
             if (c.HD != s.HD || c.backward != backward) continue;
+            if (c.sm90a && !fa2_sm90a_unavailable().empty()) {
+                std::printf("  %s skipped: %s\n", c.name, fa2_sm90a_unavailable().c_str());
+                continue;
+            }
             const std::vector<bf16_t> got = output(c, s, b, stream);
             if (c.is_default) reference = got;
             const double diff = reference.empty() ? NAN : max_abs_diff(got, reference);

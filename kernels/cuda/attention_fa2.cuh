@@ -64,11 +64,12 @@ struct Shared {
 
 // Rows [t0, t0 + kRows) of one head of a packed (B, T, stride) buffer (head at `src`: the head's
 // column offset already added) into `dst` by cp.async, zeros past T. The whole block of kThreads
-// calls it; the caller commits.
-template <int kRows, int kThreads, class D, int kHD>
-__device__ void load_rows(Tile<D, kHD> dst, const D* src, std::int64_t stride, std::int64_t b,
+// calls it; the caller commits. TileT: a Tile, or any tile with kChunks and chunk(row, c)
+// (attention_wgmma_forward.cuh's).
+template <int kRows, int kThreads, class TileT, class D>
+__device__ void load_rows(TileT dst, const D* src, std::int64_t stride, std::int64_t b,
                           std::int64_t T, std::int64_t t0) {
-    constexpr int kChunks = Tile<D, kHD>::kChunks;
+    constexpr int kChunks = TileT::kChunks;
     static_assert(kRows * kChunks % kThreads == 0, "whole chunks per thread");
 #pragma unroll
     for (int k = 0; k < kRows * kChunks / kThreads; ++k) {

@@ -379,6 +379,8 @@ TEST_P(AttentionFa2Candidates, MatchCpu) {
     NAPKIN_SKIP_WITHOUT_GPU();
     using E = bf16_t;
     const bench::Fa2Candidate& tiles = bench::fa2_candidates()[GetParam()];
+    if (tiles.sm90a && !bench::fa2_sm90a_unavailable().empty())
+        GTEST_SKIP() << tiles.name << ": " << bench::fa2_sm90a_unavailable();
     SCOPED_TRACE(std::string(tiles.name) + ": " + tiles.tiles);
     const unsigned seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
