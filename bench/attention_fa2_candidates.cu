@@ -245,6 +245,10 @@ const std::vector<Fa2Candidate> kCandidates = {
         "f64-wgmma", "sm_90a wgmma: 2 warpgroups (128 queries), 128-key tiles, 2 stages"),
     wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 2>>(
         "f128-wgmma", "sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles, 2 stages"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<64, 2, 128, 3, true>>(
+        "f64-wgmma-ov", "f64-wgmma, 3 stages, softmax overlapped with the products"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true>>(
+        "f128-wgmma-ov", "f128-wgmma, 3 stages, softmax overlapped with the products"),
 
     backward_candidate<DefaultBackwardTiles<64>, true>(
         "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),

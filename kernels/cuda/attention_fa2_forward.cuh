@@ -69,13 +69,14 @@ using DefaultForwardTiles = std::conditional_t<kHD == 64, ForwardTiles<64, 2, 32
 
 using mma_detail::MmaLayout;
 
-// One key tile of the online softmax for the warp's rows: s (16 kM x 8 kN scores of rows row0 ..,
-// keys j0 ..) becomes P, zeroed where dropped; the running max mx (log2 units of the scaled
-// score) and sum move, and o takes their correction. `masked`: the tile crosses the diagonal.
-template <bool kDropout, int kM, int kN, int kD>
-__device__ void online_softmax(float (&s)[kM][kN][4], float (&o)[kM][kD][4], float (&mx)[kM][2],
-                               float (&sum)[kM][2], std::int64_t row0, std::int64_t j0, bool masked,
-                               std::int64_t p_row0, const MmaLayout& l, const FlashDropout& drop) {
+// One key tile of the online softmax for the warp's rows, O aside: s (16 kM x 8 kN scores of rows
+// row0 .., keys j0 ..) becomes P, zeroed where dropped; the running max mx (log2 units of the
+// scaled score) and sum move, and corr receives each row's factor for O, exp2(m_old - m_new).
+// `masked`: the tile crosses the diagonal.
+template <bool kDropout, int kM, int kN>
+__device__ void softmax_tile(float (&s)[kM][kN][4], float (&corr)[kM][2], float (&mx)[kM][2],
+                             float (&sum)[kM][2], std::int64_t row0, std::int64_t j0, bool masked,
+                             std::int64_t p_row0, const MmaLayout& l, const FlashDropout& drop) {
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
     // Key minus query of the lane's first element, (j0 + 2 t) - (row0 + g): the causal mask in
     // 32 bits (j0 - row0 is within a tile or two of the diagonal when `masked`).
@@ -99,11 +100,7 @@ __device__ void online_softmax(float (&s)[kM][kN][4], float (&o)[kM][kD][4], flo
             const float correction = exp2f(mx[m][hh] - m_use);
             mx[m][hh] = m_new;
             sum[m][hh] *= correction;
-#pragma unroll
-            for (int d = 0; d < kD; ++d) {
-                o[m][d][2 * hh] *= correction;
-                o[m][d][2 * hh + 1] *= correction;
-            }
+            corr[m][hh] = correction;
 #pragma unroll
             for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -120,6 +117,47 @@ __device__ void online_softmax(float (&s)[kM][kN][4], float (&o)[kM][kD][4], flo
                 }
         }
     }
+}
+
+// O's rows scaled by softmax_tile's factors.
+template <int kM, int kD>
+__device__ void correct_rows(float (&o)[kM][kD][4], const float (&corr)[kM][2]) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+            for (int d = 0; d < kD; ++d) {
+                o[m][d][2 * hh] *= corr[m][hh];
+                o[m][d][2 * hh + 1] *= corr[m][hh];
+            }
+}
+
+// One key tile of the online softmax with O's correction (softmax_tile, then correct_rows).
+template <bool kDropout, int kM, int kN, int kD>
+__device__ void online_softmax(float (&s)[kM][kN][4], float (&o)[kM][kD][4], float (&mx)[kM][2],
+                               float (&sum)[kM][2], std::int64_t row0, std::int64_t j0, bool masked,
+                               std::int64_t p_row0, const MmaLayout& l, const FlashDropout& drop) {
+    float corr[kM][2];
+    softmax_tile<kDropout>(s, corr, mx, sum, row0, j0, masked, p_row0, l, drop);
+    correct_rows(o, corr);
+}
+
+// The warp's rows of the results: out = O / l (times 1 / (1 - p) with dropout) and
+// lse = (m + log2 l) ln 2, rows w_first + 16 m + g + 8 hh below T.
+template <bool kDropout, int kM, int kD, class D>
+__device__ void store_forward_rows(D* out, float* lse, const float (&o)[kM][kD][4],
+                                   const float (&mx)[kM][2], const float (&sum)[kM][2],
+                                   std::int64_t w_first, std::int64_t b, int h, const MmaLayout& l,
+                                   const FlashDropout& drop) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
+    for_each_row<kM>([&](int m, int hh) {
+        const float total = quad_sum(sum[m][hh]);  // >= 1 for a row that saw a key
+        const std::int64_t i = w_first + 16 * m + g + 8 * hh;
+        if (i >= l.T) return;
+        if (t == 0) lse[l.row(b, h, i)] = (mx[m][hh] + log2f(total)) * mma_detail::kLn2;
+        store_row(out + l.o(b, i, h), o, m, hh, (kDropout ? drop.scale : 1.0f) / total, false);
+    });
 }
 
 // The block's work (a grid of (query tiles * B * NH) blocks of Tiles::kThreads, the last query
@@ -178,6 +216,9 @@ __device__ __forceinline__ void forward_block(unsigned char* smem, D* out, float
         warp_ab<D>(o, p, v_tile(stage), 0);
     }
 
+    // store_forward_rows's work, written out: through the helper ptxas allocates these kernels'
+    // registers differently (sm_80 f64 214 / 228 against 223 / 235), and the engine's kernels
+    // stay as the H200 measured them until a GPU says otherwise.
     for_each_row<kM>([&](int m, int hh) {
         const float total = quad_sum(sum[m][hh]);  // >= 1 for a row that saw a key
         const std::int64_t i = w_first + 16 * m + g + 8 * hh;
