@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_wgmma_backward.cuh"
 #include "kernels/cuda/attention_wgmma_forward.cuh"
 
 namespace napkin::bench {
@@ -35,6 +36,14 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
                                    FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     cuda::fa2::wgmma_forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_backward_query_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                          const float* lse, MmaLayout l, FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_backward_query_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
 }
 
 __global__ void sm90a_flag_kernel(int* out) {
@@ -103,18 +112,18 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
                           attention_wgmma_forward_kernel<Tiles, false>);
 }
 
-template <class Tiles>
-void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
-    const char* op = "attention_fa2_candidate_backward";
+// A backward candidate's launches: the entry point's checks, pass 1 (mma.sync, Key's tiles),
+// then pass 2 by `query_kernel` with Query's threads, rows and shared memory.
+template <class Key, class Query, class QueryKernel>
+void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& args,
+                     const cuda::Launch& launch, QueryKernel query_kernel) {
     const MmaLayout l =
-        checked_layout(op, args.dims, Tiles::kHD, {args.dqkv, args.dout, args.out, args.qkv});
+        checked_layout(op, args.dims, Key::kHD, {args.dqkv, args.dout, args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
     if (l.B * l.T == 0) return;
     auto* dqkv = cuda::dev(args.dqkv);
     const auto *dout = cuda::dev(args.dout), *out = cuda::dev(args.out);
     const auto* qkv = cuda::dev(args.qkv);
-    using Key = typename Tiles::KeyPass;
-    using Query = typename Tiles::QueryPass;
     auto key_kernel = attention_fa2_backward_key_kernel<Key>;
     constexpr std::size_t key_smem = Key::smem_bytes();
     cuda::allow_smem(key_kernel, key_smem, op);
@@ -123,7 +132,6 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
     key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(dqkv, dout, out, qkv, args.lse,
                                                                      l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
-    auto query_kernel = attention_fa2_backward_query_kernel<Query>;
     constexpr std::size_t query_smem = Query::smem_bytes();
     cuda::allow_smem(query_kernel, query_smem, op);
     const unsigned query_grid =
@@ -131,6 +139,23 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
     query_kernel<<<query_grid, Query::kThreads, query_smem, launch.stream>>>(dqkv, dout, out, qkv,
                                                                              args.lse, l, drop);
     NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+template <class Tiles>
+void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    using Query = typename Tiles::QueryPass;
+    launch_backward<typename Tiles::KeyPass, Query>("attention_fa2_candidate_backward", args,
+                                                    launch,
+                                                    attention_fa2_backward_query_kernel<Query>);
+}
+
+template <class Key, class Query>
+void backward_wgmma_query(const AttentionFlashBackwardArgs<bf16_t>& args,
+                          const cuda::Launch& launch) {
+    const char* op = "attention_wgmma_candidate_backward";
+    const std::string why = fa2_sm90a_unavailable();
+    NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
+    launch_backward<Key, Query>(op, args, launch, attention_wgmma_backward_query_kernel<Query>);
 }
 
 void engine_forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
@@ -157,47 +182,36 @@ auto backward_fn() {
         return &backward<Tiles>;
 }
 
-template <class Tiles, bool kIsDefault = false>
-Fa2Candidate forward_candidate(const char* name, const char* tiles) {
-    return Fa2Candidate{name,
-                        Tiles::kHD,
-                        false,
-                        kIsDefault,
-                        tiles,
-                        1,
-                        {Tiles::kThreads, 0},
-                        {Tiles::kBlockM, 0},
-                        {Tiles::smem_bytes(), 0},
-                        {Tiles::smem_read_per_mma(), 0.0},
-                        forward_fn<Tiles, kIsDefault>(),
-                        nullptr};
-}
+using ForwardFn = void (*)(const AttentionFlashForwardArgs<bf16_t>&, const cuda::Launch&);
+using BackwardFn = void (*)(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&);
 
+// A forward's row of the table: one pass, Tiles' threads, rows and bytes.
 template <class Tiles>
-Fa2Candidate wgmma_forward_candidate(const char* name, const char* tiles) {
+Fa2Candidate one_pass(const char* name, const char* tiles, bool is_default, ForwardFn fwd,
+                      bool sm90a) {
     return Fa2Candidate{name,
                         Tiles::kHD,
                         false,
-                        false,
+                        is_default,
                         tiles,
                         1,
                         {Tiles::kThreads, 0},
                         {Tiles::kBlockM, 0},
                         {Tiles::smem_bytes(), 0},
                         {Tiles::smem_read_per_mma(), 0.0},
-                        &forward_wgmma<Tiles>,
+                        fwd,
                         nullptr,
-                        true};
+                        sm90a};
 }
 
-template <class Tiles, bool kIsDefault = false>
-Fa2Candidate backward_candidate(const char* name, const char* tiles) {
-    using Key = typename Tiles::KeyPass;
-    using Query = typename Tiles::QueryPass;
+// A backward's row: pass 1 Key's, pass 2 Query's.
+template <class Key, class Query>
+Fa2Candidate two_pass(const char* name, const char* tiles, bool is_default, BackwardFn bwd,
+                      bool sm90a) {
     return Fa2Candidate{name,
-                        Tiles::kHD,
+                        Key::kHD,
                         true,
-                        kIsDefault,
+                        is_default,
                         tiles,
                         2,
                         {Key::kThreads, Query::kThreads},
@@ -205,7 +219,30 @@ Fa2Candidate backward_candidate(const char* name, const char* tiles) {
                         {Key::smem_bytes(), Query::smem_bytes()},
                         {Key::smem_read_per_mma(), Query::smem_read_per_mma()},
                         nullptr,
-                        backward_fn<Tiles, kIsDefault>()};
+                        bwd,
+                        sm90a};
+}
+
+template <class Tiles, bool kIsDefault = false>
+Fa2Candidate forward_candidate(const char* name, const char* tiles) {
+    return one_pass<Tiles>(name, tiles, kIsDefault, forward_fn<Tiles, kIsDefault>(), false);
+}
+
+template <class Tiles>
+Fa2Candidate wgmma_forward_candidate(const char* name, const char* tiles) {
+    return one_pass<Tiles>(name, tiles, false, &forward_wgmma<Tiles>, true);
+}
+
+template <class Tiles, bool kIsDefault = false>
+Fa2Candidate backward_candidate(const char* name, const char* tiles) {
+    return two_pass<typename Tiles::KeyPass, typename Tiles::QueryPass>(
+        name, tiles, kIsDefault, backward_fn<Tiles, kIsDefault>(), false);
+}
+
+// Pass 1 on mma.sync (Key's tiles), pass 2 on wgmma (WgmmaQueryTiles).
+template <class Key, class Query>
+Fa2Candidate wgmma_backward_candidate(const char* name, const char* tiles) {
+    return two_pass<Key, Query>(name, tiles, false, &backward_wgmma_query<Key, Query>, true);
 }
 
 using cuda::fa2::BackwardTiles;
@@ -260,6 +297,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-w8", "both passes 8 warps (256 keys, 256 queries a block)"),
     backward_candidate<BackwardTiles<Key64, QueryTiles<64, 2, 48, 2, false>>>(
         "b64-q-n48", "pass 2: 48-key tiles (185 B a product, not 213)"),
+    wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -270,6 +309,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b128-q-reg", "pass 2: Q and dout in registers, 32-key tiles, 3 stages (256 B, not 299)"),
     backward_candidate<BackwardTiles<KeyTiles<128, 1, 32, 3, false>, Query128>>("b128-k-s3",
                                                                                 "pass 1: 3 stages"),
+    wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
 };
 
 }  // namespace

@@ -121,7 +121,7 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
 
 void print_sweep_header() {
     std::printf(
-        "candidate tiles of the mma.sync flash attention, and forwards on wgmma (*-wgmma, sm_90 "
+        "candidate tiles of the mma.sync flash attention, and kernels on wgmma (*-wgmma*, sm_90 "
         "only; bench/attention_fa2_candidates.cu), "
         "causal, bf16, no dropout; vs default: time / the engine's time (the first row of each "
         "direction); diff: largest |candidate - engine| of out (fwd) or dqkv (bwd); * the "

@@ -464,6 +464,9 @@ do_attention() {
     # The candidate tiles' 8-warp blocks (their loads and barriers span twice the threads).
     step racecheck_attention_tiles $cs --tool racecheck "$k" \
         --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*w8*'
+    # The wgmma kernels (sm_90 only; they skip elsewhere): shared tiles the async proxy reads.
+    step racecheck_attention_wgmma $cs --tool racecheck "$k" \
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this
