@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
@@ -44,6 +45,14 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
                                           const float* lse, MmaLayout l, FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     cuda::fa2::wgmma_backward_query_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                        const float* lse, MmaLayout l, FlashDropout drop) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
 }
 
 __global__ void sm90a_flag_kernel(int* out) {
@@ -112,11 +121,11 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
                           attention_wgmma_forward_kernel<Tiles, false>);
 }
 
-// A backward candidate's launches: the entry point's checks, pass 1 (mma.sync, Key's tiles),
-// then pass 2 by `query_kernel` with Query's threads, rows and shared memory.
-template <class Key, class Query, class QueryKernel>
+// A backward candidate's launches: the entry point's checks, pass 1 by `key_kernel` with Key's
+// threads, rows and shared memory, then pass 2 by `query_kernel` with Query's.
+template <class Key, class Query, class KeyKernel, class QueryKernel>
 void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& args,
-                     const cuda::Launch& launch, QueryKernel query_kernel) {
+                     const cuda::Launch& launch, KeyKernel key_kernel, QueryKernel query_kernel) {
     const MmaLayout l =
         checked_layout(op, args.dims, Key::kHD, {args.dqkv, args.dout, args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
@@ -124,7 +133,6 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     auto* dqkv = cuda::dev(args.dqkv);
     const auto *dout = cuda::dev(args.dout), *out = cuda::dev(args.out);
     const auto* qkv = cuda::dev(args.qkv);
-    auto key_kernel = attention_fa2_backward_key_kernel<Key>;
     constexpr std::size_t key_smem = Key::smem_bytes();
     cuda::allow_smem(key_kernel, key_smem, op);
     const unsigned key_grid =
@@ -143,19 +151,31 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
 
 template <class Tiles>
 void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
+    using Key = typename Tiles::KeyPass;
     using Query = typename Tiles::QueryPass;
-    launch_backward<typename Tiles::KeyPass, Query>("attention_fa2_candidate_backward", args,
-                                                    launch,
-                                                    attention_fa2_backward_query_kernel<Query>);
+    launch_backward<Key, Query>("attention_fa2_candidate_backward", args, launch,
+                                attention_fa2_backward_key_kernel<Key>,
+                                attention_fa2_backward_query_kernel<Query>);
 }
 
+// Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
+template <class Key>
+struct KeyOnWgmma : std::false_type {};
+template <int HD, int Groups, int Q, int Stages>
+struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages>> : std::true_type {};
+
+// Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
 template <class Key, class Query>
-void backward_wgmma_query(const AttentionFlashBackwardArgs<bf16_t>& args,
-                          const cuda::Launch& launch) {
+void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     const char* op = "attention_wgmma_candidate_backward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
-    launch_backward<Key, Query>(op, args, launch, attention_wgmma_backward_query_kernel<Query>);
+    if constexpr (KeyOnWgmma<Key>::value)
+        launch_backward<Key, Query>(op, args, launch, attention_wgmma_backward_key_kernel<Key>,
+                                    attention_wgmma_backward_query_kernel<Query>);
+    else
+        launch_backward<Key, Query>(op, args, launch, attention_fa2_backward_key_kernel<Key>,
+                                    attention_wgmma_backward_query_kernel<Query>);
 }
 
 void engine_forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
@@ -239,10 +259,10 @@ Fa2Candidate backward_candidate(const char* name, const char* tiles) {
         name, tiles, kIsDefault, backward_fn<Tiles, kIsDefault>(), false);
 }
 
-// Pass 1 on mma.sync (Key's tiles), pass 2 on wgmma (WgmmaQueryTiles).
+// Pass 2 on wgmma (WgmmaQueryTiles); pass 1 on mma.sync (KeyTiles) or wgmma (WgmmaKeyTiles).
 template <class Key, class Query>
 Fa2Candidate wgmma_backward_candidate(const char* name, const char* tiles) {
-    return two_pass<Key, Query>(name, tiles, false, &backward_wgmma_query<Key, Query>, true);
+    return two_pass<Key, Query>(name, tiles, false, &backward_wgmma<Key, Query>, true);
 }
 
 using cuda::fa2::BackwardTiles;
@@ -299,6 +319,11 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-q-n48", "pass 2: 48-key tiles (185 B a product, not 213)"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 2>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma",
+        "both passes on sm_90a wgmma: pass 1 2 warpgroups (128 keys), 64-query "
+        "items; pass 2 as b64-wgmma-q"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -311,6 +336,11 @@ const std::vector<Fa2Candidate> kCandidates = {
                                                                                 "pass 1: 3 stages"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 64, 2>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma",
+        "both passes on sm_90a wgmma: pass 1 2 warpgroups (128 keys), 64-query "
+        "items; pass 2 as b128-wgmma-q"),
 };
 
 }  // namespace

@@ -111,11 +111,11 @@ using DefaultBackwardTiles = std::conditional_t<
 
 // D_i = dout_i . out_i and lse_i log2(e) (+inf past T) of the kQ queries [i0, i0 + kQ) of head h
 // into d_s and lse_s, from the dout and out tiles in shared memory: kThreads / kQ threads per row.
-// The whole block calls it.
-template <class D, int kHD, int kQ, int kThreads>
-__device__ void item_stats(float* d_s, float* lse_s, const Shared& sh, Tile<D, kHD> go,
-                           Tile<D, kHD> o, const float* lse, const MmaLayout& l, std::int64_t b,
-                           int h, std::int64_t i0) {
+// The whole block calls it. TileT: a Tile<D, kHD>, or attention_wgmma_backward.cuh's SwTile.
+template <class D, int kHD, int kQ, int kThreads, class TileT>
+__device__ void item_stats(float* d_s, float* lse_s, const Shared& sh, TileT go, TileT o,
+                           const float* lse, const MmaLayout& l, std::int64_t b, int h,
+                           std::int64_t i0) {
     constexpr int kPerRow = kThreads / kQ, kChunks = kHD / 8 / kPerRow;
     const int r = static_cast<int>(threadIdx.x) / kPerRow, part = threadIdx.x % kPerRow;
     float dot = 0.0f;

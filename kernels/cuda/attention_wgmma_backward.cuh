@@ -1,7 +1,8 @@
-// The backward's dq pass on Hopper's wgmma (sm_90a; docs/CUDA.md "wgmma (sm_90a)"): the mma.sync
-// backward's pass 2 (attention_fa2_backward.cuh, backward_query_block) with its three products on
-// warpgroups. Not the engine's: bench/attention_fa2_candidates.cu pairs it with the engine's
-// mma.sync key pass as the candidates b64-wgmma-q and b128-wgmma-q. Not a public header.
+// The backward on Hopper's wgmma (sm_90a; docs/CUDA.md "wgmma (sm_90a)"): the mma.sync backward's
+// two passes (attention_fa2_backward.cuh) with their products on warpgroups; the dq pass first,
+// the dK, dV pass at the end. Not the engine's: bench/attention_fa2_candidates.cu runs the dq pass
+// after the engine's mma.sync key pass (b64-wgmma-q, b128-wgmma-q) and both on wgmma (b64-wgmma,
+// b128-wgmma). Not a public header.
 //
 // A block of kGroups warpgroups owns 64 kGroups queries of one (b, h), 64 a warpgroup. Q and dout
 // are loaded once, K and V tiles of kBlockN keys stream through kStages stages, all as SwTiles
@@ -174,6 +175,165 @@ __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, 
     for (int hh = 0; hh < 2; ++hh) {
         const std::int64_t i = w_first + g + 8 * hh;
         if (i < l.T) store_row(dqkv + l.q(b, i, h), dq, 0, hh, 1.0f, true);
+    }
+}
+
+// The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages.
+template <int HD, int Groups, int Q, int Stages>
+struct WgmmaKeyTiles {
+    static_assert(HD == 64 || HD == 128);
+    static_assert(Groups == 1 || Groups == 2);
+    static_assert(Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
+    static_assert(Stages >= 2);
+    static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
+    static constexpr int kThreads = 128 * Groups, kKeys = 64 * Groups, kMinBlocks = 1;
+    static_assert(kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0, "item_stats' rows");
+    using KTile = SwTile<kKeys, HD>;  // K, and V
+    using ItemTile = SwTile<Q, HD>;   // Q, dout, out of an item
+    // K and V, then per stage Q, dout and out, then lse and D (kQ floats each), and up to 1 KiB
+    // to align the first to 1024 bytes.
+    static constexpr std::size_t smem_bytes() {
+        return 1024 + 2 * KTile::kBytes + 3 * static_cast<std::size_t>(kStages) * ItemTile::kBytes +
+               2 * kQ * sizeof(float);
+    }
+    // As WgmmaQueryTiles': S^T and dP^T read A (2048 bytes) and B (32 kQ) per m64 product, dV
+    // and dK B alone; the four are equal in number.
+    static constexpr double smem_read_per_mma() {
+        return (2.0 * (64.0 + 4096.0 / Q) + 2.0 * 64.0) / 4.0;
+    }
+};
+
+// Pass 1 on wgmma: the mma.sync backward_key_block's algorithm (a block owns kKeys keys of one
+// (b, kv head), 64 a warpgroup, and walks every (query head of the group, query tile at or after
+// the diagonal) item, Q, dout and out streaming through kStages stages). Per item each
+// warpgroup issues, in one group,
+//   S^T = K Q^T and dP^T = V dO^T    2 HD / 16 m64n<kQ>k16, K, V, Q and dout K-major
+// waits, forms P^T (dropped elements zeroed for dV) and dS^T = P^T (dP^T k - D) / sqrt(HD) in
+// registers by the mma.sync pass's per-element code, and issues, in one group,
+//   dV += P^T dO and dK += dS^T Q    2 kQ / 16 m64n<HD>k16, dO and Q read N-major
+// then waits. dK and dV are added into dqkv once at the end, one writer per element.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D* dqkv,
+                                                         const D* dout, const D* out, const D* qkv,
+                                                         const float* lse, const MmaLayout& l,
+                                                         const FlashDropout& drop) {
+    constexpr int kHD = Tiles::kHD, kThreads = Tiles::kThreads, kRows = Tiles::kKeys;
+    constexpr int kQ = Tiles::kQ, kNq = kQ / 8, kD = kHD / 8, kStages = Tiles::kStages;
+    using KTile = typename Tiles::KTile;
+    using ItemTile = typename Tiles::ItemTile;
+    const std::uint32_t window = shared_address(smem);
+    const Shared sh{smem, window};
+    const std::uint32_t base = (window + 1023u) & ~1023u;
+    const KTile ks{base}, vs{base + KTile::kBytes};
+    const std::uint32_t stages = base + 2 * KTile::kBytes;  // Q, dout, out per stage
+    auto q_tile = [=](int s) { return ItemTile{stages + (3 * s) * ItemTile::kBytes}; };
+    auto go_tile = [=](int s) { return ItemTile{stages + (3 * s + 1) * ItemTile::kBytes}; };
+    auto o_tile = [=](int s) { return ItemTile{stages + (3 * s + 2) * ItemTile::kBytes}; };
+    float* const lse_s = sh.ptr<float>(stages + 3 * kStages * ItemTile::kBytes);
+    float* const d_s = lse_s + kQ;
+
+    const int group = static_cast<int>(threadIdx.x) / 128;
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
+    const std::int64_t heads = l.B * l.KVH, hd = l.HD;
+    const std::int64_t kt = blockIdx.x / heads;
+    const std::int64_t b = blockIdx.x % heads / l.KVH;
+    const int kvh = static_cast<int>(blockIdx.x % heads % l.KVH);
+    const std::int64_t j0 = kt * kRows;
+    load_rows<kRows, kThreads>(ks, qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
+    load_rows<kRows, kThreads>(vs, qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b, l.T, j0);
+    cp_async_commit();
+    // Items: (query head of the group, query tile from the one holding key j0 on).
+    const int qt0 = static_cast<int>(j0 / kQ);
+    const int per_head = static_cast<int>((l.T + kQ - 1) / kQ) - qt0;
+    auto items = make_pipeline<kStages>(
+        [=](int item, int stage) {
+            const std::int64_t h = kvh * l.group + item / per_head;
+            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
+            load_rows<kQ, kThreads>(q_tile(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
+            load_rows<kQ, kThreads>(go_tile(stage), dout + h * hd, l.out_row, b, l.T, i0);
+            load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
+        },
+        l.group * per_head);
+    items.prologue();
+    cp_async_wait<kStages - 1>();  // K and V: the oldest group
+    wgmma::fence_proxy_async();
+    __syncthreads();
+
+    const std::int64_t kg0 = j0 + 64 * group;                      // the warpgroup's first key
+    const std::int64_t kw0 = kg0 + 16 * warp, kw_last = kw0 + 15;  // the warp's keys
+    float dk[1][kD][4], dv[1][kD][4];
+    zero(dk);
+    zero(dv);
+
+    for (int it = 0; it < l.group * per_head; ++it) {
+        const int stage = items.next(it);
+        wgmma::fence_proxy_async();  // this thread's copies of the item, for the products
+        const int h = kvh * l.group + it / per_head;
+        const std::int64_t i0 = static_cast<std::int64_t>(qt0 + it % per_head) * kQ;
+        item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l, b,
+                                         h, i0);
+        __syncthreads();
+        if (kg0 >= l.T || i0 + kQ - 1 < kg0) continue;  // keys past the end, or after every query
+        const bool masked = kw_last > i0;
+        // Key minus query of the lane's first element (key kw0 + g, query i0 + 2 t).
+        const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
+        float st[1][kNq][4], dpt[1][kNq][4];
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < kHD / 16; ++k)
+            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
+                                        ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
+                                        k > 0);
+#pragma unroll
+        for (int k = 0; k < kHD / 16; ++k)
+            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
+                                        vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
+                                        k > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        float pd[1][kNq][4];        // P^T as dV takes it: dropped elements zeroed
+        std::uint32_t dropped = 0;  // bit 4 n + e of the lane's elements
+        for_each_element<1, kNq>([&](int m, int n, int e) {
+            const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
+            const int bit = 4 * (kNq * m + n) + e;
+            const bool seen = !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
+            const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
+            st[m][n][e] = p;
+            const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
+            if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
+                dropped |= 1u << bit;
+            pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
+        });
+        for_each_element<1, kNq>([&](int m, int n, int e) {
+            float dp = dpt[m][n][e];
+            if (drop.on)
+                dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
+            st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
+        });
+        std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
+        pack_a<D>(pa, pd);
+        pack_a<D>(sa, st);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kQ / 16; ++kk)
+            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
+                                        go_tile(stage).n_major(kk), true);
+#pragma unroll
+        for (int kk = 0; kk < kQ / 16; ++kk)
+            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
+                                        q_tile(stage).n_major(kk), true);
+        wgmma::commit();
+        wgmma::wait<0>();
+    }
+
+    const float dv_scale = drop.on ? drop.scale : 1.0f;  // dV summed the kept P unscaled
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const std::int64_t j = kw0 + g + 8 * hh;
+        if (j >= l.T) continue;
+        store_row(dqkv + l.k(b, j, kvh), dk, 0, hh, 1.0f, true);
+        store_row(dqkv + l.v(b, j, kvh), dv, 0, hh, dv_scale, true);
     }
 }
 
