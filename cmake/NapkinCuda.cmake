@@ -35,10 +35,15 @@ if(NOT NAPKIN_CUDA STREQUAL "OFF")
         target_compile_options(napkin_options INTERFACE
             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr>)
         set(NAPKIN_HAVE_CUDA ON)
-        # The architectures of code that uses Hopper's wgmma (kernels/cuda/wgmma.cuh), which
-        # exists only in sm_90a code: sm_90 replaced by sm_90a (it runs on 9.0 devices alone).
+        # The architectures of code that uses Hopper's wgmma (kernels/cuda/wgmma.cuh: the probe
+        # and the attention candidates, never the engine), which exists only in sm_90a code:
+        # sm_90 replaced by sm_90a (it runs on 9.0 devices alone), and added where the build
+        # has no 90 (CI's sm_80-only build), so that ptxas checks the wgmma code on every build.
         string(REGEX REPLACE "(^|;)90(-real|-virtual)?(;|$)" "\\190a\\3"
             NAPKIN_CUDA_ARCHITECTURES_SM90A "${CMAKE_CUDA_ARCHITECTURES}")
+        if(NOT "90a" IN_LIST NAPKIN_CUDA_ARCHITECTURES_SM90A)
+            list(APPEND NAPKIN_CUDA_ARCHITECTURES_SM90A 90a)
+        endif()
     elseif(NAPKIN_CUDA STREQUAL "ON")
         message(FATAL_ERROR "NAPKIN_CUDA=ON but no CUDA compiler was found "
                             "(looked for /usr/local/cuda/bin/nvcc and on PATH)")
