@@ -78,11 +78,13 @@ __global__ void wgmma_product_kernel(const std::uint16_t* a, const std::uint16_t
         acc[i] = accumulate ? c_in[(row0 + 8 * h) * N + 8 * j + 2 * t + e] : 0.0f;
     }
     if (misuse != WgmmaMisuse::kNoFence) wgmma::fence();
-    for (int ks = 0; ks < kK / 16; ++ks) {
+    const bool issue = misuse != WgmmaMisuse::kOneWarpIssues || warp == 0;
+    const std::uint32_t b_off = misuse == WgmmaMisuse::kPastTheEnd ? 65536u : 0u;
+    for (int ks = 0; ks < kK / 16 && issue; ++ks) {
         const std::uint64_t bd =
-            kTransB ? wgmma::descriptor(b_at + ks * 16 * kRowBytes, kK * kRowBytes, kAtom,
+            kTransB ? wgmma::descriptor(b_at + b_off + ks * 16 * kRowBytes, kK * kRowBytes, kAtom,
                                         wgmma::Swizzle::k128)
-                    : wgmma::descriptor(b_at + ks * 32, 16, kAtom, wgmma::Swizzle::k128);
+                    : wgmma::descriptor(b_at + b_off + ks * 32, 16, kAtom, wgmma::Swizzle::k128);
         const bool acc_in = accumulate || ks > 0;
         if constexpr (kRegisters) {
             std::uint32_t ar[4];

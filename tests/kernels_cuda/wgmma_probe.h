@@ -25,6 +25,8 @@ enum class WgmmaMisuse {
     kNoFence,            // no wgmma.fence before the first product
     kNoWait,             // reads the accumulators without wgmma.wait_group
     kOverwriteInFlight,  // stores into A's tile between the commit and the wait
+    kOneWarpIssues,      // warps 1 to 3 of the warpgroup skip the products; warp 0 waits
+    kPastTheEnd,         // B's descriptor 64 KiB on, past the dynamic shared memory
 };
 
 struct WgmmaCase {

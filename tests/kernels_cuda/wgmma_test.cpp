@@ -174,6 +174,18 @@ TEST_F(WgmmaMisuses, HalfAWarpgroupFailsTheLaunch) {
     EXPECT_NE(r.failure.find("not whole warpgroups"), std::string::npos) << r.failure;
 }
 
+TEST_F(WgmmaMisuses, AWaitForProductsTheWarpgroupNeverIssuedFailsTheLaunch) {
+    const WgmmaRun r = misuse(WgmmaMisuse::kOneWarpIssues);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("never issued"), std::string::npos) << r.failure;
+}
+
+TEST_F(WgmmaMisuses, AnOperandPastTheSharedMemoryFailsTheLaunch) {
+    const WgmmaRun r = misuse(WgmmaMisuse::kPastTheEnd);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("past the launch's"), std::string::npos) << r.failure;
+}
+
 TEST_F(WgmmaMisuses, TheSameCaseRunsCleanly) {
     EXPECT_EQ(misuse(WgmmaMisuse::kNone).error, cudaSuccess);
 }
