@@ -350,36 +350,8 @@ const std::vector<Fa2Candidate>& fa2_candidates() {
 }
 
 std::string fa2_sm90a_unavailable() {
-    static const std::string why = [] {
-        int device = 0;
-        cudaDeviceProp prop{};
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-            cudaGetLastError();
-            return std::string("no CUDA device");
-        }
-        if (prop.major != 9 || prop.minor != 0)
-            return "wgmma needs an sm_90 device; this one is sm_" + std::to_string(prop.major) +
-                   std::to_string(prop.minor);
-        int* flag = nullptr;
-        int compiled = 0;
-        if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
-            cudaGetLastError();
-            return std::string("cudaMalloc failed");
-        }
-        sm90a_flag_kernel<<<1, 1>>>(flag);
-        const bool ok =
-            cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
-        cudaFree(flag);
-        if (!ok) {
-            cudaGetLastError();
-            return std::string("the sm_90a flag kernel failed");
-        }
-        return compiled == 1 ? std::string()
-                             : std::string(
-                                   "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES "
-                                   "without 90)");
-    }();
+    static const std::string why =
+        cuda::wgmma::unavailable([](int* flag) { sm90a_flag_kernel<<<1, 1>>>(flag); });
     return why;
 }
 

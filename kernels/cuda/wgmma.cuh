@@ -32,8 +32,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #if defined(__CUDACC__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -49,6 +51,39 @@ __host__ __device__ constexpr bool compiled_in() {
 #else
     return false;
 #endif
+}
+
+// Host side: empty when sm_90a code can run here, else why not. It needs a device, of compute
+// capability 9.0 (the only one that runs sm_90a code) when `need_sm90`, and sm_90a code in this
+// build, which `launch_flag(int* flag)` tells: it launches a one-thread kernel of the caller's
+// that stores compiled_in() at flag (the launch written in the caller's .cu, which the emulator
+// rewrites).
+template <class LaunchFlag>
+std::string unavailable(LaunchFlag launch_flag, bool need_sm90 = true) {
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return "no CUDA device";
+    }
+    if (need_sm90 && (prop.major != 9 || prop.minor != 0))
+        return "wgmma needs an sm_90 device; this one is sm_" + std::to_string(prop.major) +
+               std::to_string(prop.minor);
+    int* flag = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int)) != cudaSuccess) {
+        cudaGetLastError();
+        return "cudaMalloc failed";
+    }
+    int compiled = 0;
+    launch_flag(flag);
+    const bool ok = cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(flag);
+    if (!ok) {
+        cudaGetLastError();
+        return "the sm_90a flag kernel failed";
+    }
+    return compiled == 1 ? std::string() : std::string("this build has no sm_90a code");
 }
 
 // A matrix descriptor's swizzle field.

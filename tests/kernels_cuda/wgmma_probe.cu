@@ -152,31 +152,9 @@ bool wgmma_emulated() {
 }
 
 std::string wgmma_unavailable() {
-    int device = 0;
-    cudaDeviceProp prop{};
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-        cudaGetLastError();
-        return "no CUDA device";
-    }
-    if (!wgmma_emulated() && (prop.major != 9 || prop.minor != 0))
-        return "wgmma needs an sm_90 device; this one is sm_" + std::to_string(prop.major) +
-               std::to_string(prop.minor);
-    int* flag = nullptr;
-    if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
-        cudaGetLastError();
-        return "cudaMalloc failed";
-    }
-    int compiled = 0;
-    wgmma_compiled_kernel<<<1, 1>>>(flag);
-    const bool ok = cudaMemcpy(&compiled, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
-    cudaFree(flag);
-    if (!ok) {
-        cudaGetLastError();
-        return "the probe's flag kernel failed";
-    }
-    return compiled == 1 ? std::string()
-                         : "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90)";
+    // The emulator runs wgmma whatever capability it reports (NAPKIN_EMU_SM).
+    return wgmma::unavailable([](int* flag) { wgmma_compiled_kernel<<<1, 1>>>(flag); },
+                              !wgmma_emulated());
 }
 
 cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
