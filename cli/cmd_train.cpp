@@ -77,7 +77,7 @@ struct StepRange {
 // (none, first == last, when a finished run's report was all that was missing).
 // The profiled window is clamped to the run; a window that misses every step of this process
 // would write no trace at all: refused.
-StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
+StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer, Communicator& comm,
                       const std::optional<profiler::InitReport>& init) {
     if (init) {
         std::printf("init: %s (%s, %lld tensors, %.1f MB in %.2f s, %s, peak RSS +%.1f MB%s)\n",
@@ -97,11 +97,16 @@ StepRange start_steps(const TrainFlags& f, RunSetup& run, Trainer& trainer,
     const StepRange range{trainer.steps_done(),
                           f.stop_after > 0 ? std::min(steps, f.stop_after) : steps};
     if (range.first >= steps) {
-        // Killed between the final checkpoint and its report: the report waits beside it.
+        // Killed between the final checkpoint and its report: the report waits beside it. Under
+        // MPI the kill may fall between the ranks' renames, so one rank's report waits while
+        // another's is out: the ranks decide together, and the run is whole again if any wrote.
         const std::filesystem::path report = run.out_dir / "report.json";
-        if (publish_pending_report(report)) {
-            std::printf("the run already finished its %d steps; wrote its report %s\n", steps,
-                        report.c_str());
+        const bool wrote = publish_pending_report(report);
+        double any_wrote = wrote ? 1.0 : 0.0;
+        if (run.parallel) comm.all_reduce(&any_wrote, 1, "the finished run's reports");
+        if (any_wrote > 0) {
+            std::printf("the run already finished its %d steps; %s its report %s\n", steps,
+                        wrote ? "wrote" : "had already written", report.c_str());
             return {steps, steps};
         }
         throw UsageError("--resume: the run already finished its " + std::to_string(steps) +
@@ -469,7 +474,7 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
     Trainer trainer(run.options, &comm, run.parallel ? build_id() : std::string(),
                     init_weights(f, run, init));
     if (!f.force) check_device_memory(run.options, comm.world_size(), trainer);
-    const StepRange steps = start_steps(f, run, trainer, init);
+    const StepRange steps = start_steps(f, run, trainer, comm, init);
     if (steps.first == steps.last) return;  // a finished run's report was all that was missing
     TrainProfiler profiler(trainer, run.profile, run.out_dir);
     const MachinePeak peak = machine_peak(run.options, trainer, profiler.on());

@@ -105,4 +105,35 @@ TEST_P(FaultZero, AKilledRankResumesBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Stage, FaultZero, testing::Values(1, 2, 3));
 
+// A kill between two ranks' renames of their final reports leaves one rank's report waiting
+// (report.json.pending) and the other's out: --resume of the finished run publishes the waiting
+// one on that rank and exits 0 on every rank, whichever rank was behind. With every report out
+// already, the run is refused as finished (exit 2).
+TEST_F(Fault, AFinishedZeroRunWithOneRanksReportWaitingResumes) {
+    std::string why;
+    if (!have_mpi(&why)) GTEST_SKIP() << why;
+    const fs::path run = dir_ / "z1";
+    const std::string mpi =
+        kMpiEnv + kLongTimeout + std::string(NAPKIN_MPIEXEC) + " -n 2 --oversubscribe ";
+    ASSERT_EQ(napkin("train --steps 2 --micro-batch 2 --seq-len 16 --quiet --zero 1 --out " +
+                         run.string(),
+                     mpi)
+                  .rc,
+              0);
+    for (const char* behind : {"report.json", "rank1/report.json"}) {
+        const fs::path report = run / behind, pending = run / (std::string(behind) + ".pending");
+        const std::string want = slurp(report.string());
+        fs::rename(report, pending);
+        const CliRun r = napkin("train --quiet --zero 1 --resume " + run.string(), mpi);
+        ASSERT_EQ(r.rc, 0) << behind << " waiting:\n" << r.err;
+        EXPECT_EQ(slurp(report.string()), want) << behind;
+        EXPECT_FALSE(fs::exists(pending)) << behind;
+        EXPECT_TRUE(fs::exists(run / "report.json") && fs::exists(run / "rank1/report.json"));
+    }
+    const CliRun again = napkin("train --quiet --zero 1 --resume " + run.string(), mpi);
+    EXPECT_EQ(again.rc, 2) << again.err;
+    EXPECT_NE(again.err.find("the run already finished its 2 steps"), std::string::npos)
+        << again.err;
+}
+
 }  // namespace
