@@ -50,6 +50,7 @@ enum class Sync : std::uint8_t {
     kBallot,    // __ballot_sync, __any_sync, __all_sync
     kSyncWarp,  // __syncwarp
     kWarpOp,    // a WarpCollective (the WMMA calls): the whole warp, each lane with its own data
+    kNamed,     // bar.sync on one of the block's named barriers (named_barrier)
 };
 
 struct SyncRequest {
@@ -63,6 +64,14 @@ struct SyncRequest {
 // Blocks the calling fiber until its barrier is released; returns the barrier's result for it
 // (the shuffled bits, the ballot, the block's predicate reduction).
 std::uint64_t sync(const SyncRequest& request, const char* what);
+
+// bar.sync id, threads (`wait`) or bar.arrive id, threads (PTX ISA "bar, barrier"): the calling
+// thread arrives at the block's named barrier `id` (1 to 15; 0 is __syncthreads's), which
+// completes when `threads` (a multiple of 32, at most the block's) have arrived, releases the
+// threads that wait at it and counts from zero again. bar.arrive returns at once. Stricter than
+// the hardware: threads arriving with another count while it counts fail the launch, and so do
+// arrivals left over when the block ends (an arrive that no sync completes).
+void named_barrier(int id, int threads, bool wait, const char* what);
 
 // The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for,
 // aligned to 128 bytes.

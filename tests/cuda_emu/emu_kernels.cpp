@@ -103,6 +103,14 @@ struct KeepStack {
     void deallocate(ctx::stack_context&) noexcept {}
 };
 
+// One of a block's named barriers (bar.sync / bar.arrive): the count it completes at while some
+// thread has arrived, the arrivals so far and the threads that wait.
+struct NamedBarrier {
+    int threads = 0, arrived = 0;
+    std::vector<Fiber*> waiting;
+};
+constexpr int kNamedBarriers = 16;
+
 // The launch being run (one at a time: `g_launch_mutex`).
 struct Run {
     const char* name = nullptr;
@@ -116,6 +124,7 @@ struct Run {
     SharedBytes dynamic_shared;
     std::size_t dynamic_shared_bytes = 0;
     std::string failure;  // set inside a fiber (an exception) or by the scheduler
+    std::array<NamedBarrier, kNamedBarriers> named;  // the running block's
 };
 
 // NAPKIN_EMU_STATS=1: at exit, where the emulator's time went, per launch site (stderr).
@@ -236,7 +245,7 @@ std::string where(const Fiber& f) {
 }
 
 bool is_warp_kind(Sync k) {
-    return k != Sync::kBlock;
+    return k != Sync::kBlock && k != Sync::kNamed;
 }
 
 // The block barrier: released when every thread that has not returned waits at it. Returns
@@ -288,6 +297,7 @@ std::uint64_t warp_result(const Fiber& f, int lane, const Lanes& by_lane) {
     switch (r.kind) {
         case Sync::kSyncWarp:
         case Sync::kBlock:
+        case Sync::kNamed:
         case Sync::kWarpOp:  // its results are in the lanes' own data (release_warp_op)
             return 0;
         case Sync::kBallot: {
@@ -407,13 +417,33 @@ bool release_warp_barriers() {
     return released;
 }
 
+// At the block's end: every named barrier counts from zero (no arrival left without a sync).
+bool named_barriers_settled() {
+    for (int id = 0; id < kNamedBarriers; ++id) {
+        const NamedBarrier& b = g_run.named[static_cast<std::size_t>(id)];
+        if (b.arrived == 0) continue;
+        g_run.failure = "named barrier " + std::to_string(id) + " holds " +
+                        std::to_string(b.arrived) + " of its " + std::to_string(b.threads) +
+                        " arrivals when the block ends: an arrive that no sync completes";
+        return false;
+    }
+    return true;
+}
+
 std::string deadlock_report() {
     std::ostringstream os;
     os << "deadlock: every thread waits and no barrier can be released;";
     int shown = 0;
     for (const Fiber& f : g_run.fibers)
-        if (f.state == State::kWaiting && shown++ < 4)
-            os << " " << where(f) << " in " << f.what << ";";
+        if (f.state == State::kWaiting && shown++ < 4) {
+            os << " " << where(f) << " in " << f.what;
+            if (f.request.kind == Sync::kNamed) {
+                const NamedBarrier& b = g_run.named[static_cast<std::size_t>(f.request.operand)];
+                os << " " << f.request.operand << " (" << b.arrived << " of " << b.threads
+                   << " arrived)";
+            }
+            os << ";";
+        }
     return os.str();
 }
 
@@ -436,6 +466,7 @@ bool run_block(std::minstd_rand& rng) {
         f.state = State::kReady;
         f.fake_stack = nullptr;
     }
+    g_run.named = {};
     std::vector<std::uint32_t> order(g_run.fibers.size());
     std::iota(order.begin(), order.end(), 0u);
     for (;;) {
@@ -450,12 +481,15 @@ bool run_block(std::minstd_rand& rng) {
         }
         if (std::all_of(g_run.fibers.begin(), g_run.fibers.end(),
                         [](const Fiber& f) { return f.state == State::kDone; }))
-            return true;
+            return named_barriers_settled();
+        // A named barrier completed by a thread of this round released its waiters already.
+        const bool named = std::any_of(g_run.fibers.begin(), g_run.fibers.end(),
+                                       [](const Fiber& f) { return f.state == State::kReady; });
         const bool warps = release_warp_barriers();
         if (!g_run.failure.empty()) return false;
-        const bool block = !warps && release_block_barrier();
+        const bool block = !warps && !named && release_block_barrier();
         if (!g_run.failure.empty()) return false;
-        if (!warps && !block) {
+        if (!named && !warps && !block) {
             g_run.failure = deadlock_report();
             return false;
         }
@@ -491,6 +525,46 @@ std::uint64_t sync(const SyncRequest& request, const char* what) {
     f->state = State::kWaiting;
     leave_fiber(*f);
     return f->result;
+}
+
+void named_barrier(int id, int threads, bool wait, const char* what) {
+    Fiber* f = g_run.current;
+    if (f == nullptr) {
+        std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
+        std::abort();
+    }
+    const int block = static_cast<int>(g_run.fibers.size());
+    std::string bad;
+    if (id < 1 || id >= kNamedBarriers)
+        bad = "barrier " + std::to_string(id) + " (1 to 15; 0 is __syncthreads's)";
+    else if (threads <= 0 || threads % kWarp != 0 || threads > block)
+        bad = std::to_string(threads) + " threads (a multiple of 32, at most the block's " +
+              std::to_string(block) + ")";
+    NamedBarrier* b = bad.empty() ? &g_run.named[static_cast<std::size_t>(id)] : nullptr;
+    if (b != nullptr && b->arrived > 0 && b->threads != threads)
+        bad = std::to_string(threads) + " threads while it counts to " +
+              std::to_string(b->threads);
+    if (!bad.empty()) {
+        g_run.failure = where(*f) + " in " + what + ": " + bad;
+        f->what = what;
+        f->state = State::kWaiting;  // never resumed: the launch fails
+        leave_fiber(*f);
+        return;
+    }
+    b->threads = threads;
+    if (++b->arrived == threads) {
+        for (Fiber* w : b->waiting)
+            w->state = State::kReady;
+        b->waiting.clear();
+        b->arrived = 0;
+        return;
+    }
+    if (!wait) return;
+    b->waiting.push_back(f);
+    f->request = {Sync::kNamed, 0, 0, id, threads};
+    f->what = what;
+    f->state = State::kWaiting;
+    leave_fiber(*f);
 }
 
 void* dynamic_shared_memory() {

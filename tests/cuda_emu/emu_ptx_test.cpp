@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,6 +195,46 @@ TEST_F(CudaEmuPtx, MisusesFailTheLaunch) {
     for (const auto& c : cases) {
         reset_for_test();
         EXPECT_EQ(st::ptx_misuse(in.get(), c.how), cudaErrorLaunchFailure) << c.says;
+        const std::string message = last_error_message();
+        EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    }
+}
+
+// A producer warp hands rounds to two consumer warps through a full and an empty barrier: every
+// round arrives whole. Without the barriers the shuffled schedule gets it wrong.
+TEST_F(CudaEmuPtx, NamedBarriersHandRoundsFromAProducerWarp) {
+    constexpr int kRounds = 5;
+    std::vector<int> in(64 * kRounds);
+    std::iota(in.begin(), in.end(), 1000);
+    std::vector<int> want(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i)
+        want[i] = in[i] + static_cast<int>(i / 64);
+    DeviceBuffer<int> in_d(in);
+    for (const bool barriers : {true, false}) {
+        DeviceBuffer<int> out_d(in.size());
+        ASSERT_EQ(st::named_handoff(in_d.get(), out_d.get(), kRounds, barriers), cudaSuccess)
+            << last_error_message();
+        if (barriers)
+            EXPECT_EQ(out_d.download(), want);
+        else
+            EXPECT_NE(out_d.download(), want) << "the producer overwrote rounds unread";
+    }
+}
+
+TEST_F(CudaEmuPtx, NamedBarrierMisusesFailTheLaunch) {
+    const struct {
+        st::NamedMisuse how;
+        const char* says;
+    } cases[] = {
+        {st::NamedMisuse::kLeftOver, "named barrier 3 holds 32 of its 64 arrivals"},
+        {st::NamedMisuse::kNeverComplete, "bar.sync 3 (32 of 64 arrived)"},
+        {st::NamedMisuse::kCountsDisagree, " threads while it counts to "},
+        {st::NamedMisuse::kBarrierZero, "0 is __syncthreads's"},
+        {st::NamedMisuse::kOddCount, "48 threads (a multiple of 32"},
+    };
+    for (const auto& c : cases) {
+        reset_for_test();
+        EXPECT_EQ(st::named_misuse(c.how), cudaErrorLaunchFailure) << c.says;
         const std::string message = last_error_message();
         EXPECT_NE(message.find(c.says), std::string::npos) << message;
     }

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/named_barrier.cuh"
 
 namespace napkin::emu::selftest {
 
@@ -191,7 +192,58 @@ __global__ void ptx_misuse_kernel(const std::uint32_t* in, Hidden hidden, PtxMis
     }
 }
 
+__global__ void named_handoff_kernel(const int* in, int* out, int rounds, bool barriers) {
+    __shared__ int buffer[64];
+    const int t = static_cast<int>(threadIdx.x);
+    constexpr int kFull = 1, kEmpty = 2;
+    if (t >= 64) {  // the producer warp: two elements a lane
+        for (int r = 0; r < rounds; ++r) {
+            if (barriers && r > 0) cuda::bar_sync(kEmpty, 96);
+            for (int i = t - 64; i < 64; i += 32)
+                buffer[i] = in[64 * r + i] + r;
+            if (barriers) cuda::bar_arrive(kFull, 96);
+        }
+        return;
+    }
+    for (int r = 0; r < rounds; ++r) {
+        if (barriers) cuda::bar_sync(kFull, 96);
+        out[64 * r + t] = buffer[t];
+        if (barriers && r + 1 < rounds) cuda::bar_arrive(kEmpty, 96);
+    }
+}
+
+__global__ void named_misuse_kernel(NamedMisuse how) {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    switch (how) {
+        case NamedMisuse::kLeftOver:
+            if (warp == 0) cuda::bar_arrive(3, 64);
+            break;
+        case NamedMisuse::kNeverComplete:
+            if (warp == 0) cuda::bar_sync(3, 64);
+            break;
+        case NamedMisuse::kCountsDisagree:
+            cuda::bar_sync(3, warp == 0 ? 64 : 32);
+            break;
+        case NamedMisuse::kBarrierZero:
+            cuda::bar_sync(0, 64);
+            break;
+        case NamedMisuse::kOddCount:
+            cuda::bar_sync(3, 48);
+            break;
+    }
+}
+
 }  // namespace
+
+cudaError_t named_handoff(const int* in, int* out, int rounds, bool barriers) {
+    named_handoff_kernel<<<1, 96>>>(in, out, rounds, barriers);
+    return cudaGetLastError();
+}
+
+cudaError_t named_misuse(NamedMisuse how) {
+    named_misuse_kernel<<<1, 64>>>(how);
+    return cudaGetLastError();
+}
 
 cudaError_t ldmatrix_fragments(std::uint32_t* out) {
     ldmatrix_fragments_kernel<<<1, 32, 512>>>(out);

@@ -44,6 +44,24 @@ cudaError_t cp_async_without_barrier(const std::uint32_t* in, std::uint32_t* out
 // l / 8 % 2, with the chunk swizzled (c ^ row % 8) or not.
 cudaError_t ldmatrix_rows(bool swizzled);
 
+// Named barriers (kernels/cuda/named_barrier.cuh): 96 threads, warp 2 a producer that fills a
+// 64-int shared buffer `rounds` times (round r: in[64 r + i] + r), warps 0 and 1 consumers
+// that copy each round to out[64 r ..]. Round r's hand-over: the producer arrives at barrier 1
+// (full, 96 threads) after writing, the consumers bar.sync there; they arrive at barrier 2
+// (empty, 96) when done reading, where the producer bar.syncs before the next round. With
+// `barriers` false the producer writes every round without waiting: racy.
+cudaError_t named_handoff(const int* in, int* out, int rounds, bool barriers);
+
+// Named barriers used wrongly, each in one block of 64 threads.
+enum class NamedMisuse {
+    kLeftOver,         // warp 0 arrives at barrier 3 (64 threads); no thread syncs there
+    kNeverComplete,    // warp 0 bar.syncs barrier 3 counting 64 threads; warp 1 returns
+    kCountsDisagree,   // warp 0 bar.syncs barrier 3 counting 64, warp 1 counting 32
+    kBarrierZero,      // bar.sync 0, 64: __syncthreads's barrier
+    kOddCount,         // bar.sync 3, 48: not whole warps
+};
+cudaError_t named_misuse(NamedMisuse how);
+
 // Invalid uses, each in one block of 32 threads with 256 bytes of dynamic shared memory; `in`
 // holds 8 words of device memory.
 enum class PtxMisuse {
