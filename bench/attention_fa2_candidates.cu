@@ -306,6 +306,12 @@ const std::vector<Fa2Candidate> kCandidates = {
         "f64-wgmma-ov", "f64-wgmma, 3 stages, softmax overlapped with the products"),
     wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true>>(
         "f128-wgmma-ov", "f128-wgmma, 3 stages, softmax overlapped with the products"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<64, 2, 128, 3, true, true>>(
+        "f64-wgmma-pp",
+        "f64-wgmma-ov with a producer warpgroup and the two warpgroups' products ping-ponged"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true, true>>(
+        "f128-wgmma-pp",
+        "f128-wgmma-ov with a producer warpgroup and the two warpgroups' products ping-ponged"),
 
     backward_candidate<DefaultBackwardTiles<64>, true>(
         "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),

@@ -467,6 +467,9 @@ do_attention() {
     # The wgmma kernels (sm_90 only; they skip elsewhere): shared tiles the async proxy reads.
     step racecheck_attention_wgmma $cs --tool racecheck "$k" \
         --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*'
+    # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive).
+    step synccheck_attention_pp $cs --tool synccheck "$k" \
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_pp*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this

@@ -63,17 +63,21 @@ struct Shared {
 };
 
 // Rows [t0, t0 + kRows) of one head of a packed (B, T, stride) buffer (head at `src`: the head's
-// column offset already added) into `dst` by cp.async, zeros past T. The whole block of kThreads
-// calls it; the caller commits. TileT: a Tile, or any tile with kChunks and chunk(row, c)
-// (attention_wgmma_forward.cuh's).
-template <int kRows, int kThreads, class TileT, class D>
+// column offset already added) into `dst` by cp.async, zeros past T. kThreads threads call it,
+// `thread` their rank among them (the whole block: threadIdx.x); the caller commits. TileT: a
+// Tile, or any tile with kChunks and chunk(row, c) (attention_wgmma_forward.cuh's). kUnroll:
+// the copies a thread issues unrolled (all by default; a producer warpgroup short of registers
+// unrolls fewer).
+template <int kRows, int kThreads, class TileT, class D,
+          int kUnroll = kRows * TileT::kChunks / kThreads>
 __device__ void load_rows(TileT dst, const D* src, std::int64_t stride, std::int64_t b,
-                          std::int64_t T, std::int64_t t0) {
+                          std::int64_t T, std::int64_t t0,
+                          int thread = static_cast<int>(threadIdx.x)) {
     constexpr int kChunks = TileT::kChunks;
     static_assert(kRows * kChunks % kThreads == 0, "whole chunks per thread");
-#pragma unroll
+#pragma unroll(kUnroll)
     for (int k = 0; k < kRows * kChunks / kThreads; ++k) {
-        const int idx = k * kThreads + static_cast<int>(threadIdx.x);
+        const int idx = k * kThreads + thread;
         const int r = idx / kChunks, c = idx % kChunks;
         const std::int64_t t = t0 + r;
         const bool valid = t < T;

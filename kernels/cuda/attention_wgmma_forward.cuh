@@ -29,6 +29,7 @@
 #include "kernels/cuda/attention_fa2.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/named_barrier.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace napkin::cuda::fa2 {
@@ -60,18 +61,27 @@ struct SwTile {
     }
 };
 
-// The forward's tiles on wgmma: warpgroups a block, keys a tile, stages, and whether a
-// warpgroup's softmax overlaps its products (wgmma_forward_block_overlapped; 3 stages at least).
-template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false>
+// The forward's tiles on wgmma: warpgroups a block, keys a tile, stages, whether a warpgroup's
+// softmax overlaps its products (wgmma_forward_block_overlapped; 3 stages at least), and whether
+// a producer warpgroup loads the tiles for two ping-ponged consumer warpgroups
+// (wgmma_forward_block_specialized; overlapped, 3 or 4 stages).
+template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false,
+          bool Specialized = false>
 struct WgmmaForwardTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     static_assert(BlockN == 64 || BlockN == 128);
     static_assert(Stages >= (Overlap ? 3 : 2));
+    static_assert(!Specialized || (Groups == 2 && Overlap && Stages <= 4));
     static constexpr int kHD = HD, kGroups = Groups, kBlockN = BlockN, kStages = Stages;
-    static constexpr bool kOverlap = Overlap;
-    static constexpr int kThreads = 128 * Groups, kBlockM = 64 * Groups, kMinBlocks = 1;
-    static constexpr int kWarps = 4 * Groups;
+    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized;
+    // The consumer warpgroups' threads, then the producer's.
+    static constexpr int kConsumers = 128 * Groups;
+    static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
+    static constexpr int kBlockM = 64 * Groups, kMinBlocks = 1;
+    // setmaxnreg's split of the 168 registers a thread of 384 (65536 a block): the producer's
+    // and the consumers' (128 x 40 + 256 x 232 = 384 x 168).
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     using QTile = SwTile<kBlockM, HD>;
     using KvTile = SwTile<BlockN, HD>;
     // Q, then kStages K and kStages V tiles, and up to 1 KiB to align the first to 1024 bytes.
@@ -112,9 +122,9 @@ struct WgmmaForwardStart {
     std::int64_t g_first, g_last, w_first;  // the warpgroup's rows, the warp's first
 };
 
-template <class Tiles, class D>
-__device__ WgmmaForwardStart<Tiles> wgmma_forward_start(unsigned char* smem, const D* qkv,
-                                                        const MmaLayout& l) {
+// The block's place without any load (the warp-specialized body loads Q in its producer).
+template <class Tiles>
+__device__ WgmmaForwardStart<Tiles> wgmma_forward_place(unsigned char* smem, const MmaLayout& l) {
     constexpr int kRows = Tiles::kBlockM;
     const std::uint32_t window = shared_address(smem);
     WgmmaForwardStart<Tiles> st{};
@@ -126,8 +136,23 @@ __device__ WgmmaForwardStart<Tiles> wgmma_forward_start(unsigned char* smem, con
     st.g_first = st.block.i0 + 64 * st.group;
     st.g_last = st.g_first + 63;
     st.w_first = st.g_first + 16 * st.warp;
-    load_rows<kRows, Tiles::kThreads>(st.sm.q(), qkv + st.block.h * static_cast<std::int64_t>(l.HD),
-                                      l.qkv_row, st.block.b, l.T, st.block.i0);
+    return st;
+}
+
+// Q's rows of the block into its tile by kThreads threads, `thread` this one's rank among them.
+template <class Tiles, int kThreads, class D>
+__device__ void wgmma_load_q(const WgmmaForwardStart<Tiles>& st, const D* qkv, const MmaLayout& l,
+                             int thread) {
+    load_rows<Tiles::kBlockM, kThreads>(st.sm.q(),
+                                        qkv + st.block.h * static_cast<std::int64_t>(l.HD),
+                                        l.qkv_row, st.block.b, l.T, st.block.i0, thread);
+}
+
+template <class Tiles, class D>
+__device__ WgmmaForwardStart<Tiles> wgmma_forward_start(unsigned char* smem, const D* qkv,
+                                                        const MmaLayout& l) {
+    const WgmmaForwardStart<Tiles> st = wgmma_forward_place<Tiles>(smem, l);
+    wgmma_load_q<Tiles, Tiles::kThreads>(st, qkv, l, static_cast<int>(threadIdx.x));
     cp_async_commit();
     return st;
 }
@@ -193,6 +218,34 @@ __device__ __forceinline__ void wgmma_forward_block_serial(unsigned char* smem, 
     store_forward_rows<kDropout>(out, lse, o, mx, sum, st.w_first, b, h, l, drop);
 }
 
+// S = Q K^T of the warpgroup's rows against the K tile in `stage`, issued and committed as one
+// group (the overlapped bodies'; the caller fences).
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_issue_s(float (&s)[1][Tiles::kBlockN / 8][4],
+                                              const WgmmaForwardStart<Tiles>& st, int stage) {
+    constexpr int kBlockN = Tiles::kBlockN;
+#pragma unroll
+    for (int ks = 0; ks < Tiles::kHD / 16; ++ks)
+        wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(s),
+                                         st.sm.q().k_major(64 * st.group, ks),
+                                         st.sm.k(stage).k_major(0, ks), ks > 0);
+    wgmma::commit();
+}
+
+// The online softmax of key tile `it`'s scores in s, O's row factors into corr (the overlapped
+// bodies': O is corrected after the wait for its running product).
+template <bool kDropout, class Tiles>
+__device__ __forceinline__ void wgmma_softmax(float (&s)[1][Tiles::kBlockN / 8][4],
+                                              float (&corr)[1][2], float (&mx)[1][2],
+                                              float (&sum)[1][2],
+                                              const WgmmaForwardStart<Tiles>& st, int it,
+                                              std::int64_t p_row0, const MmaLayout& l,
+                                              const FlashDropout& drop) {
+    const std::int64_t j0 = static_cast<std::int64_t>(it) * Tiles::kBlockN;
+    softmax_tile<kDropout>(s, corr, mx, sum, st.w_first, j0,
+                           j0 + Tiles::kBlockN - 1 > st.w_first, p_row0, l, drop);
+}
+
 // The warpgroup's products overlap its softmax (FlashAttention-3's intra-warpgroup pipelining):
 // while O += P_j V_j runs, S_{j+1} = Q K_{j+1}^T has been issued before it and its softmax runs
 // as soon as it lands; O takes that softmax's correction once P_j V_j is waited for, and P_{j+1}
@@ -224,18 +277,9 @@ __device__ __forceinline__ void wgmma_forward_block_overlapped(unsigned char* sm
     float mx[1][2] = {{-INFINITY, -INFINITY}}, sum[1][2] = {{0.0f, 0.0f}}, corr[1][2];
     float s[1][kN][4];
     std::uint32_t p[1][kN / 2][4];
-    auto issue_s = [&](int it) {
-#pragma unroll
-        for (int ks = 0; ks < kHD / 16; ++ks)
-            wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(s),
-                                             st.sm.q().k_major(64 * st.group, ks),
-                                             st.sm.k(it % kStages).k_major(0, ks), ks > 0);
-        wgmma::commit();
-    };
+    auto issue_s = [&](int it) { wgmma_issue_s<D>(s, st, it % kStages); };
     auto softmax = [&](int it) {
-        const std::int64_t j0 = static_cast<std::int64_t>(it) * kBlockN;
-        softmax_tile<kDropout>(s, corr, mx, sum, st.w_first, j0, j0 + kBlockN - 1 > st.w_first,
-                               p_row0, l, drop);
+        wgmma_softmax<kDropout>(s, corr, mx, sum, st, it, p_row0, l, drop);
     };
     if (visible > 0) {
         wgmma::fence();
@@ -271,11 +315,161 @@ __device__ __forceinline__ void wgmma_forward_block_overlapped(unsigned char* sm
     store_forward_rows<kDropout>(out, lse, o, mx, sum, st.w_first, b, h, l, drop);
 }
 
+// The named barriers of the warp-specialized forward (named_barrier.cuh): per stage s one
+// "full" barrier per consumer warpgroup g (the producer's 128 threads arrive once the stage's
+// tile has landed, the warpgroup's 128 wait: 256), one "empty" barrier (the consumers' 256 arrive
+// when done with the stage, the producer's 128 wait before loading into it: 384), and one
+// scheduling barrier per consumer warpgroup (it waits for its turn there, the other warpgroup
+// arrives when its turn is over: 256).
+template <int kStages>
+struct WgmmaPingPongBarriers {
+    static_assert(3 * kStages + 2 <= 15, "barriers 1 to 15");
+    __device__ static constexpr int full(int stage, int group) { return 1 + 2 * stage + group; }
+    __device__ static constexpr int empty(int stage) { return 1 + 2 * kStages + stage; }
+    __device__ static constexpr int turn(int group) { return 1 + 3 * kStages + group; }
+};
+
+// The overlapped forward with FlashAttention-3's warp specialization and ping-pong: a producer
+// warpgroup (the block's third) cp.asyncs Q and the K and V tiles into kStages stages and hands
+// each to the consumers through named barriers, so the consumers never wait for the whole block;
+// the two consumer warpgroups take turns to issue their products (S_{j+1} and P_j V_j), each
+// arriving at the other's turn barrier once issued, so one warpgroup's softmax runs while the
+// other's products do. The producer keeps 40 registers a thread, the consumers take 232
+// (setmaxnreg). Both consumers take a turn at every key tile of the block, issuing nothing at a
+// tile none of their rows sees, so that the turns alternate to the end; the last turn's arrival is
+// left out (nobody waits for it). A stage's empty arrival is made only for a tile whose stage
+// takes another, so every barrier ends counting from zero.
+//
+// Turns and stages, for consumer g and item (key tile) x of the block's kt:
+//   producer: items 0 .. kStages - 2 (Q with item 0), then at step x: wait for item x, fence,
+//             arrive full(x, 0) and full(x, 1); if x + kStages - 1 < kt: wait empty(x - 1)
+//             (x >= 1), load item x + kStages - 1 into that stage. One commit a step.
+//   consumer: turn 0: full(0, g), S_0; turn x + 1 (x < kt): full(x + 1, g) if it exists, S_{x+1}
+//             (K_{x+1}, or K_x when x is the last: never read) and P_x V_x; its softmax of
+//             S_{x+1} under P_x V_x as wgmma_forward_block_overlapped; then empty(x) if
+//             x + kStages < kt.
+template <class D, class Tiles, bool kDropout>
+__device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* smem, D* out,
+                                                                float* lse, const D* qkv,
+                                                                const MmaLayout& l,
+                                                                const FlashDropout& drop) {
+    constexpr int kHD = Tiles::kHD, kStages = Tiles::kStages, kBlockN = Tiles::kBlockN;
+    constexpr int kN = kBlockN / 8, kD = kHD / 8;
+    constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
+    using Bar = WgmmaPingPongBarriers<kStages>;
+    WgmmaForwardStart<Tiles> st = wgmma_forward_place<Tiles>(smem, l);
+    // The warpgroup as a value ptxas knows to be warp-uniform (a shuffle's): else it takes the
+    // roles' branches as divergent and serializes every wgmma (its C7518 note).
+    st.group = __shfl_sync(0xffffffffu, st.group, 0);
+    const int kt = st.key_tiles;
+
+    if (st.group == Tiles::kGroups) {  // the producer warpgroup
+        wgmma::release_registers<Tiles::kProducerRegs>();
+        const int thread = static_cast<int>(threadIdx.x) - kConsumers;
+        const std::int64_t hd = l.HD, stride = l.qkv_row;
+        const D* k_src = qkv + (l.NH + st.block.kvh) * hd;
+        const D* v_src = qkv + (l.NH + l.KVH + st.block.kvh) * hd;
+        auto load = [&](int x) {
+            const int stage = x % kStages;
+            const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
+            using KvTile = typename Tiles::KvTile;
+            // Two copies unrolled: all of them would take more than the producer's registers.
+            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.k(stage), k_src, stride,
+                                                        st.block.b, l.T, j0, thread);
+            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.v(stage), v_src, stride,
+                                                        st.block.b, l.T, j0, thread);
+        };
+        wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread);
+#pragma unroll
+        for (int x = 0; x < kStages - 1; ++x) {
+            if (x < kt) load(x);
+            cp_async_commit();
+        }
+        for (int x = 0; x < kt; ++x) {
+            cp_async_wait<kStages - 2>();  // item x (and Q)
+            wgmma::fence_proxy_async();
+            bar_arrive(Bar::full(x % kStages, 0), kProducer + 128);
+            bar_arrive(Bar::full(x % kStages, 1), kProducer + 128);
+            const int y = x + kStages - 1;
+            if (y < kt) {
+                if (x >= 1) bar_sync(Bar::empty((x - 1) % kStages), kProducer + kConsumers);
+                load(y);
+            }
+            cp_async_commit();
+        }
+        return;
+    }
+
+    wgmma::claim_registers<Tiles::kConsumerRegs>();
+    const int g = st.group;
+    const std::int64_t b = st.block.b;
+    const int h = st.block.h;
+    const int visible = st.g_first >= l.T ? 0 : min(kt, static_cast<int>(st.g_last / kBlockN) + 1);
+    const std::int64_t p_row0 = l.row(b, h, 0);
+    float o[1][kD][4];
+    zero(o);
+    float mx[1][2] = {{-INFINITY, -INFINITY}}, sum[1][2] = {{0.0f, 0.0f}}, corr[1][2];
+    float s[1][kN][4];
+    std::uint32_t p[1][kN / 2][4];
+    auto issue_s = [&](int stage) { wgmma_issue_s<D>(s, st, stage); };
+    auto softmax = [&](int it) {
+        wgmma_softmax<kDropout>(s, corr, mx, sum, st, it, p_row0, l, drop);
+    };
+    constexpr int kPair = 2 * 128;  // a turn barrier: one warpgroup waits, the other arrives
+    if (g == 1) bar_arrive(Bar::turn(0), kPair);  // warpgroup 0 takes the first turn
+
+    bar_sync(Bar::full(0, g), kProducer + 128);
+    bar_sync(Bar::turn(g), kPair);
+    if (visible > 0) {
+        wgmma::fence();
+        issue_s(0);
+    }
+    bar_arrive(Bar::turn(1 - g), kPair);
+    // The waits stay outside the branches (nothing to wait for is no error): a wait on a path of
+    // its own after the arrival makes ptxas serialize every wgmma (C7518).
+    wgmma::wait<0>();
+    if (visible > 0) {
+        softmax(0);  // O is zero: no correction
+        pack_a<D>(p, s);
+    }
+    for (int it = 0; it < kt; ++it) {
+        const bool more = it + 1 < kt;
+        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
+        bar_sync(Bar::turn(g), kPair);
+        const bool free_stage = it + kStages < kt;  // the producer loads into it again
+        if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
+            if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+            if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+            continue;
+        }
+        wgmma::fence();
+        issue_s((more ? it + 1 : it) % kStages);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(o), p[0][kk],
+                                        st.sm.v(it % kStages).n_major(kk), true);
+        wgmma::commit();
+        if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+        const bool next = it + 1 < visible;
+        wgmma::wait<1>();  // S_{it+1}; P_it V_it may still run
+        if (next) softmax(it + 1);
+        wgmma::wait<0>();
+        if (next) {
+            correct_rows(o, corr);
+            pack_a<D>(p, s);
+        }
+        if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+    }
+    store_forward_rows<kDropout>(out, lse, o, mx, sum, st.w_first, b, h, l, drop);
+}
+
 template <class D, class Tiles, bool kDropout>
 __device__ __forceinline__ void wgmma_forward_block(unsigned char* smem, D* out, float* lse,
                                                     const D* qkv, const MmaLayout& l,
                                                     const FlashDropout& drop) {
-    if constexpr (Tiles::kOverlap)
+    if constexpr (Tiles::kSpecialized)
+        wgmma_forward_block_specialized<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+    else if constexpr (Tiles::kOverlap)
         wgmma_forward_block_overlapped<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
     else
         wgmma_forward_block_serial<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);

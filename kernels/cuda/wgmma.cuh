@@ -146,6 +146,31 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// setmaxnreg (sm_90a): the calling warpgroup's threads give registers back to the block's pool
+// (release) or take them from it (claim), kRegs a thread from then on, a multiple of 8 in [24,
+// 256]; every thread of the warpgroup executes it. A block of a producer and consumer
+// warpgroups launched at R registers a thread may shift them so long as the total stays
+// within the block's: FlashAttention-3's producer keeps few, its consumers many. ptxas allocates
+// the code after it within kRegs. Nothing to model on the emulator.
+template <int kRegs>
+__device__ __forceinline__ void release_registers() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
+#if defined(NAPKIN_WGMMA_PTX)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#elif defined(__CUDACC__)
+    __trap();
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void claim_registers() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
+#if defined(NAPKIN_WGMMA_PTX)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#elif defined(__CUDACC__)
+    __trap();
+#endif
+}
+
 // The instructions' text, one macro per (A's source, N); TYPE is "bf16" or "f16".
 // The 32 accumulators of an m64n64k16 product: %0 to %31.
 #define NAPKIN_WGMMA_D64                                           \

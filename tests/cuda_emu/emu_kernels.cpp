@@ -72,6 +72,7 @@ struct Fiber {
     const char* what = nullptr;  // the intrinsic it waits in
     std::uint64_t result = 0;
     void* fake_stack = nullptr;  // AddressSanitizer's, across switches
+    int sleep = 0;               // rounds it sits out though ready (after a bar.arrive)
 };
 
 // Fiber stacks, mapped once and reused by every launch: Boost.Context gets them preallocated
@@ -110,6 +111,9 @@ struct NamedBarrier {
     std::vector<Fiber*> waiting;
 };
 constexpr int kNamedBarriers = 16;
+// The most scheduler rounds a thread sits out after arriving at a named barrier: more than the
+// rounds a warpgroup takes from a barrier to its first wgmma's product.
+constexpr int kArriveSleep = 24;
 
 // The launch being run (one at a time: `g_launch_mutex`).
 struct Run {
@@ -125,6 +129,7 @@ struct Run {
     std::size_t dynamic_shared_bytes = 0;
     std::string failure;  // set inside a fiber (an exception) or by the scheduler
     std::array<NamedBarrier, kNamedBarriers> named;  // the running block's
+    std::minstd_rand* rng = nullptr;                 // the running block's schedule
 };
 
 // NAPKIN_EMU_STATS=1: at exit, where the emulator's time went, per launch site (stderr).
@@ -465,8 +470,10 @@ bool run_block(std::minstd_rand& rng) {
     for (Fiber& f : g_run.fibers) {
         f.state = State::kReady;
         f.fake_stack = nullptr;
+        f.sleep = 0;
     }
     g_run.named = {};
+    g_run.rng = &rng;
     std::vector<std::uint32_t> order(g_run.fibers.size());
     std::iota(order.begin(), order.end(), 0u);
     for (;;) {
@@ -474,6 +481,10 @@ bool run_block(std::minstd_rand& rng) {
         for (std::uint32_t i : order) {
             Fiber& f = g_run.fibers[i];
             if (f.state != State::kReady) continue;
+            if (f.sleep > 0) {
+                --f.sleep;
+                continue;
+            }
             if (!f.context) start_fiber(f);
             enter_fiber(f);
             if (f.state == State::kDone) g_stacks.give(f.stack);
@@ -557,9 +568,16 @@ void named_barrier(int id, int threads, bool wait, const char* what) {
             w->state = State::kReady;
         b->waiting.clear();
         b->arrived = 0;
+    }
+    if (!wait || b->arrived == 0) {
+        // The thread goes on, but only after sitting out up to kArriveSleep of the scheduler's
+        // rounds: the threads it released may run well ahead, as they may on a GPU, so that a
+        // kernel that arrives before its data is ready reads it unready.
+        f->what = what;
+        f->sleep = static_cast<int>((*g_run.rng)() % (kArriveSleep + 1));
+        leave_fiber(*f);
         return;
     }
-    if (!wait) return;
     b->waiting.push_back(f);
     f->request = {Sync::kNamed, 0, 0, id, threads};
     f->what = what;

@@ -192,16 +192,18 @@ __global__ void ptx_misuse_kernel(const std::uint32_t* in, Hidden hidden, PtxMis
     }
 }
 
-__global__ void named_handoff_kernel(const int* in, int* out, int rounds, bool barriers) {
+__global__ void named_handoff_kernel(const int* in, int* out, int rounds, Handoff how) {
     __shared__ int buffer[64];
     const int t = static_cast<int>(threadIdx.x);
     constexpr int kFull = 1, kEmpty = 2;
+    const bool barriers = how != Handoff::kNone;
     if (t >= 64) {  // the producer warp: two elements a lane
         for (int r = 0; r < rounds; ++r) {
             if (barriers && r > 0) cuda::bar_sync(kEmpty, 96);
+            if (how == Handoff::kArriveBeforeWrites) cuda::bar_arrive(kFull, 96);
             for (int i = t - 64; i < 64; i += 32)
                 buffer[i] = in[64 * r + i] + r;
-            if (barriers) cuda::bar_arrive(kFull, 96);
+            if (how == Handoff::kBarriers) cuda::bar_arrive(kFull, 96);
         }
         return;
     }
@@ -235,8 +237,8 @@ __global__ void named_misuse_kernel(NamedMisuse how) {
 
 }  // namespace
 
-cudaError_t named_handoff(const int* in, int* out, int rounds, bool barriers) {
-    named_handoff_kernel<<<1, 96>>>(in, out, rounds, barriers);
+cudaError_t named_handoff(const int* in, int* out, int rounds, Handoff how) {
+    named_handoff_kernel<<<1, 96>>>(in, out, rounds, how);
     return cudaGetLastError();
 }
 

@@ -48,9 +48,13 @@ cudaError_t ldmatrix_rows(bool swizzled);
 // 64-int shared buffer `rounds` times (round r: in[64 r + i] + r), warps 0 and 1 consumers
 // that copy each round to out[64 r ..]. Round r's hand-over: the producer arrives at barrier 1
 // (full, 96 threads) after writing, the consumers bar.sync there; they arrive at barrier 2
-// (empty, 96) when done reading, where the producer bar.syncs before the next round. With
-// `barriers` false the producer writes every round without waiting: racy.
-cudaError_t named_handoff(const int* in, int* out, int rounds, bool barriers);
+// (empty, 96) when done reading, where the producer bar.syncs before the next round.
+enum class Handoff {
+    kBarriers,            // as above
+    kNone,                // no barriers: the producer writes every round without waiting
+    kArriveBeforeWrites,  // the producer arrives at full before it writes the round
+};
+cudaError_t named_handoff(const int* in, int* out, int rounds, Handoff how);
 
 // Named barriers used wrongly, each in one block of 64 threads.
 enum class NamedMisuse {

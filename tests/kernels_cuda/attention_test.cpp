@@ -372,7 +372,8 @@ TYPED_TEST(AttentionFlash16, MmaSyncShapesMatchCpu) {
 // a forward candidate with the engine's backward, a backward one after the engine's forward (each
 // compared on its own: check_flash runs the backward from the CPU's out and lse). Shapes: T past
 // a block's rows for every candidate (256 queries a block at most), not a multiple of any tile;
-// MQA, GQA and MHA, B > 1; with and without dropout. Small, for the emulator.
+// MQA, GQA and MHA, B > 1; with and without dropout; for the wgmma candidates a longer T too.
+// Small, for the emulator.
 class AttentionFa2Candidates : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(AttentionFa2Candidates, MatchCpu) {
@@ -387,9 +388,13 @@ TEST_P(AttentionFa2Candidates, MatchCpu) {
     std::mt19937 rng(seed);
     const auto fwd = tiles.fwd != nullptr ? tiles.fwd : cuda::attention_flash_mma_forward<E>;
     const auto bwd = tiles.bwd != nullptr ? tiles.bwd : cuda::attention_flash_mma_backward<E>;
-    const std::vector<AttentionTestCase> cases =
+    std::vector<AttentionTestCase> cases =
         tiles.HD == 64 ? std::vector<AttentionTestCase>{{1, 291, 2, 1, 64}, {2, 77, 3, 3, 64}}
                        : std::vector<AttentionTestCase>{{1, 150, 4, 2, 128}, {2, 33, 2, 2, 128}};
+    // The wgmma candidates pipeline up to 128 keys a tile through 3 stages: a block that sees
+    // more than 4 key tiles, so that every stage is loaded again while the others are read.
+    if (tiles.sm90a) cases.push_back(tiles.HD == 64 ? AttentionTestCase{1, 600, 1, 1, 64}
+                                                    : AttentionTestCase{1, 330, 1, 1, 128});
     for (const AttentionTestCase& c : cases) {
         check_flash<E>(rng, c, fwd, bwd, false);
         check_flash<E>(rng, c, fwd, bwd, false, 1.0, 0.3f);
