@@ -347,6 +347,10 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b128-wgmma",
         "both passes on sm_90a wgmma: pass 1 2 warpgroups (128 keys), 64-query "
         "items; pass 2 as b128-wgmma-q"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 2>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-k32",
+        "b128-wgmma with 32-query items in pass 1 (S^T and dP^T in half the registers)"),
 };
 
 }  // namespace

@@ -111,7 +111,7 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
                       c.smem_read_per_mma[0], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
     const double tiles = tile_bytes(c, s);
-    std::printf("%-11s %-3s %-13s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
+    std::printf("%-11s %-3s %-14s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
                 c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
                 r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
                 tiles / (r.ms * 1e-3) / 1e12, passes);
@@ -128,7 +128,7 @@ void print_sweep_header() {
         "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
         "m16n8k16 product (bwd: pass 1 | pass 2)\n\n");
-    std::printf("%-11s %-3s %-13s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
+    std::printf("%-11s %-3s %-14s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
 

@@ -183,7 +183,8 @@ template <int HD, int Groups, int Q, int Stages>
 struct WgmmaKeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
-    static_assert(Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
+    // 32-query items halve S^T's and dP^T's registers (dK and dV hold 128 a thread at HD 128).
+    static_assert(Q == 32 || Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
     static_assert(Stages >= 2);
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
     static constexpr int kThreads = 128 * Groups, kKeys = 64 * Groups, kMinBlocks = 1;

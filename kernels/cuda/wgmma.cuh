@@ -1,7 +1,7 @@
 // Hopper's warpgroup tensor-core instructions in PTX (sm_90a), for kernels that feed the tensor
 // cores from shared memory at the rate sm_90 can take (docs/CUDA.md "wgmma"): wgmma.mma_async
-// m64nNk16 (N 64 or 128) with bf16 or fp16 inputs and fp32 accumulators, A from shared memory or
-// from registers, B from shared memory, each shared operand described by a 64-bit matrix
+// m64nNk16 (N 32, 64 or 128) with bf16 or fp16 inputs and fp32 accumulators, A from shared memory
+// or from registers, B from shared memory, each shared operand described by a 64-bit matrix
 // descriptor; wgmma.fence, commit_group and wait_group; fence.proxy.async. Under nvcc the
 // instructions exist only in code compiled for sm_90a (CMake architecture "90a",
 // __CUDA_ARCH_FEAT_SM90_ALL): elsewhere they trap, and a launcher checks available() first.
@@ -172,6 +172,30 @@ __device__ __forceinline__ void claim_registers() {
 }
 
 // The instructions' text, one macro per (A's source, N); TYPE is "bf16" or "f16".
+// The 16 accumulators of an m64n32k16 product: %0 to %15.
+#define NAPKIN_WGMMA_D32 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define NAPKIN_WGMMA_OUT32(d)                                                                   \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),         \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+        "+f"(d[14]), "+f"(d[15])
+// A and B in shared memory: %16 desc-a, %17 desc-b, %18 scale-d, %19 imm-trans-b.
+#define NAPKIN_WGMMA_SS32(TYPE)                                                          \
+    asm volatile(                                                                        \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                     \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " " NAPKIN_WGMMA_D32 \
+        ", %16, %17, p, 1, 1, 0, %19;\n}\n"                                              \
+        : NAPKIN_WGMMA_OUT32(d)                                                          \
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0))
+// A in registers: %16 to %19 A, %20 desc-b, %21 scale-d, %22 imm-trans-b.
+#define NAPKIN_WGMMA_RS32(TYPE)                                                                  \
+    asm volatile(                                                                                \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                             \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " " NAPKIN_WGMMA_D32         \
+        ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"                                        \
+        : NAPKIN_WGMMA_OUT32(d)                                                                  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), \
+          "n"(kTransB ? 1 : 0))
 // The 32 accumulators of an m64n64k16 product: %0 to %31.
 #define NAPKIN_WGMMA_D64                                           \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "          \
@@ -237,16 +261,27 @@ __device__ __forceinline__ void claim_registers() {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), \
           "n"(kTransB ? 1 : 0))
 
+// The N a product may have: 64 or 128, or 32 with a K-major B (an N-major B of 32 columns
+// would fill half of a 128-byte swizzled row, a layout nothing here needs).
+template <int N, bool kTransB>
+constexpr bool valid_n() {
+    return N == 64 || N == 128 || (N == 32 && !kTransB);
+}
+
 // d (64 x N) = A B (+ d with accumulate), A at descriptor a (K-major), B at descriptor b
-// (N-major with kTransB, else K-major); D = __nv_bfloat16 or __half; N 64 or 128.
+// (N-major with kTransB, else K-major); D = __nv_bfloat16 or __half; N as valid_n.
 template <class D, int N, bool kTransB>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b,
                                        bool accumulate) {
     static_assert(std::is_same_v<D, __nv_bfloat16> || std::is_same_v<D, __half>);
-    static_assert(N == 64 || N == 128);
+    static_assert(valid_n<N, kTransB>());
 #if defined(NAPKIN_WGMMA_PTX)
     constexpr bool kBf16 = std::is_same_v<D, __nv_bfloat16>;
-    if constexpr (N == 64 && kBf16)
+    if constexpr (N == 32 && kBf16)
+        NAPKIN_WGMMA_SS32("bf16");
+    else if constexpr (N == 32)
+        NAPKIN_WGMMA_SS32("f16");
+    else if constexpr (N == 64 && kBf16)
         NAPKIN_WGMMA_SS64("bf16");
     else if constexpr (N == 64)
         NAPKIN_WGMMA_SS64("f16");
@@ -267,10 +302,14 @@ template <class D, int N, bool kTransB>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4],
                                        std::uint64_t b, bool accumulate) {
     static_assert(std::is_same_v<D, __nv_bfloat16> || std::is_same_v<D, __half>);
-    static_assert(N == 64 || N == 128);
+    static_assert(valid_n<N, kTransB>());
 #if defined(NAPKIN_WGMMA_PTX)
     constexpr bool kBf16 = std::is_same_v<D, __nv_bfloat16>;
-    if constexpr (N == 64 && kBf16)
+    if constexpr (N == 32 && kBf16)
+        NAPKIN_WGMMA_RS32("bf16");
+    else if constexpr (N == 32)
+        NAPKIN_WGMMA_RS32("f16");
+    else if constexpr (N == 64 && kBf16)
         NAPKIN_WGMMA_RS64("bf16");
     else if constexpr (N == 64)
         NAPKIN_WGMMA_RS64("f16");

@@ -128,9 +128,11 @@ cudaError_t launch(const WgmmaCase& c, const std::uint16_t* a, const std::uint16
 template <class T, int N>
 cudaError_t launch_n(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
                      const float* c_in, float* d) {
-    if (c.b_n_major)
-        return c.a_registers ? launch<T, N, true, true>(c, a, b, c_in, d)
-                             : launch<T, N, true, false>(c, a, b, c_in, d);
+    if constexpr (N != 32) {  // N 32: K-major B only (wgmma::valid_n; wgmma_product checks)
+        if (c.b_n_major)
+            return c.a_registers ? launch<T, N, true, true>(c, a, b, c_in, d)
+                                 : launch<T, N, true, false>(c, a, b, c_in, d);
+    }
     return c.a_registers ? launch<T, N, false, true>(c, a, b, c_in, d)
                          : launch<T, N, false, false>(c, a, b, c_in, d);
 }
@@ -138,7 +140,16 @@ cudaError_t launch_n(const WgmmaCase& c, const std::uint16_t* a, const std::uint
 template <class T>
 cudaError_t launch_t(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
                      const float* c_in, float* d) {
-    return c.n == 128 ? launch_n<T, 128>(c, a, b, c_in, d) : launch_n<T, 64>(c, a, b, c_in, d);
+    switch (c.n) {
+        case 32:
+            return launch_n<T, 32>(c, a, b, c_in, d);
+        case 64:
+            return launch_n<T, 64>(c, a, b, c_in, d);
+        case 128:
+            return launch_n<T, 128>(c, a, b, c_in, d);
+        default:
+            return cudaErrorInvalidValue;
+    }
 }
 
 }  // namespace
@@ -159,7 +170,8 @@ std::string wgmma_unavailable() {
 
 cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
                           const float* c_in, float* d, std::string* failure) {
-    if ((c.n != 64 && c.n != 128) || c.warpgroups < 1 || c.warpgroups > 4)
+    if ((c.n != 32 && c.n != 64 && c.n != 128) || (c.n == 32 && c.b_n_major) ||
+        c.warpgroups < 1 || c.warpgroups > 4)
         return cudaErrorInvalidValue;
     const cudaError_t e =
         c.bf16 ? launch_t<__nv_bfloat16>(c, a, b, c_in, d) : launch_t<__half>(c, a, b, c_in, d);

@@ -31,7 +31,7 @@ enum class WgmmaMisuse {
 
 struct WgmmaCase {
     bool bf16 = true;          // else fp16
-    int n = 64;                // 64 or 128
+    int n = 64;                // 32 (K-major B only), 64 or 128
     bool b_n_major = false;    // B stored k by n (N-major, imm-trans-b), else n by k (K-major)
     bool a_registers = false;  // A from registers, else from shared memory
     bool accumulate = false;   // d = A B + c, else A B
