@@ -7,8 +7,8 @@
 // not let a thread arrive for the barrier's next round before its current round completes.
 // Memory written before a thread's arrival is visible to the threads that wait for that round.
 // Under the emulator (tests/cuda_emu) they are napkin::emu::named_barrier, which fails the launch
-// on a count that changes mid-round and on arrivals left when the block ends. Not a public
-// header.
+// on a count that changes mid-round, a thread arriving twice in a round, a round completed by
+// part of a warp and arrivals left when the block ends. Not a public header.
 #pragma once
 
 namespace napkin::cuda {

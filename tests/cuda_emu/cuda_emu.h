@@ -68,9 +68,11 @@ std::uint64_t sync(const SyncRequest& request, const char* what);
 // bar.sync id, threads (`wait`) or bar.arrive id, threads (PTX ISA "bar, barrier"): the calling
 // thread arrives at the block's named barrier `id` (1 to 15; 0 is __syncthreads's), which
 // completes when `threads` (a multiple of 32, at most the block's) have arrived, releases the
-// threads that wait at it and counts from zero again. bar.arrive returns at once. Stricter than
-// the hardware: threads arriving with another count while it counts fail the launch, and so do
-// arrivals left over when the block ends (an arrive that no sync completes).
+// threads that wait at it and counts from zero again. bar.arrive returns, but the thread sits out
+// a few scheduler rounds first. Stricter than the hardware: threads arriving with another count
+// while it counts fail the launch, and so do a thread arriving twice in one round, a round
+// completed by part of a warp and arrivals left over when the block ends (an arrive that no sync
+// completes).
 void named_barrier(int id, int threads, bool wait, const char* what);
 
 // The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for,

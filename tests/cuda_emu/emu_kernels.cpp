@@ -109,6 +109,7 @@ struct KeepStack {
 struct NamedBarrier {
     int threads = 0, arrived = 0;
     std::vector<Fiber*> waiting;
+    std::vector<std::uint8_t> in;  // per thread of the block: arrived in this round
 };
 constexpr int kNamedBarriers = 16;
 // The most scheduler rounds a thread sits out after arriving at a named barrier: more than the
@@ -562,12 +563,40 @@ void named_barrier(int id, int threads, bool wait, const char* what) {
         leave_fiber(*f);
         return;
     }
+    // A thread counts once a round: a second arrival means a round's arrivals mix with the next.
+    const std::size_t rank = static_cast<std::size_t>(f - g_run.fibers.data());
+    b->in.resize(g_run.fibers.size());
+    if (b->in[rank] != 0) {
+        g_run.failure = where(*f) + " in " + what + ": arrives at barrier " + std::to_string(id) +
+                        " twice in one round (" + std::to_string(b->arrived) + " of " +
+                        std::to_string(threads) + " arrived): the next round's arrival before " +
+                        "this one completes";
+        f->state = State::kWaiting;
+        leave_fiber(*f);
+        return;
+    }
+    b->in[rank] = 1;
     b->threads = threads;
     if (++b->arrived == threads) {
+        // bar.sync and bar.arrive are warp instructions: whole warps arrive.
+        for (std::size_t w = 0; w < b->in.size(); w += kWarp) {
+            const std::size_t end = std::min(b->in.size(), w + kWarp);
+            const auto lanes = std::count(b->in.begin() + static_cast<std::ptrdiff_t>(w),
+                                          b->in.begin() + static_cast<std::ptrdiff_t>(end), 1);
+            if (lanes != 0 && static_cast<std::size_t>(lanes) != end - w) {
+                g_run.failure = "barrier " + std::to_string(id) + " completed with " +
+                                std::to_string(lanes) + " of the lanes of warp " +
+                                std::to_string(w / kWarp) + ": whole warps arrive at a barrier";
+                f->state = State::kWaiting;
+                leave_fiber(*f);
+                return;
+            }
+        }
         for (Fiber* w : b->waiting)
             w->state = State::kReady;
         b->waiting.clear();
         b->arrived = 0;
+        std::fill(b->in.begin(), b->in.end(), std::uint8_t{0});
     }
     if (!wait || b->arrived == 0) {
         // The thread goes on, but only after sitting out up to kArriveSleep of the scheduler's

@@ -234,6 +234,8 @@ TEST_F(CudaEmuPtx, NamedBarrierMisusesFailTheLaunch) {
         {st::NamedMisuse::kCountsDisagree, " threads while it counts to "},
         {st::NamedMisuse::kBarrierZero, "0 is __syncthreads's"},
         {st::NamedMisuse::kOddCount, "48 threads (a multiple of 32"},
+        {st::NamedMisuse::kTwiceInARound, "twice in one round"},
+        {st::NamedMisuse::kPartOfAWarp, "whole warps arrive at a barrier"},
     };
     for (const auto& c : cases) {
         reset_for_test();

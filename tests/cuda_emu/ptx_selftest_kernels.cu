@@ -232,6 +232,15 @@ __global__ void named_misuse_kernel(NamedMisuse how) {
         case NamedMisuse::kOddCount:
             cuda::bar_sync(3, 48);
             break;
+        case NamedMisuse::kTwiceInARound:
+            if (warp == 0) {
+                cuda::bar_arrive(3, 64);
+                cuda::bar_arrive(3, 64);
+            }
+            break;
+        case NamedMisuse::kPartOfAWarp:
+            if (threadIdx.x % 32 < 16) cuda::bar_arrive(3, 32);
+            break;
     }
 }
 

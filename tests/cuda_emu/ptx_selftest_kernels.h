@@ -63,6 +63,8 @@ enum class NamedMisuse {
     kCountsDisagree,   // warp 0 bar.syncs barrier 3 counting 64, warp 1 counting 32
     kBarrierZero,      // bar.sync 0, 64: __syncthreads's barrier
     kOddCount,         // bar.sync 3, 48: not whole warps
+    kTwiceInARound,    // warp 0 arrives at barrier 3 (64 threads) twice: its own next round
+    kPartOfAWarp,      // lanes 0-15 of both warps arrive at barrier 3 counting 32 threads
 };
 cudaError_t named_misuse(NamedMisuse how);
 
