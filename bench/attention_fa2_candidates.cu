@@ -325,6 +325,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-q-n48", "pass 2: 48-key tiles (185 B a product, not 213)"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
+    wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true>>(
+        "b64-wgmma-qov", "b64-wgmma-q, 3 stages, dS overlapped with the products"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma",
@@ -342,6 +344,8 @@ const std::vector<Fa2Candidate> kCandidates = {
                                                                                 "pass 1: 3 stages"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
+    wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true>>(
+        "b128-wgmma-qov", "b128-wgmma-q, 3 stages, dS overlapped with the products"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma",

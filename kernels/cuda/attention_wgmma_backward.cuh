@@ -26,14 +26,16 @@
 
 namespace napkin::cuda::fa2 {
 
-// The dq pass's tiles on wgmma: warpgroups a block, keys a tile, stages.
-template <int HD, int Groups, int BlockN, int Stages>
+// The dq pass's tiles on wgmma: warpgroups a block, keys a tile, stages, and whether a
+// warpgroup's dS overlaps its products (wgmma_backward_query_block_overlapped; 3 stages at least).
+template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false>
 struct WgmmaQueryTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     static_assert(BlockN == 64 || BlockN == 128);
-    static_assert(Stages >= 2);
+    static_assert(Stages >= (Overlap ? 3 : 2));
     static constexpr int kHD = HD, kGroups = Groups, kBlockN = BlockN, kStages = Stages;
+    static constexpr bool kOverlap = Overlap;
     static constexpr int kThreads = 128 * Groups, kQueries = 64 * Groups, kMinBlocks = 1;
     using QTile = SwTile<kQueries, HD>;  // Q, and dout
     using KvTile = SwTile<BlockN, HD>;
@@ -77,105 +79,231 @@ __device__ __forceinline__ void wgmma_query_ds(float (&s)[1][kN][4], const float
     });
 }
 
+// What both dq-pass bodies start with: the block's tiles and place, the warp's rows, and D and
+// lse log2(e) of the lane's rows g, g + 8 (two lanes per row, each half of dout (shared memory)
+// . out (global), gathered by shuffles). Q and dout are loaded and the K and V pipeline's
+// prologue issued; `landed` items of it waited for with them, fenced, and a barrier passed.
+template <class Tiles>
+struct WgmmaQueryStart {
+    typename Tiles::QTile qs, gos;
+    std::uint32_t stages;
+    QueryBlock block;
+    int key_tiles, group;
+    std::int64_t w_first, g_first, g_last;
+    float d_row[1][2], lse_row[1][2];
+
+    __device__ typename Tiles::KvTile k_tile(int s) const {
+        return typename Tiles::KvTile{stages + (2 * s) * Tiles::KvTile::kBytes};
+    }
+    __device__ typename Tiles::KvTile v_tile(int s) const {
+        return typename Tiles::KvTile{stages + (2 * s + 1) * Tiles::KvTile::kBytes};
+    }
+};
+
+template <class Tiles, int kLanded, class D, class Pipeline>
+__device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pipeline& kv,
+                                                  const Shared& sh, const D* out,
+                                                  const float* lse, const MmaLayout& l) {
+    constexpr int kD = Tiles::kHD / 8;
+    kv.prologue();
+    cp_async_wait<Tiles::kStages - 1 - kLanded>();  // Q and dout: the oldest group
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2;
+    const std::int64_t b = st.block.b, i0 = st.block.i0;
+    const int h = st.block.h;
+    const int w_row0 = 64 * st.group + 16 * warp;  // the warp's rows, from i0
+    st.w_first = i0 + w_row0;
+    st.g_first = i0 + 64 * st.group;
+    st.g_last = st.g_first + 63;
+    const int r = w_row0 + lane / 2, half = lane % 2;
+    const std::int64_t i = i0 + r;
+    float dot = 0.0f;
+    if (i < l.T) {
+#pragma unroll
+        for (int c = half * kD / 2; c < (half + 1) * kD / 2; ++c)
+            dot += dot8(sh.ptr<const D>(st.gos.chunk(r, c)), out + l.o(b, i, h) + 8 * c);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        st.d_row[0][hh] = __shfl_sync(0xffffffffu, dot, 2 * (g + 8 * hh));
+        const std::int64_t row = st.w_first + g + 8 * hh;
+        st.lse_row[0][hh] = row < l.T ? lse[l.row(b, h, row)] * mma_detail::kLog2e : INFINITY;
+    }
+}
+
+// The block's place and tiles, Q and dout loaded (committed): the start before the pipeline.
+template <class Tiles, class D>
+__device__ __forceinline__ WgmmaQueryStart<Tiles> wgmma_query_place(unsigned char* smem,
+                                                                     const D* dout, const D* qkv,
+                                                                     const MmaLayout& l) {
+    constexpr int kRows = Tiles::kQueries, kThreads = Tiles::kThreads;
+    const std::uint32_t base = (shared_address(smem) + 1023u) & ~1023u;
+    WgmmaQueryStart<Tiles> st{};
+    st.qs = typename Tiles::QTile{base};
+    st.gos = typename Tiles::QTile{base + Tiles::QTile::kBytes};
+    st.stages = base + 2 * Tiles::QTile::kBytes;
+    st.block = query_block(l, kRows);
+    st.key_tiles = causal_key_tiles<Tiles::kBlockN>(l, st.block.i0, kRows);
+    st.group = static_cast<int>(threadIdx.x) / 128;
+    const std::int64_t hd = l.HD;
+    load_rows<kRows, kThreads>(st.qs, qkv + st.block.h * hd, l.qkv_row, st.block.b, l.T,
+                               st.block.i0);
+    load_rows<kRows, kThreads>(st.gos, dout + st.block.h * hd, l.out_row, st.block.b, l.T,
+                               st.block.i0);
+    cp_async_commit();
+    return st;
+}
+
+// S = Q K^T and dP = dO V^T of the warpgroup's rows against the tiles in `stage`, one group.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_issue_s_dp(float (&s)[1][Tiles::kBlockN / 8][4],
+                                                 float (&dp)[1][Tiles::kBlockN / 8][4],
+                                                 const WgmmaQueryStart<Tiles>& st, int stage) {
+    constexpr int kBlockN = Tiles::kBlockN;
+#pragma unroll
+    for (int ks = 0; ks < Tiles::kHD / 16; ++ks)
+        wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(s),
+                                         st.qs.k_major(64 * st.group, ks),
+                                         st.k_tile(stage).k_major(0, ks), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < Tiles::kHD / 16; ++ks)
+        wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(dp),
+                                         st.gos.k_major(64 * st.group, ks),
+                                         st.v_tile(stage).k_major(0, ks), ks > 0);
+    wgmma::commit();
+}
+
+// dQ += dS K_stage, dS packed in A registers, one group.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_issue_dq(float (&dq)[1][Tiles::kHD / 8][4],
+                                               const std::uint32_t (&dsa)[1][Tiles::kBlockN / 16][4],
+                                               const WgmmaQueryStart<Tiles>& st, int stage) {
+#pragma unroll
+    for (int kk = 0; kk < Tiles::kBlockN / 16; ++kk)
+        wgmma::mma_rs<D, Tiles::kHD, true>(reinterpret_cast<float(&)[Tiles::kHD / 2]>(dq),
+                                           dsa[0][kk], st.k_tile(stage).n_major(kk), true);
+    wgmma::commit();
+}
+
+// dq of the warp's rows into dqkv, one writer per element.
+template <class Tiles, class D>
+__device__ __forceinline__ void wgmma_store_dq(D* dqkv, const float (&dq)[1][Tiles::kHD / 8][4],
+                                               const WgmmaQueryStart<Tiles>& st,
+                                               const MmaLayout& l) {
+    const int g = static_cast<int>(threadIdx.x) % kWarpSize >> 2;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const std::int64_t i = st.w_first + g + 8 * hh;
+        if (i < l.T) store_row(dqkv + l.q(st.block.b, i, st.block.h), dq, 0, hh, 1.0f, true);
+    }
+}
+
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_query_block_serial(
+    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
+    const MmaLayout& l, const FlashDropout& drop) {
+    constexpr int kThreads = Tiles::kThreads, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+    constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
+    const Shared sh{smem, shared_address(smem)};
+    WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, dout, qkv, l);
+    const std::int64_t b = st.block.b;
+    const int h = st.block.h;
+    auto kv = kv_pipeline<kStages, kBlockN, kThreads>([st](int s) { return st.k_tile(s); },
+                                                      [st](int s) { return st.v_tile(s); }, qkv, l,
+                                                      b, st.block.kvh, st.key_tiles);
+    wgmma_query_start<Tiles, 0>(st, kv, sh, out, lse, l);
+    float dq[1][kD][4];
+    zero(dq);
+
+    for (int it = 0; it < st.key_tiles; ++it) {
+        const int stage = kv.next(it);
+        wgmma::fence_proxy_async();  // this thread's copies of the tile, for the products
+        __syncthreads();
+        const std::int64_t j0 = static_cast<std::int64_t>(it) * kBlockN;
+        if (st.g_first >= l.T || j0 > st.g_last) continue;  // nothing the warpgroup's rows see
+        float s[1][kN][4], dp[1][kN][4];
+        wgmma::fence();
+        wgmma_issue_s_dp<D>(s, dp, st, stage);
+        wgmma::wait<0>();
+        wgmma_query_ds(s, dp, st.d_row, st.lse_row, st.w_first, j0, b, h, l, drop);
+        std::uint32_t dsa[1][kN / 2][4];
+        pack_a<D>(dsa, s);
+        wgmma::fence();
+        wgmma_issue_dq<D>(dq, dsa, st, stage);
+        wgmma::wait<0>();
+    }
+    wgmma_store_dq(dqkv, dq, st, l);
+}
+
+// The dq pass with a warpgroup's dS under its products (the forward's overlapped schedule): S and
+// dP of tile j + 1 are issued before dQ += dS_j K_j and waited for alone, dS_{j+1} is formed while
+// dQ's product still reads dS_j's A registers, and packed once it is waited for. Tile j + 1 must
+// have landed while tile j's K is still read: 3 stages at least, as the forward's.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_query_block_overlapped(
+    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
+    const MmaLayout& l, const FlashDropout& drop) {
+    constexpr int kThreads = Tiles::kThreads, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+    constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
+    const Shared sh{smem, shared_address(smem)};
+    WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, dout, qkv, l);
+    const std::int64_t b = st.block.b;
+    const int h = st.block.h;
+    auto kv = kv_pipeline<kStages, kBlockN, kThreads>([st](int s) { return st.k_tile(s); },
+                                                      [st](int s) { return st.v_tile(s); }, qkv, l,
+                                                      b, st.block.kvh, st.key_tiles);
+    wgmma_query_start<Tiles, 1>(st, kv, sh, out, lse, l);  // and item 0
+    const int visible = st.g_first >= l.T
+                            ? 0
+                            : min(st.key_tiles, static_cast<int>(st.g_last / kBlockN) + 1);
+    float dq[1][kD][4];
+    zero(dq);
+    float s[1][kN][4], dp[1][kN][4];
+    std::uint32_t dsa[1][kN / 2][4];
+    auto ds = [&](int it) {
+        wgmma_query_ds(s, dp, st.d_row, st.lse_row, st.w_first,
+                       static_cast<std::int64_t>(it) * kBlockN, b, h, l, drop);
+    };
+    if (visible > 0) {
+        wgmma::fence();
+        wgmma_issue_s_dp<D>(s, dp, st, 0);
+        wgmma::wait<0>();
+        ds(0);
+        pack_a<D>(dsa, s);
+    }
+    for (int it = 0; it < st.key_tiles; ++it) {
+        cp_async_wait<kStages - 3>();  // item it + 1; every warpgroup is done with item it - 1
+        wgmma::fence_proxy_async();
+        __syncthreads();
+        kv.issue(it + kStages - 1);  // into item it - 1's stage
+        if (it >= visible) continue;
+        // S and dP of tile it + 1 are issued past the warpgroup's last tile too (a stale stage,
+        // never read): the forward's reason (ptxas's C7520 with the products on one path only).
+        const bool more = it + 1 < visible;
+        wgmma::fence();
+        wgmma_issue_s_dp<D>(s, dp, st, (it + 1) % kStages);
+        wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
+        wgmma::wait<1>();  // S and dP of tile it + 1; dQ's product may still run
+        if (more) ds(it + 1);
+        wgmma::wait<0>();
+        if (more) pack_a<D>(dsa, s);
+    }
+    wgmma_store_dq(dqkv, dq, st, l);
+}
+
 template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, D* dqkv,
                                                            const D* dout, const D* out,
                                                            const D* qkv, const float* lse,
                                                            const MmaLayout& l,
                                                            const FlashDropout& drop) {
-    constexpr int kHD = Tiles::kHD, kThreads = Tiles::kThreads, kRows = Tiles::kQueries;
-    constexpr int kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
-    constexpr int kN = kBlockN / 8, kD = kHD / 8;
-    using QTile = typename Tiles::QTile;
-    using KvTile = typename Tiles::KvTile;
-    const std::uint32_t window = shared_address(smem);
-    const Shared sh{smem, window};
-    const std::uint32_t base = (window + 1023u) & ~1023u;
-    const QTile qs{base}, gos{base + QTile::kBytes};
-    const std::uint32_t stages = base + 2 * QTile::kBytes;
-    auto k_tile = [=](int s) { return KvTile{stages + (2 * s) * KvTile::kBytes}; };
-    auto v_tile = [=](int s) { return KvTile{stages + (2 * s + 1) * KvTile::kBytes}; };
-
-    const int group = static_cast<int>(threadIdx.x) / 128;
-    const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2;
-    const std::int64_t hd = l.HD;
-    const QueryBlock block = query_block(l, kRows);
-    const std::int64_t b = block.b, i0 = block.i0;
-    const int h = block.h, kvh = block.kvh;
-    const int key_tiles = causal_key_tiles<kBlockN>(l, i0, kRows);
-    load_rows<kRows, kThreads>(qs, qkv + h * hd, l.qkv_row, b, l.T, i0);
-    load_rows<kRows, kThreads>(gos, dout + h * hd, l.out_row, b, l.T, i0);
-    cp_async_commit();
-    auto kv = kv_pipeline<kStages, kBlockN, kThreads>(k_tile, v_tile, qkv, l, b, kvh, key_tiles);
-    kv.prologue();
-    cp_async_wait<kStages - 1>();  // Q and dout: the oldest group
-    wgmma::fence_proxy_async();
-    __syncthreads();
-
-    const int w_row0 = 64 * group + 16 * warp;  // the warp's rows, from i0
-    const std::int64_t w_first = i0 + w_row0;
-    const std::int64_t g_first = i0 + 64 * group, g_last = g_first + 63;
-    // D and lse log2(e) of the lane's rows g, g + 8: two lanes per row, each half of dout
-    // (shared memory) . out (global), then gathered by shuffles.
-    float d_row[1][2], lse_row[1][2];
-    {
-        const int r = w_row0 + lane / 2, half = lane % 2;
-        const std::int64_t i = i0 + r;
-        float dot = 0.0f;
-        if (i < l.T) {
-#pragma unroll
-            for (int c = half * kD / 2; c < (half + 1) * kD / 2; ++c)
-                dot += dot8(sh.ptr<const D>(gos.chunk(r, c)), out + l.o(b, i, h) + 8 * c);
-        }
-        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            d_row[0][hh] = __shfl_sync(0xffffffffu, dot, 2 * (g + 8 * hh));
-            const std::int64_t row = w_first + g + 8 * hh;
-            lse_row[0][hh] = row < l.T ? lse[l.row(b, h, row)] * mma_detail::kLog2e : INFINITY;
-        }
-    }
-    float dq[1][kD][4];
-    zero(dq);
-
-    for (int it = 0; it < key_tiles; ++it) {
-        const int stage = kv.next(it);
-        wgmma::fence_proxy_async();  // this thread's copies of the tile, for the products
-        __syncthreads();
-        const std::int64_t j0 = static_cast<std::int64_t>(it) * kBlockN;
-        if (g_first >= l.T || j0 > g_last) continue;  // nothing the warpgroup's rows see
-        float s[1][kN][4], dp[1][kN][4];
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kHD / 16; ++ks)
-            wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(s),
-                                             qs.k_major(64 * group, ks),
-                                             k_tile(stage).k_major(0, ks), ks > 0);
-#pragma unroll
-        for (int ks = 0; ks < kHD / 16; ++ks)
-            wgmma::mma_ss<D, kBlockN, false>(reinterpret_cast<float(&)[kBlockN / 2]>(dp),
-                                             gos.k_major(64 * group, ks),
-                                             v_tile(stage).k_major(0, ks), ks > 0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma_query_ds(s, dp, d_row, lse_row, w_first, j0, b, h, l, drop);
-        std::uint32_t dsa[1][kN / 2][4];
-        pack_a<D>(dsa, s);
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dq), dsa[0][kk],
-                                        k_tile(stage).n_major(kk), true);
-        wgmma::commit();
-        wgmma::wait<0>();
-    }
-
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const std::int64_t i = w_first + g + 8 * hh;
-        if (i < l.T) store_row(dqkv + l.q(b, i, h), dq, 0, hh, 1.0f, true);
-    }
+    if constexpr (Tiles::kOverlap)
+        wgmma_backward_query_block_overlapped<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+    else
+        wgmma_backward_query_block_serial<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
 }
 
 // The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages.
