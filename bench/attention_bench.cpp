@@ -201,16 +201,21 @@ nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
     return out;
 }
 
-// --sweep: the candidate tiles at each shape of the sweep's list (or --shape's).
-nlohmann::json sweep(const bench::BenchFlags& o, cudaStream_t stream, std::mt19937& rng) {
+// --sweep: the candidate tiles at each shape of the sweep's list (or --shape's); the best
+// backward passes of each shape into `best`.
+nlohmann::json sweep(const bench::BenchFlags& o, cudaStream_t stream, std::mt19937& rng,
+                     nlohmann::json& best) {
     std::printf("median of %d after %d warm-up calls\n", o.reps, o.warmup);
     bench::print_sweep_header();
     nlohmann::json rows = nlohmann::json::array();
+    best = nlohmann::json::array();
     for (const Shape& s : kShapes) {
         if (o.shape.empty() ? !s.swept : o.shape != s.name) continue;
         const bench::SweepShape shape{s.name, s.what, s.B, s.T, s.NH, s.KVH, s.HD};
-        for (auto& row : bench::sweep_shape(shape, o.warmup, o.reps, stream, rng))
+        nlohmann::json passes;
+        for (auto& row : bench::sweep_shape(shape, o.warmup, o.reps, stream, rng, &passes))
             rows.push_back(row);
+        if (!passes.is_null()) best.push_back(passes);
     }
     return rows;
 }
@@ -254,15 +259,17 @@ int main(int argc, char** argv) {
     cudaStream_t stream = nullptr;
     NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
     std::mt19937 rng(1234);
+    nlohmann::json best_passes;
     const nlohmann::json rows =
-        sweep_tiles ? sweep(o, stream, rng) : table(o, stream, rng, h100->tflops_bf16);
+        sweep_tiles ? sweep(o, stream, rng, best_passes) : table(o, stream, rng, h100->tflops_bf16);
     NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
     if (!o.json.empty()) {
-        const nlohmann::json doc = {{"device", prop.name},
-                                    {"sm", prop.major * 10 + prop.minor},
-                                    {"reps", o.reps},
-                                    {"warmup", o.warmup},
-                                    {sweep_tiles ? "sweep" : "rows", rows}};
+        nlohmann::json doc = {{"device", prop.name},
+                              {"sm", prop.major * 10 + prop.minor},
+                              {"reps", o.reps},
+                              {"warmup", o.warmup},
+                              {sweep_tiles ? "sweep" : "rows", rows}};
+        if (sweep_tiles) doc["best_backward_passes"] = best_passes;
         return bench::write_json("attention_bench", o.json, doc);
     }
     return 0;

@@ -121,9 +121,12 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
                           attention_wgmma_forward_kernel<Tiles, false>);
 }
 
+// Which passes a backward call launches: bit 0 pass 1 (dK, dV), bit 1 pass 2 (dQ).
+constexpr int kBothPasses = 3;
+
 // A backward candidate's launches: the entry point's checks, pass 1 by `key_kernel` with Key's
-// threads, rows and shared memory, then pass 2 by `query_kernel` with Query's.
-template <class Key, class Query, class KeyKernel, class QueryKernel>
+// threads, rows and shared memory, then pass 2 by `query_kernel` with Query's (kPasses: which).
+template <class Key, class Query, int kPasses = kBothPasses, class KeyKernel, class QueryKernel>
 void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& args,
                      const cuda::Launch& launch, KeyKernel key_kernel, QueryKernel query_kernel) {
     const MmaLayout l =
@@ -133,13 +136,16 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     auto* dqkv = cuda::dev(args.dqkv);
     const auto *dout = cuda::dev(args.dout), *out = cuda::dev(args.out);
     const auto* qkv = cuda::dev(args.qkv);
-    constexpr std::size_t key_smem = Key::smem_bytes();
-    cuda::allow_smem(key_kernel, key_smem, op);
-    const unsigned key_grid =
-        cuda::mma_detail::mma_grid(op, (l.T + Key::kKeys - 1) / Key::kKeys, l.B * l.KVH);
-    key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(dqkv, dout, out, qkv, args.lse,
-                                                                     l, drop);
-    NAPKIN_CUDA_CHECK_LAUNCH();
+    if constexpr ((kPasses & 1) != 0) {
+        constexpr std::size_t key_smem = Key::smem_bytes();
+        cuda::allow_smem(key_kernel, key_smem, op);
+        const unsigned key_grid =
+            cuda::mma_detail::mma_grid(op, (l.T + Key::kKeys - 1) / Key::kKeys, l.B * l.KVH);
+        key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(dqkv, dout, out, qkv,
+                                                                         args.lse, l, drop);
+        NAPKIN_CUDA_CHECK_LAUNCH();
+    }
+    if constexpr ((kPasses & 2) == 0) return;
     constexpr std::size_t query_smem = Query::smem_bytes();
     cuda::allow_smem(query_kernel, query_smem, op);
     const unsigned query_grid =
@@ -149,13 +155,13 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
-template <class Tiles>
+template <class Tiles, int kPasses = kBothPasses>
 void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     using Key = typename Tiles::KeyPass;
     using Query = typename Tiles::QueryPass;
-    launch_backward<Key, Query>("attention_fa2_candidate_backward", args, launch,
-                                attention_fa2_backward_key_kernel<Key>,
-                                attention_fa2_backward_query_kernel<Query>);
+    launch_backward<Key, Query, kPasses>("attention_fa2_candidate_backward", args, launch,
+                                         attention_fa2_backward_key_kernel<Key>,
+                                         attention_fa2_backward_query_kernel<Query>);
 }
 
 // Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
@@ -165,17 +171,19 @@ template <int HD, int Groups, int Q, int Stages>
 struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages>> : std::true_type {};
 
 // Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
-template <class Key, class Query>
+template <class Key, class Query, int kPasses = kBothPasses>
 void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     const char* op = "attention_wgmma_candidate_backward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
     if constexpr (KeyOnWgmma<Key>::value)
-        launch_backward<Key, Query>(op, args, launch, attention_wgmma_backward_key_kernel<Key>,
-                                    attention_wgmma_backward_query_kernel<Query>);
+        launch_backward<Key, Query, kPasses>(op, args, launch,
+                                             attention_wgmma_backward_key_kernel<Key>,
+                                             attention_wgmma_backward_query_kernel<Query>);
     else
-        launch_backward<Key, Query>(op, args, launch, attention_fa2_backward_key_kernel<Key>,
-                                    attention_wgmma_backward_query_kernel<Query>);
+        launch_backward<Key, Query, kPasses>(op, args, launch,
+                                             attention_fa2_backward_key_kernel<Key>,
+                                             attention_wgmma_backward_query_kernel<Query>);
 }
 
 void engine_forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
@@ -253,16 +261,24 @@ Fa2Candidate wgmma_forward_candidate(const char* name, const char* tiles) {
     return one_pass<Tiles>(name, tiles, false, &forward_wgmma<Tiles>, true);
 }
 
+// The passes alone: the engine's tiles too, instantiated here for that (the engine's entry point
+// runs both).
 template <class Tiles, bool kIsDefault = false>
 Fa2Candidate backward_candidate(const char* name, const char* tiles) {
-    return two_pass<typename Tiles::KeyPass, typename Tiles::QueryPass>(
+    Fa2Candidate c = two_pass<typename Tiles::KeyPass, typename Tiles::QueryPass>(
         name, tiles, kIsDefault, backward_fn<Tiles, kIsDefault>(), false);
+    c.bwd_pass[0] = &backward<Tiles, 1>;
+    c.bwd_pass[1] = &backward<Tiles, 2>;
+    return c;
 }
 
 // Pass 2 on wgmma (WgmmaQueryTiles); pass 1 on mma.sync (KeyTiles) or wgmma (WgmmaKeyTiles).
 template <class Key, class Query>
 Fa2Candidate wgmma_backward_candidate(const char* name, const char* tiles) {
-    return two_pass<Key, Query>(name, tiles, false, &backward_wgmma<Key, Query>, true);
+    Fa2Candidate c = two_pass<Key, Query>(name, tiles, false, &backward_wgmma<Key, Query>, true);
+    c.bwd_pass[0] = &backward_wgmma<Key, Query, 1>;
+    c.bwd_pass[1] = &backward_wgmma<Key, Query, 2>;
+    return c;
 }
 
 using cuda::fa2::BackwardTiles;

@@ -41,6 +41,10 @@ struct Fa2Candidate {
     // On wgmma (kernels/cuda/attention_wgmma_forward.cuh): runs only where
     // fa2_sm90a_unavailable() is empty.
     bool sm90a = false;
+    // A backward's passes one at a time (the same contract; pass 1 writes dK and dV, pass 2 dQ,
+    // so each runs alone): the sweep times them apart, to combine the fastest of each.
+    void (*bwd_pass[2])(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&) = {
+        nullptr, nullptr};
 };
 
 // Every candidate, the forwards first, each (HD, direction)'s default first.

@@ -43,6 +43,7 @@ struct Buffers {
 struct SweepRow {
     const Fa2Candidate* c;
     double ms, max_diff;
+    double pass_ms[2] = {NAN, NAN};  // a backward's passes alone
 };
 
 // The bytes of the tiles a call streams into shared memory (causal): a block of R queries reads
@@ -74,12 +75,15 @@ double max_abs_diff(const std::vector<bf16_t>& a, const std::vector<bf16_t>& b) 
     return m;
 }
 
-// One call of candidate c (its direction) on the shape's buffers.
-void call(const Fa2Candidate& c, const SweepShape& s, Buffers& b, cudaStream_t stream) {
+// One call of candidate c (its direction) on the shape's buffers; `pass` 0 or 1: that pass of a
+// backward alone.
+void call(const Fa2Candidate& c, const SweepShape& s, Buffers& b, cudaStream_t stream,
+          int pass = -1) {
     const AttentionDims dims{s.B, s.T, s.NH, s.KVH, s.HD};
+    const AttentionFlashBackwardArgs<bf16_t> bwd{
+        b.dqkv.get(), b.dout.get(), b.out.get(), b.qkv.get(), b.lse, dims, nullptr};
     if (c.backward)
-        c.bwd({b.dqkv.get(), b.dout.get(), b.out.get(), b.qkv.get(), b.lse, dims, nullptr},
-              {stream});
+        (pass < 0 ? c.bwd : c.bwd_pass[pass])(bwd, {stream});
     else
         c.fwd({b.out.get(), b.lse, b.qkv.get(), dims, nullptr}, {stream});
 }
@@ -101,14 +105,15 @@ std::vector<bf16_t> output(const Fa2Candidate& c, const SweepShape& s, Buffers& 
 
 void print_row(const SweepShape& s, const SweepRow& r, double flops, double default_ms, bool best) {
     const Fa2Candidate& c = *r.c;
-    char passes[96];
+    char passes[128];
     if (c.passes == 1)
         std::snprintf(passes, sizeof passes, "%d/%d %5.1fK %3.0f", c.threads[0], c.rows[0],
                       static_cast<double>(c.smem_bytes[0]) / 1024.0, c.smem_read_per_mma[0]);
     else
-        std::snprintf(passes, sizeof passes, "%d/%d %5.1fK %3.0f | %d/%d %5.1fK %3.0f",
+        std::snprintf(passes, sizeof passes,
+                      "%7.3f ms %d/%d %5.1fK %3.0f | %7.3f ms %d/%d %5.1fK %3.0f", r.pass_ms[0],
                       c.threads[0], c.rows[0], static_cast<double>(c.smem_bytes[0]) / 1024.0,
-                      c.smem_read_per_mma[0], c.threads[1], c.rows[1],
+                      c.smem_read_per_mma[0], r.pass_ms[1], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
     const double tiles = tile_bytes(c, s);
     std::printf("%-11s %-3s %-14s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
@@ -127,13 +132,42 @@ void print_sweep_header() {
         "direction); diff: largest |candidate - engine| of out (fwd) or dqkv (bwd); * the "
         "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
-        "m16n8k16 product (bwd: pass 1 | pass 2)\n\n");
+        "m16n8k16 product (bwd: pass 1 | pass 2, each with its median ms alone: pass 1 writes "
+        "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line)\n\n");
     std::printf("%-11s %-3s %-14s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
 
+// The fastest pass 1 and pass 2 among the backward rows, combined, against the engine's passes
+// (the first row's): printed and returned; null without passes timed.
+nlohmann::json best_passes(const SweepShape& s, const std::vector<SweepRow>& timed) {
+    const SweepRow* best[2] = {nullptr, nullptr};
+    for (const SweepRow& r : timed)
+        for (int p = 0; p < 2; ++p)
+            if (!std::isnan(r.pass_ms[p]) &&
+                (best[p] == nullptr || r.pass_ms[p] < best[p]->pass_ms[p]))
+                best[p] = &r;
+    const SweepRow& engine = timed.front();
+    if (best[0] == nullptr || best[1] == nullptr || std::isnan(engine.pass_ms[0])) return nullptr;
+    const double sum = best[0]->pass_ms[0] + best[1]->pass_ms[1];
+    const double engine_sum = engine.pass_ms[0] + engine.pass_ms[1];
+    std::printf(
+        "%-11s bwd best passes: pass 1 of %s (%.3f ms) + pass 2 of %s (%.3f ms) = %.3f ms, "
+        "%.3f of the engine's passes (%.3f ms)\n",
+        s.name, best[0]->c->name, best[0]->pass_ms[0], best[1]->c->name, best[1]->pass_ms[1], sum,
+        sum / engine_sum, engine_sum);
+    return {{"shape", s.name},
+            {"pass1", best[0]->c->name},
+            {"pass1_ms", best[0]->pass_ms[0]},
+            {"pass2", best[1]->c->name},
+            {"pass2_ms", best[1]->pass_ms[1]},
+            {"ms", sum},
+            {"engine_ms", engine_sum},
+            {"vs_engine", sum / engine_sum}};
+}
+
 nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
-                           std::mt19937& rng) {
+                           std::mt19937& rng, nlohmann::json* best_backward_passes) {
     Buffers b(s, rng);
     const AttentionShape shape{.B = s.B,
                                .T = s.T,
@@ -158,7 +192,12 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
             if (c.is_default) reference = got;
             const double diff = reference.empty() ? NAN : max_abs_diff(got, reference);
             const double ms = median_ms([&] { call(c, s, b, stream); }, stream, warmup, reps);
-            timed.push_back({&c, ms, diff});
+            SweepRow row{&c, ms, diff};
+            for (int p = 0; p < 2; ++p)
+                if (c.backward && c.bwd_pass[p] != nullptr)
+                    row.pass_ms[p] =
+                        median_ms([&] { call(c, s, b, stream, p); }, stream, warmup, reps);
+            timed.push_back(row);
         }
         if (timed.empty()) continue;
         const double default_ms = timed.front().ms;  // each direction's default comes first
@@ -166,6 +205,8 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                                            [](auto& x, auto& y) { return x.ms < y.ms; });
         for (const SweepRow& r : timed) {
             print_row(s, r, flops, default_ms, &r == &*best);
+            nlohmann::json pass_ms = nullptr;
+            if (backward && !std::isnan(r.pass_ms[0])) pass_ms = {r.pass_ms[0], r.pass_ms[1]};
             rows.push_back({{"shape", s.name},
                             {"B", s.B},
                             {"T", s.T},
@@ -181,8 +222,11 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                             {"vs_default", r.ms / default_ms},
                             {"max_diff", r.max_diff},
                             {"tile_bytes", tile_bytes(*r.c, s)},
+                            {"pass_ms", pass_ms},
                             {"best", &r == &*best}});
         }
+        if (backward && best_backward_passes != nullptr)
+            *best_backward_passes = best_passes(s, timed);
     }
     std::printf("\n");
     return rows;

@@ -26,9 +26,11 @@ void print_sweep_header();
 
 // Every candidate of the shape's HD, forward then backward: each checked against the engine's
 // tiles on the same inputs (largest difference of out, or of dqkv from zeros), then its median ms
-// over `reps` calls after `warmup`; one printed row per candidate, the fastest of each direction
-// marked. Returns the rows as JSON.
+// over `reps` calls after `warmup` (a backward's, each pass alone too); one printed row per
+// candidate, the fastest of each direction marked, then the fastest pass 1 and pass 2 combined
+// (into *best_backward_passes: the names, their ms and the engine's; null if none ran). Returns
+// the rows as JSON.
 nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
-                           std::mt19937& rng);
+                           std::mt19937& rng, nlohmann::json* best_backward_passes);
 
 }  // namespace napkin::bench

@@ -102,8 +102,8 @@ struct WgmmaQueryStart {
 
 template <class Tiles, int kLanded, class D, class Pipeline>
 __device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pipeline& kv,
-                                                  const Shared& sh, const D* out,
-                                                  const float* lse, const MmaLayout& l) {
+                                                  const Shared& sh, const D* out, const float* lse,
+                                                  const MmaLayout& l) {
     constexpr int kD = Tiles::kHD / 8;
     kv.prologue();
     cp_async_wait<Tiles::kStages - 1 - kLanded>();  // Q and dout: the oldest group
@@ -137,8 +137,8 @@ __device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pi
 // The block's place and tiles, Q and dout loaded (committed): the start before the pipeline.
 template <class Tiles, class D>
 __device__ __forceinline__ WgmmaQueryStart<Tiles> wgmma_query_place(unsigned char* smem,
-                                                                     const D* dout, const D* qkv,
-                                                                     const MmaLayout& l) {
+                                                                    const D* dout, const D* qkv,
+                                                                    const MmaLayout& l) {
     constexpr int kRows = Tiles::kQueries, kThreads = Tiles::kThreads;
     const std::uint32_t base = (shared_address(smem) + 1023u) & ~1023u;
     WgmmaQueryStart<Tiles> st{};
@@ -178,9 +178,9 @@ __device__ __forceinline__ void wgmma_issue_s_dp(float (&s)[1][Tiles::kBlockN / 
 
 // dQ += dS K_stage, dS packed in A registers, one group.
 template <class D, class Tiles>
-__device__ __forceinline__ void wgmma_issue_dq(float (&dq)[1][Tiles::kHD / 8][4],
-                                               const std::uint32_t (&dsa)[1][Tiles::kBlockN / 16][4],
-                                               const WgmmaQueryStart<Tiles>& st, int stage) {
+__device__ __forceinline__ void wgmma_issue_dq(
+    float (&dq)[1][Tiles::kHD / 8][4], const std::uint32_t (&dsa)[1][Tiles::kBlockN / 16][4],
+    const WgmmaQueryStart<Tiles>& st, int stage) {
 #pragma unroll
     for (int kk = 0; kk < Tiles::kBlockN / 16; ++kk)
         wgmma::mma_rs<D, Tiles::kHD, true>(reinterpret_cast<float(&)[Tiles::kHD / 2]>(dq),
@@ -202,9 +202,11 @@ __device__ __forceinline__ void wgmma_store_dq(D* dqkv, const float (&dq)[1][Til
 }
 
 template <class D, class Tiles>
-__device__ __forceinline__ void wgmma_backward_query_block_serial(
-    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
-    const MmaLayout& l, const FlashDropout& drop) {
+__device__ __forceinline__ void wgmma_backward_query_block_serial(unsigned char* smem, D* dqkv,
+                                                                  const D* dout, const D* out,
+                                                                  const D* qkv, const float* lse,
+                                                                  const MmaLayout& l,
+                                                                  const FlashDropout& drop) {
     constexpr int kThreads = Tiles::kThreads, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
     constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
     const Shared sh{smem, shared_address(smem)};
@@ -256,9 +258,8 @@ __device__ __forceinline__ void wgmma_backward_query_block_overlapped(
                                                       [st](int s) { return st.v_tile(s); }, qkv, l,
                                                       b, st.block.kvh, st.key_tiles);
     wgmma_query_start<Tiles, 1>(st, kv, sh, out, lse, l);  // and item 0
-    const int visible = st.g_first >= l.T
-                            ? 0
-                            : min(st.key_tiles, static_cast<int>(st.g_last / kBlockN) + 1);
+    const int visible =
+        st.g_first >= l.T ? 0 : min(st.key_tiles, static_cast<int>(st.g_last / kBlockN) + 1);
     float dq[1][kD][4];
     zero(dq);
     float s[1][kN][4], dp[1][kN][4];

@@ -242,8 +242,8 @@ __device__ __forceinline__ void wgmma_softmax(float (&s)[1][Tiles::kBlockN / 8][
                                               std::int64_t p_row0, const MmaLayout& l,
                                               const FlashDropout& drop) {
     const std::int64_t j0 = static_cast<std::int64_t>(it) * Tiles::kBlockN;
-    softmax_tile<kDropout>(s, corr, mx, sum, st.w_first, j0,
-                           j0 + Tiles::kBlockN - 1 > st.w_first, p_row0, l, drop);
+    softmax_tile<kDropout>(s, corr, mx, sum, st.w_first, j0, j0 + Tiles::kBlockN - 1 > st.w_first,
+                           p_row0, l, drop);
 }
 
 // The warpgroup's products overlap its softmax (FlashAttention-3's intra-warpgroup pipelining):
@@ -374,10 +374,10 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
             const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
             using KvTile = typename Tiles::KvTile;
             // Two copies unrolled: all of them would take more than the producer's registers.
-            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.k(stage), k_src, stride,
-                                                        st.block.b, l.T, j0, thread);
-            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.v(stage), v_src, stride,
-                                                        st.block.b, l.T, j0, thread);
+            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.k(stage), k_src, stride, st.block.b,
+                                                        l.T, j0, thread);
+            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.v(stage), v_src, stride, st.block.b,
+                                                        l.T, j0, thread);
         };
         wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread);
 #pragma unroll

@@ -554,8 +554,7 @@ void named_barrier(int id, int threads, bool wait, const char* what) {
               std::to_string(block) + ")";
     NamedBarrier* b = bad.empty() ? &g_run.named[static_cast<std::size_t>(id)] : nullptr;
     if (b != nullptr && b->arrived > 0 && b->threads != threads)
-        bad = std::to_string(threads) + " threads while it counts to " +
-              std::to_string(b->threads);
+        bad = std::to_string(threads) + " threads while it counts to " + std::to_string(b->threads);
     if (!bad.empty()) {
         g_run.failure = where(*f) + " in " + what + ": " + bad;
         f->what = what;

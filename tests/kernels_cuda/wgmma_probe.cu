@@ -170,8 +170,8 @@ std::string wgmma_unavailable() {
 
 cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
                           const float* c_in, float* d, std::string* failure) {
-    if ((c.n != 32 && c.n != 64 && c.n != 128) || (c.n == 32 && c.b_n_major) ||
-        c.warpgroups < 1 || c.warpgroups > 4)
+    if ((c.n != 32 && c.n != 64 && c.n != 128) || (c.n == 32 && c.b_n_major) || c.warpgroups < 1 ||
+        c.warpgroups > 4)
         return cudaErrorInvalidValue;
     const cudaError_t e =
         c.bf16 ? launch_t<__nv_bfloat16>(c, a, b, c_in, d) : launch_t<__half>(c, a, b, c_in, d);
