@@ -343,6 +343,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true>>(
         "b64-wgmma-qov", "b64-wgmma-q, 3 stages, dS overlapped with the products"),
+    wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true, true>>(
+        "b64-wgmma-qpp", "b64-wgmma-qov with a producer warpgroup and the consumers ping-ponged"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma",
@@ -362,6 +364,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b128-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true>>(
         "b128-wgmma-qov", "b128-wgmma-q, 3 stages, dS overlapped with the products"),
+    wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true, true>>(
+        "b128-wgmma-qpp", "b128-wgmma-qov with a producer warpgroup and the consumers ping-ponged"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma",

@@ -469,7 +469,7 @@ do_attention() {
         --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*'
     # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive).
     step synccheck_attention_pp $cs --tool synccheck "$k" \
-        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_pp*'
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_pp*:Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_qpp*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this

@@ -26,17 +26,24 @@
 
 namespace napkin::cuda::fa2 {
 
-// The dq pass's tiles on wgmma: warpgroups a block, keys a tile, stages, and whether a
-// warpgroup's dS overlaps its products (wgmma_backward_query_block_overlapped; 3 stages at least).
-template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false>
+// The dq pass's tiles on wgmma: warpgroups a block, keys a tile, stages, whether a warpgroup's
+// dS overlaps its products (wgmma_backward_query_block_overlapped; 3 stages at least), and whether
+// a producer warpgroup loads for two ping-ponged consumers (..._specialized; as the forward's).
+template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false,
+          bool Specialized = false>
 struct WgmmaQueryTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     static_assert(BlockN == 64 || BlockN == 128);
     static_assert(Stages >= (Overlap ? 3 : 2));
+    static_assert(!Specialized || (Groups == 2 && Overlap && Stages <= 4));
     static constexpr int kHD = HD, kGroups = Groups, kBlockN = BlockN, kStages = Stages;
-    static constexpr bool kOverlap = Overlap;
-    static constexpr int kThreads = 128 * Groups, kQueries = 64 * Groups, kMinBlocks = 1;
+    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized;
+    static constexpr int kConsumers = 128 * Groups;
+    static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
+    static constexpr int kQueries = 64 * Groups, kMinBlocks = 1;
+    // setmaxnreg's split, as WgmmaForwardTiles'.
+    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
     using QTile = SwTile<kQueries, HD>;  // Q, and dout
     using KvTile = SwTile<BlockN, HD>;
     // Q and dout, then per stage K and V, and up to 1 KiB to align the first to 1024 bytes.
@@ -100,15 +107,12 @@ struct WgmmaQueryStart {
     }
 };
 
-template <class Tiles, int kLanded, class D, class Pipeline>
-__device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pipeline& kv,
-                                                  const Shared& sh, const D* out, const float* lse,
-                                                  const MmaLayout& l) {
+// The warp's rows, and D and lse log2(e) of the lane's rows, once dout's tile has landed.
+template <class Tiles, class D>
+__device__ __forceinline__ void wgmma_query_row_stats(WgmmaQueryStart<Tiles>& st, const Shared& sh,
+                                                      const D* out, const float* lse,
+                                                      const MmaLayout& l) {
     constexpr int kD = Tiles::kHD / 8;
-    kv.prologue();
-    cp_async_wait<Tiles::kStages - 1 - kLanded>();  // Q and dout: the oldest group
-    wgmma::fence_proxy_async();
-    __syncthreads();
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2;
     const std::int64_t b = st.block.b, i0 = st.block.i0;
@@ -134,12 +138,22 @@ __device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pi
     }
 }
 
-// The block's place and tiles, Q and dout loaded (committed): the start before the pipeline.
-template <class Tiles, class D>
+template <class Tiles, int kLanded, class D, class Pipeline>
+__device__ __forceinline__ void wgmma_query_start(WgmmaQueryStart<Tiles>& st, Pipeline& kv,
+                                                  const Shared& sh, const D* out, const float* lse,
+                                                  const MmaLayout& l) {
+    kv.prologue();
+    cp_async_wait<Tiles::kStages - 1 - kLanded>();  // Q and dout: the oldest group
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    wgmma_query_row_stats(st, sh, out, lse, l);
+}
+
+// The block's place and tiles, before any load.
+template <class Tiles>
 __device__ __forceinline__ WgmmaQueryStart<Tiles> wgmma_query_place(unsigned char* smem,
-                                                                    const D* dout, const D* qkv,
                                                                     const MmaLayout& l) {
-    constexpr int kRows = Tiles::kQueries, kThreads = Tiles::kThreads;
+    constexpr int kRows = Tiles::kQueries;
     const std::uint32_t base = (shared_address(smem) + 1023u) & ~1023u;
     WgmmaQueryStart<Tiles> st{};
     st.qs = typename Tiles::QTile{base};
@@ -148,11 +162,31 @@ __device__ __forceinline__ WgmmaQueryStart<Tiles> wgmma_query_place(unsigned cha
     st.block = query_block(l, kRows);
     st.key_tiles = causal_key_tiles<Tiles::kBlockN>(l, st.block.i0, kRows);
     st.group = static_cast<int>(threadIdx.x) / 128;
+    return st;
+}
+
+// Q's and dout's rows of the block into their tiles by kThreads threads (`thread` this one's
+// rank); the caller commits.
+template <class Tiles, int kThreads, class D,
+          int kUnroll = Tiles::kQueries* Tiles::QTile::kChunks / kThreads>
+__device__ __forceinline__ void wgmma_query_load(const WgmmaQueryStart<Tiles>& st, const D* dout,
+                                                 const D* qkv, const MmaLayout& l, int thread) {
+    constexpr int kRows = Tiles::kQueries;
+    using QTile = typename Tiles::QTile;
     const std::int64_t hd = l.HD;
-    load_rows<kRows, kThreads>(st.qs, qkv + st.block.h * hd, l.qkv_row, st.block.b, l.T,
-                               st.block.i0);
-    load_rows<kRows, kThreads>(st.gos, dout + st.block.h * hd, l.out_row, st.block.b, l.T,
-                               st.block.i0);
+    load_rows<kRows, kThreads, QTile, D, kUnroll>(st.qs, qkv + st.block.h * hd, l.qkv_row,
+                                                  st.block.b, l.T, st.block.i0, thread);
+    load_rows<kRows, kThreads, QTile, D, kUnroll>(st.gos, dout + st.block.h * hd, l.out_row,
+                                                  st.block.b, l.T, st.block.i0, thread);
+}
+
+// The place, Q and dout loaded by the whole block (committed): the start before the pipeline.
+template <class Tiles, class D>
+__device__ __forceinline__ WgmmaQueryStart<Tiles> wgmma_query_place(unsigned char* smem,
+                                                                    const D* dout, const D* qkv,
+                                                                    const MmaLayout& l) {
+    WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, l);
+    wgmma_query_load<Tiles, Tiles::kThreads>(st, dout, qkv, l, static_cast<int>(threadIdx.x));
     cp_async_commit();
     return st;
 }
@@ -295,13 +329,94 @@ __device__ __forceinline__ void wgmma_backward_query_block_overlapped(
     wgmma_store_dq(dqkv, dq, st, l);
 }
 
+// The overlapped dq pass with the forward's warp specialization and ping-pong
+// (wgmma_forward_block_specialized: the same producer, barriers and turns): the producer loads Q
+// and dout with key tile 0, the consumers take D and lse from them once that has landed, then
+// take turns to issue S and dP of tile j + 1 and dQ += dS_j K_j.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_query_block_specialized(
+    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
+    const MmaLayout& l, const FlashDropout& drop) {
+    constexpr int kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+    constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
+    constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
+    using Bar = WgmmaPingPongBarriers<kStages>;
+    const Shared sh{smem, shared_address(smem)};
+    WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, l);
+    st.group = __shfl_sync(0xffffffffu, st.group, 0);  // warp-uniform to ptxas (see the forward)
+    const int kt = st.key_tiles;
+
+    if (st.group == Tiles::kGroups) {  // the producer warpgroup
+        wgmma::release_registers<Tiles::kProducerRegs>();
+        const int thread = static_cast<int>(threadIdx.x) - kConsumers;
+        wgmma_produce<Tiles, D, kStages, Bar>(
+            st.block, kt, qkv, l, thread,
+            [&] { wgmma_query_load<Tiles, kProducer, D, 2>(st, dout, qkv, l, thread); },
+            [&](int s) { return st.k_tile(s); }, [&](int s) { return st.v_tile(s); });
+        return;
+    }
+
+    wgmma::claim_registers<Tiles::kConsumerRegs>();
+    const int g = st.group;
+    const std::int64_t b = st.block.b;
+    const int h = st.block.h;
+    constexpr int kPair = 2 * 128;  // a turn barrier: one warpgroup waits, the other arrives
+    if (g == 1) bar_arrive(Bar::turn(0), kPair);  // warpgroup 0 takes the first turn
+    bar_sync(Bar::full(0, g), kProducer + 128);
+    wgmma_query_row_stats(st, sh, out, lse, l);  // dout landed with tile 0
+    const int visible = st.g_first >= l.T ? 0 : min(kt, static_cast<int>(st.g_last / kBlockN) + 1);
+    float dq[1][kD][4];
+    zero(dq);
+    float s[1][kN][4], dp[1][kN][4];
+    std::uint32_t dsa[1][kN / 2][4];
+    auto ds = [&](int it) {
+        wgmma_query_ds(s, dp, st.d_row, st.lse_row, st.w_first,
+                       static_cast<std::int64_t>(it) * kBlockN, b, h, l, drop);
+    };
+    bar_sync(Bar::turn(g), kPair);
+    if (visible > 0) {
+        wgmma::fence();
+        wgmma_issue_s_dp<D>(s, dp, st, 0);
+    }
+    bar_arrive(Bar::turn(1 - g), kPair);
+    wgmma::wait<0>();  // outside the branch, as the forward's (C7518)
+    if (visible > 0) {
+        ds(0);
+        pack_a<D>(dsa, s);
+    }
+    for (int it = 0; it < kt; ++it) {
+        const bool more = it + 1 < kt;
+        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
+        bar_sync(Bar::turn(g), kPair);
+        const bool free_stage = it + kStages < kt;  // the producer loads into it again
+        if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
+            if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+            if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+            continue;
+        }
+        wgmma::fence();
+        wgmma_issue_s_dp<D>(s, dp, st, (more ? it + 1 : it) % kStages);
+        wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
+        if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+        const bool next = it + 1 < visible;
+        wgmma::wait<1>();  // S and dP of tile it + 1; dQ's product may still run
+        if (next) ds(it + 1);
+        wgmma::wait<0>();
+        if (next) pack_a<D>(dsa, s);
+        if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+    }
+    wgmma_store_dq(dqkv, dq, st, l);
+}
+
 template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, D* dqkv,
                                                            const D* dout, const D* out,
                                                            const D* qkv, const float* lse,
                                                            const MmaLayout& l,
                                                            const FlashDropout& drop) {
-    if constexpr (Tiles::kOverlap)
+    if constexpr (Tiles::kSpecialized)
+        wgmma_backward_query_block_specialized<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+    else if constexpr (Tiles::kOverlap)
         wgmma_backward_query_block_overlapped<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
     else
         wgmma_backward_query_block_serial<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);

@@ -329,6 +329,50 @@ struct WgmmaPingPongBarriers {
     __device__ static constexpr int turn(int group) { return 1 + 3 * kStages + group; }
 };
 
+// The producer warpgroup of a warp-specialized block (its 128 threads, `thread` this one's rank):
+// `first()` loads what the consumers read throughout (Q; and dout in the dq pass) into the first
+// group with key tile 0, then the K and V tiles of the block's kt stream through kStages stages:
+// items 0 .. kStages - 2 at once, then at step x it waits for item x, fences it for the async
+// proxy, arrives at both consumers' full(x) and, if item x + kStages - 1 exists, waits for
+// empty(x - 1) (x >= 1) and loads it into that stage. One commit a step.
+template <class Tiles, class D, int kStages, class Bar, class First, class KTile, class VTile>
+__device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, const D* qkv,
+                                              const MmaLayout& l, int thread, First first,
+                                              KTile k_tile, VTile v_tile) {
+    constexpr int kProducer = 128, kConsumers = Tiles::kConsumers, kBlockN = Tiles::kBlockN;
+    using KvTile = typename Tiles::KvTile;
+    const std::int64_t hd = l.HD, stride = l.qkv_row;
+    const D* k_src = qkv + (l.NH + block.kvh) * hd;
+    const D* v_src = qkv + (l.NH + l.KVH + block.kvh) * hd;
+    auto load = [&](int x) {
+        const int stage = x % kStages;
+        const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
+        // Two copies unrolled: all of them would take more than the producer's registers.
+        load_rows<kBlockN, kProducer, KvTile, D, 2>(k_tile(stage), k_src, stride, block.b, l.T, j0,
+                                                    thread);
+        load_rows<kBlockN, kProducer, KvTile, D, 2>(v_tile(stage), v_src, stride, block.b, l.T, j0,
+                                                    thread);
+    };
+    first();
+#pragma unroll
+    for (int x = 0; x < kStages - 1; ++x) {
+        if (x < kt) load(x);
+        cp_async_commit();
+    }
+    for (int x = 0; x < kt; ++x) {
+        cp_async_wait<kStages - 2>();  // item x (and what first() loaded)
+        wgmma::fence_proxy_async();
+        bar_arrive(Bar::full(x % kStages, 0), kProducer + 128);
+        bar_arrive(Bar::full(x % kStages, 1), kProducer + 128);
+        const int y = x + kStages - 1;
+        if (y < kt) {
+            if (x >= 1) bar_sync(Bar::empty((x - 1) % kStages), kProducer + kConsumers);
+            load(y);
+        }
+        cp_async_commit();
+    }
+}
+
 // The overlapped forward with FlashAttention-3's warp specialization and ping-pong: a producer
 // warpgroup (the block's third) cp.asyncs Q and the K and V tiles into kStages stages and hands
 // each to the consumers through named barriers, so the consumers never wait for the whole block;
@@ -366,37 +410,10 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     if (st.group == Tiles::kGroups) {  // the producer warpgroup
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
-        const std::int64_t hd = l.HD, stride = l.qkv_row;
-        const D* k_src = qkv + (l.NH + st.block.kvh) * hd;
-        const D* v_src = qkv + (l.NH + l.KVH + st.block.kvh) * hd;
-        auto load = [&](int x) {
-            const int stage = x % kStages;
-            const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
-            using KvTile = typename Tiles::KvTile;
-            // Two copies unrolled: all of them would take more than the producer's registers.
-            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.k(stage), k_src, stride, st.block.b,
-                                                        l.T, j0, thread);
-            load_rows<kBlockN, kProducer, KvTile, D, 2>(st.sm.v(stage), v_src, stride, st.block.b,
-                                                        l.T, j0, thread);
-        };
-        wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread);
-#pragma unroll
-        for (int x = 0; x < kStages - 1; ++x) {
-            if (x < kt) load(x);
-            cp_async_commit();
-        }
-        for (int x = 0; x < kt; ++x) {
-            cp_async_wait<kStages - 2>();  // item x (and Q)
-            wgmma::fence_proxy_async();
-            bar_arrive(Bar::full(x % kStages, 0), kProducer + 128);
-            bar_arrive(Bar::full(x % kStages, 1), kProducer + 128);
-            const int y = x + kStages - 1;
-            if (y < kt) {
-                if (x >= 1) bar_sync(Bar::empty((x - 1) % kStages), kProducer + kConsumers);
-                load(y);
-            }
-            cp_async_commit();
-        }
+        wgmma_produce<Tiles, D, kStages, Bar>(
+            st.block, st.key_tiles, qkv, l, thread,
+            [&] { wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread); },
+            [&](int s) { return st.sm.k(s); }, [&](int s) { return st.sm.v(s); });
         return;
     }
 
