@@ -167,8 +167,8 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
 // Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
 template <class Key>
 struct KeyOnWgmma : std::false_type {};
-template <int HD, int Groups, int Q, int Stages>
-struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages>> : std::true_type {};
+template <int HD, int Groups, int Q, int Stages, bool Overlap>
+struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap>> : std::true_type {};
 
 // Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
 template <class Key, class Query, int kPasses = kBothPasses>
@@ -350,6 +350,11 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-wgmma",
         "both passes on sm_90a wgmma: pass 1 2 warpgroups (128 keys), 64-query "
         "items; pass 2 as b64-wgmma-q"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 32, 3, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-k32ov",
+        "b64-wgmma, pass 1 with 32-query items, 3 stages and the next item's S^T, dP^T under the "
+        "products"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -375,6 +380,10 @@ const std::vector<Fa2Candidate> kCandidates = {
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-k32",
         "b128-wgmma with 32-query items in pass 1 (S^T and dP^T in half the registers)"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 3, true>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-k32ov",
+        "b128-wgmma-k32, pass 1 with 3 stages and the next item's S^T, dP^T under the products"),
 };
 
 }  // namespace

@@ -116,7 +116,7 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
                       c.smem_read_per_mma[0], r.pass_ms[1], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
     const double tiles = tile_bytes(c, s);
-    std::printf("%-11s %-3s %-14s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
+    std::printf("%-11s %-3s %-16s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
                 c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
                 r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
                 tiles / (r.ms * 1e-3) / 1e12, passes);
@@ -134,7 +134,7 @@ void print_sweep_header() {
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
         "m16n8k16 product (bwd: pass 1 | pass 2, each with its median ms alone: pass 1 writes "
         "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line)\n\n");
-    std::printf("%-11s %-3s %-14s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
+    std::printf("%-11s %-3s %-16s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
 

@@ -422,15 +422,17 @@ __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, 
         wgmma_backward_query_block_serial<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
 }
 
-// The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages.
-template <int HD, int Groups, int Q, int Stages>
+// The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages,
+// and whether the next item's S^T and dP^T overlap this one's products (3 stages at least).
+template <int HD, int Groups, int Q, int Stages, bool Overlap = false>
 struct WgmmaKeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     // 32-query items halve S^T's and dP^T's registers (dK and dV hold 128 a thread at HD 128).
     static_assert(Q == 32 || Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
-    static_assert(Stages >= 2);
+    static_assert(Stages >= (Overlap ? 3 : 2));
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
+    static constexpr bool kOverlap = Overlap;
     static constexpr int kThreads = 128 * Groups, kKeys = 64 * Groups, kMinBlocks = 1;
     static_assert(kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0, "item_stats' rows");
     using KTile = SwTile<kKeys, HD>;  // K, and V
@@ -501,7 +503,8 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
         },
         l.group * per_head);
     items.prologue();
-    cp_async_wait<kStages - 1>();  // K and V: the oldest group
+    // K and V: the oldest group; overlapped, item 0 too.
+    cp_async_wait<kStages - 1 - (Tiles::kOverlap ? 1 : 0)>();
     wgmma::fence_proxy_async();
     __syncthreads();
 
@@ -511,7 +514,108 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
     zero(dk);
     zero(dv);
 
-    for (int it = 0; it < l.group * per_head; ++it) {
+    if constexpr (Tiles::kOverlap) {
+        // S^T and dP^T of item it + 1 are issued before dV += P^T_it dO_it and dK += dS^T_it Q_it
+        // and waited for alone; P^T and dS^T of item it + 1 are formed while those run, and
+        // packed after their wait. Item it + 1's lse and D are formed at iteration it, over item
+        // it's (used at iteration it - 1, before the barrier); items whose queries all precede
+        // the warpgroup's keys are not skipped (their P^T and dS^T are zero), so that the
+        // products stay off any branch of their own.
+        const int n_items = l.group * per_head;
+        float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
+        std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
+        auto stats = [&](int item) {
+            const int stage = item % kStages;
+            const int h = kvh * l.group + item / per_head;
+            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
+            item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l,
+                                             b, h, i0);
+        };
+        auto issue_st_dpt = [&](int stage) {
+#pragma unroll
+            for (int k = 0; k < kHD / 16; ++k)
+                wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
+                                            ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
+                                            k > 0);
+#pragma unroll
+            for (int k = 0; k < kHD / 16; ++k)
+                wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
+                                            vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
+                                            k > 0);
+            wgmma::commit();
+        };
+        // P^T (dropped elements zeroed) into pd and dS^T into st for item `item`.
+        auto form = [&](int item) {
+            const int h = kvh * l.group + item / per_head;
+            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
+            const bool masked = kw_last > i0;
+            const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
+            std::uint32_t dropped = 0;
+            for_each_element<1, kNq>([&](int m, int n, int e) {
+                const int col = 8 * n + 2 * t + (e & 1);
+                const int bit = 4 * (kNq * m + n) + e;
+                const bool seen =
+                    !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
+                const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
+                st[m][n][e] = p;
+                const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
+                if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
+                    dropped |= 1u << bit;
+                pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
+            });
+            for_each_element<1, kNq>([&](int m, int n, int e) {
+                float dp = dpt[m][n][e];
+                if (drop.on)
+                    dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
+                st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
+            });
+        };
+        const bool keys = kg0 < l.T;  // the warpgroup has keys
+        stats(0);
+        __syncthreads();
+        if (keys) {
+            wgmma::fence();
+            issue_st_dpt(0);
+        }
+        wgmma::wait<0>();
+        if (keys) {
+            form(0);
+            pack_a<D>(pa, pd);
+            pack_a<D>(sa, st);
+        }
+        for (int it = 0; it < n_items; ++it) {
+            cp_async_wait<kStages - 3>();  // item it + 1; every warp is done with item it - 1
+            wgmma::fence_proxy_async();
+            __syncthreads();
+            items.issue(it + kStages - 1);  // into item it - 1's stage
+            const bool more = it + 1 < n_items;
+            if (more) stats(it + 1);
+            __syncthreads();
+            if (!keys) continue;
+            const int stage = it % kStages;
+            wgmma::fence();
+            // Past the last item, S^T and dP^T of a stale stage (never read): the products stay
+            // on one path (ptxas's C7520 otherwise, as the forward's).
+            issue_st_dpt((it + 1) % kStages);
+#pragma unroll
+            for (int kk = 0; kk < kQ / 16; ++kk)
+                wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
+                                            go_tile(stage).n_major(kk), true);
+#pragma unroll
+            for (int kk = 0; kk < kQ / 16; ++kk)
+                wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
+                                            q_tile(stage).n_major(kk), true);
+            wgmma::commit();
+            wgmma::wait<1>();  // S^T and dP^T of item it + 1; dV's and dK's products may run
+            if (more) form(it + 1);
+            wgmma::wait<0>();
+            if (more) {
+                pack_a<D>(pa, pd);
+                pack_a<D>(sa, st);
+            }
+        }
+    }
+    for (int it = 0; !Tiles::kOverlap && it < l.group * per_head; ++it) {
         const int stage = items.next(it);
         wgmma::fence_proxy_async();  // this thread's copies of the item, for the products
         const int h = kvh * l.group + it / per_head;
