@@ -450,6 +450,40 @@ struct WgmmaKeyTiles {
     }
 };
 
+// P^T (dropped elements zeroed, as dV takes it) into pd and dS^T = P^T (dP^T k - D) / sqrt(HD)
+// into st (which holds S^T), for the warp's keys kw0 .. kw0 + 15 and the item's queries i0 .. of
+// head h, lse log2(e) and D of those queries in lse_s and d_s: the mma.sync pass's per-element
+// code, on the same fragment layout.
+template <int kNq>
+__device__ __forceinline__ void wgmma_key_form(float (&st)[1][kNq][4],
+                                               const float (&dpt)[1][kNq][4],
+                                               float (&pd)[1][kNq][4], const float* lse_s,
+                                               const float* d_s, std::int64_t kw0, std::int64_t i0,
+                                               std::int64_t b, int h, const MmaLayout& l,
+                                               const FlashDropout& drop) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
+    const bool masked = kw0 + 15 > i0;
+    // Key minus query of the lane's first element (key kw0 + g, query i0 + 2 t).
+    const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
+    std::uint32_t dropped = 0;  // bit 4 n + e of the lane's elements
+    for_each_element<1, kNq>([&](int m, int n, int e) {
+        const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
+        const int bit = 4 * (kNq * m + n) + e;
+        const bool seen = !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
+        const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
+        st[m][n][e] = p;
+        const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
+        if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
+            dropped |= 1u << bit;
+        pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
+    });
+    for_each_element<1, kNq>([&](int m, int n, int e) {
+        float dp = dpt[m][n][e];
+        if (drop.on) dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
+        st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
+    });
+}
+
 // Pass 1 on wgmma: the mma.sync backward_key_block's algorithm (a block owns kKeys keys of one
 // (b, kv head), 64 a warpgroup, and walks every (query head of the group, query tile at or after
 // the diagonal) item, Q, dout and out streaming through kStages stages). Per item each
@@ -481,7 +515,7 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
 
     const int group = static_cast<int>(threadIdx.x) / 128;
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
-    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
+    const int g = static_cast<int>(threadIdx.x) % kWarpSize >> 2;
     const std::int64_t heads = l.B * l.KVH, hd = l.HD;
     const std::int64_t kt = blockIdx.x / heads;
     const std::int64_t b = blockIdx.x % heads / l.KVH;
@@ -508,11 +542,38 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
     wgmma::fence_proxy_async();
     __syncthreads();
 
-    const std::int64_t kg0 = j0 + 64 * group;                      // the warpgroup's first key
-    const std::int64_t kw0 = kg0 + 16 * warp, kw_last = kw0 + 15;  // the warp's keys
+    const std::int64_t kg0 = j0 + 64 * group;  // the warpgroup's first key
+    const std::int64_t kw0 = kg0 + 16 * warp;  // the warp's first key
     float dk[1][kD][4], dv[1][kD][4];
     zero(dk);
     zero(dv);
+    // S^T = K Q^T and dP^T = V dO^T of the item in `stage`, one group.
+    auto issue_st_dpt = [&](float(&st)[1][kNq][4], float(&dpt)[1][kNq][4], int stage) {
+#pragma unroll
+        for (int k = 0; k < kHD / 16; ++k)
+            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
+                                        ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
+                                        k > 0);
+#pragma unroll
+        for (int k = 0; k < kHD / 16; ++k)
+            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
+                                        vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
+                                        k > 0);
+        wgmma::commit();
+    };
+    // dV += P^T dO and dK += dS^T Q of the item in `stage`, P^T and dS^T in A registers; one group.
+    auto issue_dv_dk = [&](const std::uint32_t(&pa)[1][kNq / 2][4],
+                           const std::uint32_t(&sa)[1][kNq / 2][4], int stage) {
+#pragma unroll
+        for (int kk = 0; kk < kQ / 16; ++kk)
+            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
+                                        go_tile(stage).n_major(kk), true);
+#pragma unroll
+        for (int kk = 0; kk < kQ / 16; ++kk)
+            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
+                                        q_tile(stage).n_major(kk), true);
+        wgmma::commit();
+    };
 
     if constexpr (Tiles::kOverlap) {
         // S^T and dP^T of item it + 1 are issued before dV += P^T_it dO_it and dK += dS^T_it Q_it
@@ -531,51 +592,18 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l,
                                              b, h, i0);
         };
-        auto issue_st_dpt = [&](int stage) {
-#pragma unroll
-            for (int k = 0; k < kHD / 16; ++k)
-                wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
-                                            ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
-                                            k > 0);
-#pragma unroll
-            for (int k = 0; k < kHD / 16; ++k)
-                wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
-                                            vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
-                                            k > 0);
-            wgmma::commit();
-        };
-        // P^T (dropped elements zeroed) into pd and dS^T into st for item `item`.
+        // P^T into pd and dS^T into st for item `item`.
         auto form = [&](int item) {
             const int h = kvh * l.group + item / per_head;
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
-            const bool masked = kw_last > i0;
-            const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
-            std::uint32_t dropped = 0;
-            for_each_element<1, kNq>([&](int m, int n, int e) {
-                const int col = 8 * n + 2 * t + (e & 1);
-                const int bit = 4 * (kNq * m + n) + e;
-                const bool seen =
-                    !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
-                const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
-                st[m][n][e] = p;
-                const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
-                if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
-                    dropped |= 1u << bit;
-                pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
-            });
-            for_each_element<1, kNq>([&](int m, int n, int e) {
-                float dp = dpt[m][n][e];
-                if (drop.on)
-                    dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
-                st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
-            });
+            wgmma_key_form(st, dpt, pd, lse_s, d_s, kw0, i0, b, h, l, drop);
         };
         const bool keys = kg0 < l.T;  // the warpgroup has keys
         stats(0);
         __syncthreads();
         if (keys) {
             wgmma::fence();
-            issue_st_dpt(0);
+            issue_st_dpt(st, dpt, 0);
         }
         wgmma::wait<0>();
         if (keys) {
@@ -596,16 +624,8 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             wgmma::fence();
             // Past the last item, S^T and dP^T of a stale stage (never read): the products stay
             // on one path (ptxas's C7520 otherwise, as the forward's).
-            issue_st_dpt((it + 1) % kStages);
-#pragma unroll
-            for (int kk = 0; kk < kQ / 16; ++kk)
-                wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
-                                            go_tile(stage).n_major(kk), true);
-#pragma unroll
-            for (int kk = 0; kk < kQ / 16; ++kk)
-                wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
-                                            q_tile(stage).n_major(kk), true);
-            wgmma::commit();
+            issue_st_dpt(st, dpt, (it + 1) % kStages);
+            issue_dv_dk(pa, sa, stage);
             wgmma::wait<1>();  // S^T and dP^T of item it + 1; dV's and dK's products may run
             if (more) form(it + 1);
             wgmma::wait<0>();
@@ -624,55 +644,17 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
                                          h, i0);
         __syncthreads();
         if (kg0 >= l.T || i0 + kQ - 1 < kg0) continue;  // keys past the end, or after every query
-        const bool masked = kw_last > i0;
-        // Key minus query of the lane's first element (key kw0 + g, query i0 + 2 t).
-        const int diagonal = static_cast<int>(kw0 - i0) + g - 2 * t;
         float st[1][kNq][4], dpt[1][kNq][4];
         wgmma::fence();
-#pragma unroll
-        for (int k = 0; k < kHD / 16; ++k)
-            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
-                                        ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
-                                        k > 0);
-#pragma unroll
-        for (int k = 0; k < kHD / 16; ++k)
-            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
-                                        vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
-                                        k > 0);
-        wgmma::commit();
+        issue_st_dpt(st, dpt, stage);
         wgmma::wait<0>();
-        float pd[1][kNq][4];        // P^T as dV takes it: dropped elements zeroed
-        std::uint32_t dropped = 0;  // bit 4 n + e of the lane's elements
-        for_each_element<1, kNq>([&](int m, int n, int e) {
-            const int col = 8 * n + 2 * t + (e & 1);  // query i0 + col
-            const int bit = 4 * (kNq * m + n) + e;
-            const bool seen = !masked || diagonal + 16 * m + 8 * (e >> 1) - 8 * n - (e & 1) <= 0;
-            const float p = seen ? exp2f(fmaf(st[m][n][e], l.scale_log2, -lse_s[col])) : 0.0f;
-            st[m][n][e] = p;
-            const std::int64_t key = kw0 + 16 * m + g + 8 * (e >> 1);
-            if (drop.on && p != 0.0f && !drop.keep(l.row(b, h, i0 + col) * l.T + key))
-                dropped |= 1u << bit;
-            pd[m][n][e] = (dropped >> bit & 1u) != 0 ? 0.0f : p;
-        });
-        for_each_element<1, kNq>([&](int m, int n, int e) {
-            float dp = dpt[m][n][e];
-            if (drop.on)
-                dp = (dropped >> (4 * (kNq * m + n) + e) & 1u) != 0 ? 0.0f : dp * drop.scale;
-            st[m][n][e] *= (dp - d_s[8 * n + 2 * t + (e & 1)]) * l.scale;
-        });
+        float pd[1][kNq][4];  // P^T as dV takes it: dropped elements zeroed
+        wgmma_key_form(st, dpt, pd, lse_s, d_s, kw0, i0, b, h, l, drop);
         std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
         pack_a<D>(pa, pd);
         pack_a<D>(sa, st);
         wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < kQ / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
-                                        go_tile(stage).n_major(kk), true);
-#pragma unroll
-        for (int kk = 0; kk < kQ / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
-                                        q_tile(stage).n_major(kk), true);
-        wgmma::commit();
+        issue_dv_dk(pa, sa, stage);
         wgmma::wait<0>();
     }
 
