@@ -360,8 +360,6 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     const int g = st.group;
     const std::int64_t b = st.block.b;
     const int h = st.block.h;
-    constexpr int kPair = 2 * 128;  // a turn barrier: one warpgroup waits, the other arrives
-    if (g == 1) bar_arrive(Bar::turn(0), kPair);  // warpgroup 0 takes the first turn
     bar_sync(Bar::full(0, g), kProducer + 128);
     wgmma_query_row_stats(st, sh, out, lse, l);  // dout landed with tile 0
     const int visible = st.g_first >= l.T ? 0 : min(kt, static_cast<int>(st.g_last / kBlockN) + 1);
@@ -373,38 +371,13 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
         wgmma_query_ds(s, dp, st.d_row, st.lse_row, st.w_first,
                        static_cast<std::int64_t>(it) * kBlockN, b, h, l, drop);
     };
-    bar_sync(Bar::turn(g), kPair);
-    if (visible > 0) {
-        wgmma::fence();
-        wgmma_issue_s_dp<D>(s, dp, st, 0);
-    }
-    bar_arrive(Bar::turn(1 - g), kPair);
-    wgmma::wait<0>();  // outside the branch, as the forward's (C7518)
-    if (visible > 0) {
-        ds(0);
-        pack_a<D>(dsa, s);
-    }
-    for (int it = 0; it < kt; ++it) {
-        const bool more = it + 1 < kt;
-        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
-        bar_sync(Bar::turn(g), kPair);
-        const bool free_stage = it + kStages < kt;  // the producer loads into it again
-        if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
-            if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
-            if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
-            continue;
-        }
-        wgmma::fence();
-        wgmma_issue_s_dp<D>(s, dp, st, (more ? it + 1 : it) % kStages);
-        wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
-        if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
-        const bool next = it + 1 < visible;
-        wgmma::wait<1>();  // S and dP of tile it + 1; dQ's product may still run
-        if (next) ds(it + 1);
-        wgmma::wait<0>();
-        if (next) pack_a<D>(dsa, s);
-        if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
-    }
+    wgmma_consume<kStages, kConsumers, Bar>(
+        g, kt, visible, [&] { wgmma_issue_s_dp<D>(s, dp, st, 0); },
+        [&](int it, int stage) {  // S, dP of tile it + 1, then dQ += dS_it K_it
+            wgmma_issue_s_dp<D>(s, dp, st, stage);
+            wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
+        },
+        [&](int it) { ds(it); }, [&](int) { pack_a<D>(dsa, s); });
     wgmma_store_dq(dqkv, dq, st, l);
 }
 

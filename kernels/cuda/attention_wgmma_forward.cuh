@@ -373,6 +373,53 @@ __device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, c
     }
 }
 
+// A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier:
+// turn 0 issues tile 0's first products (`first()`, S; only if `visible` > 0), turn it + 1 the
+// next tile's first products with this tile's last (`issue(it, stage)`: the first products from
+// `stage`, tile it + 1's, or tile it's past the last); between the waits `mid(it + 1)` works on
+// tile it + 1's first products while this tile's last run, and after them `end(it + 1)` (both
+// only when tile it + 1 is visible; after turn 0, mid and end of tile 0). Each warpgroup waits
+// for its turn and arrives at the other's once its products are issued; the last turn's arrival
+// is left out, and a stage is released after the wait that retires its last product when the
+// producer loads it again. The waits stay off any branch of their own (ptxas's C7518).
+template <int kStages, int kConsumers, class Bar, class First, class Issue, class Mid, class End>
+__device__ __forceinline__ void wgmma_consume(int g, int kt, int visible, First first, Issue issue,
+                                              Mid mid, End end) {
+    constexpr int kProducer = 128, kPair = 2 * 128;  // a turn: one warpgroup waits, one arrives
+    if (g == 1) bar_arrive(Bar::turn(0), kPair);     // warpgroup 0 takes the first turn
+    bar_sync(Bar::turn(g), kPair);
+    if (visible > 0) {
+        wgmma::fence();
+        first();
+    }
+    bar_arrive(Bar::turn(1 - g), kPair);
+    wgmma::wait<0>();
+    if (visible > 0) {
+        mid(0);
+        end(0);
+    }
+    for (int it = 0; it < kt; ++it) {
+        const bool more = it + 1 < kt;
+        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
+        bar_sync(Bar::turn(g), kPair);
+        const bool free_stage = it + kStages < kt;  // the producer loads into it again
+        if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
+            if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+            if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+            continue;
+        }
+        wgmma::fence();
+        issue(it, (more ? it + 1 : it) % kStages);
+        if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
+        const bool next = it + 1 < visible;
+        wgmma::wait<1>();  // tile it + 1's first products; tile it's last may still run
+        if (next) mid(it + 1);
+        wgmma::wait<0>();
+        if (next) end(it + 1);
+        if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
+    }
+}
+
 // The overlapped forward with FlashAttention-3's warp specialization and ping-pong: a producer
 // warpgroup (the block's third) cp.asyncs Q and the K and V tiles into kStages stages and hands
 // each to the consumers through named barriers, so the consumers never wait for the whole block;
@@ -432,51 +479,22 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     auto softmax = [&](int it) {
         wgmma_softmax<kDropout>(s, corr, mx, sum, st, it, p_row0, l, drop);
     };
-    constexpr int kPair = 2 * 128;  // a turn barrier: one warpgroup waits, the other arrives
-    if (g == 1) bar_arrive(Bar::turn(0), kPair);  // warpgroup 0 takes the first turn
-
     bar_sync(Bar::full(0, g), kProducer + 128);
-    bar_sync(Bar::turn(g), kPair);
-    if (visible > 0) {
-        wgmma::fence();
-        issue_s(0);
-    }
-    bar_arrive(Bar::turn(1 - g), kPair);
-    // The waits stay outside the branches (nothing to wait for is no error): a wait on a path of
-    // its own after the arrival makes ptxas serialize every wgmma (C7518).
-    wgmma::wait<0>();
-    if (visible > 0) {
-        softmax(0);  // O is zero: no correction
-        pack_a<D>(p, s);
-    }
-    for (int it = 0; it < kt; ++it) {
-        const bool more = it + 1 < kt;
-        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
-        bar_sync(Bar::turn(g), kPair);
-        const bool free_stage = it + kStages < kt;  // the producer loads into it again
-        if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
-            if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
-            if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
-            continue;
-        }
-        wgmma::fence();
-        issue_s((more ? it + 1 : it) % kStages);
+    wgmma_consume<kStages, kConsumers, Bar>(
+        g, kt, visible, [&] { issue_s(0); },
+        [&](int it, int stage) {  // S_{it+1}, then O += P_it V_it
+            issue_s(stage);
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(o), p[0][kk],
-                                        st.sm.v(it % kStages).n_major(kk), true);
-        wgmma::commit();
-        if (g == 0 || more) bar_arrive(Bar::turn(1 - g), kPair);
-        const bool next = it + 1 < visible;
-        wgmma::wait<1>();  // S_{it+1}; P_it V_it may still run
-        if (next) softmax(it + 1);
-        wgmma::wait<0>();
-        if (next) {
-            correct_rows(o, corr);
+            for (int kk = 0; kk < kBlockN / 16; ++kk)
+                wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(o), p[0][kk],
+                                            st.sm.v(it % kStages).n_major(kk), true);
+            wgmma::commit();
+        },
+        [&](int it) { softmax(it); },
+        [&](int it) {
+            if (it > 0) correct_rows(o, corr);  // O is zero before tile 0
             pack_a<D>(p, s);
-        }
-        if (free_stage) bar_arrive(Bar::empty(it % kStages), kProducer + kConsumers);
-    }
+        });
     store_forward_rows<kDropout>(out, lse, o, mx, sum, st.w_first, b, h, l, drop);
 }
 
