@@ -235,21 +235,28 @@ __device__ __forceinline__ void wgmma_store_dq(D* dqkv, const float (&dq)[1][Til
     }
 }
 
+// The K and V tiles' pipeline of the dq pass (as the forward's wgmma_kv_pipeline).
+template <class Tiles, class D>
+__device__ auto wgmma_kv_pipeline(const WgmmaQueryStart<Tiles>& st, const D* qkv,
+                                  const MmaLayout& l) {
+    return kv_pipeline<Tiles::kStages, Tiles::kBlockN, Tiles::kThreads>(
+        [st](int s) { return st.k_tile(s); }, [st](int s) { return st.v_tile(s); }, qkv, l,
+        st.block.b, st.block.kvh, st.key_tiles);
+}
+
 template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_query_block_serial(unsigned char* smem, D* dqkv,
                                                                   const D* dout, const D* out,
                                                                   const D* qkv, const float* lse,
                                                                   const MmaLayout& l,
                                                                   const FlashDropout& drop) {
-    constexpr int kThreads = Tiles::kThreads, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+    constexpr int kBlockN = Tiles::kBlockN;
     constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
     const Shared sh{smem, shared_address(smem)};
     WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, dout, qkv, l);
     const std::int64_t b = st.block.b;
     const int h = st.block.h;
-    auto kv = kv_pipeline<kStages, kBlockN, kThreads>([st](int s) { return st.k_tile(s); },
-                                                      [st](int s) { return st.v_tile(s); }, qkv, l,
-                                                      b, st.block.kvh, st.key_tiles);
+    auto kv = wgmma_kv_pipeline(st, qkv, l);
     wgmma_query_start<Tiles, 0>(st, kv, sh, out, lse, l);
     float dq[1][kD][4];
     zero(dq);
@@ -282,15 +289,13 @@ template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_query_block_overlapped(
     unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
     const MmaLayout& l, const FlashDropout& drop) {
-    constexpr int kThreads = Tiles::kThreads, kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
+    constexpr int kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
     constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
     const Shared sh{smem, shared_address(smem)};
     WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, dout, qkv, l);
     const std::int64_t b = st.block.b;
     const int h = st.block.h;
-    auto kv = kv_pipeline<kStages, kBlockN, kThreads>([st](int s) { return st.k_tile(s); },
-                                                      [st](int s) { return st.v_tile(s); }, qkv, l,
-                                                      b, st.block.kvh, st.key_tiles);
+    auto kv = wgmma_kv_pipeline(st, qkv, l);
     wgmma_query_start<Tiles, 1>(st, kv, sh, out, lse, l);  // and item 0
     const int visible =
         st.g_first >= l.T ? 0 : min(st.key_tiles, static_cast<int>(st.g_last / kBlockN) + 1);
