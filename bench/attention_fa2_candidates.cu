@@ -50,9 +50,11 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
 template <class Tiles>
 __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
     attention_wgmma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                        const float* lse, MmaLayout l, FlashDropout drop) {
+                                        const float* lse, MmaLayout l, FlashDropout drop,
+                                        const float* row_stats) {
     extern __shared__ __align__(128) unsigned char smem[];
-    cuda::fa2::wgmma_backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+    cuda::fa2::wgmma_backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
+                                                  row_stats);
 }
 
 __global__ void sm90a_flag_kernel(int* out) {
@@ -62,9 +64,52 @@ __global__ void sm90a_flag_kernel(int* out) {
 template <class Tiles>
 __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
     attention_fa2_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
-                                      const float* lse, MmaLayout l, FlashDropout drop) {
+                                      const float* lse, MmaLayout l, FlashDropout drop,
+                                      const float* row_stats) {
     extern __shared__ __align__(128) unsigned char smem[];
-    cuda::fa2::backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+    cuda::fa2::backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop, row_stats);
+}
+
+// The row statistics of the RowStats pass 1s (cuda::fa2::RowStatsLayout), before the pass.
+constexpr int kRowStatsThreads = 256;
+template <int kHD>
+__global__ void __launch_bounds__(kRowStatsThreads)
+    attention_fa2_row_stats_kernel(float* row_stats, const D* dout, const D* out, const float* lse,
+                                   MmaLayout l) {
+    cuda::fa2::row_stats_block<D, kHD, kRowStatsThreads>(row_stats, dout, out, lse, l);
+}
+
+// The RowStats candidates' statistics buffer, the bench's own: grown by a call that needs more
+// (the sweep's first, untimed; cudaMalloc and cudaFree synchronize) and kept for the process.
+// In the engine it would be a buffer the caller owns and the estimator accounts (docs/CUDA.md
+// "Row statistics before pass 1").
+float* row_stats_buffer(const MmaLayout& l) {
+    static float* buffer = nullptr;
+    static std::int64_t floats = 0;
+    const std::int64_t need = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T);
+    if (need > floats) {
+        if (buffer != nullptr) NAPKIN_CUDA_CHECK(cudaFree(buffer));
+        buffer = nullptr;
+        floats = 0;
+        NAPKIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer),
+                                     static_cast<std::size_t>(need) * sizeof(float)));
+        floats = need;
+    }
+    return buffer;
+}
+
+// Launches the row statistics' kernel into row_stats_buffer(l), which it returns.
+template <int kHD>
+float* launch_row_stats(const char* op, const D* dout, const D* out, const float* lse,
+                        const MmaLayout& l, cudaStream_t stream) {
+    float* const stats = row_stats_buffer(l);
+    constexpr int kRows = kRowStatsThreads / (kHD / 8);
+    const std::int64_t rows = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T) / 2;
+    const unsigned grid = cuda::mma_detail::mma_grid(op, rows / kRows, 1);
+    auto kernel = attention_fa2_row_stats_kernel<kHD>;
+    kernel<<<grid, kRowStatsThreads, 0, stream>>>(stats, dout, out, lse, l);
+    NAPKIN_CUDA_CHECK_LAUNCH();
+    return stats;
 }
 
 template <class Tiles>
@@ -137,12 +182,15 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     const auto *dout = cuda::dev(args.dout), *out = cuda::dev(args.out);
     const auto* qkv = cuda::dev(args.qkv);
     if constexpr ((kPasses & 1) != 0) {
+        const float* row_stats = nullptr;
+        if constexpr (Key::kRowStats)
+            row_stats = launch_row_stats<Key::kHD>(op, dout, out, args.lse, l, launch.stream);
         constexpr std::size_t key_smem = Key::smem_bytes();
         cuda::allow_smem(key_kernel, key_smem, op);
         const unsigned key_grid =
             cuda::mma_detail::mma_grid(op, (l.T + Key::kKeys - 1) / Key::kKeys, l.B * l.KVH);
-        key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(dqkv, dout, out, qkv,
-                                                                         args.lse, l, drop);
+        key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(
+            dqkv, dout, out, qkv, args.lse, l, drop, row_stats);
         NAPKIN_CUDA_CHECK_LAUNCH();
     }
     if constexpr ((kPasses & 2) == 0) return;
@@ -167,8 +215,9 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
 // Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
 template <class Key>
 struct KeyOnWgmma : std::false_type {};
-template <int HD, int Groups, int Q, int Stages, bool Overlap>
-struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap>> : std::true_type {};
+template <int HD, int Groups, int Q, int Stages, bool Overlap, bool RowStats>
+struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap, RowStats>>
+    : std::true_type {};
 
 // Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
 template <class Key, class Query, int kPasses = kBothPasses>
@@ -269,6 +318,7 @@ Fa2Candidate backward_candidate(const char* name, const char* tiles) {
         name, tiles, kIsDefault, backward_fn<Tiles, kIsDefault>(), false);
     c.bwd_pass[0] = &backward<Tiles, 1>;
     c.bwd_pass[1] = &backward<Tiles, 2>;
+    c.row_stats = Tiles::KeyPass::kRowStats;
     return c;
 }
 
@@ -278,6 +328,7 @@ Fa2Candidate wgmma_backward_candidate(const char* name, const char* tiles) {
     Fa2Candidate c = two_pass<Key, Query>(name, tiles, false, &backward_wgmma<Key, Query>, true);
     c.bwd_pass[0] = &backward_wgmma<Key, Query, 1>;
     c.bwd_pass[1] = &backward_wgmma<Key, Query, 2>;
+    c.row_stats = Key::kRowStats;
     return c;
 }
 
@@ -339,6 +390,9 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-w8", "both passes 8 warps (256 keys, 256 queries a block)"),
     backward_candidate<BackwardTiles<Key64, QueryTiles<64, 2, 48, 2, false>>>(
         "b64-q-n48", "pass 2: 48-key tiles (185 B a product, not 213)"),
+    backward_candidate<BackwardTiles<KeyTiles<64, 2, 32, 3, false, 4, 2, true>, Query64>>(
+        "b64-rs",
+        "pass 1: D and lse precomputed (Q, dout an item, not out too), 3 stages in 56.75 KiB"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true>>(
@@ -355,6 +409,12 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-wgmma-k32ov",
         "b64-wgmma, pass 1 with 32-query items, 3 stages and the next item's S^T, dP^T under the "
         "products"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 2, false, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-rs", "b64-wgmma, pass 1 with D and lse precomputed (Q, dout an item)"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 32, 3, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-k32ov-rs", "b64-wgmma-k32ov, pass 1 with D and lse precomputed"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -365,6 +425,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b128-q-reg", "pass 2: Q and dout in registers, 32-key tiles, 3 stages (256 B, not 299)"),
     backward_candidate<BackwardTiles<KeyTiles<128, 1, 32, 3, false>, Query128>>("b128-k-s3",
                                                                                 "pass 1: 3 stages"),
+    backward_candidate<BackwardTiles<KeyTiles<128, 1, 32, 3, false, 4, 2, true>, Query128>>(
+        "b128-k-rs", "pass 1: D and lse precomputed (Q, dout an item, not out too), 3 stages"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-q", "pass 2 on sm_90a wgmma: 2 warpgroups (128 queries), 64-key tiles"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true>>(
@@ -384,6 +446,12 @@ const std::vector<Fa2Candidate> kCandidates = {
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-k32ov",
         "b128-wgmma-k32, pass 1 with 3 stages and the next item's S^T, dP^T under the products"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 2, false, true>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-k32-rs", "b128-wgmma-k32, pass 1 with D and lse precomputed (Q, dout an item)"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 3, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-k32ov-rs", "b128-wgmma-k32ov, pass 1 with D and lse precomputed"),
 };
 
 }  // namespace

@@ -43,8 +43,10 @@ struct Fa2Candidate {
     bool sm90a = false;
     // A backward's passes one at a time (the same contract; pass 1 writes dK and dV, pass 2 dQ,
     // so each runs alone): the sweep times them apart, to combine the fastest of each.
-    void (*bwd_pass[2])(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&) = {
-        nullptr, nullptr};
+    void (*bwd_pass[2])(const AttentionFlashBackwardArgs<bf16_t>&, const cuda::Launch&) = {};
+    // Pass 1 takes each query's D and lse from a kernel run before it (its time counted in pass
+    // 1's) and streams Q and dout, not out too (docs/CUDA.md "Row statistics before pass 1").
+    bool row_stats = false;
 };
 
 // Every candidate, the forwards first, each (HD, direction)'s default first.

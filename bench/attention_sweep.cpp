@@ -49,9 +49,11 @@ struct SweepRow {
 // The bytes of the tiles a call streams into shared memory (causal): a block of R queries reads
 // the K and V rows (2 HD 16-bit elements each) of keys 0 .. min(T, i0 + R) (forward, pass 2); a
 // pass-1 block of R keys reads the Q, dout and out rows (3 HD) of queries j0 .. T of each of the
-// group's heads. About B NH T^2 HD (2 or 3) / R: what more rows a block save. The rows loaded
-// once per block (Q, dout; K, V in pass 1) are left out.
+// group's heads, or with row statistics Q and dout and 8 bytes of them (the statistics' kernel
+// reads dout and out once more). About B NH T^2 HD (2 or 3) / R: what more rows a block save.
+// The rows loaded once per block (Q, dout; K, V in pass 1) are left out.
 double tile_bytes(const Fa2Candidate& c, const SweepShape& s) {
+    const double heads = static_cast<double>(s.B * s.NH), row = static_cast<double>(s.HD) * 2.0;
     double bytes = 0.0;
     for (int pass = 0; pass < c.passes; ++pass) {
         const std::int64_t R = c.rows[pass];
@@ -59,8 +61,11 @@ double tile_bytes(const Fa2Candidate& c, const SweepShape& s) {
         double rows = 0.0;  // per head
         for (std::int64_t t0 = 0; t0 < s.T; t0 += R)
             rows += static_cast<double>(key_pass ? s.T - t0 : std::min(s.T, t0 + R));
-        bytes += rows * static_cast<double>(s.B * s.NH) * (key_pass ? 3.0 : 2.0) *
-                 static_cast<double>(s.HD) * 2.0;
+        if (key_pass && c.row_stats)
+            bytes +=
+                rows * heads * (2.0 * row + 8.0) + static_cast<double>(s.T) * heads * 2.0 * row;
+        else
+            bytes += rows * heads * (key_pass ? 3.0 : 2.0) * row;
     }
     return bytes;
 }
@@ -116,7 +121,7 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
                       c.smem_read_per_mma[0], r.pass_ms[1], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
     const double tiles = tile_bytes(c, s);
-    std::printf("%-11s %-3s %-16s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
+    std::printf("%-11s %-3s %-19s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
                 c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
                 r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
                 tiles / (r.ms * 1e-3) / 1e12, passes);
@@ -133,8 +138,9 @@ void print_sweep_header() {
         "fastest; tile GB: the streamed tiles' bytes from L2 into shared memory, and TB/s; per "
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
         "m16n8k16 product (bwd: pass 1 | pass 2, each with its median ms alone: pass 1 writes "
-        "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line)\n\n");
-    std::printf("%-11s %-3s %-16s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
+        "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line; *-rs: "
+        "D and lse from a kernel of their own, timed with pass 1)\n\n");
+    std::printf("%-11s %-3s %-19s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
 

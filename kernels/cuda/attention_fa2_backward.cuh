@@ -14,7 +14,8 @@
 // K and V rows stay in shared memory, or registers), and walks every (query head of the group,
 // query tile at or after the diagonal) item, the Q, dout and out tiles of kQ queries streaming
 // through kStages cp.async stages. Per item the block first computes the item's D (from the dout
-// and out tiles) and reads its lse; then each warp, on its 16 kM keys:
+// and out tiles) and reads its lse (or, with RowStats, both come precomputed with Q and dout,
+// and out is not streamed); then each warp, on its 16 kM keys:
 //   S^T = K Q^T, P^T = exp2(S^T log2(e) / sqrt(HD) - lse)   (masked: key j > query i)
 //   dV += P^T dO        P^T packed from the accumulators (dropped elements zeroed; 1 / (1 - p)
 //                       applied once at the store), dO read by ldmatrix.trans
@@ -38,25 +39,91 @@ namespace napkin::cuda::fa2 {
 
 using mma_detail::MmaLayout;
 
+// The backward's row statistics precomputed before pass 1 by a kernel of their own
+// (row_stats_block; FlashAttention-2's and -3's preprocessing), in a float buffer of floats(B,
+// NH, T): per (b, h), padded(T) rows of lse log2(e) (+inf past T), then as many of
+// D = dout . out (0 past T). A pass-1 item then streams Q and dout and 2 kQ floats, not Q, dout
+// and out, and its block computes no dot products.
+struct RowStatsLayout {
+    static constexpr int kPad = 64;  // rows; items of up to kPad queries read whole
+    __host__ __device__ static constexpr std::int64_t padded(std::int64_t T) {
+        return (T + kPad - 1) / kPad * kPad;
+    }
+    __host__ __device__ static constexpr std::int64_t floats(std::int64_t B, std::int64_t NH,
+                                                             std::int64_t T) {
+        return B * NH * 2 * padded(T);
+    }
+    // lse log2(e) of row i of head (b, h); its D is padded(T) floats on.
+    __device__ static std::int64_t at(const MmaLayout& l, std::int64_t b, int h, std::int64_t i) {
+        return (b * l.NH + h) * 2 * padded(l.T) + i;
+    }
+};
+
+// The row statistics of kThreads / (HD / 8) rows (b, h, i) a block, HD / 8 lanes a row (a
+// 16-byte chunk of dout and of out each), the rows of every (b, h) padded(T) apart: a grid of
+// floats(B, NH, T) / 2 / rows-a-block blocks.
+template <class D, int kHD, int kThreads>
+__device__ void row_stats_block(float* stats, const D* dout, const D* out, const float* lse,
+                                const MmaLayout& l) {
+    constexpr int kLanes = kHD / 8, kRows = kThreads / kLanes;
+    static_assert(kThreads % kWarpSize == 0 && kWarpSize % kLanes == 0);
+    const std::int64_t Tp = RowStatsLayout::padded(l.T);
+    const std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * kRows + threadIdx.x / kLanes;
+    const int c = static_cast<int>(threadIdx.x) % kLanes;
+    const std::int64_t bh = r / Tp, i = r % Tp;
+    const bool head = bh < l.B * l.NH, valid = head && i < l.T;
+    const std::int64_t b = bh / l.NH;
+    const int h = static_cast<int>(bh % l.NH);
+    float dot = valid ? dot8(dout + l.o(b, i, h) + 8 * c, out + l.o(b, i, h) + 8 * c) : 0.0f;
+#pragma unroll
+    for (int x = 1; x < kLanes; x *= 2)
+        dot += __shfl_xor_sync(0xffffffffu, dot, x);
+    if (c != 0 || !head) return;
+    float* const row = stats + bh * 2 * Tp + i;
+    row[0] = valid ? lse[l.row(b, h, i)] * mma_detail::kLog2e : INFINITY;
+    row[Tp] = valid ? dot : 0.0f;
+}
+
+// Item [i0, i0 + kQ)'s row statistics of head (b, h) into `dst` (kQ floats of lse log2(e), then
+// kQ of D) by cp.async: the first kQ / 2 threads (`thread`: the rank), a 16-byte chunk each. The
+// caller commits.
+template <int kQ>
+__device__ __forceinline__ void load_row_stats(std::uint32_t dst, const float* stats,
+                                               const MmaLayout& l, std::int64_t b, int h,
+                                               std::int64_t i0, int thread) {
+    constexpr int kChunks = kQ / 4;  // of each of the two
+    if (thread >= 2 * kChunks) return;
+    const int part = thread / kChunks, c = thread % kChunks;
+    cp_async_16(
+        dst + 16 * thread,
+        stats + RowStatsLayout::at(l, b, h, i0) + part * RowStatsLayout::padded(l.T) + 4 * c, true);
+}
+
 // Pass 1's tiles at head dimension HD: m-tiles of keys per warp, queries per item, stages, K and
-// V fragments in registers, warps per block, blocks per SM for __launch_bounds__.
-template <int HD, int M, int Q, int Stages, bool InRegisters, int Warps = 4, int MinBlocks = 2>
+// V fragments in registers, warps per block, blocks per SM for __launch_bounds__, and whether
+// the items' D and lse come precomputed (RowStats: a kernel of their own before the pass; out
+// is then not streamed).
+template <int HD, int M, int Q, int Stages, bool InRegisters, int Warps = 4, int MinBlocks = 2,
+          bool RowStats = false>
 struct KeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Q % 16 == 0 && Stages >= 2 && (Warps == 4 || Warps == 8));
     static_assert(M * (Q / 8) * 4 <= 32, "the lane's dropped bits fit one register");
     static constexpr int kHD = HD, kM = M, kQ = Q, kStages = Stages;
-    static constexpr bool kInRegisters = InRegisters;
+    static constexpr bool kInRegisters = InRegisters, kRowStats = RowStats;
     static constexpr int kWarps = Warps, kThreads = Warps * kWarpSize, kMinBlocks = MinBlocks;
-    static constexpr int kKeys = 16 * M * Warps;  // keys a block
+    static constexpr int kKeys = 16 * M * Warps;         // keys a block
+    static constexpr int kItemTiles = RowStats ? 2 : 3;  // Q, dout (and out) an item
     static_assert(kThreads % Q == 0 && kThreads / Q <= kWarpSize && (HD / 8) % (kThreads / Q) == 0,
                   "item_stats: whole chunks for a power of two of lanes per row");
+    static_assert(!RowStats || RowStatsLayout::kPad % Q == 0,
+                  "an item's row stats lie in the padding");
 
-    // K and V (kKeys, HD), then per stage Q, dout and out (kQ, HD), 16-bit; then lse and D (kQ
-    // floats each).
+    // K and V (kKeys, HD), then per stage Q, dout (and out) (kQ, HD), 16-bit; then lse and D (kQ
+    // floats each; one pair per stage with RowStats).
     static constexpr std::size_t smem_bytes() {
-        return static_cast<std::size_t>(2 * kKeys + 3 * kStages * kQ) * kHD * 2 +
-               2 * kQ * sizeof(float);
+        return static_cast<std::size_t>(2 * kKeys + kItemTiles * kStages * kQ) * kHD * 2 +
+               (RowStats ? kStages : 1) * 2 * kQ * sizeof(float);
     }
     // Shared-memory bytes a warp reads per m16n8k16 product (the forward's count): the four
     // products S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q are equal in number, each
@@ -133,24 +200,31 @@ __device__ void item_stats(float* d_s, float* lse_s, const Shared& sh, TileT go,
 }
 
 // Pass 1's block (a grid of (key tiles * B * KVH) blocks of Tiles::kThreads, the first key
-// tiles first; shared memory: Tiles::smem_bytes() at smem).
+// tiles first; shared memory: Tiles::smem_bytes() at smem). With Tiles::kRowStats, `stats` holds
+// the row statistics (RowStatsLayout) and `out` is not read.
 template <class D, class Tiles>
 __device__ __forceinline__ void backward_key_block(unsigned char* smem, D* dqkv, const D* dout,
                                                    const D* out, const D* qkv, const float* lse,
-                                                   const MmaLayout& l, const FlashDropout& drop) {
+                                                   const MmaLayout& l, const FlashDropout& drop,
+                                                   const float* stats = nullptr) {
     constexpr int kHD = Tiles::kHD, kThreads = Tiles::kThreads;
     using Tile = Tile<D, kHD>;
     constexpr int kM = Tiles::kM, kRows = Tiles::kKeys, kQ = Tiles::kQ, kNq = kQ / 8, kD = kHD / 8;
-    constexpr int kStages = Tiles::kStages;
+    constexpr int kStages = Tiles::kStages, kItemTiles = Tiles::kItemTiles;
     constexpr std::uint32_t kTileBytes = kQ * Tile::kRowBytes;
     const Shared sh{smem, shared_address(smem)};
     const Tile ks = sh.tile<D, kHD>(0), vs = sh.tile<D, kHD>(kRows * Tile::kRowBytes);
-    const std::uint32_t stages = 2 * kRows * Tile::kRowBytes;  // Q, dout, out per stage
-    auto q_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s) * kTileBytes); };
-    auto go_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s + 1) * kTileBytes); };
+    const std::uint32_t stages = 2 * kRows * Tile::kRowBytes;  // Q, dout (, out) per stage
+    auto q_tile = [=](int s) { return sh.tile<D, kHD>(stages + (kItemTiles * s) * kTileBytes); };
+    auto go_tile = [=](int s) {
+        return sh.tile<D, kHD>(stages + (kItemTiles * s + 1) * kTileBytes);
+    };
     auto o_tile = [=](int s) { return sh.tile<D, kHD>(stages + (3 * s + 2) * kTileBytes); };
-    float* const lse_s = sh.ptr<float>(sh.at + stages + 3 * kStages * kTileBytes);
-    float* const d_s = lse_s + kQ;
+    // lse log2(e) and D of the item in stage s (one pair for every stage without kRowStats).
+    const std::uint32_t stats_at = sh.at + stages + kItemTiles * kStages * kTileBytes;
+    auto lse_at = [=](int s) {
+        return stats_at + (Tiles::kRowStats ? s : 0) * 2 * kQ * sizeof(float);
+    };
 
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
     const int lane = static_cast<int>(threadIdx.x) % kWarpSize, g = lane >> 2, t = lane & 3;
@@ -171,7 +245,11 @@ __device__ __forceinline__ void backward_key_block(unsigned char* smem, D* dqkv,
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
             load_rows<kQ, kThreads>(q_tile(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
             load_rows<kQ, kThreads>(go_tile(stage), dout + h * hd, l.out_row, b, l.T, i0);
-            load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
+            if constexpr (Tiles::kRowStats)
+                load_row_stats<kQ>(lse_at(stage), stats, l, b, static_cast<int>(h), i0,
+                                   static_cast<int>(threadIdx.x));
+            else
+                load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
         },
         l.group * per_head);
     items.prologue();
@@ -190,9 +268,13 @@ __device__ __forceinline__ void backward_key_block(unsigned char* smem, D* dqkv,
         const int stage = items.next(it);
         const int h = kvh * l.group + it / per_head;
         const std::int64_t i0 = static_cast<std::int64_t>(qt0 + it % per_head) * kQ;
-        item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l, b,
-                                         h, i0);
-        __syncthreads();
+        float* const lse_s = sh.ptr<float>(lse_at(stage));
+        float* const d_s = lse_s + kQ;
+        if constexpr (!Tiles::kRowStats) {  // else landed with the item
+            item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l,
+                                             b, h, i0);
+            __syncthreads();
+        }
         if (kw0 >= l.T || i0 + kQ - 1 < kw0) continue;  // keys past the end, or after every query
         const bool masked = kw_last > i0;
         // Key minus query of the lane's first element (key kw0 + g, query i0 + 2 t).

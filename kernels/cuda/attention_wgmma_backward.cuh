@@ -401,8 +401,9 @@ __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, 
 }
 
 // The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages,
-// and whether the next item's S^T and dP^T overlap this one's products (3 stages at least).
-template <int HD, int Groups, int Q, int Stages, bool Overlap = false>
+// whether the next item's S^T and dP^T overlap this one's products (3 stages at least), and
+// whether the items' D and lse come precomputed (as KeyTiles' RowStats).
+template <int HD, int Groups, int Q, int Stages, bool Overlap = false, bool RowStats = false>
 struct WgmmaKeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
@@ -410,16 +411,18 @@ struct WgmmaKeyTiles {
     static_assert(Q == 32 || Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
     static_assert(Stages >= (Overlap ? 3 : 2));
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
-    static constexpr bool kOverlap = Overlap;
+    static constexpr bool kOverlap = Overlap, kRowStats = RowStats;
     static constexpr int kThreads = 128 * Groups, kKeys = 64 * Groups, kMinBlocks = 1;
+    static constexpr int kItemTiles = RowStats ? 2 : 3;  // Q, dout (and out) an item
     static_assert(kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0, "item_stats' rows");
     using KTile = SwTile<kKeys, HD>;  // K, and V
-    using ItemTile = SwTile<Q, HD>;   // Q, dout, out of an item
-    // K and V, then per stage Q, dout and out, then lse and D (kQ floats each), and up to 1 KiB
-    // to align the first to 1024 bytes.
+    using ItemTile = SwTile<Q, HD>;   // Q, dout (, out) of an item
+    // K and V, then per stage Q, dout (and out), then lse and D (kQ floats each; a pair per stage
+    // with RowStats), and up to 1 KiB to align the first to 1024 bytes.
     static constexpr std::size_t smem_bytes() {
-        return 1024 + 2 * KTile::kBytes + 3 * static_cast<std::size_t>(kStages) * ItemTile::kBytes +
-               2 * kQ * sizeof(float);
+        return 1024 + 2 * KTile::kBytes +
+               static_cast<std::size_t>(kItemTiles * kStages) * ItemTile::kBytes +
+               (RowStats ? kStages : 1) * 2 * kQ * sizeof(float);
     }
     // As WgmmaQueryTiles': S^T and dP^T read A (2048 bytes) and B (32 kQ) per m64 product, dV
     // and dK B alone; the four are equal in number.
@@ -475,21 +478,27 @@ template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D* dqkv,
                                                          const D* dout, const D* out, const D* qkv,
                                                          const float* lse, const MmaLayout& l,
-                                                         const FlashDropout& drop) {
+                                                         const FlashDropout& drop,
+                                                         const float* row_stats = nullptr) {
     constexpr int kHD = Tiles::kHD, kThreads = Tiles::kThreads, kRows = Tiles::kKeys;
     constexpr int kQ = Tiles::kQ, kNq = kQ / 8, kD = kHD / 8, kStages = Tiles::kStages;
+    constexpr int kItemTiles = Tiles::kItemTiles;
+    constexpr bool kRowStats = Tiles::kRowStats;
     using KTile = typename Tiles::KTile;
     using ItemTile = typename Tiles::ItemTile;
     const std::uint32_t window = shared_address(smem);
     const Shared sh{smem, window};
     const std::uint32_t base = (window + 1023u) & ~1023u;
     const KTile ks{base}, vs{base + KTile::kBytes};
-    const std::uint32_t stages = base + 2 * KTile::kBytes;  // Q, dout, out per stage
-    auto q_tile = [=](int s) { return ItemTile{stages + (3 * s) * ItemTile::kBytes}; };
-    auto go_tile = [=](int s) { return ItemTile{stages + (3 * s + 1) * ItemTile::kBytes}; };
+    const std::uint32_t stages = base + 2 * KTile::kBytes;  // Q, dout (, out) per stage
+    auto q_tile = [=](int s) { return ItemTile{stages + (kItemTiles * s) * ItemTile::kBytes}; };
+    auto go_tile = [=](int s) {
+        return ItemTile{stages + (kItemTiles * s + 1) * ItemTile::kBytes};
+    };
     auto o_tile = [=](int s) { return ItemTile{stages + (3 * s + 2) * ItemTile::kBytes}; };
-    float* const lse_s = sh.ptr<float>(stages + 3 * kStages * ItemTile::kBytes);
-    float* const d_s = lse_s + kQ;
+    // lse log2(e) and D of the item in stage s (one pair for every stage without kRowStats).
+    const std::uint32_t stats_at = stages + kItemTiles * kStages * ItemTile::kBytes;
+    auto lse_at = [=](int s) { return stats_at + (kRowStats ? s : 0) * 2 * kQ * sizeof(float); };
 
     const int group = static_cast<int>(threadIdx.x) / 128;
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
@@ -511,7 +520,11 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
             load_rows<kQ, kThreads>(q_tile(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
             load_rows<kQ, kThreads>(go_tile(stage), dout + h * hd, l.out_row, b, l.T, i0);
-            load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
+            if constexpr (kRowStats)
+                load_row_stats<kQ>(lse_at(stage), row_stats, l, b, static_cast<int>(h), i0,
+                                   static_cast<int>(threadIdx.x));
+            else
+                load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
         },
         l.group * per_head);
     items.prologue();
@@ -553,13 +566,15 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
         wgmma::commit();
     };
 
+    // lse log2(e) and D of the item in `stage`.
+    auto lse_of = [&](int stage) { return sh.ptr<float>(lse_at(stage)); };
     if constexpr (Tiles::kOverlap) {
         // S^T and dP^T of item it + 1 are issued before dV += P^T_it dO_it and dK += dS^T_it Q_it
         // and waited for alone; P^T and dS^T of item it + 1 are formed while those run, and
         // packed after their wait. Item it + 1's lse and D are formed at iteration it, over item
-        // it's (used at iteration it - 1, before the barrier); items whose queries all precede
-        // the warpgroup's keys are not skipped (their P^T and dS^T are zero), so that the
-        // products stay off any branch of their own.
+        // it's (used at iteration it - 1, before the barrier), or landed with it (kRowStats);
+        // items whose queries all precede the warpgroup's keys are not skipped (their P^T and
+        // dS^T are zero), so that the products stay off any branch of their own.
         const int n_items = l.group * per_head;
         float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
         std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
@@ -567,18 +582,22 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             const int stage = item % kStages;
             const int h = kvh * l.group + item / per_head;
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
-            item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l,
-                                             b, h, i0);
+            float* const lse_s = lse_of(stage);
+            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, go_tile(stage), o_tile(stage),
+                                             lse, l, b, h, i0);
         };
         // P^T into pd and dS^T into st for item `item`.
         auto form = [&](int item) {
             const int h = kvh * l.group + item / per_head;
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
-            wgmma_key_form(st, dpt, pd, lse_s, d_s, kw0, i0, b, h, l, drop);
+            const float* const lse_s = lse_of(item % kStages);
+            wgmma_key_form(st, dpt, pd, lse_s, lse_s + kQ, kw0, i0, b, h, l, drop);
         };
         const bool keys = kg0 < l.T;  // the warpgroup has keys
-        stats(0);
-        __syncthreads();
+        if constexpr (!kRowStats) {
+            stats(0);
+            __syncthreads();
+        }
         if (keys) {
             wgmma::fence();
             issue_st_dpt(st, dpt, 0);
@@ -595,8 +614,10 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             __syncthreads();
             items.issue(it + kStages - 1);  // into item it - 1's stage
             const bool more = it + 1 < n_items;
-            if (more) stats(it + 1);
-            __syncthreads();
+            if constexpr (!kRowStats) {
+                if (more) stats(it + 1);
+                __syncthreads();
+            }
             if (!keys) continue;
             const int stage = it % kStages;
             wgmma::fence();
@@ -614,20 +635,31 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
         }
     }
     for (int it = 0; !Tiles::kOverlap && it < l.group * per_head; ++it) {
-        const int stage = items.next(it);
-        wgmma::fence_proxy_async();  // this thread's copies of the item, for the products
+        int stage = it % kStages;
+        if constexpr (kRowStats) {
+            cp_async_wait<kStages - 2>();  // item it, and its lse and D
+            wgmma::fence_proxy_async();    // this thread's copies of the item, for the products
+            __syncthreads();               // every warp is done with item it - 1
+            items.issue(it + kStages - 1);
+        } else {
+            stage = items.next(it);
+            wgmma::fence_proxy_async();  // this thread's copies of the item, for the products
+        }
         const int h = kvh * l.group + it / per_head;
         const std::int64_t i0 = static_cast<std::int64_t>(qt0 + it % per_head) * kQ;
-        item_stats<D, kHD, kQ, kThreads>(d_s, lse_s, sh, go_tile(stage), o_tile(stage), lse, l, b,
-                                         h, i0);
-        __syncthreads();
+        float* const lse_s = lse_of(stage);
+        if constexpr (!kRowStats) {
+            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, go_tile(stage), o_tile(stage),
+                                             lse, l, b, h, i0);
+            __syncthreads();
+        }
         if (kg0 >= l.T || i0 + kQ - 1 < kg0) continue;  // keys past the end, or after every query
         float st[1][kNq][4], dpt[1][kNq][4];
         wgmma::fence();
         issue_st_dpt(st, dpt, stage);
         wgmma::wait<0>();
         float pd[1][kNq][4];  // P^T as dV takes it: dropped elements zeroed
-        wgmma_key_form(st, dpt, pd, lse_s, d_s, kw0, i0, b, h, l, drop);
+        wgmma_key_form(st, dpt, pd, lse_s, lse_s + kQ, kw0, i0, b, h, l, drop);
         std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
         pack_a<D>(pa, pd);
         pack_a<D>(sa, st);
