@@ -215,8 +215,8 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
 // Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
 template <class Key>
 struct KeyOnWgmma : std::false_type {};
-template <int HD, int Groups, int Q, int Stages, bool Overlap, bool RowStats>
-struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap, RowStats>>
+template <int HD, int Groups, int Q, int Stages, bool Overlap, bool RowStats, bool Specialized>
+struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap, RowStats, Specialized>>
     : std::true_type {};
 
 // Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
@@ -415,6 +415,13 @@ const std::vector<Fa2Candidate> kCandidates = {
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 32, 3, true, true>,
                              cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma-k32ov-rs", "b64-wgmma-k32ov, pass 1 with D and lse precomputed"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 3, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-ov-rs", "b64-wgmma-k32ov-rs with 64-query items (96 B a product, not 128)"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 32, 3, true, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
+        "b64-wgmma-kpp",
+        "b64-wgmma-k32ov-rs with a producer warpgroup and the consumers ping-ponged in pass 1"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -452,6 +459,10 @@ const std::vector<Fa2Candidate> kCandidates = {
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 3, true, true>,
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-k32ov-rs", "b128-wgmma-k32ov, pass 1 with D and lse precomputed"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 3, true, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
+        "b128-wgmma-kpp",
+        "b128-wgmma-k32ov-rs with a producer warpgroup and the consumers ping-ponged in pass 1"),
 };
 
 }  // namespace

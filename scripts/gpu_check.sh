@@ -452,7 +452,7 @@ do_attention() {
     # The mma.sync kernels' candidate tiles against the engine's (docs/CUDA.md "Flash
     # attention's tiles by measurement"): GPT-2, the GQA shape and GPT-2's sizes at HD 128.
     step attention_sweep "$b/bench/attention_bench" --sweep --json "$out/attention_sweep.json"
-    tail -n 32 "$out/attention_sweep.log"
+    tail -n 48 "$out/attention_sweep.log"
     step attention_tests "$k" --gtest_filter='Attention*:Tiles/AttentionFa2Candidates.*' --gtest_output="xml:$out/attention_tests.xml"
     counts "$out/attention_tests.xml"
     need_sanitizer || return 0
@@ -469,7 +469,7 @@ do_attention() {
         --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*'
     # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive).
     step synccheck_attention_pp $cs --tool synccheck "$k" \
-        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_pp*:Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_qpp*'
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*pp*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this

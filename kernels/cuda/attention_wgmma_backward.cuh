@@ -401,9 +401,12 @@ __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, 
 }
 
 // The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages,
-// whether the next item's S^T and dP^T overlap this one's products (3 stages at least), and
-// whether the items' D and lse come precomputed (as KeyTiles' RowStats).
-template <int HD, int Groups, int Q, int Stages, bool Overlap = false, bool RowStats = false>
+// whether the next item's S^T and dP^T overlap this one's products (3 stages at least), whether
+// the items' D and lse come precomputed (as KeyTiles' RowStats), and whether a producer
+// warpgroup loads for the two ping-ponged consumers (as WgmmaForwardTiles'; overlapped, with
+// RowStats).
+template <int HD, int Groups, int Q, int Stages, bool Overlap = false, bool RowStats = false,
+          bool Specialized = false>
 struct WgmmaKeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
@@ -411,10 +414,18 @@ struct WgmmaKeyTiles {
     static_assert(Q == 32 || Q == 64, "the lane's dropped bits fit one register at 8 n-tiles");
     static_assert(Stages >= (Overlap ? 3 : 2));
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
-    static constexpr bool kOverlap = Overlap, kRowStats = RowStats;
-    static constexpr int kThreads = 128 * Groups, kKeys = 64 * Groups, kMinBlocks = 1;
+    static_assert(!Specialized || (Groups == 2 && Overlap && RowStats && Stages <= 4));
+    static constexpr bool kOverlap = Overlap, kRowStats = RowStats, kSpecialized = Specialized;
+    static constexpr int kConsumers = 128 * Groups;
+    static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
+    static constexpr int kKeys = 64 * Groups, kMinBlocks = 1;
+    // setmaxnreg's split (each a multiple of 8, 128 kProducerRegs + 256 kConsumerRegs <= 64 Ki):
+    // at HD 128 the consumers hold dK and dV (128 a thread) and take 240, the producer 24.
+    static constexpr int kProducerRegs = HD == 128 ? 24 : 40;
+    static constexpr int kConsumerRegs = HD == 128 ? 240 : 232;
     static constexpr int kItemTiles = RowStats ? 2 : 3;  // Q, dout (and out) an item
-    static_assert(kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0, "item_stats' rows");
+    static_assert(RowStats || (kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0),
+                  "item_stats' rows");
     using KTile = SwTile<kKeys, HD>;  // K, and V
     using ItemTile = SwTile<Q, HD>;   // Q, dout (, out) of an item
     // K and V, then per stage Q, dout (and out), then lse and D (kQ floats each; a pair per stage
@@ -465,6 +476,116 @@ __device__ __forceinline__ void wgmma_key_form(float (&st)[1][kNq][4],
     });
 }
 
+// Pass 1's shared memory on wgmma: K and V (kKeys rows each), then per stage Q, dout (and out),
+// then lse log2(e) and D (kQ floats each; a pair per stage with RowStats), from the first
+// 1024-byte boundary of the window.
+template <class Tiles>
+struct WgmmaKeySmem {
+    using KTile = typename Tiles::KTile;
+    using ItemTile = typename Tiles::ItemTile;
+    static constexpr int kItemTiles = Tiles::kItemTiles;
+    KTile ks, vs;
+    std::uint32_t stages;
+
+    __device__ explicit WgmmaKeySmem(std::uint32_t window)
+        : ks{(window + 1023u) & ~1023u},
+          vs{ks.at + KTile::kBytes},
+          stages{ks.at + 2 * KTile::kBytes} {}
+    __device__ ItemTile q(int s) const {
+        return ItemTile{stages + (kItemTiles * s) * ItemTile::kBytes};
+    }
+    __device__ ItemTile go(int s) const {
+        return ItemTile{stages + (kItemTiles * s + 1) * ItemTile::kBytes};
+    }
+    __device__ ItemTile o(int s) const { return ItemTile{stages + (3 * s + 2) * ItemTile::kBytes}; }
+    // lse log2(e) of the item in stage s (the one pair without RowStats); its D kQ floats on.
+    __device__ std::uint32_t lse_at(int s) const {
+        return stages + kItemTiles * Tiles::kStages * ItemTile::kBytes +
+               (Tiles::kRowStats ? s : 0) * 2 * Tiles::kQ * sizeof(float);
+    }
+};
+
+// S^T = K Q^T and dP^T = V dO^T of warpgroup `group`'s keys and the item in `stage`, one group.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_issue_st_dpt(float (&st)[1][Tiles::kQ / 8][4],
+                                                   float (&dpt)[1][Tiles::kQ / 8][4],
+                                                   const WgmmaKeySmem<Tiles>& sm, int group,
+                                                   int stage) {
+    constexpr int kQ = Tiles::kQ;
+#pragma unroll
+    for (int k = 0; k < Tiles::kHD / 16; ++k)
+        wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
+                                    sm.ks.k_major(64 * group, k), sm.q(stage).k_major(0, k), k > 0);
+#pragma unroll
+    for (int k = 0; k < Tiles::kHD / 16; ++k)
+        wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
+                                    sm.vs.k_major(64 * group, k), sm.go(stage).k_major(0, k),
+                                    k > 0);
+    wgmma::commit();
+}
+
+// dV += P^T dO and dK += dS^T Q of the item in `stage`, P^T and dS^T in A registers; one group.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_issue_dv_dk(float (&dv)[1][Tiles::kHD / 8][4],
+                                                  float (&dk)[1][Tiles::kHD / 8][4],
+                                                  const std::uint32_t (&pa)[1][Tiles::kQ / 16][4],
+                                                  const std::uint32_t (&sa)[1][Tiles::kQ / 16][4],
+                                                  const WgmmaKeySmem<Tiles>& sm, int stage) {
+    constexpr int kHD = Tiles::kHD;
+#pragma unroll
+    for (int kk = 0; kk < Tiles::kQ / 16; ++kk)
+        wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
+                                    sm.go(stage).n_major(kk), true);
+#pragma unroll
+    for (int kk = 0; kk < Tiles::kQ / 16; ++kk)
+        wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
+                                    sm.q(stage).n_major(kk), true);
+    wgmma::commit();
+}
+
+// Pass 1's block place: its (b, kv head), first key, and its items (query head of the group,
+// query tile from the one holding key j0 on): item x is head kvh group + x / per_head, queries
+// from (qt0 + x % per_head) kQ.
+struct WgmmaKeyPlace {
+    std::int64_t b, j0;
+    int kvh, qt0, per_head, items;
+    __device__ int head(const MmaLayout& l, int x) const { return kvh * l.group + x / per_head; }
+    template <int kQ>
+    __device__ std::int64_t first_query(int x) const {
+        return static_cast<std::int64_t>(qt0 + x % per_head) * kQ;
+    }
+};
+template <class Tiles>
+__device__ __forceinline__ WgmmaKeyPlace wgmma_key_place(const MmaLayout& l) {
+    constexpr int kQ = Tiles::kQ;
+    const std::int64_t heads = l.B * l.KVH;
+    WgmmaKeyPlace p{};
+    p.b = blockIdx.x % heads / l.KVH;
+    p.kvh = static_cast<int>(blockIdx.x % heads % l.KVH);
+    p.j0 = static_cast<std::int64_t>(blockIdx.x / heads) * Tiles::kKeys;
+    p.qt0 = static_cast<int>(p.j0 / kQ);
+    p.per_head = static_cast<int>((l.T + kQ - 1) / kQ) - p.qt0;
+    p.items = l.group * p.per_head;
+    return p;
+}
+
+// dK and dV of the warp's keys kw0 .. into dqkv, one writer per element.
+template <class Tiles, class D>
+__device__ __forceinline__ void wgmma_store_dk_dv(D* dqkv, const float (&dk)[1][Tiles::kHD / 8][4],
+                                                  const float (&dv)[1][Tiles::kHD / 8][4],
+                                                  std::int64_t kw0, std::int64_t b, int kvh,
+                                                  const MmaLayout& l, const FlashDropout& drop) {
+    const int g = static_cast<int>(threadIdx.x) % kWarpSize >> 2;
+    const float dv_scale = drop.on ? drop.scale : 1.0f;  // dV summed the kept P unscaled
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const std::int64_t j = kw0 + g + 8 * hh;
+        if (j >= l.T) continue;
+        store_row(dqkv + l.k(b, j, kvh), dk, 0, hh, 1.0f, true);
+        store_row(dqkv + l.v(b, j, kvh), dv, 0, hh, dv_scale, true);
+    }
+}
+
 // Pass 1 on wgmma: the mma.sync backward_key_block's algorithm (a block owns kKeys keys of one
 // (b, kv head), 64 a warpgroup, and walks every (query head of the group, query tile at or after
 // the diagonal) item, Q, dout and out streaming through kStages stages). Per item each
@@ -475,99 +596,55 @@ __device__ __forceinline__ void wgmma_key_form(float (&st)[1][kNq][4],
 //   dV += P^T dO and dK += dS^T Q    2 kQ / 16 m64n<HD>k16, dO and Q read N-major
 // then waits. dK and dV are added into dqkv once at the end, one writer per element.
 template <class D, class Tiles>
-__device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D* dqkv,
-                                                         const D* dout, const D* out, const D* qkv,
-                                                         const float* lse, const MmaLayout& l,
-                                                         const FlashDropout& drop,
-                                                         const float* row_stats = nullptr) {
+__device__ __forceinline__ void wgmma_backward_key_block_pipelined(
+    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
+    const MmaLayout& l, const FlashDropout& drop, const float* row_stats) {
     constexpr int kHD = Tiles::kHD, kThreads = Tiles::kThreads, kRows = Tiles::kKeys;
     constexpr int kQ = Tiles::kQ, kNq = kQ / 8, kD = kHD / 8, kStages = Tiles::kStages;
-    constexpr int kItemTiles = Tiles::kItemTiles;
     constexpr bool kRowStats = Tiles::kRowStats;
-    using KTile = typename Tiles::KTile;
-    using ItemTile = typename Tiles::ItemTile;
-    const std::uint32_t window = shared_address(smem);
-    const Shared sh{smem, window};
-    const std::uint32_t base = (window + 1023u) & ~1023u;
-    const KTile ks{base}, vs{base + KTile::kBytes};
-    const std::uint32_t stages = base + 2 * KTile::kBytes;  // Q, dout (, out) per stage
-    auto q_tile = [=](int s) { return ItemTile{stages + (kItemTiles * s) * ItemTile::kBytes}; };
-    auto go_tile = [=](int s) {
-        return ItemTile{stages + (kItemTiles * s + 1) * ItemTile::kBytes};
-    };
-    auto o_tile = [=](int s) { return ItemTile{stages + (3 * s + 2) * ItemTile::kBytes}; };
-    // lse log2(e) and D of the item in stage s (one pair for every stage without kRowStats).
-    const std::uint32_t stats_at = stages + kItemTiles * kStages * ItemTile::kBytes;
-    auto lse_at = [=](int s) { return stats_at + (kRowStats ? s : 0) * 2 * kQ * sizeof(float); };
-
+    const Shared sh{smem, shared_address(smem)};
+    const WgmmaKeySmem<Tiles> sm(sh.at);
+    const WgmmaKeyPlace pl = wgmma_key_place<Tiles>(l);
+    const std::int64_t b = pl.b, hd = l.HD;
+    const int kvh = pl.kvh;
     const int group = static_cast<int>(threadIdx.x) / 128;
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
-    const int g = static_cast<int>(threadIdx.x) % kWarpSize >> 2;
-    const std::int64_t heads = l.B * l.KVH, hd = l.HD;
-    const std::int64_t kt = blockIdx.x / heads;
-    const std::int64_t b = blockIdx.x % heads / l.KVH;
-    const int kvh = static_cast<int>(blockIdx.x % heads % l.KVH);
-    const std::int64_t j0 = kt * kRows;
-    load_rows<kRows, kThreads>(ks, qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, j0);
-    load_rows<kRows, kThreads>(vs, qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b, l.T, j0);
+    load_rows<kRows, kThreads>(sm.ks, qkv + (l.NH + kvh) * hd, l.qkv_row, b, l.T, pl.j0);
+    load_rows<kRows, kThreads>(sm.vs, qkv + (l.NH + l.KVH + kvh) * hd, l.qkv_row, b, l.T, pl.j0);
     cp_async_commit();
-    // Items: (query head of the group, query tile from the one holding key j0 on).
-    const int qt0 = static_cast<int>(j0 / kQ);
-    const int per_head = static_cast<int>((l.T + kQ - 1) / kQ) - qt0;
     auto items = make_pipeline<kStages>(
         [=](int item, int stage) {
-            const std::int64_t h = kvh * l.group + item / per_head;
-            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
-            load_rows<kQ, kThreads>(q_tile(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
-            load_rows<kQ, kThreads>(go_tile(stage), dout + h * hd, l.out_row, b, l.T, i0);
+            const int h = pl.head(l, item);
+            const std::int64_t i0 = pl.first_query<kQ>(item);
+            load_rows<kQ, kThreads>(sm.q(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
+            load_rows<kQ, kThreads>(sm.go(stage), dout + h * hd, l.out_row, b, l.T, i0);
             if constexpr (kRowStats)
-                load_row_stats<kQ>(lse_at(stage), row_stats, l, b, static_cast<int>(h), i0,
+                load_row_stats<kQ>(sm.lse_at(stage), row_stats, l, b, h, i0,
                                    static_cast<int>(threadIdx.x));
             else
-                load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
+                load_rows<kQ, kThreads>(sm.o(stage), out + h * hd, l.out_row, b, l.T, i0);
         },
-        l.group * per_head);
+        pl.items);
     items.prologue();
     // K and V: the oldest group; overlapped, item 0 too.
     cp_async_wait<kStages - 1 - (Tiles::kOverlap ? 1 : 0)>();
     wgmma::fence_proxy_async();
     __syncthreads();
 
-    const std::int64_t kg0 = j0 + 64 * group;  // the warpgroup's first key
-    const std::int64_t kw0 = kg0 + 16 * warp;  // the warp's first key
+    const std::int64_t kg0 = pl.j0 + 64 * group;  // the warpgroup's first key
+    const std::int64_t kw0 = kg0 + 16 * warp;     // the warp's first key
     float dk[1][kD][4], dv[1][kD][4];
     zero(dk);
     zero(dv);
-    // S^T = K Q^T and dP^T = V dO^T of the item in `stage`, one group.
     auto issue_st_dpt = [&](float(&st)[1][kNq][4], float(&dpt)[1][kNq][4], int stage) {
-#pragma unroll
-        for (int k = 0; k < kHD / 16; ++k)
-            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(st),
-                                        ks.k_major(64 * group, k), q_tile(stage).k_major(0, k),
-                                        k > 0);
-#pragma unroll
-        for (int k = 0; k < kHD / 16; ++k)
-            wgmma::mma_ss<D, kQ, false>(reinterpret_cast<float(&)[kQ / 2]>(dpt),
-                                        vs.k_major(64 * group, k), go_tile(stage).k_major(0, k),
-                                        k > 0);
-        wgmma::commit();
+        wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, stage);
     };
-    // dV += P^T dO and dK += dS^T Q of the item in `stage`, P^T and dS^T in A registers; one group.
     auto issue_dv_dk = [&](const std::uint32_t(&pa)[1][kNq / 2][4],
-                           const std::uint32_t(&sa)[1][kNq / 2][4], int stage) {
-#pragma unroll
-        for (int kk = 0; kk < kQ / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dv), pa[0][kk],
-                                        go_tile(stage).n_major(kk), true);
-#pragma unroll
-        for (int kk = 0; kk < kQ / 16; ++kk)
-            wgmma::mma_rs<D, kHD, true>(reinterpret_cast<float(&)[kHD / 2]>(dk), sa[0][kk],
-                                        q_tile(stage).n_major(kk), true);
-        wgmma::commit();
-    };
+                           const std::uint32_t(&sa)[1][kNq / 2][4],
+                           int stage) { wgmma_issue_dv_dk<D, Tiles>(dv, dk, pa, sa, sm, stage); };
 
     // lse log2(e) and D of the item in `stage`.
-    auto lse_of = [&](int stage) { return sh.ptr<float>(lse_at(stage)); };
+    auto lse_of = [&](int stage) { return sh.ptr<float>(sm.lse_at(stage)); };
     if constexpr (Tiles::kOverlap) {
         // S^T and dP^T of item it + 1 are issued before dV += P^T_it dO_it and dK += dS^T_it Q_it
         // and waited for alone; P^T and dS^T of item it + 1 are formed while those run, and
@@ -575,21 +652,21 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
         // it's (used at iteration it - 1, before the barrier), or landed with it (kRowStats);
         // items whose queries all precede the warpgroup's keys are not skipped (their P^T and
         // dS^T are zero), so that the products stay off any branch of their own.
-        const int n_items = l.group * per_head;
+        const int n_items = pl.items;
         float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
         std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
         auto stats = [&](int item) {
             const int stage = item % kStages;
-            const int h = kvh * l.group + item / per_head;
-            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
+            const int h = pl.head(l, item);
+            const std::int64_t i0 = pl.first_query<kQ>(item);
             float* const lse_s = lse_of(stage);
-            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, go_tile(stage), o_tile(stage),
-                                             lse, l, b, h, i0);
+            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, sm.go(stage), sm.o(stage), lse,
+                                             l, b, h, i0);
         };
         // P^T into pd and dS^T into st for item `item`.
         auto form = [&](int item) {
-            const int h = kvh * l.group + item / per_head;
-            const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
+            const int h = pl.head(l, item);
+            const std::int64_t i0 = pl.first_query<kQ>(item);
             const float* const lse_s = lse_of(item % kStages);
             wgmma_key_form(st, dpt, pd, lse_s, lse_s + kQ, kw0, i0, b, h, l, drop);
         };
@@ -634,7 +711,7 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             }
         }
     }
-    for (int it = 0; !Tiles::kOverlap && it < l.group * per_head; ++it) {
+    for (int it = 0; !Tiles::kOverlap && it < pl.items; ++it) {
         int stage = it % kStages;
         if constexpr (kRowStats) {
             cp_async_wait<kStages - 2>();  // item it, and its lse and D
@@ -645,12 +722,12 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
             stage = items.next(it);
             wgmma::fence_proxy_async();  // this thread's copies of the item, for the products
         }
-        const int h = kvh * l.group + it / per_head;
-        const std::int64_t i0 = static_cast<std::int64_t>(qt0 + it % per_head) * kQ;
+        const int h = pl.head(l, it);
+        const std::int64_t i0 = pl.first_query<kQ>(it);
         float* const lse_s = lse_of(stage);
         if constexpr (!kRowStats) {
-            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, go_tile(stage), o_tile(stage),
-                                             lse, l, b, h, i0);
+            item_stats<D, kHD, kQ, kThreads>(lse_s + kQ, lse_s, sh, sm.go(stage), sm.o(stage), lse,
+                                             l, b, h, i0);
             __syncthreads();
         }
         if (kg0 >= l.T || i0 + kQ - 1 < kg0) continue;  // keys past the end, or after every query
@@ -668,14 +745,100 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
         wgmma::wait<0>();
     }
 
-    const float dv_scale = drop.on ? drop.scale : 1.0f;  // dV summed the kept P unscaled
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const std::int64_t j = kw0 + g + 8 * hh;
-        if (j >= l.T) continue;
-        store_row(dqkv + l.k(b, j, kvh), dk, 0, hh, 1.0f, true);
-        store_row(dqkv + l.v(b, j, kvh), dv, 0, hh, dv_scale, true);
+    wgmma_store_dk_dv<Tiles>(dqkv, dk, dv, kw0, b, kvh, l, drop);
+}
+
+// Pass 1 with FlashAttention-3's warp specialization and ping-pong (the forward's
+// wgmma_forward_block_specialized, on items): a producer warpgroup (the block's third, 24 or 40
+// registers) cp.asyncs K and V with item 0, then each item's Q, dout and its row statistics into
+// kStages stages (wgmma_produce_items), and the two consumer warpgroups (64 keys each) take turns
+// to issue S^T, dP^T of item it + 1 and dV, dK of item it (wgmma_consume), forming P^T and dS^T
+// of item it + 1 while the other's products run. Items whose queries all precede a warpgroup's
+// keys are computed (zero P^T and dS^T), as the overlapped pass's; a warpgroup whose keys lie
+// past T takes its turns and issues nothing.
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned char* smem, D* dqkv,
+                                                                     const D* dout, const D* qkv,
+                                                                     const MmaLayout& l,
+                                                                     const FlashDropout& drop,
+                                                                     const float* row_stats) {
+    constexpr int kHD = Tiles::kHD, kRows = Tiles::kKeys, kQ = Tiles::kQ, kNq = kQ / 8;
+    constexpr int kD = kHD / 8, kStages = Tiles::kStages;
+    constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
+    using Bar = WgmmaPingPongBarriers<kStages>;
+    using KTile = typename Tiles::KTile;
+    using ItemTile = typename Tiles::ItemTile;
+    const Shared sh{smem, shared_address(smem)};
+    const WgmmaKeySmem<Tiles> sm(sh.at);
+    const WgmmaKeyPlace pl = wgmma_key_place<Tiles>(l);
+    const std::int64_t b = pl.b, hd = l.HD;
+    const int kvh = pl.kvh;
+    // The warpgroup as a value ptxas knows to be warp-uniform (the forward's note).
+    const int group = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+
+    if (group == Tiles::kGroups) {  // the producer warpgroup
+        wgmma::release_registers<Tiles::kProducerRegs>();
+        const int thread = static_cast<int>(threadIdx.x) - kConsumers;
+        wgmma_produce_items<kStages, kConsumers, Bar>(
+            pl.items,
+            [&] {
+                load_rows<kRows, kProducer, KTile, D, 2>(sm.ks, qkv + (l.NH + kvh) * hd, l.qkv_row,
+                                                         b, l.T, pl.j0, thread);
+                load_rows<kRows, kProducer, KTile, D, 2>(sm.vs, qkv + (l.NH + l.KVH + kvh) * hd,
+                                                         l.qkv_row, b, l.T, pl.j0, thread);
+            },
+            [&](int item, int stage) {
+                const int h = pl.head(l, item);
+                const std::int64_t i0 = pl.first_query<kQ>(item);
+                load_rows<kQ, kProducer, ItemTile, D, 2>(sm.q(stage), qkv + h * hd, l.qkv_row, b,
+                                                         l.T, i0, thread);
+                load_rows<kQ, kProducer, ItemTile, D, 2>(sm.go(stage), dout + h * hd, l.out_row, b,
+                                                         l.T, i0, thread);
+                load_row_stats<kQ>(sm.lse_at(stage), row_stats, l, b, h, i0, thread);
+            });
+        return;
     }
+
+    wgmma::claim_registers<Tiles::kConsumerRegs>();
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize % 4;
+    const std::int64_t kg0 = pl.j0 + 64 * group;  // the warpgroup's first key
+    const std::int64_t kw0 = kg0 + 16 * warp;     // the warp's first key
+    float dk[1][kD][4], dv[1][kD][4];
+    zero(dk);
+    zero(dv);
+    float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
+    std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
+    bar_sync(Bar::full(0, group), kProducer + 128);  // K, V and item 0
+    wgmma_consume<kStages, kConsumers, Bar>(
+        group, pl.items, kg0 < l.T ? pl.items : 0,
+        [&] { wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, 0); },
+        [&](int it, int stage) {  // S^T, dP^T of item it + 1, then dV, dK of item it
+            wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, stage);
+            wgmma_issue_dv_dk<D, Tiles>(dv, dk, pa, sa, sm, it % kStages);
+        },
+        [&](int it) {  // P^T and dS^T of item it
+            const float* const lse_s = sh.ptr<float>(sm.lse_at(it % kStages));
+            wgmma_key_form(st, dpt, pd, lse_s, lse_s + kQ, kw0, pl.first_query<kQ>(it), b,
+                           pl.head(l, it), l, drop);
+        },
+        [&](int) {
+            pack_a<D>(pa, pd);
+            pack_a<D>(sa, st);
+        });
+    wgmma_store_dk_dv<Tiles>(dqkv, dk, dv, kw0, b, kvh, l, drop);
+}
+
+template <class D, class Tiles>
+__device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D* dqkv,
+                                                         const D* dout, const D* out, const D* qkv,
+                                                         const float* lse, const MmaLayout& l,
+                                                         const FlashDropout& drop,
+                                                         const float* row_stats = nullptr) {
+    if constexpr (Tiles::kSpecialized)
+        wgmma_backward_key_block_specialized<D, Tiles>(smem, dqkv, dout, qkv, l, drop, row_stats);
+    else
+        wgmma_backward_key_block_pipelined<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
+                                                     row_stats);
 }
 
 }  // namespace napkin::cuda::fa2

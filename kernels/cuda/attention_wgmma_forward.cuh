@@ -329,34 +329,19 @@ struct WgmmaPingPongBarriers {
     __device__ static constexpr int turn(int group) { return 1 + 3 * kStages + group; }
 };
 
-// The producer warpgroup of a warp-specialized block (its 128 threads, `thread` this one's rank):
-// `first()` loads what the consumers read throughout (Q; and dout in the dq pass) into the first
-// group with key tile 0, then the K and V tiles of the block's kt stream through kStages stages:
-// items 0 .. kStages - 2 at once, then at step x it waits for item x, fences it for the async
-// proxy, arrives at both consumers' full(x) and, if item x + kStages - 1 exists, waits for
-// empty(x - 1) (x >= 1) and loads it into that stage. One commit a step.
-template <class Tiles, class D, int kStages, class Bar, class First, class KTile, class VTile>
-__device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, const D* qkv,
-                                              const MmaLayout& l, int thread, First first,
-                                              KTile k_tile, VTile v_tile) {
-    constexpr int kProducer = 128, kConsumers = Tiles::kConsumers, kBlockN = Tiles::kBlockN;
-    using KvTile = typename Tiles::KvTile;
-    const std::int64_t hd = l.HD, stride = l.qkv_row;
-    const D* k_src = qkv + (l.NH + block.kvh) * hd;
-    const D* v_src = qkv + (l.NH + l.KVH + block.kvh) * hd;
-    auto load = [&](int x) {
-        const int stage = x % kStages;
-        const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
-        // Two copies unrolled: all of them would take more than the producer's registers.
-        load_rows<kBlockN, kProducer, KvTile, D, 2>(k_tile(stage), k_src, stride, block.b, l.T, j0,
-                                                    thread);
-        load_rows<kBlockN, kProducer, KvTile, D, 2>(v_tile(stage), v_src, stride, block.b, l.T, j0,
-                                                    thread);
-    };
+// The producer warpgroup of a warp-specialized block (its 128 threads): `first()` loads what the
+// consumers read throughout into the first group with item 0, then the block's kt items stream
+// through kStages stages (`load(x, stage)` loads item x): items 0 .. kStages - 2 at once, then at
+// step x it waits for item x, fences it for the async proxy, arrives at both consumers'
+// full(x) and, if item x + kStages - 1 exists, waits for empty(x - 1) (x >= 1) and loads it
+// into that stage. One commit a step.
+template <int kStages, int kConsumers, class Bar, class First, class Load>
+__device__ __forceinline__ void wgmma_produce_items(int kt, First first, Load load) {
+    constexpr int kProducer = 128;
     first();
 #pragma unroll
     for (int x = 0; x < kStages - 1; ++x) {
-        if (x < kt) load(x);
+        if (x < kt) load(x, x);
         cp_async_commit();
     }
     for (int x = 0; x < kt; ++x) {
@@ -367,10 +352,32 @@ __device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, c
         const int y = x + kStages - 1;
         if (y < kt) {
             if (x >= 1) bar_sync(Bar::empty((x - 1) % kStages), kProducer + kConsumers);
-            load(y);
+            load(y, y % kStages);
         }
         cp_async_commit();
     }
+}
+
+// The producer of the forward and the dq pass (`thread`: its rank among the 128): `first()` loads
+// Q (and dout in the dq pass) with key tile 0, then the K and V tiles of the block's kt stream
+// through the stages (wgmma_produce_items).
+template <class Tiles, class D, int kStages, class Bar, class First, class KTile, class VTile>
+__device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, const D* qkv,
+                                              const MmaLayout& l, int thread, First first,
+                                              KTile k_tile, VTile v_tile) {
+    constexpr int kProducer = 128, kBlockN = Tiles::kBlockN;
+    using KvTile = typename Tiles::KvTile;
+    const std::int64_t hd = l.HD, stride = l.qkv_row;
+    const D* k_src = qkv + (l.NH + block.kvh) * hd;
+    const D* v_src = qkv + (l.NH + l.KVH + block.kvh) * hd;
+    wgmma_produce_items<kStages, Tiles::kConsumers, Bar>(kt, first, [&](int x, int stage) {
+        const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
+        // Two copies unrolled: all of them would take more than the producer's registers.
+        load_rows<kBlockN, kProducer, KvTile, D, 2>(k_tile(stage), k_src, stride, block.b, l.T, j0,
+                                                    thread);
+        load_rows<kBlockN, kProducer, KvTile, D, 2>(v_tile(stage), v_src, stride, block.b, l.T, j0,
+                                                    thread);
+    });
 }
 
 // A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier:
