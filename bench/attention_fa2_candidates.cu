@@ -79,18 +79,23 @@ __global__ void __launch_bounds__(kRowStatsThreads)
     cuda::fa2::row_stats_block<D, kHD, kRowStatsThreads>(row_stats, dout, out, lse, l);
 }
 
-// The RowStats candidates' statistics buffer, the bench's own: grown by a call that needs more
-// (the sweep's first, untimed; cudaMalloc and cudaFree synchronize) and kept for the process.
-// In the engine it would be a buffer the caller owns and the estimator accounts (docs/CUDA.md
-// "Row statistics before pass 1").
-float* row_stats_buffer(const MmaLayout& l) {
+// The RowStats candidates' statistics buffer, the bench's own: allocated by the first call of a
+// shape larger than any before (the sweep's, untimed; the engine's first step, which it runs
+// before any capture) and kept for the process, as are the smaller ones before it (a CUDA graph
+// captured with one may run again). Outside a capture only: one would be refused by the
+// runtime's cudaMalloc. In the engine it would be a buffer the caller owns and the estimator
+// accounts (docs/CUDA.md "Row statistics before pass 1").
+float* row_stats_buffer(const char* op, const MmaLayout& l, cudaStream_t stream) {
     static float* buffer = nullptr;
     static std::int64_t floats = 0;
     const std::int64_t need = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T);
     if (need > floats) {
-        if (buffer != nullptr) NAPKIN_CUDA_CHECK(cudaFree(buffer));
-        buffer = nullptr;
-        floats = 0;
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        NAPKIN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+        if (capture != cudaStreamCaptureStatusNone)
+            throw cuda::CudaError(std::string(op) +
+                                  ": the row statistics' buffer of a larger shape would be "
+                                  "allocated inside a CUDA graph capture (--cuda-graph off)");
         NAPKIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer),
                                      static_cast<std::size_t>(need) * sizeof(float)));
         floats = need;
@@ -102,7 +107,7 @@ float* row_stats_buffer(const MmaLayout& l) {
 template <int kHD>
 float* launch_row_stats(const char* op, const D* dout, const D* out, const float* lse,
                         const MmaLayout& l, cudaStream_t stream) {
-    float* const stats = row_stats_buffer(l);
+    float* const stats = row_stats_buffer(op, l, stream);
     constexpr int kRows = kRowStatsThreads / (kHD / 8);
     const std::int64_t rows = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T) / 2;
     const unsigned grid = cuda::mma_detail::mma_grid(op, rows / kRows, 1);

@@ -56,4 +56,31 @@ const std::vector<Fa2Candidate>& fa2_candidates();
 // or the emulator), else why not.
 std::string fa2_sm90a_unavailable();
 
+// Candidates chosen to stand in for the engine's flash attention (bf16, head dimensions 64 and
+// 128; docs/CUDA.md "The engine on candidates"), per head dimension ([0] 64, [1] 128): the
+// forward, and pass 1 (dK, dV) and pass 2 (dQ) of the backward; null: the engine's own.
+struct Fa2Selection {
+    const Fa2Candidate* forward[2] = {};
+    const Fa2Candidate* pass[2][2] = {};
+};
+
+// Parses a comma-separated list of candidate names (NAPKIN_ATTENTION_CANDIDATES): a forward's,
+// a backward's (both its passes), or a backward's NAME@1 or NAME@2 (that pass alone), at most
+// one per head dimension and forward or pass. Throws std::invalid_argument naming the entry.
+Fa2Selection parse_fa2_selection(const std::string& list);
+
+// The selection in words ("HD 64: forward f64-wgmma-pp, pass 1 b64-wgmma-kpp, pass 2 engine").
+std::string describe(const Fa2Selection& s);
+
+// The engine's attention_flash_forward/backward (kernels/attention.h) with the candidates that
+// NAPKIN_ATTENTION_CANDIDATES names in place of its tiles where the head dimension has one, and
+// the engine's kernels elsewhere. The variable is read and checked at the first call, which
+// prints the selection on stderr once; a bad list, or a wgmma candidate where wgmma cannot
+// run, throws cuda::CudaError. libnapkin_cuda.so puts them in its bf16 table when built with
+// NAPKIN_ATTENTION_CANDIDATES=ON and the variable is set (core/cuda/cuda_engine_api.cpp).
+void selected_flash_forward(const AttentionFlashForwardArgs<bf16_t>& args,
+                            const cuda::Launch& launch);
+void selected_flash_backward(const AttentionFlashBackwardArgs<bf16_t>& args,
+                             const cuda::Launch& launch);
+
 }  // namespace napkin::bench

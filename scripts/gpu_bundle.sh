@@ -33,7 +33,7 @@ targets=(napkin napkin_cuda device_test caching_allocator_test kernels_cuda_test
          membound_bench decode_attention_bench head_ce_bench fp8_cast_bench)
 
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=OFF \
-      -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
+      -DNAPKIN_ATTENTION_CANDIDATES=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
 cmake --build "$b" -j"$jobs" --target "${targets[@]}"
 
 # What goes in: every ELF file the targets produced (paths as CMake wrote them).

@@ -141,7 +141,7 @@ do_build() {
     fi
     local step_timeout=0  # compiling on the device: as long as it takes
     step configure cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DNAPKIN_CUDA=ON -DNAPKIN_WERROR=ON \
-        -DNAPKIN_VIEWER=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch"
+        -DNAPKIN_VIEWER=OFF -DNAPKIN_ATTENTION_CANDIDATES=ON -DCMAKE_CUDA_ARCHITECTURES="$arch"
     step build cmake --build "$b" -j"$jobs" --target napkin napkin_cuda kernels_cuda_test engine_cuda_test \
         train_cuda_cli_test profile_cuda_test nccl_test caching_allocator_test \
         device_test gemm_bench attention_bench membound_bench decode_attention_bench head_ce_bench \
@@ -426,16 +426,62 @@ do_fp8() {
     python3 - "$out/fp8" <<'PY' | tee "$out/fp8_summary.txt"
 import sys
 sys.path.insert(0, "scripts")
-from run_steps import median_step
-root = sys.argv[1]
-def step_s(run):  # seconds a step on the device where it was timed there
-    return median_step(root, run, "device_seconds", "seconds")
-t = {r: [step_s(f"{r}-{i}") for i in (1, 2)] for r in ("bf16", "delayed", "current")}
-best = {r: min(v for v in t[r] if v is not None) for r in t if any(v is not None for v in t[r])}
+from run_steps import fastest_step
+best = fastest_step(sys.argv[1], ("bf16", "delayed", "current"))
 tokens = 64 * 1024
 for r, s in best.items():
     ratio = f", {best['bf16'] / s:.3f}x bf16-amp" if "bf16" in best and r != "bf16" else ""
     print(f"GPT-2 B 64 T 1024 {r:8s}: {s * 1e3:8.2f} ms a step, {tokens / s:10.0f} tokens/s{ratio}")
+PY
+}
+
+# The engine on the sweep's fastest kernels (docs/CUDA.md "The engine on candidates"): at GPT-2's
+# shape, the fastest forward and the best passes of $out/attention_sweep.json, named in
+# NAPKIN_ATTENTION_CANDIDATES (the bundle's backend carries the candidates); GPT-2 bf16-amp at
+# B 64, T 1024 with the engine's own kernels and with those, alternated (engine, candidates,
+# engine, candidates), each run's median step on the device as tokens/s and the ratio.
+attention_engine_runs() {
+    local n="$b/cli/napkin" list i k dir
+    list=$(python3 - "$out/attention_sweep.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+fwd = [r for r in doc["sweep"] if r["shape"] == "gpt2" and r["dir"] == "fwd"]
+passes = [p for p in doc.get("best_backward_passes") or [] if p["shape"] == "gpt2"]
+if not fwd or not passes:
+    sys.exit(1)
+names = [min(fwd, key=lambda r: r["ms"])["candidate"]]
+p = passes[0]
+names += [p["pass1"]] if p["pass1"] == p["pass2"] else [p["pass1"] + "@1", p["pass2"] + "@2"]
+print(",".join(names))
+PY
+    ) || { echo "SKIP attention_engine_runs (no GPT-2 rows in the sweep's JSON)"; return 0; }
+    echo "the sweep's fastest at GPT-2's shape: NAPKIN_ATTENTION_CANDIDATES=$list"
+    echo "$list" >"$out/attention_candidates.txt"
+    for i in 1 2; do
+        for k in engine candidates; do
+            dir="$out/attention_engine/$k-$i"
+            if [ "$k" = candidates ]; then
+                NAPKIN_ATTENTION_CANDIDATES="$list" step "attention_engine_${k}_$i" "$n" train \
+                    --device cuda --model gpt2 --micro-batch 64 --seq-len 1024 \
+                    --precision bf16-amp --steps 10 --force --out "$dir"
+            else
+                step "attention_engine_${k}_$i" "$n" train --device cuda --model gpt2 \
+                    --micro-batch 64 --seq-len 1024 --precision bf16-amp --steps 10 --force \
+                    --out "$dir"
+            fi
+            rm -f "$dir/checkpoint.safetensors"
+        done
+    done
+    python3 - "$out/attention_engine" <<'PY' | tee "$out/attention_engine_summary.txt"
+import sys
+sys.path.insert(0, "scripts")
+from run_steps import fastest_step
+best = fastest_step(sys.argv[1], ("engine", "candidates"))
+tokens = 64 * 1024
+for k, s in best.items():
+    ratio = f", {best['engine'] / s:.3f}x the engine's" if "engine" in best and k != "engine" else ""
+    print(f"GPT-2 B 64 T 1024 bf16-amp, attention {k:10s}: {s * 1e3:8.2f} ms a step, "
+          f"{tokens / s:10.0f} tokens/s{ratio}")
 PY
 }
 
@@ -453,6 +499,7 @@ do_attention() {
     # attention's tiles by measurement"): GPT-2, the GQA shape and GPT-2's sizes at HD 128.
     step attention_sweep "$b/bench/attention_bench" --sweep --json "$out/attention_sweep.json"
     tail -n 48 "$out/attention_sweep.log"
+    attention_engine_runs
     step attention_tests "$k" --gtest_filter='Attention*:Tiles/AttentionFa2Candidates.*' --gtest_output="xml:$out/attention_tests.xml"
     counts "$out/attention_tests.xml"
     need_sanitizer || return 0

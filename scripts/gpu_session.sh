@@ -8,11 +8,12 @@
 #   BUDGET=480 scripts/gpu_session.sh         # on the device, with .gpu carried: every phase
 #   BUDGET=200 scripts/gpu_session.sh trace test   # or the phases named (attention trace bench
 #                                                  # runs test gpt2 sanitize), in that order
-#   BUDGET=420 scripts/gpu_session.sh attention    # the flash attention alone: the sm_90a wgmma
+#   BUDGET=480 scripts/gpu_session.sh attention    # the flash attention alone: the sm_90a wgmma
 #                                                  # probe first, its speed against PyTorch's
 #                                                  # SDPA, its candidate tiles and the wgmma
-#                                                  # kernels (attention_bench --sweep), tests,
-#                                                  # memcheck, racecheck
+#                                                  # kernels (attention_bench --sweep), GPT-2
+#                                                  # B 64 on the sweep's fastest against the
+#                                                  # engine's own, tests, memcheck, racecheck
 #   BUDGET=300 scripts/gpu_session.sh predict      # calibrate, predicted vs measured, anomaly cost
 #   BUDGET=300 scripts/gpu_session.sh fusion       # GPT-2 B 8 and B 64, --fusion off vs on, the
 #                                                  # fused GEMM tests, a profiled step of each;

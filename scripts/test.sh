@@ -19,7 +19,7 @@ stage "building"
 archs="80;90"
 if ! nvidia-smi -L >/dev/null 2>&1; then archs="80"; fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNAPKIN_WERROR=ON -DNAPKIN_VIEWER=ON \
-      -DCMAKE_CUDA_ARCHITECTURES="$archs" >/dev/null
+      -DNAPKIN_ATTENTION_CANDIDATES=ON -DCMAKE_CUDA_ARCHITECTURES="$archs" >/dev/null
 cmake --build build -j"$(nproc)"
 stage "unit, slow and gpu tests"
 ctest --test-dir build --output-on-failure -j"$(nproc)" -LE "gui|fault"

@@ -8,6 +8,11 @@
 
 #include <cstdio>
 
+#include <cstdlib>
+
+#if NAPKIN_ATTENTION_CANDIDATES
+#include "bench/attention_fa2_candidates.h"
+#endif
 #include "core/cuda/caching_allocator.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_plugin.h"
@@ -28,6 +33,14 @@ CudaKernelTable<T> kernel_table() {
 #undef NAPKIN_CUDA_TABLE_FILL
     // clang-format on
     return k;
+}
+
+// NAPKIN_ATTENTION_CANDIDATES set for a build without the candidates in its backend.
+template <template <class> class Args>
+[[noreturn]] void no_attention_candidates(const Args<bf16_t>&, const cuda::Launch&) {
+    throw cuda::CudaError(
+        "NAPKIN_ATTENTION_CANDIDATES: this build's CUDA backend has no attention candidates "
+        "(configure with -DNAPKIN_ATTENTION_CANDIDATES=ON, as scripts/gpu_bundle.sh does)");
 }
 
 // The accounting allocator's raw memory on the device: the caching allocator over cudaMalloc.
@@ -124,6 +137,18 @@ CudaEngineApi make_api() {
     CudaEngineApi a;
     a.f32 = kernel_table<float>();
     a.bf16 = kernel_table<bf16_t>();
+    // The engine's flash attention on the candidates NAPKIN_ATTENTION_CANDIDATES names (checked
+    // at the first call), for a GPU session's run on the sweep's fastest; a build without them
+    // refuses the variable at that call rather than ignore it.
+    if (std::getenv("NAPKIN_ATTENTION_CANDIDATES") != nullptr) {
+#if NAPKIN_ATTENTION_CANDIDATES
+        a.bf16.attention_flash_forward = &bench::selected_flash_forward;
+        a.bf16.attention_flash_backward = &bench::selected_flash_backward;
+#else
+        a.bf16.attention_flash_forward = &no_attention_candidates<AttentionFlashForwardArgs>;
+        a.bf16.attention_flash_backward = &no_attention_candidates<AttentionFlashBackwardArgs>;
+#endif
+    }
     a.f16 = kernel_table<f16_t>();
     a.fp8 = fp8_kernel_table();
     a.select_device = &select_device;

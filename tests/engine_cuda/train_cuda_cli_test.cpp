@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -161,6 +162,68 @@ TEST(TrainCudaCli, MemoryMatchesThePredictionExactly) {
             EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(), j["predicted"][k].get<double>())
                 << recipe << ": " << k;
     }
+}
+
+// NAPKIN_ATTENTION_CANDIDATES (docs/CUDA.md "The engine on candidates"): sweep candidates stand
+// in for the engine's flash attention, a forward, a backward's two passes from two candidates,
+// or one backward's both, say so on stderr, and train as the engine's kernels do (the same
+// losses but for rounding); a name that is no candidate is refused naming it. A backend built
+// without them refuses the variable instead of ignoring it.
+TEST(TrainCudaCli, AttentionCandidatesStandInForTheEnginesKernels) {
+    SKIP_WITHOUT_CUDA();
+    const fs::path dir = scratch_dir();
+    std::ofstream(dir / "hd64.json")
+        << R"({"format": "napkin-model", "name": "hd64", "vocab_size": 256,
+        "padded_vocab_size": 256, "context_length": 128, "n_layers": 2, "d_model": 128,
+        "n_heads": 2, "n_kv_heads": 2, "d_ff": 256, "norm": "layernorm", "positions": "learned",
+        "mlp": "gelu", "bias": true, "tied_embeddings": true, "dropout": 0.0})";
+    const std::string common =
+        "train --quiet --device cuda --precision bf16-amp --attention flash --steps 4 "
+        "--micro-batch 2 --seq-len 96 --config " +
+        (dir / "hd64.json").string() + " --out ";
+    const CliRun engine = napkin(common + (dir / "engine").string());
+    ASSERT_EQ(engine.rc, 0) << engine.err;
+    const std::vector<double> expected = report_losses(dir / "engine");
+    const auto with = [&](const std::string& list, const std::string& out) {
+        return napkin(common + (dir / out).string(), "NAPKIN_ATTENTION_CANDIDATES='" + list + "' ");
+    };
+#if NAPKIN_ATTENTION_CANDIDATES
+    struct Case {
+        const char *list, *said;
+    };
+    for (const Case& c :
+         {Case{"f64-wgmma-pp, b64-rs@1, b64-wgmma-qpp@2",
+               "HD 64: forward f64-wgmma-pp, pass 1 b64-rs, pass 2 b64-wgmma-qpp"},
+          Case{"b64-wgmma-kpp",
+               "HD 64: forward engine, pass 1 b64-wgmma-kpp, pass 2 "
+               "b64-wgmma-kpp"},
+          Case{"b128-w8@2, f64-w8", "HD 64: forward f64-w8, pass 1 engine, pass 2 engine"}}) {
+        SCOPED_TRACE(c.list);
+        fs::remove_all(dir / "cand");
+        const CliRun r = with(c.list, "cand");
+        ASSERT_EQ(r.rc, 0) << r.err;
+        EXPECT_NE(r.err.find(std::string("napkin: flash attention (bf16) from "
+                                         "NAPKIN_ATTENTION_CANDIDATES: ") +
+                             c.said),
+                  std::string::npos)
+            << r.err;
+        const std::vector<double> losses = report_losses(dir / "cand");
+        ASSERT_EQ(losses.size(), expected.size());
+        for (std::size_t i = 0; i < losses.size(); ++i)
+            EXPECT_NEAR(losses[i], expected[i], 2e-4 * std::abs(expected[i])) << "step " << i + 1;
+    }
+    const CliRun bad = with("f64-wgmma-pp,b64-nope", "bad");
+    EXPECT_NE(bad.rc, 0);
+    EXPECT_NE(bad.err.find("NAPKIN_ATTENTION_CANDIDATES: unknown candidate \"b64-nope\""),
+              std::string::npos)
+        << bad.err;
+#else
+    const CliRun r = with("f64-w8", "cand");
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.err.find("this build's CUDA backend has no attention candidates"),
+              std::string::npos)
+        << r.err;
+#endif
 }
 
 // fp8-amp's delayed-scaling state on the device is estimate's fp8_history to the byte at the

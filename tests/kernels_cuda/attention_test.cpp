@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "bench/attention_fa2_candidates.h"
@@ -393,8 +394,9 @@ TEST_P(AttentionFa2Candidates, MatchCpu) {
                        : std::vector<AttentionTestCase>{{1, 150, 4, 2, 128}, {2, 33, 2, 2, 128}};
     // The wgmma candidates pipeline up to 128 keys a tile through 3 stages: a block that sees
     // more than 4 key tiles, so that every stage is loaded again while the others are read.
-    if (tiles.sm90a) cases.push_back(tiles.HD == 64 ? AttentionTestCase{1, 600, 1, 1, 64}
-                                                    : AttentionTestCase{1, 330, 1, 1, 128});
+    if (tiles.sm90a)
+        cases.push_back(tiles.HD == 64 ? AttentionTestCase{1, 600, 1, 1, 64}
+                                       : AttentionTestCase{1, 330, 1, 1, 128});
     for (const AttentionTestCase& c : cases) {
         check_flash<E>(rng, c, fwd, bwd, false);
         check_flash<E>(rng, c, fwd, bwd, false, 1.0, 0.3f);
@@ -409,6 +411,40 @@ INSTANTIATE_TEST_SUITE_P(Tiles, AttentionFa2Candidates,
                                  if (ch == '-') ch = '_';
                              return name;
                          });
+
+// NAPKIN_ATTENTION_CANDIDATES' list (bench/attention_fa2_candidates.h): a forward, a backward's
+// both passes or one of them, per head dimension; each bad entry refused naming itself. Host
+// parsing only (no device needed).
+TEST(AttentionFa2Selection, ParsesNamesAndRefusesBadLists) {
+    const bench::Fa2Selection s =
+        bench::parse_fa2_selection(" f64-wgmma-pp,b64-rs@1 , b64-wgmma-qpp@2,b128-wgmma-kpp");
+    ASSERT_NE(s.forward[0], nullptr);
+    EXPECT_STREQ(s.forward[0]->name, "f64-wgmma-pp");
+    EXPECT_EQ(s.forward[1], nullptr);
+    EXPECT_STREQ(s.pass[0][0]->name, "b64-rs");
+    EXPECT_STREQ(s.pass[0][1]->name, "b64-wgmma-qpp");
+    EXPECT_EQ(s.pass[1][0], s.pass[1][1]);
+    EXPECT_STREQ(s.pass[1][0]->name, "b128-wgmma-kpp");
+    EXPECT_EQ(bench::describe(s),
+              "HD 64: forward f64-wgmma-pp, pass 1 b64-rs, pass 2 b64-wgmma-qpp; HD 128: forward "
+              "engine, pass 1 b128-wgmma-kpp, pass 2 b128-wgmma-kpp");
+    const auto refused = [](const std::string& list, const std::string& why) {
+        try {
+            bench::parse_fa2_selection(list);
+            ADD_FAILURE() << list << ": accepted";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos)
+                << list << ": " << e.what();
+        }
+    };
+    refused("", "expected candidate names, got none");
+    refused("f64,,b64", "an empty entry");
+    refused("f64-nope", "unknown candidate \"f64-nope\" (expected one of: f64, ");
+    refused("f64-w8@1", "f64-w8 is a forward");
+    refused("b64@3", "expected @1 (pass 1: dK, dV) or @2 (pass 2: dQ)");
+    refused("f64,f64-w8", "HD 64's forward is given twice (f64 and f64-w8)");
+    refused("b64-wgmma-kpp,b64-rs@1", "HD 64's pass 1 is given twice (b64-wgmma-kpp and b64-rs)");
+}
 
 // One writer per element and fixed orders: two runs give the same bits (on the emulator, under
 // two differently shuffled schedules), forward and backward, without dropout and with it; the
