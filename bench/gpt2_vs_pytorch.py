@@ -13,6 +13,9 @@ script, printed as ratios.
   4. napkin fp8-amp at the same B as 2, twice: delayed scaling (napkin's default, an amax history
      of 16 steps per cast) and current scaling (--fp8-amax-history 0, one more pass per cast),
      each as a ratio to napkin's bf16-amp tokens/s (--no-fp8 leaves them out; they need sm_89+).
+  5. With --attention-candidates LIST, napkin bf16-amp at the same B as 2 once more, its flash
+     attention the sweep's candidates LIST names (NAPKIN_ATTENTION_CANDIDATES, docs/CUDA.md "The
+     engine on candidates"; the build needs -DNAPKIN_ATTENTION_CANDIDATES=ON).
 
 Each napkin run is `napkin train --device cuda --model gpt2 --seq-len 1024 --precision bf16-amp
 --attention flash`; its step time is the median over the steps after the first --skip of
@@ -48,8 +51,9 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
-def napkin_train(args, batch, out, recipe=("--precision", "bf16-amp")):
-    """One napkin run; returns its measurements, or None when it ran out of device memory."""
+def napkin_train(args, batch, out, recipe=("--precision", "bf16-amp"), env=None):
+    """One napkin run (`env`: variables added to its environment); returns its measurements, or
+    None when it ran out of device memory."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [args.napkin, "train", "--device", "cuda", "--model", args.model, "--seq-len", str(args.seq_len),
            "--micro-batch", str(batch), *recipe, "--attention", "flash",
@@ -57,7 +61,7 @@ def napkin_train(args, batch, out, recipe=("--precision", "bf16-amp")):
            # The largest B is found by trying: past train's own check (prediction + 10% + 0.5 GB
            # against the free memory), down to what the device really holds.
            "--force"]
-    r = run(cmd)
+    r = run(cmd, env={**os.environ, **env} if env else None)
     if r.returncode != 0:
         err = (r.stderr or r.stdout).strip().splitlines()
         last = err[-1] if err else f"exit {r.returncode}"
@@ -140,6 +144,8 @@ def main():
                         "one napkin info names")
     p.add_argument("--no-pytorch", action="store_true")
     p.add_argument("--no-fp8", action="store_true", help="leave out napkin's fp8-amp runs")
+    p.add_argument("--attention-candidates", metavar="LIST",
+                   help="one more bf16-amp run at the same B with NAPKIN_ATTENTION_CANDIDATES=LIST")
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON (atomically)")
     p.add_argument("--keep", metavar="DIR", help="keep napkin's run folders here")
     p.add_argument("--require", action="store_true", help="exit 1, not 0, when there is no GPU")
@@ -184,6 +190,14 @@ def main():
         if r is not None:
             r["mode"] = "same B"
             results.append(r)
+        if args.attention_candidates:
+            print(f"napkin at B={same_b}, attention {args.attention_candidates} ...", flush=True)
+            r = napkin_train(args, same_b, os.path.join(workdir, f"napkin-candidates-b{same_b}"),
+                             env={"NAPKIN_ATTENTION_CANDIDATES": args.attention_candidates})
+            if r is not None:
+                r["mode"] = "candidates"
+                r["attention_candidates"] = args.attention_candidates
+                results.append(r)
         fp8_recipes = {"fp8 delayed": ("--precision", "fp8-amp"),
                        "fp8 current": ("--precision", "fp8-amp", "--fp8-amax-history", "0")}
         for mode, recipe in ({} if args.no_fp8 else fp8_recipes).items():
@@ -214,7 +228,7 @@ def main():
         for nmode, n in nap.items():
             print(f"napkin ({nmode}) / PyTorch {mode} tokens/s: {n['tokens_per_s'] / t['tokens_per_s']:.2f}")
     if "same B" in nap:
-        for nmode in ("fp8 delayed", "fp8 current"):
+        for nmode in ("candidates", "fp8 delayed", "fp8 current"):
             if nmode in nap:
                 print(f"napkin {nmode} / napkin bf16-amp tokens/s at B={nap[nmode]['batch']}: "
                       f"{nap[nmode]['tokens_per_s'] / nap['same B']['tokens_per_s']:.2f}")

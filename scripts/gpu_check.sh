@@ -524,8 +524,12 @@ do_attention() {
 do_gpt2() {
     need_build gpt2 || return 0
     local step_timeout=570 runs=/tmp/gpt2_vs_pytorch
+    # With the attention phase's pick in this session, napkin on those kernels too.
+    local cand=()
+    [ -s "$out/attention_candidates.txt" ] &&
+        cand=(--attention-candidates "$(cat "$out/attention_candidates.txt")")
     step gpt2_vs_pytorch python3 bench/gpt2_vs_pytorch.py --napkin "$b/cli/napkin" \
-        --json "$out/gpt2_vs_pytorch.json" --keep "$runs"
+        --json "$out/gpt2_vs_pytorch.json" --keep "$runs" "${cand[@]}"
     tail -n 12 "$out/gpt2_vs_pytorch.log"
     local r
     for r in "$runs"/napkin-b*/report.json; do  # the reports, not the checkpoints (GBs)
