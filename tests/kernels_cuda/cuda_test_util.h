@@ -121,10 +121,11 @@ std::vector<T> random_storage(std::mt19937& rng, std::int64_t n, double stddev =
 }
 
 // The GPU's values against the CPU's, both as the storage type holds them.
+// `slack`, when given, widens element i's bound by slack[i] (expect_close).
 template <class T>
 void expect_match(const std::string& what, const std::vector<T>& gpu, const std::vector<T>& cpu,
-                  Tolerance tol) {
-    expect_close(what, as_seen(gpu), as_seen(cpu), tol);
+                  Tolerance tol, const Vec* slack = nullptr) {
+    expect_close(what, as_seen(gpu), as_seen(cpu), tol, slack);
 }
 
 // A storage value's bits (fp32: 32, bf16 and fp16: 16).
