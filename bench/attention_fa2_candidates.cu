@@ -103,18 +103,16 @@ float* row_stats_buffer(const char* op, const MmaLayout& l, cudaStream_t stream)
     return buffer;
 }
 
-// Launches the row statistics' kernel into row_stats_buffer(l), which it returns.
+// Launches the row statistics' kernel into `stats`.
 template <int kHD>
-float* launch_row_stats(const char* op, const D* dout, const D* out, const float* lse,
-                        const MmaLayout& l, cudaStream_t stream) {
-    float* const stats = row_stats_buffer(op, l, stream);
+void launch_row_stats(const char* op, float* stats, const D* dout, const D* out, const float* lse,
+                      const MmaLayout& l, cudaStream_t stream) {
     constexpr int kRows = kRowStatsThreads / (kHD / 8);
     const std::int64_t rows = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T) / 2;
     const unsigned grid = cuda::mma_detail::mma_grid(op, rows / kRows, 1);
     auto kernel = attention_fa2_row_stats_kernel<kHD>;
     kernel<<<grid, kRowStatsThreads, 0, stream>>>(stats, dout, out, lse, l);
     NAPKIN_CUDA_CHECK_LAUNCH();
-    return stats;
 }
 
 template <class Tiles>
@@ -188,8 +186,11 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     const auto* qkv = cuda::dev(args.qkv);
     if constexpr ((kPasses & 1) != 0) {
         const float* row_stats = nullptr;
-        if constexpr (Key::kRowStats)
-            row_stats = launch_row_stats<Key::kHD>(op, dout, out, args.lse, l, launch.stream);
+        if constexpr (Key::kRowStats) {
+            float* const stats = row_stats_buffer(op, l, launch.stream);
+            launch_row_stats<Key::kHD>(op, stats, dout, out, args.lse, l, launch.stream);
+            row_stats = stats;
+        }
         constexpr std::size_t key_smem = Key::smem_bytes();
         cuda::allow_smem(key_kernel, key_smem, op);
         const unsigned key_grid =
@@ -471,6 +472,20 @@ const std::vector<Fa2Candidate> kCandidates = {
 };
 
 }  // namespace
+
+std::int64_t row_stats_floats(const AttentionDims& dims) {
+    return cuda::fa2::RowStatsLayout::floats(dims.B, dims.NH, dims.T);
+}
+
+void row_stats(float* stats, const bf16_t* dout, const bf16_t* out, const float* lse,
+               const AttentionDims& dims, const cuda::Launch& launch) {
+    const char* op = "attention_fa2_row_stats";
+    const MmaLayout l = checked_layout(op, dims, dims.HD, {dout, out});
+    if (l.B * l.T == 0) return;
+    (l.HD == 64 ? launch_row_stats<64> : launch_row_stats<128>)(op, stats, cuda::dev(dout),
+                                                                cuda::dev(out), lse, l,
+                                                                launch.stream);
+}
 
 const std::vector<Fa2Candidate>& fa2_candidates() {
     return kCandidates;

@@ -56,6 +56,14 @@ const std::vector<Fa2Candidate>& fa2_candidates();
 // or the emulator), else why not.
 std::string fa2_sm90a_unavailable();
 
+// The row statistics' kernel of the -rs and -kpp candidates alone (cuda::fa2::row_stats_block):
+// `stats` (device, row_stats_floats(dims) floats) per (b, h): padded(T) rows of lse log2(e)
+// (+inf past T), then as many of D = dout . out (0 past T), with padded(T) = T rounded up to 64.
+// For its test against the CPU; HD 64 or 128.
+std::int64_t row_stats_floats(const AttentionDims& dims);
+void row_stats(float* stats, const bf16_t* dout, const bf16_t* out, const float* lse,
+               const AttentionDims& dims, const cuda::Launch& launch);
+
 // Candidates chosen to stand in for the engine's flash attention (bf16, head dimensions 64 and
 // 128; docs/CUDA.md "The engine on candidates"), per head dimension ([0] 64, [1] 128): the
 // forward, and pass 1 (dK, dV) and pass 2 (dQ) of the backward; null: the engine's own.

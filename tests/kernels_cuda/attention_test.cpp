@@ -483,6 +483,58 @@ INSTANTIATE_TEST_SUITE_P(Tiles, AttentionFa2Candidates,
                              return name;
                          });
 
+// The row statistics' kernel of the -rs and -kpp candidates (bench::row_stats) against the CPU:
+// per (b, h), lse log2(e) of each row and +inf in the padding to a multiple of 64 rows, then
+// D = dout . out of each row and 0 in the padding; bf16, HD 64 and 128, T not a multiple of 64,
+// B and NH above one. The buffer starts poisoned, so a row left unwritten fails.
+TEST(AttentionFa2RowStats, MatchCpu) {
+    NAPKIN_SKIP_WITHOUT_GPU();
+    using E = bf16_t;
+    const unsigned seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    for (const AttentionTestCase& c :
+         {AttentionTestCase{2, 70, 3, 1, 64}, AttentionTestCase{1, 129, 2, 2, 128}}) {
+        SCOPED_TRACE(case_name<E>(c.B, c.T, c.NH, c.KVH, c.HD));
+        const Tensors n = sizes(c);
+        const auto dout = random_storage<E>(rng, n.out_n), out = random_storage<E>(rng, n.out_n);
+        const Vec lse_v = random_normal(rng, n.heads_T, 3.0, 1.0);
+        const std::vector<float> lse(lse_v.begin(), lse_v.end());
+        const AttentionDims dims{c.B, c.T, c.NH, c.KVH, c.HD};
+        const std::int64_t floats = bench::row_stats_floats(dims);
+        const std::int64_t Tp = (c.T + 63) / 64 * 64;
+        ASSERT_EQ(floats, c.B * c.NH * 2 * Tp);
+        DeviceBuffer<E> dout_d(dout), out_d(out);
+        DeviceBuffer<float> lse_d(lse), stats_d(static_cast<std::size_t>(floats));
+        stats_d.poison();
+        bench::row_stats(stats_d.get(), dout_d.get(), out_d.get(), lse_d.get(), dims, {});
+        const std::vector<float> got = stats_d.download();
+        Vec want(static_cast<std::size_t>(floats)), gotv(got.begin(), got.end());
+        const Vec g = as_seen(dout), o = as_seen(out);
+        for (std::int64_t bh = 0; bh < c.B * c.NH; ++bh)
+            for (std::int64_t i = 0; i < Tp; ++i) {
+                const std::int64_t b = bh / c.NH, h = bh % c.NH;
+                double d = 0.0;
+                for (std::int64_t e = 0; e < c.HD && i < c.T; ++e) {
+                    const auto at =
+                        static_cast<std::size_t>((b * c.T + i) * c.NH * c.HD + h * c.HD + e);
+                    d += g[at] * o[at];
+                }
+                const auto row = static_cast<std::size_t>(bh * 2 * Tp + i);
+                want[row] = i < c.T
+                                ? lse[static_cast<std::size_t>(bh * c.T + i)] * 1.4426950408889634
+                                : INFINITY;
+                want[row + static_cast<std::size_t>(Tp)] = i < c.T ? d : 0.0;
+                if (i >= c.T) {  // the padding exactly: +inf is outside any tolerance's reach
+                    EXPECT_EQ(got[row], INFINITY) << "lse row " << i << " of head " << bh;
+                    EXPECT_EQ(got[row + static_cast<std::size_t>(Tp)], 0.0f) << "D row " << i;
+                    gotv[row] = want[row] = 0.0;  // compared above
+                }
+            }
+        expect_close("row stats", gotv, want, for_sum_of(Tolerance{1e-5, 1e-5}, c.HD));
+    }
+}
+
 // NAPKIN_ATTENTION_CANDIDATES' list (bench/attention_fa2_candidates.h): a forward, a backward's
 // both passes or one of them, per head dimension; each bad entry refused naming itself. Host
 // parsing only (no device needed).
