@@ -183,6 +183,7 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                                .impl = AttentionImpl::flash,
                                .dt = DType::bf16};
     nlohmann::json rows = nlohmann::json::array();
+    std::string fastest_forward;
     for (const bool backward : {false, true}) {
         const double flops = static_cast<double>(backward ? attention_backward_cost(shape).flops
                                                           : attention_forward_cost(shape).flops);
@@ -231,8 +232,19 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                             {"pass_ms", pass_ms},
                             {"best", &r == &*best}});
         }
-        if (backward && best_backward_passes != nullptr)
-            *best_backward_passes = best_passes(s, timed);
+        if (!backward) fastest_forward = best->c->name;
+        if (!backward || best_backward_passes == nullptr) continue;
+        nlohmann::json passes = best_passes(s, timed);
+        // The engine on the fastest (docs/CUDA.md "The engine on candidates").
+        if (!passes.is_null() && !fastest_forward.empty()) {
+            const std::string p1 = passes["pass1"], p2 = passes["pass2"];
+            const std::string list =
+                fastest_forward + "," + (p1 == p2 ? p1 : p1 + "@1," + p2 + "@2");
+            std::printf("%-11s the engine on the fastest: NAPKIN_ATTENTION_CANDIDATES=%s\n", s.name,
+                        list.c_str());
+            passes["attention_candidates"] = list;
+        }
+        *best_backward_passes = passes;
     }
     std::printf("\n");
     return rows;

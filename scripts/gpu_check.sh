@@ -436,7 +436,7 @@ PY
 }
 
 # The engine on the sweep's fastest kernels (docs/CUDA.md "The engine on candidates"): at GPT-2's
-# shape, the fastest forward and the best passes of $out/attention_sweep.json, named in
+# shape, the fastest forward and the best passes (attention_sweep.json's attention_candidates), in
 # NAPKIN_ATTENTION_CANDIDATES (the bundle's backend carries the candidates); GPT-2 bf16-amp at
 # B 64, T 1024 with the engine's own kernels and with those, alternated (engine, candidates,
 # engine, candidates), each run's median step on the device as tokens/s and the ratio.
@@ -445,14 +445,11 @@ attention_engine_runs() {
     list=$(python3 - "$out/attention_sweep.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
-fwd = [r for r in doc["sweep"] if r["shape"] == "gpt2" and r["dir"] == "fwd"]
-passes = [p for p in doc.get("best_backward_passes") or [] if p["shape"] == "gpt2"]
-if not fwd or not passes:
+picks = [p.get("attention_candidates") for p in doc.get("best_backward_passes") or []
+         if p["shape"] == "gpt2"]
+if not picks or not picks[0]:
     sys.exit(1)
-names = [min(fwd, key=lambda r: r["ms"])["candidate"]]
-p = passes[0]
-names += [p["pass1"]] if p["pass1"] == p["pass2"] else [p["pass1"] + "@1", p["pass2"] + "@2"]
-print(",".join(names))
+print(picks[0])
 PY
     ) || { echo "SKIP attention_engine_runs (no GPT-2 rows in the sweep's JSON)"; return 0; }
     echo "the sweep's fastest at GPT-2's shape: NAPKIN_ATTENTION_CANDIDATES=$list"
