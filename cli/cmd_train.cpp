@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -164,6 +165,17 @@ MachinePeak machine_peak(const TrainOptions& o, Trainer& trainer, bool profiled)
     return peak;
 }
 
+// NAPKIN_ATTENTION_CANDIDATES on a CUDA run with flash attention: the candidates the backend
+// puts in place of its bf16 flash attention (it refuses a bad list, or a build without them, at
+// the first call), for the header and report.json, so that such a run is never taken for the
+// engine's own kernels.
+std::optional<std::string> attention_candidates(const TrainOptions& o) {
+    const char* list = std::getenv("NAPKIN_ATTENTION_CANDIDATES");
+    if (o.device != DeviceKind::cuda || o.plan.attention != AttentionImpl::flash || list == nullptr)
+        return std::nullopt;
+    return std::string(list);
+}
+
 // The run's opening lines: the model and recipe, the machine's peak, the adapters, the ranks.
 void print_header(const TrainOptions& o, Trainer& trainer, const MachinePeak& peak,
                   const Estimate& pred, bool parallel, const std::string& cuda_graph_off) {
@@ -189,6 +201,11 @@ void print_header(const TrainOptions& o, Trainer& trainer, const MachinePeak& pe
         } else {
             std::printf("  cuda graphs: off (%s)\n", cuda_graph_off.c_str());
         }
+        if (const auto list = attention_candidates(o))
+            std::printf(
+                "  attention: sweep candidates in place of the engine's bf16 flash attention "
+                "(NAPKIN_ATTENTION_CANDIDATES=%s)\n",
+                list->c_str());
     }
     if (o.plan.finetune != Finetune::full) {
         std::int64_t trainable = 0, frozen = 0;
@@ -349,6 +366,7 @@ profiler::RunReport build_report(StepLoop& loop, const StepTotals& totals, const
     if (loop.run.options.device == DeviceKind::cuda) {
         report.run.cuda_graph = loop.run.options.cuda_graph;
         if (!loop.run.options.cuda_graph) report.run.cuda_graph_off = loop.run.cuda_graph_off;
+        report.run.attention_candidates = attention_candidates(loop.run.options);
     }
     report.init = init;
     report.predicted = prediction_report(loop.run.options, ei, pred);

@@ -76,6 +76,7 @@ void to_json(json& j, const RunOptions& o) {
     put(j, "loss_chunk", o.loss_chunk);
     put(j, "cuda_graph", o.cuda_graph);
     put(j, "cuda_graph_off", o.cuda_graph_off);
+    put(j, "attention_candidates", o.attention_candidates);
 }
 
 void to_json(json& j, const InitReport& i) {

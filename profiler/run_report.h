@@ -62,6 +62,10 @@ struct RunOptions {
     // reports written before them.
     std::optional<bool> cuda_graph;
     std::optional<std::string> cuda_graph_off;
+    // CUDA runs with flash attention under NAPKIN_ATTENTION_CANDIDATES: the list of sweep
+    // candidates that stood in for the engine's bf16 flash attention (docs/CUDA.md "The engine on
+    // candidates"). Absent otherwise, and in reports written before it.
+    std::optional<std::string> attention_candidates;
     bool operator==(const RunOptions&) const = default;
 };
 

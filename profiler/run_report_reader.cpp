@@ -71,6 +71,7 @@ RunOptions read_run(const JsonField& o) {
     r.loss_chunk = o["loss_chunk"].optional(integer<std::int64_t>);
     r.cuda_graph = o["cuda_graph"].optional(&JsonField::boolean);
     r.cuda_graph_off = o["cuda_graph_off"].optional(text);
+    r.attention_candidates = o["attention_candidates"].optional(text);
     return r;
 }
 

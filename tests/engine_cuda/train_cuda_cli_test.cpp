@@ -184,6 +184,13 @@ TEST(TrainCudaCli, AttentionCandidatesStandInForTheEnginesKernels) {
     const CliRun engine = napkin(common + (dir / "engine").string());
     ASSERT_EQ(engine.rc, 0) << engine.err;
     const std::vector<double> expected = report_losses(dir / "engine");
+    // report.json's run.attention_candidates, when the run had the variable.
+    const auto candidates_of = [](const fs::path& run) -> std::string {
+        std::ifstream f(run / "report.json");
+        const nlohmann::json j = nlohmann::json::parse(f);
+        return j.at("run").value("attention_candidates", std::string("(absent)"));
+    };
+    EXPECT_EQ(candidates_of(dir / "engine"), "(absent)");
     const auto with = [&](const std::string& list, const std::string& out) {
         return napkin(common + (dir / out).string(), "NAPKIN_ATTENTION_CANDIDATES='" + list + "' ");
     };
@@ -207,6 +214,12 @@ TEST(TrainCudaCli, AttentionCandidatesStandInForTheEnginesKernels) {
                              c.said),
                   std::string::npos)
             << r.err;
+        EXPECT_NE(r.out.find(std::string("attention: sweep candidates in place of the engine's "
+                                         "bf16 flash attention (NAPKIN_ATTENTION_CANDIDATES=") +
+                             c.list + ")"),
+                  std::string::npos)
+            << r.out;
+        EXPECT_EQ(candidates_of(dir / "cand"), c.list);
         const std::vector<double> losses = report_losses(dir / "cand");
         ASSERT_EQ(losses.size(), expected.size());
         for (std::size_t i = 0; i < losses.size(); ++i)

@@ -56,7 +56,8 @@ p::RunReport full_report() {
              .fp8_amax_history = 4,
              .loss_chunk = 512,
              .cuda_graph = false,
-             .cuda_graph_off = "--cuda-graph off"};
+             .cuda_graph_off = "--cuda-graph off",
+             .attention_candidates = "f64-wgmma-pp,b64-wgmma-kpp@1,b64-wgmma-qpp@2"};
     r.init = p::InitReport{"gpt2_124M.bin", "llm.c", "mmap", 148, 497759232, 0.42, 1 << 20, true};
     r.predicted.bytes = {1e6, 2e6, 3e6, 4e6, 5e6, 6e6};
     r.predicted.data = 8192;
