@@ -1,9 +1,10 @@
-// The candidate tiles of the mma.sync flash attention (bench/attention_fa2_candidates.h;
-// docs/CUDA.md "Flash attention's tiles by measurement" has the arithmetic behind each), bf16:
-// the kernels of attention_fa2_forward.cu and attention_fa2_backward.cu again, as thin wrappers
-// over the same block bodies (attention_fa2_forward.cuh, attention_fa2_backward.cuh), with other
-// tiles. The default of each (HD, direction) calls the engine's entry point instead, so its
-// kernels are the engine's own and are not compiled twice.
+// The flash attention's candidate kernels (bench/attention_fa2_candidates.h; docs/CUDA.md
+// "Flash attention's tiles by measurement" has the arithmetic behind each), bf16: the kernels of
+// attention_fa2_forward.cu and attention_fa2_backward.cu again, as thin wrappers over the same
+// block bodies (attention_fa2_forward.cuh, attention_fa2_backward.cuh) with other tiles, the
+// wgmma ones over attention_wgmma_forward.cuh and attention_wgmma_backward.cuh, and the row
+// statistics' kernel of the -rs and -kpp pass 1s. The default of each (HD, direction) calls the
+// engine's entry point instead, so its kernels are the engine's own and are not compiled twice.
 #include "bench/attention_fa2_candidates.h"
 
 #include <cstdint>

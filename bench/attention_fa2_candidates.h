@@ -1,10 +1,11 @@
-// The mma.sync flash attention's candidate tiles (docs/CUDA.md "Flash attention's tiles by
-// measurement"): per head dimension (64, 128) and direction, at most four tile configurations,
-// the engine's own among them, that `attention_bench --sweep` times on a GPU and
-// tests/kernels_cuda/attention_test.cpp holds to the CPU. Their kernels are instantiated in
-// bench/attention_fa2_candidates.cu alone (napkin_fa2_candidates, linked by the bench and the
-// test), so that the engine's nvcc time does not grow with them. bf16 only. Compiled by nvcc as
-// C++17. Two forwards run on Hopper's wgmma instead of mma.sync (sm90a), the rest on mma.sync.
+// The flash attention's candidate kernels (docs/CUDA.md "Flash attention's tiles by
+// measurement"): per head dimension (64, 128) and direction, the engine's own tiles first, other
+// mma.sync tiles, and kernels on Hopper's wgmma (sm90a: forwards, dq passes, dK/dV passes, some
+// warp-specialized, some with the row statistics precomputed), that `attention_bench --sweep`
+// times on a GPU and tests/kernels_cuda/attention_test.cpp holds to the CPU. Their kernels are
+// instantiated in bench/attention_fa2_candidates.cu alone (napkin_fa2_candidates, linked by the
+// bench and the test, and by the CUDA backend only with NAPKIN_ATTENTION_CANDIDATES), so that
+// the engine's nvcc time does not grow with them. bf16 only. Compiled by nvcc as C++17.
 #pragma once
 
 #include <cstddef>
