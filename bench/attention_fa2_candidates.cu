@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
@@ -219,20 +218,13 @@ void backward(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch
                                          attention_fa2_backward_query_kernel<Query>);
 }
 
-// Whether a pass 1's tiles are wgmma's (WgmmaKeyTiles) or mma.sync's (KeyTiles).
-template <class Key>
-struct KeyOnWgmma : std::false_type {};
-template <int HD, int Groups, int Q, int Stages, bool Overlap, bool RowStats, bool Specialized>
-struct KeyOnWgmma<cuda::fa2::WgmmaKeyTiles<HD, Groups, Q, Stages, Overlap, RowStats, Specialized>>
-    : std::true_type {};
-
 // Pass 2 on wgmma; pass 1 on wgmma too when Key is WgmmaKeyTiles, else the mma.sync key pass.
 template <class Key, class Query, int kPasses = kBothPasses>
 void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     const char* op = "attention_wgmma_candidate_backward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
-    if constexpr (KeyOnWgmma<Key>::value)
+    if constexpr (Key::kWgmma)  // WgmmaKeyTiles, else KeyTiles
         launch_backward<Key, Query, kPasses>(op, args, launch,
                                              attention_wgmma_backward_key_kernel<Key>,
                                              attention_wgmma_backward_query_kernel<Query>);

@@ -441,7 +441,7 @@ PY
 # B 64, T 1024 with the engine's own kernels and with those, alternated (engine, candidates,
 # engine, candidates), each run's median step on the device as tokens/s and the ratio.
 attention_engine_runs() {
-    local n="$b/cli/napkin" list i k dir
+    local n="$b/cli/napkin" list i k dir envs
     list=$(python3 - "$out/attention_sweep.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -457,15 +457,10 @@ PY
     for i in 1 2; do
         for k in engine candidates; do
             dir="$out/attention_engine/$k-$i"
-            if [ "$k" = candidates ]; then
-                NAPKIN_ATTENTION_CANDIDATES="$list" step "attention_engine_${k}_$i" "$n" train \
-                    --device cuda --model gpt2 --micro-batch 64 --seq-len 1024 \
-                    --precision bf16-amp --steps 10 --force --out "$dir"
-            else
-                step "attention_engine_${k}_$i" "$n" train --device cuda --model gpt2 \
-                    --micro-batch 64 --seq-len 1024 --precision bf16-amp --steps 10 --force \
-                    --out "$dir"
-            fi
+            envs=()  # the candidates' runs with the list in their environment
+            [ "$k" = candidates ] && envs=(env NAPKIN_ATTENTION_CANDIDATES="$list")
+            step "attention_engine_${k}_$i" "${envs[@]}" "$n" train --device cuda --model gpt2 \
+                --micro-batch 64 --seq-len 1024 --precision bf16-amp --steps 10 --force --out "$dir"
             rm -f "$dir/checkpoint.safetensors"
         done
     done

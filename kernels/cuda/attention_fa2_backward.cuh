@@ -99,6 +99,24 @@ __device__ __forceinline__ void load_row_stats(std::uint32_t dst, const float* s
         stats + RowStatsLayout::at(l, b, h, i0) + part * RowStatsLayout::padded(l.T) + 4 * c, true);
 }
 
+// A pass-1 item's loads: the Q and dout rows [i0, i0 + kQ) of head h into q and go, then with
+// kRowStats its row statistics (load_row_stats) at stats_at, else its out rows into o; by
+// kThreads threads (`thread` this one's rank), kUnroll copies a tile unrolled (load_rows). The
+// caller commits. TileT: a Tile, or attention_wgmma_backward.cuh's SwTile.
+template <int kQ, int kThreads, bool kRowStats, int kUnroll, class TileT, class D>
+__device__ __forceinline__ void load_key_item(TileT q, TileT go, TileT o, std::uint32_t stats_at,
+                                              const D* qkv, const D* dout, const D* out,
+                                              const float* stats, const MmaLayout& l,
+                                              std::int64_t b, int h, std::int64_t i0, int thread) {
+    const std::int64_t hd = l.HD;
+    load_rows<kQ, kThreads, TileT, D, kUnroll>(q, qkv + h * hd, l.qkv_row, b, l.T, i0, thread);
+    load_rows<kQ, kThreads, TileT, D, kUnroll>(go, dout + h * hd, l.out_row, b, l.T, i0, thread);
+    if constexpr (kRowStats)
+        load_row_stats<kQ>(stats_at, stats, l, b, h, i0, thread);
+    else
+        load_rows<kQ, kThreads, TileT, D, kUnroll>(o, out + h * hd, l.out_row, b, l.T, i0, thread);
+}
+
 // Pass 1's tiles at head dimension HD: m-tiles of keys per warp, queries per item, stages, K and
 // V fragments in registers, warps per block, blocks per SM for __launch_bounds__, and whether
 // the items' D and lse come precomputed (RowStats: a kernel of their own before the pass; out
@@ -111,6 +129,7 @@ struct KeyTiles {
     static_assert(M * (Q / 8) * 4 <= 32, "the lane's dropped bits fit one register");
     static constexpr int kHD = HD, kM = M, kQ = Q, kStages = Stages;
     static constexpr bool kInRegisters = InRegisters, kRowStats = RowStats;
+    static constexpr bool kWgmma = false;  // mma.sync (WgmmaKeyTiles: wgmma)
     static constexpr int kWarps = Warps, kThreads = Warps * kWarpSize, kMinBlocks = MinBlocks;
     static constexpr int kKeys = 16 * M * Warps;         // keys a block
     static constexpr int kItemTiles = RowStats ? 2 : 3;  // Q, dout (and out) an item
@@ -243,13 +262,9 @@ __device__ __forceinline__ void backward_key_block(unsigned char* smem, D* dqkv,
         [=](int item, int stage) {
             const std::int64_t h = kvh * l.group + item / per_head;
             const std::int64_t i0 = static_cast<std::int64_t>(qt0 + item % per_head) * kQ;
-            load_rows<kQ, kThreads>(q_tile(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
-            load_rows<kQ, kThreads>(go_tile(stage), dout + h * hd, l.out_row, b, l.T, i0);
-            if constexpr (Tiles::kRowStats)
-                load_row_stats<kQ>(lse_at(stage), stats, l, b, static_cast<int>(h), i0,
-                                   static_cast<int>(threadIdx.x));
-            else
-                load_rows<kQ, kThreads>(o_tile(stage), out + h * hd, l.out_row, b, l.T, i0);
+            load_key_item<kQ, kThreads, Tiles::kRowStats, kQ * Tile::kChunks / kThreads>(
+                q_tile(stage), go_tile(stage), o_tile(stage), lse_at(stage), qkv, dout, out, stats,
+                l, b, static_cast<int>(h), i0, static_cast<int>(threadIdx.x));
         },
         l.group * per_head);
     items.prologue();

@@ -416,6 +416,7 @@ struct WgmmaKeyTiles {
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
     static_assert(!Specialized || (Groups == 2 && Overlap && RowStats && Stages <= 4));
     static constexpr bool kOverlap = Overlap, kRowStats = RowStats, kSpecialized = Specialized;
+    static constexpr bool kWgmma = true;  // as KeyTiles' (false there)
     static constexpr int kConsumers = 128 * Groups;
     static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
     static constexpr int kKeys = 64 * Groups, kMinBlocks = 1;
@@ -616,13 +617,9 @@ __device__ __forceinline__ void wgmma_backward_key_block_pipelined(
         [=](int item, int stage) {
             const int h = pl.head(l, item);
             const std::int64_t i0 = pl.first_query<kQ>(item);
-            load_rows<kQ, kThreads>(sm.q(stage), qkv + h * hd, l.qkv_row, b, l.T, i0);
-            load_rows<kQ, kThreads>(sm.go(stage), dout + h * hd, l.out_row, b, l.T, i0);
-            if constexpr (kRowStats)
-                load_row_stats<kQ>(sm.lse_at(stage), row_stats, l, b, h, i0,
-                                   static_cast<int>(threadIdx.x));
-            else
-                load_rows<kQ, kThreads>(sm.o(stage), out + h * hd, l.out_row, b, l.T, i0);
+            load_key_item<kQ, kThreads, kRowStats, kQ * Tiles::ItemTile::kChunks / kThreads>(
+                sm.q(stage), sm.go(stage), sm.o(stage), sm.lse_at(stage), qkv, dout, out, row_stats,
+                l, b, h, i0, static_cast<int>(threadIdx.x));
         },
         pl.items);
     items.prologue();
@@ -767,7 +764,6 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned ch
     constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
     using Bar = WgmmaPingPongBarriers<kStages>;
     using KTile = typename Tiles::KTile;
-    using ItemTile = typename Tiles::ItemTile;
     const Shared sh{smem, shared_address(smem)};
     const WgmmaKeySmem<Tiles> sm(sh.at);
     const WgmmaKeyPlace pl = wgmma_key_place<Tiles>(l);
@@ -790,11 +786,10 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned ch
             [&](int item, int stage) {
                 const int h = pl.head(l, item);
                 const std::int64_t i0 = pl.first_query<kQ>(item);
-                load_rows<kQ, kProducer, ItemTile, D, 2>(sm.q(stage), qkv + h * hd, l.qkv_row, b,
-                                                         l.T, i0, thread);
-                load_rows<kQ, kProducer, ItemTile, D, 2>(sm.go(stage), dout + h * hd, l.out_row, b,
-                                                         l.T, i0, thread);
-                load_row_stats<kQ>(sm.lse_at(stage), row_stats, l, b, h, i0, thread);
+                // Two copies unrolled, as the forward's producer.
+                load_key_item<kQ, kProducer, true, 2>(
+                    sm.q(stage), sm.go(stage), sm.o(stage), sm.lse_at(stage), qkv, dout,
+                    static_cast<const D*>(nullptr), row_stats, l, b, h, i0, thread);
             });
         return;
     }
