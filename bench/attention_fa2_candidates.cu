@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
@@ -37,6 +38,16 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
                                    FlashDropout drop) {
     extern __shared__ __align__(128) unsigned char smem[];
     cuda::fa2::wgmma_forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+}
+
+// By TMA: the call's tensor maps a kernel parameter the copies read in place (__grid_constant__).
+template <class Tiles, bool kDropout>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_tma_forward_kernel(D* out, float* lse, const D* qkv, MmaLayout l,
+                                       FlashDropout drop,
+                                       const __grid_constant__ cuda::fa2::TmaMaps maps) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_forward_block<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop, &maps);
 }
 
 template <class Tiles>
@@ -135,10 +146,11 @@ MmaLayout checked_layout(const char* op, const AttentionDims& d, std::int64_t HD
     return cuda::mma_detail::make_mma_layout(op, d.B, d.T, d.NH, d.KVH, d.HD);
 }
 
-// A forward candidate's launch: the entry point's checks, then `with_dropout` or `without`.
-template <class Tiles, class Kernel>
+// A forward candidate's launch: the entry point's checks, then `with_dropout` or `without`,
+// with `extra(qkv, l)`'s values after the common arguments (a TMA kernel's maps).
+template <class Tiles, class Kernel, class Extra>
 void launch_forward(const char* op, const AttentionFlashForwardArgs<bf16_t>& args,
-                    const cuda::Launch& launch, Kernel with_dropout, Kernel without) {
+                    const cuda::Launch& launch, Kernel with_dropout, Kernel without, Extra extra) {
     const MmaLayout l = checked_layout(op, args.dims, Tiles::kHD, {args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
     if (l.B * l.T == 0) return;
@@ -149,15 +161,24 @@ void launch_forward(const char* op, const AttentionFlashForwardArgs<bf16_t>& arg
     constexpr std::size_t smem = Tiles::smem_bytes();
     auto kernel = drop.on ? with_dropout : without;
     cuda::allow_smem(kernel, smem, op);
-    kernel<<<grid, Tiles::kThreads, smem, launch.stream>>>(out, args.lse, qkv, l, drop);
+    std::apply(
+        [&](const auto&... more) {
+            kernel<<<grid, Tiles::kThreads, smem, launch.stream>>>(out, args.lse, qkv, l, drop,
+                                                                   more...);
+        },
+        extra(qkv, l));
     NAPKIN_CUDA_CHECK_LAUNCH();
+}
+
+std::tuple<> no_extra(const D*, const MmaLayout&) {
+    return {};
 }
 
 template <class Tiles>
 void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     launch_forward<Tiles>("attention_fa2_candidate_forward", args, launch,
                           attention_fa2_forward_kernel<Tiles, true>,
-                          attention_fa2_forward_kernel<Tiles, false>);
+                          attention_fa2_forward_kernel<Tiles, false>, no_extra);
 }
 
 template <class Tiles>
@@ -165,8 +186,20 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
     const char* op = "attention_wgmma_candidate_forward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
-    launch_forward<Tiles>(op, args, launch, attention_wgmma_forward_kernel<Tiles, true>,
-                          attention_wgmma_forward_kernel<Tiles, false>);
+    if constexpr (Tiles::kTma) {
+        launch_forward<Tiles>(op, args, launch, attention_wgmma_tma_forward_kernel<Tiles, true>,
+                              attention_wgmma_tma_forward_kernel<Tiles, false>,
+                              [op](const D* qkv, const MmaLayout& l) {
+                                  cuda::fa2::TmaMaps maps;
+                                  const std::string bad =
+                                      cuda::fa2::make_tma_maps<Tiles>(&maps, qkv, l);
+                                  NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
+                                  return std::make_tuple(maps);
+                              });
+    } else {
+        launch_forward<Tiles>(op, args, launch, attention_wgmma_forward_kernel<Tiles, true>,
+                              attention_wgmma_forward_kernel<Tiles, false>, no_extra);
+    }
 }
 
 // Which passes a backward call launches: bit 0 pass 1 (dK, dV), bit 1 pass 2 (dQ).
@@ -378,6 +411,10 @@ const std::vector<Fa2Candidate> kCandidates = {
     wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true, true>>(
         "f128-wgmma-pp",
         "f128-wgmma-ov with a producer warpgroup and the two warpgroups' products ping-ponged"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<64, 2, 128, 3, true, true, true>>(
+        "f64-wgmma-tma", "f64-wgmma-pp, the producer's tiles by TMA (one thread, mbarriers)"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true, true, true>>(
+        "f128-wgmma-tma", "f128-wgmma-pp, the producer's tiles by TMA (one thread, mbarriers)"),
 
     backward_candidate<DefaultBackwardTiles<64>, true>(
         "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),

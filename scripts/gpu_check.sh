@@ -483,9 +483,10 @@ PY
 do_attention() {
     need_build attention || return 0
     local k="$b/tests/kernels_cuda_test"
-    # First, the sm_90a wgmma primitives (kernels/cuda/wgmma.cuh) against the CPU through their
-    # probe: the hardware's word on the layouts the emulator assumes (docs/CUDA.md "wgmma").
-    step wgmma_tests "$k" --gtest_filter='Wgmma*' --gtest_output="xml:$out/wgmma_tests.xml"
+    # First, the sm_90a wgmma and TMA primitives (kernels/cuda/wgmma.cuh, tma.cuh) against the
+    # CPU through their probes: the hardware's word on the layouts and tensor maps the emulator
+    # assumes (docs/CUDA.md "wgmma").
+    step wgmma_tests "$k" --gtest_filter='Wgmma*:Tma*' --gtest_output="xml:$out/wgmma_tests.xml"
     attention_vs_sdpa
     # The mma.sync kernels' candidate tiles against the engine's (docs/CUDA.md "Flash
     # attention's tiles by measurement"): GPT-2, the GQA shape and GPT-2's sizes at HD 128.
@@ -505,10 +506,11 @@ do_attention() {
         --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*w8*'
     # The wgmma kernels (sm_90 only; they skip elsewhere): shared tiles the async proxy reads.
     step racecheck_attention_wgmma $cs --tool racecheck "$k" \
-        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*'
-    # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive).
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma*:Wgmma.*:Tma.*'
+    # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive) and
+    # mbarriers (the TMA ones).
     step synccheck_attention_pp $cs --tool synccheck "$k" \
-        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*pp*'
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*pp*:Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_tma*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this

@@ -377,7 +377,8 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
                        static_cast<std::int64_t>(it) * kBlockN, b, h, l, drop);
     };
     wgmma_consume<kStages, kConsumers, Bar>(
-        g, kt, visible, [&] { wgmma_issue_s_dp<D>(s, dp, st, 0); },
+        g, kt, visible, [&](int x) { bar_sync(Bar::full(x % kStages, g), kProducer + 128); },
+        [&] { wgmma_issue_s_dp<D>(s, dp, st, 0); },
         [&](int it, int stage) {  // S, dP of tile it + 1, then dQ += dS_it K_it
             wgmma_issue_s_dp<D>(s, dp, st, stage);
             wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
@@ -806,6 +807,7 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned ch
     bar_sync(Bar::full(0, group), kProducer + 128);  // K, V and item 0
     wgmma_consume<kStages, kConsumers, Bar>(
         group, pl.items, kg0 < l.T ? pl.items : 0,
+        [&](int x) { bar_sync(Bar::full(x % kStages, group), kProducer + 128); },
         [&] { wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, 0); },
         [&](int it, int stage) {  // S^T, dP^T of item it + 1, then dV, dK of item it
             wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, stage);

@@ -25,11 +25,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention_fa2.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/named_barrier.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace napkin::cuda::fa2 {
@@ -62,31 +65,37 @@ struct SwTile {
 };
 
 // The forward's tiles on wgmma: warpgroups a block, keys a tile, stages, whether a warpgroup's
-// softmax overlaps its products (wgmma_forward_block_overlapped; 3 stages at least), and whether
+// softmax overlaps its products (wgmma_forward_block_overlapped; 3 stages at least), whether
 // a producer warpgroup loads the tiles for two ping-ponged consumer warpgroups
-// (wgmma_forward_block_specialized; overlapped, 3 or 4 stages).
+// (wgmma_forward_block_specialized; overlapped, 3 or 4 stages), and whether that producer loads
+// them by TMA (one thread issues each tile's copies, which signal the stage's mbarrier) rather
+// than by cp.async.
 template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false,
-          bool Specialized = false>
+          bool Specialized = false, bool Tma = false>
 struct WgmmaForwardTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     static_assert(BlockN == 64 || BlockN == 128);
     static_assert(Stages >= (Overlap ? 3 : 2));
     static_assert(!Specialized || (Groups == 2 && Overlap && Stages <= 4));
+    static_assert(!Tma || Specialized);
     static constexpr int kHD = HD, kGroups = Groups, kBlockN = BlockN, kStages = Stages;
-    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized;
+    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized, kTma = Tma;
     // The consumer warpgroups' threads, then the producer's.
     static constexpr int kConsumers = 128 * Groups;
     static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
     static constexpr int kBlockM = 64 * Groups, kMinBlocks = 1;
     // setmaxnreg's split of the 168 registers a thread of 384 (65536 a block): the producer's
-    // and the consumers' (128 x 40 + 256 x 232 = 384 x 168).
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    // and the consumers' (128 x 40 + 256 x 232 = 384 x 168; by TMA the producer keeps only a
+    // loop and a thread's test: 128 x 24 + 256 x 240).
+    static constexpr int kProducerRegs = Tma ? 24 : 40, kConsumerRegs = Tma ? 240 : 232;
     using QTile = SwTile<kBlockM, HD>;
     using KvTile = SwTile<BlockN, HD>;
-    // Q, then kStages K and kStages V tiles, and up to 1 KiB to align the first to 1024 bytes.
+    // Q, then kStages K and kStages V tiles, by TMA one 8-byte mbarrier a stage, and up to 1 KiB
+    // to align the first to 1024 bytes.
     static constexpr std::size_t smem_bytes() {
-        return 1024 + QTile::kBytes + 2 * static_cast<std::size_t>(kStages) * KvTile::kBytes;
+        return 1024 + QTile::kBytes + 2 * static_cast<std::size_t>(kStages) * KvTile::kBytes +
+               (Tma ? 8 * static_cast<std::size_t>(kStages) : 0);
     }
     // Shared-memory bytes per m16n8k16-sized product, comparable with the mma.sync tiles':
     // a warpgroup's m64nNk16 reads B (32 N bytes) once for its 4 warps' N / 2 such products, 64
@@ -110,7 +119,44 @@ struct WgmmaSmem {
     __device__ KvTile v(int stage) const {
         return KvTile{base + QTile::kBytes + (Tiles::kStages + stage) * KvTile::kBytes};
     }
+    // By TMA: the mbarrier of the stage's copies, after the tiles.
+    __device__ std::uint32_t full(int stage) const {
+        return base + QTile::kBytes + 2 * Tiles::kStages * KvTile::kBytes + 8 * stage;
+    }
 };
+
+// The tensor maps a TMA forward loads through (tma.cuh): qkv as (B, T, (NH + 2 KVH) HD) 16-bit
+// elements, inner dimension first, in boxes of 64 columns (128 bytes, 128-byte swizzle) by Q's
+// block rows (`q`) or a key tile's (`kv`). Rows past T arrive as zeros.
+struct TmaMaps {
+    CUtensorMap q, kv;
+};
+
+// Host side: the maps of one call's qkv for Tiles; empty when made, else why not.
+template <class Tiles, class D>
+std::string make_tma_maps(TmaMaps* maps, const D* qkv, const MmaLayout& l) {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(l.qkv_row), static_cast<cuuint64_t>(l.T),
+                                static_cast<cuuint64_t>(l.B)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(l.qkv_row) * sizeof(D),
+                                   static_cast<cuuint64_t>(l.qkv_row * l.T) * sizeof(D)};
+    const cuuint32_t q_box[3] = {64, Tiles::kBlockM, 1}, kv_box[3] = {64, Tiles::kBlockN, 1};
+    constexpr bool kBf16 = std::is_same_v<D, __nv_bfloat16>;
+    std::string why = tma::encode_16bit_3d(&maps->q, kBf16, qkv, dims, strides, q_box);
+    if (why.empty()) why = tma::encode_16bit_3d(&maps->kv, kBf16, qkv, dims, strides, kv_box);
+    return why;
+}
+
+// The Tile of `rows` rows from row `row0` of batch b, columns col .. col + HD - 1, by TMA: one
+// copy a 64-column half, each counted on `bar`.
+template <class Tile>
+__device__ __forceinline__ void tma_load_tile(const Tile& tile, const CUtensorMap& map, int col,
+                                              std::int64_t row0, std::int64_t b,
+                                              std::uint32_t bar) {
+#pragma unroll
+    for (int half = 0; half < Tile::kChunks / 8; ++half)
+        tma::load_3d(tile.at + half * Tile::kHalfBytes, &map, col + 64 * half,
+                     static_cast<int>(row0), static_cast<int>(b), bar);
+}
 
 // What both bodies start with: the block's (b, h) and key tiles, the thread's warpgroup, warp
 // and lane, its warpgroup's and warp's first rows; Q's load issued and committed.
@@ -380,7 +426,34 @@ __device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, c
     });
 }
 
-// A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier:
+// The producer of the TMA forward (`thread`: its rank among the 128): item x (key tile x, with Q
+// when x is 0) goes into stage x % kStages once the consumers are done with item x - kStages
+// there (its empty barrier, which all 128 wait at); its one thread 0 announces the item's bytes
+// on the stage's mbarrier and issues the copies, which complete phase x / kStages of it. The
+// consumers wait on the mbarrier with that phase's parity. All kStages stages are in flight.
+template <class Tiles, class Bar>
+__device__ __forceinline__ void wgmma_produce_tma(const WgmmaForwardStart<Tiles>& st, int kt,
+                                                  const MmaLayout& l, int thread,
+                                                  const TmaMaps& maps) {
+    constexpr int kStages = Tiles::kStages, kProducer = 128, kBlockN = Tiles::kBlockN;
+    const int q_col = st.block.h * l.HD, k_col = (l.NH + st.block.kvh) * l.HD,
+              v_col = (l.NH + l.KVH + st.block.kvh) * l.HD;
+    for (int x = 0; x < kt; ++x) {
+        const int stage = x % kStages;
+        if (x >= kStages) bar_sync(Bar::empty(stage), kProducer + Tiles::kConsumers);
+        if (thread != 0) continue;
+        const std::uint32_t bar = st.sm.full(stage);
+        constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes;
+        tma::arrive_expect_tx(bar, x == 0 ? Tiles::QTile::kBytes + kKv : kKv);
+        if (x == 0) tma_load_tile(st.sm.q(), maps.q, q_col, st.block.i0, st.block.b, bar);
+        const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
+        tma_load_tile(st.sm.k(stage), maps.kv, k_col, j0, st.block.b, bar);
+        tma_load_tile(st.sm.v(stage), maps.kv, v_col, j0, st.block.b, bar);
+    }
+}
+
+// A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier
+// (`wait_full(x)` waits for item x: its named full barrier, or its TMA copies' mbarrier):
 // turn 0 issues tile 0's first products (`first()`, S; only if `visible` > 0), turn it + 1 the
 // next tile's first products with this tile's last (`issue(it, stage)`: the first products from
 // `stage`, tile it + 1's, or tile it's past the last); between the waits `mid(it + 1)` works on
@@ -389,9 +462,10 @@ __device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, c
 // for its turn and arrives at the other's once its products are issued; the last turn's arrival
 // is left out, and a stage is released after the wait that retires its last product when the
 // producer loads it again. The waits stay off any branch of their own (ptxas's C7518).
-template <int kStages, int kConsumers, class Bar, class First, class Issue, class Mid, class End>
-__device__ __forceinline__ void wgmma_consume(int g, int kt, int visible, First first, Issue issue,
-                                              Mid mid, End end) {
+template <int kStages, int kConsumers, class Bar, class WaitFull, class First, class Issue,
+          class Mid, class End>
+__device__ __forceinline__ void wgmma_consume(int g, int kt, int visible, WaitFull wait_full,
+                                              First first, Issue issue, Mid mid, End end) {
     constexpr int kProducer = 128, kPair = 2 * 128;  // a turn: one warpgroup waits, one arrives
     if (g == 1) bar_arrive(Bar::turn(0), kPair);     // warpgroup 0 takes the first turn
     bar_sync(Bar::turn(g), kPair);
@@ -407,7 +481,7 @@ __device__ __forceinline__ void wgmma_consume(int g, int kt, int visible, First 
     }
     for (int it = 0; it < kt; ++it) {
         const bool more = it + 1 < kt;
-        if (more) bar_sync(Bar::full((it + 1) % kStages, g), kProducer + 128);
+        if (more) wait_full(it + 1);
         bar_sync(Bar::turn(g), kPair);
         const bool free_stage = it + kStages < kt;  // the producer loads into it again
         if (it >= visible) {  // nothing the warpgroup's rows see: the turn and the stage pass on
@@ -446,11 +520,16 @@ __device__ __forceinline__ void wgmma_consume(int g, int kt, int visible, First 
 //             (K_{x+1}, or K_x when x is the last: never read) and P_x V_x; its softmax of
 //             S_{x+1} under P_x V_x as wgmma_forward_block_overlapped; then empty(x) if
 //             x + kStages < kt.
+//
+// By TMA (Tiles::kTma; `maps` the call's, tma.cuh) the producer's thread 0 copies each item into
+// its stage and the consumers wait on the stage's mbarrier instead of its full barriers
+// (wgmma_produce_tma); the rest is the same.
 template <class D, class Tiles, bool kDropout>
 __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* smem, D* out,
                                                                 float* lse, const D* qkv,
                                                                 const MmaLayout& l,
-                                                                const FlashDropout& drop) {
+                                                                const FlashDropout& drop,
+                                                                const TmaMaps* maps) {
     constexpr int kHD = Tiles::kHD, kStages = Tiles::kStages, kBlockN = Tiles::kBlockN;
     constexpr int kN = kBlockN / 8, kD = kHD / 8;
     constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
@@ -460,14 +539,25 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     // roles' branches as divergent and serializes every wgmma (its C7518 note).
     st.group = __shfl_sync(0xffffffffu, st.group, 0);
     const int kt = st.key_tiles;
+    if constexpr (Tiles::kTma) {
+        if (threadIdx.x == kConsumers) {
+            for (int s = 0; s < kStages; ++s)
+                tma::init(st.sm.full(s), 1);  // the producer's one arrival an item
+            tma::fence_init();
+        }
+        __syncthreads();
+    }
 
     if (st.group == Tiles::kGroups) {  // the producer warpgroup
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
-        wgmma_produce<Tiles, D, kStages, Bar>(
-            st.block, st.key_tiles, qkv, l, thread,
-            [&] { wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread); },
-            [&](int s) { return st.sm.k(s); }, [&](int s) { return st.sm.v(s); });
+        if constexpr (Tiles::kTma)
+            wgmma_produce_tma<Tiles, Bar>(st, kt, l, thread, *maps);
+        else
+            wgmma_produce<Tiles, D, kStages, Bar>(
+                st.block, st.key_tiles, qkv, l, thread,
+                [&] { wgmma_load_q<Tiles, kProducer>(st, qkv, l, thread); },
+                [&](int s) { return st.sm.k(s); }, [&](int s) { return st.sm.v(s); });
         return;
     }
 
@@ -486,9 +576,15 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     auto softmax = [&](int it) {
         wgmma_softmax<kDropout>(s, corr, mx, sum, st, it, p_row0, l, drop);
     };
-    bar_sync(Bar::full(0, g), kProducer + 128);
+    auto wait_full = [&](int x) {
+        if constexpr (Tiles::kTma)
+            tma::wait(st.sm.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
+        else
+            bar_sync(Bar::full(x % kStages, g), kProducer + 128);
+    };
+    wait_full(0);
     wgmma_consume<kStages, kConsumers, Bar>(
-        g, kt, visible, [&] { issue_s(0); },
+        g, kt, visible, wait_full, [&] { issue_s(0); },
         [&](int it, int stage) {  // S_{it+1}, then O += P_it V_it
             issue_s(stage);
 #pragma unroll
@@ -505,12 +601,14 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     store_forward_rows<kDropout>(out, lse, o, mx, sum, st.w_first, b, h, l, drop);
 }
 
+// `maps`: the call's tensor maps when Tiles::kTma (make_tma_maps), else unused.
 template <class D, class Tiles, bool kDropout>
 __device__ __forceinline__ void wgmma_forward_block(unsigned char* smem, D* out, float* lse,
                                                     const D* qkv, const MmaLayout& l,
-                                                    const FlashDropout& drop) {
+                                                    const FlashDropout& drop,
+                                                    const TmaMaps* maps = nullptr) {
     if constexpr (Tiles::kSpecialized)
-        wgmma_forward_block_specialized<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
+        wgmma_forward_block_specialized<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop, maps);
     else if constexpr (Tiles::kOverlap)
         wgmma_forward_block_overlapped<D, Tiles, kDropout>(smem, out, lse, qkv, l, drop);
     else

@@ -23,6 +23,9 @@
 // Before the CUDA headers: host_defines.h keeps these when they are already defined. One block
 // runs at a time on one thread, so a function-local static is exactly the block's shared array.
 #define __shared__ static
+// A kernel parameter the device may take the address of (a TMA tensor map): a plain parameter
+// here, where it is a copy in the launch's closure anyway.
+#define __grid_constant__
 
 #include <cuda_runtime.h>
 
@@ -74,6 +77,10 @@ std::uint64_t sync(const SyncRequest& request, const char* what);
 // completed by part of a warp and arrivals left over when the block ends (an arrive that no sync
 // completes).
 void named_barrier(int id, int threads, bool wait, const char* what);
+
+// A step of a spinning wait (emu_tma.cpp's mbarrier waits): the calling thread lets the block's
+// other threads run, and goes on in the scheduler's next round.
+void yield(const char* what);
 
 // The launch's dynamic shared memory (extern __shared__), `bytes` as the launch asked for,
 // aligned to 128 bytes.
@@ -298,3 +305,5 @@ cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
 #include "tests/cuda_emu/emu_ptx.h"
 // wgmma (kernels/cuda/wgmma.cuh's sm_90a PTX), emulated.
 #include "tests/cuda_emu/emu_wgmma.h"
+// TMA copies and mbarriers (kernels/cuda/tma.cuh's sm_90 PTX), emulated.
+#include "tests/cuda_emu/emu_tma.h"

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/emu_tma.h"
 #include "tests/cuda_emu/emu_trace.h"
 
 namespace napkin::emu {
@@ -296,6 +297,18 @@ cudaError_t cudaGetDeviceCount(int* count) {
 
 cudaError_t cudaGetDevice(int* device) {
     *device = 0;
+    return cudaSuccess;
+}
+
+// The driver functions the emulator has: cuTensorMapEncodeTiled (emu_tma.h), which kernels'
+// launchers fetch this way rather than link libcuda.
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int,
+                                             unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+    const bool found = symbol != nullptr && std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
+    *fn = found ? reinterpret_cast<void*>(&napkin::emu::tensor_map_encode_tiled) : nullptr;
+    if (status != nullptr)
+        *status = found ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 

@@ -539,6 +539,16 @@ std::uint64_t sync(const SyncRequest& request, const char* what) {
     return f->result;
 }
 
+void yield(const char* what) {
+    Fiber* f = g_run.current;
+    if (f == nullptr) {
+        std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
+        std::abort();
+    }
+    f->what = what;  // stays ready: it runs again in the scheduler's next round
+    leave_fiber(*f);
+}
+
 void named_barrier(int id, int threads, bool wait, const char* what) {
     Fiber* f = g_run.current;
     if (f == nullptr) {

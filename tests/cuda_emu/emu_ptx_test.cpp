@@ -3,7 +3,8 @@
 // uses both, against CPU loops (small integers: every product and sum exact), the first product's
 // accumulators feeding the second as its A fragment; cp.async landing at the wait and not before,
 // per commit group; the misuses that fail a launch; bank-conflicted ldmatrix phases counted, and
-// none in the tensor-core flash attention's kernels.
+// none in the tensor-core flash attention's kernels; the emulated driver's tensor maps (emu_tma.h;
+// the TMA copies themselves are held to the hardware by tests/kernels_cuda/wgmma_test.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "kernels/attention.h"
 #include "tests/cuda_emu/emu_ptx.h"
 #include "tests/cuda_emu/emu_state.h"
+#include "tests/cuda_emu/emu_tma.h"
 #include "tests/cuda_emu/ptx_selftest_kernels.h"
 #include "tests/kernels_cuda/cuda_test_util.h"
 
@@ -273,6 +275,70 @@ TEST_F(CudaEmuPtx, FlashAttentionReadsSharedMemoryWithoutBankConflicts) {
         test::sync_and_check();
         EXPECT_EQ(ldmatrix_bank_conflicts(), before);
     }
+}
+
+// cuTensorMapEncodeTiled (emu_tma.h) as the driver documents it: a valid 3-d map of bf16 with a
+// 128-byte swizzle is made; each invalid field is refused, what the emulator does not model is
+// "not supported", and cudaGetDriverEntryPointByVersion hands out the function by name only.
+TEST_F(CudaEmuPtx, TensorMapsAreRefusedWhereTheDriverRefusesThem) {
+    DeviceBuffer<std::uint16_t> t(64 * 100 * 2);
+    struct Map {
+        void* address;
+        cuuint64_t dims[3] = {64, 100, 2};
+        cuuint64_t strides[2] = {128, 128 * 100};
+        cuuint32_t box[3] = {64, 64, 1};
+        cuuint32_t element_strides[3] = {1, 1, 1};
+        CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+        CUtensorMapInterleave interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+    };
+    auto encode = [](const Map& m) {
+        CUtensorMap map;
+        return tensor_map_encode_tiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, m.address, m.dims,
+                                       m.strides, m.box, m.element_strides, m.interleave, m.swizzle,
+                                       CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    };
+    const Map good{t.get()};
+    EXPECT_EQ(encode(good), CUDA_SUCCESS);
+    Map m = good;
+    m.address = reinterpret_cast<unsigned char*>(t.get()) + 8;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an address not 16-byte aligned";
+    m = good;
+    m.strides[0] = 120;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a stride not a multiple of 16";
+    m = good;
+    m.dims[1] = 0;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a dimension of 0";
+    m = good;
+    m.box[1] = 257;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a box dimension past 256";
+    m = good;
+    m.box[0] = 128;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an inner box wider than the swizzle";
+    m = good;
+    m.box[0] = 4;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an inner box of 8 bytes";
+    m = good;
+    m.element_strides[1] = 9;
+    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an element stride past 8";
+    m = good;
+    m.element_strides[1] = 2;
+    EXPECT_EQ(encode(m), CUDA_ERROR_NOT_SUPPORTED) << "element strides other than 1";
+    m = good;
+    m.interleave = CU_TENSOR_MAP_INTERLEAVE_16B;
+    EXPECT_EQ(encode(m), CUDA_ERROR_NOT_SUPPORTED) << "interleave";
+
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                               cudaEnableDefault, &found),
+              cudaSuccess);
+    EXPECT_EQ(found, cudaDriverEntryPointSuccess);
+    EXPECT_EQ(fn, reinterpret_cast<void*>(&tensor_map_encode_tiled));
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &found),
+              cudaSuccess);
+    EXPECT_EQ(found, cudaDriverEntryPointSymbolNotFound);
+    EXPECT_EQ(fn, nullptr);
 }
 
 }  // namespace

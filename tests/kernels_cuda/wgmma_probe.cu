@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #if !defined(__CUDACC__)
 #include "tests/cuda_emu/emu_state.h"
@@ -152,7 +153,79 @@ cudaError_t launch_t(const WgmmaCase& c, const std::uint16_t* a, const std::uint
     }
 }
 
+// A probe's launch error `e` with its message into *failure: on the emulator the emulator's, and
+// a fresh device for the next case (a GPU's launch failure sticks to its context; the misuses
+// run on the emulator only).
+cudaError_t finish(cudaError_t e, std::string* failure) {
+    if (e == cudaSuccess) return e;
+#if !defined(__CUDACC__)
+    if (failure != nullptr) *failure = ::napkin::emu::last_error_message();
+    ::napkin::emu::reset_for_test();
+#else
+    if (failure != nullptr) *failure = cudaGetErrorString(e);
+#endif
+    return e;
+}
+
+constexpr int kTmaThreads = 64;
+
+// Thread 0 sets up the mbarrier, announces the box's bytes and issues the copy; every thread
+// waits for it, then the block writes the shared tile out as it lies.
+__global__ void tma_tile_kernel(const __grid_constant__ CUtensorMap map, int rows, int row0,
+                                int col0, int batch, std::uint16_t* tile, TmaMisuse misuse) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const std::uint32_t window = shared_address(smem);
+    const std::uint32_t at =
+        (window + kAtom - 1) / kAtom * kAtom + (misuse == TmaMisuse::kUnaligned ? 512u : 0u);
+    const std::uint32_t bytes = static_cast<std::uint32_t>(rows) * kRowBytes;
+    const std::uint32_t bar = (window + kAtom - 1) / kAtom * kAtom + 512u + bytes;
+    if (threadIdx.x == 0) {
+        tma::init(bar, 1);
+        tma::fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (misuse != TmaMisuse::kNoArrive)
+            tma::arrive_expect_tx(bar, misuse == TmaMisuse::kShortExpect ? bytes - 16 : bytes);
+        tma::load_3d(at, &map, col0, row0, batch, bar);
+    }
+    if (misuse == TmaMisuse::kNoWait)
+        __syncthreads();
+    else
+        tma::wait(bar, 0);
+    const unsigned char* from = smem + (at - window);
+    for (int i = static_cast<int>(threadIdx.x); i < rows * 8; i += kTmaThreads)
+        reinterpret_cast<uint4*>(tile)[i] = reinterpret_cast<const uint4*>(from)[i];
+}
+
 }  // namespace
+
+cudaError_t tma_tile(const TmaCase& c, const std::uint16_t* tensor, int batches, int rows, int cols,
+                     std::uint16_t* tile, std::string* failure) {
+    if (c.rows < 1 || c.rows > 256 || cols % 8 != 0) return cudaErrorInvalidValue;
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                                static_cast<cuuint64_t>(batches)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * 2,
+                                   static_cast<cuuint64_t>(cols) * rows * 2};
+    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(c.rows), 1};
+    if (std::string why = tma::encode_16bit_3d(&map, true, tensor, dims, strides, box);
+        !why.empty()) {
+        if (failure != nullptr) *failure = why;
+        return cudaErrorInvalidValue;
+    }
+    // The tile (and 512 bytes for the unaligned case) from a multiple of 1024, then the barrier.
+    const std::size_t smem = kAtom + 512 + static_cast<std::size_t>(c.rows) * kRowBytes + 8;
+    auto* kernel = &tma_tile_kernel;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e == cudaSuccess) {
+        kernel<<<1, kTmaThreads, smem>>>(map, c.rows, c.row0, c.col0, c.batch, tile, c.misuse);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    return finish(e, failure);
+}
 
 bool wgmma_emulated() {
 #if defined(__CUDACC__)
@@ -173,19 +246,9 @@ cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std:
     if ((c.n != 32 && c.n != 64 && c.n != 128) || (c.n == 32 && c.b_n_major) || c.warpgroups < 1 ||
         c.warpgroups > 4)
         return cudaErrorInvalidValue;
-    const cudaError_t e =
-        c.bf16 ? launch_t<__nv_bfloat16>(c, a, b, c_in, d) : launch_t<__half>(c, a, b, c_in, d);
-#if !defined(__CUDACC__)
-    // The emulator's message, and a fresh device for the next case (a GPU's launch failure
-    // sticks to its context; the misuses run only here).
-    if (e != cudaSuccess) {
-        if (failure != nullptr) *failure = ::napkin::emu::last_error_message();
-        ::napkin::emu::reset_for_test();
-    }
-#else
-    if (e != cudaSuccess && failure != nullptr) *failure = cudaGetErrorString(e);
-#endif
-    return e;
+    return finish(
+        c.bf16 ? launch_t<__nv_bfloat16>(c, a, b, c_in, d) : launch_t<__half>(c, a, b, c_in, d),
+        failure);
 }
 
 }  // namespace napkin::cuda::probe

@@ -1,6 +1,7 @@
-// A kernel that multiplies through kernels/cuda/wgmma.cuh alone, for tests/kernels_cuda/
-// wgmma_test.cpp: on an sm_90 GPU it holds the header's descriptors, swizzle and register layouts
-// to the hardware, on the emulator (tests/cuda_emu/emu_wgmma.h) the emulator to the same product.
+// A kernel that multiplies through kernels/cuda/wgmma.cuh alone, and one that copies a tile
+// through kernels/cuda/tma.cuh alone, for tests/kernels_cuda/wgmma_test.cpp: on an sm_90 GPU they
+// hold the headers' descriptors, swizzle, register layouts and tensor maps to the hardware, on
+// the emulator (tests/cuda_emu/emu_wgmma.h, emu_tma.h) the emulator to the same results.
 // Built by nvcc for the gpu tests (sm_90a among the architectures when 90 is) and rewritten for
 // the emulator; never part of the engine.
 #pragma once
@@ -46,5 +47,31 @@ struct WgmmaCase {
 // its message in *failure (on the emulator, which then clears the error for the next case).
 cudaError_t wgmma_product(const WgmmaCase& c, const std::uint16_t* a, const std::uint16_t* b,
                           const float* c_in, float* d, std::string* failure = nullptr);
+
+// A TMA copy through kernels/cuda/tma.cuh (its mbarrier and its 3-d tensor map, 128-byte
+// swizzle): what the kernel does wrong on purpose, for the emulator (a GPU's result is undefined
+// or a hang).
+enum class TmaMisuse {
+    kNone,
+    kNoWait,       // reads the tile after a __syncthreads instead of the mbarrier's wait
+    kShortExpect,  // announces 16 bytes fewer than the copy brings
+    kNoArrive,     // issues the copy but never arrives: the phase never completes
+    kUnaligned,    // the destination 512 bytes past a multiple of 1024
+};
+
+struct TmaCase {
+    int rows = 64;  // the box's rows (1 to 256); its columns are 64 (128 bytes)
+    int row0 = 0;   // the box's first row (rows past the tensor's end arrive as zeros)
+    int col0 = 0;   // its first column
+    int batch = 0;  // its index in the outer dimension
+    TmaMisuse misuse = TmaMisuse::kNone;
+};
+
+// One block copies the box of `tensor` (batches x rows x cols 16-bit elements, row-major, device
+// memory; cols a multiple of 8) at the case's coordinates into shared memory by TMA and writes
+// the shared tile's bytes as they lie (rows x 64 elements, swizzled) to `tile` (device memory).
+// Returns the launch's error after a synchronize, its message in *failure.
+cudaError_t tma_tile(const TmaCase& c, const std::uint16_t* tensor, int batches, int rows, int cols,
+                     std::uint16_t* tile, std::string* failure = nullptr);
 
 }  // namespace napkin::cuda::probe

@@ -191,5 +191,120 @@ TEST_F(WgmmaMisuses, TheSameCaseRunsCleanly) {
     EXPECT_EQ(misuse(WgmmaMisuse::kNone).error, cudaSuccess);
 }
 
+// ---- TMA (kernels/cuda/tma.cuh) ----
+
+using cuda::probe::TmaCase;
+using cuda::probe::TmaMisuse;
+
+// A tensor of 2 batches x 100 rows x 192 columns, every element distinct.
+constexpr int kTmaBatches = 2, kTmaRows = 100, kTmaCols = 192;
+
+std::vector<std::uint16_t> draw_tma_tensor(std::uint32_t seed) {
+    std::vector<std::uint16_t> t(static_cast<std::size_t>(kTmaBatches) * kTmaRows * kTmaCols);
+    std::mt19937 rng(seed);
+    for (std::uint16_t& v : t)  // never 0 (a row past the end) nor 0xffff (the emulator's poison)
+        v = static_cast<std::uint16_t>(1 + rng() % 0xfffe);
+    return t;
+}
+
+struct TmaRun {
+    cudaError_t error = cudaSuccess;
+    std::string failure;
+    std::vector<std::uint16_t> tile;  // the shared tile's bytes as they lay
+};
+
+TmaRun run_tma(const TmaCase& c, const std::vector<std::uint16_t>& tensor) {
+    DeviceBuffer<std::uint16_t> t(tensor.size()), tile(static_cast<std::size_t>(c.rows) * 64);
+    t.upload(tensor);
+    tile.poison();
+    TmaRun r;
+    r.error =
+        cuda::probe::tma_tile(c, t.get(), kTmaBatches, kTmaRows, kTmaCols, tile.get(), &r.failure);
+    cudaGetLastError();
+    if (r.error == cudaSuccess) r.tile = tile.download();
+    return r;
+}
+
+// The box's element (r, col) lies at chunk (col / 8) ^ (r % 8) of its 128-byte row, the layout
+// wgmma's 128-byte-swizzled descriptors read; rows past the tensor's end are zeros.
+TEST(Tma, TheBoxLandsSwizzledAndZeroPastTheEnd) {
+    NAPKIN_SKIP_WITHOUT_WGMMA();
+    const std::uint32_t seed = std::random_device{}();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const std::vector<std::uint16_t> tensor = draw_tma_tensor(seed);
+    const TmaCase cases[] = {{64, 0, 0, 0, TmaMisuse::kNone},
+                             {128, 16, 64, 1, TmaMisuse::kNone},
+                             {64, 72, 128, 1, TmaMisuse::kNone},  // 28 rows inside, 36 past
+                             {8, 96, 0, 0, TmaMisuse::kNone}};
+    for (const TmaCase& c : cases) {
+        SCOPED_TRACE("rows " + std::to_string(c.rows) + " from (" + std::to_string(c.batch) + ", " +
+                     std::to_string(c.row0) + ", " + std::to_string(c.col0) + ")");
+        const TmaRun r = run_tma(c, tensor);
+        ASSERT_EQ(r.error, cudaSuccess) << r.failure;
+        std::size_t bad = 0;
+        for (int row = 0; row < c.rows; ++row)
+            for (int col = 0; col < 64; ++col) {
+                const int src_row = c.row0 + row;
+                const std::uint16_t want =
+                    src_row < kTmaRows
+                        ? tensor[(static_cast<std::size_t>(c.batch) * kTmaRows + src_row) *
+                                     kTmaCols +
+                                 static_cast<std::size_t>(c.col0 + col)]
+                        : 0;
+                const std::size_t at =
+                    static_cast<std::size_t>(row) * 64 + ((col / 8) ^ (row % 8)) * 8 + col % 8;
+                if (r.tile[at] != want && bad++ < 4)
+                    ADD_FAILURE() << "box (" << row << ", " << col << ") = " << r.tile[at]
+                                  << ", the tensor's " << want;
+            }
+        EXPECT_EQ(bad, 0u);
+    }
+}
+
+class TmaMisuses : public ::testing::Test {
+protected:
+    void SetUp() override {
+        NAPKIN_SKIP_WITHOUT_WGMMA();
+        if (!cuda::probe::wgmma_emulated()) GTEST_SKIP() << "the misuses are the emulator's checks";
+    }
+    static TmaRun misuse(TmaMisuse how) {
+        TmaCase c;
+        c.misuse = how;
+        return run_tma(c, draw_tma_tensor(11));
+    }
+};
+
+TEST_F(TmaMisuses, ATileReadWithoutTheWaitIsPoison) {
+    const TmaRun r = misuse(TmaMisuse::kNoWait);
+    ASSERT_EQ(r.error, cudaSuccess) << r.failure;
+    for (std::uint16_t v : r.tile)
+        ASSERT_EQ(v, 0xffff);
+}
+
+TEST_F(TmaMisuses, CopiesBringingMoreThanAnnouncedFailTheLaunch) {
+    const TmaRun r = misuse(TmaMisuse::kShortExpect);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("16 bytes more than its expect_tx announced"), std::string::npos)
+        << r.failure;
+}
+
+TEST_F(TmaMisuses, APhaseNobodyCompletesFailsTheLaunch) {
+    const TmaRun r = misuse(TmaMisuse::kNoArrive);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("never completes (1 of 1 arrivals missing"), std::string::npos)
+        << r.failure;
+}
+
+TEST_F(TmaMisuses, AnUnalignedSwizzledDestinationFailsTheLaunch) {
+    const TmaRun r = misuse(TmaMisuse::kUnaligned);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("is not 1024-byte aligned"), std::string::npos) << r.failure;
+}
+
+TEST_F(TmaMisuses, TheSameCaseRunsCleanly) {
+    const TmaRun r = misuse(TmaMisuse::kNone);
+    EXPECT_EQ(r.error, cudaSuccess) << r.failure;
+}
+
 }  // namespace
 }  // namespace napkin::test
