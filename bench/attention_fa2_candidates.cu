@@ -60,6 +60,27 @@ __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
 
 template <class Tiles>
 __global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_tma_backward_query_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                              const float* lse, MmaLayout l, FlashDropout drop,
+                                              const __grid_constant__ cuda::fa2::TmaMaps maps) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_backward_query_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
+                                                    &maps);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
+    attention_wgmma_tma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
+                                            const float* lse, MmaLayout l, FlashDropout drop,
+                                            const float* row_stats,
+                                            const __grid_constant__ cuda::fa2::TmaMaps maps) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    cuda::fa2::wgmma_backward_key_block<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
+                                                  row_stats, &maps);
+}
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, Tiles::kMinBlocks)
     attention_wgmma_backward_key_kernel(D* dqkv, const D* dout, const D* out, const D* qkv,
                                         const float* lse, MmaLayout l, FlashDropout drop,
                                         const float* row_stats) {
@@ -191,8 +212,8 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
                               attention_wgmma_tma_forward_kernel<Tiles, false>,
                               [op](const D* qkv, const MmaLayout& l) {
                                   cuda::fa2::TmaMaps maps;
-                                  const std::string bad =
-                                      cuda::fa2::make_tma_maps<Tiles>(&maps, qkv, l);
+                                  const std::string bad = cuda::fa2::make_tma_maps(
+                                      &maps, qkv, l, Tiles::kBlockM, Tiles::kBlockN);
                                   NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
                                   return std::make_tuple(maps);
                               });
@@ -206,10 +227,18 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
 constexpr int kBothPasses = 3;
 
 // A backward candidate's launches: the entry point's checks, pass 1 by `key_kernel` with Key's
-// threads, rows and shared memory, then pass 2 by `query_kernel` with Query's (kPasses: which).
-template <class Key, class Query, int kPasses = kBothPasses, class KeyKernel, class QueryKernel>
+// threads, rows and shared memory, then pass 2 by `query_kernel` with Query's (kPasses: which),
+// each with its `extra(qkv, dout, row_stats, l)`'s values after its common arguments (a TMA
+// kernel's maps).
+std::tuple<> no_pass_extra(const D*, const D*, const float*, const MmaLayout&) {
+    return {};
+}
+
+template <class Key, class Query, int kPasses = kBothPasses, class KeyKernel, class QueryKernel,
+          class KeyExtra = decltype(&no_pass_extra), class QueryExtra = decltype(&no_pass_extra)>
 void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& args,
-                     const cuda::Launch& launch, KeyKernel key_kernel, QueryKernel query_kernel) {
+                     const cuda::Launch& launch, KeyKernel key_kernel, QueryKernel query_kernel,
+                     KeyExtra key_extra = &no_pass_extra, QueryExtra query_extra = &no_pass_extra) {
     const MmaLayout l =
         checked_layout(op, args.dims, Key::kHD, {args.dqkv, args.dout, args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
@@ -228,8 +257,12 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
         cuda::allow_smem(key_kernel, key_smem, op);
         const unsigned key_grid =
             cuda::mma_detail::mma_grid(op, (l.T + Key::kKeys - 1) / Key::kKeys, l.B * l.KVH);
-        key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(
-            dqkv, dout, out, qkv, args.lse, l, drop, row_stats);
+        std::apply(
+            [&](const auto&... more) {
+                key_kernel<<<key_grid, Key::kThreads, key_smem, launch.stream>>>(
+                    dqkv, dout, out, qkv, args.lse, l, drop, row_stats, more...);
+            },
+            key_extra(qkv, dout, row_stats, l));
         NAPKIN_CUDA_CHECK_LAUNCH();
     }
     if constexpr ((kPasses & 2) == 0) return;
@@ -237,8 +270,12 @@ void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& a
     cuda::allow_smem(query_kernel, query_smem, op);
     const unsigned query_grid =
         cuda::mma_detail::mma_grid(op, (l.T + Query::kQueries - 1) / Query::kQueries, l.B * l.NH);
-    query_kernel<<<query_grid, Query::kThreads, query_smem, launch.stream>>>(dqkv, dout, out, qkv,
-                                                                             args.lse, l, drop);
+    std::apply(
+        [&](const auto&... more) {
+            query_kernel<<<query_grid, Query::kThreads, query_smem, launch.stream>>>(
+                dqkv, dout, out, qkv, args.lse, l, drop, more...);
+        },
+        query_extra(qkv, dout, nullptr, l));
     NAPKIN_CUDA_CHECK_LAUNCH();
 }
 
@@ -257,14 +294,49 @@ void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::
     const char* op = "attention_wgmma_candidate_backward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
-    if constexpr (Key::kWgmma)  // WgmmaKeyTiles, else KeyTiles
+    auto query_kernel = [] {
+        if constexpr (Query::kTma)
+            return attention_wgmma_tma_backward_query_kernel<Query>;
+        else
+            return attention_wgmma_backward_query_kernel<Query>;
+    }();
+    auto query_extra = [op](const D* qkv, const D* dout, const float* stats, const MmaLayout& l) {
+        if constexpr (Query::kTma) {
+            cuda::fa2::TmaMaps maps;
+            const std::string bad =
+                cuda::fa2::make_tma_maps(&maps, qkv, l, Query::kQueries, Query::kBlockN, dout);
+            NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
+            return std::make_tuple(maps);
+        } else {
+            return no_pass_extra(qkv, dout, stats, l);
+        }
+    };
+    if constexpr (Key::kWgmma) {  // WgmmaKeyTiles, else KeyTiles
+        auto key_kernel = [] {
+            if constexpr (Key::kTma)
+                return attention_wgmma_tma_backward_key_kernel<Key>;
+            else
+                return attention_wgmma_backward_key_kernel<Key>;
+        }();
+        auto key_extra = [op](const D* qkv, const D* dout, const float* stats, const MmaLayout& l) {
+            if constexpr (Key::kTma) {
+                cuda::fa2::TmaMaps maps;
+                std::string bad =
+                    cuda::fa2::make_tma_maps(&maps, qkv, l, Key::kQ, Key::kKeys, dout);
+                if (bad.empty()) bad = cuda::fa2::make_stats_map<Key::kQ>(&maps.stats, stats, l);
+                NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
+                return std::make_tuple(maps);
+            } else {
+                return no_pass_extra(qkv, dout, stats, l);
+            }
+        };
+        launch_backward<Key, Query, kPasses>(op, args, launch, key_kernel, query_kernel, key_extra,
+                                             query_extra);
+    } else {
         launch_backward<Key, Query, kPasses>(op, args, launch,
-                                             attention_wgmma_backward_key_kernel<Key>,
-                                             attention_wgmma_backward_query_kernel<Query>);
-    else
-        launch_backward<Key, Query, kPasses>(op, args, launch,
-                                             attention_fa2_backward_key_kernel<Key>,
-                                             attention_wgmma_backward_query_kernel<Query>);
+                                             attention_fa2_backward_key_kernel<Key>, query_kernel,
+                                             &no_pass_extra, query_extra);
+    }
 }
 
 void engine_forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
@@ -435,6 +507,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b64-wgmma-qov", "b64-wgmma-q, 3 stages, dS overlapped with the products"),
     wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true, true>>(
         "b64-wgmma-qpp", "b64-wgmma-qov with a producer warpgroup and the consumers ping-ponged"),
+    wgmma_backward_candidate<Key64, cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true, true, true>>(
+        "b64-wgmma-qtma", "b64-wgmma-qpp, the producer's tiles by TMA (one thread, mbarriers)"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma",
@@ -458,6 +532,10 @@ const std::vector<Fa2Candidate> kCandidates = {
                              cuda::fa2::WgmmaQueryTiles<64, 2, 64, 2>>(
         "b64-wgmma-kpp",
         "b64-wgmma-k32ov-rs with a producer warpgroup and the consumers ping-ponged in pass 1"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<64, 2, 32, 3, true, true, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<64, 2, 64, 3, true, true, true>>(
+        "b64-wgmma-tma",
+        "b64-wgmma-kpp and b64-wgmma-qtma: both passes' producers by TMA (one thread, mbarriers)"),
 
     backward_candidate<DefaultBackwardTiles<128>, true>(
         "b128", "engine: pass 1 1 m-tile, 32-query items; pass 2 1 m-tile, 64-key tiles"),
@@ -476,6 +554,8 @@ const std::vector<Fa2Candidate> kCandidates = {
         "b128-wgmma-qov", "b128-wgmma-q, 3 stages, dS overlapped with the products"),
     wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true, true>>(
         "b128-wgmma-qpp", "b128-wgmma-qov with a producer warpgroup and the consumers ping-ponged"),
+    wgmma_backward_candidate<Key128, cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true, true, true>>(
+        "b128-wgmma-qtma", "b128-wgmma-qpp, the producer's tiles by TMA (one thread, mbarriers)"),
     wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 64, 2>,
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma",
@@ -499,6 +579,11 @@ const std::vector<Fa2Candidate> kCandidates = {
                              cuda::fa2::WgmmaQueryTiles<128, 2, 64, 2>>(
         "b128-wgmma-kpp",
         "b128-wgmma-k32ov-rs with a producer warpgroup and the consumers ping-ponged in pass 1"),
+    wgmma_backward_candidate<cuda::fa2::WgmmaKeyTiles<128, 2, 32, 3, true, true, true, true>,
+                             cuda::fa2::WgmmaQueryTiles<128, 2, 64, 3, true, true, true>>(
+        "b128-wgmma-tma",
+        "b128-wgmma-kpp and b128-wgmma-qtma: both passes' producers by TMA (one thread, "
+        "mbarriers)"),
 };
 
 }  // namespace

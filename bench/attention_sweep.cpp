@@ -139,7 +139,7 @@ void print_sweep_header() {
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
         "m16n8k16 product (bwd: pass 1 | pass 2, each with its median ms alone: pass 1 writes "
         "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line; "
-        "*-rs, *-kpp: D and lse from a kernel of their own, timed with pass 1)\n\n");
+        "*-rs, *-kpp, b*-wgmma-tma: D and lse from a kernel of their own, timed with pass 1)\n\n");
     std::printf("%-11s %-3s %-19s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }

@@ -510,7 +510,7 @@ do_attention() {
     # The warp-specialized ones hand stages over named barriers (bar.sync / bar.arrive) and
     # mbarriers (the TMA ones).
     step synccheck_attention_pp $cs --tool synccheck "$k" \
-        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*pp*:Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_tma*'
+        --gtest_filter='Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*pp*:Tiles/AttentionFa2Candidates.MatchCpu/*wgmma_*tma*'
 }
 
 # The CUDA backend's benchmark: napkin's GPT-2 against PyTorch eager and torch.compile on this

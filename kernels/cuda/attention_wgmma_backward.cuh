@@ -27,28 +27,32 @@
 namespace napkin::cuda::fa2 {
 
 // The dq pass's tiles on wgmma: warpgroups a block, keys a tile, stages, whether a warpgroup's
-// dS overlaps its products (wgmma_backward_query_block_overlapped; 3 stages at least), and whether
-// a producer warpgroup loads for two ping-ponged consumers (..._specialized; as the forward's).
+// dS overlaps its products (wgmma_backward_query_block_overlapped; 3 stages at least), whether
+// a producer warpgroup loads for two ping-ponged consumers (..._specialized; as the forward's),
+// and whether it loads by TMA (as WgmmaForwardTiles').
 template <int HD, int Groups, int BlockN, int Stages, bool Overlap = false,
-          bool Specialized = false>
+          bool Specialized = false, bool Tma = false>
 struct WgmmaQueryTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
     static_assert(BlockN == 64 || BlockN == 128);
     static_assert(Stages >= (Overlap ? 3 : 2));
     static_assert(!Specialized || (Groups == 2 && Overlap && Stages <= 4));
+    static_assert(!Tma || Specialized);
     static constexpr int kHD = HD, kGroups = Groups, kBlockN = BlockN, kStages = Stages;
-    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized;
+    static constexpr bool kOverlap = Overlap, kSpecialized = Specialized, kTma = Tma;
     static constexpr int kConsumers = 128 * Groups;
     static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
     static constexpr int kQueries = 64 * Groups, kMinBlocks = 1;
     // setmaxnreg's split, as WgmmaForwardTiles'.
-    static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+    static constexpr int kProducerRegs = Tma ? 24 : 40, kConsumerRegs = Tma ? 240 : 232;
     using QTile = SwTile<kQueries, HD>;  // Q, and dout
     using KvTile = SwTile<BlockN, HD>;
-    // Q and dout, then per stage K and V, and up to 1 KiB to align the first to 1024 bytes.
+    // Q and dout, then per stage K and V, by TMA an 8-byte mbarrier a stage, and up to 1 KiB to
+    // align the first to 1024 bytes.
     static constexpr std::size_t smem_bytes() {
-        return 1024 + 2 * QTile::kBytes + 2 * static_cast<std::size_t>(kStages) * KvTile::kBytes;
+        return 1024 + 2 * QTile::kBytes + 2 * static_cast<std::size_t>(kStages) * KvTile::kBytes +
+               (Tma ? 8 * static_cast<std::size_t>(kStages) : 0);
     }
     // As WgmmaForwardTiles': S and dP each read A (2048 bytes) and B (32 kBlockN) per m64 product,
     // dQ B alone (A in registers); the three are equal in number.
@@ -104,6 +108,10 @@ struct WgmmaQueryStart {
     }
     __device__ typename Tiles::KvTile v_tile(int s) const {
         return typename Tiles::KvTile{stages + (2 * s + 1) * Tiles::KvTile::kBytes};
+    }
+    // By TMA: the mbarrier of stage s's copies, after the stages.
+    __device__ std::uint32_t full(int s) const {
+        return stages + 2 * Tiles::kStages * Tiles::KvTile::kBytes + 8 * s;
     }
 };
 
@@ -334,14 +342,37 @@ __device__ __forceinline__ void wgmma_backward_query_block_overlapped(
     wgmma_store_dq(dqkv, dq, st, l);
 }
 
+// The dq pass's TMA producer: item x is key tile x's K and V, with Q and dout when x is 0.
+template <class Tiles, class Bar>
+__device__ __forceinline__ void wgmma_query_produce_tma(const WgmmaQueryStart<Tiles>& st, int kt,
+                                                        const MmaLayout& l, int thread,
+                                                        const TmaMaps& maps) {
+    constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes, kQ = 2 * Tiles::QTile::kBytes;
+    const int q_col = st.block.h * l.HD, k_col = (l.NH + st.block.kvh) * l.HD,
+              v_col = (l.NH + l.KVH + st.block.kvh) * l.HD;
+    wgmma_produce_items_tma<Tiles::kStages, Tiles::kConsumers, Bar>(
+        kt, thread, [&](int s) { return st.full(s); },
+        [](int x) { return x == 0 ? kQ + kKv : kKv; },
+        [&](int x, int stage, std::uint32_t bar) {
+            if (x == 0) {
+                tma_load_tile(st.qs, maps.q, q_col, st.block.i0, st.block.b, bar);
+                tma_load_tile(st.gos, maps.dout, q_col, st.block.i0, st.block.b, bar);
+            }
+            const std::int64_t j0 = static_cast<std::int64_t>(x) * Tiles::kBlockN;
+            tma_load_tile(st.k_tile(stage), maps.kv, k_col, j0, st.block.b, bar);
+            tma_load_tile(st.v_tile(stage), maps.kv, v_col, j0, st.block.b, bar);
+        });
+}
+
 // The overlapped dq pass with the forward's warp specialization and ping-pong
 // (wgmma_forward_block_specialized: the same producer, barriers and turns): the producer loads Q
 // and dout with key tile 0, the consumers take D and lse from them once that has landed, then
-// take turns to issue S and dP of tile j + 1 and dQ += dS_j K_j.
+// take turns to issue S and dP of tile j + 1 and dQ += dS_j K_j. By TMA (Tiles::kTma, `maps`
+// with dout's) as the forward's.
 template <class D, class Tiles>
 __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
-    const MmaLayout& l, const FlashDropout& drop) {
+    const MmaLayout& l, const FlashDropout& drop, const TmaMaps* maps) {
     constexpr int kBlockN = Tiles::kBlockN, kStages = Tiles::kStages;
     constexpr int kN = kBlockN / 8, kD = Tiles::kHD / 8;
     constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
@@ -350,14 +381,19 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     WgmmaQueryStart<Tiles> st = wgmma_query_place<Tiles>(smem, l);
     st.group = __shfl_sync(0xffffffffu, st.group, 0);  // warp-uniform to ptxas (see the forward)
     const int kt = st.key_tiles;
+    if constexpr (Tiles::kTma)
+        tma_init_stages<kStages>(kConsumers, [&](int s) { return st.full(s); });
 
     if (st.group == Tiles::kGroups) {  // the producer warpgroup
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
-        wgmma_produce<Tiles, D, kStages, Bar>(
-            st.block, kt, qkv, l, thread,
-            [&] { wgmma_query_load<Tiles, kProducer, D, 2>(st, dout, qkv, l, thread); },
-            [&](int s) { return st.k_tile(s); }, [&](int s) { return st.v_tile(s); });
+        if constexpr (Tiles::kTma)
+            wgmma_query_produce_tma<Tiles, Bar>(st, kt, l, thread, *maps);
+        else
+            wgmma_produce<Tiles, D, kStages, Bar>(
+                st.block, kt, qkv, l, thread,
+                [&] { wgmma_query_load<Tiles, kProducer, D, 2>(st, dout, qkv, l, thread); },
+                [&](int s) { return st.k_tile(s); }, [&](int s) { return st.v_tile(s); });
         return;
     }
 
@@ -365,7 +401,13 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     const int g = st.group;
     const std::int64_t b = st.block.b;
     const int h = st.block.h;
-    bar_sync(Bar::full(0, g), kProducer + 128);
+    auto wait_full = [&](int x) {
+        if constexpr (Tiles::kTma)
+            tma::wait(st.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
+        else
+            bar_sync(Bar::full(x % kStages, g), kProducer + 128);
+    };
+    wait_full(0);
     wgmma_query_row_stats(st, sh, out, lse, l);  // dout landed with tile 0
     const int visible = st.g_first >= l.T ? 0 : min(kt, static_cast<int>(st.g_last / kBlockN) + 1);
     float dq[1][kD][4];
@@ -377,8 +419,7 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
                        static_cast<std::int64_t>(it) * kBlockN, b, h, l, drop);
     };
     wgmma_consume<kStages, kConsumers, Bar>(
-        g, kt, visible, [&](int x) { bar_sync(Bar::full(x % kStages, g), kProducer + 128); },
-        [&] { wgmma_issue_s_dp<D>(s, dp, st, 0); },
+        g, kt, visible, wait_full, [&] { wgmma_issue_s_dp<D>(s, dp, st, 0); },
         [&](int it, int stage) {  // S, dP of tile it + 1, then dQ += dS_it K_it
             wgmma_issue_s_dp<D>(s, dp, st, stage);
             wgmma_issue_dq<D>(dq, dsa, st, it % kStages);
@@ -387,14 +428,14 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     wgmma_store_dq(dqkv, dq, st, l);
 }
 
+// `maps`: the call's tensor maps, dout's among them, when Tiles::kTma; else unused.
 template <class D, class Tiles>
-__device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, D* dqkv,
-                                                           const D* dout, const D* out,
-                                                           const D* qkv, const float* lse,
-                                                           const MmaLayout& l,
-                                                           const FlashDropout& drop) {
+__device__ __forceinline__ void wgmma_backward_query_block(
+    unsigned char* smem, D* dqkv, const D* dout, const D* out, const D* qkv, const float* lse,
+    const MmaLayout& l, const FlashDropout& drop, const TmaMaps* maps = nullptr) {
     if constexpr (Tiles::kSpecialized)
-        wgmma_backward_query_block_specialized<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
+        wgmma_backward_query_block_specialized<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
+                                                         maps);
     else if constexpr (Tiles::kOverlap)
         wgmma_backward_query_block_overlapped<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop);
     else
@@ -403,11 +444,11 @@ __device__ __forceinline__ void wgmma_backward_query_block(unsigned char* smem, 
 
 // The dK, dV pass's tiles on wgmma: warpgroups a block (64 keys each), queries an item, stages,
 // whether the next item's S^T and dP^T overlap this one's products (3 stages at least), whether
-// the items' D and lse come precomputed (as KeyTiles' RowStats), and whether a producer
-// warpgroup loads for the two ping-ponged consumers (as WgmmaForwardTiles'; overlapped, with
-// RowStats).
+// the items' D and lse come precomputed (as KeyTiles' RowStats), whether a producer warpgroup
+// loads for the two ping-ponged consumers (as WgmmaForwardTiles'; overlapped, with RowStats),
+// and whether it loads by TMA (as WgmmaForwardTiles').
 template <int HD, int Groups, int Q, int Stages, bool Overlap = false, bool RowStats = false,
-          bool Specialized = false>
+          bool Specialized = false, bool Tma = false>
 struct WgmmaKeyTiles {
     static_assert(HD == 64 || HD == 128);
     static_assert(Groups == 1 || Groups == 2);
@@ -416,26 +457,31 @@ struct WgmmaKeyTiles {
     static_assert(Stages >= (Overlap ? 3 : 2));
     static constexpr int kHD = HD, kGroups = Groups, kQ = Q, kStages = Stages;
     static_assert(!Specialized || (Groups == 2 && Overlap && RowStats && Stages <= 4));
+    static_assert(!Tma || Specialized);
     static constexpr bool kOverlap = Overlap, kRowStats = RowStats, kSpecialized = Specialized;
+    static constexpr bool kTma = Tma;
     static constexpr bool kWgmma = true;  // as KeyTiles' (false there)
     static constexpr int kConsumers = 128 * Groups;
     static constexpr int kThreads = kConsumers + (Specialized ? 128 : 0);
     static constexpr int kKeys = 64 * Groups, kMinBlocks = 1;
     // setmaxnreg's split (each a multiple of 8, 128 kProducerRegs + 256 kConsumerRegs <= 64 Ki):
-    // at HD 128 the consumers hold dK and dV (128 a thread) and take 240, the producer 24.
-    static constexpr int kProducerRegs = HD == 128 ? 24 : 40;
-    static constexpr int kConsumerRegs = HD == 128 ? 240 : 232;
+    // at HD 128 the consumers hold dK and dV (128 a thread) and take 240, the producer 24; by
+    // TMA the producer needs no more at HD 64 either.
+    static constexpr int kProducerRegs = HD == 128 || Tma ? 24 : 40;
+    static constexpr int kConsumerRegs = HD == 128 || Tma ? 240 : 232;
     static constexpr int kItemTiles = RowStats ? 2 : 3;  // Q, dout (and out) an item
     static_assert(RowStats || (kThreads % Q == 0 && (HD / 8) % (kThreads / Q) == 0),
                   "item_stats' rows");
     using KTile = SwTile<kKeys, HD>;  // K, and V
     using ItemTile = SwTile<Q, HD>;   // Q, dout (, out) of an item
     // K and V, then per stage Q, dout (and out), then lse and D (kQ floats each; a pair per stage
-    // with RowStats), and up to 1 KiB to align the first to 1024 bytes.
+    // with RowStats), by TMA an 8-byte mbarrier a stage, and up to 1 KiB to align the first to
+    // 1024 bytes.
     static constexpr std::size_t smem_bytes() {
         return 1024 + 2 * KTile::kBytes +
                static_cast<std::size_t>(kItemTiles * kStages) * ItemTile::kBytes +
-               (RowStats ? kStages : 1) * 2 * kQ * sizeof(float);
+               (RowStats ? kStages : 1) * 2 * kQ * sizeof(float) +
+               (Tma ? 8 * static_cast<std::size_t>(kStages) : 0);
     }
     // As WgmmaQueryTiles': S^T and dP^T read A (2048 bytes) and B (32 kQ) per m64 product, dV
     // and dK B alone; the four are equal in number.
@@ -505,7 +551,23 @@ struct WgmmaKeySmem {
         return stages + kItemTiles * Tiles::kStages * ItemTile::kBytes +
                (Tiles::kRowStats ? s : 0) * 2 * Tiles::kQ * sizeof(float);
     }
+    // By TMA (with RowStats): the mbarrier of stage s's copies, after the statistics.
+    __device__ std::uint32_t full(int s) const { return lse_at(Tiles::kStages) + 8 * s; }
 };
+
+// Host side: the row statistics' map of one call (TmaMaps::stats), boxes of an item's kQ
+// queries' lse then D.
+template <int kQ>
+std::string make_stats_map(CUtensorMap* map, const float* stats, const MmaLayout& l) {
+    const std::int64_t tp = RowStatsLayout::padded(l.T);
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(tp), 2,
+                                static_cast<cuuint64_t>(l.B * l.NH)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(tp) * sizeof(float),
+                                   static_cast<cuuint64_t>(2 * tp) * sizeof(float)};
+    const cuuint32_t box[3] = {kQ, 2, 1};
+    return tma::encode_3d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, stats, dims, strides, box,
+                          CU_TENSOR_MAP_SWIZZLE_NONE);
+}
 
 // S^T = K Q^T and dP^T = V dO^T of warpgroup `group`'s keys and the item in `stage`, one group.
 template <class D, class Tiles>
@@ -754,12 +816,14 @@ __device__ __forceinline__ void wgmma_backward_key_block_pipelined(
 // of item it + 1 while the other's products run. Items whose queries all precede a warpgroup's
 // keys are computed (zero P^T and dS^T), as the overlapped pass's; a warpgroup whose keys lie
 // past T takes its turns and issues nothing.
+//
+// By TMA (Tiles::kTma; `maps` with dout's and the statistics'): the forward's TMA producer on
+// items: K and V go with item 0, each item's Q, dout and statistics (lse then D, one copy) into
+// its stage, on the stage's mbarrier.
 template <class D, class Tiles>
-__device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned char* smem, D* dqkv,
-                                                                     const D* dout, const D* qkv,
-                                                                     const MmaLayout& l,
-                                                                     const FlashDropout& drop,
-                                                                     const float* row_stats) {
+__device__ __forceinline__ void wgmma_backward_key_block_specialized(
+    unsigned char* smem, D* dqkv, const D* dout, const D* qkv, const MmaLayout& l,
+    const FlashDropout& drop, const float* row_stats, const TmaMaps* maps) {
     constexpr int kHD = Tiles::kHD, kRows = Tiles::kKeys, kQ = Tiles::kQ, kNq = kQ / 8;
     constexpr int kD = kHD / 8, kStages = Tiles::kStages;
     constexpr int kProducer = 128, kConsumers = Tiles::kConsumers;
@@ -773,25 +837,49 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned ch
     // The warpgroup as a value ptxas knows to be warp-uniform (the forward's note).
     const int group = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
 
+    if constexpr (Tiles::kTma)
+        tma_init_stages<kStages>(kConsumers, [&](int s) { return sm.full(s); });
+
     if (group == Tiles::kGroups) {  // the producer warpgroup
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
-        wgmma_produce_items<kStages, kConsumers, Bar>(
-            pl.items,
-            [&] {
-                load_rows<kRows, kProducer, KTile, D, 2>(sm.ks, qkv + (l.NH + kvh) * hd, l.qkv_row,
-                                                         b, l.T, pl.j0, thread);
-                load_rows<kRows, kProducer, KTile, D, 2>(sm.vs, qkv + (l.NH + l.KVH + kvh) * hd,
-                                                         l.qkv_row, b, l.T, pl.j0, thread);
-            },
-            [&](int item, int stage) {
-                const int h = pl.head(l, item);
-                const std::int64_t i0 = pl.first_query<kQ>(item);
-                // Two copies unrolled, as the forward's producer.
-                load_key_item<kQ, kProducer, true, 2>(
-                    sm.q(stage), sm.go(stage), sm.o(stage), sm.lse_at(stage), qkv, dout,
-                    static_cast<const D*>(nullptr), row_stats, l, b, h, i0, thread);
-            });
+        if constexpr (Tiles::kTma) {
+            constexpr std::uint32_t kItem =
+                2 * Tiles::ItemTile::kBytes + 2 * kQ * static_cast<std::uint32_t>(sizeof(float));
+            const int k_col = (l.NH + kvh) * l.HD, v_col = (l.NH + l.KVH + kvh) * l.HD;
+            wgmma_produce_items_tma<kStages, kConsumers, Bar>(
+                pl.items, thread, [&](int s) { return sm.full(s); },
+                [](int x) { return x == 0 ? 2 * KTile::kBytes + kItem : kItem; },
+                [&](int item, int stage, std::uint32_t bar) {
+                    if (item == 0) {
+                        tma_load_tile(sm.ks, maps->kv, k_col, pl.j0, b, bar);
+                        tma_load_tile(sm.vs, maps->kv, v_col, pl.j0, b, bar);
+                    }
+                    const int h = pl.head(l, item);
+                    const std::int64_t i0 = pl.first_query<kQ>(item);
+                    tma_load_tile(sm.q(stage), maps->q, h * l.HD, i0, b, bar);
+                    tma_load_tile(sm.go(stage), maps->dout, h * l.HD, i0, b, bar);
+                    tma::load_3d(sm.lse_at(stage), &maps->stats, static_cast<int>(i0), 0,
+                                 static_cast<int>(b * l.NH + h), bar);
+                });
+        } else {
+            wgmma_produce_items<kStages, kConsumers, Bar>(
+                pl.items,
+                [&] {
+                    load_rows<kRows, kProducer, KTile, D, 2>(sm.ks, qkv + (l.NH + kvh) * hd,
+                                                             l.qkv_row, b, l.T, pl.j0, thread);
+                    load_rows<kRows, kProducer, KTile, D, 2>(sm.vs, qkv + (l.NH + l.KVH + kvh) * hd,
+                                                             l.qkv_row, b, l.T, pl.j0, thread);
+                },
+                [&](int item, int stage) {
+                    const int h = pl.head(l, item);
+                    const std::int64_t i0 = pl.first_query<kQ>(item);
+                    // Two copies unrolled, as the forward's producer.
+                    load_key_item<kQ, kProducer, true, 2>(
+                        sm.q(stage), sm.go(stage), sm.o(stage), sm.lse_at(stage), qkv, dout,
+                        static_cast<const D*>(nullptr), row_stats, l, b, h, i0, thread);
+                });
+        }
         return;
     }
 
@@ -804,10 +892,15 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(unsigned ch
     zero(dv);
     float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
     std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
-    bar_sync(Bar::full(0, group), kProducer + 128);  // K, V and item 0
+    auto wait_full = [&](int x) {
+        if constexpr (Tiles::kTma)
+            tma::wait(sm.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
+        else
+            bar_sync(Bar::full(x % kStages, group), kProducer + 128);
+    };
+    wait_full(0);  // K, V and item 0
     wgmma_consume<kStages, kConsumers, Bar>(
-        group, pl.items, kg0 < l.T ? pl.items : 0,
-        [&](int x) { bar_sync(Bar::full(x % kStages, group), kProducer + 128); },
+        group, pl.items, kg0 < l.T ? pl.items : 0, wait_full,
         [&] { wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, 0); },
         [&](int it, int stage) {  // S^T, dP^T of item it + 1, then dV, dK of item it
             wgmma_issue_st_dpt<D, Tiles>(st, dpt, sm, group, stage);
@@ -830,9 +923,11 @@ __device__ __forceinline__ void wgmma_backward_key_block(unsigned char* smem, D*
                                                          const D* dout, const D* out, const D* qkv,
                                                          const float* lse, const MmaLayout& l,
                                                          const FlashDropout& drop,
-                                                         const float* row_stats = nullptr) {
+                                                         const float* row_stats = nullptr,
+                                                         const TmaMaps* maps = nullptr) {
     if constexpr (Tiles::kSpecialized)
-        wgmma_backward_key_block_specialized<D, Tiles>(smem, dqkv, dout, qkv, l, drop, row_stats);
+        wgmma_backward_key_block_specialized<D, Tiles>(smem, dqkv, dout, qkv, l, drop, row_stats,
+                                                       maps);
     else
         wgmma_backward_key_block_pipelined<D, Tiles>(smem, dqkv, dout, out, qkv, lse, l, drop,
                                                      row_stats);

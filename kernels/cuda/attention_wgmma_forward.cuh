@@ -125,24 +125,33 @@ struct WgmmaSmem {
     }
 };
 
-// The tensor maps a TMA forward loads through (tma.cuh): qkv as (B, T, (NH + 2 KVH) HD) 16-bit
-// elements, inner dimension first, in boxes of 64 columns (128 bytes, 128-byte swizzle) by Q's
-// block rows (`q`) or a key tile's (`kv`). Rows past T arrive as zeros.
+// The tensor maps a TMA kernel loads through (tma.cuh): qkv as (B, T, (NH + 2 KVH) HD) 16-bit
+// elements, inner dimension first, in boxes of 64 columns (128 bytes, 128-byte swizzle) by a
+// query block's rows (`q`) or a key tile's (`kv`); the backward's passes also dout, (B, T, NH HD)
+// in the query block's boxes, and pass 1 the row statistics (`stats`: RowStatsLayout's floats
+// as (B NH, 2, padded T), no swizzle, boxes of an item's lse then its D). Rows past T arrive as
+// zeros.
 struct TmaMaps {
-    CUtensorMap q, kv;
+    CUtensorMap q, kv, dout, stats;
 };
 
-// Host side: the maps of one call's qkv for Tiles; empty when made, else why not.
-template <class Tiles, class D>
-std::string make_tma_maps(TmaMaps* maps, const D* qkv, const MmaLayout& l) {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(l.qkv_row), static_cast<cuuint64_t>(l.T),
-                                static_cast<cuuint64_t>(l.B)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(l.qkv_row) * sizeof(D),
-                                   static_cast<cuuint64_t>(l.qkv_row * l.T) * sizeof(D)};
-    const cuuint32_t q_box[3] = {64, Tiles::kBlockM, 1}, kv_box[3] = {64, Tiles::kBlockN, 1};
+// Host side: the maps of one call (dout's when given), boxes of q_rows and kv_rows rows; empty
+// when made, else why not.
+template <class D>
+std::string make_tma_maps(TmaMaps* maps, const D* qkv, const MmaLayout& l, int q_rows, int kv_rows,
+                          const D* dout = nullptr) {
     constexpr bool kBf16 = std::is_same_v<D, __nv_bfloat16>;
-    std::string why = tma::encode_16bit_3d(&maps->q, kBf16, qkv, dims, strides, q_box);
-    if (why.empty()) why = tma::encode_16bit_3d(&maps->kv, kBf16, qkv, dims, strides, kv_box);
+    auto encode = [&](CUtensorMap* map, const D* base, std::int64_t row, int rows) {
+        const cuuint64_t dims[3] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(l.T),
+                                    static_cast<cuuint64_t>(l.B)};
+        const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row) * sizeof(D),
+                                       static_cast<cuuint64_t>(row * l.T) * sizeof(D)};
+        const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
+        return tma::encode_16bit_3d(map, kBf16, base, dims, strides, box);
+    };
+    std::string why = encode(&maps->q, qkv, l.qkv_row, q_rows);
+    if (why.empty()) why = encode(&maps->kv, qkv, l.qkv_row, kv_rows);
+    if (why.empty() && dout != nullptr) why = encode(&maps->dout, dout, l.out_row, q_rows);
     return why;
 }
 
@@ -426,30 +435,55 @@ __device__ __forceinline__ void wgmma_produce(const QueryBlock& block, int kt, c
     });
 }
 
-// The producer of the TMA forward (`thread`: its rank among the 128): item x (key tile x, with Q
-// when x is 0) goes into stage x % kStages once the consumers are done with item x - kStages
-// there (its empty barrier, which all 128 wait at); its one thread 0 announces the item's bytes
-// on the stage's mbarrier and issues the copies, which complete phase x / kStages of it. The
-// consumers wait on the mbarrier with that phase's parity. All kStages stages are in flight.
+// A producer warpgroup by TMA (`thread`: its rank among the 128): item x goes into stage
+// x % kStages once the consumers are done with item x - kStages there (its empty barrier, which
+// all 128 wait at); thread 0 announces the item's `bytes(x)` on the stage's mbarrier
+// (`full(stage)`) and issues its copies (`load(x, stage, bar)`), which complete phase
+// x / kStages of it. The consumers wait on the mbarrier with that phase's parity. All kStages
+// stages are in flight.
+template <int kStages, int kConsumers, class Bar, class Full, class Bytes, class Load>
+__device__ __forceinline__ void wgmma_produce_items_tma(int kt, int thread, Full full, Bytes bytes,
+                                                        Load load) {
+    constexpr int kProducer = 128;
+    for (int x = 0; x < kt; ++x) {
+        const int stage = x % kStages;
+        if (x >= kStages) bar_sync(Bar::empty(stage), kProducer + kConsumers);
+        if (thread != 0) continue;
+        const std::uint32_t bar = full(stage);
+        tma::arrive_expect_tx(bar, bytes(x));
+        load(x, stage, bar);
+    }
+}
+
+// The mbarriers of a TMA block's stages set up (by thread `first`, one arrival a phase: the
+// producer's), before the roles part; the whole block passes the barrier after.
+template <int kStages, class Full>
+__device__ __forceinline__ void tma_init_stages(int first, Full full) {
+    if (static_cast<int>(threadIdx.x) == first) {
+        for (int s = 0; s < kStages; ++s)
+            tma::init(full(s), 1);
+        tma::fence_init();
+    }
+    __syncthreads();
+}
+
+// The forward's TMA producer: item x is key tile x's K and V, with Q when x is 0.
 template <class Tiles, class Bar>
 __device__ __forceinline__ void wgmma_produce_tma(const WgmmaForwardStart<Tiles>& st, int kt,
                                                   const MmaLayout& l, int thread,
                                                   const TmaMaps& maps) {
-    constexpr int kStages = Tiles::kStages, kProducer = 128, kBlockN = Tiles::kBlockN;
+    constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes;
     const int q_col = st.block.h * l.HD, k_col = (l.NH + st.block.kvh) * l.HD,
               v_col = (l.NH + l.KVH + st.block.kvh) * l.HD;
-    for (int x = 0; x < kt; ++x) {
-        const int stage = x % kStages;
-        if (x >= kStages) bar_sync(Bar::empty(stage), kProducer + Tiles::kConsumers);
-        if (thread != 0) continue;
-        const std::uint32_t bar = st.sm.full(stage);
-        constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes;
-        tma::arrive_expect_tx(bar, x == 0 ? Tiles::QTile::kBytes + kKv : kKv);
-        if (x == 0) tma_load_tile(st.sm.q(), maps.q, q_col, st.block.i0, st.block.b, bar);
-        const std::int64_t j0 = static_cast<std::int64_t>(x) * kBlockN;
-        tma_load_tile(st.sm.k(stage), maps.kv, k_col, j0, st.block.b, bar);
-        tma_load_tile(st.sm.v(stage), maps.kv, v_col, j0, st.block.b, bar);
-    }
+    wgmma_produce_items_tma<Tiles::kStages, Tiles::kConsumers, Bar>(
+        kt, thread, [&](int s) { return st.sm.full(s); },
+        [](int x) { return x == 0 ? Tiles::QTile::kBytes + kKv : kKv; },
+        [&](int x, int stage, std::uint32_t bar) {
+            if (x == 0) tma_load_tile(st.sm.q(), maps.q, q_col, st.block.i0, st.block.b, bar);
+            const std::int64_t j0 = static_cast<std::int64_t>(x) * Tiles::kBlockN;
+            tma_load_tile(st.sm.k(stage), maps.kv, k_col, j0, st.block.b, bar);
+            tma_load_tile(st.sm.v(stage), maps.kv, v_col, j0, st.block.b, bar);
+        });
 }
 
 // A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier
@@ -539,14 +573,8 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
     // roles' branches as divergent and serializes every wgmma (its C7518 note).
     st.group = __shfl_sync(0xffffffffu, st.group, 0);
     const int kt = st.key_tiles;
-    if constexpr (Tiles::kTma) {
-        if (threadIdx.x == kConsumers) {
-            for (int s = 0; s < kStages; ++s)
-                tma::init(st.sm.full(s), 1);  // the producer's one arrival an item
-            tma::fence_init();
-        }
-        __syncthreads();
-    }
+    if constexpr (Tiles::kTma)
+        tma_init_stages<kStages>(kConsumers, [&](int s) { return st.sm.full(s); });
 
     if (st.group == Tiles::kGroups) {  // the producer warpgroup
         wgmma::release_registers<Tiles::kProducerRegs>();

@@ -103,14 +103,14 @@ __device__ __forceinline__ void load_3d(std::uint32_t dst, const CUtensorMap* ma
 #endif
 }
 
-// Host side: a tensor map of 16-bit elements, 3 dimensions (inner first, `dims` elements each,
-// dimension d + 1 `strides[d]` bytes apart), boxes of `box` elements, 128-byte swizzle, zeros
-// outside the tensor. Returns why not (the driver lacks the function, or refused the shape), or
-// an empty string. The driver's cuTensorMapEncodeTiled is fetched through the runtime, so no
-// binary links libcuda.
-inline std::string encode_16bit_3d(CUtensorMap* map, bool bf16, const void* base,
-                                   const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
-                                   const cuuint32_t (&box)[3]) {
+// Host side: a tensor map of `type` elements, 3 dimensions (inner first, `dims` elements each,
+// dimension d + 1 `strides[d]` bytes apart), boxes of `box` elements, `swizzle`, zeros outside
+// the tensor. Returns why not (the driver lacks the function, or refused the shape), or an empty
+// string. The driver's cuTensorMapEncodeTiled is fetched through the runtime, so no binary links
+// libcuda.
+inline std::string encode_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base,
+                             const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                             const cuuint32_t (&box)[3], CUtensorMapSwizzle swizzle) {
     static const auto encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found{};
@@ -125,13 +125,20 @@ inline std::string encode_16bit_3d(CUtensorMap* map, bool bf16, const void* base
     if (encode == nullptr) return "the driver has no cuTensorMapEncodeTiled (CUDA 12 or later)";
     const cuuint32_t element_strides[3] = {1, 1, 1};
     const CUresult r =
-        encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-               const_cast<void*>(base), dims, strides, box, element_strides,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return "cuTensorMapEncodeTiled refused the map (CUresult " + std::to_string(r) + ")";
     return {};
+}
+
+// The 16-bit, 128-byte-swizzled map wgmma's tiles take (bf16, else fp16).
+inline std::string encode_16bit_3d(CUtensorMap* map, bool bf16, const void* base,
+                                   const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                                   const cuuint32_t (&box)[3]) {
+    return encode_3d(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace napkin::cuda::tma
