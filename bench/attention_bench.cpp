@@ -203,8 +203,9 @@ nlohmann::json json_rows(const Shape& s, const std::vector<Row>& rows) {
 
 // --sweep: the candidate tiles at each shape of the sweep's list (or --shape's); the best
 // backward passes of each shape into `best`.
+// `lost`: the device's sticky error when a candidate faulted (the rows so far are returned).
 nlohmann::json sweep(const bench::BenchFlags& o, cudaStream_t stream, std::mt19937& rng,
-                     nlohmann::json& best) {
+                     nlohmann::json& best, std::string& lost) {
     std::printf("median of %d after %d warm-up calls\n", o.reps, o.warmup);
     bench::print_sweep_header();
     nlohmann::json rows = nlohmann::json::array();
@@ -213,9 +214,10 @@ nlohmann::json sweep(const bench::BenchFlags& o, cudaStream_t stream, std::mt199
         if (o.shape.empty() ? !s.swept : o.shape != s.name) continue;
         const bench::SweepShape shape{s.name, s.what, s.B, s.T, s.NH, s.KVH, s.HD};
         nlohmann::json passes;
-        for (auto& row : bench::sweep_shape(shape, o.warmup, o.reps, stream, rng, &passes))
+        for (auto& row : bench::sweep_shape(shape, o.warmup, o.reps, stream, rng, &passes, &lost))
             rows.push_back(row);
         if (!passes.is_null()) best.push_back(passes);
+        if (!lost.empty()) break;
     }
     return rows;
 }
@@ -260,9 +262,10 @@ int main(int argc, char** argv) {
     NAPKIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));
     std::mt19937 rng(1234);
     nlohmann::json best_passes;
-    const nlohmann::json rows =
-        sweep_tiles ? sweep(o, stream, rng, best_passes) : table(o, stream, rng, h100->tflops_bf16);
-    NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
+    std::string lost;
+    const nlohmann::json rows = sweep_tiles ? sweep(o, stream, rng, best_passes, lost)
+                                            : table(o, stream, rng, h100->tflops_bf16);
+    if (lost.empty()) NAPKIN_CUDA_CHECK(cudaStreamDestroy(stream));
     if (!o.json.empty()) {
         nlohmann::json doc = {{"device", prop.name},
                               {"sm", prop.major * 10 + prop.minor},
@@ -270,7 +273,13 @@ int main(int argc, char** argv) {
                               {"warmup", o.warmup},
                               {sweep_tiles ? "sweep" : "rows", rows}};
         if (sweep_tiles) doc["best_backward_passes"] = best_passes;
-        return bench::write_json("attention_bench", o.json, doc);
+        if (!lost.empty()) doc["device_lost"] = lost;
+        if (const int rc = bench::write_json("attention_bench", o.json, doc); rc != 0) return rc;
+    }
+    if (!lost.empty()) {
+        std::fprintf(stderr, "attention_bench: the sweep stopped: the device is lost (%s)\n",
+                     lost.c_str());
+        return 1;
     }
     return 0;
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -44,7 +46,46 @@ struct SweepRow {
     const Fa2Candidate* c;
     double ms, max_diff;
     double pass_ms[2] = {NAN, NAN};  // a backward's passes alone
+    bool wrong = false;              // its output is not the engine's (kWrongAbove): never picked
 };
+
+// A candidate whose output differs from the engine's by more than this fraction of the engine's
+// largest magnitude computes something else (or NaN): its time is printed but it is never the
+// fastest. Both accumulate in fp32 and round to bf16, so a correct one differs by a few bf16
+// ulps (2^-8 relative each) at most.
+constexpr double kWrongAbove = 0.02;
+
+double max_abs(const std::vector<bf16_t>& a) {
+    double m = 0.0;
+    for (const bf16_t v : a)
+        m = std::max(m, std::abs(static_cast<double>(static_cast<float>(v))));
+    return m;
+}
+
+// NAPKIN_SWEEP_INJECT=NAME:throw,NAME:wrong (tests only): the named candidate throws before its
+// first call, or its output is perturbed before the check, so that the emulated sweep shows both
+// safety nets at work where every candidate is right.
+std::string injected(const char* candidate) {
+    const char* v = std::getenv("NAPKIN_SWEEP_INJECT");
+    if (v == nullptr) return {};
+    const std::string list = std::string(",") + v + ",", name = std::string(",") + candidate + ":";
+    const std::size_t at = list.find(name);
+    if (at == std::string::npos) return {};
+    const std::size_t from = at + name.size();
+    return list.substr(from, list.find(',', from) - from);
+}
+
+// After a candidate threw: empty when the device still works (the error was the launcher's
+// check or a launch refused, which cudaGetLastError clears), else the sticky error that a fault
+// inside a kernel leaves on the context for every later call.
+std::string device_lost() {
+    cudaGetLastError();
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) return {};
+    cudaGetLastError();
+    const cudaError_t again = cudaDeviceSynchronize();
+    return again == cudaSuccess ? std::string() : cudaGetErrorString(again);
+}
 
 // The bytes of the tiles a call streams into shared memory (causal): a block of R queries reads
 // the K and V rows (2 HD 16-bit elements each) of keys 0 .. min(T, i0 + R) (forward, pass 2); a
@@ -121,10 +162,11 @@ void print_row(const SweepShape& s, const SweepRow& r, double flops, double defa
                       c.smem_read_per_mma[0], r.pass_ms[1], c.threads[1], c.rows[1],
                       static_cast<double>(c.smem_bytes[1]) / 1024.0, c.smem_read_per_mma[1]);
     const double tiles = tile_bytes(c, s);
-    std::printf("%-11s %-3s %-19s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s\n", s.name,
+    std::printf("%-11s %-3s %-19s %9.3f %8.1f %6.3f %9.2g %1s %8.2f %6.2f  %s%s\n", s.name,
                 c.backward ? "bwd" : "fwd", c.name, r.ms, flops / (r.ms * 1e-3) / 1e12,
                 r.ms / default_ms, r.max_diff, best ? "*" : "", tiles / 1e9,
-                tiles / (r.ms * 1e-3) / 1e12, passes);
+                tiles / (r.ms * 1e-3) / 1e12, passes,
+                r.wrong ? "  WRONG: not the engine's output, never picked" : "");
 }
 
 }  // namespace
@@ -139,7 +181,9 @@ void print_sweep_header() {
         "pass: threads/rows a block, shared memory a block, shared-memory bytes read per "
         "m16n8k16 product (bwd: pass 1 | pass 2, each with its median ms alone: pass 1 writes "
         "dK and dV, pass 2 dQ; the fastest of each combine into the 'best passes' line; "
-        "*-rs, *-kpp, b*-wgmma-tma: D and lse from a kernel of their own, timed with pass 1)\n\n");
+        "*-rs, *-kpp, b*-wgmma-tma: D and lse from a kernel of their own, timed with pass 1); "
+        "WRONG: diff above 2%% of the engine's largest |value|, never picked; a candidate that "
+        "throws is reported and skipped\n\n");
     std::printf("%-11s %-3s %-19s %9s %8s %6s %9s %1s %8s %6s  %s\n", "shape", "dir", "candidate",
                 "median ms", "TFLOP/s", "vs def", "diff", "", "tile GB", "TB/s", "per pass");
 }
@@ -150,7 +194,7 @@ nlohmann::json best_passes(const SweepShape& s, const std::vector<SweepRow>& tim
     const SweepRow* best[2] = {nullptr, nullptr};
     for (const SweepRow& r : timed)
         for (int p = 0; p < 2; ++p)
-            if (!std::isnan(r.pass_ms[p]) &&
+            if (!r.wrong && !std::isnan(r.pass_ms[p]) &&
                 (best[p] == nullptr || r.pass_ms[p] < best[p]->pass_ms[p]))
                 best[p] = &r;
     const SweepRow& engine = timed.front();
@@ -173,7 +217,8 @@ nlohmann::json best_passes(const SweepShape& s, const std::vector<SweepRow>& tim
 }
 
 nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream_t stream,
-                           std::mt19937& rng, nlohmann::json* best_backward_passes) {
+                           std::mt19937& rng, nlohmann::json* best_backward_passes,
+                           std::string* lost) {
     Buffers b(s, rng);
     const AttentionShape shape{.B = s.B,
                                .T = s.T,
@@ -189,27 +234,53 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                                                           : attention_forward_cost(shape).flops);
         std::vector<SweepRow> timed;
         std::vector<bf16_t> reference;
+        double reference_max = 0.0;
         for (const Fa2Candidate& c : fa2_candidates()) {
             if (c.HD != s.HD || c.backward != backward) continue;
             if (c.sm90a && !fa2_sm90a_unavailable().empty()) {
                 std::printf("  %s skipped: %s\n", c.name, fa2_sm90a_unavailable().c_str());
                 continue;
             }
-            const std::vector<bf16_t> got = output(c, s, b, stream);
-            if (c.is_default) reference = got;
-            const double diff = reference.empty() ? NAN : max_abs_diff(got, reference);
-            const double ms = median_ms([&] { call(c, s, b, stream); }, stream, warmup, reps);
-            SweepRow row{&c, ms, diff};
-            for (int p = 0; p < 2; ++p)
-                if (c.backward && c.bwd_pass[p] != nullptr)
-                    row.pass_ms[p] =
-                        median_ms([&] { call(c, s, b, stream, p); }, stream, warmup, reps);
-            timed.push_back(row);
+            try {
+                const std::string inject = injected(c.name);
+                if (inject == "throw") throw std::runtime_error("injected (NAPKIN_SWEEP_INJECT)");
+                std::vector<bf16_t> got = output(c, s, b, stream);
+                if (inject == "wrong" && !got.empty())
+                    got[0] = bf16_t(static_cast<float>(got[0]) + 1.0f);
+                if (c.is_default) {
+                    reference = got;
+                    reference_max = max_abs(got);
+                }
+                const double diff = reference.empty() ? NAN : max_abs_diff(got, reference);
+                const double ms = median_ms([&] { call(c, s, b, stream); }, stream, warmup, reps);
+                SweepRow row{&c, ms, diff};
+                row.wrong = !c.is_default && !(diff <= kWrongAbove * reference_max);
+                for (int p = 0; p < 2; ++p)
+                    if (c.backward && c.bwd_pass[p] != nullptr)
+                        row.pass_ms[p] =
+                            median_ms([&] { call(c, s, b, stream, p); }, stream, warmup, reps);
+                timed.push_back(row);
+            } catch (const std::exception& e) {
+                // One candidate's failure costs its row, not the session's sweep.
+                std::printf("%-11s %-3s %-19s failed: %s\n", s.name, backward ? "bwd" : "fwd",
+                            c.name, e.what());
+                rows.push_back({{"shape", s.name},
+                                {"dir", backward ? "bwd" : "fwd"},
+                                {"candidate", c.name},
+                                {"error", e.what()}});
+                *lost = device_lost();
+                if (!lost->empty()) {
+                    std::printf("%-11s the device is unusable after %s (%s): the sweep stops\n",
+                                s.name, c.name, lost->c_str());
+                    return rows;
+                }
+            }
         }
         if (timed.empty()) continue;
         const double default_ms = timed.front().ms;  // each direction's default comes first
-        const auto best = std::min_element(timed.begin(), timed.end(),
-                                           [](auto& x, auto& y) { return x.ms < y.ms; });
+        const auto best = std::min_element(timed.begin(), timed.end(), [](auto& x, auto& y) {
+            return !x.wrong && (y.wrong || x.ms < y.ms);
+        });
         for (const SweepRow& r : timed) {
             print_row(s, r, flops, default_ms, &r == &*best);
             nlohmann::json pass_ms = nullptr;
@@ -230,6 +301,7 @@ nlohmann::json sweep_shape(const SweepShape& s, int warmup, int reps, cudaStream
                             {"max_diff", r.max_diff},
                             {"tile_bytes", tile_bytes(*r.c, s)},
                             {"pass_ms", pass_ms},
+                            {"wrong", r.wrong},
                             {"best", &r == &*best}});
         }
         if (!backward) fastest_forward = best->c->name;
