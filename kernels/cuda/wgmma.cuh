@@ -143,6 +143,8 @@ __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #elif defined(__CUDACC__)
     __trap();
+#else
+    ::napkin::emu::fence_proxy_async();
 #endif
 }
 

@@ -150,19 +150,27 @@ struct PendingCopy {
 
 struct ThreadCopies {
     std::vector<PendingCopy> pending;
-    std::int64_t committed = 0;  // groups committed so far
+    std::int64_t committed = 0;         // groups committed so far
+    std::vector<std::uint32_t> landed;  // 16-byte chunks landed since its last fence.proxy.async
 };
 
-// The running block's threads' copies, by linear thread index. Blocks run one after another, so a
-// new (launch, block) means the previous block has ended: its copies are dropped.
+// The running block's threads' copies, by linear thread index, and per 16-byte chunk of the
+// dynamic shared memory the thread (rank + 1) whose cp.async landed there and has not yet
+// issued fence.proxy.async (0: none). Blocks run one after another, so a new (launch, block)
+// means the previous block has ended: its copies are dropped.
 struct BlockCopies {
     std::uint64_t launch = 0;
     uint3 block{};
     std::vector<ThreadCopies> threads;
+    std::vector<std::uint32_t> unfenced;
 };
 BlockCopies g_copies;
 
-ThreadCopies& this_thread_copies() {
+std::size_t this_rank() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + std::size_t{blockDim.y} * threadIdx.z);
+}
+
+BlockCopies& block_copies() {
     const bool same = g_copies.launch == launch_number() && g_copies.block.x == blockIdx.x &&
                       g_copies.block.y == blockIdx.y && g_copies.block.z == blockIdx.z;
     const std::size_t threads = std::size_t{blockDim.x} * blockDim.y * blockDim.z;
@@ -170,10 +178,13 @@ ThreadCopies& this_thread_copies() {
         g_copies.launch = launch_number();
         g_copies.block = blockIdx;
         g_copies.threads.assign(threads, ThreadCopies{});
+        g_copies.unfenced.assign((dynamic_shared_bytes() + 15) / 16, 0);
     }
-    const std::size_t rank =
-        threadIdx.x + blockDim.x * (threadIdx.y + std::size_t{blockDim.y} * threadIdx.z);
-    return g_copies.threads[rank];
+    return g_copies;
+}
+
+ThreadCopies& this_thread_copies() {
+    return block_copies().threads[this_rank()];
 }
 
 }  // namespace
@@ -237,16 +248,44 @@ void cp_async_commit() {
 }
 
 void cp_async_wait(int pending) {
-    ThreadCopies& t = this_thread_copies();
+    BlockCopies& block = block_copies();
+    const std::size_t rank = this_rank();
+    ThreadCopies& t = block.threads[rank];
     const std::int64_t done_below = t.committed - pending;  // groups [0, done_below) complete
+    const auto* smem = static_cast<const unsigned char*>(dynamic_shared_memory());
     std::vector<PendingCopy> still;
     for (const PendingCopy& c : t.pending) {
-        if (c.group >= 0 && c.group < done_below)
+        if (c.group >= 0 && c.group < done_below) {
             std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
-        else
+            const auto chunk = static_cast<std::uint32_t>((c.dst - smem) / 16);
+            block.unfenced[chunk] = static_cast<std::uint32_t>(rank + 1);
+            t.landed.push_back(chunk);
+        } else {
             still.push_back(c);
+        }
     }
     t.pending.swap(still);
+}
+
+void fence_proxy_async() {
+    BlockCopies& block = block_copies();
+    const auto self = static_cast<std::uint32_t>(this_rank() + 1);
+    ThreadCopies& t = block.threads[self - 1];
+    for (const std::uint32_t chunk : t.landed)
+        if (block.unfenced[chunk] == self) block.unfenced[chunk] = 0;
+    t.landed.clear();
+}
+
+std::uint32_t unfenced_cp_async_writer(std::uint32_t at) {
+    const BlockCopies& block = block_copies();
+    const std::size_t chunk = at / 16;
+    return chunk < block.unfenced.size() ? block.unfenced[chunk] : 0;
+}
+
+void async_proxy_wrote(std::uint32_t at, std::size_t bytes) {
+    BlockCopies& block = block_copies();
+    for (std::size_t c = at / 16; c < (at + bytes + 15) / 16 && c < block.unfenced.size(); ++c)
+        block.unfenced[c] = 0;
 }
 
 }  // namespace napkin::emu

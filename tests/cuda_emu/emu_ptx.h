@@ -27,6 +27,7 @@
 //   aligned, else the launch fails with a message.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace napkin::emu {
@@ -46,6 +47,17 @@ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t row, bool trans);
 void cp_async_16(std::uint32_t dst, const void* src, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
+
+// fence.proxy.async.shared::cta by the calling thread: the cp.async data that landed at its waits
+// is ordered before the async proxy's reads (wgmma's). cp.async writes through the generic
+// proxy, so until its issuing thread fences, a wgmma that reads those bytes fails the launch
+// (emu_wgmma.h); a TMA copy landing there writes through the async proxy and clears that.
+void fence_proxy_async();
+// The thread (linear rank + 1) whose cp.async landed the 16 bytes at shared offset `at` and has
+// not fenced since, or 0.
+std::uint32_t unfenced_cp_async_writer(std::uint32_t at);
+// [at, at + bytes) written by the async proxy (a TMA copy landing).
+void async_proxy_wrote(std::uint32_t at, std::size_t bytes);
 
 // ldmatrix phases (8 rows of one matrix) that hit some bank twice, since the process started.
 std::uint64_t ldmatrix_bank_conflicts();

@@ -112,6 +112,7 @@ bool try_complete(Barrier& b, std::uint32_t bar) {
         for (std::size_t o = 0; o < c.bytes.size(); o += 16)
             std::memcpy(smem + swizzled(c.dst + static_cast<std::uint32_t>(o), c.swizzle_bits),
                         c.bytes.data() + o, 16);
+        async_proxy_wrote(c.dst, c.bytes.size());  // the swizzle stays inside the box's span
         b.tx -= static_cast<std::int64_t>(c.bytes.size());
     }
     b.copies.clear();

@@ -160,6 +160,12 @@ std::string read_operand(Product& p, const Descriptor& d, bool mn_major, int mn,
                          float& out) {
     const std::uint32_t at = element_address(d, mn_major, mn, k);
     if (std::string e = reads_shared(at); !e.empty()) return e;
+    if (const std::uint32_t writer = unfenced_cp_async_writer(at); writer != 0)
+        return "the shared memory at address " + std::to_string(at) +
+               " was written by cp.async of "
+               "the block's thread " +
+               std::to_string(writer - 1) +
+               ", which issued no fence.proxy.async between its wait and this read";
     const std::uint16_t bits = shared_u16(at);
     p.read.emplace_back(at, bits);
     out = to_float(bits, p.bf16);

@@ -23,9 +23,13 @@
 //   swizzle, which XORs address bits [4, 4 + b) with bits [7, 7 + b)), every element inside the
 //   launch's dynamic shared memory; the matrix base offset must be 0. The bytes an mma read must
 //   be unchanged when its group is waited for: a kernel that overwrites a tile in flight fails.
-// Not modelled: fence.proxy.async (a kernel must issue it between its own stores to shared
-// memory and an mma that reads them: wgmma.cuh's fence_proxy_async, a no-op here), changes to
-// the A registers of a register-sourced mma before its wait.
+// - fence.proxy.async: bytes a cp.async landed (emu_ptx.h) may be read by an mma only after the
+//   thread that issued the copy has fenced (wgmma.cuh's fence_proxy_async) since its wait, else
+//   the launch fails naming the thread: cp.async writes through the generic proxy, wgmma reads
+//   through the async proxy. TMA copies land through the async proxy and need none.
+// Not modelled: plain stores to shared memory without the fence (the emulator does not see
+// them; the same rule holds for them on the hardware), changes to the A registers of a
+// register-sourced mma before its wait.
 #pragma once
 
 #include <cstdint>

@@ -27,12 +27,23 @@ __global__ void wgmma_compiled_kernel(int* out) {
     *out = wgmma::compiled_in() ? 1 : 0;
 }
 
-// Copies a rows x 64 row-major 16-bit matrix into a K-major swizzled tile at `tile`.
-__device__ void stage_k_major(unsigned char* tile, const std::uint16_t* src, int rows) {
+// Copies a rows x 64 row-major 16-bit matrix into a K-major swizzled tile at `tile`: by plain
+// 16-byte stores, or by cp.async (waited for, not fenced: the caller fences).
+__device__ void stage_k_major(unsigned char* tile, const std::uint16_t* src, int rows,
+                              bool cp_async = false) {
     for (int i = static_cast<int>(threadIdx.x); i < rows * 8; i += static_cast<int>(blockDim.x)) {
         const int r = i / 8, c = i % 8;
+        unsigned char* dst = tile + wgmma::swizzle128(r * kRowBytes + c * 16);
+        if (cp_async) {
+            cp_async_16(shared_address(dst), src + r * kK + c * 8, true);
+            continue;
+        }
         const uint4 v = *reinterpret_cast<const uint4*>(src + r * kK + c * 8);
-        *reinterpret_cast<uint4*>(tile + wgmma::swizzle128(r * kRowBytes + c * 16)) = v;
+        *reinterpret_cast<uint4*>(dst) = v;
+    }
+    if (cp_async) {
+        cp_async_commit();
+        cp_async_wait<0>();
     }
 }
 
@@ -51,7 +62,7 @@ __device__ void stage_n_major(unsigned char* tile, const std::uint16_t* src, int
 
 template <class T, int N, bool kTransB, bool kRegisters>
 __global__ void wgmma_product_kernel(const std::uint16_t* a, const std::uint16_t* b,
-                                     const float* c_in, float* d, bool accumulate,
+                                     const float* c_in, float* d, bool accumulate, bool cp_async,
                                      WgmmaMisuse misuse) {
     extern __shared__ __align__(128) unsigned char smem[];
     // The tiles at a multiple of 1024 bytes of the shared window, which the swizzle assumes.
@@ -61,12 +72,12 @@ __global__ void wgmma_product_kernel(const std::uint16_t* a, const std::uint16_t
     const int rows = static_cast<int>(blockDim.x) / 128 * 64;
     const std::uint32_t b_at = a_at + static_cast<std::uint32_t>(rows * kRowBytes);
     unsigned char* b_tile = a_tile + rows * kRowBytes;
-    stage_k_major(a_tile, a, rows);
+    stage_k_major(a_tile, a, rows, cp_async || misuse == WgmmaMisuse::kNoProxyFence);
     if constexpr (kTransB)
         stage_n_major(b_tile, b, N);
     else
         stage_k_major(b_tile, b, N);
-    wgmma::fence_proxy_async();
+    if (misuse != WgmmaMisuse::kNoProxyFence) wgmma::fence_proxy_async();
     __syncthreads();
 
     const int group = static_cast<int>(threadIdx.x) / 128,
@@ -121,7 +132,7 @@ cudaError_t launch(const WgmmaCase& c, const std::uint16_t* a, const std::uint16
                                              static_cast<int>(smem));
         e != cudaSuccess)
         return e;
-    kernel<<<1, threads, smem>>>(a, b, c_in, d, c.accumulate, c.misuse);
+    kernel<<<1, threads, smem>>>(a, b, c_in, d, c.accumulate, c.cp_async, c.misuse);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     return cudaDeviceSynchronize();
 }

@@ -28,6 +28,7 @@ enum class WgmmaMisuse {
     kOverwriteInFlight,  // stores into A's tile between the commit and the wait
     kOneWarpIssues,      // warps 1 to 3 of the warpgroup skip the products; warp 0 waits
     kPastTheEnd,         // B's descriptor 64 KiB on, past the dynamic shared memory
+    kNoProxyFence,       // A staged by cp.async, no fence.proxy.async before the products
 };
 
 struct WgmmaCase {
@@ -38,6 +39,7 @@ struct WgmmaCase {
     bool accumulate = false;   // d = A B + c, else A B
     int warpgroups = 1;        // blocks of 128 threads, each its own 64 rows of A and D
     int threads = 0;           // the block's threads when not 128 warpgroups (a misuse)
+    bool cp_async = false;     // A staged by cp.async (then fenced), not by plain stores
     WgmmaMisuse misuse = WgmmaMisuse::kNone;
 };
 

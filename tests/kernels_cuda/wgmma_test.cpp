@@ -97,7 +97,9 @@ WgmmaRun run_wgmma(const WgmmaCase& c, const WgmmaInputs& in) {
 std::string describe_wgmma(const WgmmaCase& c) {
     return std::string(c.bf16 ? "bf16" : "f16") + " N " + std::to_string(c.n) +
            (c.b_n_major ? ", B N-major" : ", B K-major") +
-           (c.a_registers ? ", A from registers" : ", A from shared memory") +
+           (c.a_registers ? ", A from registers"
+            : c.cp_async  ? ", A from shared memory (cp.async)"
+                          : ", A from shared memory") +
            (c.accumulate ? ", + C" : "") + ", " + std::to_string(c.warpgroups) + " warpgroup(s)";
 }
 
@@ -114,6 +116,7 @@ TEST(Wgmma, ProductsMatchTheCpu) {
                         c.bf16 = bf16, c.n = n, c.b_n_major = n_major, c.a_registers = registers;
                         c.accumulate = accumulate;
                         c.warpgroups = accumulate ? 2 : 1;
+                        c.cp_async = registers == accumulate;  // half the cases: A by cp.async
                         SCOPED_TRACE(describe_wgmma(c) + ", seed " + std::to_string(seed));
                         const WgmmaInputs in = draw_wgmma(c, seed++);
                         const WgmmaRun r = run_wgmma(c, in);
@@ -185,6 +188,12 @@ TEST_F(WgmmaMisuses, AnOperandPastTheSharedMemoryFailsTheLaunch) {
     const WgmmaRun r = misuse(WgmmaMisuse::kPastTheEnd);
     EXPECT_NE(r.error, cudaSuccess);
     EXPECT_NE(r.failure.find("past the launch's"), std::string::npos) << r.failure;
+}
+
+TEST_F(WgmmaMisuses, CpAsyncDataReadWithoutAProxyFenceFailsTheLaunch) {
+    const WgmmaRun r = misuse(WgmmaMisuse::kNoProxyFence);
+    EXPECT_NE(r.error, cudaSuccess);
+    EXPECT_NE(r.failure.find("which issued no fence.proxy.async"), std::string::npos) << r.failure;
 }
 
 TEST_F(WgmmaMisuses, TheSameCaseRunsCleanly) {
