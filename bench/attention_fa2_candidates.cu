@@ -487,6 +487,9 @@ const std::vector<Fa2Candidate> kCandidates = {
         "f64-wgmma-tma", "f64-wgmma-pp, the producer's tiles by TMA (one thread, mbarriers)"),
     wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 64, 3, true, true, true>>(
         "f128-wgmma-tma", "f128-wgmma-pp, the producer's tiles by TMA (one thread, mbarriers)"),
+    wgmma_forward_candidate<cuda::fa2::WgmmaForwardTiles<128, 2, 128, 3, true, true, true>>(
+        "f128-wgmma-tma-n128",
+        "f128-wgmma-tma with 128-key tiles (FlashAttention-3's at HD 128), 225 KiB"),
 
     backward_candidate<DefaultBackwardTiles<64>, true>(
         "b64", "engine: pass 1 2 m-tiles, 32-query items; pass 2 2 m-tiles, 32-key tiles"),
