@@ -167,8 +167,29 @@ MmaLayout checked_layout(const char* op, const AttentionDims& d, std::int64_t HD
     return cuda::mma_detail::make_mma_layout(op, d.B, d.T, d.NH, d.KVH, d.HD);
 }
 
+// What a TMA kernel takes after its common arguments: `extra(qkv, dout, row_stats, l)` returns
+// the call's tensor maps (boxes of kQRows query rows and kKvRows key rows; dout's when kDout; the
+// row statistics' with kStatsQ-query items when kStatsQ > 0) as a tuple, or an empty tuple when
+// not kTma. A map the driver refuses fails the call with `op` and why.
+template <bool kTma, int kQRows = 0, int kKvRows = 0, bool kDout = false, int kStatsQ = 0>
+auto tma_extra(const char* op) {
+    return [op](const D* qkv, const D* dout, const float* stats, const MmaLayout& l) {
+        if constexpr (kTma) {
+            cuda::fa2::TmaMaps maps;
+            std::string bad =
+                cuda::fa2::make_tma_maps(&maps, qkv, l, kQRows, kKvRows, kDout ? dout : nullptr);
+            if constexpr (kStatsQ > 0)
+                if (bad.empty()) bad = cuda::fa2::make_stats_map<kStatsQ>(&maps.stats, stats, l);
+            NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
+            return std::make_tuple(maps);
+        } else {
+            return std::tuple<>();
+        }
+    };
+}
+
 // A forward candidate's launch: the entry point's checks, then `with_dropout` or `without`,
-// with `extra(qkv, l)`'s values after the common arguments (a TMA kernel's maps).
+// with `extra`'s values after the common arguments (tma_extra).
 template <class Tiles, class Kernel, class Extra>
 void launch_forward(const char* op, const AttentionFlashForwardArgs<bf16_t>& args,
                     const cuda::Launch& launch, Kernel with_dropout, Kernel without, Extra extra) {
@@ -187,19 +208,15 @@ void launch_forward(const char* op, const AttentionFlashForwardArgs<bf16_t>& arg
             kernel<<<grid, Tiles::kThreads, smem, launch.stream>>>(out, args.lse, qkv, l, drop,
                                                                    more...);
         },
-        extra(qkv, l));
+        extra(qkv, nullptr, nullptr, l));
     NAPKIN_CUDA_CHECK_LAUNCH();
-}
-
-std::tuple<> no_extra(const D*, const MmaLayout&) {
-    return {};
 }
 
 template <class Tiles>
 void forward(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::Launch& launch) {
     launch_forward<Tiles>("attention_fa2_candidate_forward", args, launch,
                           attention_fa2_forward_kernel<Tiles, true>,
-                          attention_fa2_forward_kernel<Tiles, false>, no_extra);
+                          attention_fa2_forward_kernel<Tiles, false>, tma_extra<false>(nullptr));
 }
 
 template <class Tiles>
@@ -207,20 +224,13 @@ void forward_wgmma(const AttentionFlashForwardArgs<bf16_t>& args, const cuda::La
     const char* op = "attention_wgmma_candidate_forward";
     const std::string why = fa2_sm90a_unavailable();
     NAPKIN_CUDA_REQUIRE(why.empty(), op << ": " << why);
-    if constexpr (Tiles::kTma) {
+    if constexpr (Tiles::kTma)
         launch_forward<Tiles>(op, args, launch, attention_wgmma_tma_forward_kernel<Tiles, true>,
                               attention_wgmma_tma_forward_kernel<Tiles, false>,
-                              [op](const D* qkv, const MmaLayout& l) {
-                                  cuda::fa2::TmaMaps maps;
-                                  const std::string bad = cuda::fa2::make_tma_maps(
-                                      &maps, qkv, l, Tiles::kBlockM, Tiles::kBlockN);
-                                  NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
-                                  return std::make_tuple(maps);
-                              });
-    } else {
+                              tma_extra<true, Tiles::kBlockM, Tiles::kBlockN>(op));
+    else
         launch_forward<Tiles>(op, args, launch, attention_wgmma_forward_kernel<Tiles, true>,
-                              attention_wgmma_forward_kernel<Tiles, false>, no_extra);
-    }
+                              attention_wgmma_forward_kernel<Tiles, false>, tma_extra<false>(op));
 }
 
 // Which passes a backward call launches: bit 0 pass 1 (dK, dV), bit 1 pass 2 (dQ).
@@ -228,17 +238,14 @@ constexpr int kBothPasses = 3;
 
 // A backward candidate's launches: the entry point's checks, pass 1 by `key_kernel` with Key's
 // threads, rows and shared memory, then pass 2 by `query_kernel` with Query's (kPasses: which),
-// each with its `extra(qkv, dout, row_stats, l)`'s values after its common arguments (a TMA
-// kernel's maps).
-std::tuple<> no_pass_extra(const D*, const D*, const float*, const MmaLayout&) {
-    return {};
-}
-
+// each with its extra's values after its common arguments (tma_extra).
 template <class Key, class Query, int kPasses = kBothPasses, class KeyKernel, class QueryKernel,
-          class KeyExtra = decltype(&no_pass_extra), class QueryExtra = decltype(&no_pass_extra)>
+          class KeyExtra = decltype(tma_extra<false>(nullptr)),
+          class QueryExtra = decltype(tma_extra<false>(nullptr))>
 void launch_backward(const char* op, const AttentionFlashBackwardArgs<bf16_t>& args,
                      const cuda::Launch& launch, KeyKernel key_kernel, QueryKernel query_kernel,
-                     KeyExtra key_extra = &no_pass_extra, QueryExtra query_extra = &no_pass_extra) {
+                     KeyExtra key_extra = tma_extra<false>(nullptr),
+                     QueryExtra query_extra = tma_extra<false>(nullptr)) {
     const MmaLayout l =
         checked_layout(op, args.dims, Key::kHD, {args.dqkv, args.dout, args.out, args.qkv});
     const FlashDropout drop = cuda::flash_dropout(op, args.dropout);
@@ -300,17 +307,8 @@ void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::
         else
             return attention_wgmma_backward_query_kernel<Query>;
     }();
-    auto query_extra = [op](const D* qkv, const D* dout, const float* stats, const MmaLayout& l) {
-        if constexpr (Query::kTma) {
-            cuda::fa2::TmaMaps maps;
-            const std::string bad =
-                cuda::fa2::make_tma_maps(&maps, qkv, l, Query::kQueries, Query::kBlockN, dout);
-            NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
-            return std::make_tuple(maps);
-        } else {
-            return no_pass_extra(qkv, dout, stats, l);
-        }
-    };
+    auto query_extra =
+        tma_extra<Query::kTma, Query::kQueries, Query::kBlockN, true>(op);  // Q, dout; K, V
     if constexpr (Key::kWgmma) {  // WgmmaKeyTiles, else KeyTiles
         auto key_kernel = [] {
             if constexpr (Key::kTma)
@@ -318,24 +316,14 @@ void backward_wgmma(const AttentionFlashBackwardArgs<bf16_t>& args, const cuda::
             else
                 return attention_wgmma_backward_key_kernel<Key>;
         }();
-        auto key_extra = [op](const D* qkv, const D* dout, const float* stats, const MmaLayout& l) {
-            if constexpr (Key::kTma) {
-                cuda::fa2::TmaMaps maps;
-                std::string bad =
-                    cuda::fa2::make_tma_maps(&maps, qkv, l, Key::kQ, Key::kKeys, dout);
-                if (bad.empty()) bad = cuda::fa2::make_stats_map<Key::kQ>(&maps.stats, stats, l);
-                NAPKIN_CUDA_REQUIRE(bad.empty(), op << ": " << bad);
-                return std::make_tuple(maps);
-            } else {
-                return no_pass_extra(qkv, dout, stats, l);
-            }
-        };
+        // Items of Q, dout and statistics; K and V.
+        auto key_extra = tma_extra<Key::kTma, Key::kQ, Key::kKeys, true, Key::kQ>(op);
         launch_backward<Key, Query, kPasses>(op, args, launch, key_kernel, query_kernel, key_extra,
                                              query_extra);
     } else {
         launch_backward<Key, Query, kPasses>(op, args, launch,
                                              attention_fa2_backward_key_kernel<Key>, query_kernel,
-                                             &no_pass_extra, query_extra);
+                                             tma_extra<false>(op), query_extra);
     }
 }
 
