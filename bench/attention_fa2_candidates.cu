@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/attention_fa2_backward.cuh"
 #include "kernels/cuda/attention_fa2_forward.cuh"
@@ -120,6 +121,9 @@ __global__ void __launch_bounds__(kRowStatsThreads)
 float* row_stats_buffer(const char* op, const MmaLayout& l, cudaStream_t stream) {
     static float* buffer = nullptr;
     static std::int64_t floats = 0;
+    // The smaller ones, kept reachable to the end (a static vector is destroyed before
+    // LeakSanitizer looks, this one never is).
+    static auto& smaller = *new std::vector<float*>;
     const std::int64_t need = cuda::fa2::RowStatsLayout::floats(l.B, l.NH, l.T);
     if (need > floats) {
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -128,6 +132,7 @@ float* row_stats_buffer(const char* op, const MmaLayout& l, cudaStream_t stream)
             throw cuda::CudaError(std::string(op) +
                                   ": the row statistics' buffer of a larger shape would be "
                                   "allocated inside a CUDA graph capture (--cuda-graph off)");
+        if (buffer != nullptr) smaller.push_back(buffer);
         NAPKIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&buffer),
                                      static_cast<std::size_t>(need) * sizeof(float)));
         floats = need;
