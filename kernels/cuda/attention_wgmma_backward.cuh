@@ -342,28 +342,6 @@ __device__ __forceinline__ void wgmma_backward_query_block_overlapped(
     wgmma_store_dq(dqkv, dq, st, l);
 }
 
-// The dq pass's TMA producer: item x is key tile x's K and V, with Q and dout when x is 0.
-template <class Tiles, class Bar>
-__device__ __forceinline__ void wgmma_query_produce_tma(const WgmmaQueryStart<Tiles>& st, int kt,
-                                                        const MmaLayout& l, int thread,
-                                                        const TmaMaps& maps) {
-    constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes, kQ = 2 * Tiles::QTile::kBytes;
-    const int q_col = st.block.h * l.HD, k_col = (l.NH + st.block.kvh) * l.HD,
-              v_col = (l.NH + l.KVH + st.block.kvh) * l.HD;
-    wgmma_produce_items_tma<Tiles::kStages, Tiles::kConsumers, Bar>(
-        kt, thread, [&](int s) { return st.full(s); },
-        [](int x) { return x == 0 ? kQ + kKv : kKv; },
-        [&](int x, int stage, std::uint32_t bar) {
-            if (x == 0) {
-                tma_load_tile(st.qs, maps.q, q_col, st.block.i0, st.block.b, bar);
-                tma_load_tile(st.gos, maps.dout, q_col, st.block.i0, st.block.b, bar);
-            }
-            const std::int64_t j0 = static_cast<std::int64_t>(x) * Tiles::kBlockN;
-            tma_load_tile(st.k_tile(stage), maps.kv, k_col, j0, st.block.b, bar);
-            tma_load_tile(st.v_tile(stage), maps.kv, v_col, j0, st.block.b, bar);
-        });
-}
-
 // The overlapped dq pass with the forward's warp specialization and ping-pong
 // (wgmma_forward_block_specialized: the same producer, barriers and turns): the producer loads Q
 // and dout with key tile 0, the consumers take D and lse from them once that has landed, then
@@ -388,7 +366,15 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
         if constexpr (Tiles::kTma)
-            wgmma_query_produce_tma<Tiles, Bar>(st, kt, l, thread, *maps);
+            wgmma_produce_tma<Tiles, Bar>(
+                st.block, kt, l, thread, *maps, [&](int s) { return st.full(s); },
+                2 * Tiles::QTile::kBytes,
+                [&](std::uint32_t bar) {  // Q and dout
+                    const int col = st.block.h * l.HD;
+                    tma_load_tile(st.qs, maps->q, col, st.block.i0, st.block.b, bar);
+                    tma_load_tile(st.gos, maps->dout, col, st.block.i0, st.block.b, bar);
+                },
+                [&](int s) { return st.k_tile(s); }, [&](int s) { return st.v_tile(s); });
         else
             wgmma_produce<Tiles, D, kStages, Bar>(
                 st.block, kt, qkv, l, thread,
@@ -402,10 +388,7 @@ __device__ __forceinline__ void wgmma_backward_query_block_specialized(
     const std::int64_t b = st.block.b;
     const int h = st.block.h;
     auto wait_full = [&](int x) {
-        if constexpr (Tiles::kTma)
-            tma::wait(st.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
-        else
-            bar_sync(Bar::full(x % kStages, g), kProducer + 128);
+        wgmma_wait_full<Tiles::kTma, kStages, Bar>(x, g, [&](int i) { return st.full(i); });
     };
     wait_full(0);
     wgmma_query_row_stats(st, sh, out, lse, l);  // dout landed with tile 0
@@ -893,10 +876,7 @@ __device__ __forceinline__ void wgmma_backward_key_block_specialized(
     float st[1][kNq][4], dpt[1][kNq][4], pd[1][kNq][4];
     std::uint32_t pa[1][kNq / 2][4], sa[1][kNq / 2][4];
     auto wait_full = [&](int x) {
-        if constexpr (Tiles::kTma)
-            tma::wait(sm.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
-        else
-            bar_sync(Bar::full(x % kStages, group), kProducer + 128);
+        wgmma_wait_full<Tiles::kTma, kStages, Bar>(x, group, [&](int s) { return sm.full(s); });
     };
     wait_full(0);  // K, V and item 0
     wgmma_consume<kStages, kConsumers, Bar>(

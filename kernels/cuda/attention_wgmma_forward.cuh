@@ -467,23 +467,36 @@ __device__ __forceinline__ void tma_init_stages(int first, Full full) {
     __syncthreads();
 }
 
-// The forward's TMA producer: item x is key tile x's K and V, with Q when x is 0.
-template <class Tiles, class Bar>
-__device__ __forceinline__ void wgmma_produce_tma(const WgmmaForwardStart<Tiles>& st, int kt,
+// The TMA producer of the forward and the dq pass (as wgmma_produce): item x is key tile x's K
+// and V of the block's kv head, into k_tile(stage) and v_tile(stage); with item 0, `first(bar)`
+// issues the copies of what the consumers read throughout (Q, and dout in the dq pass), whose
+// `first_bytes` item 0's announcement counts too.
+template <class Tiles, class Bar, class Full, class First, class KTile, class VTile>
+__device__ __forceinline__ void wgmma_produce_tma(const QueryBlock& block, int kt,
                                                   const MmaLayout& l, int thread,
-                                                  const TmaMaps& maps) {
+                                                  const TmaMaps& maps, Full full,
+                                                  std::uint32_t first_bytes, First first,
+                                                  KTile k_tile, VTile v_tile) {
     constexpr std::uint32_t kKv = 2 * Tiles::KvTile::kBytes;
-    const int q_col = st.block.h * l.HD, k_col = (l.NH + st.block.kvh) * l.HD,
-              v_col = (l.NH + l.KVH + st.block.kvh) * l.HD;
+    const int k_col = (l.NH + block.kvh) * l.HD, v_col = (l.NH + l.KVH + block.kvh) * l.HD;
     wgmma_produce_items_tma<Tiles::kStages, Tiles::kConsumers, Bar>(
-        kt, thread, [&](int s) { return st.sm.full(s); },
-        [](int x) { return x == 0 ? Tiles::QTile::kBytes + kKv : kKv; },
+        kt, thread, full, [&](int x) { return x == 0 ? first_bytes + kKv : kKv; },
         [&](int x, int stage, std::uint32_t bar) {
-            if (x == 0) tma_load_tile(st.sm.q(), maps.q, q_col, st.block.i0, st.block.b, bar);
+            if (x == 0) first(bar);
             const std::int64_t j0 = static_cast<std::int64_t>(x) * Tiles::kBlockN;
-            tma_load_tile(st.sm.k(stage), maps.kv, k_col, j0, st.block.b, bar);
-            tma_load_tile(st.sm.v(stage), maps.kv, v_col, j0, st.block.b, bar);
+            tma_load_tile(k_tile(stage), maps.kv, k_col, j0, block.b, bar);
+            tma_load_tile(v_tile(stage), maps.kv, v_col, j0, block.b, bar);
         });
+}
+
+// A consumer's wait for item x of a warp-specialized block: by TMA the phase x / kStages of the
+// stage's mbarrier (`full(stage)`), else warpgroup g's named full barrier of the stage.
+template <bool kTma, int kStages, class Bar, class Full>
+__device__ __forceinline__ void wgmma_wait_full(int x, int g, Full full) {
+    if constexpr (kTma)
+        tma::wait(full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
+    else
+        bar_sync(Bar::full(x % kStages, g), 128 + 128);  // the producer's and the warpgroup's
 }
 
 // A consumer warpgroup's side of the warp-specialized schedule, after tile 0's full barrier
@@ -580,7 +593,14 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
         wgmma::release_registers<Tiles::kProducerRegs>();
         const int thread = static_cast<int>(threadIdx.x) - kConsumers;
         if constexpr (Tiles::kTma)
-            wgmma_produce_tma<Tiles, Bar>(st, kt, l, thread, *maps);
+            wgmma_produce_tma<Tiles, Bar>(
+                st.block, kt, l, thread, *maps, [&](int s) { return st.sm.full(s); },
+                Tiles::QTile::kBytes,
+                [&](std::uint32_t bar) {
+                    tma_load_tile(st.sm.q(), maps->q, st.block.h * l.HD, st.block.i0, st.block.b,
+                                  bar);
+                },
+                [&](int s) { return st.sm.k(s); }, [&](int s) { return st.sm.v(s); });
         else
             wgmma_produce<Tiles, D, kStages, Bar>(
                 st.block, st.key_tiles, qkv, l, thread,
@@ -605,10 +625,7 @@ __device__ __forceinline__ void wgmma_forward_block_specialized(unsigned char* s
         wgmma_softmax<kDropout>(s, corr, mx, sum, st, it, p_row0, l, drop);
     };
     auto wait_full = [&](int x) {
-        if constexpr (Tiles::kTma)
-            tma::wait(st.sm.full(x % kStages), static_cast<std::uint32_t>(x / kStages) & 1u);
-        else
-            bar_sync(Bar::full(x % kStages, g), kProducer + 128);
+        wgmma_wait_full<Tiles::kTma, kStages, Bar>(x, g, [&](int i) { return st.sm.full(i); });
     };
     wait_full(0);
     wgmma_consume<kStages, kConsumers, Bar>(

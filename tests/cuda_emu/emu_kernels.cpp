@@ -526,12 +526,22 @@ std::string config_error(const void* kernel, dim3 grid, dim3 block, std::size_t 
 
 }  // namespace
 
-std::uint64_t sync(const SyncRequest& request, const char* what) {
+namespace {
+
+// The fiber of the thread calling the intrinsic `what`; outside a kernel, a message and abort.
+Fiber* current_fiber(const char* what) {
     Fiber* f = g_run.current;
     if (f == nullptr) {
         std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
         std::abort();
     }
+    return f;
+}
+
+}  // namespace
+
+std::uint64_t sync(const SyncRequest& request, const char* what) {
+    Fiber* f = current_fiber(what);
     f->request = request;
     f->what = what;
     f->state = State::kWaiting;
@@ -540,21 +550,13 @@ std::uint64_t sync(const SyncRequest& request, const char* what) {
 }
 
 void yield(const char* what) {
-    Fiber* f = g_run.current;
-    if (f == nullptr) {
-        std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
-        std::abort();
-    }
+    Fiber* f = current_fiber(what);
     f->what = what;  // stays ready: it runs again in the scheduler's next round
     leave_fiber(*f);
 }
 
 void named_barrier(int id, int threads, bool wait, const char* what) {
-    Fiber* f = g_run.current;
-    if (f == nullptr) {
-        std::fprintf(stderr, "napkin cuda-emu: %s called outside a kernel\n", what);
-        std::abort();
-    }
+    Fiber* f = current_fiber(what);
     const int block = static_cast<int>(g_run.fibers.size());
     std::string bad;
     if (id < 1 || id >= kNamedBarriers)

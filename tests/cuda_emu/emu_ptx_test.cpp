@@ -300,33 +300,34 @@ TEST_F(CudaEmuPtx, TensorMapsAreRefusedWhereTheDriverRefusesThem) {
     };
     const Map good{t.get()};
     EXPECT_EQ(encode(good), CUDA_SUCCESS);
-    Map m = good;
-    m.address = reinterpret_cast<unsigned char*>(t.get()) + 8;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an address not 16-byte aligned";
-    m = good;
-    m.strides[0] = 120;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a stride not a multiple of 16";
-    m = good;
-    m.dims[1] = 0;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a dimension of 0";
-    m = good;
-    m.box[1] = 257;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "a box dimension past 256";
-    m = good;
-    m.box[0] = 128;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an inner box wider than the swizzle";
-    m = good;
-    m.box[0] = 4;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an inner box of 8 bytes";
-    m = good;
-    m.element_strides[1] = 9;
-    EXPECT_EQ(encode(m), CUDA_ERROR_INVALID_VALUE) << "an element stride past 8";
-    m = good;
-    m.element_strides[1] = 2;
-    EXPECT_EQ(encode(m), CUDA_ERROR_NOT_SUPPORTED) << "element strides other than 1";
-    m = good;
-    m.interleave = CU_TENSOR_MAP_INTERLEAVE_16B;
-    EXPECT_EQ(encode(m), CUDA_ERROR_NOT_SUPPORTED) << "interleave";
+    // Each row: the good map with one field changed, and the answer.
+    const struct {
+        const char* what;
+        void (*change)(Map&);
+        CUresult want;
+    } bad[] = {
+        {"an address not 16-byte aligned",
+         [](Map& m) { m.address = static_cast<unsigned char*>(m.address) + 8; },
+         CUDA_ERROR_INVALID_VALUE},
+        {"a stride not a multiple of 16", [](Map& m) { m.strides[0] = 120; },
+         CUDA_ERROR_INVALID_VALUE},
+        {"a dimension of 0", [](Map& m) { m.dims[1] = 0; }, CUDA_ERROR_INVALID_VALUE},
+        {"a box dimension past 256", [](Map& m) { m.box[1] = 257; }, CUDA_ERROR_INVALID_VALUE},
+        {"an inner box wider than the swizzle", [](Map& m) { m.box[0] = 128; },
+         CUDA_ERROR_INVALID_VALUE},
+        {"an inner box of 8 bytes", [](Map& m) { m.box[0] = 4; }, CUDA_ERROR_INVALID_VALUE},
+        {"an element stride past 8", [](Map& m) { m.element_strides[1] = 9; },
+         CUDA_ERROR_INVALID_VALUE},
+        {"element strides other than 1", [](Map& m) { m.element_strides[1] = 2; },
+         CUDA_ERROR_NOT_SUPPORTED},
+        {"interleave", [](Map& m) { m.interleave = CU_TENSOR_MAP_INTERLEAVE_16B; },
+         CUDA_ERROR_NOT_SUPPORTED},
+    };
+    for (const auto& row : bad) {
+        Map m = good;
+        row.change(m);
+        EXPECT_EQ(encode(m), row.want) << row.what;
+    }
 
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
