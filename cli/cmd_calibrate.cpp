@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,17 @@ void calibrate(const CalibrateFlags& f, Communicator& comm) {
                       : cuda      ? 5
                                   : 3;
     const bool speaks = comm.rank() == 0;
+    // Where the profile goes, checked before minutes of probes rather than at the write.
+    const std::filesystem::path out(f.out);
+    const std::filesystem::path out_dir = out.has_parent_path() ? out.parent_path() : ".";
+    if (std::filesystem::is_directory(out))
+        throw UsageError("-o " + f.out + ": is a folder, expected the profile's file name");
+    if (!std::filesystem::is_directory(out_dir))
+        throw UsageError("-o " + f.out + ": the folder " + out_dir.string() + " does not exist");
+    // The profile --merge adds to, read (and refused if it is not one) before minutes of probes;
+    // by every rank, so that all of them stop together.
+    std::optional<DeviceProfile> merged_into;
+    if (f.merge && std::filesystem::exists(f.out)) merged_into = read_device_profile(f.out);
     const std::string load_start = load_average();
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Probe> probes = calibration_probes(device, precisions_of(f, device), f.quick);
@@ -265,11 +277,10 @@ void calibrate(const CalibrateFlags& f, Communicator& comm) {
               "load average " + load_start + " at the start, " + load_average() + " at the end" +
                   (f.note.empty() ? "" : "; " + f.note)};
     if (!speaks) return;
-    if (f.merge && std::filesystem::exists(f.out)) {
-        const DeviceProfile old = read_device_profile(f.out);
-        if (const std::string why = profile_mismatch(old, p.device); !why.empty())
+    if (merged_into) {
+        if (const std::string why = profile_mismatch(*merged_into, p.device); !why.empty())
             throw UsageError("--merge: " + f.out + ": " + why);
-        p = merge_profiles(old, p);
+        p = merge_profiles(*merged_into, p);
     }
     write_device_profile(p, f.out);
     std::printf("wrote %s: %s, %zu probes in %.0f s (%s)\n", f.out.c_str(), p.device.name.c_str(),

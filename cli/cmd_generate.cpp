@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -18,6 +17,7 @@
 #include "cli/generate_report.h"
 #include "cli/timing.h"
 #include "cli/train_out_dir.h"
+#include "core/bounded_read.h"
 #include "core/check.h"
 #include "core/config_json.h"
 #include "core/durable_file.h"
@@ -90,8 +90,11 @@ std::vector<std::int32_t> read_prompts(const GenerateFlags& f, const ModelConfig
         rows.push_back(parse_ids(f.prompt_tokens, "--prompt-tokens"));
     } else {
         o.prompt = "file";
-        std::ifstream in(f.prompt_file);
-        if (!in) throw InputError("--prompt-file " + f.prompt_file + ": cannot be read");
+        // Bounded and never blocking (core/bounded_read.h): a FIFO or /dev/zero is refused.
+        std::string text;
+        if (std::string err = read_bounded_file(f.prompt_file, kMaxPromptBytes, text); !err.empty())
+            throw InputError("--prompt-file " + f.prompt_file + ": " + err);
+        std::istringstream in(text);
         for (std::string line; std::getline(in, line);) {
             auto ids = parse_ids(line, "--prompt-file " + f.prompt_file);
             if (!ids.empty()) rows.push_back(std::move(ids));

@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <tuple>
 #include <utility>
 
+#include "core/bounded_read.h"
 #include "core/check.h"
 #include "core/durable_file.h"
 #include "core/json_reader.h"
@@ -349,12 +348,12 @@ DeviceProfile parse_device_profile(std::string_view text) {
 }
 
 DeviceProfile read_device_profile(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError(path + ": cannot be read");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    // Bounded and never blocking (core/bounded_read.h): a FIFO or /dev/zero is refused at once.
+    std::string text;
+    if (std::string err = read_bounded_file(path, kMaxProfileBytes, text); !err.empty())
+        throw InputError(path + ": " + err);
     try {
-        return parse_device_profile(ss.str());
+        return parse_device_profile(text);
     } catch (const InputError& e) {
         throw InputError(path + ": " + e.what());
     }

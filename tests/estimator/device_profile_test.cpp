@@ -76,7 +76,7 @@ TEST(DeviceProfile, AMalformedOrNewerProfileIsOneLineNamingTheField) {
     EXPECT_EQ(error_of([] { parse_device_profile("{\"schema\": "); }).rfind("not valid JSON (", 0),
               0u);
     EXPECT_EQ(error_of([] { read_device_profile("/nonexistent/p.json"); }),
-              "/nonexistent/p.json: cannot be read");
+              "/nonexistent/p.json: cannot open (No such file or directory)");
 }
 
 TEST(DeviceProfile, AnotherDevicesProfileIsRefusedUnlessForced) {

@@ -69,6 +69,37 @@ TEST_F(Fault, FifoAsCheckpointAndInitFromIsRefused) {
                    "no checkpoint at");
 }
 
+// The device profile (estimate, train, calibrate --merge) and generate's prompt file: read as
+// the config is, so a FIFO or a device is refused at once, and calibrate refuses what it could
+// not write or merge into before its probes run.
+TEST_F(Fault, FifosAsProfilesAndPromptsAreRefusedNotWaitedOn) {
+    const fs::path f = fifo("profile.json");
+    expect_refused(napkin("estimate --model gpt2 --device-profile " + f.string(), kTimeout),
+                   f.string(), "not a regular file (a FIFO)");
+    expect_refused(napkin("train --device-profile " + f.string() + kTinyRun + " --out " +
+                              (dir_ / "run").string(),
+                          kTimeout),
+                   f.string(), "not a regular file (a FIFO)");
+    EXPECT_FALSE(fs::exists(dir_ / "run"));
+    expect_refused(napkin("calibrate --quick --merge -o " + f.string(), kTimeout), f.string(),
+                   "not a regular file (a FIFO)");
+    expect_refused(napkin("estimate --model gpt2 --device-profile /dev/zero", kTimeout),
+                   "/dev/zero", "not a regular file (a character device)");
+    expect_refused(napkin("generate --model tiny --max-new-tokens 1 --prompt-file " + f.string() +
+                              " -o " + (dir_ / "gen").string(),
+                          kTimeout),
+                   f.string(), "not a regular file (a FIFO)");
+    EXPECT_FALSE(fs::exists(dir_ / "gen"));
+    const CliRun folder = napkin("calibrate --quick -o " + dir_.string(), kTimeout);
+    EXPECT_EQ(folder.rc, 2) << folder.err;
+    EXPECT_NE(folder.err.find("is a folder"), std::string::npos) << folder.err;
+    const CliRun nowhere =
+        napkin("calibrate --quick -o " + (dir_ / "no" / "p.json").string(), kTimeout);
+    EXPECT_EQ(nowhere.rc, 2) << nowhere.err;
+    EXPECT_NE(nowhere.err.find("does not exist"), std::string::npos) << nowhere.err;
+    EXPECT_EQ(nowhere.out, "") << "probes ran before the refusal";
+}
+
 // A FIFO as a run's trace or as a shard, a device as a checkpoint, a link to a device: refused at
 // once. A link to a good file is followed: a correct load.
 TEST_F(Fault, FifosDevicesAndLinksAsInputs) {
