@@ -53,10 +53,28 @@ json or_null(const std::optional<T>& v) {
     return v ? json(*v) : json();
 }
 
-// A number of every step after the first `warmup` (UsageError when none is left).
+// Why napkin train stopped the run before its last step, when it did ("" otherwise): "step 8:
+// the gradients were not finite", "step 2: --detect-anomaly found NaN or inf (forward of
+// attn.qkv, block 0)". Steps counted from 1, as napkin train's lines.
+std::string stop_reason(const profiler::RunReport& r) {
+    if (r.diverged)
+        return "step " + std::to_string(r.diverged->step + 1) + ": the gradients were not finite";
+    if (!r.anomaly) return "";
+    const profiler::AnomalyReport& a = *r.anomaly;
+    return "step " + std::to_string(a.step + 1) + ": --detect-anomaly found NaN or inf (" +
+           a.direction + " of " + a.op +
+           (a.layer ? ", block " + std::to_string(*a.layer) : std::string()) + ")";
+}
+
+// A number of every step after the first `warmup` (UsageError when none is left; InputError
+// when the run stopped in its first step and has none).
 std::vector<double> step_numbers(const RankReport& run, int warmup,
                                  double (*number)(const StepReport&)) {
     const std::vector<StepReport>& steps = run.report.steps;
+    if (steps.empty()) {
+        throw InputError(run.file.string() + ": no step finished (" + stop_reason(run.report) +
+                         ")");
+    }
     if (static_cast<std::size_t>(warmup) >= steps.size()) {
         throw UsageError("--warmup " + std::to_string(warmup) + ": leaves no step of " +
                          run.file.string() + " (" + std::to_string(steps.size()) + " steps)");
@@ -107,6 +125,8 @@ void summarize_settings(const RankReport& run, json& s) {
     s["seq_len"] = r.run.seq_len;
     s["grad_accum"] = static_cast<std::int64_t>(r.run.grad_accum);
     s["steps"] = static_cast<std::int64_t>(r.run.steps);
+    const std::string stopped = stop_reason(r);
+    s["stopped"] = stopped.empty() ? json() : json(stopped);
     s["finetune"] = r.run.finetune == "full"
                         ? r.run.finetune
                         : r.run.finetune + " r" + std::to_string(*r.run.lora_rank);
@@ -462,6 +482,11 @@ void print_settings(const Columns& t, const std::vector<json>& runs) {
         return str(r["micro_batch"]) + "x" + str(r["seq_len"]) + "x" + str(r["grad_accum"]);
     });
     t.row("steps", [&](const json& r) { return str(r["steps"]); });
+    if (std::any_of(runs.begin(), runs.end(),
+                    [](const json& r) { return !r["stopped"].is_null(); }))
+        t.row("stopped", [&](const json& r) {
+            return r["stopped"].is_null() ? std::string("-") : r["stopped"].get<std::string>();
+        });
     t.row("ranks, ZeRO stage", [&](const json& r) {
         return str(r["world"]) + ", " + (r["zero"].is_null() ? std::string("-") : str(r["zero"]));
     });

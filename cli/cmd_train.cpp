@@ -266,6 +266,8 @@ struct StepLoop {
     std::optional<StopOnSignal>
         stop;                        // Ctrl-C: stop after the step, writing what --stop-after would
     std::optional<Anomaly> anomaly;  // --detect-anomaly stopped the run in step steps.last
+    bool diverged = false;           // the gradients of step steps.last were not finite
+    bool stopped_by_the_engine() const { return anomaly || diverged; }
 };
 
 // The progress line of one step: memory by category in MB, current/peak where they differ
@@ -315,6 +317,11 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
             loop.anomaly = e.anomaly();
             loop.steps.last = s;
             break;
+        } catch (const GradientsNotFinite&) {  // the step made no update; the trace keeps it
+            loop.profiler.write_step(s);
+            loop.diverged = true;
+            loop.steps.last = s;
+            break;
         }
         loop.profiler.after_step(s, loop.steps.last);
         if (!loop.flags.quiet) {
@@ -335,7 +342,7 @@ StepTotals run_steps(StepLoop& loop, Communicator& comm) {
     }
     if (loop.steps.last == loop.run.options.steps) inject_test_fault(comm.rank(), loop.steps.last);
     // Interrupted before its first step: nothing to report or resume.
-    if (totals.steps.empty() && !loop.anomaly) {
+    if (totals.steps.empty() && !loop.stopped_by_the_engine()) {
         throw Interrupted("interrupted before the first step; nothing written",
                           loop.stop ? loop.stop->signal() : SIGINT);
     }
@@ -379,6 +386,7 @@ profiler::RunReport build_report(StepLoop& loop, const StepTotals& totals, const
     report.profile = loop.profiler.report();  // per-op and per-kernel time against the roofline
     if (loop.run.parallel) report.communication = communication_report(trainer, pred, totals.steps);
     report.anomaly = loop.anomaly;
+    if (loop.diverged) report.diverged = profiler::DivergedReport{loop.steps.last};
     if (totals.steps.empty()) no_step_measured(report.measured, trainer);
     return report;
 }
@@ -412,7 +420,8 @@ void keep_first_failure(std::exception_ptr& failed, F&& write) {
 
 // Writes the trace and memory snapshot, report.json and the final checkpoint; prints the closing
 // lines. Interrupted, when a signal stopped the run, once everything is written; AnomalyFound,
-// when --detect-anomaly did, after the report (and no checkpoint). The steps' work outlives what
+// when --detect-anomaly did, and GradientsNotFinite's InputError, when a step's gradients were
+// not finite, after the report (and no checkpoint). The steps' work outlives what
 // fails in writing about it: an exception from the trace or the report (a full disk, a string
 // JSON cannot hold) is kept while the rest is written, the final checkpoint included, then thrown
 // with what was written all the same. Only a failed checkpoint loses the steps since the last.
@@ -427,15 +436,25 @@ void finish_run(StepLoop& loop, const StepTotals& totals, const EstimateInputs& 
         inject_end_fault("trace");
         loop.profiler.close();
     });
-    // After an anomaly the state is the one that produced it: no checkpoint of it.
-    if (!loop.anomaly)
+    // After an anomaly or non-finite gradients the state is the one that produced them: no
+    // checkpoint of it (an earlier --save-every one stays).
+    if (!loop.stopped_by_the_engine())
         loop.checkpoint = run_checkpoint_path(loop.run.run_dir, trainer.steps_done(), parallel);
     const std::filesystem::path file = loop.run.out_dir / "report.json";
-    if (loop.anomaly) {
+    if (loop.stopped_by_the_engine()) {
         if (failed) std::rethrow_exception(failed);
         write_file_durably(file, profiler::run_report_text(build_report(
                                      loop, totals, ei, pred, init, given_profile, file)));
-        throw AnomalyFound(*loop.anomaly);  // cli/main.cpp: its line, exit 3
+        if (loop.anomaly) throw AnomalyFound(*loop.anomaly);  // cli/main.cpp: its line, exit 3
+        // Every rank stops in this step; none exits before all have written their reports (the
+        // launcher ends the others when the first exits with an error).
+        if (parallel) trainer.comm()->barrier();
+        const int before = loop.steps.last;  // a resumed run's report keeps its earlier steps
+        throw GradientsNotFinite(before, "; " + file.string() + " keeps the " +
+                                             std::to_string(before) +
+                                             (before == 1 ? " step" : " steps") +
+                                             " before it (--detect-anomaly, in one process, "
+                                             "names the op that made the first NaN or inf)");
     }
     // Two phases around the final checkpoint (cli/train_report.h): a kill between them leaves
     // the report for --resume to publish.
@@ -516,7 +535,8 @@ void train(const TrainFlags& f, const CLI::App& cmd, Communicator& comm, std::st
                   steps,
                   run.parallel ? std::string("none") : (run.run_dir / kCheckpointFileName).string(),
                   {},
-                  {}};
+                  {},
+                  false};
     if (!run.parallel) {
         loop.stop.emplace();
         trainer.set_stop_check([&stop = *loop.stop] { return stop.requested(); });

@@ -13,6 +13,7 @@
 #include "cli/version.h"
 #include "core/check.h"
 #include "core/engine/checkpoint.h"
+#include "core/engine/trainer.h"
 #include "core/engine/zero.h"
 
 namespace napkin::cli {
@@ -24,6 +25,8 @@ void run_with_ranks(const std::function<void(Communicator&)>& body) {
         body(*comm);
     } catch (const RunMismatchError&) {
         throw;  // every rank knows: a clean exit (status 2) everywhere
+    } catch (const GradientsNotFinite&) {
+        throw;  // every rank stops in the same step, its report written: exit 1 everywhere
     } catch (const std::exception& e) {
         const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
         std::fprintf(stderr, "napkin: rank %d of %d: error: %s; ending every rank\n", comm->rank(),

@@ -306,6 +306,7 @@ void to_json(json& j, const RunReport& r) {
          {"profile", or_null(r.profile)}};
     put(j, "communication", r.communication);
     put(j, "anomaly", r.anomaly);
+    if (r.diverged) j["diverged"] = {{"step", r.diverged->step}};
 }
 
 std::string run_report_text(const RunReport& r) {
@@ -314,9 +315,9 @@ std::string run_report_text(const RunReport& r) {
 
 bool RunReport::operator==(const RunReport& o) const {
     return model_config_to_json(model) == model_config_to_json(o.model) &&
-           std::tie(schema, run, init, predicted, measured, steps, profile, communication,
-                    anomaly) == std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps,
-                                         o.profile, o.communication, o.anomaly);
+           std::tie(schema, run, init, predicted, measured, steps, profile, communication, anomaly,
+                    diverged) == std::tie(o.schema, o.run, o.init, o.predicted, o.measured, o.steps,
+                                          o.profile, o.communication, o.anomaly, o.diverged);
 }
 
 double Measurement::mfu_peak_flops_per_s() const {

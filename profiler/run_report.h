@@ -311,6 +311,13 @@ struct AnomalyReport {
     std::optional<BadInput> bad_input;
     bool operator==(const AnomalyReport&) const = default;
 };
+// napkin train stopped because a step's gradients were not finite, outside fp16-amp (whose loss
+// scaler skips such steps): "diverged"; absent when no step's were. "steps" holds the steps
+// before it (possibly none); the step itself made no update.
+struct DivergedReport {
+    int step = 0;  // 0-based, as "steps"
+    bool operator==(const DivergedReport&) const = default;
+};
 struct RunReport {
     std::string schema = std::string(kReportSchema);  // as read, and written back so
     ModelConfig model;
@@ -322,6 +329,7 @@ struct RunReport {
     std::optional<ProfileReport> profile;              // null unless profiled
     std::optional<CommunicationReport> communication;  // data-parallel runs
     std::optional<AnomalyReport> anomaly;              // --detect-anomaly found one
+    std::optional<DivergedReport> diverged;            // gradients not finite: stopped
     bool operator==(const RunReport& o) const;  // the model by its JSON (ModelConfig has no ==)
 };
 

@@ -353,8 +353,10 @@ void from_json(const json& j, RunReport& r) {
         doc["measured"]["host_peak_bytes"].expected("an object (predicted.host_memory is given)");
     r.steps = doc["steps"].elements(read_step);
     r.anomaly = doc["anomaly"].optional(read_anomaly);
-    // A run that --detect-anomaly stopped in its first step has none.
-    if (r.steps.empty() && !r.anomaly) doc["steps"].expected("at least one step");
+    r.diverged = doc["diverged"].optional(
+        [](const JsonField& d) { return DivergedReport{d["step"].integer<int>(0)}; });
+    // A run that --detect-anomaly or non-finite gradients stopped in its first step has none.
+    if (r.steps.empty() && !r.anomaly && !r.diverged) doc["steps"].expected("at least one step");
     r.profile = doc["profile"].optional(read_profile);
     r.communication = doc["communication"].optional(read_communication);
 }

@@ -400,8 +400,7 @@ void Trainer::update_loss_scale(const StepStats& st) {
             good_steps_ = 0;
         }
     } else if (st.skipped) {
-        throw InputError("step " + std::to_string(step_) +
-                         ": the gradients are not finite (NaN or inf); training stopped");
+        throw GradientsNotFinite(step_);
     }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/check.h"
 #include "core/engine/data.h"
 #include "core/engine/engine_device.h"
 #include "core/engine/gpt.h"
@@ -98,6 +99,23 @@ struct StepRecord {
 class StepAbandoned : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
+};
+
+// Thrown by Trainer::step() when the step's gradients are not finite outside fp16-amp (whose
+// loss scaler skips such steps instead): the update was not made, so the weights are the last
+// step's. `step()` is the failing step, 0-based; the message counts from 1, as the progress lines,
+// and ends with `more` (napkin train adds where the report is). Data-parallel ranks all find it
+// in the same step (the gradients, or their norm, are summed over the ranks first).
+class GradientsNotFinite : public InputError {
+public:
+    explicit GradientsNotFinite(int step, const std::string& more = "")
+        : InputError("step " + std::to_string(step + 1) +
+                     ": the gradients are not finite (NaN or inf); training stopped" + more),
+          step_(step) {}
+    int step() const { return step_; }
+
+private:
+    int step_;
 };
 
 class Trainer {

@@ -59,11 +59,37 @@ TEST(AnomalyCli, ExplodingLearningRateNamesTheOpAndKeepsTheReport) {
     }
     EXPECT_EQ(marks, 1);
 
-    // Without the flag the same run stops too, but only at the loss, and says less.
+    // Without the flag the same run stops too, at the optimizer's check of the gradients, and
+    // says less: the step (counted from 1, as the progress lines), not the op. Its report keeps
+    // the step before and says why the run stopped; no checkpoint of the state that broke.
+    const fs::path plain_dir = out / "plain";
     const CliRun plain =
         napkin("train --steps 5 --micro-batch 2 --seq-len 32 --lr 1e30 --quiet --out " +
-               (out / "plain").string());
+               plain_dir.string());
     EXPECT_EQ(plain.rc, 1) << plain.err;
+    EXPECT_EQ(plain.err,
+              "napkin: error: step 2: the gradients are not finite (NaN or inf); "
+              "training stopped; " +
+                  (plain_dir / "report.json").string() +
+                  " keeps the 1 step before it (--detect-anomaly, in one process, "
+                  "names the op that made the first NaN or inf)\n");
+    const napkin::profiler::RunReport diverged =
+        napkin::profiler::read_run_report(plain_dir / "report.json");
+    ASSERT_TRUE(diverged.diverged.has_value());
+    EXPECT_EQ(diverged.diverged->step, 1);
+    EXPECT_FALSE(diverged.anomaly.has_value());
+    EXPECT_EQ(diverged.steps.size(), 1u);
+    EXPECT_FALSE(fs::exists(plain_dir / "checkpoint.safetensors"));
+    const CliRun shown = napkin("report --json " + plain_dir.string());
+    ASSERT_EQ(shown.rc, 0) << shown.err;
+    EXPECT_EQ(nlohmann::json::parse(shown.out)["runs"][0]["stopped"],
+              "step 2: the gradients were not finite");
+    const CliRun both = napkin("report " + plain_dir.string() + " " + out.string());
+    ASSERT_EQ(both.rc, 0) << both.err;
+    EXPECT_NE(both.out.find("step 2: --detect-anomaly found NaN or inf (forward of attn.qkv, "
+                            "block 0)"),
+              std::string::npos)
+        << both.out;
 }
 
 // fp16-amp: overflowed steps stay the loss scaler's (skipped, the scale halved) and the run is

@@ -369,3 +369,23 @@ TEST(RunReport, AnAnomalyRoundTripsEvenWithoutSteps) {
               "anomaly.direction: expected \"forward\" or \"backward\", got \"sideways\"");
     EXPECT_FALSE(json(full_report()).contains("anomaly"));
 }
+
+// Non-finite gradients' record: the same, and a negative step is named.
+TEST(RunReport, ADivergedRunRoundTripsEvenWithoutSteps) {
+    p::RunReport r = full_report();
+    r.diverged = p::DivergedReport{7};
+    EXPECT_EQ(p::parse_run_report(p::run_report_text(r)), r);
+    r.steps.clear();
+    r.diverged->step = 0;
+    const json j = r;
+    EXPECT_EQ(j["diverged"], json({{"step", 0}}));
+    EXPECT_EQ(j.get<p::RunReport>(), r);
+    json bad = j;
+    bad["diverged"]["step"] = -1;
+    EXPECT_EQ(error_of([&] { bad.get<p::RunReport>(); }),
+              "diverged.step: expected an integer >= 0, got -1");
+    bad.erase("diverged");
+    EXPECT_EQ(error_of([&] { bad.get<p::RunReport>(); }),
+              "steps: expected at least one step, got an array");
+    EXPECT_FALSE(json(full_report()).contains("diverged"));
+}
