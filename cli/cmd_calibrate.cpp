@@ -22,6 +22,7 @@
 #include "cli/calibrate_probes.h"
 #include "cli/commands.h"
 #include "cli/estimate_time.h"
+#include "cli/flag_checks.h"
 #include "cli/timing.h"
 #include "cli/train_parallel.h"
 #include "core/check.h"
@@ -235,13 +236,7 @@ void calibrate(const CalibrateFlags& f, Communicator& comm) {
                       : cuda      ? 5
                                   : 3;
     const bool speaks = comm.rank() == 0;
-    // Where the profile goes, checked before minutes of probes rather than at the write.
-    const std::filesystem::path out(f.out);
-    const std::filesystem::path out_dir = out.has_parent_path() ? out.parent_path() : ".";
-    if (std::filesystem::is_directory(out))
-        throw UsageError("-o " + f.out + ": is a folder, expected the profile's file name");
-    if (!std::filesystem::is_directory(out_dir))
-        throw UsageError("-o " + f.out + ": the folder " + out_dir.string() + " does not exist");
+    check_output_file("-o", f.out);  // before minutes of probes, not at the write
     // The profile --merge adds to, read (and refused if it is not one) before minutes of probes;
     // by every rank, so that all of them stop together.
     std::optional<DeviceProfile> merged_into;

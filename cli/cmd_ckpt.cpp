@@ -42,6 +42,7 @@ void run_consolidate(const ConsolidateFlags& f, const CLI::App& cmd) {
     for (const char* file : {"report.json", "trace.json", "memory.json"})
         inputs.push_back(run_dir / file);
     refuse_overwriting_input("-o", out, inputs);
+    check_output_file("-o", out);
     const CheckpointInfo info = consolidate_checkpoint(*m, out);
     std::printf(
         "consolidated %s (%d rank%s, ZeRO-%d, step %d) into %s: %llu bytes of tensors; "

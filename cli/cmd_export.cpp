@@ -278,6 +278,7 @@ void run_export(const ExportFlags& f) {
     for (const std::string& arg : f.runs)
         inputs.emplace_back(arg);
     refuse_overwriting_input("-o", f.out, inputs);
+    check_output_file("-o", f.out);
     // What an export killed mid-write (SIGTERM, kill -9) left beside its target: gone now.
     const fs::path target(f.out);
     remove_dead_temporaries(target.has_parent_path() ? target.parent_path() : fs::path("."));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/generate_report.h"
 #include "cli/timing.h"
 #include "cli/train_out_dir.h"
@@ -325,6 +326,7 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--temperature", f->temperature, "0: greedy; > 0: sampled from softmax(z / T)")
         ->capture_default_str();
     cmd->add_option("--seed", f->seed, "random weights, synthetic prompts and sampling")
+        ->check(non_negative_integer())
         ->capture_default_str();
     cmd->add_option("--precision", f->precision, "fp32|bf16: weights, cache and activations")
         ->capture_default_str();

@@ -29,6 +29,20 @@ inline CLI::Validator non_negative_integer() {
         "", "non-negative integer");
 }
 
+// UsageError when `out` cannot be the file a command writes: a folder, or in a folder that does
+// not exist. Checked before the command's work rather than found at the final rename.
+inline void check_output_file(const char* flag, const std::string& out) {
+    const std::filesystem::path path(out);
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw UsageError(std::string(flag) + " " + out + ": is a folder, expected a file name");
+    if (!std::filesystem::is_directory(dir, ec)) {
+        throw UsageError(std::string(flag) + " " + out + ": the folder " + dir.string() +
+                         " does not exist");
+    }
+}
+
 // UsageError when `out` is one of `inputs` (the same file by any path, a link or a relative
 // one): a command's output never overwrites what it reads or the run it reads from.
 inline void refuse_overwriting_input(const char* flag, const std::filesystem::path& out,

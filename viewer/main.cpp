@@ -4,6 +4,7 @@
 // state has a command.
 // Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select),
 // 2 usage error.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -108,7 +109,7 @@ std::string check_flags(Flags& f) {
 }
 
 // Loads every path; files that cannot be used are shown in the window and the rest of the runs
-// still open. Headless, they are also printed; `unusable` says whether any was.
+// still open. They are also printed; `unusable` says whether any was.
 std::vector<viewer::RunData> load_runs(const Flags& f, bool& unusable) {
     std::vector<viewer::RunData> runs;
     unusable = false;
@@ -117,7 +118,6 @@ std::vector<viewer::RunData> load_runs(const Flags& f, bool& unusable) {
         for (viewer::RunData& part : viewer::split_processes(viewer::load_run(p)))
             runs.push_back(std::move(part));
     }
-    if (!f.window_options.headless) return runs;
     for (const auto& r : runs) {
         for (const std::string& e : r.errors)
             std::fprintf(stderr, "napkin view: error: %s\n", e.c_str());
@@ -131,6 +131,11 @@ std::vector<viewer::RunData> load_runs(const Flags& f, bool& unusable) {
 int run(const Flags& f) {
     bool unusable = false;
     std::vector<viewer::RunData> runs = load_runs(f, unusable);
+    // Paths given and none usable: the errors above are all a window would show.
+    if (!f.window_options.headless && !runs.empty() &&
+        std::all_of(runs.begin(), runs.end(),
+                    [](const viewer::RunData& r) { return !r.errors.empty(); }))
+        return 1;
     viewer::GlfwBackend backend(f.window_options);
     viewer::App app(std::move(runs));
     if (std::string err = app.open(f.open); !err.empty()) {

@@ -92,7 +92,8 @@ TEST(GenerateCli, InitFromARunFolder) {
     const json g = json::parse(r.out);
     EXPECT_EQ(g["run"]["weights"], (run / "checkpoint.safetensors").string());
     EXPECT_EQ(g["model"]["name"], "tiny");
-    const CliRun both = napkin("generate --init-from " + run.string() + " --model tiny --prompt-tokens 1");
+    const CliRun both =
+        napkin("generate --init-from " + run.string() + " --model tiny --prompt-tokens 1");
     EXPECT_EQ(both.rc, 2);
 }
 
@@ -138,6 +139,10 @@ TEST(GenerateCli, RefusesInOneLine) {
         {"generate --max-new-tokens 3", 2, "napkin: error: give one prompt"},
         {"generate --synthetic-prompt 4 --flash-decoding yes", 2,
          "napkin: error: --flash-decoding: unknown value 'yes' (expected on|off)"},
+        {"generate --synthetic-prompt 4 --seed -5", 2,  // not 2^64 - 5, as train's --seed
+         "napkin: error: --seed: must be 0 or a positive integer (got '-5')"},
+        {"generate --prompt-file /dev/zero", 1,
+         "napkin: error: --prompt-file /dev/zero: not a regular file (a character device)"},
     };
     for (const Case& c : cases) {
         const CliRun r = napkin(c.args);

@@ -70,8 +70,7 @@ TEST_F(Fault, FifoAsCheckpointAndInitFromIsRefused) {
 }
 
 // The device profile (estimate, train, calibrate --merge) and generate's prompt file: read as
-// the config is, so a FIFO or a device is refused at once, and calibrate refuses what it could
-// not write or merge into before its probes run.
+// the config is, so a FIFO or a device is refused at once (calibrate's before its probes run).
 TEST_F(Fault, FifosAsProfilesAndPromptsAreRefusedNotWaitedOn) {
     const fs::path f = fifo("profile.json");
     expect_refused(napkin("estimate --model gpt2 --device-profile " + f.string(), kTimeout),
@@ -90,14 +89,33 @@ TEST_F(Fault, FifosAsProfilesAndPromptsAreRefusedNotWaitedOn) {
                           kTimeout),
                    f.string(), "not a regular file (a FIFO)");
     EXPECT_FALSE(fs::exists(dir_ / "gen"));
-    const CliRun folder = napkin("calibrate --quick -o " + dir_.string(), kTimeout);
-    EXPECT_EQ(folder.rc, 2) << folder.err;
-    EXPECT_NE(folder.err.find("is a folder"), std::string::npos) << folder.err;
-    const CliRun nowhere =
-        napkin("calibrate --quick -o " + (dir_ / "no" / "p.json").string(), kTimeout);
-    EXPECT_EQ(nowhere.rc, 2) << nowhere.err;
-    EXPECT_NE(nowhere.err.find("does not exist"), std::string::npos) << nowhere.err;
-    EXPECT_EQ(nowhere.out, "") << "probes ran before the refusal";
+}
+
+// An output file that is a folder, or in a folder that does not exist: refused before the work
+// (calibrate's probes, export's merge), not found at the final rename.
+TEST_F(Fault, OutputsThatCannotBeWrittenAreRefusedBeforeTheWork) {
+    const fs::path run = dir_ / "run", zrun = dir_ / "zrun", nowhere = dir_ / "no" / "out.json";
+    ASSERT_EQ(napkin("train" + kTinyRun + " --profile all --out " + run.string(), kTimeout).rc, 0);
+    ASSERT_EQ(napkin("train" + kTinyRun + " --zero 2 --out " + zrun.string(), kTimeout).rc, 0);
+    const std::vector<std::string> commands = {"calibrate --quick -o ",
+                                               "export " + run.string() + " -o ",
+                                               "ckpt consolidate " + zrun.string() + " -o "};
+    for (const std::string& command : commands) {
+        SCOPED_TRACE(command);
+        const CliRun folder = napkin(command + dir_.string(), kTimeout);
+        EXPECT_EQ(folder.rc, 2) << folder.err;
+        EXPECT_NE(folder.err.find("-o " + dir_.string() + ": is a folder, expected a file name"),
+                  std::string::npos)
+            << folder.err;
+        EXPECT_EQ(folder.out, "") << "the work ran before the refusal";
+        const CliRun missing = napkin(command + nowhere.string(), kTimeout);
+        EXPECT_EQ(missing.rc, 2) << missing.err;
+        EXPECT_NE(
+            missing.err.find(": the folder " + nowhere.parent_path().string() + " does not exist"),
+            std::string::npos)
+            << missing.err;
+        EXPECT_EQ(missing.out, "") << "the work ran before the refusal";
+    }
 }
 
 // A FIFO as a run's trace or as a shard, a device as a checkpoint, a link to a device: refused at

@@ -253,6 +253,22 @@ TEST_F(ViewerGui, AnUnreadableFileIsShownAndTheRestStillRenders) {
     expect_not_blank(rgb);
 }
 
+// In a window too: the paths given, none usable, are each one line and exit 1 before a window
+// opens (there is nothing to show but the errors); with DISPLAY unset, so no window could.
+TEST_F(ViewerGui, NothingUsableToOpenEndsBeforeTheWindow) {
+    const fs::path broken = *dir_ / "broken_only.json";
+    std::ofstream(broken) << "{\"traceEvents\": [";
+    const Result r = run("env -u DISPLAY -u WAYLAND_DISPLAY " + std::string(NAPKIN_BINARY) +
+                         " view /nonexistent/run " + broken.string());
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_NE(r.err.find("napkin view: error: /nonexistent/run: no such file or folder"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("napkin view: error: broken_only.json: not valid JSON"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("window"), std::string::npos) << r.err;
+}
+
 TEST_F(ViewerGui, BadFlagsAreUsageErrors) {
     const Result view = run(std::string(NAPKIN_BINARY) + " view --view nope --screenshot x.png");
     EXPECT_EQ(view.rc, 2);
