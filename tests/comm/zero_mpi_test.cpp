@@ -78,8 +78,7 @@ void check_stages(int n, const std::string& extra, double tol) {
             }
             // The model states by the estimator's layout; the temporaries by its buffers (ZeRO's
             // buckets and gathered units are the `communication` category, measured only).
-            for (const char* k :
-                 {"parameters", "master_weights", "gradients", "optimizer_state", "temporaries"}) {
+            for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state", "temporaries"}) {
                 EXPECT_EQ(j["measured"]["peak_bytes"][k].get<double>(),
                           j["predicted"][k].get<double>())
                     << "rank " << rank << " " << k;
@@ -154,10 +153,9 @@ TEST(ZeroMpi, OverlapChangesTheScheduleNotTheNumbers) {
         nlohmann::json rep[2];
         for (int on = 0; on <= 1; ++on) {
             const fs::path out = fresh_dir("overlap" + std::to_string(zero) + std::to_string(on));
-            const CliRun r =
-                shell(mpirun(2) + NAPKIN_BINARY + " " + kRun + "--grad-accum 2 --zero " +
-                      std::to_string(zero) + " --overlap " + (on ? "on" : "off") +
-                      " --profile steps:1-1 --out " + out.string());
+            const CliRun r = shell(mpirun(2) + NAPKIN_BINARY + " " + kRun + "--grad-accum 2 --zero " +
+                                   std::to_string(zero) + " --overlap " + (on ? "on" : "off") +
+                                   " --profile steps:1-1 --out " + out.string());
             ASSERT_EQ(r.rc, 0) << r.out << r.err;
             rep[on] = read_json(out / "report.json");
             std::ifstream f(out / "trace.json");
@@ -186,8 +184,7 @@ TEST(ZeroMpi, OverlapChangesTheScheduleNotTheNumbers) {
                 if (name.rfind("start all_gather h.", 0) == 0) ++prefetches;
             }
             if (on == 1) {
-                EXPECT_GT(started_in_backward, 0)
-                    << "no gradient collective started in the backward";
+                EXPECT_GT(started_in_backward, 0) << "no gradient collective started in the backward";
                 EXPECT_GT(waits, 0);
                 if (zero == 3) {
                     EXPECT_GT(prefetches, 0) << "no ZeRO-3 gather started ahead";
@@ -199,12 +196,10 @@ TEST(ZeroMpi, OverlapChangesTheScheduleNotTheNumbers) {
         ASSERT_EQ(rep[0]["steps"].size(), rep[1]["steps"].size());
         for (std::size_t s = 0; s < rep[0]["steps"].size(); ++s) {
             EXPECT_EQ(rep[0]["steps"][s]["loss"], rep[1]["steps"][s]["loss"]) << "step " << s;
-            EXPECT_EQ(rep[0]["steps"][s]["grad_norm"], rep[1]["steps"][s]["grad_norm"])
-                << "step " << s;
+            EXPECT_EQ(rep[0]["steps"][s]["grad_norm"], rep[1]["steps"][s]["grad_norm"]) << "step " << s;
         }
         for (const char* k : {"parameters", "master_weights", "gradients", "optimizer_state"})
-            EXPECT_EQ(rep[0]["measured"]["peak_bytes"][k], rep[1]["measured"]["peak_bytes"][k])
-                << k;
+            EXPECT_EQ(rep[0]["measured"]["peak_bytes"][k], rep[1]["measured"]["peak_bytes"][k]) << k;
         EXPECT_EQ(rep[0]["communication"]["measured_per_step"]["state_sent_bytes"],
                   rep[1]["communication"]["measured_per_step"]["state_sent_bytes"]);
     }
@@ -290,8 +285,8 @@ void expect_hung_rank_ends_the_job(const std::string& overlap) {
         shell(kMpiEnv + "timeout 120 " + NAPKIN_MPIEXEC +
               " -n 2 --oversubscribe -x NAPKIN_TEST_HANG_RANK_AT_STEP=1:2 " + NAPKIN_BINARY +
               " train --steps 6 --micro-batch 2 --seq-len 32 --quiet --zero 2 "
-              "--comm-timeout 3 --overlap " +
-              overlap + " --out " + out.string());
+              "--comm-timeout 3 --overlap " + overlap + " --out " +
+              out.string());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(seconds, 60.0) << r.out << r.err;
@@ -327,12 +322,9 @@ void expect_losses_follow(const nlohmann::json& resumed, const nlohmann::json& r
     const std::size_t first = ref.size() - resumed.size();
     for (std::size_t i = 0; i < resumed.size(); ++i) {
         EXPECT_EQ(resumed[i]["step"], ref[first + i]["step"]);
-        const double got = resumed[i]["loss"].get<double>(),
-                     want = ref[first + i]["loss"].get<double>();
-        if (tol == 0)
-            EXPECT_EQ(got, want) << "step " << first + i + 1;
-        else
-            EXPECT_NEAR(got, want, tol * want) << "step " << first + i + 1;
+        const double got = resumed[i]["loss"].get<double>(), want = ref[first + i]["loss"].get<double>();
+        if (tol == 0) EXPECT_EQ(got, want) << "step " << first + i + 1;
+        else EXPECT_NEAR(got, want, tol * want) << "step " << first + i + 1;
     }
 }
 
@@ -345,16 +337,15 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
         const std::string z = "--zero " + std::to_string(zero) + " ";
         const fs::path full = fresh_dir("full" + std::to_string(zero));
         const fs::path part = fresh_dir("part" + std::to_string(zero));
-        const CliRun a =
-            shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + z + "--out " + full.string());
+        const CliRun a = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + z + "--out " + full.string());
         ASSERT_EQ(a.rc, 0) << a.out << a.err;
         const CliRun b = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + z +
                                "--save-every 2 --stop-after 4 --out " + part.string());
         ASSERT_EQ(b.rc, 0) << b.out << b.err;
         EXPECT_TRUE(fs::exists(part / "checkpoints" / "step-00000004" / "manifest.json"));
         EXPECT_FALSE(fs::exists(part / "checkpoints" / "step-00000002")) << "older checkpoints go";
-        const CliRun c =
-            shell(mpirun(2) + NAPKIN_BINARY + " train --quiet " + z + "--resume " + part.string());
+        const CliRun c = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet " + z + "--resume " +
+                               part.string());
         ASSERT_EQ(c.rc, 0) << c.out << c.err;
         EXPECT_NE(c.out.find("resumed " + (part / "checkpoints" / "step-00000004").string()),
                   std::string::npos)
@@ -372,18 +363,15 @@ TEST(ZeroMpi, ShardedCheckpointResumesBitForBit) {
 // and 2 ranks at ZeRO-3 continue it.
 TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
     SKIP_WITHOUT_MPI();
-    for (const auto& [recipe, tol] :
-         {std::pair<std::string, double>{"--finetune qlora --lora-rank 4 "
-                                         "--precision bf16-amp --zero 3 ",
-                                         2e-3},
-          std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6},
-          std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6},
-          std::pair<std::string, double>{"--precision fp8-amp --zero 3 ", 2e-3}}) {
+    for (const auto& [recipe, tol] : {std::pair<std::string, double>{"--finetune qlora --lora-rank 4 "
+                                                                     "--precision bf16-amp --zero 3 ", 2e-3},
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 0 ", 4e-6},
+                                      std::pair<std::string, double>{"--optimizer adamw-8bit --zero 2 ", 4e-6},
+                                      std::pair<std::string, double>{"--precision fp8-amp --zero 3 ", 2e-3}}) {
         SCOPED_TRACE(recipe);
         const std::string tag = std::to_string(recipe.size());
         const fs::path full = fresh_dir("afull" + tag), part = fresh_dir("apart" + tag);
-        const CliRun a =
-            shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + recipe + "--out " + full.string());
+        const CliRun a = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + recipe + "--out " + full.string());
         ASSERT_EQ(a.rc, 0) << a.out << a.err;
         const CliRun b = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + recipe +
                                "--save-every 2 --stop-after 4 --out " + part.string());
@@ -392,20 +380,18 @@ TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
         const CliRun c = napkin("ckpt consolidate " + part.string() + " -o " + file.string());
         ASSERT_EQ(c.rc, 0) << c.out << c.err;
         const std::string zero = recipe.substr(recipe.find("--zero"));
-        const CliRun d = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet " + zero + "--resume " +
-                               part.string());
+        const CliRun d = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet " + zero + "--resume " + part.string());
         ASSERT_EQ(d.rc, 0) << d.out << d.err;
         expect_losses_follow(steps_of(part), steps_of(full), 0);
         const fs::path one = fresh_dir("aone" + tag);
-        const CliRun e =
-            napkin("train --quiet --resume " + file.string() + " --out " + one.string());
+        const CliRun e = napkin("train --quiet --resume " + file.string() + " --out " + one.string());
         ASSERT_EQ(e.rc, 0) << e.out << e.err;
         expect_losses_follow(steps_of(one), steps_of(full), tol);
         // The whole-state file into 2 ranks at ZeRO-3: each rank loads its shards of it (the
         // frozen storage's, the 8-bit absmax blocks').
         const fs::path two = fresh_dir("atwo" + tag);
-        const CliRun f = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero 3 --resume " +
-                               file.string() + " --out " + two.string());
+        const CliRun f = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero 3 --resume " + file.string() +
+                               " --out " + two.string());
         ASSERT_EQ(f.rc, 0) << f.out << f.err;
         expect_losses_follow(steps_of(two), steps_of(full), tol);
     }
@@ -418,8 +404,7 @@ TEST(ZeroMpi, AdapterAndEightBitCheckpointsResume) {
 TEST(ZeroMpi, KilledRankResumesFromTheLastCompleteCheckpoint) {
     SKIP_WITHOUT_MPI();
     const fs::path full = fresh_dir("kfull"), run = fresh_dir("killed_ckpt");
-    const CliRun a =
-        shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + "--zero 3 --out " + full.string());
+    const CliRun a = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + "--zero 3 --out " + full.string());
     ASSERT_EQ(a.rc, 0) << a.out << a.err;
 
     const auto t0 = std::chrono::steady_clock::now();
@@ -437,8 +422,8 @@ TEST(ZeroMpi, KilledRankResumesFromTheLastCompleteCheckpoint) {
     fs::create_directories(ckpts / "step-00000006");
     fs::copy_file(ckpts / "step-00000004" / "rank0.safetensors",
                   ckpts / "step-00000006" / "rank0.safetensors");
-    const CliRun r =
-        shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero 3 --resume " + run.string());
+    const CliRun r = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero 3 --resume " +
+                           run.string());
     ASSERT_EQ(r.rc, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("resumed " + (ckpts / "step-00000004").string() + " at step 4 of 6"),
               std::string::npos)
@@ -456,9 +441,8 @@ TEST(ZeroMpi, KilledRankResumesFromTheLastCompleteCheckpoint) {
 TEST(ZeroMpi, StageZeroCheckpointHoldsOneModelState) {
     SKIP_WITHOUT_MPI();
     // One process accumulating the 2 ranks' global batch of 4 micro-batches.
-    const std::string single =
-        "train --steps 6 --micro-batch 2 --seq-len 32 --grad-accum 4 "
-        "--grad-clip 0.5 --quiet ";
+    const std::string single = "train --steps 6 --micro-batch 2 --seq-len 32 --grad-accum 4 "
+                               "--grad-clip 0.5 --quiet ";
     const fs::path one = fresh_dir("z0one"), two = fresh_dir("z0two");
     const CliRun a = napkin(single + "--stop-after 4 --out " + one.string());
     ASSERT_EQ(a.rc, 0) << a.out << a.err;
@@ -498,9 +482,8 @@ TEST(ZeroMpi, NewRunInAnOldFolderSetsTheOldCheckpointsAside) {
     const CliRun k = shell(mpirun(2) + "-x NAPKIN_TEST_KILL_RANK_AT_STEP=1:1 " + NAPKIN_BINARY +
                            " " + kCkptRun + "--zero 1 --seed 7 --out " + run.string());
     EXPECT_NE(k.rc, 0) << k.out << k.err;
-    EXPECT_NE(
-        k.out.find("held an earlier run's checkpoint: moved checkpoints to checkpoints.previous"),
-        std::string::npos)
+    EXPECT_NE(k.out.find("held an earlier run's checkpoint: moved checkpoints to checkpoints.previous"),
+              std::string::npos)
         << k.out;
     EXPECT_FALSE(fs::exists(run / "checkpoints"));
     EXPECT_TRUE(fs::exists(run / "checkpoints.previous" / "step-00000002" / "manifest.json"));
@@ -515,9 +498,7 @@ TEST(ZeroMpi, NewRunInAnOldFolderSetsTheOldCheckpointsAside) {
 TEST(ZeroMpi, ConsolidatedCheckpointContinuesAtAnyWorldSize) {
     SKIP_WITHOUT_MPI();
     const fs::path full = fresh_dir("cfull"), part = fresh_dir("cpart");
-    ASSERT_EQ(
-        shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + "--zero 3 --out " + full.string()).rc,
-        0);
+    ASSERT_EQ(shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun + "--zero 3 --out " + full.string()).rc, 0);
     const CliRun b = shell(mpirun(2) + NAPKIN_BINARY + " " + kCkptRun +
                            "--zero 3 --stop-after 4 --out " + part.string());
     ASSERT_EQ(b.rc, 0) << b.out << b.err;
@@ -545,9 +526,9 @@ TEST(ZeroMpi, ConsolidatedCheckpointContinuesAtAnyWorldSize) {
     for (int zero : {3, 1}) {
         SCOPED_TRACE("two ranks, ZeRO-" + std::to_string(zero));
         const fs::path two = fresh_dir("ctwo" + std::to_string(zero));
-        const CliRun r2 =
-            shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero " + std::to_string(zero) +
-                  " --resume " + file.string() + " --out " + two.string());
+        const CliRun r2 = shell(mpirun(2) + NAPKIN_BINARY + " train --quiet --zero " +
+                                std::to_string(zero) + " --resume " + file.string() + " --out " +
+                                two.string());
         ASSERT_EQ(r2.rc, 0) << r2.out << r2.err;
         expect_losses_follow(steps_of(two), ref, zero == 3 ? 0 : 4e-6);
     }
