@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "estimator/device_profile.h"
@@ -151,6 +153,41 @@ TEST(DeviceProfile, ShippedH200IsTheMergeOfItsSources) {
     DeviceProfile shipped = read_device_profile(root + "/estimator/profiles/h200.json");
     merged.made = shipped.made = ProfileOrigin{};
     EXPECT_EQ(to_json(merged).dump(1), to_json(shipped).dump(1));
+}
+
+// The development VM's shipped profile is the calibration its accuracy runs used, unedited
+// (bench/results/2026-11-29-devvm-time-accuracy).
+TEST(DeviceProfile, ShippedDevVmIsTheCalibrationOfItsRun) {
+    const std::string root = NAPKIN_SOURCE_DIR;
+    const DeviceProfile run = read_device_profile(
+        root + "/bench/results/2026-11-29-devvm-time-accuracy/run1_profile.json");
+    const DeviceProfile shipped =
+        read_device_profile(root + "/estimator/profiles/devvm-epyc-2cpu.json");
+    EXPECT_EQ(to_json(run).dump(1), to_json(shipped).dump(1));
+    EXPECT_EQ(shipped.device.name, "AMD EPYC");
+    EXPECT_EQ(shipped.device.logical_cpus, 2);
+}
+
+// Every profile napkin ships reads, says how it was made (measured, by which command, build and
+// date), and is the only one for its device: the catalog takes the first that matches.
+TEST(DeviceProfile, EveryShippedProfileIsMeasuredAndAloneForItsDevice) {
+    std::vector<DeviceProfile> all;
+    for (const ShippedProfile& s : shipped_profiles()) {
+        SCOPED_TRACE(std::string(s.file));
+        const DeviceProfile p = parse_device_profile(s.text);
+        EXPECT_EQ(p.made.source, "measured");
+        EXPECT_EQ(p.made.command.rfind("napkin calibrate", 0), 0u) << p.made.command;
+        EXPECT_FALSE(p.made.build.empty());
+        EXPECT_FALSE(p.made.date.empty());
+        EXPECT_FALSE(p.compute.empty());
+        for (const DeviceProfile& q : all)
+            EXPECT_NE(profile_mismatch(q, p.device), "") << "two shipped profiles for one device";
+        const std::optional<DeviceProfile> chosen = shipped_profile_for(p.device);
+        ASSERT_TRUE(chosen.has_value());
+        EXPECT_EQ(to_json(*chosen).dump(), to_json(p).dump());
+        all.push_back(p);
+    }
+    EXPECT_GE(all.size(), 2u);  // h200.json and the development VM's
 }
 
 TEST(DeviceProfile, TablesInterpolate) {
