@@ -20,9 +20,8 @@ namespace napkin {
 inline constexpr std::uint64_t kMaxConfigBytes = 16ull << 20;    // a model or HF config.json
 inline constexpr std::uint64_t kMaxManifestBytes = 64ull << 20;  // a ZeRO checkpoint manifest
 inline constexpr std::uint64_t kMaxReportBytes = 1024ull << 20;  // report.json, ~200 B a step
-inline constexpr std::uint64_t kMaxProfileBytes = 16ull
-                                                  << 20;  // a device profile (h200.json: 45 KB)
-inline constexpr std::uint64_t kMaxPromptBytes = 64ull << 20;  // generate's --prompt-file
+inline constexpr std::uint64_t kMaxProfileBytes = 16ull << 20;   // a device profile (~100 KB)
+inline constexpr std::uint64_t kMaxPromptBytes = 64ull << 20;    // generate's --prompt-file
 
 // "" with `text` holding the whole file, or why it cannot be read, without the path:
 // "cannot open (No such file or directory)", "not a regular file (a FIFO)",
