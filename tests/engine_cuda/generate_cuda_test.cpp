@@ -21,8 +21,9 @@ TEST(GenerateCuda, DecodeLogitsEqualAFullForwardWithoutACache) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     auto device = open_engine_device(DeviceKind::cuda);
     for (const ModelConfig& cfg : test::generate_configs()) {
-        test::check_decode_matches_full_forward(cfg, DType::f32, 2e-5, device.get());
-        test::check_decode_matches_full_forward(cfg, DType::bf16, 6e-2, device.get());
+        test::check_decode_matches_full_forward(cfg, DType::f32, 2e-5, 2e-5, device.get());
+        test::check_decode_matches_full_forward(cfg, DType::bf16, test::kBf16ForwardTol,
+                                                test::kBf16CacheTol, device.get());
     }
 }
 
