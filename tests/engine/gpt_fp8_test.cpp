@@ -12,6 +12,7 @@
 #include "core/engine/trainer.h"
 #include "kernels/quantize.h"
 #include "tests/engine/test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
 namespace {
@@ -116,7 +117,7 @@ Grads gradients(const ModelConfig& cfg, Precision p, AttentionImpl att, Checkpoi
 // wrong scale or operand is off by 100% or more on every seed, with a cosine near 0.
 TEST(GptFp8, GradientsCloseToBf16AmpOnTheSameWeightsAndBatch) {
     constexpr int kSeeds = 7;
-    const unsigned base = std::random_device{}();
+    const unsigned base = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seeds " << base << " to " << base + kSeeds - 1);
     const auto median = [](std::vector<double> v) {
         std::nth_element(v.begin(), v.begin() + kSeeds / 2, v.end());
@@ -165,7 +166,7 @@ TEST(GptFp8, GradientsCloseToBf16AmpOnTheSameWeightsAndBatch) {
 
 // Recomputation casts the same values again: gradients bit for bit equal across checkpointing.
 TEST(GptFp8, CheckpointingGivesTheSameGradients) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     const ModelConfig cfg =
         small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
     for (AttentionImpl att : {AttentionImpl::naive, AttentionImpl::flash}) {

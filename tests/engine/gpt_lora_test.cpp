@@ -16,6 +16,7 @@
 #include "tests/engine/estimate_util.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
 namespace {
@@ -112,7 +113,7 @@ void adapter_gradient_check(const ModelConfig& cfg, AttentionImpl att, unsigned 
 }
 
 TEST(GptLora, AdapterGradientsMatchFiniteDifferences) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     adapter_gradient_check(
         small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
         AttentionImpl::naive, seed);
@@ -128,7 +129,7 @@ TEST(GptLora, AdapterGradientsMatchFiniteDifferences) {
 // B starts at zero: the adapted model's loss is the base model's, bit for bit (the same seed
 // gives the same base weights: the adapters are initialized after them).
 TEST(GptLora, FreshAdaptersLeaveTheBaseModelsLoss) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     const ModelConfig cfg =
         small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false);
@@ -150,7 +151,7 @@ TEST(GptLora, FreshAdaptersLeaveTheBaseModelsLoss) {
 // QLoRA stores the frozen block linears in NF4 and dequantizes each for its GEMM: the same
 // numbers as LoRA over the dequantized weights, bit for bit, loss and adapter gradients.
 TEST(GptLora, QloraIsLoraOnTheDequantizedWeights) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     const ModelConfig cfg =
         small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);

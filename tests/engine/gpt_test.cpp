@@ -20,6 +20,7 @@
 #include "tests/engine/kernel_count.h"
 #include "tests/engine/reference_gpt.h"
 #include "tests/engine/test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
 namespace {
@@ -109,7 +110,7 @@ void gradient_check(const ModelConfig& cfg, AttentionImpl att, unsigned seed) {
 }
 
 TEST(GptGradients, FiniteDifferencesEveryVariant) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     gradient_check(small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
                    AttentionImpl::naive, seed);
     gradient_check(small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
@@ -124,7 +125,7 @@ TEST(GptGradients, FiniteDifferencesEveryVariant) {
 // attention keeps its mask, flash draws it again): the loss of a micro-batch with its masks, and
 // its gradients, against the reference applying the same masks.
 TEST(GptGradients, FiniteDifferencesWithDropout) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     ModelConfig gpt2 =
         small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true);
     gpt2.dropout = 0.1;
@@ -138,7 +139,7 @@ TEST(GptGradients, FiniteDifferencesWithDropout) {
 }
 
 TEST(GptGradients, CheckpointingAndAttentionGiveTheSameGradients) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     for (auto cfg :
          {small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
           small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)}) {
@@ -211,7 +212,7 @@ TEST(GptKernels, Ln2RunsTheResidualAddInItsKernel) {
 // Checkpointing rebuilds a block's dropout masks exactly (they are a hash of the micro-batch's
 // seed and the element, not a generator's state): the same loss and gradients, bit for bit.
 TEST(GptGradients, CheckpointingRebuildsTheSameDropoutMasks) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     ModelConfig cfg =
         small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false);

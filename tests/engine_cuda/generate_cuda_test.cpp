@@ -13,6 +13,7 @@
 #include "core/engine/engine_device.h"
 #include "tests/engine/generate_check.h"
 #include "tests/engine_cuda/cuda_engine_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
 namespace {
@@ -48,7 +49,7 @@ TEST(GenerateCuda, MemoryMatchesTheEstimateToTheByte) {
 TEST(GenerateCuda, FlashDecodingLogitsEqualTheSinglePassKernels) {
     NAPKIN_SKIP_WITHOUT_CUDA_ENGINE();
     auto device = open_engine_device(DeviceKind::cuda);
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     for (const ModelConfig& base : test::generate_configs()) {
         ModelConfig cfg = base;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace napkin {
 namespace {
@@ -112,7 +113,7 @@ void check_case(const MatmulTestCase& c, bool bias, unsigned seed) {
 }
 
 TEST(Matmul, FloatMatchesReferenceAndFiniteDifferences) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     for (const MatmulTestCase c : {MatmulTestCase{1, 1, 1}, MatmulTestCase{3, 5, 7},
                                    MatmulTestCase{17, 9, 33}, MatmulTestCase{8, 16, 4}}) {
         check_case<float>(c, true, seed);
@@ -121,7 +122,7 @@ TEST(Matmul, FloatMatchesReferenceAndFiniteDifferences) {
 }
 
 TEST(Matmul, Bf16AndFp16Storage) {
-    const unsigned seed = std::random_device{}();
+    const unsigned seed = test::fresh_seed();
     for (const MatmulTestCase c : {MatmulTestCase{3, 5, 7}, MatmulTestCase{12, 6, 10}}) {
         check_case<bf16_t>(c, true, seed);
         check_case<f16_t>(c, true, seed + 1);
