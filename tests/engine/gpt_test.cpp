@@ -140,6 +140,7 @@ TEST(GptGradients, FiniteDifferencesWithDropout) {
 
 TEST(GptGradients, CheckpointingAndAttentionGiveTheSameGradients) {
     const unsigned seed = test::fresh_seed();
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
     for (auto cfg :
          {small_config(NormKind::layernorm, PositionKind::learned, MlpKind::gelu, 4, true),
           small_config(NormKind::rmsnorm, PositionKind::rope, MlpKind::swiglu, 2, false)}) {
