@@ -2,8 +2,8 @@
 // files; with --screenshot renders one view headless into a PNG and exits. --view, --mode,
 // --window, --find, --select, --range, --versus and --keys open it in a given state, so that any
 // state has a command.
-// Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select),
-// 2 usage error.
+// Exit codes: 0 success, 1 a window or file that could not be made (or nothing to --select, or
+// no path given that could be opened), 2 usage error.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
